@@ -1,0 +1,64 @@
+/* dmm/arena.h — the built-in VMM mechanism (DESIGN §4.3, §4.5).
+ *
+ * One VA reservation per arena; allocations are spans of it. Physical backing comes in chunks: one
+ * driver handle of a whole number of granules, created, mapped and unmapped as one unit. Small
+ * allocations share granules (reference counted); a commit of a contiguous range creates as few
+ * chunks as the chunk limit allows. Released handles go to a bounded cache.
+ *
+ * The release state machine never lies: an address goes back to the free list, and a refund is
+ * made, only after the driver's unmap / handle release for it succeeded. A chunk whose unmap failed
+ * stays mapped and is poisoned (never committed again); a handle whose release failed after a good
+ * unmap is quarantined (mapped axis refunded once, owned axis still charged, never reused); the VA
+ * of a QUARANTINED release is never handed out again.
+ *
+ * Thread contract: thread-safe. One lock per arena, held across the driver calls of one operation
+ * (the arena is the slow path; the pool above it is the fast one).
+ */
+#ifndef DMM_ARENA_H
+#define DMM_ARENA_H
+
+#include "dmm/mechanism.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dmm_arena_config {
+    uint32_t size;                    /* sizeof(dmm_arena_config) */
+    uint64_t reserve_bytes;           /* VA to reserve; 0 = 64 GiB */
+    uint64_t chunk_limit_bytes;       /* largest single handle; 0 = 1 GiB; a multiple of the granule */
+    uint64_t cache_limit_bytes;       /* released handles kept for reuse; 0 = none cached */
+    size_t min_align;                 /* smallest alignment of an allocation; 0 = 256 */
+    const dmm_accounting *accounting; /* optional; copied */
+} dmm_arena_config;
+
+/* Creates an arena over `driver` (not owned; must outlive the arena). A VA reservation failure is
+ * an error whose sentence names the device, the driver error and the way out: never a silent
+ * fall back to eager memory. cfg may be NULL. */
+DMM_API dmm_status dmm_arena_create(dmm_driver *driver, const dmm_arena_config *cfg, dmm_mechanism **out);
+
+/* The expensive invariant check (free list sorted and coalesced, no overlaps, chunk reference
+ * counts = live references, counters = the sums they stand for). DMM_OK or DMM_ERR_INVALID_ARGUMENT
+ * with a sentence naming the first broken invariant. WRONG_MECHANISM for a non-arena. */
+DMM_API dmm_status dmm_arena_check(dmm_mechanism *arena);
+
+/* The arena's VA reservation (for tests and tools). */
+DMM_API dmm_status dmm_arena_reservation(dmm_mechanism *arena, uintptr_t *va, uint64_t *bytes);
+
+/* Number of spans in the free list (1 when the arena is empty and nothing is quarantined). */
+DMM_API dmm_status dmm_arena_free_spans(dmm_mechanism *arena, size_t *count);
+
+/* Whether [ptr, ptr+bytes) overlaps VA that is quarantined or backed by a poisoned chunk. */
+DMM_API dmm_status dmm_arena_is_quarantined(dmm_mechanism *arena, const void *ptr, size_t bytes, bool *out);
+
+/* Releases every cached handle (refunding the owned axis for each release that succeeded). */
+DMM_API dmm_status dmm_arena_drain_cache(dmm_mechanism *arena);
+
+/* After a device loss (DMM_ERR_DEVICE_LOST), the caller confirms the context was torn down: the
+ * arena then discharges its ownership (refunds everything still charged) without driver calls. */
+DMM_API dmm_status dmm_arena_confirm_context_terminated(dmm_mechanism *arena);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DMM_ARENA_H */

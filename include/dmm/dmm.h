@@ -1,0 +1,11 @@
+/* dmm/dmm.h — the umbrella header: include this one. */
+#ifndef DMM_DMM_H
+#define DMM_DMM_H
+
+#include "dmm/status.h"
+#include "dmm/stats.h"
+#include "dmm/driver.h"
+#include "dmm/mechanism.h"
+#include "dmm/arena.h"
+
+#endif /* DMM_DMM_H */

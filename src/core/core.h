@@ -1,0 +1,86 @@
+/* src/core/core.h — internal helpers shared by every layer: logging, locks, atomics with the
+ * memory order in their names, checked arithmetic, and stats updates. Never installed.
+ *
+ * Lock order (outermost first): pool → provider → arena → driver-internal. No callback is called
+ * and no wait happens under a lock that others need for bookkeeping.
+ */
+#ifndef DMM_CORE_H
+#define DMM_CORE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dmm/stats.h"
+#include "dmm/status.h"
+
+/* ---- logging (to the user's callback only; silent without one) ---- */
+void dmm__log(dmm_log_level level, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* ---- locks ---- */
+typedef struct dmm_lock {
+    pthread_mutex_t m;
+} dmm_lock;
+
+static inline void dmm_lock_init(dmm_lock *l) { pthread_mutex_init(&l->m, NULL); }
+static inline void dmm_lock_destroy(dmm_lock *l) { pthread_mutex_destroy(&l->m); }
+static inline void dmm_lock_acquire(dmm_lock *l) { pthread_mutex_lock(&l->m); }
+static inline void dmm_lock_release(dmm_lock *l) { pthread_mutex_unlock(&l->m); }
+
+/* ---- atomics: the order is in the name ---- */
+static inline uint64_t dmm_atomic_load_acquire(const _Atomic uint64_t *p) {
+    return atomic_load_explicit(p, memory_order_acquire);
+}
+static inline uint64_t dmm_atomic_load_relaxed(const _Atomic uint64_t *p) {
+    return atomic_load_explicit(p, memory_order_relaxed);
+}
+static inline void dmm_atomic_store_release(_Atomic uint64_t *p, uint64_t v) {
+    atomic_store_explicit(p, v, memory_order_release);
+}
+static inline uint64_t dmm_atomic_add_relaxed(_Atomic uint64_t *p, uint64_t v) {
+    return atomic_fetch_add_explicit(p, v, memory_order_relaxed);
+}
+static inline uint64_t dmm_atomic_add_acq_rel(_Atomic uint64_t *p, uint64_t v) {
+    return atomic_fetch_add_explicit(p, v, memory_order_acq_rel);
+}
+static inline bool dmm_atomic_cas_acq_rel(_Atomic uint64_t *p, uint64_t *expected, uint64_t desired) {
+    return atomic_compare_exchange_strong_explicit(p, expected, desired, memory_order_acq_rel,
+                                                   memory_order_acquire);
+}
+
+/* ---- checked arithmetic ---- */
+static inline bool dmm_add_overflows(uint64_t a, uint64_t b, uint64_t *sum) {
+    return __builtin_add_overflow(a, b, sum);
+}
+static inline bool dmm_is_pow2(uint64_t x) { return x != 0 && (x & (x - 1)) == 0; }
+/* Rounds up to a multiple of a power of two; returns false on overflow. */
+static inline bool dmm_align_up(uint64_t x, uint64_t align, uint64_t *out) {
+    uint64_t t;
+    if (__builtin_add_overflow(x, align - 1, &t)) return false;
+    *out = t & ~(align - 1);
+    return true;
+}
+static inline uint64_t dmm_align_down(uint64_t x, uint64_t align) { return x & ~(align - 1); }
+
+/* ---- stats ---- */
+static inline void dmm_count_add(dmm_count *c, int64_t v) {
+    c->current += v;
+    c->total += v;
+    if (c->current > c->peak) c->peak = c->current;
+}
+static inline void dmm_count_sub(dmm_count *c, int64_t v) { c->current -= v; }
+
+/* Copies min(dst->size, sizeof *src) bytes of a stats struct into a caller's (possibly older or
+ * newer) struct; DMM_ERR_SHORT_STRUCT if dst->size is below the first version's size. */
+dmm_status dmm__stats_copy_out(const dmm_stats *src, dmm_stats *dst);
+
+/* Human-readable byte count ("2.0 MiB") into buf; returns buf. */
+const char *dmm__fmt_bytes(uint64_t bytes, char *buf, size_t cap);
+
+#endif /* DMM_CORE_H */

@@ -1,0 +1,27 @@
+/* tests/common/testkit.h — shared helpers for the cmocka tests. */
+#ifndef DMM_TESTKIT_H
+#define DMM_TESTKIT_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+/* cmocka.h needs the includes above */
+#include <cmocka.h>
+
+#include "dmm/dmm.h"
+
+/* Asserts the call returned DMM_OK, printing the last error otherwise. */
+#define DMM_OK_OR_FAIL(call)                                                                       \
+    do {                                                                                           \
+        dmm_status s_ = (call);                                                                    \
+        if (s_ != DMM_OK) fail_msg("%s -> %s: %s", #call, dmm_status_str(s_), dmm_last_error());  \
+    } while (0)
+
+/* Asserts the thread's last error sentence contains every one of the NULL-terminated fragments. */
+void dmm_test_error_mentions(const char *first, ...);
+
+/* Exit code that CTest reads as "skipped" (SKIP_RETURN_CODE). */
+#define DMM_TEST_SKIP 77
+
+#endif
