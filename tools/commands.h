@@ -3,5 +3,6 @@
 #define DMM_TOOLS_COMMANDS_H
 
 int dmm_cmd_version(int argc, char **argv);
+int dmm_cmd_info(int argc, char **argv);
 
 #endif

@@ -182,6 +182,30 @@ DMM_API dmm_status dmm_cuda_driver_create(int ordinal, dmm_driver **out);
 /* Number of CUDA devices (0 with DMM_OK where there is no driver or no GPU). */
 DMM_API dmm_status dmm_cuda_device_count(int *count);
 
+/* What `dmm info` shows about one CUDA device. The environment variable DMM_CUDA_LIBRARY, read once
+ * per process, names another driver library than libcuda.so.1 (tests, unusual installs). */
+typedef struct dmm_cuda_device_info {
+    uint32_t size;          /* sizeof(dmm_cuda_device_info), set by the caller */
+    int32_t ordinal;
+    char name[128];         /* e.g. "NVIDIA H200" */
+    int32_t driver_version; /* cuDriverGetVersion, e.g. 13000 */
+    int32_t compute_major;
+    int32_t compute_minor;
+    bool vmm_supported;     /* CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED */
+    uint64_t granularity;   /* minimum VMM granularity in bytes; 0 without VMM */
+    uint64_t free_bytes;    /* cuMemGetInfo in the primary context */
+    uint64_t total_bytes;
+} dmm_cuda_device_info;
+
+/* Fills `out` for device `ordinal` (retains the primary context for the query). UNSUPPORTED with
+ * "no CUDA driver: <reason>" where there is none. */
+DMM_API dmm_status dmm_cuda_device_query(int ordinal, dmm_cuda_device_info *out);
+
+/* Peer access per mapping: from now on every set_access of this cuda driver also grants the same
+ * access to the listed devices (n = 0: none). Each must be another device that can access this one
+ * (cuDeviceCanAccessPeer), else nothing changes. INVALID_ARGUMENT for a driver that is not `cuda`. */
+DMM_API dmm_status dmm_cuda_driver_set_peer_access(dmm_driver *cuda, const int *peers, size_t n);
+
 #ifdef __cplusplus
 }
 #endif
