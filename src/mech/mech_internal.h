@@ -14,6 +14,12 @@
  *    implementation validates everything else (ptr, bytes, align, id against its live record).
  *  - release-outcome counters (releases_complete/quarantined/failed) are kept by the
  *    implementation in its own stats; the wrapper counts nothing.
+ *  - dmm_mechanism_create() on failure takes no ownership: the caller still owns impl and must
+ *    destroy it. Required slots: name, allocate, release, device; destroy may be NULL (nothing to
+ *    destroy). dmm_mechanism_destroy() frees the wrapper only if ops->destroy returned DMM_OK.
+ *  - the wrapper refuses bytes == 0 and a non-power-of-two align before calling allocate /
+ *    allocate_committed (align 0 reaches the implementation: "your default"), and ranges that do not
+ *    lie inside [0, a->bytes) before commit / decommit / mapped_bytes_for_ranges.
  *  - typed helpers that take a public dmm_mechanism* (e.g. dmm_arena_check) find their impl with
  *    dmm__mechanism_impl_if(m, &their_ops): NULL (→ WRONG_MECHANISM) for another kind of mechanism.
  */

@@ -1,0 +1,276 @@
+/* src/mech/mechanism.c — the generic mechanism: one implementation object behind one ops table,
+ * with optional capability sub-tables of the same table (DESIGN §4.4).
+ *
+ * What it owns: the wrapper (ops, impl, capability bits), the argument checks every mechanism
+ * shares, and the allocation identity fields the wrapper is responsible for (mechanism, device).
+ *
+ * Idea: the wrapper is immutable after create, so every call is a few checks and one indirect
+ * call: no lock. It checks what is generic (NULLs, power-of-two alignments, ranges inside the
+ * allocation, "does this allocation belong to me", "do I have this capability") and leaves the
+ * allocation's identity (ptr, bytes, align, id against the live record) to the implementation.
+ * After an implementation's allocate succeeds, the wrapper stamps out->mechanism and out->device,
+ * so an implementation never needs to know its wrapper (src/mech/mech_internal.h).
+ *
+ * Invariants: caps has DMM_CAP_VIRTUAL_BACKING ⇔ ops->virtual_backing != NULL (with all its slots);
+ * a call for a missing capability returns DMM_ERR_UNSUPPORTED and never reaches the implementation;
+ * a release-shaped call refused here reports FAILED (nothing changed). Release-outcome counters are
+ * kept by the implementations, which see every outcome they produce.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "mech/mech_internal.h"
+
+#define NAME(m) ((m)->ops->name)
+
+const char *dmm_release_state_str(uint32_t state) {
+    switch (state) {
+    case DMM_RELEASE_COMPLETE: return "DMM_RELEASE_COMPLETE";
+    case DMM_RELEASE_QUARANTINED: return "DMM_RELEASE_QUARANTINED";
+    case DMM_RELEASE_FAILED: return "DMM_RELEASE_FAILED";
+    }
+    return "DMM_RELEASE_UNKNOWN (read as QUARANTINED)";
+}
+
+dmm_status dmm_mechanism_create(const dmm_mechanism_ops *ops, void *impl, dmm_mechanism **out) {
+    if (out == NULL || ops == NULL || impl == NULL)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "dmm_mechanism_create: ops (%p), impl (%p) and out (%p) must all be non-NULL",
+                             (const void *)ops, impl, (void *)out);
+    if (ops->size < sizeof *ops)
+        return dmm_error_set(DMM_ERR_SHORT_STRUCT,
+                             "dmm_mechanism_create: ops->size is %u bytes, below sizeof(dmm_mechanism_ops) = %zu; "
+                             "set .size = sizeof(dmm_mechanism_ops)",
+                             ops->size, sizeof *ops);
+    const char *name = ops->name != NULL ? ops->name : "(unnamed)";
+    const char *missing = ops->name == NULL       ? "name"
+                          : ops->allocate == NULL ? "allocate"
+                          : ops->release == NULL  ? "release"
+                          : ops->device == NULL   ? "device"
+                                                  : NULL;
+    if (missing != NULL)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "dmm_mechanism_create: mechanism '%s' lacks the required slot '%s' (name, allocate, "
+                             "release and device are required)",
+                             name, missing);
+    uint32_t caps = 0;
+    const dmm_virtual_backing_ops *vb = ops->virtual_backing;
+    if (vb != NULL) {
+        if (vb->size < sizeof *vb)
+            return dmm_error_set(DMM_ERR_SHORT_STRUCT,
+                                 "dmm_mechanism_create: mechanism '%s': virtual_backing->size is %u bytes, below "
+                                 "sizeof(dmm_virtual_backing_ops) = %zu",
+                                 name, vb->size, sizeof *vb);
+        missing = vb->allocate_committed == NULL        ? "allocate_committed"
+                  : vb->commit == NULL                  ? "commit"
+                  : vb->decommit == NULL                ? "decommit"
+                  : vb->committed_bytes == NULL         ? "committed_bytes"
+                  : vb->mapped_bytes_for_ranges == NULL ? "mapped_bytes_for_ranges"
+                                                        : NULL;
+        if (missing != NULL)
+            return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                                 "dmm_mechanism_create: mechanism '%s': its virtual_backing table lacks the slot "
+                                 "'%s'; a capability table must fill every slot",
+                                 name, missing);
+        caps |= DMM_CAP_VIRTUAL_BACKING;
+    }
+    if (ops->shared_mapping != NULL || ops->deferred_release != NULL)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "dmm_mechanism_create: mechanism '%s': the %s table is reserved in this version and "
+                             "must be NULL",
+                             name, ops->shared_mapping != NULL ? "shared_mapping" : "deferred_release");
+    dmm_mechanism *m = calloc(1, sizeof *m);
+    if (m == NULL)
+        return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm_mechanism_create: mechanism '%s': out of memory", name);
+    m->ops = ops;
+    m->impl = impl;
+    m->caps = caps;
+    *out = m;
+    return DMM_OK;
+}
+
+dmm_status dmm_mechanism_destroy(dmm_mechanism *m) {
+    if (m == NULL) return DMM_OK;
+    if (m->ops->destroy != NULL) {
+        dmm_status s = m->ops->destroy(m->impl);
+        if (s != DMM_OK) return s; /* the implementation said why; the mechanism stays usable */
+    }
+    free(m);
+    return DMM_OK;
+}
+
+const char *dmm_mechanism_name(const dmm_mechanism *m) { return m != NULL ? NAME(m) : "(null mechanism)"; }
+
+dmm_device dmm_mechanism_device(const dmm_mechanism *m) {
+    if (m == NULL) return (dmm_device){DMM_TIER_DEVICE, -1};
+    return m->ops->device(m->impl);
+}
+
+uint32_t dmm_mechanism_capabilities(const dmm_mechanism *m) { return m != NULL ? m->caps : 0; }
+
+void *dmm_mechanism_impl(const dmm_mechanism *m) { return m != NULL ? m->impl : NULL; }
+
+/* ---- shared checks ---- */
+
+static bool same_device(dmm_device a, dmm_device b) { return a.tier == b.tier && a.index == b.index; }
+
+/* m and a are usable and a belongs to m. `op` names the public call for the sentence. */
+static dmm_status check_allocation(const dmm_mechanism *m, const dmm_allocation *a, const char *op) {
+    if (m == NULL || a == NULL)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: the mechanism (%p) and the allocation (%p) must be non-NULL",
+                             op, (const void *)m, (const void *)a);
+    if (a->mechanism != m)
+        return dmm_error_set(DMM_ERR_WRONG_MECHANISM,
+                             "%s: the allocation at %p (%zu bytes, id %llu) belongs to mechanism %p, not to "
+                             "'%s' (%p); release it through the mechanism that made it",
+                             op, a->ptr, a->bytes, (unsigned long long)a->id, (void *)a->mechanism, NAME(m),
+                             (const void *)m);
+    dmm_device d = m->ops->device(m->impl);
+    if (!same_device(a->device, d))
+        return dmm_error_set(DMM_ERR_WRONG_DEVICE,
+                             "%s: the allocation at %p (id %llu) says device (tier %d, index %d) but mechanism "
+                             "'%s' is on (tier %d, index %d); the handle was altered",
+                             op, a->ptr, (unsigned long long)a->id, (int)a->device.tier, (int)a->device.index,
+                             NAME(m), (int)d.tier, (int)d.index);
+    return DMM_OK;
+}
+
+static dmm_status check_capability(const dmm_mechanism *m, uint32_t cap, const char *capname, const char *op) {
+    if (m == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: the mechanism is NULL", op);
+    if ((m->caps & cap) == 0)
+        return dmm_error_set(DMM_ERR_UNSUPPORTED,
+                             "%s: mechanism '%s' has no %s capability; use a mechanism built with it (e.g. the "
+                             "arena)",
+                             op, NAME(m), capname);
+    return DMM_OK;
+}
+
+static dmm_status check_size_align(const dmm_mechanism *m, size_t bytes, size_t align, const char *op) {
+    if (bytes == 0)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: mechanism '%s': an allocation of 0 bytes is refused", op,
+                             NAME(m));
+    if (align != 0 && !dmm_is_pow2(align))
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "%s: mechanism '%s': alignment %zu is not a power of two (0 = the mechanism's default)",
+                             op, NAME(m), align);
+    return DMM_OK;
+}
+
+/* Every range lies inside [0, bytes). */
+static dmm_status check_ranges(const dmm_mechanism *m, size_t bytes, const dmm_range *ranges, size_t n, const char *op) {
+    if (n > 0 && ranges == NULL)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: mechanism '%s': %zu ranges announced but ranges is NULL", op,
+                             NAME(m), n);
+    for (size_t i = 0; i < n; i++) {
+        size_t end;
+        if (__builtin_add_overflow(ranges[i].offset, ranges[i].bytes, &end) || end > bytes)
+            return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                                 "%s: mechanism '%s': range %zu [%zu, +%zu) does not lie inside the allocation's "
+                                 "%zu bytes",
+                                 op, NAME(m), i, ranges[i].offset, ranges[i].bytes, bytes);
+    }
+    return DMM_OK;
+}
+
+/* ---- allocate / release / stats ---- */
+
+static void stamp(dmm_mechanism *m, dmm_allocation *out) {
+    out->mechanism = m;
+    out->device = m->ops->device(m->impl);
+}
+
+dmm_status dmm_mechanism_allocate(dmm_mechanism *m, size_t bytes, size_t align, dmm_allocation *out) {
+    if (m == NULL || out == NULL)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "dmm_mechanism_allocate: the mechanism (%p) and the output (%p) must be non-NULL",
+                             (void *)m, (void *)out);
+    dmm_status s = check_size_align(m, bytes, align, "dmm_mechanism_allocate");
+    if (s != DMM_OK) return s;
+    memset(out, 0, sizeof *out);
+    s = m->ops->allocate(m->impl, bytes, align, out);
+    if (s != DMM_OK) {
+        memset(out, 0, sizeof *out);
+        return s;
+    }
+    stamp(m, out);
+    return DMM_OK;
+}
+
+dmm_release_outcome dmm_mechanism_release(dmm_mechanism *m, const dmm_allocation *a) {
+    dmm_status s = check_allocation(m, a, "dmm_mechanism_release");
+    if (s != DMM_OK) return dmm__outcome_failed(a != NULL ? a->bytes : 0, s);
+    return m->ops->release(m->impl, a);
+}
+
+dmm_status dmm_mechanism_stats(dmm_mechanism *m, dmm_stats *out) {
+    if (m == NULL || out == NULL)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "dmm_mechanism_stats: the mechanism (%p) and the output (%p) must be non-NULL",
+                             (void *)m, (void *)out);
+    if (m->ops->stats == NULL)
+        return dmm_error_set(DMM_ERR_UNSUPPORTED, "dmm_mechanism_stats: mechanism '%s' keeps no stats", NAME(m));
+    return m->ops->stats(m->impl, out);
+}
+
+/* ---- virtual backing ---- */
+
+#define VB_CHECK(m, op)                                                                             \
+    check_capability(m, DMM_CAP_VIRTUAL_BACKING, "virtual_backing", op)
+
+dmm_status dmm_mechanism_allocate_committed(dmm_mechanism *m, size_t bytes, size_t align, const dmm_range *ranges,
+                                            size_t n, dmm_allocation *out) {
+    static const char op[] = "dmm_mechanism_allocate_committed";
+    dmm_status s = VB_CHECK(m, op);
+    if (s != DMM_OK) return s;
+    if (out == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: the output allocation is NULL", op);
+    if ((s = check_size_align(m, bytes, align, op)) != DMM_OK) return s;
+    if ((s = check_ranges(m, bytes, ranges, n, op)) != DMM_OK) return s;
+    memset(out, 0, sizeof *out);
+    s = m->ops->virtual_backing->allocate_committed(m->impl, bytes, align, ranges, n, out);
+    if (s != DMM_OK) {
+        memset(out, 0, sizeof *out);
+        return s;
+    }
+    stamp(m, out);
+    return DMM_OK;
+}
+
+dmm_status dmm_mechanism_commit(dmm_mechanism *m, const dmm_allocation *a, dmm_range range, uint64_t *newly_mapped) {
+    static const char op[] = "dmm_mechanism_commit";
+    dmm_status s = VB_CHECK(m, op);
+    if (s != DMM_OK) return s;
+    if ((s = check_allocation(m, a, op)) != DMM_OK) return s;
+    if (newly_mapped == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: newly_mapped is NULL", op);
+    if ((s = check_ranges(m, a->bytes, &range, 1, op)) != DMM_OK) return s;
+    return m->ops->virtual_backing->commit(m->impl, a, range, newly_mapped);
+}
+
+dmm_release_outcome dmm_mechanism_decommit(dmm_mechanism *m, const dmm_allocation *a, dmm_range range) {
+    static const char op[] = "dmm_mechanism_decommit";
+    dmm_status s = VB_CHECK(m, op);
+    if (s == DMM_OK) s = check_allocation(m, a, op);
+    if (s == DMM_OK) s = check_ranges(m, a->bytes, &range, 1, op);
+    if (s != DMM_OK) return dmm__outcome_failed(range.bytes, s);
+    return m->ops->virtual_backing->decommit(m->impl, a, range);
+}
+
+dmm_status dmm_mechanism_committed_bytes(dmm_mechanism *m, const dmm_allocation *a, uint64_t *bytes) {
+    static const char op[] = "dmm_mechanism_committed_bytes";
+    dmm_status s = VB_CHECK(m, op);
+    if (s != DMM_OK) return s;
+    if ((s = check_allocation(m, a, op)) != DMM_OK) return s;
+    if (bytes == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: the output is NULL", op);
+    return m->ops->virtual_backing->committed_bytes(m->impl, a, bytes);
+}
+
+dmm_status dmm_mechanism_mapped_bytes_for_ranges(dmm_mechanism *m, const dmm_allocation *a, const dmm_range *ranges,
+                                                 size_t n, uint64_t *bytes) {
+    static const char op[] = "dmm_mechanism_mapped_bytes_for_ranges";
+    dmm_status s = VB_CHECK(m, op);
+    if (s != DMM_OK) return s;
+    if ((s = check_allocation(m, a, op)) != DMM_OK) return s;
+    if (bytes == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: the output is NULL", op);
+    if ((s = check_ranges(m, a->bytes, ranges, n, op)) != DMM_OK) return s;
+    return m->ops->virtual_backing->mapped_bytes_for_ranges(m->impl, a, ranges, n, bytes);
+}
