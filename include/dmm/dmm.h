@@ -7,5 +7,6 @@
 #include "dmm/driver.h"
 #include "dmm/mechanism.h"
 #include "dmm/arena.h"
+#include "dmm/governor.h"
 
 #endif /* DMM_DMM_H */
