@@ -1,0 +1,816 @@
+/* src/mech/arena.c — the arena mechanism (DESIGN §4.3, §4.5): one VA reservation, allocation
+ * records with 64-bit generations, and commit as one transaction per call.
+ *
+ * Idea: an allocation is a span of the reservation (best fit from the coalescing free list of
+ * spans.c). Physical backing is tracked per granule: gmap[g] names the chunk backing granule g, and
+ * each allocation record has a bitmap of the granules it references. A commit backs every granule
+ * its range touches that the allocation does not reference yet: granules already backed by a LIVE
+ * chunk just take a reference (so 512 allocations of 4 KiB share one 2 MiB granule), maximal runs of
+ * unbacked granules get new chunks as large as the chunk limit allows (so 1 GiB is one handle, not
+ * 512). Everything a commit did is logged in a transaction and undone on any failure; an undo step
+ * that fails is counted (rollback_leaks) and leaves the bookkeeping equal to what is mapped.
+ *
+ * Alignment: max(align, min_align); an allocation of at least one granule starts on a granule, so a
+ * big allocation never straddles a granule it shares with a small one at its head. Its tail may share.
+ *
+ * Identity: ids come from a 64-bit counter, never from the address; a record is found by its offset
+ * and must match ptr, bytes, align and id, so a stale copy of a released allocation's value cannot
+ * touch the next allocation at the same address.
+ *
+ * Thread contract: thread-safe. One mutex per arena, held across the driver calls of one operation:
+ * the arena is the slow path (the pool above it serves the hot path from mapped memory), and holding
+ * the lock makes every operation atomic with respect to the others, so e.g. 8 threads releasing one
+ * allocation make exactly one driver-level release. The accounting hook is called under this lock,
+ * so it must not call back into the arena (lock order: pool → provider → arena → governor/driver).
+ *
+ * Invariants: arena_internal.h; checked by dmm_arena_check (arena_check.c).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mech/arena_internal.h"
+
+#define ARENA_DEFAULT_RESERVE ((uint64_t)64 << 30)
+#define ARENA_DEFAULT_CHUNK_LIMIT ((uint64_t)1 << 30)
+#define ARENA_DEFAULT_MIN_ALIGN 256u
+
+static dmm_arena *A(void *impl) { return impl; }
+
+static const char *tier_name(dmm_tier t) {
+    switch (t) {
+    case DMM_TIER_DEVICE: return "device";
+    case DMM_TIER_HOST: return "host";
+    case DMM_TIER_DISK: return "disk";
+    }
+    return "unknown-tier";
+}
+
+/* ---- records ---- */
+
+static size_t bucket_of(const dmm_arena *a, uint64_t off) {
+    uint64_t h = (off / a->min_align) * 0x9E3779B97F4A7C15ull;
+    return (size_t)(h ^ (h >> 29)) & (a->nbuckets - 1);
+}
+
+arena_record *dmm__arena_find(const dmm_arena *a, uint64_t off) {
+    if (a->nbuckets == 0) return NULL;
+    for (arena_record *r = a->buckets[bucket_of(a, off)]; r != NULL; r = r->next)
+        if (r->off == off) return r;
+    return NULL;
+}
+
+/* Grows the hash so that one more record fits at load ≤ 1. */
+static bool records_room(dmm_arena *a) {
+    if (a->nrecords + 1 <= a->nbuckets) return true;
+    size_t n = a->nbuckets ? a->nbuckets * 2 : 64;
+    arena_record **b = calloc(n, sizeof *b);
+    if (b == NULL) return false;
+    size_t old = a->nbuckets;
+    arena_record **ob = a->buckets;
+    a->buckets = b;
+    a->nbuckets = n;
+    for (size_t i = 0; i < old; i++)
+        for (arena_record *r = ob[i], *next; r != NULL; r = next) {
+            next = r->next;
+            size_t k = bucket_of(a, r->off);
+            r->next = b[k];
+            b[k] = r;
+        }
+    free(ob);
+    return true;
+}
+
+static void records_insert(dmm_arena *a, arena_record *r) {
+    size_t k = bucket_of(a, r->off);
+    r->next = a->buckets[k];
+    a->buckets[k] = r;
+    a->nrecords++;
+}
+
+void dmm__arena_forget(dmm_arena *a, arena_record *r) {
+    arena_record **p = &a->buckets[bucket_of(a, r->off)];
+    while (*p != r) p = &(*p)->next;
+    *p = r->next;
+    a->nrecords--;
+    free(r->bits);
+    free(r);
+}
+
+dmm_status dmm__arena_lookup(dmm_arena *a, const dmm_allocation *al, const char *op, arena_record **out) {
+    if (al == NULL)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: the allocation is NULL; pass the value that "
+                                                       "allocate returned", op);
+    uintptr_t p = (uintptr_t)al->ptr;
+    arena_record *r = NULL;
+    if (p >= a->base && p - a->base < a->reserve) r = dmm__arena_find(a, p - a->base);
+    if (r == NULL || r->state == RECORD_RELEASING)
+        return dmm_error_set(DMM_ERR_UNKNOWN_ALLOCATION,
+                             "%s: no live allocation of the %s starts at %p (id %llu): it was already "
+                             "released, or never made here; nothing was changed",
+                             op, a->where, al->ptr, (unsigned long long)al->id);
+    if (r->id != al->id)
+        return dmm_error_set(DMM_ERR_UNKNOWN_ALLOCATION,
+                             "%s: the allocation at %p has id %llu but the handle carries id %llu: it is a stale "
+                             "copy of an earlier allocation at the same address and cannot touch the new one; "
+                             "nothing was changed",
+                             op, al->ptr, (unsigned long long)r->id, (unsigned long long)al->id);
+    if (r->bytes != al->bytes || r->align != al->align)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "%s: the handle for %p (id %llu) says %zu bytes aligned to %zu, but the allocation "
+                             "has %llu bytes aligned to %llu: pass the value allocate returned, unmodified; "
+                             "nothing was changed",
+                             op, al->ptr, (unsigned long long)al->id, al->bytes, al->align,
+                             (unsigned long long)r->bytes, (unsigned long long)r->align);
+    *out = r;
+    return DMM_OK;
+}
+
+/* ---- spans of records ---- */
+
+size_t dmm__arena_span_room(const dmm_arena *a, uint64_t off, uint64_t len) {
+    size_t n = 2;
+    uint64_t g_end = (off + len - 1) / a->gran + 1;
+    for (uint64_t g = off / a->gran; g < g_end; g++) {
+        arena_chunk *c = arena_chunk_at(a, g);
+        if (c != NULL && c->state == CHUNK_POISONED) {
+            n += 2;
+            g = c->first + c->n - 1;
+        }
+    }
+    return n;
+}
+
+static void quarantine_add(dmm_arena *a, uint64_t off, uint64_t len) {
+    if (len == 0) return;
+    dmm__spans_insert(&a->quarantine, off, len);
+    dmm_count_add(&a->st.quarantined_span_bytes, (int64_t)len);
+}
+
+void dmm__arena_span_free(dmm_arena *a, uint64_t off, uint64_t len) {
+    uint64_t end = off + len, cur = off, free_from = off;
+    while (cur < end) {
+        uint64_t g = cur / a->gran;
+        arena_chunk *c = arena_chunk_at(a, g);
+        if (c != NULL && c->state == CHUNK_POISONED) {
+            uint64_t c_end = (c->first + c->n) * a->gran, q_end = c_end < end ? c_end : end;
+            dmm__spans_insert(&a->free, free_from, cur - free_from);
+            quarantine_add(a, cur, q_end - cur);
+            cur = free_from = q_end;
+        } else {
+            cur = (g + 1) * a->gran;
+        }
+    }
+    dmm__spans_insert(&a->free, free_from, end - free_from);
+}
+
+void dmm__arena_span_quarantine(dmm_arena *a, uint64_t off, uint64_t len) { quarantine_add(a, off, len); }
+
+/* ---- commit: one transaction per public call ---- */
+
+typedef struct ref_run {
+    uint64_t g, n;
+} ref_run;
+
+typedef struct txn {
+    uint32_t *born; /* chunk slots born by this call, in order */
+    size_t nborn, capborn;
+    ref_run *runs; /* granules of the record that this call made referenced */
+    size_t nruns, capruns;
+    uint64_t newly_mapped;
+    bool leaked; /* an undo step could not be undone */
+} txn;
+
+static void txn_fini(txn *t) {
+    free(t->born);
+    free(t->runs);
+}
+
+static bool txn_room(txn *t, size_t born, size_t runs) {
+    if (t->nborn + born > t->capborn) {
+        size_t cap = t->capborn ? t->capborn : 8;
+        while (cap < t->nborn + born) cap *= 2;
+        uint32_t *b = realloc(t->born, cap * sizeof *b);
+        if (b == NULL) return false;
+        t->born = b;
+        t->capborn = cap;
+    }
+    if (t->nruns + runs > t->capruns) {
+        size_t cap = t->capruns ? t->capruns : 8;
+        while (cap < t->nruns + runs) cap *= 2;
+        ref_run *r = realloc(t->runs, cap * sizeof *r);
+        if (r == NULL) return false;
+        t->runs = r;
+        t->capruns = cap;
+    }
+    return true;
+}
+
+static uint64_t div_up(uint64_t x, uint64_t d) { return x / d + (x % d != 0); }
+
+/* Commits [lo, hi) (offsets, inside r's span) as part of transaction t. On failure the transaction
+ * holds what this call did so far; the caller undoes it. */
+static dmm_status commit_range(dmm_arena *a, arena_record *r, uint64_t lo, uint64_t hi, txn *t, const char *op) {
+    uint64_t g0 = lo / a->gran, g1 = (hi - 1) / a->gran + 1;
+    /* pass 1: refuse poisoned granules; count the chunks and reference runs this range needs */
+    uint64_t nnew = 0, run = 0, nruns = 0;
+    bool in_ref_run = false;
+    for (uint64_t g = g0; g < g1; g++) {
+        if (rec_bit(r, g)) {
+            nnew += div_up(run, a->limit_g);
+            run = 0;
+            in_ref_run = false;
+            continue;
+        }
+        if (!in_ref_run) nruns++;
+        in_ref_run = true;
+        arena_chunk *c = arena_chunk_at(a, g);
+        if (c == NULL) {
+            run++;
+            continue;
+        }
+        nnew += div_up(run, a->limit_g);
+        run = 0;
+        if (c->state != CHUNK_LIVE)
+            return dmm_error_set(DMM_ERR_QUARANTINED,
+                                 "%s: granule %llu (VA %#llx) of the allocation at %#llx is backed by a poisoned "
+                                 "chunk (its unmap failed earlier; it is never committed again); nothing was "
+                                 "changed: release this allocation and allocate a new one",
+                                 op, (unsigned long long)g, (unsigned long long)(a->base + g * a->gran),
+                                 (unsigned long long)(a->base + r->off));
+    }
+    nnew += div_up(run, a->limit_g);
+    if (!dmm__arena_room(a, (size_t)nnew, (size_t)nnew, 2 * (t->nborn + (size_t)nnew) + 4, op)) return DMM_ERR_OUT_OF_MEMORY;
+    if (!txn_room(t, (size_t)nnew, (size_t)nruns))
+        return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "%s: no host memory for the commit's log; nothing was "
+                                                    "changed: free host memory and retry", op);
+    /* pass 2: new chunks for the maximal runs of unbacked granules, split by the chunk limit */
+    for (uint64_t g = g0; g < g1;) {
+        if (a->gmap[g] != 0) {
+            g++;
+            continue;
+        }
+        uint64_t e = g;
+        while (e < g1 && a->gmap[e] == 0) e++;
+        while (g < e) {
+            uint64_t n = e - g < a->limit_g ? e - g : a->limit_g;
+            uint32_t slot;
+            bool leaked = false;
+            dmm_status s = dmm__arena_chunk_birth(a, g, n, op, &slot, &leaked);
+            t->leaked |= leaked;
+            if (s != DMM_OK) return s;
+            t->born[t->nborn++] = slot;
+            t->newly_mapped += n * a->gran;
+            g += n;
+        }
+    }
+    /* pass 3: references (cannot fail) */
+    for (uint64_t g = g0; g < g1; g++) {
+        if (rec_bit(r, g)) continue;
+        arena_chunk *c = arena_chunk_at(a, g);
+        rec_set(r, g);
+        r->nrefs++;
+        c->refs++;
+        if (t->nruns > 0 && t->runs[t->nruns - 1].g + t->runs[t->nruns - 1].n == g) t->runs[t->nruns - 1].n++;
+        else t->runs[t->nruns++] = (ref_run){g, 1};
+    }
+    return DMM_OK;
+}
+
+/* Undoes a failed transaction of record r; keeps the thread's error sentence of the failure. */
+static void txn_undo(dmm_arena *a, arena_record *r, txn *t, const char *op) {
+    char why[1024];
+    dmm_status failure = dmm_last_status();
+    snprintf(why, sizeof why, "%s", dmm_last_error());
+    for (size_t i = t->nruns; i-- > 0;)
+        for (uint64_t g = t->runs[i].g; g < t->runs[i].g + t->runs[i].n; g++) {
+            rec_clear(r, g);
+            r->nrefs--;
+            arena_chunk_at(a, g)->refs--;
+        }
+    for (size_t i = t->nborn; i-- > 0;)
+        if (!dmm__arena_chunk_unwind(a, t->born[i])) t->leaked = true;
+    if (t->leaked) {
+        a->st.rollback_leaks++;
+        dmm_error_set(failure,
+                      "%s; and %s could not fully undo it: a chunk whose unmap failed stays mapped and poisoned, "
+                      "a handle whose release failed stays owned (see the stats' rollback_leaks, poisoned_* and "
+                      "quarantined_*)",
+                      why, op);
+    } else {
+        dmm_error_set(failure, "%s", why);
+    }
+}
+
+/* ---- mechanism ops ---- */
+
+static dmm_status check_ranges(const char *op, size_t bytes, const dmm_range *ranges, size_t n) {
+    if (n > 0 && ranges == NULL)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: %zu ranges announced but the range array is NULL", op, n);
+    for (size_t i = 0; i < n; i++) {
+        size_t end;
+        if (__builtin_add_overflow(ranges[i].offset, ranges[i].bytes, &end) || end > bytes)
+            return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                                 "%s: range %zu [%zu, +%zu) runs past the allocation's %zu bytes; nothing was "
+                                 "changed: pass ranges inside the allocation",
+                                 op, i, ranges[i].offset, ranges[i].bytes, bytes);
+    }
+    return DMM_OK;
+}
+
+/* allocate (whole = true: commit all of it) and allocate_committed (commit `ranges`). */
+static dmm_status allocate(dmm_arena *a, size_t bytes, size_t align, bool whole, const dmm_range *ranges, size_t n,
+                           dmm_allocation *out) {
+    const char *op = whole ? "arena allocate" : "arena allocate_committed";
+    if (out == NULL || bytes == 0 || (align != 0 && !dmm_is_pow2(align)))
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "%s of %zu bytes aligned to %zu refused: the size must be non-zero, the alignment 0 "
+                             "or a power of two, and the output non-NULL; nothing was changed",
+                             op, bytes, align);
+    dmm_status s = check_ranges(op, bytes, ranges, n);
+    if (s != DMM_OK) return s;
+    uint64_t eff = align > a->min_align ? align : a->min_align, span;
+    if (!dmm_align_up(bytes, a->min_align, &span) || span > a->reserve)
+        return dmm_error_set(DMM_ERR_OUT_OF_MEMORY,
+                             "%s of %zu bytes refused: the %s reserved only %llu bytes of address space; create "
+                             "the arena with a larger reserve_bytes",
+                             op, bytes, a->where, (unsigned long long)a->reserve);
+    if (span >= a->gran && eff < a->gran) eff = a->gran;
+
+    uint64_t maxg = (span - 1) / a->gran + 2;
+    arena_record *r = calloc(1, sizeof *r);
+    uint64_t *bits = r != NULL ? calloc(div_up(maxg, 64), sizeof *bits) : NULL;
+    if (bits == NULL) {
+        free(r);
+        return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "%s of %zu bytes: no host memory for the allocation record; "
+                                                    "nothing was changed", op, bytes);
+    }
+    r->bits = bits;
+
+    dmm_lock_acquire(&a->lock);
+    uint64_t off = 0;
+    if (a->lost) {
+        s = dmm__arena_lost_error(a, op);
+    } else if (!records_room(a) || !dmm__spans_reserve(&a->free, 1)) {
+        s = dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "%s of %zu bytes: no host memory for the record table; nothing "
+                                                 "was changed", op, bytes);
+    } else if (!dmm__spans_take_best_fit(&a->free, a->base, span, eff, &off)) {
+        char b1[32], b2[32];
+        uint64_t largest = 0;
+        for (size_t i = 0; i < a->free.n; i++)
+            if (a->free.v[i].len > largest) largest = a->free.v[i].len;
+        s = dmm_error_set(DMM_ERR_OUT_OF_MEMORY,
+                          "%s of %zu bytes aligned to %llu: the %s has no free span that large (largest free "
+                          "span %s of %s reserved); release allocations, or create the arena with a larger "
+                          "reserve_bytes",
+                          op, bytes, (unsigned long long)eff, a->where, dmm__fmt_bytes(largest, b1, sizeof b1),
+                          dmm__fmt_bytes(a->reserve, b2, sizeof b2));
+    }
+    if (s != DMM_OK) {
+        dmm_lock_release(&a->lock);
+        free(r->bits);
+        free(r);
+        return s;
+    }
+    r->off = off;
+    r->bytes = bytes;
+    r->span = span;
+    r->align = eff;
+    r->g0 = off / a->gran;
+    r->ng = (off + span - 1) / a->gran - r->g0 + 1;
+    r->state = RECORD_LIVE;
+    r->id = ++a->next_id;
+    records_insert(a, r);
+
+    txn t = {0};
+    if (whole) s = commit_range(a, r, off, off + bytes, &t, op);
+    for (size_t i = 0; i < n && s == DMM_OK; i++)
+        if (ranges[i].bytes > 0)
+            s = commit_range(a, r, off + ranges[i].offset, off + ranges[i].offset + ranges[i].bytes, &t, op);
+    if (s != DMM_OK) {
+        txn_undo(a, r, &t, op);
+        txn_fini(&t);
+        char why[1024];
+        snprintf(why, sizeof why, "%s", dmm_last_error());
+        /* commit_range reserved room for the span's pieces; this only matters if poisoning split more */
+        (void)dmm__arena_room(a, 0, 0, dmm__arena_span_room(a, off, span), op);
+        dmm__arena_span_free(a, off, span);
+        dmm__arena_forget(a, r);
+        dmm_error_set(s, "%s", why);
+        dmm_lock_release(&a->lock);
+        return s;
+    }
+    txn_fini(&t);
+    dmm_count_add(&a->st.allocations, 1);
+    dmm_count_add(&a->st.allocated_bytes, (int64_t)bytes);
+    out->ptr = (void *)(a->base + off);
+    out->bytes = bytes;
+    out->align = (size_t)eff;
+    out->id = r->id;
+    out->device = a->device;
+    dmm_lock_release(&a->lock);
+    return DMM_OK;
+}
+
+static dmm_status arena_allocate_committed(void *impl, size_t bytes, size_t align, const dmm_range *ranges,
+                                           size_t n, dmm_allocation *out) {
+    return allocate(A(impl), bytes, align, false, ranges, n, out);
+}
+
+static dmm_status arena_allocate(void *impl, size_t bytes, size_t align, dmm_allocation *out) {
+    return allocate(A(impl), bytes, align, true, NULL, 0, out);
+}
+
+static dmm_status arena_commit(void *impl, const dmm_allocation *al, dmm_range range, uint64_t *newly_mapped) {
+    dmm_arena *a = A(impl);
+    const char *op = "arena commit";
+    uint64_t dummy;
+    if (newly_mapped == NULL) newly_mapped = &dummy;
+    dmm_lock_acquire(&a->lock);
+    arena_record *r = NULL;
+    dmm_status s = a->lost ? dmm__arena_lost_error(a, op) : dmm__arena_lookup(a, al, op, &r);
+    if (s == DMM_OK) s = check_ranges(op, r->bytes, &range, 1);
+    if (s == DMM_OK && r->state == RECORD_QUARANTINED)
+        s = dmm_error_set(DMM_ERR_QUARANTINED,
+                          "%s of [%zu, +%zu) at %p refused: the allocation is quarantined (a decommit could not "
+                          "restore what it unmapped); nothing was changed: release it and allocate a new one",
+                          op, range.offset, range.bytes, al->ptr);
+    if (s != DMM_OK || range.bytes == 0) {
+        if (s == DMM_OK) *newly_mapped = 0;
+        dmm_lock_release(&a->lock);
+        return s;
+    }
+    txn t = {0};
+    s = commit_range(a, r, r->off + range.offset, r->off + range.offset + range.bytes, &t, op);
+    if (s != DMM_OK) txn_undo(a, r, &t, op);
+    else *newly_mapped = t.newly_mapped;
+    txn_fini(&t);
+    dmm_lock_release(&a->lock);
+    return s;
+}
+
+static dmm_status arena_committed_bytes(void *impl, const dmm_allocation *al, uint64_t *bytes) {
+    dmm_arena *a = A(impl);
+    const char *op = "arena committed_bytes";
+    if (bytes == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: the output pointer is NULL", op);
+    dmm_lock_acquire(&a->lock);
+    arena_record *r = NULL;
+    dmm_status s = a->lost ? dmm__arena_lost_error(a, op) : dmm__arena_lookup(a, al, op, &r);
+    if (s == DMM_OK) *bytes = r->nrefs * a->gran;
+    dmm_lock_release(&a->lock);
+    return s;
+}
+
+static dmm_status arena_mapped_bytes_for_ranges(void *impl, const dmm_allocation *al, const dmm_range *ranges,
+                                                size_t n, uint64_t *bytes) {
+    dmm_arena *a = A(impl);
+    const char *op = "arena mapped_bytes_for_ranges";
+    if (bytes == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: the output pointer is NULL", op);
+    dmm_lock_acquire(&a->lock);
+    arena_record *r = NULL;
+    dmm_status s = a->lost ? dmm__arena_lost_error(a, op) : dmm__arena_lookup(a, al, op, &r);
+    if (s == DMM_OK) s = check_ranges(op, r->bytes, ranges, n);
+    uint64_t *seen = NULL;
+    if (s == DMM_OK && (seen = calloc(div_up(r->ng, 64), sizeof *seen)) == NULL)
+        s = dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "%s: no host memory for a scratch bitmap", op);
+    if (s == DMM_OK) {
+        memcpy(seen, r->bits, div_up(r->ng, 64) * sizeof *seen);
+        uint64_t need = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (ranges[i].bytes == 0) continue;
+            uint64_t lo = r->off + ranges[i].offset, hi = lo + ranges[i].bytes;
+            for (uint64_t g = lo / a->gran; g <= (hi - 1) / a->gran; g++) {
+                uint64_t k = g - r->g0;
+                if ((seen[k / 64] >> (k % 64)) & 1u) continue;
+                seen[k / 64] |= (uint64_t)1 << (k % 64);
+                arena_chunk *c = arena_chunk_at(a, g);
+                if (c == NULL || c->state != CHUNK_LIVE) need++;
+            }
+        }
+        *bytes = need * a->gran;
+    }
+    free(seen);
+    dmm_lock_release(&a->lock);
+    return s;
+}
+
+static dmm_device arena_device(void *impl) { return A(impl)->device; }
+
+static dmm_status arena_stats(void *impl, dmm_stats *out) {
+    dmm_arena *a = A(impl);
+    dmm_lock_acquire(&a->lock);
+    dmm_stats copy = a->st;
+    dmm_lock_release(&a->lock);
+    copy.size = sizeof copy;
+    return dmm__stats_copy_out(&copy, out);
+}
+
+static void arena_free_all(dmm_arena *a) {
+    for (size_t i = 0; i < a->nbuckets; i++)
+        for (arena_record *r = a->buckets[i], *next; r != NULL; r = next) {
+            next = r->next;
+            free(r->bits);
+            free(r);
+        }
+    free(a->buckets);
+    free(a->gmap);
+    free(a->chunks);
+    free(a->free_slots);
+    free(a->cache.v);
+    free(a->qhandles.v);
+    dmm__spans_fini(&a->free);
+    dmm__spans_fini(&a->quarantine);
+    dmm_lock_destroy(&a->lock);
+    free(a);
+}
+
+static dmm_status arena_destroy(void *impl) {
+    dmm_arena *a = A(impl);
+    const char *op = "arena destroy";
+    dmm_lock_acquire(&a->lock);
+    dmm_status s = DMM_OK;
+    if (a->lost && !a->confirmed) {
+        s = dmm_error_set(DMM_ERR_BUSY,
+                          "%s refused: the %s lost its device and still owns %llu bytes it cannot give back; tear "
+                          "the context down and call dmm_arena_confirm_context_terminated() first",
+                          op, a->where, (unsigned long long)a->st.owned_bytes.current);
+    } else if (!a->lost && a->nrecords > 0) {
+        s = dmm_error_set(DMM_ERR_BUSY,
+                          "%s refused: %zu allocations (%lld bytes) of the %s are still live; nothing was changed: "
+                          "release them first",
+                          op, a->nrecords, (long long)a->st.allocated_bytes.current, a->where);
+    } else if (!a->lost) {
+        if (!dmm__arena_room(a, 0, a->cache.n + 1, 0, op)) s = DMM_ERR_OUT_OF_MEMORY;
+        if (s == DMM_OK) s = dmm__arena_drain(a);
+        if (s == DMM_OK) s = dmm__arena_give_back(a);
+        if (s == DMM_OK && a->reserved) {
+            s = a->drv->ops->unreserve(a->drv, a->base, (size_t)a->reserve);
+            if (s != DMM_OK) {
+                a->st.driver_failures++;
+                if (s == DMM_ERR_DEVICE_LOST) a->lost = true;
+                char why[1024];
+                snprintf(why, sizeof why, "%s", dmm_last_error());
+                dmm_error_set(s, "%s: giving back the %s's %llu bytes of address space failed (%s); the arena "
+                                 "is intact: retry the destroy later",
+                              op, a->where, (unsigned long long)a->reserve, why);
+            } else {
+                a->reserved = false;
+                dmm_count_sub(&a->st.reserved_bytes, (int64_t)a->reserve);
+            }
+        }
+    }
+    dmm_lock_release(&a->lock);
+    if (s != DMM_OK) return s;
+    arena_free_all(a);
+    return DMM_OK;
+}
+
+static const dmm_virtual_backing_ops arena_vb_ops = {
+    sizeof(dmm_virtual_backing_ops), arena_allocate_committed, arena_commit, dmm__arena_decommit,
+    arena_committed_bytes,           arena_mapped_bytes_for_ranges,
+};
+
+const dmm_mechanism_ops dmm__arena_ops = {
+    sizeof(dmm_mechanism_ops),
+    "arena",
+    arena_allocate,
+    dmm__arena_release,
+    arena_device,
+    arena_stats,
+    arena_destroy,
+    &arena_vb_ops,
+    NULL,
+    NULL,
+};
+
+/* ---- public ---- */
+
+dmm_status dmm_arena_create(dmm_driver *driver, const dmm_arena_config *cfg, dmm_mechanism **out) {
+    const char *op = "dmm_arena_create";
+    if (driver == NULL || driver->ops == NULL || out == NULL)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: the driver or the output pointer is NULL", op);
+    dmm_arena_config c = {sizeof c, 0, 0, 0, 0, NULL};
+    if (cfg != NULL) {
+        if (cfg->size < sizeof c)
+            return dmm_error_set(DMM_ERR_SHORT_STRUCT,
+                                 "%s: the config's size is %u bytes; set .size = sizeof(dmm_arena_config) (%zu)",
+                                 op, cfg->size, sizeof c);
+        memcpy(&c, cfg, sizeof c);
+    }
+    const dmm_driver_ops *o = driver->ops;
+    char where[48];
+    snprintf(where, sizeof where, "arena on %s %d", tier_name(driver->device.tier), (int)driver->device.index);
+    if (o->granularity == NULL || o->reserve == NULL || o->unreserve == NULL || o->create == NULL ||
+        o->release == NULL || o->map == NULL || o->unmap == NULL || o->set_access == NULL)
+        return dmm_error_set(DMM_ERR_UNSUPPORTED,
+                             "%s: the '%s' driver of %s %d has no virtual memory management; use "
+                             "dmm_eager_create() for this device",
+                             op, o->name ? o->name : "?", tier_name(driver->device.tier), (int)driver->device.index);
+    size_t gran = 0;
+    dmm_status s = o->granularity(driver, &gran);
+    if (s != DMM_OK) return s;
+    if (!dmm_is_pow2(gran))
+        return dmm_error_set(DMM_ERR_DRIVER, "%s: the '%s' driver reports a granularity of %zu bytes, not a power "
+                                             "of two", op, o->name, gran);
+    uint64_t reserve = c.reserve_bytes ? c.reserve_bytes : ARENA_DEFAULT_RESERVE;
+    if (!dmm_align_up(reserve, gran, &reserve))
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: reserve_bytes %llu overflows", op,
+                             (unsigned long long)c.reserve_bytes);
+    uint64_t limit = c.chunk_limit_bytes;
+    if (limit == 0) limit = ARENA_DEFAULT_CHUNK_LIMIT > gran ? ARENA_DEFAULT_CHUNK_LIMIT : gran;
+    if (limit < gran || limit % gran != 0)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "%s: chunk_limit_bytes %llu is not a positive multiple of the granularity (%zu bytes)",
+                             op, (unsigned long long)limit, gran);
+    uint64_t min_align = c.min_align ? c.min_align : ARENA_DEFAULT_MIN_ALIGN;
+    if (!dmm_is_pow2(min_align) || min_align > gran)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "%s: min_align %zu must be a power of two no larger than the granularity (%zu bytes)",
+                             op, c.min_align, gran);
+    uint64_t ngran = reserve / gran;
+    if (ngran > UINT32_MAX - 2)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "%s: reserve_bytes %llu is %llu granules of %zu bytes, more than the arena tracks "
+                             "(%u); reserve less",
+                             op, (unsigned long long)reserve, (unsigned long long)ngran, gran, UINT32_MAX - 2);
+
+    dmm_arena *a = calloc(1, sizeof *a);
+    uint32_t *gmap = a != NULL ? calloc(ngran, sizeof *gmap) : NULL;
+    if (gmap == NULL || !dmm__spans_reserve(&a->free, 16) || !dmm__spans_reserve(&a->quarantine, 16)) {
+        if (a != NULL) {
+            dmm__spans_fini(&a->free);
+            dmm__spans_fini(&a->quarantine);
+        }
+        free(gmap);
+        free(a);
+        return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "%s: no host memory for the arena's tables (%llu granules)", op,
+                             (unsigned long long)ngran);
+    }
+    dmm_lock_init(&a->lock);
+    a->drv = driver;
+    a->device = driver->device;
+    memcpy(a->where, where, sizeof where);
+    if (c.accounting != NULL) {
+        a->acct = *c.accounting;
+        a->has_acct = true;
+    }
+    a->gran = gran;
+    a->reserve = reserve;
+    a->limit_g = limit / gran;
+    a->cache_limit = c.cache_limit_bytes;
+    a->min_align = min_align;
+    a->gmap = gmap;
+    a->ngran = ngran;
+    a->st.size = sizeof a->st;
+
+    uintptr_t va = 0;
+    a->st.driver_reserve++;
+    s = o->reserve(driver, (size_t)reserve, 0, &va);
+    if (s != DMM_OK) {
+        char why[1024], b[32];
+        snprintf(why, sizeof why, "%s", dmm_last_error());
+        arena_free_all(a);
+        return dmm_error_set(s,
+                             "%s: reserving %s (%llu bytes) of address space on %s %d failed: %s; the arena was "
+                             "not created (no fall back to eager memory): pass a smaller reserve_bytes in "
+                             "dmm_arena_config",
+                             op, dmm__fmt_bytes(reserve, b, sizeof b), (unsigned long long)reserve,
+                             tier_name(driver->device.tier), (int)driver->device.index, why);
+    }
+    a->base = va;
+    a->reserved = true;
+    dmm__spans_insert(&a->free, 0, reserve);
+    dmm_count_add(&a->st.reserved_bytes, (int64_t)reserve);
+
+    s = dmm_mechanism_create(&dmm__arena_ops, a, out);
+    if (s != DMM_OK) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", dmm_last_error());
+        o->unreserve(driver, va, (size_t)reserve);
+        arena_free_all(a);
+        return dmm_error_set(s, "%s", why);
+    }
+    return DMM_OK;
+}
+
+static dmm_status arena_of(dmm_mechanism *m, const char *op, dmm_arena **out) {
+    dmm_arena *a = dmm__mechanism_impl_if(m, &dmm__arena_ops);
+    if (a == NULL)
+        return dmm_error_set(m == NULL ? DMM_ERR_INVALID_ARGUMENT : DMM_ERR_WRONG_MECHANISM,
+                             "%s: %s is not an arena; pass a mechanism made by dmm_arena_create()", op,
+                             m == NULL ? "NULL" : dmm_mechanism_name(m));
+    *out = a;
+    return DMM_OK;
+}
+
+dmm_status dmm_arena_check(dmm_mechanism *m) {
+    dmm_arena *a = NULL;
+    dmm_status s = arena_of(m, "dmm_arena_check", &a);
+    if (s != DMM_OK) return s;
+    dmm_lock_acquire(&a->lock);
+    const char *why = dmm__arena_check_locked(a);
+    if (why != NULL) s = dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_arena_check: %s: %s", a->where, why);
+    dmm_lock_release(&a->lock);
+    return s;
+}
+
+dmm_status dmm_arena_reservation(dmm_mechanism *m, uintptr_t *va, uint64_t *bytes) {
+    dmm_arena *a = NULL;
+    dmm_status s = arena_of(m, "dmm_arena_reservation", &a);
+    if (s != DMM_OK) return s;
+    if (va) *va = a->base;
+    if (bytes) *bytes = a->reserve;
+    return DMM_OK;
+}
+
+dmm_status dmm_arena_free_spans(dmm_mechanism *m, size_t *count) {
+    dmm_arena *a = NULL;
+    dmm_status s = arena_of(m, "dmm_arena_free_spans", &a);
+    if (s != DMM_OK) return s;
+    if (count == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_arena_free_spans: count is NULL");
+    dmm_lock_acquire(&a->lock);
+    *count = a->free.n;
+    dmm_lock_release(&a->lock);
+    return DMM_OK;
+}
+
+dmm_status dmm_arena_is_quarantined(dmm_mechanism *m, const void *ptr, size_t bytes, bool *out) {
+    dmm_arena *a = NULL;
+    dmm_status s = arena_of(m, "dmm_arena_is_quarantined", &a);
+    if (s != DMM_OK) return s;
+    if (out == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_arena_is_quarantined: out is NULL");
+    *out = false;
+    uintptr_t p = (uintptr_t)ptr;
+    if (bytes == 0) return DMM_OK;
+    dmm_lock_acquire(&a->lock);
+    uint64_t lo = p > a->base ? p - a->base : 0, hi = p + bytes - a->base;
+    if (p + bytes > a->base && a->reserved && lo < a->reserve) {
+        if (hi > a->reserve) hi = a->reserve;
+        *out = dmm__spans_overlaps(&a->quarantine, lo, hi - lo);
+        for (uint64_t g = lo / a->gran; !*out && g <= (hi - 1) / a->gran; g++) {
+            arena_chunk *c = arena_chunk_at(a, g);
+            if (c != NULL && c->state == CHUNK_POISONED) *out = true;
+        }
+    }
+    dmm_lock_release(&a->lock);
+    return DMM_OK;
+}
+
+dmm_status dmm_arena_drain_cache(dmm_mechanism *m) {
+    dmm_arena *a = NULL;
+    dmm_status s = arena_of(m, "dmm_arena_drain_cache", &a);
+    if (s != DMM_OK) return s;
+    dmm_lock_acquire(&a->lock);
+    if (a->lost) s = dmm__arena_lost_error(a, "dmm_arena_drain_cache");
+    else if (dmm__arena_room(a, 0, a->cache.n, 0, "dmm_arena_drain_cache")) s = dmm__arena_drain(a);
+    else s = DMM_ERR_OUT_OF_MEMORY;
+    dmm_lock_release(&a->lock);
+    return s;
+}
+
+dmm_status dmm_arena_confirm_context_terminated(dmm_mechanism *m) {
+    dmm_arena *a = NULL;
+    const char *op = "dmm_arena_confirm_context_terminated";
+    dmm_status s = arena_of(m, op, &a);
+    if (s != DMM_OK) return s;
+    dmm_lock_acquire(&a->lock);
+    if (!a->lost) {
+        dmm_lock_release(&a->lock);
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "%s: the %s has not lost its device, so there is nothing to discharge; release its "
+                             "allocations and destroy it normally",
+                             op, a->where);
+    }
+    if (!a->confirmed) {
+        /* the context is gone and took every handle, mapping and the reservation with it */
+        for (int axis = 0; axis < 2; axis++) {
+            if (a->charged[axis] > 0 && a->has_acct && a->acct.refund != NULL)
+                a->acct.refund(a->acct.user, a->device, (dmm_axis)axis, a->charged[axis]);
+            a->charged[axis] = 0;
+        }
+        for (size_t i = 0; i < a->nbuckets; i++) {
+            for (arena_record *r = a->buckets[i], *next; r != NULL; r = next) {
+                next = r->next;
+                free(r->bits);
+                free(r);
+            }
+            a->buckets[i] = NULL;
+        }
+        a->nrecords = 0;
+        memset(a->gmap, 0, a->ngran * sizeof *a->gmap);
+        a->nslots = a->nfree = 0;
+        a->live_chunks = a->poisoned_chunks = 0;
+        a->cache.n = a->qhandles.n = 0;
+        a->cache.bytes = a->qhandles.bytes = 0;
+        a->free.n = a->quarantine.n = 0;
+        a->free.total = a->quarantine.total = 0;
+        a->reserved = false;
+        dmm_count *zero[] = {&a->st.allocations,  &a->st.allocated_bytes, &a->st.reserved_bytes,
+                             &a->st.committed_bytes, &a->st.mapped_bytes, &a->st.owned_bytes,
+                             &a->st.handles,      &a->st.cached_bytes,    &a->st.quarantined_span_bytes};
+        for (size_t i = 0; i < sizeof zero / sizeof *zero; i++) zero[i]->current = 0;
+        a->confirmed = true;
+    }
+    dmm_lock_release(&a->lock);
+    return DMM_OK;
+}

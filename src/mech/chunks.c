@@ -1,0 +1,420 @@
+/* src/mech/chunks.c — the arena's physical chunks: where a chunk is born (charge, create or take
+ * from the cache, map, set access), where it is unmapped, cached, released, poisoned, and where
+ * every driver call, charge and refund of the arena happens.
+ *
+ * Idea: a chunk is one driver handle over a run of granules, mapped as one unit. Each step of its
+ * life is a driver call that may fail, and each failure leaves the bookkeeping equal to what the
+ * driver really holds: the stats and the accounting hook move only after the driver call that
+ * changes reality has succeeded (a charge comes before the call it pays for and is refunded if the
+ * call fails). A chunk whose unmap fails stays mapped and becomes POISONED (never committed again,
+ * its free VA quarantined); a handle whose release fails is quarantined (owned, never reused).
+ *
+ * Device loss: the first call that reports DMM_ERR_DEVICE_LOST makes the arena lost; from then on
+ * no driver call is made (every wrapper below answers DMM_ERR_DEVICE_LOST itself) and nothing is
+ * refunded (dmm_arena_confirm_context_terminated discharges everything at once).
+ *
+ * Trade-off: chunks are as large as the chunk limit allows (one handle costs the same whether it is
+ * 2 MiB or 64 MiB on the H200), so an unmap or release failure affects a larger unit; in exchange a
+ * 1 GiB commit is one create + map + set-access instead of 512.
+ *
+ * Invariants: see arena_internal.h. All functions here run under the arena's lock.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mech/arena_internal.h"
+
+/* ---- driver calls ---- */
+
+static const char *axis_name(dmm_axis axis) { return axis == DMM_AXIS_OWNED ? "owned" : "mapped"; }
+
+dmm_status dmm__arena_lost_error(dmm_arena *a, const char *op) {
+    return dmm_error_set(DMM_ERR_DEVICE_LOST,
+                         "%s: the %s lost its device (a driver call reported a sticky context error); it "
+                         "makes no more driver calls and refunds nothing: tear the context down, then call "
+                         "dmm_arena_confirm_context_terminated() to discharge its memory",
+                         op, a->where);
+}
+
+static dmm_status drv_done(dmm_arena *a, dmm_status s) {
+    if (s != DMM_OK) {
+        a->st.driver_failures++;
+        if (s == DMM_ERR_DEVICE_LOST) a->lost = true;
+    }
+    return s;
+}
+
+dmm_status dmm__arena_drv_create(dmm_arena *a, uint64_t bytes, dmm_phys *phys) {
+    if (a->lost) return dmm__arena_lost_error(a, "arena: create of a physical handle");
+    a->st.driver_create++;
+    return drv_done(a, a->drv->ops->create(a->drv, (size_t)bytes, phys));
+}
+
+dmm_status dmm__arena_drv_release(dmm_arena *a, dmm_phys phys, uint64_t bytes) {
+    (void)bytes;
+    if (a->lost) return dmm__arena_lost_error(a, "arena: release of a physical handle");
+    a->st.driver_release++;
+    return drv_done(a, a->drv->ops->release(a->drv, phys));
+}
+
+dmm_status dmm__arena_drv_map(dmm_arena *a, uint64_t off, uint64_t bytes, dmm_phys phys) {
+    if (a->lost) return dmm__arena_lost_error(a, "arena: map");
+    a->st.driver_map++;
+    return drv_done(a, a->drv->ops->map(a->drv, a->base + off, (size_t)bytes, phys));
+}
+
+dmm_status dmm__arena_drv_unmap(dmm_arena *a, uint64_t off, uint64_t bytes) {
+    if (a->lost) return dmm__arena_lost_error(a, "arena: unmap");
+    a->st.driver_unmap++;
+    return drv_done(a, a->drv->ops->unmap(a->drv, a->base + off, (size_t)bytes));
+}
+
+dmm_status dmm__arena_drv_set_access(dmm_arena *a, uint64_t off, uint64_t bytes, dmm_access access) {
+    if (a->lost) return dmm__arena_lost_error(a, "arena: set_access");
+    a->st.driver_set_access++;
+    return drv_done(a, a->drv->ops->set_access(a->drv, a->base + off, (size_t)bytes, access));
+}
+
+/* ---- accounting ---- */
+
+dmm_status dmm__arena_charge(dmm_arena *a, dmm_axis axis, uint64_t bytes, const char *op) {
+    if (a->has_acct && a->acct.charge != NULL) {
+        dmm_clear_error();
+        dmm_status s = a->acct.charge(a->acct.user, a->device, axis, bytes);
+        if (s != DMM_OK) {
+            char b[32];
+            bool said = dmm_last_status() != DMM_OK && dmm_last_error()[0] != '\0';
+            return dmm_error_set(s,
+                                 "%s: the accounting hook refused to charge %s (%llu bytes) on the %s axis of "
+                                 "the %s (%s%s%s); nothing was changed: free or trim memory, or raise the "
+                                 "budget",
+                                 op, dmm__fmt_bytes(bytes, b, sizeof b), (unsigned long long)bytes, axis_name(axis),
+                                 a->where, dmm_status_str(s), said ? ": " : "", said ? dmm_last_error() : "");
+        }
+    }
+    a->charged[axis] += bytes;
+    return DMM_OK;
+}
+
+void dmm__arena_refund(dmm_arena *a, dmm_axis axis, uint64_t bytes) {
+    if (a->lost || bytes == 0) return;
+    if (a->has_acct && a->acct.refund != NULL) a->acct.refund(a->acct.user, a->device, axis, bytes);
+    a->charged[axis] -= bytes;
+}
+
+/* ---- tables ---- */
+
+static bool handles_reserve(handle_vec *h, size_t extra) {
+    if (h->n + extra <= h->cap) return true;
+    size_t cap = h->cap ? h->cap * 2 : 8;
+    while (cap < h->n + extra) cap *= 2;
+    arena_handle *v = realloc(h->v, cap * sizeof *v);
+    if (v == NULL) return false;
+    h->v = v;
+    h->cap = cap;
+    return true;
+}
+
+static void handles_push(handle_vec *h, dmm_phys phys, uint64_t bytes) {
+    h->v[h->n++] = (arena_handle){phys, bytes};
+    h->bytes += bytes;
+}
+
+static void handles_remove(handle_vec *h, size_t i) {
+    h->bytes -= h->v[i].bytes;
+    h->v[i] = h->v[--h->n];
+}
+
+bool dmm__arena_room(dmm_arena *a, size_t chunks, size_t handles, size_t spans, const char *op) {
+    bool ok = true;
+    size_t avail = a->nfree + (a->capslots - a->nslots);
+    if (avail < chunks) {
+        uint64_t want = (uint64_t)a->nslots + chunks, cap = a->capslots ? a->capslots : 16;
+        while (cap < want) cap *= 2;
+        if (cap > UINT32_MAX - 1) cap = UINT32_MAX - 1;
+        if (cap < want) {
+            ok = false;
+        } else {
+            arena_chunk *c = realloc(a->chunks, cap * sizeof *c);
+            if (c != NULL) a->chunks = c;
+            uint32_t *f = c != NULL ? realloc(a->free_slots, cap * sizeof *f) : NULL;
+            if (f != NULL) {
+                a->free_slots = f;
+                a->capslots = (uint32_t)cap;
+            } else {
+                ok = false;
+            }
+        }
+    }
+    ok = ok && handles_reserve(&a->qhandles, handles) && handles_reserve(&a->cache, handles);
+    ok = ok && dmm__spans_reserve(&a->free, spans) && dmm__spans_reserve(&a->quarantine, spans);
+    if (!ok)
+        dmm_error_set(DMM_ERR_OUT_OF_MEMORY,
+                      "%s: no host memory for the %s's bookkeeping (%zu chunk slots, %zu handles, %zu spans); "
+                      "nothing was changed: free host memory and retry",
+                      op, a->where, chunks, handles, spans);
+    return ok;
+}
+
+static uint32_t slot_take(dmm_arena *a) { return a->nfree > 0 ? a->free_slots[--a->nfree] : a->nslots++; }
+
+static void slot_give(dmm_arena *a, uint32_t k) {
+    a->chunks[k].state = CHUNK_FREE;
+    a->free_slots[a->nfree++] = k;
+}
+
+static void gmap_set(dmm_arena *a, const arena_chunk *c, uint32_t v) {
+    for (uint64_t g = c->first; g < c->first + c->n; g++) a->gmap[g] = v;
+}
+
+static void quarantine_piece(void *user, uint64_t off, uint64_t len) {
+    dmm_arena *a = user;
+    dmm__spans_insert(&a->quarantine, off, len);
+    dmm_count_add(&a->st.quarantined_span_bytes, (int64_t)len);
+}
+
+/* ---- birth ---- */
+
+dmm_status dmm__arena_chunk_birth(dmm_arena *a, uint64_t first, uint64_t n, const char *op, uint32_t *slot,
+                                  bool *leaked) {
+    uint64_t bytes = n * a->gran, off = first * a->gran;
+    uint32_t k = slot_take(a);
+    arena_chunk *c = &a->chunks[k];
+    *c = (arena_chunk){first, n, 0, 0, CHUNK_BIRTH, false, false};
+    *leaked = false;
+
+    size_t hit = SIZE_MAX;
+    for (size_t i = 0; i < a->cache.n; i++)
+        if (a->cache.v[i].bytes == bytes) {
+            hit = i;
+            break;
+        }
+    dmm_status s;
+    if (hit != SIZE_MAX) {
+        c->phys = a->cache.v[hit].phys;
+        c->from_cache = true;
+        handles_remove(&a->cache, hit);
+        dmm_count_sub(&a->st.cached_bytes, (int64_t)bytes);
+        a->st.cache_hits++;
+    } else {
+        s = dmm__arena_charge(a, DMM_AXIS_OWNED, bytes, op);
+        if (s != DMM_OK) {
+            slot_give(a, k);
+            return s;
+        }
+        s = dmm__arena_drv_create(a, bytes, &c->phys);
+        if (s != DMM_OK) {
+            dmm__arena_refund(a, DMM_AXIS_OWNED, bytes);
+            slot_give(a, k);
+            return s;
+        }
+        dmm_count_add(&a->st.handles, 1);
+        dmm_count_add(&a->st.owned_bytes, (int64_t)bytes);
+    }
+    gmap_set(a, c, k + 1);
+
+    s = dmm__arena_charge(a, DMM_AXIS_MAPPED, bytes, op);
+    if (s == DMM_OK) {
+        s = dmm__arena_drv_map(a, off, bytes, c->phys);
+        if (s != DMM_OK) {
+            dmm__arena_refund(a, DMM_AXIS_MAPPED, bytes);
+        } else {
+            c->mapped = true;
+            dmm_count_add(&a->st.mapped_bytes, (int64_t)bytes);
+            s = dmm__arena_drv_set_access(a, off, bytes, DMM_ACCESS_READ_WRITE);
+        }
+    }
+    if (s != DMM_OK) {
+        *leaked = !dmm__arena_chunk_unwind(a, k);
+        return s;
+    }
+    c->state = CHUNK_LIVE;
+    a->live_chunks++;
+    dmm_count_add(&a->st.committed_bytes, (int64_t)bytes);
+    *slot = k;
+    return DMM_OK;
+}
+
+bool dmm__arena_chunk_unwind(dmm_arena *a, uint32_t k) {
+    arena_chunk *c = &a->chunks[k];
+    uint64_t bytes = chunk_bytes(a, c);
+    if (c->mapped) {
+        if (dmm__arena_chunk_unmap(a, c) != DMM_OK) {
+            dmm__arena_chunk_poison(a, c);
+            return false;
+        }
+        dmm__arena_refund(a, DMM_AXIS_MAPPED, bytes);
+    }
+    bool ok = true;
+    gmap_set(a, c, 0);
+    if (c->state == CHUNK_LIVE) {
+        a->live_chunks--;
+        dmm_count_sub(&a->st.committed_bytes, (int64_t)bytes);
+    }
+    if (c->from_cache) {
+        handles_push(&a->cache, c->phys, bytes);
+        dmm_count_add(&a->st.cached_bytes, (int64_t)bytes);
+    } else if (dmm__arena_drv_release(a, c->phys, bytes) == DMM_OK) {
+        dmm__arena_refund(a, DMM_AXIS_OWNED, bytes);
+        dmm_count_sub(&a->st.handles, 1);
+        dmm_count_sub(&a->st.owned_bytes, (int64_t)bytes);
+    } else {
+        handles_push(&a->qhandles, c->phys, bytes);
+        a->st.quarantined_handles++;
+        a->st.quarantined_bytes += bytes;
+        ok = false;
+    }
+    slot_give(a, k);
+    return ok;
+}
+
+/* ---- death ---- */
+
+dmm_status dmm__arena_chunk_unmap(dmm_arena *a, arena_chunk *c) {
+    uint64_t bytes = chunk_bytes(a, c);
+    dmm_status s = dmm__arena_drv_unmap(a, c->first * a->gran, bytes);
+    if (s == DMM_OK) {
+        c->mapped = false;
+        dmm_count_sub(&a->st.mapped_bytes, (int64_t)bytes);
+    }
+    return s;
+}
+
+dmm_status dmm__arena_chunk_remap(dmm_arena *a, arena_chunk *c, bool *still_mapped) {
+    uint64_t bytes = chunk_bytes(a, c), off = c->first * a->gran;
+    *still_mapped = false;
+    dmm_status s = dmm__arena_drv_map(a, off, bytes, c->phys);
+    if (s != DMM_OK) return s;
+    c->mapped = true;
+    dmm_count_add(&a->st.mapped_bytes, (int64_t)bytes);
+    s = dmm__arena_drv_set_access(a, off, bytes, DMM_ACCESS_READ_WRITE);
+    if (s == DMM_OK) return DMM_OK;
+    /* mapped but not accessible: take the map back so the chunk reads as "not restored" */
+    char why[1024];
+    snprintf(why, sizeof why, "%s", dmm_last_error());
+    if (dmm__arena_chunk_unmap(a, c) != DMM_OK) *still_mapped = true;
+    dmm_error_set(s, "%s", why);
+    return s;
+}
+
+uint64_t dmm__arena_chunk_retire(dmm_arena *a, arena_chunk *c, bool allow_cache) {
+    uint64_t bytes = chunk_bytes(a, c), residual = 0;
+    gmap_set(a, c, 0);
+    if (c->state == CHUNK_LIVE) {
+        a->live_chunks--;
+        dmm_count_sub(&a->st.committed_bytes, (int64_t)bytes);
+    }
+    if (allow_cache && a->cache.bytes + bytes <= a->cache_limit && a->cache.n < a->cache.cap) {
+        handles_push(&a->cache, c->phys, bytes);
+        dmm_count_add(&a->st.cached_bytes, (int64_t)bytes);
+    } else if (dmm__arena_drv_release(a, c->phys, bytes) == DMM_OK) {
+        dmm__arena_refund(a, DMM_AXIS_OWNED, bytes);
+        dmm_count_sub(&a->st.handles, 1);
+        dmm_count_sub(&a->st.owned_bytes, (int64_t)bytes);
+    } else {
+        handles_push(&a->qhandles, c->phys, bytes);
+        a->st.quarantined_handles++;
+        a->st.quarantined_bytes += bytes;
+        residual = bytes;
+    }
+    slot_give(a, chunk_slot(a, c));
+    return residual;
+}
+
+void dmm__arena_chunk_poison(dmm_arena *a, arena_chunk *c) {
+    uint64_t bytes = chunk_bytes(a, c);
+    if (c->state == CHUNK_LIVE) {
+        a->live_chunks--;
+        dmm_count_sub(&a->st.committed_bytes, (int64_t)bytes);
+    }
+    c->state = CHUNK_POISONED;
+    c->refs = 0;
+    a->poisoned_chunks++;
+    a->st.poisoned_chunks++;
+    a->st.poisoned_bytes += bytes;
+    dmm__spans_carve(&a->free, c->first * a->gran, bytes, quarantine_piece, a);
+}
+
+/* ---- cache and give-back ---- */
+
+dmm_status dmm__arena_drain(dmm_arena *a) {
+    dmm_status first = DMM_OK;
+    char why[1024] = "";
+    size_t i = 0;
+    while (i < a->cache.n) {
+        arena_handle h = a->cache.v[i];
+        dmm_status s = dmm__arena_drv_release(a, h.phys, h.bytes);
+        if (s != DMM_OK && first == DMM_OK) {
+            first = s;
+            snprintf(why, sizeof why, "%s", dmm_last_error());
+        }
+        if (s != DMM_OK && s != DMM_ERR_DEVICE_LOST && !handles_reserve(&a->qhandles, 1)) {
+            i++; /* no room to quarantine it: it stays cached, reported through the status */
+            continue;
+        }
+        if (s == DMM_ERR_DEVICE_LOST) break; /* nothing more may be called or moved */
+        handles_remove(&a->cache, i);
+        dmm_count_sub(&a->st.cached_bytes, (int64_t)h.bytes);
+        if (s == DMM_OK) {
+            dmm__arena_refund(a, DMM_AXIS_OWNED, h.bytes);
+            dmm_count_sub(&a->st.handles, 1);
+            dmm_count_sub(&a->st.owned_bytes, (int64_t)h.bytes);
+        } else {
+            handles_push(&a->qhandles, h.phys, h.bytes);
+            a->st.quarantined_handles++;
+            a->st.quarantined_bytes += h.bytes;
+        }
+    }
+    if (first != DMM_OK) dmm_error_set(first, "%s", why);
+    return first;
+}
+
+dmm_status dmm__arena_give_back(dmm_arena *a) {
+    dmm_status first = DMM_OK;
+    char why[1024] = "";
+#define NOTE_FAILURE(s)                                                                                        \
+    do {                                                                                                       \
+        if ((s) != DMM_OK && first == DMM_OK) {                                                                \
+            first = (s);                                                                                       \
+            snprintf(why, sizeof why, "%s", dmm_last_error());                                                 \
+        }                                                                                                      \
+    } while (0)
+    for (size_t i = 0; i < a->qhandles.n && !a->lost;) {
+        arena_handle h = a->qhandles.v[i];
+        dmm_status s = dmm__arena_drv_release(a, h.phys, h.bytes);
+        NOTE_FAILURE(s);
+        if (s != DMM_OK) {
+            i++;
+            continue;
+        }
+        handles_remove(&a->qhandles, i);
+        dmm__arena_refund(a, DMM_AXIS_OWNED, h.bytes);
+        dmm_count_sub(&a->st.handles, 1);
+        dmm_count_sub(&a->st.owned_bytes, (int64_t)h.bytes);
+        a->qhandles_cleared++;
+        a->qhandles_cleared_bytes += h.bytes;
+    }
+    for (uint32_t k = 0; k < a->nslots && !a->lost; k++) {
+        arena_chunk *c = &a->chunks[k];
+        if (c->state != CHUNK_POISONED) continue;
+        uint64_t bytes = chunk_bytes(a, c);
+        if (!handles_reserve(&a->qhandles, 1)) {
+            NOTE_FAILURE(dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "arena destroy: no host memory to retire a poisoned "
+                                                              "chunk; free host memory and retry"));
+            continue;
+        }
+        dmm_status s = dmm__arena_chunk_unmap(a, c);
+        NOTE_FAILURE(s);
+        if (s != DMM_OK) continue;
+        dmm__arena_refund(a, DMM_AXIS_MAPPED, bytes);
+        a->poisoned_chunks--;
+        a->poison_cleared++;
+        a->poison_cleared_bytes += bytes;
+        if (dmm__arena_chunk_retire(a, c, false) != 0) NOTE_FAILURE(dmm_last_status());
+    }
+#undef NOTE_FAILURE
+    if (a->lost && first == DMM_OK) first = dmm__arena_lost_error(a, "arena destroy");
+    else if (first != DMM_OK) dmm_error_set(first, "%s", why);
+    return first;
+}
