@@ -8,5 +8,6 @@
 #include "dmm/mechanism.h"
 #include "dmm/arena.h"
 #include "dmm/governor.h"
+#include "dmm/provider.h"
 
 #endif /* DMM_DMM_H */
