@@ -1,6 +1,8 @@
 /* The provider: one mechanism per consumer and device, chosen at creation (arena where the driver has
  * VMM, else eager) or replaced once before first use; replacement refused for another device, after an
  * allocation, or while the mechanism holds memory; allocations stay bound to their mechanism. */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -268,6 +270,62 @@ static void default_mechanism_charges_the_governor(void **state) {
     DMM_OK_OR_FAIL(dmm_governor_destroy(g));
 }
 
+
+/* Threads racing their first allocations against one replacement: either the replacement won before
+ * any allocation (all of them come from the new mechanism) or it was refused (all from the old one);
+ * never a mix, and never an allocation from a mechanism that was destroyed. */
+#define RACERS 4
+typedef struct racer {
+    dmm_provider *p;
+    atomic_int *go;
+    dmm_allocation a;
+    dmm_status s;
+} racer;
+
+static void *race_allocate(void *arg) {
+    racer *r = arg;
+    while (atomic_load(r->go) == 0) {
+    }
+    r->s = dmm_provider_allocate(r->p, 4096, 0, &r->a);
+    return NULL;
+}
+
+static void replacement_races_first_allocations(void **state) {
+    (void)state;
+    int replaced = 0, refused = 0;
+    for (int round = 0; round < 40; round++) {
+        novmm nv = novmm_for(host->device);
+        dmm_provider *p = NULL;
+        DMM_OK_OR_FAIL(dmm_provider_create(&nv.base, NULL, &p)); /* eager default: cheap */
+        dmm_mechanism *old = dmm_provider_mechanism(p), *fresh = NULL;
+        DMM_OK_OR_FAIL(dmm_eager_create(host, NULL, &fresh));
+        atomic_int go = 0;
+        racer r[RACERS];
+        pthread_t t[RACERS];
+        for (int i = 0; i < RACERS; i++) {
+            r[i] = (racer){p, &go, {0}, DMM_OK};
+            assert_int_equal(pthread_create(&t[i], NULL, race_allocate, &r[i]), 0);
+        }
+        atomic_store(&go, 1);
+        dmm_status s = dmm_provider_replace_mechanism(p, fresh);
+        for (int i = 0; i < RACERS; i++) pthread_join(t[i], NULL);
+        dmm_mechanism *expect = s == DMM_OK ? fresh : old;
+        if (s == DMM_OK) replaced++;
+        else {
+            assert_int_equal(s, DMM_ERR_BUSY);
+            refused++;
+        }
+        for (int i = 0; i < RACERS; i++) {
+            DMM_OK_OR_FAIL(r[i].s);
+            assert_ptr_equal(r[i].a.mechanism, expect);
+            assert_int_equal(dmm_provider_release(p, &r[i].a).state, DMM_RELEASE_COMPLETE);
+        }
+        DMM_OK_OR_FAIL(dmm_provider_destroy(p));
+        DMM_OK_OR_FAIL(dmm_mechanism_destroy(fresh));
+    }
+    assert_int_equal(replaced + refused, 40);
+}
+
 static void bad_arguments(void **state) {
     (void)state;
     dmm_provider *p = NULL;
@@ -293,6 +351,7 @@ int main(void) {
         cmocka_unit_test(replacement_refused_while_memory_is_committed),
         cmocka_unit_test(allocations_stay_bound_to_their_mechanism),
         cmocka_unit_test(default_mechanism_charges_the_governor),
+        cmocka_unit_test(replacement_races_first_allocations),
         cmocka_unit_test(bad_arguments),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
