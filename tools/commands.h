@@ -4,5 +4,6 @@
 
 int dmm_cmd_version(int argc, char **argv);
 int dmm_cmd_info(int argc, char **argv);
+int dmm_cmd_replay(int argc, char **argv);
 
 #endif

@@ -14,6 +14,7 @@ typedef struct command {
 static const command commands[] = {
     {"version", dmm_cmd_version, "print the library version"},
     {"info", dmm_cmd_info, "list the host driver and the CUDA devices (driver, VMM, granularity, memory)"},
+    {"replay", dmm_cmd_replay, "replay an allocation trace through the pool: fragmentation, driver calls, latency"},
 };
 
 int dmm_cmd_version(int argc, char **argv) {

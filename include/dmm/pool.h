@@ -1,0 +1,162 @@
+/* dmm/pool.h — the caching allocator (DESIGN §4.9): malloc/free at caching-allocator speed on top of
+ * any mechanism with virtual backing (the arena).
+ *
+ * The pool takes one VA-only allocation from the mechanism and manages it itself: blocks are placed
+ * by best fit, free blocks coalesce, and physical memory is committed and decommitted in chunks of a
+ * fixed size (the driver's granule unless configured) that are mapped where they are needed. VA and
+ * physical memory are decoupled: when the pool needs memory in one place and holds whole free chunks
+ * elsewhere, it moves them (decommit there, commit here; the arena's handle cache hands the same
+ * physical handle back) instead of growing, so the physical memory it holds stays close to the peak
+ * of what is live.
+ *
+ * Streams and events (DESIGN §4.9):
+ *  - every stream that allocates gets its own heap (free lists, lock, VA regions); a block freed on
+ *    the stream it was allocated on is reusable at once by that stream;
+ *  - a block freed on another stream records an event there and is reused (by any stream) only once
+ *    that event has completed;
+ *  - physical memory leaves a heap (trim, empty_cache, or a move to where it is needed) only as
+ *    whole free chunks whose heap's last free is covered by a completed event (a "fence" the pool
+ *    records on the heap's stream and polls): never a device synchronize, never an unmap under work
+ *    that may still use the memory.
+ *
+ * Hot path: malloc and free of a size the stream has freed before make no driver call and no
+ * allocation, and take one lock: the heap's, uncontended when each thread uses its own stream.
+ * A thread-local cache finds the heap of the last (pool, stream) without any lock.
+ *
+ * Thread contract: thread-safe. Streams scale independently (one heap and lock each); threads that
+ * share a stream share its lock. Growth, moves and trim make driver calls (through the mechanism)
+ * outside every heap lock: the chunks being committed or decommitted are taken out of the heap
+ * first, so other threads on that stream keep allocating from what is mapped. Lock order: heap →
+ * pool (regions) → mechanism → driver.
+ */
+#ifndef DMM_POOL_H
+#define DMM_POOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dmm/driver.h"
+#include "dmm/mechanism.h"
+#include "dmm/stats.h"
+#include "dmm/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dmm_pool dmm_pool;
+
+typedef struct dmm_pool_config {
+    uint32_t size;          /* sizeof(dmm_pool_config) */
+    uint64_t va_bytes;      /* VA the pool takes from the mechanism; 0 = half the arena's reservation
+                               (for an arena), else 64 GiB */
+    uint64_t chunk_bytes;   /* commit unit: a multiple of the driver's granularity; 0 = the granularity */
+    uint64_t region_bytes;  /* VA a heap takes at a time (a power of two ≥ chunk_bytes); 0 = va_bytes/16
+                               rounded down to a power of two */
+    size_t block_align;     /* alignment and size quantum of blocks (a power of two); 0 = 512 */
+    uint32_t retain_permille; /* physical memory the pool keeps mapped while free, as a share of the
+                               highest live bytes seen so far: beyond (1 + permille/1000) × that peak,
+                               growth moves whole free chunks instead of adding new ones. 0 = 20 (2 %) */
+} dmm_pool_config;
+
+/* Creates a pool over `mech` (not owned; must support virtual backing, else DMM_ERR_UNSUPPORTED) and
+ * `driver` (not owned: the driver of mech's device, whose streams the caller passes and whose events
+ * the pool records). Both must outlive the pool. cfg may be NULL. */
+DMM_API dmm_status dmm_pool_create(dmm_mechanism *mech, dmm_driver *driver, const dmm_pool_config *cfg,
+                                   dmm_pool **out);
+
+/* Refused with DMM_ERR_BUSY (nothing changed) while blocks are live, or while a block freed on another
+ * stream, or the last free of some stream, waits for its event: synchronize the streams and retry.
+ * Otherwise gives every chunk and the VA back to the mechanism and frees the pool. */
+DMM_API dmm_status dmm_pool_destroy(dmm_pool *pool);
+
+/* A block of at least `bytes` (rounded up to block_align), aligned to block_align, usable by work
+ * ordered on `stream` (NULL = the default stream). */
+DMM_API dmm_status dmm_pool_malloc(dmm_pool *pool, size_t bytes, dmm_stream stream, void **ptr);
+
+/* Frees a block; `stream` is the stream whose queued work may still use it (the one it was allocated
+ * on, or another). DMM_ERR_UNKNOWN_ALLOCATION (nothing changed) for a pointer that is not a live block
+ * of this pool. */
+DMM_API dmm_status dmm_pool_free(dmm_pool *pool, void *ptr, dmm_stream stream);
+
+/* The block's usable bytes (its rounded size). */
+DMM_API dmm_status dmm_pool_block_size(dmm_pool *pool, const void *ptr, size_t *bytes);
+
+/* Decommits whole free chunks whose events have completed until the pool's committed bytes are at
+ * most `target_bytes` (0 = everything it can). *released (may be NULL) = bytes decommitted by this
+ * call. Chunks whose event is still pending stay mapped: the call does not wait; trim again later.
+ * DMM_OK also when the target could not be reached (compare released with what you asked). */
+DMM_API dmm_status dmm_pool_trim(dmm_pool *pool, uint64_t target_bytes, uint64_t *released);
+
+/* trim(0), then gives the mechanism's cached physical handles back to the driver (for an arena:
+ * dmm_arena_drain_cache). *released (may be NULL) = bytes decommitted. */
+DMM_API dmm_status dmm_pool_empty_cache(dmm_pool *pool, uint64_t *released);
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Stats, declared once. Counts are {current, peak, total}; counters only go up.
+ *   allocated_bytes ≤ committed_bytes: committed = chunks the pool holds mapped (live or free);
+ *   physical_bytes = the mechanism's owned bytes (mapped + its handle cache + quarantined), read from
+ *   the mechanism's stats at each growth, trim and stats call (so its peak is exact when the pool is
+ *   the mechanism's only user); the driver_* counters are the mechanism's too. */
+#define DMM_POOL_STAT_COUNTS(X)                                                                  \
+    X(allocations, "live blocks")                                                                \
+    X(allocated_bytes, "bytes of live blocks (rounded to block_align)")                          \
+    X(requested_bytes, "bytes of live blocks as requested")                                      \
+    X(committed_bytes, "bytes of chunks the pool holds mapped (live and free)")                  \
+    X(physical_bytes, "the mechanism's owned bytes: mapped plus cached physical handles")        \
+    X(pending_blocks, "blocks freed on another stream, waiting for their event")                 \
+    X(heaps, "streams with a heap")
+
+#define DMM_POOL_STAT_COUNTERS(X)                                                                \
+    X(mallocs, "successful malloc calls")                                                        \
+    X(frees, "successful free calls")                                                            \
+    X(cached_mallocs, "mallocs served from mapped free blocks, without a driver call")           \
+    X(grows, "mallocs that committed chunks")                                                    \
+    X(chunks_committed, "chunks committed (new or moved)")                                       \
+    X(chunks_decommitted, "chunks decommitted (moved, trimmed)")                                 \
+    X(chunks_moved, "chunks decommitted to be committed where they were needed")                 \
+    X(trims, "trim and empty_cache calls")                                                       \
+    X(cross_stream_frees, "frees on a stream other than the block's heap's")                     \
+    X(events_recorded, "events the pool recorded (fences and cross-stream frees)")               \
+    X(events_pending, "event queries that found the event still pending")                        \
+    X(chunks_poisoned, "chunks whose decommit failed: kept out of use")                          \
+    X(driver_create, "the mechanism's driver handle creations")                                  \
+    X(driver_map, "the mechanism's driver map calls")                                            \
+    X(driver_set_access, "the mechanism's driver set-access calls")                              \
+    X(driver_unmap, "the mechanism's driver unmap calls")                                        \
+    X(driver_release, "the mechanism's driver handle releases")                                  \
+    X(driver_cache_hits, "chunks the mechanism served from its handle cache")
+
+typedef struct dmm_pool_stats {
+    uint32_t size; /* sizeof(dmm_pool_stats), set by the caller */
+#define DMM_POOL_STAT_COUNT_FIELD(name, desc) dmm_count name;
+    DMM_POOL_STAT_COUNTS(DMM_POOL_STAT_COUNT_FIELD)
+#undef DMM_POOL_STAT_COUNT_FIELD
+#define DMM_POOL_STAT_COUNTER_FIELD(name, desc) uint64_t name;
+    DMM_POOL_STAT_COUNTERS(DMM_POOL_STAT_COUNTER_FIELD)
+#undef DMM_POOL_STAT_COUNTER_FIELD
+} dmm_pool_stats;
+
+/* Fills `out` (set out->size first). Peaks of allocated/requested bytes are exact for one stream;
+ * with several streams they are the peak of the sum sampled at every growth, trim and stats call,
+ * and never below any single heap's peak. */
+DMM_API dmm_status dmm_pool_stats_get(dmm_pool *pool, dmm_pool_stats *out);
+
+/* The pool's stats in the shared dmm_stats shape (allocations, allocated, committed, mapped = the
+ * pool's committed, owned = physical, and the driver counters), for tools that read every component
+ * alike. */
+DMM_API dmm_status dmm_pool_stats_common(dmm_pool *pool, dmm_stats *out);
+
+/* Writes stats as one JSON object (same contract as dmm_stats_json). */
+DMM_API dmm_status dmm_pool_stats_json(const dmm_pool_stats *stats, char *buf, size_t cap, size_t *needed);
+
+/* The expensive invariant check: blocks tile every heap's VA, free blocks are coalesced and in the
+ * right bins, chunk states agree with the blocks, counters equal the sums they stand for. DMM_OK, or
+ * DMM_ERR_INVALID_ARGUMENT with a sentence naming the first broken invariant. */
+DMM_API dmm_status dmm_pool_check(dmm_pool *pool);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DMM_POOL_H */

@@ -1,0 +1,308 @@
+/* src/pool/heap.c — one heap's bookkeeping: block records, bins, the live-block hash, and the
+ * splitting, carving and merging of blocks. No driver call and no lock here: every function runs
+ * under the heap's lock (pool.c takes it).
+ *
+ * Idea: the hot path is a bin lookup and a hash insert (malloc) or a hash remove and a coalesce
+ * (free). Bins are TLSF-like: exact classes for small sizes (LIFO: a block freed a moment ago is
+ * the next one handed out, still warm), then 16 classes per power of two kept sorted by (size,
+ * address) so that the head of the first non-empty class above a request is its best fit, and the
+ * lowest address among equals (address-ordered best fit keeps memory packed towards the start of a
+ * run, which is what lets whole chunks at the end fall free and move). Two bitmap levels find the
+ * next non-empty class in two `ctz`.
+ *
+ * Trade-off: sorted insertion in range classes costs a walk of the class; classes are narrow (1/16
+ * of an octave) so walks are short, and exact classes (the hot, small sizes) never walk.
+ *
+ * Invariants: bit c of binmap ⇔ bins[c] != NULL; bit w of binsum ⇔ binmap[w] != 0; a range class
+ * is sorted by (size, addr); hcount = #LIVE blocks = Σ chain lengths.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pool/pool_internal.h"
+
+#define SLAB_BLOCKS 255u
+
+bool dmm__heap_init(pheap *h, struct dmm_pool *p, dmm_stream stream) {
+    memset(h, 0, sizeof *h);
+    h->pool = p;
+    h->stream = stream;
+    size_t nb = 1024;
+    h->hash = calloc(nb, sizeof *h->hash);
+    if (h->hash == NULL) return false;
+    h->hmask = nb - 1;
+    dmm_lock_init(&h->lock);
+    return true;
+}
+
+void dmm__heap_fini(pheap *h) {
+    pslab *s = h->slabs;
+    while (s != NULL) {
+        pslab *n = s->next;
+        free(s);
+        s = n;
+    }
+    free(h->hash);
+    free(h->runs);
+    free(h->scratch);
+    dmm_lock_destroy(&h->lock);
+}
+
+/* ---- block records ---- */
+static bool refill(pheap *h) {
+    /* one allocation: the slab header, then SLAB_BLOCKS records */
+    pslab *s = malloc(sizeof(pblock) * (SLAB_BLOCKS + 1));
+    if (s == NULL) return false;
+    s->next = h->slabs;
+    h->slabs = s;
+    pblock *v = (pblock *)(void *)s + 1;
+    for (size_t i = 0; i < SLAB_BLOCKS; i++) {
+        v[i].lnext = h->spare;
+        h->spare = &v[i];
+    }
+    return true;
+}
+
+bool dmm__heap_reserve_blocks(pheap *h, size_t n) {
+    size_t have = 0;
+    for (pblock *b = h->spare; b != NULL && have < n; b = b->lnext) have++;
+    while (have < n) {
+        if (!refill(h)) return false;
+        have += SLAB_BLOCKS;
+    }
+    return true;
+}
+
+pblock *dmm__heap_block_new(pheap *h) {
+    if (h->spare == NULL && !refill(h)) return NULL;
+    pblock *b = h->spare;
+    h->spare = b->lnext;
+    memset(b, 0, sizeof *b);
+    return b;
+}
+
+void dmm__heap_block_put(pheap *h, pblock *b) {
+    b->kind = 0;
+    b->lnext = h->spare;
+    h->spare = b;
+}
+
+/* ---- bins ---- */
+static inline void bit_set(pheap *h, uint32_t c) {
+    h->binmap[c / 64] |= (uint64_t)1 << (c % 64);
+    h->binsum |= (uint64_t)1 << (c / 64);
+}
+static inline void bit_clear(pheap *h, uint32_t c) {
+    h->binmap[c / 64] &= ~((uint64_t)1 << (c % 64));
+    if (h->binmap[c / 64] == 0) h->binsum &= ~((uint64_t)1 << (c / 64));
+}
+
+void dmm__heap_bin_insert(pheap *h, pblock *b) {
+    uint32_t c = pool_bin_of(b->size >> h->pool->align_shift);
+    b->bin = (uint16_t)c;
+    b->kind = BK_FREE;
+    pblock **head = &h->bins[c];
+    if (c >= POOL_EXACT_BINS) {
+        /* sorted by (size, addr): walk to the first block that must follow b */
+        pblock *prev = NULL, *x = *head;
+        while (x != NULL && (x->size < b->size || (x->size == b->size && x->addr < b->addr))) {
+            prev = x;
+            x = x->lnext;
+        }
+        b->lprev = prev;
+        b->lnext = x;
+        if (x != NULL) x->lprev = b;
+        if (prev != NULL) prev->lnext = b;
+        else *head = b;
+    } else {
+        b->lprev = NULL;
+        b->lnext = *head;
+        if (*head != NULL) (*head)->lprev = b;
+        *head = b;
+    }
+    bit_set(h, c);
+}
+
+void dmm__heap_bin_remove(pheap *h, pblock *b) {
+    uint32_t c = b->bin;
+    if (b->lprev != NULL) b->lprev->lnext = b->lnext;
+    else h->bins[c] = b->lnext;
+    if (b->lnext != NULL) b->lnext->lprev = b->lprev;
+    b->lnext = b->lprev = NULL;
+    if (h->bins[c] == NULL) bit_clear(h, c);
+}
+
+static uint32_t next_nonempty(const pheap *h, uint32_t c) {
+    if (c >= POOL_NBINS) return POOL_NBINS;
+    uint32_t w = c / 64;
+    uint64_t m = h->binmap[w] & (~(uint64_t)0 << (c % 64));
+    if (m != 0) return w * 64 + (uint32_t)__builtin_ctzll(m);
+    if (w + 1 >= POOL_BINWORDS) return POOL_NBINS;
+    uint64_t s = h->binsum & (~(uint64_t)0 << (w + 1));
+    if (s == 0) return POOL_NBINS;
+    w = (uint32_t)__builtin_ctzll(s);
+    return w * 64 + (uint32_t)__builtin_ctzll(h->binmap[w]);
+}
+
+pblock *dmm__heap_bin_find(const pheap *h, uint64_t bytes) {
+    uint32_t c = pool_bin_of(bytes >> h->pool->align_shift);
+    if (c < POOL_EXACT_BINS) {
+        if (h->bins[c] != NULL) return h->bins[c];
+    } else {
+        for (pblock *x = h->bins[c]; x != NULL; x = x->lnext)
+            if (x->size >= bytes) return x;
+    }
+    c = next_nonempty(h, c + 1);
+    return c < POOL_NBINS ? h->bins[c] : NULL;
+}
+
+/* ---- plain lists (unmapped, pending) ---- */
+void dmm__heap_list_push(pblock **head, pblock *b) {
+    b->lprev = NULL;
+    b->lnext = *head;
+    if (*head != NULL) (*head)->lprev = b;
+    *head = b;
+}
+
+void dmm__heap_list_remove(pblock **head, pblock *b) {
+    if (b->lprev != NULL) b->lprev->lnext = b->lnext;
+    else *head = b->lnext;
+    if (b->lnext != NULL) b->lnext->lprev = b->lprev;
+    b->lnext = b->lprev = NULL;
+}
+
+/* ---- the live-block hash ---- */
+static inline size_t hash_of(const pheap *h, uintptr_t addr) {
+    uint64_t x = (uint64_t)(addr >> h->pool->align_shift) * 0x9E3779B97F4A7C15ull;
+    return (size_t)(x ^ (x >> 29)) & h->hmask;
+}
+
+static bool hash_grow(pheap *h) {
+    size_t nb = (h->hmask + 1) * 4;
+    pblock **t = calloc(nb, sizeof *t);
+    if (t == NULL) return false;
+    pblock **old = h->hash;
+    size_t oldn = h->hmask + 1;
+    h->hash = t;
+    h->hmask = nb - 1;
+    for (size_t i = 0; i < oldn; i++) {
+        pblock *b = old[i];
+        while (b != NULL) {
+            pblock *n = b->lnext;
+            size_t k = hash_of(h, b->addr);
+            b->lnext = t[k];
+            t[k] = b;
+            b = n;
+        }
+    }
+    free(old);
+    return true;
+}
+
+bool dmm__heap_hash_insert(pheap *h, pblock *b) {
+    if (h->hcount >= h->hmask + 1 && !hash_grow(h) && h->hcount >= 4 * (h->hmask + 1)) return false;
+    size_t k = hash_of(h, b->addr);
+    b->lnext = h->hash[k];
+    b->lprev = NULL;
+    h->hash[k] = b;
+    h->hcount++;
+    return true;
+}
+
+pblock *dmm__heap_hash_find(const pheap *h, uintptr_t addr) {
+    for (pblock *b = h->hash[hash_of(h, addr)]; b != NULL; b = b->lnext)
+        if (b->addr == addr) return b;
+    return NULL;
+}
+
+pblock *dmm__heap_hash_remove(pheap *h, uintptr_t addr) {
+    pblock **pp = &h->hash[hash_of(h, addr)];
+    for (pblock *b = *pp; b != NULL; pp = &b->lnext, b = b->lnext)
+        if (b->addr == addr) {
+            *pp = b->lnext;
+            b->lnext = NULL;
+            h->hcount--;
+            return b;
+        }
+    return NULL;
+}
+
+/* ---- splitting, carving, merging ---- */
+pblock *dmm__heap_split(pheap *h, pblock *b, uint64_t at) {
+    pblock *r = dmm__heap_block_new(h);
+    if (r == NULL) return NULL; /* callers reserve first, so this does not happen */
+    r->addr = b->addr + at;
+    r->size = b->size - at;
+    r->kind = b->kind;
+    r->seq = b->seq;
+    r->prev = b;
+    r->next = b->next;
+    if (b->next != NULL) b->next->prev = r;
+    b->next = r;
+    b->size = at;
+    return r;
+}
+
+/* Absorbs b->next into b (both out of every list). */
+static void absorb_next(pheap *h, pblock *b) {
+    pblock *n = b->next;
+    b->size += n->size;
+    if (n->seq > b->seq) b->seq = n->seq;
+    b->next = n->next;
+    if (n->next != NULL) n->next->prev = b;
+    dmm__heap_block_put(h, n);
+}
+
+pblock *dmm__heap_make_free(pheap *h, pblock *b) {
+    b->kind = BK_FREE;
+    if (b->prev != NULL && b->prev->kind == BK_FREE) {
+        pblock *p = b->prev;
+        dmm__heap_bin_remove(h, p);
+        absorb_next(h, p);
+        b = p;
+    }
+    if (b->next != NULL && b->next->kind == BK_FREE) {
+        dmm__heap_bin_remove(h, b->next);
+        absorb_next(h, b);
+    }
+    dmm__heap_bin_insert(h, b);
+    return b;
+}
+
+pblock *dmm__heap_make_unmapped(pheap *h, pblock *b) {
+    b->kind = BK_UNMAPPED;
+    b->seq = 0;
+    if (b->prev != NULL && b->prev->kind == BK_UNMAPPED) {
+        pblock *p = b->prev;
+        dmm__heap_list_remove(&h->unmapped, p);
+        absorb_next(h, p);
+        b = p;
+    }
+    if (b->next != NULL && b->next->kind == BK_UNMAPPED) {
+        dmm__heap_list_remove(&h->unmapped, b->next);
+        absorb_next(h, b);
+    }
+    dmm__heap_list_push(&h->unmapped, b);
+    return b;
+}
+
+static void relist(pheap *h, pblock *b) {
+    if (b->kind == BK_FREE) dmm__heap_bin_insert(h, b);
+    else dmm__heap_list_push(&h->unmapped, b);
+}
+
+pblock *dmm__heap_carve(pheap *h, pblock *b, uintptr_t addr, uint64_t len, uint8_t kind) {
+    if (b->kind == BK_FREE) dmm__heap_bin_remove(h, b);
+    else dmm__heap_list_remove(&h->unmapped, b);
+    pblock *mid = b;
+    if (addr > b->addr) {
+        mid = dmm__heap_split(h, b, addr - b->addr);
+        relist(h, b);
+    }
+    if (mid->size > len) {
+        pblock *after = dmm__heap_split(h, mid, len);
+        relist(h, after);
+    }
+    mid->kind = kind;
+    return mid;
+}

@@ -1,0 +1,1180 @@
+/* src/pool/pool.c — the caching allocator (DESIGN §4.9; contract: include/dmm/pool.h).
+ *
+ * What it owns: one VA-only allocation of a mechanism with virtual backing, the heaps (one per
+ * stream) that tile it with blocks, and the decisions of when physical chunks are committed,
+ * moved and decommitted.
+ *
+ * The idea. VA is plentiful and physical memory is not, and the two are decoupled: a heap places
+ * blocks by best fit in its own VA, and only the chunks that blocks touch need physical backing.
+ * A malloc that finds no mapped free block big enough plans a growth: the fewest new chunks that
+ * make a fit, next to a free block when one borders unmapped VA (so free blocks coalesce across
+ * chunk boundaries). If committing them would take the pool's mapped memory above its retention
+ * limit — (1 + retain_permille/1000) × the highest live bytes seen so far — it first takes whole
+ * free chunks whose fence has completed (from this heap, then from others) and moves them:
+ * decommit there, commit here, one chunk at a time so that the mechanism's handle cache hands the
+ * same physical handle back without creating a new one. Physical memory therefore tracks the peak
+ * of live memory plus the sub-chunk slack of partly used chunks, and the driver calls are spent only
+ * where live memory really moves.
+ *
+ * Trade-offs. Fixed-size chunks (the granule by default) make every physical handle fit every
+ * place, at the cost of one map + set-access per chunk on growth; the retention limit trades a
+ * little memory (2 % by default) for far fewer moves. Blocks freed on a heap's own stream are
+ * reused at once by that stream; they reach other streams only as whole chunks behind a completed
+ * fence, so a stream never gets memory another stream's queued work may still touch.
+ *
+ * Invariants (see pool_internal.h for the heap's): p.committed = Σ heap.committed once no growth or
+ * trim is in flight; a chunk is committed or decommitted only while its block is COMMITTING or
+ * DECOMMITTING, by the one thread that carved it, outside every heap lock; a DECOMMITTING chunk came
+ * from a FREE block with seq ≤ safe_seq of its heap (its last free is behind a completed fence).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dmm/arena.h"
+#include "pool/pool_internal.h"
+
+#define GIB ((uint64_t)1 << 30)
+
+static _Atomic uint64_t pool_uids = 1;
+
+typedef struct tl_heap_cache {
+    const dmm_pool *pool;
+    uint64_t uid;
+    dmm_stream stream;
+    pheap *heap;
+} tl_heap_cache;
+static _Thread_local tl_heap_cache tl_cache;
+
+/* ---- small helpers ---- */
+static inline uint64_t ld(const _Atomic uint64_t *x) { return atomic_load_explicit(x, memory_order_relaxed); }
+static inline void st(_Atomic uint64_t *x, uint64_t v) { atomic_store_explicit(x, v, memory_order_relaxed); }
+static inline void add(_Atomic uint64_t *x, uint64_t v) { atomic_fetch_add_explicit(x, v, memory_order_relaxed); }
+static inline void sub(_Atomic uint64_t *x, uint64_t v) { atomic_fetch_sub_explicit(x, v, memory_order_relaxed); }
+static inline void max_into(_Atomic uint64_t *x, uint64_t v) {
+    uint64_t cur = ld(x);
+    while (v > cur && !atomic_compare_exchange_weak_explicit(x, &cur, v, memory_order_relaxed, memory_order_relaxed)) {
+    }
+}
+static inline pheap *heaps_head(const dmm_pool *p) {
+    return atomic_load_explicit((pheap *_Atomic *)&p->heaps, memory_order_acquire);
+}
+static inline pheap *heap_next(const pheap *h) {
+    return atomic_load_explicit((pheap *_Atomic *)&h->next_heap, memory_order_acquire);
+}
+static inline uint64_t align_down_c(const dmm_pool *p, uint64_t x) { return x & ~(p->chunk - 1); }
+static inline uint64_t align_up_c(const dmm_pool *p, uint64_t x) { return (x + p->chunk - 1) & ~(p->chunk - 1); }
+
+static void committed_add(dmm_pool *p, uint64_t v) {
+    uint64_t now = atomic_fetch_add_explicit(&p->committed, v, memory_order_relaxed) + v;
+    add(&p->committed_total, v);
+    max_into(&p->committed_peak, now);
+}
+
+/* ---- create / destroy ---- */
+dmm_status dmm_pool_create(dmm_mechanism *mech, dmm_driver *drv, const dmm_pool_config *cfg, dmm_pool **out) {
+    if (out == NULL || mech == NULL || drv == NULL)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "dmm_pool_create: mechanism %p, driver %p, out %p: all three are required",
+                             (void *)mech, (void *)drv, (void *)out);
+    *out = NULL;
+    if ((dmm_mechanism_capabilities(mech) & DMM_CAP_VIRTUAL_BACKING) == 0)
+        return dmm_error_set(DMM_ERR_UNSUPPORTED,
+                             "dmm_pool_create: mechanism '%s' has no virtual backing; a pool commits and "
+                             "decommits ranges of its VA, so give it an arena (dmm_arena_create)",
+                             dmm_mechanism_name(mech));
+    dmm_pool_config c;
+    memset(&c, 0, sizeof c);
+    if (cfg != NULL) {
+        if (cfg->size < offsetof(dmm_pool_config, retain_permille) + sizeof cfg->retain_permille)
+            return dmm_error_set(DMM_ERR_SHORT_STRUCT,
+                                 "dmm_pool_create: the config's size is %u bytes; set .size = "
+                                 "sizeof(dmm_pool_config) (%zu in this build)",
+                                 cfg->size, sizeof(dmm_pool_config));
+        memcpy(&c, cfg, cfg->size < sizeof c ? cfg->size : sizeof c);
+    }
+    if (drv->ops == NULL || drv->ops->granularity == NULL || drv->ops->event_create == NULL ||
+        drv->ops->event_record == NULL || drv->ops->event_query == NULL || drv->ops->event_destroy == NULL)
+        return dmm_error_set(DMM_ERR_UNSUPPORTED,
+                             "dmm_pool_create: driver '%s' lacks granularity or events; the pool needs both "
+                             "(to size chunks and to gate reuse behind streams)",
+                             drv->ops != NULL && drv->ops->name != NULL ? drv->ops->name : "?");
+    size_t gran = 0;
+    dmm_status s = drv->ops->granularity(drv, &gran);
+    if (s != DMM_OK) return s;
+    uint64_t chunk = c.chunk_bytes ? c.chunk_bytes : gran;
+    if (!dmm_is_pow2(chunk) || gran == 0 || chunk % gran != 0)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "dmm_pool_create: chunk_bytes %llu must be a power of two and a multiple of the "
+                             "driver's granularity %zu",
+                             (unsigned long long)chunk, gran);
+    uint64_t align = c.block_align ? c.block_align : 512;
+    if (!dmm_is_pow2(align) || align < 64 || align > chunk)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "dmm_pool_create: block_align %llu must be a power of two from 64 to chunk_bytes "
+                             "(%llu)",
+                             (unsigned long long)align, (unsigned long long)chunk);
+    uint64_t va = c.va_bytes;
+    if (va == 0) {
+        uintptr_t rva = 0;
+        uint64_t rbytes = 0;
+        if (dmm_arena_reservation(mech, &rva, &rbytes) == DMM_OK && rbytes > 0) va = rbytes / 2;
+        else va = 64 * GIB;
+        dmm_clear_error();
+    }
+    uint64_t region = c.region_bytes;
+    if (region == 0) {
+        region = chunk;
+        while (region * 2 <= va / 16) region *= 2;
+    }
+    if (!dmm_is_pow2(region) || region < chunk || va < region)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "dmm_pool_create: region_bytes %llu must be a power of two, at least chunk_bytes "
+                             "(%llu) and at most va_bytes (%llu)",
+                             (unsigned long long)region, (unsigned long long)chunk, (unsigned long long)va);
+    va -= va % region;
+
+    dmm_pool *p = calloc(1, sizeof *p);
+    if (p == NULL) return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm_pool_create: out of host memory");
+    p->mech = mech;
+    p->drv = drv;
+    p->va_bytes = va;
+    p->chunk = chunk;
+    p->region = region;
+    p->region_shift = (unsigned)__builtin_ctzll(region);
+    p->nregions = (size_t)(va / region);
+    p->align = align;
+    p->align_shift = (unsigned)__builtin_ctzll(align);
+    p->retain_permille = c.retain_permille ? c.retain_permille : 20;
+    p->uid = atomic_fetch_add_explicit(&pool_uids, 1, memory_order_relaxed);
+    p->owner = calloc(p->nregions, sizeof *p->owner);
+    if (p->owner == NULL) {
+        size_t nr = p->nregions;
+        free(p);
+        return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm_pool_create: out of host memory for %zu regions", nr);
+    }
+    s = dmm_mechanism_allocate_committed(mech, (size_t)va, (size_t)chunk, NULL, 0, &p->va);
+    if (s != DMM_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", dmm_last_error());
+        free(p->owner);
+        free(p);
+        return dmm_error_set(s,
+                             "dmm_pool_create: reserving %llu bytes of VA from mechanism '%s' failed (%s); "
+                             "configure a smaller va_bytes or a larger reservation: %s",
+                             (unsigned long long)va, dmm_mechanism_name(mech), dmm_status_str(s), why);
+    }
+    p->base = (uintptr_t)p->va.ptr;
+    dmm_lock_init(&p->lock);
+    *out = p;
+    return DMM_OK;
+}
+
+/* The heap of `stream`, created on first use. */
+static pheap *heap_for(dmm_pool *p, dmm_stream stream) {
+    if (tl_cache.pool == p && tl_cache.uid == p->uid && tl_cache.stream == stream) return tl_cache.heap;
+    pheap *h;
+    for (h = heaps_head(p); h != NULL; h = heap_next(h))
+        if (h->stream == stream) break;
+    if (h == NULL) {
+        dmm_lock_acquire(&p->lock);
+        for (h = heaps_head(p); h != NULL; h = heap_next(h))
+            if (h->stream == stream) break;
+        if (h == NULL) {
+            h = malloc(sizeof *h);
+            if (h == NULL || !dmm__heap_init(h, p, stream)) {
+                free(h);
+                dmm_lock_release(&p->lock);
+                dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "pool: out of host memory creating the heap of stream %p",
+                              stream);
+                return NULL;
+            }
+            atomic_store_explicit(&h->next_heap, heaps_head(p), memory_order_relaxed);
+            atomic_store_explicit(&p->heaps, h, memory_order_release);
+            p->nheaps++;
+        }
+        dmm_lock_release(&p->lock);
+    }
+    tl_cache.pool = p;
+    tl_cache.uid = p->uid;
+    tl_cache.stream = stream;
+    tl_cache.heap = h;
+    return h;
+}
+
+/* The heap whose VA holds `addr`, or NULL. */
+static inline pheap *heap_of_addr(const dmm_pool *p, uintptr_t addr) {
+    if (addr < p->base || addr - p->base >= p->va_bytes) return NULL;
+    return atomic_load_explicit(&p->owner[(addr - p->base) >> p->region_shift], memory_order_acquire);
+}
+
+/* ---- events ---- */
+static dmm_status event_get(dmm_pool *p, dmm_event *ev) {
+    dmm_lock_acquire(&p->lock);
+    if (p->nevents > 0) {
+        *ev = p->events[--p->nevents];
+        dmm_lock_release(&p->lock);
+        return DMM_OK;
+    }
+    dmm_lock_release(&p->lock);
+    return p->drv->ops->event_create(p->drv, ev);
+}
+
+static void event_put(dmm_pool *p, dmm_event ev) {
+    dmm_lock_acquire(&p->lock);
+    if (p->nevents == p->capevents) {
+        size_t nc = p->capevents ? p->capevents * 2 : 16;
+        dmm_event *nv = realloc(p->events, nc * sizeof *nv);
+        if (nv == NULL) {
+            dmm_lock_release(&p->lock);
+            p->drv->ops->event_destroy(p->drv, ev);
+            return;
+        }
+        p->events = nv;
+        p->capevents = nc;
+    }
+    p->events[p->nevents++] = ev;
+    dmm_lock_release(&p->lock);
+}
+
+/* Polls the heap's pending cross-stream frees and its fence, recording a new fence when frees
+ * happened since the last one. Driver calls run outside the heap lock: the pending list is taken
+ * out while they run. Never waits. */
+static void heap_poll(dmm_pool *p, pheap *h) {
+    enum { NONE, RECORD, QUERY } action = NONE;
+    dmm_lock_acquire(&h->lock);
+    pblock *list = h->pending;
+    h->pending = NULL;
+    h->npending = 0;
+    uint64_t s = 0;
+    if (h->fence_state == FENCE_IDLE && h->safe_seq < h->free_seq) {
+        action = RECORD;
+        s = h->free_seq;
+        h->fence_state = FENCE_BUSY;
+    } else if (h->fence_state == FENCE_RECORDED) {
+        action = QUERY;
+        s = h->fence_seq;
+        h->fence_state = FENCE_BUSY;
+    }
+    dmm_lock_release(&h->lock);
+    if (list == NULL && action == NONE) return;
+
+    for (pblock *b = list; b != NULL; b = b->lnext) {
+        dmm_status q = p->drv->ops->event_query(p->drv, b->ev);
+        b->requested = q == DMM_OK; /* a PENDING block's `requested` is free to hold the answer */
+        if (q != DMM_OK) add(&p->events_pending, 1);
+    }
+    dmm_status fq = DMM_ERR_BUSY;
+    bool recorded = action == QUERY;
+    if (action == RECORD) {
+        dmm_status rs = DMM_OK;
+        if (h->fence == NULL) rs = p->drv->ops->event_create(p->drv, &h->fence);
+        if (rs == DMM_OK) rs = p->drv->ops->event_record(p->drv, h->fence, h->stream);
+        if (rs == DMM_OK) {
+            recorded = true;
+            add(&p->events_recorded, 1);
+        }
+    }
+    if (recorded) {
+        fq = p->drv->ops->event_query(p->drv, h->fence);
+        if (fq != DMM_OK) add(&p->events_pending, 1);
+    }
+    dmm_clear_error();
+
+    dmm_lock_acquire(&h->lock);
+    pblock *b = list;
+    while (b != NULL) {
+        pblock *n = b->lnext;
+        if (b->requested) {
+            dmm_event ev = b->ev;
+            b->ev = NULL;
+            b->requested = 0;
+            b->lnext = b->lprev = NULL;
+            b->seq = ++h->free_seq;
+            dmm__heap_make_free(h, b);
+            sub(&p->pending_now, 1);
+            event_put(p, ev); /* pool lock inside the heap lock: the documented order */
+        } else {
+            dmm__heap_list_push(&h->pending, b);
+            h->npending++;
+        }
+        b = n;
+    }
+    if (action != NONE) {
+        if (!recorded) h->fence_state = FENCE_IDLE; /* the record failed: try again next time */
+        else if (fq == DMM_OK) {
+            if (s > h->safe_seq) h->safe_seq = s;
+            h->fence_state = FENCE_IDLE;
+        } else {
+            h->fence_seq = s;
+            h->fence_state = FENCE_RECORDED;
+        }
+    }
+    dmm_lock_release(&h->lock);
+}
+
+/* ---- regions ---- */
+/* Gives heap h `n` more contiguous regions (under h's lock; takes the pool lock). Prefers the regions
+ * right after one of h's runs (the run grows), else the lowest free run of regions that leaves the
+ * most room after other heaps. False when the VA is exhausted (error set). */
+static bool heap_grow_va(dmm_pool *p, pheap *h, size_t n) {
+    if (h->nruns == h->caprun) {
+        size_t nc = h->caprun ? h->caprun * 2 : 4;
+        prun *nr = realloc(h->runs, nc * sizeof *nr);
+        if (nr == NULL) {
+            dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "pool: out of host memory for the runs of stream %p", h->stream);
+            return false;
+        }
+        h->runs = nr;
+        h->caprun = nc;
+    }
+    if (!dmm__heap_reserve_blocks(h, 2)) {
+        dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "pool: out of host memory for block records");
+        return false;
+    }
+    dmm_lock_acquire(&p->lock);
+    size_t at = p->nregions;
+    prun *extend = NULL;
+    /* 1: right after one of h's runs */
+    for (size_t i = 0; i < h->nruns && at == p->nregions; i++) {
+        size_t r0 = (size_t)((h->runs[i].hi - p->base) >> p->region_shift);
+        size_t k = 0;
+        while (k < n && r0 + k < p->nregions && atomic_load_explicit(&p->owner[r0 + k], memory_order_relaxed) == NULL) k++;
+        if (k == n) {
+            at = r0;
+            extend = &h->runs[i];
+        }
+    }
+    /* 2: a new run: the free gap of at least n regions with the most room, starting half-way into
+     *    it when it follows another heap (so that both can grow), at its start otherwise */
+    if (at == p->nregions) {
+        size_t best_len = 0, best_at = p->nregions;
+        size_t i = 0;
+        while (i < p->nregions) {
+            if (atomic_load_explicit(&p->owner[i], memory_order_relaxed) != NULL) {
+                i++;
+                continue;
+            }
+            size_t j = i;
+            while (j < p->nregions && atomic_load_explicit(&p->owner[j], memory_order_relaxed) == NULL) j++;
+            size_t len = j - i;
+            if (len >= n && len > best_len) {
+                best_len = len;
+                best_at = i > 0 && len >= 2 * n ? i + (len - n) / 2 : i;
+            }
+            i = j;
+        }
+        at = best_at;
+    }
+    if (at == p->nregions) {
+        size_t used = 0;
+        for (size_t i = 0; i < p->nregions; i++) used += atomic_load_explicit(&p->owner[i], memory_order_relaxed) != NULL;
+        dmm_lock_release(&p->lock);
+        dmm_error_set(DMM_ERR_OUT_OF_MEMORY,
+                      "pool: the VA is exhausted: stream %p needs %zu more region(s) of %llu bytes and %zu of %zu are "
+                      "taken; create the pool with a larger va_bytes (or a smaller region_bytes)",
+                      h->stream, n, (unsigned long long)p->region, used, p->nregions);
+        return false;
+    }
+    for (size_t k = 0; k < n; k++) atomic_store_explicit(&p->owner[at + k], h, memory_order_release);
+    dmm_lock_release(&p->lock);
+
+    uintptr_t lo = p->base + ((uint64_t)at << p->region_shift);
+    uint64_t len = (uint64_t)n << p->region_shift;
+    if (extend != NULL) {
+        pblock *last = extend->first;
+        while (last->next != NULL) last = last->next;
+        extend->hi += len;
+        if (last->kind == BK_UNMAPPED) {
+            last->size += len;
+            return true;
+        }
+        pblock *b = dmm__heap_block_new(h);
+        b->addr = lo;
+        b->size = len;
+        b->prev = last;
+        last->next = b;
+        dmm__heap_make_unmapped(h, b);
+        return true;
+    }
+    pblock *b = dmm__heap_block_new(h);
+    b->addr = lo;
+    b->size = len;
+    dmm__heap_make_unmapped(h, b);
+    prun *r = &h->runs[h->nruns++];
+    r->lo = lo;
+    r->hi = lo + len;
+    r->first = b;
+    return true;
+}
+
+/* ---- malloc / free ---- */
+static inline void count_live(pheap *h, pblock *b, uint64_t requested) {
+    h->live_blocks++;
+    h->live_blocks_total++;
+    if (h->live_blocks > h->live_peak_blocks) h->live_peak_blocks = h->live_blocks;
+    h->requested_bytes += requested;
+    h->requested_total += requested;
+    if (h->requested_bytes > h->requested_peak) h->requested_peak = h->requested_bytes;
+    uint64_t lb = ld(&h->live_bytes) + b->size;
+    st(&h->live_bytes, lb);
+    h->live_total += b->size;
+    if (lb > ld(&h->live_peak)) st(&h->live_peak, lb);
+}
+
+/* Hands out the front `n` bytes of FREE block b (under the lock). False: out of host memory. */
+static inline bool take(pheap *h, pblock *b, uint64_t n, uint64_t requested) {
+    dmm__heap_bin_remove(h, b);
+    if (b->size > n) {
+        pblock *r = dmm__heap_split(h, b, n);
+        if (r != NULL) dmm__heap_bin_insert(h, r); /* no record: hand the whole block out */
+    }
+    b->kind = BK_LIVE;
+    b->requested = requested;
+    if (!dmm__heap_hash_insert(h, b)) {
+        dmm__heap_make_free(h, b);
+        return false;
+    }
+    count_live(h, b, requested);
+    h->mallocs++;
+    return true;
+}
+
+/* A growth plan: the window [lo, lo + n) inside one gap (a maximal sequence of FREE and UNMAPPED
+ * blocks) that needs the fewest unmapped chunks committed; ties go to the lowest address. */
+typedef struct plan {
+    uintptr_t lo, hi;
+    uint64_t k;    /* chunks to commit */
+    pblock *first; /* the gap's first block */
+    bool found;
+} plan;
+
+typedef struct ptarget {
+    pblock *b;     /* COMMITTING */
+    uint64_t k;    /* its chunks */
+    uint64_t done; /* committed so far */
+} ptarget;
+
+typedef struct tgtvec {
+    ptarget *v;
+    size_t cap;
+} tgtvec;
+
+/* Unmapped chunks inside [x, e) over the gap first..last. */
+static uint64_t window_cost(const dmm_pool *p, const pblock *first, const pblock *last, uintptr_t x, uintptr_t e) {
+    uint64_t k = 0;
+    for (const pblock *b = first;; b = b->next) {
+        if (b->addr >= e) break;
+        if (b->kind == BK_UNMAPPED) {
+            uintptr_t a = x > b->addr ? x : b->addr, z = e < b->addr + b->size ? e : b->addr + b->size;
+            if (a < z) k += (align_up_c(p, z) - align_down_c(p, a)) / p->chunk;
+        }
+        if (b == last) break;
+    }
+    return k;
+}
+
+static void plan_gap(const dmm_pool *p, const pblock *first, const pblock *last, uint64_t n, plan *best) {
+    uintptr_t glo = first->addr, ghi = last->addr + last->size;
+    for (const pblock *b = first;; b = b->next) {
+        uintptr_t cand[2] = {b->addr, b->addr + b->size >= glo + n ? b->addr + b->size - n : 0};
+        for (int i = 0; i < 2; i++) {
+            uintptr_t x = cand[i];
+            if (x < glo || x + n > ghi || (i == 1 && cand[1] == 0)) continue;
+            uint64_t k = window_cost(p, first, last, x, x + n);
+            if (!best->found || k < best->k || (k == best->k && x < best->lo)) {
+                best->found = true;
+                best->lo = x;
+                best->hi = x + n;
+                best->k = k;
+                best->first = (pblock *)(uintptr_t)first;
+            }
+        }
+        if (b == last) break;
+    }
+}
+
+/* The growth needing the fewest new chunks to make a free block of `n` bytes (under the lock). */
+static bool plan_growth(const dmm_pool *p, const pheap *h, uint64_t n, plan *best) {
+    memset(best, 0, sizeof *best);
+    for (size_t r = 0; r < h->nruns; r++) {
+        const pblock *first = NULL, *prevb = NULL;
+        uint64_t total = 0;
+        bool any_unmapped = false;
+        for (const pblock *b = h->runs[r].first;; prevb = b, b = b->next) {
+            bool gapish = b != NULL && (b->kind == BK_FREE || b->kind == BK_UNMAPPED);
+            if (gapish) {
+                if (first == NULL) {
+                    first = b;
+                    total = 0;
+                    any_unmapped = false;
+                }
+                total += b->size;
+                any_unmapped |= b->kind == BK_UNMAPPED;
+                continue;
+            }
+            if (first != NULL && any_unmapped && total >= n) plan_gap(p, first, prevb, n, best);
+            first = NULL;
+            if (b == NULL) break;
+        }
+    }
+    return best->found;
+}
+
+/* The highest live bytes the pool has seen (sampled across heaps; exact for one heap). */
+static uint64_t live_peak_estimate(dmm_pool *p) {
+    uint64_t sum = 0, mx = 0;
+    for (pheap *g = heaps_head(p); g != NULL; g = heap_next(g)) {
+        sum += ld(&g->live_bytes);
+        uint64_t pk = ld(&g->live_peak);
+        if (pk > mx) mx = pk;
+    }
+    max_into(&p->sampled_live_peak, sum);
+    uint64_t s = ld(&p->sampled_live_peak);
+    return s > mx ? s : mx;
+}
+
+typedef struct source {
+    pheap *h;
+    pblock *b; /* a DECOMMITTING block of exactly one chunk */
+    dmm_release_outcome o;
+} source;
+
+typedef struct srcvec {
+    source *v;
+    size_t n, cap;
+} srcvec;
+
+static int by_seq(const void *a, const void *b) {
+    const pblock *x = *(pblock *const *)a, *y = *(pblock *const *)b;
+    if (x->seq != y->seq) return x->seq < y->seq ? -1 : 1;
+    return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
+/* Carves up to `want` whole free chunks that are safe to decommit out of h's FREE blocks (under h's
+ * lock), oldest frees first, skipping blocks that overlap [ex_lo, ex_hi). Returns the number carved. */
+static size_t carve_sources(dmm_pool *p, pheap *h, size_t want, uintptr_t ex_lo, uintptr_t ex_hi, srcvec *out) {
+    if (want == 0) return 0;
+    const uint64_t C = p->chunk;
+    size_t nc = 0;
+    for (uint32_t c = 0; c < POOL_NBINS; c++) {
+        if ((h->binmap[c / 64] >> (c % 64) & 1) == 0) continue;
+        for (pblock *b = h->bins[c]; b != NULL; b = b->lnext) {
+            if (b->seq > h->safe_seq || (b->addr < ex_hi && b->addr + b->size > ex_lo)) continue;
+            if (align_up_c(p, b->addr) + C > b->addr + b->size) continue;
+            if (nc == h->capscratch) {
+                size_t ncap = h->capscratch ? h->capscratch * 2 : 64;
+                pblock **ns = realloc(h->scratch, ncap * sizeof *ns);
+                if (ns == NULL) break;
+                h->scratch = ns;
+                h->capscratch = ncap;
+            }
+            h->scratch[nc++] = b;
+        }
+    }
+    if (nc == 0) return 0;
+    qsort(h->scratch, nc, sizeof *h->scratch, by_seq);
+    if (out->n + want > out->cap) {
+        size_t ncap = out->n + want;
+        source *nv = realloc(out->v, ncap * sizeof *nv);
+        if (nv == NULL) return 0;
+        out->v = nv;
+        out->cap = ncap;
+    }
+    if (!dmm__heap_reserve_blocks(h, 2 * want + 2)) return 0;
+    size_t got = 0;
+    for (size_t i = 0; i < nc && got < want; i++) {
+        pblock *b = h->scratch[i];
+        for (;;) {
+            uint64_t first = align_up_c(p, b->addr);
+            uint64_t end = align_down_c(p, b->addr + b->size);
+            if (got == want || first + C > end) break;
+            uint64_t at = end - C;
+            pblock *mid = dmm__heap_carve(h, b, at, C, BK_DECOMMITTING);
+            out->v[out->n].h = h;
+            out->v[out->n].b = mid;
+            memset(&out->v[out->n].o, 0, sizeof out->v[out->n].o);
+            out->n++;
+            got++;
+            if (mid == b) break; /* the block was exactly that chunk */
+        }
+    }
+    return got;
+}
+
+/* The outcome of a source that was carved but never decommitted: it goes back FREE. */
+static inline dmm_release_outcome dmm__pool_outcome_untouched(void) {
+    dmm_release_outcome o = {DMM_RELEASE_FAILED, 0, 0, 0, DMM_OK};
+    return o;
+}
+
+/* Decommits one source chunk (no lock held). */
+static void decommit_one(dmm_pool *p, source *s) {
+    dmm_range r = {(size_t)(s->b->addr - p->base), (size_t)p->chunk};
+    s->o = dmm_mechanism_decommit(p->mech, &p->va, r);
+    if (dmm_release_state_of(&s->o) == DMM_RELEASE_COMPLETE && s->o.unmapped_bytes == p->chunk) {
+        sub(&p->committed, p->chunk);
+        add(&p->chunks_decommitted, 1);
+    }
+}
+
+/* Puts a decommitted (or not) source back into its heap (under that heap's lock). */
+static void source_fixup(dmm_pool *p, source *s) {
+    pheap *h = s->h;
+    pblock *b = s->b;
+    dmm_release_state state = dmm_release_state_of(&s->o);
+    if (state == DMM_RELEASE_COMPLETE && s->o.unmapped_bytes == p->chunk) {
+        h->committed -= p->chunk;
+        dmm__heap_make_unmapped(h, b);
+    } else if (state == DMM_RELEASE_QUARANTINED) {
+        /* something changed and something failed: never use this chunk again */
+        b->kind = BK_POISONED;
+        b->requested = s->o.unmapped_bytes < p->chunk; /* still mapped? */
+        if (!b->requested) {
+            h->committed -= p->chunk;
+            sub(&p->committed, p->chunk);
+        }
+        add(&p->chunks_poisoned, 1);
+    } else {
+        dmm__heap_make_free(h, b); /* FAILED (or nothing to unmap): still mapped, still free */
+    }
+}
+
+static void sources_fixup(dmm_pool *p, srcvec *sv, size_t from) {
+    pheap *locked = NULL;
+    for (size_t i = from; i < sv->n; i++) {
+        if (sv->v[i].h != locked) {
+            if (locked != NULL) dmm_lock_release(&locked->lock);
+            locked = sv->v[i].h;
+            dmm_lock_acquire(&locked->lock);
+        }
+        source_fixup(p, &sv->v[i]);
+    }
+    if (locked != NULL) dmm_lock_release(&locked->lock);
+}
+
+static dmm_status malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t requested, void **out) {
+    const uint64_t C = p->chunk;
+    char why[512];
+    why[0] = '\0';
+    dmm_status fail = DMM_OK;
+    srcvec sv = {NULL, 0, 0};
+    tgtvec tv = {NULL, 0};
+    for (int attempt = 0; attempt < 16; attempt++) {
+        if (attempt == 0) heap_poll(p, h);
+        dmm_lock_acquire(&h->lock);
+        pblock *b = dmm__heap_bin_find(h, n);
+        if (b != NULL) {
+            bool ok = take(h, b, n, requested);
+            if (ok) h->cached_mallocs += attempt == 0;
+            dmm_lock_release(&h->lock);
+            free(sv.v);
+            free(tv.v);
+            if (!ok)
+                return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "pool malloc of %zu bytes: out of host memory for the "
+                                                            "block table", requested);
+            *out = (void *)b->addr;
+            return DMM_OK;
+        }
+        if (fail != DMM_OK) { /* the last growth failed and nothing fits: report it */
+            dmm_lock_release(&h->lock);
+            free(sv.v);
+            free(tv.v);
+            return dmm_error_set(fail, "pool malloc of %zu bytes on stream %p: committing a chunk of %llu bytes "
+                                       "failed: %s",
+                                 requested, h->stream, (unsigned long long)C, why);
+        }
+        plan pl;
+        while (!plan_growth(p, h, n, &pl)) {
+            uint64_t regions = (n + p->region - 1) >> p->region_shift;
+            if (!heap_grow_va(p, h, (size_t)regions)) {
+                dmm_lock_release(&h->lock);
+                free(sv.v);
+                free(tv.v);
+                return dmm_last_status();
+            }
+        }
+        /* carve the unmapped chunks inside the window out as COMMITTING targets */
+        size_t nt = 0;
+        if (tv.cap < pl.k) {
+            ptarget *nv = realloc(tv.v, (size_t)pl.k * sizeof *nv);
+            if (nv == NULL) {
+                dmm_lock_release(&h->lock);
+                free(sv.v);
+                free(tv.v);
+                return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "pool malloc of %zu bytes: out of host memory", requested);
+            }
+            tv.v = nv;
+            tv.cap = (size_t)pl.k;
+        }
+        if (!dmm__heap_reserve_blocks(h, 2 * (size_t)pl.k + 2)) {
+            dmm_lock_release(&h->lock);
+            free(sv.v);
+            free(tv.v);
+            return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "pool malloc of %zu bytes: out of host memory", requested);
+        }
+        {
+            pblock *x = pl.first;
+            while (x != NULL && x->addr < pl.hi) {
+                pblock *nx = x->next;
+                if (x->kind == BK_UNMAPPED && x->addr + x->size > pl.lo) {
+                    uintptr_t a = align_down_c(p, pl.lo > x->addr ? pl.lo : x->addr);
+                    uintptr_t z = align_up_c(p, pl.hi < x->addr + x->size ? pl.hi : x->addr + x->size);
+                    if (a < x->addr) a = x->addr;
+                    tv.v[nt].b = dmm__heap_carve(h, x, a, z - a, BK_COMMITTING);
+                    tv.v[nt].k = (z - a) / C;
+                    tv.v[nt].done = 0;
+                    nt++;
+                }
+                x = nx;
+            }
+        }
+        pblock *rec = dmm__heap_block_new(h); /* for the fix-up's split: held privately */
+        /* the retention limit: move whole free chunks rather than grow beyond it */
+        uint64_t cap = live_peak_estimate(p);
+        cap += cap / 1000 * p->retain_permille + (cap % 1000) * p->retain_permille / 1000;
+        uint64_t committed = ld(&p->committed), need = pl.k * C;
+        size_t want = 0;
+        if (committed + need > cap) {
+            uint64_t over = committed + need - cap;
+            want = (size_t)((over + C - 1) / C);
+            if (want > pl.k) want = (size_t)pl.k;
+        }
+        sv.n = 0;
+        size_t got = carve_sources(p, h, want, pl.lo, pl.hi, &sv);
+        dmm_lock_release(&h->lock);
+        /* then from other heaps, one lock at a time */
+        for (pheap *g = heaps_head(p); g != NULL && got < want; g = heap_next(g)) {
+            if (g == h) continue;
+            dmm_lock_acquire(&g->lock);
+            got += carve_sources(p, g, want - got, 0, 0, &sv);
+            dmm_lock_release(&g->lock);
+        }
+        /* the driver work, outside every heap lock: move (decommit there, commit here) chunk by chunk */
+        add(&p->grows, 1);
+        size_t si = 0;
+        for (size_t j = 0; j < nt && fail == DMM_OK; j++) {
+            for (uint64_t i = 0; i < tv.v[j].k; i++) {
+                if (si < sv.n) {
+                    decommit_one(p, &sv.v[si]);
+                    if (dmm_release_state_of(&sv.v[si].o) == DMM_RELEASE_COMPLETE && sv.v[si].o.unmapped_bytes == C)
+                        add(&p->chunks_moved, 1);
+                    si++;
+                }
+                uint64_t newly = 0;
+                dmm_range r = {(size_t)(tv.v[j].b->addr - p->base + i * C), (size_t)C};
+                dmm_status s = dmm_mechanism_commit(p->mech, &p->va, r, &newly);
+                if (s != DMM_OK) {
+                    fail = s;
+                    snprintf(why, sizeof why, "%s", dmm_last_error());
+                    break;
+                }
+                committed_add(p, C);
+                add(&p->chunks_committed, 1);
+                tv.v[j].done++;
+            }
+        }
+        /* fix-up: committed parts become FREE (merging with their neighbours), the rest UNMAPPED */
+        dmm_lock_acquire(&h->lock);
+        dmm__heap_block_put(h, rec); /* back to the spares: a split below takes it */
+        for (size_t j = 0; j < nt; j++) {
+            pblock *t = tv.v[j].b;
+            uint64_t done = tv.v[j].done;
+            if (done < tv.v[j].k) {
+                pblock *rest = done > 0 ? dmm__heap_split(h, t, done * C) : t;
+                dmm__heap_make_unmapped(h, rest);
+            }
+            if (done > 0) {
+                h->committed += done * C;
+                t->seq = 0;
+                dmm__heap_make_free(h, t);
+            }
+        }
+        dmm_lock_release(&h->lock);
+        /* sources not used (a commit failed first) were never decommitted: they go back as they were */
+        for (size_t i = si; i < sv.n; i++) sv.v[i].o = dmm__pool_outcome_untouched();
+        sources_fixup(p, &sv, 0);
+    }
+    free(sv.v);
+    free(tv.v);
+    return dmm_error_set(DMM_ERR_BUSY,
+                         "pool malloc of %zu bytes on stream %p: other threads on the same stream took the memory "
+                         "grown for it 16 times in a row; retry",
+                         requested, h->stream);
+}
+
+dmm_status dmm_pool_malloc(dmm_pool *p, size_t bytes, dmm_stream stream, void **out) {
+    if (p == NULL || out == NULL || bytes == 0)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "dmm_pool_malloc: pool %p, %zu bytes, out %p: a pool, a size above 0 and an output "
+                             "pointer are required",
+                             (void *)p, bytes, (void *)out);
+    uint64_t n;
+    if (!dmm_align_up(bytes, p->align, &n) || n > p->va_bytes)
+        return dmm_error_set(DMM_ERR_OUT_OF_MEMORY,
+                             "dmm_pool_malloc: %zu bytes is more than the pool's VA (%llu bytes); create the "
+                             "pool with a larger va_bytes",
+                             bytes, (unsigned long long)p->va_bytes);
+    pheap *h = heap_for(p, stream);
+    if (h == NULL) return dmm_last_status();
+    dmm_lock_acquire(&h->lock);
+    pblock *b = dmm__heap_bin_find(h, n);
+    if (b != NULL && take(h, b, n, bytes)) {
+        h->cached_mallocs++;
+        dmm_lock_release(&h->lock);
+        *out = (void *)b->addr;
+        return DMM_OK;
+    }
+    dmm_lock_release(&h->lock);
+    return malloc_slow(p, h, n, bytes, out);
+}
+
+static inline void uncount_live(pheap *h, const pblock *b) {
+    h->live_blocks--;
+    h->requested_bytes -= b->requested;
+    st(&h->live_bytes, ld(&h->live_bytes) - b->size);
+}
+
+/* The cross-stream free: record an event on `stream` and park the block until it completes. */
+static dmm_status free_cross(dmm_pool *p, pheap *h, pblock *b, dmm_stream stream) {
+    dmm_event ev = NULL;
+    dmm_status s = event_get(p, &ev);
+    if (s == DMM_OK) {
+        s = p->drv->ops->event_record(p->drv, ev, stream);
+        if (s != DMM_OK) event_put(p, ev);
+    }
+    dmm_lock_acquire(&h->lock);
+    if (s != DMM_OK) {
+        /* nothing changed: the block is live again */
+        char why[512];
+        snprintf(why, sizeof why, "%s", dmm_last_error());
+        b->kind = BK_LIVE;
+        (void)dmm__heap_hash_insert(h, b);
+        count_live(h, b, b->requested);
+        h->live_blocks_total--;
+        h->requested_total -= b->requested;
+        h->live_total -= b->size;
+        dmm_lock_release(&h->lock);
+        return dmm_error_set(s, "pool free of %p on stream %p (the block's heap is stream %p): recording the "
+                                "event that gates its reuse failed, so the block stays live; free it again: %s",
+                             (void *)b->addr, stream, h->stream, why);
+    }
+    b->ev = ev;
+    b->requested = 0;
+    dmm__heap_list_push(&h->pending, b);
+    h->npending++;
+    h->frees++;
+    h->cross_frees++;
+    dmm_lock_release(&h->lock);
+    add(&p->events_recorded, 1);
+    uint64_t now = atomic_fetch_add_explicit(&p->pending_now, 1, memory_order_relaxed) + 1;
+    add(&p->pending_total, 1);
+    max_into(&p->pending_peak, now);
+    return DMM_OK;
+}
+
+dmm_status dmm_pool_free(dmm_pool *p, void *ptr, dmm_stream stream) {
+    if (p == NULL || ptr == NULL)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_free: pool %p, ptr %p: both are required",
+                             (void *)p, ptr);
+    pheap *h = heap_of_addr(p, (uintptr_t)ptr);
+    if (h != NULL) {
+        dmm_lock_acquire(&h->lock);
+        pblock *b = dmm__heap_hash_remove(h, (uintptr_t)ptr);
+        if (b != NULL) {
+            uncount_live(h, b);
+            if (stream == h->stream) {
+                b->seq = ++h->free_seq;
+                dmm__heap_make_free(h, b);
+                h->frees++;
+                dmm_lock_release(&h->lock);
+                return DMM_OK;
+            }
+            b->kind = BK_PENDING;
+            dmm_lock_release(&h->lock);
+            return free_cross(p, h, b, stream);
+        }
+        dmm_lock_release(&h->lock);
+    }
+    return dmm_error_set(DMM_ERR_UNKNOWN_ALLOCATION,
+                         "dmm_pool_free: %p is not a live block of this pool (never allocated, already freed, or "
+                         "not the block's start); nothing changed",
+                         ptr);
+}
+
+dmm_status dmm_pool_block_size(dmm_pool *p, const void *ptr, size_t *bytes) {
+    if (p == NULL || ptr == NULL || bytes == NULL)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_block_size: pool, ptr and bytes are required");
+    pheap *h = heap_of_addr(p, (uintptr_t)ptr);
+    if (h != NULL) {
+        dmm_lock_acquire(&h->lock);
+        pblock *b = dmm__heap_hash_find(h, (uintptr_t)ptr);
+        if (b != NULL) *bytes = (size_t)b->size;
+        dmm_lock_release(&h->lock);
+        if (b != NULL) return DMM_OK;
+    }
+    return dmm_error_set(DMM_ERR_UNKNOWN_ALLOCATION, "dmm_pool_block_size: %p is not a live block of this pool", ptr);
+}
+
+/* ---- trim ---- */
+dmm_status dmm_pool_trim(dmm_pool *p, uint64_t target, uint64_t *released) {
+    if (released != NULL) *released = 0;
+    if (p == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_trim: the pool is NULL");
+    add(&p->trims, 1);
+    uint64_t freed = 0;
+    srcvec sv = {NULL, 0, 0};
+    for (pheap *h = heaps_head(p); h != NULL; h = heap_next(h)) {
+        uint64_t committed = ld(&p->committed);
+        if (committed <= target) break;
+        heap_poll(p, h);
+        dmm_lock_acquire(&h->lock);
+        size_t want = (size_t)((committed - target + p->chunk - 1) / p->chunk);
+        sv.n = 0;
+        carve_sources(p, h, want, 0, 0, &sv);
+        dmm_lock_release(&h->lock);
+        for (size_t i = 0; i < sv.n; i++) {
+            decommit_one(p, &sv.v[i]);
+            if (dmm_release_state_of(&sv.v[i].o) == DMM_RELEASE_COMPLETE) freed += sv.v[i].o.unmapped_bytes;
+        }
+        sources_fixup(p, &sv, 0);
+    }
+    free(sv.v);
+    if (released != NULL) *released = freed;
+    return DMM_OK;
+}
+
+dmm_status dmm_pool_empty_cache(dmm_pool *p, uint64_t *released) {
+    dmm_status s = dmm_pool_trim(p, 0, released);
+    if (s != DMM_OK) return s;
+    s = dmm_arena_drain_cache(p->mech);
+    if (s == DMM_ERR_WRONG_MECHANISM) {
+        dmm_clear_error();
+        return DMM_OK;
+    }
+    return s;
+}
+
+/* ---- destroy ---- */
+dmm_status dmm_pool_destroy(dmm_pool *p) {
+    if (p == NULL) return DMM_OK;
+    for (pheap *h = heaps_head(p); h != NULL; h = heap_next(h)) {
+        heap_poll(p, h);
+        heap_poll(p, h); /* a fence recorded by the first poll may be complete at once */
+        dmm_lock_acquire(&h->lock);
+        uint64_t live = h->live_blocks, pend = h->npending;
+        bool fence = h->safe_seq < h->free_seq;
+        dmm_lock_release(&h->lock);
+        if (live > 0)
+            return dmm_error_set(DMM_ERR_BUSY,
+                                 "dmm_pool_destroy: stream %p still has %llu live block(s); free them first (nothing "
+                                 "changed)",
+                                 h->stream, (unsigned long long)live);
+        if (pend > 0 || fence)
+            return dmm_error_set(DMM_ERR_BUSY,
+                                 "dmm_pool_destroy: the heap of stream %p waits for %s (%llu cross-stream free(s)); "
+                                 "synchronize the streams and retry (nothing changed)",
+                                 h->stream, fence ? "the event after its last free" : "events of frees on other streams",
+                                 (unsigned long long)pend);
+    }
+    dmm_release_outcome o = dmm_mechanism_release(p->mech, &p->va);
+    dmm_release_state state = dmm_release_state_of(&o);
+    if (state == DMM_RELEASE_FAILED)
+        return dmm_error_set(o.failure != DMM_OK ? o.failure : DMM_ERR_DRIVER,
+                             "dmm_pool_destroy: releasing the pool's VA and chunks failed and nothing changed; the "
+                             "pool is intact, retry: %s",
+                             dmm_last_error());
+    char why[512];
+    snprintf(why, sizeof why, "%s", dmm_last_error());
+    pheap *h = heaps_head(p);
+    while (h != NULL) {
+        pheap *n = heap_next(h);
+        if (h->fence != NULL) p->drv->ops->event_destroy(p->drv, h->fence);
+        dmm__heap_fini(h);
+        free(h);
+        h = n;
+    }
+    for (size_t i = 0; i < p->nevents; i++) p->drv->ops->event_destroy(p->drv, p->events[i]);
+    free(p->events);
+    free(p->owner);
+    dmm_lock_destroy(&p->lock);
+    free(p);
+    if (state == DMM_RELEASE_QUARANTINED)
+        return dmm_error_set(DMM_ERR_QUARANTINED,
+                             "dmm_pool_destroy: the pool is gone, but the mechanism quarantined part of its memory "
+                             "(%llu bytes unmapped, %llu still owned): %s",
+                             (unsigned long long)o.unmapped_bytes, (unsigned long long)o.residual_owned_bytes, why);
+    dmm_clear_error();
+    return DMM_OK;
+}
+
+/* ---- stats ---- */
+#define POOL_STATS_MIN_SIZE (offsetof(dmm_pool_stats, allocations) + sizeof(dmm_count))
+
+static void gather(dmm_pool *p, dmm_pool_stats *s) {
+    memset(s, 0, sizeof *s);
+    s->size = sizeof *s;
+    uint64_t maxlive = 0, maxreq = 0, maxblocks = 0, sumlive = 0, sumreq = 0;
+    for (pheap *h = heaps_head(p); h != NULL; h = heap_next(h)) {
+        dmm_lock_acquire(&h->lock);
+        s->allocations.current += (int64_t)h->live_blocks;
+        s->allocations.total += (int64_t)h->live_blocks_total;
+        if (h->live_peak_blocks > maxblocks) maxblocks = h->live_peak_blocks;
+        sumlive += ld(&h->live_bytes);
+        s->allocated_bytes.total += (int64_t)h->live_total;
+        if (ld(&h->live_peak) > maxlive) maxlive = ld(&h->live_peak);
+        sumreq += h->requested_bytes;
+        s->requested_bytes.total += (int64_t)h->requested_total;
+        if (h->requested_peak > maxreq) maxreq = h->requested_peak;
+        s->mallocs += h->mallocs;
+        s->frees += h->frees;
+        s->cached_mallocs += h->cached_mallocs;
+        s->cross_stream_frees += h->cross_frees;
+        dmm_lock_release(&h->lock);
+    }
+    max_into(&p->sampled_live_peak, sumlive);
+    max_into(&p->sampled_requested_peak, sumreq);
+    uint64_t lp = ld(&p->sampled_live_peak), rp = ld(&p->sampled_requested_peak);
+    s->allocated_bytes.current = (int64_t)sumlive;
+    s->allocated_bytes.peak = (int64_t)(lp > maxlive ? lp : maxlive);
+    s->requested_bytes.current = (int64_t)sumreq;
+    s->requested_bytes.peak = (int64_t)(rp > maxreq ? rp : maxreq);
+    s->allocations.peak = (int64_t)maxblocks;
+    if (s->allocations.peak < s->allocations.current) s->allocations.peak = s->allocations.current;
+    s->committed_bytes.current = (int64_t)ld(&p->committed);
+    s->committed_bytes.peak = (int64_t)ld(&p->committed_peak);
+    s->committed_bytes.total = (int64_t)ld(&p->committed_total);
+    s->pending_blocks.current = (int64_t)ld(&p->pending_now);
+    s->pending_blocks.peak = (int64_t)ld(&p->pending_peak);
+    s->pending_blocks.total = (int64_t)ld(&p->pending_total);
+    dmm_lock_acquire(&p->lock);
+    s->heaps.current = s->heaps.peak = s->heaps.total = (int64_t)p->nheaps;
+    dmm_lock_release(&p->lock);
+    s->grows = ld(&p->grows);
+    s->chunks_committed = ld(&p->chunks_committed);
+    s->chunks_decommitted = ld(&p->chunks_decommitted);
+    s->chunks_moved = ld(&p->chunks_moved);
+    s->trims = ld(&p->trims);
+    s->events_recorded = ld(&p->events_recorded);
+    s->events_pending = ld(&p->events_pending);
+    s->chunks_poisoned = ld(&p->chunks_poisoned);
+    dmm_stats ms;
+    memset(&ms, 0, sizeof ms);
+    ms.size = sizeof ms;
+    if (dmm_mechanism_stats(p->mech, &ms) == DMM_OK) {
+        s->physical_bytes = ms.owned_bytes;
+        s->driver_create = ms.driver_create;
+        s->driver_map = ms.driver_map;
+        s->driver_set_access = ms.driver_set_access;
+        s->driver_unmap = ms.driver_unmap;
+        s->driver_release = ms.driver_release;
+        s->driver_cache_hits = ms.cache_hits;
+    } else {
+        dmm_clear_error();
+    }
+}
+
+dmm_status dmm_pool_stats_get(dmm_pool *p, dmm_pool_stats *out) {
+    if (p == NULL || out == NULL)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_stats_get: pool and out are required");
+    uint32_t want = out->size;
+    if (want < POOL_STATS_MIN_SIZE)
+        return dmm_error_set(DMM_ERR_SHORT_STRUCT,
+                             "dmm_pool_stats_get: the output struct's size is %u bytes; set .size = "
+                             "sizeof(dmm_pool_stats) (%zu in this build)",
+                             want, sizeof(dmm_pool_stats));
+    dmm_pool_stats s;
+    gather(p, &s);
+    size_t n = want < sizeof s ? want : sizeof s;
+    memcpy(out, &s, n);
+    if (want > sizeof s) memset((char *)out + sizeof s, 0, want - sizeof s);
+    out->size = want;
+    return DMM_OK;
+}
+
+dmm_status dmm_pool_stats_common(dmm_pool *p, dmm_stats *out) {
+    if (p == NULL || out == NULL)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_stats_common: pool and out are required");
+    dmm_pool_stats s;
+    gather(p, &s);
+    dmm_stats c;
+    memset(&c, 0, sizeof c);
+    c.size = sizeof c;
+    c.allocations = s.allocations;
+    c.allocated_bytes = s.allocated_bytes;
+    c.reserved_bytes.current = c.reserved_bytes.peak = c.reserved_bytes.total = (int64_t)p->va_bytes;
+    c.committed_bytes = s.committed_bytes;
+    c.mapped_bytes = s.committed_bytes;
+    c.owned_bytes = s.physical_bytes;
+    c.driver_create = s.driver_create;
+    c.driver_map = s.driver_map;
+    c.driver_set_access = s.driver_set_access;
+    c.driver_unmap = s.driver_unmap;
+    c.driver_release = s.driver_release;
+    c.cache_hits = s.driver_cache_hits;
+    return dmm__stats_copy_out(&c, out);
+}
+
+typedef struct json_out {
+    char *buf;
+    size_t cap, len;
+} json_out;
+
+static void put(json_out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(json_out *o, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    size_t room = o->len < o->cap ? o->cap - o->len : 0;
+    int n = vsnprintf(room ? o->buf + o->len : NULL, room, fmt, ap);
+    va_end(ap);
+    if (n > 0) o->len += (size_t)n;
+}
+
+dmm_status dmm_pool_stats_json(const dmm_pool_stats *s, char *buf, size_t cap, size_t *needed) {
+    if (s == NULL || (buf == NULL && cap > 0))
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "dmm_pool_stats_json: stats is NULL or buf is NULL with cap %zu", cap);
+    json_out o = {buf, cap, 0};
+    const char *sep = "";
+    put(&o, "{");
+#define POOL_JSON_COUNT(name, desc)                                                                 \
+    put(&o, "%s\"" #name "\":{\"current\":%lld,\"peak\":%lld,\"total\":%lld}", sep,                 \
+        (long long)s->name.current, (long long)s->name.peak, (long long)s->name.total);             \
+    sep = ",";
+    DMM_POOL_STAT_COUNTS(POOL_JSON_COUNT)
+#undef POOL_JSON_COUNT
+#define POOL_JSON_COUNTER(name, desc)                                                               \
+    put(&o, "%s\"" #name "\":%llu", sep, (unsigned long long)s->name);                              \
+    sep = ",";
+    DMM_POOL_STAT_COUNTERS(POOL_JSON_COUNTER)
+#undef POOL_JSON_COUNTER
+    put(&o, "}");
+    if (needed != NULL) *needed = o.len;
+    if (o.len >= cap) {
+        if (cap > 0) buf[cap - 1] = '\0';
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "dmm_pool_stats_json: the buffer holds %zu bytes but the JSON needs %zu plus the NUL", cap,
+                             o.len);
+    }
+    return DMM_OK;
+}
+
+/* ---- check ---- */
+dmm_status dmm_pool_check(dmm_pool *p) {
+    if (p == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_check: the pool is NULL");
+    uint64_t sum = 0;
+    for (pheap *h = heaps_head(p); h != NULL; h = heap_next(h)) {
+        dmm_lock_acquire(&h->lock);
+        const char *bad = dmm__heap_check_locked(h);
+        sum += h->committed;
+        dmm_lock_release(&h->lock);
+        if (bad != NULL)
+            return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_check: heap of stream %p: %s", h->stream, bad);
+    }
+    if (sum != ld(&p->committed))
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "dmm_pool_check: the heaps hold %llu committed bytes but the pool counts %llu (call the "
+                             "check while no other thread uses the pool)",
+                             (unsigned long long)sum, (unsigned long long)ld(&p->committed));
+    return DMM_OK;
+}

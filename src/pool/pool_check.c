@@ -1,0 +1,129 @@
+/* src/pool/pool_check.c — the expensive invariant check of one heap (pool_internal.h lists the
+ * invariants). Walks every run, every bin, the unmapped and pending lists and the hash; O(blocks),
+ * for tests and debugging only. */
+#include <stdio.h>
+
+#include "pool/pool_internal.h"
+
+static _Thread_local char why[256];
+
+#define BAD(...)                                                                                   \
+    do {                                                                                           \
+        snprintf(why, sizeof why, __VA_ARGS__);                                                    \
+        return why;                                                                                \
+    } while (0)
+
+static bool maps_its_chunks(uint8_t kind, const pblock *b) {
+    switch (kind) {
+    case BK_LIVE:
+    case BK_PENDING:
+    case BK_FREE:
+    case BK_DECOMMITTING: return true;
+    case BK_POISONED: return b->requested != 0; /* still mapped */
+    default: return false;
+    }
+}
+
+const char *dmm__heap_check_locked(const pheap *h) {
+    const dmm_pool *p = h->pool;
+    const uint64_t C = p->chunk;
+    uint64_t nfree = 0, nunmapped = 0, nlive = 0, npending = 0, live_bytes = 0, chunks = 0;
+    for (size_t r = 0; r < h->nruns; r++) {
+        const prun *run = &h->runs[r];
+        uintptr_t at = run->lo;
+        const pblock *prev = NULL;
+        uint64_t last_chunk = UINT64_MAX; /* last chunk index counted as mapped */
+        for (const pblock *b = run->first; b != NULL; prev = b, b = b->next) {
+            if (b->addr != at) BAD("block at %#llx follows a block ending at %#llx", (unsigned long long)b->addr,
+                                   (unsigned long long)at);
+            if (b->prev != prev) BAD("block at %#llx has a wrong prev link", (unsigned long long)b->addr);
+            if (b->size == 0 || b->size % p->align != 0 || b->addr % p->align != 0)
+                BAD("block at %#llx of %llu bytes is not aligned to %llu", (unsigned long long)b->addr,
+                    (unsigned long long)b->size, (unsigned long long)p->align);
+            if (prev != NULL && prev->kind == b->kind && (b->kind == BK_FREE || b->kind == BK_UNMAPPED))
+                BAD("two adjacent %s blocks at %#llx were not coalesced", b->kind == BK_FREE ? "free" : "unmapped",
+                    (unsigned long long)b->addr);
+            switch (b->kind) {
+            case BK_FREE:
+                nfree++;
+                if (b->bin != pool_bin_of(b->size >> p->align_shift))
+                    BAD("free block at %#llx of %llu bytes sits in bin %u", (unsigned long long)b->addr,
+                        (unsigned long long)b->size, b->bin);
+                break;
+            case BK_UNMAPPED:
+                nunmapped++;
+                if ((b->addr - p->base) % C != 0 || b->size % C != 0)
+                    BAD("unmapped block at %#llx of %llu bytes is not made of whole chunks",
+                        (unsigned long long)b->addr, (unsigned long long)b->size);
+                break;
+            case BK_LIVE:
+                nlive++;
+                live_bytes += b->size;
+                if (dmm__heap_hash_find(h, b->addr) != b)
+                    BAD("live block at %#llx is not in the hash", (unsigned long long)b->addr);
+                break;
+            case BK_PENDING: npending++; break;
+            case BK_COMMITTING:
+            case BK_DECOMMITTING:
+            case BK_POISONED:
+                if ((b->addr - p->base) % C != 0 || b->size % C != 0)
+                    BAD("transit or poisoned block at %#llx is not made of whole chunks", (unsigned long long)b->addr);
+                break;
+            default: BAD("block at %#llx has unknown kind %u", (unsigned long long)b->addr, b->kind);
+            }
+            if (maps_its_chunks(b->kind, b)) {
+                uint64_t c0 = (b->addr - p->base) / C, c1 = (b->addr + b->size - 1 - p->base) / C;
+                if (last_chunk != UINT64_MAX && c0 <= last_chunk) c0 = last_chunk + 1;
+                if (c1 >= c0) chunks += c1 - c0 + 1;
+                if (last_chunk == UINT64_MAX || c1 > last_chunk) last_chunk = c1;
+            }
+            at = b->addr + b->size;
+        }
+        if (at != run->hi) BAD("the blocks of run [%#llx, %#llx) end at %#llx", (unsigned long long)run->lo,
+                               (unsigned long long)run->hi, (unsigned long long)at);
+    }
+    /* bins */
+    uint64_t inbins = 0;
+    for (uint32_t c = 0; c < POOL_NBINS; c++) {
+        bool bit = (h->binmap[c / 64] >> (c % 64)) & 1;
+        if (bit != (h->bins[c] != NULL)) BAD("bin %u's bitmap bit disagrees with its list", c);
+        const pblock *prev = NULL;
+        for (const pblock *b = h->bins[c]; b != NULL; prev = b, b = b->lnext) {
+            inbins++;
+            if (b->kind != BK_FREE || b->bin != c) BAD("bin %u holds a block that is not free in that bin", c);
+            if (b->lprev != prev) BAD("bin %u has a wrong back link", c);
+            if (c >= POOL_EXACT_BINS && prev != NULL &&
+                (prev->size > b->size || (prev->size == b->size && prev->addr > b->addr)))
+                BAD("bin %u is not sorted by (size, address)", c);
+        }
+    }
+    for (uint32_t w = 0; w < POOL_BINWORDS; w++)
+        if (((h->binsum >> w) & 1) != (h->binmap[w] != 0)) BAD("bin summary word %u disagrees", w);
+    if (inbins != nfree) BAD("%llu free blocks but %llu in the bins", (unsigned long long)nfree,
+                             (unsigned long long)inbins);
+    uint64_t inlist = 0;
+    for (const pblock *b = h->unmapped; b != NULL; b = b->lnext) {
+        inlist++;
+        if (b->kind != BK_UNMAPPED) BAD("the unmapped list holds a block of kind %u", b->kind);
+    }
+    if (inlist != nunmapped) BAD("%llu unmapped blocks but %llu in the list", (unsigned long long)nunmapped,
+                                 (unsigned long long)inlist);
+    uint64_t inpending = 0;
+    for (const pblock *b = h->pending; b != NULL; b = b->lnext) {
+        inpending++;
+        if (b->kind != BK_PENDING) BAD("the pending list holds a block of kind %u", b->kind);
+    }
+    if (inpending != npending || inpending != h->npending)
+        BAD("%llu pending blocks, %llu in the list, counter %zu", (unsigned long long)npending,
+            (unsigned long long)inpending, h->npending);
+    if (nlive != h->hcount || nlive != h->live_blocks)
+        BAD("%llu live blocks, %zu in the hash, counter %llu", (unsigned long long)nlive, h->hcount,
+            (unsigned long long)h->live_blocks);
+    if (live_bytes != atomic_load_explicit(&h->live_bytes, memory_order_relaxed))
+        BAD("live blocks sum to %llu bytes but the counter says %llu", (unsigned long long)live_bytes,
+            (unsigned long long)atomic_load_explicit(&h->live_bytes, memory_order_relaxed));
+    if (chunks * C != h->committed)
+        BAD("blocks touch %llu mapped chunks (%llu bytes) but the heap counts %llu committed bytes",
+            (unsigned long long)chunks, (unsigned long long)(chunks * C), (unsigned long long)h->committed);
+    return NULL;
+}

@@ -1,0 +1,197 @@
+/* src/pool/pool_internal.h — the pool's data, shared by its files. Never installed.
+ *
+ *   pool.c        the API: create/destroy, streams → heaps, malloc/free (hot path), growth and
+ *                 moves, trim, events (fences, cross-stream frees), stats
+ *   heap.c        one heap's bookkeeping: block records, bins (best fit), the live-block hash,
+ *                 carving and merging of blocks; no driver call, no lock (callers hold the heap's)
+ *   pool_check.c  the expensive invariant check
+ *
+ * Vocabulary. The pool owns one VA-only allocation of the mechanism, [base, base + va_bytes),
+ * split into regions of `region` bytes that heaps take when they need VA; physical memory is
+ * committed in chunks of C = `chunk` bytes at chunk-aligned addresses. A heap (one per stream)
+ * tiles each run of its regions with blocks, linked in address order (prev/next):
+ *
+ *   LIVE          handed out; in the hash; every chunk it touches is mapped
+ *   PENDING       freed on another stream; waits for its event (in `pending`, or held by a poller)
+ *   FREE          free and mapped: every chunk it touches is mapped; in a bin
+ *   UNMAPPED      free VA without backing; starts and ends on chunk boundaries; in `unmapped`
+ *   COMMITTING    chunk-aligned, unmapped, being committed by one thread outside the lock
+ *   DECOMMITTING  one whole mapped chunk being decommitted by one thread outside the lock
+ *   POISONED      one chunk whose decommit went wrong: kept out of use forever
+ *
+ * Invariants (pool_check.c, under the heap's lock):
+ *   the blocks of a run tile [run.lo, run.hi) in address order; no two FREE blocks and no two
+ *   UNMAPPED blocks are adjacent (coalesced); a FREE block is in bin bin_of(size), an UNMAPPED one
+ *   in the unmapped list, a LIVE one in the hash; sizes and addresses are multiples of `align`;
+ *   heap.committed = C × #{chunks touched by a LIVE, PENDING, FREE, DECOMMITTING or POISONED block};
+ *   heap.live_bytes = Σ LIVE sizes; heap.live_blocks = #LIVE.
+ *   A FREE block's seq ≥ the heap free_seq of every free merged into it; it is safe to decommit its
+ *   whole chunks once seq ≤ heap.safe_seq (a completed fence on the heap's stream covers it).
+ */
+#ifndef DMM_POOL_INTERNAL_H
+#define DMM_POOL_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/core.h"
+#include "dmm/pool.h"
+
+enum {
+    BK_FREE = 1,
+    BK_UNMAPPED = 2,
+    BK_LIVE = 3,
+    BK_PENDING = 4,
+    BK_COMMITTING = 5,
+    BK_DECOMMITTING = 6,
+    BK_POISONED = 7,
+};
+
+/* Size classes, in units of `align`: exact below 64 units, then 16 classes per power of two. */
+#define POOL_EXACT_BINS 64u
+#define POOL_NBINS 896u
+#define POOL_BINWORDS (POOL_NBINS / 64u)
+
+typedef struct pblock {
+    uintptr_t addr;
+    uint64_t size;
+    struct pblock *prev, *next;   /* address neighbours inside the run (NULL at the run's ends) */
+    struct pblock *lnext, *lprev; /* bin / unmapped / pending list links; lnext = hash chain when LIVE */
+    uint64_t seq;                 /* FREE: highest free_seq merged in; PENDING: free_seq at the free */
+    uint64_t requested;           /* LIVE: bytes as requested */
+    dmm_event ev;                 /* PENDING: the event recorded on the freeing stream */
+    uint16_t bin;                 /* FREE: its bin */
+    uint8_t kind;
+} pblock;
+
+typedef struct prun {
+    uintptr_t lo, hi; /* whole regions */
+    pblock *first;    /* the block at lo (never merged into a predecessor, so stable) */
+} prun;
+
+typedef struct pslab {
+    struct pslab *next;
+} pslab;
+
+typedef enum fence_state { FENCE_IDLE = 0, FENCE_BUSY = 1, FENCE_RECORDED = 2 } fence_state;
+
+typedef struct pheap {
+    dmm_lock lock;
+    struct dmm_pool *pool;
+    dmm_stream stream;
+    struct pheap *_Atomic next_heap; /* the pool's list (prepend; never removed before destroy) */
+
+    /* bins of FREE blocks: exact classes are LIFO, range classes sorted by (size, addr) */
+    pblock *bins[POOL_NBINS];
+    uint64_t binmap[POOL_BINWORDS];
+    uint64_t binsum; /* bit w: binmap[w] != 0 */
+
+    pblock *unmapped; /* UNMAPPED blocks (unordered) */
+    pblock *pending;  /* PENDING blocks whose event is recorded (unordered) */
+    size_t npending;
+
+    pblock **hash; /* LIVE blocks by address (chained through lnext) */
+    size_t hmask, hcount;
+
+    pblock *spare; /* unused block records */
+    pslab *slabs;
+
+    prun *runs;
+    size_t nruns, caprun;
+
+    /* fences: every free bumps free_seq; a completed fence recorded when free_seq was s sets safe_seq=s */
+    uint64_t free_seq, safe_seq, fence_seq;
+    uint8_t fence_state;
+    dmm_event fence;
+
+    /* counts under the lock; live_bytes/live_peak are mirrored atomically for other threads' policy */
+    uint64_t live_blocks, live_peak_blocks, live_blocks_total;
+    uint64_t requested_bytes, requested_peak, requested_total;
+    uint64_t live_total;
+    _Atomic uint64_t live_bytes, live_peak;
+    uint64_t committed; /* C × mapped chunks of this heap */
+    uint64_t mallocs, frees, cached_mallocs, cross_frees;
+
+    pblock **scratch; /* slow-path candidate list */
+    size_t capscratch;
+} pheap;
+
+struct dmm_pool {
+    uint64_t uid; /* distinguishes a pool from an earlier one at the same address (TLS cache) */
+    dmm_mechanism *mech;
+    dmm_driver *drv;
+    dmm_allocation va; /* the VA-only allocation */
+    uintptr_t base;
+    uint64_t va_bytes;
+    uint64_t chunk;
+    uint64_t region;
+    unsigned region_shift;
+    size_t nregions;
+    uint64_t align;
+    unsigned align_shift;
+    uint32_t retain_permille;
+
+    dmm_lock lock; /* regions, heap creation, the event freelist, sampled peaks */
+    struct pheap *_Atomic heaps;
+    pheap *_Atomic *owner; /* per region: the heap that owns it, or NULL */
+    size_t nheaps;
+
+    dmm_event *events; /* recycled events for cross-stream frees */
+    size_t nevents, capevents;
+
+    _Atomic uint64_t committed;   /* Σ heap.committed */
+    _Atomic uint64_t committed_peak, committed_total;
+    _Atomic uint64_t sampled_live_peak, sampled_requested_peak;
+    _Atomic uint64_t grows, chunks_committed, chunks_decommitted, chunks_moved, trims, events_recorded,
+        events_pending, chunks_poisoned, pending_now, pending_peak, pending_total;
+};
+
+/* ---- heap.c ---- */
+static inline uint32_t pool_bin_of(uint64_t units) {
+    if (units < POOL_EXACT_BINS) return (uint32_t)units;
+    unsigned fl = 63u - (unsigned)__builtin_clzll(units);
+    return POOL_EXACT_BINS + (fl - 6u) * 16u + (uint32_t)((units >> (fl - 4u)) & 15u);
+}
+
+bool dmm__heap_init(pheap *h, struct dmm_pool *p, dmm_stream stream);
+void dmm__heap_fini(pheap *h);
+
+/* A block record (NULL when out of host memory and no spare is left). */
+pblock *dmm__heap_block_new(pheap *h);
+void dmm__heap_block_put(pheap *h, pblock *b);
+/* Makes sure `n` records are spare, so that a sequence of splits cannot fail halfway. */
+bool dmm__heap_reserve_blocks(pheap *h, size_t n);
+
+void dmm__heap_bin_insert(pheap *h, pblock *b);
+void dmm__heap_bin_remove(pheap *h, pblock *b);
+/* The smallest FREE block of at least `bytes` (lowest address among equal sizes within range
+ * classes), or NULL. */
+pblock *dmm__heap_bin_find(const pheap *h, uint64_t bytes);
+
+void dmm__heap_list_push(pblock **head, pblock *b);
+void dmm__heap_list_remove(pblock **head, pblock *b);
+
+bool dmm__heap_hash_insert(pheap *h, pblock *b); /* false: out of host memory growing the table */
+pblock *dmm__heap_hash_find(const pheap *h, uintptr_t addr);
+pblock *dmm__heap_hash_remove(pheap *h, uintptr_t addr);
+
+/* Splits b at b->addr + at (0 < at < size): b keeps the front, the returned record (same kind,
+ * seq, not in any list) the back. Needs a spare record. */
+pblock *dmm__heap_split(pheap *h, pblock *b, uint64_t at);
+
+/* Turns a block that is in no list into FREE (seq kept) and merges it with FREE neighbours;
+ * returns the merged block (in its bin). */
+pblock *dmm__heap_make_free(pheap *h, pblock *b);
+/* Turns a block that is in no list into UNMAPPED and merges it with UNMAPPED neighbours. */
+pblock *dmm__heap_make_unmapped(pheap *h, pblock *b);
+
+/* Carves [addr, addr+len) out of block b (FREE or UNMAPPED, which must contain it): b leaves its
+ * list, the pieces before and after go back to it, and the middle record (in no list) is returned
+ * with kind `kind`. Needs two spare records. */
+pblock *dmm__heap_carve(pheap *h, pblock *b, uintptr_t addr, uint64_t len, uint8_t kind);
+
+/* ---- pool_check.c ---- */
+/* Under h->lock: NULL when every invariant holds, else a sentence fragment (static per thread). */
+const char *dmm__heap_check_locked(const pheap *h);
+
+#endif /* DMM_POOL_INTERNAL_H */

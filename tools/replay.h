@@ -1,0 +1,65 @@
+/* tools/replay.h — replays a trace (trace.h) through a dmm pool over an arena, and measures it.
+ *
+ * The replay never writes into the blocks it allocates: on the host driver the memory is real
+ * (memfd pages), and untouched pages cost no RSS, so a 7.6 GiB trace replays on a small machine.
+ * Used by `dmm replay` (cmd_replay.c) and bench_replay (which compiles replay.c into itself).
+ */
+#ifndef DMM_TOOLS_REPLAY_H
+#define DMM_TOOLS_REPLAY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dmm/dmm.h"
+#include "trace.h"
+
+typedef struct dmm_replay_opts {
+    const char *driver;       /* "host" or "cuda" */
+    uint64_t granule;         /* host driver granularity; 0 = 2 MiB (CUDA: the device's) */
+    uint64_t chunk_bytes;     /* pool chunk; 0 = the granule */
+    uint32_t retain_permille; /* pool retention; 0 = the pool's default */
+    uint64_t cache_bytes;     /* arena handle cache; 0 = 4 chunks */
+    size_t samples;           /* timeline points; 0 = 1500 */
+    bool time_ops;            /* time every malloc/free (percentiles); off: only the total */
+} dmm_replay_opts;
+
+typedef struct dmm_replay_point {
+    uint64_t t_us;      /* trace time */
+    uint64_t live;      /* bytes live in the trace (as requested) */
+    uint64_t committed; /* pool committed bytes */
+    uint64_t physical;  /* arena owned bytes */
+} dmm_replay_point;
+
+typedef struct dmm_replay_result {
+    char driver[16];
+    uint64_t granule, chunk;
+    uint64_t events, allocs, frees;
+    uint64_t peak_live_bytes;      /* from the trace: Σ requested bytes, at its peak */
+    uint64_t peak_committed_bytes; /* the pool's committed peak (mapped chunks it held) */
+    uint64_t peak_physical_bytes;  /* the arena's owned peak (mapped + cached handles) */
+    uint64_t peak_mapped_bytes;    /* the arena's mapped peak */
+    double ratio;                  /* peak_physical / peak_live */
+    double ratio_committed;        /* peak_committed / peak_live */
+    double native_ratio;           /* the trace header's reserved / allocated (0 if absent) */
+    dmm_pool_stats pool;           /* at the end, before the leftovers are freed */
+    uint64_t calls_create, calls_map, calls_set_access, calls_unmap, calls_release, cache_hits;
+    double wall_s;                 /* the replay loop */
+    double est_h200_driver_s;      /* driver calls × DESIGN §6 medians on the H200 */
+    /* per-op latencies in ns (time_ops) */
+    double malloc_p50, malloc_p90, malloc_p99, malloc_max, free_p50, free_p90, free_p99, free_max;
+    dmm_replay_point *timeline;
+    size_t npoints;
+} dmm_replay_result;
+
+/* Replays `t`. Returns 0, or -1 with a sentence in err. Frees what the trace never frees, checks the
+ * pool's invariants, destroys pool, arena and driver, and checks the driver holds nothing. */
+int dmm_replay_run(const dmm_trace *t, const dmm_replay_opts *o, dmm_replay_result *r, char *err, size_t errcap);
+void dmm_replay_result_free(dmm_replay_result *r);
+
+/* Calls per 1,000 allocations. */
+static inline double dmm_replay_per_1k(uint64_t calls, uint64_t allocs) {
+    return allocs ? 1000.0 * (double)calls / (double)allocs : 0.0;
+}
+
+#endif /* DMM_TOOLS_REPLAY_H */

@@ -1,0 +1,17 @@
+/* tools/report.h — a replay's result as text, as one JSON object, and as a self-contained HTML page
+ * with an SVG timeline (live, committed and physical bytes, and PyTorch's peak as a line). */
+#ifndef DMM_TOOLS_REPORT_H
+#define DMM_TOOLS_REPORT_H
+
+#include <stdio.h>
+
+#include "replay.h"
+#include "trace.h"
+
+void dmm_report_text(FILE *f, const char *trace_path, const dmm_trace *t, const dmm_replay_result *r);
+void dmm_report_json(FILE *f, const char *trace_path, const dmm_trace *t, const dmm_replay_result *r);
+/* Returns 0, or -1 with a sentence in err. */
+int dmm_report_html(const char *html_path, const char *trace_path, const dmm_trace *t, const dmm_replay_result *r,
+                    char *err, size_t errcap);
+
+#endif /* DMM_TOOLS_REPORT_H */

@@ -1,0 +1,59 @@
+/* tools/trace.h — allocation traces (`# dmm-trace v1`, ../shared/traces/README.md), read into memory.
+ *
+ * A trace is a header of `# key: value` comments and one event per line:
+ *   <t_us> a <id> <bytes> <stream>     allocation number <id> of <bytes> on stream <stream>
+ *   <t_us> f <id>                      free of allocation <id>
+ * The reader validates as it goes (ids positive and increasing, every free names a live allocation,
+ * no double free) and resolves each free to the ordinal of its allocation, so that a replay needs
+ * no hash table: allocation k (0-based, in file order) lives in slot k of the replayer's arrays.
+ * Stream ids become dense indices 0..nstreams-1 in order of first appearance (ids kept in
+ * stream_ids[]).
+ *
+ * Used by the `dmm replay` command and by bench_replay (which compiles trace.c into itself).
+ * Thread contract: a loaded trace is immutable; one owner frees it.
+ */
+#ifndef DMM_TOOLS_TRACE_H
+#define DMM_TOOLS_TRACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum { DMM_TRACE_ALLOC = 0, DMM_TRACE_FREE = 1 };
+
+typedef struct dmm_trace_event {
+    uint64_t t_us;  /* microseconds since the first event */
+    uint64_t bytes; /* allocation: its bytes; free: the bytes of the allocation it frees */
+    uint32_t slot;  /* the allocation's ordinal (0-based, file order), for both kinds */
+    uint16_t stream; /* dense stream index (allocation: its stream; free: the allocation's stream) */
+    uint8_t kind;   /* DMM_TRACE_ALLOC or DMM_TRACE_FREE */
+    uint8_t pad_;
+} dmm_trace_event;
+
+typedef struct dmm_trace {
+    char workload[64];               /* header `workload` ("" if absent) */
+    uint64_t native_peak_allocated;  /* header; 0 if absent */
+    uint64_t native_peak_reserved;   /* header; 0 if absent */
+    dmm_trace_event *ev;             /* events in file order */
+    size_t n;                        /* events */
+    size_t allocs, frees;            /* by kind; allocs - frees = allocations never freed */
+    uint64_t peak_live_bytes;        /* max over time of Σ bytes of live allocations */
+    uint64_t max_bytes;              /* largest allocation */
+    uint64_t total_alloc_bytes;      /* Σ bytes of every allocation */
+    uint64_t duration_us;            /* t_us of the last event */
+    uint32_t nstreams;               /* distinct streams */
+    uint64_t stream_ids[64];         /* the trace's stream id of each dense index */
+} dmm_trace;
+
+/* Parses trace text that is already in memory (`len` bytes, need not be NUL-terminated). Returns 0,
+ * or -1 with a sentence in err (file line number, what is wrong). `out` is zeroed first; free it
+ * with dmm_trace_free() also after a failure. */
+int dmm_trace_parse(const char *text, size_t len, dmm_trace *out, char *err, size_t errcap);
+
+#ifndef DMM_TRACE_NO_ZLIB
+/* Reads a trace file, gzip-compressed or plain (zlib reads both). Same contract as parse. */
+int dmm_trace_load(const char *path, dmm_trace *out, char *err, size_t errcap);
+#endif
+
+void dmm_trace_free(dmm_trace *t);
+
+#endif /* DMM_TOOLS_TRACE_H */
