@@ -247,7 +247,8 @@ static void lost_battery(env *e) {
     dmm_driver_destroy(e->host);
 }
 
-static int sweep(const sweep_case *k, mode md) {
+/* seen[state] counts the outcomes (or, for status calls: [0] OK, [2] errors) a sweep produced */
+static int sweep(const sweep_case *k, mode md, int seen[3]) {
     int steps = 0;
     for (uint64_t n = 1;; n++) {
         if (n > 400) fail_msg("%s: the sweep did not end", k->name);
@@ -260,6 +261,7 @@ static int sweep(const sweep_case *k, mode md) {
         DMM_OK_OR_FAIL(dmm_fault_plan(e.fault, DMM_OP_ANY, n, md == ONCE ? 1 : UINT32_MAX,
                                       md == LOST ? DMM_ERR_DEVICE_LOST : DMM_ERR_DRIVER));
         result r = k->run(&e);
+        seen[r.is_outcome ? dmm_release_state_of(&r.o) : r.status == DMM_OK ? 0 : 2]++;
         bool hit = dmm_fault_injected(e.fault) != injected;
         if (md != LOST || !hit) DMM_OK_OR_FAIL(dmm_fault_clear(e.fault));
         steps++;
@@ -287,9 +289,11 @@ static int sweep(const sweep_case *k, mode md) {
     return steps;
 }
 
-static void run_sweeps(const sweep_case *k) {
-    int a = sweep(k, ONCE), b = sweep(k, STICKY), c = sweep(k, LOST);
-    print_message("  %-34s %3d + %3d + %3d steps (once, sticky, device lost)\n", k->name, a, b, c);
+static void run_sweeps(const sweep_case *k, int seen[3]) {
+    int a = sweep(k, ONCE, seen), b = sweep(k, STICKY, seen), c = sweep(k, LOST, seen);
+    print_message("  %-34s %3d + %3d + %3d steps (once, sticky, device lost): %d complete/ok, %d quarantined, "
+                  "%d failed\n",
+                  k->name, a, b, c, seen[0], seen[1], seen[2]);
 }
 
 /* ---- the operations ---- */
@@ -458,7 +462,12 @@ static const sweep_case cases[] = {
 
 static void fault_sweep_every_operation(void **state) {
     (void)state;
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_sweeps(&cases[i]);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int seen[3] = {0, 0, 0};
+        run_sweeps(&cases[i], seen);
+        assert_true(seen[0] >= 3 && seen[2] > 0); /* each sweep ends in success, after failures */
+        if (cases[i].run == op_release || cases[i].run == op_decommit) assert_true(seen[1] > 0);
+    }
 }
 
 /* ---- acceptance 7: poisoned chunks and quarantined handles ---- */
