@@ -52,8 +52,8 @@ typedef struct dmm_pool_config {
     uint64_t va_bytes;      /* VA the pool takes from the mechanism; 0 = half the arena's reservation
                                (for an arena), else 64 GiB */
     uint64_t chunk_bytes;   /* commit unit: a multiple of the driver's granularity; 0 = the granularity */
-    uint64_t region_bytes;  /* VA a heap takes at a time (a power of two ≥ chunk_bytes); 0 = va_bytes/16
-                               rounded down to a power of two */
+    uint64_t region_bytes;  /* VA a heap takes at a time (a power of two ≥ chunk_bytes); 0 = va_bytes/64
+                               rounded down to a power of two. A block larger than a region takes several */
     size_t block_align;     /* alignment and size quantum of blocks (a power of two); 0 = 512 */
     uint32_t retain_permille; /* physical memory the pool keeps mapped while free, as a share of the
                                highest live bytes seen so far: beyond (1 + permille/1000) × that peak,
@@ -89,8 +89,9 @@ DMM_API dmm_status dmm_pool_block_size(dmm_pool *pool, const void *ptr, size_t *
  * DMM_OK also when the target could not be reached (compare released with what you asked). */
 DMM_API dmm_status dmm_pool_trim(dmm_pool *pool, uint64_t target_bytes, uint64_t *released);
 
-/* trim(0), then gives the mechanism's cached physical handles back to the driver (for an arena:
- * dmm_arena_drain_cache). *released (may be NULL) = bytes decommitted. */
+/* trim(0), then gives the VA of streams that hold nothing back to the pool, and the mechanism's
+ * cached physical handles back to the driver (for an arena: dmm_arena_drain_cache). *released (may be
+ * NULL) = bytes decommitted. */
 DMM_API dmm_status dmm_pool_empty_cache(dmm_pool *pool, uint64_t *released);
 
 /* ---------------------------------------------------------------------------------------------- */

@@ -126,7 +126,7 @@ dmm_status dmm_pool_create(dmm_mechanism *mech, dmm_driver *drv, const dmm_pool_
     uint64_t region = c.region_bytes;
     if (region == 0) {
         region = chunk;
-        while (region * 2 <= va / 16) region *= 2;
+        while (region * 2 <= va / 64) region *= 2;
     }
     if (!dmm_is_pow2(region) || region < chunk || va < region)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
@@ -315,6 +315,29 @@ static void heap_poll(dmm_pool *p, pheap *h) {
 }
 
 /* ---- regions ---- */
+/* Gives back the regions of g's runs that hold nothing but one UNMAPPED block (under g's lock; takes
+ * the pool lock). Returns the number of regions given back. */
+static size_t heap_shed_empty_runs(dmm_pool *p, pheap *g) {
+    size_t freed = 0;
+    for (size_t i = 0; i < g->nruns;) {
+        prun *r = &g->runs[i];
+        pblock *b = r->first;
+        if (b->kind != BK_UNMAPPED || b->next != NULL) {
+            i++;
+            continue;
+        }
+        dmm__heap_list_remove(&g->unmapped, b);
+        dmm__heap_block_put(g, b);
+        size_t r0 = (size_t)((r->lo - p->base) >> p->region_shift), n = (size_t)((r->hi - r->lo) >> p->region_shift);
+        dmm_lock_acquire(&p->lock);
+        for (size_t k = 0; k < n; k++) atomic_store_explicit(&p->owner[r0 + k], NULL, memory_order_release);
+        dmm_lock_release(&p->lock);
+        freed += n;
+        g->runs[i] = g->runs[--g->nruns];
+    }
+    return freed;
+}
+
 /* Gives heap h `n` more contiguous regions (under h's lock; takes the pool lock). Prefers the regions
  * right after one of h's runs (the run grows), else the lowest free run of regions that leaves the
  * most room after other heaps. False when the VA is exhausted (error set). */
@@ -333,80 +356,95 @@ static bool heap_grow_va(dmm_pool *p, pheap *h, size_t n) {
         dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "pool: out of host memory for block records");
         return false;
     }
-    dmm_lock_acquire(&p->lock);
-    size_t at = p->nregions;
-    prun *extend = NULL;
-    /* 1: right after one of h's runs */
-    for (size_t i = 0; i < h->nruns && at == p->nregions; i++) {
-        size_t r0 = (size_t)((h->runs[i].hi - p->base) >> p->region_shift);
-        size_t k = 0;
-        while (k < n && r0 + k < p->nregions && atomic_load_explicit(&p->owner[r0 + k], memory_order_relaxed) == NULL) k++;
-        if (k == n) {
-            at = r0;
-            extend = &h->runs[i];
-        }
-    }
-    /* 2: a new run: the free gap of at least n regions with the most room, starting half-way into
-     *    it when it follows another heap (so that both can grow), at its start otherwise */
-    if (at == p->nregions) {
-        size_t best_len = 0, best_at = p->nregions;
-        size_t i = 0;
-        while (i < p->nregions) {
-            if (atomic_load_explicit(&p->owner[i], memory_order_relaxed) != NULL) {
-                i++;
-                continue;
+    for (int pass = 0;; pass++) {
+        dmm_lock_acquire(&p->lock);
+        size_t at = p->nregions;
+        prun *extend = NULL;
+        /* 1: right after one of h's runs */
+        for (size_t i = 0; i < h->nruns && at == p->nregions; i++) {
+            size_t r0 = (size_t)((h->runs[i].hi - p->base) >> p->region_shift);
+            size_t k = 0;
+            while (k < n && r0 + k < p->nregions && atomic_load_explicit(&p->owner[r0 + k], memory_order_relaxed) == NULL) k++;
+            if (k == n) {
+                at = r0;
+                extend = &h->runs[i];
             }
-            size_t j = i;
-            while (j < p->nregions && atomic_load_explicit(&p->owner[j], memory_order_relaxed) == NULL) j++;
-            size_t len = j - i;
-            if (len >= n && len > best_len) {
-                best_len = len;
-                best_at = i > 0 && len >= 2 * n ? i + (len - n) / 2 : i;
-            }
-            i = j;
         }
-        at = best_at;
-    }
-    if (at == p->nregions) {
-        size_t used = 0;
-        for (size_t i = 0; i < p->nregions; i++) used += atomic_load_explicit(&p->owner[i], memory_order_relaxed) != NULL;
+        /* 2: a new run: the free gap of at least n regions with the most room, starting half-way into
+         *    it when it follows another heap (so that both can grow), at its start otherwise */
+        if (at == p->nregions) {
+            size_t best_len = 0, best_at = p->nregions;
+            size_t i = 0;
+            while (i < p->nregions) {
+                if (atomic_load_explicit(&p->owner[i], memory_order_relaxed) != NULL) {
+                    i++;
+                    continue;
+                }
+                size_t j = i;
+                while (j < p->nregions && atomic_load_explicit(&p->owner[j], memory_order_relaxed) == NULL) j++;
+                size_t len = j - i;
+                if (len >= n && len > best_len) {
+                    best_len = len;
+                    best_at = i > 0 && len >= 2 * n ? i + (len - n) / 2 : i;
+                }
+                i = j;
+            }
+            at = best_at;
+        }
+        if (at == p->nregions && pass == 0) {
+            /* the VA is taken: runs that hold nothing (of this heap, and of others that are not busy) go back */
+            dmm_lock_release(&p->lock);
+            size_t shed = heap_shed_empty_runs(p, h);
+            for (pheap *g = heaps_head(p); g != NULL; g = heap_next(g)) {
+                if (g == h || pthread_mutex_trylock(&g->lock.m) != 0) continue;
+                shed += heap_shed_empty_runs(p, g);
+                dmm_lock_release(&g->lock);
+            }
+            if (shed > 0) continue;
+            dmm_lock_acquire(&p->lock);
+        }
+        if (at == p->nregions) {
+            size_t used = 0;
+            for (size_t i = 0; i < p->nregions; i++) used += atomic_load_explicit(&p->owner[i], memory_order_relaxed) != NULL;
+            dmm_lock_release(&p->lock);
+            dmm_error_set(DMM_ERR_OUT_OF_MEMORY,
+                          "pool: the VA is exhausted: stream %p needs %zu more region(s) of %llu bytes and %zu of %zu are "
+                          "taken by streams that hold memory; call dmm_pool_empty_cache, or create the pool with a "
+                          "larger va_bytes (or a smaller region_bytes)",
+                          h->stream, n, (unsigned long long)p->region, used, p->nregions);
+            return false;
+        }
+        for (size_t k = 0; k < n; k++) atomic_store_explicit(&p->owner[at + k], h, memory_order_release);
         dmm_lock_release(&p->lock);
-        dmm_error_set(DMM_ERR_OUT_OF_MEMORY,
-                      "pool: the VA is exhausted: stream %p needs %zu more region(s) of %llu bytes and %zu of %zu are "
-                      "taken; create the pool with a larger va_bytes (or a smaller region_bytes)",
-                      h->stream, n, (unsigned long long)p->region, used, p->nregions);
-        return false;
-    }
-    for (size_t k = 0; k < n; k++) atomic_store_explicit(&p->owner[at + k], h, memory_order_release);
-    dmm_lock_release(&p->lock);
 
-    uintptr_t lo = p->base + ((uint64_t)at << p->region_shift);
-    uint64_t len = (uint64_t)n << p->region_shift;
-    if (extend != NULL) {
-        pblock *last = extend->first;
-        while (last->next != NULL) last = last->next;
-        extend->hi += len;
-        if (last->kind == BK_UNMAPPED) {
-            last->size += len;
+        uintptr_t lo = p->base + ((uint64_t)at << p->region_shift);
+        uint64_t len = (uint64_t)n << p->region_shift;
+        if (extend != NULL) {
+            pblock *last = extend->first;
+            while (last->next != NULL) last = last->next;
+            extend->hi += len;
+            if (last->kind == BK_UNMAPPED) {
+                last->size += len;
+                return true;
+            }
+            pblock *b = dmm__heap_block_new(h);
+            b->addr = lo;
+            b->size = len;
+            b->prev = last;
+            last->next = b;
+            dmm__heap_make_unmapped(h, b);
             return true;
         }
         pblock *b = dmm__heap_block_new(h);
         b->addr = lo;
         b->size = len;
-        b->prev = last;
-        last->next = b;
         dmm__heap_make_unmapped(h, b);
+        prun *r = &h->runs[h->nruns++];
+        r->lo = lo;
+        r->hi = lo + len;
+        r->first = b;
         return true;
     }
-    pblock *b = dmm__heap_block_new(h);
-    b->addr = lo;
-    b->size = len;
-    dmm__heap_make_unmapped(h, b);
-    prun *r = &h->runs[h->nruns++];
-    r->lo = lo;
-    r->hi = lo + len;
-    r->first = b;
-    return true;
 }
 
 /* ---- malloc / free ---- */
@@ -947,6 +985,11 @@ dmm_status dmm_pool_trim(dmm_pool *p, uint64_t target, uint64_t *released) {
 dmm_status dmm_pool_empty_cache(dmm_pool *p, uint64_t *released) {
     dmm_status s = dmm_pool_trim(p, 0, released);
     if (s != DMM_OK) return s;
+    for (pheap *h = heaps_head(p); h != NULL; h = heap_next(h)) { /* empty runs give their VA back */
+        dmm_lock_acquire(&h->lock);
+        heap_shed_empty_runs(p, h);
+        dmm_lock_release(&h->lock);
+    }
     s = dmm_arena_drain_cache(p->mech);
     if (s == DMM_ERR_WRONG_MECHANISM) {
         dmm_clear_error();

@@ -1,0 +1,326 @@
+/* bench/bench_pool.c — the pool's hot path: cached malloc+free pair latency.
+ *
+ *   1. single thread, per size: the pool's pair vs glibc malloc/free, same run, medians and ratio
+ *      (DESIGN §7: ≤ 60 ns median on the CI machine);
+ *   2. a mixed pattern (256 live slots, log-uniform sizes 512 B – 4 MiB, random replace) after
+ *      warm-up, with the driver calls made during the measurement printed (must be 0);
+ *   3. 1/2/4/8 threads, each on its own stream: per-thread median and aggregate throughput, with
+ *      the scaling against 1 thread (printed, not asserted: it is bounded by the cores);
+ *   4. on a GPU (when the CUDA driver opens): the same pair over the CUDA driver vs
+ *      cuMemAllocAsync + cuMemFreeAsync on a stream, same run (DESIGN §7: ≤ 0.15 × the driver's).
+ *
+ * usage: bench_pool [--samples N] [--batch N] [--no-threads]
+ * Medians over N batches (default 301) of B pairs (default 2000); nothing is asserted.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cuda_ref.c"
+#include "dmm/dmm.h"
+
+static int g_samples = 301, g_batch = 2000;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_dbl(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_dbl);
+    return v[n / 2];
+}
+
+#define CHECK(call)                                                                                \
+    do {                                                                                           \
+        dmm_status s_ = (call);                                                                    \
+        if (s_ != DMM_OK) {                                                                        \
+            fprintf(stderr, "bench_pool: %s failed: %s\n", #call, dmm_last_error());               \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+typedef struct stack {
+    dmm_driver *drv;
+    dmm_mechanism *arena;
+    dmm_pool *pool;
+} stack;
+
+static int stack_open(stack *st, bool cuda) {
+    memset(st, 0, sizeof *st);
+    if (cuda) {
+        if (dmm_cuda_driver_create(0, &st->drv) != DMM_OK) return -1;
+    } else {
+        CHECK(dmm_host_driver_create(NULL, &st->drv));
+    }
+    dmm_arena_config ac;
+    memset(&ac, 0, sizeof ac);
+    ac.size = sizeof ac;
+    ac.reserve_bytes = (uint64_t)64 << 30;
+    ac.cache_limit_bytes = 8u << 20;
+    CHECK(dmm_arena_create(st->drv, &ac, &st->arena));
+    CHECK(dmm_pool_create(st->arena, st->drv, NULL, &st->pool));
+    return 0;
+}
+
+static void stack_close(stack *st) {
+    CHECK(dmm_pool_destroy(st->pool));
+    CHECK(dmm_mechanism_destroy(st->arena));
+    dmm_driver_destroy(st->drv);
+}
+
+static void *volatile sink;
+
+static uint64_t driver_calls(dmm_pool *pool);
+
+/* Median ns per pair; *calls = driver calls made during the measurement (after the warm-up). */
+static double pool_pair_ns(dmm_pool *pool, size_t bytes, dmm_stream stream, uint64_t *calls) {
+    double *v = malloc((size_t)g_samples * sizeof *v);
+    void *p = NULL;
+    CHECK(dmm_pool_malloc(pool, bytes, stream, &p)); /* warm: the first one grows */
+    CHECK(dmm_pool_free(pool, p, stream));
+    uint64_t c0 = driver_calls(pool);
+    for (int s = 0; s < g_samples; s++) {
+        double t0 = now_s();
+        for (int i = 0; i < g_batch; i++) {
+            dmm_pool_malloc(pool, bytes, stream, &p);
+            sink = p;
+            dmm_pool_free(pool, p, stream);
+        }
+        v[s] = (now_s() - t0) * 1e9 / g_batch;
+    }
+    *calls = driver_calls(pool) - c0;
+    double m = median(v, g_samples);
+    free(v);
+    return m;
+}
+
+static double glibc_pair_ns(size_t bytes) {
+    double *v = malloc((size_t)g_samples * sizeof *v);
+    void *p = malloc(bytes);
+    free(p);
+    for (int s = 0; s < g_samples; s++) {
+        double t0 = now_s();
+        for (int i = 0; i < g_batch; i++) {
+            p = malloc(bytes);
+            sink = p;
+            free(p);
+        }
+        v[s] = (now_s() - t0) * 1e9 / g_batch;
+    }
+    double m = median(v, g_samples);
+    free(v);
+    return m;
+}
+
+static uint64_t driver_calls(dmm_pool *pool) {
+    dmm_pool_stats s;
+    memset(&s, 0, sizeof s);
+    s.size = sizeof s;
+    CHECK(dmm_pool_stats_get(pool, &s));
+    return s.driver_create + s.driver_map + s.driver_unmap + s.driver_set_access + s.driver_release;
+}
+
+/* 256 live slots, log-uniform sizes 512 B – 4 MiB, random replace; ns per operation. */
+static double mixed_ns(dmm_pool *pool, uint64_t *calls_during) {
+    enum { SLOTS = 256 };
+    void *slot[SLOTS] = {0};
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+#define RND() (x ^= x << 13, x ^= x >> 7, x ^= x << 17, x)
+    for (int pass = 0; pass < 2; pass++) { /* pass 0 warms the pool to the pattern's footprint */
+        double *v = malloc((size_t)g_samples * sizeof *v);
+        uint64_t c0 = driver_calls(pool);
+        for (int s = 0; s < (pass == 0 ? 50 : g_samples); s++) {
+            double t0 = now_s();
+            for (int i = 0; i < g_batch; i++) {
+                uint64_t r = RND();
+                int k = (int)(r % SLOTS);
+                if (slot[k] != NULL) {
+                    dmm_pool_free(pool, slot[k], NULL);
+                    slot[k] = NULL;
+                } else {
+                    size_t bytes = (size_t)512 << ((r >> 8) % 14); /* 512 B .. 4 MiB */
+                    bytes += (size_t)((r >> 20) % bytes);
+                    if (dmm_pool_malloc(pool, bytes, NULL, &slot[k]) != DMM_OK) slot[k] = NULL;
+                }
+            }
+            v[s] = (now_s() - t0) * 1e9 / g_batch;
+        }
+        double m = median(v, pass == 0 ? 50 : g_samples);
+        free(v);
+        if (pass == 1) {
+            *calls_during = driver_calls(pool) - c0;
+            for (int k = 0; k < SLOTS; k++)
+                if (slot[k] != NULL) dmm_pool_free(pool, slot[k], NULL);
+            return m;
+        }
+    }
+#undef RND
+    return 0;
+}
+
+typedef struct worker {
+    pthread_t th;
+    bool glibc; /* the reference: glibc malloc/free in the same loop */
+    dmm_stream stream; /* thread i's stream, the same in every run */
+    stack *st;
+    pthread_barrier_t *bar;
+    size_t bytes;
+    double median_ns;
+    double t0, t1; /* absolute start and end of the measurement */
+} worker;
+
+static void *run_worker(void *arg) {
+    worker *w = arg;
+    dmm_stream stream = w->stream;
+    void *p = NULL;
+    CHECK(dmm_pool_malloc(w->st->pool, w->bytes, stream, &p));
+    CHECK(dmm_pool_free(w->st->pool, p, stream));
+    double *v = malloc((size_t)g_samples * sizeof *v);
+    pthread_barrier_wait(w->bar);
+    w->t0 = now_s();
+    for (int s = 0; s < g_samples; s++) {
+        double a = now_s();
+        if (w->glibc)
+            for (int i = 0; i < g_batch; i++) {
+                p = malloc(w->bytes);
+                sink = p;
+                free(p);
+            }
+        else
+            for (int i = 0; i < g_batch; i++) {
+                dmm_pool_malloc(w->st->pool, w->bytes, stream, &p);
+                sink = p;
+                dmm_pool_free(w->st->pool, p, stream);
+            }
+        v[s] = (now_s() - a) * 1e9 / g_batch;
+    }
+    w->t1 = now_s();
+    w->median_ns = median(v, g_samples);
+    free(v);
+    /* the stream's heap keeps a reference to the stream value only; make its fence complete first */
+    pthread_barrier_wait(w->bar);
+    return NULL;
+}
+
+static void threads_bench(void) {
+    stack st;
+    stack_open(&st, false);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    printf("\n-- threads, each on its own stream, 64 KiB pairs (this machine: %ld core%s; scaling is bounded by "
+           "them) --\n",
+           cores, cores == 1 ? "" : "s");
+    printf("%8s %8s %14s %18s %10s\n", "", "threads", "median ns/pair", "aggregate Mpair/s", "scaling");
+    printf("(median: of each thread's batches, averaged over threads; aggregate: all pairs / wall time)\n");
+    double base[2] = {0, 0};
+    dmm_stream streams[8];
+    for (int i = 0; i < 8; i++) CHECK(st.drv->ops->stream_create(st.drv, &streams[i]));
+    for (int run = 0; run < 8; run++) {
+        int n = 1 << (run / 2), glibc = run % 2;
+        worker w[8];
+        pthread_barrier_t bar;
+        pthread_barrier_init(&bar, NULL, (unsigned)n);
+        for (int i = 0; i < n; i++) {
+            w[i] = (worker){0};
+            w[i].st = &st;
+            w[i].bar = &bar;
+            w[i].bytes = 64 << 10;
+            w[i].glibc = glibc;
+            w[i].stream = streams[i];
+            pthread_create(&w[i].th, NULL, run_worker, &w[i]);
+        }
+        double med = 0, t0 = 1e300, t1 = 0;
+        for (int i = 0; i < n; i++) {
+            pthread_join(w[i].th, NULL);
+            med += w[i].median_ns / n;
+            if (w[i].t0 < t0) t0 = w[i].t0;
+            if (w[i].t1 > t1) t1 = w[i].t1;
+        }
+        double agg = (double)n * g_samples * g_batch / (t1 - t0); /* pairs per second, all threads */
+        pthread_barrier_destroy(&bar);
+        if (n == 1) base[glibc] = agg;
+        printf("%8s %8d %14.1f %18.2f %9.2fx\n", glibc ? "glibc" : "pool", n, med, agg / 1e6, agg / base[glibc]);
+    }
+    CHECK(dmm_pool_destroy(st.pool));
+    CHECK(dmm_mechanism_destroy(st.arena));
+    for (int i = 0; i < 8; i++) st.drv->ops->stream_destroy(st.drv, streams[i]);
+    dmm_driver_destroy(st.drv);
+}
+
+int main(int argc, char **argv) {
+    bool threads = true;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--samples") == 0 && i + 1 < argc) g_samples = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) g_batch = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--no-threads") == 0) threads = false;
+        else {
+            fprintf(stderr, "usage: bench_pool [--samples N] [--batch N] [--no-threads]\n");
+            return 2;
+        }
+    }
+    if (g_samples < 3) g_samples = 3;
+    if (g_batch < 1) g_batch = 1;
+    printf("bench_pool: cached malloc+free pair, medians of %d batches of %d pairs (dmm %s)\n", g_samples, g_batch,
+           dmm_version_string());
+    stack st;
+    stack_open(&st, false);
+    printf("\n-- single thread, host driver (target: pool median <= 60 ns) --\n");
+    printf("%10s %12s %12s %10s\n", "bytes", "pool ns", "glibc ns", "pool/glibc");
+    size_t sizes[] = {512, 4096, 65536, 1 << 20, 16 << 20};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        uint64_t calls = 0;
+        double pn = pool_pair_ns(st.pool, sizes[i], NULL, &calls);
+        double gn = glibc_pair_ns(sizes[i]);
+        printf("%10zu %12.1f %12.1f %10.2f%s\n", sizes[i], pn, gn, pn / gn,
+               calls ? "  (driver calls during the measurement!)" : "");
+    }
+    uint64_t calls = 0;
+    double mx = mixed_ns(st.pool, &calls);
+    (void)calls;
+    printf("\n-- mixed: 256 live slots, sizes 512 B - 4 MiB, random replace --\n");
+    printf("pool: %.1f ns per operation (median), driver calls during the measurement: %llu\n", mx,
+           (unsigned long long)calls);
+    stack_close(&st);
+    if (threads) threads_bench();
+
+    /* the GPU: the pool over the CUDA driver vs the driver's own stream-ordered pool */
+    stack gs;
+    if (stack_open(&gs, true) != 0) {
+        printf("\n-- GPU: skipped (%s) --\n", dmm_last_error());
+        return 0;
+    }
+    char err[256];
+    dmm_cuda_ref *ref = NULL;
+    if (dmm_cuda_ref_open(&ref, err, sizeof err) != 0) {
+        printf("\n-- GPU: skipped (%s) --\n", err);
+        stack_close(&gs);
+        return 0;
+    }
+    void *stream = dmm_cuda_ref_stream_create(ref);
+    printf("\n-- GPU: pool over the CUDA driver vs cuMemAllocAsync+cuMemFreeAsync, same stream (target: ratio "
+           "<= 0.15) --\n");
+    printf("%10s %12s %14s %10s\n", "bytes", "pool ns", "driver ns", "ratio");
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        uint64_t gcalls = 0;
+        double pn = pool_pair_ns(gs.pool, sizes[i], (dmm_stream)stream, &gcalls);
+        dmm_cuda_ref_bind(ref);
+        double rn = dmm_cuda_ref_pair_ns(ref, sizes[i], stream, g_samples, g_batch);
+        printf("%10zu %12.1f %14.1f %10.3f%s\n", sizes[i], pn, rn, rn > 0 ? pn / rn : 0.0,
+               gcalls ? "  (driver calls during the measurement!)" : "");
+    }
+    dmm_cuda_ref_sync(ref, stream);
+    /* the pool's fence on this stream must complete before destroy: the stream is idle now */
+    stack_close(&gs);
+    dmm_cuda_ref_stream_destroy(ref, stream);
+    dmm_cuda_ref_close(ref);
+    return 0;
+}
