@@ -10,5 +10,6 @@
 #include "dmm/pool.h"
 #include "dmm/governor.h"
 #include "dmm/provider.h"
+#include "dmm/deferred.h"
 
 #endif /* DMM_DMM_H */
