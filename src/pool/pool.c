@@ -785,6 +785,7 @@ static dmm_status malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t requeste
         /* then from other heaps, one lock at a time */
         for (pheap *g = heaps_head(p); g != NULL && got < want; g = heap_next(g)) {
             if (g == h) continue;
+            heap_poll(p, g); /* its fence decides which of its free chunks may move */
             dmm_lock_acquire(&g->lock);
             got += carve_sources(p, g, want - got, 0, 0, &sv);
             dmm_lock_release(&g->lock);
@@ -961,11 +962,14 @@ dmm_status dmm_pool_trim(dmm_pool *p, uint64_t target, uint64_t *released) {
     if (p == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_trim: the pool is NULL");
     add(&p->trims, 1);
     uint64_t freed = 0;
+    dmm_status fail = DMM_OK;
+    char why[512];
+    uintptr_t where = 0;
     srcvec sv = {NULL, 0, 0};
     for (pheap *h = heaps_head(p); h != NULL; h = heap_next(h)) {
+        heap_poll(p, h); /* also when there is nothing to trim: cross-stream frees become reusable */
         uint64_t committed = ld(&p->committed);
-        if (committed <= target) break;
-        heap_poll(p, h);
+        if (committed <= target) continue;
         dmm_lock_acquire(&h->lock);
         size_t want = (size_t)((committed - target + p->chunk - 1) / p->chunk);
         sv.n = 0;
@@ -973,12 +977,24 @@ dmm_status dmm_pool_trim(dmm_pool *p, uint64_t target, uint64_t *released) {
         dmm_lock_release(&h->lock);
         for (size_t i = 0; i < sv.n; i++) {
             decommit_one(p, &sv.v[i]);
-            if (dmm_release_state_of(&sv.v[i].o) == DMM_RELEASE_COMPLETE) freed += sv.v[i].o.unmapped_bytes;
+            dmm_release_state st8 = dmm_release_state_of(&sv.v[i].o);
+            if (st8 == DMM_RELEASE_COMPLETE) freed += sv.v[i].o.unmapped_bytes;
+            else if (fail == DMM_OK) {
+                fail = sv.v[i].o.failure != DMM_OK ? sv.v[i].o.failure : DMM_ERR_DRIVER;
+                where = sv.v[i].b->addr;
+                snprintf(why, sizeof why, "%s", dmm_last_error());
+            }
         }
         sources_fixup(p, &sv, 0);
     }
     free(sv.v);
     if (released != NULL) *released = freed;
+    if (fail != DMM_OK)
+        return dmm_error_set(fail,
+                             "dmm_pool_trim: decommitting the chunk at %p failed (the chunk stays in the pool: free "
+                             "and mapped if nothing changed, never used again if the mechanism quarantined it); "
+                             "%llu bytes were released: %s",
+                             (void *)where, (unsigned long long)freed, why);
     return DMM_OK;
 }
 

@@ -1,0 +1,480 @@
+/* tests/unit/test_pool.c — the pool over the arena over the host driver (wrapped in the fault driver
+ * so that driver calls can be counted, failed and event completion held back).
+ *
+ * What is proven: the creation contract (refuses a mechanism without virtual backing, bad configs);
+ * blocks are aligned, usable memory, reused with no driver call at all; free blocks coalesce and
+ * growth extends a free block next to unmapped VA; a full retention limit moves whole free chunks
+ * (decommit there, commit here, the handle from the arena's cache) instead of growing; unknown and
+ * double frees change nothing; trim decommits only chunks behind a completed fence and reports what
+ * it freed; a block freed on another stream is not reused, and a chunk freed on a stream is neither
+ * moved nor trimmed, while that stream's event is held incomplete; commit and decommit failures leave
+ * the pool consistent; destroy is refused while blocks are live. Every test runs the expensive check
+ * and ends with nothing live: the driver's census back to zero.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "testkit.h"
+
+#define MIB ((size_t)1 << 20)
+#define C (2 * MIB)
+
+typedef struct fx {
+    dmm_driver *host, *drv; /* drv = the fault driver over host */
+    dmm_mechanism *arena;
+    dmm_pool *pool;
+} fx;
+
+static fx *fx_open(const dmm_pool_config *pc, uint64_t cache) {
+    fx *f = calloc(1, sizeof *f);
+    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &f->host));
+    DMM_OK_OR_FAIL(dmm_fault_driver_create(f->host, &f->drv));
+    dmm_arena_config ac;
+    memset(&ac, 0, sizeof ac);
+    ac.size = sizeof ac;
+    ac.reserve_bytes = (uint64_t)16 << 30;
+    ac.cache_limit_bytes = cache;
+    DMM_OK_OR_FAIL(dmm_arena_create(f->drv, &ac, &f->arena));
+    DMM_OK_OR_FAIL(dmm_pool_create(f->arena, f->drv, pc, &f->pool));
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    return f;
+}
+
+static dmm_pool_stats stats(fx *f) {
+    dmm_pool_stats s;
+    memset(&s, 0, sizeof s);
+    s.size = sizeof s;
+    DMM_OK_OR_FAIL(dmm_pool_stats_get(f->pool, &s));
+    return s;
+}
+
+static void fx_close(fx *f) {
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    dmm_pool_stats s = stats(f);
+    assert_int_equal(s.allocations.current, 0);
+    assert_int_equal(s.allocated_bytes.current, 0);
+    DMM_OK_OR_FAIL(dmm_pool_destroy(f->pool));
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(f->arena));
+    dmm_driver_census c;
+    memset(&c, 0, sizeof c);
+    c.size = sizeof c;
+    DMM_OK_OR_FAIL(f->host->ops->census(f->host, &c));
+    assert_int_equal(c.reserved_bytes, 0);
+    assert_int_equal(c.handles, 0);
+    assert_int_equal(c.mapped_bytes, 0);
+    dmm_driver_destroy(f->drv);
+    dmm_driver_destroy(f->host);
+    free(f);
+}
+
+static uint64_t calls(fx *f, dmm_driver_op op) { return dmm_fault_calls(f->drv, op); }
+
+static void *xmalloc(fx *f, size_t bytes, dmm_stream s) {
+    void *p = NULL;
+    DMM_OK_OR_FAIL(dmm_pool_malloc(f->pool, bytes, s, &p));
+    assert_non_null(p);
+    return p;
+}
+
+static void xfree(fx *f, void *p, dmm_stream s) { DMM_OK_OR_FAIL(dmm_pool_free(f->pool, p, s)); }
+
+/* ---- creation ---- */
+static void create_refuses_what_it_cannot_use(void **state) {
+    (void)state;
+    dmm_driver *host = NULL;
+    dmm_mechanism *eager = NULL;
+    dmm_pool *pool = (dmm_pool *)&pool;
+    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &host));
+    DMM_OK_OR_FAIL(dmm_eager_create(host, NULL, &eager));
+    assert_int_equal(dmm_pool_create(eager, host, NULL, &pool), DMM_ERR_UNSUPPORTED);
+    assert_null(pool);
+    dmm_test_error_mentions("eager", "virtual backing", NULL);
+    assert_int_equal(dmm_pool_create(NULL, host, NULL, &pool), DMM_ERR_INVALID_ARGUMENT);
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(eager));
+
+    dmm_mechanism *arena = NULL;
+    DMM_OK_OR_FAIL(dmm_arena_create(host, NULL, &arena));
+    dmm_pool_config pc;
+    memset(&pc, 0, sizeof pc);
+    pc.size = sizeof pc;
+    pc.chunk_bytes = 3 * MIB; /* not a power of two */
+    assert_int_equal(dmm_pool_create(arena, host, &pc, &pool), DMM_ERR_INVALID_ARGUMENT);
+    dmm_test_error_mentions("chunk_bytes", "power of two", NULL);
+    pc.chunk_bytes = 0;
+    pc.block_align = 100;
+    assert_int_equal(dmm_pool_create(arena, host, &pc, &pool), DMM_ERR_INVALID_ARGUMENT);
+    dmm_test_error_mentions("block_align", NULL);
+    pc.block_align = 0;
+    pc.size = 4;
+    assert_int_equal(dmm_pool_create(arena, host, &pc, &pool), DMM_ERR_SHORT_STRUCT);
+    /* nothing was taken from the arena by the refusals */
+    dmm_stats as;
+    memset(&as, 0, sizeof as);
+    as.size = sizeof as;
+    DMM_OK_OR_FAIL(dmm_mechanism_stats(arena, &as));
+    assert_int_equal(as.allocations.current, 0);
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(arena));
+    dmm_driver_destroy(host);
+}
+
+/* ---- blocks ---- */
+static void blocks_are_aligned_usable_and_reused_without_driver_calls(void **state) {
+    (void)state;
+    fx *f = fx_open(NULL, 4 * C);
+    size_t sizes[] = {1, 511, 512, 513, 4096, 100000, MIB, 3 * MIB + 7};
+    void *p[8];
+    for (int i = 0; i < 8; i++) {
+        p[i] = xmalloc(f, sizes[i], NULL);
+        assert_int_equal((uintptr_t)p[i] % 512, 0);
+        size_t got = 0;
+        DMM_OK_OR_FAIL(dmm_pool_block_size(f->pool, p[i], &got));
+        assert_true(got >= sizes[i] && got < sizes[i] + 512);
+        memset(p[i], 0xA0 + i, sizes[i]); /* real memory on the host driver */
+    }
+    for (int i = 0; i < 8; i++) {
+        const unsigned char *b = p[i];
+        assert_int_equal(b[0], 0xA0 + i);
+        assert_int_equal(b[sizes[i] - 1], 0xA0 + i);
+        for (int j = 0; j < 8; j++) /* no overlap */
+            if (j != i) assert_true((char *)p[j] + sizes[j] <= (char *)p[i] || (char *)p[i] + sizes[i] <= (char *)p[j]);
+    }
+    dmm_pool_stats s = stats(f);
+    assert_int_equal(s.allocations.current, 8);
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    for (int i = 0; i < 8; i++) xfree(f, p[i], NULL);
+
+    /* everything is mapped now: the same sizes again, and many pairs, make no driver call at all */
+    uint64_t before = calls(f, DMM_OP_ANY);
+    for (int round = 0; round < 1000; round++) {
+        for (int i = 0; i < 8; i++) p[i] = xmalloc(f, sizes[i], NULL);
+        for (int i = 7; i >= 0; i--) xfree(f, p[i], NULL);
+    }
+    assert_int_equal(calls(f, DMM_OP_ANY), before);
+    s = stats(f);
+    assert_int_equal(s.mallocs, 8 * 1001);
+    assert_true(s.cached_mallocs >= 8 * 1000);
+    void *a = xmalloc(f, 4096, NULL), *b = xmalloc(f, 4096, NULL);
+    xfree(f, a, NULL);
+    void *c = xmalloc(f, 4096, NULL);
+    assert_ptr_equal(a, c); /* the block just freed is the next one handed out */
+    xfree(f, b, NULL);
+    xfree(f, c, NULL);
+    fx_close(f);
+}
+
+static void free_blocks_coalesce_and_growth_extends_a_free_block(void **state) {
+    (void)state;
+    fx *f = fx_open(NULL, 4 * C);
+    /* four adjacent blocks of 512 KiB fill one chunk */
+    char *b[4];
+    for (int i = 0; i < 4; i++) b[i] = xmalloc(f, MIB / 2, NULL);
+    for (int i = 1; i < 4; i++) assert_ptr_equal(b[i], b[0] + i * (MIB / 2));
+    xfree(f, b[1], NULL);
+    xfree(f, b[3], NULL);
+    xfree(f, b[2], NULL); /* merges with both neighbours */
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    uint64_t before = calls(f, DMM_OP_ANY);
+    char *big = xmalloc(f, 3 * (MIB / 2), NULL); /* fits exactly in the coalesced 1.5 MiB */
+    assert_ptr_equal(big, b[1]);
+    assert_int_equal(calls(f, DMM_OP_ANY), before);
+    xfree(f, big, NULL);
+    /* 3 MiB does not fit in the 1.5 MiB free tail: one more chunk right after it makes it fit */
+    char *g = xmalloc(f, 3 * MIB, NULL);
+    assert_ptr_equal(g, b[1]);
+    dmm_pool_stats s = stats(f);
+    assert_int_equal(s.committed_bytes.current, 2 * C);
+    assert_int_equal(s.chunks_committed, 2);
+    xfree(f, g, NULL);
+    xfree(f, b[0], NULL);
+    fx_close(f);
+}
+
+static void a_full_retention_limit_moves_chunks_instead_of_growing(void **state) {
+    (void)state;
+    fx *f = fx_open(NULL, 4 * C);
+    char *x1 = xmalloc(f, C, NULL), *x2 = xmalloc(f, C, NULL), *x3 = xmalloc(f, C, NULL);
+    assert_ptr_equal(x2, x1 + C);
+    assert_ptr_equal(x3, x2 + C);
+    xfree(f, x1, NULL);
+    xfree(f, x3, NULL);
+    /* live peak 6 MiB, 6 MiB mapped, free: two separate chunks. 4 MiB fits nowhere: it takes x3's
+     * chunk plus one more; the limit (peak + 2 %) is full, so x1's chunk moves there */
+    uint64_t creates = calls(f, DMM_OP_CREATE), unmaps = calls(f, DMM_OP_UNMAP);
+    char *y = xmalloc(f, 2 * C, NULL);
+    assert_ptr_equal(y, x3);
+    assert_int_equal(calls(f, DMM_OP_CREATE), creates); /* no new physical memory */
+    assert_int_equal(calls(f, DMM_OP_UNMAP), unmaps + 1);
+    dmm_pool_stats s = stats(f);
+    assert_int_equal(s.chunks_moved, 1);
+    assert_int_equal(s.committed_bytes.current, 3 * C);
+    assert_int_equal(s.physical_bytes.current, 3 * C);
+    assert_int_equal(s.physical_bytes.peak, 3 * C);
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    xfree(f, y, NULL);
+    xfree(f, x2, NULL);
+    fx_close(f);
+}
+
+static void unknown_and_double_frees_change_nothing(void **state) {
+    (void)state;
+    fx *f = fx_open(NULL, 0);
+    char *p = xmalloc(f, 4096, NULL);
+    int local = 0;
+    assert_int_equal(dmm_pool_free(f->pool, &local, NULL), DMM_ERR_UNKNOWN_ALLOCATION);
+    dmm_test_error_mentions("not a live block", NULL);
+    assert_int_equal(dmm_pool_free(f->pool, p + 512, NULL), DMM_ERR_UNKNOWN_ALLOCATION);
+    assert_int_equal(dmm_pool_free(f->pool, NULL, NULL), DMM_ERR_INVALID_ARGUMENT);
+    void *out = NULL;
+    assert_int_equal(dmm_pool_malloc(f->pool, 0, NULL, &out), DMM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(dmm_pool_malloc(f->pool, SIZE_MAX, NULL, &out), DMM_ERR_OUT_OF_MEMORY);
+    assert_int_equal(stats(f).allocations.current, 1);
+    xfree(f, p, NULL);
+    assert_int_equal(dmm_pool_free(f->pool, p, NULL), DMM_ERR_UNKNOWN_ALLOCATION); /* double free */
+    assert_int_equal(stats(f).frees, 1);
+    fx_close(f);
+}
+
+static void destroy_is_refused_while_blocks_are_live(void **state) {
+    (void)state;
+    fx *f = fx_open(NULL, 0);
+    void *p = xmalloc(f, 4096, NULL);
+    assert_int_equal(dmm_pool_destroy(f->pool), DMM_ERR_BUSY);
+    dmm_test_error_mentions("live block", NULL);
+    xfree(f, p, NULL); /* the pool still works */
+    fx_close(f);
+}
+
+/* ---- trim ---- */
+static void trim_decommits_whole_free_chunks_down_to_the_target(void **state) {
+    (void)state;
+    fx *f = fx_open(NULL, 0);
+    char *keep = xmalloc(f, MIB, NULL); /* pins chunk 0 */
+    char *big = xmalloc(f, 5 * C, NULL);
+    xfree(f, big, NULL);
+    dmm_pool_stats s = stats(f);
+    uint64_t committed = (uint64_t)s.committed_bytes.current;
+    assert_true(committed >= 6 * C);
+    uint64_t released = 0;
+    DMM_OK_OR_FAIL(dmm_pool_trim(f->pool, committed - 2 * C, &released));
+    assert_int_equal(released, 2 * C);
+    assert_int_equal(stats(f).committed_bytes.current, committed - 2 * C);
+    DMM_OK_OR_FAIL(dmm_pool_trim(f->pool, 0, &released));
+    s = stats(f);
+    assert_int_equal(s.committed_bytes.current, C); /* only the chunk a live block touches */
+    assert_int_equal(released, committed - 3 * C);
+    memset(keep, 1, MIB); /* still mapped */
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    xfree(f, keep, NULL);
+    DMM_OK_OR_FAIL(dmm_pool_empty_cache(f->pool, &released));
+    assert_int_equal(released, C);
+    s = stats(f);
+    assert_int_equal(s.committed_bytes.current, 0);
+    assert_int_equal(s.physical_bytes.current, 0); /* the arena's cache was drained too */
+    fx_close(f);
+}
+
+/* ---- streams and events ---- */
+static void a_block_freed_on_another_stream_waits_for_its_event(void **state) {
+    (void)state;
+    fx *f = fx_open(NULL, 4 * C);
+    dmm_stream a = NULL, b = NULL;
+    DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &a));
+    DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &b));
+    char *x = xmalloc(f, MIB, a);
+    DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, true)); /* work on b "still runs" */
+    xfree(f, x, b);
+    assert_int_equal(stats(f).pending_blocks.current, 1);
+    /* a stream asking for the same size, again and again: never x while b's event is pending */
+    char *y[4];
+    for (int i = 0; i < 4; i++) {
+        y[i] = xmalloc(f, MIB, a);
+        assert_true(y[i] + MIB <= x || x + MIB <= y[i]);
+        DMM_OK_OR_FAIL(dmm_pool_trim(f->pool, UINT64_MAX, NULL)); /* polls: still pending */
+    }
+    assert_int_equal(stats(f).pending_blocks.current, 1);
+    assert_int_equal(dmm_pool_destroy(f->pool), DMM_ERR_BUSY); /* live blocks, and a pending free */
+    for (int i = 0; i < 4; i++) xfree(f, y[i], a);
+    DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, false)); /* b's work is done */
+    DMM_OK_OR_FAIL(dmm_pool_trim(f->pool, UINT64_MAX, NULL));
+    dmm_pool_stats s = stats(f);
+    assert_int_equal(s.pending_blocks.current, 0);
+    assert_int_equal(s.cross_stream_frees, 1);
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    fx_close(f);
+    (void)0;
+}
+
+static void trim_and_moves_leave_a_chunk_mapped_until_its_stream_event_completes(void **state) {
+    (void)state;
+    fx *f = fx_open(NULL, 4 * C);
+    dmm_stream a = NULL, b = NULL;
+    DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &a));
+    DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &b));
+    char *x = xmalloc(f, 4 * C, a);
+    DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, true)); /* work on a still uses x */
+    xfree(f, x, a);
+    uint64_t unmaps = calls(f, DMM_OP_UNMAP), released = 1;
+    DMM_OK_OR_FAIL(dmm_pool_trim(f->pool, 0, &released));
+    assert_int_equal(released, 0);
+    assert_int_equal(calls(f, DMM_OP_UNMAP), unmaps);
+    /* stream b needs as much: the retention limit is full, but a's free chunks may not move */
+    uint64_t creates = calls(f, DMM_OP_CREATE);
+    char *y = xmalloc(f, 4 * C, b);
+    assert_int_equal(calls(f, DMM_OP_UNMAP), unmaps);
+    assert_int_equal(calls(f, DMM_OP_CREATE), creates + 4); /* new memory instead */
+    assert_true(y + 4 * C <= x || x + 4 * C <= y);
+    memset(x, 7, 4 * C); /* x is still mapped: in-flight work on a could still use it */
+    DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, false));
+    DMM_OK_OR_FAIL(dmm_pool_trim(f->pool, 0, &released));
+    assert_int_equal(released, 4 * C);
+    assert_int_equal(calls(f, DMM_OP_UNMAP), unmaps + 4);
+    xfree(f, y, b);
+    DMM_OK_OR_FAIL(dmm_pool_trim(f->pool, 0, &released));
+    fx_close(f);
+}
+
+/* ---- driver failures ---- */
+static void a_failed_commit_fails_the_malloc_and_changes_nothing(void **state) {
+    (void)state;
+    fx *f = fx_open(NULL, 0);
+    char *keep = xmalloc(f, 4096, NULL);
+    DMM_OK_OR_FAIL(dmm_fault_plan(f->drv, DMM_OP_MAP, 1, 1, DMM_ERR_OUT_OF_MEMORY));
+    void *p = NULL;
+    dmm_pool_stats before = stats(f);
+    dmm_status s = dmm_pool_malloc(f->pool, 8 * MIB, NULL, &p);
+    assert_int_equal(s, DMM_ERR_OUT_OF_MEMORY);
+    dmm_test_error_mentions("pool malloc", "8388608", NULL);
+    dmm_pool_stats after = stats(f);
+    assert_int_equal(after.allocations.current, before.allocations.current);
+    assert_int_equal(after.committed_bytes.current, before.committed_bytes.current);
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    /* the plan is spent: the same malloc now works */
+    p = xmalloc(f, 8 * MIB, NULL);
+    memset(p, 3, 8 * MIB);
+    xfree(f, p, NULL);
+    xfree(f, keep, NULL);
+    fx_close(f);
+}
+
+static void a_failed_decommit_keeps_the_chunk_free_and_mapped(void **state) {
+    (void)state;
+    fx *f = fx_open(NULL, 0);
+    void *p = xmalloc(f, 2 * C, NULL);
+    xfree(f, p, NULL);
+    DMM_OK_OR_FAIL(dmm_fault_plan(f->drv, DMM_OP_UNMAP, 1, 1, DMM_ERR_DRIVER));
+    uint64_t released = 0;
+    assert_int_equal(dmm_pool_trim(f->pool, 0, &released), DMM_ERR_DRIVER);
+    dmm_test_error_mentions("dmm_pool_trim", "2097152 bytes were released", "injected", NULL);
+    dmm_pool_stats s = stats(f);
+    /* the first chunk's unmap failed and the arena changed nothing (FAILED): it stays free and
+     * mapped in the pool; the second went */
+    assert_int_equal(released, C);
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    assert_int_equal(s.committed_bytes.current, C);
+    assert_int_equal(s.chunks_poisoned, 0);
+    DMM_OK_OR_FAIL(dmm_fault_clear(f->drv));
+    void *q = xmalloc(f, 2 * C, NULL);
+    memset(q, 1, 2 * C);
+    xfree(f, q, NULL);
+    DMM_OK_OR_FAIL(dmm_pool_trim(f->pool, 0, NULL));
+    fx_close(f);
+}
+
+static void a_quarantined_decommit_poisons_the_chunk_forever(void **state) {
+    (void)state;
+    fx *f = fx_open(NULL, 0); /* no handle cache: a decommit releases the handle */
+    char *p = xmalloc(f, C, NULL);
+    xfree(f, p, NULL);
+    DMM_OK_OR_FAIL(dmm_fault_plan(f->drv, DMM_OP_RELEASE, 1, 1, DMM_ERR_DRIVER));
+    uint64_t released = 0;
+    assert_int_equal(dmm_pool_trim(f->pool, 0, &released), DMM_ERR_DRIVER);
+    dmm_test_error_mentions("QUARANTINED", NULL);
+    dmm_pool_stats s = stats(f);
+    assert_int_equal(released, 0);
+    assert_int_equal(s.chunks_poisoned, 1);
+    assert_int_equal(s.committed_bytes.current, 0);  /* unmapped */
+    assert_int_equal(s.physical_bytes.current, C);   /* the handle stays owned */
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    for (int i = 0; i < 8; i++) { /* that VA is never handed out again */
+        char *q = xmalloc(f, C, NULL);
+        assert_true(q + C <= p || p + C <= q);
+        xfree(f, q, NULL);
+    }
+    fx_close(f);
+}
+
+/* ---- stats ---- */
+static void stats_are_json_and_the_common_shape(void **state) {
+    (void)state;
+    fx *f = fx_open(NULL, 0);
+    void *p = xmalloc(f, 1000, NULL);
+    dmm_pool_stats s = stats(f);
+    assert_int_equal(s.allocated_bytes.current, 1024);
+    assert_int_equal(s.requested_bytes.current, 1000);
+    assert_int_equal(s.committed_bytes.current, C);
+    assert_int_equal(s.heaps.current, 1);
+    char buf[8192];
+    size_t need = 0;
+    DMM_OK_OR_FAIL(dmm_pool_stats_json(&s, buf, sizeof buf, &need));
+    assert_non_null(strstr(buf, "\"committed_bytes\":{\"current\":2097152"));
+    assert_non_null(strstr(buf, "\"driver_map\":"));
+    assert_int_equal(dmm_pool_stats_json(&s, buf, 8, &need), DMM_ERR_INVALID_ARGUMENT);
+    assert_true(need > 8);
+    dmm_stats c;
+    memset(&c, 0, sizeof c);
+    c.size = sizeof c;
+    DMM_OK_OR_FAIL(dmm_pool_stats_common(f->pool, &c));
+    assert_int_equal(c.allocations.current, 1);
+    assert_int_equal(c.committed_bytes.current, C);
+    assert_int_equal(c.owned_bytes.current, C);
+    dmm_pool_stats small;
+    memset(&small, 0, sizeof small);
+    small.size = 4;
+    assert_int_equal(dmm_pool_stats_get(f->pool, &small), DMM_ERR_SHORT_STRUCT);
+    xfree(f, p, NULL);
+    fx_close(f);
+}
+
+static void va_exhaustion_is_an_error_and_empty_cache_gives_va_back(void **state) {
+    (void)state;
+    dmm_pool_config pc;
+    memset(&pc, 0, sizeof pc);
+    pc.size = sizeof pc;
+    pc.va_bytes = 64 * MIB;
+    pc.region_bytes = 16 * MIB; /* four regions */
+    fx *f = fx_open(&pc, 0);
+    void *p = NULL;
+    assert_int_equal(dmm_pool_malloc(f->pool, 65 * MIB, NULL, &p), DMM_ERR_OUT_OF_MEMORY);
+    dmm_test_error_mentions("va_bytes", NULL);
+    dmm_stream s[5];
+    void *q[5];
+    for (int i = 0; i < 5; i++) DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &s[i]));
+    for (int i = 0; i < 4; i++) q[i] = xmalloc(f, MIB, s[i]); /* one region per stream */
+    assert_int_equal(dmm_pool_malloc(f->pool, MIB, s[4], &p), DMM_ERR_OUT_OF_MEMORY);
+    dmm_test_error_mentions("VA is exhausted", "dmm_pool_empty_cache", NULL);
+    for (int i = 0; i < 4; i++) xfree(f, q[i], s[i]);
+    DMM_OK_OR_FAIL(dmm_pool_empty_cache(f->pool, NULL));
+    q[4] = xmalloc(f, 40 * MIB, s[4]); /* three regions in a row */
+    xfree(f, q[4], s[4]);
+    fx_close(f);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(create_refuses_what_it_cannot_use),
+        cmocka_unit_test(blocks_are_aligned_usable_and_reused_without_driver_calls),
+        cmocka_unit_test(free_blocks_coalesce_and_growth_extends_a_free_block),
+        cmocka_unit_test(a_full_retention_limit_moves_chunks_instead_of_growing),
+        cmocka_unit_test(unknown_and_double_frees_change_nothing),
+        cmocka_unit_test(destroy_is_refused_while_blocks_are_live),
+        cmocka_unit_test(trim_decommits_whole_free_chunks_down_to_the_target),
+        cmocka_unit_test(a_block_freed_on_another_stream_waits_for_its_event),
+        cmocka_unit_test(trim_and_moves_leave_a_chunk_mapped_until_its_stream_event_completes),
+        cmocka_unit_test(a_failed_commit_fails_the_malloc_and_changes_nothing),
+        cmocka_unit_test(a_failed_decommit_keeps_the_chunk_free_and_mapped),
+        cmocka_unit_test(a_quarantined_decommit_poisons_the_chunk_forever),
+        cmocka_unit_test(stats_are_json_and_the_common_shape),
+        cmocka_unit_test(va_exhaustion_is_an_error_and_empty_cache_gives_va_back),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
