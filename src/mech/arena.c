@@ -17,11 +17,20 @@
  * and must match ptr, bytes, align and id, so a stale copy of a released allocation's value cannot
  * touch the next allocation at the same address.
  *
- * Thread contract: thread-safe. One mutex per arena, held across the driver calls of one operation:
- * the arena is the slow path (the pool above it serves the hot path from mapped memory), and holding
- * the lock makes every operation atomic with respect to the others, so e.g. 8 threads releasing one
- * allocation make exactly one driver-level release. The accounting hook is called under this lock,
- * so it must not call back into the arena (lock order: pool → provider → arena → governor/driver).
+ * Accounting: a commit first plans what it will create (chunk bytes; OWNED only for those the handle
+ * cache cannot serve), drops the lock, charges the hook for the whole call, and takes the lock again.
+ * The hook may climb the governor's reclaim ladder, whose holders (a pool, a KV store on the same
+ * device) may decommit or release through this very arena: charging under the lock would deadlock.
+ * The per-chunk charges then draw from that pre-charged "pot" under the lock; the undo of a failure
+ * refunds into it; what is left is refunded at the end. If the arena changed while the lock was
+ * dropped (a shared granule lost its chunk, a cached handle was taken), the commit falls short of
+ * its pot, undoes itself and plans again. Refunds never call back, so they run under the lock.
+ *
+ * Thread contract: thread-safe. One mutex per arena, held across the driver calls of one operation
+ * (never across an accounting charge): the arena is the slow path (the pool above it serves the hot
+ * path from mapped memory), and holding the lock makes every operation atomic with respect to the
+ * others, so e.g. 8 threads releasing one allocation make exactly one driver-level release. Lock
+ * order: pool → provider → arena → driver; the governor's lock is never held while calling us.
  *
  * Invariants: arena_internal.h; checked by dmm_arena_check (arena_check.c).
  */
@@ -302,6 +311,109 @@ static void txn_undo(dmm_arena *a, arena_record *r, txn *t, const char *op) {
     }
 }
 
+/* What committing the ranges of r (whole: all of r) would charge, changing nothing: the bytes of
+ * the chunks it would create (MAPPED) and of those the handle cache cannot serve (OWNED). */
+static bool plan_need(dmm_arena *a, const arena_record *r, bool whole, const dmm_range *ranges, size_t n,
+                      uint64_t need[2]) {
+    need[DMM_AXIS_OWNED] = need[DMM_AXIS_MAPPED] = 0;
+    uint64_t *mark = calloc(div_up(r->ng, 64), sizeof *mark);
+    bool *claimed = calloc(a->cache.n ? a->cache.n : 1, sizeof *claimed);
+    bool ok = mark != NULL && claimed != NULL;
+#define MARKED(g) ((mark[((g) - r->g0) / 64] >> (((g) - r->g0) % 64)) & 1u)
+    for (size_t i = 0; ok && i < (whole ? 1 : n); i++) {
+        uint64_t ro = whole ? 0 : ranges[i].offset, rb = whole ? r->bytes : ranges[i].bytes;
+        if (rb == 0) continue;
+        uint64_t lo = r->off + ro, g1 = (lo + rb - 1) / a->gran + 1;
+        for (uint64_t g = lo / a->gran; g < g1;) {
+            if (a->gmap[g] != 0 || MARKED(g)) {
+                g++;
+                continue;
+            }
+            uint64_t e = g;
+            while (e < g1 && a->gmap[e] == 0 && !MARKED(e)) e++;
+            while (g < e) {
+                uint64_t k = e - g < a->limit_g ? e - g : a->limit_g, bytes = k * a->gran;
+                size_t hit = SIZE_MAX;
+                for (size_t j = 0; j < a->cache.n && hit == SIZE_MAX; j++)
+                    if (!claimed[j] && a->cache.v[j].bytes == bytes) hit = j;
+                if (hit != SIZE_MAX) claimed[hit] = true;
+                else need[DMM_AXIS_OWNED] += bytes;
+                need[DMM_AXIS_MAPPED] += bytes;
+                for (uint64_t q = g; q < g + k; q++) mark[(q - r->g0) / 64] |= (uint64_t)1 << ((q - r->g0) % 64);
+                g += k;
+            }
+        }
+    }
+#undef MARKED
+    free(mark);
+    free(claimed);
+    return ok;
+}
+
+/* Commits the ranges of the record at `off` with generation `id` (whole: all of it) as one
+ * transaction. Called and returns with the lock held, but drops it while the accounting hook is
+ * charged ahead for the whole call (the hook may climb the governor's reclaim ladder, whose holders
+ * may call into this arena); the record is found again afterwards. If the arena changed in between
+ * so that the charge falls short, the transaction is undone and planned again. */
+static dmm_status do_commit(dmm_arena *a, uint64_t off, uint64_t id, bool whole, const dmm_range *ranges,
+                            size_t n, const char *op, uint64_t *newly) {
+    *newly = 0;
+    for (int attempt = 0;; attempt++) {
+        arena_record *r = dmm__arena_find(a, off);
+        if (a->lost) return dmm__arena_lost_error(a, op);
+        if (r == NULL || r->id != id)
+            return dmm_error_set(DMM_ERR_UNKNOWN_ALLOCATION,
+                                 "%s: the allocation at %#llx (id %llu) was released by another thread during the "
+                                 "call; nothing was committed",
+                                 op, (unsigned long long)(a->base + off), (unsigned long long)id);
+        if (r->state == RECORD_QUARANTINED)
+            return dmm_error_set(DMM_ERR_QUARANTINED,
+                                 "%s at %#llx refused: the allocation is quarantined (a decommit could not restore "
+                                 "what it unmapped); nothing was changed: release it and allocate a new one",
+                                 op, (unsigned long long)(a->base + off));
+        uint64_t need[2] = {0, 0};
+        if (!plan_need(a, r, whole, ranges, n, need))
+            return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "%s: no host memory to plan the commit; nothing was "
+                                                        "changed", op);
+        arena_pot pot = {{0, 0}, false};
+        bool use_pot = a->has_acct && a->acct.charge != NULL && (need[0] > 0 || need[1] > 0);
+        if (use_pot) {
+            dmm_lock_release(&a->lock);
+            dmm_status s = dmm__arena_hook_charge(a, DMM_AXIS_OWNED, need[DMM_AXIS_OWNED], op);
+            if (s == DMM_OK) {
+                s = dmm__arena_hook_charge(a, DMM_AXIS_MAPPED, need[DMM_AXIS_MAPPED], op);
+                if (s != DMM_OK) dmm__arena_hook_refund(a, DMM_AXIS_OWNED, need[DMM_AXIS_OWNED]);
+            }
+            dmm_lock_acquire(&a->lock);
+            if (s != DMM_OK) return s;
+            pot.bytes[DMM_AXIS_OWNED] = need[DMM_AXIS_OWNED];
+            pot.bytes[DMM_AXIS_MAPPED] = need[DMM_AXIS_MAPPED];
+            r = dmm__arena_find(a, off);
+            if (a->lost || r == NULL || r->id != id || r->state == RECORD_QUARANTINED) {
+                dmm__arena_hook_refund(a, DMM_AXIS_OWNED, pot.bytes[DMM_AXIS_OWNED]);
+                dmm__arena_hook_refund(a, DMM_AXIS_MAPPED, pot.bytes[DMM_AXIS_MAPPED]);
+                continue; /* the checks at the top say what happened */
+            }
+            a->pot = &pot;
+        }
+        txn t = {0};
+        dmm_status s = DMM_OK;
+        if (whole) s = commit_range(a, r, off, off + r->bytes, &t, op);
+        for (size_t i = 0; i < n && s == DMM_OK; i++)
+            if (ranges[i].bytes > 0)
+                s = commit_range(a, r, off + ranges[i].offset, off + ranges[i].offset + ranges[i].bytes, &t, op);
+        if (s != DMM_OK) txn_undo(a, r, &t, op);
+        else *newly = t.newly_mapped;
+        bool retry = s != DMM_OK && pot.short_of && !t.leaked && attempt < 3;
+        txn_fini(&t);
+        a->pot = NULL;
+        /* what the pot still holds was never used (or was given back by the undo) */
+        dmm__arena_hook_refund(a, DMM_AXIS_OWNED, pot.bytes[DMM_AXIS_OWNED]);
+        dmm__arena_hook_refund(a, DMM_AXIS_MAPPED, pot.bytes[DMM_AXIS_MAPPED]);
+        if (!retry) return s;
+    }
+}
+
 /* ---- mechanism ops ---- */
 
 static dmm_status check_ranges(const char *op, size_t bytes, const dmm_range *ranges, size_t n) {
@@ -381,32 +493,31 @@ static dmm_status allocate(dmm_arena *a, size_t bytes, size_t align, bool whole,
     r->state = RECORD_LIVE;
     r->id = ++a->next_id;
     records_insert(a, r);
+    dmm_count_add(&a->st.allocations, 1); /* counted at once: the check may run while the lock is dropped */
+    dmm_count_add(&a->st.allocated_bytes, (int64_t)bytes);
 
-    txn t = {0};
-    if (whole) s = commit_range(a, r, off, off + bytes, &t, op);
-    for (size_t i = 0; i < n && s == DMM_OK; i++)
-        if (ranges[i].bytes > 0)
-            s = commit_range(a, r, off + ranges[i].offset, off + ranges[i].offset + ranges[i].bytes, &t, op);
+    uint64_t id = r->id, newly = 0;
+    s = do_commit(a, off, id, whole, ranges, n, op, &newly);
     if (s != DMM_OK) {
-        txn_undo(a, r, &t, op);
-        txn_fini(&t);
         char why[1024];
         snprintf(why, sizeof why, "%s", dmm_last_error());
-        /* commit_range reserved room for the span's pieces; this only matters if poisoning split more */
-        (void)dmm__arena_room(a, 0, 0, dmm__arena_span_room(a, off, span), op);
-        dmm__arena_span_free(a, off, span);
-        dmm__arena_forget(a, r);
+        r = dmm__arena_find(a, off);
+        if (r != NULL && r->id == id) {
+            /* commit_range reserved room for the span's pieces; this only matters if poisoning split more */
+            (void)dmm__arena_room(a, 0, 0, dmm__arena_span_room(a, off, span), op);
+            dmm__arena_span_free(a, off, span);
+            dmm__arena_forget(a, r);
+            dmm_count_sub(&a->st.allocations, 1);
+            dmm_count_sub(&a->st.allocated_bytes, (int64_t)bytes);
+        }
         dmm_error_set(s, "%s", why);
         dmm_lock_release(&a->lock);
         return s;
     }
-    txn_fini(&t);
-    dmm_count_add(&a->st.allocations, 1);
-    dmm_count_add(&a->st.allocated_bytes, (int64_t)bytes);
     out->ptr = (void *)(a->base + off);
     out->bytes = bytes;
     out->align = (size_t)eff;
-    out->id = r->id;
+    out->id = id;
     out->device = a->device;
     dmm_lock_release(&a->lock);
     return DMM_OK;
@@ -426,25 +537,12 @@ static dmm_status arena_commit(void *impl, const dmm_allocation *al, dmm_range r
     const char *op = "arena commit";
     uint64_t dummy;
     if (newly_mapped == NULL) newly_mapped = &dummy;
+    *newly_mapped = 0;
     dmm_lock_acquire(&a->lock);
     arena_record *r = NULL;
     dmm_status s = a->lost ? dmm__arena_lost_error(a, op) : dmm__arena_lookup(a, al, op, &r);
     if (s == DMM_OK) s = check_ranges(op, r->bytes, &range, 1);
-    if (s == DMM_OK && r->state == RECORD_QUARANTINED)
-        s = dmm_error_set(DMM_ERR_QUARANTINED,
-                          "%s of [%zu, +%zu) at %p refused: the allocation is quarantined (a decommit could not "
-                          "restore what it unmapped); nothing was changed: release it and allocate a new one",
-                          op, range.offset, range.bytes, al->ptr);
-    if (s != DMM_OK || range.bytes == 0) {
-        if (s == DMM_OK) *newly_mapped = 0;
-        dmm_lock_release(&a->lock);
-        return s;
-    }
-    txn t = {0};
-    s = commit_range(a, r, r->off + range.offset, r->off + range.offset + range.bytes, &t, op);
-    if (s != DMM_OK) txn_undo(a, r, &t, op);
-    else *newly_mapped = t.newly_mapped;
-    txn_fini(&t);
+    if (s == DMM_OK && range.bytes > 0) s = do_commit(a, r->off, r->id, false, &range, 1, op, newly_mapped);
     dmm_lock_release(&a->lock);
     return s;
 }

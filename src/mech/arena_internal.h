@@ -81,6 +81,16 @@ typedef struct arena_record {
     uint64_t *bits;   /* bit i: granule g0 + i is referenced (committed) by this allocation */
 } arena_record;
 
+/* Budget charged to the accounting hook ahead of a commit, OUTSIDE the arena's lock (the hook may
+ * climb the governor's reclaim ladder, whose callbacks may call into this very arena). The commit's
+ * per-chunk charges then draw from it under the lock, and its undo refunds into it; what is left is
+ * refunded at the end. `short_of` is set when the arena changed between the plan and the commit, so
+ * that the commit is undone and planned again. */
+typedef struct arena_pot {
+    uint64_t bytes[2]; /* per dmm_axis */
+    bool short_of;
+} arena_pot;
+
 typedef struct dmm_arena {
     dmm_lock lock; /* one per arena, held across the driver calls of one operation */
     dmm_driver *drv;
@@ -99,7 +109,8 @@ typedef struct dmm_arena {
 
     bool lost;             /* a driver call reported DMM_ERR_DEVICE_LOST: no more driver calls */
     bool confirmed;        /* dmm_arena_confirm_context_terminated() discharged everything */
-    uint64_t charged[2];   /* what the accounting hook holds for us, per dmm_axis */
+    uint64_t charged[2];   /* what the accounting hook holds for us, per dmm_axis (pots excluded) */
+    arena_pot *pot;        /* the running commit's pre-charged budget, or NULL */
 
     dmm_spans free;       /* VA that may be handed out */
     dmm_spans quarantine; /* VA never handed out again */
@@ -173,10 +184,16 @@ dmm_status dmm__arena_drv_unmap(dmm_arena *a, uint64_t off, uint64_t bytes);
 dmm_status dmm__arena_drv_set_access(dmm_arena *a, uint64_t off, uint64_t bytes, dmm_access access);
 dmm_status dmm__arena_lost_error(dmm_arena *a, const char *op);
 
-/* Charges the hook before a driver call; a refusal (DMM_ERR_BUDGET) changes nothing. */
+/* Charges before a driver call: from the running commit's pot if there is one (a shortfall sets
+ * pot->short_of and fails with DMM_ERR_BUSY), else through the hook. A refusal changes nothing. */
 dmm_status dmm__arena_charge(dmm_arena *a, dmm_axis axis, uint64_t bytes, const char *op);
-/* Refunds after a driver call freed the bytes; does nothing once the arena is lost. */
+/* Refunds after a driver call freed the bytes (into the pot while a commit runs); does nothing once
+ * the arena is lost. */
 void dmm__arena_refund(dmm_arena *a, dmm_axis axis, uint64_t bytes);
+/* The hook itself (no pot, no arena state): charge with the sentence on refusal, and refund. Safe
+ * to call without the arena's lock. */
+dmm_status dmm__arena_hook_charge(dmm_arena *a, dmm_axis axis, uint64_t bytes, const char *op);
+void dmm__arena_hook_refund(dmm_arena *a, dmm_axis axis, uint64_t bytes);
 
 /* ---- chunks (chunks.c) ---- */
 /* Makes room so that the next steps cannot fail for lack of host memory: `chunks` new chunk slots,

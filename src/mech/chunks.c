@@ -78,20 +78,39 @@ dmm_status dmm__arena_drv_set_access(dmm_arena *a, uint64_t off, uint64_t bytes,
 
 /* ---- accounting ---- */
 
+dmm_status dmm__arena_hook_charge(dmm_arena *a, dmm_axis axis, uint64_t bytes, const char *op) {
+    if (!a->has_acct || a->acct.charge == NULL || bytes == 0) return DMM_OK;
+    dmm_clear_error();
+    dmm_status s = a->acct.charge(a->acct.user, a->device, axis, bytes);
+    if (s == DMM_OK) return DMM_OK;
+    char b[32];
+    bool said = dmm_last_status() != DMM_OK && dmm_last_error()[0] != '\0';
+    return dmm_error_set(s,
+                         "%s: the accounting hook refused to charge %s (%llu bytes) on the %s axis of the %s "
+                         "(%s%s%s); nothing was changed: free or trim memory, or raise the budget",
+                         op, dmm__fmt_bytes(bytes, b, sizeof b), (unsigned long long)bytes, axis_name(axis),
+                         a->where, dmm_status_str(s), said ? ": " : "", said ? dmm_last_error() : "");
+}
+
+void dmm__arena_hook_refund(dmm_arena *a, dmm_axis axis, uint64_t bytes) {
+    if (a->has_acct && a->acct.refund != NULL && bytes > 0) a->acct.refund(a->acct.user, a->device, axis, bytes);
+}
+
 dmm_status dmm__arena_charge(dmm_arena *a, dmm_axis axis, uint64_t bytes, const char *op) {
-    if (a->has_acct && a->acct.charge != NULL) {
-        dmm_clear_error();
-        dmm_status s = a->acct.charge(a->acct.user, a->device, axis, bytes);
-        if (s != DMM_OK) {
+    if (a->pot != NULL) {
+        if (a->pot->bytes[axis] < bytes) {
             char b[32];
-            bool said = dmm_last_status() != DMM_OK && dmm_last_error()[0] != '\0';
-            return dmm_error_set(s,
-                                 "%s: the accounting hook refused to charge %s (%llu bytes) on the %s axis of "
-                                 "the %s (%s%s%s); nothing was changed: free or trim memory, or raise the "
-                                 "budget",
-                                 op, dmm__fmt_bytes(bytes, b, sizeof b), (unsigned long long)bytes, axis_name(axis),
-                                 a->where, dmm_status_str(s), said ? ": " : "", said ? dmm_last_error() : "");
+            a->pot->short_of = true;
+            return dmm_error_set(DMM_ERR_BUSY,
+                                 "%s: the %s changed between planning and committing (%s more on the %s axis "
+                                 "than was charged ahead); nothing was changed: retry",
+                                 op, a->where, dmm__fmt_bytes(bytes - a->pot->bytes[axis], b, sizeof b),
+                                 axis_name(axis));
         }
+        a->pot->bytes[axis] -= bytes;
+    } else {
+        dmm_status s = dmm__arena_hook_charge(a, axis, bytes, op);
+        if (s != DMM_OK) return s;
     }
     a->charged[axis] += bytes;
     return DMM_OK;
@@ -99,8 +118,9 @@ dmm_status dmm__arena_charge(dmm_arena *a, dmm_axis axis, uint64_t bytes, const 
 
 void dmm__arena_refund(dmm_arena *a, dmm_axis axis, uint64_t bytes) {
     if (a->lost || bytes == 0) return;
-    if (a->has_acct && a->acct.refund != NULL) a->acct.refund(a->acct.user, a->device, axis, bytes);
     a->charged[axis] -= bytes;
+    if (a->pot != NULL) a->pot->bytes[axis] += bytes;
+    else dmm__arena_hook_refund(a, axis, bytes);
 }
 
 /* ---- tables ---- */

@@ -540,6 +540,66 @@ static void create_validates_its_config(void **state) {
     dmm_driver_destroy(host);
 }
 
+/* ---- the accounting hook may call back into the arena (the governor's reclaim ladder does) ---- */
+
+typedef struct reentrant_hook {
+    kit_tally tally;
+    dmm_mechanism *m;
+    dmm_allocation victim;
+    bool armed;
+    int reentered;
+} reentrant_hook;
+
+static dmm_status reentrant_charge(void *user, dmm_device dev, dmm_axis axis, uint64_t bytes) {
+    reentrant_hook *h = user;
+    if (h->armed) { /* "reclaim": release another allocation of the same arena, from inside the charge */
+        h->armed = false;
+        h->reentered++;
+        dmm_release_outcome o = dmm_mechanism_release(h->m, &h->victim);
+        if (o.state != DMM_RELEASE_COMPLETE) return dmm_error_set(DMM_ERR_DRIVER, "reclaim failed");
+    }
+    return kit_charge(&h->tally, dev, axis, bytes);
+}
+
+static void reentrant_refund(void *user, dmm_device dev, dmm_axis axis, uint64_t bytes) {
+    kit_refund(&((reentrant_hook *)user)->tally, dev, axis, bytes);
+}
+
+static void charge_runs_outside_the_lock_and_replans(void **state) {
+    (void)state;
+    alarm(120); /* a charge made under the arena's lock would deadlock here: fail instead of hanging */
+    dmm_driver *host;
+    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &host));
+    reentrant_hook h;
+    memset(&h, 0, sizeof h);
+    dmm_accounting acct = {&h, reentrant_charge, reentrant_refund};
+    dmm_arena_config c = kit_config(1 * GIB, 2 * MIB, 0, &acct);
+    DMM_OK_OR_FAIL(dmm_arena_create(host, &c, &h.m));
+    dmm_allocation a;
+    DMM_OK_OR_FAIL(dmm_mechanism_allocate_committed(h.m, 3 * MIB, 0, NULL, 0, &a)); /* granules 0-1, VA only */
+    DMM_OK_OR_FAIL(dmm_mechanism_allocate(h.m, 4 * KIB, 0, &h.victim));             /* in a's tail: granule 1 */
+    assert_ptr_equal(h.victim.ptr, (char *)a.ptr + 3 * MIB);
+    /* committing a plans one new chunk (granule 0) and shares granule 1 with the victim; the charge
+     * releases the victim, so granule 1 is unbacked when the commit runs: it must plan again */
+    h.armed = true;
+    uint64_t newly = 0;
+    DMM_OK_OR_FAIL(dmm_mechanism_commit(h.m, &a, (dmm_range){0, 3 * MIB}, &newly));
+    assert_int_equal(h.reentered, 1);
+    assert_int_equal(newly, 4 * MIB);
+    memset(a.ptr, 5, 3 * MIB);
+    KIT_CHECK(h.m);
+    kit_stats_match_census(h.m, host);
+    kit_tally_matches(&h.tally, h.m);
+    dmm_release_outcome o = dmm_mechanism_release(h.m, &a);
+    assert_int_equal(o.state, DMM_RELEASE_COMPLETE);
+    assert_int_equal(o.unmapped_bytes, 4 * MIB);
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(h.m));
+    assert_int_equal(atomic_load(&h.tally.owned), 0);
+    assert_int_equal(atomic_load(&h.tally.mapped), 0);
+    dmm_driver_destroy(host);
+    alarm(0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(reserves_64_gib_without_rss),
@@ -557,6 +617,7 @@ int main(void) {
         cmocka_unit_test(address_space_exhaustion_is_an_error),
         cmocka_unit_test(error_sentences_name_op_values_and_remedy),
         cmocka_unit_test(create_validates_its_config),
+        cmocka_unit_test(charge_runs_outside_the_lock_and_replans),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
