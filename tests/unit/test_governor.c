@@ -1,7 +1,10 @@
 /* The governor: tiers and limits, leases by role, both axes, overflow, snapshot, the reclaim ladder's
  * order and its refusal sentence, the accounting hook, holder lifetimes. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "dmm/pool.h"
 
 #include "testkit.h"
 
@@ -477,6 +480,118 @@ static void many_leases(void **state) {
     DMM_OK_OR_FAIL(dmm_governor_destroy(g));
 }
 
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Issue 5, acceptance 4: a pool holding 1 GiB of free cached memory is a holder whose reclaim is its
+ * trim; a request that needs that memory succeeds after the trim, and the stats show the trim. */
+
+typedef struct pool_holder {
+    dmm_pool *pool;
+    uint64_t released;
+    int calls[DMM_RECLAIM_STEP_COUNT];
+} pool_holder;
+
+static uint64_t pool_reclaim(void *user, dmm_device device, dmm_reclaim_step step, uint64_t wanted) {
+    (void)device;
+    pool_holder *ph = user;
+    ph->calls[step]++;
+    if (step != DMM_RECLAIM_CACHED) return 0;
+    dmm_pool_stats st;
+    memset(&st, 0, sizeof st);
+    st.size = sizeof st;
+    if (dmm_pool_stats_get(ph->pool, &st) != DMM_OK) return 0;
+    uint64_t committed = (uint64_t)st.committed_bytes.current;
+    uint64_t released = 0;
+    if (dmm_pool_trim(ph->pool, committed > wanted ? committed - wanted : 0, &released) != DMM_OK) return 0;
+    ph->released += released;
+    return released;
+}
+
+static void pool_trim_is_the_first_rung(void **state) {
+    (void)state;
+    dmm_driver *host = NULL;
+    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &host));
+    dmm_governor *g = NULL;
+    DMM_OK_OR_FAIL(dmm_governor_create(NULL, &g));
+    DMM_OK_OR_FAIL(dmm_governor_set_limit(g, HOST, DMM_AXIS_OWNED, 1536 * MiB));
+    pool_holder ph;
+    memset(&ph, 0, sizeof ph);
+    dmm_holder *hp = holder(g, "pool", 0, pool_reclaim, &ph);
+    dmm_holder *hw = holder(g, "weights", 1, NULL, NULL);
+    dmm_lease_id pool_lease = 0, w = 0;
+    DMM_OK_OR_FAIL(dmm_lease_reserve(hp, HOST, DMM_ROLE_WORKSPACE, 0, 0, &pool_lease));
+    dmm_accounting acct;
+    DMM_OK_OR_FAIL(dmm_governor_accounting(g, pool_lease, &acct));
+    dmm_arena_config ac;
+    memset(&ac, 0, sizeof ac);
+    ac.size = sizeof ac;
+    ac.reserve_bytes = 4 * GiB;
+    ac.accounting = &acct;
+    dmm_mechanism *arena = NULL;
+    DMM_OK_OR_FAIL(dmm_arena_create(host, &ac, &arena));
+    dmm_pool_config pc;
+    memset(&pc, 0, sizeof pc);
+    pc.size = sizeof pc;
+    pc.va_bytes = 2 * GiB;
+    pc.chunk_bytes = 64 * MiB;
+    DMM_OK_OR_FAIL(dmm_pool_create(arena, host, &pc, &ph.pool));
+
+    /* The pool grows to 1 GiB, then holds it all free and mapped. */
+    void *p = NULL;
+    DMM_OK_OR_FAIL(dmm_pool_malloc(ph.pool, 1 * GiB, NULL, &p));
+    DMM_OK_OR_FAIL(dmm_pool_free(ph.pool, p, NULL));
+    uint64_t owned = 0;
+    DMM_OK_OR_FAIL(dmm_lease_usage(g, pool_lease, &owned, NULL));
+    assert_true(owned >= 1 * GiB);
+    dmm_pool_stats st0 = {.size = sizeof st0};
+    DMM_OK_OR_FAIL(dmm_pool_stats_get(ph.pool, &st0));
+    assert_int_equal(st0.allocated_bytes.current, 0);
+
+    /* 1 GiB of weights on a 1.5 GiB tier: fits only after the pool trimmed. */
+    DMM_OK_OR_FAIL(dmm_lease_reserve(hw, HOST, DMM_ROLE_WEIGHTS, 1 * GiB, 0, &w));
+    assert_int_equal(ph.calls[DMM_RECLAIM_CACHED], 1);
+    assert_int_equal(ph.calls[DMM_RECLAIM_IDLE], 0); /* granted after the first rung */
+    assert_true(ph.released >= owned - 512 * MiB);
+    dmm_pool_stats st1 = {.size = sizeof st1};
+    DMM_OK_OR_FAIL(dmm_pool_stats_get(ph.pool, &st1));
+    assert_true(st1.trims > st0.trims);
+    assert_true(st1.chunks_decommitted >= st0.chunks_decommitted + 8);
+    assert_true((uint64_t)st1.committed_bytes.current <= 512 * MiB);
+    dmm_governor_counters c = {.size = sizeof c};
+    DMM_OK_OR_FAIL(dmm_governor_counters_get(g, &c));
+    assert_int_equal(c.grants_after_reclaim, 1);
+    assert_int_equal(c.reclaim_freed[DMM_RECLAIM_CACHED], ph.released);
+    dmm_tier_usage u = usage(g, HOST);
+    assert_true(u.used[0] <= u.limit[0]);
+
+    /* 1 GiB more cannot fit even with everything trimmed: refused, the sentence lists every rung. */
+    uint64_t before = ph.released;
+    assert_int_equal(dmm_lease_grow(g, w, 1 * GiB, 0), DMM_ERR_BUDGET);
+    char expect[160];
+    snprintf(expect, sizeof expect, "cached free memory %llu, idle chunks 0, offload 0, discard 0 bytes",
+             (unsigned long long)(ph.released - before));
+    dmm_test_error_mentions("tier host:0", "role weights", "requested 1073741824 bytes", expect, NULL);
+    assert_true(ph.released > before); /* the rest of the cache went too */
+    assert_int_equal(ph.calls[DMM_RECLAIM_DISCARD], 1);
+    /* Nothing reclaimable now: every rung freed 0. */
+    assert_int_equal(dmm_lease_grow(g, w, 1 * GiB, 0), DMM_ERR_BUDGET);
+    dmm_test_error_mentions("cached free memory 0, idle chunks 0, offload 0, discard 0 bytes", NULL);
+
+    DMM_OK_OR_FAIL(dmm_lease_release(g, w));
+    DMM_OK_OR_FAIL(dmm_pool_destroy(ph.pool));
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(arena));
+    DMM_OK_OR_FAIL(dmm_lease_usage(g, pool_lease, &owned, NULL));
+    assert_int_equal(owned, 0);
+    DMM_OK_OR_FAIL(dmm_lease_release(g, pool_lease));
+    DMM_OK_OR_FAIL(dmm_governor_holder_unregister(hp));
+    DMM_OK_OR_FAIL(dmm_governor_holder_unregister(hw));
+    DMM_OK_OR_FAIL(dmm_governor_destroy(g));
+    dmm_driver_census cen = {.size = sizeof cen};
+    DMM_OK_OR_FAIL(host->ops->census(host, &cen));
+    assert_int_equal(cen.handles + cen.mapped_bytes + cen.reserved_bytes, 0);
+    dmm_driver_destroy(host);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(leases_reserve_grow_shrink_release),
@@ -488,6 +603,7 @@ int main(void) {
         cmocka_unit_test(accounting_charges_and_refunds_a_lease),
         cmocka_unit_test(holders_and_tiers),
         cmocka_unit_test(many_leases),
+        cmocka_unit_test(pool_trim_is_the_first_rung),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
