@@ -93,9 +93,9 @@ DMM_API const char *dmm_reclaim_step_name(dmm_reclaim_step step);
  * the bytes it freed (refunded through its own leases / accounting). Called outside every governor
  * lock, possibly from several threads at once; it may release, shrink, trim and refund. Return 0 for a
  * step it cannot do.
- * Careful: the charge that climbs the ladder may come from a mechanism holding its own lock (the arena
- * charges under its lock), so a callback must never BLOCK on a lock a charging thread may hold (its
- * own pool lock, an arena lock): take such locks with a try-lock and return 0 when they are busy.
+ * Careful: the charge that climbs the ladder may come from a mechanism or holder that holds one of its
+ * own locks at that moment (the accounting hook does not forbid it), so a callback must never BLOCK on
+ * a lock a charging thread may hold: take such locks with a try-lock and return 0 when they are busy.
  * Otherwise two holders growing at once on one tier can deadlock, each asking the other. */
 typedef uint64_t (*dmm_reclaim_fn)(void *user, dmm_device device, dmm_reclaim_step step, uint64_t bytes_wanted);
 
