@@ -238,16 +238,49 @@ static void event_put(dmm_pool *p, dmm_event ev) {
     dmm_lock_release(&p->lock);
 }
 
-/* Polls the heap's pending cross-stream frees and its fence, recording a new fence when frees
- * happened since the last one. Driver calls run outside the heap lock: the pending list is taken
- * out while they run. Never waits. */
+/* Polls the heap's pending cross-stream frees, then its fence, recording a new fence when frees
+ * happened since the last one (the frees that completed pending blocks included). Driver calls run
+ * outside the heap lock: the pending list is taken out while they run. Never waits. */
 static void heap_poll(dmm_pool *p, pheap *h) {
-    enum { NONE, RECORD, QUERY } action = NONE;
+    /* 1: cross-stream frees whose event completed become free blocks */
     dmm_lock_acquire(&h->lock);
     pblock *list = h->pending;
     h->pending = NULL;
     h->npending = 0;
+    dmm_lock_release(&h->lock);
+    if (list != NULL) {
+        for (pblock *b = list; b != NULL; b = b->lnext) {
+            dmm_status q = p->drv->ops->event_query(p->drv, b->ev);
+            b->requested = q == DMM_OK; /* a PENDING block's `requested` is free to hold the answer */
+            if (q != DMM_OK) add(&p->events_pending, 1);
+        }
+        dmm_clear_error();
+        dmm_lock_acquire(&h->lock);
+        pblock *b = list;
+        while (b != NULL) {
+            pblock *n = b->lnext;
+            if (b->requested) {
+                dmm_event ev = b->ev;
+                b->ev = NULL;
+                b->requested = 0;
+                b->lnext = b->lprev = NULL;
+                b->seq = ++h->free_seq;
+                dmm__heap_make_free(h, b);
+                sub(&p->pending_now, 1);
+                event_put(p, ev); /* pool lock inside the heap lock: the documented order */
+            } else {
+                dmm__heap_list_push(&h->pending, b);
+                h->npending++;
+            }
+            b = n;
+        }
+        dmm_lock_release(&h->lock);
+    }
+
+    /* 2: the fence */
+    enum { NONE, RECORD, QUERY } action = NONE;
     uint64_t s = 0;
+    dmm_lock_acquire(&h->lock);
     if (h->fence_state == FENCE_IDLE && h->safe_seq < h->free_seq) {
         action = RECORD;
         s = h->free_seq;
@@ -258,13 +291,7 @@ static void heap_poll(dmm_pool *p, pheap *h) {
         h->fence_state = FENCE_BUSY;
     }
     dmm_lock_release(&h->lock);
-    if (list == NULL && action == NONE) return;
-
-    for (pblock *b = list; b != NULL; b = b->lnext) {
-        dmm_status q = p->drv->ops->event_query(p->drv, b->ev);
-        b->requested = q == DMM_OK; /* a PENDING block's `requested` is free to hold the answer */
-        if (q != DMM_OK) add(&p->events_pending, 1);
-    }
+    if (action == NONE) return;
     dmm_status fq = DMM_ERR_BUSY;
     bool recorded = action == QUERY;
     if (action == RECORD) {
@@ -281,35 +308,14 @@ static void heap_poll(dmm_pool *p, pheap *h) {
         if (fq != DMM_OK) add(&p->events_pending, 1);
     }
     dmm_clear_error();
-
     dmm_lock_acquire(&h->lock);
-    pblock *b = list;
-    while (b != NULL) {
-        pblock *n = b->lnext;
-        if (b->requested) {
-            dmm_event ev = b->ev;
-            b->ev = NULL;
-            b->requested = 0;
-            b->lnext = b->lprev = NULL;
-            b->seq = ++h->free_seq;
-            dmm__heap_make_free(h, b);
-            sub(&p->pending_now, 1);
-            event_put(p, ev); /* pool lock inside the heap lock: the documented order */
-        } else {
-            dmm__heap_list_push(&h->pending, b);
-            h->npending++;
-        }
-        b = n;
-    }
-    if (action != NONE) {
-        if (!recorded) h->fence_state = FENCE_IDLE; /* the record failed: try again next time */
-        else if (fq == DMM_OK) {
-            if (s > h->safe_seq) h->safe_seq = s;
-            h->fence_state = FENCE_IDLE;
-        } else {
-            h->fence_seq = s;
-            h->fence_state = FENCE_RECORDED;
-        }
+    if (!recorded) h->fence_state = FENCE_IDLE; /* the record failed: try again next time */
+    else if (fq == DMM_OK) {
+        if (s > h->safe_seq) h->safe_seq = s;
+        h->fence_state = FENCE_IDLE;
+    } else {
+        h->fence_seq = s;
+        h->fence_state = FENCE_RECORDED;
     }
     dmm_lock_release(&h->lock);
 }

@@ -1,0 +1,218 @@
+/* tests/stress/test_pool_stress.c — a seeded 8-thread mix of malloc, free (on the block's stream and
+ * on others), trim and empty_cache over one pool on the real host driver.
+ *
+ * Eight threads share four streams (two per stream: their heap's lock is contended; the streams
+ * contend for moves and trims). Each thread writes a pattern unique to (thread, block) into every
+ * block it gets — all of a small block, the first 64 KiB and one word per 64 KiB of a large one —
+ * and verifies it right before freeing: a block handed out twice, or a chunk unmapped or moved
+ * under a live block, shows up as a wrong word (or a fault). A retention limit of 0.1 % keeps the
+ * pool moving chunks all the time. At the end: every block freed, the invariant check passes, the
+ * pool's, the arena's and the driver's counts are back to zero. Run under TSan and ASan by
+ * `make test`. Seed: DMM_STRESS_SEED (default 42).
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testkit.h"
+
+#define THREADS 8
+#define STREAMS 4
+#define OPS 6000
+#define LIVE 48
+#define KIB ((size_t)1 << 10)
+#define MIB ((size_t)1 << 20)
+
+typedef struct shared {
+    dmm_driver *drv;
+    dmm_mechanism *arena;
+    dmm_pool *pool;
+    dmm_stream streams[STREAMS];
+    uint64_t seed;
+    _Atomic uint64_t errors, mallocs, frees, cross, trims;
+} shared;
+
+typedef struct slot {
+    uint64_t *p;
+    size_t bytes;
+    uint64_t tag;
+} slot;
+
+typedef struct thread_arg {
+    shared *sh;
+    int id;
+    pthread_t th;
+} thread_arg;
+
+static uint64_t rnd(uint64_t *x) {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+/* the words of a block that carry the pattern */
+#define HEAD (64 * KIB)
+#define STRIDE (64 * KIB)
+
+static void stamp(slot *s) {
+    size_t words = s->bytes / 8;
+    size_t head = s->bytes < HEAD ? words : HEAD / 8;
+    for (size_t i = 0; i < head; i++) s->p[i] = s->tag ^ i;
+    for (size_t i = head; i < words; i += STRIDE / 8) s->p[i] = s->tag ^ i;
+    if (words > 0) s->p[words - 1] = s->tag ^ (words - 1);
+}
+
+static bool verify(const slot *s) {
+    size_t words = s->bytes / 8;
+    size_t head = s->bytes < HEAD ? words : HEAD / 8;
+    for (size_t i = 0; i < head; i++)
+        if (s->p[i] != (s->tag ^ i)) return false;
+    for (size_t i = head; i < words; i += STRIDE / 8)
+        if (s->p[i] != (s->tag ^ i)) return false;
+    return words == 0 || s->p[words - 1] == (s->tag ^ (words - 1));
+}
+
+static void *worker(void *arg) {
+    thread_arg *a = arg;
+    shared *sh = a->sh;
+    uint64_t x = sh->seed * 0x9E3779B97F4A7C15ull + (uint64_t)a->id * 7919 + 1;
+    dmm_stream mine = sh->streams[a->id % STREAMS];
+    slot live[LIVE];
+    memset(live, 0, sizeof live);
+    uint64_t serial = 0;
+    for (int op = 0; op < OPS; op++) {
+        uint64_t r = rnd(&x);
+        int k = (int)(r % LIVE);
+        unsigned what = (unsigned)((r >> 8) % 1000);
+        if (what < 6) {
+            uint64_t target = (rnd(&x) % 64) * MIB;
+            dmm_status s = dmm_pool_trim(sh->pool, target, NULL);
+            if (s != DMM_OK) atomic_fetch_add(&sh->errors, 1);
+            atomic_fetch_add(&sh->trims, 1);
+        } else if (what < 7) {
+            if (dmm_pool_empty_cache(sh->pool, NULL) != DMM_OK) atomic_fetch_add(&sh->errors, 1);
+        } else if (live[k].p != NULL) {
+            if (!verify(&live[k])) {
+                fprintf(stderr, "thread %d: block %p of %zu bytes lost its pattern\n", a->id, (void *)live[k].p,
+                        live[k].bytes);
+                atomic_fetch_add(&sh->errors, 1);
+            }
+            dmm_stream on = mine;
+            if ((r >> 20) % 10 == 0) { /* free on another stream: its event gates the reuse */
+                on = sh->streams[(a->id + 1 + (int)((r >> 24) % (STREAMS - 1))) % STREAMS];
+                atomic_fetch_add(&sh->cross, 1);
+            }
+            if (dmm_pool_free(sh->pool, live[k].p, on) != DMM_OK) {
+                fprintf(stderr, "thread %d: free failed: %s\n", a->id, dmm_last_error());
+                atomic_fetch_add(&sh->errors, 1);
+            }
+            live[k].p = NULL;
+            atomic_fetch_add(&sh->frees, 1);
+        } else {
+            /* log-uniform 512 B .. 4 MiB, plus a random tail */
+            size_t bytes = (size_t)512 << ((r >> 12) % 14);
+            bytes += (size_t)((r >> 32) % bytes);
+            bytes &= ~(size_t)7;
+            void *p = NULL;
+            dmm_status s = dmm_pool_malloc(sh->pool, bytes, mine, &p);
+            if (s != DMM_OK) {
+                fprintf(stderr, "thread %d: malloc of %zu failed: %s\n", a->id, bytes, dmm_last_error());
+                atomic_fetch_add(&sh->errors, 1);
+                continue;
+            }
+            live[k].p = p;
+            live[k].bytes = bytes;
+            live[k].tag = ((uint64_t)a->id << 56) ^ (++serial << 20) ^ 0x5A5A5A5A;
+            stamp(&live[k]);
+            atomic_fetch_add(&sh->mallocs, 1);
+        }
+    }
+    for (int k = 0; k < LIVE; k++)
+        if (live[k].p != NULL) {
+            if (!verify(&live[k])) atomic_fetch_add(&sh->errors, 1);
+            if (dmm_pool_free(sh->pool, live[k].p, mine) != DMM_OK) atomic_fetch_add(&sh->errors, 1);
+            atomic_fetch_add(&sh->frees, 1);
+        }
+    return NULL;
+}
+
+static void eight_threads_malloc_free_trim(void **state) {
+    (void)state;
+    shared sh;
+    memset(&sh, 0, sizeof sh);
+    const char *seed = getenv("DMM_STRESS_SEED");
+    sh.seed = seed != NULL ? strtoull(seed, NULL, 10) : 42;
+    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &sh.drv));
+    dmm_arena_config ac;
+    memset(&ac, 0, sizeof ac);
+    ac.size = sizeof ac;
+    ac.reserve_bytes = (uint64_t)64 << 30;
+    ac.cache_limit_bytes = 8 * MIB;
+    DMM_OK_OR_FAIL(dmm_arena_create(sh.drv, &ac, &sh.arena));
+    dmm_pool_config pc;
+    memset(&pc, 0, sizeof pc);
+    pc.size = sizeof pc;
+    pc.retain_permille = 1; /* keep it moving chunks */
+    DMM_OK_OR_FAIL(dmm_pool_create(sh.arena, sh.drv, &pc, &sh.pool));
+    sh.streams[0] = NULL;
+    for (int i = 1; i < STREAMS; i++) DMM_OK_OR_FAIL(sh.drv->ops->stream_create(sh.drv, &sh.streams[i]));
+
+    thread_arg args[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        args[i].sh = &sh;
+        args[i].id = i;
+        assert_int_equal(pthread_create(&args[i].th, NULL, worker, &args[i]), 0);
+    }
+    for (int i = 0; i < THREADS; i++) pthread_join(args[i].th, NULL);
+    assert_int_equal(atomic_load(&sh.errors), 0);
+    assert_int_equal(atomic_load(&sh.mallocs), atomic_load(&sh.frees));
+
+    DMM_OK_OR_FAIL(dmm_pool_empty_cache(sh.pool, NULL)); /* also makes the cross-stream frees reusable */
+    DMM_OK_OR_FAIL(dmm_pool_check(sh.pool));
+    dmm_pool_stats ps;
+    memset(&ps, 0, sizeof ps);
+    ps.size = sizeof ps;
+    DMM_OK_OR_FAIL(dmm_pool_stats_get(sh.pool, &ps));
+    printf("seed %llu: %llu mallocs, %llu frees (%llu on another stream), %llu trims; %llu grows, %llu chunks "
+           "committed, %llu moved; peak committed %lld bytes, peak physical %lld\n",
+           (unsigned long long)sh.seed, (unsigned long long)ps.mallocs, (unsigned long long)ps.frees,
+           (unsigned long long)ps.cross_stream_frees, (unsigned long long)atomic_load(&sh.trims),
+           (unsigned long long)ps.grows, (unsigned long long)ps.chunks_committed, (unsigned long long)ps.chunks_moved,
+           (long long)ps.committed_bytes.peak, (long long)ps.physical_bytes.peak);
+    assert_int_equal(ps.mallocs, atomic_load(&sh.mallocs));
+    assert_int_equal(ps.allocations.current, 0);
+    assert_int_equal(ps.allocated_bytes.current, 0);
+    assert_int_equal(ps.requested_bytes.current, 0);
+    assert_int_equal(ps.pending_blocks.current, 0);
+    assert_int_equal(ps.committed_bytes.current, 0);
+    assert_int_equal(ps.physical_bytes.current, 0);
+    assert_true(ps.chunks_moved > 0); /* the mix really moved memory between places */
+    DMM_OK_OR_FAIL(dmm_pool_destroy(sh.pool));
+    dmm_stats as;
+    memset(&as, 0, sizeof as);
+    as.size = sizeof as;
+    DMM_OK_OR_FAIL(dmm_mechanism_stats(sh.arena, &as));
+    assert_int_equal(as.allocations.current, 0);
+    assert_int_equal(as.owned_bytes.current, 0);
+    assert_int_equal(as.mapped_bytes.current, 0);
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(sh.arena));
+    for (int i = 1; i < STREAMS; i++) DMM_OK_OR_FAIL(sh.drv->ops->stream_destroy(sh.drv, sh.streams[i]));
+    dmm_driver_census c;
+    memset(&c, 0, sizeof c);
+    c.size = sizeof c;
+    DMM_OK_OR_FAIL(sh.drv->ops->census(sh.drv, &c));
+    assert_int_equal(c.reserved_bytes, 0);
+    assert_int_equal(c.handles, 0);
+    assert_int_equal(c.mapped_bytes, 0);
+    dmm_driver_destroy(sh.drv);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(eight_threads_malloc_free_trim),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
