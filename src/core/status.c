@@ -1,5 +1,8 @@
 /* src/core/status.c — status names, the per-thread last-error sentence, and the version.
  *
+ * dmm_error_set never logs: it runs under locks, and the log callback must never be called under
+ * one (status.h). Whoever returns the failure to the user may log it.
+ *
  * Invariant: dmm_last_status() == DMM_OK ⇔ dmm_last_error() is "" (until the next failure or clear).
  */
 #include <stdarg.h>
@@ -57,7 +60,6 @@ dmm_status dmm_error_set(dmm_status status, const char *fmt, ...) {
     va_end(ap);
     snprintf(tls_error, sizeof tls_error, "%s", buf);
     tls_status = status;
-    dmm__log(DMM_LOG_DEBUG, "%s: %s", dmm_status_str(status), buf);
     return status;
 }
 

@@ -2,6 +2,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "core/core.h"
 #include "testkit.h"
 
 static void names_are_distinct_and_stable(void **state) {
@@ -72,13 +73,16 @@ static void count_log(void *user, dmm_log_level level, const char *msg) {
     *(int *)user += 1;
 }
 
-static void log_callback_receives_errors(void **state) {
+static void log_callback_filters_and_detaches(void **state) {
     (void)state;
-    dmm_set_log_callback(count_log, &log_count, DMM_LOG_DEBUG);
-    dmm_error_set(DMM_ERR_DRIVER, "x");
+    dmm_set_log_callback(count_log, &log_count, DMM_LOG_INFO);
+    dmm__log(DMM_LOG_WARN, "kept %d", 1);
+    dmm__log(DMM_LOG_DEBUG, "dropped: above max level");
+    assert_int_equal(log_count, 1);
+    dmm_error_set(DMM_ERR_DRIVER, "errors are not logged: they may be set under a lock");
     assert_int_equal(log_count, 1);
     dmm_set_log_callback(NULL, NULL, DMM_LOG_WARN);
-    dmm_error_set(DMM_ERR_DRIVER, "x");
+    dmm__log(DMM_LOG_ERROR, "no callback");
     assert_int_equal(log_count, 1);
 }
 
@@ -88,7 +92,7 @@ int main(void) {
         cmocka_unit_test(last_error_is_per_thread),
         cmocka_unit_test(stats_json_lists_every_stat),
         cmocka_unit_test(version_matches_header),
-        cmocka_unit_test(log_callback_receives_errors),
+        cmocka_unit_test(log_callback_filters_and_detaches),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
