@@ -128,7 +128,7 @@ int dmm_replay_run(const dmm_trace *t, const dmm_replay_opts *o, dmm_replay_resu
         if (lat_m == NULL || lat_f == NULL) FAIL("out of host memory for the latency tables");
     }
     size_t stride = t->n / samples + 1, nm = 0, nf = 0;
-    uint64_t live = 0;
+    uint64_t live = 0, window_max = 0; /* the live peak inside each sample window, so spikes show */
     double t0 = now_s();
     for (size_t i = 0; i < t->n; i++) {
         const dmm_trace_event *e = &t->ev[i];
@@ -143,6 +143,7 @@ int dmm_replay_run(const dmm_trace *t, const dmm_replay_opts *o, dmm_replay_resu
             if (s != DMM_OK)
                 FAIL("event %zu: malloc of %llu bytes failed: %s", i, (unsigned long long)e->bytes, dmm_last_error());
             live += e->bytes;
+            if (live > window_max) window_max = live;
             slot_stream[e->slot] = e->stream;
         } else {
             uint64_t a = o->time_ops ? now_ns() : 0;
@@ -162,7 +163,8 @@ int dmm_replay_run(const dmm_trace *t, const dmm_replay_opts *o, dmm_replay_resu
             dmm_pool_stats_get(pool, &ps);
             dmm_replay_point *pt = &r->timeline[r->npoints++];
             pt->t_us = e->t_us;
-            pt->live = live;
+            pt->live = window_max > live ? window_max : live;
+            window_max = live;
             pt->committed = (uint64_t)ps.committed_bytes.current;
             pt->physical = (uint64_t)ps.physical_bytes.current;
         }

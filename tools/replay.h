@@ -26,7 +26,7 @@ typedef struct dmm_replay_opts {
 
 typedef struct dmm_replay_point {
     uint64_t t_us;      /* trace time */
-    uint64_t live;      /* bytes live in the trace (as requested) */
+    uint64_t live;      /* bytes live in the trace (as requested): the peak since the previous point */
     uint64_t committed; /* pool committed bytes */
     uint64_t physical;  /* arena owned bytes */
 } dmm_replay_point;
