@@ -13,10 +13,12 @@
  * the object gets an ops table whose VMM slots are NULL.
  *
  * The driver keeps its own records of what it holds — reservations (va → bytes), physical handles
- * (handle → bytes), mappings (va → bytes) and eager allocations (ptr → bytes) — in small hash maps
- * under one lock that is never held across a CUDA call. They give the census (tallies of successful
- * calls), the byte count a handle release needs, and argument checks that refuse what CUDA would
- * either reject late or silently accept (unmapping two mappings at once, freeing a stale pointer).
+ * (handle → bytes), mappings (va → handle), how often each handle is mapped, and eager allocations
+ * (ptr → bytes) — in small hash maps under one lock that is never held across a CUDA call. They give
+ * the census (tallies of successful calls), the byte count a handle release needs, and the same
+ * argument checks as the host driver, refusing what CUDA would either reject late or silently accept
+ * (unmapping two mappings at once, releasing a handle that is still mapped, giving back a reservation
+ * with mappings inside, freeing a stale pointer).
  * The trade-off: one short lock per VMM op, paid on the slow path only.
  *
  * Error mapping: CUDA_ERROR_OUT_OF_MEMORY → DMM_ERR_OUT_OF_MEMORY; CUDA_ERROR_NOT_READY from a query →
@@ -26,7 +28,8 @@
  *
  * Invariants (under `lock`):
  *   census.reserved_bytes = Σ reservations.bytes      census.handles = |handles|
- *   census.handle_bytes   = Σ handles.bytes           census.mapped_bytes = Σ mappings.bytes
+ *   census.handle_bytes   = Σ handles.bytes           census.mapped_bytes = Σ handles[mappings.handle].bytes
+ *   map_count[h] = |{va : mappings[va] = h}| (absent = 0)
  *   census.eager_bytes    = Σ eager.bytes
  *   a record is added only after its CUDA call succeeded and removed only after the undoing call did;
  *   a slot for the record is reserved before the call, so recording a success can never fail.
@@ -322,6 +325,24 @@ static bool map_del(u64map *m, uint64_t key) {
     return true;
 }
 
+/* Overwrites the value of a present key (no allocation). */
+static bool map_set(u64map *m, uint64_t key, uint64_t val) {
+    if (m->cap == 0) return false;
+    for (size_t i = map_hash(key, m->cap); m->slots[i].used; i = (i + 1) & (m->cap - 1))
+        if (m->slots[i].key == key) {
+            m->slots[i].val = val;
+            return true;
+        }
+    return false;
+}
+
+/* Whether any key lies in [lo, hi). O(capacity): for rare calls only. */
+static bool map_any_in(const u64map *m, uint64_t lo, uint64_t hi) {
+    for (size_t i = 0; i < m->cap; i++)
+        if (m->slots[i].used && m->slots[i].key >= lo && m->slots[i].key < hi) return true;
+    return false;
+}
+
 static void map_free(u64map *m) {
     free(m->slots);
     memset(m, 0, sizeof *m);
@@ -342,7 +363,8 @@ typedef struct cuda_driver {
     dmm_lock lock;                   /* guards everything below; never held across a CUDA call */
     u64map reservations;             /* va → bytes */
     u64map handles;                  /* handle → bytes */
-    u64map mappings;                 /* va → bytes */
+    u64map mappings;                 /* va → handle */
+    u64map map_count;                /* handle → times mapped (absent = 0) */
     u64map eager;                    /* ptr → bytes */
     dmm_driver_census census;        /* tallies of successful calls (size unused) */
     int peers[CUDA_MAX_PEERS];       /* ordinals also granted access by set_access */
@@ -480,12 +502,15 @@ static dmm_status op_unreserve(dmm_driver *d, uintptr_t va, size_t bytes) {
     uint64_t have = 0;
     dmm_lock_acquire(&c->lock);
     bool known = map_get(&c->reservations, va, &have);
+    bool busy = known && have == bytes && map_any_in(&c->mappings, va, (uint64_t)va + bytes);
     dmm_lock_release(&c->lock);
-    if (!known || have != bytes)
+    if (!known || have != bytes || busy)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
                              "cuda unreserve(va=0x%llx, bytes=%zu): %s; nothing was done",
                              (unsigned long long)va, bytes,
-                             known ? "the bytes differ from the reservation's" : "no reservation starts there");
+                             !known ? "no reservation starts there"
+                             : busy ? "mappings remain inside it: unmap them first"
+                                    : "the bytes differ from the reservation's");
     dmm_status s = enter(c, "cuMemAddressFree");
     if (s != DMM_OK) return s;
     CUresult r = cu.memAddressFree((CUdeviceptr)va, bytes);
@@ -528,14 +553,20 @@ static dmm_status op_create(dmm_driver *d, size_t bytes, dmm_phys *handle) {
 
 static dmm_status op_release(dmm_driver *d, dmm_phys handle) {
     cuda_driver *c = as_cuda(d);
-    uint64_t bytes = 0;
+    uint64_t bytes = 0, maps = 0;
     dmm_lock_acquire(&c->lock);
     bool known = map_get(&c->handles, handle, &bytes);
+    (void)map_get(&c->map_count, handle, &maps);
     dmm_lock_release(&c->lock);
     if (!known)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
                              "cuda release(handle=0x%llx): not a live handle of this driver; nothing was done",
                              (unsigned long long)handle);
+    if (maps != 0)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "cuda release(handle=0x%llx): the handle is still mapped %llu time(s); unmap it first; "
+                             "nothing was done",
+                             (unsigned long long)handle, (unsigned long long)maps);
     dmm_status s = enter(c, "cuMemRelease");
     if (s != DMM_OK) return s;
     CUresult r = cu.memRelease((CUmemGenericAllocationHandle)handle);
@@ -557,6 +588,10 @@ static dmm_status op_map(dmm_driver *d, uintptr_t va, size_t bytes, dmm_phys han
     dmm_lock_acquire(&c->lock);
     bool known = map_get(&c->handles, handle, &hbytes);
     bool room = known && hbytes == bytes && va != 0 && map_reserve(&c->mappings);
+    if (room && !map_reserve(&c->map_count)) {
+        map_unreserve(&c->mappings);
+        room = false;
+    }
     dmm_lock_release(&c->lock);
     if (!known || hbytes != bytes || va == 0)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
@@ -570,16 +605,21 @@ static dmm_status op_map(dmm_driver *d, uintptr_t va, size_t bytes, dmm_phys han
     if (s != DMM_OK) {
         dmm_lock_acquire(&c->lock);
         map_unreserve(&c->mappings);
+        map_unreserve(&c->map_count);
         dmm_lock_release(&c->lock);
         return s;
     }
     CUresult r = cu.memMap((CUdeviceptr)va, bytes, 0, (CUmemGenericAllocationHandle)handle, 0);
     dmm_lock_acquire(&c->lock);
     if (r == CUDA_SUCCESS) {
-        map_put_reserved(&c->mappings, va, bytes);
+        uint64_t n = 0;
+        (void)map_get(&c->map_count, handle, &n);
+        map_put_reserved(&c->mappings, va, handle);
+        map_put_reserved(&c->map_count, handle, n + 1);
         c->census.mapped_bytes += bytes;
     } else {
         map_unreserve(&c->mappings);
+        map_unreserve(&c->map_count);
     }
     dmm_lock_release(&c->lock);
     if (r != CUDA_SUCCESS)
@@ -590,9 +630,9 @@ static dmm_status op_map(dmm_driver *d, uintptr_t va, size_t bytes, dmm_phys han
 
 static dmm_status op_unmap(dmm_driver *d, uintptr_t va, size_t bytes) {
     cuda_driver *c = as_cuda(d);
-    uint64_t have = 0;
+    uint64_t handle = 0, have = 0;
     dmm_lock_acquire(&c->lock);
-    bool known = map_get(&c->mappings, va, &have);
+    bool known = map_get(&c->mappings, va, &handle) && map_get(&c->handles, handle, &have);
     dmm_lock_release(&c->lock);
     if (!known || have != bytes)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
@@ -604,7 +644,14 @@ static dmm_status op_unmap(dmm_driver *d, uintptr_t va, size_t bytes) {
     if (r != CUDA_SUCCESS)
         return cu_fail(c, r, "cuMemUnmap", "va=0x%llx, bytes=%zu", (unsigned long long)va, bytes);
     dmm_lock_acquire(&c->lock);
-    if (map_del(&c->mappings, va)) c->census.mapped_bytes -= bytes;
+    uint64_t n = 0;
+    if (map_get(&c->mappings, va, &handle) && map_del(&c->mappings, va)) {
+        c->census.mapped_bytes -= bytes;
+        if (map_get(&c->map_count, handle, &n)) {
+            if (n <= 1) (void)map_del(&c->map_count, handle);
+            else (void)map_set(&c->map_count, handle, n - 1);
+        }
+    }
     dmm_lock_release(&c->lock);
     return DMM_OK;
 }
@@ -842,6 +889,7 @@ static void op_destroy(dmm_driver *d) {
     map_free(&c->reservations);
     map_free(&c->handles);
     map_free(&c->mappings);
+    map_free(&c->map_count);
     map_free(&c->eager);
     dmm_lock_destroy(&c->lock);
     free(c);

@@ -109,6 +109,10 @@ static void refusals_never_reach_cuda(void **state) {
     DMM_OK_OR_FAIL(d->ops->map(d, va, g, h));
     assert_int_equal(d->ops->unmap(d, va, 2 * g), DMM_ERR_INVALID_ARGUMENT); /* more than the mapping */
     assert_int_equal(d->ops->unreserve(d, va, 2 * g), DMM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(d->ops->unreserve(d, va, 4 * g), DMM_ERR_INVALID_ARGUMENT); /* a mapping inside */
+    dmm_test_error_mentions("mappings remain inside it", NULL);
+    assert_int_equal(d->ops->release(d, h), DMM_ERR_INVALID_ARGUMENT); /* still mapped */
+    dmm_test_error_mentions("still mapped 1 time", NULL);
     assert_int_equal(d->ops->release(d, h + 12345), DMM_ERR_INVALID_ARGUMENT);
     assert_int_equal(d->ops->free(d, va, g), DMM_ERR_INVALID_ARGUMENT); /* not an eager allocation */
     assert_int_equal(d->ops->set_access(d, va, g, (dmm_access)7), DMM_ERR_INVALID_ARGUMENT);
