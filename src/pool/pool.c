@@ -182,7 +182,7 @@ static pheap *heap_for(dmm_pool *p, dmm_stream stream) {
         for (h = heaps_head(p); h != NULL; h = heap_next(h))
             if (h->stream == stream) break;
         if (h == NULL) {
-            h = malloc(sizeof *h);
+            h = aligned_alloc(64, (sizeof *h + 63) / 64 * 64);
             if (h == NULL || !dmm__heap_init(h, p, stream)) {
                 free(h);
                 dmm_lock_release(&p->lock);

@@ -76,7 +76,7 @@ typedef struct pslab {
 typedef enum fence_state { FENCE_IDLE = 0, FENCE_BUSY = 1, FENCE_RECORDED = 2 } fence_state;
 
 typedef struct pheap {
-    dmm_lock lock;
+    _Alignas(64) dmm_lock lock; /* heaps are cache-line aligned: threads on distinct streams share no line */
     struct dmm_pool *pool;
     dmm_stream stream;
     struct pheap *_Atomic next_heap; /* the pool's list (prepend; never removed before destroy) */
@@ -114,6 +114,7 @@ typedef struct pheap {
 
     pblock **scratch; /* slow-path candidate list */
     size_t capscratch;
+    _Alignas(64) char end_[1]; /* pads the struct to whole cache lines */
 } pheap;
 
 struct dmm_pool {
