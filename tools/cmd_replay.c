@@ -19,13 +19,15 @@
 
 static void replay_usage(FILE *f) {
     fprintf(f, "usage: dmm replay TRACE.gz [--driver host|cuda] [--granule BYTES] [--chunk BYTES]\n"
-               "                  [--retain PERMILLE] [--json] [--report FILE.html]\n\n"
+               "                  [--max-chunk BYTES] [--retain PERMILLE] [--json] [--report FILE.html]\n\n"
                "Replays an allocation trace (# dmm-trace v1, gzip) through the dmm pool over an arena and\n"
                "prints peak live, physical and committed bytes, their ratio beside PyTorch's, driver calls\n"
                "by kind and per 1,000 allocations, and malloc/free latency percentiles.\n"
                "  --driver     host (default: mmap + memfd, real memory never touched) or cuda\n"
                "  --granule    host driver granularity (default 2 MiB); sizes take K/M/G suffixes\n"
-               "  --chunk      pool commit unit (default: the granule)\n"
+               "  --chunk      pool commit quantum (default: the granule)\n"
+               "  --max-chunk  largest chunk a growth commits as one handle (default: the quantum;\n"
+               "               larger: fewer driver calls, more fragmentation)\n"
                "  --retain     memory kept mapped while free, in permille of the live peak (default 20)\n"
                "  --json       one JSON object instead of text\n"
                "  --report     also write a self-contained HTML page with the timeline\n");
@@ -65,14 +67,16 @@ int dmm_cmd_replay(int argc, char **argv) {
             json = true;
         } else if (strcmp(a, "--driver") == 0 && i + 1 < argc) {
             o.driver = argv[++i];
-        } else if ((strcmp(a, "--granule") == 0 || strcmp(a, "--chunk") == 0) && i + 1 < argc) {
+        } else if ((strcmp(a, "--granule") == 0 || strcmp(a, "--chunk") == 0 || strcmp(a, "--max-chunk") == 0) &&
+                   i + 1 < argc) {
             uint64_t v = 0;
             if (parse_bytes(argv[++i], &v) != 0 || v == 0) {
                 fprintf(stderr, "dmm replay: %s wants a size in bytes (e.g. 2097152 or 2M), not '%s'\n", a, argv[i]);
                 return 2;
             }
             if (strcmp(a, "--granule") == 0) o.granule = v;
-            else o.chunk_bytes = v;
+            else if (strcmp(a, "--chunk") == 0) o.chunk_bytes = v;
+            else o.max_chunk_bytes = v;
         } else if (strcmp(a, "--retain") == 0 && i + 1 < argc) {
             o.retain_permille = (uint32_t)strtoul(argv[++i], NULL, 10);
         } else if (strcmp(a, "--report") == 0 && i + 1 < argc) {

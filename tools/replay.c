@@ -101,7 +101,8 @@ int dmm_replay_run(const dmm_trace *t, const dmm_replay_opts *o, dmm_replay_resu
     memset(&ac, 0, sizeof ac);
     ac.size = sizeof ac;
     ac.reserve_bytes = reserve;
-    ac.cache_limit_bytes = o->cache_bytes ? o->cache_bytes : 4 * r->chunk;
+    uint64_t maxc = o->max_chunk_bytes ? o->max_chunk_bytes : r->chunk;
+    ac.cache_limit_bytes = o->cache_bytes ? o->cache_bytes : (maxc > 4 * r->chunk ? maxc : 4 * r->chunk);
     if (dmm_arena_create(drv, &ac, &arena) != DMM_OK) FAIL("creating the arena failed: %s", dmm_last_error());
     dmm_pool_config pc;
     memset(&pc, 0, sizeof pc);
@@ -109,6 +110,7 @@ int dmm_replay_run(const dmm_trace *t, const dmm_replay_opts *o, dmm_replay_resu
     pc.va_bytes = reserve / 2;
     pc.chunk_bytes = o->chunk_bytes;
     pc.retain_permille = o->retain_permille;
+    pc.max_chunk_bytes = maxc;
     if (dmm_pool_create(arena, drv, &pc, &pool) != DMM_OK) FAIL("creating the pool failed: %s", dmm_last_error());
 
     for (uint32_t i = 0; i < t->nstreams; i++) {

@@ -17,9 +17,10 @@
 typedef struct dmm_replay_opts {
     const char *driver;       /* "host" or "cuda" */
     uint64_t granule;         /* host driver granularity; 0 = 2 MiB (CUDA: the device's) */
-    uint64_t chunk_bytes;     /* pool chunk; 0 = the granule */
+    uint64_t chunk_bytes;     /* pool commit quantum; 0 = the granule */
+    uint64_t max_chunk_bytes; /* pool's largest chunk; 0 = the pool's default */
     uint32_t retain_permille; /* pool retention; 0 = the pool's default */
-    uint64_t cache_bytes;     /* arena handle cache; 0 = 4 chunks */
+    uint64_t cache_bytes;     /* arena handle cache; 0 = the largest chunk (a moved chunk passes through it) */
     size_t samples;           /* timeline points; 0 = 1500 */
     bool time_ops;            /* time every malloc/free (percentiles); off: only the total */
 } dmm_replay_opts;

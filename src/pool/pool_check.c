@@ -26,13 +26,13 @@ static bool maps_its_chunks(uint8_t kind, const pblock *b) {
 
 const char *dmm__heap_check_locked(const pheap *h) {
     const dmm_pool *p = h->pool;
-    const uint64_t C = p->chunk;
-    uint64_t nfree = 0, nunmapped = 0, nlive = 0, npending = 0, live_bytes = 0, chunks = 0;
+    const uint64_t Q = p->chunk;
+    uint64_t nfree = 0, nunmapped = 0, nlive = 0, npending = 0, live_bytes = 0, chunk_bytes = 0;
     for (size_t r = 0; r < h->nruns; r++) {
         const prun *run = &h->runs[r];
         uintptr_t at = run->lo;
         const pblock *prev = NULL;
-        uint64_t last_chunk = UINT64_MAX; /* last chunk index counted as mapped */
+        size_t covered = (size_t)((run->lo - p->base) / Q); /* quanta below this are covered by chunks seen */
         for (const pblock *b = run->first; b != NULL; prev = b, b = b->next) {
             if (b->addr != at) BAD("block at %#llx follows a block ending at %#llx", (unsigned long long)b->addr,
                                    (unsigned long long)at);
@@ -50,12 +50,7 @@ const char *dmm__heap_check_locked(const pheap *h) {
                     BAD("free block at %#llx of %llu bytes sits in bin %u", (unsigned long long)b->addr,
                         (unsigned long long)b->size, b->bin);
                 break;
-            case BK_UNMAPPED:
-                nunmapped++;
-                if ((b->addr - p->base) % C != 0 || b->size % C != 0)
-                    BAD("unmapped block at %#llx of %llu bytes is not made of whole chunks",
-                        (unsigned long long)b->addr, (unsigned long long)b->size);
-                break;
+            case BK_UNMAPPED: nunmapped++; break;
             case BK_LIVE:
                 nlive++;
                 live_bytes += b->size;
@@ -65,17 +60,32 @@ const char *dmm__heap_check_locked(const pheap *h) {
             case BK_PENDING: npending++; break;
             case BK_COMMITTING:
             case BK_DECOMMITTING:
-            case BK_POISONED:
-                if ((b->addr - p->base) % C != 0 || b->size % C != 0)
-                    BAD("transit or poisoned block at %#llx is not made of whole chunks", (unsigned long long)b->addr);
-                break;
+            case BK_POISONED: break;
             default: BAD("block at %#llx has unknown kind %u", (unsigned long long)b->addr, b->kind);
             }
+            size_t q0 = (size_t)((b->addr - p->base) / Q), q1 = (size_t)((b->addr + b->size - 1 - p->base) / Q);
             if (maps_its_chunks(b->kind, b)) {
-                uint64_t c0 = (b->addr - p->base) / C, c1 = (b->addr + b->size - 1 - p->base) / C;
-                if (last_chunk != UINT64_MAX && c0 <= last_chunk) c0 = last_chunk + 1;
-                if (c1 >= c0) chunks += c1 - c0 + 1;
-                if (last_chunk == UINT64_MAX || c1 > last_chunk) last_chunk = c1;
+                /* every quantum it touches lies in a chunk */
+                for (size_t q = q0 > covered ? q0 : covered; q <= q1;) {
+                    uint32_t len = p->clen[q];
+                    if (len == 0)
+                        BAD("the %s block at %#llx touches quantum %zu, which no chunk covers",
+                            b->kind == BK_FREE ? "free" : "mapped", (unsigned long long)b->addr, q);
+                    chunk_bytes += (uint64_t)len * Q;
+                    covered = q + len;
+                    q = covered;
+                }
+            } else if (b->kind == BK_UNMAPPED || b->kind == BK_COMMITTING || b->kind == BK_POISONED) {
+                /* whole quanta, and no chunk inside or reaching in */
+                if ((b->addr - p->base) % Q != 0 || b->size % Q != 0)
+                    BAD("unmapped, committing or poisoned block at %#llx of %llu bytes is not made of whole quanta",
+                        (unsigned long long)b->addr, (unsigned long long)b->size);
+                if (covered > q0)
+                    BAD("a chunk reaches into the unmapped block at %#llx", (unsigned long long)b->addr);
+                if (b->kind != BK_COMMITTING) /* a commit in flight writes its entries before the fix-up */
+                    for (size_t q = q0; q <= q1; q++)
+                        if (p->clen[q] != 0) BAD("a chunk starts inside the unmapped block at %#llx", (unsigned long long)b->addr);
+                covered = q1 + 1;
             }
             at = b->addr + b->size;
         }
@@ -122,8 +132,8 @@ const char *dmm__heap_check_locked(const pheap *h) {
     if (live_bytes != atomic_load_explicit(&h->live_bytes, memory_order_relaxed))
         BAD("live blocks sum to %llu bytes but the counter says %llu", (unsigned long long)live_bytes,
             (unsigned long long)atomic_load_explicit(&h->live_bytes, memory_order_relaxed));
-    if (chunks * C != h->committed)
-        BAD("blocks touch %llu mapped chunks (%llu bytes) but the heap counts %llu committed bytes",
-            (unsigned long long)chunks, (unsigned long long)(chunks * C), (unsigned long long)h->committed);
+    if (chunk_bytes != h->committed)
+        BAD("the chunks under the heap's blocks hold %llu bytes but the heap counts %llu committed bytes",
+            (unsigned long long)chunk_bytes, (unsigned long long)h->committed);
     return NULL;
 }

@@ -8,14 +8,15 @@
  *
  * Vocabulary. The pool owns one VA-only allocation of the mechanism, [base, base + va_bytes),
  * split into regions of `region` bytes that heaps take when they need VA; physical memory is
- * committed in chunks of C = `chunk` bytes at chunk-aligned addresses. A heap (one per stream)
+ * committed in chunks — one handle each, a whole number of quanta Q = `chunk` bytes at Q-aligned
+ * addresses, at most `max_chunk` — recorded in clen[] (length at the chunk's first quantum). A heap (one per stream)
  * tiles each run of its regions with blocks, linked in address order (prev/next):
  *
  *   LIVE          handed out; in the hash; every chunk it touches is mapped
  *   PENDING       freed on another stream; waits for its event (in `pending`, or held by a poller)
  *   FREE          free and mapped: every chunk it touches is mapped; in a bin
- *   UNMAPPED      free VA without backing; starts and ends on chunk boundaries; in `unmapped`
- *   COMMITTING    chunk-aligned, unmapped, being committed by one thread outside the lock
+ *   UNMAPPED      free VA without backing; whole quanta, no chunk inside; in `unmapped`
+ *   COMMITTING    whole quanta, unmapped, being committed by one thread outside the lock
  *   DECOMMITTING  one whole mapped chunk being decommitted by one thread outside the lock
  *   POISONED      one chunk whose decommit went wrong: kept out of use forever
  *
@@ -23,7 +24,8 @@
  *   the blocks of a run tile [run.lo, run.hi) in address order; no two FREE blocks and no two
  *   UNMAPPED blocks are adjacent (coalesced); a FREE block is in bin bin_of(size), an UNMAPPED one
  *   in the unmapped list, a LIVE one in the hash; sizes and addresses are multiples of `align`;
- *   heap.committed = C × #{chunks touched by a LIVE, PENDING, FREE, DECOMMITTING or POISONED block};
+ *   every quantum a LIVE, PENDING, FREE, DECOMMITTING or (still mapped) POISONED block touches lies in
+ *   a chunk, no chunk reaches into an UNMAPPED block, heap.committed = Σ bytes of those chunks;
  *   heap.live_bytes = Σ LIVE sizes; heap.live_blocks = #LIVE.
  *   A FREE block's seq ≥ the heap free_seq of every free merged into it; it is safe to decommit its
  *   whole chunks once seq ≤ heap.safe_seq (a completed fence on the heap's stream covers it).
@@ -73,6 +75,22 @@ typedef struct pslab {
     struct pslab *next;
 } pslab;
 
+/* A whole free chunk that could be decommitted (slow path scratch). */
+typedef struct pcand {
+    pblock *b; /* the FREE block that held it when listed */
+    uintptr_t addr;
+    uint64_t bytes;
+    uint64_t seq;
+} pcand;
+
+/* A piece of a growth: an unmapped range carved out as COMMITTING, to be filled with moved chunks
+ * and then new ones. */
+typedef struct ptarget {
+    pblock *b;     /* COMMITTING */
+    uint64_t room; /* bytes not yet promised to moved chunks */
+    uint64_t done; /* bytes committed so far, from its start */
+} ptarget;
+
 typedef enum fence_state { FENCE_IDLE = 0, FENCE_BUSY = 1, FENCE_RECORDED = 2 } fence_state;
 
 typedef struct pheap {
@@ -112,7 +130,7 @@ typedef struct pheap {
     uint64_t committed; /* C × mapped chunks of this heap */
     uint64_t mallocs, frees, cached_mallocs, cross_frees;
 
-    pblock **scratch; /* slow-path candidate list */
+    pcand *scratch; /* slow-path candidate list */
     size_t capscratch;
     _Alignas(64) char end_[1]; /* pads the struct to whole cache lines */
 } pheap;
@@ -124,7 +142,9 @@ struct dmm_pool {
     dmm_allocation va; /* the VA-only allocation */
     uintptr_t base;
     uint64_t va_bytes;
-    uint64_t chunk;
+    uint64_t chunk;     /* Q: the commit quantum; every chunk is a whole number of them */
+    uint64_t max_chunk; /* the largest chunk a growth commits as one handle */
+    uint32_t *clen;     /* per quantum: length (in quanta) of the chunk starting there, 0 = none */
     uint64_t region;
     unsigned region_shift;
     size_t nregions;

@@ -6,7 +6,7 @@
  * block it gets — all of a small block, the first 64 KiB and one word per 64 KiB of a large one —
  * and verifies it right before freeing: a block handed out twice, or a chunk unmapped or moved
  * under a live block, shows up as a wrong word (or a fault). A retention limit of 0.1 % keeps the
- * pool moving chunks all the time. At the end: every block freed, the invariant check passes, the
+ * pool moving chunks all the time; a second run lets growth commit chunks of up to 16 MiB. At the end: every block freed, the invariant check passes, the
  * pool's, the arena's and the driver's counts are back to zero. Run under TSan and ASan by
  * `make test`. Seed: DMM_STRESS_SEED (default 42).
  */
@@ -139,8 +139,7 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-static void eight_threads_malloc_free_trim(void **state) {
-    (void)state;
+static void run_mix(uint64_t max_chunk) {
     shared sh;
     memset(&sh, 0, sizeof sh);
     const char *seed = getenv("DMM_STRESS_SEED");
@@ -156,6 +155,7 @@ static void eight_threads_malloc_free_trim(void **state) {
     memset(&pc, 0, sizeof pc);
     pc.size = sizeof pc;
     pc.retain_permille = 1; /* keep it moving chunks */
+    pc.max_chunk_bytes = max_chunk;
     DMM_OK_OR_FAIL(dmm_pool_create(sh.arena, sh.drv, &pc, &sh.pool));
     sh.streams[0] = NULL;
     for (int i = 1; i < STREAMS; i++) DMM_OK_OR_FAIL(sh.drv->ops->stream_create(sh.drv, &sh.streams[i]));
@@ -176,9 +176,9 @@ static void eight_threads_malloc_free_trim(void **state) {
     memset(&ps, 0, sizeof ps);
     ps.size = sizeof ps;
     DMM_OK_OR_FAIL(dmm_pool_stats_get(sh.pool, &ps));
-    printf("seed %llu: %llu mallocs, %llu frees (%llu on another stream), %llu trims; %llu grows, %llu chunks "
+    printf("max chunk %llu MiB, seed %llu: %llu mallocs, %llu frees (%llu on another stream), %llu trims; %llu grows, %llu chunks "
            "committed, %llu moved; peak committed %lld bytes, peak physical %lld\n",
-           (unsigned long long)sh.seed, (unsigned long long)ps.mallocs, (unsigned long long)ps.frees,
+           (unsigned long long)(max_chunk >> 20), (unsigned long long)sh.seed, (unsigned long long)ps.mallocs, (unsigned long long)ps.frees,
            (unsigned long long)ps.cross_stream_frees, (unsigned long long)atomic_load(&sh.trims),
            (unsigned long long)ps.grows, (unsigned long long)ps.chunks_committed, (unsigned long long)ps.chunks_moved,
            (long long)ps.committed_bytes.peak, (long long)ps.physical_bytes.peak);
@@ -210,9 +210,22 @@ static void eight_threads_malloc_free_trim(void **state) {
     dmm_driver_destroy(sh.drv);
 }
 
+/* every chunk one quantum (the default) */
+static void eight_threads_malloc_free_trim(void **state) {
+    (void)state;
+    run_mix(0);
+}
+
+/* chunks up to 16 MiB: growth by one handle per need, moves of whole chunks of several sizes */
+static void eight_threads_with_variable_chunks(void **state) {
+    (void)state;
+    run_mix(16 * MIB);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(eight_threads_malloc_free_trim),
+        cmocka_unit_test(eight_threads_with_variable_chunks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

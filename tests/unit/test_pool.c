@@ -215,6 +215,38 @@ static void a_full_retention_limit_moves_chunks_instead_of_growing(void **state)
     fx_close(f);
 }
 
+static void a_larger_max_chunk_grows_by_one_handle_sized_to_the_need(void **state) {
+    (void)state;
+    dmm_pool_config pc;
+    memset(&pc, 0, sizeof pc);
+    pc.size = sizeof pc;
+    pc.max_chunk_bytes = 64 * MIB;
+    fx *f = fx_open(&pc, 64 * MIB);
+    uint64_t creates = calls(f, DMM_OP_CREATE), maps = calls(f, DMM_OP_MAP);
+    char *x = xmalloc(f, 20 * MIB, NULL);
+    assert_int_equal(calls(f, DMM_OP_CREATE), creates + 1); /* one handle of 20 MiB, not ten of 2 MiB */
+    assert_int_equal(calls(f, DMM_OP_MAP), maps + 1);
+    memset(x, 5, 20 * MIB);
+    char *y = xmalloc(f, 100 * MIB, NULL); /* above max_chunk: two handles (64 + 36 MiB) */
+    assert_int_equal(calls(f, DMM_OP_CREATE), creates + 3);
+    xfree(f, x, NULL);
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    /* trim gives chunks back whole: asking for 2 MiB releases x's 20 MiB */
+    dmm_pool_stats s = stats(f);
+    uint64_t released = 0;
+    DMM_OK_OR_FAIL(dmm_pool_trim(f->pool, (uint64_t)s.committed_bytes.current - C, &released));
+    assert_int_equal(released, 20 * MIB);
+    xfree(f, y, NULL);
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    DMM_OK_OR_FAIL(dmm_pool_empty_cache(f->pool, &released));
+    assert_int_equal(released, 100 * MIB);
+    pc.max_chunk_bytes = 3 * MIB; /* not a multiple of the quantum */
+    dmm_pool *bad = NULL;
+    assert_int_equal(dmm_pool_create(f->arena, f->drv, &pc, &bad), DMM_ERR_INVALID_ARGUMENT);
+    dmm_test_error_mentions("max_chunk_bytes", NULL);
+    fx_close(f);
+}
+
 static void unknown_and_double_frees_change_nothing(void **state) {
     (void)state;
     fx *f = fx_open(NULL, 0);
@@ -465,6 +497,7 @@ int main(void) {
         cmocka_unit_test(blocks_are_aligned_usable_and_reused_without_driver_calls),
         cmocka_unit_test(free_blocks_coalesce_and_growth_extends_a_free_block),
         cmocka_unit_test(a_full_retention_limit_moves_chunks_instead_of_growing),
+        cmocka_unit_test(a_larger_max_chunk_grows_by_one_handle_sized_to_the_need),
         cmocka_unit_test(unknown_and_double_frees_change_nothing),
         cmocka_unit_test(destroy_is_refused_while_blocks_are_live),
         cmocka_unit_test(trim_decommits_whole_free_chunks_down_to_the_target),
