@@ -72,8 +72,22 @@ static int stack_open(stack *st, bool cuda) {
     return 0;
 }
 
+/* Destroys a pool, waiting (outside the pool) for the events after the streams' last frees. */
+static void pool_destroy_when_idle(dmm_pool *pool) {
+    dmm_status s = dmm_pool_destroy(pool);
+    for (int i = 0; s == DMM_ERR_BUSY && i < 5000; i++) {
+        struct timespec ms = {0, 1000 * 1000};
+        nanosleep(&ms, NULL);
+        s = dmm_pool_destroy(pool);
+    }
+    if (s != DMM_OK) {
+        fprintf(stderr, "bench_pool: dmm_pool_destroy failed: %s\n", dmm_last_error());
+        exit(1);
+    }
+}
+
 static void stack_close(stack *st) {
-    CHECK(dmm_pool_destroy(st->pool));
+    pool_destroy_when_idle(st->pool);
     CHECK(dmm_mechanism_destroy(st->arena));
     dmm_driver_destroy(st->drv);
 }
@@ -250,7 +264,7 @@ static void threads_bench(void) {
         if (n == 1) base[glibc] = agg;
         printf("%8s %8d %14.1f %18.2f %9.2fx\n", glibc ? "glibc" : "pool", n, med, agg / 1e6, agg / base[glibc]);
     }
-    CHECK(dmm_pool_destroy(st.pool));
+    pool_destroy_when_idle(st.pool);
     CHECK(dmm_mechanism_destroy(st.arena));
     for (int i = 0; i < 8; i++) st.drv->ops->stream_destroy(st.drv, streams[i]);
     dmm_driver_destroy(st.drv);

@@ -212,9 +212,21 @@ out:
             if (ptrs[k] != NULL) /* the trace's leftovers, freed on the stream of their allocation */
                 dmm_pool_free(pool, ptrs[k], streams[slot_stream[k]]);
     }
-    if (pool != NULL && dmm_pool_destroy(pool) != DMM_OK && rc == 0) {
-        snprintf(err, errcap, "destroying the pool failed: %s", dmm_last_error());
-        rc = -1;
+    if (pool != NULL) {
+        /* the pool refuses while the event after a stream's last free is pending: let the streams
+         * drain (a replay queues no work, so this is quick) and ask again */
+        dmm_status ds = dmm_pool_destroy(pool);
+        for (int tries = 0; ds == DMM_ERR_BUSY && tries < 5000; tries++) {
+            for (uint32_t i = 0; i < t->nstreams && i < 64; i++)
+                if (drv->ops->stream_synchronize != NULL) drv->ops->stream_synchronize(drv, streams[i]);
+            struct timespec ms = {0, 1000 * 1000};
+            nanosleep(&ms, NULL);
+            ds = dmm_pool_destroy(pool);
+        }
+        if (ds != DMM_OK && rc == 0) {
+            snprintf(err, errcap, "destroying the pool failed: %s", dmm_last_error());
+            rc = -1;
+        }
     }
     for (uint32_t i = 0; i < 64; i++)
         if (streams[i] != NULL) drv->ops->stream_destroy(drv, streams[i]);
