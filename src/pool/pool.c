@@ -762,14 +762,16 @@ static dmm_status malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t requeste
         pblock *b = dmm__heap_bin_find(h, n);
         if (b != NULL) {
             bool ok = take(h, b, n, requested);
-            if (ok) h->cached_mallocs += attempt == 0;
+            if (ok) {
+                h->cached_mallocs += attempt == 0;
+                *out = (void *)b->addr;
+            }
             dmm_lock_release(&h->lock);
             free(sv.v);
             free(tv.v);
             if (!ok)
                 return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "pool malloc of %zu bytes: out of host memory for the "
                                                             "block table", requested);
-            *out = (void *)b->addr;
             return DMM_OK;
         }
         if (fail != DMM_OK) { /* the last growth failed and nothing fits: report it */
@@ -920,8 +922,8 @@ dmm_status dmm_pool_malloc(dmm_pool *p, size_t bytes, dmm_stream stream, void **
     pblock *b = dmm__heap_bin_find(h, n);
     if (b != NULL && take(h, b, n, bytes)) {
         h->cached_mallocs++;
-        dmm_lock_release(&h->lock);
         *out = (void *)b->addr;
+        dmm_lock_release(&h->lock);
         return DMM_OK;
     }
     dmm_lock_release(&h->lock);
