@@ -361,7 +361,7 @@ static size_t heap_shed_empty_runs(dmm_pool *p, pheap *g) {
 /* Gives heap h `n` more contiguous regions (under h's lock; takes the pool lock). Prefers the regions
  * right after one of h's runs (the run grows), else the lowest free run of regions that leaves the
  * most room after other heaps. False when the VA is exhausted (error set). */
-static bool heap_grow_va(dmm_pool *p, pheap *h, size_t n) {
+static bool heap_grow_va(dmm_pool *p, pheap *h, size_t n, size_t prefer) {
     if (h->nruns == h->caprun) {
         size_t nc = h->caprun ? h->caprun * 2 : 4;
         prun *nr = realloc(h->runs, nc * sizeof *nr);
@@ -380,7 +380,16 @@ static bool heap_grow_va(dmm_pool *p, pheap *h, size_t n) {
         dmm_lock_acquire(&p->lock);
         size_t at = p->nregions;
         prun *extend = NULL;
-        /* 1: right after one of h's runs */
+        /* 1: right after one of h's runs (`prefer` when it is one and has room) */
+        if (prefer < h->nruns) {
+            size_t r0 = (size_t)((h->runs[prefer].hi - p->base) >> p->region_shift), k = 0;
+            while (k < n && r0 + k < p->nregions && atomic_load_explicit(&p->owner[r0 + k], memory_order_relaxed) == NULL)
+                k++;
+            if (k == n) {
+                at = r0;
+                extend = &h->runs[prefer];
+            }
+        }
         for (size_t i = 0; i < h->nruns && at == p->nregions; i++) {
             size_t r0 = (size_t)((h->runs[i].hi - p->base) >> p->region_shift);
             size_t k = 0;
@@ -506,6 +515,8 @@ typedef struct plan {
     uint64_t k;    /* chunks to commit */
     pblock *first; /* the gap's first block */
     bool found;
+    size_t extend_run;       /* extend_regions > 0: first extend this run by that many regions */
+    uint64_t extend_regions;
 } plan;
 
 typedef struct tgtvec {
@@ -535,8 +546,9 @@ static void plan_gap(const dmm_pool *p, const pblock *first, const pblock *last,
             uintptr_t x = cand[i];
             if (x < glo || x + n > ghi || (i == 1 && cand[1] == 0)) continue;
             uint64_t k = window_cost(p, first, last, x, x + n);
-            if (!best->found || k < best->k || (k == best->k && x < best->lo)) {
+            if (!best->found || k < best->k || (k == best->k && best->extend_regions == 0 && x < best->lo)) {
                 best->found = true;
+                best->extend_regions = 0;
                 best->lo = x;
                 best->hi = x + n;
                 best->k = k;
@@ -547,9 +559,12 @@ static void plan_gap(const dmm_pool *p, const pblock *first, const pblock *last,
     }
 }
 
-/* The growth needing the fewest new chunks to make a free block of `n` bytes (under the lock). */
-static bool plan_growth(const dmm_pool *p, const pheap *h, uint64_t n, plan *best) {
+/* The growth needing the fewest new chunks to make a free block of `n` bytes (under the lock). A
+ * run's tail counts as unbounded: when the cheapest place is the end of a run whose VA is too short,
+ * the plan asks for that run to be extended first (extend_regions > 0). */
+static bool plan_growth(const dmm_pool *p, const pheap *h, uint64_t n, bool allow_extend, plan *best) {
     memset(best, 0, sizeof *best);
+    const uint64_t C = p->chunk;
     for (size_t r = 0; r < h->nruns; r++) {
         const pblock *first = NULL, *prevb = NULL;
         uint64_t total = 0;
@@ -567,6 +582,24 @@ static bool plan_growth(const dmm_pool *p, const pheap *h, uint64_t n, plan *bes
                 continue;
             }
             if (first != NULL && any_unmapped && total >= n) plan_gap(p, first, prevb, n, best);
+            if (allow_extend && b == NULL && prevb != NULL && (first == NULL || total < n)) {
+                /* the run's tail is too short: what would extending it cost? */
+                uint64_t tail_free = 0, tail_unmapped = 0;
+                if (prevb->kind == BK_FREE) tail_free = prevb->size;
+                else if (prevb->kind == BK_UNMAPPED) {
+                    tail_unmapped = prevb->size;
+                    if (prevb->prev != NULL && prevb->prev->kind == BK_FREE) tail_free = prevb->prev->size;
+                }
+                uint64_t k = (n - (tail_free < n ? tail_free : n) + C - 1) / C;
+                uint64_t missing = n - tail_free - tail_unmapped;
+                if (!best->found || k < best->k) {
+                    memset(best, 0, sizeof *best);
+                    best->found = true;
+                    best->k = k;
+                    best->extend_run = r;
+                    best->extend_regions = (missing + p->region - 1) >> p->region_shift;
+                }
+            }
             first = NULL;
             if (b == NULL) break;
         }
@@ -611,7 +644,7 @@ static int by_age(const void *a, const void *b) {
     const pcand *x = a, *y = b;
     if (x->seq != y->seq) return x->seq < y->seq ? -1 : 1; /* oldest free first */
     if (x->bytes != y->bytes) return x->bytes > y->bytes ? -1 : 1; /* then the biggest: fewer calls */
-    return x->addr < y->addr ? -1 : x->addr > y->addr;
+    return x->addr > y->addr ? -1 : x->addr < y->addr; /* then the highest: memory stays packed low */
 }
 
 /* Carves whole free chunks that are safe to decommit out of h's FREE blocks (under h's lock), oldest
@@ -782,14 +815,21 @@ static dmm_status malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t requeste
                                  requested, h->stream, why);
         }
         plan pl;
-        while (!plan_growth(p, h, n, &pl)) {
-            uint64_t regions = (n + p->region - 1) >> p->region_shift;
-            if (!heap_grow_va(p, h, (size_t)regions)) {
+        bool extended = false;
+        for (;;) {
+            bool found = plan_growth(p, h, n, !extended, &pl);
+            if (found && pl.extend_regions == 0) break;
+            /* no place at all, or the cheapest is a run's end whose VA is too short: more VA, preferably
+             * right after that run (once; if that is taken, a new run of its own) */
+            size_t regions = found ? (size_t)pl.extend_regions : (size_t)((n + p->region - 1) >> p->region_shift);
+            size_t prefer = found ? pl.extend_run : SIZE_MAX;
+            if (!heap_grow_va(p, h, regions, prefer)) {
                 dmm_lock_release(&h->lock);
                 free(sv.v);
                 free(tv.v);
                 return dmm_last_status();
             }
+            extended = true;
         }
         /* carve the unmapped chunks inside the window out as COMMITTING targets */
         size_t nt = 0;
