@@ -20,15 +20,17 @@
  *    records on the heap's stream and polls): never a device synchronize, never an unmap under work
  *    that may still use the memory.
  *
- * Hot path: malloc and free of a size the stream has freed before make no driver call and no
- * allocation, and take one lock: the heap's, uncontended when each thread uses its own stream.
- * A thread-local cache finds the heap of the last (pool, stream) without any lock.
+ * Hot path: malloc and free served from mapped free memory make no driver call and take one lock:
+ * the heap's, uncontended when each thread uses its own stream. A thread-local cache finds the heap
+ * of the last (pool, stream) without any lock. They allocate host memory only when the number of
+ * blocks reaches a new high (block records come from slabs; the live-block hash doubles).
  *
  * Thread contract: thread-safe. Streams scale independently (one heap and lock each); threads that
  * share a stream share its lock. Growth, moves and trim make driver calls (through the mechanism)
  * outside every heap lock: the chunks being committed or decommitted are taken out of the heap
- * first, so other threads on that stream keep allocating from what is mapped. Lock order: heap →
- * pool (regions) → mechanism → driver.
+ * first, so other threads on that stream keep allocating from what is mapped. Event records and
+ * queries also run outside the heap lock. Lock order: heap → pool (regions, events); the mechanism
+ * and the driver are called with no pool lock held.
  */
 #ifndef DMM_POOL_H
 #define DMM_POOL_H
