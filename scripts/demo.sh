@@ -27,10 +27,20 @@ if grep -q '^cuda device 0:.*VMM yes' <<<"$info"; then
   driver=cuda
 fi
 
+extra=()
+if [ "$driver" = host ]; then
+  # the host driver holds one file descriptor per 2 MiB chunk: the trace's 7.6 GiB peak needs ~4,400
+  hard=$(ulimit -Hn)
+  if [ "$hard" != unlimited ] && [ "$hard" -lt 4500 ]; then
+    echo "demo: the open-file limit ($hard) is too low for 2 MiB chunks on the host driver; using 8 MiB ones" >&2
+    extra=(--granule 8M)
+  fi
+fi
+
 report="$BUILD/demo-gpt2-train.html"
 echo
-echo "== dmm replay $TRACE --driver $driver --report $report"
-"$DMM" replay "$TRACE" --driver "$driver" --report "$report"
+echo "== dmm replay $TRACE --driver $driver ${extra[*]} --report $report"
+"$DMM" replay "$TRACE" --driver "$driver" "${extra[@]}" --report "$report"
 echo
 echo "The HTML report (live, committed and physical bytes over time, PyTorch's peak as a line):"
 echo "  file://$(cd "$(dirname "$report")" && pwd)/$(basename "$report")"

@@ -118,6 +118,17 @@ int dmm_cmd_replay(int argc, char **argv) {
         fprintf(stderr, "dmm replay: %s\n", err);
         return 1;
     }
+    if (strcmp(o.driver, "host") == 0) {
+        /* one memfd per chunk: say so up front when the open-file limit cannot hold the trace's peak */
+        struct rlimit rl;
+        uint64_t chunk = o.chunk_bytes ? o.chunk_bytes : o.granule ? o.granule : (2u << 20);
+        uint64_t need = t.peak_live_bytes / chunk * 11 / 10 + 128;
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need)
+            fprintf(stderr,
+                    "dmm replay: warning: the host driver holds one file descriptor per %llu-byte chunk; this trace "
+                    "needs about %llu but the limit is %llu (raise it with ulimit -n, or pass a larger --granule)\n",
+                    (unsigned long long)chunk, (unsigned long long)need, (unsigned long long)rl.rlim_cur);
+    }
     dmm_replay_result r;
     if (dmm_replay_run(&t, &o, &r, err, sizeof err) != 0) {
         fprintf(stderr, "dmm replay: %s\n", err);
