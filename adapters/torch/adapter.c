@@ -1,0 +1,546 @@
+/* adapters/torch/adapter.c — one device's allocator behind torch's CUDAPluggableAllocator.
+ *
+ * What it owns: the stack driver → arena → pool of one device, its lease with the governor, and the
+ * routing of every malloc and free:
+ *   - the stream is capturing a CUDA graph  → a graph segment (graphs.c): memory mapped before the
+ *     capture, so the capture sees no map, unmap, set-access or event query; none free → a clear error;
+ *   - the thread is inside a tag scope       → the tag's segment (tags.c), so the tag can be offloaded
+ *     as whole ranges and restored at the same addresses;
+ *   - otherwise                              → the pool (its hot path: no driver call, one heap lock).
+ * A free goes to the pool first (a pointer outside it is refused at once, with no driver call) and
+ * then to the tag and graph segments.
+ *
+ * The trade-off: one capture-status query per malloc on a non-default stream (the legacy default
+ * stream cannot capture, so eager work on it pays nothing), bought so that every capture is served
+ * from already-mapped memory without a begin/end hook from torch (its pluggable path has none).
+ *
+ * Accounting: the arena charges the governor through our hook, which counts what is mapped
+ * (= committed: pool chunks, tag and graph segments) and owned (plus the handle cache) with peaks that
+ * reset_peaks can lower; a malloc refused for budget or memory trims the pool and retries once.
+ *
+ * Invariants: alloc_bytes.cur = Σ live blocks' rounded sizes over pool, tags and graphs;
+ * blocks.cur = their number; mapped.cur = bytes the arena mapped for us; queued = our requests in
+ * the deferred queue.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "adapter.h"
+
+#define MIB ((uint64_t)1 << 20)
+#define GIB ((uint64_t)1 << 30)
+
+static _Atomic int capture_check = 1;
+
+void dmm__torch_set_capture_check(bool on) { atomic_store_explicit(&capture_check, on ? 1 : 0, memory_order_relaxed); }
+
+uint64_t dmm__torch_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- counts ---- */
+static inline uint64_t ld(_Atomic uint64_t *x) { return atomic_load_explicit(x, memory_order_relaxed); }
+static inline void inc(_Atomic uint64_t *x, uint64_t v) { atomic_fetch_add_explicit(x, v, memory_order_relaxed); }
+
+void dmm__torch_count_add(tcount *t, uint64_t v) {
+    uint64_t now = atomic_fetch_add_explicit(&t->cur, v, memory_order_relaxed) + v;
+    inc(&t->total, v);
+    uint64_t p = ld(&t->peak);
+    while (now > p && !atomic_compare_exchange_weak_explicit(&t->peak, &p, now, memory_order_relaxed,
+                                                             memory_order_relaxed)) {
+    }
+}
+
+void dmm__torch_count_sub(tcount *t, uint64_t v) { atomic_fetch_sub_explicit(&t->cur, v, memory_order_relaxed); }
+
+static void count_reset(tcount *t) { atomic_store_explicit(&t->peak, ld(&t->cur), memory_order_relaxed); }
+
+/* ---- the accounting hook: count, then forward to the governor ---- */
+static dmm_status acct_charge(void *user, dmm_device device, dmm_axis axis, uint64_t bytes) {
+    tctx *c = user;
+    if (c->inner.charge != NULL) {
+        dmm_status s = c->inner.charge(c->inner.user, device, axis, bytes);
+        if (s != DMM_OK) return s;
+    }
+    dmm__torch_count_add(axis == DMM_AXIS_MAPPED ? &c->mapped : &c->owned, bytes);
+    return DMM_OK;
+}
+
+static void acct_refund(void *user, dmm_device device, dmm_axis axis, uint64_t bytes) {
+    tctx *c = user;
+    dmm__torch_count_sub(axis == DMM_AXIS_MAPPED ? &c->mapped : &c->owned, bytes);
+    if (c->inner.refund != NULL) c->inner.refund(c->inner.user, device, axis, bytes);
+}
+
+static uint64_t pow2_at_least(uint64_t x) {
+    uint64_t p = 1;
+    while (p < x && p < ((uint64_t)1 << 62)) p <<= 1;
+    return p;
+}
+
+/* ---- create / destroy ---- */
+dmm_status dmm__torch_create(dmm_driver *drv, const dmm_torch_ext *ext, dmm_governor *gov,
+                             const dmm_torch_config *cfg, tctx **out) {
+    if (drv == NULL || gov == NULL || out == NULL)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: creating a device context needs a driver, a "
+                                                       "governor and an output pointer");
+    *out = NULL;
+    dmm_torch_config k;
+    memset(&k, 0, sizeof k);
+    if (cfg != NULL) memcpy(&k, cfg, cfg->size < sizeof k ? cfg->size : sizeof k);
+    tctx *c = calloc(1, sizeof *c);
+    if (c == NULL) return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm torch: out of host memory");
+    c->drv = drv;
+    if (ext != NULL) c->ext = *ext;
+    c->dev = drv->device;
+    c->gov = gov;
+    c->block_align = 512; /* torch's own rounding, so that sizes and alignments match the native allocator */
+    size_t gran = 0;
+    dmm_status s = drv->ops->granularity != NULL ? drv->ops->granularity(drv, &gran) : DMM_ERR_UNSUPPORTED;
+    if (s != DMM_OK || gran == 0) {
+        free(c);
+        return dmm_error_set(s != DMM_OK ? s : DMM_ERR_UNSUPPORTED,
+                             "dmm torch: device %d has no virtual memory management (driver '%s'); the adapter "
+                             "needs it to map memory under stable addresses",
+                             (int)drv->device.index, drv->ops->name);
+    }
+    c->granule = gran;
+    uint64_t pool_va = k.pool_va_bytes;
+    if (pool_va == 0) {
+        uint64_t fr = 0, total = 0;
+        if (drv->ops->mem_info == NULL || drv->ops->mem_info(drv, &fr, &total) != DMM_OK || total == 0) total = 64 * GIB;
+        dmm_clear_error();
+        pool_va = pow2_at_least(total);
+    }
+    if (pool_va < 64 * gran) pool_va = 64 * gran;
+    c->pool_va = pool_va;
+    c->tag_va = k.tag_segment_bytes ? k.tag_segment_bytes : pool_va / 2;
+    c->tag_va = (c->tag_va + gran - 1) / gran * gran;
+    uint64_t reserve = k.reserve_bytes ? k.reserve_bytes : 4 * pool_va;
+
+    dmm_holder_config hc = {sizeof hc, "torch", 0, NULL, NULL};
+    s = dmm_governor_holder_register(gov, &hc, &c->holder);
+    if (s != DMM_OK) goto fail;
+    dmm_tier_usage tu;
+    memset(&tu, 0, sizeof tu);
+    tu.size = sizeof tu;
+    if (dmm_governor_tier_usage(gov, c->dev, &tu) != DMM_OK) {
+        dmm_clear_error();
+        s = dmm_governor_set_limit(gov, c->dev, DMM_AXIS_OWNED, k.limit_bytes ? k.limit_bytes : DMM_UNLIMITED);
+        if (s != DMM_OK) goto fail;
+    } else if (k.limit_bytes) {
+        s = dmm_governor_set_limit(gov, c->dev, DMM_AXIS_OWNED, k.limit_bytes);
+        if (s != DMM_OK) goto fail;
+    }
+    s = dmm_lease_reserve(c->holder, c->dev, DMM_ROLE_WORKSPACE, 0, 0, &c->lease);
+    if (s != DMM_OK) goto fail;
+    dmm_device host = {DMM_TIER_HOST, 0};
+    s = dmm_lease_reserve(c->holder, host, DMM_ROLE_WEIGHTS, 0, 0, &c->host_lease);
+    if (s != DMM_OK) goto fail;
+    s = dmm_governor_accounting(gov, c->lease, &c->inner);
+    if (s != DMM_OK) goto fail;
+    c->acct.user = c;
+    c->acct.charge = acct_charge;
+    c->acct.refund = acct_refund;
+
+    dmm_arena_config ac;
+    memset(&ac, 0, sizeof ac);
+    ac.size = sizeof ac;
+    ac.reserve_bytes = reserve;
+    ac.cache_limit_bytes = k.cache_limit_bytes ? k.cache_limit_bytes : 8 * MIB;
+    ac.accounting = &c->acct;
+    s = dmm_arena_create(drv, &ac, &c->arena);
+    if (s != DMM_OK) goto fail;
+    dmm_pool_config pc;
+    memset(&pc, 0, sizeof pc);
+    pc.size = sizeof pc;
+    pc.va_bytes = pool_va;
+    pc.block_align = (size_t)c->block_align;
+    s = dmm_pool_create(c->arena, drv, &pc, &c->pool);
+    if (s != DMM_OK) goto fail;
+    dmm_deferred_config dc = {sizeof dc, drv, 4096, dmm__torch_decommit_done, c};
+    s = dmm_deferred_create(&dc, &c->q);
+    if (s != DMM_OK) goto fail;
+    pthread_mutex_init(&c->lock, NULL);
+    *out = c;
+    return DMM_OK;
+fail:;
+    char why[768];
+    snprintf(why, sizeof why, "%s", dmm_last_error());
+    if (c->pool != NULL) dmm_pool_destroy(c->pool);
+    if (c->arena != NULL) dmm_mechanism_destroy(c->arena);
+    if (c->host_lease) dmm_lease_release(gov, c->host_lease);
+    if (c->lease) dmm_lease_release(gov, c->lease);
+    if (c->holder != NULL) dmm_governor_holder_unregister(c->holder);
+    int idx = (int)drv->device.index;
+    free(c);
+    return dmm_error_set(s, "dmm torch: setting up device %d failed: %s", idx, why);
+}
+
+dmm_status dmm__torch_destroy(tctx *c) {
+    if (c == NULL) return DMM_OK;
+    pthread_mutex_lock(&c->lock);
+    dmm__torch_poll_locked(c);
+    uint64_t live = ld(&c->blocks.cur), queued = ld(&c->queued);
+    if (live > 0 || queued > 0) {
+        pthread_mutex_unlock(&c->lock);
+        return dmm_error_set(DMM_ERR_BUSY,
+                             "dmm torch: device %d still has %llu live block(s) and %llu queued decommit(s); free "
+                             "them (and let the streams finish) first; nothing changed",
+                             (int)c->dev.index, (unsigned long long)live, (unsigned long long)queued);
+    }
+    dmm__torch_tags_fini(c);
+    (void)dmm__torch_graphs_trim_locked(c);
+    pthread_mutex_unlock(&c->lock);
+    dmm_status s = dmm_pool_destroy(c->pool);
+    if (s != DMM_OK) return s;
+    c->pool = NULL;
+    s = dmm_deferred_destroy(c->q);
+    if (s != DMM_OK) return s;
+    s = dmm_mechanism_destroy(c->arena);
+    if (s != DMM_OK) return s;
+    dmm_lease_release(c->gov, c->host_lease);
+    dmm_lease_release(c->gov, c->lease);
+    dmm_governor_holder_unregister(c->holder);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+    return DMM_OK;
+}
+
+/* ---- polls ---- */
+dmm_status dmm__torch_poll_locked(tctx *c) {
+    dmm_status result = DMM_OK;
+    if (ld(&c->queued) == 0) return DMM_OK;
+    for (int round = 0; round < 4; round++) {
+        size_t ran = 0;
+        dmm_status s = dmm_deferred_poll(c->q, &ran);
+        if (s == DMM_OK) {
+            dmm_clear_error(); /* a pending event leaves its BUSY sentence behind: not a failure */
+            break;
+        }
+        /* The head failed (a FAILED decommit changed nothing, or its event cannot be asked): take it out so
+         * that the queue moves on, and put its memory back in service. */
+        char why[512];
+        snprintf(why, sizeof why, "%s", dmm_last_error());
+        dmm_deferred_request r;
+        if (dmm_deferred_take(c->q, &r) != DMM_OK) break;
+        tjob *j = r.user;
+        atomic_fetch_sub_explicit(&c->queued, 1, memory_order_relaxed);
+        if (j->kind == JOB_DECOMMIT) {
+            ttag *t = &c->tags[j->ts->tag];
+            j->ts->state = SEG_RESIDENT;
+            t->failure = s;
+            if (t->pending > 0 && --t->pending == 0) {
+                t->state = TAG_OFFLOADED;
+                t->offload_done_ns = dmm__torch_now_ns();
+            }
+        } else if (j->kind == JOB_RELEASE_TSEG) {
+            /* not released: the empty segment goes back to its tag, in service */
+            j->ts->next = c->tags[j->ts->tag].segs;
+            c->tags[j->ts->tag].segs = j->ts;
+        } else {
+            j->gs->next = c->graphs;
+            c->graphs = j->gs;
+        }
+        if (j->ev != NULL) c->drv->ops->event_destroy(c->drv, j->ev);
+        free(j);
+        result = dmm_error_set(s, "dmm torch: a queued decommit or release failed and was taken out of the queue: %s",
+                               why);
+    }
+    for (int i = 0; i < DMM_TORCH_MAX_TAGS; i++)
+        if (c->tags[i].state == TAG_OFFLOADING) c->tags[i].pending_polls++;
+    return result;
+}
+
+dmm_status dmm__torch_poll(tctx *c, uint64_t *queued) {
+    pthread_mutex_lock(&c->lock);
+    dmm_status s = dmm__torch_poll_locked(c);
+    if (queued != NULL) *queued = ld(&c->queued);
+    pthread_mutex_unlock(&c->lock);
+    return s;
+}
+
+/* ---- malloc / free ---- */
+static inline uint64_t round_block(const tctx *c, size_t bytes) {
+    return ((uint64_t)bytes + c->block_align - 1) & ~(c->block_align - 1);
+}
+
+static void count_malloc(tctx *c, uint64_t len, size_t req) {
+    dmm__torch_count_add(&c->alloc_bytes, len);
+    dmm__torch_count_add(&c->req_bytes, req);
+    dmm__torch_count_add(&c->blocks, 1);
+}
+
+static void count_free(tctx *c, uint64_t len, uint64_t req) {
+    dmm__torch_count_sub(&c->alloc_bytes, len);
+    dmm__torch_count_sub(&c->req_bytes, req);
+    dmm__torch_count_sub(&c->blocks, 1);
+    inc(&c->freed_bytes, len);
+    inc(&c->frees, 1);
+}
+
+/* A pool malloc refused for budget or memory: give back what the pool caches, then try once more. */
+static dmm_status pool_retry(tctx *c, size_t bytes, dmm_stream stream, void **out, dmm_status first) {
+    if (first != DMM_ERR_BUDGET && first != DMM_ERR_OUT_OF_MEMORY) return first;
+    char why[768];
+    snprintf(why, sizeof why, "%s", dmm_last_error());
+    inc(&c->retries, 1);
+    pthread_mutex_lock(&c->lock);
+    dmm__torch_poll_locked(c);
+    (void)dmm__torch_graphs_trim_locked(c);
+    pthread_mutex_unlock(&c->lock);
+    uint64_t released = 0;
+    (void)dmm_pool_empty_cache(c->pool, &released);
+    dmm_status s = dmm_pool_malloc(c->pool, bytes, stream, out);
+    if (s == DMM_OK) return DMM_OK;
+    inc(&c->ooms, 1);
+    char why2[768];
+    snprintf(why2, sizeof why2, "%s", dmm_last_error());
+    return dmm_error_set(s,
+                         "dmm torch: allocating %zu bytes on device %d (stream %p) failed, also after giving back "
+                         "%llu cached bytes: %s (first try: %s)",
+                         bytes, (int)c->dev.index, stream, (unsigned long long)released, why2, why);
+}
+
+dmm_status dmm__torch_malloc(tctx *c, size_t bytes, dmm_stream stream, void **out) {
+    *out = NULL;
+    if (bytes == 0) return DMM_OK;
+    if (stream != NULL && c->ext.capture_status != NULL && atomic_load_explicit(&capture_check, memory_order_relaxed)) {
+        bool capturing = false;
+        uint64_t id = 0;
+        dmm_status s = c->ext.capture_status(c->ext.user, stream, &capturing, &id);
+        if (s != DMM_OK) return s;
+        if (capturing) {
+            s = dmm__torch_graph_malloc(c, bytes, stream, id, out);
+            if (s != DMM_OK) return s;
+            count_malloc(c, round_block(c, bytes), bytes);
+            return DMM_OK;
+        }
+    }
+    int tag = dmm__torch_tag_current();
+    if (tag >= 0) {
+        dmm_status s = dmm__torch_tag_malloc(c, tag, bytes, out);
+        if (s != DMM_OK) return s;
+        inc(&c->tag_mallocs, 1);
+        count_malloc(c, round_block(c, bytes), bytes);
+        return DMM_OK;
+    }
+    if (ld(&c->queued) > 0 && pthread_mutex_trylock(&c->lock) == 0) {
+        dmm__torch_poll_locked(c);
+        pthread_mutex_unlock(&c->lock);
+        dmm_clear_error();
+    }
+    dmm_status s = dmm_pool_malloc(c->pool, bytes, stream, out);
+    if (s != DMM_OK) s = pool_retry(c, bytes, stream, out, s);
+    if (s != DMM_OK) return s;
+    count_malloc(c, round_block(c, bytes), bytes);
+    return DMM_OK;
+}
+
+dmm_status dmm__torch_free(tctx *c, void *ptr, size_t bytes, dmm_stream stream) {
+    if (ptr == NULL) return DMM_OK;
+    dmm_status s = dmm_pool_free(c->pool, ptr, stream);
+    if (s == DMM_OK) {
+        count_free(c, round_block(c, bytes), bytes);
+        return DMM_OK;
+    }
+    if (s != DMM_ERR_UNKNOWN_ALLOCATION) return s;
+    uint64_t len = 0, req = 0;
+    pthread_mutex_lock(&c->lock);
+    s = dmm__torch_tag_free_locked(c, ptr, &len, &req);
+    if (s == DMM_OK) {
+        /* remember the stream: an emptied segment is released only behind an event on it */
+        for (int i = 0; i < DMM_TORCH_MAX_TAGS; i++)
+            for (tseg *t = c->tags[i].segs; t != NULL; t = t->next)
+                if ((uintptr_t)ptr >= (uintptr_t)t->a.ptr && (uintptr_t)ptr < (uintptr_t)t->a.ptr + t->a.bytes)
+                    t->last_stream = stream;
+    }
+    if (s == DMM_ERR_UNKNOWN_ALLOCATION) s = dmm__torch_graph_free_locked(c, ptr, &len, &req);
+    pthread_mutex_unlock(&c->lock);
+    if (s == DMM_OK) {
+        count_free(c, len, req);
+        return DMM_OK;
+    }
+    return dmm_error_set(s,
+                         "dmm torch: free of %p (%zu bytes) on device %d: not a live allocation of this adapter "
+                         "(pool, tag or graph segment); nothing changed",
+                         ptr, bytes, (int)c->dev.index);
+}
+
+/* ---- empty_cache, peaks, limit ---- */
+dmm_status dmm__torch_empty_cache(tctx *c, uint64_t *released) {
+    uint64_t freed = 0;
+    pthread_mutex_lock(&c->lock);
+    dmm__torch_poll_locked(c);
+    /* empty tag segments go back behind an event on the stream of their last free */
+    for (int i = 0; i < DMM_TORCH_MAX_TAGS; i++) {
+        ttag *t = &c->tags[i];
+        if (t->state != TAG_RESIDENT) continue;
+        tseg **pp = &t->segs;
+        while (*pp != NULL) {
+            tseg *g = *pp;
+            if (g->sa.count > 0 || g->state != SEG_RESIDENT) {
+                pp = &g->next;
+                continue;
+            }
+            tjob *j = calloc(1, sizeof *j);
+            dmm_event ev = NULL;
+            dmm_status s = j != NULL ? c->drv->ops->event_create(c->drv, &ev) : DMM_ERR_OUT_OF_MEMORY;
+            if (s == DMM_OK) s = c->drv->ops->event_record(c->drv, ev, g->last_stream);
+            if (j != NULL) {
+                j->kind = JOB_RELEASE_TSEG;
+                j->ts = g;
+                j->ev = ev;
+            }
+            dmm_deferred_request r;
+            memset(&r, 0, sizeof r);
+            r.size = sizeof r;
+            r.kind = DMM_DEFERRED_RELEASE;
+            r.mechanism = c->arena;
+            r.allocation = g->a;
+            r.n_events = 1;
+            r.events[0] = ev;
+            r.user = j;
+            if (s == DMM_OK) s = dmm_deferred_enqueue(c->q, &r);
+            if (s != DMM_OK) {
+                if (ev != NULL) c->drv->ops->event_destroy(c->drv, ev);
+                free(j);
+                pp = &g->next;
+                continue;
+            }
+            freed += g->committed;
+            inc(&c->queued, 1);
+            *pp = g->next;
+        }
+    }
+    freed += dmm__torch_graphs_trim_locked(c);
+    dmm__torch_poll_locked(c);
+    pthread_mutex_unlock(&c->lock);
+    uint64_t pool_freed = 0;
+    dmm_status s = dmm_pool_empty_cache(c->pool, &pool_freed);
+    if (released != NULL) *released = freed + pool_freed;
+    return s;
+}
+
+dmm_status dmm__torch_reset_peaks(tctx *c) {
+    count_reset(&c->mapped);
+    count_reset(&c->owned);
+    count_reset(&c->alloc_bytes);
+    count_reset(&c->req_bytes);
+    count_reset(&c->blocks);
+    return DMM_OK;
+}
+
+dmm_status dmm__torch_set_limit(tctx *c, uint64_t bytes) {
+    dmm_status s = dmm_governor_set_limit(c->gov, c->dev, DMM_AXIS_OWNED, bytes ? bytes : DMM_UNLIMITED);
+    if (s != DMM_OK) return s;
+    if (bytes != 0 && ld(&c->owned.cur) > bytes) (void)dmm__torch_empty_cache(c, NULL);
+    return DMM_OK;
+}
+
+/* ---- JSON ---- */
+void dmm__jput(jbuf *j, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char *at = j->len < j->cap ? j->buf + j->len : NULL;
+    size_t room = j->len < j->cap ? j->cap - j->len : 0;
+    int n = vsnprintf(at, room, fmt, ap);
+    va_end(ap);
+    if (n > 0) j->len += (size_t)n;
+}
+
+static void put_count(jbuf *j, const char *name, tcount *t, bool with_total, uint64_t freed) {
+    dmm__jput(j, "\"%s\":{\"current\":%llu,\"peak\":%llu", name, (unsigned long long)ld(&t->cur),
+              (unsigned long long)ld(&t->peak));
+    if (with_total)
+        dmm__jput(j, ",\"allocated\":%llu,\"freed\":%llu", (unsigned long long)ld(&t->total), (unsigned long long)freed);
+    dmm__jput(j, "}");
+}
+
+/* The JSON object of the stats (and, with `blocks`, every tagged block: the snapshot). */
+static dmm_status write_json(tctx *c, char *buf, size_t cap, size_t *needed, bool snapshot) {
+    if (needed == NULL || (buf == NULL && cap > 0))
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: stats JSON needs `needed` (and a buffer when cap > 0)");
+    jbuf j = {buf, cap, 0};
+    dmm_pool_stats ps;
+    memset(&ps, 0, sizeof ps);
+    ps.size = sizeof ps;
+    dmm_status s = dmm_pool_stats_get(c->pool, &ps);
+    if (s != DMM_OK) return s;
+    dmm_stats as;
+    memset(&as, 0, sizeof as);
+    as.size = sizeof as;
+    s = dmm_mechanism_stats(c->arena, &as);
+    if (s != DMM_OK) return s;
+    dmm_tier_usage tu;
+    memset(&tu, 0, sizeof tu);
+    tu.size = sizeof tu;
+    s = dmm_governor_tier_usage(c->gov, c->dev, &tu);
+    if (s != DMM_OK) return s;
+    char pj[4096], aj[4096];
+    size_t need = 0;
+    if (dmm_pool_stats_json(&ps, pj, sizeof pj, &need) != DMM_OK) snprintf(pj, sizeof pj, "null");
+    if (dmm_stats_json(&as, aj, sizeof aj, &need) != DMM_OK) snprintf(aj, sizeof aj, "null");
+    dmm_clear_error();
+
+    pthread_mutex_lock(&c->lock);
+    dmm__torch_poll_locked(c);
+    dmm_clear_error();
+    uint64_t tag_live = 0, tag_committed = 0, g_live = 0, g_committed = 0;
+    dmm__torch_tags_totals_locked(c, &tag_live, &tag_committed);
+    dmm__torch_graphs_totals_locked(c, &g_live, &g_committed);
+    dmm__jput(&j, "{\"device\":%d,", (int)c->dev.index);
+    put_count(&j, "allocated_bytes", &c->alloc_bytes, true, ld(&c->freed_bytes));
+    dmm__jput(&j, ",");
+    put_count(&j, "requested_bytes", &c->req_bytes, true, ld(&c->req_bytes.total) - ld(&c->req_bytes.cur));
+    dmm__jput(&j, ",");
+    put_count(&j, "allocation", &c->blocks, true, ld(&c->frees));
+    dmm__jput(&j, ",");
+    put_count(&j, "reserved_bytes", &c->mapped, false, 0);
+    dmm__jput(&j, ",");
+    put_count(&j, "physical_bytes", &c->owned, false, 0);
+    dmm__jput(&j,
+              ",\"num_alloc_retries\":%llu,\"num_ooms\":%llu,\"num_device_alloc\":%llu,\"num_device_free\":%llu,"
+              "\"capture_mallocs\":%llu,\"capture_refusals\":%llu,\"tag_mallocs\":%llu,\"queued\":%llu,"
+              "\"limit\":",
+              (unsigned long long)ld(&c->retries), (unsigned long long)ld(&c->ooms),
+              (unsigned long long)as.driver_create, (unsigned long long)as.driver_release,
+              (unsigned long long)ld(&c->capture_mallocs), (unsigned long long)ld(&c->capture_refusals),
+              (unsigned long long)ld(&c->tag_mallocs), (unsigned long long)ld(&c->queued));
+    if (tu.limit[DMM_AXIS_OWNED] == DMM_UNLIMITED) dmm__jput(&j, "null");
+    else dmm__jput(&j, "%llu", (unsigned long long)tu.limit[DMM_AXIS_OWNED]);
+    dmm__jput(&j,
+              ",\"governor_used\":%llu,\"host_bytes\":%llu,\"granule\":%llu,\"pool_va_bytes\":%llu,"
+              "\"pool_live_bytes\":%llu,\"pool_committed_bytes\":%llu,\"tag_live_bytes\":%llu,"
+              "\"tag_committed_bytes\":%llu,\"graph_live_bytes\":%llu,\"graph_committed_bytes\":%llu,",
+              (unsigned long long)tu.used[DMM_AXIS_OWNED], (unsigned long long)c->host_bytes,
+              (unsigned long long)c->granule, (unsigned long long)c->pool_va,
+              (unsigned long long)ps.allocated_bytes.current, (unsigned long long)ps.committed_bytes.current,
+              (unsigned long long)tag_live, (unsigned long long)tag_committed, (unsigned long long)g_live,
+              (unsigned long long)g_committed);
+    dmm__jput(&j, "\"pool\":%s,\"arena\":%s,\"tags\":", pj, aj);
+    dmm__torch_tags_json_locked(c, &j, snapshot);
+    dmm__jput(&j, ",\"graphs\":");
+    dmm__torch_graphs_json_locked(c, &j);
+    dmm__jput(&j, "}");
+    pthread_mutex_unlock(&c->lock);
+    *needed = j.len;
+    if (j.len >= cap)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: the stats JSON needs %zu bytes plus the NUL; the "
+                                                       "buffer has %zu",
+                             j.len, cap);
+    return DMM_OK;
+}
+
+dmm_status dmm__torch_stats_json(tctx *c, char *buf, size_t cap, size_t *needed) {
+    return write_json(c, buf, cap, needed, false);
+}
+
+dmm_status dmm__torch_snapshot_json(tctx *c, char *buf, size_t cap, size_t *needed) {
+    return write_json(c, buf, cap, needed, true);
+}

@@ -1,0 +1,85 @@
+/* dmm_torch.h — the C interface of libdmm_torch.so: dmm behind torch.cuda.memory.CUDAPluggableAllocator.
+ *
+ * torch calls dmm_torch_malloc / dmm_torch_free (the signatures CUDAPluggableAllocator expects; a
+ * cudaStream_t is passed as a pointer). Everything else is for the Python package python/dmm (ctypes)
+ * or any other host: stats, peaks, empty_cache, a budget, tags with offload/restore, and the memory
+ * CUDA graph captures are served from. docs/torch.md explains the whole thing.
+ *
+ * Per device, created on first use: the CUDA driver → an arena (one VA reservation) → a pool, a lease
+ * with a process-wide governor (the budget), and a deferred-release queue for event-gated decommits.
+ *
+ * Statuses are dmm_status codes (0 = OK). A failure's sentence is kept process-wide: read it with
+ * dmm_torch_last_error (torch gives an allocator no way to return one).
+ *
+ * Thread contract: thread-safe. Don't call anything but malloc/free while a stream captures a CUDA
+ * graph (stats and polls ask events, which would invalidate a capture in global mode).
+ */
+#ifndef DMM_TORCH_H
+#define DMM_TORCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DMM_TORCH_API __attribute__((visibility("default")))
+
+/* The allocator pair. malloc of 0 bytes returns NULL (as torch's own allocator does). On failure,
+ * the C++ build throws std::runtime_error with the sentence (torch turns it into a Python
+ * RuntimeError), unless DMM_TORCH_OOM=null is set; the C-only build returns NULL. */
+DMM_TORCH_API void *dmm_torch_malloc(ssize_t size, int device, void *stream);
+DMM_TORCH_API void dmm_torch_free(void *ptr, ssize_t size, int device, void *stream);
+/* malloc that never throws: NULL on failure, with the sentence in dmm_torch_last_error. */
+DMM_TORCH_API void *dmm_torch_malloc_nothrow(ssize_t size, int device, void *stream);
+
+/* The last failure's sentence (process-wide), copied into buf (NUL-terminated when cap > 0); returns
+ * its length. "" when nothing failed. */
+DMM_TORCH_API size_t dmm_torch_last_error(char *buf, size_t cap);
+DMM_TORCH_API int dmm_torch_last_status(void);
+
+/* Budget of the device's physical memory (owned bytes, pool + tags + graphs + handle cache); 0 =
+ * unlimited. device < 0: every device, also those not used yet. */
+DMM_TORCH_API int dmm_torch_set_limit(int device, uint64_t bytes);
+
+/* Stats as one JSON object (keys: docs/torch.md); the snapshot adds every tagged block. *needed gets
+ * the length without the NUL; a too-small buffer gives 1 (INVALID_ARGUMENT) and the length needed. */
+DMM_TORCH_API int dmm_torch_stats_json(int device, char *buf, size_t cap, size_t *needed);
+DMM_TORCH_API int dmm_torch_snapshot_json(int device, char *buf, size_t cap, size_t *needed);
+DMM_TORCH_API int dmm_torch_reset_peaks(int device);
+/* Gives back every cached chunk, empty tag segment and idle graph segment (behind events). */
+DMM_TORCH_API int dmm_torch_empty_cache(int device, uint64_t *released);
+
+/* Tag scopes of the calling thread: allocations in between go to the tag's segments. */
+DMM_TORCH_API int dmm_torch_tag_begin(const char *name);
+DMM_TORCH_API int dmm_torch_tag_end(void);
+/* mode 0 = copy to pinned host memory, 1 = discard. Returns at once; the decommits wait for an
+ * event recorded on `stream` after the copies (never a device synchronize). */
+DMM_TORCH_API int dmm_torch_offload(int device, const char *tag, int mode, void *stream);
+/* Waits on the offload's own event (not the device), then runs its decommits. */
+DMM_TORCH_API int dmm_torch_offload_wait(int device, const char *tag);
+/* Recommits and copies back on `stream`, at the same addresses. */
+DMM_TORCH_API int dmm_torch_restore(int device, const char *tag, void *stream);
+/* Frees the pinned copies of a resident tag. */
+DMM_TORCH_API int dmm_torch_release_host(int device, const char *tag);
+/* Runs decommits and releases whose events completed; *queued = those still waiting. */
+DMM_TORCH_API int dmm_torch_poll(int device, uint64_t *queued);
+
+/* Graph memory: make sure an idle segment of `bytes` is mapped for the next capture (not during one). */
+DMM_TORCH_API int dmm_torch_graph_reserve(int device, uint64_t bytes, void *stream);
+/* The graph of capture `capture_id` is gone; its memory is reusable behind an event on `stream`. */
+DMM_TORCH_API int dmm_torch_graph_release(int device, uint64_t capture_id, void *stream);
+/* The id of the capture `stream` is in (0 when it is not capturing). */
+DMM_TORCH_API int dmm_torch_capture_id(void *stream, uint64_t *id);
+/* Whether malloc asks the capture status of non-default streams (default 1). */
+DMM_TORCH_API void dmm_torch_set_capture_check(int on);
+
+/* CLOCK_MONOTONIC in ns (the clock of the *_ns stats). */
+DMM_TORCH_API uint64_t dmm_torch_now_ns(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DMM_TORCH_H */

@@ -1,0 +1,241 @@
+/* adapters/torch/graphs.c — the memory CUDA graph captures are served from (DESIGN §4.10).
+ *
+ * What it owns: graph segments, each one arena allocation committed in full OUTSIDE any capture
+ * (dmm__torch_graph_reserve), and the blocks captures place in them.
+ *
+ * Why not the pool: during a capture nothing may map, unmap or set access, and no event may be
+ * queried (each would invalidate the capture), so a capture can only use memory that is mapped
+ * already and that no one will unmap while the graph lives. The pool moves and trims free chunks
+ * behind completed events, which is right for eager work and wrong for a graph whose replays write
+ * the same addresses later. So a capture takes an idle segment for itself (by capture id); blocks
+ * freed during the capture are reused by that capture only (stream order inside the graph makes that
+ * safe); after the capture the segment stays the graph's — whatever is freed — until the graph is
+ * released (dmm__torch_graph_release, called by the Python wrapper when the graph object dies). A
+ * capture that finds no room fails with a sentence that says how to reserve, instead of mapping.
+ *
+ * Invariants (ctx.lock): capture_id = 0 ⇔ idle ⇒ nothing live, !released; an idle segment with an
+ * event (its graph's last replay may still run) is handed to a new capture only after a poll outside
+ * any capture found the event complete; graph malloc makes no driver call at all.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "adapter.h"
+
+dmm_status dmm__torch_graph_malloc(tctx *c, size_t bytes, dmm_stream stream, uint64_t capture_id, void **out) {
+    uint64_t len = ((uint64_t)bytes + c->block_align - 1) & ~(c->block_align - 1);
+    if (capture_id == 0) {
+        atomic_fetch_add_explicit(&c->capture_refusals, 1, memory_order_relaxed);
+        return dmm_error_set(DMM_ERR_UNSUPPORTED,
+                             "dmm torch: allocating %zu bytes on stream %p while a CUDA graph capture is under way "
+                             "that the driver would not name (another stream captures in global mode); allocate on "
+                             "the capturing stream, or outside the capture",
+                             bytes, stream);
+    }
+    pthread_mutex_lock(&c->lock);
+    uint64_t off = 0, reserved = 0, mine_free = 0;
+    gseg *g = NULL;
+    for (gseg *x = c->graphs; x != NULL && g == NULL; x = x->next) {
+        reserved += x->a.bytes;
+        if (x->capture_id == capture_id && !x->released) {
+            mine_free += x->sa.size - x->sa.live_bytes;
+            if (dmm__sa_alloc(&x->sa, len, bytes, &off)) g = x;
+        }
+    }
+    for (gseg *x = c->graphs; x != NULL && g == NULL; x = x->next)
+        if (x->capture_id == 0 && x->ev == NULL && x->sa.count == 0 && dmm__sa_alloc(&x->sa, len, bytes, &off)) {
+            x->capture_id = capture_id;
+            g = x;
+        }
+    if (g == NULL) {
+        uint64_t idle = 0;
+        for (gseg *x = c->graphs; x != NULL; x = x->next)
+            if (x->capture_id == 0 && x->ev == NULL) idle += x->a.bytes;
+        pthread_mutex_unlock(&c->lock);
+        atomic_fetch_add_explicit(&c->capture_refusals, 1, memory_order_relaxed);
+        return dmm_error_set(DMM_ERR_OUT_OF_MEMORY,
+                             "dmm torch: CUDA graph capture %llu on stream %p (device %d) asked for %zu bytes, but a "
+                             "capture can only use memory mapped before it began, and none is free for it (%llu "
+                             "bytes reserved for graphs, %llu free in this capture's segments, %llu in idle "
+                             "segments); mapping now would invalidate the capture, so nothing was mapped: reserve "
+                             "enough before capturing with dmm.torch.reserve_graph_memory(bytes) or "
+                             "dmm.torch.graph(g, reserve_bytes=...)",
+                             (unsigned long long)capture_id, stream, (int)c->dev.index, bytes,
+                             (unsigned long long)reserved, (unsigned long long)mine_free, (unsigned long long)idle);
+    }
+    pthread_mutex_unlock(&c->lock);
+    atomic_fetch_add_explicit(&c->capture_mallocs, 1, memory_order_relaxed);
+    *out = (char *)g->a.ptr + off;
+    return DMM_OK;
+}
+
+dmm_status dmm__torch_graph_free_locked(tctx *c, void *ptr, uint64_t *len, uint64_t *req) {
+    uintptr_t p = (uintptr_t)ptr;
+    for (gseg *g = c->graphs; g != NULL; g = g->next) {
+        uintptr_t b = (uintptr_t)g->a.ptr;
+        if (p < b || p >= b + g->a.bytes) continue;
+        if (!dmm__sa_free(&g->sa, p - b, len, req)) return DMM_ERR_UNKNOWN_ALLOCATION;
+        if (g->released && g->sa.count == 0) {
+            g->capture_id = 0;
+            g->released = false;
+        }
+        return DMM_OK;
+    }
+    return DMM_ERR_UNKNOWN_ALLOCATION;
+}
+
+dmm_status dmm__torch_graph_reserve(tctx *c, uint64_t bytes, dmm_stream stream) {
+    if (bytes == 0) return DMM_OK;
+    if (stream != NULL && c->ext.capture_status != NULL) {
+        bool capturing = false;
+        uint64_t id = 0;
+        dmm_status s = c->ext.capture_status(c->ext.user, stream, &capturing, &id);
+        if (s != DMM_OK) return s;
+        if (capturing)
+            return dmm_error_set(DMM_ERR_BUSY, "dmm torch: reserving graph memory during a capture (stream %p) would "
+                                               "invalidate it; reserve before the capture begins",
+                                 stream);
+    }
+    uint64_t len = (bytes + c->granule - 1) / c->granule * c->granule;
+    pthread_mutex_lock(&c->lock);
+    dmm__torch_poll_locked(c);
+    dmm__torch_graphs_sweep_locked(c);
+    for (gseg *x = c->graphs; x != NULL; x = x->next)
+        if (x->capture_id == 0 && x->ev == NULL && x->a.bytes >= len) { /* an idle one is large enough */
+            pthread_mutex_unlock(&c->lock);
+            dmm_clear_error();
+            return DMM_OK;
+        }
+    gseg *g = calloc(1, sizeof *g);
+    if (g == NULL || !dmm__sa_init(&g->sa, len)) {
+        free(g);
+        pthread_mutex_unlock(&c->lock);
+        return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm torch: out of host memory for a graph segment");
+    }
+    dmm_status s = dmm_mechanism_allocate(c->arena, (size_t)len, (size_t)c->granule, &g->a);
+    if (s == DMM_ERR_BUDGET || s == DMM_ERR_OUT_OF_MEMORY) {
+        (void)dmm_pool_empty_cache(c->pool, NULL);
+        s = dmm_mechanism_allocate(c->arena, (size_t)len, (size_t)c->granule, &g->a);
+    }
+    if (s != DMM_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", dmm_last_error());
+        dmm__sa_fini(&g->sa);
+        free(g);
+        pthread_mutex_unlock(&c->lock);
+        return dmm_error_set(s, "dmm torch: reserving %llu bytes of graph memory on device %d failed: %s",
+                             (unsigned long long)len, (int)c->dev.index, why);
+    }
+    g->next = c->graphs;
+    c->graphs = g;
+    pthread_mutex_unlock(&c->lock);
+    dmm_clear_error();
+    return DMM_OK;
+}
+
+dmm_status dmm__torch_graph_release(tctx *c, uint64_t capture_id, dmm_stream stream) {
+    if (capture_id == 0) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: graph release of capture id 0");
+    pthread_mutex_lock(&c->lock);
+    dmm_status s = DMM_OK;
+    for (gseg *g = c->graphs; g != NULL; g = g->next) {
+        if (g->capture_id != capture_id) continue;
+        /* the graph's last replay may still run on `stream`: the segment is reusable behind this event */
+        if (g->ev == NULL) s = c->drv->ops->event_create(c->drv, &g->ev);
+        if (s == DMM_OK) s = c->drv->ops->event_record(c->drv, g->ev, stream);
+        if (s != DMM_OK) break;
+        if (g->sa.count == 0) g->capture_id = 0;
+        else g->released = true;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return s;
+}
+
+/* Idle segments whose event completed lose it (they may serve a new capture); with `trim`, idle
+ * segments go back to the arena (behind their event, through the queue). */
+static uint64_t sweep_locked(tctx *c, bool trim) {
+    uint64_t freed = 0;
+    gseg **pp = &c->graphs;
+    while (*pp != NULL) {
+        gseg *g = *pp;
+        bool idle = g->capture_id == 0 && g->sa.count == 0;
+        if (idle && g->ev != NULL && c->drv->ops->event_query(c->drv, g->ev) == DMM_OK) {
+            c->drv->ops->event_destroy(c->drv, g->ev);
+            g->ev = NULL;
+        }
+        if (!idle || !trim) {
+            pp = &g->next;
+            continue;
+        }
+        if (g->ev == NULL) { /* never used since, or its event completed: release now */
+            dmm_release_outcome o = dmm_mechanism_release(c->arena, &g->a);
+            if (dmm_release_state_of(&o) == DMM_RELEASE_FAILED) {
+                pp = &g->next;
+                continue;
+            }
+            freed += g->a.bytes;
+            *pp = g->next;
+            dmm__sa_fini(&g->sa);
+            free(g);
+            continue;
+        }
+        tjob *j = calloc(1, sizeof *j);
+        if (j == NULL) {
+            pp = &g->next;
+            continue;
+        }
+        j->kind = JOB_RELEASE_GSEG;
+        j->gs = g;
+        j->ev = g->ev;
+        dmm_deferred_request r;
+        memset(&r, 0, sizeof r);
+        r.size = sizeof r;
+        r.kind = DMM_DEFERRED_RELEASE;
+        r.mechanism = c->arena;
+        r.allocation = g->a;
+        r.n_events = 1;
+        r.events[0] = g->ev;
+        r.user = j;
+        if (dmm_deferred_enqueue(c->q, &r) != DMM_OK) {
+            free(j);
+            pp = &g->next;
+            continue;
+        }
+        g->ev = NULL; /* the job owns it now */
+        atomic_fetch_add_explicit(&c->queued, 1, memory_order_relaxed);
+        freed += g->a.bytes;
+        *pp = g->next;
+    }
+    dmm_clear_error();
+    return freed;
+}
+
+uint64_t dmm__torch_graphs_trim_locked(tctx *c) { return sweep_locked(c, true); }
+
+void dmm__torch_graphs_sweep_locked(tctx *c) { (void)sweep_locked(c, false); }
+
+void dmm__torch_graphs_json_locked(tctx *c, jbuf *j) {
+    uint64_t n = 0, reserved = 0, live = 0, idle = 0, largest_idle = 0, owned = 0;
+    for (gseg *g = c->graphs; g != NULL; g = g->next) {
+        n++;
+        reserved += g->a.bytes;
+        live += g->sa.live_bytes;
+        if (g->capture_id == 0) {
+            idle += g->a.bytes;
+            if (g->ev == NULL && g->a.bytes > largest_idle) largest_idle = g->a.bytes;
+        } else owned++;
+    }
+    dmm__jput(j,
+              "{\"segments\":%llu,\"reserved_bytes\":%llu,\"live_bytes\":%llu,\"idle_bytes\":%llu,"
+              "\"largest_idle_bytes\":%llu,\"segments_owned_by_graphs\":%llu}",
+              (unsigned long long)n, (unsigned long long)reserved, (unsigned long long)live, (unsigned long long)idle,
+              (unsigned long long)largest_idle, (unsigned long long)owned);
+}
+
+void dmm__torch_graphs_totals_locked(tctx *c, uint64_t *live, uint64_t *committed) {
+    *live = *committed = 0;
+    for (gseg *g = c->graphs; g != NULL; g = g->next) {
+        *live += g->sa.live_bytes;
+        *committed += g->a.bytes;
+    }
+}

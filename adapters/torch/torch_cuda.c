@@ -1,0 +1,354 @@
+/* adapters/torch/torch_cuda.c — the exported entry points of libdmm_torch.so over the CUDA driver.
+ *
+ * What it owns: one adapter context per CUDA device (created on its first use, never destroyed: torch
+ * frees tensors until the process ends), the process-wide governor, the last failure's sentence, and
+ * the CUDA entry points the driver contract lacks, resolved with dlsym from the same libcuda.so.1 the
+ * cuda driver opened: cuStreamIsCapturing and cuStreamGetCaptureInfo (graph safety), cuMemHostAlloc /
+ * cuMemFreeHost (pinned copies for offload), and the primary context to make current for them.
+ *
+ * The trade-off: the per-device slot is read with one acquire load on every call, and a context is
+ * created under a global lock once; after that no entry point takes a global lock except to record a
+ * failure.
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda.h>
+
+#include "adapter.h"
+#include "dmm_torch.h"
+
+#define MAX_DEVICES 64
+
+/* ---- CUDA extras ---- */
+typedef CUresult (*is_capturing_fn)(CUstream, CUstreamCaptureStatus *);
+typedef CUresult (*capture_info_v3_fn)(CUstream, CUstreamCaptureStatus *, cuuint64_t *, CUgraph *,
+                                       const CUgraphNode **, const CUgraphEdgeData **, size_t *);
+typedef CUresult (*capture_info_v2_fn)(CUstream, CUstreamCaptureStatus *, cuuint64_t *, CUgraph *,
+                                       const CUgraphNode **, size_t *);
+typedef CUresult (*host_alloc_fn)(void **, size_t, unsigned int);
+typedef CUresult (*host_free_fn)(void *);
+typedef CUresult (*ctx_retain_fn)(CUcontext *, CUdevice);
+typedef CUresult (*ctx_set_fn)(CUcontext);
+typedef CUresult (*device_get_fn)(CUdevice *, int);
+typedef CUresult (*error_name_fn)(CUresult, const char **);
+
+static struct {
+    pthread_once_t once;
+    bool ok;
+    char why[256];
+    is_capturing_fn is_capturing;
+    capture_info_v3_fn info_v3;
+    capture_info_v2_fn info_v2;
+    host_alloc_fn host_alloc;
+    host_free_fn host_free;
+    ctx_retain_fn ctx_retain;
+    ctx_set_fn ctx_set;
+    device_get_fn device_get;
+    error_name_fn error_name;
+} cux = {.once = PTHREAD_ONCE_INIT};
+
+static void *sym(void *lib, const char *name) { return lib != NULL ? dlsym(lib, name) : NULL; }
+
+/* A data pointer to a function pointer: memcpy keeps ISO C quiet; POSIX guarantees the sizes. */
+#define LOAD(field, name)                                                                          \
+    do {                                                                                           \
+        void *p_ = sym(lib, name);                                                                 \
+        memcpy(&cux.field, &p_, sizeof p_);                                                        \
+    } while (0)
+
+static void cux_load(void) {
+    const char *path = getenv("DMM_CUDA_LIBRARY");
+    if (path == NULL || path[0] == '\0') path = "libcuda.so.1";
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL) {
+        const char *e = dlerror();
+        snprintf(cux.why, sizeof cux.why, "dlopen(\"%s\") failed: %s", path, e != NULL ? e : "?");
+        return;
+    }
+    LOAD(is_capturing, "cuStreamIsCapturing");
+    LOAD(info_v3, "cuStreamGetCaptureInfo_v3");
+    LOAD(info_v2, "cuStreamGetCaptureInfo_v2");
+    LOAD(host_alloc, "cuMemHostAlloc");
+    LOAD(host_free, "cuMemFreeHost");
+    LOAD(ctx_retain, "cuDevicePrimaryCtxRetain");
+    LOAD(ctx_set, "cuCtxSetCurrent");
+    LOAD(device_get, "cuDeviceGet");
+    LOAD(error_name, "cuGetErrorName");
+    if (cux.is_capturing == NULL || cux.host_alloc == NULL || cux.host_free == NULL || cux.ctx_retain == NULL ||
+        cux.ctx_set == NULL || cux.device_get == NULL) {
+        snprintf(cux.why, sizeof cux.why, "%s lacks cuStreamIsCapturing, cuMemHostAlloc or the context calls", path);
+        return;
+    }
+    cux.ok = true; /* never dlclose'd, like the cuda driver's own handle */
+}
+
+static const char *cu_err(CUresult r) {
+    const char *s = NULL;
+    if (cux.error_name == NULL || cux.error_name(r, &s) != CUDA_SUCCESS || s == NULL) return "CUDA_ERROR_?";
+    return s;
+}
+
+typedef struct dev_ext {
+    int ordinal;
+    CUcontext ctx;
+} dev_ext;
+
+static dmm_status ext_capture(void *user, dmm_stream stream, bool *capturing, uint64_t *id) {
+    (void)user;
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUresult r = cux.is_capturing((CUstream)stream, &st);
+    *capturing = false;
+    *id = 0;
+    if (r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) { /* the legacy stream while another captures: don't map */
+        *capturing = true;
+        return DMM_OK;
+    }
+    if (r != CUDA_SUCCESS)
+        return dmm_error_set(DMM_ERR_DRIVER, "dmm torch: cuStreamIsCapturing(stream %p) failed with %s (%d)", stream,
+                             cu_err(r), (int)r);
+    if (st == CU_STREAM_CAPTURE_STATUS_NONE) return DMM_OK;
+    *capturing = true;
+    cuuint64_t cid = 0;
+    CUstreamCaptureStatus st2 = st;
+    if (cux.info_v3 != NULL) r = cux.info_v3((CUstream)stream, &st2, &cid, NULL, NULL, NULL, NULL);
+    else if (cux.info_v2 != NULL) r = cux.info_v2((CUstream)stream, &st2, &cid, NULL, NULL, NULL);
+    else r = CUDA_ERROR_NOT_SUPPORTED;
+    if (r == CUDA_SUCCESS) *id = cid;
+    return DMM_OK;
+}
+
+static dmm_status ext_host_alloc(void *user, size_t bytes, void **out) {
+    dev_ext *e = user;
+    CUresult r = cux.ctx_set(e->ctx);
+    if (r == CUDA_SUCCESS) r = cux.host_alloc(out, bytes, CU_MEMHOSTALLOC_PORTABLE);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY)
+        return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm torch: cuMemHostAlloc of %zu bytes: out of pinned host memory",
+                             bytes);
+    if (r != CUDA_SUCCESS)
+        return dmm_error_set(DMM_ERR_DRIVER, "dmm torch: cuMemHostAlloc of %zu bytes failed with %s (%d)", bytes,
+                             cu_err(r), (int)r);
+    return DMM_OK;
+}
+
+static void ext_host_free(void *user, void *p) {
+    dev_ext *e = user;
+    if (cux.ctx_set(e->ctx) == CUDA_SUCCESS) (void)cux.host_free(p);
+}
+
+/* ---- contexts ---- */
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static tctx *_Atomic g_ctx[MAX_DEVICES];
+static dev_ext g_ext[MAX_DEVICES];
+static dmm_governor *g_gov;
+static uint64_t g_limit[MAX_DEVICES]; /* limits set before the device's first use */
+static uint64_t g_limit_all;
+
+static pthread_mutex_t err_mu = PTHREAD_MUTEX_INITIALIZER;
+static char g_err[2048];
+static int g_status;
+
+static int record(dmm_status s) {
+    if (s == DMM_OK) return 0;
+    pthread_mutex_lock(&err_mu);
+    snprintf(g_err, sizeof g_err, "%s", dmm_last_error());
+    g_status = (int)s;
+    pthread_mutex_unlock(&err_mu);
+    return (int)s;
+}
+
+static tctx *create_slow(int device) {
+    pthread_mutex_lock(&g_mu);
+    tctx *c = atomic_load_explicit(&g_ctx[device], memory_order_acquire);
+    if (c != NULL) {
+        pthread_mutex_unlock(&g_mu);
+        return c;
+    }
+    pthread_once(&cux.once, cux_load);
+    dmm_status s = DMM_OK;
+    if (!cux.ok) s = dmm_error_set(DMM_ERR_UNSUPPORTED, "dmm torch: no CUDA driver: %s", cux.why);
+    if (s == DMM_OK && g_gov == NULL) s = dmm_governor_create(NULL, &g_gov);
+    dev_ext *e = &g_ext[device];
+    if (s == DMM_OK && e->ctx == NULL) {
+        CUdevice dev = 0;
+        CUresult r = cux.device_get(&dev, device);
+        if (r == CUDA_SUCCESS) r = cux.ctx_retain(&e->ctx, dev);
+        if (r != CUDA_SUCCESS)
+            s = dmm_error_set(DMM_ERR_DRIVER, "dmm torch: retaining the primary context of device %d failed with %s",
+                              device, cu_err(r));
+        e->ordinal = device;
+    }
+    dmm_driver *drv = NULL;
+    if (s == DMM_OK) s = dmm_cuda_driver_create(device, &drv);
+    if (s == DMM_OK) {
+        dmm_torch_ext x = {e, ext_capture, ext_host_alloc, ext_host_free};
+        dmm_torch_config cfg;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.size = sizeof cfg;
+        cfg.limit_bytes = g_limit[device] ? g_limit[device] : g_limit_all;
+        const char *va = getenv("DMM_TORCH_POOL_VA");
+        if (va != NULL) cfg.pool_va_bytes = strtoull(va, NULL, 0);
+        s = dmm__torch_create(drv, &x, g_gov, &cfg, &c);
+        if (s != DMM_OK) dmm_driver_destroy(drv);
+    }
+    if (s == DMM_OK) atomic_store_explicit(&g_ctx[device], c, memory_order_release);
+    pthread_mutex_unlock(&g_mu);
+    if (s != DMM_OK) record(s);
+    return c;
+}
+
+static tctx *ctx_for(int device) {
+    if (device < 0 || device >= MAX_DEVICES) {
+        record(dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: device %d is out of range (0..%d)", device,
+                             MAX_DEVICES - 1));
+        return NULL;
+    }
+    tctx *c = atomic_load_explicit(&g_ctx[device], memory_order_acquire);
+    return c != NULL ? c : create_slow(device);
+}
+
+/* ---- the allocator pair ---- */
+void *dmm_torch_malloc_nothrow(ssize_t size, int device, void *stream) {
+    if (size <= 0) return NULL;
+    tctx *c = ctx_for(device);
+    if (c == NULL) return NULL;
+    void *p = NULL;
+    dmm_status s = dmm__torch_malloc(c, (size_t)size, (dmm_stream)stream, &p);
+    if (s != DMM_OK) {
+        record(s);
+        return NULL;
+    }
+    return p;
+}
+
+#ifndef DMM_TORCH_CXX_SHIM
+void *dmm_torch_malloc(ssize_t size, int device, void *stream) { return dmm_torch_malloc_nothrow(size, device, stream); }
+#endif
+
+void dmm_torch_free(void *ptr, ssize_t size, int device, void *stream) {
+    if (ptr == NULL) return;
+    tctx *c = ctx_for(device);
+    if (c == NULL) return;
+    dmm_status s = dmm__torch_free(c, ptr, size > 0 ? (size_t)size : 0, (dmm_stream)stream);
+    if (s != DMM_OK) record(s);
+}
+
+/* ---- the rest ---- */
+size_t dmm_torch_last_error(char *buf, size_t cap) {
+    pthread_mutex_lock(&err_mu);
+    size_t n = strlen(g_err);
+    if (buf != NULL && cap > 0) snprintf(buf, cap, "%s", g_err);
+    pthread_mutex_unlock(&err_mu);
+    return n;
+}
+
+int dmm_torch_last_status(void) {
+    pthread_mutex_lock(&err_mu);
+    int s = g_status;
+    pthread_mutex_unlock(&err_mu);
+    return s;
+}
+
+#define WITH_CTX(device)                                                                           \
+    tctx *c = ctx_for(device);                                                                     \
+    if (c == NULL) return dmm_torch_last_status()
+
+int dmm_torch_set_limit(int device, uint64_t bytes) {
+    if (device < 0) {
+        pthread_mutex_lock(&g_mu);
+        g_limit_all = bytes;
+        pthread_mutex_unlock(&g_mu);
+        for (int i = 0; i < MAX_DEVICES; i++) {
+            tctx *c = atomic_load_explicit(&g_ctx[i], memory_order_acquire);
+            if (c != NULL) {
+                int s = record(dmm__torch_set_limit(c, bytes));
+                if (s != 0) return s;
+            }
+        }
+        return 0;
+    }
+    if (device >= MAX_DEVICES) return record(dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: device %d", device));
+    tctx *c = atomic_load_explicit(&g_ctx[device], memory_order_acquire);
+    if (c == NULL) {
+        pthread_mutex_lock(&g_mu);
+        g_limit[device] = bytes;
+        pthread_mutex_unlock(&g_mu);
+        return 0;
+    }
+    return record(dmm__torch_set_limit(c, bytes));
+}
+
+int dmm_torch_stats_json(int device, char *buf, size_t cap, size_t *needed) {
+    WITH_CTX(device);
+    return record(dmm__torch_stats_json(c, buf, cap, needed));
+}
+
+int dmm_torch_snapshot_json(int device, char *buf, size_t cap, size_t *needed) {
+    WITH_CTX(device);
+    return record(dmm__torch_snapshot_json(c, buf, cap, needed));
+}
+
+int dmm_torch_reset_peaks(int device) {
+    WITH_CTX(device);
+    return record(dmm__torch_reset_peaks(c));
+}
+
+int dmm_torch_empty_cache(int device, uint64_t *released) {
+    WITH_CTX(device);
+    return record(dmm__torch_empty_cache(c, released));
+}
+
+int dmm_torch_tag_begin(const char *name) { return record(dmm__torch_tag_begin(name)); }
+int dmm_torch_tag_end(void) { return record(dmm__torch_tag_end()); }
+
+int dmm_torch_offload(int device, const char *tag, int mode, void *stream) {
+    WITH_CTX(device);
+    return record(dmm__torch_offload(c, tag, mode, (dmm_stream)stream));
+}
+
+int dmm_torch_offload_wait(int device, const char *tag) {
+    WITH_CTX(device);
+    return record(dmm__torch_offload_wait(c, tag));
+}
+
+int dmm_torch_restore(int device, const char *tag, void *stream) {
+    WITH_CTX(device);
+    return record(dmm__torch_restore(c, tag, (dmm_stream)stream));
+}
+
+int dmm_torch_release_host(int device, const char *tag) {
+    WITH_CTX(device);
+    return record(dmm__torch_release_host(c, tag));
+}
+
+int dmm_torch_poll(int device, uint64_t *queued) {
+    WITH_CTX(device);
+    return record(dmm__torch_poll(c, queued));
+}
+
+int dmm_torch_graph_reserve(int device, uint64_t bytes, void *stream) {
+    WITH_CTX(device);
+    return record(dmm__torch_graph_reserve(c, bytes, (dmm_stream)stream));
+}
+
+int dmm_torch_graph_release(int device, uint64_t capture_id, void *stream) {
+    WITH_CTX(device);
+    return record(dmm__torch_graph_release(c, capture_id, (dmm_stream)stream));
+}
+
+int dmm_torch_capture_id(void *stream, uint64_t *id) {
+    if (id == NULL) return record(dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: capture_id: id is NULL"));
+    *id = 0;
+    pthread_once(&cux.once, cux_load);
+    if (!cux.ok) return record(dmm_error_set(DMM_ERR_UNSUPPORTED, "dmm torch: no CUDA driver: %s", cux.why));
+    if (stream == NULL) return 0;
+    bool capturing = false;
+    return record(ext_capture(NULL, (dmm_stream)stream, &capturing, id));
+}
+
+void dmm_torch_set_capture_check(int on) { dmm__torch_set_capture_check(on != 0); }
+
+uint64_t dmm_torch_now_ns(void) { return dmm__torch_now_ns(); }

@@ -1,0 +1,432 @@
+/* tests/unit/test_torch_adapter.c — the torch adapter's core over the host driver (wrapped in the fault
+ * driver, to count driver calls and hold events back), with host extras: malloc for pinned memory and
+ * a capture switch of the test's own. The adapter's sources are compiled into this test (they are not
+ * part of libdmm), so every decision libdmm_torch.so makes on a GPU runs here without one.
+ *
+ * What is proven: routing (untagged → pool blocks; tagged → tag segments, not the pool; capturing →
+ * graph segments); stats equal the sums they stand for, peaks reset; offload returns while its
+ * event is held and decommits nothing until the event completes, then frees the tag's memory, and
+ * restore brings the same contents back at the same addresses; discard; a tag that is offloaded
+ * refuses allocations; a capture is served only from memory reserved before it, with no driver call
+ * at all, and fails with a sentence naming the remedy otherwise; a capture's segment is its own until
+ * its graph is released; a budget refuses with DMM_ERR_BUDGET and recovers; empty_cache gives back
+ * cached chunks and empty tag segments; destroy is refused while blocks are live. Every test ends
+ * with the driver's census at zero.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "testkit.h"
+
+#include "../../adapters/torch/adapter.c"
+#include "../../adapters/torch/graphs.c"
+#include "../../adapters/torch/suballoc.c"
+#include "../../adapters/torch/tags.c"
+
+#define KIB ((size_t)1 << 10)
+
+/* ---- host extras ---- */
+typedef struct fake_capture {
+    dmm_stream stream; /* the stream that captures, or NULL */
+    uint64_t id;
+    uint64_t queries;
+} fake_capture;
+
+static fake_capture cap;
+
+static dmm_status t_capture(void *user, dmm_stream stream, bool *capturing, uint64_t *id) {
+    (void)user;
+    cap.queries++;
+    *capturing = cap.stream != NULL && stream == cap.stream;
+    *id = *capturing ? cap.id : 0;
+    return DMM_OK;
+}
+
+static dmm_status t_host_alloc(void *user, size_t bytes, void **out) {
+    (void)user;
+    *out = malloc(bytes);
+    return *out != NULL ? DMM_OK : DMM_ERR_OUT_OF_MEMORY;
+}
+
+static void t_host_free(void *user, void *p) {
+    (void)user;
+    free(p);
+}
+
+typedef struct fx {
+    dmm_driver *host, *drv;
+    dmm_governor *gov;
+    tctx *c;
+    dmm_stream s1, s2;
+} fx;
+
+static fx *fx_open(uint64_t limit) {
+    memset(&cap, 0, sizeof cap);
+    fx *f = calloc(1, sizeof *f);
+    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &f->host));
+    DMM_OK_OR_FAIL(dmm_fault_driver_create(f->host, &f->drv));
+    DMM_OK_OR_FAIL(dmm_governor_create(NULL, &f->gov));
+    dmm_torch_ext x = {NULL, t_capture, t_host_alloc, t_host_free};
+    dmm_torch_config k;
+    memset(&k, 0, sizeof k);
+    k.size = sizeof k;
+    k.pool_va_bytes = (uint64_t)1 << 30;
+    k.reserve_bytes = (uint64_t)8 << 30;
+    k.tag_segment_bytes = (uint64_t)256 << 20;
+    k.limit_bytes = limit;
+    DMM_OK_OR_FAIL(dmm__torch_create(f->drv, &x, f->gov, &k, &f->c));
+    DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &f->s1));
+    DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &f->s2));
+    return f;
+}
+
+static dmm_driver_census census(fx *f) {
+    dmm_driver_census c;
+    memset(&c, 0, sizeof c);
+    c.size = sizeof c;
+    DMM_OK_OR_FAIL(f->host->ops->census(f->host, &c));
+    return c;
+}
+
+static void fx_close(fx *f) {
+    DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, false));
+    assert_int_equal(ld(&f->c->blocks.cur), 0);
+    assert_int_equal(ld(&f->c->alloc_bytes.cur), 0);
+    DMM_OK_OR_FAIL(dmm__torch_destroy(f->c));
+    DMM_OK_OR_FAIL(f->drv->ops->stream_destroy(f->drv, f->s1));
+    DMM_OK_OR_FAIL(f->drv->ops->stream_destroy(f->drv, f->s2));
+    DMM_OK_OR_FAIL(dmm_governor_destroy(f->gov));
+    dmm_driver_census c = census(f);
+    assert_int_equal(c.reserved_bytes, 0);
+    assert_int_equal(c.handles, 0);
+    assert_int_equal(c.mapped_bytes, 0);
+    dmm_driver_destroy(f->drv);
+    dmm_driver_destroy(f->host);
+    free(f);
+}
+
+static void *xmalloc(fx *f, size_t bytes, dmm_stream s) {
+    void *p = NULL;
+    DMM_OK_OR_FAIL(dmm__torch_malloc(f->c, bytes, s, &p));
+    assert_non_null(p);
+    assert_int_equal((uintptr_t)p % 512, 0);
+    return p;
+}
+
+static void xfree(fx *f, void *p, size_t bytes, dmm_stream s) { DMM_OK_OR_FAIL(dmm__torch_free(f->c, p, bytes, s)); }
+
+static bool in_pool(fx *f, void *p) {
+    size_t n = 0;
+    bool yes = dmm_pool_block_size(f->c->pool, p, &n) == DMM_OK;
+    dmm_clear_error();
+    return yes;
+}
+
+static char *stats(fx *f) {
+    static char buf[1 << 16];
+    size_t need = 0;
+    DMM_OK_OR_FAIL(dmm__torch_stats_json(f->c, buf, sizeof buf, &need));
+    return buf;
+}
+
+static void fill(void *p, size_t n, unsigned seed) {
+    unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) b[i] = (unsigned char)(seed * 31u + i * 7u);
+}
+
+static bool same(const void *p, size_t n, unsigned seed) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        if (b[i] != (unsigned char)(seed * 31u + i * 7u)) return false;
+    return true;
+}
+
+/* ---- tests ---- */
+static void routing_and_stats(void **state) {
+    (void)state;
+    fx *f = fx_open(0);
+    void *a = xmalloc(f, 1000, f->s1);    /* 1024 */
+    void *b = xmalloc(f, 3 * MIB, f->s1); /* 3 MiB */
+    void *z = NULL;
+    DMM_OK_OR_FAIL(dmm__torch_malloc(f->c, 0, f->s1, &z));
+    assert_null(z); /* torch's own allocator returns NULL for 0 bytes too */
+    assert_true(in_pool(f, a) && in_pool(f, b));
+    assert_int_equal(ld(&f->c->alloc_bytes.cur), 1024 + 3 * MIB);
+    assert_int_equal(ld(&f->c->req_bytes.cur), 1000 + 3 * MIB);
+    assert_int_equal(ld(&f->c->blocks.cur), 2);
+    dmm_pool_stats ps;
+    memset(&ps, 0, sizeof ps);
+    ps.size = sizeof ps;
+    DMM_OK_OR_FAIL(dmm_pool_stats_get(f->c->pool, &ps));
+    assert_int_equal(ps.allocated_bytes.current, ld(&f->c->alloc_bytes.cur)); /* the pool agrees */
+    assert_int_equal(ld(&f->c->mapped.cur), ps.committed_bytes.current);  /* committed = what the hook saw */
+    assert_non_null(strstr(stats(f), "\"allocated_bytes\":{\"current\":3146752,\"peak\":3146752"));
+    xfree(f, b, 3 * MIB, f->s1);
+    assert_int_equal(ld(&f->c->alloc_bytes.peak), 1024 + 3 * MIB);
+    DMM_OK_OR_FAIL(dmm__torch_reset_peaks(f->c));
+    assert_int_equal(ld(&f->c->alloc_bytes.peak), 1024);
+    /* a pointer of nobody's is refused, changing nothing */
+    char local[16];
+    assert_int_equal(dmm__torch_free(f->c, local, 16, f->s1), DMM_ERR_UNKNOWN_ALLOCATION);
+    dmm_test_error_mentions("not a live allocation", NULL);
+    assert_int_equal(ld(&f->c->blocks.cur), 1);
+    /* destroy is refused while a block is live */
+    assert_int_equal(dmm__torch_destroy(f->c), DMM_ERR_BUSY);
+    xfree(f, a, 1000, f->s1);
+    fx_close(f);
+}
+
+static void tags_offload_restore(void **state) {
+    (void)state;
+    fx *f = fx_open(0);
+    size_t sz[3] = {1 * MIB, 3 * MIB + 100, 5000};
+    void *w[3];
+    DMM_OK_OR_FAIL(dmm__torch_tag_begin("weights"));
+    for (int i = 0; i < 3; i++) {
+        w[i] = xmalloc(f, sz[i], f->s1);
+        fill(w[i], sz[i], (unsigned)i + 1);
+    }
+    DMM_OK_OR_FAIL(dmm__torch_tag_end());
+    void *act = xmalloc(f, 2 * MIB, f->s1); /* outside the scope: the pool */
+    assert_true(in_pool(f, act));
+    for (int i = 0; i < 3; i++) assert_false(in_pool(f, w[i]));
+    assert_int_equal(ld(&f->c->tag_mallocs), 3);
+    uint64_t mapped0 = census(f).mapped_bytes;
+
+    /* offload while the work before the event is still "running": nothing is unmapped */
+    DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, true));
+    uint64_t unmaps0 = dmm_fault_calls(f->drv, DMM_OP_UNMAP);
+    DMM_OK_OR_FAIL(dmm__torch_offload(f->c, "weights", DMM_TORCH_TO_HOST, f->s1));
+    assert_int_equal(f->c->tags[dmm__torch_tag_find("weights")].state, TAG_OFFLOADING);
+    uint64_t queued = 0;
+    DMM_OK_OR_FAIL(dmm__torch_poll(f->c, &queued));
+    assert_int_equal(queued, 1);
+    assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_UNMAP), unmaps0);
+    assert_int_equal(census(f).mapped_bytes, mapped0);
+    assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_STREAM_SYNCHRONIZE), 0); /* never a synchronize */
+    assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_EVENT_SYNCHRONIZE), 0);
+    /* allocating in an offloading tag is refused */
+    void *p = NULL;
+    DMM_OK_OR_FAIL(dmm__torch_tag_begin("weights"));
+    assert_int_equal(dmm__torch_malloc(f->c, 100, f->s1, &p), DMM_ERR_BUSY);
+    dmm_test_error_mentions("weights", "restore", NULL);
+    DMM_OK_OR_FAIL(dmm__torch_tag_end());
+    /* the event completes: the next poll decommits, and the tag's memory leaves the device */
+    DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, false));
+    DMM_OK_OR_FAIL(dmm__torch_poll(f->c, &queued));
+    assert_int_equal(queued, 0);
+    ttag *t = &f->c->tags[dmm__torch_tag_find("weights")];
+    assert_int_equal(t->state, TAG_OFFLOADED);
+    assert_true(dmm_fault_calls(f->drv, DMM_OP_UNMAP) > unmaps0);
+    uint64_t committed = t->segs->committed;
+    assert_true(committed >= 4 * MIB + 5000);
+    assert_int_equal(census(f).mapped_bytes, mapped0 - committed);
+    assert_non_null(strstr(stats(f), "\"state\":\"offloaded\""));
+    /* restore: the same addresses, the same contents */
+    DMM_OK_OR_FAIL(dmm__torch_restore(f->c, "weights", f->s1));
+    assert_int_equal(t->state, TAG_RESIDENT);
+    assert_int_equal(census(f).mapped_bytes, mapped0);
+    for (int i = 0; i < 3; i++) assert_true(same(w[i], sz[i], (unsigned)i + 1));
+    /* a second cycle reuses the pinned copies */
+    uint64_t host = f->c->host_bytes;
+    DMM_OK_OR_FAIL(dmm__torch_offload(f->c, "weights", DMM_TORCH_TO_HOST, f->s1));
+    DMM_OK_OR_FAIL(dmm__torch_offload_wait(f->c, "weights"));
+    assert_int_equal(f->c->host_bytes, host);
+    DMM_OK_OR_FAIL(dmm__torch_restore(f->c, "weights", f->s1));
+    for (int i = 0; i < 3; i++) assert_true(same(w[i], sz[i], (unsigned)i + 1));
+    DMM_OK_OR_FAIL(dmm__torch_release_host(f->c, "weights"));
+    assert_int_equal(f->c->host_bytes, 0);
+    /* the snapshot lists every tagged block */
+    static char snap[1 << 16];
+    size_t need = 0;
+    DMM_OK_OR_FAIL(dmm__torch_snapshot_json(f->c, snap, sizeof snap, &need));
+    char addr[64];
+    snprintf(addr, sizeof addr, "[%llu,%llu,%llu]", (unsigned long long)(uintptr_t)w[2], 5120ull, 5000ull);
+    assert_non_null(strstr(snap, addr));
+    for (int i = 0; i < 3; i++) xfree(f, w[i], sz[i], f->s1);
+    xfree(f, act, 2 * MIB, f->s1);
+    /* the emptied segment goes back at empty_cache */
+    uint64_t released = 0;
+    DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, &released));
+    assert_true(released >= committed);
+    assert_null(t->segs);
+    assert_int_equal(census(f).mapped_bytes, 0);
+    fx_close(f);
+}
+
+static void discard(void **state) {
+    (void)state;
+    fx *f = fx_open(0);
+    DMM_OK_OR_FAIL(dmm__torch_tag_begin("kv"));
+    void *k = xmalloc(f, 6 * MIB, f->s1);
+    DMM_OK_OR_FAIL(dmm__torch_tag_end());
+    uint64_t mapped0 = census(f).mapped_bytes;
+    DMM_OK_OR_FAIL(dmm__torch_offload(f->c, "kv", DMM_TORCH_DISCARD, f->s1));
+    DMM_OK_OR_FAIL(dmm__torch_offload_wait(f->c, "kv"));
+    assert_true(census(f).mapped_bytes <= mapped0 - 6 * MIB);
+    assert_int_equal(f->c->host_bytes, 0); /* nothing copied */
+    assert_int_equal(dmm__torch_offload(f->c, "kv", DMM_TORCH_TO_HOST, f->s1), DMM_ERR_BUSY);
+    assert_int_equal(dmm__torch_offload(f->c, "nope", DMM_TORCH_TO_HOST, f->s1), DMM_ERR_INVALID_ARGUMENT);
+    DMM_OK_OR_FAIL(dmm__torch_restore(f->c, "kv", f->s1));
+    memset(k, 1, 6 * MIB); /* mapped again */
+    xfree(f, k, 6 * MIB, f->s1);
+    fx_close(f);
+}
+
+static void capture_uses_reserved_memory_only(void **state) {
+    (void)state;
+    fx *f = fx_open(0);
+    void *eager = xmalloc(f, 1 * MIB, f->s2); /* the capture stream's heap may exist already */
+    xfree(f, eager, 1 * MIB, f->s2);
+    cap.stream = f->s2;
+    cap.id = 7;
+    /* nothing reserved: refused with the remedy, and no driver call at all */
+    uint64_t calls0 = dmm_fault_calls(f->drv, DMM_OP_ANY);
+    void *p = NULL;
+    assert_int_equal(dmm__torch_malloc(f->c, 1 * MIB, f->s2, &p), DMM_ERR_OUT_OF_MEMORY);
+    dmm_test_error_mentions("capture 7", "reserve_graph_memory", NULL);
+    assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_ANY), calls0);
+    assert_int_equal(ld(&f->c->capture_refusals), 1);
+    /* reserving during the capture is refused too */
+    assert_int_equal(dmm__torch_graph_reserve(f->c, 4 * MIB, f->s2), DMM_ERR_BUSY);
+    cap.stream = NULL;
+    DMM_OK_OR_FAIL(dmm__torch_graph_reserve(f->c, 4 * MIB, f->s2));
+    cap.stream = f->s2;
+    calls0 = dmm_fault_calls(f->drv, DMM_OP_ANY);
+    void *g1 = xmalloc(f, 1 * MIB, f->s2);
+    void *g2 = xmalloc(f, 1 * MIB, f->s2);
+    assert_false(in_pool(f, g1));
+    xfree(f, g2, 1 * MIB, f->s2);
+    void *g3 = xmalloc(f, 1 * MIB, f->s2); /* reused inside the same capture */
+    assert_ptr_equal(g3, g2);
+    assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_ANY), calls0); /* no map, no event, nothing */
+    assert_int_equal(ld(&f->c->capture_mallocs), 3);
+    /* the capture ends; its segment stays the graph's */
+    cap.stream = NULL;
+    void *e2 = xmalloc(f, 1 * MIB, f->s2);
+    assert_true(in_pool(f, e2));
+    xfree(f, g3, 1 * MIB, f->s2);
+    cap.stream = f->s2;
+    cap.id = 8; /* another capture cannot take graph 7's memory */
+    assert_int_equal(dmm__torch_malloc(f->c, 1 * MIB, f->s2, &p), DMM_ERR_OUT_OF_MEMORY);
+    cap.stream = NULL;
+    /* graph 7 is released: its segment is idle once its last block is freed and its event completed */
+    DMM_OK_OR_FAIL(dmm__torch_graph_release(f->c, 7, f->s2));
+    xfree(f, g1, 1 * MIB, f->s2);
+    DMM_OK_OR_FAIL(dmm__torch_graph_reserve(f->c, 4 * MIB, f->s2)); /* sweeps: reuses the idle one */
+    assert_int_equal(f->c->graphs->next, NULL);
+    cap.stream = f->s2;
+    void *g4 = xmalloc(f, 1 * MIB, f->s2);
+    assert_false(in_pool(f, g4));
+    xfree(f, g4, 1 * MIB, f->s2);
+    cap.stream = NULL;
+    DMM_OK_OR_FAIL(dmm__torch_graph_release(f->c, 8, f->s2));
+    xfree(f, e2, 1 * MIB, f->s2);
+    uint64_t released = 0;
+    DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, &released));
+    assert_null(f->c->graphs);
+    assert_int_equal(census(f).mapped_bytes, 0);
+    fx_close(f);
+}
+
+static void budget_refuses_and_recovers(void **state) {
+    (void)state;
+    fx *f = fx_open(8 * MIB);
+    void *a = xmalloc(f, 6 * MIB, f->s1);
+    void *b = NULL;
+    assert_int_equal(dmm__torch_malloc(f->c, 4 * MIB, f->s1, &b), DMM_ERR_BUDGET);
+    dmm_test_error_mentions("4194304 bytes", NULL);
+    assert_int_equal(ld(&f->c->ooms), 1);
+    assert_int_equal(ld(&f->c->retries), 1);
+    assert_non_null(strstr(stats(f), "\"limit\":8388608"));
+    xfree(f, a, 6 * MIB, f->s1);
+    b = xmalloc(f, 4 * MIB, f->s1);
+    /* a tagged allocation is under the same budget */
+    DMM_OK_OR_FAIL(dmm__torch_tag_begin("weights"));
+    void *w = NULL;
+    assert_int_equal(dmm__torch_malloc(f->c, 6 * MIB, f->s1, &w), DMM_ERR_BUDGET);
+    DMM_OK_OR_FAIL(dmm__torch_tag_end());
+    xfree(f, b, 4 * MIB, f->s1);
+    DMM_OK_OR_FAIL(dmm__torch_set_limit(f->c, 0));
+    assert_non_null(strstr(stats(f), "\"limit\":null"));
+    DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, NULL));
+    fx_close(f);
+}
+
+static void empty_cache_trims(void **state) {
+    (void)state;
+    fx *f = fx_open(0);
+    void *p[16];
+    for (int i = 0; i < 16; i++) p[i] = xmalloc(f, (size_t)(i + 1) * 300 * KIB, i % 2 ? f->s1 : f->s2);
+    void *keep = xmalloc(f, 100, f->s1);
+    for (int i = 0; i < 16; i++) xfree(f, p[i], (size_t)(i + 1) * 300 * KIB, i % 2 ? f->s1 : f->s2);
+    assert_true(ld(&f->c->mapped.cur) > 8 * MIB);
+    uint64_t released = 0;
+    DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, &released));
+    assert_true(released > 0);
+    /* what is left: the chunk of the one live block */
+    assert_int_equal(ld(&f->c->mapped.cur), 2 * MIB);
+    assert_int_equal(ld(&f->c->owned.cur), 2 * MIB); /* the handle cache was drained too */
+    xfree(f, keep, 100, f->s1);
+    fx_close(f);
+}
+
+static void tag_scopes(void **state) {
+    (void)state;
+    while (dmm__torch_tag_current() >= 0) dmm__torch_tag_end();
+    assert_int_equal(dmm__torch_tag_end(), DMM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(dmm__torch_tag_begin(""), DMM_ERR_INVALID_ARGUMENT);
+    char longname[100];
+    memset(longname, 'x', sizeof longname - 1);
+    longname[99] = '\0';
+    assert_int_equal(dmm__torch_tag_begin(longname), DMM_ERR_INVALID_ARGUMENT);
+    DMM_OK_OR_FAIL(dmm__torch_tag_begin("a"));
+    DMM_OK_OR_FAIL(dmm__torch_tag_begin("b"));
+    assert_int_equal(dmm__torch_tag_current(), dmm__torch_tag_find("b"));
+    DMM_OK_OR_FAIL(dmm__torch_tag_end());
+    assert_int_equal(dmm__torch_tag_current(), dmm__torch_tag_find("a"));
+    DMM_OK_OR_FAIL(dmm__torch_tag_end());
+    assert_int_equal(dmm__torch_tag_current(), -1);
+}
+
+static void suballoc_first_fit_coalesces(void **state) {
+    (void)state;
+    suballoc sa;
+    assert_true(dmm__sa_init(&sa, 10000));
+    uint64_t o[4];
+    for (int i = 0; i < 4; i++) assert_true(dmm__sa_alloc(&sa, 1000, 900, &o[i]));
+    assert_int_equal(o[3], 3000);
+    assert_int_equal(dmm__sa_high(&sa), 4000);
+    uint64_t len = 0, req = 0;
+    assert_true(dmm__sa_free(&sa, o[1], &len, &req));
+    assert_int_equal(len, 1000);
+    assert_int_equal(req, 900);
+    assert_false(dmm__sa_free(&sa, o[1], NULL, NULL)); /* a second free is refused */
+    assert_true(dmm__sa_free(&sa, o[2], NULL, NULL));
+    uint64_t x = 0;
+    assert_true(dmm__sa_alloc(&sa, 2000, 2000, &x)); /* the two freed spans coalesced */
+    assert_int_equal(x, 1000);
+    assert_false(dmm__sa_alloc(&sa, 7000, 7000, &x));
+    assert_true(dmm__sa_free(&sa, o[0], NULL, NULL));
+    assert_true(dmm__sa_free(&sa, o[3], NULL, NULL));
+    assert_true(dmm__sa_free(&sa, 1000, NULL, NULL));
+    assert_int_equal(sa.count, 0);
+    assert_non_null(sa.free);
+    assert_int_equal(sa.free->len, 10000); /* one span again */
+    assert_null(sa.free->next);
+    dmm__sa_fini(&sa);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(routing_and_stats),
+        cmocka_unit_test(tags_offload_restore),
+        cmocka_unit_test(discard),
+        cmocka_unit_test(capture_uses_reserved_memory_only),
+        cmocka_unit_test(budget_refuses_and_recovers),
+        cmocka_unit_test(empty_cache_trims),
+        cmocka_unit_test(tag_scopes),
+        cmocka_unit_test(suballoc_first_fit_coalesces),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
