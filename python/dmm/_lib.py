@@ -1,0 +1,107 @@
+"""Finding and loading libdmm_torch.so, and its C signatures (adapters/torch/dmm_torch.h)."""
+
+import ctypes
+import glob
+import os
+import threading
+
+_lock = threading.Lock()
+_lib = None
+_path = None
+
+
+class DmmError(RuntimeError):
+    """A dmm call failed; the message is dmm's own sentence (what, the values, what to do)."""
+
+
+def _candidates():
+    env = os.environ.get("DMM_LIB")
+    if env:
+        yield os.path.join(env, "libdmm_torch.so") if os.path.isdir(env) else env
+    here = os.path.dirname(os.path.abspath(__file__))
+    yield os.path.join(here, "libdmm_torch.so")
+    root = os.path.dirname(os.path.dirname(here))  # python/dmm -> the source tree
+    yield from sorted(glob.glob(os.path.join(root, "build*", "adapters", "torch", "libdmm_torch.so")))
+
+
+_SIGNATURES = {
+    # name: (restype, argtypes)
+    "dmm_torch_malloc_nothrow": (ctypes.c_void_p, [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]),
+    "dmm_torch_free": (None, [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]),
+    "dmm_torch_last_error": (ctypes.c_size_t, [ctypes.c_char_p, ctypes.c_size_t]),
+    "dmm_torch_last_status": (ctypes.c_int, []),
+    "dmm_torch_set_limit": (ctypes.c_int, [ctypes.c_int, ctypes.c_uint64]),
+    "dmm_torch_stats_json": (ctypes.c_int, [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t,
+                                            ctypes.POINTER(ctypes.c_size_t)]),
+    "dmm_torch_snapshot_json": (ctypes.c_int, [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t,
+                                               ctypes.POINTER(ctypes.c_size_t)]),
+    "dmm_torch_reset_peaks": (ctypes.c_int, [ctypes.c_int]),
+    "dmm_torch_empty_cache": (ctypes.c_int, [ctypes.c_int, ctypes.POINTER(ctypes.c_uint64)]),
+    "dmm_torch_tag_begin": (ctypes.c_int, [ctypes.c_char_p]),
+    "dmm_torch_tag_end": (ctypes.c_int, []),
+    "dmm_torch_offload": (ctypes.c_int, [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_void_p]),
+    "dmm_torch_offload_wait": (ctypes.c_int, [ctypes.c_int, ctypes.c_char_p]),
+    "dmm_torch_restore": (ctypes.c_int, [ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p]),
+    "dmm_torch_release_host": (ctypes.c_int, [ctypes.c_int, ctypes.c_char_p]),
+    "dmm_torch_poll": (ctypes.c_int, [ctypes.c_int, ctypes.POINTER(ctypes.c_uint64)]),
+    "dmm_torch_graph_reserve": (ctypes.c_int, [ctypes.c_int, ctypes.c_uint64, ctypes.c_void_p]),
+    "dmm_torch_graph_release": (ctypes.c_int, [ctypes.c_int, ctypes.c_uint64, ctypes.c_void_p]),
+    "dmm_torch_capture_id": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)]),
+    "dmm_torch_set_capture_check": (None, [ctypes.c_int]),
+    "dmm_torch_now_ns": (ctypes.c_uint64, []),
+}
+
+
+def load():
+    """The loaded library (loaded once per process)."""
+    global _lib, _path
+    with _lock:
+        if _lib is not None:
+            return _lib
+        tried = []
+        for p in _candidates():
+            tried.append(p)
+            if not os.path.exists(p):
+                continue
+            lib = ctypes.CDLL(p)
+            for name, (res, args) in _SIGNATURES.items():
+                f = getattr(lib, name)
+                f.restype = res
+                f.argtypes = args
+            _lib, _path = lib, os.path.abspath(p)
+            return _lib
+        raise DmmError("libdmm_torch.so was not found (tried: %s); build it (cmake --build <dir> --target "
+                       "dmm_torch) and set DMM_LIB to the file or its folder" % ", ".join(tried))
+
+
+def library_path():
+    """The path of libdmm_torch.so (loading it if needed)."""
+    load()
+    return _path
+
+
+def last_error():
+    lib = load()
+    buf = ctypes.create_string_buffer(4096)
+    lib.dmm_torch_last_error(buf, len(buf))
+    return buf.value.decode("utf-8", "replace")
+
+
+def check(status, what):
+    if status != 0:
+        raise DmmError("%s: %s" % (what, last_error()))
+
+
+def json_call(fn, device):
+    """Calls a (device, buf, cap, needed) JSON function, growing the buffer as needed."""
+    cap = 1 << 16
+    while True:
+        buf = ctypes.create_string_buffer(cap)
+        need = ctypes.c_size_t(0)
+        s = fn(device, buf, cap, ctypes.byref(need))
+        if s == 0:
+            return buf.value.decode("utf-8", "replace")
+        if need.value + 1 > cap:
+            cap = need.value + 4096
+            continue
+        check(s, "dmm stats")

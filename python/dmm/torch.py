@@ -1,0 +1,289 @@
+"""dmm as PyTorch's CUDA allocator: stats, a budget, empty_cache that trims, and sleep/wake in place.
+
+    import dmm.torch
+    dmm.torch.enable()                       # first thing: before any CUDA tensor exists
+    with dmm.torch.tag("weights"):
+        model = Model().cuda()
+    dmm.torch.offload("weights")             # to pinned host memory; returns at once
+    dmm.torch.restore("weights")             # back at the same addresses
+
+What each call promises is in docs/torch.md. In short: allocations go to a dmm pool per device
+(CUDA driver -> arena -> pool); allocations made inside `tag(name)` go to segments of that tag, so
+`offload(name)` can copy them out and unmap them as whole ranges -- behind an event recorded after
+the work already queued on the stream, never a device synchronize -- and `restore(name)` maps and
+copies them back at the same virtual addresses, so tensors and CUDA graphs that point at them stay
+valid. While a stream captures a CUDA graph, dmm serves it only from memory mapped before the
+capture (`reserve_graph_memory`, or `graph(...)` which reserves for you) and never maps, unmaps or
+queries an event: a capture that needs more fails with a sentence that says so.
+"""
+
+import contextlib
+import ctypes
+import json
+import weakref
+
+from . import _lib
+from ._lib import DmmError
+
+__all__ = [
+    "DmmError", "enable", "is_enabled", "library_path", "memory_stats", "memory_stats_raw",
+    "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+    "reset_peak_memory_stats", "empty_cache", "snapshot", "set_limit", "last_error", "tag", "offload",
+    "offload_wait", "restore", "release_host", "poll", "tag_info", "reserve_graph_memory", "graph",
+    "capture_id", "release_graph", "now_ns",
+]
+
+_enabled = False
+_allocator = None
+_MODES = {"host": 0, "discard": 1}
+
+
+def library_path():
+    """Where libdmm_torch.so was loaded from."""
+    return _lib.library_path()
+
+
+def last_error():
+    """The sentence of dmm's last failure in this process ("" if none)."""
+    return _lib.last_error()
+
+
+def now_ns():
+    """CLOCK_MONOTONIC in ns: the clock of the *_ns fields of tag_info()."""
+    return int(_lib.load().dmm_torch_now_ns())
+
+
+def is_enabled():
+    return _enabled
+
+
+def enable(limit=None, capture_check=True):
+    """Makes dmm the CUDA allocator of this process. Must run before CUDA is initialized (before the
+    first CUDA tensor, stream or device query); afterwards torch cannot swap its allocator, and this
+    raises DmmError saying so. `limit` (bytes) caps the device memory dmm may hold, on every device."""
+    global _enabled, _allocator
+    lib = _lib.load()
+    if _enabled:
+        if limit is not None:
+            set_limit(limit)
+        return
+    import torch
+
+    if torch.cuda.is_initialized():
+        raise DmmError("dmm.torch.enable() must run before CUDA is initialized in this process: torch's "
+                       "caching allocator is already in use and cannot be replaced; call it first, right "
+                       "after `import torch`")
+    alloc = torch.cuda.memory.CUDAPluggableAllocator(library_path(), "dmm_torch_malloc", "dmm_torch_free")
+    try:
+        torch.cuda.memory.change_current_allocator(alloc)
+    except RuntimeError as e:
+        raise DmmError("dmm.torch.enable() could not replace torch's CUDA allocator (%s); call it before the "
+                       "first CUDA allocation of the process" % e) from e
+    _allocator = alloc
+    lib.dmm_torch_set_capture_check(1 if capture_check else 0)
+    _enabled = True
+    if limit is not None:
+        set_limit(limit)
+
+
+def _device(device):
+    if device is None:
+        import torch
+
+        return torch.cuda.current_device()
+    if hasattr(device, "index"):
+        return device.index if device.index is not None else 0
+    return int(device)
+
+
+def _stream(stream):
+    import torch
+
+    if stream is None:
+        stream = torch.cuda.current_stream()
+    h = getattr(stream, "cuda_stream", stream)
+    return ctypes.c_void_p(int(h) if h else 0)
+
+
+def memory_stats_raw(device=None):
+    """dmm's own stats of one device as a dict (allocations, committed, physical, pool, arena, tags,
+    graphs); memory_stats() renames what torch also has."""
+    lib = _lib.load()
+    return json.loads(_lib.json_call(lib.dmm_torch_stats_json, _device(device)))
+
+
+def _flatten(prefix, obj, out):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            _flatten(prefix + "." + k if prefix else k, v, out)
+    else:
+        out[prefix] = obj
+
+
+def memory_stats(device=None):
+    """A flat dict keyed like torch.cuda.memory_stats() where the meaning is the same
+    (allocated_bytes.all.current, reserved_bytes.all.peak, allocation.all.current, num_ooms, ...);
+    dmm's own counters follow under "dmm." keys. reserved_bytes = device memory dmm has mapped
+    (pool chunks, tag and graph segments); dmm.physical_bytes adds the driver handles it caches."""
+    r = memory_stats_raw(device)
+    out = {}
+    for name, src in (("allocated_bytes", "allocated_bytes"), ("active_bytes", "allocated_bytes"),
+                      ("requested_bytes", "requested_bytes"), ("allocation", "allocation"),
+                      ("active", "allocation")):
+        for f in ("current", "peak", "allocated", "freed"):
+            out["%s.all.%s" % (name, f)] = r[src][f]
+    for f in ("current", "peak"):
+        out["reserved_bytes.all.%s" % f] = r["reserved_bytes"][f]
+    out["inactive_split_bytes.all.current"] = max(0, r["pool_committed_bytes"] - r["pool_live_bytes"])
+    for k in ("num_alloc_retries", "num_ooms", "num_device_alloc", "num_device_free"):
+        out[k] = r[k]
+    out["num_sync_all_streams"] = 0
+    extra = {}
+    _flatten("dmm", {k: v for k, v in r.items() if k not in ("allocated_bytes", "requested_bytes",
+                                                            "allocation", "reserved_bytes")}, extra)
+    out.update(extra)
+    return out
+
+
+def memory_allocated(device=None):
+    return memory_stats_raw(device)["allocated_bytes"]["current"]
+
+
+def max_memory_allocated(device=None):
+    return memory_stats_raw(device)["allocated_bytes"]["peak"]
+
+
+def memory_reserved(device=None):
+    return memory_stats_raw(device)["reserved_bytes"]["current"]
+
+
+def max_memory_reserved(device=None):
+    return memory_stats_raw(device)["reserved_bytes"]["peak"]
+
+
+def reset_peak_memory_stats(device=None):
+    _lib.check(_lib.load().dmm_torch_reset_peaks(_device(device)), "dmm.torch.reset_peak_memory_stats")
+
+
+def empty_cache(device=None):
+    """Gives back every cached chunk of the pool, every empty tag segment and every idle graph
+    segment (behind events: never under running work). Returns the bytes given back or queued to be."""
+    released = ctypes.c_uint64(0)
+    _lib.check(_lib.load().dmm_torch_empty_cache(_device(device), ctypes.byref(released)), "dmm.torch.empty_cache")
+    return int(released.value)
+
+
+def snapshot(device=None):
+    """A JSON-able dict: the stats, and per tag its segments and every block [address, bytes, requested]."""
+    lib = _lib.load()
+    return json.loads(_lib.json_call(lib.dmm_torch_snapshot_json, _device(device)))
+
+
+def set_limit(limit, device=None):
+    """Caps the device memory dmm may hold (physical bytes: pool, tags, graphs, handle cache). None =
+    no limit. device=None: every device, also those not used yet. A request beyond it raises an error
+    naming the limit (after dmm gave back what it caches)."""
+    dev = -1 if device is None else _device(device)
+    _lib.check(_lib.load().dmm_torch_set_limit(dev, 0 if limit is None else int(limit)), "dmm.torch.set_limit")
+
+
+@contextlib.contextmanager
+def tag(name):
+    """Allocations made on this thread inside the block belong to tag `name` (offload/restore as one)."""
+    lib = _lib.load()
+    _lib.check(lib.dmm_torch_tag_begin(name.encode()), "dmm.torch.tag(%r)" % name)
+    try:
+        yield name
+    finally:
+        lib.dmm_torch_tag_end()
+
+
+def offload(name, to="host", device=None, stream=None, wait=False):
+    """Sleep: copies the tag's memory to pinned host memory (to="host") or drops it (to="discard"), and
+    unmaps it behind an event recorded on `stream` (default: the current one) after the work queued
+    there -- kernels still reading the tensors finish first. Returns at once (no synchronize); the
+    unmap happens in a later dmm call (poll, offload_wait, an allocation). Addresses stay reserved."""
+    if to not in _MODES:
+        raise ValueError("dmm.torch.offload: to must be 'host' or 'discard', not %r" % (to,))
+    dev = _device(device)
+    _lib.check(_lib.load().dmm_torch_offload(dev, name.encode(), _MODES[to], _stream(stream)),
+               "dmm.torch.offload(%r)" % name)
+    if wait:
+        offload_wait(name, dev)
+
+
+def offload_wait(name, device=None):
+    """Waits until the tag's offload unmapped its memory (waits on dmm's own event, not the device)."""
+    _lib.check(_lib.load().dmm_torch_offload_wait(_device(device), name.encode()), "dmm.torch.offload_wait(%r)" % name)
+
+
+def restore(name, device=None, stream=None):
+    """Wake: maps the tag's memory again at the same addresses and copies its contents back, ordered
+    on `stream` (default: the current one). Tensors and CUDA graphs that use them work as before."""
+    _lib.check(_lib.load().dmm_torch_restore(_device(device), name.encode(), _stream(stream)),
+               "dmm.torch.restore(%r)" % name)
+
+
+def release_host(name, device=None):
+    """Frees the pinned copies a resident tag keeps for its next offload."""
+    _lib.check(_lib.load().dmm_torch_release_host(_device(device), name.encode()), "dmm.torch.release_host(%r)" % name)
+
+
+def poll(device=None):
+    """Runs the unmaps whose events completed; returns how many still wait."""
+    q = ctypes.c_uint64(0)
+    _lib.check(_lib.load().dmm_torch_poll(_device(device), ctypes.byref(q)), "dmm.torch.poll")
+    return int(q.value)
+
+
+def tag_info(name, device=None):
+    """The tag's state ("resident", "offloading", "offloaded"), bytes and timings, or None."""
+    return memory_stats_raw(device)["tags"].get(name)
+
+
+def reserve_graph_memory(nbytes, device=None, stream=None):
+    """Maps `nbytes` now for the next CUDA graph capture (a capture never maps memory itself)."""
+    _lib.check(_lib.load().dmm_torch_graph_reserve(_device(device), int(nbytes), _stream(stream)),
+               "dmm.torch.reserve_graph_memory")
+
+
+def capture_id(stream=None):
+    """The id of the capture `stream` is in (0 when it is not capturing)."""
+    cid = ctypes.c_uint64(0)
+    _lib.check(_lib.load().dmm_torch_capture_id(_stream(stream), ctypes.byref(cid)), "dmm.torch.capture_id")
+    return int(cid.value)
+
+
+def release_graph(cid, device=None, stream=None):
+    """The graph of capture `cid` is gone: its memory may serve other captures (behind an event on
+    `stream`). graph() registers this for you when the graph object dies."""
+    _lib.check(_lib.load().dmm_torch_graph_release(_device(device), int(cid), _stream(stream)),
+               "dmm.torch.release_graph")
+
+
+def _release_quietly(dev, cid):
+    try:
+        release_graph(cid, dev)
+    except Exception:  # noqa: BLE001 - a finalizer must not raise (e.g. at interpreter exit)
+        pass
+
+
+@contextlib.contextmanager
+def graph(cuda_graph, reserve_bytes=256 << 20, **kwargs):
+    """torch.cuda.graph(cuda_graph, **kwargs) with dmm's graph memory: reserves `reserve_bytes` before
+    the capture (the capture is served from it, and only from it), and gives it back to dmm when the
+    graph object is garbage collected."""
+    import torch
+
+    dev = torch.cuda.current_device()
+    reserve_graph_memory(reserve_bytes, dev)
+    cid = 0
+    with torch.cuda.graph(cuda_graph, **kwargs):
+        cid = capture_id(torch.cuda.current_stream())
+        yield cuda_graph
+    if cid:
+        try:
+            cuda_graph._dmm_capture_id = cid
+            weakref.finalize(cuda_graph, _release_quietly, dev, cid)
+        except (AttributeError, TypeError):  # not weak-referenceable: call release_graph(cid) by hand
+            pass

@@ -1,0 +1,127 @@
+"""A worker process for test_torch_models.py: python3 workloads.py <native|expandable|dmm> [--bench]
+
+Trains GPT-2 small (20 steps, AdamW, bf16 autocast) and generates with a Llama-style model, both built
+from configs (no downloads), with fixed seeds and deterministic kernels; prints one RESULT line with
+the losses, the tokens and the allocator's peaks. With --bench it then serves `run <bytes> <default|side>`
+lines on stdin, timing torch.empty + del, so that the parent can interleave two allocators' runs.
+"""
+
+import contextlib
+import gc
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import emit  # noqa: E402
+from models import deterministic, generate, llama, prompt  # noqa: E402
+
+ALLOC = sys.argv[1]
+if ALLOC == "dmm":
+    import dmm.torch as dt
+
+    dt.enable()
+import torch  # noqa: E402
+
+
+def mem():
+    if ALLOC == "dmm":
+        r = dt.memory_stats_raw()
+        return {"peak_reserved": r["reserved_bytes"]["peak"], "peak_physical": r["physical_bytes"]["peak"],
+                "peak_allocated": r["allocated_bytes"]["peak"], "reserved": r["reserved_bytes"]["current"]}
+    return {"peak_reserved": torch.cuda.max_memory_reserved(), "peak_physical": torch.cuda.max_memory_reserved(),
+            "peak_allocated": torch.cuda.max_memory_allocated(), "reserved": torch.cuda.memory_reserved()}
+
+
+def reset():
+    gc.collect()
+    if ALLOC == "dmm":
+        dt.empty_cache()
+        dt.reset_peak_memory_stats()
+    else:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def train():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    cfg = GPT2Config()
+    model = GPT2LMHeadModel(cfg).cuda()
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    data = torch.randint(0, cfg.vocab_size, (20, 8, 512), generator=torch.Generator().manual_seed(1))
+    losses = []
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for i in range(20):
+        x = data[i].cuda()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_ids=x, labels=x).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    torch.cuda.synchronize()
+    res = {"losses": losses, "seconds": time.perf_counter() - t0}
+    res.update(mem())
+    return res
+
+
+def gen_run():
+    model, cfg, nbytes = llama(dt.tag("weights") if ALLOC == "dmm" else None)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    tokens = generate(model, prompt(cfg))
+    torch.cuda.synchronize()
+    res = {"tokens": tokens, "weights_bytes": nbytes, "seconds": time.perf_counter() - t0}
+    res.update(mem())
+    return res
+
+
+_side = None
+
+
+def bench(nbytes, side, n=2000, batches=5):
+    global _side
+    ctx = contextlib.nullcontext()
+    if side:
+        if _side is None:
+            _side = torch.cuda.Stream()
+        ctx = torch.cuda.stream(_side)
+    per = []
+    with ctx:
+        for _ in range(batches):
+            t0 = time.perf_counter_ns()
+            for _ in range(n):
+                x = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+                del x
+            per.append((time.perf_counter_ns() - t0) / n)
+    return statistics.median(per)
+
+
+def main():
+    deterministic()
+    out = {"alloc": ALLOC, "torch": torch.__version__}
+    reset()
+    out["train"] = train()
+    reset()
+    out["generate"] = gen_run()
+    reset()
+    emit(out)
+    if "--bench" not in sys.argv:
+        return
+    torch.utils.deterministic.fill_uninitialized_memory = False  # time the allocator, not a fill kernel
+    bench(1 << 20, False, n=5000, batches=1)  # warm up both paths
+    bench(1 << 20, True, n=5000, batches=1)
+    for line in sys.stdin:
+        cmd = line.split()
+        if not cmd or cmd[0] == "quit":
+            break
+        emit({"ns": bench(int(cmd[1]), cmd[2] == "side")}, tag="BENCH")
+
+
+if __name__ == "__main__":
+    main()
