@@ -31,8 +31,10 @@
  *   census.handle_bytes   = Σ handles.bytes           census.mapped_bytes = Σ handles[mappings.handle].bytes
  *   map_count[h] = |{va : mappings[va] = h}| (absent = 0)
  *   census.eager_bytes    = Σ eager.bytes
- *   a record is added only after its CUDA call succeeded and removed only after the undoing call did;
- *   a slot for the record is reserved before the call, so recording a success can never fail.
+ *   a record is added only after its CUDA call succeeded; it is taken out before the undoing call
+ *   (CUDA may hand the same VA or handle value to another thread the moment that call returns) and
+ *   put back if the call failed; either way its slot is promised beforehand, so no bookkeeping step
+ *   after a CUDA call can fail.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -325,6 +327,15 @@ static bool map_del(u64map *m, uint64_t key) {
     return true;
 }
 
+/* Takes a record out before the call that undoes it, keeping its slot promised (pending), so that
+ * (a) a key CUDA hands out again the moment the call returns (a VA, a handle value) is never confused
+ * with the stale record, and (b) putting the record back when the call fails cannot fail. */
+static bool map_take(u64map *m, uint64_t key, uint64_t *val) {
+    if (!map_get(m, key, val) || !map_del(m, key)) return false;
+    m->pending++;
+    return true;
+}
+
 /* Overwrites the value of a present key (no allocation). */
 static bool map_set(u64map *m, uint64_t key, uint64_t val) {
     if (m->cap == 0) return false;
@@ -503,8 +514,9 @@ static dmm_status op_unreserve(dmm_driver *d, uintptr_t va, size_t bytes) {
     dmm_lock_acquire(&c->lock);
     bool known = map_get(&c->reservations, va, &have);
     bool busy = known && have == bytes && map_any_in(&c->mappings, va, (uint64_t)va + bytes);
+    bool taken = known && have == bytes && !busy && map_take(&c->reservations, va, &have);
     dmm_lock_release(&c->lock);
-    if (!known || have != bytes || busy)
+    if (!taken)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
                              "cuda unreserve(va=0x%llx, bytes=%zu): %s; nothing was done",
                              (unsigned long long)va, bytes,
@@ -512,13 +524,18 @@ static dmm_status op_unreserve(dmm_driver *d, uintptr_t va, size_t bytes) {
                              : busy ? "mappings remain inside it: unmap them first"
                                     : "the bytes differ from the reservation's");
     dmm_status s = enter(c, "cuMemAddressFree");
+    CUresult r = s == DMM_OK ? cu.memAddressFree((CUdeviceptr)va, bytes) : CUDA_SUCCESS;
+    dmm_lock_acquire(&c->lock);
+    if (s == DMM_OK && r == CUDA_SUCCESS) {
+        map_unreserve(&c->reservations);
+        c->census.reserved_bytes -= bytes;
+    } else {
+        map_put_reserved(&c->reservations, va, have); /* still reserved: the record comes back */
+    }
+    dmm_lock_release(&c->lock);
     if (s != DMM_OK) return s;
-    CUresult r = cu.memAddressFree((CUdeviceptr)va, bytes);
     if (r != CUDA_SUCCESS)
         return cu_fail(c, r, "cuMemAddressFree", "va=0x%llx, bytes=%zu", (unsigned long long)va, bytes);
-    dmm_lock_acquire(&c->lock);
-    if (map_del(&c->reservations, va)) c->census.reserved_bytes -= bytes;
-    dmm_lock_release(&c->lock);
     return DMM_OK;
 }
 
@@ -557,28 +574,32 @@ static dmm_status op_release(dmm_driver *d, dmm_phys handle) {
     dmm_lock_acquire(&c->lock);
     bool known = map_get(&c->handles, handle, &bytes);
     (void)map_get(&c->map_count, handle, &maps);
+    bool taken = known && maps == 0 && map_take(&c->handles, handle, &bytes);
     dmm_lock_release(&c->lock);
     if (!known)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
                              "cuda release(handle=0x%llx): not a live handle of this driver; nothing was done",
                              (unsigned long long)handle);
-    if (maps != 0)
+    if (!taken)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
                              "cuda release(handle=0x%llx): the handle is still mapped %llu time(s); unmap it first; "
                              "nothing was done",
                              (unsigned long long)handle, (unsigned long long)maps);
     dmm_status s = enter(c, "cuMemRelease");
+    CUresult r = s == DMM_OK ? cu.memRelease((CUmemGenericAllocationHandle)handle) : CUDA_SUCCESS;
+    dmm_lock_acquire(&c->lock);
+    if (s == DMM_OK && r == CUDA_SUCCESS) {
+        map_unreserve(&c->handles);
+        c->census.handles--;
+        c->census.handle_bytes -= bytes;
+    } else {
+        map_put_reserved(&c->handles, handle, bytes);
+    }
+    dmm_lock_release(&c->lock);
     if (s != DMM_OK) return s;
-    CUresult r = cu.memRelease((CUmemGenericAllocationHandle)handle);
     if (r != CUDA_SUCCESS)
         return cu_fail(c, r, "cuMemRelease", "handle=0x%llx, bytes=%llu", (unsigned long long)handle,
                        (unsigned long long)bytes);
-    dmm_lock_acquire(&c->lock);
-    if (map_del(&c->handles, handle)) {
-        c->census.handles--;
-        c->census.handle_bytes -= bytes;
-    }
-    dmm_lock_release(&c->lock);
     return DMM_OK;
 }
 
@@ -633,26 +654,30 @@ static dmm_status op_unmap(dmm_driver *d, uintptr_t va, size_t bytes) {
     uint64_t handle = 0, have = 0;
     dmm_lock_acquire(&c->lock);
     bool known = map_get(&c->mappings, va, &handle) && map_get(&c->handles, handle, &have);
+    bool taken = known && have == bytes && map_take(&c->mappings, va, &handle);
     dmm_lock_release(&c->lock);
-    if (!known || have != bytes)
+    if (!taken)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
                              "cuda unmap(va=0x%llx, bytes=%zu): %s; nothing was done", (unsigned long long)va,
                              bytes, known ? "bytes differ from the mapping's" : "no mapping starts there");
     dmm_status s = enter(c, "cuMemUnmap");
-    if (s != DMM_OK) return s;
-    CUresult r = cu.memUnmap((CUdeviceptr)va, bytes);
-    if (r != CUDA_SUCCESS)
-        return cu_fail(c, r, "cuMemUnmap", "va=0x%llx, bytes=%zu", (unsigned long long)va, bytes);
+    CUresult r = s == DMM_OK ? cu.memUnmap((CUdeviceptr)va, bytes) : CUDA_SUCCESS;
     dmm_lock_acquire(&c->lock);
-    uint64_t n = 0;
-    if (map_get(&c->mappings, va, &handle) && map_del(&c->mappings, va)) {
+    if (s == DMM_OK && r == CUDA_SUCCESS) {
+        map_unreserve(&c->mappings);
         c->census.mapped_bytes -= bytes;
+        uint64_t n = 0;
         if (map_get(&c->map_count, handle, &n)) {
             if (n <= 1) (void)map_del(&c->map_count, handle);
             else (void)map_set(&c->map_count, handle, n - 1);
         }
+    } else {
+        map_put_reserved(&c->mappings, va, handle); /* still mapped */
     }
     dmm_lock_release(&c->lock);
+    if (s != DMM_OK) return s;
+    if (r != CUDA_SUCCESS)
+        return cu_fail(c, r, "cuMemUnmap", "va=0x%llx, bytes=%zu", (unsigned long long)va, bytes);
     return DMM_OK;
 }
 
@@ -731,19 +756,25 @@ static dmm_status op_free(dmm_driver *d, uintptr_t ptr, size_t bytes) {
     uint64_t have = 0;
     dmm_lock_acquire(&c->lock);
     bool known = map_get(&c->eager, ptr, &have);
+    bool taken = known && have == bytes && map_take(&c->eager, ptr, &have);
     dmm_lock_release(&c->lock);
-    if (!known || have != bytes)
+    if (!taken)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "cuda free(ptr=0x%llx, bytes=%zu): %s; nothing was done",
                              (unsigned long long)ptr, bytes,
                              known ? "bytes differ from the allocation's" : "not a live allocation of this driver");
     dmm_status s = enter(c, "cuMemFree");
+    CUresult r = s == DMM_OK ? cu.memFree((CUdeviceptr)ptr) : CUDA_SUCCESS;
+    dmm_lock_acquire(&c->lock);
+    if (s == DMM_OK && r == CUDA_SUCCESS) {
+        map_unreserve(&c->eager);
+        c->census.eager_bytes -= bytes;
+    } else {
+        map_put_reserved(&c->eager, ptr, have);
+    }
+    dmm_lock_release(&c->lock);
     if (s != DMM_OK) return s;
-    CUresult r = cu.memFree((CUdeviceptr)ptr);
     if (r != CUDA_SUCCESS)
         return cu_fail(c, r, "cuMemFree", "ptr=0x%llx, bytes=%zu", (unsigned long long)ptr, bytes);
-    dmm_lock_acquire(&c->lock);
-    if (map_del(&c->eager, ptr)) c->census.eager_bytes -= bytes;
-    dmm_lock_release(&c->lock);
     return DMM_OK;
 }
 
