@@ -2,9 +2,10 @@
 # What one run on the GPU machine does, from the repository root, after
 #   source scripts/device/device-deps.sh      (cmocka and zlib from the carried .deps)
 # 1. configure + build with -DDMM_WERROR=ON into build-gpu (all cores);
-# 2. ctest -L gpu (plus the cuda no-driver and deferred-queue unit tests), with output on failure;
-# 3. every benchmark: bench_growth first, then any other bench_* that exists;
-# 4. build-gpu/tools/dmm info.
+# 2. ctest -L gpu -LE torch (plus the cuda no-driver and deferred-queue unit tests), output on failure
+#    (DMM_GPU_WITH_TORCH=1 adds the torch adapter's Python GPU tests, minutes each);
+# 3. bench_growth, then build-gpu/tools/dmm info, then every other bench_* (each at most
+#    DMM_GPU_BENCH_LIMIT seconds, default 120), so that a run cut short keeps what matters most.
 # Logs go to $OUT (or ./gpu-out when $OUT is unset): build.log, ctest-gpu.log, bench.log, info.log,
 # nvidia-smi.log. Everything is also echoed. Exit status: the ctest status (benchmarks never fail
 # the run; they print their verdicts).
@@ -30,8 +31,11 @@ fi
 grep -E "dmm: CUDA driver" "$out/build.log" || true
 tail -3 "$out/build.log"
 
-section "ctest -L gpu"
-ctest --test-dir "$build" -L gpu --output-on-failure --timeout 300 2>&1 | tee "$out/ctest-gpu.log"
+# The torch adapter's Python GPU tests (labels gpu;torch) take minutes each: only with DMM_GPU_WITH_TORCH=1.
+exclude=(-LE torch)
+[ "${DMM_GPU_WITH_TORCH:-0}" = 1 ] && exclude=()
+section "ctest -L gpu ${exclude[*]}"
+ctest --test-dir "$build" -L gpu "${exclude[@]}" --output-on-failure --timeout 300 2>&1 | tee "$out/ctest-gpu.log"
 rc=${PIPESTATUS[0]}
 section "ctest: cuda no-driver path and deferred queue (unit)"
 ctest --test-dir "$build" -R 'unit/test_cuda_absent|unit/test_deferred' --output-on-failure 2>&1 |
@@ -39,23 +43,24 @@ ctest --test-dir "$build" -R 'unit/test_cuda_absent|unit/test_deferred' --output
 rc2=${PIPESTATUS[0]}
 [ "$rc" -eq 0 ] && rc=$rc2
 
-section "benchmarks"
+# bench_growth and dmm info first: the other benchmarks come last, each under its own time limit.
+run_bench() {
+    section "$(basename "$1")" | tee -a "$out/bench.log"
+    timeout "$2" "$1" 2>&1 | tee -a "$out/bench.log"
+    echo "($(basename "$1") exit ${PIPESTATUS[0]})" | tee -a "$out/bench.log"
+}
 : >"$out/bench.log"
-benches=()
-[ -x "$build/bench/bench_growth" ] && benches+=("$build/bench/bench_growth")
-for b in "$build"/bench/bench_*; do
-    [ -x "$b" ] && [ -f "$b" ] || continue
-    [ "$b" = "$build/bench/bench_growth" ] && continue
-    benches+=("$b")
-done
-for b in "${benches[@]}"; do
-    section "$(basename "$b")" | tee -a "$out/bench.log"
-    timeout 240 "$b" 2>&1 | tee -a "$out/bench.log"
-    echo "($(basename "$b") exit ${PIPESTATUS[0]})" | tee -a "$out/bench.log"
-done
+[ -x "$build/bench/bench_growth" ] && run_bench "$build/bench/bench_growth" 120
 
 section "dmm info"
 "$build/tools/dmm" info 2>&1 | tee "$out/info.log"
+
+section "other benchmarks"
+for b in "$build"/bench/bench_*; do
+    [ -x "$b" ] && [ -f "$b" ] || continue
+    [ "$b" = "$build/bench/bench_growth" ] && continue
+    run_bench "$b" "${DMM_GPU_BENCH_LIMIT:-120}"
+done
 
 section "summary"
 echo "ctest status: $rc"
