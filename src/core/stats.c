@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "core/json.h"
 
 /* The size of the first published dmm_stats: a caller's struct may never be smaller. */
 #define DMM_STATS_MIN_SIZE (offsetof(dmm_stats, allocations) + sizeof(dmm_count))
@@ -26,50 +27,25 @@ dmm_status dmm__stats_copy_out(const dmm_stats *src, dmm_stats *dst) {
     return DMM_OK;
 }
 
-typedef struct json_out {
-    char *buf;
-    size_t cap;
-    size_t len;
-} json_out;
-
-static void put(json_out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(json_out *o, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    size_t room = o->len < o->cap ? o->cap - o->len : 0;
-    int n = vsnprintf(room ? o->buf + o->len : NULL, room, fmt, ap);
-    va_end(ap);
-    if (n > 0) o->len += (size_t)n;
-}
-
 dmm_status dmm_stats_json(const dmm_stats *s, char *buf, size_t cap, size_t *needed) {
     if (s == NULL || (buf == NULL && cap > 0))
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
                              "dmm_stats_json: stats is NULL or buf is NULL with cap %zu; pass a filled "
                              "dmm_stats and a buffer (or cap 0 to ask for the length)",
                              cap);
-    json_out o = {buf, cap, 0};
+    dmm_json o = {buf, cap, 0};
     const char *sep = "";
-    put(&o, "{");
+    dmm__json_put(&o, "{");
 #define DMM_JSON_COUNT(name, desc)                                                                  \
-    put(&o, "%s\"" #name "\":{\"current\":%lld,\"peak\":%lld,\"total\":%lld}", sep,                 \
-        (long long)s->name.current, (long long)s->name.peak, (long long)s->name.total);             \
+    dmm__json_count(&o, sep, #name, &s->name);                                                     \
     sep = ",";
     DMM_STAT_COUNTS(DMM_JSON_COUNT)
 #undef DMM_JSON_COUNT
 #define DMM_JSON_COUNTER(name, desc)                                                                \
-    put(&o, "%s\"" #name "\":%llu", sep, (unsigned long long)s->name);                              \
+    dmm__json_put(&o, "%s\"" #name "\":%llu", sep, (unsigned long long)s->name);                              \
     sep = ",";
     DMM_STAT_COUNTERS(DMM_JSON_COUNTER)
 #undef DMM_JSON_COUNTER
-    put(&o, "}");
-    if (needed) *needed = o.len;
-    if (o.len >= cap) {
-        if (cap > 0) buf[cap - 1] = '\0';
-        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
-                             "dmm_stats_json: the buffer holds %zu bytes but the JSON needs %zu plus the NUL; "
-                             "pass a larger buffer",
-                             cap, o.len);
-    }
-    return DMM_OK;
+    dmm__json_put(&o, "}");
+    return dmm__json_finish(&o, needed, "dmm_stats_json");
 }

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "core/json.h"
 #include "dmm/governor.h"
 
 #define HOLDER_NAME_MAX 64
@@ -909,35 +910,9 @@ dmm_status dmm_governor_counters_get(dmm_governor *g, dmm_governor_counters *out
     return DMM_OK;
 }
 
-typedef struct json_out {
-    char *buf;
-    size_t cap;
-    size_t len;
-} json_out;
-
-static void put(json_out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(json_out *o, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    size_t room = o->len < o->cap ? o->cap - o->len : 0;
-    int n = vsnprintf(room ? o->buf + o->len : NULL, room, fmt, ap);
-    va_end(ap);
-    if (n > 0) o->len += (size_t)n;
-}
-
-static void put_string(json_out *o, const char *s) {
-    put(o, "\"");
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') put(o, "\\%c", *p);
-        else if (*p < 0x20) put(o, "\\u%04x", *p);
-        else put(o, "%c", *p);
-    }
-    put(o, "\"");
-}
-
-static void put_limit(json_out *o, const char *key, uint64_t v) {
-    if (v == DMM_UNLIMITED) put(o, "\"%s\":null", key);
-    else put(o, "\"%s\":%llu", key, (unsigned long long)v);
+static void put_limit(dmm_json *o, const char *key, uint64_t v) {
+    if (v == DMM_UNLIMITED) dmm__json_put(o, "\"%s\":null", key);
+    else dmm__json_put(o, "\"%s\":%llu", key, (unsigned long long)v);
 }
 
 dmm_status dmm_governor_snapshot_json(dmm_governor *g, char *buf, size_t cap, size_t *needed) {
@@ -946,35 +921,35 @@ dmm_status dmm_governor_snapshot_json(dmm_governor *g, char *buf, size_t cap, si
                              "dmm_governor_snapshot_json: governor %p, buf %p with cap %zu: pass a governor and "
                              "a buffer (or cap 0 to ask for the length)",
                              (void *)g, (void *)buf, cap);
-    json_out o = {buf, cap, 0};
+    dmm_json o = {buf, cap, 0};
     dmm_lock_acquire(&g->lock);
-    put(&o, "{\"tiers\":[");
+    dmm__json_put(&o, "{\"tiers\":[");
     for (size_t i = 0; i < g->ntiers; i++) {
         const tier *t = g->tiers[i];
         dmm_tier_usage u;
         usage_of(t, &u);
-        put(&o, "%s{\"tier\":\"%s\",\"index\":%d,\"leases\":%u", i ? "," : "", tier_name(t->device.tier),
+        dmm__json_put(&o, "%s{\"tier\":\"%s\",\"index\":%d,\"leases\":%u", i ? "," : "", tier_name(t->device.tier),
             (int)t->device.index, t->leases);
         for (int x = 0; x < 2; x++) {
-            put(&o, ",\"%s\":{", axis_name(x));
+            dmm__json_put(&o, ",\"%s\":{", axis_name(x));
             put_limit(&o, "limit", u.limit[x]);
-            put(&o, ",\"used\":%llu,", (unsigned long long)u.used[x]);
+            dmm__json_put(&o, ",\"used\":%llu,", (unsigned long long)u.used[x]);
             put_limit(&o, "available", u.available[x]);
-            put(&o, ",\"peak\":%llu,\"oversubscribed\":%llu}", (unsigned long long)u.peak[x],
+            dmm__json_put(&o, ",\"peak\":%llu,\"oversubscribed\":%llu}", (unsigned long long)u.peak[x],
                 (unsigned long long)u.oversubscribed[x]);
         }
-        put(&o, ",\"roles\":{");
+        dmm__json_put(&o, ",\"roles\":{");
         for (int r = 0; r < DMM_ROLE_COUNT; r++)
-            put(&o, "%s\"%s\":{\"owned\":%llu,\"mapped\":%llu}", r ? "," : "", dmm_role_name((dmm_role)r),
+            dmm__json_put(&o, "%s\"%s\":{\"owned\":%llu,\"mapped\":%llu}", r ? "," : "", dmm_role_name((dmm_role)r),
                 (unsigned long long)t->role_used[r][0], (unsigned long long)t->role_used[r][1]);
-        put(&o, "}}");
+        dmm__json_put(&o, "}}");
     }
-    put(&o, "],\"holders\":[");
+    dmm__json_put(&o, "],\"holders\":[");
     const char *hsep = "";
     for (const dmm_holder *h = g->holders; h != NULL; h = h->next) {
-        put(&o, "%s{\"name\":", hsep);
-        put_string(&o, h->name);
-        put(&o, ",\"priority\":%d,\"leases\":%u,\"usage\":[", (int)h->priority, h->nleases);
+        dmm__json_put(&o, "%s{\"name\":", hsep);
+        dmm__json_string(&o, h->name);
+        dmm__json_put(&o, ",\"priority\":%d,\"leases\":%u,\"usage\":[", (int)h->priority, h->nleases);
         const char *usep = "";
         for (size_t i = 0; i < g->ntiers; i++)
             for (int r = 0; r < DMM_ROLE_COUNT; r++) {
@@ -987,23 +962,15 @@ dmm_status dmm_governor_snapshot_json(dmm_governor *g, char *buf, size_t cap, si
                         sum[1] += l->used[1];
                     }
                 if (n == 0) continue;
-                put(&o, "%s{\"tier\":\"%s\",\"index\":%d,\"role\":\"%s\",\"leases\":%u,\"owned\":%llu,\"mapped\":%llu}",
+                dmm__json_put(&o, "%s{\"tier\":\"%s\",\"index\":%d,\"role\":\"%s\",\"leases\":%u,\"owned\":%llu,\"mapped\":%llu}",
                     usep, tier_name(g->tiers[i]->device.tier), (int)g->tiers[i]->device.index,
                     dmm_role_name((dmm_role)r), n, (unsigned long long)sum[0], (unsigned long long)sum[1]);
                 usep = ",";
             }
-        put(&o, "]}");
+        dmm__json_put(&o, "]}");
         hsep = ",";
     }
-    put(&o, "]}");
+    dmm__json_put(&o, "]}");
     dmm_lock_release(&g->lock);
-    if (needed) *needed = o.len;
-    if (o.len >= cap) {
-        if (cap > 0) buf[cap - 1] = '\0';
-        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
-                             "dmm_governor_snapshot_json: the buffer holds %zu bytes but the JSON needs %zu plus "
-                             "the NUL; pass a larger buffer",
-                             cap, o.len);
-    }
-    return DMM_OK;
+    return dmm__json_finish(&o, needed, "dmm_governor_snapshot_json");
 }
