@@ -161,6 +161,7 @@ dmm_status dmm__torch_create(dmm_driver *drv, const dmm_torch_ext *ext, dmm_gove
     pc.size = sizeof pc;
     pc.va_bytes = pool_va;
     pc.block_align = (size_t)c->block_align;
+    pc.retain_permille = k.retain_permille;
     s = dmm_pool_create(c->arena, drv, &pc, &c->pool);
     if (s != DMM_OK) goto fail;
     dmm_deferred_config dc = {sizeof dc, drv, 4096, dmm__torch_decommit_done, c};

@@ -42,6 +42,7 @@ typedef struct dmm_torch_config {
     uint64_t tag_segment_bytes; /* VA of one tag segment; 0 = pool_va_bytes / 2 */
     uint64_t cache_limit_bytes; /* the arena's handle cache; 0 = 8 MiB */
     uint64_t limit_bytes;       /* the device's budget (owned bytes); 0 = unlimited */
+    uint32_t retain_permille;   /* the pool's retention (dmm_pool_config); 0 = the pool's default */
 } dmm_torch_config;
 
 /* Offload modes (the `mode` of dmm__torch_offload). */
@@ -91,6 +92,7 @@ typedef struct tseg {
     int tag;                 /* the tag's id */
     dmm_allocation a;        /* a VA-only allocation of the arena */
     uint64_t committed;      /* [0, committed) is backed (while resident) */
+    uint64_t restored;       /* while OFFLOADED: [0, restored) is mapped again (a restore in progress) */
     suballoc sa;
     int state;               /* SEG_* */
     void *host;              /* pinned copy (offload to host) */

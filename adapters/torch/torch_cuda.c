@@ -191,6 +191,8 @@ static tctx *create_slow(int device) {
         cfg.limit_bytes = g_limit[device] ? g_limit[device] : g_limit_all;
         const char *va = getenv("DMM_TORCH_POOL_VA");
         if (va != NULL) cfg.pool_va_bytes = strtoull(va, NULL, 0);
+        const char *keep = getenv("DMM_TORCH_RETAIN"); /* the pool's retention, per mille of the live peak */
+        if (keep != NULL) cfg.retain_permille = (uint32_t)strtoul(keep, NULL, 0);
         s = dmm__torch_create(drv, &x, g_gov, &cfg, &c);
         if (s != DMM_OK) dmm_driver_destroy(drv);
     }

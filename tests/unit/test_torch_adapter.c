@@ -254,6 +254,36 @@ static void tags_offload_restore(void **state) {
     fx_close(f);
 }
 
+static void restore_in_pieces(void **state) {
+    (void)state;
+    fx *f = fx_open(0);
+    size_t n = 130 * MIB; /* three pieces of 64 MiB: each committed, then copied, before the next */
+    DMM_OK_OR_FAIL(dmm__torch_tag_begin("big"));
+    unsigned char *w = xmalloc(f, n, f->s1);
+    DMM_OK_OR_FAIL(dmm__torch_tag_end());
+    size_t at[5] = {0, 64 * MIB - 1, 64 * MIB, 100 * MIB + 3, n - 1};
+    for (int i = 0; i < 5; i++) w[at[i]] = (unsigned char)(0xA0 + i);
+    DMM_OK_OR_FAIL(dmm__torch_offload(f->c, "big", DMM_TORCH_TO_HOST, f->s1));
+    DMM_OK_OR_FAIL(dmm__torch_offload_wait(f->c, "big"));
+    uint64_t maps0 = dmm_fault_calls(f->drv, DMM_OP_MAP);
+    /* the third piece's commit fails (also when retried after a trim): two pieces stay restored, the
+     * tag stays offloaded */
+    DMM_OK_OR_FAIL(dmm_fault_plan(f->drv, DMM_OP_CREATE, 3, 2, DMM_ERR_OUT_OF_MEMORY));
+    assert_int_not_equal(dmm__torch_restore(f->c, "big", f->s1), DMM_OK);
+    dmm_test_error_mentions("restore of tag 'big'", "call restore again", NULL);
+    ttag *t = &f->c->tags[dmm__torch_tag_find("big")];
+    assert_int_equal(t->state, TAG_OFFLOADED);
+    assert_int_equal(t->segs->restored, 128 * MIB);
+    DMM_OK_OR_FAIL(dmm_fault_clear(f->drv));
+    DMM_OK_OR_FAIL(dmm__torch_restore(f->c, "big", f->s1)); /* continues with the third piece */
+    assert_int_equal(t->state, TAG_RESIDENT);
+    assert_true(dmm_fault_calls(f->drv, DMM_OP_MAP) - maps0 >= 3);
+    for (int i = 0; i < 5; i++) assert_int_equal(w[at[i]], 0xA0 + i);
+    xfree(f, w, n, f->s1);
+    DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, NULL));
+    fx_close(f);
+}
+
 static void discard(void **state) {
     (void)state;
     fx *f = fx_open(0);
@@ -421,6 +451,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(routing_and_stats),
         cmocka_unit_test(tags_offload_restore),
+        cmocka_unit_test(restore_in_pieces),
         cmocka_unit_test(discard),
         cmocka_unit_test(capture_uses_reserved_memory_only),
         cmocka_unit_test(budget_refuses_and_recovers),

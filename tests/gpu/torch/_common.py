@@ -45,8 +45,11 @@ def worker_env(alloc):
     env["PYTHONUNBUFFERED"] = "1"
     env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    env.pop("DMM_TORCH_RETAIN", None)
     if alloc == "expandable":
         env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    if alloc.startswith("dmm-r"):  # the pool's retention, per mille of the live peak (default 20)
+        env["DMM_TORCH_RETAIN"] = alloc[len("dmm-r"):]
     return env
 
 

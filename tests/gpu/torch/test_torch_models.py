@@ -22,7 +22,7 @@ from _common import HERE, mib, require_torch_gpu, result_of, worker_env  # noqa:
 
 require_torch_gpu(need_transformers=True)
 
-ALLOCS = ["native", "expandable", "dmm"]
+ALLOCS = ["native", "expandable", "dmm", "dmm-r1"]  # dmm-r1: the pool retaining 0.1 % (informational)
 failures = []
 
 
@@ -35,7 +35,7 @@ def check(ok, what):
 procs, logs = {}, {}
 for a in ALLOCS:
     logs[a] = tempfile.NamedTemporaryFile("w+", prefix="dmm-worker-%s-" % a, suffix=".log", delete=False)
-    args = [sys.executable, os.path.join(HERE, "workloads.py"), a] + (["--bench"] if a != "expandable" else [])
+    args = [sys.executable, os.path.join(HERE, "workloads.py"), a] + (["--bench"] if a in ("native", "dmm") else [])
     procs[a] = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=logs[a], text=True,
                                 env=worker_env(a), bufsize=1)
 
@@ -70,6 +70,9 @@ for a in ALLOCS:
     print("%-10s generate: %.2f s, weights %s, peak reserved %s, peak physical %s, peak allocated %s; tokens[0][:16] %s" % (
         a, g["seconds"], mib(g["weights_bytes"]), mib(g["peak_reserved"]), mib(g["peak_physical"]),
         mib(g["peak_allocated"]), g["tokens"][0][:16]))
+    for w in ("train", "generate"):
+        if "diag" in res[a][w]:
+            print("%-10s %s pool: %s" % (a, w, res[a][w]["diag"]))
 
 # 1: identical results
 check(res["dmm"]["train"]["losses"] == res["native"]["train"]["losses"], "GPT-2 losses: dmm == native (all 20 steps)")
@@ -82,7 +85,9 @@ for w in ("train", "generate"):
     d, n, e = res["dmm"][w]["peak_reserved"], res["native"][w]["peak_reserved"], res["expandable"][w]["peak_reserved"]
     check(d <= n, "%s: dmm peak committed %s <= native peak reserved %s (ratio %.3f)" % (w, mib(d), mib(n), d / n))
     check(d <= e, "%s: dmm peak committed %s <= expandable peak reserved %s (ratio %.3f)" % (w, mib(d), mib(e), d / e))
-    print("     %s: dmm peak physical (with the handle cache) %s" % (w, mib(res["dmm"][w]["peak_physical"])))
+    print("     %s: dmm peak physical (with the handle cache) %s; peak committed / peak allocated: native %.4f, "
+          "expandable %.4f, dmm %.4f, dmm-r1 %.4f" % (w, mib(res["dmm"][w]["peak_physical"]), *[
+              res[a][w]["peak_reserved"] / res[a][w]["peak_allocated"] for a in ALLOCS]))
 
 # 3: torch.empty + del, interleaved
 times = {(a, s): [] for a in ("native", "dmm") for s in ("default", "side")}

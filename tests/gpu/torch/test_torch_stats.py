@@ -146,7 +146,7 @@ bound = raw["pool_live_bytes"] + len(streams) * C
 print("one live block per stream: pool committed %s, live %s, heaps %d, bound live + one chunk per stream %s" % (
     mib(raw["pool_committed_bytes"]), mib(raw["pool_live_bytes"]), heaps, mib(bound)))
 check(raw["pool_committed_bytes"] <= bound, "empty_cache: committed <= live + one chunk per stream")
-del live, w
+del live, w, t
 dt.empty_cache()
 raw = dt.memory_stats_raw()
 print("all freed: allocated %d, pool committed %d, tag committed %d, reserved %d, physical %d, queued %d" % (

@@ -18,7 +18,8 @@ from _common import emit  # noqa: E402
 from models import deterministic, generate, llama, prompt  # noqa: E402
 
 ALLOC = sys.argv[1]
-if ALLOC == "dmm":
+IS_DMM = ALLOC.startswith("dmm")  # dmm, or dmm-r<permille>: another pool retention (DMM_TORCH_RETAIN)
+if IS_DMM:
     import dmm.torch as dt
 
     dt.enable()
@@ -26,17 +27,24 @@ import torch  # noqa: E402
 
 
 def mem():
-    if ALLOC == "dmm":
+    if IS_DMM:
         r = dt.memory_stats_raw()
+        pool = r["pool"]
+        diag = {k: pool[k] for k in ("grows", "chunks_committed", "chunks_decommitted", "chunks_moved", "trims",
+                                     "events_recorded", "events_pending", "cached_mallocs", "mallocs")}
+        diag["pool_committed_peak"] = pool["committed_bytes"]["peak"]
+        diag["pool_allocated_peak"] = pool["allocated_bytes"]["peak"]
+        diag["arena_mapped_peak"] = r["arena"]["mapped_bytes"]["peak"]
         return {"peak_reserved": r["reserved_bytes"]["peak"], "peak_physical": r["physical_bytes"]["peak"],
-                "peak_allocated": r["allocated_bytes"]["peak"], "reserved": r["reserved_bytes"]["current"]}
+                "peak_allocated": r["allocated_bytes"]["peak"], "reserved": r["reserved_bytes"]["current"],
+                "diag": diag}
     return {"peak_reserved": torch.cuda.max_memory_reserved(), "peak_physical": torch.cuda.max_memory_reserved(),
             "peak_allocated": torch.cuda.max_memory_allocated(), "reserved": torch.cuda.memory_reserved()}
 
 
 def reset():
     gc.collect()
-    if ALLOC == "dmm":
+    if IS_DMM:
         dt.empty_cache()
         dt.reset_peak_memory_stats()
     else:
@@ -71,7 +79,7 @@ def train():
 
 
 def gen_run():
-    model, cfg, nbytes = llama(dt.tag("weights") if ALLOC == "dmm" else None)
+    model, cfg, nbytes = llama(dt.tag("weights") if IS_DMM else None)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     tokens = generate(model, prompt(cfg))
