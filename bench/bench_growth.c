@@ -103,13 +103,23 @@ static void raw_sym(void *lib, const char *name, void *out) {
 static CUmemAllocationProp g_prop;
 static CUmemAccessDesc g_access;
 
+/* Per-call times of the last raw_grow of one handle (µs). */
+static double g_t_create, g_t_map, g_t_access;
+
 /* create + map + set access of `count` handles of `each` bytes at va; returns µs. */
 static double raw_grow(CUdeviceptr va, size_t each, int count, CUmemGenericAllocationHandle *h) {
     double t0 = now_us();
     for (int i = 0; i < count; i++) {
+        double a = now_us();
         RAW_CHECK(raw.create(&h[i], each, &g_prop, 0));
+        double b = now_us();
         RAW_CHECK(raw.map(va + (size_t)i * each, each, 0, h[i], 0));
+        double c = now_us();
         RAW_CHECK(raw.setAccess(va + (size_t)i * each, each, &g_access, 1));
+        double d = now_us();
+        g_t_create = b - a;
+        g_t_map = c - b;
+        g_t_access = d - c;
     }
     return now_us() - t0;
 }
@@ -121,6 +131,73 @@ static double raw_shrink(CUdeviceptr va, size_t each, int count, const CUmemGene
         RAW_CHECK(raw.release(h[i]));
     }
     return now_us() - t0;
+}
+
+/* ---- the cases, run in a rotated order per repetition ---- */
+
+enum { C_ARENA, C_ARENA_ALIGNED, C_RAW1, C_RAW1_MISALIGNED, C_RAW512, C_COUNT };
+static const char *case_name[C_COUNT] = {
+    "arena commit (1 chunk of 1 GiB)",
+    "  arena, allocation aligned to 1 GiB",
+    "raw: 1 handle of 1 GiB (create+map+access)",
+    "  raw 1 GiB at a VA not 1 GiB-aligned",
+    "raw: 512 handles of 2 MiB",
+};
+
+typedef struct bench_ctx {
+    dmm_mechanism *arena;
+    dmm_allocation w, w_aligned;
+    bool have_aligned;
+    CUcontext ctx;
+    CUdeviceptr va1, va3, va2; /* 1 GiB-aligned; 2 MiB past a 1 GiB boundary; for the 512 handles */
+    CUmemGenericAllocationHandle big[1], small[SMALL_HANDLES];
+    double split[C_COUNT][3]; /* create, map, access of the last raw single-handle grow */
+} bench_ctx;
+
+static void arena_case(dmm_mechanism *arena, const dmm_allocation *w, double *grow, double *shrink) {
+    uint64_t newly = 0;
+    double t0 = now_us();
+    DMM_CHECK(dmm_mechanism_commit(arena, w, (dmm_range){0, GIB}, &newly));
+    double t1 = now_us();
+    if (newly != GIB) {
+        fprintf(stderr, "bench_growth: the arena commit mapped %llu bytes, not 1 GiB\n", (unsigned long long)newly);
+        exit(1);
+    }
+    dmm_release_outcome o = dmm_mechanism_decommit(arena, w, (dmm_range){0, GIB});
+    double t2 = now_us();
+    if (o.state != DMM_RELEASE_COMPLETE) {
+        fprintf(stderr, "bench_growth: decommit was %s: %s\n", dmm_release_state_str(o.state), dmm_last_error());
+        exit(1);
+    }
+    *grow = t1 - t0;
+    *shrink = t2 - t1;
+}
+
+static bool run_case(bench_ctx *b, int k, double *grow, double *shrink) {
+    switch (k) {
+    case C_ARENA: arena_case(b->arena, &b->w, grow, shrink); return true;
+    case C_ARENA_ALIGNED:
+        if (!b->have_aligned) return false;
+        arena_case(b->arena, &b->w_aligned, grow, shrink);
+        return true;
+    case C_RAW1:
+    case C_RAW1_MISALIGNED: {
+        CUdeviceptr va = k == C_RAW1 ? b->va1 : b->va3;
+        RAW_CHECK(raw.ctxSetCurrent(b->ctx));
+        *grow = raw_grow(va, GIB, 1, b->big);
+        b->split[k][0] = g_t_create;
+        b->split[k][1] = g_t_map;
+        b->split[k][2] = g_t_access;
+        *shrink = raw_shrink(va, GIB, 1, b->big);
+        return true;
+    }
+    case C_RAW512:
+        RAW_CHECK(raw.ctxSetCurrent(b->ctx));
+        *grow = raw_grow(b->va2, 2 * MIB, SMALL_HANDLES, b->small);
+        *shrink = raw_shrink(b->va2, 2 * MIB, SMALL_HANDLES, b->small);
+        return true;
+    }
+    return false;
 }
 
 int main(int argc, char **argv) {
@@ -172,85 +249,83 @@ int main(int argc, char **argv) {
     g_access.location = g_prop.location;
     g_access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
 
-    /* the arena: 1 GiB chunks, no cache, its own 4 GiB of VA; one VA-only allocation of 1 GiB */
+    /* the arena: 1 GiB chunks, no cache, its own 8 GiB of VA; VA-only allocations of 1 GiB: one
+     * where the arena places it by default, one aligned to 1 GiB (a diagnostic) */
+    bench_ctx B;
+    memset(&B, 0, sizeof B);
     dmm_arena_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.size = sizeof cfg;
-    cfg.reserve_bytes = 4 * GIB;
+    cfg.reserve_bytes = 8 * GIB;
     cfg.chunk_limit_bytes = GIB;
     cfg.cache_limit_bytes = 0;
-    dmm_mechanism *arena = NULL;
-    DMM_CHECK(dmm_arena_create(cuda, &cfg, &arena));
-    dmm_allocation w;
-    DMM_CHECK(dmm_mechanism_allocate_committed(arena, GIB, 0, NULL, 0, &w));
+    DMM_CHECK(dmm_arena_create(cuda, &cfg, &B.arena));
+    DMM_CHECK(dmm_mechanism_allocate_committed(B.arena, GIB, 0, NULL, 0, &B.w));
+    B.have_aligned = dmm_mechanism_allocate_committed(B.arena, GIB, GIB, NULL, 0, &B.w_aligned) == DMM_OK;
+    if (!B.have_aligned) printf("(no 1 GiB-aligned arena allocation: %s)\n", dmm_last_error());
+    uintptr_t rva = 0;
+    uint64_t rbytes = 0;
+    DMM_CHECK(dmm_arena_reservation(B.arena, &rva, &rbytes));
 
     /* the references' VA, reserved once (the primary context is current: the dmm driver set it) */
-    CUcontext ctx = NULL;
-    RAW_CHECK(raw.ctxGetCurrent(&ctx));
-    if (ctx == NULL) {
+    RAW_CHECK(raw.ctxGetCurrent(&B.ctx));
+    if (B.ctx == NULL) {
         fprintf(stderr, "bench_growth: no current context after the dmm driver's calls\n");
         return 1;
     }
-    CUdeviceptr va1 = 0, va2 = 0;
-    RAW_CHECK(raw.reserve(&va1, GIB, GIB, 0, 0));
-    RAW_CHECK(raw.reserve(&va2, GIB, 2 * MIB, 0, 0));
-    CUmemGenericAllocationHandle big[1], small[SMALL_HANDLES];
+    CUdeviceptr va3base = 0;
+    RAW_CHECK(raw.reserve(&B.va1, GIB, GIB, 0, 0));
+    RAW_CHECK(raw.reserve(&B.va2, GIB, 2 * MIB, 0, 0));
+    RAW_CHECK(raw.reserve(&va3base, 2 * GIB, GIB, 0, 0));
+    B.va3 = va3base + 2 * MIB;
 
-    double *t_arena = calloc((size_t)reps, sizeof(double)), *t_arena_down = calloc((size_t)reps, sizeof(double));
-    double *t_raw1 = calloc((size_t)reps, sizeof(double)), *t_raw1_down = calloc((size_t)reps, sizeof(double));
-    double *t_raw512 = calloc((size_t)reps, sizeof(double)), *t_raw512_down = calloc((size_t)reps, sizeof(double));
-    if (!t_arena || !t_arena_down || !t_raw1 || !t_raw1_down || !t_raw512 || !t_raw512_down) return 1;
-
-    const int warm = 2;
-    for (int r = -warm; r < reps; r++) {
-        /* arena */
-        uint64_t newly = 0;
-        double t0 = now_us();
-        DMM_CHECK(dmm_mechanism_commit(arena, &w, (dmm_range){0, GIB}, &newly));
-        double t1 = now_us();
-        if (newly != GIB) {
-            fprintf(stderr, "bench_growth: the arena commit mapped %llu bytes, not 1 GiB\n", (unsigned long long)newly);
-            return 1;
-        }
-        dmm_release_outcome o = dmm_mechanism_decommit(arena, &w, (dmm_range){0, GIB});
-        double t2 = now_us();
-        if (o.state != DMM_RELEASE_COMPLETE) {
-            fprintf(stderr, "bench_growth: decommit was %s: %s\n", dmm_release_state_str(o.state), dmm_last_error());
-            return 1;
-        }
-        /* raw, one 1 GiB handle */
-        RAW_CHECK(raw.ctxSetCurrent(ctx));
-        double g1 = raw_grow(va1, GIB, 1, big);
-        double d1 = raw_shrink(va1, GIB, 1, big);
-        /* raw, 512 handles of 2 MiB */
-        double g2 = raw_grow(va2, 2 * MIB, SMALL_HANDLES, small);
-        double d2 = raw_shrink(va2, 2 * MIB, SMALL_HANDLES, small);
-        if (r >= 0) {
-            t_arena[r] = t1 - t0;
-            t_arena_down[r] = t2 - t1;
-            t_raw1[r] = g1;
-            t_raw1_down[r] = d1;
-            t_raw512[r] = g2;
-            t_raw512_down[r] = d2;
-        }
+    double *grow[C_COUNT], *shrink[C_COUNT];
+    for (int k = 0; k < C_COUNT; k++) {
+        grow[k] = calloc((size_t)reps, sizeof(double));
+        shrink[k] = calloc((size_t)reps, sizeof(double));
+        if (grow[k] == NULL || shrink[k] == NULL) return 1;
     }
+    double split[C_COUNT][3][64];
+    const int warm = 2;
+    for (int r = -warm; r < reps; r++)
+        for (int j = 0; j < C_COUNT; j++) {
+            int k = (j + (r + warm)) % C_COUNT; /* rotate: no case always follows the 512-handle teardown */
+            double g = 0, d = 0;
+            if (!run_case(&B, k, &g, &d)) continue;
+            if (r >= 0) {
+                grow[k][r] = g;
+                shrink[k][r] = d;
+                if (r < 64)
+                    for (int q = 0; q < 3; q++) split[k][q][r] = B.split[k][q];
+            }
+        }
 
     dmm_stats st;
     memset(&st, 0, sizeof st);
     st.size = sizeof st;
-    DMM_CHECK(dmm_mechanism_stats(arena, &st));
+    DMM_CHECK(dmm_mechanism_stats(B.arena, &st));
 
-    double ma = median(t_arena, reps), m1 = median(t_raw1, reps), m512 = median(t_raw512, reps);
-    double mad = median(t_arena_down, reps), m1d = median(t_raw1_down, reps), m512d = median(t_raw512_down, reps);
+    int nsplit = reps < 64 ? reps : 64;
     printf("bench_growth: %s (compute %d.%d), driver %d, granularity %llu bytes; %d repetitions after %d warm-up, "
-           "interleaved\n",
+           "order rotated per repetition\n",
            info.name, info.compute_major, info.compute_minor, info.driver_version,
            (unsigned long long)info.granularity, reps, warm);
-    printf("%-44s %12s %12s %14s\n", "grow by 1 GiB", "median us", "min us", "median teardown");
-    printf("%-44s %12.1f %12.1f %12.1f us\n", "arena commit (1 chunk of 1 GiB)", ma, minimum(t_arena, reps), mad);
-    printf("%-44s %12.1f %12.1f %12.1f us\n", "raw: 1 handle of 1 GiB (create+map+access)", m1, minimum(t_raw1, reps),
-           m1d);
-    printf("%-44s %12.1f %12.1f %12.1f us\n", "raw: 512 handles of 2 MiB", m512, minimum(t_raw512, reps), m512d);
+    printf("arena reservation at 0x%llx (%% 1 GiB = %llu MiB); default allocation at offset %llu MiB (%% 1 GiB = %llu "
+           "MiB)\n",
+           (unsigned long long)rva, (unsigned long long)((rva % GIB) / MIB),
+           (unsigned long long)(((uintptr_t)B.w.ptr - rva) / MIB),
+           (unsigned long long)(((uintptr_t)B.w.ptr % GIB) / MIB));
+    printf("%-44s %12s %12s %16s\n", "grow by 1 GiB", "median us", "min us", "median teardown");
+    for (int k = 0; k < C_COUNT; k++) {
+        if (k == C_ARENA_ALIGNED && !B.have_aligned) continue;
+        printf("%-44s %12.1f %12.1f %13.1f us", case_name[k], median(grow[k], reps), minimum(grow[k], reps),
+               median(shrink[k], reps));
+        if (k == C_RAW1 || k == C_RAW1_MISALIGNED)
+            printf("   (create %.1f, map %.1f, access %.1f)", median(split[k][0], nsplit), median(split[k][1], nsplit),
+                   median(split[k][2], nsplit));
+        printf("\n");
+    }
+    double ma = median(grow[C_ARENA], reps), m1 = median(grow[C_RAW1], reps), m512 = median(grow[C_RAW512], reps);
     printf("ratio arena / raw 1 GiB handle   = %.3f  (target <= 1.2: %s)\n", ma / m1, ma / m1 <= 1.2 ? "PASS" : "MISS");
     printf("ratio 512 x 2 MiB / raw 1 GiB    = %.1f\n", m512 / m1);
     printf("ratio arena / 512 x 2 MiB        = %.4f\n", ma / m512);
@@ -258,18 +333,17 @@ int main(int argc, char **argv) {
            (long long)st.driver_create, (long long)st.driver_map, (long long)st.driver_set_access,
            (long long)st.driver_unmap, (long long)st.driver_release);
 
-    RAW_CHECK(raw.addrFree(va1, GIB));
-    RAW_CHECK(raw.addrFree(va2, GIB));
-    dmm_release_outcome o = dmm_mechanism_release(arena, &w);
-    if (o.state != DMM_RELEASE_COMPLETE) return 1;
-    DMM_CHECK(dmm_mechanism_destroy(arena));
+    RAW_CHECK(raw.addrFree(B.va1, GIB));
+    RAW_CHECK(raw.addrFree(B.va2, GIB));
+    RAW_CHECK(raw.addrFree(va3base, 2 * GIB));
+    if (B.have_aligned && dmm_mechanism_release(B.arena, &B.w_aligned).state != DMM_RELEASE_COMPLETE) return 1;
+    if (dmm_mechanism_release(B.arena, &B.w).state != DMM_RELEASE_COMPLETE) return 1;
+    DMM_CHECK(dmm_mechanism_destroy(B.arena));
     dmm_driver_destroy(cuda);
-    free(t_arena);
-    free(t_arena_down);
-    free(t_raw1);
-    free(t_raw1_down);
-    free(t_raw512);
-    free(t_raw512_down);
+    for (int k = 0; k < C_COUNT; k++) {
+        free(grow[k]);
+        free(shrink[k]);
+    }
     return 0;
 }
 

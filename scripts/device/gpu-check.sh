@@ -6,8 +6,8 @@
 #    (DMM_GPU_WITH_TORCH=1 adds the torch adapter's Python GPU tests, minutes each);
 # 3. bench_growth, then build-gpu/tools/dmm info, then every other bench_* (each at most
 #    DMM_GPU_BENCH_LIMIT seconds, default 120), so that a run cut short keeps what matters most.
-# Logs go to $OUT (or ./gpu-out when $OUT is unset): build.log, ctest-gpu.log, bench.log, info.log,
-# nvidia-smi.log. Everything is also echoed. Exit status: the ctest status (benchmarks never fail
+# Logs go to $OUT (or ./gpu-out when $OUT is unset): build.log, ctest-gpu.log, ctest-cuda-verbose.log,
+# bench.log, info.log, nvidia-smi.log. Everything is also echoed. Exit status: the ctest status (benchmarks never fail
 # the run; they print their verdicts).
 set -uo pipefail
 out="${OUT:-gpu-out}"
@@ -42,6 +42,9 @@ ctest --test-dir "$build" -R 'unit/test_cuda_absent|unit/test_deferred' --output
     tee -a "$out/ctest-gpu.log"
 rc2=${PIPESTATUS[0]}
 [ "$rc" -eq 0 ] && rc=$rc2
+# The cuda tests once more, verbose, for what they print (sentences, poll counts): ctest-cuda-verbose.log
+ctest --test-dir "$build" -R 'gpu/test_cuda_' -V >"$out/ctest-cuda-verbose.log" 2>&1
+grep -E "^[0-9]+: (sentence|decommit requested|device 0|event right)" "$out/ctest-cuda-verbose.log" || true
 
 # bench_growth and dmm info first: the other benchmarks come last, each under its own time limit.
 run_bench() {
