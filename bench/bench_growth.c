@@ -8,7 +8,12 @@
  * and the teardown of each (decommit; unmap + release). Prints medians of ≥ 10 repetitions and the
  * ratios; the target is arena ≤ 1.2 × raw 1G. Nothing is asserted: the verdict is printed.
  *
- * usage: bench_growth [--reps N]   (default 15, at least 10)
+ * Between cases the bench sleeps 5 ms (a release of 1 GiB leaves the driver busy for a while); the
+ * arena runs over a timing shim, so its own bookkeeping (commit time minus time inside the driver's
+ * calls) is printed beside; two diagnostics show placement effects (a 1 GiB-aligned arena
+ * allocation; a raw handle at the arena allocation's offset from a 1 GiB boundary).
+ *
+ * usage: bench_growth [--reps N]   (default 31, at least 10)
  * Exit 77 with "skipped: no GPU (…)" where there is no CUDA driver or GPU.
  */
 #include <stdio.h>
@@ -133,14 +138,73 @@ static double raw_shrink(CUdeviceptr va, size_t each, int count, const CUmemGene
     return now_us() - t0;
 }
 
+/* ---- a timing shim between the arena and the cuda driver: how much of a commit is CUDA's ---- */
+
+typedef struct timing_driver {
+    dmm_driver base;
+    dmm_driver *inner;
+    double in_driver_us; /* time spent inside the inner driver's ops since the last reset */
+} timing_driver;
+
+#define TD(d) ((timing_driver *)(d))
+#define TIMED(call)                                                                                 \
+    do {                                                                                            \
+        double t_ = now_us();                                                                       \
+        dmm_status s_ = (call);                                                                     \
+        TD(d)->in_driver_us += now_us() - t_;                                                       \
+        return s_;                                                                                  \
+    } while (0)
+
+static dmm_status td_granularity(dmm_driver *d, size_t *b) { return TD(d)->inner->ops->granularity(TD(d)->inner, b); }
+static dmm_status td_reserve(dmm_driver *d, size_t b, size_t al, uintptr_t *va) {
+    return TD(d)->inner->ops->reserve(TD(d)->inner, b, al, va);
+}
+static dmm_status td_unreserve(dmm_driver *d, uintptr_t va, size_t b) {
+    return TD(d)->inner->ops->unreserve(TD(d)->inner, va, b);
+}
+static dmm_status td_create(dmm_driver *d, size_t b, dmm_phys *h) { TIMED(TD(d)->inner->ops->create(TD(d)->inner, b, h)); }
+static dmm_status td_release(dmm_driver *d, dmm_phys h) { TIMED(TD(d)->inner->ops->release(TD(d)->inner, h)); }
+static dmm_status td_map(dmm_driver *d, uintptr_t va, size_t b, dmm_phys h) {
+    TIMED(TD(d)->inner->ops->map(TD(d)->inner, va, b, h));
+}
+static dmm_status td_unmap(dmm_driver *d, uintptr_t va, size_t b) { TIMED(TD(d)->inner->ops->unmap(TD(d)->inner, va, b)); }
+static dmm_status td_set_access(dmm_driver *d, uintptr_t va, size_t b, dmm_access a) {
+    TIMED(TD(d)->inner->ops->set_access(TD(d)->inner, va, b, a));
+}
+static dmm_status td_census(dmm_driver *d, dmm_driver_census *c) { return TD(d)->inner->ops->census(TD(d)->inner, c); }
+static void td_destroy(dmm_driver *d) { (void)d; }
+
+static const dmm_driver_ops timing_ops = {
+    .size = sizeof(dmm_driver_ops),
+    .name = "timing",
+    .granularity = td_granularity,
+    .reserve = td_reserve,
+    .unreserve = td_unreserve,
+    .create = td_create,
+    .release = td_release,
+    .map = td_map,
+    .unmap = td_unmap,
+    .set_access = td_set_access,
+    .census = td_census,
+    .destroy = td_destroy,
+};
+
+static void settle(void) {
+    /* Between cases: a 1 GiB release or 512 releases leave the driver busy for a while, and
+     * whichever case came next paid for it (seen on the H200: medians moved by 50 %). */
+    struct timespec ts = {0, 5 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+}
+
 /* ---- the cases, run in a rotated order per repetition ---- */
 
-enum { C_ARENA, C_ARENA_ALIGNED, C_RAW1, C_RAW1_MISALIGNED, C_RAW512, C_COUNT };
+enum { C_ARENA, C_ARENA_ALIGNED, C_DRIVER, C_RAW1, C_RAW1_MISALIGNED, C_RAW512, C_COUNT };
 static const char *case_name[C_COUNT] = {
     "arena commit (1 chunk of 1 GiB)",
     "  arena, allocation aligned to 1 GiB",
+    "  dmm cuda driver ops, 1 handle of 1 GiB",
     "raw: 1 handle of 1 GiB (create+map+access)",
-    "  raw 1 GiB at a VA not 1 GiB-aligned",
+    "  raw 1 GiB at the arena allocation's offset",
     "raw: 512 handles of 2 MiB",
 };
 
@@ -149,13 +213,18 @@ typedef struct bench_ctx {
     dmm_allocation w, w_aligned;
     bool have_aligned;
     CUcontext ctx;
-    CUdeviceptr va1, va3, va2; /* 1 GiB-aligned; 2 MiB past a 1 GiB boundary; for the 512 handles */
+    CUdeviceptr va1, va3, va2; /* 1 GiB-aligned; at the arena's offset; for the 512 handles */
+    uintptr_t va4;             /* the dmm driver's own reservation, 1 GiB-aligned */
     CUmemGenericAllocationHandle big[1], small[SMALL_HANDLES];
     double split[C_COUNT][3]; /* create, map, access of the last raw single-handle grow */
+    timing_driver *td;
+    double in_driver;         /* of the last arena grow: µs inside the driver's ops */
 } bench_ctx;
 
-static void arena_case(dmm_mechanism *arena, const dmm_allocation *w, double *grow, double *shrink) {
+static void arena_case(bench_ctx *b, const dmm_allocation *w, double *grow, double *shrink) {
+    dmm_mechanism *arena = b->arena;
     uint64_t newly = 0;
+    b->td->in_driver_us = 0;
     double t0 = now_us();
     DMM_CHECK(dmm_mechanism_commit(arena, w, (dmm_range){0, GIB}, &newly));
     double t1 = now_us();
@@ -163,6 +232,7 @@ static void arena_case(dmm_mechanism *arena, const dmm_allocation *w, double *gr
         fprintf(stderr, "bench_growth: the arena commit mapped %llu bytes, not 1 GiB\n", (unsigned long long)newly);
         exit(1);
     }
+    b->in_driver = b->td->in_driver_us;
     dmm_release_outcome o = dmm_mechanism_decommit(arena, w, (dmm_range){0, GIB});
     double t2 = now_us();
     if (o.state != DMM_RELEASE_COMPLETE) {
@@ -175,10 +245,10 @@ static void arena_case(dmm_mechanism *arena, const dmm_allocation *w, double *gr
 
 static bool run_case(bench_ctx *b, int k, double *grow, double *shrink) {
     switch (k) {
-    case C_ARENA: arena_case(b->arena, &b->w, grow, shrink); return true;
+    case C_ARENA: arena_case(b, &b->w, grow, shrink); return true;
     case C_ARENA_ALIGNED:
         if (!b->have_aligned) return false;
-        arena_case(b->arena, &b->w_aligned, grow, shrink);
+        arena_case(b, &b->w_aligned, grow, shrink);
         return true;
     case C_RAW1:
     case C_RAW1_MISALIGNED: {
@@ -191,6 +261,20 @@ static bool run_case(bench_ctx *b, int k, double *grow, double *shrink) {
         *shrink = raw_shrink(va, GIB, 1, b->big);
         return true;
     }
+    case C_DRIVER: {
+        dmm_driver *d = b->td->inner;
+        dmm_phys h = 0;
+        double t0 = now_us();
+        DMM_CHECK(d->ops->create(d, GIB, &h));
+        DMM_CHECK(d->ops->map(d, b->va4, GIB, h));
+        DMM_CHECK(d->ops->set_access(d, b->va4, GIB, DMM_ACCESS_READ_WRITE));
+        double t1 = now_us();
+        DMM_CHECK(d->ops->unmap(d, b->va4, GIB));
+        DMM_CHECK(d->ops->release(d, h));
+        *grow = t1 - t0;
+        *shrink = now_us() - t1;
+        return true;
+    }
     case C_RAW512:
         RAW_CHECK(raw.ctxSetCurrent(b->ctx));
         *grow = raw_grow(b->va2, 2 * MIB, SMALL_HANDLES, b->small);
@@ -201,7 +285,7 @@ static bool run_case(bench_ctx *b, int k, double *grow, double *shrink) {
 }
 
 int main(int argc, char **argv) {
-    int reps = 15;
+    int reps = 31;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
         else {
@@ -259,7 +343,9 @@ int main(int argc, char **argv) {
     cfg.reserve_bytes = 8 * GIB;
     cfg.chunk_limit_bytes = GIB;
     cfg.cache_limit_bytes = 0;
-    DMM_CHECK(dmm_arena_create(cuda, &cfg, &B.arena));
+    timing_driver td = {{&timing_ops, cuda->device}, cuda, 0};
+    B.td = &td;
+    DMM_CHECK(dmm_arena_create(&td.base, &cfg, &B.arena));
     DMM_CHECK(dmm_mechanism_allocate_committed(B.arena, GIB, 0, NULL, 0, &B.w));
     B.have_aligned = dmm_mechanism_allocate_committed(B.arena, GIB, GIB, NULL, 0, &B.w_aligned) == DMM_OK;
     if (!B.have_aligned) printf("(no 1 GiB-aligned arena allocation: %s)\n", dmm_last_error());
@@ -277,7 +363,8 @@ int main(int argc, char **argv) {
     RAW_CHECK(raw.reserve(&B.va1, GIB, GIB, 0, 0));
     RAW_CHECK(raw.reserve(&B.va2, GIB, 2 * MIB, 0, 0));
     RAW_CHECK(raw.reserve(&va3base, 2 * GIB, GIB, 0, 0));
-    B.va3 = va3base + 2 * MIB;
+    B.va3 = va3base + ((uintptr_t)B.w.ptr % GIB); /* the same offset from a 1 GiB boundary as the arena's */
+    DMM_CHECK(cuda->ops->reserve(cuda, GIB, GIB, &B.va4));
 
     double *grow[C_COUNT], *shrink[C_COUNT];
     for (int k = 0; k < C_COUNT; k++) {
@@ -285,18 +372,21 @@ int main(int argc, char **argv) {
         shrink[k] = calloc((size_t)reps, sizeof(double));
         if (grow[k] == NULL || shrink[k] == NULL) return 1;
     }
-    double split[C_COUNT][3][64];
+    double split[C_COUNT][3][64], inside[C_COUNT][64];
     const int warm = 2;
     for (int r = -warm; r < reps; r++)
         for (int j = 0; j < C_COUNT; j++) {
             int k = (j + (r + warm)) % C_COUNT; /* rotate: no case always follows the 512-handle teardown */
             double g = 0, d = 0;
+            settle();
             if (!run_case(&B, k, &g, &d)) continue;
             if (r >= 0) {
                 grow[k][r] = g;
                 shrink[k][r] = d;
-                if (r < 64)
+                if (r < 64) {
                     for (int q = 0; q < 3; q++) split[k][q][r] = B.split[k][q];
+                    inside[k][r] = B.in_driver;
+                }
             }
         }
 
@@ -323,6 +413,11 @@ int main(int argc, char **argv) {
         if (k == C_RAW1 || k == C_RAW1_MISALIGNED)
             printf("   (create %.1f, map %.1f, access %.1f)", median(split[k][0], nsplit), median(split[k][1], nsplit),
                    median(split[k][2], nsplit));
+        if (k == C_ARENA || k == C_ARENA_ALIGNED) {
+            double own[64];
+            for (int r = 0; r < nsplit; r++) own[r] = grow[k][r] - inside[k][r];
+            printf("   (in the driver %.1f, the arena's own %.1f)", median(inside[k], nsplit), median(own, nsplit));
+        }
         printf("\n");
     }
     double ma = median(grow[C_ARENA], reps), m1 = median(grow[C_RAW1], reps), m512 = median(grow[C_RAW512], reps);
@@ -336,6 +431,7 @@ int main(int argc, char **argv) {
     RAW_CHECK(raw.addrFree(B.va1, GIB));
     RAW_CHECK(raw.addrFree(B.va2, GIB));
     RAW_CHECK(raw.addrFree(va3base, 2 * GIB));
+    DMM_CHECK(cuda->ops->unreserve(cuda, B.va4, GIB));
     if (B.have_aligned && dmm_mechanism_release(B.arena, &B.w_aligned).state != DMM_RELEASE_COMPLETE) return 1;
     if (dmm_mechanism_release(B.arena, &B.w).state != DMM_RELEASE_COMPLETE) return 1;
     DMM_CHECK(dmm_mechanism_destroy(B.arena));
