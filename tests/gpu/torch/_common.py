@@ -48,6 +48,8 @@ def worker_env(alloc):
     env.pop("DMM_TORCH_RETAIN", None)
     if alloc == "expandable":
         env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    if alloc == "dmm-lb":  # every launch synchronous: the pool's fences are never pending (diagnostic)
+        env["CUDA_LAUNCH_BLOCKING"] = "1"
     if alloc.startswith("dmm-r"):  # the pool's retention, per mille of the live peak (default 20)
         env["DMM_TORCH_RETAIN"] = alloc[len("dmm-r"):]
     return env

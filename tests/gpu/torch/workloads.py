@@ -122,6 +122,9 @@ def main():
     if "--bench" not in sys.argv:
         return
     torch.utils.deterministic.fill_uninitialized_memory = False  # time the allocator, not a fill kernel
+    cpu = int(sys.argv[sys.argv.index("--bench") + 1]) if len(sys.argv) > sys.argv.index("--bench") + 1 else None
+    if cpu is not None and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {cpu})  # both allocators' runs on the same core: no core-to-core bias
     bench(1 << 20, False, n=5000, batches=1)  # warm up both paths
     bench(1 << 20, True, n=5000, batches=1)
     for line in sys.stdin:
