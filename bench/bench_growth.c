@@ -1,6 +1,6 @@
 /* bench/bench_growth.c — growing by 1 GiB on the GPU (DESIGN §6, §7; issue 3, acceptance 3).
  *
- * In one run, interleaved per repetition so that drift hits all alike:
+ * In one run, in interleaved blocks (see main: warm and cold conditions):
  *   arena     dmm_mechanism_commit of 1 GiB on a VA-only arena allocation (chunk limit 1 GiB, no
  *             handle cache: every commit creates, maps and grants access to a fresh handle)
  *   raw 1G    one raw 1 GiB handle: cuMemCreate + cuMemMap + cuMemSetAccess (libcuda called directly)
@@ -8,12 +8,14 @@
  * and the teardown of each (decommit; unmap + release). Prints medians of ≥ 10 repetitions and the
  * ratios; the target is arena ≤ 1.2 × raw 1G. Nothing is asserted: the verdict is printed.
  *
- * Between cases the bench sleeps 5 ms (a release of 1 GiB leaves the driver busy for a while); the
+ * What a create costs depends on what the driver did just before (it clears the memory it hands out;
+ * on the H200 a 1 GiB cuMemCreate took ~40 us right after a release of 1 GiB and ~350 us after 5 ms
+ * of quiet), so every case is measured in blocks after its own teardown, in two conditions. The
  * arena runs over a timing shim, so its own bookkeeping (commit time minus time inside the driver's
- * calls) is printed beside; two diagnostics show placement effects (a 1 GiB-aligned arena
- * allocation; a raw handle at the arena allocation's offset from a 1 GiB boundary).
+ * calls) is printed beside; diagnostics: the dmm driver's ops alone, a 1 GiB-aligned arena
+ * allocation, a raw handle at the arena allocation's offset from a 1 GiB boundary.
  *
- * usage: bench_growth [--reps N]   (default 31, at least 10)
+ * usage: bench_growth [--reps N]   (samples per case and condition; default 31, at least 10)
  * Exit 77 with "skipped: no GPU (…)" where there is no CUDA driver or GPU.
  */
 #include <stdio.h>
@@ -366,65 +368,86 @@ int main(int argc, char **argv) {
     B.va3 = va3base + ((uintptr_t)B.w.ptr % GIB); /* the same offset from a 1 GiB boundary as the arena's */
     DMM_CHECK(cuda->ops->reserve(cuda, GIB, GIB, &B.va4));
 
-    double *grow[C_COUNT], *shrink[C_COUNT];
-    for (int k = 0; k < C_COUNT; k++) {
-        grow[k] = calloc((size_t)reps, sizeof(double));
-        shrink[k] = calloc((size_t)reps, sizeof(double));
-        if (grow[k] == NULL || shrink[k] == NULL) return 1;
-    }
-    double split[C_COUNT][3][64], inside[C_COUNT][64];
-    const int warm = 2;
-    for (int r = -warm; r < reps; r++)
-        for (int j = 0; j < C_COUNT; j++) {
-            int k = (j + (r + warm)) % C_COUNT; /* rotate: no case always follows the 512-handle teardown */
-            double g = 0, d = 0;
-            settle();
-            if (!run_case(&B, k, &g, &d)) continue;
-            if (r >= 0) {
-                grow[k][r] = g;
-                shrink[k][r] = d;
-                if (r < 64) {
-                    for (int q = 0; q < 3; q++) split[k][q][r] = B.split[k][q];
-                    inside[k][r] = B.in_driver;
+    /* Two conditions, each case measured in blocks (one untimed grow+shrink, then `per` timed ones
+     * back to back), the blocks of all cases interleaved over `rounds` rounds:
+     *   warm  each grow follows the release of an equal amount (steady growth and shrink);
+     *   cold  each grow comes 5 ms after the last driver call (a growth after a quiet spell).
+     * The state the driver was left in decides much of a create's cost (it clears memory), so every
+     * case must be measured after the same predecessor: its own teardown. */
+    const int rounds = 5, per = (reps + rounds - 1) / rounds, n = rounds * per;
+    double *grow[2][C_COUNT], *shrink[2][C_COUNT], *inside[2][C_COUNT], *split[2][C_COUNT][3];
+    for (int c = 0; c < 2; c++)
+        for (int k = 0; k < C_COUNT; k++) {
+            grow[c][k] = calloc((size_t)n, sizeof(double));
+            shrink[c][k] = calloc((size_t)n, sizeof(double));
+            inside[c][k] = calloc((size_t)n, sizeof(double));
+            for (int q = 0; q < 3; q++) split[c][k][q] = calloc((size_t)n, sizeof(double));
+            if (!grow[c][k] || !shrink[c][k] || !inside[c][k] || !split[c][k][0] || !split[c][k][1] ||
+                !split[c][k][2])
+                return 1;
+        }
+    int got[2][C_COUNT] = {{0}};
+    for (int round = 0; round < rounds; round++)
+        for (int c = 0; c < 2; c++)
+            for (int j = 0; j < C_COUNT; j++) {
+                int k = (j + round) % C_COUNT;
+                double g = 0, d = 0;
+                if (!run_case(&B, k, &g, &d)) continue; /* the block's untimed first grow+shrink */
+                for (int i = 0; i < per; i++) {
+                    if (c == 1) settle();
+                    run_case(&B, k, &g, &d);
+                    int at = got[c][k]++;
+                    grow[c][k][at] = g;
+                    shrink[c][k][at] = d;
+                    inside[c][k][at] = B.in_driver;
+                    for (int q = 0; q < 3; q++) split[c][k][q][at] = B.split[k][q];
                 }
             }
-        }
 
     dmm_stats st;
     memset(&st, 0, sizeof st);
     st.size = sizeof st;
     DMM_CHECK(dmm_mechanism_stats(B.arena, &st));
 
-    int nsplit = reps < 64 ? reps : 64;
-    printf("bench_growth: %s (compute %d.%d), driver %d, granularity %llu bytes; %d repetitions after %d warm-up, "
-           "order rotated per repetition\n",
+    printf("bench_growth: %s (compute %d.%d), driver %d, granularity %llu bytes; %d samples per case and "
+           "condition (%d rounds of %d, blocks interleaved)\n",
            info.name, info.compute_major, info.compute_minor, info.driver_version,
-           (unsigned long long)info.granularity, reps, warm);
+           (unsigned long long)info.granularity, n, rounds, per);
     printf("arena reservation at 0x%llx (%% 1 GiB = %llu MiB); default allocation at offset %llu MiB (%% 1 GiB = %llu "
            "MiB)\n",
            (unsigned long long)rva, (unsigned long long)((rva % GIB) / MIB),
            (unsigned long long)(((uintptr_t)B.w.ptr - rva) / MIB),
            (unsigned long long)(((uintptr_t)B.w.ptr % GIB) / MIB));
-    printf("%-44s %12s %12s %16s\n", "grow by 1 GiB", "median us", "min us", "median teardown");
-    for (int k = 0; k < C_COUNT; k++) {
-        if (k == C_ARENA_ALIGNED && !B.have_aligned) continue;
-        printf("%-44s %12.1f %12.1f %13.1f us", case_name[k], median(grow[k], reps), minimum(grow[k], reps),
-               median(shrink[k], reps));
-        if (k == C_RAW1 || k == C_RAW1_MISALIGNED)
-            printf("   (create %.1f, map %.1f, access %.1f)", median(split[k][0], nsplit), median(split[k][1], nsplit),
-                   median(split[k][2], nsplit));
-        if (k == C_ARENA || k == C_ARENA_ALIGNED) {
-            double own[64];
-            for (int r = 0; r < nsplit; r++) own[r] = grow[k][r] - inside[k][r];
-            printf("   (in the driver %.1f, the arena's own %.1f)", median(inside[k], nsplit), median(own, nsplit));
+    static const char *cond_name[2] = {"warm: each grow right after an equal release",
+                                       "cold: each grow 5 ms after the last driver call"};
+    for (int c = 0; c < 2; c++) {
+        printf("\n-- %s --\n", cond_name[c]);
+        printf("%-44s %12s %12s %16s\n", "grow by 1 GiB", "median us", "min us", "median teardown");
+        for (int k = 0; k < C_COUNT; k++) {
+            int m = got[c][k];
+            if (m == 0) continue;
+            printf("%-44s %12.1f %12.1f %13.1f us", case_name[k], median(grow[c][k], m), minimum(grow[c][k], m),
+                   median(shrink[c][k], m));
+            if (k == C_RAW1 || k == C_RAW1_MISALIGNED)
+                printf("   (create %.1f, map %.1f, access %.1f)", median(split[c][k][0], m),
+                       median(split[c][k][1], m), median(split[c][k][2], m));
+            if (k == C_ARENA || k == C_ARENA_ALIGNED) {
+                double *own = calloc((size_t)m, sizeof(double));
+                if (own == NULL) return 1;
+                for (int r = 0; r < m; r++) own[r] = grow[c][k][r] - inside[c][k][r];
+                printf("   (in the driver %.1f, the arena's own %.1f)", median(inside[c][k], m), median(own, m));
+                free(own);
+            }
+            printf("\n");
         }
-        printf("\n");
+        double ma = median(grow[c][C_ARENA], got[c][C_ARENA]), m1 = median(grow[c][C_RAW1], got[c][C_RAW1]);
+        double m512 = median(grow[c][C_RAW512], got[c][C_RAW512]);
+        printf("ratio arena / raw 1 GiB handle   = %.3f  (target <= 1.2: %s)\n", ma / m1,
+               ma / m1 <= 1.2 ? "PASS" : "MISS");
+        printf("ratio 512 x 2 MiB / raw 1 GiB    = %.1f\n", m512 / m1);
+        printf("ratio arena / 512 x 2 MiB        = %.4f\n", ma / m512);
     }
-    double ma = median(grow[C_ARENA], reps), m1 = median(grow[C_RAW1], reps), m512 = median(grow[C_RAW512], reps);
-    printf("ratio arena / raw 1 GiB handle   = %.3f  (target <= 1.2: %s)\n", ma / m1, ma / m1 <= 1.2 ? "PASS" : "MISS");
-    printf("ratio 512 x 2 MiB / raw 1 GiB    = %.1f\n", m512 / m1);
-    printf("ratio arena / 512 x 2 MiB        = %.4f\n", ma / m512);
-    printf("arena driver calls over the run: create %lld, map %lld, set_access %lld, unmap %lld, release %lld\n",
+    printf("\narena driver calls over the run: create %lld, map %lld, set_access %lld, unmap %lld, release %lld\n",
            (long long)st.driver_create, (long long)st.driver_map, (long long)st.driver_set_access,
            (long long)st.driver_unmap, (long long)st.driver_release);
 
@@ -436,10 +459,13 @@ int main(int argc, char **argv) {
     if (dmm_mechanism_release(B.arena, &B.w).state != DMM_RELEASE_COMPLETE) return 1;
     DMM_CHECK(dmm_mechanism_destroy(B.arena));
     dmm_driver_destroy(cuda);
-    for (int k = 0; k < C_COUNT; k++) {
-        free(grow[k]);
-        free(shrink[k]);
-    }
+    for (int c = 0; c < 2; c++)
+        for (int k = 0; k < C_COUNT; k++) {
+            free(grow[c][k]);
+            free(shrink[c][k]);
+            free(inside[c][k]);
+            for (int q = 0; q < 3; q++) free(split[c][k][q]);
+        }
     return 0;
 }
 
