@@ -7,7 +7,7 @@
 # 3. bench_growth, then build-gpu/tools/dmm info, then every other bench_* (each at most
 #    DMM_GPU_BENCH_LIMIT seconds, default 120), so that a run cut short keeps what matters most.
 # Logs go to $OUT (or ./gpu-out when $OUT is unset): build.log, ctest-gpu.log, ctest-cuda-verbose.log,
-# bench.log, info.log, nvidia-smi.log. Everything is also echoed. Exit status: the ctest status (benchmarks never fail
+# bench.log, info.log, replay.log, nvidia-smi.log. Everything is also echoed. Exit status: the ctest status (benchmarks never fail
 # the run; they print their verdicts).
 set -uo pipefail
 out="${OUT:-gpu-out}"
@@ -58,10 +58,25 @@ run_bench() {
 section "dmm info"
 "$build/tools/dmm" info 2>&1 | tee "$out/info.log"
 
+# The traces: data/traces/ plus any carried under .deps/traces/ (the large llama trace does not live in
+# the repository; carry it there).
+traces=(data/traces/*.trace.gz)
+for t in .deps/traces/*.trace.gz; do [ -f "$t" ] && traces+=("$t"); done
+
+section "dmm replay --driver cuda --json (every trace)"
+for t in "${traces[@]}"; do
+    "$build/tools/dmm" replay "$t" --driver cuda --json 2>&1 | tee -a "$out/replay.log"
+done
+
 section "other benchmarks"
 for b in "$build"/bench/bench_*; do
     [ -x "$b" ] && [ -f "$b" ] || continue
     [ "$b" = "$build/bench/bench_growth" ] && continue
+    if [ "$b" = "$build/bench/bench_replay" ]; then
+        section "bench_replay" | tee -a "$out/bench.log"
+        timeout "${DMM_GPU_BENCH_LIMIT:-120}" "$b" "${traces[@]}" 2>&1 | tee -a "$out/bench.log"
+        continue
+    fi
     run_bench "$b" "${DMM_GPU_BENCH_LIMIT:-120}"
 done
 
