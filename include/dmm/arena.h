@@ -37,8 +37,26 @@ typedef struct dmm_arena_config {
  * fall back to eager memory. cfg may be NULL. */
 DMM_API dmm_status dmm_arena_create(dmm_driver *driver, const dmm_arena_config *cfg, dmm_mechanism **out);
 
+/* Maps the physical memory behind `src` a second time, at `dst`, in the same allocation: the handles
+ * of the chunks that exactly cover src are also mapped at dst, with the same chunk layout and
+ * READ_WRITE access, so both places show the same bytes at once. Ranges are relative to the
+ * allocation's start; both must start on a granule (absolute address), be whole granules, have the
+ * same size and not overlap. src must be committed by `a` as whole chunks that no other allocation
+ * references; dst must be wholly uncommitted. No physical memory is created: OWNED is unchanged,
+ * MAPPED is charged (before mapping) for dst, so mapped may exceed owned while both places exist.
+ * Each place then lives on its own: a decommit (or the release) of one place unmaps that place only,
+ * and a handle goes to the cache, or is released, when its last mapping is gone.
+ * Use: reuse memory at another address without waiting for work that may still use the old one
+ * (the pool, when the work is ordered on the same stream), then decommit the old place later.
+ * Transactional like commit: on any failure every mapping this call made is undone (an undo that
+ * fails is counted in rollback_leaks and said in the sentence); refused, changing nothing, with a
+ * sentence naming the range and the reason, for anything else (DMM_ERR_INVALID_ARGUMENT; a
+ * quarantined allocation or a poisoned chunk: DMM_ERR_QUARANTINED; WRONG_MECHANISM for a non-arena). */
+DMM_API dmm_status dmm_arena_alias(dmm_mechanism *arena, const dmm_allocation *a, dmm_range dst, dmm_range src);
+
 /* The expensive invariant check (free list sorted and coalesced, no overlaps, chunk reference
- * counts = live references, counters = the sums they stand for). DMM_OK or DMM_ERR_INVALID_ARGUMENT
+ * counts = live references, every handle's mappings = the chunks that name it, owned = the distinct
+ * handles, counters = the sums they stand for). DMM_OK or DMM_ERR_INVALID_ARGUMENT
  * with a sentence naming the first broken invariant. WRONG_MECHANISM for a non-arena. */
 DMM_API dmm_status dmm_arena_check(dmm_mechanism *arena);
 

@@ -17,6 +17,10 @@
  * and must match ptr, bytes, align and id, so a stale copy of a released allocation's value cannot
  * touch the next allocation at the same address.
  *
+ * Aliases: dmm_arena_alias maps the handles of committed chunks a second time elsewhere in the same
+ * allocation (chunks.c keeps the chunks of one handle in a ring). It is a transaction like a commit
+ * (same log, same undo) that charges MAPPED only, since no handle is created.
+ *
  * Accounting: a commit first plans what it will create (chunk bytes; OWNED only for those the handle
  * cache cannot serve), drops the lock, charges the hook for the whole call, and takes the lock again.
  * The hook may climb the governor's reclaim ladder, whose holders (a pool, a KV store on the same
@@ -412,6 +416,145 @@ static dmm_status do_commit(dmm_arena *a, uint64_t off, uint64_t id, bool whole,
         dmm__arena_hook_refund(a, DMM_AXIS_MAPPED, pot.bytes[DMM_AXIS_MAPPED]);
         if (!retry) return s;
     }
+}
+
+/* ---- alias: the same handles mapped a second time ---- */
+
+/* Checks an alias request against record r (under the lock), changing nothing; *nchunks = the chunks
+ * covering src. Sets the error (a sentence naming op, the ranges and the reason) on a refusal. */
+static dmm_status alias_check(dmm_arena *a, const arena_record *r, dmm_range dst, dmm_range src, const char *op,
+                              size_t *nchunks) {
+    void *at = (void *)(a->base + r->off);
+    size_t dend = 0, send = 0;
+#define REFUSE(code, ...)                                                                                      \
+    do {                                                                                                       \
+        char why_[512];                                                                                        \
+        snprintf(why_, sizeof why_, __VA_ARGS__);                                                              \
+        return dmm_error_set(code, "%s of [%zu, +%zu) to [%zu, +%zu) in the allocation at %p refused: %s; "   \
+                                   "nothing was changed",                                                      \
+                             op, src.offset, src.bytes, dst.offset, dst.bytes, at, why_);                      \
+    } while (0)
+    if (r->state == RECORD_QUARANTINED)
+        REFUSE(DMM_ERR_QUARANTINED, "the allocation is quarantined (a decommit could not restore what it unmapped): "
+                                    "release it");
+    if (src.bytes == 0 || src.bytes != dst.bytes || __builtin_add_overflow(src.offset, src.bytes, &send) ||
+        __builtin_add_overflow(dst.offset, dst.bytes, &dend) || send > r->bytes || dend > r->bytes)
+        REFUSE(DMM_ERR_INVALID_ARGUMENT, "the ranges must be non-empty, of the same size and inside the allocation's "
+                                         "%llu bytes", (unsigned long long)r->bytes);
+    uint64_t so = r->off + src.offset, dof = r->off + dst.offset, bytes = src.bytes;
+    if ((a->base + so) % a->gran || (a->base + dof) % a->gran || bytes % a->gran)
+        REFUSE(DMM_ERR_INVALID_ARGUMENT, "both ranges must start on a granule and be whole granules of %llu bytes",
+               (unsigned long long)a->gran);
+    if (so < dof + bytes && dof < so + bytes) REFUSE(DMM_ERR_INVALID_ARGUMENT, "the ranges overlap");
+    uint64_t sg0 = so / a->gran, dg0 = dof / a->gran, ng = bytes / a->gran;
+    size_t n = 0;
+    for (uint64_t g = sg0; g < sg0 + ng; g++) {
+        const arena_chunk *c = arena_chunk_at(a, g);
+        if (c == NULL || !rec_bit(r, g))
+            REFUSE(DMM_ERR_INVALID_ARGUMENT, "source granule %llu (offset %llu) is not committed by this allocation: "
+                                             "only committed memory can be aliased",
+                   (unsigned long long)(g - sg0), (unsigned long long)(src.offset + (g - sg0) * a->gran));
+        if (c->state != CHUNK_LIVE)
+            REFUSE(DMM_ERR_QUARANTINED, "source granule %llu is backed by a poisoned chunk (never mapped again)",
+                   (unsigned long long)(g - sg0));
+        if (c->first < sg0 || c->first + c->n > sg0 + ng)
+            REFUSE(DMM_ERR_INVALID_ARGUMENT, "the chunk backing source granule %llu (%llu granules) reaches past the "
+                                             "source range: alias whole chunks (the ranges of whole commits)",
+                   (unsigned long long)(g - sg0), (unsigned long long)c->n);
+        if (c->refs != c->n)
+            REFUSE(DMM_ERR_INVALID_ARGUMENT, "the chunk backing source granule %llu is shared with other allocations "
+                                             "(%llu references in its %llu granules): alias only memory that this "
+                                             "allocation alone references",
+                   (unsigned long long)(g - sg0), (unsigned long long)c->refs, (unsigned long long)c->n);
+        if (g == c->first) n++;
+    }
+    for (uint64_t g = dg0; g < dg0 + ng; g++)
+        if (a->gmap[g] != 0)
+            REFUSE(DMM_ERR_INVALID_ARGUMENT, "destination granule %llu (offset %llu) is already backed: the "
+                                             "destination must be wholly uncommitted",
+                   (unsigned long long)(g - dg0), (unsigned long long)(dst.offset + (g - dg0) * a->gran));
+#undef REFUSE
+    *nchunks = n;
+    return DMM_OK;
+}
+
+/* Maps every chunk covering src again at dst and makes r reference dst, as one transaction (under
+ * the lock; alias_check passed). */
+static dmm_status alias_apply(dmm_arena *a, arena_record *r, dmm_range dst, dmm_range src, size_t nch,
+                              const char *op) {
+    if (!dmm__arena_room(a, nch, 0, 2 * nch + 4, op)) return DMM_ERR_OUT_OF_MEMORY;
+    txn t = {0};
+    if (!txn_room(&t, nch, 1)) {
+        txn_fini(&t);
+        return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "%s: no host memory for the alias's log; nothing was changed: "
+                                                    "free host memory and retry", op);
+    }
+    uint64_t sg0 = (r->off + src.offset) / a->gran, dg0 = (r->off + dst.offset) / a->gran, ng = src.bytes / a->gran;
+    dmm_status s = DMM_OK;
+    for (uint64_t g = sg0; g < sg0 + ng && s == DMM_OK;) {
+        uint32_t from = a->gmap[g] - 1, slot = 0;
+        uint64_t n = a->chunks[from].n;
+        bool leaked = false;
+        s = dmm__arena_chunk_alias(a, from, dg0 + (g - sg0), op, &slot, &leaked);
+        t.leaked |= leaked;
+        if (s == DMM_OK) t.born[t.nborn++] = slot;
+        g += n;
+    }
+    if (s == DMM_OK) {
+        for (uint64_t g = dg0; g < dg0 + ng; g++) { /* references (cannot fail) */
+            rec_set(r, g);
+            r->nrefs++;
+            arena_chunk_at(a, g)->refs++;
+        }
+    } else {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", dmm_last_error());
+        dmm_error_set(s, "%s of [%zu, +%zu) to [%zu, +%zu) in the allocation at %#llx failed: %s", op, src.offset,
+                      src.bytes, dst.offset, dst.bytes, (unsigned long long)(a->base + r->off), why);
+        txn_undo(a, r, &t, op);
+    }
+    txn_fini(&t);
+    return s;
+}
+
+dmm_status dmm_arena_alias(dmm_mechanism *m, const dmm_allocation *al, dmm_range dst, dmm_range src) {
+    const char *op = "dmm_arena_alias";
+    dmm_arena *a = dmm__mechanism_impl_if(m, &dmm__arena_ops);
+    if (a == NULL)
+        return dmm_error_set(m == NULL ? DMM_ERR_INVALID_ARGUMENT : DMM_ERR_WRONG_MECHANISM,
+                             "%s: %s is not an arena; pass a mechanism made by dmm_arena_create()", op,
+                             m == NULL ? "NULL" : dmm_mechanism_name(m));
+    dmm_lock_acquire(&a->lock);
+    arena_record *r = NULL;
+    size_t nch = 0;
+    dmm_status s = a->lost ? dmm__arena_lost_error(a, op) : dmm__arena_lookup(a, al, op, &r);
+    if (s == DMM_OK) s = alias_check(a, r, dst, src, op, &nch);
+    arena_pot pot = {{0, 0}, false};
+    if (s == DMM_OK && a->has_acct && a->acct.charge != NULL) {
+        /* charge MAPPED ahead, outside the lock (the hook may reclaim through this arena), then look
+         * again: the arena may have changed meanwhile */
+        uint64_t off = r->off, id = r->id;
+        dmm_lock_release(&a->lock);
+        s = dmm__arena_hook_charge(a, DMM_AXIS_MAPPED, src.bytes, op);
+        dmm_lock_acquire(&a->lock);
+        if (s == DMM_OK) {
+            pot.bytes[DMM_AXIS_MAPPED] = src.bytes;
+            r = dmm__arena_find(a, off);
+            if (a->lost) s = dmm__arena_lost_error(a, op);
+            else if (r == NULL || r->id != id)
+                s = dmm_error_set(DMM_ERR_UNKNOWN_ALLOCATION,
+                                  "%s: the allocation at %#llx (id %llu) was released by another thread during the "
+                                  "call; nothing was mapped",
+                                  op, (unsigned long long)(a->base + off), (unsigned long long)id);
+            else s = alias_check(a, r, dst, src, op, &nch);
+            if (s == DMM_OK) a->pot = &pot;
+        }
+    }
+    if (s == DMM_OK) s = alias_apply(a, r, dst, src, nch, op);
+    a->pot = NULL;
+    dmm__arena_hook_refund(a, DMM_AXIS_MAPPED, pot.bytes[DMM_AXIS_MAPPED]); /* what the pot still holds */
+    dmm_lock_release(&a->lock);
+    return s;
 }
 
 /* ---- mechanism ops ---- */

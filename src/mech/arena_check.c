@@ -3,7 +3,9 @@
  * It recomputes from scratch everything the arena maintains incrementally and compares: the free
  * list and quarantine are sorted and coalesced, free ∪ live ∪ quarantine tile the reservation, the
  * granule map and the chunk table agree, each chunk's refs equal the references the live records'
- * bitmaps hold, and every stat equals the sum it stands for. O(granules + chunks + records · span);
+ * bitmaps hold, the chunks mapping one handle form one ring (a handle's mapping count = the chunks
+ * that name it), no handle is both mapped and cached or quarantined, owned = the distinct handles,
+ * and every stat equals the sum it stands for. O(granules + chunks + records · span);
  * tests call it after every step, production code never needs to.
  */
 #include <stdio.h>
@@ -25,6 +27,11 @@ static int cmp_span(const void *x, const void *y) {
     return a->off < b->off ? -1 : a->off > b->off;
 }
 
+static int cmp_phys(const void *x, const void *y) {
+    dmm_phys a = *(const dmm_phys *)x, b = *(const dmm_phys *)y;
+    return a < b ? -1 : a > b;
+}
+
 static uint64_t popcount_words(const uint64_t *w, size_t n) {
     uint64_t c = 0;
     for (size_t i = 0; i < n; i++) c += (uint64_t)__builtin_popcountll(w[i]);
@@ -35,6 +42,7 @@ const char *dmm__arena_check_locked(dmm_arena *a) {
     const char *res = NULL;
     uint64_t *refs = NULL;
     dmm_span *tiles = NULL;
+    dmm_phys *phys = NULL;
     const char *sp;
 
     if (a->confirmed) {
@@ -139,6 +147,39 @@ const char *dmm__arena_check_locked(dmm_arena *a) {
         if (c->state == CHUNK_FREE || g < c->first || g >= c->first + c->n)
             BROKEN("granule %llu points to chunk %u, which does not cover it", (unsigned long long)g, v - 1);
     }
+    /* rings: the chunks that map one handle; one handle per ring, counted once */
+    uint64_t rings = 0, ring_b = 0;
+    size_t nphys = 0;
+    phys = malloc(((size_t)a->nslots + a->cache.n + a->qhandles.n + 1) * sizeof *phys);
+    if (phys == NULL) BROKEN("no host memory to run the check");
+    for (uint32_t k = 0; k < a->nslots; k++) {
+        const arena_chunk *c = &a->chunks[k];
+        if (c->state == CHUNK_FREE) continue;
+        uint32_t lowest = k, len = 0;
+        for (uint32_t j = k;;) {
+            if (j >= a->nslots || a->chunks[j].state == CHUNK_FREE)
+                BROKEN("chunk %u's ring of mappings leads to slot %u, which is not a chunk", k, j);
+            if (a->chunks[j].phys != c->phys || a->chunks[j].n != c->n)
+                BROKEN("chunks %u and %u are in one ring but map different handles or sizes", k, j);
+            if (j < lowest) lowest = j;
+            len++;
+            if (len > a->nslots) BROKEN("chunk %u's ring of mappings does not come back to it", k);
+            j = a->chunks[j].twin;
+            if (j == k) break;
+        }
+        if (lowest != k) continue; /* the ring is counted at its lowest slot */
+        rings++;
+        ring_b += chunk_bytes(a, c);
+        phys[nphys++] = c->phys;
+    }
+    for (size_t i = 0; i < a->cache.n; i++) phys[nphys++] = a->cache.v[i].phys;
+    for (size_t i = 0; i < a->qhandles.n; i++) phys[nphys++] = a->qhandles.v[i].phys;
+    qsort(phys, nphys, sizeof *phys, cmp_phys);
+    for (size_t i = 1; i < nphys; i++)
+        if (phys[i] == phys[i - 1])
+            BROKEN("handle %#llx is held twice (by two rings of mappings, or mapped and also cached or quarantined)",
+                   (unsigned long long)phys[i]);
+
     if (live != a->live_chunks || pois != a->poisoned_chunks)
         BROKEN("chunk counts %llu live / %llu poisoned differ from the table's %llu / %llu",
                (unsigned long long)a->live_chunks, (unsigned long long)a->poisoned_chunks, (unsigned long long)live,
@@ -162,8 +203,8 @@ const char *dmm__arena_check_locked(dmm_arena *a) {
     EQ(st->reserved_bytes.current, a->reserved ? a->reserve : 0);
     EQ(st->committed_bytes.current, live_b);
     EQ(st->mapped_bytes.current, live_b + pois_b);
-    EQ(st->owned_bytes.current, live_b + pois_b + cb + qb);
-    EQ(st->handles.current, live + pois + a->cache.n + a->qhandles.n);
+    EQ(st->owned_bytes.current, ring_b + cb + qb);
+    EQ(st->handles.current, rings + a->cache.n + a->qhandles.n);
     EQ(st->cached_bytes.current, cb);
     EQ(st->quarantined_span_bytes.current, a->quarantine.total);
     EQ(st->poisoned_chunks, pois + a->poison_cleared);
@@ -182,5 +223,6 @@ out:
 done:
     free(refs);
     free(tiles);
+    free(phys);
     return res;
 }

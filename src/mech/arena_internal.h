@@ -1,24 +1,34 @@
 /* src/mech/arena_internal.h — the arena's data, shared by its files. Never installed.
  *
- *   arena.c        the mechanism: create/destroy, allocation records, allocate and commit (one
- *                  transaction per call), queries, stats, device loss
+ *   arena.c        the mechanism: create/destroy, allocation records, allocate, commit and alias
+ *                  (one transaction per call), queries, stats, device loss
  *   chunks.c       physical chunks: the granule map, chunk birth (charge, create or take from the
- *                  cache, map, set access) and death (unmap, cache or release), poisoning, the handle
- *                  cache, quarantined handles, every driver call and every charge and refund
+ *                  cache or join an alias ring, map, set access) and death (unmap, leave the ring,
+ *                  cache or release), poisoning, the handle cache, quarantined handles, every driver
+ *                  call and every charge and refund
  *   release.c      the release state machine: whole release and decommit, and their outcomes
  *   arena_check.c  the expensive invariant check
  *   spans.c        the span set behind the free list and the quarantine
  *
  * Vocabulary: offsets are bytes from the reservation's base; a granule index g covers
- * [g·G, (g+1)·G). A chunk is one driver handle over granules [first, first+n), mapped as one unit.
+ * [g·G, (g+1)·G). A chunk is one MAPPING of a driver handle over granules [first, first+n), mapped as
+ * one unit. A handle is usually mapped by one chunk; dmm_arena_alias maps it at a second place, and
+ * the chunks that map one handle form a ring (chunk.twin: the next one; itself when alone). A ring
+ * owns its handle: OWNED is charged once per handle (at its creation), MAPPED once per chunk; a
+ * chunk that dies while its ring has other members only unmaps and leaves the ring (its handle
+ * stays); the last one out caches or releases the handle.
  *
  * Invariants (checked by dmm_arena_check, between operations, under the lock):
  *   free ∪ live spans ∪ quarantine tile [0, reserve) without overlap; free is sorted and coalesced
  *   gmap[g] = k+1 ⇔ chunk k is LIVE or POISONED and first ≤ g < first+n; otherwise gmap[g] = 0
  *   chunk.refs = Σ over live records r of |{g ∈ chunk : bit(r, g)}|; LIVE ⇒ refs > 0; POISONED ⇒ refs = 0
  *   bit(r, g) ⇒ gmap[g] names a LIVE chunk;  r.nrefs = popcount(r.bits)
- *   stats.committed = Σ LIVE chunk bytes;  stats.mapped = Σ (LIVE + POISONED) chunk bytes
- *   stats.owned = mapped + cache.bytes + qhandles.bytes;  stats.handles = #chunks + #cache + #qhandles
+ *   a ring's members are LIVE or POISONED chunks with the same phys and n; distinct rings, the cache
+ *   and the quarantined handles hold distinct handles (a handle's mapping count = its ring's length)
+ *   stats.committed = Σ LIVE chunk bytes;  stats.mapped = Σ (LIVE + POISONED) chunk bytes (an alias
+ *   counts once per mapping: mapped may exceed owned)
+ *   stats.owned = Σ ring handle bytes + cache.bytes + qhandles.bytes;  stats.handles = #rings + #cache +
+ *   #qhandles
  *   unless lost: charged[OWNED] = stats.owned, charged[MAPPED] = stats.mapped
  */
 #ifndef DMM_MECH_ARENA_INTERNAL_H
@@ -44,6 +54,7 @@ typedef struct arena_chunk {
     uint64_t n;      /* granules */
     uint64_t refs;   /* (live allocation, granule) references inside the chunk */
     dmm_phys phys;   /* the driver handle */
+    uint32_t twin;   /* the next chunk slot mapping the same handle (a ring); its own slot when alone */
     uint8_t state;   /* chunk_state */
     bool mapped;     /* the handle is mapped at the chunk's VA (false only inside an operation) */
     bool from_cache; /* meaningful only in the operation that bore it: an undo puts the handle back */
@@ -208,10 +219,17 @@ bool dmm__arena_room(dmm_arena *a, size_t chunks, size_t handles, size_t spans, 
 dmm_status dmm__arena_chunk_birth(dmm_arena *a, uint64_t first, uint64_t n, const char *op, uint32_t *slot,
                                   bool *leaked);
 
-/* Undoes a chunk born by the current operation (BIRTH or LIVE, refs 0): unmap, refund mapped, the
- * handle back to the cache it came from or released (refund owned). An unmap that fails poisons the
- * chunk; a release that fails quarantines the handle. Returns false when something could not be
- * undone. */
+/* Births a LIVE chunk over granules [first, first + n(src)) (all unbacked) that maps the handle of
+ * LIVE chunk `src` a second time: it joins src's ring (no handle is created, OWNED is not charged),
+ * then charge MAPPED, map, set access READ_WRITE. Failure and *leaked as dmm__arena_chunk_birth.
+ * Needs dmm__arena_room(1, 0, 1). */
+dmm_status dmm__arena_chunk_alias(dmm_arena *a, uint32_t src, uint64_t first, const char *op, uint32_t *slot,
+                                  bool *leaked);
+
+/* Undoes a chunk born by the current operation (BIRTH or LIVE, refs 0): unmap, refund mapped, then
+ * (unless other chunks of its ring still map the handle) the handle back to the cache it came from
+ * or released (refund owned). An unmap that fails poisons the chunk; a release that fails
+ * quarantines the handle. Returns false when something could not be undone. */
 bool dmm__arena_chunk_unwind(dmm_arena *a, uint32_t slot);
 
 /* Unmaps a chunk (the VA stays reserved; the chunk stays in the table, state unchanged). On success
@@ -222,13 +240,16 @@ dmm_status dmm__arena_chunk_unmap(dmm_arena *a, arena_chunk *c);
  * On a set-access failure the map is undone; returns the failure. */
 dmm_status dmm__arena_chunk_remap(dmm_arena *a, arena_chunk *c, bool *still_mapped);
 /* Ends an unmapped LIVE chunk with refs 0 (its MAPPED refund already made): its granules become
- * unbacked, its slot free, and its handle goes to the cache (if allowed and it fits) or is released
- * (refund OWNED); a failed release quarantines the handle. Returns the bytes that stay owned because
- * of a failure (0 when the handle was cached or released). Needs dmm__arena_room(0, 1, 0). */
+ * unbacked, its slot free. If other chunks of its ring still map the handle it just leaves the ring;
+ * else its handle goes to the cache (if allowed and it fits) or is released (refund OWNED); a failed
+ * release quarantines the handle. Returns the bytes that stay owned because of a failure (0 when the
+ * handle was kept by its ring, cached or released). Needs dmm__arena_room(0, 1, 0). */
 uint64_t dmm__arena_chunk_retire(dmm_arena *a, arena_chunk *c, bool allow_cache);
 /* Marks a chunk that is still mapped as POISONED and moves the free VA of its granules into the
- * quarantine. Needs dmm__arena_room(0, 0, 1). */
-void dmm__arena_chunk_poison(dmm_arena *a, arena_chunk *c);
+ * quarantine. Returns the bytes it newly keeps owned: the chunk's, unless another mapping of its
+ * handle is poisoned already (a handle is owned once, however many of its mappings are stuck).
+ * Needs dmm__arena_room(0, 0, 1). */
+uint64_t dmm__arena_chunk_poison(dmm_arena *a, arena_chunk *c);
 
 /* Releases every cached handle (refund OWNED per success; a failure quarantines it). DMM_OK when
  * all went, else the first failure. */

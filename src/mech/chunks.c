@@ -9,6 +9,12 @@
  * call fails). A chunk whose unmap fails stays mapped and becomes POISONED (never committed again,
  * its free VA quarantined); a handle whose release fails is quarantined (owned, never reused).
  *
+ * Aliases: a chunk may map the handle of another chunk (dmm_arena_alias). The chunks mapping one
+ * handle form a ring; the handle is created, charged (OWNED) and counted once, each mapping is charged
+ * (MAPPED) and counted on its own. A dying chunk unmaps first; only the last member of a ring caches
+ * or releases the handle, so a handle never reaches the cache (or the driver's release) while it is
+ * still mapped somewhere, and the contents seen through the other mappings stay intact.
+ *
  * Device loss: the first call that reports DMM_ERR_DEVICE_LOST makes the arena lost; from then on
  * no driver call is made (every wrapper below answers DMM_ERR_DEVICE_LOST itself) and nothing is
  * refunded (dmm_arena_confirm_context_terminated discharges everything at once).
@@ -194,14 +200,53 @@ static void quarantine_piece(void *user, uint64_t off, uint64_t len) {
     dmm_count_add(&a->st.quarantined_span_bytes, (int64_t)len);
 }
 
+/* ---- rings: the chunks that map one handle ---- */
+
+static bool ring_alone(const dmm_arena *a, uint32_t k) { return a->chunks[k].twin == k; }
+
+/* Takes chunk k out of its ring (which has other members). */
+static void ring_leave(dmm_arena *a, uint32_t k) {
+    uint32_t prev = a->chunks[k].twin;
+    while (a->chunks[prev].twin != k) prev = a->chunks[prev].twin;
+    a->chunks[prev].twin = a->chunks[k].twin;
+    a->chunks[k].twin = k;
+}
+
 /* ---- birth ---- */
+
+/* The common tail of a birth: charge MAPPED, map the chunk's handle at its granules, set READ_WRITE;
+ * on failure undo the chunk (dmm__arena_chunk_unwind). */
+static dmm_status chunk_map_in(dmm_arena *a, uint32_t k, const char *op, bool *leaked) {
+    arena_chunk *c = &a->chunks[k];
+    uint64_t bytes = chunk_bytes(a, c), off = c->first * a->gran;
+    gmap_set(a, c, k + 1);
+    dmm_status s = dmm__arena_charge(a, DMM_AXIS_MAPPED, bytes, op);
+    if (s == DMM_OK) {
+        s = dmm__arena_drv_map(a, off, bytes, c->phys);
+        if (s != DMM_OK) {
+            dmm__arena_refund(a, DMM_AXIS_MAPPED, bytes);
+        } else {
+            c->mapped = true;
+            dmm_count_add(&a->st.mapped_bytes, (int64_t)bytes);
+            s = dmm__arena_drv_set_access(a, off, bytes, DMM_ACCESS_READ_WRITE);
+        }
+    }
+    if (s != DMM_OK) {
+        *leaked = !dmm__arena_chunk_unwind(a, k);
+        return s;
+    }
+    c->state = CHUNK_LIVE;
+    a->live_chunks++;
+    dmm_count_add(&a->st.committed_bytes, (int64_t)bytes);
+    return DMM_OK;
+}
 
 dmm_status dmm__arena_chunk_birth(dmm_arena *a, uint64_t first, uint64_t n, const char *op, uint32_t *slot,
                                   bool *leaked) {
-    uint64_t bytes = n * a->gran, off = first * a->gran;
+    uint64_t bytes = n * a->gran;
     uint32_t k = slot_take(a);
     arena_chunk *c = &a->chunks[k];
-    *c = (arena_chunk){first, n, 0, 0, CHUNK_BIRTH, false, false};
+    *c = (arena_chunk){first, n, 0, 0, k, CHUNK_BIRTH, false, false};
     *leaked = false;
 
     size_t hit = SIZE_MAX;
@@ -232,28 +277,21 @@ dmm_status dmm__arena_chunk_birth(dmm_arena *a, uint64_t first, uint64_t n, cons
         dmm_count_add(&a->st.handles, 1);
         dmm_count_add(&a->st.owned_bytes, (int64_t)bytes);
     }
-    gmap_set(a, c, k + 1);
+    s = chunk_map_in(a, k, op, leaked);
+    if (s == DMM_OK) *slot = k;
+    return s;
+}
 
-    s = dmm__arena_charge(a, DMM_AXIS_MAPPED, bytes, op);
-    if (s == DMM_OK) {
-        s = dmm__arena_drv_map(a, off, bytes, c->phys);
-        if (s != DMM_OK) {
-            dmm__arena_refund(a, DMM_AXIS_MAPPED, bytes);
-        } else {
-            c->mapped = true;
-            dmm_count_add(&a->st.mapped_bytes, (int64_t)bytes);
-            s = dmm__arena_drv_set_access(a, off, bytes, DMM_ACCESS_READ_WRITE);
-        }
-    }
-    if (s != DMM_OK) {
-        *leaked = !dmm__arena_chunk_unwind(a, k);
-        return s;
-    }
-    c->state = CHUNK_LIVE;
-    a->live_chunks++;
-    dmm_count_add(&a->st.committed_bytes, (int64_t)bytes);
-    *slot = k;
-    return DMM_OK;
+dmm_status dmm__arena_chunk_alias(dmm_arena *a, uint32_t src, uint64_t first, const char *op, uint32_t *slot,
+                                  bool *leaked) {
+    uint32_t k = slot_take(a);
+    arena_chunk *c = &a->chunks[k], *from = &a->chunks[src];
+    *c = (arena_chunk){first, from->n, 0, from->phys, from->twin, CHUNK_BIRTH, false, false};
+    from->twin = k; /* joins the ring: the handle now has one more mapping */
+    *leaked = false;
+    dmm_status s = chunk_map_in(a, k, op, leaked);
+    if (s == DMM_OK) *slot = k;
+    return s;
 }
 
 bool dmm__arena_chunk_unwind(dmm_arena *a, uint32_t k) {
@@ -261,7 +299,7 @@ bool dmm__arena_chunk_unwind(dmm_arena *a, uint32_t k) {
     uint64_t bytes = chunk_bytes(a, c);
     if (c->mapped) {
         if (dmm__arena_chunk_unmap(a, c) != DMM_OK) {
-            dmm__arena_chunk_poison(a, c);
+            (void)dmm__arena_chunk_poison(a, c);
             return false;
         }
         dmm__arena_refund(a, DMM_AXIS_MAPPED, bytes);
@@ -272,7 +310,9 @@ bool dmm__arena_chunk_unwind(dmm_arena *a, uint32_t k) {
         a->live_chunks--;
         dmm_count_sub(&a->st.committed_bytes, (int64_t)bytes);
     }
-    if (c->from_cache) {
+    if (!ring_alone(a, k)) {
+        ring_leave(a, k); /* the handle stays with the other mappings of its ring */
+    } else if (c->from_cache) {
         handles_push(&a->cache, c->phys, bytes);
         dmm_count_add(&a->st.cached_bytes, (int64_t)bytes);
     } else if (dmm__arena_drv_release(a, c->phys, bytes) == DMM_OK) {
@@ -325,7 +365,9 @@ uint64_t dmm__arena_chunk_retire(dmm_arena *a, arena_chunk *c, bool allow_cache)
         a->live_chunks--;
         dmm_count_sub(&a->st.committed_bytes, (int64_t)bytes);
     }
-    if (allow_cache && a->cache.bytes + bytes <= a->cache_limit && a->cache.n < a->cache.cap) {
+    if (!ring_alone(a, chunk_slot(a, c))) {
+        ring_leave(a, chunk_slot(a, c)); /* other chunks still map the handle: it stays with them */
+    } else if (allow_cache && a->cache.bytes + bytes <= a->cache_limit && a->cache.n < a->cache.cap) {
         handles_push(&a->cache, c->phys, bytes);
         dmm_count_add(&a->st.cached_bytes, (int64_t)bytes);
     } else if (dmm__arena_drv_release(a, c->phys, bytes) == DMM_OK) {
@@ -342,8 +384,10 @@ uint64_t dmm__arena_chunk_retire(dmm_arena *a, arena_chunk *c, bool allow_cache)
     return residual;
 }
 
-void dmm__arena_chunk_poison(dmm_arena *a, arena_chunk *c) {
-    uint64_t bytes = chunk_bytes(a, c);
+uint64_t dmm__arena_chunk_poison(dmm_arena *a, arena_chunk *c) {
+    uint64_t bytes = chunk_bytes(a, c), kept = bytes;
+    for (uint32_t j = c->twin; j != chunk_slot(a, c); j = a->chunks[j].twin)
+        if (a->chunks[j].state == CHUNK_POISONED) kept = 0; /* the handle stays owned already */
     if (c->state == CHUNK_LIVE) {
         a->live_chunks--;
         dmm_count_sub(&a->st.committed_bytes, (int64_t)bytes);
@@ -354,6 +398,7 @@ void dmm__arena_chunk_poison(dmm_arena *a, arena_chunk *c) {
     a->st.poisoned_chunks++;
     a->st.poisoned_bytes += bytes;
     dmm__spans_carve(&a->free, c->first * a->gran, bytes, quarantine_piece, a);
+    return kept;
 }
 
 /* ---- cache and give-back ---- */

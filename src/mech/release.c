@@ -21,6 +21,9 @@
  *   refund, cache/release the handles → COMPLETE (or QUARANTINED with residual owned bytes if a
  *   handle release failed; the VA is fine then).
  *
+ * residual_owned_bytes counts a handle once: two stuck mappings of one handle (an alias) keep one
+ * handle owned, and a mapping stuck while another mapping of its handle was stuck already adds none.
+ *
  * Release tries every chunk rather than stopping at the first failure, so as much as possible is
  * reclaimed; decommit stops at the first failure, because it must be able to undo.
  *
@@ -164,9 +167,8 @@ dmm_release_outcome dmm__arena_release(void *impl, const dmm_allocation *al) {
                 }
             }
         } else {
-            dmm__arena_chunk_poison(a, c);
+            residual += dmm__arena_chunk_poison(a, c);
             poisoned++;
-            residual += cb;
         }
     }
     free(t);
@@ -311,8 +313,7 @@ dmm_release_outcome dmm__arena_decommit(void *impl, const dmm_allocation *al, dm
                 uint64_t cb = chunk_bytes(a, c);
                 drop_refs(a, r, &t[i]);
                 if (t[i].stuck) {
-                    dmm__arena_chunk_poison(a, c);
-                    residual += cb;
+                    residual += dmm__arena_chunk_poison(a, c);
                 } else {
                     dmm__arena_refund(a, DMM_AXIS_MAPPED, cb);
                     unmapped += cb;

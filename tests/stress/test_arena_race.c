@@ -3,7 +3,7 @@
  * 1. Eight threads race to release one allocation, many rounds: exactly one release succeeds and
  *    the driver sees exactly one set of unmaps and handle releases per round (counted by the fault
  *    driver, not by the arena).
- * 2. A seeded mix of allocate / allocate_committed / commit / decommit / release / check on 8
+ * 2. A seeded mix of allocate / allocate_committed / commit / decommit / alias / release / check on 8
  *    threads, without and with injected driver faults: allocations never overlap (a registry of
  *    live ranges, and a pattern in every fully committed allocation that must survive until its
  *    release), every outcome is one the contract allows, and at the end the check passes, the stats
@@ -131,7 +131,7 @@ typedef struct mix {
     dmm_driver *fault;
     registry reg;
     bool faults;
-    _Atomic uint64_t ops, failures, quarantined;
+    _Atomic uint64_t ops, failures, quarantined, aliases;
 } mix;
 
 typedef struct worker {
@@ -231,6 +231,24 @@ static void *mixer(void *arg) {
             dmm_release_state st = dmm_release_state_of(&o);
             if (st != DMM_RELEASE_COMPLETE && !x->faults) fail_msg("decommit: %s", dmm_last_error());
             if (st == DMM_RELEASE_QUARANTINED) p->quarantined = true;
+        } else if (r < 86) { /* alias: commit a whole-granule range, map it again elsewhere in p */
+            held *p = &h[rnd(&w->seed) % (uint64_t)n];
+            size_t G = 2 * MIB, ng = p->a.bytes / G;
+            if (p->full || ng < 2) continue;
+            size_t k = 1 + (size_t)(rnd(&w->seed) % (ng / 2)), s0 = (size_t)(rnd(&w->seed) % (ng - k + 1)),
+                   d0 = (size_t)(rnd(&w->seed) % (ng - k + 1));
+            dmm_range src = {s0 * G, k * G}, dst = {d0 * G, k * G};
+            uint64_t newly = 0;
+            (void)dmm_mechanism_decommit(x->m, &p->a, dst);
+            if (dmm_mechanism_commit(x->m, &p->a, src, &newly) != DMM_OK) continue;
+            ((volatile char *)p->a.ptr)[src.offset] = 3;
+            dmm_status s = dmm_arena_alias(x->m, &p->a, dst, src);
+            if (s == DMM_OK) {
+                atomic_fetch_add(&x->aliases, 1);
+                if (((volatile char *)p->a.ptr)[dst.offset] != 3) fail_msg("an alias does not show its source's bytes");
+            } else if (s != DMM_ERR_INVALID_ARGUMENT && (!x->faults || (s != DMM_ERR_DRIVER && s != DMM_ERR_QUARANTINED))) {
+                fail_msg("alias: %s", dmm_last_error());
+            }
         } else if (r < 97) { /* release */
             int i = (int)(rnd(&w->seed) % (uint64_t)n);
             if (release_held(x, &h[i])) h[i] = h[--n];
@@ -284,9 +302,11 @@ static void run_mix(bool faults, unsigned seed) {
         DMM_OK_OR_FAIL(dmm_arena_free_spans(x.m, &spans));
         assert_int_equal(spans, 1);
     }
-    print_message("  mix%s: %llu ops, %llu failed allocations, %llu quarantined releases, %llu injected faults, "
-                  "%llu poisoned chunks, %llu quarantined handles, peak committed %lld MiB\n",
+    assert_true(atomic_load(&x.aliases) > 0);
+    print_message("  mix%s: %llu ops, %llu aliases, %llu failed allocations, %llu quarantined releases, %llu injected "
+                  "faults, %llu poisoned chunks, %llu quarantined handles, peak committed %lld MiB\n",
                   faults ? " with faults" : "", (unsigned long long)atomic_load(&x.ops),
+                  (unsigned long long)atomic_load(&x.aliases),
                   (unsigned long long)atomic_load(&x.failures), (unsigned long long)atomic_load(&x.quarantined),
                   (unsigned long long)dmm_fault_injected(fault), (unsigned long long)s.poisoned_chunks,
                   (unsigned long long)s.quarantined_handles, (long long)(s.committed_bytes.peak >> 20));

@@ -1,7 +1,9 @@
 /* tests/unit/test_arena.c — the arena over the real host driver: reservation without resident
  * memory, commit/decommit with real protections and memfds, the release contract (COMPLETE with 0
  * unmapped bytes, FAILED for wrong handles and double release, ids never reused), granule sharing,
- * one handle per chunk-limit of a commit, the handle cache, and the error sentences. Every test
+ * one handle per chunk-limit of a commit, the handle cache, aliases (one handle mapped at two places:
+ * owned once, mapped twice, the handle cached only after its last mapping), and the error sentences.
+ * Every test
  * runs the expensive check after each step and ends with nothing live. */
 #include "arena_kit.h"
 
@@ -405,6 +407,165 @@ static void handle_cache_reuses_and_drains(void **state) {
     fx_end(f);
 }
 
+/* ---- aliases: one handle mapped at two places ---- */
+
+static void alias_maps_the_same_memory_twice_and_owns_it_once(void **state) {
+    (void)state;
+    fixture *f = fx_new(1 * GIB, 4 * MIB, 8 * MIB); /* chunks of up to 4 MiB, a cache for 8 MiB */
+    dmm_allocation a;
+    dmm_range src = {0, 6 * MIB}, dst = {10 * MIB, 6 * MIB};
+    DMM_OK_OR_FAIL(dmm_mechanism_allocate_committed(f->m, 16 * MIB, 0, &src, 1, &a)); /* chunks: 4 + 2 MiB */
+    int fds0 = fd_count();
+    char *p = a.ptr;
+    for (size_t i = 0; i < 6 * MIB; i += 4096) p[i] = (char)(i >> 12);
+    dmm_stats s0 = kit_stats(f->m);
+    assert_int_equal(s0.handles.current, 2);
+    DMM_OK_OR_FAIL(dmm_arena_alias(f->m, &a, dst, src));
+    step(f);
+    /* the same bytes at both places, both writable, no new handle or memfd */
+    for (size_t i = 0; i < 6 * MIB; i += 4096) assert_int_equal(p[10 * MIB + i], (char)(i >> 12));
+    p[10 * MIB + 5 * MIB] = 42;
+    assert_int_equal(p[5 * MIB], 42);
+    char perms[5];
+    prot_at(p + 10 * MIB, perms);
+    assert_string_equal(perms, "rw-s");
+    assert_int_equal(fd_count(), fds0);
+    dmm_stats s = kit_stats(f->m);
+    assert_int_equal(s.driver_create, s0.driver_create);
+    assert_int_equal(s.driver_map, s0.driver_map + 2); /* the same chunk layout: 4 + 2 MiB */
+    assert_int_equal(s.handles.current, 2);
+    assert_int_equal(s.owned_bytes.current, 6 * MIB);
+    assert_int_equal(s.mapped_bytes.current, 12 * MIB); /* mapped may exceed owned */
+    assert_int_equal(atomic_load(&f->tally.owned), 6 * MIB);
+    assert_int_equal(atomic_load(&f->tally.mapped), 12 * MIB);
+    dmm_driver_census c = kit_census(f->host);
+    assert_int_equal(c.handle_bytes, 6 * MIB);
+    assert_int_equal(c.mapped_bytes, 12 * MIB);
+    uint64_t committed = 0;
+    DMM_OK_OR_FAIL(dmm_mechanism_committed_bytes(f->m, &a, &committed));
+    assert_int_equal(committed, 12 * MIB);
+    /* the old place goes: unmapped there, but its handles stay (the new place maps them) */
+    dmm_release_outcome o = dmm_mechanism_decommit(f->m, &a, src);
+    assert_int_equal(o.state, DMM_RELEASE_COMPLETE);
+    assert_int_equal(o.unmapped_bytes, 6 * MIB);
+    step(f);
+    s = kit_stats(f->m);
+    assert_int_equal(s.driver_release, 0);
+    assert_int_equal(s.cached_bytes.current, 0);
+    assert_int_equal(s.owned_bytes.current, 6 * MIB);
+    assert_int_equal(s.mapped_bytes.current, 6 * MIB);
+    prot_at(p, perms);
+    assert_string_equal(perms, "---p");
+    assert_int_equal(p[10 * MIB + 5 * MIB], 42);
+    for (size_t i = 4096; i < 5 * MIB; i += 4096) assert_int_equal(p[10 * MIB + i], (char)(i >> 12));
+    /* the old place may be committed again: new memory */
+    uint64_t newly = 0;
+    DMM_OK_OR_FAIL(dmm_mechanism_commit(f->m, &a, (dmm_range){0, 2 * MIB}, &newly));
+    assert_int_equal(newly, 2 * MIB);
+    assert_int_equal(p[4096], 0);
+    step(f);
+    /* the release unmaps the rest: only now do the aliased handles reach the cache */
+    release_complete(f, &a, 8 * MIB);
+    s = kit_stats(f->m);
+    assert_int_equal(s.cached_bytes.current, 8 * MIB);
+    assert_int_equal(s.driver_release, 0);
+    DMM_OK_OR_FAIL(dmm_arena_drain_cache(f->m));
+    step(f);
+    fx_end(f);
+}
+
+static void an_alias_of_an_alias_and_any_order_of_teardown(void **state) {
+    (void)state;
+    /* three places of one handle; each torn down in a different way and order */
+    for (int order = 0; order < 3; order++) {
+        fixture *f = fx_new(1 * GIB, 2 * MIB, 0); /* no cache: the last mapping releases the handle */
+        dmm_allocation a;
+        dmm_range p0 = {0, 2 * MIB}, p1 = {4 * MIB, 2 * MIB}, p2 = {8 * MIB, 2 * MIB};
+        DMM_OK_OR_FAIL(dmm_mechanism_allocate_committed(f->m, 12 * MIB, 0, &p0, 1, &a));
+        memset(a.ptr, 7, 2 * MIB);
+        DMM_OK_OR_FAIL(dmm_arena_alias(f->m, &a, p1, p0));
+        DMM_OK_OR_FAIL(dmm_arena_alias(f->m, &a, p2, p1)); /* an alias of the alias */
+        step(f);
+        assert_int_equal(kit_stats(f->m).mapped_bytes.current, 6 * MIB);
+        assert_int_equal(kit_census(f->host).handles, 1);
+        assert_int_equal(((char *)a.ptr)[8 * MIB + 5], 7);
+        dmm_range first = order == 0 ? p0 : order == 1 ? p1 : p2, second = order == 2 ? p0 : p2;
+        dmm_release_outcome o = dmm_mechanism_decommit(f->m, &a, first);
+        assert_int_equal(o.state, DMM_RELEASE_COMPLETE);
+        step(f);
+        o = dmm_mechanism_decommit(f->m, &a, second);
+        assert_int_equal(o.state, DMM_RELEASE_COMPLETE);
+        step(f);
+        assert_int_equal(kit_stats(f->m).driver_release, 0); /* one mapping is left */
+        assert_int_equal(kit_census(f->host).handles, 1);
+        release_complete(f, &a, 2 * MIB);
+        assert_int_equal(kit_stats(f->m).driver_release, 1);
+        fx_end(f);
+    }
+}
+
+static void alias_refuses_what_it_cannot_do_and_changes_nothing(void **state) {
+    (void)state;
+    fixture *f = fx_new(1 * GIB, 4 * MIB, 0);
+    dmm_allocation a, b, small;
+    dmm_range ranges[] = {{0, 4 * MIB}, {8 * MIB, 2 * MIB}};
+    DMM_OK_OR_FAIL(dmm_mechanism_allocate_committed(f->m, 20 * MIB - 4096, 0, ranges, 2, &a));
+    DMM_OK_OR_FAIL(dmm_mechanism_allocate(f->m, 4096, 0, &small)); /* shares a's last granule */
+    assert_ptr_equal(small.ptr, (char *)a.ptr + 20 * MIB - 4096);
+    DMM_OK_OR_FAIL(dmm_mechanism_allocate(f->m, 2 * MIB, 0, &b));
+    step(f);
+    dmm_stats s0 = kit_stats(f->m);
+    struct {
+        dmm_range dst, src;
+        dmm_status code;
+        const char *why;
+    } bad[] = {
+        {{12 * MIB, 2 * MIB}, {0, 2 * MIB}, DMM_ERR_INVALID_ARGUMENT, "reaches past the source range"},
+        {{12 * MIB, 4 * MIB}, {4 * MIB, 4 * MIB}, DMM_ERR_INVALID_ARGUMENT, "not committed"},
+        {{12 * MIB, 2 * MIB}, {8 * MIB, 4 * MIB}, DMM_ERR_INVALID_ARGUMENT, "same size"},
+        {{8 * MIB, 4 * MIB}, {0, 4 * MIB}, DMM_ERR_INVALID_ARGUMENT, "already backed"},
+        {{2 * MIB, 4 * MIB}, {0, 4 * MIB}, DMM_ERR_INVALID_ARGUMENT, "overlap"},
+        {{12 * MIB + 4096, 2 * MIB}, {8 * MIB, 2 * MIB}, DMM_ERR_INVALID_ARGUMENT, "start on a granule"},
+        {{12 * MIB, 2 * MIB}, {8 * MIB, 2 * MIB - 4096}, DMM_ERR_INVALID_ARGUMENT, "same size"},
+        {{19 * MIB, 2 * MIB}, {8 * MIB, 2 * MIB}, DMM_ERR_INVALID_ARGUMENT, "inside the allocation"},
+        {{12 * MIB, 0}, {8 * MIB, 0}, DMM_ERR_INVALID_ARGUMENT, "non-empty"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        assert_int_equal(dmm_arena_alias(f->m, &a, bad[i].dst, bad[i].src), bad[i].code);
+        dmm_test_error_mentions("dmm_arena_alias", "refused", bad[i].why, "nothing was changed", NULL);
+    }
+    /* the tail granule shared with `small` is never a whole granule of a: no range can name it */
+    assert_int_equal(dmm_arena_alias(f->m, &a, (dmm_range){12 * MIB, 2 * MIB}, (dmm_range){18 * MIB, 2 * MIB}),
+                     DMM_ERR_INVALID_ARGUMENT);
+    dmm_test_error_mentions("inside the allocation", NULL);
+    /* a stale value, another arena's allocation, not an arena */
+    dmm_allocation stale = a;
+    stale.id++;
+    assert_int_equal(dmm_arena_alias(f->m, &stale, (dmm_range){12 * MIB, 2 * MIB}, (dmm_range){8 * MIB, 2 * MIB}),
+                     DMM_ERR_UNKNOWN_ALLOCATION);
+    dmm_mechanism *eager = NULL;
+    DMM_OK_OR_FAIL(dmm_eager_create(f->host, NULL, &eager));
+    assert_int_equal(dmm_arena_alias(eager, &a, (dmm_range){12 * MIB, 2 * MIB}, (dmm_range){8 * MIB, 2 * MIB}),
+                     DMM_ERR_WRONG_MECHANISM);
+    dmm_test_error_mentions("not an arena", NULL);
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(eager));
+    /* a budget that refuses the mapping */
+    atomic_store(&f->tally.refuse, 1);
+    assert_int_equal(dmm_arena_alias(f->m, &a, (dmm_range){12 * MIB, 2 * MIB}, (dmm_range){8 * MIB, 2 * MIB}),
+                     DMM_ERR_BUDGET);
+    dmm_test_error_mentions("dmm_arena_alias", "mapped axis", NULL);
+    atomic_store(&f->tally.refuse, 0);
+    step(f);
+    dmm_stats s = kit_stats(f->m);
+    assert_int_equal(s.driver_map, s0.driver_map);
+    assert_int_equal(s.mapped_bytes.current, s0.mapped_bytes.current);
+    assert_int_equal(s.owned_bytes.current, s0.owned_bytes.current);
+    release_complete(f, &b, 2 * MIB);
+    release_complete(f, &small, 2 * MIB);
+    release_complete(f, &a, 6 * MIB);
+    fx_end(f);
+}
+
 static void destroy_is_refused_while_live(void **state) {
     (void)state;
     fixture *f = fx_new(1 * GIB, 0, 4 * MIB);
@@ -612,6 +773,9 @@ int main(void) {
         cmocka_unit_test(allocate_committed_commits_only_the_ranges),
         cmocka_unit_test(tail_granule_shared_is_not_decommitted),
         cmocka_unit_test(handle_cache_reuses_and_drains),
+        cmocka_unit_test(alias_maps_the_same_memory_twice_and_owns_it_once),
+        cmocka_unit_test(an_alias_of_an_alias_and_any_order_of_teardown),
+        cmocka_unit_test(alias_refuses_what_it_cannot_do_and_changes_nothing),
         cmocka_unit_test(destroy_is_refused_while_live),
         cmocka_unit_test(alignment_and_placement),
         cmocka_unit_test(address_space_exhaustion_is_an_error),
