@@ -8,7 +8,13 @@
  * physical memory are decoupled: when the pool needs memory in one place and holds whole free chunks
  * elsewhere, it moves them (decommit there, commit here; the arena's handle cache hands the same
  * physical handle back) instead of growing, so the physical memory it holds stays close to the peak
- * of what is live.
+ * of what is live. A move waits for the chunk's fence (see below); when the chunks it wants belong
+ * to the requesting stream's own heap and their fence is still pending (on a GPU the CPU runs ahead
+ * of the work, so it usually is), the pool aliases them instead (over an arena: dmm_arena_alias):
+ * the same physical memory is mapped at the new place at once, usable by that stream because stream
+ * order puts its new work after the old, and the old place is decommitted once its fence completed
+ * (its VA then returns to the heap). No physical memory is duplicated: only the mapped bytes (and
+ * committed_bytes, which counts mappings) count both places meanwhile.
  *
  * Streams and events (DESIGN §4.9):
  *  - every stream that allocates gets its own heap (free lists, lock, VA regions); a block freed on
@@ -18,7 +24,9 @@
  *  - physical memory leaves a heap (trim, empty_cache, or a move to where it is needed) only as
  *    whole free chunks whose heap's last free is covered by a completed event (a "fence" the pool
  *    records on the heap's stream and polls): never a device synchronize, never an unmap under work
- *    that may still use the memory.
+ *    that may still use the memory. Within its own heap a stream may reuse a fenced free chunk at
+ *    another address at once (an alias); its old place is unmapped only behind the fence, and the
+ *    memory goes to another stream only once the fence covers it too.
  *
  * Hot path: malloc and free served from mapped free memory make no driver call and take one lock:
  * the heap's, uncontended when each thread uses its own stream. A thread-local cache finds the heap
@@ -70,6 +78,9 @@ typedef struct dmm_pool_config {
                                growth (one handle per need) but a partly used big chunk cannot move:
                                on the real traces 8 MiB gives 1.03-1.08 × live, 128 MiB 1.05-1.25 ×,
                                against 1.02 × at 2 MiB (docs: dmm replay --max-chunk) */
+    uint32_t no_alias;        /* 1: never alias chunks (a growth that wants fenced chunks of its own
+                               stream then grows instead, as before aliases); for comparisons.
+                               0 = alias where it saves memory (over an arena) */
 } dmm_pool_config;
 
 /* Creates a pool over `mech` (not owned; must support virtual backing, else DMM_ERR_UNSUPPORTED) and
@@ -107,8 +118,10 @@ DMM_API dmm_status dmm_pool_trim(dmm_pool *pool, uint64_t target_bytes, uint64_t
 DMM_API dmm_status dmm_pool_empty_cache(dmm_pool *pool, uint64_t *released);
 
 /* ---------------------------------------------------------------------------------------------- */
-/* Stats, declared once. Counts are {current, peak, total}; counters only go up.
- *   allocated_bytes ≤ committed_bytes: committed = chunks the pool holds mapped (live or free);
+/* Stats, declared once. Counts are {current, peak, total}; counters only go up (new ones are added
+ * at the end, so that a caller's older, shorter struct reads the same fields).
+ *   allocated_bytes ≤ committed_bytes: committed = chunks the pool holds mapped (live or free; an
+ *   aliased chunk counts at both places until its old place is decommitted);
  *   physical_bytes = the mechanism's owned bytes (mapped + its handle cache + quarantined), read from
  *   the mechanism's stats at each growth, trim and stats call (so its peak is exact when the pool is
  *   the mechanism's only user); the driver_* counters are the mechanism's too. */
@@ -126,7 +139,7 @@ DMM_API dmm_status dmm_pool_empty_cache(dmm_pool *pool, uint64_t *released);
     X(frees, "successful free calls")                                                            \
     X(cached_mallocs, "mallocs served from mapped free blocks, without a driver call")           \
     X(grows, "mallocs that committed chunks")                                                    \
-    X(chunks_committed, "chunks committed (new or moved)")                                       \
+    X(chunks_committed, "chunks committed (new, moved or aliased)")                              \
     X(chunks_decommitted, "chunks decommitted (moved, trimmed)")                                 \
     X(chunks_moved, "chunks decommitted to be committed where they were needed")                 \
     X(trims, "trim and empty_cache calls")                                                       \
@@ -139,7 +152,9 @@ DMM_API dmm_status dmm_pool_empty_cache(dmm_pool *pool, uint64_t *released);
     X(driver_set_access, "the mechanism's driver set-access calls")                              \
     X(driver_unmap, "the mechanism's driver unmap calls")                                        \
     X(driver_release, "the mechanism's driver handle releases")                                  \
-    X(driver_cache_hits, "chunks the mechanism served from its handle cache")
+    X(driver_cache_hits, "chunks the mechanism served from its handle cache")                    \
+    X(chunks_aliased, "chunks mapped again at once where their own stream needed them, the old place "   \
+                      "decommitted behind its fence (no new physical memory)")
 
 typedef struct dmm_pool_stats {
     uint32_t size; /* sizeof(dmm_pool_stats), set by the caller */

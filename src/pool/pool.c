@@ -16,6 +16,18 @@
  * of live memory plus the sub-chunk slack of partly used chunks, and the driver calls are spent only
  * where live memory really moves.
  *
+ * Aliases. A move must wait for the chunk's fence (never unmap under work that may still use it).
+ * On a GPU the CPU runs ahead of the work, so the fences of recent frees are usually pending when
+ * memory is needed, and the pool would grow instead. But the requesting heap's own free chunks are
+ * safe for its own stream at once (stream order), only not at their old address until the fence.
+ * So when a growth wants chunks of its own heap whose fence is pending, it aliases them: the
+ * arena maps the same handles at the new place now (dmm_arena_alias), the old place becomes
+ * ALIASED (mapped, out of use) and heap_poll decommits it once a completed fence covers its last
+ * free; its VA then returns UNMAPPED. Chunks behind a completed fence still move (nothing is left
+ * to reap), and chunks of other heaps still wait. Physical memory is never duplicated; the mapped
+ * (and committed) bytes count both places for a while. The aliased memory's free blocks carry the
+ * old place's seq, so that it reaches another stream, or is trimmed, only behind the same fence.
+ *
  * Trade-offs. Chunks of one quantum (the granule, the default) make every physical handle fit every
  * place, at the cost of one create + map + set-access per granule on growth; with max_chunk_bytes
  * above the quantum a growth commits one handle sized to the need (far fewer calls) and a moved
@@ -29,7 +41,9 @@
  * Invariants (see pool_internal.h for the heap's): p.committed = Σ heap.committed = Σ chunk bytes
  * (clen) once no growth or trim is in flight; a chunk is committed or decommitted only while its block is COMMITTING or
  * DECOMMITTING, by the one thread that carved it, outside every heap lock; a DECOMMITTING chunk came
- * from a FREE block with seq ≤ safe_seq of its heap (its last free is behind a completed fence).
+ * from a FREE block with seq ≤ safe_seq of its heap (its last free is behind a completed fence), or
+ * is an ALIASED old place whose seq ≤ safe_seq; an aliased chunk came from a FREE block of the heap
+ * whose growth it joined; p.aliased_bytes = Σ ALIASED sizes.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -158,6 +172,8 @@ dmm_status dmm_pool_create(dmm_mechanism *mech, dmm_driver *drv, const dmm_pool_
     p->align = align;
     p->align_shift = (unsigned)__builtin_ctzll(align);
     p->retain_permille = c.retain_permille ? c.retain_permille : 20;
+    p->can_alias = !c.no_alias && dmm_arena_reservation(mech, NULL, NULL) == DMM_OK; /* an arena can alias */
+    dmm_clear_error();
     p->uid = atomic_fetch_add_explicit(&pool_uids, 1, memory_order_relaxed);
     p->owner = calloc(p->nregions, sizeof *p->owner);
     p->clen = calloc((size_t)(va / chunk), sizeof *p->clen); /* untouched pages cost nothing */
@@ -253,9 +269,13 @@ static void event_put(dmm_pool *p, dmm_event ev) {
     dmm_lock_release(&p->lock);
 }
 
+static void heap_fence(dmm_pool *p, pheap *h);
+static void heap_reap_aliased(dmm_pool *p, pheap *h);
+
 /* Polls the heap's pending cross-stream frees, then its fence, recording a new fence when frees
- * happened since the last one (the frees that completed pending blocks included). Driver calls run
- * outside the heap lock: the pending list is taken out while they run. Never waits. */
+ * happened since the last one (the frees that completed pending blocks included), then decommits the
+ * old places of aliased chunks that a completed fence covers. Driver calls run outside the heap
+ * lock: the pending list (and the old places) are taken out while they run. Never waits. */
 static void heap_poll(dmm_pool *p, pheap *h) {
     /* 1: cross-stream frees whose event completed become free blocks */
     dmm_lock_acquire(&h->lock);
@@ -291,8 +311,12 @@ static void heap_poll(dmm_pool *p, pheap *h) {
         }
         dmm_lock_release(&h->lock);
     }
+    heap_fence(p, h);      /* 2 */
+    heap_reap_aliased(p, h); /* 3 */
+}
 
-    /* 2: the fence */
+/* The heap's fence: records one when frees happened since the last, or queries the recorded one. */
+static void heap_fence(dmm_pool *p, pheap *h) {
     enum { NONE, RECORD, QUERY } action = NONE;
     uint64_t s = 0;
     dmm_lock_acquire(&h->lock);
@@ -627,12 +651,21 @@ static uint64_t live_peak_estimate(dmm_pool *p) {
  * (COMMITTING / DECOMMITTING) out of it; readers look only at FREE ranges under the heap's lock. */
 static inline size_t qidx(const dmm_pool *p, uintptr_t addr) { return (size_t)((addr - p->base) / p->chunk); }
 
+typedef enum source_role {
+    SRC_MOVE = 0,  /* a FREE chunk behind a completed fence: decommitted (and committed elsewhere) */
+    SRC_ALIAS = 1, /* a FREE chunk of the growing heap whose fence is pending: aliased into the growth */
+    SRC_OLD = 2,   /* an ALIASED old place whose fence completed: decommitted */
+} source_role;
+
 typedef struct source {
     pheap *h;
     pblock *b;      /* a DECOMMITTING block of exactly one chunk */
     uint64_t bytes; /* its size */
     size_t piece;   /* growth: the target piece it moves into */
+    uint64_t seq;   /* the block's seq when carved */
+    uint8_t role;   /* source_role */
     bool tried;     /* decommit was called */
+    bool aliased;   /* SRC_ALIAS: the alias succeeded, the block stays mapped as the old place */
     dmm_release_outcome o;
 } source;
 
@@ -651,16 +684,18 @@ static int by_age(const void *a, const void *b) {
 /* Carves whole free chunks that are safe to decommit out of h's FREE blocks (under h's lock), oldest
  * frees first, until `want` bytes are carved, skipping blocks that overlap [ex_lo, ex_hi). With
  * target pieces (growth), a chunk is taken only if it fits in the room left in one of them, and is
- * assigned to it. Returns the bytes carved. */
+ * assigned to it. `alias_ok` (a growth of h itself): chunks whose fence is still pending are taken
+ * too, to be aliased (stream order makes their reuse by h's stream safe at once); the oldest frees,
+ * those behind a completed fence, still come first and move. Returns the bytes carved. */
 static uint64_t carve_sources(dmm_pool *p, pheap *h, uint64_t want, uintptr_t ex_lo, uintptr_t ex_hi, ptarget *tg,
-                              size_t nt, srcvec *out) {
+                              size_t nt, bool alias_ok, srcvec *out) {
     if (want == 0) return 0;
     const uint64_t Q = p->chunk;
     size_t nc = 0;
     for (uint32_t c = 0; c < POOL_NBINS; c++) {
         if ((h->binmap[c / 64] >> (c % 64) & 1) == 0) continue;
         for (pblock *b = h->bins[c]; b != NULL; b = b->lnext) {
-            if (b->seq > h->safe_seq || (b->addr < ex_hi && b->addr + b->size > ex_lo)) continue;
+            if ((b->seq > h->safe_seq && !alias_ok) || (b->addr < ex_hi && b->addr + b->size > ex_lo)) continue;
             size_t q = qidx(p, align_up_c(p, b->addr)), qend = qidx(p, align_down_c(p, b->addr + b->size));
             while (q < qend) {
                 uint32_t len = p->clen[q];
@@ -676,7 +711,7 @@ static uint64_t carve_sources(dmm_pool *p, pheap *h, uint64_t want, uintptr_t ex
                     h->scratch = ns;
                     h->capscratch = ncap;
                 }
-                h->scratch[nc++] = (pcand){b, p->base + q * Q, (uint64_t)len * Q, b->seq};
+                h->scratch[nc++] = (pcand){b, p->base + q * Q, (uint64_t)len * Q, b->seq, b->seq > h->safe_seq};
                 q += len;
             }
         }
@@ -712,6 +747,8 @@ static uint64_t carve_sources(dmm_pool *p, pheap *h, uint64_t want, uintptr_t ex
         s->b = mid;
         s->bytes = c->bytes;
         s->piece = piece;
+        s->seq = c->seq;
+        s->role = c->alias ? SRC_ALIAS : SRC_MOVE;
         got += c->bytes;
     }
     return got;
@@ -739,10 +776,20 @@ static void decommit_one(dmm_pool *p, source *s) {
     }
 }
 
-/* Puts a decommitted (or not) source back into its heap (under that heap's lock). */
+/* Puts a decommitted, aliased (or untouched) source back into its heap (under that heap's lock). */
 static void source_fixup(dmm_pool *p, source *s) {
     pheap *h = s->h;
     pblock *b = s->b;
+    if (s->role == SRC_ALIAS) {
+        if (s->aliased) { /* the old place: mapped until a completed fence covers its last free */
+            b->kind = BK_ALIASED;
+            dmm__heap_list_push(&h->aliased, b);
+            h->naliased++;
+        } else {
+            dmm__heap_make_free(h, b); /* not aliased: still mapped, still free */
+        }
+        return;
+    }
     dmm_release_state state = dmm_release_state_of(&s->o);
     if (source_gone(s)) {
         h->committed -= s->bytes;
@@ -753,9 +800,15 @@ static void source_fixup(dmm_pool *p, source *s) {
         b->requested = s->o.unmapped_bytes < s->bytes; /* still mapped? */
         if (!b->requested) h->committed -= s->bytes;
         add(&p->chunks_poisoned, 1);
+    } else if (s->role == SRC_OLD) {
+        b->kind = BK_ALIASED; /* FAILED: still mapped, still the old place; the next poll tries again */
+        dmm__heap_list_push(&h->aliased, b);
+        h->naliased++;
+        return;
     } else {
         dmm__heap_make_free(h, b); /* FAILED (or nothing to unmap): still mapped, still free */
     }
+    if (s->role == SRC_OLD) sub(&p->aliased_bytes, s->bytes);
 }
 
 static void sources_fixup(dmm_pool *p, srcvec *sv, size_t from) {
@@ -771,6 +824,41 @@ static void sources_fixup(dmm_pool *p, srcvec *sv, size_t from) {
     if (locked != NULL) dmm_lock_release(&locked->lock);
 }
 
+/* Decommits the old places of aliased chunks whose last free a completed fence covers: the memory
+ * lives on where it was aliased to, and nothing queued on the stream can use the old place any more.
+ * The VA comes back UNMAPPED; a decommit that failed leaves the block ALIASED, tried again next poll. */
+static void heap_reap_aliased(dmm_pool *p, pheap *h) {
+    pblock *list = NULL;
+    dmm_lock_acquire(&h->lock);
+    for (pblock *b = h->aliased, *n; b != NULL; b = n) {
+        n = b->lnext;
+        if (b->seq > h->safe_seq) continue;
+        dmm__heap_list_remove(&h->aliased, b);
+        h->naliased--;
+        b->kind = BK_DECOMMITTING;
+        b->lnext = list;
+        list = b;
+    }
+    dmm_lock_release(&h->lock);
+    while (list != NULL) {
+        pblock *b = list;
+        list = b->lnext;
+        b->lnext = NULL;
+        source s;
+        memset(&s, 0, sizeof s);
+        s.h = h;
+        s.b = b;
+        s.bytes = b->size;
+        s.seq = b->seq;
+        s.role = SRC_OLD;
+        decommit_one(p, &s);
+        dmm_clear_error(); /* a failure is retried at the next poll; nobody asked for this call */
+        dmm_lock_acquire(&h->lock);
+        source_fixup(p, &s);
+        dmm_lock_release(&h->lock);
+    }
+}
+
 /* Commits one chunk of `bytes` at `addr` (no heap lock held). */
 static dmm_status commit_one(dmm_pool *p, uintptr_t addr, uint64_t bytes) {
     uint64_t newly = 0;
@@ -780,6 +868,25 @@ static dmm_status commit_one(dmm_pool *p, uintptr_t addr, uint64_t bytes) {
     p->clen[qidx(p, addr)] = (uint32_t)(bytes / p->chunk);
     committed_add(p, bytes);
     add(&p->chunks_committed, 1);
+    return DMM_OK;
+}
+
+/* Maps the physical memory of alias source s a second time at `at` (no heap lock held): usable at
+ * once by the heap's stream, whose queued work is all that may still use the old place. A failure
+ * changes nothing (the caller commits new memory instead). */
+static dmm_status alias_one(dmm_pool *p, source *s, uintptr_t at) {
+    dmm_range dst = {(size_t)(at - p->base), (size_t)s->bytes}, src = {(size_t)(s->b->addr - p->base), (size_t)s->bytes};
+    dmm_status st = dmm_arena_alias(p->mech, &p->va, dst, src);
+    if (st != DMM_OK) {
+        dmm_clear_error();
+        return st;
+    }
+    s->aliased = true;
+    p->clen[qidx(p, at)] = (uint32_t)(s->bytes / p->chunk);
+    committed_add(p, s->bytes);
+    add(&p->aliased_bytes, s->bytes);
+    add(&p->chunks_committed, 1);
+    add(&p->chunks_aliased, 1);
     return DMM_OK;
 }
 
@@ -862,6 +969,7 @@ static dmm_status malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t requeste
                     tv.v[nt].b = dmm__heap_carve(h, x, a, z - a, BK_COMMITTING);
                     tv.v[nt].room = z - a;
                     tv.v[nt].done = 0;
+                    tv.v[nt].seq = 0;
                     nt++;
                 }
                 x = nx;
@@ -871,27 +979,35 @@ static dmm_status malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t requeste
         /* the retention limit: move whole free chunks rather than grow beyond it */
         uint64_t cap = live_peak_estimate(p);
         cap += cap / 1000 * p->retain_permille + (cap % 1000) * p->retain_permille / 1000;
-        uint64_t committed = ld(&p->committed), need = pl.k * C, want = 0;
+        uint64_t committed = ld(&p->committed), twice = ld(&p->aliased_bytes), need = pl.k * C, want = 0;
+        committed -= twice < committed ? twice : committed; /* an aliased chunk's old place is no more memory */
         if (committed + need > cap) want = committed + need - cap < need ? committed + need - cap : need;
         sv.n = 0;
-        uint64_t got = carve_sources(p, h, want, pl.lo, pl.hi, tv.v, nt, &sv);
+        uint64_t got = carve_sources(p, h, want, pl.lo, pl.hi, tv.v, nt, p->can_alias, &sv);
         dmm_lock_release(&h->lock);
         /* then from other heaps, one lock at a time */
         for (pheap *g = heaps_head(p); g != NULL && got < want; g = heap_next(g)) {
             if (g == h) continue;
             heap_poll(p, g); /* its fence decides which of its free chunks may move */
             dmm_lock_acquire(&g->lock);
-            got += carve_sources(p, g, want - got, 0, 0, tv.v, nt, &sv);
+            got += carve_sources(p, g, want - got, 0, 0, tv.v, nt, false, &sv);
             dmm_lock_release(&g->lock);
         }
         /* the driver work, outside every heap lock. Each piece: first the chunks moved into it (decommit
-         * there, commit here: the mechanism's cache hands the same handle back), then one new chunk
-         * for the rest (split only at max_chunk) */
+         * there, commit here: the mechanism's cache hands the same handle back) or aliased into it
+         * (mapped here at once, the old place decommitted once its fence completed), then one new
+         * chunk for the rest (split only at max_chunk) */
         add(&p->grows, 1);
         for (size_t j = 0; j < nt && fail == DMM_OK; j++) {
             uintptr_t cur = tv.v[j].b->addr, end = cur + tv.v[j].b->size;
             for (size_t i = 0; i < sv.n && fail == DMM_OK; i++) {
                 if (sv.v[i].piece != j) continue;
+                if (sv.v[i].role == SRC_ALIAS) {
+                    if (alias_one(p, &sv.v[i], cur) != DMM_OK) continue; /* its room gets new memory below */
+                    if (sv.v[i].seq > tv.v[j].seq) tv.v[j].seq = sv.v[i].seq;
+                    cur += sv.v[i].bytes;
+                    continue;
+                }
                 decommit_one(p, &sv.v[i]);
                 if (!source_gone(&sv.v[i])) continue; /* its room is filled with new memory below */
                 add(&p->chunks_moved, 1);
@@ -927,7 +1043,7 @@ static dmm_status malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t requeste
             }
             if (done > 0) {
                 h->committed += done;
-                t->seq = 0;
+                t->seq = tv.v[j].seq; /* aliased memory: the old place's last free (moving it elsewhere waits) */
                 dmm__heap_make_free(h, t);
             }
         }
@@ -1074,7 +1190,7 @@ dmm_status dmm_pool_trim(dmm_pool *p, uint64_t target, uint64_t *released) {
         if (committed <= target) continue;
         dmm_lock_acquire(&h->lock);
         sv.n = 0;
-        carve_sources(p, h, committed - target, 0, 0, NULL, 0, &sv);
+        carve_sources(p, h, committed - target, 0, 0, NULL, 0, false, &sv);
         dmm_lock_release(&h->lock);
         for (size_t i = 0; i < sv.n; i++) {
             decommit_one(p, &sv.v[i]);
@@ -1215,6 +1331,7 @@ static void gather(dmm_pool *p, dmm_pool_stats *s) {
     s->chunks_committed = ld(&p->chunks_committed);
     s->chunks_decommitted = ld(&p->chunks_decommitted);
     s->chunks_moved = ld(&p->chunks_moved);
+    s->chunks_aliased = ld(&p->chunks_aliased);
     s->trims = ld(&p->trims);
     s->events_recorded = ld(&p->events_recorded);
     s->events_pending = ld(&p->events_pending);
@@ -1300,11 +1417,12 @@ dmm_status dmm_pool_stats_json(const dmm_pool_stats *s, char *buf, size_t cap, s
 /* ---- check ---- */
 dmm_status dmm_pool_check(dmm_pool *p) {
     if (p == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_check: the pool is NULL");
-    uint64_t sum = 0;
+    uint64_t sum = 0, twice = 0;
     for (pheap *h = heaps_head(p); h != NULL; h = heap_next(h)) {
         dmm_lock_acquire(&h->lock);
         const char *bad = dmm__heap_check_locked(h);
         sum += h->committed;
+        for (const pblock *b = h->aliased; b != NULL; b = b->lnext) twice += b->size;
         dmm_lock_release(&h->lock);
         if (bad != NULL)
             return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_check: heap of stream %p: %s", h->stream, bad);
@@ -1314,5 +1432,10 @@ dmm_status dmm_pool_check(dmm_pool *p) {
                              "dmm_pool_check: the heaps hold %llu committed bytes but the pool counts %llu (call the "
                              "check while no other thread uses the pool)",
                              (unsigned long long)sum, (unsigned long long)ld(&p->committed));
+    if (twice != ld(&p->aliased_bytes))
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "dmm_pool_check: the heaps hold %llu bytes of aliased old places but the pool counts %llu "
+                             "(call the check while no other thread uses the pool)",
+                             (unsigned long long)twice, (unsigned long long)ld(&p->aliased_bytes));
     return DMM_OK;
 }

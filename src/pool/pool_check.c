@@ -18,7 +18,8 @@ static bool maps_its_chunks(uint8_t kind, const pblock *b) {
     case BK_LIVE:
     case BK_PENDING:
     case BK_FREE:
-    case BK_DECOMMITTING: return true;
+    case BK_DECOMMITTING:
+    case BK_ALIASED: return true;
     case BK_POISONED: return b->requested != 0; /* still mapped */
     default: return false;
     }
@@ -27,7 +28,7 @@ static bool maps_its_chunks(uint8_t kind, const pblock *b) {
 const char *dmm__heap_check_locked(const pheap *h) {
     const dmm_pool *p = h->pool;
     const uint64_t Q = p->chunk;
-    uint64_t nfree = 0, nunmapped = 0, nlive = 0, npending = 0, live_bytes = 0, chunk_bytes = 0;
+    uint64_t nfree = 0, nunmapped = 0, nlive = 0, npending = 0, naliased = 0, live_bytes = 0, chunk_bytes = 0;
     for (size_t r = 0; r < h->nruns; r++) {
         const prun *run = &h->runs[r];
         uintptr_t at = run->lo;
@@ -58,6 +59,12 @@ const char *dmm__heap_check_locked(const pheap *h) {
                     BAD("live block at %#llx is not in the hash", (unsigned long long)b->addr);
                 break;
             case BK_PENDING: npending++; break;
+            case BK_ALIASED:
+                naliased++;
+                if ((b->addr - p->base) % Q != 0 || p->clen[(b->addr - p->base) / Q] * Q != b->size || b->seq == 0)
+                    BAD("the aliased block at %#llx of %llu bytes is not exactly one chunk, or has no free to wait for",
+                        (unsigned long long)b->addr, (unsigned long long)b->size);
+                break;
             case BK_COMMITTING:
             case BK_DECOMMITTING:
             case BK_POISONED: break;
@@ -126,6 +133,14 @@ const char *dmm__heap_check_locked(const pheap *h) {
     if (inpending != npending || inpending != h->npending)
         BAD("%llu pending blocks, %llu in the list, counter %zu", (unsigned long long)npending,
             (unsigned long long)inpending, h->npending);
+    uint64_t inaliased = 0;
+    for (const pblock *b = h->aliased; b != NULL; b = b->lnext) {
+        inaliased++;
+        if (b->kind != BK_ALIASED) BAD("the aliased list holds a block of kind %u", b->kind);
+    }
+    if (inaliased != naliased || inaliased != h->naliased)
+        BAD("%llu aliased blocks, %llu in the list, counter %zu", (unsigned long long)naliased,
+            (unsigned long long)inaliased, h->naliased);
     if (nlive != h->hcount || nlive != h->live_blocks)
         BAD("%llu live blocks, %zu in the hash, counter %llu", (unsigned long long)nlive, h->hcount,
             (unsigned long long)h->live_blocks);

@@ -17,15 +17,21 @@
  *   FREE          free and mapped: every chunk it touches is mapped; in a bin
  *   UNMAPPED      free VA without backing; whole quanta, no chunk inside; in `unmapped`
  *   COMMITTING    whole quanta, unmapped, being committed by one thread outside the lock
- *   DECOMMITTING  one whole mapped chunk being decommitted by one thread outside the lock
+ *   DECOMMITTING  one whole mapped chunk being decommitted (or aliased) by one thread outside the lock
  *   POISONED      one chunk whose decommit went wrong: kept out of use forever
+ *   ALIASED       the old place of one whole chunk whose physical memory was mapped again where a
+ *                 growth of this heap needed it (an alias: this stream's work may still use the old
+ *                 place); still mapped, never handed out; in `aliased`; decommitted (→ UNMAPPED) once
+ *                 a completed fence covers its seq
  *
  * Invariants (pool_check.c, under the heap's lock):
  *   the blocks of a run tile [run.lo, run.hi) in address order; no two FREE blocks and no two
  *   UNMAPPED blocks are adjacent (coalesced); a FREE block is in bin bin_of(size), an UNMAPPED one
  *   in the unmapped list, a LIVE one in the hash; sizes and addresses are multiples of `align`;
- *   every quantum a LIVE, PENDING, FREE, DECOMMITTING or (still mapped) POISONED block touches lies in
- *   a chunk, no chunk reaches into an UNMAPPED block, heap.committed = Σ bytes of those chunks;
+ *   every quantum a LIVE, PENDING, FREE, DECOMMITTING, ALIASED or (still mapped) POISONED block touches
+ *   lies in a chunk, no chunk reaches into an UNMAPPED block, heap.committed = Σ bytes of those chunks
+ *   (an aliased chunk counts at both places: committed counts mappings); an ALIASED block is exactly
+ *   one chunk with seq > 0; heap.naliased = #ALIASED; pool.aliased_bytes = Σ ALIASED sizes;
  *   heap.live_bytes = Σ LIVE sizes; heap.live_blocks = #LIVE.
  *   A FREE block's seq ≥ the heap free_seq of every free merged into it; it is safe to decommit its
  *   whole chunks once seq ≤ heap.safe_seq (a completed fence on the heap's stream covers it).
@@ -47,6 +53,7 @@ enum {
     BK_COMMITTING = 5,
     BK_DECOMMITTING = 6,
     BK_POISONED = 7,
+    BK_ALIASED = 8,
 };
 
 /* Size classes, in units of `align`: exact below 64 units, then 16 classes per power of two. */
@@ -75,12 +82,13 @@ typedef struct pslab {
     struct pslab *next;
 } pslab;
 
-/* A whole free chunk that could be decommitted (slow path scratch). */
+/* A whole free chunk that could be decommitted, or aliased (slow path scratch). */
 typedef struct pcand {
     pblock *b; /* the FREE block that held it when listed */
     uintptr_t addr;
     uint64_t bytes;
     uint64_t seq;
+    bool alias; /* its fence is pending: it may only be aliased, into a growth of its own heap */
 } pcand;
 
 /* A piece of a growth: an unmapped range carved out as COMMITTING, to be filled with moved chunks
@@ -89,6 +97,7 @@ typedef struct ptarget {
     pblock *b;     /* COMMITTING */
     uint64_t room; /* bytes not yet promised to moved chunks */
     uint64_t done; /* bytes committed so far, from its start */
+    uint64_t seq;  /* the highest seq of the chunks aliased into it (0: none): its free blocks' seq */
 } ptarget;
 
 typedef enum fence_state { FENCE_IDLE = 0, FENCE_BUSY = 1, FENCE_RECORDED = 2 } fence_state;
@@ -107,6 +116,8 @@ typedef struct pheap {
     pblock *unmapped; /* UNMAPPED blocks (unordered) */
     pblock *pending;  /* PENDING blocks whose event is recorded (unordered) */
     size_t npending;
+    pblock *aliased;  /* ALIASED blocks: old places waiting for their fence (unordered) */
+    size_t naliased;
 
     pblock **hash; /* LIVE blocks by address (chained through lnext) */
     size_t hmask, hcount;
@@ -151,6 +162,7 @@ struct dmm_pool {
     uint64_t align;
     unsigned align_shift;
     uint32_t retain_permille;
+    bool can_alias; /* the mechanism is an arena (dmm_arena_alias) */
 
     dmm_lock lock; /* regions, heap creation, the event freelist, sampled peaks */
     struct pheap *_Atomic heaps;
@@ -161,10 +173,11 @@ struct dmm_pool {
     size_t nevents, capevents;
 
     _Atomic uint64_t committed;   /* Σ heap.committed */
+    _Atomic uint64_t aliased_bytes; /* Σ ALIASED sizes, and old places being decommitted: mapped twice */
     _Atomic uint64_t committed_peak, committed_total;
     _Atomic uint64_t sampled_live_peak, sampled_requested_peak;
-    _Atomic uint64_t grows, chunks_committed, chunks_decommitted, chunks_moved, trims, events_recorded,
-        events_pending, chunks_poisoned, pending_now, pending_peak, pending_total;
+    _Atomic uint64_t grows, chunks_committed, chunks_decommitted, chunks_moved, chunks_aliased, trims,
+        events_recorded, events_pending, chunks_poisoned, pending_now, pending_peak, pending_total;
 };
 
 /* ---- heap.c ---- */

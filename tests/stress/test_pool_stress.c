@@ -6,7 +6,10 @@
  * block it gets — all of a small block, the first 64 KiB and one word per 64 KiB of a large one —
  * and verifies it right before freeing: a block handed out twice, or a chunk unmapped or moved
  * under a live block, shows up as a wrong word (or a fault). A retention limit of 0.1 % keeps the
- * pool moving chunks all the time; a second run lets growth commit chunks of up to 16 MiB. At the end: every block freed, the invariant check passes, the
+ * pool moving chunks all the time; a second run lets growth commit chunks of up to 16 MiB; a third
+ * runs over the fault driver while the threads hold and release every event at random (fences
+ * pending for stretches, as on a GPU), so that growth aliases fenced chunks of its own stream: an
+ * old place handed out while its memory lives on elsewhere would break a pattern. At the end: every block freed, the invariant check passes, the
  * pool's, the arena's and the driver's counts are back to zero. Run under TSan and ASan by
  * `make test`. Seed: DMM_STRESS_SEED (default 42).
  */
@@ -27,6 +30,8 @@
 
 typedef struct shared {
     dmm_driver *drv;
+    dmm_driver *host;  /* drv wraps it when `flap` */
+    bool flap;         /* hold and release every event at random */
     dmm_mechanism *arena;
     dmm_pool *pool;
     dmm_stream streams[STREAMS];
@@ -94,6 +99,8 @@ static void *worker(void *arg) {
             atomic_fetch_add(&sh->trims, 1);
         } else if (what < 7) {
             if (dmm_pool_empty_cache(sh->pool, NULL) != DMM_OK) atomic_fetch_add(&sh->errors, 1);
+        } else if (what < 17 && sh->flap) {
+            if (dmm_fault_hold_events(sh->drv, (r >> 40) % 4 != 0) != DMM_OK) atomic_fetch_add(&sh->errors, 1);
         } else if (live[k].p != NULL) {
             if (!verify(&live[k])) {
                 fprintf(stderr, "thread %d: block %p of %zu bytes lost its pattern\n", a->id, (void *)live[k].p,
@@ -139,12 +146,15 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-static void run_mix(uint64_t max_chunk) {
+static void run_mix(uint64_t max_chunk, bool flap) {
     shared sh;
     memset(&sh, 0, sizeof sh);
     const char *seed = getenv("DMM_STRESS_SEED");
     sh.seed = seed != NULL ? strtoull(seed, NULL, 10) : 42;
-    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &sh.drv));
+    sh.flap = flap;
+    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &sh.host));
+    sh.drv = sh.host;
+    if (flap) DMM_OK_OR_FAIL(dmm_fault_driver_create(sh.host, &sh.drv));
     dmm_arena_config ac;
     memset(&ac, 0, sizeof ac);
     ac.size = sizeof ac;
@@ -170,17 +180,20 @@ static void run_mix(uint64_t max_chunk) {
     assert_int_equal(atomic_load(&sh.errors), 0);
     assert_int_equal(atomic_load(&sh.mallocs), atomic_load(&sh.frees));
 
-    DMM_OK_OR_FAIL(dmm_pool_empty_cache(sh.pool, NULL)); /* also makes the cross-stream frees reusable */
+    if (flap) DMM_OK_OR_FAIL(dmm_fault_hold_events(sh.drv, false)); /* the work is done */
+    for (int i = 0; i < 3; i++) /* also makes the cross-stream frees reusable and the old places go */
+        DMM_OK_OR_FAIL(dmm_pool_empty_cache(sh.pool, NULL));
     DMM_OK_OR_FAIL(dmm_pool_check(sh.pool));
     dmm_pool_stats ps;
     memset(&ps, 0, sizeof ps);
     ps.size = sizeof ps;
     DMM_OK_OR_FAIL(dmm_pool_stats_get(sh.pool, &ps));
     printf("max chunk %llu MiB, seed %llu: %llu mallocs, %llu frees (%llu on another stream), %llu trims; %llu grows, %llu chunks "
-           "committed, %llu moved; peak committed %lld bytes, peak physical %lld\n",
+           "committed, %llu moved, %llu aliased; peak committed %lld bytes, peak physical %lld\n",
            (unsigned long long)(max_chunk >> 20), (unsigned long long)sh.seed, (unsigned long long)ps.mallocs, (unsigned long long)ps.frees,
            (unsigned long long)ps.cross_stream_frees, (unsigned long long)atomic_load(&sh.trims),
            (unsigned long long)ps.grows, (unsigned long long)ps.chunks_committed, (unsigned long long)ps.chunks_moved,
+           (unsigned long long)ps.chunks_aliased,
            (long long)ps.committed_bytes.peak, (long long)ps.physical_bytes.peak);
     assert_int_equal(ps.mallocs, atomic_load(&sh.mallocs));
     assert_int_equal(ps.allocations.current, 0);
@@ -190,6 +203,7 @@ static void run_mix(uint64_t max_chunk) {
     assert_int_equal(ps.committed_bytes.current, 0);
     assert_int_equal(ps.physical_bytes.current, 0);
     assert_true(ps.chunks_moved > 0); /* the mix really moved memory between places */
+    if (flap) assert_true(ps.chunks_aliased > 0); /* and aliased it */
     DMM_OK_OR_FAIL(dmm_pool_destroy(sh.pool));
     dmm_stats as;
     memset(&as, 0, sizeof as);
@@ -207,25 +221,33 @@ static void run_mix(uint64_t max_chunk) {
     assert_int_equal(c.reserved_bytes, 0);
     assert_int_equal(c.handles, 0);
     assert_int_equal(c.mapped_bytes, 0);
-    dmm_driver_destroy(sh.drv);
+    if (flap) dmm_driver_destroy(sh.drv);
+    dmm_driver_destroy(sh.host);
 }
 
 /* every chunk one quantum (the default) */
 static void eight_threads_malloc_free_trim(void **state) {
     (void)state;
-    run_mix(0);
+    run_mix(0, false);
 }
 
 /* chunks up to 16 MiB: growth by one handle per need, moves of whole chunks of several sizes */
 static void eight_threads_with_variable_chunks(void **state) {
     (void)state;
-    run_mix(16 * MIB);
+    run_mix(16 * MIB, false);
+}
+
+/* events held and released at random: growth aliases fenced chunks of its own stream */
+static void eight_threads_with_pending_fences(void **state) {
+    (void)state;
+    run_mix(0, true);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(eight_threads_malloc_free_trim),
         cmocka_unit_test(eight_threads_with_variable_chunks),
+        cmocka_unit_test(eight_threads_with_pending_fences),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

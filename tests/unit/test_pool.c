@@ -7,7 +7,11 @@
  * (decommit there, commit here, the handle from the arena's cache) instead of growing; unknown and
  * double frees change nothing; trim decommits only chunks behind a completed fence and reports what
  * it freed; a block freed on another stream is not reused, and a chunk freed on a stream is neither
- * moved nor trimmed, while that stream's event is held incomplete; commit and decommit failures leave
+ * moved nor trimmed, while that stream's event is held incomplete; with every fence pending, a stream
+ * reuses its own free chunks elsewhere at once through aliases (no new handle, nothing unmapped under
+ * its work; the old places unmapped once the fences complete, then mapped = owned again), other
+ * streams never get them, and without aliases the pool grows instead; a failed alias falls back to
+ * new memory and a failed unmap of an old place is retried; commit and decommit failures leave
  * the pool consistent; destroy is refused while blocks are live. Every test runs the expensive check
  * and ends with nothing live: the driver's census back to zero.
  */
@@ -365,6 +369,246 @@ static void trim_and_moves_leave_a_chunk_mapped_until_its_stream_event_completes
     fx_close(f);
 }
 
+/* ---- aliases: a stream reuses its own fenced chunks at once, elsewhere in VA ---- */
+static dmm_driver_census census(fx *f) {
+    dmm_driver_census c;
+    memset(&c, 0, sizeof c);
+    c.size = sizeof c;
+    DMM_OK_OR_FAIL(f->host->ops->census(f->host, &c));
+    return c;
+}
+
+/* Polls every heap until no old place of an alias is left (a fence recorded by one poll completes
+ * by the next on the host). */
+static void poll_until_reaped(fx *f) {
+    for (int i = 0; i < 4; i++) DMM_OK_OR_FAIL(dmm_pool_trim(f->pool, UINT64_MAX, NULL));
+}
+
+static void a_stream_reuses_its_fenced_chunks_at_once_through_an_alias(void **state) {
+    (void)state;
+    fx *f = fx_open(NULL, 4 * C);
+    dmm_stream a = NULL;
+    DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &a));
+    char *x1 = xmalloc(f, C, a), *x2 = xmalloc(f, C, a), *x3 = xmalloc(f, C, a);
+    assert_ptr_equal(x3, x1 + 2 * C);
+    DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, true)); /* a's work still runs: every fence is pending */
+    memset(x1, 0x11, C);
+    xfree(f, x1, a);
+    xfree(f, x3, a);
+    /* 4 MiB fits nowhere: x3's chunk plus one more. The limit is full and x1's chunk may not move
+     * (its fence is pending), but a's own new work runs after a's old work: alias it */
+    uint64_t creates = calls(f, DMM_OP_CREATE), unmaps = calls(f, DMM_OP_UNMAP);
+    char *y = xmalloc(f, 2 * C, a);
+    assert_ptr_equal(y, x3);
+    assert_int_equal(calls(f, DMM_OP_CREATE), creates); /* no new physical memory */
+    assert_int_equal(calls(f, DMM_OP_UNMAP), unmaps);   /* nothing unmapped under a's work */
+    dmm_pool_stats s = stats(f);
+    assert_int_equal(s.chunks_aliased, 1);
+    assert_int_equal(s.chunks_moved, 0);
+    assert_int_equal(s.physical_bytes.current, 3 * C);
+    assert_int_equal(s.physical_bytes.peak, 3 * C);
+    assert_int_equal(s.committed_bytes.current, 4 * C); /* x1's old place is still mapped */
+    dmm_driver_census c = census(f);
+    assert_int_equal(c.handle_bytes, 3 * C);
+    assert_int_equal(c.mapped_bytes, 4 * C);
+    assert_int_equal(y[C + 5], 0x11); /* one memory at two places */
+    memset(y, 0x22, 2 * C);
+    assert_int_equal(x1[7], 0x22);
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    /* the old place stays mapped while the fence is pending, trim or not */
+    DMM_OK_OR_FAIL(dmm_pool_trim(f->pool, UINT64_MAX, NULL));
+    assert_int_equal(calls(f, DMM_OP_UNMAP), unmaps);
+    assert_int_equal(dmm_pool_destroy(f->pool), DMM_ERR_BUSY); /* y is live, and the fence pending */
+    /* a's work is done: the next polls unmap the old place; its VA comes back to the heap */
+    DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, false));
+    poll_until_reaped(f);
+    assert_int_equal(calls(f, DMM_OP_UNMAP), unmaps + 1);
+    assert_int_equal(calls(f, DMM_OP_RELEASE), 0); /* the handle lives on at y */
+    c = census(f);
+    assert_int_equal(c.mapped_bytes, 3 * C);
+    assert_int_equal(c.handle_bytes, 3 * C);
+    s = stats(f);
+    assert_int_equal(s.committed_bytes.current, 3 * C);
+    assert_int_equal(s.chunks_decommitted, 1);
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    assert_int_equal(y[C + 5], 0x22);
+    char *z = xmalloc(f, C, a); /* x1's VA is reusable (new memory from the cache: the limit allows it) */
+    memset(z, 1, C);
+    xfree(f, z, a);
+    xfree(f, y, a);
+    xfree(f, x2, a);
+    fx_close(f);
+}
+
+/* A seeded churn of whole-chunk blocks (1-4 chunks, at most `cap` chunks live) on one stream, freed
+ * on `free_on`. Returns the peak of live chunks. */
+static int churn(fx *f, dmm_stream on, dmm_stream free_on, int cap, int rounds, unsigned seed) {
+    enum { MAXB = 64 };
+    char *b[MAXB];
+    int sz[MAXB], n = 0, live = 0, peak = 0;
+    for (int r = 0; r < rounds; r++) {
+        int k = 1 + (int)(rand_r(&seed) % 4);
+        if (n < MAXB && live + k <= cap && (rand_r(&seed) % 2 == 0 || n == 0)) {
+            b[n] = xmalloc(f, (size_t)k * C, on);
+            memset(b[n], r & 0x7f, (size_t)k * C);
+            sz[n++] = k;
+            live += k;
+            if (live > peak) peak = live;
+        } else if (n > 0) {
+            int i = (int)(rand_r(&seed) % (unsigned)n);
+            xfree(f, b[i], free_on);
+            live -= sz[i];
+            b[i] = b[--n];
+            sz[i] = sz[n];
+        }
+    }
+    while (n > 0) xfree(f, b[--n], free_on);
+    return peak;
+}
+
+static void under_pending_fences_a_stream_churns_in_flat_physical_memory_and_other_streams_wait(void **state) {
+    (void)state;
+    dmm_pool_config pc;
+    memset(&pc, 0, sizeof pc);
+    pc.size = sizeof pc;
+    pc.retain_permille = 1; /* every growth beyond the live peak must reuse what the pool holds */
+    fx *f = fx_open(&pc, 0);
+    dmm_stream a = NULL, b = NULL;
+    DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &a));
+    DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &b));
+    /* warm-up: a reaches its peak of 16 chunks */
+    char *w[4];
+    for (int i = 0; i < 4; i++) w[i] = xmalloc(f, 4 * C, a);
+    for (int i = 0; i < 4; i++) xfree(f, w[i], a);
+    DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, true));
+    uint64_t creates = calls(f, DMM_OP_CREATE), unmaps = calls(f, DMM_OP_UNMAP);
+    int peak = churn(f, a, a, 16, 600, 7);
+    dmm_pool_stats s = stats(f);
+    print_message("  same stream: live peak %d chunks, %llu grows, %llu aliased, %llu moved, %llu creates, physical "
+                  "peak %lld MiB, committed peak %lld MiB\n",
+                  peak, (unsigned long long)s.grows, (unsigned long long)s.chunks_aliased,
+                  (unsigned long long)s.chunks_moved, (unsigned long long)(calls(f, DMM_OP_CREATE) - creates),
+                  (long long)s.physical_bytes.peak >> 20, (long long)s.committed_bytes.peak >> 20);
+    assert_true(s.chunks_aliased > 0);
+    assert_int_equal(calls(f, DMM_OP_CREATE), creates); /* physical memory flat: not one new handle */
+    assert_int_equal(calls(f, DMM_OP_UNMAP), unmaps);   /* and nothing unmapped under running work */
+    assert_int_equal(s.physical_bytes.peak, 16 * C);
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    /* stream b needs as much while a's fences are pending: a's chunks neither move nor alias to b */
+    uint64_t aliased = s.chunks_aliased;
+    char *v[4];
+    for (int i = 0; i < 4; i++) v[i] = xmalloc(f, 4 * C, b);
+    s = stats(f);
+    assert_int_equal(s.chunks_aliased, aliased);
+    assert_int_equal(s.chunks_moved, 0);
+    assert_int_equal(calls(f, DMM_OP_CREATE), creates + 16); /* b got new memory, all of it */
+    assert_int_equal(calls(f, DMM_OP_UNMAP), unmaps);
+    for (int i = 0; i < 4; i++) xfree(f, v[i], b);
+    /* blocks of a freed on b (cross-stream) are not reused, aliased or moved while b's events pend */
+    uint64_t c1 = calls(f, DMM_OP_CREATE);
+    char *x = xmalloc(f, 4 * C, a);
+    xfree(f, x, b);
+    char *y = xmalloc(f, 4 * C, a);
+    assert_true(y + 4 * C <= x || x + 4 * C <= y);
+    xfree(f, y, a);
+    assert_int_equal(stats(f).chunks_aliased, aliased);
+    assert_true(calls(f, DMM_OP_CREATE) >= c1);
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    /* the work is done: polls unmap every old place; then mapped = owned again */
+    DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, false));
+    poll_until_reaped(f);
+    dmm_driver_census c = census(f);
+    assert_int_equal(c.mapped_bytes, c.handle_bytes);
+    assert_int_equal(calls(f, DMM_OP_UNMAP), unmaps + aliased);
+    s = stats(f);
+    assert_int_equal(s.committed_bytes.current, (int64_t)c.mapped_bytes);
+    assert_int_equal(s.pending_blocks.current, 0);
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    fx_close(f);
+}
+
+/* The same churn with no_alias: the growth cannot reuse fenced chunks, so it creates new memory
+ * (what aliases save; this also shows the test above can fail). */
+static void without_aliases_pending_fences_make_the_pool_grow(void **state) {
+    (void)state;
+    dmm_pool_config pc;
+    memset(&pc, 0, sizeof pc);
+    pc.size = sizeof pc;
+    pc.retain_permille = 1;
+    pc.no_alias = 1;
+    fx *f = fx_open(&pc, 0);
+    dmm_stream a = NULL;
+    DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &a));
+    char *w[4];
+    for (int i = 0; i < 4; i++) w[i] = xmalloc(f, 4 * C, a);
+    for (int i = 0; i < 4; i++) xfree(f, w[i], a);
+    DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, true));
+    uint64_t creates = calls(f, DMM_OP_CREATE);
+    churn(f, a, a, 16, 600, 7);
+    dmm_pool_stats s = stats(f);
+    assert_int_equal(s.chunks_aliased, 0);
+    assert_true(calls(f, DMM_OP_CREATE) > creates);
+    assert_true(s.physical_bytes.peak > 16 * (int64_t)C);
+    print_message("  no aliases: %llu creates, physical peak %lld MiB\n",
+                  (unsigned long long)(calls(f, DMM_OP_CREATE) - creates), (long long)s.physical_bytes.peak >> 20);
+    DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, false));
+    poll_until_reaped(f);
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    fx_close(f);
+}
+
+static void a_failed_alias_grows_instead_and_a_failed_unmap_of_the_old_place_is_retried(void **state) {
+    (void)state;
+    fx *f = fx_open(NULL, 4 * C);
+    dmm_stream a = NULL;
+    DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &a));
+    char *x1 = xmalloc(f, C, a), *x2 = xmalloc(f, C, a), *x3 = xmalloc(f, C, a);
+    DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, true));
+    xfree(f, x1, a);
+    xfree(f, x3, a);
+    /* the alias's map fails: the pool changes nothing there and commits new memory instead */
+    DMM_OK_OR_FAIL(dmm_fault_plan(f->drv, DMM_OP_MAP, 1, 1, DMM_ERR_DRIVER));
+    uint64_t creates = calls(f, DMM_OP_CREATE);
+    char *y = xmalloc(f, 2 * C, a);
+    assert_ptr_equal(y, x3);
+    assert_int_equal(calls(f, DMM_OP_CREATE), creates + 1);
+    dmm_pool_stats s = stats(f);
+    assert_int_equal(s.chunks_aliased, 0);
+    assert_int_equal(s.committed_bytes.current, 4 * C);
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    char *z = xmalloc(f, C, a); /* x1's chunk is still free and mapped: no driver call */
+    assert_ptr_equal(z, x1);
+    xfree(f, z, a);
+    xfree(f, y, a);
+    /* now an alias works (x1's chunk goes after the free tail at y), but the old place's unmap fails
+     * once the fence completed: it stays mapped and out of use, and the next poll tries again */
+    char *big = xmalloc(f, 4 * C, a);
+    s = stats(f);
+    assert_int_equal(s.chunks_aliased, 1);
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    int64_t committed = s.committed_bytes.current;
+    uint64_t injected = dmm_fault_injected(f->drv), unmaps = calls(f, DMM_OP_UNMAP);
+    DMM_OK_OR_FAIL(dmm_fault_plan(f->drv, DMM_OP_UNMAP, 1, 1, DMM_ERR_DRIVER));
+    DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, false));
+    for (int i = 0; i < 4 && dmm_fault_injected(f->drv) == injected; i++)
+        DMM_OK_OR_FAIL(dmm_pool_trim(f->pool, UINT64_MAX, NULL)); /* the fence completes: the unmap fails */
+    assert_int_equal(dmm_fault_injected(f->drv), injected + 1);
+    assert_int_equal(stats(f).committed_bytes.current, committed); /* still mapped at both places */
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    poll_until_reaped(f);
+    assert_int_equal(calls(f, DMM_OP_UNMAP), unmaps + 2);
+    dmm_driver_census c = census(f);
+    s = stats(f);
+    assert_int_equal(s.chunks_poisoned, 0);
+    assert_int_equal(s.committed_bytes.current, committed - (int64_t)C);
+    assert_int_equal(c.mapped_bytes, (uint64_t)s.committed_bytes.current);
+    memset(big, 3, 4 * C);
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    xfree(f, big, a);
+    xfree(f, x2, a);
+    fx_close(f);
+}
+
 /* ---- driver failures ---- */
 static void a_failed_commit_fails_the_malloc_and_changes_nothing(void **state) {
     (void)state;
@@ -503,6 +747,10 @@ int main(void) {
         cmocka_unit_test(trim_decommits_whole_free_chunks_down_to_the_target),
         cmocka_unit_test(a_block_freed_on_another_stream_waits_for_its_event),
         cmocka_unit_test(trim_and_moves_leave_a_chunk_mapped_until_its_stream_event_completes),
+        cmocka_unit_test(a_stream_reuses_its_fenced_chunks_at_once_through_an_alias),
+        cmocka_unit_test(under_pending_fences_a_stream_churns_in_flat_physical_memory_and_other_streams_wait),
+        cmocka_unit_test(without_aliases_pending_fences_make_the_pool_grow),
+        cmocka_unit_test(a_failed_alias_grows_instead_and_a_failed_unmap_of_the_old_place_is_retried),
         cmocka_unit_test(a_failed_commit_fails_the_malloc_and_changes_nothing),
         cmocka_unit_test(a_failed_decommit_keeps_the_chunk_free_and_mapped),
         cmocka_unit_test(a_quarantined_decommit_poisons_the_chunk_forever),
