@@ -1,5 +1,5 @@
-/* tools/cmd_replay.c — `dmm replay TRACE.gz [--driver host|cuda] [--granule BYTES] [--json]
- * [--report FILE.html]`: replays an allocation trace through the pool and reports peak live,
+/* tools/cmd_replay.c — `dmm replay TRACE.gz [--driver host|cuda] [--granule BYTES] [--lag N]
+ * [--no-alias] [--json] [--report FILE.html]`: replays an allocation trace through the pool and reports peak live,
  * physical and committed bytes and their ratio beside PyTorch's, driver calls by kind and per
  * 1,000 allocations, and malloc/free latency percentiles.
  *
@@ -19,7 +19,8 @@
 
 static void replay_usage(FILE *f) {
     fprintf(f, "usage: dmm replay TRACE.gz [--driver host|cuda] [--granule BYTES] [--chunk BYTES]\n"
-               "                  [--max-chunk BYTES] [--retain PERMILLE] [--json] [--report FILE.html]\n\n"
+               "                  [--max-chunk BYTES] [--retain PERMILLE] [--lag N] [--no-alias] [--json]\n"
+               "                  [--report FILE.html]\n\n"
                "Replays an allocation trace (# dmm-trace v1, gzip) through the dmm pool over an arena and\n"
                "prints peak live, physical and committed bytes, their ratio beside PyTorch's, driver calls\n"
                "by kind and per 1,000 allocations, and malloc/free latency percentiles.\n"
@@ -29,6 +30,10 @@ static void replay_usage(FILE *f) {
                "  --max-chunk  largest chunk a growth commits as one handle (default: the quantum;\n"
                "               larger: fewer driver calls, more fragmentation)\n"
                "  --retain     memory kept mapped while free, in permille of the live peak (default 20)\n"
+               "  --lag        host driver: every event completes only N allocations after it was recorded,\n"
+               "               as on a GPU where the CPU runs ahead of the work (default 0: at once)\n"
+               "  --no-alias   the pool never aliases fenced chunks of the requesting stream (it waits or\n"
+               "               grows instead): the behaviour before aliases, for comparison\n"
                "  --json       one JSON object instead of text\n"
                "  --report     also write a self-contained HTML page with the timeline\n");
 }
@@ -77,6 +82,15 @@ int dmm_cmd_replay(int argc, char **argv) {
             if (strcmp(a, "--granule") == 0) o.granule = v;
             else if (strcmp(a, "--chunk") == 0) o.chunk_bytes = v;
             else o.max_chunk_bytes = v;
+        } else if (strcmp(a, "--lag") == 0 && i + 1 < argc) {
+            char *end = NULL;
+            o.lag = strtoull(argv[++i], &end, 10);
+            if (end == argv[i] || *end != '\0') {
+                fprintf(stderr, "dmm replay: --lag wants a number of allocations, not '%s'\n", argv[i]);
+                return 2;
+            }
+        } else if (strcmp(a, "--no-alias") == 0) {
+            o.no_alias = true;
         } else if (strcmp(a, "--retain") == 0 && i + 1 < argc) {
             o.retain_permille = (uint32_t)strtoul(argv[++i], NULL, 10);
         } else if (strcmp(a, "--report") == 0 && i + 1 < argc) {
@@ -98,6 +112,10 @@ int dmm_cmd_replay(int argc, char **argv) {
     }
     if (strcmp(o.driver, "host") != 0 && strcmp(o.driver, "cuda") != 0) {
         fprintf(stderr, "dmm replay: --driver must be host or cuda, not '%s'\n", o.driver);
+        return 2;
+    }
+    if (o.lag != 0 && strcmp(o.driver, "cuda") == 0) {
+        fprintf(stderr, "dmm replay: --lag imitates a GPU's pending events on the host driver; CUDA has real ones\n");
         return 2;
     }
     if (o.granule != 0 && strcmp(o.driver, "cuda") == 0) {

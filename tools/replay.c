@@ -6,6 +6,12 @@
  * n/samples events. Peaks come from the pool's and the arena's own counters (exact), not from the
  * samples. The replay never touches block memory.
  *
+ * Lag (--lag N): on a GPU the CPU runs ahead of the work, so the events the pool records (fences,
+ * cross-stream frees) are still pending when it next looks; on the host every event completes at
+ * once. A small wrapping driver (below) makes an event complete only N allocations after it was
+ * recorded, so the host replay sees the GPU's pending fences. Its clock is the replay's allocation
+ * count; a stream synchronize completes everything recorded so far.
+ *
  * Honesty: "physical" is the arena's owned bytes — every physical handle held, mapped or cached —
  * not only what is mapped; both are reported. At the end the pool's invariant check must pass,
  * everything is freed and destroyed, and the driver's census must be back to zero.
@@ -59,6 +65,130 @@ void dmm_replay_result_free(dmm_replay_result *r) {
     r->npoints = 0;
 }
 
+/* ---- the lag driver: forwards everything to `inner`, but events complete `lag` allocations late ---- */
+typedef struct lag_event {
+    dmm_event inner;
+    uint64_t at; /* the clock when recorded; UINT64_MAX: never recorded (complete) */
+} lag_event;
+
+typedef struct lag_driver {
+    dmm_driver base; /* first */
+    dmm_driver_ops ops;
+    dmm_driver *inner; /* owned */
+    uint64_t lag;
+    uint64_t clock;     /* allocations replayed (the replay is one thread) */
+    uint64_t synced_to; /* events recorded at or before this clock have completed (synchronize) */
+} lag_driver;
+
+static lag_driver *LD(dmm_driver *d) { return (lag_driver *)d; }
+static dmm_driver *IN(dmm_driver *d) { return LD(d)->inner; }
+
+static dmm_status lag_granularity(dmm_driver *d, size_t *b) { return IN(d)->ops->granularity(IN(d), b); }
+static dmm_status lag_reserve(dmm_driver *d, size_t b, size_t al, uintptr_t *va) {
+    return IN(d)->ops->reserve(IN(d), b, al, va);
+}
+static dmm_status lag_unreserve(dmm_driver *d, uintptr_t va, size_t b) { return IN(d)->ops->unreserve(IN(d), va, b); }
+static dmm_status lag_create(dmm_driver *d, size_t b, dmm_phys *h) { return IN(d)->ops->create(IN(d), b, h); }
+static dmm_status lag_release(dmm_driver *d, dmm_phys h) { return IN(d)->ops->release(IN(d), h); }
+static dmm_status lag_map(dmm_driver *d, uintptr_t va, size_t b, dmm_phys h) { return IN(d)->ops->map(IN(d), va, b, h); }
+static dmm_status lag_unmap(dmm_driver *d, uintptr_t va, size_t b) { return IN(d)->ops->unmap(IN(d), va, b); }
+static dmm_status lag_set_access(dmm_driver *d, uintptr_t va, size_t b, dmm_access a) {
+    return IN(d)->ops->set_access(IN(d), va, b, a);
+}
+static dmm_status lag_stream_create(dmm_driver *d, dmm_stream *s) { return IN(d)->ops->stream_create(IN(d), s); }
+static dmm_status lag_stream_destroy(dmm_driver *d, dmm_stream s) { return IN(d)->ops->stream_destroy(IN(d), s); }
+static dmm_status lag_census(dmm_driver *d, dmm_driver_census *c) { return IN(d)->ops->census(IN(d), c); }
+
+static dmm_status lag_event_create(dmm_driver *d, dmm_event *ev) {
+    lag_event *e = malloc(sizeof *e);
+    if (e == NULL) return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "lag driver: event_create: out of host memory");
+    dmm_status s = IN(d)->ops->event_create(IN(d), &e->inner);
+    if (s != DMM_OK) {
+        free(e);
+        return s;
+    }
+    e->at = UINT64_MAX;
+    *ev = e;
+    return DMM_OK;
+}
+static dmm_status lag_event_destroy(dmm_driver *d, dmm_event ev) {
+    lag_event *e = ev;
+    dmm_status s = IN(d)->ops->event_destroy(IN(d), e->inner);
+    free(e);
+    return s;
+}
+static dmm_status lag_event_record(dmm_driver *d, dmm_event ev, dmm_stream st) {
+    lag_event *e = ev;
+    dmm_status s = IN(d)->ops->event_record(IN(d), e->inner, st);
+    if (s == DMM_OK) e->at = LD(d)->clock;
+    return s;
+}
+static bool lag_done(lag_driver *l, const lag_event *e) {
+    return e->at == UINT64_MAX || e->at <= l->synced_to || l->clock >= e->at + l->lag;
+}
+static dmm_status lag_event_query(dmm_driver *d, dmm_event ev) {
+    lag_event *e = ev;
+    if (!lag_done(LD(d), e))
+        return dmm_error_set(DMM_ERR_BUSY, "lag driver: event %p still pending (recorded at allocation %llu, "
+                                           "completes at %llu)", ev, (unsigned long long)e->at,
+                             (unsigned long long)(e->at + LD(d)->lag));
+    return IN(d)->ops->event_query(IN(d), e->inner);
+}
+static dmm_status lag_event_synchronize(dmm_driver *d, dmm_event ev) {
+    lag_event *e = ev;
+    if (e->at != UINT64_MAX && e->at > LD(d)->synced_to) LD(d)->synced_to = e->at;
+    return IN(d)->ops->event_synchronize(IN(d), e->inner);
+}
+static dmm_status lag_stream_synchronize(dmm_driver *d, dmm_stream st) {
+    LD(d)->synced_to = LD(d)->clock; /* every stream at once: the replay only drains at its end */
+    return IN(d)->ops->stream_synchronize(IN(d), st);
+}
+static void lag_destroy(dmm_driver *d) {
+    dmm_driver_destroy(IN(d));
+    free(d);
+}
+
+/* Wraps `inner` (taken over: destroyed with the wrapper, also when this fails). */
+static dmm_status lag_driver_create(dmm_driver *inner, uint64_t lag, dmm_driver **out) {
+    lag_driver *l = calloc(1, sizeof *l);
+    if (l == NULL) {
+        dmm_driver_destroy(inner);
+        return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "lag driver: out of host memory");
+    }
+    const dmm_driver_ops *o = inner->ops;
+    l->ops = *o;
+    l->ops.size = sizeof l->ops;
+    l->ops.name = "lag";
+    l->ops.granularity = o->granularity ? lag_granularity : NULL;
+    l->ops.reserve = o->reserve ? lag_reserve : NULL;
+    l->ops.unreserve = o->unreserve ? lag_unreserve : NULL;
+    l->ops.create = o->create ? lag_create : NULL;
+    l->ops.release = o->release ? lag_release : NULL;
+    l->ops.map = o->map ? lag_map : NULL;
+    l->ops.unmap = o->unmap ? lag_unmap : NULL;
+    l->ops.set_access = o->set_access ? lag_set_access : NULL;
+    l->ops.alloc = NULL; /* the replay's arena and pool use none of these */
+    l->ops.free = NULL;
+    l->ops.copy = NULL;
+    l->ops.mem_info = NULL;
+    l->ops.stream_create = o->stream_create ? lag_stream_create : NULL;
+    l->ops.stream_destroy = o->stream_destroy ? lag_stream_destroy : NULL;
+    l->ops.event_create = lag_event_create;
+    l->ops.event_destroy = lag_event_destroy;
+    l->ops.event_record = lag_event_record;
+    l->ops.event_query = lag_event_query;
+    l->ops.event_synchronize = lag_event_synchronize;
+    l->ops.stream_synchronize = lag_stream_synchronize;
+    l->ops.census = o->census ? lag_census : NULL;
+    l->ops.destroy = lag_destroy;
+    l->base.ops = &l->ops;
+    l->base.device = inner->device;
+    l->inner = inner;
+    l->lag = lag;
+    *out = &l->base;
+    return DMM_OK;
+}
+
 #define FAIL(...)                                                                                  \
     do {                                                                                           \
         snprintf(err, errcap, __VA_ARGS__);                                                        \
@@ -79,9 +209,19 @@ int dmm_replay_run(const dmm_trace *t, const dmm_replay_opts *o, dmm_replay_resu
     snprintf(r->driver, sizeof r->driver, "%s", dname);
 
     dmm_status s;
+    r->lag = o->lag;
+    r->no_alias = o->no_alias;
+    lag_driver *lagd = NULL;
     if (strcmp(dname, "host") == 0) {
         dmm_host_driver_config hc = {sizeof hc, (size_t)(o->granule ? o->granule : (2u << 20))};
         s = dmm_host_driver_create(&hc, &drv);
+        if (s == DMM_OK && o->lag > 0) {
+            s = lag_driver_create(drv, o->lag, &drv);
+            if (s == DMM_OK) lagd = LD(drv);
+            else drv = NULL;
+        }
+    } else if (o->lag > 0) {
+        FAIL("--lag imitates a GPU's pending events on the host driver; the %s driver has real ones", dname);
     } else if (strcmp(dname, "cuda") == 0) {
         s = dmm_cuda_driver_create(0, &drv);
     } else {
@@ -111,6 +251,7 @@ int dmm_replay_run(const dmm_trace *t, const dmm_replay_opts *o, dmm_replay_resu
     pc.chunk_bytes = o->chunk_bytes;
     pc.retain_permille = o->retain_permille;
     pc.max_chunk_bytes = maxc;
+    pc.no_alias = o->no_alias ? 1u : 0u;
     if (dmm_pool_create(arena, drv, &pc, &pool) != DMM_OK) FAIL("creating the pool failed: %s", dmm_last_error());
 
     for (uint32_t i = 0; i < t->nstreams; i++) {
@@ -136,6 +277,7 @@ int dmm_replay_run(const dmm_trace *t, const dmm_replay_opts *o, dmm_replay_resu
         const dmm_trace_event *e = &t->ev[i];
         dmm_stream st = streams[e->stream];
         if (e->kind == DMM_TRACE_ALLOC) {
+            if (lagd != NULL) lagd->clock++;
             uint64_t a = o->time_ops ? now_ns() : 0;
             s = dmm_pool_malloc(pool, (size_t)e->bytes, st, &ptrs[e->slot]);
             if (o->time_ops) {

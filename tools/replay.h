@@ -23,6 +23,9 @@ typedef struct dmm_replay_opts {
     uint64_t cache_bytes;     /* arena handle cache; 0 = the largest chunk (a moved chunk passes through it) */
     size_t samples;           /* timeline points; 0 = 1500 */
     bool time_ops;            /* time every malloc/free (percentiles); off: only the total */
+    uint64_t lag;             /* > 0: an event completes only `lag` allocations after it was recorded
+                                 (the GPU's view: the CPU runs ahead of the work); host driver only */
+    bool no_alias;            /* the pool never aliases chunks (dmm_pool_config.no_alias) */
 } dmm_replay_opts;
 
 typedef struct dmm_replay_point {
@@ -34,6 +37,8 @@ typedef struct dmm_replay_point {
 
 typedef struct dmm_replay_result {
     char driver[16];
+    uint64_t lag;                  /* as asked */
+    bool no_alias;
     uint64_t granule, chunk;
     uint64_t events, allocs, frees;
     uint64_t peak_live_bytes;      /* from the trace: Σ requested bytes, at its peak */

@@ -40,8 +40,11 @@ static void html_str(FILE *f, const char *s) {
 
 void dmm_report_text(FILE *f, const char *path, const dmm_trace *t, const dmm_replay_result *r) {
     char a[32], b[32], c[32];
-    fprintf(f, "dmm replay: %s (%s) on the %s driver, granule %s, chunk %s\n", t->workload[0] ? t->workload : "?",
+    fprintf(f, "dmm replay: %s (%s) on the %s driver, granule %s, chunk %s", t->workload[0] ? t->workload : "?",
             path, r->driver, fmtb(r->granule, a, sizeof a), fmtb(r->chunk, b, sizeof b));
+    if (r->lag > 0) fprintf(f, ", events complete %llu allocations late", (unsigned long long)r->lag);
+    if (r->no_alias) fprintf(f, ", no aliases");
+    fprintf(f, "\n");
     fprintf(f, "  events          %llu (%llu allocations, %llu frees, %u stream%s, %.1f s of trace)\n",
             (unsigned long long)r->events, (unsigned long long)r->allocs, (unsigned long long)r->frees, t->nstreams,
             t->nstreams == 1 ? "" : "s", (double)t->duration_us * 1e-6);
@@ -68,11 +71,12 @@ void dmm_report_text(FILE *f, const char *path, const dmm_trace *t, const dmm_re
             dmm_replay_per_1k(r->calls_set_access, r->allocs), dmm_replay_per_1k(r->calls_unmap, r->allocs),
             dmm_replay_per_1k(r->calls_release, r->allocs));
     fprintf(f, "  pool            %llu cached mallocs of %llu (%.2f%%), %llu grows, %llu chunks committed, %llu moved, "
-               "%llu decommitted\n",
+               "%llu aliased, %llu decommitted\n",
             (unsigned long long)r->pool.cached_mallocs, (unsigned long long)r->pool.mallocs,
             r->pool.mallocs ? 100.0 * (double)r->pool.cached_mallocs / (double)r->pool.mallocs : 0.0,
             (unsigned long long)r->pool.grows, (unsigned long long)r->pool.chunks_committed,
-            (unsigned long long)r->pool.chunks_moved, (unsigned long long)r->pool.chunks_decommitted);
+            (unsigned long long)r->pool.chunks_moved, (unsigned long long)r->pool.chunks_aliased,
+            (unsigned long long)r->pool.chunks_decommitted);
     if (r->malloc_p50 > 0 || r->free_p50 > 0) {
         fprintf(f, "  malloc latency  p50 %.0f ns, p90 %.0f ns, p99 %.0f ns, max %.1f us\n", r->malloc_p50,
                 r->malloc_p90, r->malloc_p99, r->malloc_max * 1e-3);
@@ -92,6 +96,7 @@ void dmm_report_json(FILE *f, const char *path, const dmm_trace *t, const dmm_re
     json_str(f, t->workload);
     fprintf(f, ",\"driver\":");
     json_str(f, r->driver);
+    fprintf(f, ",\"lag\":%llu,\"no_alias\":%s", (unsigned long long)r->lag, r->no_alias ? "true" : "false");
     fprintf(f,
             ",\"granule\":%llu,\"chunk\":%llu,\"events\":%llu,\"allocations\":%llu,\"frees\":%llu,\"streams\":%u"
             ",\"peak_live_bytes\":%llu,\"peak_physical_bytes\":%llu,\"peak_committed_bytes\":%llu"
