@@ -109,6 +109,8 @@ DMM_API dmm_status dmm_pool_block_size(dmm_pool *pool, const void *ptr, size_t *
 /* Decommits whole free chunks whose events have completed until the pool's committed bytes are at
  * most `target_bytes` (0 = everything it can). *released (may be NULL) = bytes decommitted by this
  * call. Chunks whose event is still pending stay mapped: the call does not wait; trim again later.
+ * Like every poll, it also unmaps the old places of aliased chunks whose fence has completed (that
+ * frees no physical memory and is not counted in *released).
  * DMM_OK also when the target could not be reached (compare released with what you asked). */
 DMM_API dmm_status dmm_pool_trim(dmm_pool *pool, uint64_t target_bytes, uint64_t *released);
 

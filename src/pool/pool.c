@@ -315,48 +315,53 @@ static void heap_poll(dmm_pool *p, pheap *h) {
     heap_reap_aliased(p, h); /* 3 */
 }
 
-/* The heap's fence: records one when frees happened since the last, or queries the recorded one. */
+/* The heap's fence: records one when frees happened since the last, or queries the recorded one; a
+ * recorded fence found complete is followed at once by the next (when frees happened since), so
+ * that every poll moves safe_seq on, not every second one. */
 static void heap_fence(dmm_pool *p, pheap *h) {
-    enum { NONE, RECORD, QUERY } action = NONE;
-    uint64_t s = 0;
-    dmm_lock_acquire(&h->lock);
-    if (h->fence_state == FENCE_IDLE && h->safe_seq < h->free_seq) {
-        action = RECORD;
-        s = h->free_seq;
-        h->fence_state = FENCE_BUSY;
-    } else if (h->fence_state == FENCE_RECORDED) {
-        action = QUERY;
-        s = h->fence_seq;
-        h->fence_state = FENCE_BUSY;
-    }
-    dmm_lock_release(&h->lock);
-    if (action == NONE) return;
-    dmm_status fq = DMM_ERR_BUSY;
-    bool recorded = action == QUERY;
-    if (action == RECORD) {
-        dmm_status rs = DMM_OK;
-        if (h->fence == NULL) rs = p->drv->ops->event_create(p->drv, &h->fence);
-        if (rs == DMM_OK) rs = p->drv->ops->event_record(p->drv, h->fence, h->stream);
-        if (rs == DMM_OK) {
-            recorded = true;
-            add(&p->events_recorded, 1);
+    for (int round = 0; round < 2; round++) {
+        enum { NONE, RECORD, QUERY } action = NONE;
+        uint64_t s = 0;
+        dmm_lock_acquire(&h->lock);
+        if (h->fence_state == FENCE_IDLE && h->safe_seq < h->free_seq) {
+            action = RECORD;
+            s = h->free_seq;
+            h->fence_state = FENCE_BUSY;
+        } else if (h->fence_state == FENCE_RECORDED) {
+            action = QUERY;
+            s = h->fence_seq;
+            h->fence_state = FENCE_BUSY;
         }
+        dmm_lock_release(&h->lock);
+        if (action == NONE) return;
+        dmm_status fq = DMM_ERR_BUSY;
+        bool recorded = action == QUERY;
+        if (action == RECORD) {
+            dmm_status rs = DMM_OK;
+            if (h->fence == NULL) rs = p->drv->ops->event_create(p->drv, &h->fence);
+            if (rs == DMM_OK) rs = p->drv->ops->event_record(p->drv, h->fence, h->stream);
+            if (rs == DMM_OK) {
+                recorded = true;
+                add(&p->events_recorded, 1);
+            }
+        }
+        if (recorded) {
+            fq = p->drv->ops->event_query(p->drv, h->fence);
+            if (fq != DMM_OK) add(&p->events_pending, 1);
+        }
+        dmm_clear_error();
+        dmm_lock_acquire(&h->lock);
+        if (!recorded) h->fence_state = FENCE_IDLE; /* the record failed: try again next time */
+        else if (fq == DMM_OK) {
+            if (s > h->safe_seq) h->safe_seq = s;
+            h->fence_state = FENCE_IDLE;
+        } else {
+            h->fence_seq = s;
+            h->fence_state = FENCE_RECORDED;
+        }
+        dmm_lock_release(&h->lock);
+        if (action != QUERY || fq != DMM_OK) return; /* only a completed query is followed by a record */
     }
-    if (recorded) {
-        fq = p->drv->ops->event_query(p->drv, h->fence);
-        if (fq != DMM_OK) add(&p->events_pending, 1);
-    }
-    dmm_clear_error();
-    dmm_lock_acquire(&h->lock);
-    if (!recorded) h->fence_state = FENCE_IDLE; /* the record failed: try again next time */
-    else if (fq == DMM_OK) {
-        if (s > h->safe_seq) h->safe_seq = s;
-        h->fence_state = FENCE_IDLE;
-    } else {
-        h->fence_seq = s;
-        h->fence_state = FENCE_RECORDED;
-    }
-    dmm_lock_release(&h->lock);
 }
 
 /* ---- regions ---- */
