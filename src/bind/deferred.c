@@ -173,7 +173,10 @@ dmm_status dmm_deferred_poll(dmm_deferred *q, size_t *ran) {
             if (s != DMM_OK) break;
             slot->seen++;
         }
-        if (s == DMM_ERR_BUSY) break; /* pending work: not an error, the request waits */
+        if (s == DMM_ERR_BUSY) { /* pending work: not an error, the request waits */
+            dmm_clear_error();   /* the query's "not ready" must not read as this poll's failure */
+            break;
+        }
         if (s != DMM_OK) {            /* the driver's sentence stays as the last error */
             result = s;
             break;
