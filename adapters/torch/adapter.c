@@ -22,7 +22,6 @@
  * blocks.cur = their number; mapped.cur = bytes the arena mapped for us; queued = our requests in
  * the deferred queue.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -448,29 +447,19 @@ dmm_status dmm__torch_set_limit(tctx *c, uint64_t bytes) {
 }
 
 /* ---- JSON ---- */
-void dmm__jput(jbuf *j, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    char *at = j->len < j->cap ? j->buf + j->len : NULL;
-    size_t room = j->len < j->cap ? j->cap - j->len : 0;
-    int n = vsnprintf(at, room, fmt, ap);
-    va_end(ap);
-    if (n > 0) j->len += (size_t)n;
-}
-
-static void put_count(jbuf *j, const char *name, tcount *t, bool with_total, uint64_t freed) {
-    dmm__jput(j, "\"%s\":{\"current\":%llu,\"peak\":%llu", name, (unsigned long long)ld(&t->cur),
-              (unsigned long long)ld(&t->peak));
+static void put_count(dmm_json *j, const char *name, tcount *t, bool with_total, uint64_t freed) {
+    dmm__json_put(j, "\"%s\":{\"current\":%llu,\"peak\":%llu", name, (unsigned long long)ld(&t->cur),
+                  (unsigned long long)ld(&t->peak));
     if (with_total)
-        dmm__jput(j, ",\"allocated\":%llu,\"freed\":%llu", (unsigned long long)ld(&t->total), (unsigned long long)freed);
-    dmm__jput(j, "}");
+        dmm__json_put(j, ",\"allocated\":%llu,\"freed\":%llu", (unsigned long long)ld(&t->total), (unsigned long long)freed);
+    dmm__json_put(j, "}");
 }
 
 /* The JSON object of the stats (and, with `blocks`, every tagged block: the snapshot). */
 static dmm_status write_json(tctx *c, char *buf, size_t cap, size_t *needed, bool snapshot) {
     if (needed == NULL || (buf == NULL && cap > 0))
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: stats JSON needs `needed` (and a buffer when cap > 0)");
-    jbuf j = {buf, cap, 0};
+    dmm_json j = {buf, cap, 0};
     dmm_pool_stats ps;
     memset(&ps, 0, sizeof ps);
     ps.size = sizeof ps;
@@ -498,47 +487,42 @@ static dmm_status write_json(tctx *c, char *buf, size_t cap, size_t *needed, boo
     uint64_t tag_live = 0, tag_committed = 0, g_live = 0, g_committed = 0;
     dmm__torch_tags_totals_locked(c, &tag_live, &tag_committed);
     dmm__torch_graphs_totals_locked(c, &g_live, &g_committed);
-    dmm__jput(&j, "{\"device\":%d,", (int)c->dev.index);
+    dmm__json_put(&j, "{\"device\":%d,", (int)c->dev.index);
     put_count(&j, "allocated_bytes", &c->alloc_bytes, true, ld(&c->freed_bytes));
-    dmm__jput(&j, ",");
+    dmm__json_put(&j, ",");
     put_count(&j, "requested_bytes", &c->req_bytes, true, ld(&c->req_bytes.total) - ld(&c->req_bytes.cur));
-    dmm__jput(&j, ",");
+    dmm__json_put(&j, ",");
     put_count(&j, "allocation", &c->blocks, true, ld(&c->frees));
-    dmm__jput(&j, ",");
+    dmm__json_put(&j, ",");
     put_count(&j, "reserved_bytes", &c->mapped, false, 0);
-    dmm__jput(&j, ",");
+    dmm__json_put(&j, ",");
     put_count(&j, "physical_bytes", &c->owned, false, 0);
-    dmm__jput(&j,
-              ",\"num_alloc_retries\":%llu,\"num_ooms\":%llu,\"num_device_alloc\":%llu,\"num_device_free\":%llu,"
-              "\"capture_mallocs\":%llu,\"capture_refusals\":%llu,\"tag_mallocs\":%llu,\"queued\":%llu,"
-              "\"limit\":",
-              (unsigned long long)ld(&c->retries), (unsigned long long)ld(&c->ooms),
-              (unsigned long long)as.driver_create, (unsigned long long)as.driver_release,
-              (unsigned long long)ld(&c->capture_mallocs), (unsigned long long)ld(&c->capture_refusals),
-              (unsigned long long)ld(&c->tag_mallocs), (unsigned long long)ld(&c->queued));
-    if (tu.limit[DMM_AXIS_OWNED] == DMM_UNLIMITED) dmm__jput(&j, "null");
-    else dmm__jput(&j, "%llu", (unsigned long long)tu.limit[DMM_AXIS_OWNED]);
-    dmm__jput(&j,
-              ",\"governor_used\":%llu,\"host_bytes\":%llu,\"granule\":%llu,\"pool_va_bytes\":%llu,"
-              "\"pool_live_bytes\":%llu,\"pool_committed_bytes\":%llu,\"tag_live_bytes\":%llu,"
-              "\"tag_committed_bytes\":%llu,\"graph_live_bytes\":%llu,\"graph_committed_bytes\":%llu,",
-              (unsigned long long)tu.used[DMM_AXIS_OWNED], (unsigned long long)c->host_bytes,
-              (unsigned long long)c->granule, (unsigned long long)c->pool_va,
-              (unsigned long long)ps.allocated_bytes.current, (unsigned long long)ps.committed_bytes.current,
-              (unsigned long long)tag_live, (unsigned long long)tag_committed, (unsigned long long)g_live,
-              (unsigned long long)g_committed);
-    dmm__jput(&j, "\"pool\":%s,\"arena\":%s,\"tags\":", pj, aj);
+    dmm__json_put(&j,
+                  ",\"num_alloc_retries\":%llu,\"num_ooms\":%llu,\"num_device_alloc\":%llu,\"num_device_free\":%llu,"
+                  "\"capture_mallocs\":%llu,\"capture_refusals\":%llu,\"tag_mallocs\":%llu,\"queued\":%llu,"
+                  "\"limit\":",
+                  (unsigned long long)ld(&c->retries), (unsigned long long)ld(&c->ooms),
+                  (unsigned long long)as.driver_create, (unsigned long long)as.driver_release,
+                  (unsigned long long)ld(&c->capture_mallocs), (unsigned long long)ld(&c->capture_refusals),
+                  (unsigned long long)ld(&c->tag_mallocs), (unsigned long long)ld(&c->queued));
+    if (tu.limit[DMM_AXIS_OWNED] == DMM_UNLIMITED) dmm__json_put(&j, "null");
+    else dmm__json_put(&j, "%llu", (unsigned long long)tu.limit[DMM_AXIS_OWNED]);
+    dmm__json_put(&j,
+                  ",\"governor_used\":%llu,\"host_bytes\":%llu,\"granule\":%llu,\"pool_va_bytes\":%llu,"
+                  "\"pool_live_bytes\":%llu,\"pool_committed_bytes\":%llu,\"tag_live_bytes\":%llu,"
+                  "\"tag_committed_bytes\":%llu,\"graph_live_bytes\":%llu,\"graph_committed_bytes\":%llu,",
+                  (unsigned long long)tu.used[DMM_AXIS_OWNED], (unsigned long long)c->host_bytes,
+                  (unsigned long long)c->granule, (unsigned long long)c->pool_va,
+                  (unsigned long long)ps.allocated_bytes.current, (unsigned long long)ps.committed_bytes.current,
+                  (unsigned long long)tag_live, (unsigned long long)tag_committed, (unsigned long long)g_live,
+                  (unsigned long long)g_committed);
+    dmm__json_put(&j, "\"pool\":%s,\"arena\":%s,\"tags\":", pj, aj);
     dmm__torch_tags_json_locked(c, &j, snapshot);
-    dmm__jput(&j, ",\"graphs\":");
+    dmm__json_put(&j, ",\"graphs\":");
     dmm__torch_graphs_json_locked(c, &j);
-    dmm__jput(&j, "}");
+    dmm__json_put(&j, "}");
     pthread_mutex_unlock(&c->lock);
-    *needed = j.len;
-    if (j.len >= cap)
-        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: the stats JSON needs %zu bytes plus the NUL; the "
-                                                       "buffer has %zu",
-                             j.len, cap);
-    return DMM_OK;
+    return dmm__json_finish(&j, needed, "dmm torch stats JSON");
 }
 
 dmm_status dmm__torch_stats_json(tctx *c, char *buf, size_t cap, size_t *needed) {

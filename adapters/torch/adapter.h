@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/json.h"
 #include "dmm/dmm.h"
 
 /* ---- extras beyond the driver contract ---- */
@@ -212,13 +213,8 @@ dmm_status dmm__torch_release_host(tctx *c, const char *tag);
 void dmm__torch_decommit_done(void *user, const dmm_deferred_request *r, const dmm_release_outcome *o);
 /* Releases every segment of every tag that holds nothing live (for destroy). */
 void dmm__torch_tags_fini(tctx *c);
-/* JSON of the tags (appended through `put`). */
-typedef struct jbuf {
-    char *buf;
-    size_t cap, len;
-} jbuf;
-void dmm__jput(jbuf *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void dmm__torch_tags_json_locked(tctx *c, jbuf *j, bool blocks);
+/* JSON of the tags (appended to j with the core writer, core/json.h). */
+void dmm__torch_tags_json_locked(tctx *c, dmm_json *j, bool blocks);
 void dmm__torch_tags_totals_locked(tctx *c, uint64_t *live, uint64_t *committed);
 
 /* ---- graphs.c ---- */
@@ -233,7 +229,7 @@ dmm_status dmm__torch_graph_release(tctx *c, uint64_t capture_id, dmm_stream str
 uint64_t dmm__torch_graphs_trim_locked(tctx *c);
 /* Idle segments whose event completed become reusable (ctx.lock held; never during a capture). */
 void dmm__torch_graphs_sweep_locked(tctx *c);
-void dmm__torch_graphs_json_locked(tctx *c, jbuf *j);
+void dmm__torch_graphs_json_locked(tctx *c, dmm_json *j);
 void dmm__torch_graphs_totals_locked(tctx *c, uint64_t *live, uint64_t *committed);
 
 #endif /* DMM_TORCH_ADAPTER_H */

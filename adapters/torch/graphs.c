@@ -214,7 +214,7 @@ uint64_t dmm__torch_graphs_trim_locked(tctx *c) { return sweep_locked(c, true); 
 
 void dmm__torch_graphs_sweep_locked(tctx *c) { (void)sweep_locked(c, false); }
 
-void dmm__torch_graphs_json_locked(tctx *c, jbuf *j) {
+void dmm__torch_graphs_json_locked(tctx *c, dmm_json *j) {
     uint64_t n = 0, reserved = 0, live = 0, idle = 0, largest_idle = 0, owned = 0;
     for (gseg *g = c->graphs; g != NULL; g = g->next) {
         n++;
@@ -225,11 +225,11 @@ void dmm__torch_graphs_json_locked(tctx *c, jbuf *j) {
             if (g->ev == NULL && g->a.bytes > largest_idle) largest_idle = g->a.bytes;
         } else owned++;
     }
-    dmm__jput(j,
-              "{\"segments\":%llu,\"reserved_bytes\":%llu,\"live_bytes\":%llu,\"idle_bytes\":%llu,"
-              "\"largest_idle_bytes\":%llu,\"segments_owned_by_graphs\":%llu}",
-              (unsigned long long)n, (unsigned long long)reserved, (unsigned long long)live, (unsigned long long)idle,
-              (unsigned long long)largest_idle, (unsigned long long)owned);
+    dmm__json_put(j,
+                  "{\"segments\":%llu,\"reserved_bytes\":%llu,\"live_bytes\":%llu,\"idle_bytes\":%llu,"
+                  "\"largest_idle_bytes\":%llu,\"segments_owned_by_graphs\":%llu}",
+                  (unsigned long long)n, (unsigned long long)reserved, (unsigned long long)live, (unsigned long long)idle,
+                  (unsigned long long)largest_idle, (unsigned long long)owned);
 }
 
 void dmm__torch_graphs_totals_locked(tctx *c, uint64_t *live, uint64_t *committed) {

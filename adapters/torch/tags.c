@@ -505,20 +505,20 @@ void dmm__torch_tags_fini(tctx *c) {
 
 /* ---- JSON ---- */
 typedef struct blk_ctx {
-    jbuf *j;
+    dmm_json *j;
     uintptr_t base;
     bool first;
 } blk_ctx;
 
 static void put_block(void *u, uint64_t off, uint64_t len, uint64_t req) {
     blk_ctx *b = u;
-    dmm__jput(b->j, "%s[%llu,%llu,%llu]", b->first ? "" : ",", (unsigned long long)(b->base + off),
-              (unsigned long long)len, (unsigned long long)req);
+    dmm__json_put(b->j, "%s[%llu,%llu,%llu]", b->first ? "" : ",", (unsigned long long)(b->base + off),
+                  (unsigned long long)len, (unsigned long long)req);
     b->first = false;
 }
 
-void dmm__torch_tags_json_locked(tctx *c, jbuf *j, bool blocks) {
-    dmm__jput(j, "{");
+void dmm__torch_tags_json_locked(tctx *c, dmm_json *j, bool blocks) {
+    dmm__json_put(j, "{");
     bool first = true;
     for (int i = 0; i < DMM_TORCH_MAX_TAGS; i++) {
         ttag *t = &c->tags[i];
@@ -533,38 +533,40 @@ void dmm__torch_tags_json_locked(tctx *c, jbuf *j, bool blocks) {
             host += g->host_bytes;
             if (g->decommit_ns > decommit_ns) decommit_ns = g->decommit_ns;
         }
-        dmm__jput(j,
-                  "%s\"%s\":{\"state\":\"%s\",\"mode\":\"%s\",\"segments\":%llu,\"live_blocks\":%llu,"
-                  "\"live_bytes\":%llu,\"committed_bytes\":%llu,\"mapped_bytes\":%llu,\"host_bytes\":%llu,"
-                  "\"offloads\":%llu,\"restores\":%llu,\"offload_call_ns\":%llu,\"offload_done_ns\":%llu,"
-                  "\"last_decommit_ns\":%llu,\"restore_ns\":%llu,\"pending_decommits\":%u,\"pending_polls\":%llu,"
-                  "\"failure\":\"%s\"",
-                  first ? "" : ",", dmm__torch_tag_name(i), state_name(t->state),
-                  t->mode == DMM_TORCH_DISCARD ? "discard" : "host", (unsigned long long)nsegs,
-                  (unsigned long long)nblocks, (unsigned long long)live, (unsigned long long)committed,
-                  (unsigned long long)mapped, (unsigned long long)host, (unsigned long long)t->offloads,
-                  (unsigned long long)t->restores, (unsigned long long)t->offload_call_ns,
-                  (unsigned long long)t->offload_done_ns, (unsigned long long)decommit_ns,
-                  (unsigned long long)t->restore_ns, t->pending, (unsigned long long)t->pending_polls,
-                  t->failure == DMM_OK ? "" : dmm_status_str(t->failure));
+        dmm__json_put(j, "%s", first ? "" : ",");
+        dmm__json_string(j, dmm__torch_tag_name(i)); /* the caller's text: escaped */
+        dmm__json_put(j,
+                      ":{\"state\":\"%s\",\"mode\":\"%s\",\"segments\":%llu,\"live_blocks\":%llu,"
+                      "\"live_bytes\":%llu,\"committed_bytes\":%llu,\"mapped_bytes\":%llu,\"host_bytes\":%llu,"
+                      "\"offloads\":%llu,\"restores\":%llu,\"offload_call_ns\":%llu,\"offload_done_ns\":%llu,"
+                      "\"last_decommit_ns\":%llu,\"restore_ns\":%llu,\"pending_decommits\":%u,\"pending_polls\":%llu,"
+                      "\"failure\":\"%s\"",
+                      state_name(t->state),
+                      t->mode == DMM_TORCH_DISCARD ? "discard" : "host", (unsigned long long)nsegs,
+                      (unsigned long long)nblocks, (unsigned long long)live, (unsigned long long)committed,
+                      (unsigned long long)mapped, (unsigned long long)host, (unsigned long long)t->offloads,
+                      (unsigned long long)t->restores, (unsigned long long)t->offload_call_ns,
+                      (unsigned long long)t->offload_done_ns, (unsigned long long)decommit_ns,
+                      (unsigned long long)t->restore_ns, t->pending, (unsigned long long)t->pending_polls,
+                      t->failure == DMM_OK ? "" : dmm_status_str(t->failure));
         if (blocks) {
-            dmm__jput(j, ",\"segment_list\":[");
+            dmm__json_put(j, ",\"segment_list\":[");
             bool fs = true;
             for (tseg *g = t->segs; g != NULL; g = g->next) {
-                dmm__jput(j, "%s{\"address\":%llu,\"va_bytes\":%llu,\"committed_bytes\":%llu,\"blocks\":[",
-                          fs ? "" : ",", (unsigned long long)(uintptr_t)g->a.ptr, (unsigned long long)g->a.bytes,
-                          (unsigned long long)g->committed);
+                dmm__json_put(j, "%s{\"address\":%llu,\"va_bytes\":%llu,\"committed_bytes\":%llu,\"blocks\":[",
+                              fs ? "" : ",", (unsigned long long)(uintptr_t)g->a.ptr, (unsigned long long)g->a.bytes,
+                              (unsigned long long)g->committed);
                 blk_ctx b = {j, (uintptr_t)g->a.ptr, true};
                 dmm__sa_each(&g->sa, put_block, &b);
-                dmm__jput(j, "]}");
+                dmm__json_put(j, "]}");
                 fs = false;
             }
-            dmm__jput(j, "]");
+            dmm__json_put(j, "]");
         }
-        dmm__jput(j, "}");
+        dmm__json_put(j, "}");
         first = false;
     }
-    dmm__jput(j, "}");
+    dmm__json_put(j, "}");
 }
 
 void dmm__torch_tags_totals_locked(tctx *c, uint64_t *live, uint64_t *committed) {

@@ -419,6 +419,25 @@ static void tag_scopes(void **state) {
     assert_int_equal(dmm__torch_tag_current(), -1);
 }
 
+/* A tag name is the caller's text: the stats and the snapshot escape it, so that they stay JSON. */
+static void tag_names_are_escaped_in_json(void **state) {
+    (void)state;
+    fx *f = fx_open(0);
+    DMM_OK_OR_FAIL(dmm__torch_tag_begin("say \"hi\" \\ \t"));
+    void *p = xmalloc(f, 4096, f->s1);
+    DMM_OK_OR_FAIL(dmm__torch_tag_end());
+    const char *want = "\"say \\\"hi\\\" \\\\ \\u0009\":{";
+    assert_non_null(strstr(stats(f), want));
+    static char snap[1 << 16];
+    size_t need = 0;
+    DMM_OK_OR_FAIL(dmm__torch_snapshot_json(f->c, snap, sizeof snap, &need));
+    assert_non_null(strstr(snap, want));
+    assert_int_equal(need, strlen(snap));
+    xfree(f, p, 4096, f->s1);
+    DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, NULL));
+    fx_close(f);
+}
+
 static void suballoc_first_fit_coalesces(void **state) {
     (void)state;
     suballoc sa;
@@ -457,6 +476,7 @@ int main(void) {
         cmocka_unit_test(budget_refuses_and_recovers),
         cmocka_unit_test(empty_cache_trims),
         cmocka_unit_test(tag_scopes),
+        cmocka_unit_test(tag_names_are_escaped_in_json),
         cmocka_unit_test(suballoc_first_fit_coalesces),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
