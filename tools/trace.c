@@ -11,8 +11,8 @@
  * allocation freed exactly once; live(t) = Σ bytes(alloc) − Σ bytes(free) ≥ 0; peak_live_bytes =
  * max_t live(t).
  *
- * Build note: define DMM_TRACE_NO_ZLIB to compile the parser without the file loader (the unit test
- * does so: tests do not link zlib).
+ * Build note: define DMM_TRACE_NO_ZLIB to compile the parser without the file loader (for a user
+ * without zlib; the unit test compiles the loader in and reads the real traces through it).
  */
 #include "trace.h"
 
@@ -175,6 +175,12 @@ int dmm_trace_parse(const char *text, size_t len, dmm_trace *t, char *err, size_
                           lineno);
                 goto out;
             }
+            if (live + bytes < live || t->total_alloc_bytes + bytes < t->total_alloc_bytes) {
+                trace_err(err, errcap, "line %zu: %llu more bytes would overflow the trace's 64-bit byte totals; "
+                                       "the bytes field is corrupt (a negative size?)",
+                          lineno, (unsigned long long)bytes);
+                goto out;
+            }
             if (t->allocs > 0 && id <= ps.ids[t->allocs - 1]) {
                 trace_err(err, errcap, "line %zu: allocation id %llu is not above the previous id %llu; ids must be "
                                        "unique and increasing",
@@ -280,7 +286,8 @@ int dmm_trace_load(const char *path, dmm_trace *t, char *err, size_t errcap) {
             buf = nb;
             cap *= 2;
         }
-        int r = gzread(f, buf + len, (unsigned)(cap - len));
+        size_t room = cap - len < (1u << 30) ? cap - len : (1u << 30); /* gzread takes an unsigned */
+        int r = gzread(f, buf + len, (unsigned)room);
         if (r < 0) {
             int zerr = 0;
             const char *msg = gzerror(f, &zerr);

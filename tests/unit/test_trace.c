@@ -63,6 +63,7 @@ static void malformed_traces_are_refused_with_their_line(void **state) {
         {"# dmm-trace v1\n0 x 1\n", "line 2: expected"},
         {"# dmm-trace v1\nzero a 1 10 0\n", "line 2: expected"},
         {"# dmm-trace v1\n0 a 0 10 0\n", "positive id"},
+        {"# dmm-trace v1\n0 a 1 9223372036854775808 0\n1 a 2 9223372036854775808 0\n", "line 3: 9223372036854775808 more bytes"},
         {"", "empty"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
