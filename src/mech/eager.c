@@ -6,6 +6,8 @@
  * with nothing changed. A release claims its record under the lock (state RELEASING) before the
  * driver call, so two threads racing on one allocation make exactly one driver free; the loser gets
  * FAILED. The record is removed and the accounting refunded only after the driver's free succeeded.
+ * Records are found by (ptr, id): between the driver's free and the removal of its record, the
+ * driver may already have handed the same address to another allocation.
  *
  * Alignment: drivers hand out at least 256-byte-aligned memory (cuMemAlloc's promise; host gives
  * pages), so align ≤ 256 costs nothing; a larger align over-allocates bytes + align - 1 and hands
@@ -55,6 +57,16 @@ static size_t rec_lower(const eager *e, uintptr_t ptr) {
         else hi = mid;
     }
     return lo;
+}
+
+/* The record at ptr with generation id, else the first record at ptr (index n if none). Several
+ * records may share ptr for a moment: once the driver's free of a release in flight returned, the
+ * driver may hand the address to a new allocation before the release has taken its record out. */
+static size_t rec_find(const eager *e, uintptr_t ptr, uint64_t id) {
+    size_t i = rec_lower(e, ptr);
+    for (size_t j = i; j < e->n && e->recs[j].ptr == ptr; j++)
+        if (e->recs[j].id == id) return j;
+    return i;
 }
 
 static bool rec_insert(eager *e, const eager_rec *r) {
@@ -179,7 +191,7 @@ static dmm_release_outcome eager_release(void *impl, const dmm_allocation *a) {
     eager *e = impl;
     uintptr_t ptr = (uintptr_t)a->ptr;
     dmm_lock_acquire(&e->lock);
-    size_t i = rec_lower(e, ptr);
+    size_t i = rec_find(e, ptr, a->id);
     if (i >= e->n || e->recs[i].ptr != ptr) {
         dmm_release_outcome o = fail(e, a, DMM_ERR_UNKNOWN_ALLOCATION);
         dmm_lock_release(&e->lock);
@@ -216,7 +228,7 @@ static dmm_release_outcome eager_release(void *impl, const dmm_allocation *a) {
     dmm_status s = e->driver->ops->free(e->driver, r.base, r.driver_bytes);
 
     dmm_lock_acquire(&e->lock);
-    i = rec_lower(e, ptr); /* others may have moved the table */
+    i = rec_find(e, ptr, r.id); /* others may have moved the table, or reused the address */
     e->stats.driver_free++;
     if (s != DMM_OK) {
         e->recs[i].releasing = false;

@@ -358,6 +358,83 @@ static void test_racing_releases(void **state) {
     fx->host->ops = saved;
 }
 
+/* A one-block driver: alloc hands out the same block every time it is free (as mmap and cuMemAlloc
+ * readily do with an address just given back), and free can run a hook after the block is free:
+ * a deterministic "another thread allocates the moment the driver's free returned". */
+typedef struct one_block {
+    dmm_driver base; /* first */
+    _Alignas(4096) unsigned char mem[8192];
+    bool taken;
+    size_t offset;            /* added to the block's address: a driver below the 256-byte promise */
+    dmm_status free_fails;    /* DMM_OK, or what free answers */
+    void (*after_free)(void *user);
+    void *user;
+} one_block;
+
+static dmm_status ob_alloc(dmm_driver *d, size_t bytes, uintptr_t *ptr) {
+    one_block *b = (one_block *)d;
+    if (b->taken || bytes + b->offset > sizeof b->mem) return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "one_block: taken");
+    b->taken = true;
+    *ptr = (uintptr_t)b->mem + b->offset;
+    return DMM_OK;
+}
+
+static dmm_status ob_free(dmm_driver *d, uintptr_t ptr, size_t bytes) {
+    (void)ptr;
+    (void)bytes;
+    one_block *b = (one_block *)d;
+    if (b->free_fails != DMM_OK) return dmm_error_set(b->free_fails, "one_block: free fails on purpose");
+    b->taken = false;
+    void (*hook)(void *) = b->after_free;
+    b->after_free = NULL;
+    if (hook != NULL) hook(b->user);
+    return DMM_OK;
+}
+
+static const dmm_driver_ops one_block_ops = {.size = sizeof(dmm_driver_ops), .name = "one_block",
+                                             .alloc = ob_alloc, .free = ob_free};
+
+typedef struct reuse {
+    dmm_mechanism *m;
+    dmm_allocation b;
+    dmm_status s;
+} reuse;
+
+static void allocate_again(void *user) {
+    reuse *r = user;
+    r->s = dmm_mechanism_allocate(r->m, 4096, 0, &r->b);
+}
+
+/* The driver hands the address of a release in flight to a new allocation before the release has
+ * taken its record out: the release must remove its own record (by id), not the new one. */
+static void test_address_reused_during_release(void **state) {
+    (void)state;
+    static one_block blk;
+    memset(&blk, 0, sizeof blk);
+    blk.base.ops = &one_block_ops;
+    blk.base.device = (dmm_device){DMM_TIER_HOST, 0};
+    dmm_mechanism *m = NULL;
+    DMM_OK_OR_FAIL(dmm_eager_create(&blk.base, NULL, &m));
+    dmm_allocation a;
+    DMM_OK_OR_FAIL(dmm_mechanism_allocate(m, 4096, 0, &a));
+    reuse r = {m, {0}, DMM_ERR_BUSY};
+    blk.after_free = allocate_again;
+    blk.user = &r;
+    dmm_release_outcome o = dmm_mechanism_release(m, &a);
+    assert_int_equal(o.state, DMM_RELEASE_COMPLETE);
+    DMM_OK_OR_FAIL(r.s);
+    assert_ptr_equal(r.b.ptr, a.ptr); /* the same address, a new id */
+    assert_true(r.b.id != a.id);
+    dmm_stats s = stats_of(m);
+    assert_int_equal(s.allocations.current, 1);
+    /* the stale value is refused, the new one releases */
+    assert_int_equal(dmm_mechanism_release(m, &a).state, DMM_RELEASE_FAILED);
+    o = dmm_mechanism_release(m, &r.b);
+    if (o.state != DMM_RELEASE_COMPLETE) fail_msg("the new allocation's release: %s", dmm_last_error());
+    assert_int_equal(stats_of(m).allocations.current, 0);
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(m));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_allocate_release, setup, teardown),
@@ -368,6 +445,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_driver_failures, setup, teardown),
         cmocka_unit_test_setup_teardown(test_destroy_busy_and_config, setup, teardown),
         cmocka_unit_test_setup_teardown(test_racing_releases, setup, teardown),
+        cmocka_unit_test(test_address_reused_during_release),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
