@@ -107,6 +107,21 @@ static void refund(eager *e, uint64_t bytes) {
     e->acct.refund(e->acct.user, dev, DMM_AXIS_OWNED, bytes);
 }
 
+/* Gives back a driver block that cannot become an allocation (its alloc already counted): freed and
+ * refunded, or, when the free fails, left charged and counted as a rollback leak. True when it went. */
+static bool undo_alloc(eager *e, uintptr_t base, size_t driver_bytes) {
+    dmm_status fs = e->driver->ops->free(e->driver, base, driver_bytes);
+    if (fs == DMM_OK) refund(e, driver_bytes);
+    dmm_lock_acquire(&e->lock);
+    e->stats.driver_free++;
+    if (fs != DMM_OK) {
+        e->stats.driver_failures++;
+        e->stats.rollback_leaks++;
+    }
+    dmm_lock_release(&e->lock);
+    return fs == DMM_OK;
+}
+
 static dmm_status eager_allocate(void *impl, size_t bytes, size_t align, dmm_allocation *out) {
     eager *e = impl;
     if (align == 0) align = EAGER_DEFAULT_ALIGN;
@@ -137,19 +152,11 @@ static dmm_status eager_allocate(void *impl, size_t bytes, size_t align, dmm_all
                              dmm_last_error());
     }
     uintptr_t ptr = (base + align - 1) & ~(uintptr_t)(align - 1);
-    if (ptr + bytes > base + driver_bytes) { /* a driver below the 256-byte promise */
-        dmm_status fs = e->driver->ops->free(e->driver, base, driver_bytes);
-        if (fs == DMM_OK) refund(e, driver_bytes);
-        return dmm_error_set(DMM_ERR_DRIVER,
-                             "eager: allocate of %zu bytes: driver '%s' returned %#llx, not %zu-byte aligned "
-                             "(drivers must give at least 256)%s",
-                             bytes, e->driver->ops->name, (unsigned long long)base, align,
-                             fs == DMM_OK ? "" : "; freeing it failed too and it stays charged");
-    }
+    bool fits = ptr + bytes <= base + driver_bytes; /* false: a driver below the 256-byte promise */
     eager_rec r = {ptr, base, bytes, align, driver_bytes, dmm_atomic_add_relaxed(&e->next_id, 1), false};
     dmm_lock_acquire(&e->lock);
-    bool ok = rec_insert(e, &r);
     e->stats.driver_alloc++;
+    bool ok = fits && rec_insert(e, &r);
     if (ok) {
         dmm_count_add(&e->stats.allocations, 1);
         dmm_count_add(&e->stats.allocated_bytes, (int64_t)bytes);
@@ -158,20 +165,16 @@ static dmm_status eager_allocate(void *impl, size_t bytes, size_t align, dmm_all
     }
     dmm_lock_release(&e->lock);
     if (!ok) {
-        if (e->driver->ops->free(e->driver, base, driver_bytes) == DMM_OK) {
-            refund(e, driver_bytes);
-            dmm_lock_acquire(&e->lock);
-            e->stats.driver_free++;
-            dmm_lock_release(&e->lock);
-        } else {
-            dmm_lock_acquire(&e->lock);
-            e->stats.driver_free++;
-            e->stats.driver_failures++;
-            e->stats.rollback_leaks++;
-            dmm_lock_release(&e->lock);
-        }
-        return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "eager: allocate of %zu bytes: no memory for the record table",
-                             bytes);
+        const char *tail = undo_alloc(e, base, driver_bytes)
+                               ? ""
+                               : "; freeing it failed too, so it stays charged (counted in rollback_leaks)";
+        if (!fits)
+            return dmm_error_set(DMM_ERR_DRIVER,
+                                 "eager: allocate of %zu bytes: driver '%s' returned %#llx, not %zu-byte aligned "
+                                 "(drivers must give at least 256)%s",
+                                 bytes, e->driver->ops->name, (unsigned long long)base, align, tail);
+        return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "eager: allocate of %zu bytes: no memory for the record table%s",
+                             bytes, tail);
     }
     out->ptr = (void *)ptr;
     out->bytes = bytes;

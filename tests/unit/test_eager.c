@@ -435,6 +435,36 @@ static void test_address_reused_during_release(void **state) {
     DMM_OK_OR_FAIL(dmm_mechanism_destroy(m));
 }
 
+/* A driver below the 256-byte promise whose free then fails too: the block stays charged and the
+ * stats say so (driver calls counted, a rollback leak). */
+static void test_misaligned_driver_counts_its_leak(void **state) {
+    (void)state;
+    static one_block blk;
+    memset(&blk, 0, sizeof blk);
+    blk.base.ops = &one_block_ops;
+    blk.base.device = (dmm_device){DMM_TIER_HOST, 0};
+    blk.offset = 16;
+    dmm_mechanism *m = NULL;
+    DMM_OK_OR_FAIL(dmm_eager_create(&blk.base, NULL, &m));
+    dmm_allocation a;
+    assert_int_equal(dmm_mechanism_allocate(m, 4096, 0, &a), DMM_ERR_DRIVER);
+    dmm_test_error_mentions("not 256-byte aligned", NULL);
+    dmm_stats s = stats_of(m);
+    assert_int_equal(s.driver_alloc, 1);
+    assert_int_equal(s.driver_free, 1);
+    assert_int_equal(s.rollback_leaks, 0);
+    blk.free_fails = DMM_ERR_DRIVER;
+    assert_int_equal(dmm_mechanism_allocate(m, 4096, 0, &a), DMM_ERR_DRIVER);
+    dmm_test_error_mentions("not 256-byte aligned", "stays charged", NULL);
+    s = stats_of(m);
+    assert_int_equal(s.driver_alloc, 2);
+    assert_int_equal(s.driver_free, 2);
+    assert_int_equal(s.driver_failures, 1);
+    assert_int_equal(s.rollback_leaks, 1);
+    assert_int_equal(s.allocations.current, 0);
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(m));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_allocate_release, setup, teardown),
@@ -446,6 +476,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_destroy_busy_and_config, setup, teardown),
         cmocka_unit_test_setup_teardown(test_racing_releases, setup, teardown),
         cmocka_unit_test(test_address_reused_during_release),
+        cmocka_unit_test(test_misaligned_driver_counts_its_leak),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
