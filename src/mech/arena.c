@@ -380,7 +380,7 @@ static dmm_status do_commit(dmm_arena *a, uint64_t off, uint64_t id, bool whole,
             return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "%s: no host memory to plan the commit; nothing was "
                                                         "changed", op);
         arena_pot pot = {{0, 0}, false};
-        bool use_pot = a->has_acct && a->acct.charge != NULL && (need[0] > 0 || need[1] > 0);
+        bool use_pot = a->has_acct && (need[0] > 0 || need[1] > 0);
         if (use_pot) {
             dmm_lock_release(&a->lock);
             dmm_status s = dmm__arena_hook_charge(a, DMM_AXIS_OWNED, need[DMM_AXIS_OWNED], op);
@@ -530,7 +530,7 @@ dmm_status dmm_arena_alias(dmm_mechanism *m, const dmm_allocation *al, dmm_range
     dmm_status s = a->lost ? dmm__arena_lost_error(a, op) : dmm__arena_lookup(a, al, op, &r);
     if (s == DMM_OK) s = alias_check(a, r, dst, src, op, &nch);
     arena_pot pot = {{0, 0}, false};
-    if (s == DMM_OK && a->has_acct && a->acct.charge != NULL) {
+    if (s == DMM_OK && a->has_acct) {
         /* charge MAPPED ahead, outside the lock (the hook may reclaim through this arena), then look
          * again: the arena may have changed meanwhile */
         uint64_t off = r->off, id = r->id;
@@ -837,6 +837,12 @@ dmm_status dmm_arena_create(dmm_driver *driver, const dmm_arena_config *cfg, dmm
                                  "%s: the config's size is %u bytes; set .size = sizeof(dmm_arena_config) (%zu)",
                                  op, cfg->size, sizeof c);
         memcpy(&c, cfg, sizeof c);
+        if (c.accounting != NULL && (c.accounting->charge == NULL || c.accounting->refund == NULL))
+            return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                                 "%s: the accounting hook needs both charge and refund (charge %s, refund %s); "
+                                 "fill both, or pass no hook",
+                                 op, c.accounting->charge != NULL ? "set" : "NULL",
+                                 c.accounting->refund != NULL ? "set" : "NULL");
     }
     const dmm_driver_ops *o = driver->ops;
     char where[48];
@@ -1025,7 +1031,7 @@ dmm_status dmm_arena_confirm_context_terminated(dmm_mechanism *m) {
     if (!a->confirmed) {
         /* the context is gone and took every handle, mapping and the reservation with it */
         for (int axis = 0; axis < 2; axis++) {
-            if (a->charged[axis] > 0 && a->has_acct && a->acct.refund != NULL)
+            if (a->charged[axis] > 0 && a->has_acct)
                 a->acct.refund(a->acct.user, a->device, (dmm_axis)axis, a->charged[axis]);
             a->charged[axis] = 0;
         }

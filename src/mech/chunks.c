@@ -85,7 +85,7 @@ dmm_status dmm__arena_drv_set_access(dmm_arena *a, uint64_t off, uint64_t bytes,
 /* ---- accounting ---- */
 
 dmm_status dmm__arena_hook_charge(dmm_arena *a, dmm_axis axis, uint64_t bytes, const char *op) {
-    if (!a->has_acct || a->acct.charge == NULL || bytes == 0) return DMM_OK;
+    if (!a->has_acct || bytes == 0) return DMM_OK;
     dmm_clear_error();
     dmm_status s = a->acct.charge(a->acct.user, a->device, axis, bytes);
     if (s == DMM_OK) return DMM_OK;
@@ -99,7 +99,7 @@ dmm_status dmm__arena_hook_charge(dmm_arena *a, dmm_axis axis, uint64_t bytes, c
 }
 
 void dmm__arena_hook_refund(dmm_arena *a, dmm_axis axis, uint64_t bytes) {
-    if (a->has_acct && a->acct.refund != NULL && bytes > 0) a->acct.refund(a->acct.user, a->device, axis, bytes);
+    if (a->has_acct && bytes > 0) a->acct.refund(a->acct.user, a->device, axis, bytes);
 }
 
 dmm_status dmm__arena_charge(dmm_arena *a, dmm_axis axis, uint64_t bytes, const char *op) {

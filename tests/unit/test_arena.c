@@ -697,6 +697,17 @@ static void create_validates_its_config(void **state) {
     c.size = 8;
     assert_int_equal(dmm_arena_create(host, &c, &m), DMM_ERR_SHORT_STRUCT);
     assert_int_equal(dmm_arena_create(NULL, NULL, &m), DMM_ERR_INVALID_ARGUMENT);
+    /* a hook that can charge but never refund would leak its budget silently: refused, like eager */
+    kit_tally t;
+    memset(&t, 0, sizeof t);
+    dmm_accounting half = kit_accounting(&t);
+    half.refund = NULL;
+    c = kit_config(64 * MIB, 0, 0, &half);
+    assert_int_equal(dmm_arena_create(host, &c, &m), DMM_ERR_INVALID_ARGUMENT);
+    dmm_test_error_mentions("dmm_arena_create", "charge and refund", NULL);
+    half = kit_accounting(&t);
+    half.charge = NULL;
+    assert_int_equal(dmm_arena_create(host, &c, &m), DMM_ERR_INVALID_ARGUMENT);
     assert_int_equal(kit_census(host).reserved_bytes, 0);
     dmm_driver_destroy(host);
 }
