@@ -52,6 +52,7 @@ static int parse_bytes(const char *s, uint64_t *out) {
         if (strcmp(end, "") != 0 && strcmp(end, "i") != 0 && strcmp(end, "iB") != 0 && strcmp(end, "B") != 0)
             return -1;
     }
+    if (v * (double)mul >= 18446744073709551616.0) return -1; /* 2^64: the cast would be undefined */
     *out = (uint64_t)(v * (double)mul);
     return 0;
 }
@@ -65,6 +66,13 @@ int dmm_cmd_replay(int argc, char **argv) {
     bool json = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        static const char *const with_value[] = {"--driver", "--granule", "--chunk", "--max-chunk",
+                                                 "--retain",  "--lag",     "--report"};
+        for (size_t k = 0; k < sizeof with_value / sizeof with_value[0] && i + 1 == argc; k++)
+            if (strcmp(a, with_value[k]) == 0) {
+                fprintf(stderr, "dmm replay: %s needs a value after it (dmm replay --help lists them)\n", a);
+                return 2;
+            }
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             replay_usage(stdout);
             return 0;
@@ -85,14 +93,21 @@ int dmm_cmd_replay(int argc, char **argv) {
         } else if (strcmp(a, "--lag") == 0 && i + 1 < argc) {
             char *end = NULL;
             o.lag = strtoull(argv[++i], &end, 10);
-            if (end == argv[i] || *end != '\0') {
+            if (end == argv[i] || *end != '\0' || argv[i][0] == '-') {
                 fprintf(stderr, "dmm replay: --lag wants a number of allocations, not '%s'\n", argv[i]);
                 return 2;
             }
         } else if (strcmp(a, "--no-alias") == 0) {
             o.no_alias = true;
         } else if (strcmp(a, "--retain") == 0 && i + 1 < argc) {
-            o.retain_permille = (uint32_t)strtoul(argv[++i], NULL, 10);
+            char *end = NULL;
+            unsigned long long v = strtoull(argv[++i], &end, 10);
+            if (end == argv[i] || *end != '\0' || argv[i][0] == '-' || v > UINT32_MAX) {
+                fprintf(stderr, "dmm replay: --retain wants a whole number of per mille (e.g. 20 = 2 %%), not '%s'\n",
+                        argv[i]);
+                return 2;
+            }
+            o.retain_permille = (uint32_t)v;
         } else if (strcmp(a, "--report") == 0 && i + 1 < argc) {
             report = argv[++i];
         } else if (a[0] == '-') {
