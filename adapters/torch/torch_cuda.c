@@ -262,6 +262,7 @@ int dmm_torch_set_limit(int device, uint64_t bytes) {
     if (device < 0) {
         pthread_mutex_lock(&g_mu);
         g_limit_all = bytes;
+        memset(g_limit, 0, sizeof g_limit); /* the latest call wins, also for devices not used yet */
         pthread_mutex_unlock(&g_mu);
         for (int i = 0; i < MAX_DEVICES; i++) {
             tctx *c = atomic_load_explicit(&g_ctx[i], memory_order_acquire);
@@ -273,14 +274,13 @@ int dmm_torch_set_limit(int device, uint64_t bytes) {
         return 0;
     }
     if (device >= MAX_DEVICES) return record(dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: device %d", device));
+    /* under g_mu, which create_slow holds while it reads g_limit: a context created meanwhile gets the
+     * limit either way (from g_limit, or from the call below) */
+    pthread_mutex_lock(&g_mu);
     tctx *c = atomic_load_explicit(&g_ctx[device], memory_order_acquire);
-    if (c == NULL) {
-        pthread_mutex_lock(&g_mu);
-        g_limit[device] = bytes;
-        pthread_mutex_unlock(&g_mu);
-        return 0;
-    }
-    return record(dmm__torch_set_limit(c, bytes));
+    if (c == NULL) g_limit[device] = bytes;
+    pthread_mutex_unlock(&g_mu);
+    return c == NULL ? 0 : record(dmm__torch_set_limit(c, bytes));
 }
 
 int dmm_torch_stats_json(int device, char *buf, size_t cap, size_t *needed) {
