@@ -181,8 +181,11 @@ def snapshot(device=None):
 
 def set_limit(limit, device=None):
     """Caps the device memory dmm may hold (physical bytes: pool, tags, graphs, handle cache). None =
-    no limit. device=None: every device, also those not used yet. A request beyond it raises an error
+    no limit; 0 or a negative number is refused (ValueError). device=None: every device, also those not used yet. A request beyond it raises an error
     naming the limit (after dmm gave back what it caches)."""
+    if limit is not None and (int(limit) <= 0 or int(limit) >= 1 << 64):
+        raise ValueError("dmm.torch.set_limit: limit must be a positive number of bytes below 2**64, or None "
+                         "for no limit; got %r" % (limit,))
     dev = -1 if device is None else _device(device)
     _lib.check(_lib.load().dmm_torch_set_limit(dev, 0 if limit is None else int(limit)), "dmm.torch.set_limit")
 
