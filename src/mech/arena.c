@@ -191,7 +191,8 @@ typedef struct txn {
     ref_run *runs; /* granules of the record that this call made referenced */
     size_t nruns, capruns;
     uint64_t newly_mapped;
-    bool leaked; /* an undo step could not be undone */
+    size_t free_pieces; /* free spans among the granules of the ranges committed so far (poison room) */
+    bool leaked;        /* an undo step could not be undone */
 } txn;
 
 static void txn_fini(txn *t) {
@@ -253,7 +254,9 @@ static dmm_status commit_range(dmm_arena *a, arena_record *r, uint64_t lo, uint6
                                  (unsigned long long)(a->base + r->off));
     }
     nnew += div_up(run, a->limit_g);
-    if (!dmm__arena_room(a, (size_t)nnew, (size_t)nnew, 2 * (t->nborn + (size_t)nnew) + 4, op)) return DMM_ERR_OUT_OF_MEMORY;
+    t->free_pieces += dmm__spans_count_overlapping(&a->free, g0 * a->gran, (g1 - g0) * a->gran);
+    if (!dmm__arena_room(a, (size_t)nnew, (size_t)nnew, 2 * (t->nborn + (size_t)nnew) + 4 + t->free_pieces, op))
+        return DMM_ERR_OUT_OF_MEMORY;
     if (!txn_room(t, (size_t)nnew, (size_t)nruns))
         return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "%s: no host memory for the commit's log; nothing was "
                                                     "changed: free host memory and retry", op);
@@ -482,7 +485,8 @@ static dmm_status alias_check(dmm_arena *a, const arena_record *r, dmm_range dst
  * the lock; alias_check passed). */
 static dmm_status alias_apply(dmm_arena *a, arena_record *r, dmm_range dst, dmm_range src, size_t nch,
                               const char *op) {
-    if (!dmm__arena_room(a, nch, 0, 2 * nch + 4, op)) return DMM_ERR_OUT_OF_MEMORY;
+    size_t pieces = dmm__spans_count_overlapping(&a->free, r->off + dst.offset, dst.bytes);
+    if (!dmm__arena_room(a, nch, 0, 2 * nch + 4 + pieces, op)) return DMM_ERR_OUT_OF_MEMORY;
     txn t = {0};
     if (!txn_room(&t, nch, 1)) {
         txn_fini(&t);

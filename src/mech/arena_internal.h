@@ -248,8 +248,13 @@ uint64_t dmm__arena_chunk_retire(dmm_arena *a, arena_chunk *c, bool allow_cache)
 /* Marks a chunk that is still mapped as POISONED and moves the free VA of its granules into the
  * quarantine. Returns the bytes it newly keeps owned: the chunk's, unless another mapping of its
  * handle is poisoned already (a handle is owned once, however many of its mappings are stuck).
- * Needs dmm__arena_room(0, 0, 1). */
+ * Needs dmm__arena_room(0, 0, dmm__arena_poison_room(chunk's granules)). */
 uint64_t dmm__arena_chunk_poison(dmm_arena *a, arena_chunk *c);
+
+/* The span entries that poisoning chunks over granules [first, first + n) may need: one split of
+ * the free list, plus one quarantine entry per free piece there (the granules at the edge of an
+ * allocation may hold many free gaps between small allocations). */
+size_t dmm__arena_poison_room(const dmm_arena *a, uint64_t first, uint64_t n);
 
 /* Releases every cached handle (refund OWNED per success; a failure quarantines it). DMM_OK when
  * all went, else the first failure. */

@@ -384,6 +384,10 @@ uint64_t dmm__arena_chunk_retire(dmm_arena *a, arena_chunk *c, bool allow_cache)
     return residual;
 }
 
+size_t dmm__arena_poison_room(const dmm_arena *a, uint64_t first, uint64_t n) {
+    return 2 + dmm__spans_count_overlapping(&a->free, first * a->gran, n * a->gran);
+}
+
 uint64_t dmm__arena_chunk_poison(dmm_arena *a, arena_chunk *c) {
     uint64_t bytes = chunk_bytes(a, c), kept = bytes;
     for (uint32_t j = c->twin; j != chunk_slot(a, c); j = a->chunks[j].twin)

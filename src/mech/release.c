@@ -101,13 +101,17 @@ dmm_release_outcome dmm__arena_release(void *impl, const dmm_allocation *al) {
     r->state = RECORD_RELEASING;
 
     /* plan, changing nothing: the chunks whose last references are r's die */
-    size_t n = 0, ndying = 0;
+    size_t n = 0, ndying = 0, poison_room = 0;
     target *t = collect(a, r, r->g0, r->g0 + r->ng, &n);
     for (size_t i = 0; t != NULL && i < n; i++) {
-        if (t[i].cnt > a->chunks[t[i].slot].refs) a->st.refcount_underflows++;
-        if (t[i].cnt >= a->chunks[t[i].slot].refs) ndying++;
+        const arena_chunk *c = &a->chunks[t[i].slot];
+        if (t[i].cnt > c->refs) a->st.refcount_underflows++;
+        if (t[i].cnt >= c->refs) {
+            ndying++;
+            poison_room += dmm__arena_poison_room(a, c->first, c->n);
+        }
     }
-    if (t == NULL || !dmm__arena_room(a, 0, ndying, 2 * ndying + dmm__arena_span_room(a, r->off, r->span), op)) {
+    if (t == NULL || !dmm__arena_room(a, 0, ndying, poison_room + dmm__arena_span_room(a, r->off, r->span), op)) {
         if (t == NULL)
             dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "%s of %p: no host memory to plan the release; nothing was "
                                                  "changed: free host memory and retry", op, al->ptr);
@@ -253,7 +257,10 @@ dmm_release_outcome dmm__arena_decommit(void *impl, const dmm_allocation *al, dm
         dmm_lock_release(&a->lock);
         return dmm__outcome_complete(range.bytes, 0);
     }
-    if (!dmm__arena_room(a, 0, n, 2 * n + 4, op)) {
+    size_t poison_room = 4;
+    for (size_t i = 0; i < n; i++)
+        poison_room += dmm__arena_poison_room(a, a->chunks[t[i].slot].first, a->chunks[t[i].slot].n);
+    if (!dmm__arena_room(a, 0, n, poison_room, op)) {
         free(t);
         dmm_release_outcome o = failed(a, range.bytes, DMM_ERR_OUT_OF_MEMORY);
         dmm_lock_release(&a->lock);

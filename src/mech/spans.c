@@ -151,6 +151,15 @@ uint64_t dmm__spans_carve(dmm_spans *s, uint64_t off, uint64_t len,
     return removed;
 }
 
+size_t dmm__spans_count_overlapping(const dmm_spans *s, uint64_t off, uint64_t len) {
+    if (len == 0) return 0;
+    uint64_t end = off + len < off ? UINT64_MAX : off + len;
+    size_t i = lower(s, off), n = 0;
+    if (i > 0 && s->v[i - 1].off + s->v[i - 1].len > off) i--;
+    for (; i < s->n && s->v[i].off < end; i++) n++;
+    return n;
+}
+
 bool dmm__spans_overlaps(const dmm_spans *s, uint64_t off, uint64_t len) {
     if (len == 0) return false;
     size_t i = lower(s, off);

@@ -47,6 +47,9 @@ bool dmm__spans_take_best_fit(dmm_spans *s, uint64_t base, uint64_t len, uint64_
 uint64_t dmm__spans_carve(dmm_spans *s, uint64_t off, uint64_t len,
                           void (*piece)(void *user, uint64_t off, uint64_t len), void *user);
 
+/* How many spans of the set overlap [off, off+len): the pieces a carve of that range would make. */
+size_t dmm__spans_count_overlapping(const dmm_spans *s, uint64_t off, uint64_t len);
+
 /* Whether any byte of [off, off+len) is in the set. */
 bool dmm__spans_overlaps(const dmm_spans *s, uint64_t off, uint64_t len);
 

@@ -761,9 +761,43 @@ static void device_loss_stops_every_driver_call(void **state) {
     lost_battery(&e);
 }
 
+/* A poisoned chunk moves the free VA of its granules into the quarantine, however many pieces that
+ * VA is in: here its tail granule holds 20 free gaps between VA-only allocations, more pieces than
+ * the quarantine has room for without growing. Every byte must stay tiled (free, live or
+ * quarantined), and none of the gaps may be handed out again. */
+static void poisoning_a_fragmented_granule_keeps_every_byte(void **state) {
+    (void)state;
+    enum { NX = 40 };
+    env e;
+    env_init(&e, 2 * MIB, 0);
+    dmm_allocation a, x[NX];
+    DMM_OK_OR_FAIL(dmm_mechanism_allocate(e.m, 5 * MIB, 0, &a)); /* chunks of granules 0, 1, 2 */
+    for (int i = 0; i < NX; i++) {
+        DMM_OK_OR_FAIL(dmm_mechanism_allocate_committed(e.m, 4 * KIB, 0, NULL, 0, &x[i])); /* VA only */
+        assert_ptr_equal(x[i].ptr, (char *)a.ptr + 5 * MIB + (size_t)i * 4 * KIB);
+    }
+    for (int i = 0; i < NX; i += 2) assert_int_equal(dmm_mechanism_release(e.m, &x[i]).state, DMM_RELEASE_COMPLETE);
+    KIT_CHECK(e.m);
+    DMM_OK_OR_FAIL(dmm_fault_plan(e.fault, DMM_OP_UNMAP, 3, 1, DMM_ERR_DRIVER)); /* the chunk of granule 2 */
+    dmm_release_outcome o = dmm_mechanism_release(e.m, &a);
+    assert_int_equal(o.state, DMM_RELEASE_QUARANTINED);
+    assert_int_equal(o.residual_owned_bytes, 2 * MIB);
+    KIT_CHECK(e.m);
+    for (int i = 0; i < NX; i += 2) {
+        bool q = false;
+        DMM_OK_OR_FAIL(dmm_arena_is_quarantined(e.m, x[i].ptr, x[i].bytes, &q));
+        assert_true(q);
+    }
+    for (int i = 1; i < NX; i += 2) assert_int_equal(dmm_mechanism_release(e.m, &x[i]).state, DMM_RELEASE_COMPLETE);
+    KIT_CHECK(e.m);
+    no_quarantined_reissue(&e);
+    env_end(&e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(failed_unmap_poisons_the_chunk),
+        cmocka_unit_test(poisoning_a_fragmented_granule_keeps_every_byte),
         cmocka_unit_test(failed_handle_release_quarantines_the_handle),
         cmocka_unit_test(decommit_restores_on_a_failed_unmap),
         cmocka_unit_test(decommit_quarantines_when_the_restore_fails),

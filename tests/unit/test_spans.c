@@ -73,6 +73,10 @@ static void carve_removes_an_intersection(void **state) {
     assert_true(dmm__spans_reserve(&s, 8));
     assert_true(dmm__spans_insert(&s, 0, 100));
     assert_true(dmm__spans_insert(&s, 200, 100));
+    assert_int_equal(dmm__spans_count_overlapping(&s, 50, 200), 2); /* the pieces the carve below makes */
+    assert_int_equal(dmm__spans_count_overlapping(&s, 100, 100), 0);
+    assert_int_equal(dmm__spans_count_overlapping(&s, 99, 1), 1);
+    assert_int_equal(dmm__spans_count_overlapping(&s, 0, 0), 0);
     assert_int_equal(dmm__spans_carve(&s, 50, 200, NULL, NULL), 50 + 50);
     assert_int_equal(s.n, 2);
     assert_int_equal(s.v[0].len, 50);
