@@ -2,8 +2,8 @@
  *
  * Counts have a current value, a peak and a running total of increases; counters only go up. Both
  * lists are X-macros so that the struct, the JSON writer and the tests all come from one place.
- * Every mechanism and (later) the pool fill the same struct; a field a component does not track
- * stays 0.
+ * Every mechanism and the pool (dmm_pool_stats_common) fill the same struct; a field a component
+ * does not track stays 0.
  */
 #ifndef DMM_STATS_H
 #define DMM_STATS_H
