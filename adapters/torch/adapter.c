@@ -120,6 +120,9 @@ dmm_status dmm__torch_create(dmm_driver *drv, const dmm_torch_ext *ext, dmm_gove
     c->pool_va = pool_va;
     c->tag_va = k.tag_segment_bytes ? k.tag_segment_bytes : pool_va / 2;
     c->tag_va = (c->tag_va + gran - 1) / gran * gran;
+    c->restore_piece = k.restore_piece_bytes;
+    c->restore_first = k.restore_first_bytes;
+    c->restore_copy = k.restore_copy_bytes;
     uint64_t reserve = k.reserve_bytes ? k.reserve_bytes : 4 * pool_va;
 
     dmm_holder_config hc = {sizeof hc, "torch", 0, NULL, NULL};

@@ -44,6 +44,11 @@ typedef struct dmm_torch_config {
     uint64_t cache_limit_bytes; /* the arena's handle cache; 0 = 8 MiB */
     uint64_t limit_bytes;       /* the device's budget (owned bytes); 0 = unlimited */
     uint32_t retain_permille;   /* the pool's retention (dmm_pool_config); 0 = the pool's default */
+    /* restore's pieces (tags.c restore_piece): 0 = the default; UINT64_MAX = one commit per segment;
+     * else the largest piece, rounded up to the granule */
+    uint64_t restore_piece_bytes;
+    uint64_t restore_first_bytes; /* 0 = every piece the same; else the first piece, doubling up to the largest */
+    uint64_t restore_copy_bytes;  /* 0 = one copy per piece; else each piece's copy in parts of this many bytes */
 } dmm_torch_config;
 
 /* Offload modes (the `mode` of dmm__torch_offload). */
@@ -143,6 +148,7 @@ typedef struct tctx {
     dmm_torch_ext ext;
     dmm_device dev;
     uint64_t granule, pool_va, tag_va, block_align;
+    uint64_t restore_piece, restore_first, restore_copy; /* dmm_torch_config's restore_*_bytes */
 
     dmm_governor *gov;       /* not owned */
     dmm_holder *holder;

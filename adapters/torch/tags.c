@@ -11,9 +11,11 @@
  * event. It returns at once: no stream or device synchronize, and no unmap runs before the event
  * completed, i.e. before every kernel queued ahead of it (the ones still reading the weights) ended.
  * The decommits run in later polls (any malloc, stats call, poll or wait). Restore recommits each
- * segment's range in one commit (one physical handle per chunk-limit, however the segment grew) and
- * copies back on the caller's stream, at the same addresses: tensors and CUDA graphs that hold them
- * stay valid. The pinned copies are kept after a restore (the next offload runs at copy speed);
+ * segment's range in pieces (restore_piece: committed/8 within 64–256 MiB, one handle each, however the
+ * segment grew), queueing each piece's copy back on the caller's stream right after its commit, at
+ * the same addresses: tensors and CUDA graphs that hold them stay valid. Smaller pieces restore
+ * faster on an H200 but leave more handles for the next offload to unmap (slower offload); the
+ * trade-off is measured by tests/gpu/torch/restore_variants.py through DMM_TORCH_RESTORE_PIECE. The pinned copies are kept after a restore (the next offload runs at copy speed);
  * release_host frees them.
  *
  * Growth: a segment commits its prefix in steps of max(granule, committed/16) up to 64 MiB, so that
@@ -377,12 +379,25 @@ dmm_status dmm__torch_offload_wait(tctx *c, const char *name) {
 }
 
 /* The unit of a restore: large enough that one commit costs little beside its copy (~4 ms at
- * 55 GB/s for 256 MiB), small enough that the first piece's commit is the only one not hidden. */
+ * 55 GB/s for 256 MiB), small enough that the first piece's commit is the only one not hidden.
+ * dmm_torch_config may override it (restore_piece_bytes; UINT64_MAX = one commit per segment) and
+ * make the pieces grow (restore_first_bytes: the first piece, doubling up to the largest). */
 static uint64_t restore_piece(const tctx *c, uint64_t committed) {
     uint64_t p = committed / 8;
     if (p < 64 * MIB) p = 64 * MIB;
     if (p > 256 * MIB) p = 256 * MIB;
+    if (c->restore_piece != 0) p = c->restore_piece;
+    if (p > committed) p = committed;
     return (p + c->granule - 1) / c->granule * c->granule;
+}
+
+/* The piece that starts at `off` (the size of the pieces before it decides it when they grow). */
+static uint64_t restore_piece_at(const tctx *c, uint64_t committed, uint64_t off) {
+    uint64_t max = restore_piece(c, committed);
+    if (c->restore_first == 0) return max;
+    uint64_t p = (c->restore_first + c->granule - 1) / c->granule * c->granule;
+    while (p < max && p <= off) p *= 2; /* pieces first, 2 first, 4 first, ...: piece k starts at (2^k - 1) first */
+    return p < max ? p : max;
 }
 
 dmm_status dmm__torch_restore(tctx *c, const char *name, dmm_stream stream) {
@@ -402,9 +417,9 @@ dmm_status dmm__torch_restore(tctx *c, const char *name, dmm_stream stream) {
     for (tseg *g = t->segs; g != NULL; g = g->next) {
         if (g->state != SEG_OFFLOADED) continue;
         /* piece by piece: the driver maps piece k+1 while the copy engine fills piece k */
-        uint64_t piece = restore_piece(c, g->committed);
         while (g->restored < g->committed) {
-            uint64_t off = g->restored, len = g->committed - off < piece ? g->committed - off : piece;
+            uint64_t off = g->restored, piece = restore_piece_at(c, g->committed, off);
+            uint64_t len = g->committed - off < piece ? g->committed - off : piece;
             dmm_range r = {(size_t)off, (size_t)len};
             uint64_t newly = 0;
             s = dmm_mechanism_commit(c->arena, &g->a, r, &newly);
@@ -414,10 +429,13 @@ dmm_status dmm__torch_restore(tctx *c, const char *name, dmm_stream stream) {
             }
             if (s != DMM_OK) goto fail;
             uint64_t cend = g->saved_bytes < off + len ? g->saved_bytes : off + len;
-            if (t->mode == DMM_TORCH_TO_HOST && cend > off &&
-                (s = d->copy(c->drv, (uintptr_t)g->a.ptr + off, (uintptr_t)g->host + off, (size_t)(cend - off),
-                             stream)) != DMM_OK)
-                goto fail; /* mapped but not filled: the next restore commits it again (a no-op) and copies */
+            uint64_t part = c->restore_copy != 0 ? c->restore_copy : len;
+            for (uint64_t at = off; t->mode == DMM_TORCH_TO_HOST && at < cend; at += part) {
+                uint64_t n = cend - at < part ? cend - at : part;
+                if ((s = d->copy(c->drv, (uintptr_t)g->a.ptr + at, (uintptr_t)g->host + at, (size_t)n, stream)) !=
+                    DMM_OK)
+                    goto fail; /* mapped but not filled: the next restore commits it again (a no-op) and copies */
+            }
             g->restored = off + len;
         }
         g->state = SEG_RESIDENT;

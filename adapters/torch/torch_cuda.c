@@ -193,6 +193,15 @@ static tctx *create_slow(int device) {
         if (va != NULL) cfg.pool_va_bytes = strtoull(va, NULL, 0);
         const char *keep = getenv("DMM_TORCH_RETAIN"); /* the pool's retention, per mille of the live peak */
         if (keep != NULL) cfg.retain_permille = (uint32_t)strtoul(keep, NULL, 0);
+        /* restore's pieces, for measurements: MAX[,FIRST[,COPY]] in bytes (MAX 0 = one commit per segment) */
+        const char *rp = getenv("DMM_TORCH_RESTORE_PIECE");
+        if (rp != NULL && *rp != '\0') {
+            char *end = NULL;
+            cfg.restore_piece_bytes = strtoull(rp, &end, 0);
+            if (cfg.restore_piece_bytes == 0) cfg.restore_piece_bytes = UINT64_MAX;
+            if (end != NULL && *end == ',') cfg.restore_first_bytes = strtoull(end + 1, &end, 0);
+            if (end != NULL && *end == ',') cfg.restore_copy_bytes = strtoull(end + 1, NULL, 0);
+        }
         s = dmm__torch_create(drv, &x, g_gov, &cfg, &c);
         if (s != DMM_OK) dmm_driver_destroy(drv);
     }

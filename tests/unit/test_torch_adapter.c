@@ -284,6 +284,34 @@ static void restore_in_pieces(void **state) {
     fx_close(f);
 }
 
+/* dmm_torch_config's restore knobs: pieces growing from 16 MiB up to 64 MiB (16 + 32 + 64 + 18 MiB for
+ * 130 MiB: four commits), each copied in parts of 8 MiB (2 + 4 + 8 + 3 = 17 copies); contents intact. */
+static void restore_pieces_knob(void **state) {
+    (void)state;
+    fx *f = fx_open(0);
+    f->c->restore_piece = 64 * MIB;
+    f->c->restore_first = 16 * MIB;
+    f->c->restore_copy = 8 * MIB;
+    size_t n = 130 * MIB;
+    DMM_OK_OR_FAIL(dmm__torch_tag_begin("big"));
+    unsigned char *w = xmalloc(f, n, f->s1);
+    DMM_OK_OR_FAIL(dmm__torch_tag_end());
+    size_t at[6] = {0, 16 * MIB - 1, 16 * MIB, 48 * MIB, 112 * MIB + 5, n - 1};
+    for (int i = 0; i < 6; i++) w[at[i]] = (unsigned char)(0xB0 + i);
+    DMM_OK_OR_FAIL(dmm__torch_offload(f->c, "big", DMM_TORCH_TO_HOST, f->s1));
+    DMM_OK_OR_FAIL(dmm__torch_offload_wait(f->c, "big"));
+    ttag *t = &f->c->tags[dmm__torch_tag_find("big")];
+    uint64_t creates0 = dmm_fault_calls(f->drv, DMM_OP_CREATE), copies0 = dmm_fault_calls(f->drv, DMM_OP_COPY);
+    DMM_OK_OR_FAIL(dmm__torch_restore(f->c, "big", f->s1));
+    assert_int_equal(t->state, TAG_RESIDENT);
+    assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_CREATE) - creates0, 4);
+    assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_COPY) - copies0, 17);
+    for (int i = 0; i < 6; i++) assert_int_equal(w[at[i]], 0xB0 + i);
+    xfree(f, w, n, f->s1);
+    DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, NULL));
+    fx_close(f);
+}
+
 static void discard(void **state) {
     (void)state;
     fx *f = fx_open(0);
@@ -471,6 +499,7 @@ int main(void) {
         cmocka_unit_test(routing_and_stats),
         cmocka_unit_test(tags_offload_restore),
         cmocka_unit_test(restore_in_pieces),
+        cmocka_unit_test(restore_pieces_knob),
         cmocka_unit_test(discard),
         cmocka_unit_test(capture_uses_reserved_memory_only),
         cmocka_unit_test(budget_refuses_and_recovers),
