@@ -304,29 +304,8 @@ bool dmm__arena_chunk_unwind(dmm_arena *a, uint32_t k) {
         }
         dmm__arena_refund(a, DMM_AXIS_MAPPED, bytes);
     }
-    bool ok = true;
-    gmap_set(a, c, 0);
-    if (c->state == CHUNK_LIVE) {
-        a->live_chunks--;
-        dmm_count_sub(&a->st.committed_bytes, (int64_t)bytes);
-    }
-    if (!ring_alone(a, k)) {
-        ring_leave(a, k); /* the handle stays with the other mappings of its ring */
-    } else if (c->from_cache) {
-        handles_push(&a->cache, c->phys, bytes);
-        dmm_count_add(&a->st.cached_bytes, (int64_t)bytes);
-    } else if (dmm__arena_drv_release(a, c->phys, bytes) == DMM_OK) {
-        dmm__arena_refund(a, DMM_AXIS_OWNED, bytes);
-        dmm_count_sub(&a->st.handles, 1);
-        dmm_count_sub(&a->st.owned_bytes, (int64_t)bytes);
-    } else {
-        handles_push(&a->qhandles, c->phys, bytes);
-        a->st.quarantined_handles++;
-        a->st.quarantined_bytes += bytes;
-        ok = false;
-    }
-    slot_give(a, k);
-    return ok;
+    /* a handle taken from the cache goes back there (it fitted a moment ago); a new one is released */
+    return dmm__arena_chunk_retire(a, c, c->from_cache) == 0;
 }
 
 /* ---- death ---- */
