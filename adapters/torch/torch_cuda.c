@@ -20,6 +20,7 @@
 
 #include "adapter.h"
 #include "dmm_torch.h"
+#include "env.h"
 
 #define MAX_DEVICES 64
 
@@ -160,6 +161,11 @@ static int record(dmm_status s) {
     return (int)s;
 }
 
+static const char *env_get(void *user, const char *name) {
+    (void)user;
+    return getenv(name);
+}
+
 static tctx *create_slow(int device) {
     pthread_mutex_lock(&g_mu);
     tctx *c = atomic_load_explicit(&g_ctx[device], memory_order_acquire);
@@ -167,8 +173,17 @@ static tctx *create_slow(int device) {
         pthread_mutex_unlock(&g_mu);
         return c;
     }
+    /* The environment first: a malformed knob fails this call before anything is loaded or created. */
+    dmm_torch_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.size = sizeof cfg;
+    dmm_status s = dmm__torch_config_from_env(&cfg, env_get, NULL);
+    if (s != DMM_OK) {
+        pthread_mutex_unlock(&g_mu);
+        record(s);
+        return NULL;
+    }
     pthread_once(&cux.once, cux_load);
-    dmm_status s = DMM_OK;
     if (!cux.ok) s = dmm_error_set(DMM_ERR_UNSUPPORTED, "dmm torch: no CUDA driver: %s", cux.why);
     if (s == DMM_OK && g_gov == NULL) s = dmm_governor_create(NULL, &g_gov);
     dev_ext *e = &g_ext[device];
@@ -185,23 +200,7 @@ static tctx *create_slow(int device) {
     if (s == DMM_OK) s = dmm_cuda_driver_create(device, &drv);
     if (s == DMM_OK) {
         dmm_torch_ext x = {e, ext_capture, ext_host_alloc, ext_host_free};
-        dmm_torch_config cfg;
-        memset(&cfg, 0, sizeof cfg);
-        cfg.size = sizeof cfg;
         cfg.limit_bytes = g_limit[device] ? g_limit[device] : g_limit_all;
-        const char *va = getenv("DMM_TORCH_POOL_VA");
-        if (va != NULL) cfg.pool_va_bytes = strtoull(va, NULL, 0);
-        const char *keep = getenv("DMM_TORCH_RETAIN"); /* the pool's retention, per mille of the live peak */
-        if (keep != NULL) cfg.retain_permille = (uint32_t)strtoul(keep, NULL, 0);
-        /* restore's pieces, for measurements: MAX[,FIRST[,COPY]] in bytes (MAX 0 = one commit per segment) */
-        const char *rp = getenv("DMM_TORCH_RESTORE_PIECE");
-        if (rp != NULL && *rp != '\0') {
-            char *end = NULL;
-            cfg.restore_piece_bytes = strtoull(rp, &end, 0);
-            if (cfg.restore_piece_bytes == 0) cfg.restore_piece_bytes = UINT64_MAX;
-            if (end != NULL && *end == ',') cfg.restore_first_bytes = strtoull(end + 1, &end, 0);
-            if (end != NULL && *end == ',') cfg.restore_copy_bytes = strtoull(end + 1, NULL, 0);
-        }
         s = dmm__torch_create(drv, &x, g_gov, &cfg, &c);
         if (s != DMM_OK) dmm_driver_destroy(drv);
     }

@@ -1,0 +1,120 @@
+/* adapters/torch/env.c — the environment variables of libdmm_torch.so, parsed into a dmm_torch_config.
+ *
+ * What it owns: the syntax of DMM_TORCH_POOL_VA, DMM_TORCH_RETAIN and DMM_TORCH_RESTORE_PIECE
+ * (docs/torch.md), and the sentence a malformed one fails with.
+ *
+ * The idea: these knobs change how memory is laid out, so a typo must not silently become "the
+ * default" (strtoull's 0): the first entry point that creates a device context fails with a sentence
+ * naming the variable, its value and a valid setting, and nothing is created. The parser is a pure
+ * function over a lookup callback, so a host unit test drives it without a GPU or the real
+ * environment.
+ *
+ * The trade-off: strict decimal only (no sign, spaces, suffixes or hex; docs/torch.md promises plain
+ * bytes), so "64G" or " 20" are refused rather than guessed at. An empty value counts as unset (the
+ * measurement scripts pass "" for "the default").
+ *
+ * Invariants: on failure *cfg is unchanged; on success only the fields of the variables that are
+ * set (non-empty) are written.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "env.h"
+
+typedef enum num_result { NUM_OK, NUM_NOT_DECIMAL, NUM_TOO_BIG } num_result;
+
+/* One decimal number at *s (digits only); on success *s moves past it. */
+static num_result parse_u64(const char **s, uint64_t *out) {
+    const char *p = *s;
+    if (*p < '0' || *p > '9') return NUM_NOT_DECIMAL;
+    uint64_t v = 0;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        unsigned d = (unsigned)(*p - '0');
+        if (v > (UINT64_MAX - d) / 10) return NUM_TOO_BIG;
+        v = v * 10 + d;
+    }
+    *s = p;
+    *out = v;
+    return NUM_OK;
+}
+
+/* The whole string is one decimal number. */
+static num_result parse_whole(const char *s, uint64_t *out) {
+    num_result r = parse_u64(&s, out);
+    return r == NUM_OK && *s != '\0' ? NUM_NOT_DECIMAL : r;
+}
+
+#define SHOWN 64 /* characters of a value quoted in a sentence */
+
+static dmm_status bad(const char *name, const char *value, const char *why, const char *remedy) {
+    return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: %s='%.*s%s' %s; set it to %s or unset it", name, SHOWN,
+                         value, strlen(value) > SHOWN ? "..." : "", why, remedy);
+}
+
+static const char *num_why(num_result r) {
+    return r == NUM_TOO_BIG ? "is not a byte count: it does not fit in 64 bits"
+                            : "is not a decimal byte count (digits only: no sign, spaces, suffix or hex)";
+}
+
+#define POOL_VA_REMEDY                                                                             \
+    "a decimal number of bytes (e.g. 68719476736 for 64 GiB; 0 = the device memory rounded up to a power of two)"
+#define RETAIN_REMEDY                                                                              \
+    "a whole number from 0 to 1000, per mille of the live peak the pool keeps mapped (e.g. 20; 0 = the pool's " \
+    "default)"
+#define PIECE_REMEDY                                                                               \
+    "MAX[,FIRST[,COPY]] in decimal bytes (e.g. 33554432, or 268435456,16777216, or 0 for one commit per "   \
+    "segment)"
+
+static const char *lookup(dmm_torch_getenv_fn get, void *user, const char *name) {
+    const char *v = get(user, name);
+    return v != NULL && v[0] != '\0' ? v : NULL;
+}
+
+dmm_status dmm__torch_config_from_env(dmm_torch_config *cfg, dmm_torch_getenv_fn get, void *user) {
+    if (cfg == NULL || get == NULL)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: reading the environment needs a config and a lookup");
+    num_result r;
+
+    const char *va = lookup(get, user, "DMM_TORCH_POOL_VA");
+    uint64_t pool_va = 0;
+    if (va != NULL && (r = parse_whole(va, &pool_va)) != NUM_OK)
+        return bad("DMM_TORCH_POOL_VA", va, num_why(r), POOL_VA_REMEDY);
+
+    const char *keep = lookup(get, user, "DMM_TORCH_RETAIN");
+    uint64_t retain = 0;
+    if (keep != NULL && ((r = parse_whole(keep, &retain)) != NUM_OK || retain > 1000))
+        return bad("DMM_TORCH_RETAIN", keep, "is not a whole number from 0 to 1000", RETAIN_REMEDY);
+
+    const char *rp = lookup(get, user, "DMM_TORCH_RESTORE_PIECE");
+    uint64_t piece[3] = {0, 0, 0};
+    if (rp != NULL) {
+        const char *p = rp;
+        for (int n = 0;; n++) {
+            if (n == 3) return bad("DMM_TORCH_RESTORE_PIECE", rp, "has more than three fields", PIECE_REMEDY);
+            const char *field = p;
+            r = parse_u64(&p, &piece[n]);
+            if (r == NUM_OK && *p != '\0' && *p != ',') r = NUM_NOT_DECIMAL; /* trailing characters */
+            if (r != NUM_OK) {
+                char why[160];
+                int len = (int)strcspn(field, ",");
+                snprintf(why, sizeof why, "is not MAX[,FIRST[,COPY]]: field %d ('%.*s%s') %s", n + 1,
+                         len < 32 ? len : 32, field, len > 32 ? "..." : "",
+                         r == NUM_TOO_BIG ? "does not fit in 64 bits" : "is not a decimal byte count");
+                return bad("DMM_TORCH_RESTORE_PIECE", rp, why, PIECE_REMEDY);
+            }
+            if (*p == '\0') break;
+            p++; /* the comma */
+        }
+    }
+
+    /* every value is valid: only now write */
+    if (va != NULL) cfg->pool_va_bytes = pool_va;
+    if (keep != NULL) cfg->retain_permille = (uint32_t)retain;
+    if (rp != NULL) {
+        cfg->restore_piece_bytes = piece[0] != 0 ? piece[0] : UINT64_MAX; /* 0 = one commit per segment */
+        cfg->restore_first_bytes = piece[1];
+        cfg->restore_copy_bytes = piece[2];
+    }
+    return DMM_OK;
+}

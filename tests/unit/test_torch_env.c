@@ -1,0 +1,160 @@
+/* tests/unit/test_torch_env.c — the torch adapter's environment variables (adapters/torch/env.c, compiled
+ * into this test like test_torch_adapter.c compiles the adapter's core: no GPU, no cuda.h needed).
+ *
+ * What is proven: DMM_TORCH_POOL_VA, DMM_TORCH_RETAIN and DMM_TORCH_RESTORE_PIECE read as documented
+ * (decimal bytes; per mille 0..1000; MAX[,FIRST[,COPY]] with MAX 0 = one commit per segment); unset
+ * and empty leave the config alone; every malformed value (not a number, a sign, trailing characters,
+ * a suffix, hex, a number beyond 64 bits, RETAIN above 1000, a bad or fourth field) fails with
+ * DMM_ERR_INVALID_ARGUMENT and a sentence naming the variable, its value and "unset it", and leaves
+ * the whole config untouched, even the fields of the other, valid variables.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "testkit.h"
+
+#include "../../adapters/torch/env.c"
+
+typedef struct env {
+    const char *pool_va, *retain, *piece;
+} env;
+
+static const char *get(void *user, const char *name) {
+    const env *e = user;
+    if (strcmp(name, "DMM_TORCH_POOL_VA") == 0) return e->pool_va;
+    if (strcmp(name, "DMM_TORCH_RETAIN") == 0) return e->retain;
+    if (strcmp(name, "DMM_TORCH_RESTORE_PIECE") == 0) return e->piece;
+    fail_msg("unexpected variable %s", name);
+    return NULL;
+}
+
+/* A config whose every byte is a known pattern, so that "untouched" is checkable with memcmp. */
+static dmm_torch_config marked(void) {
+    dmm_torch_config c;
+    memset(&c, 0xA5, sizeof c);
+    c.size = sizeof c;
+    return c;
+}
+
+static void valid_values_are_read(void **state) {
+    (void)state;
+    env e = {"68719476736", "20", "268435456,16777216,33554432"};
+    dmm_torch_config c = marked();
+    DMM_OK_OR_FAIL(dmm__torch_config_from_env(&c, get, &e));
+    assert_int_equal(c.pool_va_bytes, 68719476736ull);
+    assert_int_equal(c.retain_permille, 20);
+    assert_int_equal(c.restore_piece_bytes, 268435456ull);
+    assert_int_equal(c.restore_first_bytes, 16777216ull);
+    assert_int_equal(c.restore_copy_bytes, 33554432ull);
+    assert_int_equal(c.limit_bytes, 0xA5A5A5A5A5A5A5A5ull); /* not an env field: untouched */
+
+    /* the edges: 0 (the defaults), RETAIN 1000, UINT64_MAX, MAX 0 = one commit per segment */
+    env e2 = {"0", "1000", "0"};
+    c = marked();
+    DMM_OK_OR_FAIL(dmm__torch_config_from_env(&c, get, &e2));
+    assert_int_equal(c.pool_va_bytes, 0);
+    assert_int_equal(c.retain_permille, 1000);
+    assert_int_equal(c.restore_piece_bytes, UINT64_MAX);
+    assert_int_equal(c.restore_first_bytes, 0);
+    assert_int_equal(c.restore_copy_bytes, 0);
+    env e3 = {"18446744073709551615", "0", "0,0,33554432"};
+    DMM_OK_OR_FAIL(dmm__torch_config_from_env(&c, get, &e3));
+    assert_int_equal(c.pool_va_bytes, UINT64_MAX);
+    assert_int_equal(c.retain_permille, 0);
+    assert_int_equal(c.restore_piece_bytes, UINT64_MAX);
+    assert_int_equal(c.restore_copy_bytes, 33554432ull);
+    env e4 = {NULL, NULL, "33554432"};
+    DMM_OK_OR_FAIL(dmm__torch_config_from_env(&c, get, &e4));
+    assert_int_equal(c.restore_piece_bytes, 33554432ull);
+    assert_int_equal(c.restore_first_bytes, 0);
+    assert_int_equal(c.restore_copy_bytes, 0);
+}
+
+static void unset_and_empty_leave_the_config_alone(void **state) {
+    (void)state;
+    const dmm_torch_config want = marked();
+    env unset = {NULL, NULL, NULL}, empty = {"", "", ""};
+    dmm_torch_config c = marked();
+    DMM_OK_OR_FAIL(dmm__torch_config_from_env(&c, get, &unset));
+    assert_memory_equal(&c, &want, sizeof c);
+    DMM_OK_OR_FAIL(dmm__torch_config_from_env(&c, get, &empty));
+    assert_memory_equal(&c, &want, sizeof c);
+}
+
+typedef struct bad_case {
+    env e;
+    const char *variable; /* the sentence names it ... */
+    const char *value;    /* ... and quotes this */
+    const char *why;      /* ... and says this */
+} bad_case;
+
+static void malformed_values_fail_and_change_nothing(void **state) {
+    (void)state;
+    static const bad_case cases[] = {
+        /* POOL_VA: each with valid neighbours, which must not be written either */
+        {{"abc", "20", "0"}, "DMM_TORCH_POOL_VA", "'abc'", "not a decimal byte count"},
+        {{"64G", NULL, NULL}, "DMM_TORCH_POOL_VA", "'64G'", "not a decimal byte count"},
+        {{"123abc", NULL, NULL}, "DMM_TORCH_POOL_VA", "'123abc'", "not a decimal byte count"},
+        {{"-1", NULL, NULL}, "DMM_TORCH_POOL_VA", "'-1'", "no sign"},
+        {{"+5", NULL, NULL}, "DMM_TORCH_POOL_VA", "'+5'", "no sign"},
+        {{" 5", NULL, NULL}, "DMM_TORCH_POOL_VA", "' 5'", "spaces"},
+        {{"5 ", NULL, NULL}, "DMM_TORCH_POOL_VA", "'5 '", "spaces"},
+        {{"0x1000", NULL, NULL}, "DMM_TORCH_POOL_VA", "'0x1000'", "hex"},
+        {{"18446744073709551616", NULL, NULL}, "DMM_TORCH_POOL_VA", "'18446744073709551616'", "64 bits"},
+        {{"99999999999999999999999", NULL, NULL}, "DMM_TORCH_POOL_VA", "'99999999999999999999999'", "64 bits"},
+        /* RETAIN */
+        {{"4096", "abc", "0"}, "DMM_TORCH_RETAIN", "'abc'", "0 to 1000"},
+        {{NULL, "1001", NULL}, "DMM_TORCH_RETAIN", "'1001'", "0 to 1000"},
+        {{NULL, "-1", NULL}, "DMM_TORCH_RETAIN", "'-1'", "0 to 1000"},
+        {{NULL, "20%", NULL}, "DMM_TORCH_RETAIN", "'20%'", "0 to 1000"},
+        {{NULL, "4294967316", NULL}, "DMM_TORCH_RETAIN", "'4294967316'", "0 to 1000"}, /* 2^32 + 20 */
+        {{NULL, "18446744073709551617", NULL}, "DMM_TORCH_RETAIN", "'18446744073709551617'", "0 to 1000"},
+        /* RESTORE_PIECE */
+        {{"4096", "20", "x"}, "DMM_TORCH_RESTORE_PIECE", "'x'", "field 1 ('x')"},
+        {{NULL, NULL, "32M"}, "DMM_TORCH_RESTORE_PIECE", "'32M'", "field 1 ('32M')"},
+        {{NULL, NULL, "33554432,"}, "DMM_TORCH_RESTORE_PIECE", "'33554432,'", "field 2 ('')"},
+        {{NULL, NULL, ",1"}, "DMM_TORCH_RESTORE_PIECE", "',1'", "field 1 ('')"},
+        {{NULL, NULL, "1,,2"}, "DMM_TORCH_RESTORE_PIECE", "'1,,2'", "field 2 ('')"},
+        {{NULL, NULL, "1;2"}, "DMM_TORCH_RESTORE_PIECE", "'1;2'", "field 1 ('1;2')"},
+        {{NULL, NULL, "1, 2"}, "DMM_TORCH_RESTORE_PIECE", "'1, 2'", "field 2 (' 2')"},
+        {{NULL, NULL, "1,2,-3"}, "DMM_TORCH_RESTORE_PIECE", "'1,2,-3'", "field 3 ('-3')"},
+        {{NULL, NULL, "1,2,3,4"}, "DMM_TORCH_RESTORE_PIECE", "'1,2,3,4'", "more than three fields"},
+        {{NULL, NULL, "1,99999999999999999999"}, "DMM_TORCH_RESTORE_PIECE", "'1,99999999999999999999'",
+         "64 bits"},
+    };
+    const dmm_torch_config want = marked();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const bad_case *k = &cases[i];
+        dmm_torch_config c = marked();
+        dmm_clear_error();
+        dmm_status s = dmm__torch_config_from_env(&c, get, (void *)&k->e);
+        if (s != DMM_ERR_INVALID_ARGUMENT) fail_msg("case %zu (%s=%s): status %d", i, k->variable, k->value, (int)s);
+        assert_memory_equal(&c, &want, sizeof c); /* nothing written, not even the valid neighbours */
+        dmm_test_error_mentions("dmm torch: ", k->variable, k->value, k->why, "set it to", "or unset it", NULL);
+    }
+}
+
+static void a_long_value_is_quoted_shortened(void **state) {
+    (void)state;
+    char big[300];
+    memset(big, '7', sizeof big - 2);
+    big[sizeof big - 2] = 'x';
+    big[sizeof big - 1] = '\0';
+    env e = {big, NULL, NULL};
+    dmm_torch_config c = marked();
+    assert_int_equal(dmm__torch_config_from_env(&c, get, &e), DMM_ERR_INVALID_ARGUMENT);
+    dmm_test_error_mentions("DMM_TORCH_POOL_VA='7777", "...'", "unset it", NULL);
+    assert_true(strlen(dmm_last_error()) < 600);
+    assert_int_equal(dmm__torch_config_from_env(NULL, get, &e), DMM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(dmm__torch_config_from_env(&c, NULL, &e), DMM_ERR_INVALID_ARGUMENT);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(valid_values_are_read),
+        cmocka_unit_test(unset_and_empty_leave_the_config_alone),
+        cmocka_unit_test(malformed_values_fail_and_change_nothing),
+        cmocka_unit_test(a_long_value_is_quoted_shortened),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
