@@ -10,6 +10,9 @@
  * Promises:
  *  - drained in order: requests run in the order they were enqueued; a poll stops at the first
  *    request with a pending event (head-of-line: one queue per independent stream set if it matters);
+ *  - bounded: one poll runs at most the requests that were queued when it started; requests enqueued
+ *    while it runs (by on_done, or by other threads) run at the next poll, so an on_done that
+ *    re-enqueues a ready request cannot keep a poll from returning;
  *  - a queue that refuses (full) hands the exact request back: the caller's struct is untouched and
  *    still the caller's to run, requeue or keep;
  *  - nothing is ever freed by dropping a request: a request leaves the queue only by running with a
@@ -19,7 +22,8 @@
  *
  * Thread contract: thread-safe. Polls are serialized (a poll that finds another one running returns
  * at once, having run nothing). `on_done` is called from the polling thread, under no queue lock: it
- * may enqueue; a poll or take it makes returns at once having done nothing.
+ * may enqueue (what it enqueues runs at the next poll); a poll or take it makes returns at once having
+ * done nothing.
  */
 #ifndef DMM_DEFERRED_H
 #define DMM_DEFERRED_H
@@ -77,8 +81,9 @@ DMM_API dmm_status dmm_deferred_destroy(dmm_deferred *q);
  * request stays the caller's, untouched. Malformed: DMM_ERR_INVALID_ARGUMENT. */
 DMM_API dmm_status dmm_deferred_enqueue(dmm_deferred *q, const dmm_deferred_request *request);
 
-/* Runs, in order, every request at the head whose events have all completed; stops at the first
- * with a pending event. *ran (optional) = requests that left the queue by running. Returns DMM_OK,
+/* Runs, in order, every request at the head whose events have all completed, among those queued
+ * when the call started; stops at the first with a pending event. *ran (optional) = requests that
+ * left the queue by running (≤ the requests pending at the start). Returns DMM_OK,
  * or the failure that stopped it (an event query's error, or a FAILED outcome's `failure`), with the
  * request concerned still at the head. */
 DMM_API dmm_status dmm_deferred_poll(dmm_deferred *q, size_t *ran);

@@ -14,6 +14,9 @@
  * Trade-off: strict FIFO. A request whose stream is slow holds back later ones; in exchange a
  * decommit and a later release of the same allocation can never run out of order.
  *
+ * A poll's work is bounded: it runs at most the `count` requests queued when it took poll_lock (the
+ * first ones, as only it pops), never what is enqueued while it runs, e.g. by its own on_done.
+ *
  * Invariants: 0 ≤ count ≤ capacity; slots [head, head+count) mod capacity hold the queued requests in
  * enqueue order; for each, events[0 .. seen) have been observed complete (completion is permanent, so
  * they are never asked again).
@@ -165,7 +168,14 @@ dmm_status dmm_deferred_poll(dmm_deferred *q, size_t *ran) {
     if (pthread_mutex_trylock(&q->poll_lock) != 0) return DMM_OK; /* another poll is draining */
     dmm_status result = DMM_OK;
     size_t done = 0;
-    for (deferred_slot *slot = head_slot(q); slot != NULL; slot = head_slot(q)) {
+    /* This poll runs at most the requests queued when it started: what on_done (or another thread)
+     * enqueues meanwhile waits for the next poll, so a callback that re-enqueues a ready request
+     * cannot keep one poll running forever. Only this runner pops, so those are the first `budget`. */
+    dmm_lock_acquire(&q->lock);
+    size_t budget = q->count;
+    dmm_lock_release(&q->lock);
+    for (deferred_slot *slot = done < budget ? head_slot(q) : NULL; slot != NULL;
+         slot = done < budget ? head_slot(q) : NULL) {
         dmm_deferred_request *r = &slot->req;
         dmm_status s = DMM_OK;
         while (slot->seen < r->n_events) {

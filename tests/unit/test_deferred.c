@@ -1,7 +1,8 @@
 /* The deferred-release queue (src/bind/deferred.c) over fault(host): events held incomplete with
  * dmm_fault_hold_events, a recording mechanism that logs the order of the releases it is asked for
  * and can answer FAILED on demand. Proves: gated by events (and only by event_query: no synchronize),
- * drained in order, a full queue hands the exact request back, nothing dropped (a FAILED outcome or
+ * drained in order, a poll runs only what was queued when it started (what on_done re-enqueues runs
+ * at the next poll), a full queue hands the exact request back, nothing dropped (a FAILED outcome or
  * a failing event query keeps the request at the head), re-entrant callbacks, and concurrent
  * enqueuers against a poller. */
 #include <pthread.h>
@@ -128,6 +129,7 @@ typedef struct fx {
     /* re-entrance probes */
     bool poll_from_callback;
     bool enqueue_from_callback;
+    bool requeue_always; /* on_done re-enqueues a ready copy of every request it sees */
     dmm_status reentrant_poll;
     dmm_status reentrant_take;
 } fx;
@@ -144,6 +146,13 @@ static void on_done(void *user, const dmm_deferred_request *req, const dmm_relea
         assert_int_equal(ran, 0);
         dmm_deferred_request tmp;
         f->reentrant_take = dmm_deferred_take(f->q, &tmp);
+    }
+    /* Capped, so that a poll that keeps running what its callback enqueues ends (and fails the
+     * test) instead of spinning forever. */
+    if (f->requeue_always && f->n_done < 1000) {
+        dmm_deferred_request again = *req;
+        again.n_events = 0;
+        DMM_OK_OR_FAIL(dmm_deferred_enqueue(f->q, &again));
     }
     if (f->enqueue_from_callback) {
         f->enqueue_from_callback = false;
@@ -376,12 +385,55 @@ static void callbacks_may_enqueue_and_cannot_deadlock(void **state) {
     f->enqueue_from_callback = true; /* re-enqueues a copy of a once (the recorder accepts any id) */
     size_t ran = 0;
     DMM_OK_OR_FAIL(dmm_deferred_poll(f->q, &ran));
-    /* The re-entrant poll ran nothing and returned; the enqueued copy ran in the same drain. */
+    /* The re-entrant poll ran nothing and returned; the enqueued copy waits for the next poll. */
     assert_int_equal(f->reentrant_poll, DMM_OK);
     assert_int_equal(f->reentrant_take, DMM_ERR_BUSY);
-    assert_int_equal(ran, 2);
-    assert_int_equal(pending(f), 0);
+    assert_int_equal(ran, 1);
+    assert_int_equal(pending(f), 1);
     f->poll_from_callback = false;
+    DMM_OK_OR_FAIL(dmm_deferred_poll(f->q, &ran));
+    assert_int_equal(ran, 1);
+    assert_int_equal(pending(f), 0);
+    assert_int_equal(f->n_done, 2);
+    assert_int_equal(f->done_ids[0], a.allocation.id);
+    assert_int_equal(f->done_ids[1], a.allocation.id);
+}
+
+/* An on_done that re-enqueues a ready request every time: each poll runs exactly the requests queued
+ * when it started (in order), returns, and leaves the re-enqueued ones for the next poll. Without the
+ * bound the first poll would run the callback's requests until the callback's cap. */
+static void a_poll_runs_only_what_was_queued_when_it_started(void **state) {
+    fx *f = *state;
+    dmm_deferred_request r[3];
+    for (int i = 0; i < 3; i++) {
+        r[i] = request(f, DMM_DEFERRED_RELEASE, NULL, 0);
+        DMM_OK_OR_FAIL(dmm_deferred_enqueue(f->q, &r[i]));
+    }
+    f->requeue_always = true;
+    for (int round = 0; round < 3; round++) {
+        size_t ran = 99;
+        DMM_OK_OR_FAIL(dmm_deferred_poll(f->q, &ran));
+        assert_int_equal(ran, 3);
+        assert_int_equal(pending(f), 3); /* the copies on_done enqueued, not yet run */
+        assert_int_equal(f->n_done, 3 * (size_t)(round + 1));
+        for (int i = 0; i < 3; i++) assert_int_equal(f->done_ids[3 * round + i], r[i].allocation.id); /* in order */
+    }
+    /* a pending head still stops the next poll (head-of-line), and the bound counts what ran */
+    dmm_event ev = new_event(f);
+    DMM_OK_OR_FAIL(dmm_fault_hold_events(f->fault, true));
+    dmm_deferred_request gated = request(f, DMM_DEFERRED_RELEASE, &ev, 1);
+    DMM_OK_OR_FAIL(dmm_deferred_enqueue(f->q, &gated)); /* behind the 3 copies */
+    size_t ran = 99;
+    DMM_OK_OR_FAIL(dmm_deferred_poll(f->q, &ran));
+    assert_int_equal(ran, 3);        /* the 3 copies ran; the gated one stopped the poll */
+    assert_int_equal(pending(f), 4); /* the gated one, then the 3 new copies behind it */
+    f->requeue_always = false;
+    DMM_OK_OR_FAIL(dmm_fault_hold_events(f->fault, false));
+    DMM_OK_OR_FAIL(dmm_deferred_poll(f->q, &ran));
+    assert_int_equal(ran, 4);
+    assert_int_equal(pending(f), 0);
+    assert_int_equal(f->done_ids[f->n_done - 4], gated.allocation.id);
+    DMM_OK_OR_FAIL(f->fault->ops->event_destroy(f->fault, ev));
 }
 
 static void malformed_requests_are_refused(void **state) {
@@ -486,6 +538,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(a_failing_event_query_keeps_everything, setup, teardown),
         cmocka_unit_test_setup_teardown(completed_events_are_not_asked_again, setup, teardown),
         cmocka_unit_test_setup_teardown(callbacks_may_enqueue_and_cannot_deadlock, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_poll_runs_only_what_was_queued_when_it_started, setup, teardown),
         cmocka_unit_test_setup_teardown(malformed_requests_are_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(concurrent_enqueuers_and_pollers, setup, teardown),
     };
