@@ -252,6 +252,8 @@ static dmm_status event_get(dmm_pool *p, dmm_event *ev) {
     return p->drv->ops->event_create(p->drv, ev);
 }
 
+/* Keeps a completed (or never recorded) event for reuse. Called under no heap lock: when the free
+ * list cannot grow it destroys the event, a driver call, after dropping the pool lock. */
 static void event_put(dmm_pool *p, dmm_event ev) {
     dmm_lock_acquire(&p->lock);
     if (p->nevents == p->capevents) {
@@ -290,19 +292,24 @@ static void heap_poll(dmm_pool *p, pheap *h) {
             if (q != DMM_OK) add(&p->events_pending, 1);
         }
         dmm_clear_error();
+        /* Completed events go back to the free list before the heap lock is taken: event_put may
+         * have to destroy one (no room for it), a driver call that must not run under the heap lock.
+         * The blocks are held by this poller, so nobody else reads their ev meanwhile. */
+        for (pblock *b = list; b != NULL; b = b->lnext)
+            if (b->requested) {
+                event_put(p, b->ev);
+                b->ev = NULL;
+            }
         dmm_lock_acquire(&h->lock);
         pblock *b = list;
         while (b != NULL) {
             pblock *n = b->lnext;
             if (b->requested) {
-                dmm_event ev = b->ev;
-                b->ev = NULL;
                 b->requested = 0;
                 b->lnext = b->lprev = NULL;
                 b->seq = ++h->free_seq;
                 dmm__heap_make_free(h, b);
                 sub(&p->pending_now, 1);
-                event_put(p, ev); /* pool lock inside the heap lock: the documented order */
             } else {
                 dmm__heap_list_push(&h->pending, b);
                 h->npending++;

@@ -7,7 +7,8 @@
  * (decommit there, commit here, the handle from the arena's cache) instead of growing; unknown and
  * double frees change nothing; trim decommits only chunks behind a completed fence and reports what
  * it freed; a block freed on another stream is not reused, and a chunk freed on a stream is neither
- * moved nor trimmed, while that stream's event is held incomplete; with every fence pending, a stream
+ * moved nor trimmed, while that stream's event is held incomplete; the events of completed
+ * cross-stream frees are recycled (none destroyed, none created again); with every fence pending, a stream
  * reuses its own free chunks elsewhere at once through aliases (no new handle, nothing unmapped under
  * its work; the old places unmapped once the fences complete, then mapped = owned again), other
  * streams never get them, and without aliases the pool grows instead; a failed alias falls back to
@@ -338,6 +339,39 @@ static void a_block_freed_on_another_stream_waits_for_its_event(void **state) {
     DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
     fx_close(f);
     (void)0;
+}
+
+/* Events of completed cross-stream frees are recycled, more of them than the free-event list first
+ * holds (16), so the list grows: no event is destroyed and the next round of cross-stream frees
+ * creates none. The poll now hands them back before it takes the heap lock, because when the list
+ * cannot grow (realloc fails) the event is destroyed, a driver call that must not run under the
+ * heap lock. That branch itself is not reached here: realloc cannot be failed from a test (the fault
+ * driver fails driver calls, not host allocations), so this guards the recycling path it sits on. */
+static void completed_cross_stream_events_are_recycled(void **state) {
+    (void)state;
+    fx *f = fx_open(NULL, 4 * C);
+    dmm_stream a = NULL, b = NULL;
+    DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &a));
+    DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &b));
+    enum { N = 40 };
+    char *x[N];
+    uint64_t created = 0;
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < N; i++) x[i] = xmalloc(f, 64 * 1024, a);
+        DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, true)); /* b's work "still runs": every free pends */
+        uint64_t c0 = calls(f, DMM_OP_EVENT_CREATE);
+        for (int i = 0; i < N; i++) xfree(f, x[i], b);
+        assert_int_equal(stats(f).pending_blocks.current, N);
+        if (round == 0) created = calls(f, DMM_OP_EVENT_CREATE) - c0;
+        else assert_int_equal(calls(f, DMM_OP_EVENT_CREATE), c0); /* every event came from the free list */
+        DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, false));
+        DMM_OK_OR_FAIL(dmm_pool_trim(f->pool, 0, NULL)); /* polls: the frees complete */
+        assert_int_equal(stats(f).pending_blocks.current, 0);
+        DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    }
+    assert_int_equal(created, N);
+    assert_int_equal(calls(f, DMM_OP_EVENT_DESTROY), 0); /* recycled, none destroyed before the pool */
+    fx_close(f);
 }
 
 static void trim_and_moves_leave_a_chunk_mapped_until_its_stream_event_completes(void **state) {
@@ -746,6 +780,7 @@ int main(void) {
         cmocka_unit_test(destroy_is_refused_while_blocks_are_live),
         cmocka_unit_test(trim_decommits_whole_free_chunks_down_to_the_target),
         cmocka_unit_test(a_block_freed_on_another_stream_waits_for_its_event),
+        cmocka_unit_test(completed_cross_stream_events_are_recycled),
         cmocka_unit_test(trim_and_moves_leave_a_chunk_mapped_until_its_stream_event_completes),
         cmocka_unit_test(a_stream_reuses_its_fenced_chunks_at_once_through_an_alias),
         cmocka_unit_test(under_pending_fences_a_stream_churns_in_flat_physical_memory_and_other_streams_wait),
