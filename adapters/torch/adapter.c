@@ -227,7 +227,7 @@ dmm_status dmm__torch_poll_locked(tctx *c) {
             break;
         }
         /* The head failed (a FAILED decommit changed nothing, or its event cannot be asked): take it out so
-         * that the queue moves on, and put its memory back in service. */
+         * that the queue moves on, and put its memory back in service (a segment: restore maps it again). */
         char why[512];
         snprintf(why, sizeof why, "%s", dmm_last_error());
         dmm_deferred_request r;
@@ -235,13 +235,7 @@ dmm_status dmm__torch_poll_locked(tctx *c) {
         tjob *j = r.user;
         atomic_fetch_sub_explicit(&c->queued, 1, memory_order_relaxed);
         if (j->kind == JOB_DECOMMIT) {
-            ttag *t = &c->tags[j->ts->tag];
-            j->ts->state = SEG_RESIDENT;
-            t->failure = s;
-            if (t->pending > 0 && --t->pending == 0) {
-                t->state = TAG_OFFLOADED;
-                t->offload_done_ns = dmm__torch_now_ns();
-            }
+            dmm__torch_decommit_finished(c, j, s);
         } else if (j->kind == JOB_RELEASE_TSEG) {
             /* not released: the empty segment goes back to its tag, in service */
             j->ts->next = c->tags[j->ts->tag].segs;

@@ -58,6 +58,8 @@ enum { DMM_TORCH_TO_HOST = 0, DMM_TORCH_DISCARD = 1 };
 #define DMM_TORCH_MAX_TAGS 32
 #define DMM_TORCH_TAG_DEPTH 8
 #define DMM_TORCH_TAG_NAME 64
+/* Most pieces one segment's offload is cut into (each: a copy, an event, a queued decommit). */
+#define DMM_TORCH_OFFLOAD_PIECES 16
 
 /* ---- the span allocator (suballoc.c) ---- */
 typedef struct sa_span {
@@ -106,6 +108,11 @@ typedef struct tseg {
     uint64_t saved_bytes;    /* bytes the last offload copied */
     uint64_t decommit_ns;    /* CLOCK_MONOTONIC when the last decommit ran */
     dmm_stream last_stream;  /* the stream of the last free (gates the segment's release) */
+    /* offload pieces: piece_ev[k] is recorded after piece k's copy and gates the decommit of [0, end of
+     * piece k); the last piece's decommit covers [0, committed) */
+    dmm_event piece_ev[DMM_TORCH_OFFLOAD_PIECES];
+    uint32_t jobs_queued;    /* decommits the last offload queued */
+    uint32_t jobs_left;      /* of those, still in the queue (SEG_PENDING ⇔ jobs_left > 0) */
 } tseg;
 
 typedef struct ttag {
@@ -113,11 +120,11 @@ typedef struct ttag {
     int mode;                /* of the last offload */
     tseg *segs;
     dmm_event ev;            /* recorded after the offload's copies */
-    uint32_t pending;        /* segments whose decommit is queued */
+    uint32_t pending;        /* segments with decommits queued */
     uint64_t offloads, restores;
     uint64_t offload_call_ns, offload_done_ns, restore_ns; /* CLOCK_MONOTONIC */
-    uint64_t pending_polls;  /* polls that found the offload's event still pending */
-    dmm_status failure;      /* a decommit that failed (the tag stays OFFLOADING) */
+    uint64_t pending_polls;  /* polls that found the offload still in progress */
+    dmm_status failure;      /* a segment's last decommit failed, or one was quarantined: memory stays mapped */
 } ttag;
 
 typedef struct gseg {
@@ -135,7 +142,8 @@ typedef struct tjob {
     int kind;
     tseg *ts;
     gseg *gs;
-    dmm_event ev; /* the job's own event (releases); decommits use their tag's */
+    dmm_event ev; /* the job's own event (releases); decommits use their segment's piece events */
+    bool last;    /* a decommit covering the whole segment (its failure is the segment's) */
 } tjob;
 
 /* A count with a resettable peak. */
@@ -217,6 +225,11 @@ dmm_status dmm__torch_offload_wait(tctx *c, const char *tag);
 dmm_status dmm__torch_release_host(tctx *c, const char *tag);
 /* on_done of the deferred queue (runs inside a poll, ctx.lock held by the poller). */
 void dmm__torch_decommit_done(void *user, const dmm_deferred_request *r, const dmm_release_outcome *o);
+/* A segment's queued decommit left the queue: ran (`failure` = DMM_OK, or DMM_ERR_QUARANTINED) or was
+ * taken out after it FAILED (`failure` = its status). The segment is offloaded once its last one left. */
+void dmm__torch_decommit_finished(tctx *c, tjob *j, dmm_status failure);
+/* Frees a segment's host copy, piece events, span allocator and itself (its allocation is gone). */
+void dmm__torch_tseg_free(tctx *c, tseg *g);
 /* Releases every segment of every tag that holds nothing live (for destroy). */
 void dmm__torch_tags_fini(tctx *c);
 /* JSON of the tags (appended to j with the core writer, core/json.h). */

@@ -257,11 +257,11 @@ static void tags_offload_restore(void **state) {
 static void restore_in_pieces(void **state) {
     (void)state;
     fx *f = fx_open(0);
-    size_t n = 130 * MIB; /* three pieces of 64 MiB: each committed, then copied, before the next */
+    size_t n = 130 * MIB; /* five pieces of 32 MiB (the last one 2 MiB): each committed, then copied */
     DMM_OK_OR_FAIL(dmm__torch_tag_begin("big"));
     unsigned char *w = xmalloc(f, n, f->s1);
     DMM_OK_OR_FAIL(dmm__torch_tag_end());
-    size_t at[5] = {0, 64 * MIB - 1, 64 * MIB, 100 * MIB + 3, n - 1};
+    size_t at[5] = {0, 32 * MIB - 1, 64 * MIB, 100 * MIB + 3, n - 1};
     for (int i = 0; i < 5; i++) w[at[i]] = (unsigned char)(0xA0 + i);
     DMM_OK_OR_FAIL(dmm__torch_offload(f->c, "big", DMM_TORCH_TO_HOST, f->s1));
     DMM_OK_OR_FAIL(dmm__torch_offload_wait(f->c, "big"));
@@ -273,15 +273,110 @@ static void restore_in_pieces(void **state) {
     dmm_test_error_mentions("restore of tag 'big'", "call restore again", NULL);
     ttag *t = &f->c->tags[dmm__torch_tag_find("big")];
     assert_int_equal(t->state, TAG_OFFLOADED);
-    assert_int_equal(t->segs->restored, 128 * MIB);
+    assert_int_equal(t->segs->restored, 64 * MIB);
     DMM_OK_OR_FAIL(dmm_fault_clear(f->drv));
     DMM_OK_OR_FAIL(dmm__torch_restore(f->c, "big", f->s1)); /* continues with the third piece */
     assert_int_equal(t->state, TAG_RESIDENT);
-    assert_true(dmm_fault_calls(f->drv, DMM_OP_MAP) - maps0 >= 3);
+    assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_MAP) - maps0, 5);
     for (int i = 0; i < 5; i++) assert_int_equal(w[at[i]], 0xA0 + i);
     xfree(f, w, n, f->s1);
     DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, NULL));
     fx_close(f);
+}
+
+/* A 130 MiB tag, restored once (five handles of 32 MiB, the last 2 MiB), offloads in three 64 MiB pieces: three events,
+ * three decommits of [0, 64), [0, 128) and [0, committed). Nothing is unmapped while the events are
+ * pending; then the five handles are unmapped and released. */
+static unsigned char *offload_fixture(fx *f, size_t n, ttag **t, uint64_t *mapped0) {
+    DMM_OK_OR_FAIL(dmm__torch_tag_begin("big"));
+    unsigned char *w = xmalloc(f, n, f->s1);
+    DMM_OK_OR_FAIL(dmm__torch_tag_end());
+    for (size_t i = 0; i < n; i += 4096) w[i] = (unsigned char)(i / 4096 * 7);
+    DMM_OK_OR_FAIL(dmm__torch_offload(f->c, "big", DMM_TORCH_TO_HOST, f->s1));
+    DMM_OK_OR_FAIL(dmm__torch_offload_wait(f->c, "big"));
+    DMM_OK_OR_FAIL(dmm__torch_restore(f->c, "big", f->s1));
+    *t = &f->c->tags[dmm__torch_tag_find("big")];
+    *mapped0 = census(f).mapped_bytes;
+    return w;
+}
+
+static bool fixture_intact(const unsigned char *w, size_t n) {
+    for (size_t i = 0; i < n; i += 4096)
+        if (w[i] != (unsigned char)(i / 4096 * 7)) return false;
+    return true;
+}
+
+static void offload_in_pieces(void **state) {
+    (void)state;
+    fx *f = fx_open(0);
+    size_t n = 130 * MIB;
+    ttag *t = NULL;
+    uint64_t mapped0 = 0;
+    unsigned char *w = offload_fixture(f, n, &t, &mapped0);
+    uint64_t committed = t->segs->committed;
+    DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, true));
+    uint64_t unmaps0 = dmm_fault_calls(f->drv, DMM_OP_UNMAP), releases0 = dmm_fault_calls(f->drv, DMM_OP_RELEASE);
+    uint64_t records0 = dmm_fault_calls(f->drv, DMM_OP_EVENT_RECORD), copies0 = dmm_fault_calls(f->drv, DMM_OP_COPY);
+    DMM_OK_OR_FAIL(dmm__torch_offload(f->c, "big", DMM_TORCH_TO_HOST, f->s1));
+    uint64_t queued = 0;
+    DMM_OK_OR_FAIL(dmm__torch_poll(f->c, &queued));
+    assert_int_equal(queued, 3);
+    assert_int_equal(t->segs->jobs_left, 3);
+    assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_COPY) - copies0, 3);
+    assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_EVENT_RECORD) - records0, 4); /* 3 pieces + the tag's */
+    assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_UNMAP), unmaps0);
+    assert_int_equal(census(f).mapped_bytes, mapped0);
+    DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, false));
+    DMM_OK_OR_FAIL(dmm__torch_offload_wait(f->c, "big"));
+    assert_int_equal(t->state, TAG_OFFLOADED);
+    assert_int_equal(t->failure, DMM_OK);
+    assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_UNMAP) - unmaps0, 5);
+    assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_RELEASE) - releases0, 5); /* back to the device */
+    assert_int_equal(census(f).mapped_bytes, mapped0 - committed);
+    DMM_OK_OR_FAIL(dmm__torch_restore(f->c, "big", f->s1));
+    assert_int_equal(census(f).mapped_bytes, mapped0);
+    assert_true(fixture_intact(w, n));
+    xfree(f, w, n, f->s1);
+    DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, NULL));
+    fx_close(f);
+}
+
+/* The second piece's decommit FAILS (its first unmap, the 3rd of the offload): it changed nothing and
+ * leaves the queue; the last piece's range covers those chunks again and unmaps them: the offload
+ * completes with no failure. When the unmaps keep failing, the last piece fails too: the tag reports
+ * it, the first piece's 64 MiB are off the device, the rest stays mapped, and restore brings it all
+ * back intact. */
+static void offload_piece_fails(void **state) {
+    (void)state;
+    for (int sticky = 0; sticky < 2; sticky++) {
+        fx *f = fx_open(0);
+        size_t n = 130 * MIB;
+        ttag *t = NULL;
+        uint64_t mapped0 = 0;
+        unsigned char *w = offload_fixture(f, n, &t, &mapped0);
+        uint64_t committed = t->segs->committed;
+        DMM_OK_OR_FAIL(dmm_fault_plan(f->drv, DMM_OP_UNMAP, 3, sticky ? UINT32_MAX : 1, DMM_ERR_DRIVER));
+        DMM_OK_OR_FAIL(dmm__torch_offload(f->c, "big", DMM_TORCH_TO_HOST, f->s1));
+        dmm_status s = dmm__torch_offload_wait(f->c, "big");
+        assert_int_equal(t->state, TAG_OFFLOADED);
+        if (!sticky) {
+            DMM_OK_OR_FAIL(s);
+            assert_int_equal(t->failure, DMM_OK);
+            assert_int_equal(census(f).mapped_bytes, mapped0 - committed);
+        } else {
+            assert_int_equal(s, DMM_ERR_DRIVER);
+            dmm_test_error_mentions("offload of tag 'big'", "did not decommit", NULL);
+            assert_int_equal(census(f).mapped_bytes, mapped0 - 64 * MIB);
+        }
+        DMM_OK_OR_FAIL(dmm_fault_clear(f->drv));
+        DMM_OK_OR_FAIL(dmm__torch_restore(f->c, "big", f->s1));
+        assert_int_equal(t->state, TAG_RESIDENT);
+        assert_int_equal(census(f).mapped_bytes, mapped0);
+        assert_true(fixture_intact(w, n));
+        xfree(f, w, n, f->s1);
+        DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, NULL));
+        fx_close(f);
+    }
 }
 
 /* dmm_torch_config's restore knobs: pieces growing from 16 MiB up to 64 MiB (16 + 32 + 64 + 18 MiB for
@@ -499,6 +594,8 @@ int main(void) {
         cmocka_unit_test(routing_and_stats),
         cmocka_unit_test(tags_offload_restore),
         cmocka_unit_test(restore_in_pieces),
+        cmocka_unit_test(offload_in_pieces),
+        cmocka_unit_test(offload_piece_fails),
         cmocka_unit_test(restore_pieces_knob),
         cmocka_unit_test(discard),
         cmocka_unit_test(capture_uses_reserved_memory_only),
