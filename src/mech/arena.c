@@ -128,11 +128,14 @@ dmm_status dmm__arena_lookup(dmm_arena *a, const dmm_allocation *al, const char 
                              "copy of an earlier allocation at the same address and cannot touch the new one; "
                              "nothing was changed",
                              op, al->ptr, (unsigned long long)r->id, (unsigned long long)al->id);
+    /* Right place and id, wrong size: an altered (forged or corrupted) handle. Like a stale one, it
+     * matches no live allocation in (ptr, bytes, align, id): DMM_ERR_UNKNOWN_ALLOCATION (status.h),
+     * the same code the eager mechanism gives. */
     if (r->bytes != al->bytes || r->align != al->align)
-        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+        return dmm_error_set(DMM_ERR_UNKNOWN_ALLOCATION,
                              "%s: the handle for %p (id %llu) says %zu bytes aligned to %zu, but the allocation "
-                             "has %llu bytes aligned to %llu: pass the value allocate returned, unmodified; "
-                             "nothing was changed",
+                             "has %llu bytes aligned to %llu: the handle was altered after allocate; pass the "
+                             "value allocate returned, unmodified; nothing was changed",
                              op, al->ptr, (unsigned long long)al->id, al->bytes, al->align,
                              (unsigned long long)r->bytes, (unsigned long long)r->align);
     *out = r;

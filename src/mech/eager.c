@@ -205,15 +205,28 @@ static dmm_release_outcome eager_release(void *impl, const dmm_allocation *a) {
         return o;
     }
     eager_rec r = e->recs[i];
-    if (r.bytes != a->bytes || r.align != a->align || r.id != a->id) {
+    /* A wrong id (a stale copy) or, at the right id, a wrong size (an altered handle): either way no
+     * live allocation matches (ptr, bytes, align, id), DMM_ERR_UNKNOWN_ALLOCATION (status.h), the
+     * same code the arena gives. */
+    if (r.id != a->id) {
         dmm_release_outcome o = fail(e, a, DMM_ERR_UNKNOWN_ALLOCATION);
         dmm_lock_release(&e->lock);
         dmm_error_set(DMM_ERR_UNKNOWN_ALLOCATION,
-                      "eager: release at %p refused: the handle says bytes %zu, align %zu, id %llu but the live "
-                      "allocation there has bytes %zu, align %zu, id %llu (a stale or altered handle); nothing "
-                      "changed",
-                      a->ptr, a->bytes, a->align, (unsigned long long)a->id, r.bytes, r.align,
-                      (unsigned long long)r.id);
+                      "eager: release at %p refused: the handle carries id %llu but the live allocation there has "
+                      "id %llu (bytes %zu, align %zu): the handle is a stale copy of an earlier allocation at the "
+                      "same address and cannot release the new one; release the handle allocate returned for it; "
+                      "nothing changed",
+                      a->ptr, (unsigned long long)a->id, (unsigned long long)r.id, r.bytes, r.align);
+        return o;
+    }
+    if (r.bytes != a->bytes || r.align != a->align) {
+        dmm_release_outcome o = fail(e, a, DMM_ERR_UNKNOWN_ALLOCATION);
+        dmm_lock_release(&e->lock);
+        dmm_error_set(DMM_ERR_UNKNOWN_ALLOCATION,
+                      "eager: release at %p (id %llu) refused: the handle says bytes %zu, align %zu but the live "
+                      "allocation there has bytes %zu, align %zu: the handle was altered after allocate; pass the "
+                      "value allocate returned, unmodified; nothing changed",
+                      a->ptr, (unsigned long long)a->id, a->bytes, a->align, r.bytes, r.align);
         return o;
     }
     if (r.releasing) {

@@ -1,6 +1,7 @@
 /* tests/unit/test_mechanism.c — the generic mechanism: create validation, capability checks
- * (UNSUPPORTED, never a silent no-op), WRONG_MECHANISM, identity stamping, and a custom ops table
- * with a virtual-backing sub-table driven through the public wrappers. */
+ * (UNSUPPORTED, never a silent no-op), WRONG_MECHANISM, identity stamping, a custom ops table
+ * with a virtual-backing sub-table driven through the public wrappers, and the built-in mechanisms
+ * (eager, arena) giving the same code, UNKNOWN_ALLOCATION, for the same wrong handle. */
 #include "testkit.h"
 
 #include <stdlib.h>
@@ -313,6 +314,49 @@ static void test_eager_lacks_virtual_backing(void **state) {
     dmm_driver_destroy(host);
 }
 
+/* The built-in mechanisms agree on the code for a handle that matches no live allocation in
+ * (ptr, bytes, align, id) (status.h): an altered size or alignment, a stale id, a double release all
+ * give FAILED with DMM_ERR_UNKNOWN_ALLOCATION, change nothing, and say how to fix the handle. */
+static void test_builtin_mechanisms_agree_on_wrong_handles(void **state) {
+    (void)state;
+    dmm_driver *host = NULL;
+    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &host));
+    dmm_mechanism *m[2] = {NULL, NULL};
+    DMM_OK_OR_FAIL(dmm_eager_create(host, NULL, &m[0]));
+    dmm_arena_config ac;
+    memset(&ac, 0, sizeof ac);
+    ac.size = sizeof ac;
+    ac.reserve_bytes = (uint64_t)1 << 30;
+    DMM_OK_OR_FAIL(dmm_arena_create(host, &ac, &m[1]));
+    for (int k = 0; k < 2; k++) {
+        dmm_allocation a;
+        DMM_OK_OR_FAIL(dmm_mechanism_allocate(m[k], 3 << 20, 4096, &a));
+        dmm_allocation bad[3] = {a, a, a};
+        bad[0].bytes += 1;
+        bad[1].align *= 2;
+        bad[2].id += 1;
+        for (int i = 0; i < 3; i++) {
+            dmm_release_outcome o = dmm_mechanism_release(m[k], &bad[i]);
+            assert_int_equal(o.state, DMM_RELEASE_FAILED);
+            if (o.failure != DMM_ERR_UNKNOWN_ALLOCATION)
+                fail_msg("%s, wrong handle %d: %s: %s", dmm_mechanism_name(m[k]), i, dmm_status_str(o.failure),
+                         dmm_last_error());
+            assert_int_equal(o.unmapped_bytes, 0);
+            dmm_test_error_mentions(i < 2 ? "unmodified" : "stale", "nothing", "changed", NULL);
+        }
+        memset(a.ptr, 1, a.bytes); /* still live */
+        assert_int_equal(dmm_mechanism_release(m[k], &a).state, DMM_RELEASE_COMPLETE);
+        dmm_release_outcome o = dmm_mechanism_release(m[k], &a); /* released already */
+        assert_int_equal(o.state, DMM_RELEASE_FAILED);
+        assert_int_equal(o.failure, DMM_ERR_UNKNOWN_ALLOCATION);
+        DMM_OK_OR_FAIL(dmm_mechanism_destroy(m[k]));
+    }
+    dmm_driver_census c = {.size = sizeof c};
+    DMM_OK_OR_FAIL(host->ops->census(host, &c));
+    assert_int_equal(c.reserved_bytes + c.handles + c.mapped_bytes + c.eager_bytes, 0);
+    dmm_driver_destroy(host);
+}
+
 static void test_release_state_names(void **state) {
     (void)state;
     assert_string_equal(dmm_release_state_str(DMM_RELEASE_COMPLETE), "DMM_RELEASE_COMPLETE");
@@ -333,6 +377,7 @@ int main(void) {
         cmocka_unit_test(test_argument_checks),
         cmocka_unit_test(test_wrong_mechanism),
         cmocka_unit_test(test_eager_lacks_virtual_backing),
+        cmocka_unit_test(test_builtin_mechanisms_agree_on_wrong_handles),
         cmocka_unit_test(test_release_state_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
