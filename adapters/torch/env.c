@@ -59,9 +59,7 @@ static const char *num_why(num_result r) {
 
 #define POOL_VA_REMEDY                                                                             \
     "a decimal number of bytes (e.g. 68719476736 for 64 GiB; 0 = the device memory rounded up to a power of two)"
-#define RETAIN_REMEDY                                                                              \
-    "a whole number from 0 to 1000, per mille of the live peak the pool keeps mapped (e.g. 20; 0 = the pool's " \
-    "default)"
+#define RETAIN_REMEDY "the pool's retention in per mille of the live peak (e.g. 20 = 2 %; 0 = the pool's default)"
 #define PIECE_REMEDY                                                                               \
     "MAX[,FIRST[,COPY]] in decimal bytes (e.g. 33554432, or 268435456,16777216, or 0 for one commit per "   \
     "segment)"
