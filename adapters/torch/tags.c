@@ -604,9 +604,10 @@ void dmm__torch_tags_json_locked(tctx *c, dmm_json *j, bool blocks) {
     for (int i = 0; i < DMM_TORCH_MAX_TAGS; i++) {
         ttag *t = &c->tags[i];
         if (t->segs == NULL && t->offloads == 0) continue;
-        uint64_t live = 0, nblocks = 0, committed = 0, mapped = 0, host = 0, decommit_ns = 0, nsegs = 0;
+        uint64_t live = 0, nblocks = 0, committed = 0, mapped = 0, host = 0, decommit_ns = 0, nsegs = 0, queued = 0;
         for (tseg *g = t->segs; g != NULL; g = g->next) {
             nsegs++;
+            queued += g->state == SEG_PENDING ? g->jobs_left : 0;
             live += g->sa.live_bytes;
             nblocks += g->sa.count;
             committed += g->committed;
@@ -620,7 +621,7 @@ void dmm__torch_tags_json_locked(tctx *c, dmm_json *j, bool blocks) {
                       ":{\"state\":\"%s\",\"mode\":\"%s\",\"segments\":%llu,\"live_blocks\":%llu,"
                       "\"live_bytes\":%llu,\"committed_bytes\":%llu,\"mapped_bytes\":%llu,\"host_bytes\":%llu,"
                       "\"offloads\":%llu,\"restores\":%llu,\"offload_call_ns\":%llu,\"offload_done_ns\":%llu,"
-                      "\"last_decommit_ns\":%llu,\"restore_ns\":%llu,\"pending_decommits\":%u,\"pending_polls\":%llu,"
+                      "\"last_decommit_ns\":%llu,\"restore_ns\":%llu,\"pending_decommits\":%llu,\"pending_polls\":%llu,"
                       "\"failure\":\"%s\"",
                       state_name(t->state),
                       t->mode == DMM_TORCH_DISCARD ? "discard" : "host", (unsigned long long)nsegs,
@@ -628,7 +629,7 @@ void dmm__torch_tags_json_locked(tctx *c, dmm_json *j, bool blocks) {
                       (unsigned long long)mapped, (unsigned long long)host, (unsigned long long)t->offloads,
                       (unsigned long long)t->restores, (unsigned long long)t->offload_call_ns,
                       (unsigned long long)t->offload_done_ns, (unsigned long long)decommit_ns,
-                      (unsigned long long)t->restore_ns, t->pending, (unsigned long long)t->pending_polls,
+                      (unsigned long long)t->restore_ns, (unsigned long long)queued, (unsigned long long)t->pending_polls,
                       t->failure == DMM_OK ? "" : dmm_status_str(t->failure));
         if (blocks) {
             dmm__json_put(j, ",\"segment_list\":[");

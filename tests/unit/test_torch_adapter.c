@@ -322,6 +322,7 @@ static void offload_in_pieces(void **state) {
     DMM_OK_OR_FAIL(dmm__torch_poll(f->c, &queued));
     assert_int_equal(queued, 3);
     assert_int_equal(t->segs->jobs_left, 3);
+    assert_non_null(strstr(stats(f), "\"pending_decommits\":3,"));
     assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_COPY) - copies0, 3);
     assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_EVENT_RECORD) - records0, 4); /* 3 pieces + the tag's */
     assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_UNMAP), unmaps0);
