@@ -9,8 +9,9 @@
  *   4. on a GPU (when the CUDA driver opens): the same pair over the CUDA driver vs
  *      cuMemAllocAsync + cuMemFreeAsync on a stream, same run (DESIGN §7: ≤ 0.15 × the driver's).
  *
- * usage: bench_pool [--samples N] [--batch N] [--no-threads]
- * Medians over N batches (default 301) of B pairs (default 2000); nothing is asserted.
+ * usage: bench_pool [--samples N] [--batch N] [--no-threads] [--json FILE]
+ * Medians over N batches (default 301) of B pairs (default 2000); nothing is asserted. --json writes
+ * the same medians with their MAD for `dmm compare` (docs/benchmarks.md).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -21,8 +22,11 @@
 
 #include "cuda_ref.c"
 #include "dmm/dmm.h"
+#include "results.h"
 
 static int g_samples = 301, g_batch = 2000;
+static bench_results *g_res; /* the --json collection (also filled without --json: it is small) */
+static double g_mad;         /* MAD of the samples of the last pool_pair_ns / glibc_pair_ns / mixed_ns */
 
 static double now_s(void) {
     struct timespec ts;
@@ -114,6 +118,7 @@ static double pool_pair_ns(dmm_pool *pool, size_t bytes, dmm_stream stream, uint
     }
     *calls = driver_calls(pool) - c0;
     double m = median(v, g_samples);
+    g_mad = bench_mad(v, g_samples, m);
     free(v);
     return m;
 }
@@ -132,6 +137,7 @@ static double glibc_pair_ns(size_t bytes) {
         v[s] = (now_s() - t0) * 1e9 / g_batch;
     }
     double m = median(v, g_samples);
+    g_mad = bench_mad(v, g_samples, m);
     free(v);
     return m;
 }
@@ -170,6 +176,7 @@ static double mixed_ns(dmm_pool *pool, uint64_t *calls_during) {
             v[s] = (now_s() - t0) * 1e9 / g_batch;
         }
         double m = median(v, g_samples);
+        g_mad = bench_mad(v, g_samples, m);
         free(v);
         if (pass == 1) {
             *calls_during = driver_calls(pool) - c0;
@@ -190,6 +197,7 @@ typedef struct worker {
     pthread_barrier_t *bar;
     size_t bytes;
     double median_ns;
+    double mad_ns; /* of this thread's batches */
     double t0, t1; /* absolute start and end of the measurement */
 } worker;
 
@@ -223,6 +231,7 @@ static void *run_worker(void *arg) {
     w->t1 = now_s();
     (void)mine;
     w->median_ns = median(v, g_samples);
+    w->mad_ns = bench_mad(v, g_samples, w->median_ns);
     free(v);
     /* the stream's heap keeps a reference to the stream value only; make its fence complete first */
     pthread_barrier_wait(w->bar);
@@ -255,10 +264,11 @@ static void threads_bench(void) {
             w[i].stream = streams[i];
             pthread_create(&w[i].th, NULL, run_worker, &w[i]);
         }
-        double med = 0, t0 = 1e300, t1 = 0;
+        double med = 0, mad = 0, t0 = 1e300, t1 = 0;
         for (int i = 0; i < n; i++) {
             pthread_join(w[i].th, NULL);
             med += w[i].median_ns / n;
+            mad += w[i].mad_ns / n;
             if (w[i].t0 < t0) t0 = w[i].t0;
             if (w[i].t1 > t1) t1 = w[i].t1;
         }
@@ -267,6 +277,17 @@ static void threads_bench(void) {
         if (n == 1) base[glibc] = agg;
         if (n == 8) eff8[glibc] = agg / base[glibc] / 8;
         printf("%8s %8d %14.1f %18.2f %9.2fx\n", glibc ? "glibc" : "pool", n, med, agg / 1e6, agg / base[glibc]);
+        /* JSON: per-thread median (MAD: the threads' average); aggregate throughput, one wall-clock
+         * measurement whose noise is estimated by the batches' relative MAD */
+        char id[64];
+        snprintf(id, sizeof id, "%s.threads.%d.pair_ns", glibc ? "glibc" : "pool", n);
+        bench_results_add(g_res, id, "ns", true, med, (long)n * g_samples, mad, -1);
+        snprintf(id, sizeof id, "%s.threads.%d.mpairs_per_s", glibc ? "glibc" : "pool", n);
+        bench_results_add(g_res, id, "Mpair/s", false, agg / 1e6, 1, med > 0 ? agg / 1e6 * mad / med : 0, -1);
+        if (n == 8) {
+            snprintf(id, sizeof id, "%s.threads.8.linear_fraction", glibc ? "glibc" : "pool");
+            bench_results_add(g_res, id, "ratio", false, eff8[glibc], 1, med > 0 ? eff8[glibc] * mad / med : 0, -1);
+        }
     }
     printf("8 threads: pool %.2f of linear, glibc %.2f (target: pool >= 0.80 of linear; %s)\n", eff8[0], eff8[1],
            cores < 8 ? "not judged: fewer than 8 cores here" : eff8[0] >= 0.8 ? "met" : "NOT met");
@@ -278,15 +299,18 @@ static void threads_bench(void) {
 
 int main(int argc, char **argv) {
     bool threads = true;
+    const char *json = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--samples") == 0 && i + 1 < argc) g_samples = atoi(argv[++i]);
         else if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) g_batch = atoi(argv[++i]);
         else if (strcmp(argv[i], "--no-threads") == 0) threads = false;
+        else if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_pool [--samples N] [--batch N] [--no-threads]\n");
+            fprintf(stderr, "usage: bench_pool [--samples N] [--batch N] [--no-threads] [--json FILE]\n");
             return 2;
         }
     }
+    g_res = bench_results_create("bench_pool");
     if (g_samples < 3) g_samples = 3;
     if (g_batch < 1) g_batch = 1;
     printf("bench_pool: cached malloc+free pair, medians of %d batches of %d pairs (dmm %s)\n", g_samples, g_batch,
@@ -299,13 +323,20 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         uint64_t calls = 0;
         double pn = pool_pair_ns(st.pool, sizes[i], NULL, &calls);
+        double pmad = g_mad;
         double gn = glibc_pair_ns(sizes[i]);
         printf("%10zu %12.1f %12.1f %10.2f%s\n", sizes[i], pn, gn, pn / gn,
                calls ? "  (driver calls during the measurement!)" : "");
+        char id[64];
+        snprintf(id, sizeof id, "pool.pair_ns.%zu", sizes[i]);
+        bench_results_add(g_res, id, "ns", true, pn, g_samples, pmad, gn);
+        snprintf(id, sizeof id, "glibc.pair_ns.%zu", sizes[i]);
+        bench_results_add(g_res, id, "ns", true, gn, g_samples, g_mad, -1);
     }
     uint64_t calls = 0;
     double mx = mixed_ns(st.pool, &calls);
-    (void)calls;
+    bench_results_add(g_res, "pool.mixed.op_ns", "ns", true, mx, g_samples, g_mad, -1);
+    bench_results_add(g_res, "pool.mixed.driver_calls", "calls", true, (double)calls, 1, 0, -1);
     printf("\n-- mixed: 256 live slots, sizes 512 B - 4 MiB, random replace --\n");
     printf("pool: %.1f ns per operation (median); driver calls during the measurement: %llu in %d operations "
            "(%.3f per 1,000: the random walk keeps reaching new peaks and layouts)\n",
@@ -317,14 +348,22 @@ int main(int argc, char **argv) {
     stack gs;
     if (stack_open(&gs, true) != 0) {
         printf("\n-- GPU: skipped (%s) --\n", dmm_last_error());
-        return 0;
+        return bench_results_finish(g_res, json) == 0 ? 0 : 1;
     }
     char err[256];
     dmm_cuda_ref *ref = NULL;
     if (dmm_cuda_ref_open(&ref, err, sizeof err) != 0) {
         printf("\n-- GPU: skipped (%s) --\n", err);
         stack_close(&gs);
-        return 0;
+        return bench_results_finish(g_res, json) == 0 ? 0 : 1;
+    }
+    dmm_cuda_device_info dinfo;
+    memset(&dinfo, 0, sizeof dinfo);
+    dinfo.size = sizeof dinfo;
+    if (dmm_cuda_device_query(0, &dinfo) == DMM_OK) {
+        char gpu[300];
+        snprintf(gpu, sizeof gpu, "GPU %s", dinfo.name);
+        bench_results_host(g_res, gpu);
     }
     void *stream = dmm_cuda_ref_stream_create(ref);
     printf("\n-- GPU: pool over the CUDA driver vs cuMemAllocAsync+cuMemFreeAsync, same stream (target: ratio "
@@ -333,15 +372,21 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         uint64_t gcalls = 0;
         double pn = pool_pair_ns(gs.pool, sizes[i], (dmm_stream)stream, &gcalls);
+        double pmad = g_mad;
         dmm_cuda_ref_bind(ref);
         double rn = dmm_cuda_ref_pair_ns(ref, sizes[i], stream, g_samples, g_batch);
         printf("%10zu %12.1f %14.1f %10.3f%s\n", sizes[i], pn, rn, rn > 0 ? pn / rn : 0.0,
                gcalls ? "  (driver calls during the measurement!)" : "");
+        char id[64];
+        snprintf(id, sizeof id, "gpu.pool.pair_ns.%zu", sizes[i]);
+        bench_results_add(g_res, id, "ns", true, pn, g_samples, pmad, rn);
+        snprintf(id, sizeof id, "gpu.driver.pair_ns.%zu", sizes[i]);
+        if (rn > 0) bench_results_add(g_res, id, "ns", true, rn, g_samples, 0, -1);
     }
     dmm_cuda_ref_sync(ref, stream);
     /* the pool's fence on this stream must complete before destroy: the stream is idle now */
     stack_close(&gs);
     dmm_cuda_ref_stream_destroy(ref, stream);
     dmm_cuda_ref_close(ref);
-    return 0;
+    return bench_results_finish(g_res, json) == 0 ? 0 : 1;
 }

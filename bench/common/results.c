@@ -1,0 +1,175 @@
+/* bench/common/results.c — collects a bench's metrics and writes them as one JSON object through the
+ * project's one JSON writer (src/core/json.h).
+ *
+ * Idea: the bench keeps printing its human table; beside each printed median it calls
+ * bench_results_add, and at the end bench_results_finish serializes everything once: a first pass
+ * with no buffer measures the length (dmm__json_* keep counting past the end), a second fills it.
+ * Trade-off: metrics are held in memory until the end (a few hundred at most), so a bench that
+ * crashes halfway writes nothing rather than a truncated file.
+ * Invariants: every number written is finite; every string goes through dmm__json_string.
+ */
+#include "results.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/json.h"
+#include "dmm/dmm.h"
+
+typedef struct metric {
+    char name[128];
+    char unit[16];
+    bool lower_better;
+    double median, mad, reference; /* reference < 0: none */
+    long samples;
+} metric;
+
+struct bench_results {
+    char bench[64];
+    char host[512];
+    metric *m;
+    size_t n, cap;
+};
+
+static void cpu_model(char *out, size_t cap) {
+    out[0] = '\0';
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f == NULL) return;
+    char line[512];
+    while (fgets(line, sizeof line, f) != NULL) {
+        if (strncmp(line, "model name", 10) != 0) continue;
+        const char *v = strchr(line, ':');
+        if (v == NULL) break;
+        v++;
+        while (*v == ' ' || *v == '\t') v++;
+        snprintf(out, cap, "%s", v);
+        out[strcspn(out, "\n")] = '\0';
+        break;
+    }
+    fclose(f);
+}
+
+bench_results *bench_results_create(const char *bench) {
+    bench_results *r = calloc(1, sizeof *r);
+    if (r == NULL) return NULL;
+    snprintf(r->bench, sizeof r->bench, "%s", bench);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    char model[256];
+    cpu_model(model, sizeof model);
+    snprintf(r->host, sizeof r->host, "%ld core%s%s%s", cores, cores == 1 ? "" : "s", model[0] ? " " : "", model);
+    return r;
+}
+
+void bench_results_host(bench_results *r, const char *part) {
+    if (r == NULL) return;
+    size_t len = strlen(r->host);
+    snprintf(r->host + len, sizeof r->host - len, ", %s", part);
+}
+
+void bench_results_add(bench_results *r, const char *name, const char *unit, bool lower_better, double median,
+                       long samples, double mad, double reference) {
+    if (r == NULL || !isfinite(median)) return;
+    if (r->n == r->cap) {
+        size_t cap = r->cap ? 2 * r->cap : 32;
+        metric *m = realloc(r->m, cap * sizeof *m);
+        if (m == NULL) return; /* the metric is lost; finish still writes the others */
+        r->m = m;
+        r->cap = cap;
+    }
+    metric *m = &r->m[r->n++];
+    memset(m, 0, sizeof *m);
+    snprintf(m->name, sizeof m->name, "%s", name);
+    snprintf(m->unit, sizeof m->unit, "%s", unit);
+    m->lower_better = lower_better;
+    m->median = median;
+    m->samples = samples < 1 ? 1 : samples;
+    m->mad = isfinite(mad) && mad >= 0 ? mad : 0;
+    m->reference = isfinite(reference) && reference > 0 ? reference : -1;
+}
+
+static void write_all(const bench_results *r, dmm_json *o) {
+    dmm__json_put(o, "{\"bench\":");
+    dmm__json_string(o, r->bench);
+    dmm__json_put(o, ",\"version\":");
+    dmm__json_string(o, dmm_version_string());
+    dmm__json_put(o, ",\"host\":");
+    dmm__json_string(o, r->host);
+    dmm__json_put(o, ",\"metrics\":[");
+    for (size_t i = 0; i < r->n; i++) {
+        const metric *m = &r->m[i];
+        dmm__json_put(o, "%s\n  {\"name\":", i ? "," : "");
+        dmm__json_string(o, m->name);
+        dmm__json_put(o, ",\"unit\":");
+        dmm__json_string(o, m->unit);
+        dmm__json_put(o, ",\"better\":\"%s\",\"median\":%.9g,\"samples\":%ld,\"mad\":%.9g",
+                      m->lower_better ? "lower" : "higher", m->median, m->samples, m->mad);
+        double ratio = m->reference > 0 ? m->median / m->reference : NAN;
+        if (m->reference > 0 && isfinite(ratio))
+            dmm__json_put(o, ",\"reference\":%.9g,\"ratio\":%.9g", m->reference, ratio);
+        dmm__json_put(o, "}");
+    }
+    dmm__json_put(o, "%s]}\n", r->n ? "\n" : "");
+}
+
+int bench_results_finish(bench_results *r, const char *path) {
+    int rc = 0;
+    if (r == NULL) {
+        if (path != NULL) {
+            fprintf(stderr, "%s: the results could not be collected (out of memory); nothing written.\n", path);
+            return -1;
+        }
+        return 0;
+    }
+    if (path != NULL) {
+        dmm_json sizing = {NULL, 0, 0};
+        write_all(r, &sizing);
+        char *buf = malloc(sizing.len + 1);
+        FILE *f = buf != NULL ? fopen(path, "w") : NULL;
+        if (f == NULL) {
+            fprintf(stderr, "%s: cannot write the JSON results (%s).\n", path,
+                    buf == NULL ? "out of memory" : "cannot open the file");
+            rc = -1;
+        } else {
+            dmm_json o = {buf, sizing.len + 1, 0};
+            write_all(r, &o);
+            if (fwrite(buf, 1, o.len, f) != o.len) rc = -1;
+            if (fclose(f) != 0) rc = -1;
+            if (rc != 0) fprintf(stderr, "%s: writing the JSON results failed (disk full?).\n", path);
+        }
+        free(buf);
+    }
+    free(r->m);
+    free(r);
+    return rc;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double bench_mad(double *v, int n, double median) {
+    if (n < 1) return 0;
+    double *d = malloc((size_t)n * sizeof *d);
+    if (d == NULL) return 0;
+    for (int i = 0; i < n; i++) d[i] = fabs(v[i] - median);
+    qsort(d, (size_t)n, sizeof *d, cmp_d);
+    double m = n % 2 ? d[n / 2] : 0.5 * (d[n / 2 - 1] + d[n / 2]);
+    free(d);
+    return m;
+}
+
+void bench_id(char *out, unsigned cap, const char *text) {
+    if (cap == 0) return;
+    unsigned i = 0;
+    for (; text[i] != '\0' && i + 1 < cap; i++) {
+        char c = text[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                  c == '.' || c == '-';
+        out[i] = ok ? c : '_';
+    }
+    out[i] = '\0';
+}
