@@ -15,8 +15,10 @@
  * calls) is printed beside; diagnostics: the dmm driver's ops alone, a 1 GiB-aligned arena
  * allocation, a raw handle at the arena allocation's offset from a 1 GiB boundary.
  *
- * usage: bench_growth [--reps N]   (samples per case and condition; default 31, at least 10)
- * Exit 77 with "skipped: no GPU (…)" where there is no CUDA driver or GPU.
+ * usage: bench_growth [--reps N] [--json FILE]   (samples per case and condition; default 31, at least 10)
+ * Exit 77 with "skipped: no GPU (…)" where there is no CUDA driver or GPU (--json then writes a
+ * result with no metrics). --json: growth.<warm|cold>.<case>.grow_us / teardown_us medians with
+ * their MAD, the raw 1 GiB handle as the reference (docs/benchmarks.md).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,11 +26,33 @@
 #include <time.h>
 
 #include "dmm/dmm.h"
+#include "results.h"
+
+/* Parses the arguments; 0, or 2 after the usage line. */
+static int parse_args(int argc, char **argv, int *reps, const char **json) {
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) *reps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) *json = argv[++i];
+        else {
+            fprintf(stderr, "usage: bench_growth [--reps N] [--json FILE]\n");
+            return 2;
+        }
+    }
+    return 0;
+}
+
+/* A skip: the JSON (when asked) has no metrics; exit 77. */
+static int skipped(const char *json) {
+    return bench_results_finish(bench_results_create("bench_growth"), json) == 0 ? 77 : 1;
+}
 
 #ifndef DMM_HAVE_CUDA_H
-int main(void) {
+int main(int argc, char **argv) {
+    int reps = 31;
+    const char *json = NULL;
+    if (parse_args(argc, argv, &reps, &json) != 0) return 2;
     printf("bench_growth: skipped: no GPU (built without CUDA headers)\n");
-    return 77;
+    return skipped(json);
 }
 #else
 
@@ -201,6 +225,8 @@ static void settle(void) {
 /* ---- the cases, run in a rotated order per repetition ---- */
 
 enum { C_ARENA, C_ARENA_ALIGNED, C_DRIVER, C_RAW1, C_RAW1_MISALIGNED, C_RAW512, C_COUNT };
+static const char *case_id[C_COUNT] = {"arena", "arena_aligned", "dmm_driver", "raw_1g", "raw_1g_misaligned",
+                                       "raw_512x2m"};
 static const char *case_name[C_COUNT] = {
     "arena commit (1 chunk of 1 GiB)",
     "  arena, allocation aligned to 1 GiB",
@@ -288,26 +314,21 @@ static bool run_case(bench_ctx *b, int k, double *grow, double *shrink) {
 
 int main(int argc, char **argv) {
     int reps = 31;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
-        else {
-            fprintf(stderr, "usage: bench_growth [--reps N]\n");
-            return 2;
-        }
-    }
+    const char *json = NULL;
+    if (parse_args(argc, argv, &reps, &json) != 0) return 2;
     if (reps < 10) reps = 10;
 
     dmm_driver *cuda = NULL;
     dmm_status s = dmm_cuda_driver_create(0, &cuda);
     if (s == DMM_ERR_UNSUPPORTED) {
         printf("bench_growth: skipped: no GPU (%s)\n", dmm_last_error());
-        return 77;
+        return skipped(json);
     }
     DMM_CHECK(s);
     if (cuda->ops->reserve == NULL) {
         printf("bench_growth: skipped: device 0 has no VMM\n");
         dmm_driver_destroy(cuda);
-        return 77;
+        return skipped(json);
     }
     dmm_cuda_device_info info;
     memset(&info, 0, sizeof info);
@@ -421,6 +442,11 @@ int main(int argc, char **argv) {
            (unsigned long long)(((uintptr_t)B.w.ptr - rva) / MIB),
            (unsigned long long)(((uintptr_t)B.w.ptr % GIB) / MIB));
     printf("the not-aligned raw case maps at %llu MiB past a 1 GiB boundary\n", (unsigned long long)(mis / MIB));
+    bench_results *res = bench_results_create("bench_growth");
+    char gpu_desc[300];
+    snprintf(gpu_desc, sizeof gpu_desc, "GPU %s", info.name);
+    bench_results_host(res, gpu_desc);
+    static const char *cond_id[2] = {"warm", "cold"};
     static const char *cond_name[2] = {"warm: each grow right after an equal release",
                                        "cold: each grow 5 ms after the last driver call"};
     for (int c = 0; c < 2; c++) {
@@ -439,9 +465,19 @@ int main(int argc, char **argv) {
                 if (own == NULL) return 1;
                 for (int r = 0; r < m; r++) own[r] = grow[c][k][r] - inside[c][k][r];
                 printf("   (in the driver %.1f, the arena's own %.1f)", median(inside[c][k], m), median(own, m));
+                char oid[96];
+                snprintf(oid, sizeof oid, "growth.%s.%s.own_us", cond_id[c], case_id[k]);
+                bench_results_add(res, oid, "us", true, median(own, m), m, bench_mad(own, m, median(own, m)), -1);
                 free(own);
             }
             printf("\n");
+            char id[96];
+            double g = median(grow[c][k], m), d = median(shrink[c][k], m);
+            double ref = k == C_RAW1 || got[c][C_RAW1] == 0 ? -1 : median(grow[c][C_RAW1], got[c][C_RAW1]);
+            snprintf(id, sizeof id, "growth.%s.%s.grow_us", cond_id[c], case_id[k]);
+            bench_results_add(res, id, "us", true, g, m, bench_mad(grow[c][k], m, g), ref);
+            snprintf(id, sizeof id, "growth.%s.%s.teardown_us", cond_id[c], case_id[k]);
+            bench_results_add(res, id, "us", true, d, m, bench_mad(shrink[c][k], m, d), -1);
         }
         double ma = median(grow[c][C_ARENA], got[c][C_ARENA]), m1 = median(grow[c][C_RAW1], got[c][C_RAW1]);
         double m512 = median(grow[c][C_RAW512], got[c][C_RAW512]);
@@ -469,7 +505,7 @@ int main(int argc, char **argv) {
             free(inside[c][k]);
             for (int q = 0; q < 3; q++) free(split[c][k][q]);
         }
-    return 0;
+    return bench_results_finish(res, json) == 0 ? 0 : 1;
 }
 
 #endif /* DMM_HAVE_CUDA_H */

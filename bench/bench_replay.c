@@ -7,7 +7,9 @@
  * DESIGN §6's medians. On a GPU: the same replay over the CUDA driver and through cuMemAllocAsync,
  * runs interleaved, and the ratio pool ÷ driver (issue 4: ≤ 2 for llama-generate).
  *
- * usage: bench_replay [--runs N] [--host-only] [TRACE.gz ...]
+ * usage: bench_replay [--runs N] [--host-only] [--json FILE] [TRACE.gz ...]
+ * --json writes the medians (with their MAD), ratios and driver calls for `dmm compare`; metric ids
+ * are replay.<workload>.* (docs/benchmarks.md).
  * Default traces: every data/traces/NAME.trace.gz and ../shared/traces/llama-generate.trace.gz (when present),
  * relative to the current directory or to the source tree. Nothing is asserted.
  */
@@ -20,6 +22,7 @@
 
 #include "cuda_ref.c"
 #include "replay.c"
+#include "results.h"
 #include "trace.c"
 
 static int cmp_double(const void *a, const void *b) {
@@ -46,13 +49,15 @@ static int add_glob(const char *pattern, char ***paths, int *n) {
 int main(int argc, char **argv) {
     int runs = 5;
     bool host_only = false;
+    const char *json = NULL;
     char **paths = NULL;
     int np = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc) runs = atoi(argv[++i]);
         else if (strcmp(argv[i], "--host-only") == 0) host_only = true;
+        else if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
         else if (argv[i][0] == '-') {
-            fprintf(stderr, "usage: bench_replay [--runs N] [--host-only] [TRACE.gz ...]\n");
+            fprintf(stderr, "usage: bench_replay [--runs N] [--host-only] [--json FILE] [TRACE.gz ...]\n");
             return 2;
         } else {
             paths = realloc(paths, (size_t)(np + 1) * sizeof *paths);
@@ -86,12 +91,21 @@ int main(int argc, char **argv) {
     char err[1024];
     dmm_cuda_ref *ref = NULL;
     bool gpu = false;
+    bench_results *res = bench_results_create("bench_replay");
     if (!host_only) {
         dmm_driver *probe = NULL;
         if (dmm_cuda_driver_create(0, &probe) == DMM_OK) {
             dmm_driver_destroy(probe);
             gpu = dmm_cuda_ref_open(&ref, err, sizeof err) == 0;
             if (!gpu) printf("GPU reference unavailable: %s\n", err);
+            dmm_cuda_device_info info;
+            memset(&info, 0, sizeof info);
+            info.size = sizeof info;
+            if (gpu && dmm_cuda_device_query(0, &info) == DMM_OK) {
+                char what[300];
+                snprintf(what, sizeof what, "GPU %s", info.name);
+                bench_results_host(res, what);
+            }
         } else {
             printf("GPU: skipped (%s)\n", dmm_last_error());
         }
@@ -107,6 +121,8 @@ int main(int argc, char **argv) {
         }
         double *hv = malloc((size_t)runs * sizeof *hv), *gv = malloc((size_t)runs * sizeof *gv),
                *rv = malloc((size_t)runs * sizeof *rv);
+        char wl[96], id[160];
+        bench_id(wl, sizeof wl, t.workload[0] ? t.workload : paths[i]);
         dmm_replay_result r, last;
         memset(&last, 0, sizeof last);
         bool ok = true;
@@ -136,6 +152,18 @@ int main(int argc, char **argv) {
                    last.est_h200_driver_s);
             double hm = med(hv, runs);
             printf("  host driver: replay %.3f s median (%.0f ns per event)\n", hm, hm * 1e9 / (double)t.n);
+            snprintf(id, sizeof id, "replay.%s.host_s", wl);
+            bench_results_add(res, id, "s", true, hm, runs, bench_mad(hv, runs, hm), -1);
+            snprintf(id, sizeof id, "replay.%s.ratio", wl);
+            bench_results_add(res, id, "ratio", true, last.ratio, 1, 0, last.native_ratio);
+            snprintf(id, sizeof id, "replay.%s.ratio_committed", wl);
+            bench_results_add(res, id, "ratio", true, last.ratio_committed, 1, 0, last.native_ratio);
+            snprintf(id, sizeof id, "replay.%s.driver_calls_per_1k", wl);
+            bench_results_add(res, id, "calls", true,
+                              dmm_replay_per_1k(last.calls_create + last.calls_map + last.calls_set_access +
+                                                    last.calls_unmap + last.calls_release,
+                                                last.allocs),
+                              1, 0, -1);
         }
         if (ok && gpu) {
             o.driver = "cuda";
@@ -158,6 +186,10 @@ int main(int argc, char **argv) {
                 double gm = med(gv, runs), rm = med(rv, runs);
                 printf("  GPU: pool %.3f s, cuMemAllocAsync/cuMemFreeAsync %.3f s (medians): pool / driver = %.2f\n", gm,
                        rm, gm / rm);
+                snprintf(id, sizeof id, "replay.%s.gpu_pool_s", wl);
+                bench_results_add(res, id, "s", true, gm, runs, bench_mad(gv, runs, gm), rm);
+                snprintf(id, sizeof id, "replay.%s.gpu_driver_s", wl);
+                bench_results_add(res, id, "s", true, rm, runs, bench_mad(rv, runs, rm), -1);
             }
         }
         dmm_replay_result_free(&last);
@@ -169,5 +201,5 @@ int main(int argc, char **argv) {
     for (int i = 0; i < np; i++) free(paths[i]);
     free(paths);
     dmm_cuda_ref_close(ref);
-    return 0;
+    return bench_results_finish(res, json) == 0 ? 0 : 1;
 }
