@@ -5,5 +5,6 @@
 int dmm_cmd_version(int argc, char **argv);
 int dmm_cmd_info(int argc, char **argv);
 int dmm_cmd_replay(int argc, char **argv);
+int dmm_cmd_compare(int argc, char **argv);
 
 #endif

@@ -15,6 +15,7 @@ static const command commands[] = {
     {"version", dmm_cmd_version, "print the library version"},
     {"info", dmm_cmd_info, "list the host driver and the CUDA devices (driver, VMM, granularity, memory)"},
     {"replay", dmm_cmd_replay, "replay an allocation trace through the pool: fragmentation, driver calls, latency"},
+    {"compare", dmm_cmd_compare, "compare two bench results (bench_* --json): WORSE / same / better per metric"},
 };
 
 int dmm_cmd_version(int argc, char **argv) {

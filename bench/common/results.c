@@ -19,18 +19,18 @@
 #include "core/json.h"
 #include "dmm/dmm.h"
 
-typedef struct metric {
+typedef struct result_metric {
     char name[128];
     char unit[16];
     bool lower_better;
     double median, mad, reference; /* reference < 0: none */
     long samples;
-} metric;
+} result_metric;
 
 struct bench_results {
     char bench[64];
     char host[512];
-    metric *m;
+    result_metric *m;
     size_t n, cap;
 };
 
@@ -74,12 +74,12 @@ void bench_results_add(bench_results *r, const char *name, const char *unit, boo
     if (r == NULL || !isfinite(median)) return;
     if (r->n == r->cap) {
         size_t cap = r->cap ? 2 * r->cap : 32;
-        metric *m = realloc(r->m, cap * sizeof *m);
+        result_metric *m = realloc(r->m, cap * sizeof *m);
         if (m == NULL) return; /* the metric is lost; finish still writes the others */
         r->m = m;
         r->cap = cap;
     }
-    metric *m = &r->m[r->n++];
+    result_metric *m = &r->m[r->n++];
     memset(m, 0, sizeof *m);
     snprintf(m->name, sizeof m->name, "%s", name);
     snprintf(m->unit, sizeof m->unit, "%s", unit);
@@ -99,7 +99,7 @@ static void write_all(const bench_results *r, dmm_json *o) {
     dmm__json_string(o, r->host);
     dmm__json_put(o, ",\"metrics\":[");
     for (size_t i = 0; i < r->n; i++) {
-        const metric *m = &r->m[i];
+        const result_metric *m = &r->m[i];
         dmm__json_put(o, "%s\n  {\"name\":", i ? "," : "");
         dmm__json_string(o, m->name);
         dmm__json_put(o, ",\"unit\":");
@@ -155,7 +155,7 @@ double bench_mad(double *v, int n, double median) {
     if (n < 1) return 0;
     double *d = malloc((size_t)n * sizeof *d);
     if (d == NULL) return 0;
-    for (int i = 0; i < n; i++) d[i] = fabs(v[i] - median);
+    for (int i = 0; i < n; i++) d[i] = v[i] > median ? v[i] - median : median - v[i]; /* no libm for the tests */
     qsort(d, (size_t)n, sizeof *d, cmp_d);
     double m = n % 2 ? d[n / 2] : 0.5 * (d[n / 2 - 1] + d[n / 2]);
     free(d);

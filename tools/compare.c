@@ -1,0 +1,335 @@
+/* tools/compare.c — reads bench results and compares two of them (see compare.h for the rule).
+ *
+ * Idea: a run's own spread is the best estimate of how much its median could move by chance, so the
+ * threshold for calling a change real is K sigmas of the combined relative noise of both runs,
+ * never below a floor (a metric measured once has no spread of its own; medians of batches also
+ * drift a little between runs even when the batches agree with each other).
+ * Trade-off: MAD, not standard deviation: one descheduled batch does not widen the threshold.
+ * Invariants: every row has exactly one verdict; count[v] = the rows with verdict v; a file whose
+ * shape is not a bench result is refused as a whole (nothing half-read is compared).
+ */
+#include "compare.h"
+
+#include <errno.h>
+#include <math.h> /* macros only (isinf, INFINITY): no libm */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json_read.h"
+
+static int failf(char *err, size_t errcap, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+static int failf(char *err, size_t errcap, const char *fmt, ...) {
+    if (errcap > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errcap, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+void dmm_bench_file_free(dmm_bench_file *f) {
+    if (f == NULL) return;
+    for (size_t i = 0; i < f->n; i++) {
+        free(f->m[i].name);
+        free(f->m[i].unit);
+    }
+    free(f->m);
+    free(f->bench);
+    free(f->version);
+    free(f->host);
+    memset(f, 0, sizeof *f);
+}
+
+static char *dup_str(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d != NULL) memcpy(d, s, n);
+    return d;
+}
+
+/* The member `key` of object v as kind `kind`; NULL after a sentence in err (missing or wrong type;
+ * optional members that are absent give NULL with err untouched). */
+static const dmm_jv *member(const dmm_jv *v, const char *key, dmm_jv_kind kind, bool optional, const char *what,
+                            const char *where, char *err, size_t errcap, int *rc) {
+    const dmm_jv *m = dmm_jv_get(v, key);
+    if (m == NULL) {
+        if (!optional)
+            *rc = failf(err, errcap, "%s: line %d, column %d: not a bench result: %s has no \"%s\".", what, v->line,
+                        v->col, where, key);
+        return NULL;
+    }
+    if (m->kind != kind) {
+        *rc = failf(err, errcap, "%s: line %d, column %d: not a bench result: \"%s\" of %s is %s, not %s.", what,
+                    m->line, m->col, key, where, dmm_jv_kind_str(m->kind), dmm_jv_kind_str(kind));
+        return NULL;
+    }
+    return m;
+}
+
+static int read_metric(const dmm_jv *v, size_t i, const char *what, dmm_bench_metric *m, char *err, size_t errcap) {
+    char where[200];
+    int rc = 0;
+    snprintf(where, sizeof where, "metric %zu", i + 1);
+    if (v->kind != DMM_JV_OBJECT)
+        return failf(err, errcap, "%s: line %d, column %d: not a bench result: %s is %s, not an object.", what, v->line,
+                     v->col, where, dmm_jv_kind_str(v->kind));
+    const dmm_jv *name = member(v, "name", DMM_JV_STRING, false, what, where, err, errcap, &rc);
+    if (name == NULL) return -1;
+    if (name->str[0] == '\0')
+        return failf(err, errcap, "%s: line %d, column %d: not a bench result: %s has an empty name.", what,
+                     name->line, name->col, where);
+    snprintf(where, sizeof where, "metric \"%s\"", name->str);
+    const dmm_jv *unit = member(v, "unit", DMM_JV_STRING, false, what, where, err, errcap, &rc);
+    const dmm_jv *better = unit ? member(v, "better", DMM_JV_STRING, false, what, where, err, errcap, &rc) : NULL;
+    const dmm_jv *median = better ? member(v, "median", DMM_JV_NUMBER, false, what, where, err, errcap, &rc) : NULL;
+    const dmm_jv *samples = median ? member(v, "samples", DMM_JV_NUMBER, false, what, where, err, errcap, &rc) : NULL;
+    const dmm_jv *mad = samples ? member(v, "mad", DMM_JV_NUMBER, false, what, where, err, errcap, &rc) : NULL;
+    if (mad == NULL) return -1;
+    const dmm_jv *ref = member(v, "reference", DMM_JV_NUMBER, true, what, where, err, errcap, &rc);
+    if (rc != 0) return -1;
+    (void)member(v, "ratio", DMM_JV_NUMBER, true, what, where, err, errcap, &rc);
+    if (rc != 0) return -1;
+    bool higher = strcmp(better->str, "higher") == 0;
+    if (!higher && strcmp(better->str, "lower") != 0)
+        return failf(err, errcap, "%s: line %d, column %d: not a bench result: \"better\" of %s is \"%s\"; it must be "
+                     "\"lower\" or \"higher\".", what, better->line, better->col, where, better->str);
+    if (!(samples->number >= 1 && samples->number <= 1e15) || samples->number != (double)(long long)samples->number)
+        return failf(err, errcap, "%s: line %d, column %d: not a bench result: \"samples\" of %s is %g; it must be a "
+                     "whole number >= 1.", what, samples->line, samples->col, where, samples->number);
+    if (mad->number < 0)
+        return failf(err, errcap, "%s: line %d, column %d: not a bench result: \"mad\" of %s is %g; it must be >= 0.",
+                     what, mad->line, mad->col, where, mad->number);
+    m->name = dup_str(name->str);
+    m->unit = dup_str(unit->str);
+    if (m->name == NULL || m->unit == NULL) return failf(err, errcap, "%s: out of memory reading %s.", what, where);
+    m->higher_better = higher;
+    m->median = median->number;
+    m->mad = mad->number;
+    m->samples = (long)samples->number;
+    m->has_reference = ref != NULL;
+    m->reference = ref != NULL ? ref->number : 0;
+    return 0;
+}
+
+static int read_file_obj(const dmm_jv *root, const char *what, dmm_bench_file *out, char *err, size_t errcap) {
+    int rc = 0;
+    if (root->kind != DMM_JV_OBJECT)
+        return failf(err, errcap, "%s: not a bench result: the JSON is %s, not an object with \"bench\" and "
+                     "\"metrics\".", what, dmm_jv_kind_str(root->kind));
+    const dmm_jv *bench = member(root, "bench", DMM_JV_STRING, false, what, "the top-level object", err, errcap, &rc);
+    const dmm_jv *metrics =
+        bench ? member(root, "metrics", DMM_JV_ARRAY, false, what, "the top-level object", err, errcap, &rc) : NULL;
+    if (metrics == NULL) return -1;
+    const dmm_jv *version = member(root, "version", DMM_JV_STRING, true, what, "the top-level object", err, errcap, &rc);
+    if (rc != 0) return -1;
+    const dmm_jv *host = member(root, "host", DMM_JV_STRING, true, what, "the top-level object", err, errcap, &rc);
+    if (rc != 0) return -1;
+    out->bench = dup_str(bench->str);
+    out->version = dup_str(version ? version->str : "");
+    out->host = dup_str(host ? host->str : "");
+    out->m = calloc(metrics->n ? metrics->n : 1, sizeof *out->m);
+    if (out->bench == NULL || out->version == NULL || out->host == NULL || out->m == NULL)
+        return failf(err, errcap, "%s: out of memory.", what);
+    for (size_t i = 0; i < metrics->n; i++) {
+        if (read_metric(&metrics->items[i], i, what, &out->m[i], err, errcap) != 0) {
+            out->n = i + 1; /* frees what the failed metric got */
+            return -1;
+        }
+        out->n = i + 1;
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(out->m[j].name, out->m[i].name) == 0)
+                return failf(err, errcap, "%s: line %d, column %d: not a bench result: the metric \"%s\" appears "
+                             "twice.", what, metrics->items[i].line, metrics->items[i].col, out->m[i].name);
+    }
+    return 0;
+}
+
+int dmm_bench_parse(const char *text, size_t len, const char *what, dmm_bench_file *out, char *err, size_t errcap) {
+    memset(out, 0, sizeof *out);
+    dmm_jv *root = NULL;
+    char jerr[512];
+    if (dmm_json_parse(text, len, &root, jerr, sizeof jerr) != 0)
+        return failf(err, errcap, "%s: not valid JSON: %s", what, jerr);
+    int rc = read_file_obj(root, what, out, err, errcap);
+    dmm_jv_free(root);
+    if (rc != 0) dmm_bench_file_free(out);
+    return rc;
+}
+
+int dmm_bench_load(const char *path, dmm_bench_file *out, char *err, size_t errcap) {
+    memset(out, 0, sizeof *out);
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) return failf(err, errcap, "%s: cannot open it: %s.", path, strerror(errno));
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (buf == NULL) {
+            fclose(f);
+            return failf(err, errcap, "%s: out of memory reading it.", path);
+        }
+        len += fread(buf + len, 1, cap - len, f);
+        if (len < cap) break;
+        if (cap >= ((size_t)256 << 20)) {
+            free(buf);
+            fclose(f);
+            return failf(err, errcap, "%s: larger than 256 MiB: not a bench result.", path);
+        }
+        char *nb = realloc(buf, cap * 2);
+        if (nb == NULL) free(buf);
+        buf = nb;
+        cap *= 2;
+    }
+    bool bad = ferror(f) != 0;
+    fclose(f);
+    if (bad) {
+        free(buf);
+        return failf(err, errcap, "%s: reading it failed.", path);
+    }
+    int rc = dmm_bench_parse(buf, len, path, out, err, errcap);
+    free(buf);
+    return rc;
+}
+
+const char *dmm_cmp_verdict_str(dmm_cmp_verdict v) {
+    switch (v) {
+    case DMM_CMP_SAME: return "same";
+    case DMM_CMP_BETTER: return "better";
+    case DMM_CMP_WORSE: return "WORSE";
+    case DMM_CMP_ADDED: return "added";
+    case DMM_CMP_REMOVED: return "removed";
+    }
+    return "?";
+}
+
+/* No libm here: the tests compile this file in and link without -lm. */
+static double abs_d(double x) { return x < 0 ? -x : x; }
+
+/* sqrt by Newton's iteration from above (monotone decreasing to the root; stops when it stops). */
+static double sqrt_d(double x) {
+    if (!(x > 0) || isinf(x)) return x > 0 ? x : 0;
+    double r = x > 1 ? x : 1;
+    for (int i = 0; i < 4096; i++) {
+        double n = 0.5 * (r + x / r);
+        if (!(n < r)) break;
+        r = n;
+    }
+    return r;
+}
+
+static const dmm_bench_metric *find(const dmm_bench_file *f, const char *name) {
+    for (size_t i = 0; i < f->n; i++)
+        if (strcmp(f->m[i].name, name) == 0) return &f->m[i];
+    return NULL;
+}
+
+static double rel_noise(const dmm_bench_metric *m) {
+    return m->median != 0 ? m->mad / abs_d(m->median) : 0;
+}
+
+static void judge(dmm_cmp_row *row, const dmm_cmp_opts *o) {
+    const dmm_bench_metric *a = row->old_m, *b = row->new_m;
+    double sign = a->higher_better ? -1.0 : 1.0;
+    if (a->median != 0) row->change = (b->median - a->median) / abs_d(a->median);
+    else row->change = b->median == 0 ? 0 : b->median > 0 ? INFINITY : -INFINITY;
+    row->worse_by = sign * row->change;
+    double na = rel_noise(a), nb = rel_noise(b);
+    row->noise = DMM_CMP_MAD_TO_SIGMA * sqrt_d(na * na + nb * nb);
+    row->threshold = o->k * row->noise > o->floor ? o->k * row->noise : o->floor;
+    row->verdict = row->worse_by > row->threshold    ? DMM_CMP_WORSE
+                   : row->worse_by < -row->threshold ? DMM_CMP_BETTER
+                                                     : DMM_CMP_SAME;
+}
+
+int dmm_compare(const dmm_bench_file *a, const dmm_bench_file *b, const char *a_name, const char *b_name,
+                const dmm_cmp_opts *o, dmm_cmp_result *out, char *err, size_t errcap) {
+    memset(out, 0, sizeof *out);
+    if (strcmp(a->bench, b->bench) != 0)
+        return failf(err, errcap, "%s holds results of %s but %s holds results of %s; compare two runs of the same "
+                     "bench.", a_name, a->bench, b_name, b->bench);
+    out->rows = calloc(a->n + b->n + 1, sizeof *out->rows);
+    if (out->rows == NULL) return failf(err, errcap, "out of memory comparing %s with %s.", a_name, b_name);
+    for (size_t i = 0; i < b->n; i++) {
+        dmm_cmp_row *row = &out->rows[out->n];
+        row->new_m = &b->m[i];
+        row->old_m = find(a, b->m[i].name);
+        if (row->old_m == NULL) {
+            row->verdict = DMM_CMP_ADDED;
+        } else {
+            if (strcmp(row->old_m->unit, row->new_m->unit) != 0 ||
+                row->old_m->higher_better != row->new_m->higher_better) {
+                int rc = failf(err, errcap, "the metric \"%s\" is in %s (%s is better) in %s but in %s (%s is better) "
+                               "in %s; its meaning changed, so the two cannot be compared.", b->m[i].name,
+                               row->old_m->unit, row->old_m->higher_better ? "higher" : "lower", a_name,
+                               row->new_m->unit, row->new_m->higher_better ? "higher" : "lower", b_name);
+                dmm_cmp_result_free(out);
+                return rc;
+            }
+            judge(row, o);
+        }
+        out->count[row->verdict]++;
+        out->n++;
+    }
+    for (size_t i = 0; i < a->n; i++) {
+        if (find(b, a->m[i].name) != NULL) continue;
+        dmm_cmp_row *row = &out->rows[out->n++];
+        row->old_m = &a->m[i];
+        row->verdict = DMM_CMP_REMOVED;
+        out->count[DMM_CMP_REMOVED]++;
+    }
+    return 0;
+}
+
+void dmm_cmp_result_free(dmm_cmp_result *r) {
+    if (r == NULL) return;
+    free(r->rows);
+    memset(r, 0, sizeof *r);
+}
+
+static void fmt_pct(char *buf, size_t cap, double x, bool sign) {
+    if (isinf(x)) snprintf(buf, cap, "%sinf", x < 0 ? "-" : sign ? "+" : "");
+    else snprintf(buf, cap, sign ? "%+.1f" : "%.1f", 100 * x);
+}
+
+void dmm_cmp_print(FILE *f, const dmm_cmp_result *r, const dmm_bench_file *a, const dmm_bench_file *b,
+                   const dmm_cmp_opts *o) {
+    int w = 6;
+    for (size_t i = 0; i < r->n; i++) {
+        const dmm_bench_metric *m = r->rows[i].new_m ? r->rows[i].new_m : r->rows[i].old_m;
+        int len = (int)strlen(m->name);
+        if (len > w) w = len;
+    }
+    fprintf(f, "%s: old dmm %s (%s), new dmm %s (%s)\n", b->bench, a->version[0] ? a->version : "?", a->host,
+            b->version[0] ? b->version : "?", b->host);
+    if (strcmp(a->host, b->host) != 0)
+        fprintf(f, "note: the two runs were on different hosts; a change may be the machine's, not the code's\n");
+    fprintf(f, "%-*s %-8s %12s %12s %9s %11s  %s\n", w, "metric", "unit", "old", "new", "change %", "threshold %",
+            "verdict");
+    for (size_t i = 0; i < r->n; i++) {
+        const dmm_cmp_row *row = &r->rows[i];
+        const dmm_bench_metric *m = row->new_m ? row->new_m : row->old_m;
+        char old[32] = "-", neu[32] = "-", chg[32] = "", thr[32] = "";
+        if (row->old_m) snprintf(old, sizeof old, "%.4g", row->old_m->median);
+        if (row->new_m) snprintf(neu, sizeof neu, "%.4g", row->new_m->median);
+        if (row->old_m && row->new_m) {
+            fmt_pct(chg, sizeof chg, row->change, true);
+            fmt_pct(thr, sizeof thr, row->threshold, false);
+        }
+        fprintf(f, "%-*s %-8s %12s %12s %9s %11s  %s%s\n", w, m->name, m->unit, old, neu, chg, thr,
+                dmm_cmp_verdict_str(row->verdict),
+                row->verdict == DMM_CMP_WORSE || row->verdict == DMM_CMP_BETTER
+                    ? (m->higher_better ? " (higher is better)" : " (lower is better)")
+                    : "");
+    }
+    fprintf(f, "\n%s: %zu compared: %zu WORSE, %zu better, %zu same; %zu added, %zu removed (threshold = max(%g x "
+            "noise, %g %%), noise = 1.4826 x the runs' combined relative MAD)\n",
+            b->bench, r->count[DMM_CMP_SAME] + r->count[DMM_CMP_BETTER] + r->count[DMM_CMP_WORSE],
+            r->count[DMM_CMP_WORSE], r->count[DMM_CMP_BETTER], r->count[DMM_CMP_SAME], r->count[DMM_CMP_ADDED],
+            r->count[DMM_CMP_REMOVED], o->k, 100 * o->floor);
+}
