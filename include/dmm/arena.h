@@ -18,6 +18,7 @@
 #define DMM_ARENA_H
 
 #include "dmm/mechanism.h"
+#include "dmm/prefix.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -37,7 +38,10 @@ typedef struct dmm_arena_config {
  * fall back to eager memory. cfg may be NULL. */
 DMM_API dmm_status dmm_arena_create(dmm_driver *driver, const dmm_arena_config *cfg, dmm_mechanism **out);
 
-/* Maps the physical memory behind `src` a second time, at `dst`, in the same allocation: the handles
+/* The arena has the shared_mapping capability (dmm/prefix.h): dmm_prefix_create, _commit, _cost and
+ * _release work on an arena; a prefix's sharers map its handles READ-only.
+ *
+ * Maps the physical memory behind `src` a second time, at `dst`, in the same allocation: the handles
  * of the chunks that exactly cover src are also mapped at dst, with the same chunk layout and
  * READ_WRITE access, so both places show the same bytes at once. Ranges are relative to the
  * allocation's start; both must start on a granule (absolute address), be whole granules, have the
@@ -50,7 +54,8 @@ DMM_API dmm_status dmm_arena_create(dmm_driver *driver, const dmm_arena_config *
  * (the pool, when the work is ordered on the same stream), then decommit the old place later.
  * Transactional like commit: on any failure every mapping this call made is undone (an undo that
  * fails is counted in rollback_leaks and said in the sentence); refused, changing nothing, with a
- * sentence naming the range and the reason, for anything else (DMM_ERR_INVALID_ARGUMENT; a
+ * sentence naming the range and the reason, for anything else (DMM_ERR_INVALID_ARGUMENT, also for a
+ * source that is a read-only mapping of a shared prefix, which an alias would make writable; a
  * quarantined allocation or a poisoned chunk: DMM_ERR_QUARANTINED; WRONG_MECHANISM for a non-arena). */
 DMM_API dmm_status dmm_arena_alias(dmm_mechanism *arena, const dmm_allocation *a, dmm_range dst, dmm_range src);
 

@@ -7,6 +7,7 @@
 #include "dmm/driver.h"
 #include "dmm/mechanism.h"
 #include "dmm/arena.h"
+#include "dmm/prefix.h"
 #include "dmm/pool.h"
 #include "dmm/governor.h"
 #include "dmm/provider.h"

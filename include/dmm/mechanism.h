@@ -99,6 +99,11 @@ typedef struct dmm_virtual_backing_ops {
                                           size_t n, uint64_t *bytes);
 } dmm_virtual_backing_ops;
 
+/* Shared mapping: one physical prefix mapped read-only into several allocations (DESIGN §4.6).
+ * The table and the calls are declared in dmm/prefix.h; here only its name, so that the slot below
+ * is typed (a pointer in the same place as the reserved `const void *` it replaces: ABI unchanged). */
+typedef struct dmm_shared_mapping_ops dmm_shared_mapping_ops;
+
 typedef struct dmm_mechanism_ops {
     uint32_t size;    /* sizeof(dmm_mechanism_ops) */
     const char *name; /* "arena", "eager", … */
@@ -110,7 +115,7 @@ typedef struct dmm_mechanism_ops {
     /* Destroys impl; refused (DMM_ERR_BUSY) while it still owns memory it can give back. */
     dmm_status (*destroy)(void *impl);
     const dmm_virtual_backing_ops *virtual_backing; /* NULL = absent */
-    const void *shared_mapping;                     /* reserved for the shared-prefix issue: NULL */
+    const dmm_shared_mapping_ops *shared_mapping;   /* NULL = absent; dmm/prefix.h defines it */
     const void *deferred_release;                   /* reserved for the deferred-release issue: NULL */
 } dmm_mechanism_ops;
 

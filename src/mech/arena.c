@@ -17,6 +17,8 @@
  * and must match ptr, bytes, align and id, so a stale copy of a released allocation's value cannot
  * touch the next allocation at the same address.
  *
+ * Prefixes: the shared_mapping capability lives in prefix.c (same lock, same chunk rings).
+ *
  * Aliases: dmm_arena_alias maps the handles of committed chunks a second time elsewhere in the same
  * allocation (chunks.c keeps the chunks of one handle in a ring). It is a transaction like a commit
  * (same log, same undo) that charges MAPPED only, since no handle is created.
@@ -463,6 +465,10 @@ static dmm_status alias_check(dmm_arena *a, const arena_record *r, dmm_range dst
         if (c->state != CHUNK_LIVE)
             REFUSE(DMM_ERR_QUARANTINED, "source granule %llu is backed by a poisoned chunk (never mapped again)",
                    (unsigned long long)(g - sg0));
+        if (c->access != DMM_ACCESS_READ_WRITE)
+            REFUSE(DMM_ERR_INVALID_ARGUMENT, "source granule %llu is a read-only mapping of a shared prefix: an "
+                                             "alias would make it writable; alias only memory this allocation owns",
+                   (unsigned long long)(g - sg0));
         if (c->first < sg0 || c->first + c->n > sg0 + ng)
             REFUSE(DMM_ERR_INVALID_ARGUMENT, "the chunk backing source granule %llu (%llu granules) reaches past the "
                                              "source range: alias whole chunks (the ranges of whole commits)",
@@ -502,7 +508,7 @@ static dmm_status alias_apply(dmm_arena *a, arena_record *r, dmm_range dst, dmm_
         uint32_t from = a->gmap[g] - 1, slot = 0;
         uint64_t n = a->chunks[from].n;
         bool leaked = false;
-        s = dmm__arena_chunk_alias(a, from, dg0 + (g - sg0), op, &slot, &leaked);
+        s = dmm__arena_chunk_alias(a, from, dg0 + (g - sg0), DMM_ACCESS_READ_WRITE, op, &slot, &leaked);
         t.leaked |= leaked;
         if (s == DMM_OK) t.born[t.nborn++] = slot;
         g += n;
@@ -760,6 +766,7 @@ static void arena_free_all(dmm_arena *a) {
             free(r->bits);
             free(r);
         }
+    dmm__arena_prefixes_free(a);
     free(a->buckets);
     free(a->gmap);
     free(a->chunks);
@@ -782,6 +789,11 @@ static dmm_status arena_destroy(void *impl) {
                           "%s refused: the %s lost its device and still owns %llu bytes it cannot give back; tear "
                           "the context down and call dmm_arena_confirm_context_terminated() first",
                           op, a->where, (unsigned long long)a->st.owned_bytes.current);
+    } else if (!a->lost && a->nprefixes > 0) {
+        s = dmm_error_set(DMM_ERR_BUSY,
+                          "%s refused: %zu shared prefix(es) of the %s are still live; nothing was changed: release "
+                          "them with dmm_prefix_release() first",
+                          op, a->nprefixes, a->where);
     } else if (!a->lost && a->nrecords > 0) {
         s = dmm_error_set(DMM_ERR_BUSY,
                           "%s refused: %zu allocations (%lld bytes) of the %s are still live; nothing was changed: "
@@ -827,7 +839,7 @@ const dmm_mechanism_ops dmm__arena_ops = {
     arena_stats,
     arena_destroy,
     &arena_vb_ops,
-    NULL,
+    &dmm__arena_shared_ops,
     NULL,
 };
 
@@ -1051,6 +1063,7 @@ dmm_status dmm_arena_confirm_context_terminated(dmm_mechanism *m) {
             a->buckets[i] = NULL;
         }
         a->nrecords = 0;
+        dmm__arena_prefixes_free(a);
         memset(a->gmap, 0, a->ngran * sizeof *a->gmap);
         a->nslots = a->nfree = 0;
         a->live_chunks = a->poisoned_chunks = 0;

@@ -4,7 +4,8 @@
  * list and quarantine are sorted and coalesced, free ∪ live ∪ quarantine tile the reservation, the
  * granule map and the chunk table agree, each chunk's refs equal the references the live records'
  * bitmaps hold, the chunks mapping one handle form one ring (a handle's mapping count = the chunks
- * that name it), no handle is both mapped and cached or quarantined, owned = the distinct handles,
+ * that name it), no handle is both mapped and cached or quarantined, a prefix's pieces name rings
+ * that map their handles or are parked (held by nothing else), owned = the distinct handles,
  * and every stat equals the sum it stands for. O(granules + chunks + records · span);
  * tests call it after every step, production code never needs to.
  */
@@ -46,7 +47,7 @@ const char *dmm__arena_check_locked(dmm_arena *a) {
     const char *sp;
 
     if (a->confirmed) {
-        if (a->nrecords || a->nslots || a->cache.n || a->qhandles.n || a->st.owned_bytes.current ||
+        if (a->nrecords || a->nslots || a->cache.n || a->qhandles.n || a->nprefixes || a->st.owned_bytes.current ||
             a->st.mapped_bytes.current || a->charged[0] || a->charged[1])
             BROKEN("the device loss was confirmed but the arena still holds records, chunks, handles or charges");
         return NULL;
@@ -119,6 +120,8 @@ const char *dmm__arena_check_locked(dmm_arena *a) {
             continue;
         }
         if (c->state != CHUNK_LIVE && c->state != CHUNK_POISONED) BROKEN("chunk %u is mid-birth between operations", k);
+        if (c->access != DMM_ACCESS_READ_WRITE && c->access != DMM_ACCESS_READ)
+            BROKEN("chunk %u has access %u, neither READ_WRITE nor READ", k, (unsigned)c->access);
         if (c->n == 0 || c->n > a->limit_g || c->first + c->n > a->ngran || !c->mapped)
             BROKEN("chunk %u has an impossible shape (granules %llu+%llu, mapped %d)", k,
                    (unsigned long long)c->first, (unsigned long long)c->n, c->mapped);
@@ -150,7 +153,9 @@ const char *dmm__arena_check_locked(dmm_arena *a) {
     /* rings: the chunks that map one handle; one handle per ring, counted once */
     uint64_t rings = 0, ring_b = 0;
     size_t nphys = 0;
-    phys = malloc(((size_t)a->nslots + a->cache.n + a->qhandles.n + 1) * sizeof *phys);
+    size_t npieces = 0;
+    for (const arena_prefix *p = a->prefixes; p != NULL; p = p->next) npieces += p->n;
+    phys = malloc(((size_t)a->nslots + a->cache.n + a->qhandles.n + npieces + 1) * sizeof *phys);
     if (phys == NULL) BROKEN("no host memory to run the check");
     for (uint32_t k = 0; k < a->nslots; k++) {
         const arena_chunk *c = &a->chunks[k];
@@ -161,6 +166,8 @@ const char *dmm__arena_check_locked(dmm_arena *a) {
                 BROKEN("chunk %u's ring of mappings leads to slot %u, which is not a chunk", k, j);
             if (a->chunks[j].phys != c->phys || a->chunks[j].n != c->n)
                 BROKEN("chunks %u and %u are in one ring but map different handles or sizes", k, j);
+            if (a->chunks[j].piece != c->piece)
+                BROKEN("chunks %u and %u are in one ring but disagree on the prefix holding their handle", k, j);
             if (j < lowest) lowest = j;
             len++;
             if (len > a->nslots) BROKEN("chunk %u's ring of mappings does not come back to it", k);
@@ -174,6 +181,45 @@ const char *dmm__arena_check_locked(dmm_arena *a) {
     }
     for (size_t i = 0; i < a->cache.n; i++) phys[nphys++] = a->cache.v[i].phys;
     for (size_t i = 0; i < a->qhandles.n; i++) phys[nphys++] = a->qhandles.v[i].phys;
+
+    /* prefixes: every piece names a ring that maps its handle and points back at it, or is parked
+     * (then its handle is held by nothing else); every chunk's piece belongs to a live prefix */
+    uint64_t parked = 0, parked_b = 0;
+    size_t nprefixes = 0;
+    for (const arena_prefix *p = a->prefixes; p != NULL; p = p->next) {
+        nprefixes++;
+        uint64_t pb = 0;
+        for (size_t i = 0; i < p->n; i++) {
+            const arena_piece *pc = &p->pieces[i];
+            pb += pc->n * a->gran;
+            if (pc->ring == 0) {
+                parked++;
+                parked_b += pc->n * a->gran;
+                phys[nphys++] = pc->phys;
+                continue;
+            }
+            if (pc->ring > a->nslots || a->chunks[pc->ring - 1].state == CHUNK_FREE)
+                BROKEN("prefix %llu's piece %zu names chunk slot %u, which is not a chunk", (unsigned long long)p->id,
+                       i, pc->ring - 1);
+            const arena_chunk *c = &a->chunks[pc->ring - 1];
+            if (c->piece != pc || c->phys != pc->phys || c->n != pc->n)
+                BROKEN("prefix %llu's piece %zu names chunk %u, which maps another handle or does not point back",
+                       (unsigned long long)p->id, i, pc->ring - 1);
+        }
+        if (pb != p->bytes) BROKEN("prefix %llu's pieces sum to %llu bytes, not %llu", (unsigned long long)p->id,
+                                   (unsigned long long)pb, (unsigned long long)p->bytes);
+        for (const arena_prefix *q = p->next; q != NULL; q = q->next)
+            if (q->id == p->id) BROKEN("two live prefixes have id %llu", (unsigned long long)p->id);
+    }
+    if (nprefixes != a->nprefixes) BROKEN("the prefix list holds %zu prefixes but counts %zu", nprefixes, a->nprefixes);
+    for (uint32_t k = 0; k < a->nslots; k++) {
+        const arena_chunk *c = &a->chunks[k];
+        if (c->state == CHUNK_FREE || c->piece == NULL) continue;
+        bool found = false;
+        for (const arena_prefix *p = a->prefixes; p != NULL && !found; p = p->next)
+            found = c->piece >= p->pieces && c->piece < p->pieces + p->n;
+        if (!found) BROKEN("chunk %u points at a prefix piece that belongs to no live prefix", k);
+    }
     qsort(phys, nphys, sizeof *phys, cmp_phys);
     for (size_t i = 1; i < nphys; i++)
         if (phys[i] == phys[i - 1])
@@ -203,8 +249,8 @@ const char *dmm__arena_check_locked(dmm_arena *a) {
     EQ(st->reserved_bytes.current, a->reserved ? a->reserve : 0);
     EQ(st->committed_bytes.current, live_b);
     EQ(st->mapped_bytes.current, live_b + pois_b);
-    EQ(st->owned_bytes.current, ring_b + cb + qb);
-    EQ(st->handles.current, rings + a->cache.n + a->qhandles.n);
+    EQ(st->owned_bytes.current, ring_b + cb + qb + parked_b);
+    EQ(st->handles.current, rings + a->cache.n + a->qhandles.n + parked);
     EQ(st->cached_bytes.current, cb);
     EQ(st->quarantined_span_bytes.current, a->quarantine.total);
     EQ(st->poisoned_chunks, pois + a->poison_cleared);

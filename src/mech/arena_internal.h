@@ -9,6 +9,8 @@
  *   release.c      the release state machine: whole release and decommit, and their outcomes
  *   arena_check.c  the expensive invariant check
  *   spans.c        the span set behind the free list and the quarantine
+ *   prefix.c       shared prefixes (DESIGN §4.6): the owner's chunks held by a prefix object and
+ *                  mapped read-only into other allocations (the shared_mapping capability)
  *
  * Vocabulary: offsets are bytes from the reservation's base; a granule index g covers
  * [g·G, (g+1)·G). A chunk is one MAPPING of a driver handle over granules [first, first+n), mapped as
@@ -18,17 +20,27 @@
  * chunk that dies while its ring has other members only unmaps and leaves the ring (its handle
  * stays); the last one out caches or releases the handle.
  *
+ * Prefixes: a prefix (prefix.c) holds the handles of some of its owner's chunks (one piece per
+ * handle). Every chunk mapping a held handle points at its piece (chunk.piece); the piece names one
+ * chunk of the ring (piece.ring = slot + 1), or none (0: PARKED: no mapping is left and the prefix
+ * alone holds the handle, owned and charged). Sharers map the handles READ-only (chunk.access); the
+ * last chunk of a held ring that dies parks the handle instead of caching or releasing it; a
+ * released prefix lets go of its pieces: the parked ones are cached or released at once, the mapped
+ * ones go with their ring's last mapping as any other handle.
+ *
  * Invariants (checked by dmm_arena_check, between operations, under the lock):
  *   free ∪ live spans ∪ quarantine tile [0, reserve) without overlap; free is sorted and coalesced
  *   gmap[g] = k+1 ⇔ chunk k is LIVE or POISONED and first ≤ g < first+n; otherwise gmap[g] = 0
  *   chunk.refs = Σ over live records r of |{g ∈ chunk : bit(r, g)}|; LIVE ⇒ refs > 0; POISONED ⇒ refs = 0
  *   bit(r, g) ⇒ gmap[g] names a LIVE chunk;  r.nrefs = popcount(r.bits)
- *   a ring's members are LIVE or POISONED chunks with the same phys and n; distinct rings, the cache
- *   and the quarantined handles hold distinct handles (a handle's mapping count = its ring's length)
+ *   a ring's members are LIVE or POISONED chunks with the same phys, n and piece; distinct rings, the
+ *   cache, the quarantined handles and the parked pieces hold distinct handles (a handle's mapping
+ *   count = its ring's length); piece.ring ≠ 0 ⇒ that slot is a member of a ring mapping piece.phys
+ *   whose chunks point at the piece; a chunk's piece belongs to a live prefix
  *   stats.committed = Σ LIVE chunk bytes;  stats.mapped = Σ (LIVE + POISONED) chunk bytes (an alias
  *   counts once per mapping: mapped may exceed owned)
- *   stats.owned = Σ ring handle bytes + cache.bytes + qhandles.bytes;  stats.handles = #rings + #cache +
- *   #qhandles
+ *   stats.owned = Σ ring handle bytes + cache.bytes + qhandles.bytes + Σ parked piece bytes;
+ *   stats.handles = #rings + #cache + #qhandles + #parked pieces
  *   unless lost: charged[OWNED] = stats.owned, charged[MAPPED] = stats.mapped
  */
 #ifndef DMM_MECH_ARENA_INTERNAL_H
@@ -49,6 +61,8 @@ typedef enum chunk_state {
     CHUNK_POISONED = 3, /* its unmap failed: still mapped and owned, never committed again */
 } chunk_state;
 
+struct arena_piece;
+
 typedef struct arena_chunk {
     uint64_t first;  /* first granule */
     uint64_t n;      /* granules */
@@ -58,7 +72,25 @@ typedef struct arena_chunk {
     uint8_t state;   /* chunk_state */
     bool mapped;     /* the handle is mapped at the chunk's VA (false only inside an operation) */
     bool from_cache; /* meaningful only in the operation that bore it: an undo puts the handle back */
+    uint8_t access;  /* the dmm_access it is mapped with: READ_WRITE, or READ for a prefix's sharer */
+    struct arena_piece *piece; /* the prefix piece holding its handle, or NULL (same in the whole ring) */
 } arena_chunk;
+
+/* One handle of a prefix. */
+typedef struct arena_piece {
+    dmm_phys phys;
+    uint64_t n;    /* granules */
+    uint32_t ring; /* slot + 1 of a chunk mapping the handle; 0 = parked (no mapping; the prefix holds it) */
+} arena_piece;
+
+/* A live prefix: created once from its owner's chunks, freed by dmm_prefix_release. */
+typedef struct arena_prefix {
+    struct arena_prefix *next;
+    uint64_t id;         /* generation, from the arena's counter (never reused) */
+    uint64_t bytes;      /* Σ pieces' bytes */
+    size_t n;            /* pieces, in address order of the owner's range */
+    arena_piece *pieces;
+} arena_prefix;
 
 /* A handle held without a mapping: in the cache, or quarantined after a failed release. */
 typedef struct arena_handle {
@@ -137,6 +169,9 @@ typedef struct dmm_arena {
     handle_vec cache;    /* released handles kept for reuse (owned stays charged) */
     handle_vec qhandles; /* handles whose release failed: owned stays charged, never reused */
 
+    arena_prefix *prefixes; /* live prefixes (a list: few, and only the slow path looks) */
+    size_t nprefixes;
+
     arena_record **buckets; /* hash of live records by offset */
     size_t nbuckets, nrecords;
     uint64_t next_id;
@@ -147,6 +182,7 @@ typedef struct dmm_arena {
 } dmm_arena;
 
 extern const dmm_mechanism_ops dmm__arena_ops;
+extern const dmm_shared_mapping_ops dmm__arena_shared_ops; /* prefix.c */
 
 /* ---- helpers (arena.c) ---- */
 static inline uint64_t arena_g_of(const dmm_arena *a, uint64_t off) { return off / a->gran; }
@@ -220,11 +256,18 @@ dmm_status dmm__arena_chunk_birth(dmm_arena *a, uint64_t first, uint64_t n, cons
                                   bool *leaked);
 
 /* Births a LIVE chunk over granules [first, first + n(src)) (all unbacked) that maps the handle of
- * LIVE chunk `src` a second time: it joins src's ring (no handle is created, OWNED is not charged),
- * then charge MAPPED, map, set access READ_WRITE. Failure and *leaked as dmm__arena_chunk_birth.
- * Needs dmm__arena_room(1, 0, 1). */
-dmm_status dmm__arena_chunk_alias(dmm_arena *a, uint32_t src, uint64_t first, const char *op, uint32_t *slot,
-                                  bool *leaked);
+ * chunk `src` (LIVE, or POISONED for a prefix's piece) a second time: it joins src's ring (no handle
+ * is created, OWNED is not charged), then charge MAPPED, map, set `access`. Failure and *leaked as
+ * dmm__arena_chunk_birth. Needs dmm__arena_room(1, 0, 1). */
+dmm_status dmm__arena_chunk_alias(dmm_arena *a, uint32_t src, uint64_t first, dmm_access access, const char *op,
+                                  uint32_t *slot, bool *leaked);
+
+/* Births a LIVE chunk over granules [first, first + piece->n) (all unbacked) that maps the PARKED
+ * handle of a prefix piece: a new ring of one (OWNED is not charged: the handle is owned already),
+ * then charge MAPPED, map, set `access`. On failure the handle is parked again (or, if its unmap
+ * failed, stays in a poisoned chunk). Needs dmm__arena_room(1, 0, 1). */
+dmm_status dmm__arena_chunk_adopt(dmm_arena *a, arena_piece *piece, uint64_t first, dmm_access access,
+                                  const char *op, uint32_t *slot, bool *leaked);
 
 /* Undoes a chunk born by the current operation (BIRTH or LIVE, refs 0): unmap, refund mapped, then
  * (unless other chunks of its ring still map the handle) the handle back to the cache it came from
@@ -236,12 +279,12 @@ bool dmm__arena_chunk_unwind(dmm_arena *a, uint32_t slot);
  * the stats say so, but the MAPPED refund is the caller's: a decommit refunds only once every unmap
  * of the transaction succeeded. */
 dmm_status dmm__arena_chunk_unmap(dmm_arena *a, arena_chunk *c);
-/* Maps an unmapped LIVE chunk again with its own handle and sets READ_WRITE (a decommit's restore).
+/* Maps an unmapped LIVE chunk again with its own handle and its own access (a decommit's restore).
  * On a set-access failure the map is undone; returns the failure. */
 dmm_status dmm__arena_chunk_remap(dmm_arena *a, arena_chunk *c, bool *still_mapped);
 /* Ends an unmapped LIVE chunk with refs 0 (its MAPPED refund already made): its granules become
  * unbacked, its slot free. If other chunks of its ring still map the handle it just leaves the ring;
- * else its handle goes to the cache (if allowed and it fits) or is released (refund OWNED); a failed
+ * else, if a prefix holds the handle, the handle is parked in its piece (still owned); else it goes to the cache (if allowed and it fits) or is released (refund OWNED); a failed
  * release quarantines the handle. Returns the bytes that stay owned because of a failure (0 when the
  * handle was kept by its ring, cached or released). Needs dmm__arena_room(0, 1, 0). */
 uint64_t dmm__arena_chunk_retire(dmm_arena *a, arena_chunk *c, bool allow_cache);
@@ -265,6 +308,12 @@ dmm_status dmm__arena_give_back(dmm_arena *a);
 /* ---- release state machine (release.c) ---- */
 dmm_release_outcome dmm__arena_release(void *impl, const dmm_allocation *al);
 dmm_release_outcome dmm__arena_decommit(void *impl, const dmm_allocation *al, dmm_range range);
+
+/* ---- prefixes (prefix.c) ---- */
+/* Frees every prefix record (destroy, or a confirmed device loss: no driver call). */
+void dmm__arena_prefixes_free(dmm_arena *a);
+/* Bytes and count of the parked pieces (no chunk maps them; owned through their prefix). */
+void dmm__arena_parked(const dmm_arena *a, uint64_t *handles, uint64_t *bytes);
 
 /* ---- check (arena_check.c) ---- */
 /* Under the lock: NULL when every invariant holds, else a sentence fragment. */

@@ -9,6 +9,10 @@
  * call fails). A chunk whose unmap fails stays mapped and becomes POISONED (never committed again,
  * its free VA quarantined); a handle whose release fails is quarantined (owned, never reused).
  *
+ * Prefixes (prefix.c): a ring whose handle a prefix holds points at the prefix's piece; its last
+ * member out parks the handle in the piece (owned, unmapped) instead of caching or releasing it, and
+ * a sharer's chunk is born into the ring (or, from a parked piece, as a new ring) with READ access.
+ *
  * Aliases: a chunk may map the handle of another chunk (dmm_arena_alias). The chunks mapping one
  * handle form a ring; the handle is created, charged (OWNED) and counted once, each mapping is charged
  * (MAPPED) and counted on its own. A dying chunk unmaps first; only the last member of a ring caches
@@ -214,8 +218,8 @@ static void ring_leave(dmm_arena *a, uint32_t k) {
 
 /* ---- birth ---- */
 
-/* The common tail of a birth: charge MAPPED, map the chunk's handle at its granules, set READ_WRITE;
- * on failure undo the chunk (dmm__arena_chunk_unwind). */
+/* The common tail of a birth: charge MAPPED, map the chunk's handle at its granules, set the chunk's
+ * access; on failure undo the chunk (dmm__arena_chunk_unwind). */
 static dmm_status chunk_map_in(dmm_arena *a, uint32_t k, const char *op, bool *leaked) {
     arena_chunk *c = &a->chunks[k];
     uint64_t bytes = chunk_bytes(a, c), off = c->first * a->gran;
@@ -228,7 +232,7 @@ static dmm_status chunk_map_in(dmm_arena *a, uint32_t k, const char *op, bool *l
         } else {
             c->mapped = true;
             dmm_count_add(&a->st.mapped_bytes, (int64_t)bytes);
-            s = dmm__arena_drv_set_access(a, off, bytes, DMM_ACCESS_READ_WRITE);
+            s = dmm__arena_drv_set_access(a, off, bytes, (dmm_access)c->access);
         }
     }
     if (s != DMM_OK) {
@@ -246,7 +250,7 @@ dmm_status dmm__arena_chunk_birth(dmm_arena *a, uint64_t first, uint64_t n, cons
     uint64_t bytes = n * a->gran;
     uint32_t k = slot_take(a);
     arena_chunk *c = &a->chunks[k];
-    *c = (arena_chunk){first, n, 0, 0, k, CHUNK_BIRTH, false, false};
+    *c = (arena_chunk){first, n, 0, 0, k, CHUNK_BIRTH, false, false, DMM_ACCESS_READ_WRITE, NULL};
     *leaked = false;
 
     size_t hit = SIZE_MAX;
@@ -282,12 +286,25 @@ dmm_status dmm__arena_chunk_birth(dmm_arena *a, uint64_t first, uint64_t n, cons
     return s;
 }
 
-dmm_status dmm__arena_chunk_alias(dmm_arena *a, uint32_t src, uint64_t first, const char *op, uint32_t *slot,
-                                  bool *leaked) {
+dmm_status dmm__arena_chunk_alias(dmm_arena *a, uint32_t src, uint64_t first, dmm_access access, const char *op,
+                                  uint32_t *slot, bool *leaked) {
     uint32_t k = slot_take(a);
     arena_chunk *c = &a->chunks[k], *from = &a->chunks[src];
-    *c = (arena_chunk){first, from->n, 0, from->phys, from->twin, CHUNK_BIRTH, false, false};
+    *c = (arena_chunk){first, from->n, 0, from->phys, from->twin, CHUNK_BIRTH, false, false, (uint8_t)access,
+                       from->piece};
     from->twin = k; /* joins the ring: the handle now has one more mapping */
+    *leaked = false;
+    dmm_status s = chunk_map_in(a, k, op, leaked);
+    if (s == DMM_OK) *slot = k;
+    return s;
+}
+
+dmm_status dmm__arena_chunk_adopt(dmm_arena *a, arena_piece *piece, uint64_t first, dmm_access access,
+                                  const char *op, uint32_t *slot, bool *leaked) {
+    uint32_t k = slot_take(a);
+    arena_chunk *c = &a->chunks[k];
+    *c = (arena_chunk){first, piece->n, 0, piece->phys, k, CHUNK_BIRTH, false, false, (uint8_t)access, piece};
+    piece->ring = k + 1; /* a ring of one; an undo parks the handle again (dmm__arena_chunk_retire) */
     *leaked = false;
     dmm_status s = chunk_map_in(a, k, op, leaked);
     if (s == DMM_OK) *slot = k;
@@ -327,7 +344,7 @@ dmm_status dmm__arena_chunk_remap(dmm_arena *a, arena_chunk *c, bool *still_mapp
     if (s != DMM_OK) return s;
     c->mapped = true;
     dmm_count_add(&a->st.mapped_bytes, (int64_t)bytes);
-    s = dmm__arena_drv_set_access(a, off, bytes, DMM_ACCESS_READ_WRITE);
+    s = dmm__arena_drv_set_access(a, off, bytes, (dmm_access)c->access);
     if (s == DMM_OK) return DMM_OK;
     /* mapped but not accessible: take the map back so the chunk reads as "not restored" */
     char why[1024];
@@ -344,8 +361,13 @@ uint64_t dmm__arena_chunk_retire(dmm_arena *a, arena_chunk *c, bool allow_cache)
         a->live_chunks--;
         dmm_count_sub(&a->st.committed_bytes, (int64_t)bytes);
     }
-    if (!ring_alone(a, chunk_slot(a, c))) {
-        ring_leave(a, chunk_slot(a, c)); /* other chunks still map the handle: it stays with them */
+    uint32_t k = chunk_slot(a, c);
+    if (!ring_alone(a, k)) {
+        uint32_t next = c->twin;
+        ring_leave(a, k); /* other chunks still map the handle: it stays with them */
+        if (c->piece != NULL && c->piece->ring == k + 1) c->piece->ring = next + 1;
+    } else if (c->piece != NULL) {
+        c->piece->ring = 0; /* parked: the prefix alone holds the handle now (owned stays charged) */
     } else if (allow_cache && a->cache.bytes + bytes <= a->cache_limit && a->cache.n < a->cache.cap) {
         handles_push(&a->cache, c->phys, bytes);
         dmm_count_add(&a->st.cached_bytes, (int64_t)bytes);
@@ -359,7 +381,8 @@ uint64_t dmm__arena_chunk_retire(dmm_arena *a, arena_chunk *c, bool allow_cache)
         a->st.quarantined_bytes += bytes;
         residual = bytes;
     }
-    slot_give(a, chunk_slot(a, c));
+    c->piece = NULL;
+    slot_give(a, k);
     return residual;
 }
 

@@ -11,7 +11,8 @@
  * After an implementation's allocate succeeds, the wrapper stamps out->mechanism and out->device,
  * so an implementation never needs to know its wrapper (src/mech/mech_internal.h).
  *
- * Invariants: caps has DMM_CAP_VIRTUAL_BACKING ⇔ ops->virtual_backing != NULL (with all its slots);
+ * Invariants: caps has DMM_CAP_VIRTUAL_BACKING ⇔ ops->virtual_backing != NULL (with all its slots),
+ * DMM_CAP_SHARED_MAPPING ⇔ ops->shared_mapping != NULL (with all its slots);
  * a call for a missing capability returns DMM_ERR_UNSUPPORTED and never reaches the implementation;
  * a release-shaped call refused here reports FAILED (nothing changed). Release-outcome counters are
  * kept by the implementations, which see every outcome they produce.
@@ -20,6 +21,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "dmm/prefix.h"
 #include "mech/mech_internal.h"
 
 #define NAME(m) ((m)->ops->name)
@@ -75,11 +77,30 @@ dmm_status dmm_mechanism_create(const dmm_mechanism_ops *ops, void *impl, dmm_me
                                  name, missing);
         caps |= DMM_CAP_VIRTUAL_BACKING;
     }
-    if (ops->shared_mapping != NULL || ops->deferred_release != NULL)
+    const dmm_shared_mapping_ops *sm = ops->shared_mapping;
+    if (sm != NULL) {
+        if (sm->size < sizeof *sm)
+            return dmm_error_set(DMM_ERR_SHORT_STRUCT,
+                                 "dmm_mechanism_create: mechanism '%s': shared_mapping->size is %u bytes, below "
+                                 "sizeof(dmm_shared_mapping_ops) = %zu",
+                                 name, sm->size, sizeof *sm);
+        missing = sm->prefix_create == NULL    ? "prefix_create"
+                  : sm->prefix_commit == NULL  ? "prefix_commit"
+                  : sm->prefix_cost == NULL    ? "prefix_cost"
+                  : sm->prefix_release == NULL ? "prefix_release"
+                                               : NULL;
+        if (missing != NULL)
+            return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                                 "dmm_mechanism_create: mechanism '%s': its shared_mapping table lacks the slot "
+                                 "'%s'; a capability table must fill every slot",
+                                 name, missing);
+        caps |= DMM_CAP_SHARED_MAPPING;
+    }
+    if (ops->deferred_release != NULL)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
-                             "dmm_mechanism_create: mechanism '%s': the %s table is reserved in this version and "
-                             "must be NULL",
-                             name, ops->shared_mapping != NULL ? "shared_mapping" : "deferred_release");
+                             "dmm_mechanism_create: mechanism '%s': the deferred_release table is reserved in this "
+                             "version and must be NULL",
+                             name);
     dmm_mechanism *m = calloc(1, sizeof *m);
     if (m == NULL)
         return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm_mechanism_create: mechanism '%s': out of memory", name);
@@ -273,4 +294,77 @@ dmm_status dmm_mechanism_mapped_bytes_for_ranges(dmm_mechanism *m, const dmm_all
     if (bytes == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: the output is NULL", op);
     if ((s = check_ranges(m, a->bytes, ranges, n, op)) != DMM_OK) return s;
     return m->ops->virtual_backing->mapped_bytes_for_ranges(m->impl, a, ranges, n, bytes);
+}
+
+/* ---- shared mapping (dmm/prefix.h) ---- */
+
+#define SM_CHECK(m, op) check_capability(m, DMM_CAP_SHARED_MAPPING, "shared_mapping", op)
+
+/* The prefix belongs to m: a prefix of another mechanism (another arena, so another budget, or
+ * another device) is refused here, before the implementation could read it as its own. */
+static dmm_status check_prefix(const dmm_mechanism *m, const dmm_prefix *p, const char *op) {
+    if (p == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: the prefix is NULL", op);
+    dmm_device d = m->ops->device(m->impl);
+    if (!same_device(p->device, d))
+        return dmm_error_set(DMM_ERR_WRONG_DEVICE,
+                             "%s: prefix id %llu (%llu bytes) lives on device (tier %d, index %d) but mechanism "
+                             "'%s' is on (tier %d, index %d): a prefix is mapped only on its own device; nothing "
+                             "was changed",
+                             op, (unsigned long long)p->id, (unsigned long long)p->bytes, (int)p->device.tier,
+                             (int)p->device.index, NAME(m), (int)d.tier, (int)d.index);
+    if (p->mechanism != m)
+        return dmm_error_set(DMM_ERR_WRONG_MECHANISM,
+                             "%s: prefix id %llu (%llu bytes) belongs to mechanism %p, not to '%s' (%p): a foreign "
+                             "prefix (another arena, with its own budget) cannot be mapped or released here; "
+                             "nothing was changed: use the mechanism that made it",
+                             op, (unsigned long long)p->id, (unsigned long long)p->bytes, (void *)p->mechanism,
+                             NAME(m), (const void *)m);
+    return DMM_OK;
+}
+
+dmm_status dmm_prefix_create(dmm_mechanism *m, const dmm_allocation *owner, dmm_range range, dmm_prefix *out) {
+    static const char op[] = "dmm_prefix_create";
+    dmm_status s = SM_CHECK(m, op);
+    if (s != DMM_OK) return s;
+    if ((s = check_allocation(m, owner, op)) != DMM_OK) return s;
+    if (out == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: the output prefix is NULL", op);
+    if ((s = check_ranges(m, owner->bytes, &range, 1, op)) != DMM_OK) return s;
+    memset(out, 0, sizeof *out);
+    s = m->ops->shared_mapping->prefix_create(m->impl, owner, range, out);
+    if (s != DMM_OK) {
+        memset(out, 0, sizeof *out);
+        return s;
+    }
+    out->mechanism = m;
+    out->device = m->ops->device(m->impl);
+    return DMM_OK;
+}
+
+dmm_status dmm_prefix_commit(dmm_mechanism *m, const dmm_prefix *p, const dmm_allocation *target, size_t offset) {
+    static const char op[] = "dmm_prefix_commit";
+    dmm_status s = SM_CHECK(m, op);
+    if (s == DMM_OK) s = check_allocation(m, target, op);
+    if (s == DMM_OK) s = check_prefix(m, p, op);
+    if (s != DMM_OK) return s;
+    return m->ops->shared_mapping->prefix_commit(m->impl, p, target, offset);
+}
+
+dmm_status dmm_prefix_cost(dmm_mechanism *m, const dmm_prefix *p, const dmm_allocation *target, size_t offset,
+                           uint64_t *newly_owned, uint64_t *newly_mapped) {
+    static const char op[] = "dmm_prefix_cost";
+    dmm_status s = SM_CHECK(m, op);
+    if (s == DMM_OK) s = check_allocation(m, target, op);
+    if (s == DMM_OK) s = check_prefix(m, p, op);
+    if (s == DMM_OK && (newly_owned == NULL || newly_mapped == NULL))
+        s = dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: newly_owned and newly_mapped must be non-NULL", op);
+    if (s != DMM_OK) return s;
+    return m->ops->shared_mapping->prefix_cost(m->impl, p, target, offset, newly_owned, newly_mapped);
+}
+
+dmm_release_outcome dmm_prefix_release(dmm_mechanism *m, const dmm_prefix *p) {
+    static const char op[] = "dmm_prefix_release";
+    dmm_status s = SM_CHECK(m, op);
+    if (s == DMM_OK) s = check_prefix(m, p, op);
+    if (s != DMM_OK) return dmm__outcome_failed(p != NULL ? p->bytes : 0, s);
+    return m->ops->shared_mapping->prefix_release(m->impl, p);
 }

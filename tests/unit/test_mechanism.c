@@ -154,10 +154,18 @@ static void test_create_validation(void **state) {
     vb.size = 4;
     assert_int_equal(dmm_mechanism_create(&o, &t, &m), DMM_ERR_SHORT_STRUCT);
 
+    /* a shared_mapping table must fill every slot (dmm/prefix.h) */
+    dmm_shared_mapping_ops sm = {sizeof sm, NULL, NULL, NULL, NULL};
     o = toy_ops;
-    o.shared_mapping = &vb;
+    o.shared_mapping = &sm;
     assert_int_equal(dmm_mechanism_create(&o, &t, &m), DMM_ERR_INVALID_ARGUMENT);
-    dmm_test_error_mentions("shared_mapping", "reserved", NULL);
+    dmm_test_error_mentions("shared_mapping", "'prefix_create'", NULL);
+    sm.size = 4;
+    assert_int_equal(dmm_mechanism_create(&o, &t, &m), DMM_ERR_SHORT_STRUCT);
+    o = toy_ops;
+    o.deferred_release = &vb;
+    assert_int_equal(dmm_mechanism_create(&o, &t, &m), DMM_ERR_INVALID_ARGUMENT);
+    dmm_test_error_mentions("deferred_release", "reserved", NULL);
     assert_null(m); /* nothing was created by any refusal */
 }
 
