@@ -47,6 +47,7 @@ fi
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/dmm-bench-compare.XXXXXX")
 worktrees=()
+# shellcheck disable=SC2317  # invoked by the trap
 cleanup() {
     local wt
     for wt in "${worktrees[@]}"; do git -C "$root" worktree remove --force "$wt" >/dev/null 2>&1 || true; done
@@ -72,9 +73,10 @@ build() { # build NAME SHA
     local b
     for b in $BENCHES; do
         [[ -x $wt/build/bench/$b ]] || die "$1 ($2) has no bench/$b"
-        if ! "$wt/build/bench/$b" --no-such-option 2>&1 | grep -q -- '--json'; then
+        local usage
+        usage=$("$wt/build/bench/$b" --no-such-option 2>&1 || true)
+        [[ $usage == *--json* ]] ||
             die "$1 ($2): $b has no --json option (it predates the comparator); pick a later revision"
-        fi
     done
 }
 build A "$sha_a"
@@ -127,11 +129,11 @@ for b in $BENCHES; do
         "$dmm" compare "$tmp/out/$b.A.$r.json" "$tmp/out/$b.B.$r.json" $COMPARE_ARGS | tee "$tmp/out/$b.cmp.$r" ||
             rc=${PIPESTATUS[0]}
         ((rc <= 1)) || status=2
-        awk '$NF == "WORSE" || $(NF-3) == "WORSE" { print $1 }' "$tmp/out/$b.cmp.$r" >>"$tmp/out/$b.worse"
+        awk 'NF >= 4 && ($NF == "WORSE" || $(NF - 3) == "WORSE") { print $1 }' "$tmp/out/$b.cmp.$r" >>"$tmp/out/$b.worse"
     done
     confirmed=$(sort "$tmp/out/$b.worse" | uniq -c | awk -v n="$ROUNDS" '$1 == n { print $2 }')
     if [[ -n $confirmed ]]; then
-        echo "$b: WORSE in every round (a regression): $(echo $confirmed)"
+        echo "$b: WORSE in every round (a regression): ${confirmed//$'\n'/ }"
         ((status == 2)) || status=1
     else
         echo "$b: no metric WORSE in every round"
