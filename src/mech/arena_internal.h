@@ -312,8 +312,6 @@ dmm_release_outcome dmm__arena_decommit(void *impl, const dmm_allocation *al, dm
 /* ---- prefixes (prefix.c) ---- */
 /* Frees every prefix record (destroy, or a confirmed device loss: no driver call). */
 void dmm__arena_prefixes_free(dmm_arena *a);
-/* Bytes and count of the parked pieces (no chunk maps them; owned through their prefix). */
-void dmm__arena_parked(const dmm_arena *a, uint64_t *handles, uint64_t *bytes);
 
 /* ---- check (arena_check.c) ---- */
 /* Under the lock: NULL when every invariant holds, else a sentence fragment. */

@@ -61,16 +61,6 @@ void dmm__arena_prefixes_free(dmm_arena *a) {
     while (a->prefixes != NULL) prefix_unlink(a, a->prefixes);
 }
 
-void dmm__arena_parked(const dmm_arena *a, uint64_t *handles, uint64_t *bytes) {
-    *handles = *bytes = 0;
-    for (const arena_prefix *p = a->prefixes; p != NULL; p = p->next)
-        for (size_t i = 0; i < p->n; i++)
-            if (p->pieces[i].ring == 0) {
-                (*handles)++;
-                *bytes += p->pieces[i].n * a->gran;
-            }
-}
-
 /* The live prefix named by the value p (id and bytes must match). Sets the error naming op. */
 static dmm_status prefix_lookup(dmm_arena *a, const dmm_prefix *p, const char *op, arena_prefix **out) {
     arena_prefix *pr = prefix_find(a, p->id);
