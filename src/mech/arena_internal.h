@@ -57,7 +57,7 @@
 typedef enum chunk_state {
     CHUNK_FREE = 0,     /* the slot is unused */
     CHUNK_BIRTH = 1,    /* being created by the operation in progress (never seen between operations) */
-    CHUNK_LIVE = 2,     /* mapped read/write, referenced by at least one live allocation */
+    CHUNK_LIVE = 2,     /* mapped (with chunk.access), referenced by at least one live allocation */
     CHUNK_POISONED = 3, /* its unmap failed: still mapped and owned, never committed again */
 } chunk_state;
 
