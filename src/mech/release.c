@@ -17,9 +17,10 @@
  *   decommit: unmap chunk 0..n-1 in order; if unmap k fails, map chunks 0..k-1 again with their own
  *   handles (never released before every unmap succeeded, so the contents are intact) and set
  *   each one's own access (READ_WRITE, or READ for a prefix's sharer) → FAILED ("restored"); if a
- *   restore fails → QUARANTINED and the record is quarantined (commits refused; a later release is best effort and quarantines the span). All unmaps good →
- *   refund, cache/release the handles → COMPLETE (or QUARANTINED with residual owned bytes if a
- *   handle release failed; the VA is fine then).
+ *   restore fails → QUARANTINED and the record is quarantined (commits refused; a later release is
+ *   best effort and quarantines the span). All unmaps good → refund, cache/release the handles →
+ *   COMPLETE (or QUARANTINED with residual owned bytes if a handle release failed; the VA is fine
+ *   then).
  *
  * residual_owned_bytes counts a handle once: two stuck mappings of one handle (an alias) keep one
  * handle owned, and a mapping stuck while another mapping of its handle was stuck already adds none.
