@@ -28,9 +28,11 @@
  * The hook may climb the governor's reclaim ladder, whose holders (a pool, a KV store on the same
  * device) may decommit or release through this very arena: charging under the lock would deadlock.
  * The per-chunk charges then draw from that pre-charged "pot" under the lock; the undo of a failure
- * refunds into it; what is left is refunded at the end. If the arena changed while the lock was
- * dropped (a shared granule lost its chunk, a cached handle was taken), the commit falls short of
- * its pot, undoes itself and plans again. Refunds never call back, so they run under the lock.
+ * refunds into it; what is left is refunded at the end. Having charged, the commit plans again under
+ * the lock; if the arena changed while the lock was dropped (a shared granule lost its chunk, a
+ * cached handle was taken) so that the new plan needs more, it tops the pot up by the difference and
+ * plans again (what it holds only grows, so this ends). Refunds never call back, so they run under
+ * the lock.
  *
  * Thread contract: thread-safe. One mutex per arena, held across the driver calls of one operation
  * (never across an accounting charge): the arena is the slow path (the pool above it serves the hot
@@ -298,10 +300,12 @@ static dmm_status commit_range(dmm_arena *a, arena_record *r, uint64_t lo, uint6
     return DMM_OK;
 }
 
-/* Undoes a failed transaction of record r; keeps the thread's error sentence of the failure. */
-static void txn_undo(dmm_arena *a, arena_record *r, txn *t, const char *op) {
+/* Undoes a failed transaction of record r and returns the status to report: the failure's, with its
+ * sentence, or, when the failure was a commit's shortfall (BUSY: "nothing was changed: retry") and the
+ * undo leaked, the undo's driver failure, since then something did change. */
+static dmm_status txn_undo(dmm_arena *a, arena_record *r, txn *t, const char *op) {
     char why[1024];
-    dmm_status failure = dmm_last_status();
+    dmm_status failure = dmm_last_status(), undo_failure = DMM_ERR_QUARANTINED; /* a leak of the commit itself */
     snprintf(why, sizeof why, "%s", dmm_last_error());
     for (size_t i = t->nruns; i-- > 0;)
         for (uint64_t g = t->runs[i].g; g < t->runs[i].g + t->runs[i].n; g++) {
@@ -310,17 +314,19 @@ static void txn_undo(dmm_arena *a, arena_record *r, txn *t, const char *op) {
             arena_chunk_at(a, g)->refs--;
         }
     for (size_t i = t->nborn; i-- > 0;)
-        if (!dmm__arena_chunk_unwind(a, t->born[i])) t->leaked = true;
-    if (t->leaked) {
-        a->st.rollback_leaks++;
-        dmm_error_set(failure,
-                      "%s; and %s could not fully undo it: a chunk whose unmap failed stays mapped and poisoned, "
-                      "a handle whose release failed stays owned (see the stats' rollback_leaks, poisoned_* and "
-                      "quarantined_*)",
-                      why, op);
-    } else {
-        dmm_error_set(failure, "%s", why);
-    }
+        if (!dmm__arena_chunk_unwind(a, t->born[i])) {
+            if (!t->leaked && dmm_last_status() != DMM_OK) undo_failure = dmm_last_status();
+            t->leaked = true;
+        }
+    if (!t->leaked) return dmm_error_set(failure, "%s", why);
+    a->st.rollback_leaks++;
+    static const char leak[] = "a chunk whose unmap failed stays mapped and poisoned, a handle whose release failed "
+                               "stays owned (see the stats' rollback_leaks, poisoned_* and quarantined_*)";
+    if (failure == DMM_ERR_BUSY)
+        return dmm_error_set(undo_failure, "%s stopped: the arena changed while its charge was taken, and undoing "
+                                           "what it had done so far failed (%s): %s",
+                             op, dmm_status_str(undo_failure), leak);
+    return dmm_error_set(failure, "%s; and %s could not fully undo it: %s", why, op, leak);
 }
 
 /* What committing the ranges of r (whole: all of r) would charge, changing nothing: the bytes of
@@ -362,67 +368,86 @@ static bool plan_need(dmm_arena *a, const arena_record *r, bool whole, const dmm
     return ok;
 }
 
+/* Gives back what the pot still holds (never used, or given back by an undo). */
+static void pot_refund(dmm_arena *a, arena_pot *pot) {
+    dmm__arena_hook_refund(a, DMM_AXIS_OWNED, pot->bytes[DMM_AXIS_OWNED]);
+    dmm__arena_hook_refund(a, DMM_AXIS_MAPPED, pot->bytes[DMM_AXIS_MAPPED]);
+    pot->bytes[DMM_AXIS_OWNED] = pot->bytes[DMM_AXIS_MAPPED] = 0;
+}
+
+/* Most plans of one commit: each one after the first follows a change another thread made while the
+ * lock was dropped for the charge, and only tops the pot up by what the new plan needs beyond it. */
+#define COMMIT_ATTEMPTS 16
+
 /* Commits the ranges of the record at `off` with generation `id` (whole: all of it) as one
  * transaction. Called and returns with the lock held, but drops it while the accounting hook is
  * charged ahead for the whole call (the hook may climb the governor's reclaim ladder, whose holders
  * may call into this arena); the record is found again afterwards. If the arena changed in between
- * so that the charge falls short, the transaction is undone and planned again. */
+ * so that the charge falls short, the transaction is undone and planned again, keeping what was
+ * charged. A shortfall whose undo leaked (a driver call of the undo failed) is not retried: it
+ * reports the undo's failure, since something did change. */
 static dmm_status do_commit(dmm_arena *a, uint64_t off, uint64_t id, bool whole, const dmm_range *ranges,
                             size_t n, const char *op, uint64_t *newly) {
     *newly = 0;
+    arena_pot pot = {{0, 0}, false};
     for (int attempt = 0;; attempt++) {
         arena_record *r = dmm__arena_find(a, off);
-        if (a->lost) return dmm__arena_lost_error(a, op);
-        if (r == NULL || r->id != id)
-            return dmm_error_set(DMM_ERR_UNKNOWN_ALLOCATION,
-                                 "%s: the allocation at %#llx (id %llu) was released by another thread during the "
-                                 "call; nothing was committed",
-                                 op, (unsigned long long)(a->base + off), (unsigned long long)id);
-        if (r->state == RECORD_QUARANTINED)
-            return dmm_error_set(DMM_ERR_QUARANTINED,
-                                 "%s at %#llx refused: the allocation is quarantined (a decommit could not restore "
-                                 "what it unmapped); nothing was changed: release it and allocate a new one",
-                                 op, (unsigned long long)(a->base + off));
+        dmm_status s = DMM_OK;
+        if (a->lost) s = dmm__arena_lost_error(a, op);
+        else if (r == NULL || r->id != id)
+            s = dmm_error_set(DMM_ERR_UNKNOWN_ALLOCATION,
+                              "%s: the allocation at %#llx (id %llu) was released by another thread during the "
+                              "call; nothing was committed",
+                              op, (unsigned long long)(a->base + off), (unsigned long long)id);
+        else if (r->state == RECORD_QUARANTINED)
+            s = dmm_error_set(DMM_ERR_QUARANTINED,
+                              "%s at %#llx refused: the allocation is quarantined (a decommit could not restore "
+                              "what it unmapped); nothing was changed: release it and allocate a new one",
+                              op, (unsigned long long)(a->base + off));
         uint64_t need[2] = {0, 0};
-        if (!plan_need(a, r, whole, ranges, n, need))
-            return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "%s: no host memory to plan the commit; nothing was "
-                                                        "changed", op);
-        arena_pot pot = {{0, 0}, false};
-        bool use_pot = a->has_acct && (need[0] > 0 || need[1] > 0);
-        if (use_pot) {
+        if (s == DMM_OK && !plan_need(a, r, whole, ranges, n, need))
+            s = dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "%s: no host memory to plan the commit; nothing was changed",
+                              op);
+        if (s != DMM_OK) {
+            pot_refund(a, &pot);
+            return s;
+        }
+        uint64_t more[2] = {need[0] > pot.bytes[0] ? need[0] - pot.bytes[0] : 0,
+                            need[1] > pot.bytes[1] ? need[1] - pot.bytes[1] : 0};
+        if (a->has_acct && (more[0] > 0 || more[1] > 0)) {
             dmm_lock_release(&a->lock);
-            dmm_status s = dmm__arena_hook_charge(a, DMM_AXIS_OWNED, need[DMM_AXIS_OWNED], op);
+            s = dmm__arena_hook_charge(a, DMM_AXIS_OWNED, more[DMM_AXIS_OWNED], op);
             if (s == DMM_OK) {
-                s = dmm__arena_hook_charge(a, DMM_AXIS_MAPPED, need[DMM_AXIS_MAPPED], op);
-                if (s != DMM_OK) dmm__arena_hook_refund(a, DMM_AXIS_OWNED, need[DMM_AXIS_OWNED]);
+                s = dmm__arena_hook_charge(a, DMM_AXIS_MAPPED, more[DMM_AXIS_MAPPED], op);
+                if (s != DMM_OK) dmm__arena_hook_refund(a, DMM_AXIS_OWNED, more[DMM_AXIS_OWNED]);
             }
             dmm_lock_acquire(&a->lock);
-            if (s != DMM_OK) return s;
-            pot.bytes[DMM_AXIS_OWNED] = need[DMM_AXIS_OWNED];
-            pot.bytes[DMM_AXIS_MAPPED] = need[DMM_AXIS_MAPPED];
-            r = dmm__arena_find(a, off);
-            if (a->lost || r == NULL || r->id != id || r->state == RECORD_QUARANTINED) {
-                dmm__arena_hook_refund(a, DMM_AXIS_OWNED, pot.bytes[DMM_AXIS_OWNED]);
-                dmm__arena_hook_refund(a, DMM_AXIS_MAPPED, pot.bytes[DMM_AXIS_MAPPED]);
-                continue; /* the checks at the top say what happened */
+            if (s != DMM_OK) {
+                pot_refund(a, &pot);
+                return s;
             }
+            pot.bytes[DMM_AXIS_OWNED] += more[DMM_AXIS_OWNED];
+            pot.bytes[DMM_AXIS_MAPPED] += more[DMM_AXIS_MAPPED];
+            continue; /* the lock was dropped: find the record and plan again, with the pot topped up */
+        }
+        if (a->has_acct) {
+            pot.short_of = false;
             a->pot = &pot;
         }
         txn t = {0};
-        dmm_status s = DMM_OK;
         if (whole) s = commit_range(a, r, off, off + r->bytes, &t, op);
         for (size_t i = 0; i < n && s == DMM_OK; i++)
             if (ranges[i].bytes > 0)
                 s = commit_range(a, r, off + ranges[i].offset, off + ranges[i].offset + ranges[i].bytes, &t, op);
-        if (s != DMM_OK) txn_undo(a, r, &t, op);
+        if (s != DMM_OK) s = txn_undo(a, r, &t, op);
         else *newly = t.newly_mapped;
-        bool retry = s != DMM_OK && pot.short_of && !t.leaked && attempt < 3;
+        bool retry = s == DMM_ERR_BUSY && pot.short_of && !t.leaked && attempt + 1 < COMMIT_ATTEMPTS;
         txn_fini(&t);
         a->pot = NULL;
-        /* what the pot still holds was never used (or was given back by the undo) */
-        dmm__arena_hook_refund(a, DMM_AXIS_OWNED, pot.bytes[DMM_AXIS_OWNED]);
-        dmm__arena_hook_refund(a, DMM_AXIS_MAPPED, pot.bytes[DMM_AXIS_MAPPED]);
-        if (!retry) return s;
+        if (!retry) {
+            pot_refund(a, &pot);
+            return s;
+        }
     }
 }
 
@@ -524,7 +549,7 @@ static dmm_status alias_apply(dmm_arena *a, arena_record *r, dmm_range dst, dmm_
         snprintf(why, sizeof why, "%s", dmm_last_error());
         dmm_error_set(s, "%s of [%zu, +%zu) to [%zu, +%zu) in the allocation at %#llx failed: %s", op, src.offset,
                       src.bytes, dst.offset, dst.bytes, (unsigned long long)(a->base + r->off), why);
-        txn_undo(a, r, &t, op);
+        s = txn_undo(a, r, &t, op);
     }
     txn_fini(&t);
     return s;
