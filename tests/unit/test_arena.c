@@ -774,6 +774,72 @@ static void charge_runs_outside_the_lock_and_replans(void **state) {
     alarm(0);
 }
 
+/* Each charge of a commit takes a cached handle away (from inside the hook, as a holder of the reclaim
+ * ladder might): every new plan needs 2 MiB more on the owned axis than the last one. The commit tops
+ * its charge up and plans again until the arena holds still, however often that is (it used to give
+ * up with BUSY after three tries). */
+typedef struct taking_hook {
+    kit_tally tally;
+    dmm_mechanism *m;
+    dmm_allocation taken[8];
+    int ntaken, charges;
+    bool armed, inside;
+} taking_hook;
+
+static dmm_status taking_charge(void *user, dmm_device dev, dmm_axis axis, uint64_t bytes) {
+    taking_hook *h = user;
+    dmm_status s = kit_charge(&h->tally, dev, axis, bytes);
+    if (s != DMM_OK || !h->armed || h->inside) return s;
+    h->charges++;
+    if (h->ntaken < 8) {
+        h->inside = true; /* the allocation below charges too */
+        s = dmm_mechanism_allocate(h->m, 2 * MIB, 2 * MIB, &h->taken[h->ntaken]);
+        h->inside = false;
+        if (s != DMM_OK) return s;
+        h->ntaken++;
+    }
+    return DMM_OK;
+}
+
+static void taking_refund(void *user, dmm_device dev, dmm_axis axis, uint64_t bytes) {
+    kit_refund(&((taking_hook *)user)->tally, dev, axis, bytes);
+}
+
+static void a_commit_keeps_planning_while_the_arena_changes(void **state) {
+    (void)state;
+    alarm(120);
+    dmm_driver *host;
+    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &host));
+    taking_hook h;
+    memset(&h, 0, sizeof h);
+    dmm_accounting acct = {&h, taking_charge, taking_refund};
+    dmm_arena_config c = kit_config(1 * GIB, 2 * MIB, 20 * MIB, &acct);
+    DMM_OK_OR_FAIL(dmm_arena_create(host, &c, &h.m));
+    dmm_allocation warm[10], a;
+    for (int i = 0; i < 10; i++) DMM_OK_OR_FAIL(dmm_mechanism_allocate(h.m, 2 * MIB, 2 * MIB, &warm[i]));
+    for (int i = 0; i < 10; i++) assert_int_equal(dmm_mechanism_release(h.m, &warm[i]).state, DMM_RELEASE_COMPLETE);
+    DMM_OK_OR_FAIL(dmm_mechanism_allocate_committed(h.m, 20 * MIB, 2 * MIB, NULL, 0, &a));
+    h.armed = true;
+    uint64_t newly = 0;
+    DMM_OK_OR_FAIL(dmm_mechanism_commit(h.m, &a, (dmm_range){0, 20 * MIB}, &newly));
+    h.armed = false;
+    assert_int_equal(newly, 20 * MIB);
+    assert_int_equal(h.ntaken, 8);
+    assert_true(h.charges >= 9); /* the first charge, then one top-up per handle taken */
+    memset(a.ptr, 7, 20 * MIB);
+    KIT_CHECK(h.m);
+    kit_stats_match_census(h.m, host);
+    kit_tally_matches(&h.tally, h.m);
+    assert_int_equal(dmm_mechanism_release(h.m, &a).state, DMM_RELEASE_COMPLETE);
+    for (int i = 0; i < h.ntaken; i++)
+        assert_int_equal(dmm_mechanism_release(h.m, &h.taken[i]).state, DMM_RELEASE_COMPLETE);
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(h.m));
+    assert_int_equal(atomic_load(&h.tally.owned), 0);
+    assert_int_equal(atomic_load(&h.tally.mapped), 0);
+    dmm_driver_destroy(host);
+    alarm(0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(reserves_64_gib_without_rss),
@@ -795,6 +861,7 @@ int main(void) {
         cmocka_unit_test(error_sentences_name_op_values_and_remedy),
         cmocka_unit_test(create_validates_its_config),
         cmocka_unit_test(charge_runs_outside_the_lock_and_replans),
+        cmocka_unit_test(a_commit_keeps_planning_while_the_arena_changes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
