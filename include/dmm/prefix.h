@@ -48,7 +48,8 @@ struct dmm_shared_mapping_ops {
 /* Makes a prefix of the chunks that exactly cover `range` of `owner` (relative to its start): the
  * range must start on a granule (absolute address), be whole granules, be committed by the owner
  * as whole chunks (the ranges of whole commits) that no other allocation references, be mapped
- * read-write (not itself a sharer's mapping) and belong to no other prefix. Creates and charges
+ * read-write (not itself a sharer's mapping), map each handle once (not both places of an alias)
+ * and belong to no other prefix. Creates and charges
  * nothing; the owner keeps its read-write mapping and fills the memory through it. Refused,
  * changing nothing, with a sentence naming the range and the reason (INVALID_ARGUMENT;
  * UNKNOWN_ALLOCATION for a stale or altered owner handle; QUARANTINED for a quarantined owner or a

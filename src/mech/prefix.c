@@ -128,7 +128,17 @@ static dmm_status arena_prefix_create(void *impl, const dmm_allocation *owner, d
         if (c->piece != NULL)
             REFUSE(DMM_ERR_INVALID_ARGUMENT, "the granule at offset %llu already belongs to a prefix: commit that "
                                              "prefix instead", at);
-        if (g == c->first) n++;
+        if (g != c->first) continue;
+        n++;
+        /* one piece per handle: two places of one handle in the range (an alias of the owner) would
+         * make two pieces that one ring cannot both point back at */
+        uint32_t k = a->gmap[g] - 1;
+        for (uint32_t j = c->twin; j != k; j = a->chunks[j].twin)
+            if (a->chunks[j].first >= g0 && a->chunks[j].first < g0 + ng)
+                REFUSE(DMM_ERR_INVALID_ARGUMENT, "the chunk at offset %llu and the one at offset %llu map the same "
+                                                 "memory twice (an alias): a prefix holds each handle once; make it "
+                                                 "of one of the two places",
+                       at, (unsigned long long)(range.offset + (a->chunks[j].first - g0) * a->gran));
     }
 #undef REFUSE
     arena_prefix *p = calloc(1, sizeof *p);

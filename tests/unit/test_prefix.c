@@ -485,6 +485,35 @@ static void every_refusal_names_the_problem_and_changes_nothing(void **state) {
     fx_end(f);
 }
 
+/* A range holding two mappings of one handle (the owner aliased [0, 2M) at [2M, 4M)) would make two
+ * pieces of one handle: the ring can point at only one, so the other would keep naming a chunk slot
+ * after its chunks died (a freed or reused slot). Refused, changing nothing. */
+static void a_range_mapping_one_handle_twice_is_refused(void **state) {
+    (void)state;
+    fixture *f = fx_new(2 * MIB, 0);
+    dmm_allocation owner;
+    dmm_range first = {0, 2 * MIB};
+    DMM_OK_OR_FAIL(dmm_mechanism_allocate_committed(f->m, 4 * MIB, 0, &first, 1, &owner));
+    DMM_OK_OR_FAIL(dmm_arena_alias(f->m, &owner, (dmm_range){2 * MIB, 2 * MIB}, first));
+    step(f);
+    snapshot b = snap(f);
+    dmm_prefix p;
+    dmm_status s = dmm_prefix_create(f->m, &owner, (dmm_range){0, 4 * MIB}, &p);
+    if (s == DMM_OK) { /* the bug: let the check say what broke, then clean up as far as possible */
+        KIT_CHECK(f->m);
+        fail_msg("dmm_prefix_create of a range mapping one handle twice succeeded");
+    }
+    assert_int_equal(s, DMM_ERR_INVALID_ARGUMENT);
+    dmm_test_error_mentions("dmm_prefix_create", "refused", "twice", "nothing was changed", NULL);
+    same(f, &b, "one handle twice");
+    /* either place alone is a prefix */
+    DMM_OK_OR_FAIL(dmm_prefix_create(f->m, &owner, (dmm_range){2 * MIB, 2 * MIB}, &p));
+    step(f);
+    release_ok(f, &owner, 4 * MIB);
+    prefix_release_ok(f, &p);
+    fx_end(f);
+}
+
 static void destroy_is_refused_while_a_prefix_lives(void **state) {
     (void)state;
     fixture *f = fx_new(2 * MIB, 0);
@@ -532,6 +561,7 @@ int main(void) {
         cmocka_unit_test(memory_goes_exactly_when_the_last_holder_goes),
         cmocka_unit_test(a_released_prefix_leaves_its_memory_to_the_cache_rules),
         cmocka_unit_test(every_refusal_names_the_problem_and_changes_nothing),
+        cmocka_unit_test(a_range_mapping_one_handle_twice_is_refused),
         cmocka_unit_test(destroy_is_refused_while_a_prefix_lives),
         cmocka_unit_test(eager_has_no_shared_mapping),
     };
