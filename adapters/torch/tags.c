@@ -462,7 +462,17 @@ dmm_status dmm__torch_restore(tctx *c, const char *name, dmm_stream stream) {
         dmm_clear_error();
         return DMM_OK;
     }
-    (void)wait_locked(c, t); /* what a failed decommit left mapped: committing it again is a no-op */
+    s = wait_locked(c, t); /* what a failed decommit left mapped: committing it again is a no-op */
+    if (s != DMM_OK && t->pending > 0) {
+        /* the wait itself failed with decommits still queued: they would unmap a tag called resident */
+        char why[512];
+        snprintf(why, sizeof why, "%s", dmm_last_error());
+        pthread_mutex_unlock(&c->lock);
+        return dmm_error_set(s, "dmm torch: restore of tag '%s' on device %d refused: waiting for its offload's "
+                                "copies failed (%s) while %u segment(s) still have decommits queued; nothing was "
+                                "restored: call restore again once the copies ended",
+                             name, (int)c->dev.index, why, (unsigned)t->pending);
+    }
     const dmm_driver_ops *d = c->drv->ops;
     for (tseg *g = t->segs; g != NULL; g = g->next) {
         if (g->state != SEG_OFFLOADED) continue;

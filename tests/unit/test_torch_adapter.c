@@ -380,6 +380,37 @@ static void offload_piece_fails(void **state) {
     }
 }
 
+/* A restore whose wait for the offload's copies fails (here: the events are held, so event_synchronize
+ * reports BUSY) while decommits are still queued must not call the tag resident: those decommits would
+ * unmap it later under the framework's feet. It fails, changing nothing; once the copies end the
+ * offload completes and a restore brings the contents back. */
+static void restore_refused_while_decommits_are_queued(void **state) {
+    (void)state;
+    fx *f = fx_open(0);
+    size_t n = 130 * MIB;
+    ttag *t = NULL;
+    uint64_t mapped0 = 0;
+    unsigned char *w = offload_fixture(f, n, &t, &mapped0);
+    DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, true));
+    DMM_OK_OR_FAIL(dmm__torch_offload(f->c, "big", DMM_TORCH_TO_HOST, f->s1));
+    assert_int_equal(t->state, TAG_OFFLOADING);
+    assert_int_not_equal(dmm__torch_restore(f->c, "big", f->s1), DMM_OK);
+    dmm_test_error_mentions("restore of tag 'big'", "queued", NULL);
+    assert_int_equal(t->state, TAG_OFFLOADING);
+    assert_int_equal(t->segs->jobs_left, 3);
+    assert_int_equal(census(f).mapped_bytes, mapped0);
+    DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, false));
+    DMM_OK_OR_FAIL(dmm__torch_poll(f->c, NULL));
+    assert_int_equal(t->state, TAG_OFFLOADED);
+    DMM_OK_OR_FAIL(dmm__torch_restore(f->c, "big", f->s1));
+    assert_int_equal(t->state, TAG_RESIDENT);
+    assert_int_equal(census(f).mapped_bytes, mapped0);
+    assert_true(fixture_intact(w, n));
+    xfree(f, w, n, f->s1);
+    DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, NULL));
+    fx_close(f);
+}
+
 /* dmm_torch_config's restore knobs: pieces growing from 16 MiB up to 64 MiB (16 + 32 + 64 + 18 MiB for
  * 130 MiB: four commits), each copied in parts of 8 MiB (2 + 4 + 8 + 3 = 17 copies); contents intact. */
 static void restore_pieces_knob(void **state) {
@@ -597,6 +628,7 @@ int main(void) {
         cmocka_unit_test(restore_in_pieces),
         cmocka_unit_test(offload_in_pieces),
         cmocka_unit_test(offload_piece_fails),
+        cmocka_unit_test(restore_refused_while_decommits_are_queued),
         cmocka_unit_test(restore_pieces_knob),
         cmocka_unit_test(discard),
         cmocka_unit_test(capture_uses_reserved_memory_only),
