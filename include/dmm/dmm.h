@@ -12,5 +12,6 @@
 #include "dmm/governor.h"
 #include "dmm/provider.h"
 #include "dmm/deferred.h"
+#include "dmm/plugin.h"
 
 #endif /* DMM_DMM_H */
