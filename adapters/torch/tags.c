@@ -444,7 +444,7 @@ static uint64_t restore_piece(const tctx *c, uint64_t committed) {
 /* The piece that starts at `off` (the size of the pieces before it decides it when they grow). */
 static uint64_t restore_piece_at(const tctx *c, uint64_t committed, uint64_t off) {
     uint64_t max = restore_piece(c, committed);
-    if (c->restore_first == 0) return max;
+    if (c->restore_first == 0 || c->restore_first >= max) return max; /* (rounding a huge one up would wrap) */
     uint64_t p = (c->restore_first + c->granule - 1) / c->granule * c->granule;
     while (p < max && p <= off) p *= 2; /* pieces first, 2 first, 4 first, ...: piece k starts at (2^k - 1) first */
     return p < max ? p : max;
@@ -490,8 +490,8 @@ dmm_status dmm__torch_restore(tctx *c, const char *name, dmm_stream stream) {
             if (s != DMM_OK) goto fail;
             uint64_t cend = g->saved_bytes < off + len ? g->saved_bytes : off + len;
             uint64_t part = c->restore_copy != 0 ? c->restore_copy : len;
-            for (uint64_t at = off; t->mode == DMM_TORCH_TO_HOST && at < cend; at += part) {
-                uint64_t n = cend - at < part ? cend - at : part;
+            for (uint64_t at = off, n = 0; t->mode == DMM_TORCH_TO_HOST && at < cend; at += n) { /* (+= part may wrap) */
+                n = cend - at < part ? cend - at : part;
                 if ((s = d->copy(c->drv, (uintptr_t)g->a.ptr + at, (uintptr_t)g->host + at, (size_t)n, stream)) !=
                     DMM_OK)
                     goto fail; /* mapped but not filled: the next restore commits it again (a no-op) and copies */

@@ -439,6 +439,37 @@ static void restore_pieces_knob(void **state) {
     fx_close(f);
 }
 
+/* Restore knobs at the edge of 64 bits (dmm_torch_config, or DMM_TORCH_RESTORE_PIECE, which accepts
+ * any 64-bit value): a copy part so large that stepping past a piece wrapped around, and a first
+ * piece so large that rounding it to the granule wrapped to 0, made restore copy again and again or
+ * loop forever. Both mean "no smaller unit": 32 MiB pieces, one copy each; contents intact. */
+static void restore_knobs_near_uint64_max(void **state) {
+    (void)state;
+    fx *f = fx_open(0);
+    size_t n = 130 * MIB; /* five pieces of 32 MiB (the last one 2 MiB) */
+    DMM_OK_OR_FAIL(dmm__torch_tag_begin("big"));
+    unsigned char *w = xmalloc(f, n, f->s1);
+    DMM_OK_OR_FAIL(dmm__torch_tag_end());
+    size_t at[5] = {0, 32 * MIB - 1, 64 * MIB, 100 * MIB + 3, n - 1};
+    for (int i = 0; i < 5; i++) w[at[i]] = (unsigned char)(0xC0 + i);
+    ttag *t = &f->c->tags[dmm__torch_tag_find("big")];
+    for (int round = 0; round < 2; round++) {
+        f->c->restore_copy = round == 0 ? UINT64_MAX - 30 * MIB + 1 : 0; /* wraps at the second piece */
+        f->c->restore_first = round == 0 ? 0 : UINT64_MAX;                /* rounds up to 0 */
+        DMM_OK_OR_FAIL(dmm__torch_offload(f->c, "big", DMM_TORCH_TO_HOST, f->s1));
+        DMM_OK_OR_FAIL(dmm__torch_offload_wait(f->c, "big"));
+        uint64_t creates0 = dmm_fault_calls(f->drv, DMM_OP_CREATE), copies0 = dmm_fault_calls(f->drv, DMM_OP_COPY);
+        DMM_OK_OR_FAIL(dmm__torch_restore(f->c, "big", f->s1));
+        assert_int_equal(t->state, TAG_RESIDENT);
+        assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_CREATE) - creates0, 5);
+        assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_COPY) - copies0, 5);
+        for (int i = 0; i < 5; i++) assert_int_equal(w[at[i]], 0xC0 + i);
+    }
+    xfree(f, w, n, f->s1);
+    DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, NULL));
+    fx_close(f);
+}
+
 static void discard(void **state) {
     (void)state;
     fx *f = fx_open(0);
@@ -630,6 +661,7 @@ int main(void) {
         cmocka_unit_test(offload_piece_fails),
         cmocka_unit_test(restore_refused_while_decommits_are_queued),
         cmocka_unit_test(restore_pieces_knob),
+        cmocka_unit_test(restore_knobs_near_uint64_max),
         cmocka_unit_test(discard),
         cmocka_unit_test(capture_uses_reserved_memory_only),
         cmocka_unit_test(budget_refuses_and_recovers),
