@@ -41,18 +41,21 @@ static const char *plugin_label(const dmm_plugin *p) { return p->name[0] != '\0'
 
 /* Formats the failure of one plugin call; `who` names the plugin (or its file before negotiation). */
 static dmm_status plugin_failure(const char *who, const char *path, const dmm_plugin_status *st, const char *what) {
+    char label[DMM__PLUGIN_NAME_BYTES + 16];
+    if (who[0] != '\0') snprintf(label, sizeof label, "plugin '%s'", who);
+    else snprintf(label, sizeof label, "plugin file"); /* before negotiation: no name yet */
     char msg[DMM_PLUGIN_MESSAGE_BYTES];
     memcpy(msg, st->message, sizeof msg);
     msg[sizeof msg - 1] = '\0'; /* a plugin may forget the terminator */
     if (st->code == DMM_PLUGIN_STATUS_UNSET)
         return dmm_error_set(DMM_ERR_DRIVER,
-                             "%s: plugin '%s' (%s) did not set its status (every plugin call must set "
+                             "%s: %s (%s) did not set its status (every plugin call must set "
                              "status->code); read as a failure",
-                             what, who, path);
+                             what, label, path);
     if (st->code <= 0 || st->code >= DMM_STATUS_COUNT)
-        return dmm_error_set(DMM_ERR_DRIVER, "%s: plugin '%s' (%s) failed with code %d, which is no dmm_status: %s",
-                             what, who, path, (int)st->code, msg[0] != '\0' ? msg : "(no message)");
-    return dmm_error_set((dmm_status)st->code, "%s: plugin '%s' (%s) failed with %s: %s", what, who, path,
+        return dmm_error_set(DMM_ERR_DRIVER, "%s: %s (%s) failed with code %d, which is no dmm_status: %s",
+                             what, label, path, (int)st->code, msg[0] != '\0' ? msg : "(no message)");
+    return dmm_error_set((dmm_status)st->code, "%s: %s (%s) failed with %s: %s", what, label, path,
                          dmm_status_str((dmm_status)st->code), msg[0] != '\0' ? msg : "(no message)");
 }
 
@@ -116,7 +119,7 @@ static dmm_status negotiate(dmm_plugin *p, dmm_plugin_negotiate_fn *fn) {
     dmm_plugin_status st;
     dmm__plugin_status_init(&st);
     fn(&host, &theirs, &st);
-    if (st.code != DMM_OK) return plugin_failure("(negotiating)", path, &st, "dmm_plugin_load: negotiation");
+    if (st.code != DMM_OK) return plugin_failure("", path, &st, "dmm_plugin_load: negotiation");
     if (theirs == NULL)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
                              "%s: plugin file '%s': dmm_plugin_negotiate reported success but set no info; a plugin "

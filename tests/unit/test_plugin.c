@@ -1,0 +1,434 @@
+/* tests/unit/test_plugin.c — the plugin ABI and its loader (DESIGN §4.12), over the test plugins of
+ * tests/plugin/ (one shared object per variant of mock_plugin.c):
+ *  - negotiation: the good plugin loads and says who it is; a newer minor is agreed down to 1.0 and
+ *    its extra slot (which aborts) is never called; every refusal (missing file, missing export,
+ *    another major, a short info, a NULL required field, a plugin that refuses) names the file and
+ *    the problem, returns the right code, leaves *out alone and closes the library again;
+ *  - mechanisms: the plugin's mechanism works through dmm_mechanism_* (allocate, release with
+ *    identity checks, stats, virtual backing) and under a dmm_pool; an inline failure message reaches
+ *    the thread's sentence with the plugin's name; absent optional slots are UNSUPPORTED; a status
+ *    left unset is a failure and an outcome left unfilled reads as QUARANTINED; short tables and NULL
+ *    required slots are refused and the factory's object destroyed;
+ *  - unload: refused (nothing changed) while a mechanism or an allocation lives, or while the
+ *    plugin says it still owns something on its last load; two loads of one file are independent.
+ * Every test ends with nothing live (mechanisms destroyed, plugins unloaded, driver census zero). */
+#include "testkit.h"
+
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../plugin/mock_plugin.h"
+
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+#define GRAN (64 * KiB)
+
+static dmm_driver *host_driver(void) {
+    dmm_host_driver_config cfg = {sizeof cfg, GRAN};
+    dmm_driver *d = NULL;
+    DMM_OK_OR_FAIL(dmm_host_driver_create(&cfg, &d));
+    return d;
+}
+
+/* The driver holds nothing any more, then is destroyed. */
+static void driver_done(dmm_driver *d) {
+    dmm_driver_census c = {.size = sizeof c};
+    DMM_OK_OR_FAIL(d->ops->census(d, &c));
+    assert_int_equal(c.reserved_bytes, 0);
+    assert_int_equal(c.handles, 0);
+    assert_int_equal(c.mapped_bytes, 0);
+    assert_int_equal(c.eager_bytes, 0);
+    dmm_driver_destroy(d);
+}
+
+/* Whether the library at `path` is mapped in this process now. */
+static bool library_mapped(const char *path) {
+    void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    if (h == NULL) return false;
+    dlclose(h);
+    return true;
+}
+
+static dmm_plugin *load(const char *path) {
+    dmm_plugin *p = NULL;
+    DMM_OK_OR_FAIL(dmm_plugin_load(path, &p));
+    assert_non_null(p);
+    return p;
+}
+
+/* A refused load: the code, *out untouched, the library closed again, the sentence names the file
+ * and the problem. */
+static void expect_refused(const char *path, dmm_status code, const char *problem, const char *problem2) {
+    dmm_plugin *sentinel = (dmm_plugin *)(uintptr_t)0x1234;
+    dmm_plugin *p = sentinel;
+    dmm_status s = dmm_plugin_load(path, &p);
+    if (s != code) fail_msg("loading %s: expected %s, got %s: %s", path, dmm_status_str(code), dmm_status_str(s),
+                            dmm_last_error());
+    assert_ptr_equal(p, sentinel);
+    dmm_test_error_mentions(path, problem, problem2, NULL);
+    assert_false(library_mapped(path));
+}
+
+/* Calls mock_test_hold in the plugin's library (already loaded). */
+static void hold(const char *path, int held) {
+    void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    assert_non_null(h);
+    void *sym = dlsym(h, "mock_test_hold");
+    assert_non_null(sym);
+    void (*fn)(int);
+    memcpy(&fn, &sym, sizeof fn);
+    fn(held);
+    dlclose(h);
+}
+
+/* ---- negotiation ---- */
+
+static void test_load_good(void **state) {
+    (void)state;
+    dmm_plugin *p = load(DMM_TEST_PLUGIN_GOOD);
+    assert_string_equal(dmm_plugin_name(p), "mock");
+    assert_string_equal(dmm_plugin_version(p), "1.0.0");
+    assert_string_equal(dmm_plugin_path(p), DMM_TEST_PLUGIN_GOOD);
+    assert_int_equal(dmm_plugin_abi_minor(p), 0);
+    assert_int_equal(dmm_plugin_capabilities(p), DMM_CAP_VIRTUAL_BACKING);
+    assert_int_equal(dmm_plugin_kind_count(p), 1);
+    assert_string_equal(dmm_plugin_kind(p, 0), "mock");
+    assert_null(dmm_plugin_kind(p, 1));
+    assert_int_equal(dmm_plugin_live_mechanisms(p), 0);
+    assert_true(library_mapped(DMM_TEST_PLUGIN_GOOD));
+    DMM_OK_OR_FAIL(dmm_plugin_unload(p));
+    assert_false(library_mapped(DMM_TEST_PLUGIN_GOOD));
+    DMM_OK_OR_FAIL(dmm_plugin_unload(NULL));
+}
+
+static void test_load_refusals(void **state) {
+    (void)state;
+    expect_refused(DMM_TEST_PLUGIN_MISSING, DMM_ERR_INVALID_ARGUMENT, "cannot open plugin file", "No such file");
+    expect_refused(DMM_TEST_PLUGIN_NO_CAN_UNLOAD, DMM_ERR_INVALID_ARGUMENT, "lacks the required export",
+                   "'dmm_plugin_can_unload'");
+    expect_refused(DMM_TEST_PLUGIN_MAJOR2, DMM_ERR_VERSION_MISMATCH, "speaks plugin ABI 2.0", "speaks 1.0");
+    expect_refused(DMM_TEST_PLUGIN_SHORT_INFO, DMM_ERR_SHORT_STRUCT, "struct_size", "that plugin ABI 1.0 defines");
+    expect_refused(DMM_TEST_PLUGIN_NULL_NAME, DMM_ERR_INVALID_ARGUMENT, "lacks the required field 'name'", NULL);
+    expect_refused(DMM_TEST_PLUGIN_REFUSES, DMM_ERR_UNSUPPORTED, MOCK_NEGOTIATION_TEXT, "negotiation");
+    dmm_plugin *p = NULL;
+    assert_int_equal(dmm_plugin_load(NULL, &p), DMM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(dmm_plugin_load(DMM_TEST_PLUGIN_GOOD, NULL), DMM_ERR_INVALID_ARGUMENT);
+    assert_false(library_mapped(DMM_TEST_PLUGIN_GOOD));
+    /* Refusals changed nothing: the good plugin still loads and unloads. */
+    p = load(DMM_TEST_PLUGIN_GOOD);
+    DMM_OK_OR_FAIL(dmm_plugin_unload(p));
+}
+
+/* A plugin of minor 1 (a longer info, a table with one more slot that aborts) agrees on 1.0 and
+ * works; the abort() proves the extra slot is never called; ASan proves nothing past the 1.0 layout
+ * is read into the host's locals. */
+static void test_newer_minor(void **state) {
+    (void)state;
+    dmm_plugin *p = load(DMM_TEST_PLUGIN_NEWER_MINOR);
+    assert_string_equal(dmm_plugin_name(p), "mock-newer");
+    assert_int_equal(dmm_plugin_abi_minor(p), 0);
+    dmm_driver *d = host_driver();
+    dmm_mechanism *m = NULL;
+    DMM_OK_OR_FAIL(dmm_plugin_mechanism_create(p, "mock", d, NULL, &m));
+    dmm_allocation a;
+    DMM_OK_OR_FAIL(dmm_mechanism_allocate(m, 4 * KiB, 0, &a));
+    memset(a.ptr, 0x5a, a.bytes);
+    dmm_release_outcome o = dmm_mechanism_release(m, &a);
+    assert_int_equal(o.state, DMM_RELEASE_COMPLETE);
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(m));
+    DMM_OK_OR_FAIL(dmm_plugin_unload(p));
+    driver_done(d);
+}
+
+/* ---- mechanisms ---- */
+
+static void test_mechanism(void **state) {
+    (void)state;
+    dmm_plugin *p = load(DMM_TEST_PLUGIN_GOOD);
+    dmm_driver *d = host_driver();
+    dmm_mechanism *m = NULL;
+    DMM_OK_OR_FAIL(dmm_plugin_mechanism_create(p, "mock", d, NULL, &m));
+    assert_int_equal(dmm_plugin_live_mechanisms(p), 1);
+    assert_string_equal(dmm_mechanism_name(m), "mock");
+    assert_int_equal(dmm_mechanism_capabilities(m), DMM_CAP_VIRTUAL_BACKING);
+    assert_int_equal(dmm_mechanism_device(m).tier, DMM_TIER_HOST);
+
+    dmm_allocation a, b;
+    DMM_OK_OR_FAIL(dmm_mechanism_allocate(m, 10 * KiB, 0, &a));
+    DMM_OK_OR_FAIL(dmm_mechanism_allocate(m, 3 * KiB, 1024, &b));
+    assert_ptr_equal(a.mechanism, m);
+    assert_int_equal(a.bytes, 10 * KiB);
+    assert_true(a.id != 0 && b.id != 0 && a.id != b.id);
+    assert_int_equal(b.align, 1024);
+    memset(a.ptr, 1, a.bytes);
+    memset(b.ptr, 2, b.bytes);
+
+    dmm_stats st = {.size = sizeof st};
+    DMM_OK_OR_FAIL(dmm_mechanism_stats(m, &st));
+    assert_int_equal(st.allocations.current, 2);
+    assert_int_equal(st.allocated_bytes.current, 13 * KiB);
+
+    /* Identity: a stale id is the plugin's refusal, FAILED, with its message; nothing changed. */
+    dmm_allocation stale = a;
+    stale.id += 1000;
+    dmm_release_outcome o = dmm_mechanism_release(m, &stale);
+    assert_int_equal(o.state, DMM_RELEASE_FAILED);
+    assert_int_equal(o.failure, DMM_ERR_UNKNOWN_ALLOCATION);
+    dmm_test_error_mentions("plugin 'mock'", "no live allocation", "dmm_mechanism_release", NULL);
+
+    o = dmm_mechanism_release(m, &a);
+    assert_int_equal(o.state, DMM_RELEASE_COMPLETE);
+    assert_int_equal(o.unmapped_bytes, 10 * KiB);
+    o = dmm_mechanism_release(m, &a); /* a second release */
+    assert_int_equal(o.state, DMM_RELEASE_FAILED);
+    o = dmm_mechanism_release(m, &b);
+    assert_int_equal(o.state, DMM_RELEASE_COMPLETE);
+    DMM_OK_OR_FAIL(dmm_mechanism_stats(m, &st));
+    assert_int_equal(st.allocations.current, 0);
+
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(m));
+    assert_int_equal(dmm_plugin_live_mechanisms(p), 0);
+    DMM_OK_OR_FAIL(dmm_plugin_unload(p));
+    driver_done(d);
+}
+
+static void test_virtual_backing(void **state) {
+    (void)state;
+    dmm_plugin *p = load(DMM_TEST_PLUGIN_GOOD);
+    dmm_driver *d = host_driver();
+    dmm_mechanism *m = NULL;
+    DMM_OK_OR_FAIL(dmm_plugin_mechanism_create(p, "mock", d, NULL, &m));
+    dmm_range first = {0, GRAN};
+    dmm_allocation a;
+    DMM_OK_OR_FAIL(dmm_mechanism_allocate_committed(m, 8 * GRAN, 0, &first, 1, &a));
+    uint64_t bytes = 0;
+    DMM_OK_OR_FAIL(dmm_mechanism_committed_bytes(m, &a, &bytes));
+    assert_int_equal(bytes, GRAN);
+    memset(a.ptr, 7, GRAN);
+    dmm_range more[2] = {{0, 2 * GRAN}, {4 * GRAN, GRAN}};
+    DMM_OK_OR_FAIL(dmm_mechanism_mapped_bytes_for_ranges(m, &a, more, 2, &bytes));
+    assert_int_equal(bytes, 2 * GRAN);
+    uint64_t newly = 0;
+    DMM_OK_OR_FAIL(dmm_mechanism_commit(m, &a, (dmm_range){GRAN, 3 * GRAN}, &newly));
+    assert_int_equal(newly, 3 * GRAN);
+    memset((char *)a.ptr + GRAN, 8, 3 * GRAN);
+    assert_int_equal(((unsigned char *)a.ptr)[0], 7);
+    dmm_release_outcome o = dmm_mechanism_decommit(m, &a, (dmm_range){GRAN, 2 * GRAN});
+    assert_int_equal(o.state, DMM_RELEASE_COMPLETE);
+    assert_int_equal(o.unmapped_bytes, 2 * GRAN);
+    DMM_OK_OR_FAIL(dmm_mechanism_committed_bytes(m, &a, &bytes));
+    assert_int_equal(bytes, 2 * GRAN);
+    o = dmm_mechanism_release(m, &a); /* whole release through `release`, also for virtual backing */
+    assert_int_equal(o.state, DMM_RELEASE_COMPLETE);
+    assert_int_equal(o.unmapped_bytes, 2 * GRAN);
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(m));
+    DMM_OK_OR_FAIL(dmm_plugin_unload(p));
+    driver_done(d);
+}
+
+/* The plugin's mechanism under the caching allocator, unchanged. */
+static void test_pool_over_plugin(void **state) {
+    (void)state;
+    dmm_plugin *p = load(DMM_TEST_PLUGIN_GOOD);
+    dmm_driver *d = host_driver();
+    dmm_mechanism *m = NULL;
+    DMM_OK_OR_FAIL(dmm_plugin_mechanism_create(p, "mock", d, NULL, &m));
+    dmm_pool_config cfg = {.size = sizeof cfg, .va_bytes = 64 * MiB};
+    dmm_pool *pool = NULL;
+    DMM_OK_OR_FAIL(dmm_pool_create(m, d, &cfg, &pool));
+    void *blocks[16];
+    for (int i = 0; i < 16; i++) {
+        DMM_OK_OR_FAIL(dmm_pool_malloc(pool, (size_t)(i + 1) * 10 * KiB, NULL, &blocks[i]));
+        memset(blocks[i], i, (size_t)(i + 1) * 10 * KiB);
+    }
+    for (int i = 0; i < 16; i++) assert_int_equal(((unsigned char *)blocks[i])[0], i);
+    dmm_pool_stats ps = {.size = sizeof ps};
+    DMM_OK_OR_FAIL(dmm_pool_stats_get(pool, &ps));
+    assert_int_equal(ps.allocations.current, 16);
+    assert_true(ps.committed_bytes.current >= ps.allocated_bytes.current);
+    DMM_OK_OR_FAIL(dmm_pool_check(pool));
+    /* The plugin owns the pool's VA: its unload is refused while the pool lives. */
+    assert_int_equal(dmm_plugin_unload(p), DMM_ERR_BUSY);
+    for (int i = 0; i < 16; i++) DMM_OK_OR_FAIL(dmm_pool_free(pool, blocks[i], NULL));
+    uint64_t released = 0;
+    DMM_OK_OR_FAIL(dmm_pool_trim(pool, 0, &released));
+    assert_true(released > 0);
+    DMM_OK_OR_FAIL(dmm_pool_destroy(pool));
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(m));
+    DMM_OK_OR_FAIL(dmm_plugin_unload(p));
+    driver_done(d);
+}
+
+/* A plugin call that fails with an inline message: the thread's sentence carries it, prefixed with
+ * the plugin's name and file and the operation. */
+static void test_inline_failure(void **state) {
+    (void)state;
+    dmm_plugin *p = load(DMM_TEST_PLUGIN_GOOD);
+    dmm_driver *d = host_driver();
+    mock_config cfg = {sizeof cfg, 0, 1 * MiB};
+    dmm_mechanism *m = NULL;
+    DMM_OK_OR_FAIL(dmm_plugin_mechanism_create(p, "mock", d, &cfg, &m));
+    dmm_allocation a;
+    assert_int_equal(dmm_mechanism_allocate(m, 2 * MiB, 0, &a), DMM_ERR_OUT_OF_MEMORY);
+    dmm_test_error_mentions("dmm_mechanism_allocate", "plugin 'mock'", DMM_TEST_PLUGIN_GOOD, MOCK_REFUSAL_TEXT,
+                            "DMM_ERR_OUT_OF_MEMORY", NULL);
+    assert_null(a.ptr);
+    /* The factory's own failure: a config the plugin finds too short. */
+    mock_config bad = {4, 0, 0};
+    dmm_mechanism *m2 = (dmm_mechanism *)(uintptr_t)0x99;
+    assert_int_equal(dmm_plugin_mechanism_create(p, "mock", d, &bad, &m2), DMM_ERR_SHORT_STRUCT);
+    dmm_test_error_mentions("dmm_plugin_mechanism_create of kind 'mock'", "plugin 'mock'", "mock_config", NULL);
+    assert_ptr_equal(m2, (dmm_mechanism *)(uintptr_t)0x99);
+    /* A kind the plugin does not list never reaches its factory. */
+    assert_int_equal(dmm_plugin_mechanism_create(p, "other", d, NULL, &m2), DMM_ERR_INVALID_ARGUMENT);
+    dmm_test_error_mentions("no mechanism of kind 'other'", NULL);
+    assert_int_equal(dmm_plugin_live_mechanisms(p), 1);
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(m));
+    DMM_OK_OR_FAIL(dmm_plugin_unload(p));
+    driver_done(d);
+}
+
+/* NULL optional slots are absent: UNSUPPORTED when asked, never a silent success. */
+static void test_optional_absent(void **state) {
+    (void)state;
+    dmm_plugin *p = load(DMM_TEST_PLUGIN_NO_OPTIONAL);
+    assert_int_equal(dmm_plugin_capabilities(p), 0);
+    dmm_driver *d = host_driver();
+    dmm_mechanism *m = NULL;
+    DMM_OK_OR_FAIL(dmm_plugin_mechanism_create(p, "mock", d, NULL, &m));
+    assert_int_equal(dmm_mechanism_capabilities(m), 0);
+    dmm_stats st = {.size = sizeof st};
+    assert_int_equal(dmm_mechanism_stats(m, &st), DMM_ERR_UNSUPPORTED);
+    dmm_allocation a;
+    assert_int_equal(dmm_mechanism_allocate_committed(m, GRAN, 0, NULL, 0, &a), DMM_ERR_UNSUPPORTED);
+    DMM_OK_OR_FAIL(dmm_mechanism_allocate(m, 4 * KiB, 0, &a));
+    uint64_t newly = 0;
+    assert_int_equal(dmm_mechanism_commit(m, &a, (dmm_range){0, 4 * KiB}, &newly), DMM_ERR_UNSUPPORTED);
+    assert_int_equal(dmm_mechanism_decommit(m, &a, (dmm_range){0, 4 * KiB}).state, DMM_RELEASE_FAILED);
+    dmm_pool *pool = NULL;
+    assert_int_equal(dmm_pool_create(m, d, NULL, &pool), DMM_ERR_UNSUPPORTED);
+    assert_int_equal(dmm_mechanism_release(m, &a).state, DMM_RELEASE_COMPLETE);
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(m));
+    DMM_OK_OR_FAIL(dmm_plugin_unload(p));
+    driver_done(d);
+}
+
+/* A status left unset is a failure; an outcome left unfilled reads as QUARANTINED. */
+static void test_silent_plugin(void **state) {
+    (void)state;
+    dmm_plugin *p = load(DMM_TEST_PLUGIN_SILENT);
+    dmm_driver *d = host_driver();
+    dmm_mechanism *m = NULL;
+    DMM_OK_OR_FAIL(dmm_plugin_mechanism_create(p, "mock", d, NULL, &m));
+    dmm_allocation a;
+    assert_int_equal(dmm_mechanism_allocate(m, MOCK_SILENT_BYTES, 0, &a), DMM_ERR_DRIVER);
+    dmm_test_error_mentions("did not set its status", "plugin 'mock'", NULL);
+    DMM_OK_OR_FAIL(dmm_mechanism_allocate(m, 4 * KiB, 0, &a));
+    dmm_release_outcome o = dmm_mechanism_release(m, &a);
+    assert_int_equal(o.state, DMM_RELEASE_QUARANTINED);
+    assert_int_equal(o.failure, DMM_ERR_DRIVER);
+    dmm_test_error_mentions("left the outcome unfilled", "DMM_RELEASE_QUARANTINED", NULL);
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(m));
+    DMM_OK_OR_FAIL(dmm_plugin_unload(p));
+    driver_done(d);
+}
+
+/* Tables refused at creation: the factory's object is destroyed again (the plugin then unloads). */
+static void test_table_refusals(void **state) {
+    (void)state;
+    dmm_driver *d = host_driver();
+    const char *paths[2] = {DMM_TEST_PLUGIN_SHORT_OPS, DMM_TEST_PLUGIN_NULL_RELEASE};
+    dmm_status codes[2] = {DMM_ERR_SHORT_STRUCT, DMM_ERR_INVALID_ARGUMENT};
+    const char *problems[2] = {"dmm_plugin_mechanism_ops says struct_size", "lacks the required slot 'release'"};
+    for (int i = 0; i < 2; i++) {
+        dmm_plugin *p = load(paths[i]);
+        dmm_mechanism *m = (dmm_mechanism *)(uintptr_t)0x77;
+        assert_int_equal(dmm_plugin_mechanism_create(p, "mock", d, NULL, &m), codes[i]);
+        dmm_test_error_mentions(problems[i], paths[i], "kind 'mock'", NULL);
+        assert_ptr_equal(m, (dmm_mechanism *)(uintptr_t)0x77);
+        assert_int_equal(dmm_plugin_live_mechanisms(p), 0);
+        DMM_OK_OR_FAIL(dmm_plugin_unload(p)); /* the plugin's can_unload: its object was destroyed */
+    }
+    driver_done(d);
+}
+
+/* ---- unload ---- */
+
+static void test_unload_busy(void **state) {
+    (void)state;
+    dmm_plugin *p = load(DMM_TEST_PLUGIN_GOOD);
+    dmm_driver *d = host_driver();
+    dmm_mechanism *m = NULL;
+    DMM_OK_OR_FAIL(dmm_plugin_mechanism_create(p, "mock", d, NULL, &m));
+    assert_int_equal(dmm_plugin_unload(p), DMM_ERR_BUSY);
+    dmm_test_error_mentions("plugin 'mock'", DMM_TEST_PLUGIN_GOOD, "1 live mechanism", "nothing was changed", NULL);
+    dmm_allocation a;
+    DMM_OK_OR_FAIL(dmm_mechanism_allocate(m, 4 * KiB, 0, &a)); /* still usable */
+    assert_int_equal(dmm_mechanism_destroy(m), DMM_ERR_BUSY);
+    dmm_test_error_mentions("1 live allocation", NULL);
+    assert_int_equal(dmm_plugin_unload(p), DMM_ERR_BUSY);
+    memset(a.ptr, 3, a.bytes);
+    assert_int_equal(dmm_mechanism_release(m, &a).state, DMM_RELEASE_COMPLETE);
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(m));
+
+    /* The plugin's own readiness: it still owns something outside any mechanism. */
+    hold(DMM_TEST_PLUGIN_GOOD, 1);
+    assert_int_equal(dmm_plugin_unload(p), DMM_ERR_BUSY);
+    dmm_test_error_mentions("mock still owns", "1 held objects", "unload readiness", NULL);
+    assert_true(library_mapped(DMM_TEST_PLUGIN_GOOD));
+    hold(DMM_TEST_PLUGIN_GOOD, 0);
+    DMM_OK_OR_FAIL(dmm_plugin_unload(p));
+    assert_false(library_mapped(DMM_TEST_PLUGIN_GOOD));
+    driver_done(d);
+}
+
+/* Two loads of one file: two handles over one library, each with its own mechanisms; the plugin's
+ * readiness is asked only when the last one goes. */
+static void test_load_twice(void **state) {
+    (void)state;
+    dmm_plugin *p1 = load(DMM_TEST_PLUGIN_GOOD);
+    dmm_plugin *p2 = load(DMM_TEST_PLUGIN_GOOD);
+    assert_ptr_not_equal(p1, p2);
+    dmm_driver *d = host_driver();
+    dmm_mechanism *m1 = NULL, *m2 = NULL;
+    DMM_OK_OR_FAIL(dmm_plugin_mechanism_create(p1, "mock", d, NULL, &m1));
+    DMM_OK_OR_FAIL(dmm_plugin_mechanism_create(p2, "mock", d, NULL, &m2));
+    assert_int_equal(dmm_plugin_live_mechanisms(p1), 1);
+    assert_int_equal(dmm_plugin_live_mechanisms(p2), 1);
+    dmm_allocation a;
+    DMM_OK_OR_FAIL(dmm_mechanism_allocate(m1, 4 * KiB, 0, &a));
+    /* An allocation of m1 is not m2's. */
+    dmm_release_outcome o = dmm_mechanism_release(m2, &a);
+    assert_int_equal(o.state, DMM_RELEASE_FAILED);
+    assert_int_equal(o.failure, DMM_ERR_WRONG_MECHANISM);
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(m2));
+    /* p2 has nothing alive; p1 keeps the library (and its memory) mapped: p2 may go. */
+    DMM_OK_OR_FAIL(dmm_plugin_unload(p2));
+    assert_true(library_mapped(DMM_TEST_PLUGIN_GOOD));
+    memset(a.ptr, 9, a.bytes);
+    assert_int_equal(dmm_plugin_unload(p1), DMM_ERR_BUSY);
+    assert_int_equal(dmm_mechanism_release(m1, &a).state, DMM_RELEASE_COMPLETE);
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(m1));
+    /* Readiness is asked on the last load only. */
+    dmm_plugin *p3 = load(DMM_TEST_PLUGIN_GOOD);
+    hold(DMM_TEST_PLUGIN_GOOD, 1);
+    DMM_OK_OR_FAIL(dmm_plugin_unload(p3)); /* p1 remains: not asked */
+    assert_int_equal(dmm_plugin_unload(p1), DMM_ERR_BUSY);
+    hold(DMM_TEST_PLUGIN_GOOD, 0);
+    DMM_OK_OR_FAIL(dmm_plugin_unload(p1));
+    assert_false(library_mapped(DMM_TEST_PLUGIN_GOOD));
+    driver_done(d);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_load_good),        cmocka_unit_test(test_load_refusals),
+        cmocka_unit_test(test_newer_minor),      cmocka_unit_test(test_mechanism),
+        cmocka_unit_test(test_virtual_backing),  cmocka_unit_test(test_pool_over_plugin),
+        cmocka_unit_test(test_inline_failure),   cmocka_unit_test(test_optional_absent),
+        cmocka_unit_test(test_silent_plugin),    cmocka_unit_test(test_table_refusals),
+        cmocka_unit_test(test_unload_busy),      cmocka_unit_test(test_load_twice),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
