@@ -283,7 +283,9 @@ static dmm_status read_tables(pmech *pm, const dmm_plugin_mechanism_ops *theirs,
     static const char op[] = "dmm_plugin_mechanism_create";
     const dmm_plugin *p = pm->plugin;
     size_t need = ops_size_for_minor(p->minor);
-    uint32_t announced = dmm__plugin_read(theirs, &pm->pops, sizeof pm->pops, need);
+    dmm_plugin_mechanism_ops ops; /* locals of their own, so that a sanitizer sees any read past them */
+    uint32_t announced = dmm__plugin_read(theirs, &ops, sizeof ops, need);
+    pm->pops = ops;
     if (announced < need)
         return dmm_error_set(DMM_ERR_SHORT_STRUCT,
                              "%s: plugin '%s' (%s), kind '%s': its dmm_plugin_mechanism_ops says struct_size %u, "
@@ -314,7 +316,9 @@ static dmm_status read_tables(pmech *pm, const dmm_plugin_mechanism_ops *theirs,
                                  "plugin did not declare DMM_CAP_VIRTUAL_BACKING in its info->capabilities",
                                  op, p->name, p->path, kind);
         size_t vneed = vb_size_for_minor(p->minor);
-        announced = dmm__plugin_read(o->virtual_backing, &pm->pvb, sizeof pm->pvb, vneed);
+        dmm_plugin_virtual_backing_ops vb;
+        announced = dmm__plugin_read(o->virtual_backing, &vb, sizeof vb, vneed);
+        pm->pvb = vb;
         if (announced < vneed)
             return dmm_error_set(DMM_ERR_SHORT_STRUCT,
                                  "%s: plugin '%s' (%s), kind '%s': its dmm_plugin_virtual_backing_ops says struct_size "

@@ -76,6 +76,7 @@ typedef struct rec {
 typedef struct mock {
     dmm_driver *driver;
     uint64_t limit;      /* fail_above_bytes */
+    uint32_t flags;      /* MOCK_FLAG_* */
     size_t gran;         /* the driver's granularity (0: no VMM) */
     pthread_mutex_t lock;
     rec *recs;
@@ -231,6 +232,7 @@ static void mock_release(void *impl, const dmm_plugin_allocation *a, dmm_plugin_
     owned_allocations--;
     pthread_mutex_unlock(&m->lock);
     fill_outcome(out, DMM_RELEASE_COMPLETE, a->bytes, unmapped, 0, DMM_OK);
+    if (m->flags & MOCK_FLAG_CONTRADICT) FAIL(st, DMM_ERR_DRIVER, MOCK_SNAG_TEXT);
     ok(st);
 }
 
@@ -576,6 +578,7 @@ DMM_PLUGIN_EXPORT void dmm_plugin_create(const dmm_plugin_create_args *args, voi
     if (m == NULL) FAIL(st, DMM_ERR_OUT_OF_MEMORY, "mock: no memory");
     m->driver = a.driver;
     m->limit = cfg.fail_above_bytes;
+    m->flags = cfg.flags;
     if (a.driver->ops->granularity != NULL) {
         size_t g = 0;
         if (a.driver->ops->granularity(a.driver, &g) == DMM_OK) m->gran = g;

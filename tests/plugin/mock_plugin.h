@@ -7,9 +7,14 @@
 
 typedef struct mock_config {
     uint32_t struct_size;      /* sizeof(mock_config) */
-    uint32_t reserved;
+    uint32_t flags;            /* MOCK_FLAG_* */
     uint64_t fail_above_bytes; /* allocations above this fail with an inline message; 0 = no limit */
 } mock_config;
+
+/* release frees the memory and reports COMPLETE, yet fails its status with MOCK_SNAG_TEXT: a
+ * contradiction the host must not read as a clean COMPLETE. */
+#define MOCK_FLAG_CONTRADICT 1u
+#define MOCK_SNAG_TEXT "mock hit a snag after freeing"
 
 /* The sentence fragment a refused allocation's message carries. */
 #define MOCK_REFUSAL_TEXT "mock refuses allocations above its configured limit"

@@ -285,6 +285,15 @@ static void test_inline_failure(void **state) {
     dmm_test_error_mentions("no mechanism of kind 'other'", NULL);
     assert_int_equal(dmm_plugin_live_mechanisms(p), 1);
     DMM_OK_OR_FAIL(dmm_mechanism_destroy(m));
+    /* A release that says COMPLETE but fails its status: read as QUARANTINED with the message. */
+    mock_config contra = {sizeof contra, MOCK_FLAG_CONTRADICT, 0};
+    DMM_OK_OR_FAIL(dmm_plugin_mechanism_create(p, "mock", d, &contra, &m));
+    DMM_OK_OR_FAIL(dmm_mechanism_allocate(m, 4 * KiB, 0, &a));
+    dmm_release_outcome o = dmm_mechanism_release(m, &a);
+    assert_int_equal(o.state, DMM_RELEASE_QUARANTINED);
+    assert_int_equal(o.failure, DMM_ERR_DRIVER);
+    dmm_test_error_mentions("dmm_mechanism_release", "plugin 'mock'", MOCK_SNAG_TEXT, NULL);
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(m));
     DMM_OK_OR_FAIL(dmm_plugin_unload(p));
     driver_done(d);
 }
