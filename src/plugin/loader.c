@@ -148,7 +148,9 @@ static dmm_status negotiate(dmm_plugin *p, dmm_plugin_negotiate_fn *fn) {
                              "%s: plugin file '%s': its dmm_plugin_info says struct_size %u, below the %zu bytes "
                              "that plugin ABI %u.%u defines; set .struct_size = sizeof(dmm_plugin_info)",
                              op, path, announced, need, DMM_PLUGIN_ABI_MAJOR, minor);
-    dmm__plugin_read(theirs, &p->info, sizeof p->info, need);
+    dmm_plugin_info info; /* a local of its own, so that a sanitizer sees any read past it */
+    dmm__plugin_read(theirs, &info, sizeof info, need);
+    p->info = info;
     p->minor = minor;
     const char *missing = p->info.name == NULL      ? "name"
                           : p->info.version == NULL ? "version"
