@@ -15,6 +15,8 @@
 #include "testkit.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -254,7 +256,97 @@ static void test_pool_over_plugin(void **state) {
     uint64_t released = 0;
     DMM_OK_OR_FAIL(dmm_pool_trim(pool, 0, &released));
     assert_true(released > 0);
+    DMM_OK_OR_FAIL(dmm_pool_empty_cache(pool, &released)); /* no arena cache to drain: still fine */
     DMM_OK_OR_FAIL(dmm_pool_destroy(pool));
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(m));
+    DMM_OK_OR_FAIL(dmm_plugin_unload(p));
+    driver_done(d);
+}
+
+/* A provider takes the plugin's mechanism like any other. */
+static void test_provider_over_plugin(void **state) {
+    (void)state;
+    dmm_plugin *p = load(DMM_TEST_PLUGIN_GOOD);
+    dmm_driver *d = host_driver();
+    dmm_mechanism *m = NULL;
+    DMM_OK_OR_FAIL(dmm_plugin_mechanism_create(p, "mock", d, NULL, &m));
+    dmm_provider_config pc = {.size = sizeof pc, .name = "plugin-consumer", .mechanism = m};
+    dmm_provider *prov = NULL;
+    DMM_OK_OR_FAIL(dmm_provider_create(d, &pc, &prov));
+    assert_ptr_equal(dmm_provider_mechanism(prov), m);
+    dmm_allocation a, b;
+    DMM_OK_OR_FAIL(dmm_provider_allocate(prov, 8 * KiB, 0, &a));
+    dmm_range r = {0, GRAN};
+    DMM_OK_OR_FAIL(dmm_provider_allocate_committed(prov, 4 * GRAN, 0, &r, 1, &b));
+    memset(a.ptr, 1, a.bytes);
+    memset(b.ptr, 2, GRAN);
+    assert_int_equal(dmm_provider_release(prov, &a).state, DMM_RELEASE_COMPLETE);
+    assert_int_equal(dmm_provider_release(prov, &b).state, DMM_RELEASE_COMPLETE);
+    DMM_OK_OR_FAIL(dmm_provider_destroy(prov));
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(m)); /* the caller's, not the provider's */
+    DMM_OK_OR_FAIL(dmm_plugin_unload(p));
+    driver_done(d);
+}
+
+/* Threads allocate and release through one plugin mechanism (plain and virtual backing) while the
+ * main thread loads the same file again, makes and destroys mechanisms, and tries to unload: every
+ * unload of the busy load is refused, every other succeeds, nothing is left (run under ASan/TSan). */
+typedef struct churn {
+    dmm_mechanism *m;
+    unsigned seed;
+    _Atomic int *failures;
+} churn;
+
+static void *churn_thread(void *arg) {
+    churn *c = arg;
+    for (int i = 0; i < 300; i++) {
+        c->seed = c->seed * 1103515245u + 12345u;
+        size_t bytes = 512 + (c->seed >> 8) % (32 * KiB);
+        dmm_allocation a;
+        dmm_status s = (i % 3 == 0) ? dmm_mechanism_allocate_committed(c->m, 2 * GRAN, 0,
+                                                                       &(dmm_range){0, GRAN}, 1, &a)
+                                    : dmm_mechanism_allocate(c->m, bytes, 0, &a);
+        if (s != DMM_OK) {
+            (*c->failures)++;
+            continue;
+        }
+        memset(a.ptr, i & 0xff, i % 3 == 0 ? GRAN : bytes);
+        if (dmm_mechanism_release(c->m, &a).state != DMM_RELEASE_COMPLETE) (*c->failures)++;
+    }
+    return NULL;
+}
+
+static void test_threads(void **state) {
+    (void)state;
+    dmm_plugin *p = load(DMM_TEST_PLUGIN_GOOD);
+    dmm_driver *d = host_driver();
+    dmm_mechanism *m = NULL;
+    DMM_OK_OR_FAIL(dmm_plugin_mechanism_create(p, "mock", d, NULL, &m));
+    _Atomic int failures = 0;
+    enum { N = 4 };
+    pthread_t t[N];
+    churn c[N];
+    for (int i = 0; i < N; i++) {
+        c[i] = (churn){m, (unsigned)i + 1, &failures};
+        assert_int_equal(pthread_create(&t[i], NULL, churn_thread, &c[i]), 0);
+    }
+    for (int round = 0; round < 20; round++) {
+        dmm_plugin *p2 = load(DMM_TEST_PLUGIN_GOOD);
+        dmm_mechanism *m2 = NULL;
+        DMM_OK_OR_FAIL(dmm_plugin_mechanism_create(p2, "mock", d, NULL, &m2));
+        dmm_allocation a;
+        DMM_OK_OR_FAIL(dmm_mechanism_allocate(m2, 4 * KiB, 0, &a));
+        assert_int_equal(dmm_plugin_unload(p), DMM_ERR_BUSY);
+        assert_int_equal(dmm_plugin_unload(p2), DMM_ERR_BUSY);
+        assert_int_equal(dmm_mechanism_release(m2, &a).state, DMM_RELEASE_COMPLETE);
+        DMM_OK_OR_FAIL(dmm_mechanism_destroy(m2));
+        DMM_OK_OR_FAIL(dmm_plugin_unload(p2)); /* not the last load: p keeps the library */
+    }
+    for (int i = 0; i < N; i++) assert_int_equal(pthread_join(t[i], NULL), 0);
+    assert_int_equal(failures, 0);
+    dmm_stats st = {.size = sizeof st};
+    DMM_OK_OR_FAIL(dmm_mechanism_stats(m, &st));
+    assert_int_equal(st.allocations.current, 0);
     DMM_OK_OR_FAIL(dmm_mechanism_destroy(m));
     DMM_OK_OR_FAIL(dmm_plugin_unload(p));
     driver_done(d);
@@ -438,6 +530,7 @@ int main(void) {
         cmocka_unit_test(test_inline_failure),   cmocka_unit_test(test_optional_absent),
         cmocka_unit_test(test_silent_plugin),    cmocka_unit_test(test_table_refusals),
         cmocka_unit_test(test_unload_busy),      cmocka_unit_test(test_load_twice),
+        cmocka_unit_test(test_provider_over_plugin), cmocka_unit_test(test_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
