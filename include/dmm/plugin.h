@@ -39,7 +39,7 @@
  *
  * Threads. The host calls a mechanism's slots concurrently from several threads (the contract of
  * dmm/mechanism.h): a plugin's mechanisms must be thread-safe. The exports are called under the
- * host's plugin lock, one at a time per loaded plugin.
+ * host's process-wide plugin lock, one at a time: an export must not call dmm_plugin_* itself.
  *
  * Unload. dmm_plugin_unload() is refused (DMM_ERR_BUSY, nothing changed) while a mechanism made from
  * the plugin is alive, or, when this is the library's last load, while its dmm_plugin_can_unload()

@@ -19,11 +19,28 @@
  */
 #include <dlfcn.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "plugin/plugin_internal.h"
+
+/* The 1.0 layouts are frozen: a change to dmm/plugin.h that moves a field breaks the build here
+ * instead of every plugin built before it (LP64 numbers; a new minor only appends). */
+#if UINTPTR_MAX == UINT64_MAX
+_Static_assert(sizeof(dmm_plugin_status) == 264, "dmm_plugin_status 1.0 layout");
+_Static_assert(sizeof(dmm_plugin_host) == 24, "dmm_plugin_host 1.0 layout");
+_Static_assert(DMM_PLUGIN_INFO_SIZE_1_0 == 40 && offsetof(dmm_plugin_info, name) == 16, "dmm_plugin_info 1.0");
+_Static_assert(sizeof(dmm_plugin_allocation) == 40, "dmm_plugin_allocation 1.0 layout");
+_Static_assert(sizeof(dmm_plugin_release_outcome) == 40, "dmm_plugin_release_outcome 1.0 layout");
+_Static_assert(DMM_PLUGIN_MECHANISM_OPS_SIZE_1_0 == 64 && offsetof(dmm_plugin_mechanism_ops, allocate) == 16,
+               "dmm_plugin_mechanism_ops 1.0 layout");
+_Static_assert(DMM_PLUGIN_VIRTUAL_BACKING_SIZE_1_0 == 48, "dmm_plugin_virtual_backing_ops 1.0 layout");
+_Static_assert(DMM_PLUGIN_CREATE_ARGS_SIZE_1_0 == 32, "dmm_plugin_create_args 1.0 layout");
+#endif
+_Static_assert(offsetof(dmm_plugin_info, abi_major) == 8 && offsetof(dmm_plugin_host, abi_major) == 8,
+               "the negotiation header (struct_size, abi_minor, abi_major) is the same in every major");
 
 static dmm_lock plugin_lock = {PTHREAD_MUTEX_INITIALIZER};
 static dmm_plugin *loaded; /* every live load (plugin_lock) */
