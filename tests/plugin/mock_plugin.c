@@ -17,7 +17,8 @@
  *   MOCK_NULL_RELEASE   the mechanism table's release slot is NULL
  *   MOCK_NO_OPTIONAL    no stats slot and no virtual backing (both absent)
  *   MOCK_REFUSES        negotiation fails with an inline message
- *   MOCK_SILENT         an allocate of MOCK_SILENT_BYTES sets no status (and allocates nothing);
+ *   MOCK_SILENT         an allocate of MOCK_SILENT_BYTES sets no status (and allocates nothing), one
+ *                       of MOCK_SILENT_BYTES + 1 fails with code 99 (no dmm_status);
  *                       release frees but leaves its outcome unfilled
  */
 #include <pthread.h>
@@ -142,6 +143,7 @@ static void mock_allocate(void *impl, uint64_t bytes, uint64_t align, dmm_plugin
     mock *m = impl;
 #ifdef MOCK_SILENT
     if (bytes == MOCK_SILENT_BYTES) return; /* forgets the status: the host must read a failure */
+    if (bytes == MOCK_SILENT_BYTES + 1) FAIL(st, (dmm_status)99, "mock invents code 99"); /* no dmm_status */
 #endif
     if (m->limit != 0 && bytes > m->limit)
         FAIL(st, DMM_ERR_OUT_OF_MEMORY, MOCK_REFUSAL_TEXT " (%llu bytes asked, limit %llu)",

@@ -415,7 +415,8 @@ static void test_optional_absent(void **state) {
     driver_done(d);
 }
 
-/* A status left unset is a failure; an outcome left unfilled reads as QUARANTINED. */
+/* A status left unset, or with a code that is no dmm_status, is a failure (DMM_ERR_DRIVER); an
+ * outcome left unfilled reads as QUARANTINED. */
 static void test_silent_plugin(void **state) {
     (void)state;
     dmm_plugin *p = load(DMM_TEST_PLUGIN_SILENT);
@@ -425,6 +426,8 @@ static void test_silent_plugin(void **state) {
     dmm_allocation a;
     assert_int_equal(dmm_mechanism_allocate(m, MOCK_SILENT_BYTES, 0, &a), DMM_ERR_DRIVER);
     dmm_test_error_mentions("did not set its status", "plugin 'mock'", NULL);
+    assert_int_equal(dmm_mechanism_allocate(m, MOCK_SILENT_BYTES + 1, 0, &a), DMM_ERR_DRIVER);
+    dmm_test_error_mentions("code 99, which is no dmm_status", "mock invents code 99", NULL);
     DMM_OK_OR_FAIL(dmm_mechanism_allocate(m, 4 * KiB, 0, &a));
     dmm_release_outcome o = dmm_mechanism_release(m, &a);
     assert_int_equal(o.state, DMM_RELEASE_QUARANTINED);
