@@ -117,6 +117,8 @@ dmm_status dmm_mechanism_destroy(dmm_mechanism *m) {
         dmm_status s = m->ops->destroy(m->impl);
         if (s != DMM_OK) return s; /* the implementation said why; the mechanism stays usable */
     }
+    /* after a successful destroy neither m->ops nor m->impl is read again: an implementation may free
+     * the ops table with itself (the plugin wrapper does, src/plugin/plugin_mechanism.c) */
     free(m);
     return DMM_OK;
 }
