@@ -910,6 +910,9 @@ static dmm_status malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t requeste
     srcvec sv = {NULL, 0, 0};
     tgtvec tv = {NULL, 0};
     for (int attempt = 0; attempt < 16; attempt++) {
+        size_t fail_j = SIZE_MAX; /* the piece whose commit failed, at [fail_at, fail_at + fail_len) */
+        uintptr_t fail_at = 0;
+        uint64_t fail_len = 0;
         if (attempt == 0) heap_poll(p, h);
         dmm_lock_acquire(&h->lock);
         pblock *b = dmm__heap_bin_find(h, n);
@@ -988,6 +991,7 @@ static dmm_status malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t requeste
             }
         }
         pblock *rec = dmm__heap_block_new(h); /* for the fix-up's split: held privately */
+        pblock *rec2 = dmm__heap_block_new(h); /* and for cutting out a chunk the failed commit left poisoned */
         /* the retention limit: move whole free chunks rather than grow beyond it */
         uint64_t cap = live_peak_estimate(p);
         cap += cap / 1000 * p->retain_permille + (cap % 1000) * p->retain_permille / 1000;
@@ -1026,6 +1030,9 @@ static dmm_status malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t requeste
                 dmm_status s = commit_one(p, cur, sv.v[i].bytes);
                 if (s != DMM_OK) {
                     fail = s;
+                    fail_j = j;
+                    fail_at = cur;
+                    fail_len = sv.v[i].bytes;
                     snprintf(why, sizeof why, "%s", dmm_last_error());
                     break;
                 }
@@ -1036,6 +1043,9 @@ static dmm_status malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t requeste
                 dmm_status s = commit_one(p, cur, len);
                 if (s != DMM_OK) {
                     fail = s;
+                    fail_j = j;
+                    fail_at = cur;
+                    fail_len = len;
                     snprintf(why, sizeof why, "%s", dmm_last_error());
                     break;
                 }
@@ -1043,15 +1053,36 @@ static dmm_status malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t requeste
             }
             tv.v[j].done = cur - tv.v[j].b->addr;
         }
+        /* A commit whose undo failed (the arena's rollback leak) leaves its chunk mapped and poisoned in
+         * the arena: that chunk is never committed again, so it must not go back UNMAPPED (every later
+         * growth planned over it would fail), and it is mapped (it counts in committed, as a trimmed
+         * chunk whose unmap failed does). Asked outside every pool lock, like every mechanism call. */
+        bool poisoned = false;
+        if (fail_j != SIZE_MAX && p->can_alias) {
+            if (dmm_arena_is_quarantined(p->mech, (const void *)fail_at, (size_t)fail_len, &poisoned) != DMM_OK)
+                poisoned = false;
+            dmm_clear_error();
+        }
         /* fix-up: committed parts become FREE (merging with their neighbours), the rest UNMAPPED */
         dmm_lock_acquire(&h->lock);
         dmm__heap_block_put(h, rec); /* back to the spares: a split below takes it */
+        dmm__heap_block_put(h, rec2);
         for (size_t j = 0; j < nt; j++) {
             pblock *t = tv.v[j].b;
             uint64_t done = tv.v[j].done;
             if (done < t->size) {
                 pblock *rest = done > 0 ? dmm__heap_split(h, t, done) : t;
-                dmm__heap_make_unmapped(h, rest);
+                if (poisoned && j == fail_j && rest->addr == fail_at && rest->size >= fail_len) {
+                    pblock *after = rest->size > fail_len ? dmm__heap_split(h, rest, fail_len) : NULL;
+                    rest->kind = BK_POISONED; /* out of use forever; requested = 1: still mapped */
+                    rest->requested = 1;
+                    p->clen[qidx(p, fail_at)] = (uint32_t)(fail_len / p->chunk);
+                    h->committed += fail_len;
+                    committed_add(p, fail_len);
+                    add(&p->chunks_poisoned, 1);
+                    rest = after;
+                }
+                if (rest != NULL) dmm__heap_make_unmapped(h, rest);
             }
             if (done > 0) {
                 h->committed += done;
