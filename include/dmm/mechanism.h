@@ -1,7 +1,7 @@
 /* dmm/mechanism.h — a mechanism allocates and releases memory on one device.
  *
- * A mechanism is built from ONE implementation object and its ops table: `allocate`, `release`
- * and `device` are required; capabilities (virtual backing, shared mapping, deferred release) are
+ * A mechanism is built from ONE implementation object and its ops table: `name`, `allocate`,
+ * `release` and `device` are required; capabilities (virtual backing, shared mapping) are
  * optional sub-tables of the same table, acting on the same object. There is no constructor that
  * takes two implementation objects, so one object's allocator can never be paired with another
  * object's virtual backing, and there is no self-reported identity to forge.
@@ -116,7 +116,8 @@ typedef struct dmm_mechanism_ops {
     dmm_status (*destroy)(void *impl);
     const dmm_virtual_backing_ops *virtual_backing; /* NULL = absent */
     const dmm_shared_mapping_ops *shared_mapping;   /* NULL = absent; dmm/prefix.h defines it */
-    const void *deferred_release;                   /* reserved for the deferred-release issue: NULL */
+    const void *deferred_release;                   /* reserved (must be NULL): stream-ordered release is
+                                                     * the queue of dmm/deferred.h, over any mechanism */
 } dmm_mechanism_ops;
 
 /* Builds a mechanism from one implementation object. `ops` must outlive the mechanism; the
@@ -151,7 +152,7 @@ DMM_API dmm_status dmm_mechanism_mapped_bytes_for_ranges(dmm_mechanism *m, const
                                                          const dmm_range *ranges, size_t n, uint64_t *bytes);
 
 /* ---------------------------------------------------------------------------------------------- */
-/* Accounting: how a mechanism charges a budget (the governor wires itself in here later). Two axes:
+/* Accounting: how a mechanism charges a budget (dmm_governor_accounting makes one for a lease). Two axes:
  * OWNED (physical handles held) and MAPPED (bytes mapped into VA). A charge comes before the driver
  * call it pays for and may be refused (DMM_ERR_BUDGET, nothing changes); a refund comes only after
  * the driver call that frees the bytes has succeeded. */

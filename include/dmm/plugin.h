@@ -229,7 +229,8 @@ typedef struct dmm_plugin dmm_plugin;
  * sentence naming the file and the problem, the library closed again and nothing kept: a file that
  * cannot be opened (the loader's own text) or lacks an export (INVALID_ARGUMENT), a plugin that
  * refuses or fails negotiation (its code and message), another major (VERSION_MISMATCH), an info
- * shorter than its minor's minimum (SHORT_STRUCT), a NULL name, version or kinds (INVALID_ARGUMENT).
+ * shorter than its minor's minimum (SHORT_STRUCT), a NULL name, version or kinds, or no kind or more
+ * than 32 (INVALID_ARGUMENT).
  * Loading one file twice gives two independent handles over one library. */
 DMM_API dmm_status dmm_plugin_load(const char *path, dmm_plugin **out);
 
