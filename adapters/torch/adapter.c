@@ -197,16 +197,37 @@ dmm_status dmm__torch_destroy(tctx *c) {
                              "them (and let the streams finish) first; nothing changed",
                              (int)c->dev.index, (unsigned long long)live, (unsigned long long)queued);
     }
+    /* Tag and graph segments go first; one whose release FAILED (nothing changed) stays, and the
+     * destroy stops there with the context intact (and usable): call it again. */
     dmm__torch_tags_fini(c);
     (void)dmm__torch_graphs_trim_locked(c);
+    size_t kept = 0;
+    for (int i = 0; i < DMM_TORCH_MAX_TAGS; i++)
+        for (tseg *g = c->tags[i].segs; g != NULL; g = g->next) kept++;
+    for (gseg *g = c->graphs; g != NULL; g = g->next) kept++;
     pthread_mutex_unlock(&c->lock);
-    dmm_status s = dmm_pool_destroy(c->pool);
+    if (kept > 0)
+        return dmm_error_set(DMM_ERR_BUSY,
+                             "dmm torch: destroying device %d: %zu tag or graph segment(s) could not be released "
+                             "(the driver failed and nothing changed for them); the context is intact: call destroy "
+                             "again",
+                             (int)c->dev.index, kept);
+    /* From here each step is skipped once done: a destroy that fails later (the pool, or the arena giving
+     * back its address space) leaves a context that can only be destroyed again, and that call resumes. */
+    dmm_status s = c->pool != NULL ? dmm_pool_destroy(c->pool) : DMM_OK;
+    if (s != DMM_OK && s != DMM_ERR_QUARANTINED) return s; /* refused: the pool is intact */
+    c->pool = NULL; /* QUARANTINED: the pool is gone, the arena keeps what it could not give back */
+    s = c->q != NULL ? dmm_deferred_destroy(c->q) : DMM_OK;
     if (s != DMM_OK) return s;
-    c->pool = NULL;
-    s = dmm_deferred_destroy(c->q);
-    if (s != DMM_OK) return s;
+    c->q = NULL;
     s = dmm_mechanism_destroy(c->arena);
-    if (s != DMM_OK) return s;
+    if (s != DMM_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", dmm_last_error());
+        return dmm_error_set(s, "dmm torch: destroying device %d: its pool is gone but the arena could not be "
+                                "destroyed (%s); call destroy again (the only call this context still takes): %s",
+                             (int)c->dev.index, dmm_status_str(s), why);
+    }
     dmm_lease_release(c->gov, c->host_lease);
     dmm_lease_release(c->gov, c->lease);
     dmm_governor_holder_unregister(c->holder);

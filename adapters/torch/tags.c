@@ -582,13 +582,18 @@ void dmm__torch_decommit_done(void *user, const dmm_deferred_request *r, const d
 void dmm__torch_tags_fini(tctx *c) {
     for (int i = 0; i < DMM_TORCH_MAX_TAGS; i++) {
         ttag *t = &c->tags[i];
-        tseg *g = t->segs;
-        while (g != NULL) {
-            tseg *n = g->next;
-            dmm_mechanism_release(c->arena, &g->a);
+        tseg **pp = &t->segs;
+        while (*pp != NULL) {
+            tseg *g = *pp;
+            dmm_release_outcome o = dmm_mechanism_release(c->arena, &g->a);
+            if (dmm_release_state_of(&o) == DMM_RELEASE_FAILED) { /* nothing changed: it stays the tag's */
+                pp = &g->next;
+                continue;
+            }
+            *pp = g->next;
             dmm__torch_tseg_free(c, g);
-            g = n;
         }
+        if (t->segs != NULL) continue; /* destroy reports it and may be called again */
         if (t->ev != NULL) c->drv->ops->event_destroy(c->drv, t->ev);
         memset(t, 0, sizeof *t);
     }
