@@ -111,13 +111,36 @@ static uint64_t step_for(const tctx *c, uint64_t committed) {
     return (st + c->granule - 1) / c->granule * c->granule;
 }
 
-/* Backs [0, end) of the segment; a failure changes nothing. */
-static dmm_status grow_commit(tctx *c, tseg *g, uint64_t end) {
-    if (end <= g->committed) return DMM_OK;
+/* Where a growth of the segment to back [0, end) commits up to (end > committed). */
+static uint64_t grow_target(const tctx *c, const tseg *g, uint64_t end) {
     uint64_t target = (end + c->granule - 1) / c->granule * c->granule;
     uint64_t stepped = g->committed + step_for(c, g->committed);
     if (stepped > target) target = stepped;
     if (target > g->a.bytes) target = g->a.bytes;
+    return target;
+}
+
+/* Whether growing the segment to back [0, end) would commit over a chunk the arena keeps POISONED: a
+ * growth whose commit failed and whose undo failed too (the arena's rollback leak) leaves its chunk
+ * mapped there, and the arena refuses every later commit over it (DMM_ERR_QUARANTINED). Such a growth
+ * is never tried again: the block goes to another segment, or a fresh one (the segment keeps serving
+ * from its committed prefix, and goes back at empty_cache once empty). Asked only when a malloc needs
+ * growth, over the range that growth would commit (at most one step or the request). */
+static bool growth_poisoned(tctx *c, const tseg *g, uint64_t end) {
+    if (end <= g->committed) return false;
+    uint64_t target = grow_target(c, g, end);
+    bool q = false;
+    if (dmm_arena_is_quarantined(c->arena, (const char *)g->a.ptr + g->committed, (size_t)(target - g->committed), &q) !=
+        DMM_OK)
+        q = false; /* (cannot fail for our own arena) the commit would say why */
+    dmm_clear_error();
+    return q;
+}
+
+/* Backs [0, end) of the segment; a failure changes nothing (but a failed undo: growth_poisoned). */
+static dmm_status grow_commit(tctx *c, tseg *g, uint64_t end) {
+    if (end <= g->committed) return DMM_OK;
+    uint64_t target = grow_target(c, g, end);
     dmm_range r = {(size_t)g->committed, (size_t)(target - g->committed)};
     uint64_t newly = 0;
     dmm_status s = dmm_mechanism_commit(c->arena, &g->a, r, &newly);
@@ -151,8 +174,11 @@ dmm_status dmm__torch_tag_malloc(tctx *c, int tag, size_t bytes, void **out) {
     uint64_t off = 0;
     for (tseg *x = t->segs; x != NULL; x = x->next) {
         if (dmm__sa_alloc(&x->sa, len, bytes, &off)) {
-            g = x;
-            break;
+            if (!growth_poisoned(c, x, off + len)) {
+                g = x;
+                break;
+            }
+            dmm__sa_free(&x->sa, off, NULL, NULL); /* its growth would fail forever: the next segment */
         }
         tail = &x->next;
     }

@@ -569,6 +569,73 @@ static void budget_refuses_and_recovers(void **state) {
     fx_close(f);
 }
 
+/* A tag segment's growth whose commit fails and whose undo fails too (set-access, then the undo's
+ * unmap) leaves that chunk mapped and POISONED in the arena, which refuses every later commit over it
+ * (DMM_ERR_QUARANTINED). Before the fix the segment planned every later growth at the same offset, so
+ * every tag malloc that needed growth failed forever. Twice: in a fresh segment (nothing live in it)
+ * and in a segment with a live block (blocks that fit its committed prefix still go there). Later
+ * mallocs succeed and land on no poisoned VA, the poisoned segment goes back at empty_cache once
+ * empty, and everything tears down to zero. */
+static void a_leaked_tag_growth_is_not_retried(void **state) {
+    (void)state;
+    fx *f = fx_open(0);
+    const char *tname[2] = {"leak-fresh", "leak-live"};
+    for (int live = 0; live < 2; live++) {
+        DMM_OK_OR_FAIL(dmm__torch_tag_begin(tname[live]));
+        void *w = NULL;
+        if (live) {
+            w = xmalloc(f, 1 * MIB, f->s1); /* commits [0, 2 MiB) of the segment */
+            fill(w, 1 * MIB, 9);
+        }
+        ttag *t = &f->c->tags[dmm__torch_tag_find(tname[live])];
+        DMM_OK_OR_FAIL(dmm_fault_plan(f->drv, DMM_OP_SET_ACCESS, 1, 1, DMM_ERR_DRIVER));
+        DMM_OK_OR_FAIL(dmm_fault_plan(f->drv, DMM_OP_UNMAP, 1, 1, DMM_ERR_DRIVER));
+        void *p = NULL;
+        assert_int_equal(dmm__torch_malloc(f->c, 3 * MIB, f->s1, &p), DMM_ERR_DRIVER);
+        dmm_test_error_mentions(tname[live], "could not fully undo", NULL);
+        assert_null(p);
+        DMM_OK_OR_FAIL(dmm_fault_clear(f->drv));
+        dmm_stats as;
+        memset(&as, 0, sizeof as);
+        as.size = sizeof as;
+        DMM_OK_OR_FAIL(dmm_mechanism_stats(f->c->arena, &as));
+        assert_int_equal(as.rollback_leaks, (uint64_t)live + 1);
+        assert_int_equal(as.poisoned_chunks, (uint64_t)live + 1);
+        DMM_OK_OR_FAIL(dmm_arena_check(f->c->arena));
+        tseg *first = t->segs;
+        assert_non_null(first);
+        /* every later growth works, and none is over the poisoned chunk */
+        void *q[4];
+        for (int i = 0; i < 4; i++) {
+            q[i] = xmalloc(f, 3 * MIB, f->s1);
+            bool bad = true;
+            DMM_OK_OR_FAIL(dmm_arena_is_quarantined(f->c->arena, q[i], 3 * MIB, &bad));
+            assert_false(bad);
+            fill(q[i], 3 * MIB, (unsigned)i + 20);
+        }
+        void *small = NULL;
+        if (live) { /* a block that fits the first segment's committed prefix still goes there */
+            small = xmalloc(f, 100 * KIB, f->s1);
+            assert_true((char *)small >= (char *)first->a.ptr &&
+                        (char *)small + 100 * KIB <= (char *)first->a.ptr + first->committed);
+            assert_true(same(w, 1 * MIB, 9));
+        }
+        DMM_OK_OR_FAIL(dmm__torch_tag_end());
+        for (int i = 0; i < 4; i++) assert_true(same(q[i], 3 * MIB, (unsigned)i + 20));
+        assert_int_equal(census(f).mapped_bytes, ld(&f->c->mapped.cur));
+        for (int i = 0; i < 4; i++) xfree(f, q[i], 3 * MIB, f->s1);
+        if (live) {
+            xfree(f, small, 100 * KIB, f->s1);
+            xfree(f, w, 1 * MIB, f->s1);
+        }
+        /* the segments, the poisoned one too, go back once empty */
+        DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, NULL));
+        assert_null(t->segs);
+        DMM_OK_OR_FAIL(dmm_arena_check(f->c->arena));
+    }
+    fx_close(f);
+}
+
 static void empty_cache_trims(void **state) {
     (void)state;
     fx *f = fx_open(0);
@@ -665,6 +732,7 @@ int main(void) {
         cmocka_unit_test(discard),
         cmocka_unit_test(capture_uses_reserved_memory_only),
         cmocka_unit_test(budget_refuses_and_recovers),
+        cmocka_unit_test(a_leaked_tag_growth_is_not_retried),
         cmocka_unit_test(empty_cache_trims),
         cmocka_unit_test(tag_scopes),
         cmocka_unit_test(tag_names_are_escaped_in_json),
