@@ -39,6 +39,34 @@
  * first, so other threads on that stream keep allocating from what is mapped. Event records and
  * queries also run outside the heap lock. Lock order: heap → pool (regions, events); the mechanism
  * and the driver are called with no pool lock held.
+ *
+ * Device loss (DESIGN §4.10). Once a driver call reports a sticky context error
+ * (DMM_ERR_DEVICE_LOST) — one the pool made itself (events), one the mechanism made for it, or, over
+ * an arena, one the arena made for another of its users (the pool asks the arena at the entry of
+ * malloc's slow path, trim, empty_cache and destroy) — the pool is lost for good and makes no driver
+ * call from then on, directly or through the mechanism: events are neither recorded, queried nor
+ * destroyed (the context took them). A loss the pool saw itself is the arena's too: the arena then
+ * stops calling the driver as well, and accepts dmm_arena_confirm_context_terminated. From then on:
+ *  - dmm_pool_malloc, dmm_pool_trim and dmm_pool_empty_cache return DMM_ERR_DEVICE_LOST with a
+ *    sentence naming the call that first saw the loss, and hand out nothing. malloc refuses also when
+ *    a mapped free block would fit: serving it would cost no driver call, but the memory behind it
+ *    is gone, and a pointer handed out now only fails later, in a kernel; one answer for every
+ *    malloc is what a caller can act on. (A malloc racing with the thread that discovers the loss
+ *    may still be served from mapped memory.) A call the loss cuts short leaves the bookkeeping as
+ *    a driver failure would (trim counts in *released what it freed before);
+ *  - dmm_pool_free is ACCEPTED (DMM_OK) on any stream, as bookkeeping only (no event is recorded):
+ *    a framework or serving engine tearing down its tensors after its GPU fell off the bus must not
+ *    get an error from every free. The free that itself discovers the loss (its event record reports
+ *    it) is accepted too. A pointer that is not a live block is still DMM_ERR_UNKNOWN_ALLOCATION;
+ *  - dmm_pool_block_size, the stats and dmm_pool_check keep answering (they make no driver call);
+ *  - dmm_pool_destroy, until the caller confirmed the context terminated: DMM_ERR_DEVICE_LOST, nothing
+ *    changed. After dmm_arena_confirm_context_terminated on the arena (which discharged the pool's VA
+ *    and chunks): DMM_OK without any driver call; blocks still live or waiting for an event are
+ *    forgotten (their memory went with the context; a warning is logged), and the pool's host memory
+ *    is freed. The arena's own destroy then succeeds too. Over a mechanism that is not an arena,
+ *    destroy asks the mechanism to release the VA (once per call) and goes when that does not fail.
+ * Teardown after a loss: free what you can, tear the context down, dmm_arena_confirm_context_terminated,
+ * dmm_pool_destroy, dmm_mechanism_destroy, dmm_driver_destroy.
  */
 #ifndef DMM_POOL_H
 #define DMM_POOL_H
@@ -91,16 +119,20 @@ DMM_API dmm_status dmm_pool_create(dmm_mechanism *mech, dmm_driver *driver, cons
 
 /* Refused with DMM_ERR_BUSY (nothing changed) while blocks are live, or while a block freed on another
  * stream, or the last free of some stream, waits for its event: synchronize the streams and retry.
- * Otherwise gives every chunk and the VA back to the mechanism and frees the pool. */
+ * Otherwise gives every chunk and the VA back to the mechanism and frees the pool.
+ * After a device loss (see "Device loss" above): DMM_ERR_DEVICE_LOST (nothing changed) until the
+ * context was confirmed terminated on the arena, then DMM_OK without a driver call, live blocks
+ * or not. */
 DMM_API dmm_status dmm_pool_destroy(dmm_pool *pool);
 
 /* A block of at least `bytes` (rounded up to block_align), aligned to block_align, usable by work
- * ordered on `stream` (NULL = the default stream). */
+ * ordered on `stream` (NULL = the default stream). DMM_ERR_DEVICE_LOST once the device is lost, also
+ * for a size a mapped free block would fit. */
 DMM_API dmm_status dmm_pool_malloc(dmm_pool *pool, size_t bytes, dmm_stream stream, void **ptr);
 
 /* Frees a block; `stream` is the stream whose queued work may still use it (the one it was allocated
  * on, or another). DMM_ERR_UNKNOWN_ALLOCATION (nothing changed) for a pointer that is not a live block
- * of this pool. */
+ * of this pool. After a device loss: accepted (DMM_OK), bookkeeping only, on any stream. */
 DMM_API dmm_status dmm_pool_free(dmm_pool *pool, void *ptr, dmm_stream stream);
 
 /* The block's usable bytes (its rounded size). */
@@ -111,7 +143,8 @@ DMM_API dmm_status dmm_pool_block_size(dmm_pool *pool, const void *ptr, size_t *
  * call. Chunks whose event is still pending stay mapped: the call does not wait; trim again later.
  * Like every poll, it also unmaps the old places of aliased chunks whose fence has completed (that
  * frees no physical memory and is not counted in *released).
- * DMM_OK also when the target could not be reached (compare released with what you asked). */
+ * DMM_OK also when the target could not be reached (compare released with what you asked).
+ * DMM_ERR_DEVICE_LOST after a device loss (so is dmm_pool_empty_cache). */
 DMM_API dmm_status dmm_pool_trim(dmm_pool *pool, uint64_t target_bytes, uint64_t *released);
 
 /* trim(0), then gives the VA of streams that hold nothing back to the pool, and the mechanism's

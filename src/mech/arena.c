@@ -47,6 +47,7 @@
 #include <string.h>
 
 #include "mech/arena_internal.h"
+#include "mech/arena_loss.h"
 
 #define ARENA_DEFAULT_RESERVE ((uint64_t)64 << 30)
 #define ARENA_DEFAULT_CHUNK_LIMIT ((uint64_t)1 << 30)
@@ -1057,6 +1058,20 @@ dmm_status dmm_arena_drain_cache(dmm_mechanism *m) {
     else s = DMM_ERR_OUT_OF_MEMORY;
     dmm_lock_release(&a->lock);
     return s;
+}
+
+/* The pool's view of a loss (mech/arena_loss.h): a loss the pool saw through its own driver call is
+ * the arena's too, since both call one driver. */
+dmm_status dmm__arena_device_loss(dmm_mechanism *m, bool mark, bool *lost, bool *confirmed) {
+    dmm_arena *a = NULL;
+    dmm_status s = arena_of(m, "arena device-loss query", &a);
+    if (s != DMM_OK) return s;
+    dmm_lock_acquire(&a->lock);
+    if (mark) a->lost = true;
+    if (lost != NULL) *lost = a->lost;
+    if (confirmed != NULL) *confirmed = a->confirmed;
+    dmm_lock_release(&a->lock);
+    return DMM_OK;
 }
 
 dmm_status dmm_arena_confirm_context_terminated(dmm_mechanism *m) {

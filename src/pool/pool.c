@@ -44,6 +44,16 @@
  * from a FREE block with seq ≤ safe_seq of its heap (its last free is behind a completed fence), or
  * is an ALIASED old place whose seq ≤ safe_seq; an aliased chunk came from a FREE block of the heap
  * whose growth it joined; p.aliased_bytes = Σ ALIASED sizes.
+ *
+ * Device loss (pool.h, "Device loss"). p.lost goes from 0 to 1 once, when a call of the pool reports
+ * DMM_ERR_DEVICE_LOST: one of its own driver calls (events), a mechanism call made for it, or, over an
+ * arena, the arena's state asked before a slow path. From then on every path that would reach the
+ * driver stops at a check of p.lost (heap_poll, heap_fence, heap_reap_aliased, decommit_one,
+ * commit_one, alias_one, event_put, free_cross, and the entry of malloc's slow path, trim, empty_cache
+ * and destroy), so the pool makes no driver call, directly or through the mechanism. The bookkeeping
+ * stays exact (a free after the loss is a bookkeeping free); destroy waits for the caller's
+ * confirmation on the arena and then frees the host memory without a driver call. A loss the pool
+ * saw itself is passed to the arena (it stops calling the driver too, and accepts the confirmation).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -52,6 +62,7 @@
 
 #include "dmm/arena.h"
 #include "core/json.h"
+#include "mech/arena_loss.h"
 #include "pool/pool_internal.h"
 
 #define GIB ((uint64_t)1 << 30)
@@ -91,6 +102,60 @@ static void committed_add(dmm_pool *p, uint64_t v) {
     max_into(&p->committed_peak, now);
 }
 
+/* ---- device loss ---- */
+static inline bool pool_lost(const dmm_pool *p) { return dmm_atomic_load_acquire(&p->lost) != 0; }
+
+/* Records that `what` (a call the pool made, or the mechanism made for it) reported DMM_ERR_DEVICE_LOST
+ * (the thread's last error is its sentence, and stays): from now on the pool makes no driver call.
+ * Over an arena the loss is the arena's too. Call it with no pool lock held (it takes p->lock, then
+ * the arena's). */
+static void pool_note_lost(dmm_pool *p, const char *what) {
+    char why[sizeof p->lost_why];
+    snprintf(why, sizeof why, "%s: %s", what, dmm_last_error());
+    bool first = false;
+    dmm_lock_acquire(&p->lock);
+    if (!pool_lost(p)) {
+        memcpy(p->lost_why, why, sizeof why);
+        dmm_atomic_store_release(&p->lost, 1);
+        first = true;
+    }
+    dmm_lock_release(&p->lock);
+    if (p->is_arena && dmm__arena_device_loss(p->mech, true, NULL, NULL) != DMM_OK) dmm_clear_error();
+    if (first)
+        dmm__log(DMM_LOG_WARN, "pool %p: the device was lost (%s); the pool makes no more driver calls, and frees only "
+                               "its bookkeeping",
+                 (void *)p, why);
+}
+
+/* Whether the device is lost: the pool knows it, or (over an arena) the arena saw it, e.g. through
+ * another of its users. Asked at the entry of the slow paths, so that no driver call follows a loss
+ * someone else saw. No driver call; takes the arena's lock (call it with no pool lock held). */
+static bool pool_check_lost(dmm_pool *p) {
+    if (pool_lost(p)) return true;
+    if (!p->is_arena) return false;
+    bool lost = false;
+    if (dmm__arena_device_loss(p->mech, false, &lost, NULL) != DMM_OK) {
+        dmm_clear_error();
+        return false;
+    }
+    if (lost) {
+        dmm_error_set(DMM_ERR_DEVICE_LOST, "the arena under the pool lost its device (a driver call it made reported a "
+                                           "sticky context error)");
+        pool_note_lost(p, "the pool's arena");
+    }
+    return lost;
+}
+
+/* The refusal of `op` once the device is lost: what to do about it. */
+static dmm_status pool_lost_error(dmm_pool *p, const char *op) {
+    return dmm_error_set(DMM_ERR_DEVICE_LOST,
+                         "%s: refused without a driver call: the pool's device was lost (first seen at %s); its memory "
+                         "is gone and the pool serves nothing more. Free what is live if you can (frees are accepted, "
+                         "bookkeeping only), tear the context down, call dmm_arena_confirm_context_terminated() on the "
+                         "arena, then dmm_pool_destroy()",
+                         op, p->lost_why);
+}
+
 /* ---- create / destroy ---- */
 dmm_status dmm_pool_create(dmm_mechanism *mech, dmm_driver *drv, const dmm_pool_config *cfg, dmm_pool **out) {
     if (out == NULL || mech == NULL || drv == NULL)
@@ -113,6 +178,13 @@ dmm_status dmm_pool_create(dmm_mechanism *mech, dmm_driver *drv, const dmm_pool_
                                  cfg->size, sizeof(dmm_pool_config));
         memcpy(&c, cfg, cfg->size < sizeof c ? cfg->size : sizeof c);
     }
+    bool arena_lost = false, is_arena = dmm__arena_device_loss(mech, false, &arena_lost, NULL) == DMM_OK;
+    dmm_clear_error();
+    if (arena_lost)
+        return dmm_error_set(DMM_ERR_DEVICE_LOST,
+                             "dmm_pool_create: the arena lost its device (a driver call reported a sticky context "
+                             "error); no pool can be made on it: tear the context down, confirm with "
+                             "dmm_arena_confirm_context_terminated() and make a new arena on a working device");
     if (drv->ops == NULL || drv->ops->granularity == NULL || drv->ops->event_create == NULL ||
         drv->ops->event_record == NULL || drv->ops->event_query == NULL || drv->ops->event_destroy == NULL)
         return dmm_error_set(DMM_ERR_UNSUPPORTED,
@@ -173,6 +245,7 @@ dmm_status dmm_pool_create(dmm_mechanism *mech, dmm_driver *drv, const dmm_pool_
     p->align_shift = (unsigned)__builtin_ctzll(align);
     p->retain_permille = c.retain_permille ? c.retain_permille : 20;
     p->can_alias = !c.no_alias && dmm_arena_reservation(mech, NULL, NULL) == DMM_OK; /* an arena can alias */
+    p->is_arena = is_arena;
     dmm_clear_error();
     p->uid = atomic_fetch_add_explicit(&pool_uids, 1, memory_order_relaxed);
     p->owner = calloc(p->nregions, sizeof *p->owner);
@@ -261,7 +334,7 @@ static void event_put(dmm_pool *p, dmm_event ev) {
         dmm_event *nv = realloc(p->events, nc * sizeof *nv);
         if (nv == NULL) {
             dmm_lock_release(&p->lock);
-            p->drv->ops->event_destroy(p->drv, ev);
+            if (!pool_lost(p)) p->drv->ops->event_destroy(p->drv, ev); /* once lost, the context took it */
             return;
         }
         p->events = nv;
@@ -279,6 +352,7 @@ static void heap_reap_aliased(dmm_pool *p, pheap *h);
  * old places of aliased chunks that a completed fence covers. Driver calls run outside the heap
  * lock: the pending list (and the old places) are taken out while they run. Never waits. */
 static void heap_poll(dmm_pool *p, pheap *h) {
+    if (pool_lost(p)) return; /* nothing completes any more, and nothing is asked */
     /* 1: cross-stream frees whose event completed become free blocks */
     dmm_lock_acquire(&h->lock);
     pblock *list = h->pending;
@@ -287,9 +361,10 @@ static void heap_poll(dmm_pool *p, pheap *h) {
     dmm_lock_release(&h->lock);
     if (list != NULL) {
         for (pblock *b = list; b != NULL; b = b->lnext) {
-            dmm_status q = p->drv->ops->event_query(p->drv, b->ev);
+            dmm_status q = pool_lost(p) ? DMM_ERR_DEVICE_LOST : p->drv->ops->event_query(p->drv, b->ev);
             b->requested = q == DMM_OK; /* a PENDING block's `requested` is free to hold the answer */
-            if (q != DMM_OK) add(&p->events_pending, 1);
+            if (q == DMM_ERR_DEVICE_LOST && !pool_lost(p)) pool_note_lost(p, "pool: the query of a cross-stream free's event");
+            else if (q != DMM_OK) add(&p->events_pending, 1);
         }
         dmm_clear_error();
         /* Completed events go back to the free list before the heap lock is taken: event_put may
@@ -326,7 +401,7 @@ static void heap_poll(dmm_pool *p, pheap *h) {
  * recorded fence found complete is followed at once by the next (when frees happened since), so
  * that every poll moves safe_seq on, not every second one. */
 static void heap_fence(dmm_pool *p, pheap *h) {
-    for (int round = 0; round < 2; round++) {
+    for (int round = 0; round < 2 && !pool_lost(p); round++) {
         enum { NONE, RECORD, QUERY } action = NONE;
         uint64_t s = 0;
         dmm_lock_acquire(&h->lock);
@@ -350,11 +425,14 @@ static void heap_fence(dmm_pool *p, pheap *h) {
             if (rs == DMM_OK) {
                 recorded = true;
                 add(&p->events_recorded, 1);
+            } else if (rs == DMM_ERR_DEVICE_LOST) {
+                pool_note_lost(p, "pool: recording a stream's fence");
             }
         }
-        if (recorded) {
+        if (recorded && !pool_lost(p)) {
             fq = p->drv->ops->event_query(p->drv, h->fence);
-            if (fq != DMM_OK) add(&p->events_pending, 1);
+            if (fq == DMM_ERR_DEVICE_LOST) pool_note_lost(p, "pool: the query of a stream's fence");
+            else if (fq != DMM_OK) add(&p->events_pending, 1);
         }
         dmm_clear_error();
         dmm_lock_acquire(&h->lock);
@@ -776,11 +854,18 @@ static inline bool source_gone(const source *s) {
     return dmm_release_state_of(&s->o) == DMM_RELEASE_COMPLETE && s->o.unmapped_bytes == s->bytes;
 }
 
-/* Decommits one source chunk (no heap lock held). */
+/* Decommits one source chunk (no heap lock held). Once the device is lost: FAILED with
+ * DMM_ERR_DEVICE_LOST, without a call. */
 static void decommit_one(dmm_pool *p, source *s) {
     dmm_range r = {(size_t)(s->b->addr - p->base), (size_t)s->bytes};
     s->tried = true;
+    if (pool_lost(p)) {
+        s->o = (dmm_release_outcome){DMM_RELEASE_FAILED, s->bytes, 0, 0,
+                                     pool_lost_error(p, "pool: decommitting a free chunk")};
+        return;
+    }
     s->o = dmm_mechanism_decommit(p->mech, &p->va, r);
+    if (s->o.failure == DMM_ERR_DEVICE_LOST) pool_note_lost(p, "pool: decommitting a free chunk");
     if (source_gone(s) || (dmm_release_state_of(&s->o) == DMM_RELEASE_QUARANTINED && s->o.unmapped_bytes == s->bytes)) {
         p->clen[qidx(p, s->b->addr)] = 0;
         sub(&p->committed, s->bytes);
@@ -840,6 +925,7 @@ static void sources_fixup(dmm_pool *p, srcvec *sv, size_t from) {
  * lives on where it was aliased to, and nothing queued on the stream can use the old place any more.
  * The VA comes back UNMAPPED; a decommit that failed leaves the block ALIASED, tried again next poll. */
 static void heap_reap_aliased(dmm_pool *p, pheap *h) {
+    if (pool_lost(p)) return;
     pblock *list = NULL;
     dmm_lock_acquire(&h->lock);
     for (pblock *b = h->aliased, *n; b != NULL; b = n) {
@@ -863,7 +949,7 @@ static void heap_reap_aliased(dmm_pool *p, pheap *h) {
         s.bytes = b->size;
         s.seq = b->seq;
         s.role = SRC_OLD;
-        decommit_one(p, &s);
+        decommit_one(p, &s); /* once lost: FAILED without a call, so the old place stays ALIASED */
         dmm_clear_error(); /* a failure is retried at the next poll; nobody asked for this call */
         dmm_lock_acquire(&h->lock);
         source_fixup(p, &s);
@@ -873,9 +959,11 @@ static void heap_reap_aliased(dmm_pool *p, pheap *h) {
 
 /* Commits one chunk of `bytes` at `addr` (no heap lock held). */
 static dmm_status commit_one(dmm_pool *p, uintptr_t addr, uint64_t bytes) {
+    if (pool_lost(p)) return pool_lost_error(p, "pool: committing a chunk");
     uint64_t newly = 0;
     dmm_range r = {(size_t)(addr - p->base), (size_t)bytes};
     dmm_status s = dmm_mechanism_commit(p->mech, &p->va, r, &newly);
+    if (s == DMM_ERR_DEVICE_LOST) pool_note_lost(p, "pool: committing a chunk");
     if (s != DMM_OK) return s;
     p->clen[qidx(p, addr)] = (uint32_t)(bytes / p->chunk);
     committed_add(p, bytes);
@@ -888,7 +976,9 @@ static dmm_status commit_one(dmm_pool *p, uintptr_t addr, uint64_t bytes) {
  * changes nothing (the caller commits new memory instead). */
 static dmm_status alias_one(dmm_pool *p, source *s, uintptr_t at) {
     dmm_range dst = {(size_t)(at - p->base), (size_t)s->bytes}, src = {(size_t)(s->b->addr - p->base), (size_t)s->bytes};
+    if (pool_lost(p)) return DMM_ERR_DEVICE_LOST; /* the commit that follows says why */
     dmm_status st = dmm_arena_alias(p->mech, &p->va, dst, src);
+    if (st == DMM_ERR_DEVICE_LOST) pool_note_lost(p, "pool: aliasing a chunk");
     if (st != DMM_OK) {
         dmm_clear_error();
         return st;
@@ -913,7 +1003,14 @@ static dmm_status malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t requeste
         size_t fail_j = SIZE_MAX; /* the piece whose commit failed, at [fail_at, fail_at + fail_len) */
         uintptr_t fail_at = 0;
         uint64_t fail_len = 0;
-        if (attempt == 0) heap_poll(p, h);
+        if (attempt == 0 && !pool_check_lost(p)) heap_poll(p, h);
+        if (pool_lost(p)) { /* before any call, or after a growth the loss cut short: nothing handed out */
+            free(sv.v);
+            free(tv.v);
+            char op[96];
+            snprintf(op, sizeof op, "dmm_pool_malloc of %zu bytes on stream %p", requested, h->stream);
+            return pool_lost_error(p, op);
+        }
         dmm_lock_acquire(&h->lock);
         pblock *b = dmm__heap_bin_find(h, n);
         if (b != NULL) {
@@ -1116,6 +1213,11 @@ dmm_status dmm_pool_malloc(dmm_pool *p, size_t bytes, dmm_stream stream, void **
                              "dmm_pool_malloc: %zu bytes is more than the pool's VA (%llu bytes); create the "
                              "pool with a larger va_bytes",
                              bytes, (unsigned long long)p->va_bytes);
+    if (dmm_atomic_load_acquire(&p->lost) != 0) { /* also when a mapped free block would fit: pool.h */
+        char op[96];
+        snprintf(op, sizeof op, "dmm_pool_malloc of %zu bytes on stream %p", bytes, stream);
+        return pool_lost_error(p, op);
+    }
     pheap *h = heap_for(p, stream);
     if (h == NULL) return dmm_last_status();
     dmm_lock_acquire(&h->lock);
@@ -1142,9 +1244,20 @@ static dmm_status free_cross(dmm_pool *p, pheap *h, pblock *b, dmm_stream stream
     dmm_status s = event_get(p, &ev);
     if (s == DMM_OK) {
         s = p->drv->ops->event_record(p->drv, ev, stream);
+        if (s == DMM_ERR_DEVICE_LOST) pool_note_lost(p, "pool free: recording the event of a cross-stream free");
         if (s != DMM_OK) event_put(p, ev);
+    } else if (s == DMM_ERR_DEVICE_LOST) {
+        pool_note_lost(p, "pool free: creating the event of a cross-stream free");
     }
     dmm_lock_acquire(&h->lock);
+    if (s != DMM_OK && pool_lost(p)) { /* the free that found the loss is accepted like every later one */
+        b->seq = ++h->free_seq;
+        dmm__heap_make_free(h, b);
+        h->frees++;
+        dmm_lock_release(&h->lock);
+        dmm_clear_error();
+        return DMM_OK;
+    }
     if (s != DMM_OK) {
         /* nothing changed: the block is live again */
         char why[512];
@@ -1184,7 +1297,8 @@ dmm_status dmm_pool_free(dmm_pool *p, void *ptr, dmm_stream stream) {
         pblock *b = dmm__heap_hash_remove(h, (uintptr_t)ptr);
         if (b != NULL) {
             uncount_live(h, b);
-            if (stream == h->stream) {
+            /* after a loss every free is this one: bookkeeping only, no event (pool.h) */
+            if (stream == h->stream || pool_lost(p)) {
                 b->seq = ++h->free_seq;
                 dmm__heap_make_free(h, b);
                 h->frees++;
@@ -1221,13 +1335,14 @@ dmm_status dmm_pool_block_size(dmm_pool *p, const void *ptr, size_t *bytes) {
 dmm_status dmm_pool_trim(dmm_pool *p, uint64_t target, uint64_t *released) {
     if (released != NULL) *released = 0;
     if (p == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_trim: the pool is NULL");
+    if (pool_check_lost(p)) return pool_lost_error(p, "dmm_pool_trim");
     add(&p->trims, 1);
     uint64_t freed = 0;
     dmm_status fail = DMM_OK;
     char why[512];
     uintptr_t where = 0;
     srcvec sv = {NULL, 0, 0};
-    for (pheap *h = heaps_head(p); h != NULL; h = heap_next(h)) {
+    for (pheap *h = heaps_head(p); h != NULL && !pool_lost(p); h = heap_next(h)) {
         heap_poll(p, h); /* also when there is nothing to trim: cross-stream frees become reusable */
         uint64_t committed = ld(&p->committed);
         if (committed <= target) continue;
@@ -1249,6 +1364,11 @@ dmm_status dmm_pool_trim(dmm_pool *p, uint64_t target, uint64_t *released) {
     }
     free(sv.v);
     if (released != NULL) *released = freed;
+    if (pool_lost(p)) { /* the loss cut the trim short: what was released before it is counted */
+        char op[128];
+        snprintf(op, sizeof op, "dmm_pool_trim (%llu bytes were released before the loss)", (unsigned long long)freed);
+        return pool_lost_error(p, op);
+    }
     if (fail != DMM_OK)
         return dmm_error_set(fail,
                              "dmm_pool_trim: decommitting the chunk at %p failed (the chunk stays in the pool: free "
@@ -1266,20 +1386,80 @@ dmm_status dmm_pool_empty_cache(dmm_pool *p, uint64_t *released) {
         heap_shed_empty_runs(p, h);
         dmm_lock_release(&h->lock);
     }
+    if (pool_check_lost(p)) return pool_lost_error(p, "dmm_pool_empty_cache");
     s = dmm_arena_drain_cache(p->mech);
     if (s == DMM_ERR_WRONG_MECHANISM) {
         dmm_clear_error();
         return DMM_OK;
     }
+    if (s == DMM_ERR_DEVICE_LOST) pool_note_lost(p, "dmm_pool_empty_cache: draining the arena's handle cache");
     return s;
 }
 
 /* ---- destroy ---- */
+/* Frees the pool's host memory; `driver`: also destroys its events (never once the device is lost:
+ * the context took them). */
+static void pool_free_all(dmm_pool *p, bool driver) {
+    pheap *h = heaps_head(p);
+    while (h != NULL) {
+        pheap *n = heap_next(h);
+        if (driver && h->fence != NULL) p->drv->ops->event_destroy(p->drv, h->fence);
+        dmm__heap_fini(h);
+        free(h);
+        h = n;
+    }
+    if (driver)
+        for (size_t i = 0; i < p->nevents; i++) p->drv->ops->event_destroy(p->drv, p->events[i]);
+    free(p->events);
+    free(p->owner);
+    free(p->clen);
+    dmm_lock_destroy(&p->lock);
+    free(p);
+}
+
+/* Destroy once the device is lost: the pool goes, without a driver call, once the mechanism has
+ * discharged its VA (over an arena: dmm_arena_confirm_context_terminated; over another mechanism:
+ * its release of the VA, asked once per call unless `released` already tried it this call). */
+static dmm_status destroy_lost(dmm_pool *p, bool released) {
+    bool gone = false;
+    char why[512] = "";
+    if (p->is_arena) {
+        if (dmm__arena_device_loss(p->mech, false, NULL, &gone) != DMM_OK) gone = false;
+    } else if (!released) {
+        dmm_release_outcome o = dmm_mechanism_release(p->mech, &p->va);
+        gone = dmm_release_state_of(&o) != DMM_RELEASE_FAILED;
+        if (!gone) snprintf(why, sizeof why, " (the mechanism: %s)", dmm_last_error());
+    }
+    if (!gone)
+        return dmm_error_set(DMM_ERR_DEVICE_LOST,
+                             "dmm_pool_destroy: the pool's device was lost (first seen at %s) and its memory is still "
+                             "the mechanism's%s; nothing changed: tear the context down, call "
+                             "dmm_arena_confirm_context_terminated() on the arena, then destroy the pool again",
+                             p->lost_why, why);
+    uint64_t live = 0, pend = 0;
+    for (pheap *h = heaps_head(p); h != NULL; h = heap_next(h)) {
+        dmm_lock_acquire(&h->lock);
+        live += h->live_blocks;
+        pend += h->npending;
+        dmm_lock_release(&h->lock);
+    }
+    if (live > 0 || pend > 0)
+        dmm__log(DMM_LOG_WARN,
+                 "dmm_pool_destroy after a confirmed device loss: %llu live block(s) and %llu cross-stream free(s) "
+                 "were forgotten (their memory went with the context)",
+                 (unsigned long long)live, (unsigned long long)pend);
+    pool_free_all(p, false);
+    dmm_clear_error();
+    return DMM_OK;
+}
+
 dmm_status dmm_pool_destroy(dmm_pool *p) {
     if (p == NULL) return DMM_OK;
+    if (pool_check_lost(p)) return destroy_lost(p, false);
     for (pheap *h = heaps_head(p); h != NULL; h = heap_next(h)) {
         heap_poll(p, h);
         heap_poll(p, h); /* a fence recorded by the first poll may be complete at once */
+        if (pool_lost(p)) return destroy_lost(p, false);
         dmm_lock_acquire(&h->lock);
         uint64_t live = h->live_blocks, pend = h->npending;
         bool fence = h->safe_seq < h->free_seq;
@@ -1298,6 +1478,10 @@ dmm_status dmm_pool_destroy(dmm_pool *p) {
     }
     dmm_release_outcome o = dmm_mechanism_release(p->mech, &p->va);
     dmm_release_state state = dmm_release_state_of(&o);
+    if (state == DMM_RELEASE_FAILED && o.failure == DMM_ERR_DEVICE_LOST) {
+        pool_note_lost(p, "dmm_pool_destroy: releasing the pool's VA and chunks");
+        return destroy_lost(p, true);
+    }
     if (state == DMM_RELEASE_FAILED)
         return dmm_error_set(o.failure != DMM_OK ? o.failure : DMM_ERR_DRIVER,
                              "dmm_pool_destroy: releasing the pool's VA and chunks failed and nothing changed; the "
@@ -1305,20 +1489,10 @@ dmm_status dmm_pool_destroy(dmm_pool *p) {
                              dmm_last_error());
     char why[512];
     snprintf(why, sizeof why, "%s", dmm_last_error());
-    pheap *h = heaps_head(p);
-    while (h != NULL) {
-        pheap *n = heap_next(h);
-        if (h->fence != NULL) p->drv->ops->event_destroy(p->drv, h->fence);
-        dmm__heap_fini(h);
-        free(h);
-        h = n;
-    }
-    for (size_t i = 0; i < p->nevents; i++) p->drv->ops->event_destroy(p->drv, p->events[i]);
-    free(p->events);
-    free(p->owner);
-    free(p->clen);
-    dmm_lock_destroy(&p->lock);
-    free(p);
+    /* a loss the release met half-way: its events went with the context (the arena reported it in the
+     * outcome; it makes no more driver calls, nor do we) */
+    if (o.failure == DMM_ERR_DEVICE_LOST) pool_note_lost(p, "dmm_pool_destroy: releasing the pool's VA and chunks");
+    pool_free_all(p, !pool_lost(p));
     if (state == DMM_RELEASE_QUARANTINED)
         return dmm_error_set(DMM_ERR_QUARANTINED,
                              "dmm_pool_destroy: the pool is gone, but the mechanism quarantined part of its memory "

@@ -148,6 +148,7 @@ typedef struct pheap {
 
 struct dmm_pool {
     uint64_t uid; /* distinguishes a pool from an earlier one at the same address (TLS cache) */
+    _Atomic uint64_t lost; /* 1 once the pool knows its device is lost: no driver call from then on */
     dmm_mechanism *mech;
     dmm_driver *drv;
     dmm_allocation va; /* the VA-only allocation */
@@ -163,6 +164,9 @@ struct dmm_pool {
     unsigned align_shift;
     uint32_t retain_permille;
     bool can_alias; /* the mechanism is an arena (dmm_arena_alias) */
+    bool is_arena;  /* the mechanism is an arena: a loss is shared with it (mech/arena_loss.h) */
+    char lost_why[384]; /* the first call that reported the loss, and its sentence; written once,
+                           under `lock`, before `lost` is set (release), never after */
 
     dmm_lock lock; /* regions, heap creation, the event freelist, sampled peaks */
     struct pheap *_Atomic heaps;
