@@ -1332,10 +1332,11 @@ dmm_status dmm_pool_block_size(dmm_pool *p, const void *ptr, size_t *bytes) {
 }
 
 /* ---- trim ---- */
-dmm_status dmm_pool_trim(dmm_pool *p, uint64_t target, uint64_t *released) {
+/* `op` names the public call in a loss's sentence. */
+static dmm_status pool_trim(dmm_pool *p, uint64_t target, uint64_t *released, const char *op) {
     if (released != NULL) *released = 0;
-    if (p == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_trim: the pool is NULL");
-    if (pool_check_lost(p)) return pool_lost_error(p, "dmm_pool_trim");
+    if (p == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: the pool is NULL", op);
+    if (pool_check_lost(p)) return pool_lost_error(p, op);
     add(&p->trims, 1);
     uint64_t freed = 0;
     dmm_status fail = DMM_OK;
@@ -1365,9 +1366,9 @@ dmm_status dmm_pool_trim(dmm_pool *p, uint64_t target, uint64_t *released) {
     free(sv.v);
     if (released != NULL) *released = freed;
     if (pool_lost(p)) { /* the loss cut the trim short: what was released before it is counted */
-        char op[128];
-        snprintf(op, sizeof op, "dmm_pool_trim (%llu bytes were released before the loss)", (unsigned long long)freed);
-        return pool_lost_error(p, op);
+        char what[128];
+        snprintf(what, sizeof what, "%s (%llu bytes were released before the loss)", op, (unsigned long long)freed);
+        return pool_lost_error(p, what);
     }
     if (fail != DMM_OK)
         return dmm_error_set(fail,
@@ -1378,8 +1379,12 @@ dmm_status dmm_pool_trim(dmm_pool *p, uint64_t target, uint64_t *released) {
     return DMM_OK;
 }
 
+dmm_status dmm_pool_trim(dmm_pool *p, uint64_t target, uint64_t *released) {
+    return pool_trim(p, target, released, "dmm_pool_trim");
+}
+
 dmm_status dmm_pool_empty_cache(dmm_pool *p, uint64_t *released) {
-    dmm_status s = dmm_pool_trim(p, 0, released);
+    dmm_status s = pool_trim(p, 0, released, "dmm_pool_empty_cache");
     if (s != DMM_OK) return s;
     for (pheap *h = heaps_head(p); h != NULL; h = heap_next(h)) { /* empty runs give their VA back */
         dmm_lock_acquire(&h->lock);
@@ -1392,7 +1397,10 @@ dmm_status dmm_pool_empty_cache(dmm_pool *p, uint64_t *released) {
         dmm_clear_error();
         return DMM_OK;
     }
-    if (s == DMM_ERR_DEVICE_LOST) pool_note_lost(p, "dmm_pool_empty_cache: draining the arena's handle cache");
+    if (s == DMM_ERR_DEVICE_LOST) {
+        pool_note_lost(p, "dmm_pool_empty_cache: draining the arena's handle cache");
+        return pool_lost_error(p, "dmm_pool_empty_cache");
+    }
     return s;
 }
 
