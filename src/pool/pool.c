@@ -1201,6 +1201,13 @@ static dmm_status malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t requeste
                          requested, h->stream);
 }
 
+/* The refusal of a malloc once the device is lost (out of line: the hot path only tests the flag). */
+static __attribute__((noinline, cold)) dmm_status malloc_lost(dmm_pool *p, size_t bytes, dmm_stream stream) {
+    char op[96];
+    snprintf(op, sizeof op, "dmm_pool_malloc of %zu bytes on stream %p", bytes, stream);
+    return pool_lost_error(p, op);
+}
+
 dmm_status dmm_pool_malloc(dmm_pool *p, size_t bytes, dmm_stream stream, void **out) {
     if (p == NULL || out == NULL || bytes == 0)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
@@ -1213,11 +1220,7 @@ dmm_status dmm_pool_malloc(dmm_pool *p, size_t bytes, dmm_stream stream, void **
                              "dmm_pool_malloc: %zu bytes is more than the pool's VA (%llu bytes); create the "
                              "pool with a larger va_bytes",
                              bytes, (unsigned long long)p->va_bytes);
-    if (dmm_atomic_load_acquire(&p->lost) != 0) { /* also when a mapped free block would fit: pool.h */
-        char op[96];
-        snprintf(op, sizeof op, "dmm_pool_malloc of %zu bytes on stream %p", bytes, stream);
-        return pool_lost_error(p, op);
-    }
+    if (dmm_atomic_load_acquire(&p->lost) != 0) return malloc_lost(p, bytes, stream); /* cached too: pool.h */
     pheap *h = heap_for(p, stream);
     if (h == NULL) return dmm_last_status();
     dmm_lock_acquire(&h->lock);
