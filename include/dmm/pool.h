@@ -113,7 +113,8 @@ typedef struct dmm_pool_config {
 
 /* Creates a pool over `mech` (not owned; must support virtual backing, else DMM_ERR_UNSUPPORTED) and
  * `driver` (not owned: the driver of mech's device, whose streams the caller passes and whose events
- * the pool records). Both must outlive the pool. cfg may be NULL. */
+ * the pool records). Both must outlive the pool. cfg may be NULL. DMM_ERR_DEVICE_LOST over an arena
+ * that lost its device. */
 DMM_API dmm_status dmm_pool_create(dmm_mechanism *mech, dmm_driver *driver, const dmm_pool_config *cfg,
                                    dmm_pool **out);
 
