@@ -124,8 +124,9 @@ dmm_status dmm_provider_destroy(dmm_provider *p) {
         if (s != DMM_OK) {
             char why[768];
             snprintf(why, sizeof why, "%s", dmm_last_error());
-            return dmm_error_set(s, "dmm_provider_destroy: provider '%s' kept (nothing changed): its mechanism '%s' "
-                                    "could not be destroyed: %s",
+            /* the provider stays usable; the mechanism's destroy may have given cached memory back first */
+            return dmm_error_set(s, "dmm_provider_destroy: provider '%s' kept, with its live allocations: its "
+                                    "mechanism '%s' could not be destroyed: %s",
                                  p->name, dmm_mechanism_name(p->mech), why);
         }
     }

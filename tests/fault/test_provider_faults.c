@@ -416,8 +416,8 @@ static void fault_sweep_every_provider_operation(void **state) {
         print_message("  %-34s %3d + %3d steps (once, sticky; %llu driver calls): %d ok, %d errors\n", cases[i].name, a,
                       b, (unsigned long long)made, seen[0], seen[1]);
         if (drained_in_part > 0)
-            print_message("    (%d refused destroys had drained the handle cache in part, although the sentence says "
-                          "'kept (nothing changed)')\n",
+            print_message("    (%d refused destroys had drained the handle cache in part first; the provider and "
+                          "its live allocations were kept)\n",
                           drained_in_part);
         drained_in_part = 0;
         assert_true(made > 0 && seen[0] >= 2 && seen[1] > 0);
