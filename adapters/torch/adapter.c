@@ -18,6 +18,11 @@
  * (= committed: pool chunks, tag and graph segments) and owned (plus the handle cache) with peaks that
  * reset_peaks can lower; a malloc refused for budget or memory trims the pool and retries once.
  *
+ * Device loss (adapter.h): the arena is the one place that knows (the pool, the deferred queue and the
+ * adapter's own calls mark it); the slow paths ask it first and make no driver call once it is lost;
+ * confirm_lost takes the queue back unrun, and destroy then goes without a driver call, freeing every
+ * host structure (events are not destroyed: the context took them).
+ *
  * Invariants: alloc_bytes.cur = Σ live blocks' rounded sizes over pool, tags and graphs;
  * blocks.cur = their number; mapped.cur = bytes the arena mapped for us; queued = our requests in
  * the deferred queue.
@@ -28,6 +33,7 @@
 #include <time.h>
 
 #include "adapter.h"
+#include "mech/arena_loss.h"
 
 #define MIB ((uint64_t)1 << 20)
 #define GIB ((uint64_t)1 << 30)
@@ -185,10 +191,111 @@ fail:;
     return dmm_error_set(s, "dmm torch: setting up device %d failed: %s", idx, why);
 }
 
+/* ---- device loss ---- */
+bool dmm__torch_lost(tctx *c) {
+    bool lost = false;
+    char keep[512];
+    dmm_status was = dmm_last_status();
+    snprintf(keep, sizeof keep, "%s", dmm_last_error());
+    (void)dmm__arena_device_loss(c->arena, false, &lost, NULL); /* (cannot fail: our arena) */
+    if (was != DMM_OK) dmm_error_set(was, "%s", keep);
+    return lost;
+}
+
+dmm_status dmm__torch_refuse_lost(tctx *c, const char *op) {
+    if (!dmm__torch_lost(c)) return DMM_OK;
+    return dmm_error_set(DMM_ERR_DEVICE_LOST,
+                         "dmm torch: %s on device %d refused: the device is lost (a driver call reported a sticky "
+                         "context error), so nothing is asked of the driver any more; free what you hold, tear "
+                         "the context down, then confirm (dmm__torch_confirm_lost) and destroy",
+                         op, (int)c->dev.index);
+}
+
+dmm_status dmm__torch_note_loss(tctx *c, dmm_status s) {
+    if (s != DMM_ERR_DEVICE_LOST) return s;
+    char keep[512];
+    snprintf(keep, sizeof keep, "%s", dmm_last_error());
+    (void)dmm__arena_device_loss(c->arena, true, NULL, NULL);
+    dmm_error_set(s, "%s", keep);
+    return s;
+}
+
+/* ctx.lock held; the arena is lost and confirmed. Takes every queued request back unrun and marks the
+ * tags; no driver call (the events the requests name went with the context). */
+static void confirm_lost_locked(tctx *c) {
+    if (c->lost_confirmed) return;
+    dmm_deferred_request r;
+    while (dmm_deferred_take(c->q, &r) == DMM_OK) {
+        tjob *j = r.user;
+        atomic_fetch_sub_explicit(&c->queued, 1, memory_order_relaxed);
+        if (j->kind == JOB_DECOMMIT) dmm__torch_decommit_lost(c, j);
+        else if (j->kind == JOB_RELEASE_TSEG) dmm__torch_tseg_free_lost(c, j->ts); /* out of its tag already */
+        else {
+            dmm__sa_fini(&j->gs->sa);
+            free(j->gs);
+        }
+        free(j);
+    }
+    dmm_clear_error(); /* take's "empty" ends the loop */
+    dmm__torch_tags_mark_lost(c);
+    c->lost_confirmed = true;
+}
+
+dmm_status dmm__torch_confirm_lost(tctx *c) {
+    if (c == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: confirm_lost of a NULL context");
+    pthread_mutex_lock(&c->lock);
+    bool lost = false, confirmed = false;
+    (void)dmm__arena_device_loss(c->arena, false, &lost, &confirmed);
+    if (!lost) {
+        pthread_mutex_unlock(&c->lock);
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "dmm torch: confirm_lost on device %d refused: the device was not lost, so there is "
+                             "nothing to discharge; free everything and destroy the context normally",
+                             (int)c->dev.index);
+    }
+    dmm_status s = confirmed ? DMM_OK : dmm_arena_confirm_context_terminated(c->arena);
+    if (s == DMM_OK) confirm_lost_locked(c);
+    pthread_mutex_unlock(&c->lock);
+    return s;
+}
+
+/* destroy after a loss: refused until confirmed; then everything goes without a driver call. */
+static dmm_status destroy_lost_locked(tctx *c) {
+    bool confirmed = false;
+    (void)dmm__arena_device_loss(c->arena, false, NULL, &confirmed);
+    if (!confirmed) {
+        pthread_mutex_unlock(&c->lock);
+        return dmm_error_set(DMM_ERR_DEVICE_LOST,
+                             "dmm torch: destroying device %d refused: the device is lost and the context was not "
+                             "confirmed terminated; tear it down, call dmm__torch_confirm_lost, then destroy "
+                             "again; nothing changed",
+                             (int)c->dev.index);
+    }
+    confirm_lost_locked(c);
+    dmm__torch_tags_drop_lost(c);
+    dmm__torch_graphs_drop_lost(c);
+    pthread_mutex_unlock(&c->lock);
+    dmm_status s = c->pool != NULL ? dmm_pool_destroy(c->pool) : DMM_OK; /* forgets live blocks */
+    if (s != DMM_OK) return s;
+    c->pool = NULL;
+    s = c->q != NULL ? dmm_deferred_destroy(c->q) : DMM_OK;
+    if (s != DMM_OK) return s;
+    c->q = NULL;
+    s = dmm_mechanism_destroy(c->arena);
+    if (s != DMM_OK) return s;
+    dmm_lease_release(c->gov, c->host_lease);
+    dmm_lease_release(c->gov, c->lease);
+    dmm_governor_holder_unregister(c->holder);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+    return DMM_OK;
+}
+
 dmm_status dmm__torch_destroy(tctx *c) {
     if (c == NULL) return DMM_OK;
     pthread_mutex_lock(&c->lock);
     dmm__torch_poll_locked(c);
+    if (c->lost_confirmed || dmm__torch_lost(c)) return destroy_lost_locked(c); /* unlocks */
     uint64_t live = ld(&c->blocks.cur), queued = ld(&c->queued);
     if (live > 0 || queued > 0) {
         pthread_mutex_unlock(&c->lock);
@@ -247,6 +354,14 @@ dmm_status dmm__torch_poll_locked(tctx *c) {
             dmm_clear_error(); /* a pending event leaves its BUSY sentence behind: not a failure */
             break;
         }
+        /* lost: the queue told the arena and asks nothing more; its requests wait for confirm_lost */
+        if (s == DMM_ERR_DEVICE_LOST) {
+            char lwhy[512];
+            snprintf(lwhy, sizeof lwhy, "%s", dmm_last_error());
+            return dmm_error_set(s, "dmm torch: polling the queue of device %d: the device is lost; the queue asks "
+                                    "the driver nothing more and its requests wait for the confirmation: %s",
+                                 (int)c->dev.index, lwhy);
+        }
         /* The head failed (a FAILED decommit changed nothing, or its event cannot be asked): take it out so
          * that the queue moves on, and put its memory back in service (a segment: restore maps it again). */
         char why[512];
@@ -277,7 +392,7 @@ dmm_status dmm__torch_poll_locked(tctx *c) {
 
 dmm_status dmm__torch_poll(tctx *c, uint64_t *queued) {
     pthread_mutex_lock(&c->lock);
-    dmm_status s = dmm__torch_poll_locked(c);
+    dmm_status s = c->lost_confirmed ? dmm__torch_refuse_lost(c, "poll") : dmm__torch_poll_locked(c);
     if (queued != NULL) *queued = ld(&c->queued);
     pthread_mutex_unlock(&c->lock);
     return s;
@@ -393,8 +508,14 @@ dmm_status dmm__torch_free(tctx *c, void *ptr, size_t bytes, dmm_stream stream) 
 /* ---- empty_cache, peaks, limit ---- */
 dmm_status dmm__torch_empty_cache(tctx *c, uint64_t *released) {
     uint64_t freed = 0;
+    if (released != NULL) *released = 0;
+    dmm_status ls = dmm__torch_refuse_lost(c, "empty_cache");
+    if (ls != DMM_OK) return ls;
     pthread_mutex_lock(&c->lock);
-    dmm__torch_poll_locked(c);
+    if (dmm__torch_poll_locked(c) == DMM_ERR_DEVICE_LOST) { /* this poll found the loss */
+        pthread_mutex_unlock(&c->lock);
+        return dmm__torch_refuse_lost(c, "empty_cache");
+    }
     /* empty tag segments go back behind an event on the stream of their last free */
     for (int i = 0; i < DMM_TORCH_MAX_TAGS; i++) {
         ttag *t = &c->tags[i];
@@ -410,6 +531,11 @@ dmm_status dmm__torch_empty_cache(tctx *c, uint64_t *released) {
             dmm_event ev = NULL;
             dmm_status s = j != NULL ? c->drv->ops->event_create(c->drv, &ev) : DMM_ERR_OUT_OF_MEMORY;
             if (s == DMM_OK) s = c->drv->ops->event_record(c->drv, ev, g->last_stream);
+            if (dmm__torch_note_loss(c, s) == DMM_ERR_DEVICE_LOST) { /* the loss: no further call */
+                free(j);
+                pthread_mutex_unlock(&c->lock);
+                return dmm__torch_refuse_lost(c, "empty_cache");
+            }
             if (j != NULL) {
                 j->kind = JOB_RELEASE_TSEG;
                 j->ts = g;

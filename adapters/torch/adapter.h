@@ -180,6 +180,7 @@ typedef struct tctx {
     ttag tags[DMM_TORCH_MAX_TAGS];
     gseg *graphs;
     uint64_t host_bytes;     /* Σ pinned copies */
+    bool lost_confirmed;     /* the device was lost and the context confirmed terminated (ctx.lock) */
 } tctx;
 
 /* ---- adapter.c ---- */
@@ -187,6 +188,26 @@ dmm_status dmm__torch_create(dmm_driver *drv, const dmm_torch_ext *ext, dmm_gove
                              const dmm_torch_config *cfg, tctx **out);
 /* BUSY (nothing changed) while anything is live or queued. */
 dmm_status dmm__torch_destroy(tctx *c);
+/* Device loss (dmm/pool.h "Device loss"). Once a driver call of this context — the pool's, the
+ * arena's, the deferred queue's or the adapter's own — reported DMM_ERR_DEVICE_LOST, the arena is
+ * marked lost and the adapter makes no driver call any more: offload, offload_wait, restore,
+ * release_host, empty_cache, graph_reserve, graph_release and poll return DMM_ERR_DEVICE_LOST with a
+ * sentence, malloc is refused (by the pool or the arena), frees are accepted as bookkeeping, destroy
+ * is refused (DMM_ERR_DEVICE_LOST, nothing changed) until the confirmation. confirm_lost, called once
+ * the caller tore the CUDA context down: confirms it on the arena (dmm_arena_confirm_context_terminated,
+ * which refunds everything), takes every queued decommit and release back unrun, marks every tag
+ * offloaded (its failure DMM_ERR_DEVICE_LOST: the contents are gone, save the pinned copies) and its
+ * segments gone; then destroy succeeds with blocks still live, without a driver call, and frees all
+ * host memory (pinned copies through ext.host_free). Confirming the arena directly works too (destroy
+ * then does the rest). DMM_ERR_INVALID_ARGUMENT when the device was not lost. Events are never
+ * destroyed after the loss (the context took them). */
+dmm_status dmm__torch_confirm_lost(tctx *c);
+/* Whether the device was lost (asks the arena; no driver call). */
+bool dmm__torch_lost(tctx *c);
+/* DMM_OK, or DMM_ERR_DEVICE_LOST with a sentence naming `op`, when the device was lost. */
+dmm_status dmm__torch_refuse_lost(tctx *c, const char *op);
+/* When s is DMM_ERR_DEVICE_LOST: the arena is marked lost (the last error stays). Returns s. */
+dmm_status dmm__torch_note_loss(tctx *c, dmm_status s);
 dmm_status dmm__torch_malloc(tctx *c, size_t bytes, dmm_stream stream, void **out);
 dmm_status dmm__torch_free(tctx *c, void *ptr, size_t bytes, dmm_stream stream);
 /* Gives back the pool's free chunks (trim + the arena's handle cache), empty tag segments and idle graph
@@ -239,6 +260,14 @@ void dmm__torch_decommit_finished(tctx *c, tjob *j, dmm_status failure);
 void dmm__torch_tseg_free(tctx *c, tseg *g);
 /* Releases every segment of every tag that holds nothing live (for destroy). */
 void dmm__torch_tags_fini(tctx *c);
+/* After a confirmed loss: a queued decommit of `j` was taken back unrun (ctx.lock held). */
+void dmm__torch_decommit_lost(tctx *c, tjob *j);
+/* After a confirmed loss: every tag offloaded, its segments gone (kept for their bookkeeping). */
+void dmm__torch_tags_mark_lost(tctx *c);
+/* After a confirmed loss: frees every tag segment (pinned copies included) and tag; no driver call. */
+void dmm__torch_tags_drop_lost(tctx *c);
+/* Frees a segment without a driver call (its events went with the context). */
+void dmm__torch_tseg_free_lost(tctx *c, tseg *g);
 /* JSON of the tags (appended to j with the core writer, core/json.h). */
 void dmm__torch_tags_json_locked(tctx *c, dmm_json *j, bool blocks);
 void dmm__torch_tags_totals_locked(tctx *c, uint64_t *live, uint64_t *committed);
@@ -257,5 +286,7 @@ uint64_t dmm__torch_graphs_trim_locked(tctx *c);
 void dmm__torch_graphs_sweep_locked(tctx *c);
 void dmm__torch_graphs_json_locked(tctx *c, dmm_json *j);
 void dmm__torch_graphs_totals_locked(tctx *c, uint64_t *live, uint64_t *committed);
+/* After a confirmed loss: frees every graph segment; no driver call. */
+void dmm__torch_graphs_drop_lost(tctx *c);
 
 #endif /* DMM_TORCH_ADAPTER_H */

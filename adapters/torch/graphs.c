@@ -97,9 +97,14 @@ dmm_status dmm__torch_graph_reserve(tctx *c, uint64_t bytes, dmm_stream stream) 
                                                "invalidate it; reserve before the capture begins",
                                  stream);
     }
+    dmm_status ls = dmm__torch_refuse_lost(c, "graph reserve");
+    if (ls != DMM_OK) return ls;
     uint64_t len = (bytes + c->granule - 1) / c->granule * c->granule;
     pthread_mutex_lock(&c->lock);
-    dmm__torch_poll_locked(c);
+    if (dmm__torch_poll_locked(c) == DMM_ERR_DEVICE_LOST) { /* this poll found the loss */
+        pthread_mutex_unlock(&c->lock);
+        return dmm__torch_refuse_lost(c, "graph reserve");
+    }
     dmm__torch_graphs_sweep_locked(c);
     for (gseg *x = c->graphs; x != NULL; x = x->next)
         if (x->capture_id == 0 && x->ev == NULL && x->a.bytes >= len) { /* an idle one is large enough */
@@ -136,6 +141,8 @@ dmm_status dmm__torch_graph_reserve(tctx *c, uint64_t bytes, dmm_stream stream) 
 
 dmm_status dmm__torch_graph_release(tctx *c, uint64_t capture_id, dmm_stream stream) {
     if (capture_id == 0) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: graph release of capture id 0");
+    dmm_status ls = dmm__torch_refuse_lost(c, "graph release");
+    if (ls != DMM_OK) return ls;
     pthread_mutex_lock(&c->lock);
     dmm_status s = DMM_OK;
     for (gseg *g = c->graphs; g != NULL; g = g->next) {
@@ -148,6 +155,13 @@ dmm_status dmm__torch_graph_release(tctx *c, uint64_t capture_id, dmm_stream str
         else g->released = true;
     }
     pthread_mutex_unlock(&c->lock);
+    if (dmm__torch_note_loss(c, s) == DMM_ERR_DEVICE_LOST) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", dmm_last_error());
+        return dmm_error_set(s, "dmm torch: graph release of capture %llu on device %d: the device is lost (no "
+                                "driver call from now on): %s",
+                             (unsigned long long)capture_id, (int)c->dev.index, why);
+    }
     return s;
 }
 
@@ -155,6 +169,7 @@ dmm_status dmm__torch_graph_release(tctx *c, uint64_t capture_id, dmm_stream str
  * segments go back to the arena (behind their event, through the queue). */
 static uint64_t sweep_locked(tctx *c, bool trim) {
     uint64_t freed = 0;
+    if (c->lost_confirmed) return 0; /* (before: the callers refuse a lost device) */
     gseg **pp = &c->graphs;
     while (*pp != NULL) {
         gseg *g = *pp;
@@ -213,6 +228,15 @@ static uint64_t sweep_locked(tctx *c, bool trim) {
 uint64_t dmm__torch_graphs_trim_locked(tctx *c) { return sweep_locked(c, true); }
 
 void dmm__torch_graphs_sweep_locked(tctx *c) { (void)sweep_locked(c, false); }
+
+void dmm__torch_graphs_drop_lost(tctx *c) {
+    while (c->graphs != NULL) {
+        gseg *g = c->graphs;
+        c->graphs = g->next;
+        dmm__sa_fini(&g->sa);
+        free(g); /* its event went with the context */
+    }
+}
 
 void dmm__torch_graphs_json_locked(tctx *c, dmm_json *j) {
     uint64_t n = 0, reserved = 0, live = 0, idle = 0, largest_idle = 0, owned = 0;

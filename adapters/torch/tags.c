@@ -291,9 +291,13 @@ dmm_status dmm__torch_offload(tctx *c, const char *name, int mode, dmm_stream st
     ttag *t = find_tag(c, name, "offload", &id);
     if (t == NULL) return dmm_last_status();
     dmm_status s = refuse_capturing(c, "offload", name, stream);
+    if (s == DMM_OK) s = dmm__torch_refuse_lost(c, "offload");
     if (s != DMM_OK) return s;
     pthread_mutex_lock(&c->lock);
-    dmm__torch_poll_locked(c);
+    if (dmm__torch_poll_locked(c) == DMM_ERR_DEVICE_LOST) { /* this poll found the loss */
+        pthread_mutex_unlock(&c->lock);
+        return dmm__torch_refuse_lost(c, "offload");
+    }
     dmm_clear_error();
     if (t->state != TAG_RESIDENT) {
         pthread_mutex_unlock(&c->lock);
@@ -399,6 +403,7 @@ dmm_status dmm__torch_offload(tctx *c, const char *name, int mode, dmm_stream st
     dmm_clear_error();
     return DMM_OK;
 fail:;
+    dmm__torch_note_loss(c, s);
     char why[512];
     snprintf(why, sizeof why, "%s", dmm_last_error());
     pthread_mutex_unlock(&c->lock);
@@ -419,7 +424,7 @@ static dmm_event next_decommit_event(const ttag *t) {
  * or the device. */
 static dmm_status wait_locked(tctx *c, ttag *t) {
     while (t->pending > 0) {
-        dmm__torch_poll_locked(c);
+        if (dmm__torch_poll_locked(c) == DMM_ERR_DEVICE_LOST) return DMM_ERR_DEVICE_LOST; /* ask nothing more */
         if (t->pending == 0) break;
         dmm_event ev = next_decommit_event(t);
         dmm_status s = ev != NULL ? c->drv->ops->event_query(c->drv, ev) : DMM_OK;
@@ -430,7 +435,7 @@ static dmm_status wait_locked(tctx *c, ttag *t) {
             nanosleep(&ts, NULL);
             pthread_mutex_lock(&c->lock);
         }
-        if (s != DMM_OK) return s;
+        if (s != DMM_OK) return dmm__torch_note_loss(c, s);
     }
     dmm_clear_error();
     return t->failure;
@@ -439,9 +444,12 @@ static dmm_status wait_locked(tctx *c, ttag *t) {
 dmm_status dmm__torch_offload_wait(tctx *c, const char *name) {
     ttag *t = find_tag(c, name, "offload wait", NULL);
     if (t == NULL) return dmm_last_status();
+    dmm_status ls = dmm__torch_refuse_lost(c, "offload wait");
+    if (ls != DMM_OK) return ls;
     pthread_mutex_lock(&c->lock);
     dmm_status s = wait_locked(c, t);
     pthread_mutex_unlock(&c->lock);
+    if (s == DMM_ERR_DEVICE_LOST) return dmm__torch_refuse_lost(c, "offload wait");
     if (s != DMM_OK)
         return dmm_error_set(s, "dmm torch: the offload of tag '%s' did not decommit all of its segments (%s); they "
                                 "stay mapped with their contents",
@@ -480,9 +488,13 @@ dmm_status dmm__torch_restore(tctx *c, const char *name, dmm_stream stream) {
     ttag *t = find_tag(c, name, "restore", NULL);
     if (t == NULL) return dmm_last_status();
     dmm_status s = refuse_capturing(c, "restore", name, stream);
+    if (s == DMM_OK) s = dmm__torch_refuse_lost(c, "restore");
     if (s != DMM_OK) return s;
     pthread_mutex_lock(&c->lock);
-    dmm__torch_poll_locked(c);
+    if (dmm__torch_poll_locked(c) == DMM_ERR_DEVICE_LOST) { /* this poll found the loss */
+        pthread_mutex_unlock(&c->lock);
+        return dmm__torch_refuse_lost(c, "restore");
+    }
     if (t->state == TAG_RESIDENT) {
         pthread_mutex_unlock(&c->lock);
         dmm_clear_error();
@@ -535,6 +547,7 @@ dmm_status dmm__torch_restore(tctx *c, const char *name, dmm_stream stream) {
     dmm_clear_error();
     return DMM_OK;
 fail:;
+    dmm__torch_note_loss(c, s);
     char why[512];
     snprintf(why, sizeof why, "%s", dmm_last_error());
     pthread_mutex_unlock(&c->lock);
@@ -546,6 +559,8 @@ fail:;
 dmm_status dmm__torch_release_host(tctx *c, const char *name) {
     ttag *t = find_tag(c, name, "release_host", NULL);
     if (t == NULL) return dmm_last_status();
+    dmm_status ls = dmm__torch_refuse_lost(c, "release_host");
+    if (ls != DMM_OK) return ls;
     pthread_mutex_lock(&c->lock);
     if (t->state != TAG_RESIDENT) {
         pthread_mutex_unlock(&c->lock);
@@ -557,7 +572,7 @@ dmm_status dmm__torch_release_host(tctx *c, const char *name) {
     if (s == DMM_OK)
         for (tseg *g = t->segs; g != NULL; g = g->next) host_drop(c, g);
     pthread_mutex_unlock(&c->lock);
-    return s;
+    return dmm__torch_note_loss(c, s);
 }
 
 /* ---- the queue's callback ---- */
@@ -622,6 +637,49 @@ void dmm__torch_tags_fini(tctx *c) {
         if (t->segs != NULL) continue; /* destroy reports it and may be called again */
         if (t->ev != NULL) c->drv->ops->event_destroy(c->drv, t->ev);
         memset(t, 0, sizeof *t);
+    }
+}
+
+/* ---- after a confirmed device loss (adapter.h): no driver call; the events went with the context ---- */
+void dmm__torch_tseg_free_lost(tctx *c, tseg *g) {
+    host_drop(c, g);
+    dmm__sa_fini(&g->sa);
+    free(g);
+}
+
+void dmm__torch_decommit_lost(tctx *c, tjob *j) {
+    tseg *g = j->ts;
+    ttag *t = &c->tags[g->tag];
+    if (g->jobs_left > 0 && --g->jobs_left > 0) return;
+    g->state = SEG_OFFLOADED;
+    g->restored = 0;
+    if (t->pending > 0) t->pending--;
+}
+
+void dmm__torch_tags_mark_lost(tctx *c) {
+    for (int i = 0; i < DMM_TORCH_MAX_TAGS; i++) {
+        ttag *t = &c->tags[i];
+        if (t->segs == NULL) continue;
+        for (tseg *g = t->segs; g != NULL; g = g->next) { /* nothing is mapped any more */
+            g->state = SEG_OFFLOADED;
+            g->restored = 0;
+            g->jobs_left = 0;
+        }
+        t->state = TAG_OFFLOADED;
+        t->pending = 0;
+        t->failure = DMM_ERR_DEVICE_LOST;
+    }
+}
+
+void dmm__torch_tags_drop_lost(tctx *c) {
+    for (int i = 0; i < DMM_TORCH_MAX_TAGS; i++) {
+        ttag *t = &c->tags[i];
+        while (t->segs != NULL) {
+            tseg *g = t->segs;
+            t->segs = g->next;
+            dmm__torch_tseg_free_lost(c, g);
+        }
+        memset(t, 0, sizeof *t); /* its event went with the context */
     }
 }
 

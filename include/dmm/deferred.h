@@ -20,6 +20,16 @@
  *    FAILED outcome (nothing changed) keeps it at the head and the poll reports the failure; so does
  *    an event query that fails (e.g. DMM_ERR_DEVICE_LOST).
  *
+ * Device loss: once a poll sees DMM_ERR_DEVICE_LOST — from an event query, from a request's outcome,
+ * or from the request's mechanism when that is an arena another user of which found the device lost —
+ * the queue is lost for good: it asks the driver nothing more (a later poll returns
+ * DMM_ERR_DEVICE_LOST at once, with a sentence naming the call that first saw the loss, and runs
+ * nothing), and when the request's mechanism is an arena it tells the arena (which then makes no
+ * driver call either and accepts dmm_arena_confirm_context_terminated). The requests stay queued:
+ * dmm_deferred_take still hands each back unrun, so that the owner, once the context is confirmed
+ * terminated, drops them and destroys the queue (the events they name went with the context: do not
+ * destroy them through the driver).
+ *
  * Thread contract: thread-safe. Polls are serialized (a poll that finds another one running returns
  * at once, having run nothing). `on_done` is called from the polling thread, under no queue lock: it
  * may enqueue (what it enqueues runs at the next poll); a poll or take it makes returns at once having
@@ -85,7 +95,8 @@ DMM_API dmm_status dmm_deferred_enqueue(dmm_deferred *q, const dmm_deferred_requ
  * when the call started; stops at the first with a pending event. *ran (optional) = requests that
  * left the queue by running (≤ the requests pending at the start). Returns DMM_OK,
  * or the failure that stopped it (an event query's error, or a FAILED outcome's `failure`), with the
- * request concerned still at the head. */
+ * request concerned still at the head. After a device loss (see "Device loss" above):
+ * DMM_ERR_DEVICE_LOST at once, no driver call. */
 DMM_API dmm_status dmm_deferred_poll(dmm_deferred *q, size_t *ran);
 
 /* Requests queued now. */
