@@ -6,6 +6,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "testkit.h"
@@ -79,6 +80,73 @@ static inline void kit_tally_matches(const kit_tally *t, dmm_mechanism *m) {
     dmm_stats s = kit_stats(m);
     assert_int_equal(atomic_load(&t->owned), s.owned_bytes.current);
     assert_int_equal(atomic_load(&t->mapped), s.mapped_bytes.current);
+}
+
+/* Everything charged was refunded. */
+static inline void kit_tally_zero(const kit_tally *t) {
+    assert_int_equal(atomic_load(&t->owned), 0);
+    assert_int_equal(atomic_load(&t->mapped), 0);
+}
+
+/* What a fault sweep compares around one step: the driver's census, the arena's stats, the tally. */
+typedef struct kit_snapshot {
+    dmm_driver_census c;
+    dmm_stats s;
+    int64_t owned, mapped;
+} kit_snapshot;
+
+static inline kit_snapshot kit_snap(dmm_driver *d, dmm_mechanism *m, const kit_tally *t) {
+    kit_snapshot x;
+    x.c = kit_census(d);
+    x.s = kit_stats(m);
+    x.owned = atomic_load(&t->owned);
+    x.mapped = atomic_load(&t->mapped);
+    return x;
+}
+
+/* A step that claimed "nothing changed" changed nothing. `lost`: a lost arena refunds nothing, so the
+ * tally may stay above the stats (confirm discharges it) but never falls. */
+static inline void kit_unchanged(const kit_snapshot *b, const kit_snapshot *a, const char *what, bool lost) {
+    if (b->c.mapped_bytes != a->c.mapped_bytes || b->c.handles != a->c.handles ||
+        b->c.handle_bytes != a->c.handle_bytes || b->s.committed_bytes.current != a->s.committed_bytes.current ||
+        b->s.mapped_bytes.current != a->s.mapped_bytes.current || b->s.owned_bytes.current != a->s.owned_bytes.current ||
+        b->s.allocations.current != a->s.allocations.current || b->s.cached_bytes.current != a->s.cached_bytes.current ||
+        b->s.handles.current != a->s.handles.current ||
+        (!lost && (b->owned != a->owned || b->mapped != a->mapped)) || a->owned < b->owned || a->mapped < b->mapped)
+        fail_msg("%s claimed nothing changed, but: census mapped %llu -> %llu, handles %llu -> %llu; committed %lld -> "
+                 "%lld, owned %lld -> %lld, allocations %lld -> %lld, tally owned %lld -> %lld, mapped %lld -> %lld",
+                 what, (unsigned long long)b->c.mapped_bytes, (unsigned long long)a->c.mapped_bytes,
+                 (unsigned long long)b->c.handles, (unsigned long long)a->c.handles,
+                 (long long)b->s.committed_bytes.current, (long long)a->s.committed_bytes.current,
+                 (long long)b->s.owned_bytes.current, (long long)a->s.owned_bytes.current,
+                 (long long)b->s.allocations.current, (long long)a->s.allocations.current, (long long)b->owned,
+                 (long long)a->owned, (long long)b->mapped, (long long)a->mapped);
+}
+
+/* Over the next 1,000 allocations of the arena (committed and VA-only, several sizes) no address is
+ * quarantined or poisoned, and every one releases COMPLETE. */
+static inline void kit_reissue_check(dmm_mechanism *m) {
+    enum { N = 1000 };
+    dmm_allocation *a = calloc(N, sizeof *a);
+    assert_non_null(a);
+    for (int i = 0; i < N; i++) {
+        size_t sizes[] = {4 * 1024, 3 << 20, 300 * 1024, 64 * 1024};
+        size_t bytes = sizes[i % 4];
+        dmm_status s = i % 2 == 0 ? dmm_mechanism_allocate(m, bytes, 0, &a[i])
+                                  : dmm_mechanism_allocate_committed(m, bytes, 0, NULL, 0, &a[i]);
+        if (s != DMM_OK) fail_msg("allocation %d of the reissue check failed: %s", i, dmm_last_error());
+        bool q = true;
+        DMM_OK_OR_FAIL(dmm_arena_is_quarantined(m, a[i].ptr, a[i].bytes, &q));
+        if (q) fail_msg("allocation %d at %p was handed out over quarantined or poisoned VA", i, a[i].ptr);
+        if (i % 2 == 0) ((volatile char *)a[i].ptr)[bytes - 1] = 1;
+    }
+    KIT_CHECK(m);
+    for (int i = 0; i < N; i++) {
+        dmm_release_outcome o = dmm_mechanism_release(m, &a[i]);
+        if (o.state != DMM_RELEASE_COMPLETE) fail_msg("reissue release %d: %s", i, dmm_last_error());
+    }
+    KIT_CHECK(m);
+    free(a);
 }
 
 static inline dmm_arena_config kit_config(uint64_t reserve, uint64_t chunk_limit, uint64_t cache_limit,

@@ -21,6 +21,10 @@
 /* Asserts the thread's last error sentence contains every one of the NULL-terminated fragments. */
 void dmm_test_error_mentions(const char *first, ...);
 
+/* Asserts the driver holds nothing: no reservation, handle, mapping or eager allocation (names what is
+ * left otherwise). */
+void dmm_test_census_zero(dmm_driver *d);
+
 /* Exit code that CTest reads as "skipped" (SKIP_RETURN_CODE). */
 #define DMM_TEST_SKIP 77
 

@@ -86,41 +86,10 @@ static void env_end(env *e) {
         DMM_OK_OR_FAIL(dmm_mechanism_destroy(e->m));
         e->m = NULL;
     }
-    dmm_driver_census c = kit_census(e->fault);
-    assert_int_equal(c.reserved_bytes, 0);
-    assert_int_equal(c.handles, 0);
-    assert_int_equal(c.mapped_bytes, 0);
-    assert_int_equal(atomic_load(&e->tally.owned), 0);
-    assert_int_equal(atomic_load(&e->tally.mapped), 0);
+    dmm_test_census_zero(e->fault);
+    kit_tally_zero(&e->tally);
     dmm_driver_destroy(e->fault);
     dmm_driver_destroy(e->host);
-}
-
-/* Over the next 1,000 allocations (committed and VA-only, several sizes) no address is quarantined
- * or poisoned, none overlaps another, and every one releases COMPLETE. */
-static void no_quarantined_reissue(env *e) {
-    enum { N = 1000 };
-    dmm_allocation *a = calloc(N, sizeof *a);
-    int n = 0;
-    for (int i = 0; i < N; i++) {
-        size_t sizes[] = {4 * KIB, 3 * MIB, 300 * KIB, 64 * KIB};
-        size_t bytes = sizes[i % 4];
-        dmm_status s = i % 2 == 0 ? dmm_mechanism_allocate(e->m, bytes, 0, &a[n])
-                                  : dmm_mechanism_allocate_committed(e->m, bytes, 0, NULL, 0, &a[n]);
-        if (s != DMM_OK) fail_msg("allocation %d of the reissue check failed: %s", i, dmm_last_error());
-        bool q = true;
-        DMM_OK_OR_FAIL(dmm_arena_is_quarantined(e->m, a[n].ptr, a[n].bytes, &q));
-        if (q) fail_msg("allocation %d at %p was handed out over quarantined or poisoned VA", i, a[n].ptr);
-        if (i % 2 == 0) ((volatile char *)a[n].ptr)[bytes - 1] = 1;
-        n++;
-    }
-    KIT_CHECK(e->m);
-    for (int i = 0; i < n; i++) {
-        dmm_release_outcome o = dmm_mechanism_release(e->m, &a[i]);
-        if (o.state != DMM_RELEASE_COMPLETE) fail_msg("reissue release %d: %s", i, dmm_last_error());
-    }
-    KIT_CHECK(e->m);
-    free(a);
 }
 
 /* ---- one step of a sweep ---- */
@@ -132,37 +101,9 @@ typedef struct result {
     bool best_effort; /* drain/destroy: each handle given back counts; the stats must say which */
 } result;
 
-typedef struct snapshot {
-    dmm_driver_census c;
-    dmm_stats s;
-    int64_t owned, mapped;
-} snapshot;
+typedef kit_snapshot snapshot;
 
-static snapshot snap(env *e) {
-    snapshot x;
-    x.c = kit_census(e->fault);
-    x.s = kit_stats(e->m);
-    x.owned = atomic_load(&e->tally.owned);
-    x.mapped = atomic_load(&e->tally.mapped);
-    return x;
-}
-
-/* `lost`: a lost arena refunds nothing, so the tally may stay above the stats (confirm discharges it). */
-static void unchanged(const snapshot *b, const snapshot *a, const char *what, bool lost) {
-    if (b->c.mapped_bytes != a->c.mapped_bytes || b->c.handles != a->c.handles ||
-        b->c.handle_bytes != a->c.handle_bytes || b->s.committed_bytes.current != a->s.committed_bytes.current ||
-        b->s.mapped_bytes.current != a->s.mapped_bytes.current || b->s.owned_bytes.current != a->s.owned_bytes.current ||
-        b->s.allocations.current != a->s.allocations.current || b->s.cached_bytes.current != a->s.cached_bytes.current ||
-        (!lost && (b->owned != a->owned || b->mapped != a->mapped)) || a->owned < b->owned || a->mapped < b->mapped)
-        fail_msg("%s claimed nothing changed, but: census mapped %llu -> %llu, handles %llu -> %llu; committed %lld -> "
-                 "%lld, owned %lld -> %lld, allocations %lld -> %lld, tally owned %lld -> %lld",
-                 what, (unsigned long long)b->c.mapped_bytes, (unsigned long long)a->c.mapped_bytes,
-                 (unsigned long long)b->c.handles, (unsigned long long)a->c.handles,
-                 (long long)b->s.committed_bytes.current, (long long)a->s.committed_bytes.current,
-                 (long long)b->s.owned_bytes.current, (long long)a->s.owned_bytes.current,
-                 (long long)b->s.allocations.current, (long long)a->s.allocations.current, (long long)b->owned,
-                 (long long)a->owned);
-}
+static snapshot snap(env *e) { return kit_snap(e->fault, e->m, &e->tally); }
 
 /* The honesty checks every step makes. */
 static void honest(env *e, const result *r, const snapshot *b, bool lost) {
@@ -175,7 +116,7 @@ static void honest(env *e, const result *r, const snapshot *b, bool lost) {
         int64_t fell = (int64_t)b->c.mapped_bytes - (int64_t)a.c.mapped_bytes;
         if (st == DMM_RELEASE_FAILED) {
             assert_int_not_equal(r->o.failure, DMM_OK);
-            unchanged(b, &a, "a FAILED outcome", lost);
+            kit_unchanged(b, &a, "a FAILED outcome", lost);
         } else if (st == DMM_RELEASE_COMPLETE) {
             assert_int_equal(r->o.failure, DMM_OK);
             assert_int_equal(r->o.residual_owned_bytes, 0);
@@ -194,7 +135,7 @@ static void honest(env *e, const result *r, const snapshot *b, bool lost) {
             assert_true(a.c.handle_bytes >= r->o.residual_owned_bytes);
         }
     } else if (r->status != DMM_OK && !r->best_effort) {
-        if (a.s.rollback_leaks == b->s.rollback_leaks) unchanged(b, &a, "a failed call without a rollback leak", lost);
+        if (a.s.rollback_leaks == b->s.rollback_leaks) kit_unchanged(b, &a, "a failed call without a rollback leak", lost);
         else dmm_test_error_mentions("could not fully undo", NULL);
     }
 }
@@ -241,8 +182,7 @@ static void lost_battery(env *e) {
     assert_int_equal(atomic_load(&e->tally.mapped), mapped);
     /* the context is torn down: discharge everything, without a driver call */
     DMM_OK_OR_FAIL(dmm_arena_confirm_context_terminated(e->m));
-    assert_int_equal(atomic_load(&e->tally.owned), 0);
-    assert_int_equal(atomic_load(&e->tally.mapped), 0);
+    kit_tally_zero(&e->tally);
     dmm_stats s = kit_stats(e->m);
     assert_int_equal(s.owned_bytes.current, 0);
     assert_int_equal(s.allocations.current, 0);
@@ -288,7 +228,7 @@ static int sweep(const sweep_case *k, mode md, int seen[3]) {
             continue;
         }
         DMM_OK_OR_FAIL(dmm_fault_clear(e.fault));
-        no_quarantined_reissue(&e);
+        kit_reissue_check(e.m);
         env_end(&e);
         if (!hit) {
             if (r.is_outcome) assert_int_equal(r.o.state, DMM_RELEASE_COMPLETE);
@@ -585,7 +525,7 @@ static void failed_unmap_poisons_the_chunk(void **state) {
     assert_int_equal(o.state, DMM_RELEASE_COMPLETE);
     assert_int_equal(o.unmapped_bytes, 0);
     KIT_CHECK(e.m);
-    no_quarantined_reissue(&e);
+    kit_reissue_check(e.m);
     env_end(&e); /* destroy unmaps and releases the poisoned chunk: the census and tally reach 0 */
 }
 
@@ -625,7 +565,7 @@ static void failed_handle_release_quarantines_the_handle(void **state) {
     assert_int_equal(s.cache_hits, 0);
     assert_int_equal(s.driver_create, 2);
     assert_int_equal(dmm_mechanism_release(e.m, &b).state, DMM_RELEASE_COMPLETE);
-    no_quarantined_reissue(&e);
+    kit_reissue_check(e.m);
     env_end(&e);
 }
 
@@ -709,7 +649,7 @@ static void decommit_quarantines_when_the_restore_fails(void **state) {
         assert_true(q);
         env_drop(&e, 0);
         KIT_CHECK(e.m);
-        no_quarantined_reissue(&e);
+        kit_reissue_check(e.m);
         env_end(&e);
     }
 }
@@ -790,7 +730,7 @@ static void poisoning_a_fragmented_granule_keeps_every_byte(void **state) {
     }
     for (int i = 1; i < NX; i += 2) assert_int_equal(dmm_mechanism_release(e.m, &x[i]).state, DMM_RELEASE_COMPLETE);
     KIT_CHECK(e.m);
-    no_quarantined_reissue(&e);
+    kit_reissue_check(e.m);
     env_end(&e);
 }
 

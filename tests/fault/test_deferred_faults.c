@@ -162,8 +162,7 @@ static void env_end(env *e) {
         assert_int_equal(c.handles, 0);
         assert_int_equal(c.mapped_bytes, 0);
     }
-    assert_int_equal(atomic_load(&e->tally.owned), 0);
-    assert_int_equal(atomic_load(&e->tally.mapped), 0);
+    kit_tally_zero(&e->tally);
     dmm_driver_destroy(e->fault);
     dmm_driver_destroy(e->host);
 }
@@ -206,8 +205,7 @@ static void lost_end(env *e, int ran) {
         if (r.kind == DMM_DEFERRED_RELEASE) e->gone[alloc_of[k]] = true; /* discharged below */
     }
     DMM_OK_OR_FAIL(dmm_arena_confirm_context_terminated(e->m));
-    assert_int_equal(atomic_load(&e->tally.owned), 0);
-    assert_int_equal(atomic_load(&e->tally.mapped), 0);
+    kit_tally_zero(&e->tally);
     DMM_OK_OR_FAIL(dmm_mechanism_destroy(e->m));
     e->m = NULL;
     env_end(e);

@@ -35,7 +35,6 @@ typedef struct env {
     size_t filled[MAX_LIVE][2]; /* [lo, hi) carries the pattern */
 } env;
 
-
 static unsigned char pat(int i, size_t k) { return (unsigned char)(i * 23 + k * 17 + (k >> 12)); }
 
 static void env_init(env *e) {
@@ -141,11 +140,7 @@ static void env_end(env *e) {
     conserved(e, "before the teardown");
     DMM_OK_OR_FAIL(dmm_mechanism_destroy(e->m));
     DMM_OK_OR_FAIL(dmm_plugin_unload(e->plugin));
-    dmm_driver_census c = kit_census(e->fault);
-    assert_int_equal(c.reserved_bytes, 0);
-    assert_int_equal(c.handles, 0);
-    assert_int_equal(c.mapped_bytes, 0);
-    assert_int_equal(c.eager_bytes, 0);
+    dmm_test_census_zero(e->fault);
     dmm_driver_destroy(e->fault);
     dmm_driver_destroy(e->host);
 }

@@ -124,12 +124,8 @@ static void env_end(env *e) {
     DMM_OK_OR_FAIL(dmm_arena_drain_cache(e->arena));
     DMM_OK_OR_FAIL(dmm_mechanism_destroy(e->arena));
     DMM_OK_OR_FAIL(e->fault->ops->stream_destroy(e->fault, e->s2));
-    dmm_driver_census c = kit_census(e->fault);
-    assert_int_equal(c.reserved_bytes, 0);
-    assert_int_equal(c.handles, 0);
-    assert_int_equal(c.mapped_bytes, 0);
-    assert_int_equal(atomic_load(&e->tally.owned), 0);
-    assert_int_equal(atomic_load(&e->tally.mapped), 0);
+    dmm_test_census_zero(e->fault);
+    kit_tally_zero(&e->tally);
     dmm_driver_destroy(e->fault);
     dmm_driver_destroy(e->host);
 }
@@ -327,8 +323,7 @@ static bool lost_battery(env *e, uint64_t calls, bool free_all, const char *what
 
     /* the context is torn down: confirm, then the pool goes, then the arena, without a driver call */
     DMM_OK_OR_FAIL(dmm_arena_confirm_context_terminated(e->arena));
-    assert_int_equal(atomic_load(&e->tally.owned), 0);
-    assert_int_equal(atomic_load(&e->tally.mapped), 0);
+    kit_tally_zero(&e->tally);
     DMM_OK_OR_FAIL(dmm_pool_destroy(e->pool));
     e->pool = NULL;
     DMM_OK_OR_FAIL(dmm_mechanism_destroy(e->arena));

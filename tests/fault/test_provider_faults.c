@@ -159,12 +159,8 @@ static void env_end(env *e) {
         DMM_OK_OR_FAIL(dmm_provider_destroy(e->p));
         e->p = NULL;
     }
-    dmm_driver_census c = kit_census(e->fault);
-    assert_int_equal(c.reserved_bytes, 0);
-    assert_int_equal(c.handles, 0);
-    assert_int_equal(c.mapped_bytes, 0);
-    assert_int_equal(atomic_load(&e->tally.owned), 0);
-    assert_int_equal(atomic_load(&e->tally.mapped), 0);
+    dmm_test_census_zero(e->fault);
+    kit_tally_zero(&e->tally);
     dmm_driver_destroy(e->fault);
     dmm_driver_destroy(e->host);
 }

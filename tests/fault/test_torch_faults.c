@@ -30,29 +30,7 @@
 #include "../../adapters/torch/suballoc.c"
 #include "../../adapters/torch/tags.c"
 
-/* ---- host extras (as in test_torch_adapter.c) ---- */
-static struct {
-    dmm_stream stream;
-    uint64_t id;
-} cap;
-
-static dmm_status t_capture(void *user, dmm_stream stream, bool *capturing, uint64_t *id) {
-    (void)user;
-    *capturing = cap.stream != NULL && stream == cap.stream;
-    *id = *capturing ? cap.id : 0;
-    return DMM_OK;
-}
-
-static dmm_status t_host_alloc(void *user, size_t bytes, void **out) {
-    (void)user;
-    *out = malloc(bytes);
-    return *out != NULL ? DMM_OK : DMM_ERR_OUT_OF_MEMORY;
-}
-
-static void t_host_free(void *user, void *p) {
-    (void)user;
-    free(p);
-}
+#include "torch_kit.h"
 
 enum { MAX_LIVE = 8 };
 
@@ -80,17 +58,11 @@ static unsigned char pat(unsigned seed, size_t k) { return (unsigned char)(seed 
 
 static void fx_open(fx *f) {
     memset(f, 0, sizeof *f);
-    memset(&cap, 0, sizeof cap);
     DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &f->host));
     DMM_OK_OR_FAIL(dmm_fault_driver_create(f->host, &f->drv));
     DMM_OK_OR_FAIL(dmm_governor_create(NULL, &f->gov));
-    dmm_torch_ext x = {NULL, t_capture, t_host_alloc, t_host_free};
-    dmm_torch_config k;
-    memset(&k, 0, sizeof k);
-    k.size = sizeof k;
-    k.pool_va_bytes = (uint64_t)1 << 30;
-    k.reserve_bytes = (uint64_t)8 << 30;
-    k.tag_segment_bytes = (uint64_t)256 << 20;
+    dmm_torch_ext x = kit_torch_ext();
+    dmm_torch_config k = kit_torch_config(0);
     DMM_OK_OR_FAIL(dmm__torch_create(f->drv, &x, f->gov, &k, &f->c));
     DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &f->s1));
 }
@@ -236,12 +208,12 @@ static void works_again(fx *f, const char *what) {
     }
     int p = fx_malloc(f, 3 * MIB, false);
     DMM_OK_OR_FAIL(dmm__torch_graph_reserve(f->c, 4 * MIB, f->s1));
-    cap.stream = f->s1;
-    cap.id = 77;
+    kit_cap.stream = f->s1;
+    kit_cap.id = 77;
     void *g = NULL;
     DMM_OK_OR_FAIL(dmm__torch_malloc(f->c, 1 * MIB, f->s1, &g));
     memset(g, 1, 1 * MIB);
-    cap.stream = NULL;
+    kit_cap.stream = NULL;
     DMM_OK_OR_FAIL(dmm__torch_free(f->c, g, 1 * MIB, f->s1));
     DMM_OK_OR_FAIL(dmm__torch_graph_release(f->c, 77, f->s1));
     fx_free(f, p);
@@ -262,10 +234,7 @@ static void fx_close(fx *f) {
     }
     DMM_OK_OR_FAIL(f->drv->ops->stream_destroy(f->drv, f->s1));
     DMM_OK_OR_FAIL(dmm_governor_destroy(f->gov));
-    dmm_driver_census c = census(f);
-    assert_int_equal(c.reserved_bytes, 0);
-    assert_int_equal(c.handles, 0);
-    assert_int_equal(c.mapped_bytes, 0);
+    dmm_test_census_zero(f->host);
     dmm_driver_destroy(f->drv);
     dmm_driver_destroy(f->host);
 }
@@ -472,14 +441,14 @@ static dmm_status op_graph_reserve(fx *f) { return dmm__torch_graph_reserve(f->c
 static void honest_graph_reserve(fx *f, dmm_status s, const before *b) {
     if (s == DMM_OK) {
         assert_int_equal(graph_bytes(f), b->graph_bytes + 6 * MIB);
-        cap.stream = f->s1; /* served from it, without a driver call */
-        cap.id = 5;
+        kit_cap.stream = f->s1; /* served from it, without a driver call */
+        kit_cap.id = 5;
         uint64_t calls = dmm_fault_calls(f->drv, DMM_OP_ANY);
         void *p = NULL;
         DMM_OK_OR_FAIL(dmm__torch_malloc(f->c, 5 * MIB, f->s1, &p));
         memset(p, 2, 5 * MIB);
         assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_ANY), calls);
-        cap.stream = NULL;
+        kit_cap.stream = NULL;
         DMM_OK_OR_FAIL(dmm__torch_free(f->c, p, 5 * MIB, f->s1));
         DMM_OK_OR_FAIL(dmm__torch_graph_release(f->c, 5, f->s1));
         return;

@@ -30,33 +30,7 @@
 #include "../../adapters/torch/suballoc.c"
 #include "../../adapters/torch/tags.c"
 
-/* ---- host extras (as in test_torch_faults.c), counting the pinned copies ---- */
-static struct {
-    dmm_stream stream;
-    uint64_t id;
-} cap;
-static int host_allocs, host_frees;
-
-static dmm_status t_capture(void *user, dmm_stream stream, bool *capturing, uint64_t *id) {
-    (void)user;
-    *capturing = cap.stream != NULL && stream == cap.stream;
-    *id = *capturing ? cap.id : 0;
-    return DMM_OK;
-}
-
-static dmm_status t_host_alloc(void *user, size_t bytes, void **out) {
-    (void)user;
-    *out = malloc(bytes);
-    if (*out == NULL) return DMM_ERR_OUT_OF_MEMORY;
-    host_allocs++;
-    return DMM_OK;
-}
-
-static void t_host_free(void *user, void *p) {
-    (void)user;
-    host_frees++;
-    free(p);
-}
+#include "torch_kit.h"
 
 static const char *OFF = "loss-offloaded", *RES = "loss-resident", *EMPTY = "loss-emptied";
 
@@ -78,28 +52,21 @@ static void *tmalloc(fx *f, const char *tag, size_t bytes) {
 }
 
 static void *capture_malloc(fx *f, uint64_t id, size_t bytes) {
-    cap.stream = f->s1;
-    cap.id = id;
+    kit_cap.stream = f->s1;
+    kit_cap.id = id;
     void *p = NULL;
     DMM_OK_OR_FAIL(dmm__torch_malloc(f->c, bytes, f->s1, &p));
-    cap.stream = NULL;
+    kit_cap.stream = NULL;
     return p;
 }
 
 static void fx_open(fx *f) {
     memset(f, 0, sizeof *f);
-    memset(&cap, 0, sizeof cap);
-    host_allocs = host_frees = 0;
     DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &f->host));
     DMM_OK_OR_FAIL(dmm_fault_driver_create(f->host, &f->drv));
     DMM_OK_OR_FAIL(dmm_governor_create(NULL, &f->gov));
-    dmm_torch_ext x = {NULL, t_capture, t_host_alloc, t_host_free};
-    dmm_torch_config k;
-    memset(&k, 0, sizeof k);
-    k.size = sizeof k;
-    k.pool_va_bytes = (uint64_t)1 << 30;
-    k.reserve_bytes = (uint64_t)8 << 30;
-    k.tag_segment_bytes = (uint64_t)256 << 20;
+    dmm_torch_ext x = kit_torch_ext();
+    dmm_torch_config k = kit_torch_config(0);
     DMM_OK_OR_FAIL(dmm__torch_create(f->drv, &x, f->gov, &k, &f->c));
     DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &f->s1));
 }
@@ -129,7 +96,7 @@ static void fx_busy(fx *f) {
     DMM_OK_OR_FAIL(dmm__torch_offload(f->c, OFF, DMM_TORCH_TO_HOST, f->s1));
     assert_int_equal(f->c->tags[dmm__torch_tag_find(OFF)].state, TAG_OFFLOADING);
     assert_true(ld(&f->c->queued) >= 3); /* a decommit, a tag segment's release, a graph segment's release */
-    assert_true(host_allocs > 0);
+    assert_true(kit_host_allocs > 0);
     DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, false)); /* complete now: only the loss keeps them queued */
 }
 
@@ -228,7 +195,7 @@ static void run_loss(int variant, bool confirm_on_arena) {
     DMM_OK_OR_FAIL(dmm__torch_destroy(f.c));
     f.c = NULL;
     calls_unchanged(&f, calls, "the destroy");
-    assert_int_equal(host_frees, host_allocs); /* every pinned copy went back */
+    assert_int_equal(kit_host_frees, kit_host_allocs); /* every pinned copy went back */
     DMM_OK_OR_FAIL(dmm_governor_destroy(f.gov));
     dmm_driver_destroy(f.drv); /* the host driver gives back what the context took (its warning) */
     dmm_driver_destroy(f.host);
@@ -274,16 +241,10 @@ static void no_loss_no_confirmation(void **state) {
     DMM_OK_OR_FAIL(dmm__torch_empty_cache(f.c, NULL));
     DMM_OK_OR_FAIL(dmm__torch_poll(f.c, NULL));
     DMM_OK_OR_FAIL(dmm__torch_destroy(f.c));
-    assert_int_equal(host_frees, host_allocs);
+    assert_int_equal(kit_host_frees, kit_host_allocs);
     DMM_OK_OR_FAIL(f.drv->ops->stream_destroy(f.drv, f.s1));
     DMM_OK_OR_FAIL(dmm_governor_destroy(f.gov));
-    dmm_driver_census c;
-    memset(&c, 0, sizeof c);
-    c.size = sizeof c;
-    DMM_OK_OR_FAIL(f.host->ops->census(f.host, &c));
-    assert_int_equal(c.reserved_bytes, 0);
-    assert_int_equal(c.handles, 0);
-    assert_int_equal(c.mapped_bytes, 0);
+    dmm_test_census_zero(f.host);
     dmm_driver_destroy(f.drv);
     dmm_driver_destroy(f.host);
 }

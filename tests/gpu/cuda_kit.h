@@ -69,13 +69,6 @@ static inline void kit_expect(dmm_driver *d, uintptr_t src, const unsigned char 
     free(got);
 }
 
-static inline void kit_census_zero(dmm_driver *d) {
-    dmm_driver_census c = kit_census(d);
-    if (c.reserved_bytes || c.handles || c.handle_bytes || c.mapped_bytes || c.eager_bytes)
-        fail_msg("the driver still holds: reserved %llu, handles %llu (%llu bytes), mapped %llu, eager %llu",
-                 (unsigned long long)c.reserved_bytes, (unsigned long long)c.handles,
-                 (unsigned long long)c.handle_bytes, (unsigned long long)c.mapped_bytes,
-                 (unsigned long long)c.eager_bytes);
-}
+#define kit_census_zero dmm_test_census_zero /* testkit.h */
 
 #endif

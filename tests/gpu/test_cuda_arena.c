@@ -33,8 +33,7 @@ static void genv_end(genv *e) {
     DMM_OK_OR_FAIL(dmm_arena_drain_cache(e->m));
     DMM_OK_OR_FAIL(dmm_mechanism_destroy(e->m));
     dmm_driver_destroy(e->fault);
-    assert_int_equal(atomic_load(&e->tally.owned), 0);
-    assert_int_equal(atomic_load(&e->tally.mapped), 0);
+    kit_tally_zero(&e->tally);
     kit_census_zero(g_cuda); /* what CUDA really holds: nothing */
 }
 

@@ -36,8 +36,7 @@ static void step(genv *e) {
 static void genv_end(genv *e) {
     step(e);
     DMM_OK_OR_FAIL(dmm_mechanism_destroy(e->m));
-    assert_int_equal(atomic_load(&e->tally.owned), 0);
-    assert_int_equal(atomic_load(&e->tally.mapped), 0);
+    kit_tally_zero(&e->tally);
     kit_census_zero(g_cuda);
 }
 

@@ -35,12 +35,7 @@ static dmm_driver *host_driver(void) {
 
 /* The driver holds nothing any more, then is destroyed. */
 static void driver_done(dmm_driver *d) {
-    dmm_driver_census c = {.size = sizeof c};
-    DMM_OK_OR_FAIL(d->ops->census(d, &c));
-    assert_int_equal(c.reserved_bytes, 0);
-    assert_int_equal(c.handles, 0);
-    assert_int_equal(c.mapped_bytes, 0);
-    assert_int_equal(c.eager_bytes, 0);
+    dmm_test_census_zero(d);
     dmm_driver_destroy(d);
 }
 

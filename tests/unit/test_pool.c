@@ -60,13 +60,7 @@ static void fx_close(fx *f) {
     assert_int_equal(s.allocated_bytes.current, 0);
     DMM_OK_OR_FAIL(dmm_pool_destroy(f->pool));
     DMM_OK_OR_FAIL(dmm_mechanism_destroy(f->arena));
-    dmm_driver_census c;
-    memset(&c, 0, sizeof c);
-    c.size = sizeof c;
-    DMM_OK_OR_FAIL(f->host->ops->census(f->host, &c));
-    assert_int_equal(c.reserved_bytes, 0);
-    assert_int_equal(c.handles, 0);
-    assert_int_equal(c.mapped_bytes, 0);
+    dmm_test_census_zero(f->host);
     dmm_driver_destroy(f->drv);
     dmm_driver_destroy(f->host);
     free(f);

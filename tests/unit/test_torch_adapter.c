@@ -25,33 +25,7 @@
 
 #define KIB ((size_t)1 << 10)
 
-/* ---- host extras ---- */
-typedef struct fake_capture {
-    dmm_stream stream; /* the stream that captures, or NULL */
-    uint64_t id;
-    uint64_t queries;
-} fake_capture;
-
-static fake_capture cap;
-
-static dmm_status t_capture(void *user, dmm_stream stream, bool *capturing, uint64_t *id) {
-    (void)user;
-    cap.queries++;
-    *capturing = cap.stream != NULL && stream == cap.stream;
-    *id = *capturing ? cap.id : 0;
-    return DMM_OK;
-}
-
-static dmm_status t_host_alloc(void *user, size_t bytes, void **out) {
-    (void)user;
-    *out = malloc(bytes);
-    return *out != NULL ? DMM_OK : DMM_ERR_OUT_OF_MEMORY;
-}
-
-static void t_host_free(void *user, void *p) {
-    (void)user;
-    free(p);
-}
+#include "torch_kit.h"
 
 typedef struct fx {
     dmm_driver *host, *drv;
@@ -61,19 +35,12 @@ typedef struct fx {
 } fx;
 
 static fx *fx_open(uint64_t limit) {
-    memset(&cap, 0, sizeof cap);
     fx *f = calloc(1, sizeof *f);
     DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &f->host));
     DMM_OK_OR_FAIL(dmm_fault_driver_create(f->host, &f->drv));
     DMM_OK_OR_FAIL(dmm_governor_create(NULL, &f->gov));
-    dmm_torch_ext x = {NULL, t_capture, t_host_alloc, t_host_free};
-    dmm_torch_config k;
-    memset(&k, 0, sizeof k);
-    k.size = sizeof k;
-    k.pool_va_bytes = (uint64_t)1 << 30;
-    k.reserve_bytes = (uint64_t)8 << 30;
-    k.tag_segment_bytes = (uint64_t)256 << 20;
-    k.limit_bytes = limit;
+    dmm_torch_ext x = kit_torch_ext();
+    dmm_torch_config k = kit_torch_config(limit);
     DMM_OK_OR_FAIL(dmm__torch_create(f->drv, &x, f->gov, &k, &f->c));
     DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &f->s1));
     DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &f->s2));
@@ -96,10 +63,7 @@ static void fx_close(fx *f) {
     DMM_OK_OR_FAIL(f->drv->ops->stream_destroy(f->drv, f->s1));
     DMM_OK_OR_FAIL(f->drv->ops->stream_destroy(f->drv, f->s2));
     DMM_OK_OR_FAIL(dmm_governor_destroy(f->gov));
-    dmm_driver_census c = census(f);
-    assert_int_equal(c.reserved_bytes, 0);
-    assert_int_equal(c.handles, 0);
-    assert_int_equal(c.mapped_bytes, 0);
+    dmm_test_census_zero(f->host);
     dmm_driver_destroy(f->drv);
     dmm_driver_destroy(f->host);
     free(f);
@@ -494,8 +458,8 @@ static void capture_uses_reserved_memory_only(void **state) {
     fx *f = fx_open(0);
     void *eager = xmalloc(f, 1 * MIB, f->s2); /* the capture stream's heap may exist already */
     xfree(f, eager, 1 * MIB, f->s2);
-    cap.stream = f->s2;
-    cap.id = 7;
+    kit_cap.stream = f->s2;
+    kit_cap.id = 7;
     /* nothing reserved: refused with the remedy, and no driver call at all */
     uint64_t calls0 = dmm_fault_calls(f->drv, DMM_OP_ANY);
     void *p = NULL;
@@ -505,9 +469,9 @@ static void capture_uses_reserved_memory_only(void **state) {
     assert_int_equal(ld(&f->c->capture_refusals), 1);
     /* reserving during the capture is refused too */
     assert_int_equal(dmm__torch_graph_reserve(f->c, 4 * MIB, f->s2), DMM_ERR_BUSY);
-    cap.stream = NULL;
+    kit_cap.stream = NULL;
     DMM_OK_OR_FAIL(dmm__torch_graph_reserve(f->c, 4 * MIB, f->s2));
-    cap.stream = f->s2;
+    kit_cap.stream = f->s2;
     calls0 = dmm_fault_calls(f->drv, DMM_OP_ANY);
     void *g1 = xmalloc(f, 1 * MIB, f->s2);
     void *g2 = xmalloc(f, 1 * MIB, f->s2);
@@ -518,24 +482,24 @@ static void capture_uses_reserved_memory_only(void **state) {
     assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_ANY), calls0); /* no map, no event, nothing */
     assert_int_equal(ld(&f->c->capture_mallocs), 3);
     /* the capture ends; its segment stays the graph's */
-    cap.stream = NULL;
+    kit_cap.stream = NULL;
     void *e2 = xmalloc(f, 1 * MIB, f->s2);
     assert_true(in_pool(f, e2));
     xfree(f, g3, 1 * MIB, f->s2);
-    cap.stream = f->s2;
-    cap.id = 8; /* another capture cannot take graph 7's memory */
+    kit_cap.stream = f->s2;
+    kit_cap.id = 8; /* another capture cannot take graph 7's memory */
     assert_int_equal(dmm__torch_malloc(f->c, 1 * MIB, f->s2, &p), DMM_ERR_OUT_OF_MEMORY);
-    cap.stream = NULL;
+    kit_cap.stream = NULL;
     /* graph 7 is released: its segment is idle once its last block is freed and its event completed */
     DMM_OK_OR_FAIL(dmm__torch_graph_release(f->c, 7, f->s2));
     xfree(f, g1, 1 * MIB, f->s2);
     DMM_OK_OR_FAIL(dmm__torch_graph_reserve(f->c, 4 * MIB, f->s2)); /* sweeps: reuses the idle one */
     assert_int_equal(f->c->graphs->next, NULL);
-    cap.stream = f->s2;
+    kit_cap.stream = f->s2;
     void *g4 = xmalloc(f, 1 * MIB, f->s2);
     assert_false(in_pool(f, g4));
     xfree(f, g4, 1 * MIB, f->s2);
-    cap.stream = NULL;
+    kit_cap.stream = NULL;
     DMM_OK_OR_FAIL(dmm__torch_graph_release(f->c, 8, f->s2));
     xfree(f, e2, 1 * MIB, f->s2);
     uint64_t released = 0;
