@@ -23,6 +23,17 @@ void dmm__log(dmm_log_level level, const char *fmt, ...)
 #endif
     ;
 
+/* ---- errors: add context to the last error (the one idiom; no copy buffers at call sites) ----
+ * dmm__error_wrap(s, "op: what was being done", ...) sets the thread's last error to
+ * "<context>: <the last error>" (the context alone when there is none) with status s, and returns s.
+ * It formats before it writes, so it is called right after the failing call, before anything else
+ * that may set an error of its own. */
+dmm_status dmm__error_wrap(dmm_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
 /* ---- locks ---- */
 typedef struct dmm_lock {
     pthread_mutex_t m;

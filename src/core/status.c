@@ -63,6 +63,16 @@ dmm_status dmm_error_set(dmm_status status, const char *fmt, ...) {
     return status;
 }
 
+dmm_status dmm__error_wrap(dmm_status status, const char *fmt, ...) {
+    char ctx[sizeof tls_error];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx, sizeof ctx, fmt, ap);
+    va_end(ap);
+    if (tls_error[0] == '\0') return dmm_error_set(status, "%s", ctx);
+    return dmm_error_set(status, "%s: %s", ctx, tls_error); /* dmm_error_set formats first */
+}
+
 const char *dmm__fmt_bytes(uint64_t bytes, char *buf, size_t cap) {
     static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     double v = (double)bytes;
