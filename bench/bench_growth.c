@@ -366,7 +366,7 @@ int main(int argc, char **argv) {
     cfg.reserve_bytes = 8 * GIB;
     cfg.chunk_limit_bytes = GIB;
     cfg.cache_limit_bytes = 0;
-    timing_driver td = {{&timing_ops, cuda->device}, cuda, 0};
+    timing_driver td = {{.ops = &timing_ops, .device = cuda->device}, cuda, 0};
     B.td = &td;
     DMM_CHECK(dmm_arena_create(&td.base, &cfg, &B.arena));
     DMM_CHECK(dmm_mechanism_allocate_committed(B.arena, GIB, 0, NULL, 0, &B.w));

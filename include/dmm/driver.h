@@ -10,7 +10,8 @@
  *    dmm_error_set(), naming the op, the values and the driver's own error code and name;
  *  - a failed op changed nothing (the driver reports what it really did, never more or less);
  *  - a sticky context error (the device can no longer be used) is reported as
- *    DMM_ERR_DEVICE_LOST; the caller then makes no further calls on that driver;
+ *    DMM_ERR_DEVICE_LOST; the library latches it on the driver object and makes no further calls on
+ *    that driver (dmm_driver_lost());
  *  - `event_query` returns DMM_OK when the event has completed and DMM_ERR_BUSY while the work
  *    before it is still queued;
  *  - a NULL slot means "absent" (the caller reports DMM_ERR_UNSUPPORTED), never "no-op success".
@@ -116,14 +117,31 @@ typedef struct dmm_driver_ops {
     void (*destroy)(dmm_driver *d);
 } dmm_driver_ops;
 
+/* The device-loss latch of a driver object: dmm's own, at the one funnel through which the library
+ * calls every driver (src/driver/call.h). An implementation leaves it zeroed and never touches it. */
+typedef struct dmm_driver_latch {
+    uint32_t state; /* 0 = usable; 1 = being latched; 2 = lost (read and written atomically) */
+    char why[400];  /* the first call that reported DMM_ERR_DEVICE_LOST, and its sentence; written once */
+} dmm_driver_latch;
+
 /* The head of every driver object. */
 struct dmm_driver {
     const dmm_driver_ops *ops;
     dmm_device device;
+    dmm_driver_latch latch; /* zero at creation; see dmm_driver_lost() */
 };
 
 /* Destroys any driver (NULL is ignored). */
 DMM_API void dmm_driver_destroy(dmm_driver *d);
+
+/* Device loss (DESIGN §4.10), latched once per driver object. The first library call into `d` that
+ * reports DMM_ERR_DEVICE_LOST latches the loss on `d`; from then on every call the library would make
+ * into `d` is refused at once with DMM_ERR_DEVICE_LOST and that first sentence, without calling the
+ * driver: the arena, the pool, the deferred queue and the torch adapter over `d` all stop together.
+ * A latch is never undone: a context that died is torn down with its driver (ownership of what the
+ * arena held is discharged by dmm_arena_confirm_context_terminated). Returns whether `d` is lost;
+ * *why (may be NULL) receives the first loss's sentence ("" while usable), valid as long as `d`. */
+DMM_API bool dmm_driver_lost(const dmm_driver *d, const char **why);
 
 /* ---------------------------------------------------------------------------------------------- */
 /* host: real memory on Linux. VA = mmap(PROT_NONE, MAP_NORESERVE); one memfd per physical handle;

@@ -17,14 +17,12 @@
  * A poll's work is bounded: it runs at most the `count` requests queued when it took poll_lock (the
  * first ones, as only it pops), never what is enqueued while it runs, e.g. by its own on_done.
  *
- * Device loss: once a poll sees DMM_ERR_DEVICE_LOST — from an event query, from a request's outcome,
- * or from the request's arena, which another of its users (a pool) may have found lost — the queue is
- * lost for good: it makes no driver call from then on (a poll returns DMM_ERR_DEVICE_LOST at once,
- * naming the call that first saw it), tells the request's mechanism when it is an arena (through
- * mech/arena_loss.h, so that dmm_arena_confirm_context_terminated accepts the confirmation), and
- * keeps its requests for dmm_deferred_take (the owner drops them once the context is confirmed
- * terminated). Asking the arena costs one arena lock per request that still has events to query,
- * next to the driver's event query it may save.
+ * Device loss lives on the driver (driver/call.h): once any user of the queue's driver — an event
+ * query of this queue, the arena running a request, a pool over the same driver — met
+ * DMM_ERR_DEVICE_LOST, the driver is latched lost and the queue makes no driver call from then on (a
+ * poll returns DMM_ERR_DEVICE_LOST at once, naming the call that first saw it) and keeps its requests
+ * for dmm_deferred_take (the owner drops them once the context is confirmed terminated). A loss that
+ * only a request's outcome reports (a mechanism over another driver) is latched on the queue's driver.
  *
  * Invariants: 0 ≤ count ≤ capacity; slots [head, head+count) mod capacity hold the queued requests in
  * enqueue order; for each, events[0 .. seen) have been observed complete (completion is permanent, so
@@ -36,7 +34,7 @@
 
 #include "core/core.h"
 #include "dmm/deferred.h"
-#include "mech/arena_loss.h"
+#include "driver/call.h"
 
 typedef struct deferred_slot {
     dmm_deferred_request req;
@@ -53,9 +51,6 @@ struct dmm_deferred {
     size_t head;
     size_t count;
     deferred_slot *slots;
-    /* device loss: set once, by the poll_lock holder; read by it only */
-    bool lost;
-    char lost_why[512]; /* the sentence of the call that first saw the loss */
 };
 
 dmm_status dmm_deferred_create(const dmm_deferred_config *cfg, dmm_deferred **out) {
@@ -176,39 +171,21 @@ static void pop_head(dmm_deferred *q) {
     dmm_lock_release(&q->lock);
 }
 
-/* Whether `m` is an arena that lost its device (false for any other mechanism; the last error is
- * left as it was). No driver call. */
-static bool arena_lost(dmm_mechanism *m) {
-    bool lost = false;
-    char keep[512];
-    dmm_status was = dmm_last_status();
-    snprintf(keep, sizeof keep, "%s", dmm_last_error());
-    if (dmm__arena_device_loss(m, false, &lost, NULL) != DMM_OK) {
-        lost = false;
-        if (was != DMM_OK) dmm_error_set(was, "%s", keep);
-        else dmm_clear_error();
-    }
-    return lost;
-}
-
-/* The poll (poll_lock held) saw DMM_ERR_DEVICE_LOST, whose sentence is the last error: the queue is
- * lost for good, and so is `m` when it is an arena (the same driver). The last error stays. */
-static void note_lost(dmm_deferred *q, dmm_mechanism *m) {
-    char why[512];
-    snprintf(why, sizeof why, "%s", dmm_last_error());
-    if (!q->lost) {
-        snprintf(q->lost_why, sizeof q->lost_why, "%s", why);
-        q->lost = true;
-    }
-    (void)dmm__arena_device_loss(m, true, NULL, NULL); /* refused for a non-arena: its owner hears it from us */
-    dmm_error_set(DMM_ERR_DEVICE_LOST, "%s", why);
+/* The poll (poll_lock held) saw DMM_ERR_DEVICE_LOST in a request's outcome, whose sentence is the
+ * last error: the loss is latched on the queue's driver (where the mechanism calls the same driver,
+ * its funnel latched it already), so the queue asks that driver nothing more. The last error stays. */
+static void note_lost(dmm_deferred *q, const dmm_deferred_request *r) {
+    char what[96];
+    snprintf(what, sizeof what, "the %s of allocation %llu", r->kind == DMM_DEFERRED_RELEASE ? "release" : "decommit",
+             (unsigned long long)r->allocation.id);
+    dmm__drv_latch(q->driver, what);
 }
 
 dmm_status dmm_deferred_poll(dmm_deferred *q, size_t *ran) {
     if (ran != NULL) *ran = 0;
     if (q == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_deferred_poll: queue is NULL");
     if (pthread_mutex_trylock(&q->poll_lock) != 0) return DMM_OK; /* another poll is draining */
-    if (q->lost) {
+    if (dmm__drv_lost(q->driver)) {
         size_t n = 0;
         dmm_deferred_pending(q, &n);
         pthread_mutex_unlock(&q->poll_lock);
@@ -216,7 +193,7 @@ dmm_status dmm_deferred_poll(dmm_deferred *q, size_t *ran) {
                              "dmm_deferred_poll: the device is lost (first seen: %s); the queue asks the driver "
                              "nothing more and runs none of its %zu request(s): confirm the context terminated, "
                              "then take them (dmm_deferred_take) and drop them",
-                             q->lost_why, n);
+                             dmm__drv_lost_why(q->driver), n);
     }
     dmm_status result = DMM_OK;
     size_t done = 0;
@@ -230,16 +207,8 @@ dmm_status dmm_deferred_poll(dmm_deferred *q, size_t *ran) {
          slot = done < budget ? head_slot(q) : NULL) {
         dmm_deferred_request *r = &slot->req;
         dmm_status s = DMM_OK;
-        if (slot->seen < r->n_events && arena_lost(r->mechanism)) { /* another user of the arena saw it */
-            s = dmm_error_set(DMM_ERR_DEVICE_LOST,
-                              "dmm_deferred_poll: the arena of the allocation %llu at the head lost its device",
-                              (unsigned long long)r->allocation.id);
-            note_lost(q, r->mechanism);
-            result = s;
-            break;
-        }
-        while (slot->seen < r->n_events) {
-            s = q->driver->ops->event_query(q->driver, r->events[slot->seen]);
+        while (slot->seen < r->n_events) { /* refused at once, without a driver call, once the driver is lost */
+            s = dmm__drv_event_query(q->driver, r->events[slot->seen]);
             if (s != DMM_OK) break;
             slot->seen++;
         }
@@ -248,8 +217,7 @@ dmm_status dmm_deferred_poll(dmm_deferred *q, size_t *ran) {
             break;
         }
         if (s != DMM_OK) {            /* the driver's sentence stays as the last error */
-            if (s == DMM_ERR_DEVICE_LOST) note_lost(q, r->mechanism);
-            result = s;
+            result = s; /* a loss the query met, or met before, is latched on the driver */
             break;
         }
         dmm_release_outcome o =
@@ -262,7 +230,7 @@ dmm_status dmm_deferred_poll(dmm_deferred *q, size_t *ran) {
                 dmm_error_set(result, "dmm_deferred_poll: the %s of allocation %llu failed without a reason",
                               r->kind == DMM_DEFERRED_RELEASE ? "release" : "decommit",
                               (unsigned long long)r->allocation.id);
-            if (result == DMM_ERR_DEVICE_LOST) note_lost(q, r->mechanism);
+            if (result == DMM_ERR_DEVICE_LOST) note_lost(q, r);
             break;
         }
         dmm_deferred_request copy = *r; /* the slot may be reused by an enqueue once popped */

@@ -394,7 +394,7 @@ static dmm_status do_commit(dmm_arena *a, uint64_t off, uint64_t id, bool whole,
     for (int attempt = 0;; attempt++) {
         arena_record *r = dmm__arena_find(a, off);
         dmm_status s = DMM_OK;
-        if (a->lost) s = dmm__arena_lost_error(a, op);
+        if (dmm__arena_lost(a)) s = dmm__arena_lost_error(a, op);
         else if (r == NULL || r->id != id)
             s = dmm_error_set(DMM_ERR_UNKNOWN_ALLOCATION,
                               "%s: the allocation at %#llx (id %llu) was released by another thread during the "
@@ -566,7 +566,7 @@ dmm_status dmm_arena_alias(dmm_mechanism *m, const dmm_allocation *al, dmm_range
     dmm_lock_acquire(&a->lock);
     arena_record *r = NULL;
     size_t nch = 0;
-    dmm_status s = a->lost ? dmm__arena_lost_error(a, op) : dmm__arena_lookup(a, al, op, &r);
+    dmm_status s = dmm__arena_lost(a) ? dmm__arena_lost_error(a, op) : dmm__arena_lookup(a, al, op, &r);
     if (s == DMM_OK) s = alias_check(a, r, dst, src, op, &nch);
     arena_pot pot = {{0, 0}, false};
     if (s == DMM_OK && a->has_acct) {
@@ -579,7 +579,7 @@ dmm_status dmm_arena_alias(dmm_mechanism *m, const dmm_allocation *al, dmm_range
         if (s == DMM_OK) {
             pot.bytes[DMM_AXIS_MAPPED] = src.bytes;
             r = dmm__arena_find(a, off);
-            if (a->lost) s = dmm__arena_lost_error(a, op);
+            if (dmm__arena_lost(a)) s = dmm__arena_lost_error(a, op);
             else if (r == NULL || r->id != id)
                 s = dmm_error_set(DMM_ERR_UNKNOWN_ALLOCATION,
                                   "%s: the allocation at %#llx (id %llu) was released by another thread during the "
@@ -643,7 +643,7 @@ static dmm_status allocate(dmm_arena *a, size_t bytes, size_t align, bool whole,
 
     dmm_lock_acquire(&a->lock);
     uint64_t off = 0;
-    if (a->lost) {
+    if (dmm__arena_lost(a)) {
         s = dmm__arena_lost_error(a, op);
     } else if (!records_room(a) || !dmm__spans_reserve(&a->free, 1)) {
         s = dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "%s of %zu bytes: no host memory for the record table; nothing "
@@ -722,7 +722,7 @@ static dmm_status arena_commit(void *impl, const dmm_allocation *al, dmm_range r
     *newly_mapped = 0;
     dmm_lock_acquire(&a->lock);
     arena_record *r = NULL;
-    dmm_status s = a->lost ? dmm__arena_lost_error(a, op) : dmm__arena_lookup(a, al, op, &r);
+    dmm_status s = dmm__arena_lost(a) ? dmm__arena_lost_error(a, op) : dmm__arena_lookup(a, al, op, &r);
     if (s == DMM_OK) s = check_ranges(op, r->bytes, &range, 1);
     if (s == DMM_OK && range.bytes > 0) s = do_commit(a, r->off, r->id, false, &range, 1, op, newly_mapped);
     dmm_lock_release(&a->lock);
@@ -735,7 +735,7 @@ static dmm_status arena_committed_bytes(void *impl, const dmm_allocation *al, ui
     if (bytes == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: the output pointer is NULL", op);
     dmm_lock_acquire(&a->lock);
     arena_record *r = NULL;
-    dmm_status s = a->lost ? dmm__arena_lost_error(a, op) : dmm__arena_lookup(a, al, op, &r);
+    dmm_status s = dmm__arena_lost(a) ? dmm__arena_lost_error(a, op) : dmm__arena_lookup(a, al, op, &r);
     if (s == DMM_OK) *bytes = r->nrefs * a->gran;
     dmm_lock_release(&a->lock);
     return s;
@@ -748,7 +748,7 @@ static dmm_status arena_mapped_bytes_for_ranges(void *impl, const dmm_allocation
     if (bytes == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: the output pointer is NULL", op);
     dmm_lock_acquire(&a->lock);
     arena_record *r = NULL;
-    dmm_status s = a->lost ? dmm__arena_lost_error(a, op) : dmm__arena_lookup(a, al, op, &r);
+    dmm_status s = dmm__arena_lost(a) ? dmm__arena_lost_error(a, op) : dmm__arena_lookup(a, al, op, &r);
     if (s == DMM_OK) s = check_ranges(op, r->bytes, ranges, n);
     uint64_t *seen = NULL;
     if (s == DMM_OK && (seen = calloc(div_up(r->ng, 64), sizeof *seen)) == NULL)
@@ -810,30 +810,29 @@ static dmm_status arena_destroy(void *impl) {
     const char *op = "arena destroy";
     dmm_lock_acquire(&a->lock);
     dmm_status s = DMM_OK;
-    if (a->lost && !a->confirmed) {
+    if (dmm__arena_lost(a) && !a->confirmed) {
         s = dmm_error_set(DMM_ERR_BUSY,
                           "%s refused: the %s lost its device and still owns %llu bytes it cannot give back; tear "
                           "the context down and call dmm_arena_confirm_context_terminated() first",
                           op, a->where, (unsigned long long)a->st.owned_bytes.current);
-    } else if (!a->lost && a->nprefixes > 0) {
+    } else if (!dmm__arena_lost(a) && a->nprefixes > 0) {
         s = dmm_error_set(DMM_ERR_BUSY,
                           "%s refused: %zu shared prefix(es) of the %s are still live; nothing was changed: release "
                           "them with dmm_prefix_release() first",
                           op, a->nprefixes, a->where);
-    } else if (!a->lost && a->nrecords > 0) {
+    } else if (!dmm__arena_lost(a) && a->nrecords > 0) {
         s = dmm_error_set(DMM_ERR_BUSY,
                           "%s refused: %zu allocations (%lld bytes) of the %s are still live; nothing was changed: "
                           "release them first",
                           op, a->nrecords, (long long)a->st.allocated_bytes.current, a->where);
-    } else if (!a->lost) {
+    } else if (!dmm__arena_lost(a)) {
         if (!dmm__arena_room(a, 0, a->cache.n + 1, 0, op)) s = DMM_ERR_OUT_OF_MEMORY;
         if (s == DMM_OK) s = dmm__arena_drain(a);
         if (s == DMM_OK) s = dmm__arena_give_back(a);
         if (s == DMM_OK && a->reserved) {
-            s = a->drv->ops->unreserve(a->drv, a->base, (size_t)a->reserve);
+            s = dmm__drv_unreserve(a->drv, a->base, (size_t)a->reserve);
             if (s != DMM_OK) {
                 a->st.driver_failures++;
-                if (s == DMM_ERR_DEVICE_LOST) a->lost = true;
                 char why[1024];
                 snprintf(why, sizeof why, "%s", dmm_last_error());
                 dmm_error_set(s, "%s: giving back the %s's %llu bytes of address space failed (%s); the arena "
@@ -899,7 +898,7 @@ dmm_status dmm_arena_create(dmm_driver *driver, const dmm_arena_config *cfg, dmm
                              "dmm_eager_create() for this device",
                              op, o->name ? o->name : "?", tier_name(driver->device.tier), (int)driver->device.index);
     size_t gran = 0;
-    dmm_status s = o->granularity(driver, &gran);
+    dmm_status s = dmm__drv_granularity(driver, &gran);
     if (s != DMM_OK) return s;
     if (!dmm_is_pow2(gran))
         return dmm_error_set(DMM_ERR_DRIVER, "%s: the '%s' driver reports a granularity of %zu bytes, not a power "
@@ -957,7 +956,7 @@ dmm_status dmm_arena_create(dmm_driver *driver, const dmm_arena_config *cfg, dmm
 
     uintptr_t va = 0;
     a->st.driver_reserve++;
-    s = o->reserve(driver, (size_t)reserve, 0, &va);
+    s = dmm__drv_reserve(driver, (size_t)reserve, 0, &va);
     if (s != DMM_OK) {
         char why[1024], b[32];
         snprintf(why, sizeof why, "%s", dmm_last_error());
@@ -1053,7 +1052,7 @@ dmm_status dmm_arena_drain_cache(dmm_mechanism *m) {
     dmm_status s = arena_of(m, "dmm_arena_drain_cache", &a);
     if (s != DMM_OK) return s;
     dmm_lock_acquire(&a->lock);
-    if (a->lost) s = dmm__arena_lost_error(a, "dmm_arena_drain_cache");
+    if (dmm__arena_lost(a)) s = dmm__arena_lost_error(a, "dmm_arena_drain_cache");
     else if (dmm__arena_room(a, 0, a->cache.n, 0, "dmm_arena_drain_cache")) s = dmm__arena_drain(a);
     else s = DMM_ERR_OUT_OF_MEMORY;
     dmm_lock_release(&a->lock);
@@ -1067,8 +1066,8 @@ dmm_status dmm__arena_device_loss(dmm_mechanism *m, bool mark, bool *lost, bool 
     dmm_status s = arena_of(m, "arena device-loss query", &a);
     if (s != DMM_OK) return s;
     dmm_lock_acquire(&a->lock);
-    if (mark) a->lost = true;
-    if (lost != NULL) *lost = a->lost;
+    if (mark && !dmm__arena_lost(a)) dmm__drv_latch(a->drv, "a user of the arena");
+    if (lost != NULL) *lost = dmm__arena_lost(a);
     if (confirmed != NULL) *confirmed = a->confirmed;
     dmm_lock_release(&a->lock);
     return DMM_OK;
@@ -1080,7 +1079,7 @@ dmm_status dmm_arena_confirm_context_terminated(dmm_mechanism *m) {
     dmm_status s = arena_of(m, op, &a);
     if (s != DMM_OK) return s;
     dmm_lock_acquire(&a->lock);
-    if (!a->lost) {
+    if (!dmm__arena_lost(a)) {
         dmm_lock_release(&a->lock);
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
                              "%s: the %s has not lost its device, so there is nothing to discharge; release its "

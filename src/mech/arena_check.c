@@ -257,7 +257,7 @@ const char *dmm__arena_check_locked(dmm_arena *a) {
     EQ(st->poisoned_bytes, pois_b + a->poison_cleared_bytes);
     EQ(st->quarantined_handles, a->qhandles.n + a->qhandles_cleared);
     EQ(st->quarantined_bytes, qb + a->qhandles_cleared_bytes);
-    if (!a->lost) {
+    if (!dmm__arena_lost(a)) {
         EQ(a->charged[DMM_AXIS_OWNED], st->owned_bytes.current);
         EQ(a->charged[DMM_AXIS_MAPPED], st->mapped_bytes.current);
     }

@@ -50,6 +50,7 @@
 #include <stdint.h>
 
 #include "core/core.h"
+#include "driver/call.h"
 #include "dmm/arena.h"
 #include "mech/mech_internal.h"
 #include "mech/spans.h"
@@ -150,7 +151,6 @@ typedef struct dmm_arena {
     uint64_t cache_limit; /* bytes */
     uint64_t min_align;
 
-    bool lost;             /* a driver call reported DMM_ERR_DEVICE_LOST: no more driver calls */
     bool confirmed;        /* dmm_arena_confirm_context_terminated() discharged everything */
     uint64_t charged[2];   /* what the accounting hook holds for us, per dmm_axis (pots excluded) */
     arena_pot *pot;        /* the running commit's pre-charged budget, or NULL */
@@ -222,8 +222,11 @@ size_t dmm__arena_span_room(const dmm_arena *a, uint64_t off, uint64_t len);
 void dmm__arena_span_quarantine(dmm_arena *a, uint64_t off, uint64_t len);
 
 /* ---- driver calls, accounting (chunks.c) ---- */
-/* Each counts itself in the stats; a DMM_ERR_DEVICE_LOST makes the arena lost; a lost arena makes no
- * call and returns DMM_ERR_DEVICE_LOST. */
+/* The arena is lost when its driver is (the latch of driver/call.h: whichever user of the driver met
+ * the loss, the arena stops with it). */
+static inline bool dmm__arena_lost(const dmm_arena *a) { return dmm__drv_lost(a->drv); }
+/* Each counts itself in the stats and goes through the driver's funnel; a lost arena makes no call
+ * and returns DMM_ERR_DEVICE_LOST. */
 dmm_status dmm__arena_drv_create(dmm_arena *a, uint64_t bytes, dmm_phys *phys);
 dmm_status dmm__arena_drv_release(dmm_arena *a, dmm_phys phys, uint64_t bytes);
 dmm_status dmm__arena_drv_map(dmm_arena *a, uint64_t off, uint64_t bytes, dmm_phys phys);

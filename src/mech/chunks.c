@@ -19,9 +19,9 @@
  * or releases the handle, so a handle never reaches the cache (or the driver's release) while it is
  * still mapped somewhere, and the contents seen through the other mappings stay intact.
  *
- * Device loss: the first call that reports DMM_ERR_DEVICE_LOST makes the arena lost; from then on
- * no driver call is made (every wrapper below answers DMM_ERR_DEVICE_LOST itself) and nothing is
- * refunded (dmm_arena_confirm_context_terminated discharges everything at once).
+ * Device loss: latched on the driver (driver/call.h), whichever user of it met it first; once the
+ * driver is lost no driver call is made (every wrapper below answers DMM_ERR_DEVICE_LOST itself) and
+ * nothing is refunded (dmm_arena_confirm_context_terminated discharges everything at once).
  *
  * Trade-off: chunks are as large as the chunk limit allows (one handle costs the same whether it is
  * 2 MiB or 64 MiB on the H200), so an unmap or release failure affects a larger unit; in exchange a
@@ -41,49 +41,48 @@ static const char *axis_name(dmm_axis axis) { return axis == DMM_AXIS_OWNED ? "o
 
 dmm_status dmm__arena_lost_error(dmm_arena *a, const char *op) {
     return dmm_error_set(DMM_ERR_DEVICE_LOST,
-                         "%s: the %s lost its device (a driver call reported a sticky context error); it "
-                         "makes no more driver calls and refunds nothing: tear the context down, then call "
+                         "%s: the %s lost its device (a driver call reported a sticky context error; first seen at "
+                         "%s); it makes no more driver calls and refunds nothing: tear the context down, then call "
                          "dmm_arena_confirm_context_terminated() to discharge its memory",
-                         op, a->where);
+                         op, a->where, dmm__drv_lost_why(a->drv));
 }
 
+/* Every call below goes through the driver's funnel (driver/call.h), which refuses once the driver
+ * is lost and latches a loss the call reports. */
 static dmm_status drv_done(dmm_arena *a, dmm_status s) {
-    if (s != DMM_OK) {
-        a->st.driver_failures++;
-        if (s == DMM_ERR_DEVICE_LOST) a->lost = true;
-    }
+    if (s != DMM_OK) a->st.driver_failures++;
     return s;
 }
 
 dmm_status dmm__arena_drv_create(dmm_arena *a, uint64_t bytes, dmm_phys *phys) {
-    if (a->lost) return dmm__arena_lost_error(a, "arena: create of a physical handle");
+    if (dmm__arena_lost(a)) return dmm__arena_lost_error(a, "arena: create of a physical handle");
     a->st.driver_create++;
-    return drv_done(a, a->drv->ops->create(a->drv, (size_t)bytes, phys));
+    return drv_done(a, dmm__drv_create(a->drv, (size_t)bytes, phys));
 }
 
 dmm_status dmm__arena_drv_release(dmm_arena *a, dmm_phys phys, uint64_t bytes) {
     (void)bytes;
-    if (a->lost) return dmm__arena_lost_error(a, "arena: release of a physical handle");
+    if (dmm__arena_lost(a)) return dmm__arena_lost_error(a, "arena: release of a physical handle");
     a->st.driver_release++;
-    return drv_done(a, a->drv->ops->release(a->drv, phys));
+    return drv_done(a, dmm__drv_release(a->drv, phys));
 }
 
 dmm_status dmm__arena_drv_map(dmm_arena *a, uint64_t off, uint64_t bytes, dmm_phys phys) {
-    if (a->lost) return dmm__arena_lost_error(a, "arena: map");
+    if (dmm__arena_lost(a)) return dmm__arena_lost_error(a, "arena: map");
     a->st.driver_map++;
-    return drv_done(a, a->drv->ops->map(a->drv, a->base + off, (size_t)bytes, phys));
+    return drv_done(a, dmm__drv_map(a->drv, a->base + off, (size_t)bytes, phys));
 }
 
 dmm_status dmm__arena_drv_unmap(dmm_arena *a, uint64_t off, uint64_t bytes) {
-    if (a->lost) return dmm__arena_lost_error(a, "arena: unmap");
+    if (dmm__arena_lost(a)) return dmm__arena_lost_error(a, "arena: unmap");
     a->st.driver_unmap++;
-    return drv_done(a, a->drv->ops->unmap(a->drv, a->base + off, (size_t)bytes));
+    return drv_done(a, dmm__drv_unmap(a->drv, a->base + off, (size_t)bytes));
 }
 
 dmm_status dmm__arena_drv_set_access(dmm_arena *a, uint64_t off, uint64_t bytes, dmm_access access) {
-    if (a->lost) return dmm__arena_lost_error(a, "arena: set_access");
+    if (dmm__arena_lost(a)) return dmm__arena_lost_error(a, "arena: set_access");
     a->st.driver_set_access++;
-    return drv_done(a, a->drv->ops->set_access(a->drv, a->base + off, (size_t)bytes, access));
+    return drv_done(a, dmm__drv_set_access(a->drv, a->base + off, (size_t)bytes, access));
 }
 
 /* ---- accounting ---- */
@@ -127,7 +126,7 @@ dmm_status dmm__arena_charge(dmm_arena *a, dmm_axis axis, uint64_t bytes, const 
 }
 
 void dmm__arena_refund(dmm_arena *a, dmm_axis axis, uint64_t bytes) {
-    if (a->lost || bytes == 0) return;
+    if (dmm__arena_lost(a) || bytes == 0) return;
     a->charged[axis] -= bytes;
     if (a->pot != NULL) a->pot->bytes[axis] += bytes;
     else dmm__arena_hook_refund(a, axis, bytes);
@@ -451,7 +450,7 @@ dmm_status dmm__arena_give_back(dmm_arena *a) {
             snprintf(why, sizeof why, "%s", dmm_last_error());                                                 \
         }                                                                                                      \
     } while (0)
-    for (size_t i = 0; i < a->qhandles.n && !a->lost;) {
+    for (size_t i = 0; i < a->qhandles.n && !dmm__arena_lost(a);) {
         arena_handle h = a->qhandles.v[i];
         dmm_status s = dmm__arena_drv_release(a, h.phys, h.bytes);
         NOTE_FAILURE(s);
@@ -466,7 +465,7 @@ dmm_status dmm__arena_give_back(dmm_arena *a) {
         a->qhandles_cleared++;
         a->qhandles_cleared_bytes += h.bytes;
     }
-    for (uint32_t k = 0; k < a->nslots && !a->lost; k++) {
+    for (uint32_t k = 0; k < a->nslots && !dmm__arena_lost(a); k++) {
         arena_chunk *c = &a->chunks[k];
         if (c->state != CHUNK_POISONED) continue;
         uint64_t bytes = chunk_bytes(a, c);
@@ -485,7 +484,7 @@ dmm_status dmm__arena_give_back(dmm_arena *a) {
         if (dmm__arena_chunk_retire(a, c, false) != 0) NOTE_FAILURE(dmm_last_status());
     }
 #undef NOTE_FAILURE
-    if (a->lost && first == DMM_OK) first = dmm__arena_lost_error(a, "arena destroy");
+    if (dmm__arena_lost(a) && first == DMM_OK) first = dmm__arena_lost_error(a, "arena destroy");
     else if (first != DMM_OK) dmm_error_set(first, "%s", why);
     return first;
 }

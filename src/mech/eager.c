@@ -25,6 +25,7 @@
 
 #include "core/core.h"
 #include "mech/mech_internal.h"
+#include "driver/call.h"
 
 #define EAGER_DEFAULT_ALIGN ((size_t)256)
 
@@ -110,7 +111,7 @@ static void refund(eager *e, uint64_t bytes) {
 /* Gives back a driver block that cannot become an allocation (its alloc already counted): freed and
  * refunded, or, when the free fails, left charged and counted as a rollback leak. True when it went. */
 static bool undo_alloc(eager *e, uintptr_t base, size_t driver_bytes) {
-    dmm_status fs = e->driver->ops->free(e->driver, base, driver_bytes);
+    dmm_status fs = dmm__drv_free(e->driver, base, driver_bytes);
     if (fs == DMM_OK) refund(e, driver_bytes);
     dmm_lock_acquire(&e->lock);
     e->stats.driver_free++;
@@ -139,7 +140,7 @@ static dmm_status eager_allocate(void *impl, size_t bytes, size_t align, dmm_all
                              dmm__fmt_bytes(driver_bytes, b, sizeof b), driver_bytes, why);
     }
     uintptr_t base = 0;
-    s = e->driver->ops->alloc(e->driver, driver_bytes, &base);
+    s = dmm__drv_alloc(e->driver, driver_bytes, &base);
     if (s != DMM_OK) {
         refund(e, driver_bytes);
         dmm_lock_acquire(&e->lock);
@@ -241,7 +242,7 @@ static dmm_release_outcome eager_release(void *impl, const dmm_allocation *a) {
     e->recs[i].releasing = true; /* claimed: exactly one driver free per allocation */
     dmm_lock_release(&e->lock);
 
-    dmm_status s = e->driver->ops->free(e->driver, r.base, r.driver_bytes);
+    dmm_status s = dmm__drv_free(e->driver, r.base, r.driver_bytes);
 
     dmm_lock_acquire(&e->lock);
     i = rec_find(e, ptr, r.id); /* others may have moved the table, or reused the address */

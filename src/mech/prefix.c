@@ -86,7 +86,7 @@ static dmm_status arena_prefix_create(void *impl, const dmm_allocation *owner, d
     const char *op = "dmm_prefix_create";
     dmm_lock_acquire(&a->lock);
     arena_record *r = NULL;
-    dmm_status s = a->lost ? dmm__arena_lost_error(a, op) : dmm__arena_lookup(a, owner, op, &r);
+    dmm_status s = dmm__arena_lost(a) ? dmm__arena_lost_error(a, op) : dmm__arena_lookup(a, owner, op, &r);
     if (s != DMM_OK) {
         dmm_lock_release(&a->lock);
         return s;
@@ -267,7 +267,7 @@ static dmm_status arena_prefix_commit(void *impl, const dmm_prefix *p, const dmm
     dmm_lock_acquire(&a->lock);
     arena_record *r = NULL;
     arena_prefix *pr = NULL;
-    dmm_status s = a->lost ? dmm__arena_lost_error(a, op) : prefix_lookup(a, p, op, &pr);
+    dmm_status s = dmm__arena_lost(a) ? dmm__arena_lost_error(a, op) : prefix_lookup(a, p, op, &pr);
     if (s == DMM_OK) s = dmm__arena_lookup(a, t, op, &r);
     if (s == DMM_OK) s = commit_check(a, pr, r, offset, op);
     arena_pot pot = {{0, 0}, false};
@@ -281,7 +281,7 @@ static dmm_status arena_prefix_commit(void *impl, const dmm_prefix *p, const dmm
         if (s == DMM_OK) {
             pot.bytes[DMM_AXIS_MAPPED] = bytes;
             r = dmm__arena_find(a, off);
-            if (a->lost) s = dmm__arena_lost_error(a, op);
+            if (dmm__arena_lost(a)) s = dmm__arena_lost_error(a, op);
             else if (r == NULL || r->id != id || r->state == RECORD_RELEASING)
                 s = dmm_error_set(DMM_ERR_UNKNOWN_ALLOCATION,
                                   "%s: the allocation at %#llx (id %llu) was released by another thread during the "
@@ -307,7 +307,7 @@ static dmm_status arena_prefix_cost(void *impl, const dmm_prefix *p, const dmm_a
     dmm_lock_acquire(&a->lock);
     arena_record *r = NULL;
     arena_prefix *pr = NULL;
-    dmm_status s = a->lost ? dmm__arena_lost_error(a, op) : prefix_lookup(a, p, op, &pr);
+    dmm_status s = dmm__arena_lost(a) ? dmm__arena_lost_error(a, op) : prefix_lookup(a, p, op, &pr);
     if (s == DMM_OK) s = dmm__arena_lookup(a, t, op, &r);
     if (s == DMM_OK) s = commit_check(a, pr, r, offset, op);
     if (s == DMM_OK) *newly_mapped = pr->bytes; /* the handles exist (mapped or parked): nothing newly owned */
@@ -324,7 +324,7 @@ static dmm_release_outcome arena_prefix_release(void *impl, const dmm_prefix *p)
     const char *op = "dmm_prefix_release";
     dmm_lock_acquire(&a->lock);
     arena_prefix *pr = NULL;
-    dmm_status s = a->lost ? dmm__arena_lost_error(a, op) : prefix_lookup(a, p, op, &pr);
+    dmm_status s = dmm__arena_lost(a) ? dmm__arena_lost_error(a, op) : prefix_lookup(a, p, op, &pr);
     size_t nparked = 0;
     for (size_t i = 0; s == DMM_OK && i < pr->n; i++) nparked += pr->pieces[i].ring == 0;
     uint8_t *fate = NULL; /* per piece: FATE_* */

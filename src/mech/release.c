@@ -92,7 +92,7 @@ dmm_release_outcome dmm__arena_release(void *impl, const dmm_allocation *al) {
     uint64_t bytes = al != NULL ? al->bytes : 0;
     dmm_lock_acquire(&a->lock);
     arena_record *r = NULL;
-    dmm_status s = a->lost ? dmm__arena_lost_error(a, op) : dmm__arena_lookup(a, al, op, &r);
+    dmm_status s = dmm__arena_lost(a) ? dmm__arena_lost_error(a, op) : dmm__arena_lookup(a, al, op, &r);
     if (s != DMM_OK) {
         dmm_release_outcome o = failed(a, bytes, s);
         dmm_lock_release(&a->lock);
@@ -211,7 +211,7 @@ dmm_release_outcome dmm__arena_decommit(void *impl, const dmm_allocation *al, dm
     const char *op = "arena decommit";
     dmm_lock_acquire(&a->lock);
     arena_record *r = NULL;
-    dmm_status s = a->lost ? dmm__arena_lost_error(a, op) : dmm__arena_lookup(a, al, op, &r);
+    dmm_status s = dmm__arena_lost(a) ? dmm__arena_lost_error(a, op) : dmm__arena_lookup(a, al, op, &r);
     size_t end = 0;
     if (s == DMM_OK && (__builtin_add_overflow(range.offset, range.bytes, &end) || end > r->bytes))
         s = dmm_error_set(DMM_ERR_INVALID_ARGUMENT,

@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "mech/arena_loss.h"
 
 typedef struct env {
     dmm_driver *host, *fault;
@@ -70,9 +69,7 @@ static void enqueue(env *e, int i, uint32_t kind, uint32_t n_events) {
 }
 
 static bool arena_lost(env *e) {
-    bool lost = false;
-    DMM_OK_OR_FAIL(dmm__arena_device_loss(e->m, false, &lost, NULL));
-    return lost;
+    return dmm_driver_lost(e->fault, NULL); /* the arena's driver: where the loss is latched */
 }
 
 /* Later polls: DEVICE_LOST at once, with a sentence, no driver call, nothing ran. */
@@ -141,7 +138,9 @@ static void loss_seen_by_another_user_of_the_arena(void **state) {
     enqueue(&e, 0, DMM_DEFERRED_DECOMMIT, 1);
     enqueue(&e, 1, DMM_DEFERRED_RELEASE, 1);
     DMM_OK_OR_FAIL(dmm_fault_plan(e.fault, DMM_OP_ANY, 1, UINT32_MAX, DMM_ERR_DEVICE_LOST));
-    DMM_OK_OR_FAIL(dmm__arena_device_loss(e.m, true, NULL, NULL)); /* as a pool that saw it does */
+    dmm_allocation other; /* another user of the arena meets the loss (as a pool's growth would) */
+    assert_int_equal(dmm_mechanism_allocate_committed(e.m, 2 * MIB, 0, &(dmm_range){0, 2 * MIB}, 1, &other),
+                     DMM_ERR_DEVICE_LOST);
     uint64_t calls = dmm_fault_calls(e.fault, DMM_OP_ANY);
     size_t ran = 99;
     assert_int_equal(dmm_deferred_poll(e.q, &ran), DMM_ERR_DEVICE_LOST);
@@ -179,14 +178,15 @@ static void loss_seen_by_a_request_outcome(void **state) {
     dmm_driver_destroy(e.host);
 }
 
-/* Over a mechanism that is not an arena: nobody to tell, but the queue still stops asking. */
+/* Over a mechanism that is not an arena (eager, over the host driver itself; the queue's events over
+ * fault(host)): the queue still stops asking once its driver is latched lost. */
 static void loss_over_an_eager_mechanism(void **state) {
     (void)state;
     dmm_driver *host = NULL, *fault = NULL;
     DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &host));
     DMM_OK_OR_FAIL(dmm_fault_driver_create(host, &fault));
     dmm_mechanism *m = NULL;
-    DMM_OK_OR_FAIL(dmm_eager_create(fault, NULL, &m));
+    DMM_OK_OR_FAIL(dmm_eager_create(host, NULL, &m));
     dmm_deferred *q = NULL;
     dmm_deferred_config qc = {sizeof qc, fault, 4, NULL, NULL};
     DMM_OK_OR_FAIL(dmm_deferred_create(&qc, &q));
@@ -215,12 +215,14 @@ static void loss_over_an_eager_mechanism(void **state) {
     assert_int_equal(dmm_fault_calls(fault, DMM_OP_ANY), calls);
     DMM_OK_OR_FAIL(dmm_deferred_take(q, &r));
     DMM_OK_OR_FAIL(dmm_deferred_destroy(q));
-    /* (the test's own teardown: the fault driver answers again, so the eager memory goes back) */
+    /* (the test's own teardown: the eager memory goes back through its own driver; the queue's
+     * events and stream through the inner driver, as the context going with its driver would) */
     dmm_release_outcome o = dmm_mechanism_release(m, &a);
     assert_int_equal(dmm_release_state_of(&o), DMM_RELEASE_COMPLETE);
     DMM_OK_OR_FAIL(dmm_mechanism_destroy(m));
     DMM_OK_OR_FAIL(fault->ops->event_destroy(fault, ev));
     DMM_OK_OR_FAIL(fault->ops->stream_destroy(fault, s));
+    assert_true(dmm_driver_lost(fault, NULL));
     dmm_driver_destroy(fault);
     dmm_driver_destroy(host);
 }

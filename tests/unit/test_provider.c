@@ -57,7 +57,7 @@ static int teardown(void **state) {
 }
 
 static novmm novmm_for(dmm_device dev) {
-    novmm n = {{&novmm_ops, dev}, host};
+    novmm n = {{.ops = &novmm_ops, .device = dev}, host};
     return n;
 }
 
