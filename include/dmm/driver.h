@@ -120,7 +120,8 @@ typedef struct dmm_driver_ops {
 /* The device-loss latch of a driver object: dmm's own, at the one funnel through which the library
  * calls every driver (src/driver/call.h). An implementation leaves it zeroed and never touches it. */
 typedef struct dmm_driver_latch {
-    uint32_t state; /* 0 = usable; 1 = being latched; 2 = lost (read and written atomically) */
+    uint32_t state; /* 0 = usable; 1 = being latched; 2 = lost; 3 = lost, and its context confirmed
+                       torn down (dmm_arena_confirm_context_terminated); read and written atomically */
     char why[400];  /* the first call that reported DMM_ERR_DEVICE_LOST, and its sentence; written once */
 } dmm_driver_latch;
 

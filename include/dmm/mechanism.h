@@ -97,7 +97,27 @@ typedef struct dmm_virtual_backing_ops {
     /* Conservative estimate of the bytes committing `ranges` would newly map (for admission). */
     dmm_status (*mapped_bytes_for_ranges)(void *impl, const dmm_allocation *a, const dmm_range *ranges,
                                           size_t n, uint64_t *bytes);
+
+    /* --- optional (NULL, or beyond `size`, = absent: the dmm_mechanism_* call answers
+     * DMM_ERR_UNSUPPORTED). What a caching pool on top uses where the mechanism offers it; the pool
+     * asks for these, never for a particular mechanism. --- */
+    /* Maps the physical memory behind `src` a second time at `dst`, in the same allocation (ranges
+     * relative to its start, whole granules, same size, no overlap; src committed as whole chunks no
+     * other allocation references, dst wholly uncommitted). Transactional like commit. The contract
+     * in full: dmm_arena_alias (dmm/arena.h). */
+    dmm_status (*alias)(void *impl, const dmm_allocation *a, dmm_range dst, dmm_range src);
+    /* *out = whether [ptr, ptr+bytes) overlaps memory the mechanism keeps out of use for good
+     * (quarantined VA, poisoned chunks). */
+    dmm_status (*is_quarantined)(void *impl, const void *ptr, size_t bytes, bool *out);
+    /* Gives back every physical handle the mechanism caches for reuse. */
+    dmm_status (*drain_cache)(void *impl);
+    /* The mechanism's VA reservation (either output may be NULL): a size hint for a pool's own VA. */
+    dmm_status (*reservation)(void *impl, uintptr_t *va, uint64_t *bytes);
 } dmm_virtual_backing_ops;
+
+/* sizeof a dmm_virtual_backing_ops without the optional slots: the smallest `size` accepted. */
+#define DMM_VIRTUAL_BACKING_OPS_REQUIRED_SIZE \
+    (offsetof(dmm_virtual_backing_ops, mapped_bytes_for_ranges) + sizeof(void (*)(void)))
 
 /* Shared mapping: one physical prefix mapped read-only into several allocations (DESIGN §4.6).
  * The table and the calls are declared in dmm/prefix.h; here only its name, so that the slot below
@@ -150,6 +170,14 @@ DMM_API dmm_release_outcome dmm_mechanism_decommit(dmm_mechanism *m, const dmm_a
 DMM_API dmm_status dmm_mechanism_committed_bytes(dmm_mechanism *m, const dmm_allocation *a, uint64_t *bytes);
 DMM_API dmm_status dmm_mechanism_mapped_bytes_for_ranges(dmm_mechanism *m, const dmm_allocation *a,
                                                          const dmm_range *ranges, size_t n, uint64_t *bytes);
+/* The optional virtual-backing slots (DMM_ERR_UNSUPPORTED where the mechanism lacks one). */
+DMM_API dmm_status dmm_mechanism_alias(dmm_mechanism *m, const dmm_allocation *a, dmm_range dst, dmm_range src);
+DMM_API dmm_status dmm_mechanism_is_quarantined(dmm_mechanism *m, const void *ptr, size_t bytes, bool *out);
+DMM_API dmm_status dmm_mechanism_drain_cache(dmm_mechanism *m);
+DMM_API dmm_status dmm_mechanism_reservation(dmm_mechanism *m, uintptr_t *va, uint64_t *bytes);
+/* Whether m has the optional virtual-backing slot `slot` ("alias", "is_quarantined", "drain_cache",
+ * "reservation"); false for an unknown name or a mechanism without virtual backing. */
+DMM_API bool dmm_mechanism_has_slot(const dmm_mechanism *m, const char *slot);
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Accounting: how a mechanism charges a budget (dmm_governor_accounting makes one for a lease). Two axes:

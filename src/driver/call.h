@@ -10,8 +10,10 @@
  *   - latches the loss on `d` when the call itself reports DMM_ERR_DEVICE_LOST (its sentence, the
  *     thread's last error, is kept as the first one and stays the last error).
  *
- * Invariant: latch.state goes 0 → 1 → 2 once and never back; latch.why is written only between
- * 1 and 2 by the one thread that moved it to 1, and read only once the state is 2. So a layer
+ * Invariant: latch.state goes 0 → 1 → 2 (→ 3) once and never back; latch.why is written only
+ * between 1 and 2 by the one thread that moved it to 1, and read only once the state is ≥ 2.
+ * State 3: the owner confirmed that the context is torn down (dmm_arena_confirm_context_terminated),
+ * so the layers above may forget what they held on the device without giving it back. So a layer
  * that asks dmm__drv_lost(d) needs no flag of its own: pool, queue, arena and adapter over one
  * driver stop together, whichever of them met the loss first.
  *
@@ -35,6 +37,12 @@ dmm_status dmm__drv_absent(dmm_driver *d, dmm_driver_op op);
 void dmm__drv_latch(dmm_driver *d, const char *what);
 /* The first loss's sentence ("" while `d` is usable). */
 const char *dmm__drv_lost_why(const dmm_driver *d);
+/* Records that the lost driver's context was confirmed torn down (no-op while `d` is usable: a
+ * confirmation needs a loss first; returns whether `d` is now confirmed). */
+bool dmm__drv_confirm_terminated(dmm_driver *d);
+static inline bool dmm__drv_terminated(const dmm_driver *d) {
+    return __atomic_load_n(&d->latch.state, __ATOMIC_ACQUIRE) == 3u;
+}
 
 static inline dmm_status dmm__drv_done(dmm_driver *d, dmm_driver_op op, dmm_status s) {
     if (__builtin_expect(s == DMM_ERR_DEVICE_LOST, 0)) dmm__drv_latch(d, dmm_driver_op_name(op));

@@ -22,7 +22,14 @@ void dmm__drv_latch(dmm_driver *d, const char *what) {
 const char *dmm__drv_lost_why(const dmm_driver *d) {
     uint32_t st;
     while ((st = __atomic_load_n(&d->latch.state, __ATOMIC_ACQUIRE)) == 1u) sched_yield(); /* a snprintf away */
-    return st == 2u ? d->latch.why : "";
+    return st >= 2u ? d->latch.why : "";
+}
+
+bool dmm__drv_confirm_terminated(dmm_driver *d) {
+    uint32_t expected = 2u;
+    (void)dmm__drv_lost_why(d); /* waits out a latch being written */
+    (void)__atomic_compare_exchange_n(&d->latch.state, &expected, 3u, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    return dmm__drv_terminated(d);
 }
 
 dmm_status dmm__drv_refuse(dmm_driver *d, dmm_driver_op op) {

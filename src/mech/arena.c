@@ -556,13 +556,10 @@ static dmm_status alias_apply(dmm_arena *a, arena_record *r, dmm_range dst, dmm_
     return s;
 }
 
-dmm_status dmm_arena_alias(dmm_mechanism *m, const dmm_allocation *al, dmm_range dst, dmm_range src) {
+/* The virtual-backing slot `alias` (dmm_arena_alias and dmm_mechanism_alias both land here). */
+static dmm_status arena_alias(void *impl, const dmm_allocation *al, dmm_range dst, dmm_range src) {
     const char *op = "dmm_arena_alias";
-    dmm_arena *a = dmm__mechanism_impl_if(m, &dmm__arena_ops);
-    if (a == NULL)
-        return dmm_error_set(m == NULL ? DMM_ERR_INVALID_ARGUMENT : DMM_ERR_WRONG_MECHANISM,
-                             "%s: %s is not an arena; pass a mechanism made by dmm_arena_create()", op,
-                             m == NULL ? "NULL" : dmm_mechanism_name(m));
+    dmm_arena *a = A(impl);
     dmm_lock_acquire(&a->lock);
     arena_record *r = NULL;
     size_t nch = 0;
@@ -850,9 +847,22 @@ static dmm_status arena_destroy(void *impl) {
     return DMM_OK;
 }
 
+static dmm_status arena_alias(void *impl, const dmm_allocation *al, dmm_range dst, dmm_range src);
+static dmm_status arena_reservation(void *impl, uintptr_t *va, uint64_t *bytes);
+static dmm_status arena_is_quarantined(void *impl, const void *ptr, size_t bytes, bool *out);
+static dmm_status arena_drain_cache(void *impl);
+
 static const dmm_virtual_backing_ops arena_vb_ops = {
-    sizeof(dmm_virtual_backing_ops), arena_allocate_committed, arena_commit, dmm__arena_decommit,
-    arena_committed_bytes,           arena_mapped_bytes_for_ranges,
+    .size = sizeof(dmm_virtual_backing_ops),
+    .allocate_committed = arena_allocate_committed,
+    .commit = arena_commit,
+    .decommit = dmm__arena_decommit,
+    .committed_bytes = arena_committed_bytes,
+    .mapped_bytes_for_ranges = arena_mapped_bytes_for_ranges,
+    .alias = arena_alias,
+    .is_quarantined = arena_is_quarantined,
+    .drain_cache = arena_drain_cache,
+    .reservation = arena_reservation,
 };
 
 const dmm_mechanism_ops dmm__arena_ops = {
@@ -994,6 +1004,32 @@ static dmm_status arena_of(dmm_mechanism *m, const char *op, dmm_arena **out) {
     return DMM_OK;
 }
 
+/* The arena-typed forms of the optional virtual-backing slots (dmm/arena.h); the pool reaches the
+ * same code through dmm_mechanism_alias & co., which work over any mechanism that fills the slots. */
+dmm_status dmm_arena_alias(dmm_mechanism *m, const dmm_allocation *al, dmm_range dst, dmm_range src) {
+    dmm_arena *a = NULL;
+    dmm_status s = arena_of(m, "dmm_arena_alias", &a);
+    return s != DMM_OK ? s : arena_alias(a, al, dst, src);
+}
+
+dmm_status dmm_arena_reservation(dmm_mechanism *m, uintptr_t *va, uint64_t *bytes) {
+    dmm_arena *a = NULL;
+    dmm_status s = arena_of(m, "dmm_arena_reservation", &a);
+    return s != DMM_OK ? s : arena_reservation(a, va, bytes);
+}
+
+dmm_status dmm_arena_is_quarantined(dmm_mechanism *m, const void *ptr, size_t bytes, bool *out) {
+    dmm_arena *a = NULL;
+    dmm_status s = arena_of(m, "dmm_arena_is_quarantined", &a);
+    return s != DMM_OK ? s : arena_is_quarantined(a, ptr, bytes, out);
+}
+
+dmm_status dmm_arena_drain_cache(dmm_mechanism *m) {
+    dmm_arena *a = NULL;
+    dmm_status s = arena_of(m, "dmm_arena_drain_cache", &a);
+    return s != DMM_OK ? s : arena_drain_cache(a);
+}
+
 dmm_status dmm_arena_check(dmm_mechanism *m) {
     dmm_arena *a = NULL;
     dmm_status s = arena_of(m, "dmm_arena_check", &a);
@@ -1005,10 +1041,8 @@ dmm_status dmm_arena_check(dmm_mechanism *m) {
     return s;
 }
 
-dmm_status dmm_arena_reservation(dmm_mechanism *m, uintptr_t *va, uint64_t *bytes) {
-    dmm_arena *a = NULL;
-    dmm_status s = arena_of(m, "dmm_arena_reservation", &a);
-    if (s != DMM_OK) return s;
+static dmm_status arena_reservation(void *impl, uintptr_t *va, uint64_t *bytes) {
+    dmm_arena *a = A(impl);
     if (va) *va = a->base;
     if (bytes) *bytes = a->reserve;
     return DMM_OK;
@@ -1025,10 +1059,8 @@ dmm_status dmm_arena_free_spans(dmm_mechanism *m, size_t *count) {
     return DMM_OK;
 }
 
-dmm_status dmm_arena_is_quarantined(dmm_mechanism *m, const void *ptr, size_t bytes, bool *out) {
-    dmm_arena *a = NULL;
-    dmm_status s = arena_of(m, "dmm_arena_is_quarantined", &a);
-    if (s != DMM_OK) return s;
+static dmm_status arena_is_quarantined(void *impl, const void *ptr, size_t bytes, bool *out) {
+    dmm_arena *a = A(impl);
     if (out == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_arena_is_quarantined: out is NULL");
     *out = false;
     uintptr_t p = (uintptr_t)ptr;
@@ -1047,10 +1079,9 @@ dmm_status dmm_arena_is_quarantined(dmm_mechanism *m, const void *ptr, size_t by
     return DMM_OK;
 }
 
-dmm_status dmm_arena_drain_cache(dmm_mechanism *m) {
-    dmm_arena *a = NULL;
-    dmm_status s = arena_of(m, "dmm_arena_drain_cache", &a);
-    if (s != DMM_OK) return s;
+static dmm_status arena_drain_cache(void *impl) {
+    dmm_arena *a = A(impl);
+    dmm_status s = DMM_OK;
     dmm_lock_acquire(&a->lock);
     if (dmm__arena_lost(a)) s = dmm__arena_lost_error(a, "dmm_arena_drain_cache");
     else if (dmm__arena_room(a, 0, a->cache.n, 0, "dmm_arena_drain_cache")) s = dmm__arena_drain(a);
@@ -1117,6 +1148,7 @@ dmm_status dmm_arena_confirm_context_terminated(dmm_mechanism *m) {
         for (size_t i = 0; i < sizeof zero / sizeof *zero; i++) zero[i]->current = 0;
         a->confirmed = true;
     }
+    (void)dmm__drv_confirm_terminated(a->drv); /* the context is the driver's: its other users may go too */
     dmm_lock_release(&a->lock);
     return DMM_OK;
 }

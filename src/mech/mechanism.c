@@ -59,11 +59,11 @@ dmm_status dmm_mechanism_create(const dmm_mechanism_ops *ops, void *impl, dmm_me
     uint32_t caps = 0;
     const dmm_virtual_backing_ops *vb = ops->virtual_backing;
     if (vb != NULL) {
-        if (vb->size < sizeof *vb)
+        if (vb->size < DMM_VIRTUAL_BACKING_OPS_REQUIRED_SIZE)
             return dmm_error_set(DMM_ERR_SHORT_STRUCT,
                                  "dmm_mechanism_create: mechanism '%s': virtual_backing->size is %u bytes, below "
-                                 "sizeof(dmm_virtual_backing_ops) = %zu",
-                                 name, vb->size, sizeof *vb);
+                                 "the %zu bytes of its required slots; set .size = sizeof(dmm_virtual_backing_ops)",
+                                 name, vb->size, (size_t)DMM_VIRTUAL_BACKING_OPS_REQUIRED_SIZE);
         missing = vb->allocate_committed == NULL        ? "allocate_committed"
                   : vb->commit == NULL                  ? "commit"
                   : vb->decommit == NULL                ? "decommit"
@@ -296,6 +296,59 @@ dmm_status dmm_mechanism_mapped_bytes_for_ranges(dmm_mechanism *m, const dmm_all
     if (bytes == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: the output is NULL", op);
     if ((s = check_ranges(m, a->bytes, ranges, n, op)) != DMM_OK) return s;
     return m->ops->virtual_backing->mapped_bytes_for_ranges(m->impl, a, ranges, n, bytes);
+}
+
+/* ---- the optional virtual-backing slots ---- */
+
+/* The slot at `offset` of m's virtual-backing table, or NULL where the table is absent, shorter
+ * than the slot (an older table) or leaves it NULL. */
+static const void *vb_slot(const dmm_mechanism *m, size_t offset) {
+    const dmm_virtual_backing_ops *vb = m != NULL ? m->ops->virtual_backing : NULL;
+    if (vb == NULL || vb->size < offset + sizeof(void (*)(void))) return NULL;
+    const void *slot;
+    memcpy(&slot, (const char *)vb + offset, sizeof slot);
+    return slot;
+}
+#define VB_OPTIONAL(m, field) (vb_slot((m), offsetof(dmm_virtual_backing_ops, field)) != NULL)
+
+static dmm_status optional_absent(const dmm_mechanism *m, const char *slot, const char *op) {
+    if (m == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: the mechanism is NULL", op);
+    return dmm_error_set(DMM_ERR_UNSUPPORTED, "%s: mechanism '%s' has no virtual-backing slot '%s'", op,
+                         dmm_mechanism_name(m), slot);
+}
+
+bool dmm_mechanism_has_slot(const dmm_mechanism *m, const char *slot) {
+    if (slot == NULL) return false;
+    if (strcmp(slot, "alias") == 0) return VB_OPTIONAL(m, alias);
+    if (strcmp(slot, "is_quarantined") == 0) return VB_OPTIONAL(m, is_quarantined);
+    if (strcmp(slot, "drain_cache") == 0) return VB_OPTIONAL(m, drain_cache);
+    if (strcmp(slot, "reservation") == 0) return VB_OPTIONAL(m, reservation);
+    return false;
+}
+
+dmm_status dmm_mechanism_alias(dmm_mechanism *m, const dmm_allocation *a, dmm_range dst, dmm_range src) {
+    static const char op[] = "dmm_mechanism_alias";
+    if (!VB_OPTIONAL(m, alias)) return optional_absent(m, "alias", op);
+    dmm_status s = check_allocation(m, a, op);
+    if (s != DMM_OK) return s;
+    return m->ops->virtual_backing->alias(m->impl, a, dst, src);
+}
+
+dmm_status dmm_mechanism_is_quarantined(dmm_mechanism *m, const void *ptr, size_t bytes, bool *out) {
+    static const char op[] = "dmm_mechanism_is_quarantined";
+    if (!VB_OPTIONAL(m, is_quarantined)) return optional_absent(m, "is_quarantined", op);
+    if (out == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
+    return m->ops->virtual_backing->is_quarantined(m->impl, ptr, bytes, out);
+}
+
+dmm_status dmm_mechanism_drain_cache(dmm_mechanism *m) {
+    if (!VB_OPTIONAL(m, drain_cache)) return optional_absent(m, "drain_cache", "dmm_mechanism_drain_cache");
+    return m->ops->virtual_backing->drain_cache(m->impl);
+}
+
+dmm_status dmm_mechanism_reservation(dmm_mechanism *m, uintptr_t *va, uint64_t *bytes) {
+    if (!VB_OPTIONAL(m, reservation)) return optional_absent(m, "reservation", "dmm_mechanism_reservation");
+    return m->ops->virtual_backing->reservation(m->impl, va, bytes);
 }
 
 /* ---- shared mapping (dmm/prefix.h) ---- */

@@ -351,8 +351,12 @@ static void build_host_table(pmech *pm) {
     h->stats = pm->pops.stats != NULL ? pm_stats : NULL; /* absent stays absent: UNSUPPORTED */
     h->destroy = pm_destroy;
     if (pm->pops.virtual_backing != NULL) {
-        pm->vb = (dmm_virtual_backing_ops){sizeof pm->vb,    pm_allocate_committed, pm_commit, pm_decommit,
-                                           pm_committed_bytes, pm_mapped_bytes_for_ranges};
+        pm->vb = (dmm_virtual_backing_ops){.size = sizeof pm->vb,
+                                           .allocate_committed = pm_allocate_committed,
+                                           .commit = pm_commit,
+                                           .decommit = pm_decommit,
+                                           .committed_bytes = pm_committed_bytes,
+                                           .mapped_bytes_for_ranges = pm_mapped_bytes_for_ranges};
         h->virtual_backing = &pm->vb;
     }
 }

@@ -215,7 +215,7 @@ dmm_status dmm_pool_create(dmm_mechanism *mech, dmm_driver *drv, const dmm_pool_
     if (va == 0) {
         uintptr_t rva = 0;
         uint64_t rbytes = 0;
-        if (dmm_arena_reservation(mech, &rva, &rbytes) == DMM_OK && rbytes > 0) va = rbytes / 2;
+        if (dmm_mechanism_reservation(mech, &rva, &rbytes) == DMM_OK && rbytes > 0) va = rbytes / 2;
         else va = 64 * GIB;
         dmm_clear_error();
     }
@@ -244,7 +244,7 @@ dmm_status dmm_pool_create(dmm_mechanism *mech, dmm_driver *drv, const dmm_pool_
     p->align = align;
     p->align_shift = (unsigned)__builtin_ctzll(align);
     p->retain_permille = c.retain_permille ? c.retain_permille : 20;
-    p->can_alias = !c.no_alias && dmm_arena_reservation(mech, NULL, NULL) == DMM_OK; /* an arena can alias */
+    p->can_alias = !c.no_alias && dmm_mechanism_has_slot(mech, "alias"); /* a capability, not a probe */
     p->is_arena = is_arena;
     dmm_clear_error();
     p->uid = atomic_fetch_add_explicit(&pool_uids, 1, memory_order_relaxed);
@@ -977,7 +977,7 @@ static dmm_status commit_one(dmm_pool *p, uintptr_t addr, uint64_t bytes) {
 static dmm_status alias_one(dmm_pool *p, source *s, uintptr_t at) {
     dmm_range dst = {(size_t)(at - p->base), (size_t)s->bytes}, src = {(size_t)(s->b->addr - p->base), (size_t)s->bytes};
     if (pool_lost(p)) return DMM_ERR_DEVICE_LOST; /* the commit that follows says why */
-    dmm_status st = dmm_arena_alias(p->mech, &p->va, dst, src);
+    dmm_status st = dmm_mechanism_alias(p->mech, &p->va, dst, src);
     if (st == DMM_ERR_DEVICE_LOST) pool_note_lost(p, "pool: aliasing a chunk");
     if (st != DMM_OK) {
         dmm_clear_error();
@@ -1155,8 +1155,8 @@ static dmm_status malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t requeste
          * growth planned over it would fail), and it is mapped (it counts in committed, as a trimmed
          * chunk whose unmap failed does). Asked outside every pool lock, like every mechanism call. */
         bool poisoned = false;
-        if (fail_j != SIZE_MAX && p->can_alias) {
-            if (dmm_arena_is_quarantined(p->mech, (const void *)fail_at, (size_t)fail_len, &poisoned) != DMM_OK)
+        if (fail_j != SIZE_MAX && dmm_mechanism_has_slot(p->mech, "is_quarantined")) {
+            if (dmm_mechanism_is_quarantined(p->mech, (const void *)fail_at, (size_t)fail_len, &poisoned) != DMM_OK)
                 poisoned = false;
             dmm_clear_error();
         }
@@ -1395,8 +1395,8 @@ dmm_status dmm_pool_empty_cache(dmm_pool *p, uint64_t *released) {
         dmm_lock_release(&h->lock);
     }
     if (pool_check_lost(p)) return pool_lost_error(p, "dmm_pool_empty_cache");
-    s = dmm_arena_drain_cache(p->mech);
-    if (s == DMM_ERR_WRONG_MECHANISM) {
+    s = dmm_mechanism_drain_cache(p->mech);
+    if (s == DMM_ERR_UNSUPPORTED) { /* a mechanism that caches no handles */
         dmm_clear_error();
         return DMM_OK;
     }
