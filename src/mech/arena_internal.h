@@ -53,7 +53,7 @@
 #include "driver/call.h"
 #include "dmm/arena.h"
 #include "mech/mech_internal.h"
-#include "mech/spans.h"
+#include "core/spans.h"
 
 typedef enum chunk_state {
     CHUNK_FREE = 0,     /* the slot is unused */

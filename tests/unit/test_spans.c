@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mech/spans.h"
+#include "core/spans.h"
 
 #define CHECK_SPANS(s, limit)                                                                       \
     do {                                                                                            \

@@ -1,5 +1,6 @@
-/* src/mech/spans.h — a set of byte ranges (spans) of one VA reservation, kept sorted by offset and
- * coalesced: the arena's free list, and (separately) its quarantine. Never installed.
+/* src/core/spans.h — a set of byte ranges (spans) of one address range, kept sorted by offset and
+ * coalesced: the one span container of the tree (the arena's free list and its quarantine, the torch
+ * adapter's segments). Never installed.
  *
  * Offsets are relative to the reservation's base; `base` is passed where absolute alignment matters.
  * Operations that may grow the array have a reserve step first (dmm__spans_reserve), so that the
@@ -9,8 +10,8 @@
  * Invariants (dmm__spans_check): v[i].len > 0; v[i].off + v[i].len < v[i+1].off (sorted, disjoint,
  * and never touching: touching spans are always merged); n ≤ cap.
  */
-#ifndef DMM_MECH_SPANS_H
-#define DMM_MECH_SPANS_H
+#ifndef DMM_CORE_SPANS_H
+#define DMM_CORE_SPANS_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -60,4 +61,4 @@ bool dmm__spans_contains(const dmm_spans *s, uint64_t off, uint64_t len);
  * fragment naming the first broken one (static storage per thread). */
 const char *dmm__spans_check(const dmm_spans *s, uint64_t limit);
 
-#endif /* DMM_MECH_SPANS_H */
+#endif /* DMM_CORE_SPANS_H */

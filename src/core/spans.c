@@ -1,4 +1,4 @@
-/* src/mech/spans.c — the span set behind the arena's free list and quarantine.
+/* src/core/spans.c — the span set (core/spans.h): the arena's free list and quarantine, and more.
  *
  * Idea: a sorted array of disjoint, non-touching byte ranges. Lookups are binary searches; an insert
  * coalesces with both neighbours, so the free list of an empty arena is exactly one span and the
@@ -11,7 +11,7 @@
  *
  * Invariants: v[i].len > 0; v[i].off + v[i].len < v[i+1].off; total = Σ v[i].len.
  */
-#include "mech/spans.h"
+#include "core/spans.h"
 
 #include <stdio.h>
 #include <stdlib.h>
