@@ -27,13 +27,13 @@
  * 2 MiB or 64 MiB on the H200), so an unmap or release failure affects a larger unit; in exchange a
  * 1 GiB commit is one create + map + set-access instead of 512.
  *
- * Invariants: see arena_internal.h. All functions here run under the arena's lock.
+ * Invariants: see arena_types.h. All functions here run under the arena's lock.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "mech/arena_internal.h"
+#include "mech/chunks.h"
 
 /* ---- driver calls ---- */
 
