@@ -20,7 +20,8 @@
  *
  * The driver keeps its own records of what it holds — reservations (va → bytes), physical handles
  * (handle → bytes), mappings (va → handle), how often each handle is mapped, and eager allocations
- * (ptr → bytes) — in dmm_u64map tables (src/core/u64map.h) under one lock that is never held across a CUDA call. They give
+ * (ptr → bytes) — in dmm_u64map tables (src/core/u64map.h) under one lock that is never held across
+ * a CUDA call. They give
  * the census (tallies of successful calls), the byte count a handle release needs, and the same
  * argument checks as the host driver, refusing what CUDA would either reject late or silently accept
  * (unmapping two mappings at once, releasing a handle that is still mapped, giving back a reservation

@@ -91,7 +91,8 @@ dmm_status dmm_cuda_device_query(int ordinal, dmm_cuda_device_info *out) {
     if (r == CUDA_SUCCESS) {
         step = "cuDeviceGetAttribute(COMPUTE_CAPABILITY)";
         r = dmm__cu.deviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
-        if (r == CUDA_SUCCESS) r = dmm__cu.deviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+        if (r == CUDA_SUCCESS)
+            r = dmm__cu.deviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
     }
     CUcontext ctx = NULL;
     bool retained = false;
@@ -164,7 +165,8 @@ dmm_status dmm_cuda_driver_set_peer_access(dmm_driver *cuda, const int *peers, s
         int can = 0;
         CUresult r = dmm__cu.deviceGet(&pd, peers[i]);
         if (r == CUDA_SUCCESS) r = dmm__cu.deviceCanAccessPeer(&can, pd, c->dev);
-        if (r != CUDA_SUCCESS) return dmm__cuda_fail(c, r, "cuDeviceCanAccessPeer", "device %d from peer %d", (int)c->dev, peers[i]);
+        if (r != CUDA_SUCCESS)
+            return dmm__cuda_fail(c, r, "cuDeviceCanAccessPeer", "device %d from peer %d", (int)c->dev, peers[i]);
         if (!can)
             return dmm_error_set(DMM_ERR_UNSUPPORTED,
                                  "dmm_cuda_driver_set_peer_access(device %d): device %d cannot access its memory "

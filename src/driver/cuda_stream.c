@@ -98,8 +98,8 @@ dmm_status dmm__cuda_copy(dmm_driver *d, uintptr_t dst, uintptr_t src, size_t by
     if (s != DMM_OK || bytes == 0) return s;
     CUresult r = dmm__cu.memcpyAsync((CUdeviceptr)dst, (CUdeviceptr)src, bytes, (CUstream)stream);
     if (r != CUDA_SUCCESS)
-        return dmm__cuda_fail(c, r, "cuMemcpyAsync", "dst=0x%llx, src=0x%llx, bytes=%zu, stream=%p", (unsigned long long)dst,
-                       (unsigned long long)src, bytes, stream);
+        return dmm__cuda_fail(c, r, "cuMemcpyAsync", "dst=0x%llx, src=0x%llx, bytes=%zu, stream=%p",
+                              (unsigned long long)dst, (unsigned long long)src, bytes, stream);
     return DMM_OK;
 }
 
