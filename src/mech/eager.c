@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "core/sorted.h"
 #include "mech/mech_internal.h"
 
 #define EAGER_DEFAULT_ALIGN ((size_t)256)
@@ -49,15 +50,8 @@ typedef struct eager {
     dmm_stats stats;
 } eager;
 
-static size_t rec_lower(const eager *e, uintptr_t ptr) {
-    size_t lo = 0, hi = e->n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (e->recs[mid].ptr < ptr) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo;
-}
+/* First record at or after ptr (the one search: core/sorted.h). */
+static size_t rec_lower(const eager *e, uintptr_t ptr) { return DMM_LOWER_BOUND(e->recs, e->n, eager_rec, ptr, ptr); }
 
 /* The record at ptr with generation id, else the first record at ptr (index n if none). Several
  * records may share ptr for a moment: once the driver's free of a release in flight returned, the
