@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cuda_ref.c"
+#include "cuda_ref.h"
 #include "dmm/dmm.h"
 #include "results.h"
 

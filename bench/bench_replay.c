@@ -20,10 +20,10 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "cuda_ref.c"
-#include "replay.c"
+#include "cuda_ref.h"
+#include "replay.h"
 #include "results.h"
-#include "trace.c"
+#include "trace.h"
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;

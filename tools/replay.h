@@ -2,7 +2,7 @@
  *
  * The replay never writes into the blocks it allocates: on the host driver the memory is real
  * (memfd pages), and untouched pages cost no RSS, so a 7.6 GiB trace replays on a small machine.
- * Used by `dmm replay` (cmd_replay.c) and bench_replay (which compiles replay.c into itself).
+ * Used by `dmm replay` (cmd_replay.c) and bench_replay, both through dmm_tools_lib (tools/CMakeLists.txt).
  */
 #ifndef DMM_TOOLS_REPLAY_H
 #define DMM_TOOLS_REPLAY_H

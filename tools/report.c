@@ -1,6 +1,7 @@
 /* tools/report.c — writers for a replay's result: text (for people), JSON (one object, for scripts
- * and the benchmarks' comparator) and HTML (a self-contained page: inline SVG and CSS, no script,
- * no external resource, so it opens from a file in any browser).
+ * and the benchmarks' comparator, written through the project's one JSON writer, src/core/json.h)
+ * and HTML (a self-contained page: inline SVG and CSS, no script, no external resource, so it opens
+ * from a file in any browser).
  *
  * The ratio everybody quotes is peak physical ÷ peak live, where physical is the arena's owned
  * bytes (mapped chunks + cached handles): the memory really held. The pool's committed bytes (its
@@ -9,22 +10,13 @@
 #include "report.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/core.h"
+#include "core/json.h"
 
 static const char *fmtb(uint64_t b, char *buf, size_t cap) { return dmm__fmt_bytes(b, buf, cap); }
-
-static void json_str(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c < 0x20) fprintf(f, "\\u%04x", c);
-        else fputc(c, f);
-    }
-    fputc('"', f);
-}
 
 static void html_str(FILE *f, const char *s) {
     for (; *s; s++) {
@@ -89,15 +81,16 @@ void dmm_report_text(FILE *f, const char *path, const dmm_trace *t, const dmm_re
     (void)c;
 }
 
-void dmm_report_json(FILE *f, const char *path, const dmm_trace *t, const dmm_replay_result *r) {
-    fprintf(f, "{\"trace\":");
-    json_str(f, path);
-    fprintf(f, ",\"workload\":");
-    json_str(f, t->workload);
-    fprintf(f, ",\"driver\":");
-    json_str(f, r->driver);
-    fprintf(f, ",\"lag\":%llu,\"no_alias\":%s", (unsigned long long)r->lag, r->no_alias ? "true" : "false");
-    fprintf(f,
+/* The result as one JSON object, through the project's one JSON writer (src/core/json.h). */
+static void report_json_build(dmm_json *o, const char *path, const dmm_trace *t, const dmm_replay_result *r) {
+    dmm__json_put(o, "{\"trace\":");
+    dmm__json_string(o, path);
+    dmm__json_put(o, ",\"workload\":");
+    dmm__json_string(o, t->workload);
+    dmm__json_put(o, ",\"driver\":");
+    dmm__json_string(o, r->driver);
+    dmm__json_put(o, ",\"lag\":%llu,\"no_alias\":%s", (unsigned long long)r->lag, r->no_alias ? "true" : "false");
+    dmm__json_put(o,
             ",\"granule\":%llu,\"chunk\":%llu,\"events\":%llu,\"allocations\":%llu,\"frees\":%llu,\"streams\":%u"
             ",\"peak_live_bytes\":%llu,\"peak_physical_bytes\":%llu,\"peak_committed_bytes\":%llu"
             ",\"peak_mapped_bytes\":%llu,\"ratio\":%.6f,\"ratio_committed\":%.6f,\"native_ratio\":%.6f"
@@ -108,19 +101,19 @@ void dmm_report_json(FILE *f, const char *path, const dmm_trace *t, const dmm_re
             (unsigned long long)r->peak_committed_bytes, (unsigned long long)r->peak_mapped_bytes, r->ratio,
             r->ratio_committed, r->native_ratio, (unsigned long long)t->native_peak_allocated,
             (unsigned long long)t->native_peak_reserved);
-    fprintf(f,
+    dmm__json_put(o,
             ",\"driver_calls\":{\"create\":%llu,\"map\":%llu,\"set_access\":%llu,\"unmap\":%llu,\"release\":%llu"
             ",\"cache_hits\":%llu}",
             (unsigned long long)r->calls_create, (unsigned long long)r->calls_map,
             (unsigned long long)r->calls_set_access, (unsigned long long)r->calls_unmap,
             (unsigned long long)r->calls_release, (unsigned long long)r->cache_hits);
-    fprintf(f,
+    dmm__json_put(o,
             ",\"driver_calls_per_1k_allocs\":{\"create\":%.3f,\"map\":%.3f,\"set_access\":%.3f,\"unmap\":%.3f"
             ",\"release\":%.3f}",
             dmm_replay_per_1k(r->calls_create, r->allocs), dmm_replay_per_1k(r->calls_map, r->allocs),
             dmm_replay_per_1k(r->calls_set_access, r->allocs), dmm_replay_per_1k(r->calls_unmap, r->allocs),
             dmm_replay_per_1k(r->calls_release, r->allocs));
-    fprintf(f,
+    dmm__json_put(o,
             ",\"malloc_p50_ns\":%.0f,\"malloc_p90_ns\":%.0f,\"malloc_p99_ns\":%.0f,\"malloc_max_ns\":%.0f"
             ",\"free_p50_ns\":%.0f,\"free_p90_ns\":%.0f,\"free_p99_ns\":%.0f,\"free_max_ns\":%.0f"
             ",\"wall_s\":%.6f,\"est_h200_driver_s\":%.6f",
@@ -128,8 +121,26 @@ void dmm_report_json(FILE *f, const char *path, const dmm_trace *t, const dmm_re
             r->free_max, r->wall_s, r->est_h200_driver_s);
     char buf[4096];
     size_t need = 0;
-    if (dmm_pool_stats_json(&r->pool, buf, sizeof buf, &need) == DMM_OK) fprintf(f, ",\"pool\":%s", buf);
-    fprintf(f, "}\n");
+    if (dmm_pool_stats_json(&r->pool, buf, sizeof buf, &need) == DMM_OK) dmm__json_put(o, ",\"pool\":%s", buf);
+    dmm__json_put(o, "}\n");
+}
+
+void dmm_report_json(FILE *f, const char *path, const dmm_trace *t, const dmm_replay_result *r) {
+    char small[16384];
+    dmm_json o = {small, sizeof small, 0};
+    report_json_build(&o, path, t, r);
+    char *big = NULL;
+    if (o.len >= sizeof small) { /* measured: build it again into a buffer that fits */
+        big = malloc(o.len + 1);
+        if (big == NULL) {
+            fprintf(stderr, "dmm replay: out of host memory for the %zu-byte JSON report\n", o.len);
+            return;
+        }
+        o = (dmm_json){big, o.len + 1, 0};
+        report_json_build(&o, path, t, r);
+    }
+    fwrite(o.buf, 1, o.len, f);
+    free(big);
 }
 
 /* ---- HTML ---- */

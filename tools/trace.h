@@ -9,7 +9,7 @@
  * Stream ids become dense indices 0..nstreams-1 in order of first appearance (ids kept in
  * stream_ids[]).
  *
- * Used by the `dmm replay` command and by bench_replay (which compiles trace.c into itself).
+ * Used by the `dmm replay` command and by bench_replay, both through dmm_tools_lib (tools/CMakeLists.txt).
  * Thread contract: a loaded trace is immutable; one owner frees it.
  */
 #ifndef DMM_TOOLS_TRACE_H

@@ -1,9 +1,12 @@
-/* src/core/json.c — see json.h. Invariant: o->len = the bytes the whole JSON needs so far; the buffer
- * holds its first min(len, cap - 1) bytes. */
+/* src/core/json.c — the JSON writer (contract: json.h): appends into a caller's buffer, and the stats
+ * writer every X-macro stats struct goes through.
+ * Invariant: o->len = the bytes the whole JSON needs so far; the buffer holds its first
+ * min(len, cap - 1) bytes. */
 #include "core/json.h"
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 void dmm__json_put(dmm_json *o, const char *fmt, ...) {
     va_list ap;
@@ -37,4 +40,35 @@ dmm_status dmm__json_finish(dmm_json *o, size_t *needed, const char *what) {
                          "%s: the buffer holds %zu bytes but the JSON needs %zu plus the NUL; pass a larger buffer "
                          "(or cap 0 to ask for the length)",
                          what, o->cap, o->len);
+}
+
+void dmm__json_stats_object(dmm_json *o, const dmm_json_stats *desc, const void *stats) {
+    const unsigned char *base = stats;
+    dmm__json_put(o, "{");
+    for (size_t i = 0; i < desc->n; i++) {
+        const dmm_json_stat *f = &desc->fields[i];
+        const char *sep = i ? "," : "";
+        if (f->kind == DMM_JSON_STAT_IS_COUNT) {
+            dmm_count c;
+            memcpy(&c, base + f->offset, sizeof c);
+            dmm__json_count(o, sep, f->name, &c);
+        } else {
+            uint64_t v;
+            memcpy(&v, base + f->offset, sizeof v);
+            dmm__json_put(o, "%s\"%s\":%llu", sep, f->name, (unsigned long long)v);
+        }
+    }
+    dmm__json_put(o, "}");
+}
+
+dmm_status dmm__json_stats(const dmm_json_stats *desc, const char *what, const void *stats, char *buf, size_t cap,
+                           size_t *needed) {
+    if (stats == NULL || (buf == NULL && cap > 0))
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "%s: stats is NULL or buf is NULL with cap %zu; pass a filled %s and a buffer (or cap "
+                             "0 to ask for the length)",
+                             what, cap, desc->type);
+    dmm_json o = {buf, cap, 0};
+    dmm__json_stats_object(&o, desc, stats);
+    return dmm__json_finish(&o, needed, what);
 }

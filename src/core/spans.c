@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/sorted.h"
+
 void dmm__spans_init(dmm_spans *s) { memset(s, 0, sizeof *s); }
 
 void dmm__spans_fini(dmm_spans *s) {
@@ -36,16 +38,8 @@ bool dmm__spans_reserve(dmm_spans *s, size_t extra) {
     return true;
 }
 
-/* First index whose span starts at or after off. */
-static size_t lower(const dmm_spans *s, uint64_t off) {
-    size_t lo = 0, hi = s->n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (s->v[mid].off < off) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo;
-}
+/* First index whose span starts at or after off (the one search: core/sorted.h). */
+static size_t lower(const dmm_spans *s, uint64_t off) { return DMM_LOWER_BOUND(s->v, s->n, dmm_span, off, off); }
 
 static void remove_at(dmm_spans *s, size_t i) {
     memmove(&s->v[i], &s->v[i + 1], (s->n - i - 1) * sizeof *s->v);

@@ -1,7 +1,7 @@
-/* src/core/stats.c — the stats struct as JSON, and version-tolerant copy-out. Both walk the
- * X-macro lists of dmm/stats.h, so a new stat needs no change here. */
-#include <stdarg.h>
-#include <stdio.h>
+/* src/core/stats.c — the stats struct as JSON (through the one stats writer of core/json.h), and
+ * version-tolerant copy-out. The JSON's field table comes from the X-macro lists of dmm/stats.h, so
+ * a new stat needs no change here. */
+#include <stddef.h>
 #include <string.h>
 
 #include "core/core.h"
@@ -27,25 +27,14 @@ dmm_status dmm__stats_copy_out(const dmm_stats *src, dmm_stats *dst) {
     return DMM_OK;
 }
 
+/* dmm_stats, described once from its X-macros for the one stats writer (core/json.h). */
+#define STATS_JSON_COUNT(name, desc) DMM_JSON_STAT_COUNT(dmm_stats, name),
+#define STATS_JSON_COUNTER(name, desc) DMM_JSON_STAT_COUNTER(dmm_stats, name),
+static const dmm_json_stat stats_fields[] = {DMM_STAT_COUNTS(STATS_JSON_COUNT) DMM_STAT_COUNTERS(STATS_JSON_COUNTER)};
+#undef STATS_JSON_COUNT
+#undef STATS_JSON_COUNTER
+static const dmm_json_stats stats_desc = DMM_JSON_STATS(dmm_stats, stats_fields);
+
 dmm_status dmm_stats_json(const dmm_stats *s, char *buf, size_t cap, size_t *needed) {
-    if (s == NULL || (buf == NULL && cap > 0))
-        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
-                             "dmm_stats_json: stats is NULL or buf is NULL with cap %zu; pass a filled "
-                             "dmm_stats and a buffer (or cap 0 to ask for the length)",
-                             cap);
-    dmm_json o = {buf, cap, 0};
-    const char *sep = "";
-    dmm__json_put(&o, "{");
-#define DMM_JSON_COUNT(name, desc)                                                                  \
-    dmm__json_count(&o, sep, #name, &s->name);                                                     \
-    sep = ",";
-    DMM_STAT_COUNTS(DMM_JSON_COUNT)
-#undef DMM_JSON_COUNT
-#define DMM_JSON_COUNTER(name, desc)                                                                \
-    dmm__json_put(&o, "%s\"" #name "\":%llu", sep, (unsigned long long)s->name);                              \
-    sep = ",";
-    DMM_STAT_COUNTERS(DMM_JSON_COUNTER)
-#undef DMM_JSON_COUNTER
-    dmm__json_put(&o, "}");
-    return dmm__json_finish(&o, needed, "dmm_stats_json");
+    return dmm__json_stats(&stats_desc, "dmm_stats_json", s, buf, cap, needed);
 }

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "core/core.h"
+#include "core/sorted.h"
 #include "dmm/driver.h"
 
 #define HOST_DEFAULT_GRANULARITY ((size_t)2 << 20)
@@ -49,15 +50,8 @@ typedef struct hvec {
     size_t n, cap;
 } hvec;
 
-static size_t hvec_lower(const hvec *h, uintptr_t key) {
-    size_t lo = 0, hi = h->n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (h->v[mid].key < key) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo;
-}
+/* First index whose key is at or after `key` (the one search: core/sorted.h). */
+static size_t hvec_lower(const hvec *h, uintptr_t key) { return DMM_LOWER_BOUND(h->v, h->n, hentry, key, key); }
 
 /* Index of the entry with exactly `key`, or SIZE_MAX. */
 static size_t hvec_find(const hvec *h, uintptr_t key) {

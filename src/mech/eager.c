@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "core/sorted.h"
 #include "mech/mech_internal.h"
 #include "driver/call.h"
 
@@ -50,15 +51,8 @@ typedef struct eager {
     dmm_stats stats;
 } eager;
 
-static size_t rec_lower(const eager *e, uintptr_t ptr) {
-    size_t lo = 0, hi = e->n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (e->recs[mid].ptr < ptr) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo;
-}
+/* First record at or after ptr (the one search: core/sorted.h). */
+static size_t rec_lower(const eager *e, uintptr_t ptr) { return DMM_LOWER_BOUND(e->recs, e->n, eager_rec, ptr, ptr); }
 
 /* The record at ptr with generation id, else the first record at ptr (index n if none). Several
  * records may share ptr for a moment: once the driver's free of a release in flight returned, the
@@ -147,10 +141,9 @@ static dmm_status eager_allocate(void *impl, size_t bytes, size_t align, dmm_all
         e->stats.driver_alloc++;
         e->stats.driver_failures++;
         dmm_lock_release(&e->lock);
-        return dmm_error_set(s, "eager: allocate of %zu bytes (align %zu) on device (tier %d, index %d): the driver's "
-                                "alloc failed: %s",
-                             bytes, align, (int)e->driver->device.tier, (int)e->driver->device.index,
-                             dmm_last_error());
+        return dmm__error_wrap(s, "eager: allocate of %zu bytes (align %zu) on device (tier %d, index %d): the "
+                                  "driver's alloc failed",
+                               bytes, align, (int)e->driver->device.tier, (int)e->driver->device.index);
     }
     uintptr_t ptr = (base + align - 1) & ~(uintptr_t)(align - 1);
     bool fits = ptr + bytes <= base + driver_bytes; /* false: a driver below the 256-byte promise */
@@ -252,10 +245,10 @@ static dmm_release_outcome eager_release(void *impl, const dmm_allocation *a) {
         e->stats.driver_failures++;
         dmm_release_outcome o = fail(e, a, s);
         dmm_lock_release(&e->lock);
-        dmm_error_set(s,
-                      "eager: release of %zu bytes at %p (id %llu): the driver's free failed, so nothing changed "
-                      "and the allocation is still live (release it again later): %s",
-                      a->bytes, a->ptr, (unsigned long long)a->id, dmm_last_error());
+        dmm__error_wrap(s,
+                        "eager: release of %zu bytes at %p (id %llu): the driver's free failed, so nothing changed "
+                        "and the allocation is still live (release it again later)",
+                        a->bytes, a->ptr, (unsigned long long)a->id);
         return o;
     }
     rec_remove(e, i);

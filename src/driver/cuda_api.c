@@ -1,0 +1,159 @@
+/* src/driver/cuda_api.c — libcuda.so.1, opened with dlopen once per process: the table of entry
+ * points, the names and texts of CUresults, and which of them are sticky (declared in cuda_internal.h).
+ *
+ * The idea: no link-time dependency on CUDA. cuda.h is used for types and constants only; every entry
+ * point is resolved once per process with dlsym under the versioned name cuda.h itself would bind to
+ * (cuMemAlloc_v2, cuStreamDestroy_v2, …), and every one is checked. Without the library, a symbol, or
+ * a working cuInit, the reason is kept and every caller gets DMM_ERR_UNSUPPORTED "no CUDA driver:
+ * <reason>".
+ *
+ * Invariants: dmm__cu is written once, inside pthread_once, before cu_ready is set; cu_ready ⇒ every
+ * entry point is non-NULL and cuInit succeeded; the library is never closed once cuInit ran.
+ */
+#ifndef DMM_HAVE_CUDA_H
+typedef int dmm__cuda_api_needs_cuda_h; /* built without cuda.h: nothing here (ISO C wants a declaration) */
+#else
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver/cuda_internal.h"
+
+/* The exported names: the ABI versions that CUDA 12/13's cuda.h binds the plain names to. */
+static const struct {
+    const char *name;
+    size_t offset;
+} cu_symbols[] = {
+#define CU_SYM(field, name) {name, offsetof(dmm_cu_api, field)}
+    CU_SYM(init, "cuInit"),
+    CU_SYM(driverGetVersion, "cuDriverGetVersion"),
+    CU_SYM(getErrorName, "cuGetErrorName"),
+    CU_SYM(getErrorString, "cuGetErrorString"),
+    CU_SYM(deviceGetCount, "cuDeviceGetCount"),
+    CU_SYM(deviceGet, "cuDeviceGet"),
+    CU_SYM(deviceGetName, "cuDeviceGetName"),
+    CU_SYM(deviceGetAttribute, "cuDeviceGetAttribute"),
+    CU_SYM(deviceCanAccessPeer, "cuDeviceCanAccessPeer"),
+    CU_SYM(primaryCtxRetain, "cuDevicePrimaryCtxRetain"),
+    CU_SYM(primaryCtxRelease, "cuDevicePrimaryCtxRelease_v2"),
+    CU_SYM(ctxSetCurrent, "cuCtxSetCurrent"),
+    CU_SYM(memGetAllocationGranularity, "cuMemGetAllocationGranularity"),
+    CU_SYM(memAddressReserve, "cuMemAddressReserve"),
+    CU_SYM(memAddressFree, "cuMemAddressFree"),
+    CU_SYM(memCreate, "cuMemCreate"),
+    CU_SYM(memRelease, "cuMemRelease"),
+    CU_SYM(memMap, "cuMemMap"),
+    CU_SYM(memUnmap, "cuMemUnmap"),
+    CU_SYM(memSetAccess, "cuMemSetAccess"),
+    CU_SYM(memAlloc, "cuMemAlloc_v2"),
+    CU_SYM(memFree, "cuMemFree_v2"),
+    CU_SYM(memGetInfo, "cuMemGetInfo_v2"),
+    CU_SYM(streamCreate, "cuStreamCreate"),
+    CU_SYM(streamDestroy, "cuStreamDestroy_v2"),
+    CU_SYM(streamSynchronize, "cuStreamSynchronize"),
+    CU_SYM(eventCreate, "cuEventCreate"),
+    CU_SYM(eventDestroy, "cuEventDestroy_v2"),
+    CU_SYM(eventRecord, "cuEventRecord"),
+    CU_SYM(eventQuery, "cuEventQuery"),
+    CU_SYM(eventSynchronize, "cuEventSynchronize"),
+    CU_SYM(memcpyAsync, "cuMemcpyAsync"),
+#undef CU_SYM
+};
+
+static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
+dmm_cu_api dmm__cu;             /* valid when cu_ready */
+static bool cu_ready;           /* library loaded, every symbol found, cuInit succeeded */
+static char cu_reason[512];     /* why not, when !cu_ready */
+static int cu_driver_version;   /* cuDriverGetVersion, when cu_ready */
+
+const char *dmm__cu_name(CUresult r) {
+    const char *s = NULL;
+    if (dmm__cu.getErrorName == NULL || dmm__cu.getErrorName(r, &s) != CUDA_SUCCESS || s == NULL)
+        return "CUDA_ERROR_?";
+    return s;
+}
+
+const char *dmm__cu_text(CUresult r) {
+    const char *s = NULL;
+    if (dmm__cu.getErrorString == NULL || dmm__cu.getErrorString(r, &s) != CUDA_SUCCESS || s == NULL)
+        return "unknown CUDA error";
+    return s;
+}
+
+static void cu_load(void) {
+    const char *path = getenv("DMM_CUDA_LIBRARY"); /* for tests and unusual installs */
+    if (path == NULL || path[0] == '\0') path = "libcuda.so.1";
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL) {
+        const char *e = dlerror();
+        snprintf(cu_reason, sizeof cu_reason, "dlopen(\"%s\") failed: %s", path, e != NULL ? e : "unknown error");
+        return;
+    }
+    dmm_cu_api api;
+    memset(&api, 0, sizeof api);
+    for (size_t i = 0; i < sizeof cu_symbols / sizeof cu_symbols[0]; i++) {
+        void *sym = dlsym(lib, cu_symbols[i].name);
+        if (sym == NULL) {
+            snprintf(cu_reason, sizeof cu_reason,
+                     "%s lacks the entry point %s (a CUDA driver older than 11.0?); update the NVIDIA driver",
+                     path, cu_symbols[i].name);
+            dlclose(lib);
+            return;
+        }
+        /* A data pointer to a function pointer: memcpy keeps ISO C quiet; POSIX guarantees the sizes. */
+        memcpy((char *)&api + cu_symbols[i].offset, &sym, sizeof sym);
+    }
+    dmm__cu = api; /* error names are usable from here on, also in the sentences below */
+    CUresult r = dmm__cu.init(0);
+    if (r != CUDA_SUCCESS) {
+        snprintf(cu_reason, sizeof cu_reason, "cuInit(0) failed with %s (%d): %s", dmm__cu_name(r), (int)r,
+                 dmm__cu_text(r));
+        return; /* the library stays loaded: unloading libcuda after cuInit is not safe */
+    }
+    r = dmm__cu.driverGetVersion(&cu_driver_version);
+    if (r != CUDA_SUCCESS) cu_driver_version = 0;
+    cu_ready = true; /* never dlclose'd: CUDA keeps threads and state for the life of the process */
+}
+
+dmm_status dmm__cu_require(const char *op, int ordinal) {
+    pthread_once(&cu_once, cu_load);
+    if (cu_ready) return DMM_OK;
+    return dmm_error_set(DMM_ERR_UNSUPPORTED, "%s(ordinal=%d): no CUDA driver: %s; use the host driver", op,
+                         ordinal, cu_reason);
+}
+
+bool dmm__cu_ready(void) {
+    pthread_once(&cu_once, cu_load);
+    return cu_ready;
+}
+
+int dmm__cu_driver_version(void) { return dmm__cu_ready() ? cu_driver_version : 0; }
+
+bool dmm__cu_sticky(CUresult r) {
+    switch ((int)r) {
+    case CUDA_ERROR_DEINITIALIZED:
+    case CUDA_ERROR_ECC_UNCORRECTABLE:
+    case CUDA_ERROR_NVLINK_UNCORRECTABLE:
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+    case CUDA_ERROR_LAUNCH_TIMEOUT:
+    case CUDA_ERROR_CONTEXT_IS_DESTROYED:
+    case CUDA_ERROR_ASSERT:
+    case CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+    case CUDA_ERROR_INVALID_PC:
+    case CUDA_ERROR_LAUNCH_FAILED:
+    case 226: /* CUDA_ERROR_CONTAINED (CUDA 12.4+): the process must end */
+    case 721: /* CUDA_ERROR_TENSOR_MEMORY_LEAK (CUDA 12.8+): the context is unusable */
+    case 911: /* CUDA_ERROR_EXTERNAL_DEVICE: the context is unusable */
+        return true;
+    default:
+        return false;
+    }
+}
+
+#endif /* DMM_HAVE_CUDA_H */

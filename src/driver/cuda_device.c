@@ -1,0 +1,183 @@
+/* src/driver/cuda_device.c — the `cuda` driver's device queries and peer access: how many devices,
+ * what one of them is (name, compute capability, VMM and its granularity, memory), the lookup every
+ * entry point shares, and which other devices a driver's mappings are opened to.
+ *
+ * The idea: a query retains the device's primary context only for its own duration, so asking about a
+ * device costs nothing afterwards. Peer access is checked whole (every peer valid, distinct, able to
+ * access the device) before anything changes, then swapped in under the driver's lock; set_access
+ * reads it there.
+ * Invariant: n_peers ≤ CUDA_MAX_PEERS and no peer is the driver's own device or listed twice.
+ */
+#ifndef DMM_HAVE_CUDA_H
+typedef int dmm__cuda_device_needs_cuda_h; /* built without cuda.h: nothing here (ISO C wants a declaration) */
+#else
+
+#include <string.h>
+
+#include "driver/cuda_internal.h"
+
+dmm_status dmm_cuda_device_count(int *count) {
+    if (count == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_cuda_device_count: count is NULL");
+    *count = 0;
+    if (!dmm__cu_ready()) return DMM_OK; /* no driver: zero devices */
+    int n = 0;
+    CUresult r = dmm__cu.deviceGetCount(&n);
+    if (r != CUDA_SUCCESS) return DMM_OK; /* a driver that cannot count has no usable device */
+    *count = n;
+    return DMM_OK;
+}
+
+/* Looks the device up: UNSUPPORTED without a driver or devices, INVALID_ARGUMENT for a bad ordinal. */
+dmm_status dmm__cuda_find_device(const char *op, int ordinal, CUdevice *dev) {
+    dmm_status s = dmm__cu_require(op, ordinal);
+    if (s != DMM_OK) return s;
+    int n = 0;
+    CUresult r = dmm__cu.deviceGetCount(&n);
+    if (r != CUDA_SUCCESS)
+        return dmm_error_set(DMM_ERR_UNSUPPORTED, "%s(ordinal=%d): no CUDA driver: cuDeviceGetCount failed with %s (%d): %s",
+                             op, ordinal, dmm__cu_name(r), (int)r, dmm__cu_text(r));
+    if (n == 0)
+        return dmm_error_set(DMM_ERR_UNSUPPORTED, "%s(ordinal=%d): no CUDA driver: the driver sees no CUDA device", op,
+                             ordinal);
+    if (ordinal < 0 || ordinal >= n)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s(ordinal=%d): there are %d CUDA device(s), 0 to %d", op,
+                             ordinal, n, n - 1);
+    r = dmm__cu.deviceGet(dev, ordinal);
+    if (r != CUDA_SUCCESS)
+        return dmm_error_set(DMM_ERR_DRIVER, "%s(ordinal=%d): cuDeviceGet failed with %s (%d): %s", op, ordinal,
+                             dmm__cu_name(r), (int)r, dmm__cu_text(r));
+    return DMM_OK;
+}
+
+void dmm__cuda_device_prop(CUdevice dev, CUmemAllocationProp *prop) {
+    memset(prop, 0, sizeof *prop);
+    prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop->requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+    prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop->location.id = (int)dev;
+}
+
+/* VMM support and minimum granularity of a device (granule 0 without VMM). */
+CUresult dmm__cuda_device_vmm(CUdevice dev, bool *vmm, size_t *granule) {
+    int attr = 0;
+    *vmm = false;
+    *granule = 0;
+    CUresult r = dmm__cu.deviceGetAttribute(&attr, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev);
+    if (r != CUDA_SUCCESS || attr == 0) return r;
+    CUmemAllocationProp prop;
+    dmm__cuda_device_prop(dev, &prop);
+    r = dmm__cu.memGetAllocationGranularity(granule, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    if (r != CUDA_SUCCESS) return r;
+    *vmm = *granule != 0;
+    return CUDA_SUCCESS;
+}
+
+dmm_status dmm_cuda_device_query(int ordinal, dmm_cuda_device_info *out) {
+    if (out == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_cuda_device_query: out is NULL");
+    if (out->size < sizeof *out)
+        return dmm_error_set(DMM_ERR_SHORT_STRUCT, "dmm_cuda_device_query: out->size is %u, at least %zu needed",
+                             (unsigned)out->size, sizeof *out);
+    CUdevice dev = 0;
+    dmm_status s = dmm__cuda_find_device("dmm_cuda_device_query", ordinal, &dev);
+    if (s != DMM_OK) return s;
+    dmm_cuda_device_info info;
+    memset(&info, 0, sizeof info);
+    info.size = (uint32_t)sizeof info;
+    info.ordinal = ordinal;
+    info.driver_version = dmm__cu_driver_version();
+    const char *step = "cuDeviceGetName";
+    CUresult r = dmm__cu.deviceGetName(info.name, (int)sizeof info.name, dev);
+    int major = 0, minor = 0;
+    if (r == CUDA_SUCCESS) {
+        step = "cuDeviceGetAttribute(COMPUTE_CAPABILITY)";
+        r = dmm__cu.deviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+        if (r == CUDA_SUCCESS)
+            r = dmm__cu.deviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+    }
+    CUcontext ctx = NULL;
+    bool retained = false;
+    if (r == CUDA_SUCCESS) {
+        step = "cuDevicePrimaryCtxRetain";
+        r = dmm__cu.primaryCtxRetain(&ctx, dev);
+        retained = r == CUDA_SUCCESS;
+    }
+    if (r == CUDA_SUCCESS) {
+        step = "cuCtxSetCurrent";
+        r = dmm__cu.ctxSetCurrent(ctx);
+    }
+    bool vmm = false;
+    size_t granule = 0, f = 0, t = 0;
+    if (r == CUDA_SUCCESS) {
+        step = "VMM attribute / granularity";
+        r = dmm__cuda_device_vmm(dev, &vmm, &granule);
+    }
+    if (r == CUDA_SUCCESS) {
+        step = "cuMemGetInfo";
+        r = dmm__cu.memGetInfo(&f, &t);
+    }
+    if (retained) (void)dmm__cu.primaryCtxRelease(dev);
+    if (r != CUDA_SUCCESS)
+        return dmm_error_set(dmm__cu_sticky(r) ? DMM_ERR_DEVICE_LOST : DMM_ERR_DRIVER,
+                             "dmm_cuda_device_query(ordinal=%d): %s failed with %s (%d): %s", ordinal, step,
+                             dmm__cu_name(r), (int)r, dmm__cu_text(r));
+    info.compute_major = major;
+    info.compute_minor = minor;
+    info.vmm_supported = vmm;
+    info.granularity = granule;
+    info.free_bytes = f;
+    info.total_bytes = t;
+    memcpy(out, &info, sizeof info);
+    return DMM_OK;
+}
+
+dmm_status dmm_cuda_driver_set_peer_access(dmm_driver *cuda, const int *peers, size_t n) {
+    if (cuda == NULL || (cuda->ops != &dmm__cuda_ops_vmm && cuda->ops != &dmm__cuda_ops_eager))
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "dmm_cuda_driver_set_peer_access: the driver is %s, not a cuda driver",
+                             cuda == NULL ? "NULL" : cuda->ops != NULL && cuda->ops->name != NULL ? cuda->ops->name : "?");
+    cuda_driver *c = as_cuda(cuda);
+    if ((n != 0 && peers == NULL) || n > CUDA_MAX_PEERS)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "dmm_cuda_driver_set_peer_access(device %d, n=%zu): peers is NULL or more than %d",
+                             (int)c->base.device.index, n, CUDA_MAX_PEERS);
+    if (!c->vmm)
+        return dmm_error_set(DMM_ERR_UNSUPPORTED,
+                             "dmm_cuda_driver_set_peer_access(device %d): the device has no VMM, so access is not "
+                             "set per mapping",
+                             (int)c->base.device.index);
+    if (dmm__cuda_is_lost(c))
+        return dmm__cuda_lost_error(c, "dmm_cuda_driver_set_peer_access");
+    int count = 0;
+    (void)dmm_cuda_device_count(&count);
+    for (size_t i = 0; i < n; i++) {
+        if (peers[i] < 0 || peers[i] >= count || peers[i] == (int)c->base.device.index)
+            return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                                 "dmm_cuda_driver_set_peer_access(device %d): peer %d is not another device "
+                                 "(there are %d); nothing changed",
+                                 (int)c->base.device.index, peers[i], count);
+        for (size_t j = 0; j < i; j++)
+            if (peers[j] == peers[i])
+                return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                                     "dmm_cuda_driver_set_peer_access(device %d): peer %d listed twice; nothing "
+                                     "changed",
+                                     (int)c->base.device.index, peers[i]);
+        CUdevice pd = 0;
+        int can = 0;
+        CUresult r = dmm__cu.deviceGet(&pd, peers[i]);
+        if (r == CUDA_SUCCESS) r = dmm__cu.deviceCanAccessPeer(&can, pd, c->dev);
+        if (r != CUDA_SUCCESS)
+            return dmm__cuda_fail(c, r, "cuDeviceCanAccessPeer", "device %d from peer %d", (int)c->dev, peers[i]);
+        if (!can)
+            return dmm_error_set(DMM_ERR_UNSUPPORTED,
+                                 "dmm_cuda_driver_set_peer_access(device %d): device %d cannot access its memory "
+                                 "(cuDeviceCanAccessPeer = 0); nothing changed",
+                                 (int)c->base.device.index, peers[i]);
+    }
+    dmm_lock_acquire(&c->lock);
+    for (size_t i = 0; i < n; i++) c->peers[i] = peers[i];
+    c->n_peers = n;
+    dmm_lock_release(&c->lock);
+    return DMM_OK;
+}
+
+#endif /* DMM_HAVE_CUDA_H */

@@ -1,0 +1,155 @@
+/* src/driver/cuda_internal.h — what the files of the `cuda` driver share (never installed; compiled
+ * only with cuda.h, DMM_HAVE_CUDA_H):
+ *   cuda_api.c     libcuda.so.1 opened with dlopen: the table of entry points, CUresult naming, and
+ *                  which CUresults are sticky (the context is lost)
+ *   cuda.c         the driver object: creation, the ops tables, the error mapping every op uses
+ *                  (lost → refuse without a CUDA call), census, mem_info, destroy
+ *   cuda_memory.c  the ops that hand out memory and keep records of it: VMM and eager alloc/free
+ *   cuda_stream.c  streams, events, copies
+ *   cuda_device.c  device count and queries, peer access
+ * The driver's invariants (records under `lock`) are stated in cuda.c.
+ */
+#ifndef DMM_DRIVER_CUDA_INTERNAL_H
+#define DMM_DRIVER_CUDA_INTERNAL_H
+
+#include <cuda.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "core/core.h"
+#include "core/u64map.h"
+#include "dmm/driver.h"
+
+/* ---- libcuda (cuda_api.c) ---- */
+
+typedef struct dmm_cu_api {
+    CUresult (*init)(unsigned int flags);
+    CUresult (*driverGetVersion)(int *version);
+    CUresult (*getErrorName)(CUresult r, const char **s);
+    CUresult (*getErrorString)(CUresult r, const char **s);
+    CUresult (*deviceGetCount)(int *count);
+    CUresult (*deviceGet)(CUdevice *dev, int ordinal);
+    CUresult (*deviceGetName)(char *name, int len, CUdevice dev);
+    CUresult (*deviceGetAttribute)(int *value, CUdevice_attribute attr, CUdevice dev);
+    CUresult (*deviceCanAccessPeer)(int *can, CUdevice dev, CUdevice peer);
+    CUresult (*primaryCtxRetain)(CUcontext *ctx, CUdevice dev);
+    CUresult (*primaryCtxRelease)(CUdevice dev);
+    CUresult (*ctxSetCurrent)(CUcontext ctx);
+    CUresult (*memGetAllocationGranularity)(size_t *g, const CUmemAllocationProp *prop,
+                                            CUmemAllocationGranularity_flags flags);
+    CUresult (*memAddressReserve)(CUdeviceptr *ptr, size_t size, size_t align, CUdeviceptr addr,
+                                  unsigned long long flags);
+    CUresult (*memAddressFree)(CUdeviceptr ptr, size_t size);
+    CUresult (*memCreate)(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *prop,
+                          unsigned long long flags);
+    CUresult (*memRelease)(CUmemGenericAllocationHandle h);
+    CUresult (*memMap)(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h,
+                       unsigned long long flags);
+    CUresult (*memUnmap)(CUdeviceptr ptr, size_t size);
+    CUresult (*memSetAccess)(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
+    CUresult (*memAlloc)(CUdeviceptr *ptr, size_t bytes);
+    CUresult (*memFree)(CUdeviceptr ptr);
+    CUresult (*memGetInfo)(size_t *free_bytes, size_t *total_bytes);
+    CUresult (*streamCreate)(CUstream *s, unsigned int flags);
+    CUresult (*streamDestroy)(CUstream s);
+    CUresult (*streamSynchronize)(CUstream s);
+    CUresult (*eventCreate)(CUevent *e, unsigned int flags);
+    CUresult (*eventDestroy)(CUevent e);
+    CUresult (*eventRecord)(CUevent e, CUstream s);
+    CUresult (*eventQuery)(CUevent e);
+    CUresult (*eventSynchronize)(CUevent e);
+    CUresult (*memcpyAsync)(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream s);
+} dmm_cu_api;
+
+/* The entry points; valid once dmm__cu_ready() or dmm__cu_require() said yes. */
+extern dmm_cu_api dmm__cu;
+
+/* Loads libcuda once per process (DMM_CUDA_LIBRARY overrides the path); whether it is usable. */
+bool dmm__cu_ready(void);
+/* DMM_OK when the library is usable; else UNSUPPORTED with "<op>(ordinal=N): no CUDA driver: <reason>". */
+dmm_status dmm__cu_require(const char *op, int ordinal);
+/* cuDriverGetVersion, once loaded (0 when unknown). */
+int dmm__cu_driver_version(void);
+/* CUDA's name ("CUDA_ERROR_OUT_OF_MEMORY") and text of a result; placeholders before the load. */
+const char *dmm__cu_name(CUresult r);
+const char *dmm__cu_text(CUresult r);
+/* Whether a result leaves the context unusable (the device is lost). */
+bool dmm__cu_sticky(CUresult r);
+
+/* ---- the driver object (cuda.c) ---- */
+
+#define CUDA_MAX_PEERS 64
+
+typedef struct cuda_driver {
+    dmm_driver base;                 /* first: ops and device */
+    CUdevice dev;
+    CUcontext ctx;                   /* the retained primary context */
+    bool vmm;                        /* VMM ops present */
+    size_t granule;                  /* minimum VMM granularity (0 without VMM) */
+    CUmemAllocationProp prop;        /* pinned device memory on `dev` */
+    _Atomic int lost;                /* 0, or the sticky CUresult that lost the device */
+    dmm_lock lock;                   /* guards everything below; never held across a CUDA call */
+    dmm_u64map reservations;             /* va → bytes */
+    dmm_u64map handles;                  /* handle → bytes */
+    dmm_u64map mappings;                 /* va → handle */
+    dmm_u64map map_count;                /* handle → times mapped (absent = 0) */
+    dmm_u64map eager;                    /* ptr → bytes */
+    dmm_driver_census census;        /* tallies of successful calls (size unused) */
+    int peers[CUDA_MAX_PEERS];       /* ordinals also granted access by set_access */
+    size_t n_peers;
+} cuda_driver;
+
+extern const dmm_driver_ops dmm__cuda_ops_vmm;
+extern const dmm_driver_ops dmm__cuda_ops_eager; /* a device without VMM: the VMM slots are NULL */
+
+static inline cuda_driver *as_cuda(dmm_driver *d) { return (cuda_driver *)d; }
+static inline bool dmm__cuda_is_lost(cuda_driver *c) {
+    return atomic_load_explicit(&c->lost, memory_order_acquire) != 0;
+}
+
+/* The refusal once the device is lost: no CUDA call is made. */
+dmm_status dmm__cuda_lost_error(cuda_driver *c, const char *call);
+/* Maps a failed CUresult to a dmm code (a sticky one marks the device lost) and sets the sentence:
+ * op, values, CUDA's code and name. */
+dmm_status dmm__cuda_fail(cuda_driver *c, CUresult r, const char *call, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+/* Refuses when lost; else makes the primary context current on this thread. */
+dmm_status dmm__cuda_enter(cuda_driver *c, const char *call);
+/* OUT_OF_MEMORY: no host memory for one of the driver's own records (nothing was done). */
+dmm_status dmm__cuda_no_memory(cuda_driver *c, const char *call);
+
+/* ---- memory ops (cuda_memory.c) ---- */
+dmm_status dmm__cuda_granularity(dmm_driver *d, size_t *bytes);
+dmm_status dmm__cuda_reserve(dmm_driver *d, size_t bytes, size_t align, uintptr_t *va);
+dmm_status dmm__cuda_unreserve(dmm_driver *d, uintptr_t va, size_t bytes);
+dmm_status dmm__cuda_create(dmm_driver *d, size_t bytes, dmm_phys *handle);
+dmm_status dmm__cuda_release(dmm_driver *d, dmm_phys handle);
+dmm_status dmm__cuda_map(dmm_driver *d, uintptr_t va, size_t bytes, dmm_phys handle);
+dmm_status dmm__cuda_unmap(dmm_driver *d, uintptr_t va, size_t bytes);
+dmm_status dmm__cuda_set_access(dmm_driver *d, uintptr_t va, size_t bytes, dmm_access access);
+dmm_status dmm__cuda_alloc(dmm_driver *d, size_t bytes, uintptr_t *ptr);
+dmm_status dmm__cuda_free(dmm_driver *d, uintptr_t ptr, size_t bytes);
+
+/* ---- stream ops (cuda_stream.c) ---- */
+dmm_status dmm__cuda_stream_create(dmm_driver *d, dmm_stream *stream);
+dmm_status dmm__cuda_stream_destroy(dmm_driver *d, dmm_stream stream);
+dmm_status dmm__cuda_event_create(dmm_driver *d, dmm_event *event);
+dmm_status dmm__cuda_event_destroy(dmm_driver *d, dmm_event event);
+dmm_status dmm__cuda_event_record(dmm_driver *d, dmm_event event, dmm_stream stream);
+dmm_status dmm__cuda_event_query(dmm_driver *d, dmm_event event);
+dmm_status dmm__cuda_event_synchronize(dmm_driver *d, dmm_event event);
+dmm_status dmm__cuda_copy(dmm_driver *d, uintptr_t dst, uintptr_t src, size_t bytes, dmm_stream stream);
+dmm_status dmm__cuda_stream_synchronize(dmm_driver *d, dmm_stream stream);
+
+/* ---- devices (cuda_device.c) ---- */
+/* Looks the device up: UNSUPPORTED without a driver or devices, INVALID_ARGUMENT for a bad ordinal. */
+dmm_status dmm__cuda_find_device(const char *op, int ordinal, CUdevice *dev);
+/* The allocation properties of pinned device memory on dev. */
+void dmm__cuda_device_prop(CUdevice dev, CUmemAllocationProp *prop);
+/* VMM support and minimum granularity of a device (granule 0 without VMM). */
+CUresult dmm__cuda_device_vmm(CUdevice dev, bool *vmm, size_t *granule);
+
+#endif /* DMM_DRIVER_CUDA_INTERNAL_H */
