@@ -5,6 +5,9 @@
 #
 #   scripts/bench-compare.sh [REV_A] [REV_B]       defaults: REV_A = HEAD~1, REV_B = HEAD
 #
+# Either side may also be a directory holding a source tree (e.g. an unpacked `git archive` of an old
+# revision, on a machine without the repository's history): it is built as it is, out of tree.
+#
 # Per bench it prints: with ROUNDS >= 2, A's first run against A's second (the same build against
 # itself: whatever is not "same" there is this machine's noise at these thresholds; raise
 # --threshold-floor or --k through COMPARE_ARGS until it is all "same"), then A against B for each
@@ -27,12 +30,16 @@ set -euo pipefail
 
 die() { echo "bench-compare: $*" >&2; exit 2; }
 
-root=$(git rev-parse --show-toplevel) || die "not inside a git checkout"
-cd "$root"
 rev_a=${1:-HEAD~1}
 rev_b=${2:-HEAD}
-sha_a=$(git rev-parse --verify --quiet "${rev_a}^{commit}") || die "'$rev_a' is not a commit"
-sha_b=$(git rev-parse --verify --quiet "${rev_b}^{commit}") || die "'$rev_b' is not a commit"
+side_source() { # a directory stays a directory (made absolute); anything else must name a commit
+    if [[ -d $1 ]]; then (cd "$1" && pwd); return; fi
+    git -C "$root" rev-parse --verify --quiet "${1}^{commit}" || die "'$1' is neither a directory nor a commit"
+}
+if root=$(git rev-parse --show-toplevel 2>/dev/null); then :; else root=$(pwd); fi
+cd "$root"
+sha_a=$(side_source "$rev_a") || exit 2
+sha_b=$(side_source "$rev_b") || exit 2
 BENCHES=${BENCHES:-bench_pool bench_replay bench_growth}
 ROUNDS=${ROUNDS:-2}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
@@ -60,21 +67,31 @@ trap 'exit 130' INT TERM
 generator=()
 command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
 
-build() { # build NAME SHA
-    local wt="$tmp/$1"
-    git worktree add --detach --quiet "$wt" "$2"
-    worktrees+=("$wt")
-    echo "bench-compare: building $1 = $(git log -1 --format='%h %s' "$2" | cut -c1-80)"
-    cmake "${generator[@]}" -S "$wt" -B "$wt/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDMM_BUILD_TESTS=OFF \
+declare -A src_of bld_of
+build() { # build NAME SHA-or-DIRECTORY
+    local wt="$tmp/$1" label
+    if [[ -d $2 ]]; then
+        src_of[$1]=$2
+        bld_of[$1]="$tmp/$1-build"
+        label="directory $2"
+    else
+        git worktree add --detach --quiet "$wt" "$2"
+        worktrees+=("$wt")
+        src_of[$1]=$wt
+        bld_of[$1]="$wt/build"
+        label=$(git log -1 --format='%h %s' "$2" | cut -c1-80)
+    fi
+    echo "bench-compare: building $1 = $label"
+    cmake "${generator[@]}" -S "${src_of[$1]}" -B "${bld_of[$1]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDMM_BUILD_TESTS=OFF \
         -DDMM_BUILD_EXAMPLES=OFF -DDMM_BUILD_BENCH=ON -DDMM_BUILD_TOOLS=ON >"$tmp/$1.configure.log" 2>&1 ||
         die "configuring $1 ($2) failed; see $tmp/$1.configure.log (KEEP=1 keeps it)"
-    cmake --build "$wt/build" -j "$JOBS" >"$tmp/$1.build.log" 2>&1 ||
+    cmake --build "${bld_of[$1]}" -j "$JOBS" >"$tmp/$1.build.log" 2>&1 ||
         die "building $1 ($2) failed; see $tmp/$1.build.log (KEEP=1 keeps it)"
     local b
     for b in $BENCHES; do
-        [[ -x $wt/build/bench/$b ]] || die "$1 ($2) has no bench/$b"
+        [[ -x ${bld_of[$1]}/bench/$b ]] || die "$1 ($2) has no bench/$b"
         local usage
-        usage=$("$wt/build/bench/$b" --no-such-option 2>&1 || true)
+        usage=$("${bld_of[$1]}/bench/$b" --no-such-option 2>&1 || true)
         [[ $usage == *--json* ]] ||
             die "$1 ($2): $b has no --json option (it predates the comparator); pick a later revision"
     done
@@ -82,8 +99,8 @@ build() { # build NAME SHA
 build A "$sha_a"
 build B "$sha_b"
 
-dmm="$tmp/B/build/tools/dmm"
-"$dmm" compare --help >/dev/null 2>&1 || dmm="$tmp/A/build/tools/dmm"
+dmm="${bld_of[B]}/tools/dmm"
+"$dmm" compare --help >/dev/null 2>&1 || dmm="${bld_of[A]}/tools/dmm"
 "$dmm" compare --help >/dev/null 2>&1 || die "neither build's dmm has the compare command"
 
 args_of() {
@@ -104,7 +121,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
             rc=0
             # word splitting of the arguments is intended
             # shellcheck disable=SC2046
-            (cd "$tmp/$side" && "$tmp/$side/build/bench/$b" $(args_of "$b") --json "$out.json") >"$out.txt" 2>&1 ||
+            (cd "${src_of[$side]}" && "${bld_of[$side]}/bench/$b" $(args_of "$b") --json "$out.json") >"$out.txt" 2>&1 ||
                 rc=$?
             [[ $rc == 0 || $rc == 77 ]] || die "$side $b exited $rc; see $out.txt (KEEP=1 keeps it)"
         done
