@@ -117,6 +117,7 @@ typedef struct mock {
     shared_handle *shared; /* handles mapped more than once (aliases) */
     size_t nshared, capshared;
     uint64_t live_bytes, committed_bytes, reserved_bytes, handle_count, driver_calls;
+    uint64_t handle_peak; /* the most handles owned at once (the peak of owned_bytes) */
 } mock;
 
 static rec *find(mock *m, const dmm_plugin_allocation *a, size_t *at) {
@@ -317,6 +318,7 @@ static void mock_stats(void *impl, dmm_stats *out, dmm_plugin_status *st) {
     set_count(&out->committed_bytes, m->committed_bytes);
     set_count(&out->mapped_bytes, m->committed_bytes);
     set_count(&out->owned_bytes, m->handle_count * m->gran); /* an alias maps, it owns nothing more */
+    out->owned_bytes.peak = (int64_t)(m->handle_peak * m->gran);
     set_count(&out->handles, m->handle_count);
     out->driver_alloc = m->driver_calls;
     pthread_mutex_unlock(&m->lock);
@@ -369,7 +371,7 @@ static dmm_status commit_granules(mock *m, rec *r, size_t first, size_t last, ui
         } else {
             r->committed[i] = 1;
             m->committed_bytes += m->gran;
-            m->handle_count++;
+            if (++m->handle_count > m->handle_peak) m->handle_peak = m->handle_count;
             owned_handles++;
         }
     }
@@ -553,7 +555,8 @@ static void mock_alias(void *impl, const dmm_plugin_allocation *a, uint64_t dst_
     if (why == NULL && shared_reserve(m, (size_t)(bytes / m->gran)) != 0) why = "no memory for the shared-handle list";
     if (why != NULL) {
         pthread_mutex_unlock(&m->lock);
-        FAIL(st, DMM_ERR_INVALID_ARGUMENT, "mock: alias of [%llu, +%llu) to [%llu, +%llu) refused: %s; nothing was changed",
+        FAIL(st, DMM_ERR_INVALID_ARGUMENT,
+             "mock: alias of [%llu, +%llu) to [%llu, +%llu) refused: %s; nothing was changed",
              (unsigned long long)src_offset, (unsigned long long)bytes, (unsigned long long)dst_offset,
              (unsigned long long)bytes, why);
     }
