@@ -61,6 +61,8 @@ extern "C" {
 #endif
 
 #define DMM_PLUGIN_ABI_MAJOR 1
+/* 1.0: the first layout. 1.1: the optional virtual-backing slots alias, is_quarantined, drain_cache
+ * and reservation, appended to dmm_plugin_virtual_backing_ops. */
 #define DMM_PLUGIN_ABI_MINOR 1
 
 /* What a plugin puts before its exports (default visibility, C linkage). */

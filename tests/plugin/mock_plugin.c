@@ -41,6 +41,7 @@
 #include <string.h>
 
 #include "dmm/plugin.h"
+#define MOCK_PLUGIN_ITSELF 1 /* not the tests' helpers of mock_plugin.h */
 #include "mock_plugin.h"
 
 /* ---- what the library owns, for dmm_plugin_can_unload ---- */

@@ -14,11 +14,12 @@
  * Every case ends with nothing live: pools and mechanisms destroyed, the plugin unloaded, the
  * driver's census zero.
  */
-#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "testkit.h"
+
+#include "../plugin/mock_plugin.h"
 
 #define MIB ((size_t)1 << 20)
 #define C (2 * MIB) /* the host driver's default granularity: one chunk */
@@ -94,16 +95,10 @@ static char *xmalloc(fx *f, size_t bytes, dmm_stream s) {
 
 static void xfree(fx *f, void *p, dmm_stream s) { DMM_OK_OR_FAIL(dmm_pool_free(f->pool, p, s)); }
 
-/* How often the plugin's 1.1 slot `slot` was called (mock_test_slot_calls in its library). */
+/* How often the plugin's 1.1 slot `slot` was called. */
 static uint64_t plugin_slot_calls(const fx *f, const char *slot) {
-    void *h = dlopen(f->path, RTLD_NOW | RTLD_NOLOAD);
-    assert_non_null(h);
-    void *sym = dlsym(h, "mock_test_slot_calls");
-    assert_non_null(sym);
-    uint64_t (*fn)(const char *);
-    memcpy(&fn, &sym, sizeof fn);
-    uint64_t n = fn(slot);
-    dlclose(h);
+    uint64_t n = mock_slot_calls(f->path, slot);
+    if (n == UINT64_MAX) fail_msg("%s: no mock_test_slot_calls or no slot '%s'", f->path, slot);
     return n;
 }
 
@@ -147,6 +142,16 @@ static void same(const seen *a, const seen *b) {
 #undef SAME
 }
 
+/* What the pool decided in the growth just made. */
+static void note_growth(fx *f, seen *v) {
+    dmm_pool_stats s = stats(f);
+    v->aliased = s.chunks_aliased;
+    v->moved = s.chunks_moved;
+    v->committed = s.committed_bytes.current;
+    v->physical = s.physical_bytes.current;
+    v->physical_peak = s.physical_bytes.peak;
+}
+
 /* test_pool's alias scenario: x1 x2 x3 on stream a, every fence held pending, x1 (filled with 0x11)
  * and x3 freed; 2 chunks fit nowhere, the limit is full and x1's chunk may not move, but a's own
  * new work runs after a's old work: the pool aliases x1's chunk behind x3's. Then the fence
@@ -166,19 +171,14 @@ static seen alias_scenario(fx *f) {
     char *y = xmalloc(f, 2 * C, a);
     v.y_at = (y - x1) / (int64_t)C;
     v.unmaps = calls(f, DMM_OP_UNMAP) - unmaps;
-    dmm_pool_stats s = stats(f);
-    v.aliased = s.chunks_aliased;
-    v.moved = s.chunks_moved;
-    v.committed = s.committed_bytes.current;
-    v.physical = s.physical_bytes.current;
-    v.physical_peak = s.physical_bytes.peak;
+    note_growth(f, &v);
     v.byte_new = (unsigned char)y[C + 5];
     memset(y, 0x22, 2 * C);
     v.byte_old = (unsigned char)x1[7]; /* the old place, still mapped: the same memory where aliased */
     DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
     DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, false));
     poll_until_reaped(f);
-    s = stats(f);
+    dmm_pool_stats s = stats(f);
     v.committed_after = s.committed_bytes.current;
     v.decommitted = s.chunks_decommitted;
     v.unmaps_after = calls(f, DMM_OP_UNMAP) - unmaps - v.unmaps;
@@ -232,12 +232,7 @@ static seen move_scenario(fx *f) {
     char *y = xmalloc(f, 2 * C, NULL);
     v.y_at = (y - x1) / (int64_t)C;
     v.unmaps = calls(f, DMM_OP_UNMAP) - unmaps;
-    dmm_pool_stats s = stats(f);
-    v.aliased = s.chunks_aliased;
-    v.moved = s.chunks_moved;
-    v.committed = s.committed_bytes.current;
-    v.physical = s.physical_bytes.current;
-    v.physical_peak = s.physical_bytes.peak;
+    note_growth(f, &v);
     memset(y, 0x44, 2 * C);
     v.byte_new = (unsigned char)y[2 * C - 1];
     v.byte_old = (unsigned char)x2[C - 1]; /* the neighbour is untouched */
