@@ -61,7 +61,9 @@ extern "C" {
 #endif
 
 #define DMM_PLUGIN_ABI_MAJOR 1
-#define DMM_PLUGIN_ABI_MINOR 0
+/* 1.0: the first layout. 1.1: the optional virtual-backing slots alias, is_quarantined, drain_cache
+ * and reservation, appended to dmm_plugin_virtual_backing_ops. */
+#define DMM_PLUGIN_ABI_MINOR 1
 
 /* What a plugin puts before its exports (default visibility, C linkage). */
 #if defined(_WIN32)
@@ -143,9 +145,12 @@ typedef struct dmm_plugin_release_outcome {
 
 /* ---- the mechanism a plugin makes --------------------------------------------------------------- */
 
-/* Virtual backing (DESIGN §4.5), optional; when present every slot is required. Ranges are
- * relative to the allocation's start and inside it (the host checked); `ranges` is n pairs
- * (offset, bytes). */
+/* Virtual backing (DESIGN §4.5), optional. When the table is present, the slots of 1.0 are required
+ * and the slots of 1.1 are optional (NULL = absent: the host's dmm_mechanism_alias & co. answer
+ * DMM_ERR_UNSUPPORTED and a pool on top works without them). Ranges are relative to the
+ * allocation's start and inside it (the host checked); `ranges` is n pairs (offset, bytes). A table
+ * shorter than the 1.1 slots (struct_size of 1.0) simply lacks them; a host of 1.0, or an agreed
+ * minor of 0, never reads them. */
 typedef struct dmm_plugin_virtual_backing_ops {
     uint32_t struct_size; /* sizeof(dmm_plugin_virtual_backing_ops) of the plugin (since 1.0) */
     uint32_t abi_minor;   /* (since 1.0) */
@@ -158,13 +163,39 @@ typedef struct dmm_plugin_virtual_backing_ops {
     void (*committed_bytes)(void *impl, const dmm_plugin_allocation *a, uint64_t *bytes, dmm_plugin_status *status);
     void (*mapped_bytes_for_ranges)(void *impl, const dmm_plugin_allocation *a, const uint64_t *ranges, uint64_t n,
                                     uint64_t *bytes, dmm_plugin_status *status);
+    /* Optional (since 1.1). Maps the physical memory behind [src_offset, +bytes) a second time at
+     * [dst_offset, +bytes) of the same allocation, READ_WRITE, so both places show the same bytes
+     * (the contract of dmm_arena_alias, dmm/arena.h). The host checked: bytes > 0, both ranges inside
+     * the allocation, no overlap. The plugin refuses (nothing changed) a range off its granules, a
+     * source not wholly committed, a destination not wholly uncommitted; transactional like commit.
+     * Each place then lives on its own: decommitting one unmaps that place only, and the memory is
+     * freed when its last mapping goes. */
+    void (*alias)(void *impl, const dmm_plugin_allocation *a, uint64_t dst_offset, uint64_t src_offset,
+                  uint64_t bytes, dmm_plugin_status *status);
+    /* Optional (since 1.1). *quarantined = 1 when [ptr, ptr+bytes) overlaps memory the mechanism keeps
+     * out of use for good (quarantined VA, poisoned backing), else 0. The host pre-fills
+     * DMM_PLUGIN_ANSWER_UNSET: a success that leaves it (or writes another value) is a failure. */
+    void (*is_quarantined)(void *impl, uint64_t ptr, uint64_t bytes, uint32_t *quarantined,
+                           dmm_plugin_status *status);
+    /* Optional (since 1.1). Gives back every physical handle the mechanism caches for reuse. */
+    void (*drain_cache)(void *impl, dmm_plugin_status *status);
+    /* Optional (since 1.1). The mechanism's VA reservation (a size hint for a pool's own VA): *va and
+     * *bytes (both pointers valid; 0 bytes = none). */
+    void (*reservation)(void *impl, uint64_t *va, uint64_t *bytes, dmm_plugin_status *status);
 } dmm_plugin_virtual_backing_ops;
 
 #define DMM_PLUGIN_VIRTUAL_BACKING_SIZE_1_0                                                          \
     (offsetof(dmm_plugin_virtual_backing_ops, mapped_bytes_for_ranges) + sizeof(void (*)(void)))
+/* Everything through the optional slots of 1.1 (a 1.1 table may still stop at SIZE_1_0). */
+#define DMM_PLUGIN_VIRTUAL_BACKING_SIZE_1_1                                                          \
+    (offsetof(dmm_plugin_virtual_backing_ops, reservation) + sizeof(void (*)(void)))
+
+/* What the host pre-fills in an answer a slot must write (is_quarantined): unset reads as failure. */
+#define DMM_PLUGIN_ANSWER_UNSET UINT32_MAX
 
 /* A mechanism's table; owned by the plugin, valid until the mechanism's destroy succeeded. A later
- * minor appends slots (shared mapping, deferred release, …) after `virtual_backing`. */
+ * minor may append slots (shared mapping, deferred release, …) after `virtual_backing` (1.1 appends
+ * none here: its slots are in dmm_plugin_virtual_backing_ops). */
 typedef struct dmm_plugin_mechanism_ops {
     uint32_t struct_size; /* sizeof(dmm_plugin_mechanism_ops) of the plugin (since 1.0) */
     uint32_t abi_minor;   /* (since 1.0) */

@@ -26,8 +26,9 @@
 
 #include "plugin/plugin_internal.h"
 
-/* The 1.0 layouts are frozen: a change to dmm/plugin.h that moves a field breaks the build here
- * instead of every plugin built before it (LP64 numbers; a new minor only appends). */
+/* The 1.0 layouts are frozen, and so is what 1.1 appended: a change to dmm/plugin.h that moves a
+ * field breaks the build here instead of every plugin built before it (LP64 numbers; a new minor
+ * only appends). */
 #if UINTPTR_MAX == UINT64_MAX
 _Static_assert(sizeof(dmm_plugin_status) == 264, "dmm_plugin_status 1.0 layout");
 _Static_assert(sizeof(dmm_plugin_host) == 24, "dmm_plugin_host 1.0 layout");
@@ -38,7 +39,20 @@ _Static_assert(DMM_PLUGIN_MECHANISM_OPS_SIZE_1_0 == 64 && offsetof(dmm_plugin_me
                "dmm_plugin_mechanism_ops 1.0 layout");
 _Static_assert(DMM_PLUGIN_VIRTUAL_BACKING_SIZE_1_0 == 48, "dmm_plugin_virtual_backing_ops 1.0 layout");
 _Static_assert(DMM_PLUGIN_CREATE_ARGS_SIZE_1_0 == 32, "dmm_plugin_create_args 1.0 layout");
+/* 1.1 appends the optional virtual-backing slots after the 1.0 ones, and nothing else. */
+_Static_assert(offsetof(dmm_plugin_virtual_backing_ops, alias) == 48 &&
+                   offsetof(dmm_plugin_virtual_backing_ops, is_quarantined) == 56 &&
+                   offsetof(dmm_plugin_virtual_backing_ops, drain_cache) == 64 &&
+                   offsetof(dmm_plugin_virtual_backing_ops, reservation) == 72,
+               "dmm_plugin_virtual_backing_ops 1.1 layout");
+_Static_assert(DMM_PLUGIN_VIRTUAL_BACKING_SIZE_1_1 == 80 && sizeof(dmm_plugin_virtual_backing_ops) == 80,
+               "dmm_plugin_virtual_backing_ops 1.1 size");
+_Static_assert(sizeof(dmm_plugin_mechanism_ops) == DMM_PLUGIN_MECHANISM_OPS_SIZE_1_0 &&
+                   sizeof(dmm_plugin_info) == DMM_PLUGIN_INFO_SIZE_1_0,
+               "1.1 appends nothing to dmm_plugin_mechanism_ops or dmm_plugin_info");
 #endif
+_Static_assert(DMM_PLUGIN_VIRTUAL_BACKING_SIZE_1_0 <= offsetof(dmm_plugin_virtual_backing_ops, alias),
+               "the 1.1 slots come after every 1.0 slot");
 _Static_assert(offsetof(dmm_plugin_info, abi_major) == 8 && offsetof(dmm_plugin_host, abi_major) == 8,
                "the negotiation header (struct_size, abi_minor, abi_major) is the same in every major");
 
@@ -97,8 +111,8 @@ uint32_t dmm__plugin_read(const void *src, void *local, size_t local_size, size_
     return announced;
 }
 
-/* Size of dmm_plugin_info that minor `minor` defines (1.0 is the only one so far; a later minor
- * adds a case and its own DMM_PLUGIN_INFO_SIZE_1_<minor>). */
+/* Size of dmm_plugin_info that minor `minor` defines (1.1 appended nothing to it; a later minor
+ * that does adds a case and its own DMM_PLUGIN_INFO_SIZE_1_<minor>). */
 static size_t info_size_for_minor(uint32_t minor) {
     (void)minor;
     return DMM_PLUGIN_INFO_SIZE_1_0;
@@ -154,10 +168,10 @@ static dmm_status negotiate(dmm_plugin *p, dmm_plugin_negotiate_fn *fn) {
     uint32_t their_minor = header[1], their_major = header[2];
     if (their_major != DMM_PLUGIN_ABI_MAJOR)
         return dmm_error_set(DMM_ERR_VERSION_MISMATCH,
-                             "%s: plugin file '%s' speaks plugin ABI %u.%u but this dmm (%s) speaks %u.%u: the "
-                             "major must be equal; rebuild the plugin against this dmm's dmm/plugin.h",
+                             "%s: plugin file '%s' speaks plugin ABI %u.%u but this dmm (%s) speaks %u.0 to "
+                             "%u.%u: the major must be equal; rebuild the plugin against this dmm's dmm/plugin.h",
                              op, path, their_major, their_minor, dmm_version_string(), DMM_PLUGIN_ABI_MAJOR,
-                             DMM_PLUGIN_ABI_MINOR);
+                             DMM_PLUGIN_ABI_MAJOR, DMM_PLUGIN_ABI_MINOR);
     uint32_t minor = min_u32(their_minor, DMM_PLUGIN_ABI_MINOR); /* a minor is a ceiling */
     size_t need = info_size_for_minor(minor);
     if (announced < need)

@@ -9,9 +9,11 @@
  * as failure (status UNSET, outcome state UNSET = QUARANTINED), so a plugin that forgets to fill
  * them fails loudly instead of succeeding silently. The host table has a capability table only where
  * the plugin's table has one (so dmm_mechanism_capabilities reports exactly the slots present and
- * the generic wrapper answers DMM_ERR_UNSUPPORTED for the rest); optional slots left NULL stay NULL.
- * Tables are read by the copy rule up to what the agreed minor defines: a slot of a later minor is
- * never copied, so it is never called.
+ * the generic wrapper answers DMM_ERR_UNSUPPORTED for the rest); optional slots left NULL stay NULL —
+ * also the optional virtual-backing slots of 1.1 (alias, is_quarantined, drain_cache, reservation),
+ * so dmm_mechanism_has_slot tells a pool on top exactly what the plugin offers. Tables are read by
+ * the copy rule up to what the agreed minor defines: a slot of a later minor is never copied, so it
+ * is never called (a plugin of minor 0 never has its 1.1 slots called, whatever its table holds).
  *
  * Trade-off: the host keeps its own count of live allocations (one atomic per allocate/release) so
  * that a destroy is refused while anything is live even if the plugin's own destroy would not refuse
@@ -39,15 +41,18 @@ typedef struct pmech {
     char name[DMM__PLUGIN_NAME_BYTES];  /* bounded copy of the plugin table's name */
 } pmech;
 
-/* Sizes the agreed minor defines (1.0 only so far: a later minor adds cases). */
+/* Sizes the agreed minor defines: what is copied at most (a slot above it is never read). 1.1
+ * appended the optional virtual-backing slots; the mechanism table did not grow. */
 static size_t ops_size_for_minor(uint32_t minor) {
     (void)minor;
     return DMM_PLUGIN_MECHANISM_OPS_SIZE_1_0;
 }
 static size_t vb_size_for_minor(uint32_t minor) {
-    (void)minor;
-    return DMM_PLUGIN_VIRTUAL_BACKING_SIZE_1_0;
+    return minor >= 1 ? DMM_PLUGIN_VIRTUAL_BACKING_SIZE_1_1 : DMM_PLUGIN_VIRTUAL_BACKING_SIZE_1_0;
 }
+/* The smallest virtual-backing table accepted in every minor: the 1.0 slots (required); a shorter
+ * 1.1 table only lacks the optional slots. */
+#define VB_SIZE_REQUIRED DMM_PLUGIN_VIRTUAL_BACKING_SIZE_1_0
 
 static dmm_plugin_allocation to_plugin(const dmm_allocation *a) {
     dmm_plugin_allocation pa;
@@ -275,6 +280,73 @@ static dmm_status pm_mapped_bytes_for_ranges(void *impl, const dmm_allocation *a
     return s;
 }
 
+/* ---- the optional virtual-backing slots (since 1.1; each only where the plugin fills it) ---- */
+
+static dmm_status pm_alias(void *impl, const dmm_allocation *a, dmm_range dst, dmm_range src) {
+    pmech *pm = impl;
+    size_t dend = 0, send = 0;
+    bool inside = src.bytes > 0 && src.bytes == dst.bytes && !__builtin_add_overflow(src.offset, src.bytes, &send) &&
+                  !__builtin_add_overflow(dst.offset, dst.bytes, &dend) && send <= a->bytes && dend <= a->bytes;
+    if (!inside || (src.offset < dend && dst.offset < send))
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "dmm_mechanism_alias of [%zu, +%zu) to [%zu, +%zu) in the allocation at %p (%zu bytes) "
+                             "by mechanism '%s' refused: the ranges must be non-empty, of the same size, inside the "
+                             "allocation and not overlap; nothing was changed",
+                             src.offset, src.bytes, dst.offset, dst.bytes, a->ptr, a->bytes, pm->name);
+    dmm_plugin_allocation pa = to_plugin(a);
+    dmm_plugin_status st;
+    dmm__plugin_status_init(&st);
+    pm->pvb.alias(pm->impl, &pa, dst.offset, src.offset, src.bytes, &st);
+    return dmm__plugin_check(pm->plugin, &st, "dmm_mechanism_alias of [%zu, +%zu) to [%zu, +%zu) in the allocation at "
+                                              "%p by mechanism '%s'",
+                             src.offset, src.bytes, dst.offset, dst.bytes, a->ptr, pm->name);
+}
+
+static dmm_status pm_is_quarantined(void *impl, const void *ptr, size_t bytes, bool *out) {
+    pmech *pm = impl;
+    uint32_t q = DMM_PLUGIN_ANSWER_UNSET;
+    dmm_plugin_status st;
+    dmm__plugin_status_init(&st);
+    pm->pvb.is_quarantined(pm->impl, (uint64_t)(uintptr_t)ptr, bytes, &q, &st);
+    dmm_status s = dmm__plugin_check(pm->plugin, &st, "dmm_mechanism_is_quarantined of [%p, +%zu) by mechanism '%s'",
+                                     ptr, bytes, pm->name);
+    if (s != DMM_OK) return s;
+    if (q > 1)
+        return dmm_error_set(DMM_ERR_DRIVER,
+                             "dmm_mechanism_is_quarantined of [%p, +%zu) by mechanism '%s': plugin '%s' (%s) reported "
+                             "success but answered %u%s (the answer is 0 or 1)",
+                             ptr, bytes, pm->name, pm->plugin->name, pm->plugin->path, (unsigned)q,
+                             q == DMM_PLUGIN_ANSWER_UNSET ? ", the unset value" : "");
+    *out = q == 1;
+    return DMM_OK;
+}
+
+static dmm_status pm_drain_cache(void *impl) {
+    pmech *pm = impl;
+    dmm_plugin_status st;
+    dmm__plugin_status_init(&st);
+    pm->pvb.drain_cache(pm->impl, &st);
+    return dmm__plugin_check(pm->plugin, &st, "dmm_mechanism_drain_cache of mechanism '%s'", pm->name);
+}
+
+static dmm_status pm_reservation(void *impl, uintptr_t *va, uint64_t *bytes) {
+    pmech *pm = impl;
+    uint64_t v = 0, n = 0;
+    dmm_plugin_status st;
+    dmm__plugin_status_init(&st);
+    pm->pvb.reservation(pm->impl, &v, &n, &st);
+    dmm_status s = dmm__plugin_check(pm->plugin, &st, "dmm_mechanism_reservation of mechanism '%s'", pm->name);
+    if (s != DMM_OK) return s;
+    if ((uint64_t)(uintptr_t)v != v)
+        return dmm_error_set(DMM_ERR_DRIVER,
+                             "dmm_mechanism_reservation of mechanism '%s': plugin '%s' (%s) answered va 0x%llx, which "
+                             "is no address here",
+                             pm->name, pm->plugin->name, pm->plugin->path, (unsigned long long)v);
+    if (va != NULL) *va = (uintptr_t)v;
+    if (bytes != NULL) *bytes = n;
+    return DMM_OK;
+}
+
 /* ---- creation ---- */
 
 /* Reads and checks the plugin's tables into pm; on failure the caller destroys the plugin's object
@@ -315,15 +387,15 @@ static dmm_status read_tables(pmech *pm, const dmm_plugin_mechanism_ops *theirs,
                                  "%s: plugin '%s' (%s), kind '%s': the mechanism has a virtual_backing table but the "
                                  "plugin did not declare DMM_CAP_VIRTUAL_BACKING in its info->capabilities",
                                  op, p->name, p->path, kind);
-        size_t vneed = vb_size_for_minor(p->minor);
+        size_t vneed = VB_SIZE_REQUIRED;
         dmm_plugin_virtual_backing_ops vb;
-        announced = dmm__plugin_read(o->virtual_backing, &vb, sizeof vb, vneed);
+        announced = dmm__plugin_read(o->virtual_backing, &vb, sizeof vb, vb_size_for_minor(p->minor));
         pm->pvb = vb;
         if (announced < vneed)
             return dmm_error_set(DMM_ERR_SHORT_STRUCT,
                                  "%s: plugin '%s' (%s), kind '%s': its dmm_plugin_virtual_backing_ops says struct_size "
-                                 "%u, below the %zu bytes that plugin ABI %u.%u defines",
-                                 op, p->name, p->path, kind, announced, vneed, DMM_PLUGIN_ABI_MAJOR, p->minor);
+                                 "%u, below the %zu bytes of its required slots (those of plugin ABI %u.0)",
+                                 op, p->name, p->path, kind, announced, vneed, DMM_PLUGIN_ABI_MAJOR);
         const dmm_plugin_virtual_backing_ops *v = &pm->pvb;
         missing = v->allocate_committed == NULL        ? "allocate_committed"
                   : v->commit == NULL                  ? "commit"
@@ -334,7 +406,8 @@ static dmm_status read_tables(pmech *pm, const dmm_plugin_mechanism_ops *theirs,
         if (missing != NULL)
             return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
                                  "%s: plugin '%s' (%s), kind '%s': its virtual_backing table lacks the slot '%s'; a "
-                                 "capability table fills every slot (or is NULL: absent)",
+                                 "capability table fills every slot of 1.0 (or is NULL: absent); those of 1.1 are "
+                                 "optional",
                                  op, p->name, p->path, kind, missing);
     }
     return DMM_OK;
@@ -357,6 +430,12 @@ static void build_host_table(pmech *pm) {
                                            .decommit = pm_decommit,
                                            .committed_bytes = pm_committed_bytes,
                                            .mapped_bytes_for_ranges = pm_mapped_bytes_for_ranges};
+        /* the optional slots only where the plugin filled them (pvb holds none above the agreed minor) */
+        const dmm_plugin_virtual_backing_ops *v = &pm->pvb;
+        pm->vb.alias = v->alias != NULL ? pm_alias : NULL;
+        pm->vb.is_quarantined = v->is_quarantined != NULL ? pm_is_quarantined : NULL;
+        pm->vb.drain_cache = v->drain_cache != NULL ? pm_drain_cache : NULL;
+        pm->vb.reservation = v->reservation != NULL ? pm_reservation : NULL;
         h->virtual_backing = &pm->vb;
     }
 }

@@ -6,10 +6,22 @@
  * (mechanisms, allocations, reservations, handles) and answers dmm_plugin_can_unload from that.
  * It links no dmm symbol: only the public types of dmm/plugin.h.
  *
+ * Aliases (the ALIAS variant's 1.1 slot) work the way the arena does them over the same driver: the
+ * handles of the source granules are mapped a second time at the destination granules, so both
+ * places show the same bytes. A handle mapped at more than one granule is listed in `shared` with
+ * its mapping count; a decommit of one place unmaps it and releases the handle only when its last
+ * mapping goes. Invariants: handles owned = granules committed − Σ(shared maps − 1);
+ * committed_bytes (mapped) = granules committed × gran.
+ *
  * Variants, one MODULE each (tests/plugin/CMakeLists.txt), built from this file with one -D flag:
  *   MOCK_MAJOR2         says ABI major 2
- *   MOCK_NEWER_MINOR    says minor 1, with a longer info and a mechanism table with one more slot
- *                       that abort()s if ever called
+ *   MOCK_NEWER_MINOR    says a minor above the host's (DMM_PLUGIN_ABI_MINOR + 1), with a longer info
+ *                       and a mechanism table with one more slot that abort()s if ever called
+ *   MOCK_ALIAS          says minor 1 and fills the optional virtual-backing slots of 1.1 (alias,
+ *                       is_quarantined, drain_cache, reservation); mock_test_slot_calls counts them
+ *   MOCK_SLOTS_AT_MINOR0 says minor 0 but its virtual-backing table (struct_size and abi_minor of
+ *                       1.1) fills the 1.1 slots with functions that abort(): the agreed minor is 0,
+ *                       so the host must never copy them
  *   MOCK_SHORT_INFO     its info's struct_size is below what 1.0 defines
  *   MOCK_SHORT_OPS      its mechanism table's struct_size is below what 1.0 defines
  *   MOCK_NO_CAN_UNLOAD  lacks the dmm_plugin_can_unload export
@@ -29,6 +41,7 @@
 #include <string.h>
 
 #include "dmm/plugin.h"
+#define MOCK_PLUGIN_ITSELF 1 /* not the tests' helpers of mock_plugin.h */
 #include "mock_plugin.h"
 
 /* ---- what the library owns, for dmm_plugin_can_unload ---- */
@@ -36,10 +49,24 @@ static _Atomic long owned_mechanisms, owned_allocations, owned_reservations, own
 static _Atomic uint64_t next_id = 1;
 static _Atomic long test_held; /* mock_test_hold: ownership the test pretends the plugin keeps */
 
+/* Calls of the 1.1 slots (the ALIAS variant), for mock_test_slot_calls. */
+enum { SLOT_ALIAS, SLOT_IS_QUARANTINED, SLOT_DRAIN_CACHE, SLOT_RESERVATION, SLOT_COUNT };
+static _Atomic uint64_t slot_calls[SLOT_COUNT];
+
 /* A test-only export: makes dmm_plugin_can_unload answer BUSY while held (something the plugin owns
  * outside any mechanism: a cache, a thread). */
 DMM_PLUGIN_EXPORT void mock_test_hold(int held);
 DMM_PLUGIN_EXPORT void mock_test_hold(int held) { test_held = held; }
+
+/* A test-only export: how often the 1.1 slot `slot` ("alias", "is_quarantined", "drain_cache",
+ * "reservation") was called in this library; UINT64_MAX for another name. */
+DMM_PLUGIN_EXPORT uint64_t mock_test_slot_calls(const char *slot);
+DMM_PLUGIN_EXPORT uint64_t mock_test_slot_calls(const char *slot) {
+    static const char *const names[SLOT_COUNT] = {"alias", "is_quarantined", "drain_cache", "reservation"};
+    for (int i = 0; i < SLOT_COUNT; i++)
+        if (strcmp(slot, names[i]) == 0) return slot_calls[i];
+    return UINT64_MAX;
+}
 
 static void ok(dmm_plugin_status *st) { st->code = DMM_OK; }
 
@@ -74,6 +101,12 @@ typedef struct rec {
     dmm_phys *handles;        /* per granule (vb) */
 } rec;
 
+/* A handle mapped at more than one granule (by alias) and how many times. */
+typedef struct shared_handle {
+    dmm_phys handle;
+    uint32_t maps; /* >= 2 while listed */
+} shared_handle;
+
 typedef struct mock {
     dmm_driver *driver;
     uint64_t limit;      /* fail_above_bytes */
@@ -82,7 +115,10 @@ typedef struct mock {
     pthread_mutex_t lock;
     rec *recs;
     size_t n, cap;
+    shared_handle *shared; /* handles mapped more than once (aliases) */
+    size_t nshared, capshared;
     uint64_t live_bytes, committed_bytes, reserved_bytes, handle_count, driver_calls;
+    uint64_t handle_peak; /* the most handles owned at once (the peak of owned_bytes) */
 } mock;
 
 static rec *find(mock *m, const dmm_plugin_allocation *a, size_t *at) {
@@ -175,8 +211,18 @@ static void mock_allocate(void *impl, uint64_t bytes, uint64_t align, dmm_plugin
     ok(st);
 }
 
-/* Unmaps and releases the committed granules of r inside [first, last); returns the bytes unmapped,
- * stops at the first driver failure (*s set). */
+/* Forgets one mapping of handle h; true when h is still mapped elsewhere (an alias: keep it). */
+static int forget_mapping(mock *m, dmm_phys h) {
+    for (size_t i = 0; i < m->nshared; i++) {
+        if (m->shared[i].handle != h) continue;
+        if (--m->shared[i].maps == 1) m->shared[i] = m->shared[--m->nshared];
+        return 1;
+    }
+    return 0;
+}
+
+/* Unmaps the committed granules of r inside [first, last) and releases each handle whose last
+ * mapping that was; returns the bytes unmapped, stops at the first driver failure (*s set). */
 static uint64_t decommit_granules(mock *m, rec *r, size_t first, size_t last, dmm_status *s) {
     uint64_t unmapped = 0;
     *s = DMM_OK;
@@ -187,6 +233,7 @@ static uint64_t decommit_granules(mock *m, rec *r, size_t first, size_t last, dm
         unmapped += m->gran;
         r->committed[g] = 0;
         m->committed_bytes -= m->gran;
+        if (forget_mapping(m, r->handles[g])) continue; /* still mapped at its other place: the memory lives on */
         if ((*s = m->driver->ops->release(m->driver, r->handles[g])) != DMM_OK) return unmapped;
         m->handle_count--;
         owned_handles--;
@@ -253,6 +300,7 @@ static void mock_destroy(void *impl, dmm_plugin_status *st) {
     if (n > 0) FAIL(st, DMM_ERR_BUSY, "mock: %zu allocations are still live", n);
     pthread_mutex_destroy(&m->lock);
     free(m->recs);
+    free(m->shared);
     free(m);
     owned_mechanisms--;
     ok(st);
@@ -270,7 +318,8 @@ static void mock_stats(void *impl, dmm_stats *out, dmm_plugin_status *st) {
     set_count(&out->reserved_bytes, m->reserved_bytes);
     set_count(&out->committed_bytes, m->committed_bytes);
     set_count(&out->mapped_bytes, m->committed_bytes);
-    set_count(&out->owned_bytes, m->committed_bytes);
+    set_count(&out->owned_bytes, m->handle_count * m->gran); /* an alias maps, it owns nothing more */
+    out->owned_bytes.peak = (int64_t)(m->handle_peak * m->gran);
     set_count(&out->handles, m->handle_count);
     out->driver_alloc = m->driver_calls;
     pthread_mutex_unlock(&m->lock);
@@ -323,7 +372,7 @@ static dmm_status commit_granules(mock *m, rec *r, size_t first, size_t last, ui
         } else {
             r->committed[i] = 1;
             m->committed_bytes += m->gran;
-            m->handle_count++;
+            if (++m->handle_count > m->handle_peak) m->handle_peak = m->handle_count;
             owned_handles++;
         }
     }
@@ -457,29 +506,173 @@ static void mock_mapped_bytes_for_ranges(void *impl, const dmm_plugin_allocation
     ok(st);
 }
 
+/* ---- the optional virtual-backing slots of 1.1 ---- */
+
+#if defined(MOCK_ALIAS)
+/* Room for k more entries in m->shared (before anything is mapped: nothing fails after it). */
+static int shared_reserve(mock *m, size_t k) {
+    if (m->nshared + k <= m->capshared) return 0;
+    size_t cap = m->capshared ? m->capshared : 8;
+    while (cap < m->nshared + k) cap *= 2;
+    shared_handle *g = realloc(m->shared, cap * sizeof *g);
+    if (g == NULL) return -1;
+    m->shared = g;
+    m->capshared = cap;
+    return 0;
+}
+
+/* One more mapping of handle h (room reserved). */
+static void add_mapping(mock *m, dmm_phys h) {
+    for (size_t i = 0; i < m->nshared; i++)
+        if (m->shared[i].handle == h) {
+            m->shared[i].maps++;
+            return;
+        }
+    m->shared[m->nshared++] = (shared_handle){h, 2};
+}
+
+/* Why the alias cannot be made (checked under the lock, nothing changed), or NULL. */
+static const char *alias_refusal(const mock *m, const rec *r, uint64_t dst, uint64_t src, uint64_t bytes) {
+    if (r == NULL || !r->vb) return "no live virtual allocation has that identity";
+    if (dst % m->gran || src % m->gran || bytes % m->gran) return "the ranges must be whole granules";
+    if (src + bytes > (uint64_t)r->ngran * m->gran || dst + bytes > (uint64_t)r->ngran * m->gran)
+        return "the ranges reach past the allocation's granules";
+    size_t s0 = (size_t)(src / m->gran), d0 = (size_t)(dst / m->gran), n = (size_t)(bytes / m->gran);
+    for (size_t i = 0; i < n; i++) {
+        if (!r->committed[s0 + i]) return "the source is not wholly committed";
+        if (r->committed[d0 + i]) return "the destination is not wholly uncommitted";
+    }
+    return NULL;
+}
+
+/* Maps the source granules' handles a second time at the destination (READ_WRITE), all or nothing. */
+static void mock_alias(void *impl, const dmm_plugin_allocation *a, uint64_t dst_offset, uint64_t src_offset,
+                       uint64_t bytes, dmm_plugin_status *st) {
+    mock *m = impl;
+    slot_calls[SLOT_ALIAS]++;
+    pthread_mutex_lock(&m->lock);
+    rec *r = find(m, a, NULL);
+    const char *why = alias_refusal(m, r, dst_offset, src_offset, bytes);
+    if (why == NULL && shared_reserve(m, (size_t)(bytes / m->gran)) != 0) why = "no memory for the shared-handle list";
+    if (why != NULL) {
+        pthread_mutex_unlock(&m->lock);
+        FAIL(st, DMM_ERR_INVALID_ARGUMENT,
+             "mock: alias of [%llu, +%llu) to [%llu, +%llu) refused: %s; nothing was changed",
+             (unsigned long long)src_offset, (unsigned long long)bytes, (unsigned long long)dst_offset,
+             (unsigned long long)bytes, why);
+    }
+    dmm_driver *d = m->driver;
+    size_t s0 = (size_t)(src_offset / m->gran), d0 = (size_t)(dst_offset / m->gran), n = (size_t)(bytes / m->gran);
+    size_t i = 0;
+    dmm_status s = DMM_OK;
+    for (; i < n; i++) {
+        uintptr_t va = (uintptr_t)r->ptr + (d0 + i) * m->gran;
+        if ((s = d->ops->map(d, va, m->gran, r->handles[s0 + i])) != DMM_OK) break;
+        if ((s = d->ops->set_access(d, va, m->gran, DMM_ACCESS_READ_WRITE)) != DMM_OK) {
+            d->ops->unmap(d, va, m->gran);
+            break;
+        }
+    }
+    if (s != DMM_OK) {
+        for (size_t j = 0; j < i; j++) d->ops->unmap(d, (uintptr_t)r->ptr + (d0 + j) * m->gran, m->gran);
+        pthread_mutex_unlock(&m->lock);
+        FAIL(st, s, "mock: alias failed in the driver (code %d); nothing was changed", (int)s);
+    }
+    for (i = 0; i < n; i++) {
+        r->committed[d0 + i] = 1;
+        r->handles[d0 + i] = r->handles[s0 + i];
+        add_mapping(m, r->handles[s0 + i]);
+        m->committed_bytes += m->gran;
+    }
+    pthread_mutex_unlock(&m->lock);
+    ok(st);
+}
+
+/* The mock keeps nothing out of use for good: every decommit failure is reported, never hidden. */
+static void mock_is_quarantined(void *impl, uint64_t ptr, uint64_t bytes, uint32_t *quarantined,
+                                dmm_plugin_status *st) {
+    (void)impl, (void)ptr, (void)bytes;
+    slot_calls[SLOT_IS_QUARANTINED]++;
+    *quarantined = 0;
+    ok(st);
+}
+
+/* The mock caches no handles: a decommit releases them at once. */
+static void mock_drain_cache(void *impl, dmm_plugin_status *st) {
+    (void)impl;
+    slot_calls[SLOT_DRAIN_CACHE]++;
+    ok(st);
+}
+
+/* Its largest live reservation (the mock reserves per allocation), or none. */
+static void mock_reservation(void *impl, uint64_t *va, uint64_t *bytes, dmm_plugin_status *st) {
+    mock *m = impl;
+    slot_calls[SLOT_RESERVATION]++;
+    pthread_mutex_lock(&m->lock);
+    *va = 0;
+    *bytes = 0;
+    for (size_t i = 0; i < m->n; i++)
+        if (m->recs[i].vb && m->recs[i].va_bytes > *bytes) {
+            *va = m->recs[i].ptr;
+            *bytes = m->recs[i].va_bytes;
+        }
+    pthread_mutex_unlock(&m->lock);
+    ok(st);
+}
+#define MOCK_VB_MINOR 1
+#define MOCK_VB_1_1 mock_alias, mock_is_quarantined, mock_drain_cache, mock_reservation
+#elif defined(MOCK_SLOTS_AT_MINOR0)
+/* Slots above the agreed minor (0): the proof that the host never copies them is that they abort. */
+static void never_alias(void *impl, const dmm_plugin_allocation *a, uint64_t d, uint64_t s, uint64_t b,
+                        dmm_plugin_status *st) {
+    (void)impl, (void)a, (void)d, (void)s, (void)b, (void)st;
+    abort();
+}
+static void never_is_quarantined(void *impl, uint64_t p, uint64_t b, uint32_t *q, dmm_plugin_status *st) {
+    (void)impl, (void)p, (void)b, (void)q, (void)st;
+    abort();
+}
+static void never_drain_cache(void *impl, dmm_plugin_status *st) {
+    (void)impl, (void)st;
+    abort();
+}
+static void never_reservation(void *impl, uint64_t *va, uint64_t *b, dmm_plugin_status *st) {
+    (void)impl, (void)va, (void)b, (void)st;
+    abort();
+}
+#define MOCK_VB_MINOR 1
+#define MOCK_VB_1_1 never_alias, never_is_quarantined, never_drain_cache, never_reservation
+#else
+#define MOCK_VB_MINOR 0
+#define MOCK_VB_1_1 NULL, NULL, NULL, NULL /* absent */
+#endif
+
 static const dmm_plugin_virtual_backing_ops mock_vb = {
-    sizeof(dmm_plugin_virtual_backing_ops), 0, mock_allocate_committed, mock_commit, mock_decommit,
-    mock_committed_bytes, mock_mapped_bytes_for_ranges,
+    sizeof(dmm_plugin_virtual_backing_ops), MOCK_VB_MINOR, mock_allocate_committed, mock_commit, mock_decommit,
+    mock_committed_bytes, mock_mapped_bytes_for_ranges, MOCK_VB_1_1,
 };
 #endif /* !MOCK_NO_OPTIONAL */
 
 /* ---- the tables ---- */
 
 #ifdef MOCK_NEWER_MINOR
-/* A table of "minor 1": the 1.0 slots, then one a 1.0 host must never call. */
+/* A table of a minor above the host's: its slots, then one the host must never call. */
 static void mock_future_slot(void *impl, dmm_plugin_status *st) {
     (void)impl, (void)st;
     abort(); /* the proof: a host that calls a slot above the agreed minor kills the test */
 }
-typedef struct mock_ops_1_1 {
+typedef struct mock_ops_future {
     dmm_plugin_mechanism_ops base;
     void (*future)(void *impl, dmm_plugin_status *status);
-} mock_ops_1_1;
-#define MOCK_OPS_SIZE sizeof(mock_ops_1_1)
-#define MOCK_OPS_MINOR 1
+} mock_ops_future;
+#define MOCK_OPS_SIZE sizeof(mock_ops_future)
+#define MOCK_OPS_MINOR (DMM_PLUGIN_ABI_MINOR + 1)
 #elif defined(MOCK_SHORT_OPS)
 #define MOCK_OPS_SIZE offsetof(dmm_plugin_mechanism_ops, virtual_backing)
 #define MOCK_OPS_MINOR 0
+#elif defined(MOCK_ALIAS)
+#define MOCK_OPS_SIZE sizeof(dmm_plugin_mechanism_ops)
+#define MOCK_OPS_MINOR 1
 #else
 #define MOCK_OPS_SIZE sizeof(dmm_plugin_mechanism_ops)
 #define MOCK_OPS_MINOR 0
@@ -503,7 +696,7 @@ typedef struct mock_ops_1_1 {
      MOCK_STATS_SLOT, MOCK_VB_TABLE}
 
 #ifdef MOCK_NEWER_MINOR
-static const mock_ops_1_1 mock_ops_table = {MOCK_BASE_OPS, mock_future_slot};
+static const mock_ops_future mock_ops_table = {MOCK_BASE_OPS, mock_future_slot};
 #define MOCK_OPS (&mock_ops_table.base)
 #else
 static const dmm_plugin_mechanism_ops mock_ops_table = MOCK_BASE_OPS;
@@ -515,12 +708,13 @@ static const dmm_plugin_mechanism_ops mock_ops_table = MOCK_BASE_OPS;
 static const char *const mock_kinds[] = {"mock", NULL};
 
 #ifdef MOCK_NEWER_MINOR
-typedef struct mock_info_1_1 {
+typedef struct mock_info_future {
     dmm_plugin_info base;
-    const char *future_field; /* a 1.0 host never reads it */
-} mock_info_1_1;
-static const mock_info_1_1 mock_info_ext = {
-    {sizeof(mock_info_1_1), 1, DMM_PLUGIN_ABI_MAJOR, DMM_CAP_VIRTUAL_BACKING, "mock-newer", "1.1.0", mock_kinds},
+    const char *future_field; /* a host of a lower minor never reads it */
+} mock_info_future;
+static const mock_info_future mock_info_ext = {
+    {sizeof(mock_info_future), DMM_PLUGIN_ABI_MINOR + 1, DMM_PLUGIN_ABI_MAJOR, DMM_CAP_VIRTUAL_BACKING, "mock-newer",
+     "1.1.0", mock_kinds},
     "from the future"};
 #define MOCK_INFO (&mock_info_ext.base)
 #else
@@ -544,7 +738,15 @@ static const mock_info_1_1 mock_info_ext = {
 #else
 #define MOCK_CAPS ((uint32_t)DMM_CAP_VIRTUAL_BACKING)
 #endif
-static const dmm_plugin_info mock_info = {MOCK_INFO_SIZE, 0, MOCK_MAJOR, MOCK_CAPS, MOCK_NAME, "1.0.0", mock_kinds};
+#if defined(MOCK_ALIAS)
+#define MOCK_INFO_MINOR 1 /* what its 1.1 slots need */
+#define MOCK_VERSION "1.1.0"
+#else
+#define MOCK_INFO_MINOR 0 /* MOCK_SLOTS_AT_MINOR0 included: its 1.1 slots lie above the agreed minor */
+#define MOCK_VERSION "1.0.0"
+#endif
+static const dmm_plugin_info mock_info = {MOCK_INFO_SIZE, MOCK_INFO_MINOR, MOCK_MAJOR, MOCK_CAPS,
+                                          MOCK_NAME,      MOCK_VERSION,    mock_kinds};
 #define MOCK_INFO (&mock_info)
 #endif
 

@@ -4,6 +4,7 @@
 #define DMM_TEST_MOCK_PLUGIN_H
 
 #include <stdint.h>
+#include <string.h>
 
 typedef struct mock_config {
     uint32_t struct_size;      /* sizeof(mock_config) */
@@ -23,5 +24,27 @@ typedef struct mock_config {
 
 /* The SILENT variant's allocate of exactly this many bytes returns without setting its status. */
 #define MOCK_SILENT_BYTES 12345u
+
+#ifndef MOCK_PLUGIN_ITSELF
+#include <dlfcn.h>
+
+/* For the tests (host side): how often the 1.1 slot `slot` ("alias", "is_quarantined",
+ * "drain_cache", "reservation") was called in the test plugin at `path` (already loaded), through
+ * its test export mock_test_slot_calls; UINT64_MAX if the library, the export or the slot is not
+ * there. */
+static inline uint64_t mock_slot_calls(const char *path, const char *slot) {
+    void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    if (h == NULL) return UINT64_MAX;
+    void *sym = dlsym(h, "mock_test_slot_calls");
+    uint64_t n = UINT64_MAX;
+    if (sym != NULL) {
+        uint64_t (*fn)(const char *);
+        memcpy(&fn, &sym, sizeof fn);
+        n = fn(slot);
+    }
+    dlclose(h);
+    return n;
+}
+#endif
 
 #endif

@@ -1,7 +1,7 @@
 /* tests/unit/test_plugin.c — the plugin ABI and its loader (DESIGN §4.12), over the test plugins of
  * tests/plugin/ (one shared object per variant of mock_plugin.c):
- *  - negotiation: the good plugin loads and says who it is; a newer minor is agreed down to 1.0 and
- *    its extra slot (which aborts) is never called; every refusal (missing file, missing export,
+ *  - negotiation: the good plugin loads and says who it is; a newer minor is agreed down to the
+ *    host's and its extra slot (which aborts) is never called; every refusal (missing file, missing export,
  *    another major, a short info, a NULL required field, a plugin that refuses) names the file and
  *    the problem, returns the right code, leaves *out alone and closes the library again;
  *  - mechanisms: the plugin's mechanism works through dmm_mechanism_* (allocate, release with
@@ -9,6 +9,9 @@
  *    the thread's sentence with the plugin's name; absent optional slots are UNSUPPORTED; a status
  *    left unset is a failure and an outcome left unfilled reads as QUARANTINED; short tables and NULL
  *    required slots are refused and the factory's object destroyed;
+ *  - the optional virtual-backing slots of 1.1 (alias, is_quarantined, drain_cache, reservation):
+ *    present exactly where a plugin of minor 1 fills them (an alias shows one memory at two places,
+ *    owned once), absent at minor 0 even where the table holds them;
  *  - unload: refused (nothing changed) while a mechanism or an allocation lives, or while the
  *    plugin says it still owns something on its last load; two loads of one file are independent.
  * Every test ends with nothing live (mechanisms destroyed, plugins unloaded, driver census zero). */
@@ -79,6 +82,13 @@ static void hold(const char *path, int held) {
     dlclose(h);
 }
 
+/* The 1.1 slot's call count in the plugin's library (already loaded). */
+static uint64_t slot_calls(const char *path, const char *slot) {
+    uint64_t n = mock_slot_calls(path, slot);
+    if (n == UINT64_MAX) fail_msg("%s: no mock_test_slot_calls or no slot '%s'", path, slot);
+    return n;
+}
+
 /* ---- negotiation ---- */
 
 static void test_load_good(void **state) {
@@ -117,14 +127,14 @@ static void test_load_refusals(void **state) {
     DMM_OK_OR_FAIL(dmm_plugin_unload(p));
 }
 
-/* A plugin of minor 1 (a longer info, a table with one more slot that aborts) agrees on 1.0 and
- * works; the abort() proves the extra slot is never called; ASan proves nothing past the 1.0 layout
- * is read into the host's locals. */
+/* A plugin of a minor above the host's (a longer info, a table with one more slot that aborts)
+ * agrees on the host's minor and works; the abort() proves the extra slot is never called; ASan
+ * proves nothing past the host's layout is read into the host's locals. */
 static void test_newer_minor(void **state) {
     (void)state;
     dmm_plugin *p = load(DMM_TEST_PLUGIN_NEWER_MINOR);
     assert_string_equal(dmm_plugin_name(p), "mock-newer");
-    assert_int_equal(dmm_plugin_abi_minor(p), 0);
+    assert_int_equal(dmm_plugin_abi_minor(p), DMM_PLUGIN_ABI_MINOR);
     dmm_driver *d = host_driver();
     dmm_mechanism *m = NULL;
     DMM_OK_OR_FAIL(dmm_plugin_mechanism_create(p, "mock", d, NULL, &m));
@@ -222,6 +232,117 @@ static void test_virtual_backing(void **state) {
     DMM_OK_OR_FAIL(dmm_mechanism_destroy(m));
     DMM_OK_OR_FAIL(dmm_plugin_unload(p));
     driver_done(d);
+}
+
+/* ---- the optional virtual-backing slots of 1.1 ---- */
+
+static const char *const slot_names[4] = {"alias", "is_quarantined", "drain_cache", "reservation"};
+
+/* A plugin of minor 1 that fills them: the wrapped mechanism has each slot, and each reaches the
+ * plugin. An alias maps the same memory a second time (both places show the same bytes, one owned
+ * handle per granule, mapped twice); each place then lives on its own; refusals change nothing. */
+static void test_optional_slots_of_1_1(void **state) {
+    (void)state;
+    dmm_plugin *p = load(DMM_TEST_PLUGIN_ALIAS);
+    assert_int_equal(dmm_plugin_abi_minor(p), 1);
+    assert_string_equal(dmm_plugin_version(p), "1.1.0");
+    dmm_driver *d = host_driver();
+    dmm_mechanism *m = NULL;
+    DMM_OK_OR_FAIL(dmm_plugin_mechanism_create(p, "mock", d, NULL, &m));
+    for (int i = 0; i < 4; i++) assert_true(dmm_mechanism_has_slot(m, slot_names[i]));
+    assert_int_equal(dmm_mechanism_capabilities(m), DMM_CAP_VIRTUAL_BACKING);
+
+    dmm_range first = {0, 2 * GRAN};
+    dmm_allocation a;
+    DMM_OK_OR_FAIL(dmm_mechanism_allocate_committed(m, 6 * GRAN, 0, &first, 1, &a));
+    unsigned char *b = a.ptr;
+    memset(b, 0x3c, 2 * GRAN);
+    uint64_t aliases = slot_calls(DMM_TEST_PLUGIN_ALIAS, "alias");
+    DMM_OK_OR_FAIL(dmm_mechanism_alias(m, &a, (dmm_range){4 * GRAN, 2 * GRAN}, first));
+    assert_int_equal(slot_calls(DMM_TEST_PLUGIN_ALIAS, "alias"), aliases + 1);
+    assert_int_equal(b[4 * GRAN + 17], 0x3c); /* one memory at two places */
+    b[5 * GRAN + 1] = 0x5d;
+    assert_int_equal(b[GRAN + 1], 0x5d);
+    dmm_stats st = {.size = sizeof st};
+    DMM_OK_OR_FAIL(dmm_mechanism_stats(m, &st));
+    assert_int_equal(st.owned_bytes.current, 2 * GRAN); /* no new memory */
+    assert_int_equal(st.mapped_bytes.current, 4 * GRAN);
+    assert_int_equal(st.handles.current, 2);
+    dmm_driver_census c = {.size = sizeof c};
+    DMM_OK_OR_FAIL(d->ops->census(d, &c));
+    assert_int_equal(c.handle_bytes, 2 * GRAN);
+    assert_int_equal(c.mapped_bytes, 4 * GRAN);
+
+    /* The host's own checks refuse a bad pair of ranges without asking the plugin. */
+    aliases = slot_calls(DMM_TEST_PLUGIN_ALIAS, "alias");
+    assert_int_equal(dmm_mechanism_alias(m, &a, (dmm_range){GRAN, 2 * GRAN}, first), DMM_ERR_INVALID_ARGUMENT);
+    dmm_test_error_mentions("dmm_mechanism_alias", "overlap", NULL);
+    assert_int_equal(dmm_mechanism_alias(m, &a, (dmm_range){4 * GRAN, GRAN}, first), DMM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(dmm_mechanism_alias(m, &a, (dmm_range){5 * GRAN, 2 * GRAN}, first), DMM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(slot_calls(DMM_TEST_PLUGIN_ALIAS, "alias"), aliases);
+    /* The plugin's refusal (a destination already backed) is its sentence; nothing changed. */
+    assert_int_equal(dmm_mechanism_alias(m, &a, (dmm_range){0, GRAN}, (dmm_range){4 * GRAN, GRAN}),
+                     DMM_ERR_INVALID_ARGUMENT);
+    dmm_test_error_mentions("dmm_mechanism_alias", "plugin 'mock'", "not wholly uncommitted", NULL);
+    DMM_OK_OR_FAIL(dmm_mechanism_stats(m, &st));
+    assert_int_equal(st.mapped_bytes.current, 4 * GRAN);
+
+    /* Each place lives on its own: the old one goes, the memory stays at the new one. */
+    dmm_release_outcome o = dmm_mechanism_decommit(m, &a, first);
+    assert_int_equal(o.state, DMM_RELEASE_COMPLETE);
+    assert_int_equal(o.unmapped_bytes, 2 * GRAN);
+    DMM_OK_OR_FAIL(dmm_mechanism_stats(m, &st));
+    assert_int_equal(st.owned_bytes.current, 2 * GRAN);
+    assert_int_equal(st.mapped_bytes.current, 2 * GRAN);
+    assert_int_equal(b[5 * GRAN + 1], 0x5d);
+    assert_int_equal(b[4 * GRAN], 0x3c);
+
+    bool q = true;
+    DMM_OK_OR_FAIL(dmm_mechanism_is_quarantined(m, b, GRAN, &q));
+    assert_false(q);
+    DMM_OK_OR_FAIL(dmm_mechanism_drain_cache(m));
+    uintptr_t va = 0;
+    uint64_t vbytes = 0;
+    DMM_OK_OR_FAIL(dmm_mechanism_reservation(m, &va, &vbytes));
+    assert_int_equal(va, (uintptr_t)a.ptr);
+    assert_int_equal(vbytes, 6 * GRAN);
+    DMM_OK_OR_FAIL(dmm_mechanism_reservation(m, NULL, NULL));
+    for (int i = 1; i < 4; i++) assert_true(slot_calls(DMM_TEST_PLUGIN_ALIAS, slot_names[i]) >= 1);
+
+    o = dmm_mechanism_release(m, &a);
+    assert_int_equal(o.state, DMM_RELEASE_COMPLETE);
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(m));
+    DMM_OK_OR_FAIL(dmm_plugin_unload(p));
+    driver_done(d);
+}
+
+/* A plugin of minor 0 has none of them: absent (its table stops before them, or, in the
+ * SLOTS_AT_MINOR0 variant, fills them with slots that abort: above the agreed minor, never copied). */
+static void test_slots_of_1_1_absent_at_minor_0(void **state) {
+    (void)state;
+    const char *paths[2] = {DMM_TEST_PLUGIN_GOOD, DMM_TEST_PLUGIN_SLOTS_AT_MINOR0};
+    for (int k = 0; k < 2; k++) {
+        dmm_plugin *p = load(paths[k]);
+        assert_int_equal(dmm_plugin_abi_minor(p), 0);
+        dmm_driver *d = host_driver();
+        dmm_mechanism *m = NULL;
+        DMM_OK_OR_FAIL(dmm_plugin_mechanism_create(p, "mock", d, NULL, &m));
+        assert_int_equal(dmm_mechanism_capabilities(m), DMM_CAP_VIRTUAL_BACKING);
+        for (int i = 0; i < 4; i++) assert_false(dmm_mechanism_has_slot(m, slot_names[i]));
+        dmm_range first = {0, GRAN};
+        dmm_allocation a;
+        DMM_OK_OR_FAIL(dmm_mechanism_allocate_committed(m, 2 * GRAN, 0, &first, 1, &a));
+        assert_int_equal(dmm_mechanism_alias(m, &a, (dmm_range){GRAN, GRAN}, first), DMM_ERR_UNSUPPORTED);
+        dmm_test_error_mentions("dmm_mechanism_alias", "no virtual-backing slot 'alias'", NULL);
+        bool q = false;
+        assert_int_equal(dmm_mechanism_is_quarantined(m, a.ptr, GRAN, &q), DMM_ERR_UNSUPPORTED);
+        assert_int_equal(dmm_mechanism_drain_cache(m), DMM_ERR_UNSUPPORTED);
+        assert_int_equal(dmm_mechanism_reservation(m, NULL, NULL), DMM_ERR_UNSUPPORTED);
+        assert_int_equal(dmm_mechanism_release(m, &a).state, DMM_RELEASE_COMPLETE);
+        DMM_OK_OR_FAIL(dmm_mechanism_destroy(m));
+        DMM_OK_OR_FAIL(dmm_plugin_unload(p));
+        driver_done(d);
+    }
 }
 
 /* The plugin's mechanism under the caching allocator, unchanged. */
@@ -529,6 +650,7 @@ int main(void) {
         cmocka_unit_test(test_silent_plugin),    cmocka_unit_test(test_table_refusals),
         cmocka_unit_test(test_unload_busy),      cmocka_unit_test(test_load_twice),
         cmocka_unit_test(test_provider_over_plugin), cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_optional_slots_of_1_1), cmocka_unit_test(test_slots_of_1_1_absent_at_minor_0),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
