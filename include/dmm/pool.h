@@ -10,7 +10,8 @@
  * physical handle back) instead of growing, so the physical memory it holds stays close to the peak
  * of what is live. A move waits for the chunk's fence (see below); when the chunks it wants belong
  * to the requesting stream's own heap and their fence is still pending (on a GPU the CPU runs ahead
- * of the work, so it usually is), the pool aliases them instead (over an arena: dmm_arena_alias):
+ * of the work, so it usually is), the pool aliases them instead (over a mechanism that fills the
+ * optional `alias` slot, as the arena does: dmm_mechanism_alias):
  * the same physical memory is mapped at the new place at once, usable by that stream because stream
  * order puts its new work after the old, and the old place is decommitted once its fence completed
  * (its VA then returns to the heap). No physical memory is duplicated: only the mapped bytes (and
@@ -40,15 +41,17 @@
  * queries also run outside the heap lock. Lock order: heap → pool (regions, events); the mechanism
  * and the driver are called with no pool lock held.
  *
- * Device loss (DESIGN §4.10). Once a driver call reports a sticky context error
- * (DMM_ERR_DEVICE_LOST) — one the pool made itself (events), one the mechanism made for it, or, over
- * an arena, one the arena made for another of its users (the pool asks the arena at the entry of
- * malloc's slow path, trim, empty_cache and destroy) — the pool is lost for good and makes no driver
- * call from then on, directly or through the mechanism: events are neither recorded, queried nor
- * destroyed (the context took them). A loss the pool saw itself is the arena's too: the arena then
- * stops calling the driver as well, and accepts dmm_arena_confirm_context_terminated. From then on:
+ * Device loss (DESIGN §4.10). The loss is the driver's (dmm_driver_lost): the first driver call that
+ * reports a sticky context error (DMM_ERR_DEVICE_LOST) — one the pool made itself (events), one the
+ * mechanism made for it, or one another user of the same driver made — latches it there, and every
+ * later call through the library is refused without reaching the driver. The pool asks its driver
+ * before anything that would reach it, so it makes no driver call from then on, directly or through
+ * the mechanism: events are neither recorded, queried nor destroyed (the context took them); the
+ * arena over the same driver stops as well, and accepts dmm_arena_confirm_context_terminated. The
+ * pool notices a loss another user met at the entry of malloc's slow path, trim, empty_cache,
+ * destroy or a cross-stream free. From then on:
  *  - dmm_pool_malloc, dmm_pool_trim and dmm_pool_empty_cache return DMM_ERR_DEVICE_LOST with a
- *    sentence naming the call that first saw the loss, and hand out nothing. malloc refuses also when
+ *    sentence naming what the pool was doing when it noticed, and the call that first saw the loss, and hand out nothing. malloc refuses also when
  *    a mapped free block would fit: serving it would cost no driver call, but the memory behind it
  *    is gone, and a pointer handed out now only fails later, in a kernel; one answer for every
  *    malloc is what a caller can act on. (A malloc racing with the thread that discovers the loss
@@ -63,8 +66,9 @@
  *    changed. After dmm_arena_confirm_context_terminated on the arena (which discharged the pool's VA
  *    and chunks): DMM_OK without any driver call; blocks still live or waiting for an event are
  *    forgotten (their memory went with the context; a warning is logged), and the pool's host memory
- *    is freed. The arena's own destroy then succeeds too. Over a mechanism that is not an arena,
- *    destroy asks the mechanism to release the VA (once per call) and goes when that does not fail.
+ *    is freed. The arena's own destroy then succeeds too. Before the confirmation destroy asks the
+ *    mechanism to release the VA (once per call; the arena refuses, without a driver call) and goes
+ *    when that does not fail.
  * Teardown after a loss: free what you can, tear the context down, dmm_arena_confirm_context_terminated,
  * dmm_pool_destroy, dmm_mechanism_destroy, dmm_driver_destroy.
  */
@@ -113,8 +117,8 @@ typedef struct dmm_pool_config {
 
 /* Creates a pool over `mech` (not owned; must support virtual backing, else DMM_ERR_UNSUPPORTED) and
  * `driver` (not owned: the driver of mech's device, whose streams the caller passes and whose events
- * the pool records). Both must outlive the pool. cfg may be NULL. DMM_ERR_DEVICE_LOST over an arena
- * that lost its device. */
+ * the pool records). Both must outlive the pool. cfg may be NULL. DMM_ERR_DEVICE_LOST when the driver
+ * lost its device (dmm_driver_lost). */
 DMM_API dmm_status dmm_pool_create(dmm_mechanism *mech, dmm_driver *driver, const dmm_pool_config *cfg,
                                    dmm_pool **out);
 
@@ -149,7 +153,8 @@ DMM_API dmm_status dmm_pool_block_size(dmm_pool *pool, const void *ptr, size_t *
 DMM_API dmm_status dmm_pool_trim(dmm_pool *pool, uint64_t target_bytes, uint64_t *released);
 
 /* trim(0), then gives the VA of streams that hold nothing back to the pool, and the mechanism's
- * cached physical handles back to the driver (for an arena: dmm_arena_drain_cache). *released (may be
+ * cached physical handles back to the driver (the mechanism's optional `drain_cache` slot; for an
+ * arena: dmm_arena_drain_cache). *released (may be
  * NULL) = bytes decommitted. */
 DMM_API dmm_status dmm_pool_empty_cache(dmm_pool *pool, uint64_t *released);
 

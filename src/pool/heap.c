@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pool/pool_internal.h"
+#include "pool/types.h"
 
 #define SLAB_BLOCKS 255u
 

@@ -1,9 +1,9 @@
-/* src/pool/pool_check.c — the expensive invariant check of one heap (pool_internal.h lists the
+/* src/pool/pool_check.c — the expensive invariant check of one heap (types.h lists the
  * invariants). Walks every run, every bin, the unmapped and pending lists and the hash; O(blocks),
  * for tests and debugging only. */
 #include <stdio.h>
 
-#include "pool/pool_internal.h"
+#include "pool/types.h"
 
 static _Thread_local char why[256];
 

@@ -1,10 +1,19 @@
-/* src/pool/pool_internal.h — the pool's data, shared by its files. Never installed.
+/* src/pool/types.h — the pool's types and their invariants, the hot path's inline helpers, and what
+ * the pool's files offer each other. Never installed.
  *
- *   pool.c        the API: create/destroy, streams → heaps, malloc/free (hot path), growth and
- *                 moves, trim, events (fences, cross-stream frees), stats
+ * The files, from the top down (a file calls only files below it; none calls back up):
+ *   pool.c        the API: create/destroy, streams → heaps, malloc/free and the hot path
+ *   pool_stats.c  stats (gather, get, common, JSON) and the dmm_pool_check entry
+ *   growth.c      malloc's slow path: growth planning, then plan → carve → drive → fix-up
+ *   regions.c     VA regions (heaps take and shed them), trim and empty_cache
+ *   fences.c      events: the event free list, fences, polls, cross-stream frees
+ *   moves.c       chunks: commit, decommit and alias one chunk; the sources of moves and their fix-up;
+ *                 reaping the old places of aliased chunks
+ *   loss.c        the pool's side of a device loss (the loss itself is the driver's, src/driver/call.h)
+ *   hot.h         the hot path's inline steps (take a block, count it live), above heap.c
+ *   pool_check.c  the expensive invariant check of one heap
  *   heap.c        one heap's bookkeeping: block records, bins (best fit), the live-block hash,
  *                 carving and merging of blocks; no driver call, no lock (callers hold the heap's)
- *   pool_check.c  the expensive invariant check
  *
  * Vocabulary. The pool owns one VA-only allocation of the mechanism, [base, base + va_bytes),
  * split into regions of `region` bytes that heaps take when they need VA; physical memory is
@@ -36,14 +45,15 @@
  *   A FREE block's seq ≥ the heap free_seq of every free merged into it; it is safe to decommit its
  *   whole chunks once seq ≤ heap.safe_seq (a completed fence on the heap's stream covers it).
  */
-#ifndef DMM_POOL_INTERNAL_H
-#define DMM_POOL_INTERNAL_H
+#ifndef DMM_POOL_TYPES_H
+#define DMM_POOL_TYPES_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "core/core.h"
 #include "dmm/pool.h"
+#include "driver/call.h"
 
 enum {
     BK_FREE = 1,
@@ -148,7 +158,11 @@ typedef struct pheap {
 
 struct dmm_pool {
     uint64_t uid; /* distinguishes a pool from an earlier one at the same address (TLS cache) */
-    _Atomic uint64_t lost; /* 1 once the pool knows its device is lost: no driver call from then on */
+    /* NULL while the pool serves; once it noticed that its driver is lost (loss.c), what it was doing
+     * then (a static sentence fragment): from then on even a malloc that a mapped free block would fit
+     * is refused (pool.h). Written once (NULL → fragment, never back). The loss itself, its first
+     * sentence and whether the context was confirmed torn down are the driver's (driver/call.h). */
+    const char *_Atomic refusing;
     dmm_mechanism *mech;
     dmm_driver *drv;
     dmm_allocation va; /* the VA-only allocation */
@@ -163,10 +177,7 @@ struct dmm_pool {
     uint64_t align;
     unsigned align_shift;
     uint32_t retain_permille;
-    bool can_alias; /* the mechanism is an arena (dmm_arena_alias) */
-    bool is_arena;  /* the mechanism is an arena: a loss is shared with it (mech/arena_loss.h) */
-    char lost_why[384]; /* the first call that reported the loss, and its sentence; written once,
-                           under `lock`, before `lost` is set (release), never after */
+    bool can_alias; /* the mechanism fills the optional `alias` slot, and no_alias is off */
 
     dmm_lock lock; /* regions, heap creation, the event freelist, sampled peaks */
     struct pheap *_Atomic heaps;
@@ -232,4 +243,127 @@ pblock *dmm__heap_carve(pheap *h, pblock *b, uintptr_t addr, uint64_t len, uint8
 /* Under h->lock: NULL when every invariant holds, else a sentence fragment (static per thread). */
 const char *dmm__heap_check_locked(const pheap *h);
 
-#endif /* DMM_POOL_INTERNAL_H */
+/* ---- counters: relaxed atomics (statistics and mirrors others read without a lock) ---- */
+static inline uint64_t load_relaxed(const _Atomic uint64_t *x) { return atomic_load_explicit(x, memory_order_relaxed); }
+static inline void store_relaxed(_Atomic uint64_t *x, uint64_t v) { atomic_store_explicit(x, v, memory_order_relaxed); }
+static inline void add_relaxed(_Atomic uint64_t *x, uint64_t v) { atomic_fetch_add_explicit(x, v, memory_order_relaxed); }
+static inline void sub_relaxed(_Atomic uint64_t *x, uint64_t v) { atomic_fetch_sub_explicit(x, v, memory_order_relaxed); }
+static inline void max_relaxed(_Atomic uint64_t *x, uint64_t v) {
+    uint64_t cur = load_relaxed(x);
+    while (v > cur && !atomic_compare_exchange_weak_explicit(x, &cur, v, memory_order_relaxed, memory_order_relaxed)) {
+    }
+}
+
+/* The pool's heaps, newest first (a heap is never removed before destroy). */
+static inline pheap *heaps_head(const dmm_pool *p) {
+    return atomic_load_explicit((pheap *_Atomic *)&p->heaps, memory_order_acquire);
+}
+static inline pheap *heap_next(const pheap *h) {
+    return atomic_load_explicit((pheap *_Atomic *)&h->next_heap, memory_order_acquire);
+}
+
+/* ---- chunks: one physical handle each, a whole number of quanta (Q = p->chunk) ----
+ * p->clen[q] = the length in quanta of the chunk that starts at quantum q (0: none starts there). An
+ * entry is written only by the thread that holds the owning heap's lock, or that carved the range
+ * (COMMITTING / DECOMMITTING) out of it; readers look only at FREE ranges under the heap's lock. */
+static inline uint64_t align_down_c(const dmm_pool *p, uint64_t x) { return x & ~(p->chunk - 1); }
+static inline uint64_t align_up_c(const dmm_pool *p, uint64_t x) { return (x + p->chunk - 1) & ~(p->chunk - 1); }
+static inline size_t qidx(const dmm_pool *p, uintptr_t addr) { return (size_t)((addr - p->base) / p->chunk); }
+
+static inline void committed_add(dmm_pool *p, uint64_t v) {
+    uint64_t now = atomic_fetch_add_explicit(&p->committed, v, memory_order_relaxed) + v;
+    add_relaxed(&p->committed_total, v);
+    max_relaxed(&p->committed_peak, now);
+}
+
+/* ---- loss.c: the pool's side of a device loss ----
+ * The pool keeps no loss flag: it asks its driver (dmm__drv_lost), whose wrappers refuse every call
+ * once the device is lost. What the pool adds is `refusing` (see struct dmm_pool) and the sentences. */
+/* The pool noticed the loss while `where` (a static fragment: "committing a chunk"): the driver
+ * latches it when it did not know yet (a mechanism's report; the last error is its sentence), and the
+ * pool starts refusing (the first notice also logs a warning). No lock, no driver call. */
+void dmm__pool_notice_loss(dmm_pool *p, const char *where);
+/* Whether the pool's driver is lost; if so, the pool notices it (while `where`). */
+static inline bool dmm__pool_lost(dmm_pool *p, const char *where) {
+    if (__builtin_expect(!dmm__drv_lost(p->drv), 1)) return false;
+    dmm__pool_notice_loss(p, where);
+    return true;
+}
+/* The refusal of `op` once the device is lost (error set; returns DMM_ERR_DEVICE_LOST). */
+dmm_status dmm__pool_lost_error(const dmm_pool *p, const char *op);
+/* The refusal of a malloc (out of line: the hot path only tests `refusing`). */
+dmm_status dmm__pool_malloc_refused(const dmm_pool *p, size_t bytes, dmm_stream stream);
+
+/* ---- moves.c: one chunk at a time, and the sources of moves ---- */
+typedef enum source_role {
+    SRC_MOVE = 0,  /* a FREE chunk behind a completed fence: decommitted (and committed elsewhere) */
+    SRC_ALIAS = 1, /* a FREE chunk of the growing heap whose fence is pending: aliased into the growth */
+    SRC_OLD = 2,   /* an ALIASED old place whose fence completed: decommitted */
+} source_role;
+
+typedef struct source {
+    pheap *h;
+    pblock *b;      /* a DECOMMITTING block of exactly one chunk */
+    uint64_t bytes; /* its size */
+    size_t piece;   /* growth: the target piece it moves into */
+    uint64_t seq;   /* the block's seq when carved */
+    uint8_t role;   /* source_role */
+    bool tried;     /* decommit was called */
+    bool aliased;   /* SRC_ALIAS: the alias succeeded, the block stays mapped as the old place */
+    dmm_release_outcome o;
+} source;
+
+typedef struct srcvec {
+    source *v;
+    size_t n, cap;
+} srcvec;
+
+/* The outcome of a source that was carved but never decommitted: it goes back FREE. */
+static inline dmm_release_outcome dmm__pool_outcome_untouched(void) {
+    dmm_release_outcome o = {DMM_RELEASE_FAILED, 0, 0, 0, DMM_OK};
+    return o;
+}
+/* The source's chunk was decommitted whole. */
+static inline bool dmm__pool_source_gone(const source *s) {
+    return dmm_release_state_of(&s->o) == DMM_RELEASE_COMPLETE && s->o.unmapped_bytes == s->bytes;
+}
+
+/* Carves whole free chunks that are safe to decommit out of h's FREE blocks (under h's lock), oldest
+ * frees first, until `want` bytes are carved, skipping blocks that overlap [ex_lo, ex_hi). With
+ * target pieces (growth), a chunk is taken only if it fits in the room left in one of them, and is
+ * assigned to it. `alias_ok` (a growth of h itself): chunks whose fence is still pending are taken
+ * too, to be aliased. Returns the bytes carved. */
+uint64_t dmm__pool_carve_sources(dmm_pool *p, pheap *h, uint64_t want, uintptr_t ex_lo, uintptr_t ex_hi,
+                                 ptarget *tg, size_t nt, bool alias_ok, srcvec *out);
+/* Decommits one source chunk (no heap lock held). Once the device is lost: FAILED with
+ * DMM_ERR_DEVICE_LOST, without a call. */
+void dmm__pool_decommit_one(dmm_pool *p, source *s);
+/* Commits one chunk of `bytes` at `addr` (no heap lock held). */
+dmm_status dmm__pool_commit_one(dmm_pool *p, uintptr_t addr, uint64_t bytes);
+/* Maps alias source s a second time at `at` (no heap lock held); a failure changes nothing. */
+dmm_status dmm__pool_alias_one(dmm_pool *p, source *s, uintptr_t at);
+/* Puts the sources from `from` on back into their heaps (taking each heap's lock in turn). */
+void dmm__pool_sources_fixup(dmm_pool *p, srcvec *sv, size_t from);
+/* Decommits the old places of h's aliased chunks that a completed fence covers (no lock held). */
+void dmm__pool_reap_aliased(dmm_pool *p, pheap *h);
+
+/* ---- fences.c: events ---- */
+/* Polls h's pending cross-stream frees and its fence, then reaps its aliased old places. Never
+ * waits; no lock held by the caller. */
+void dmm__pool_poll(dmm_pool *p, pheap *h);
+/* The cross-stream free of block b (PENDING, out of the hash; no lock held): records an event on
+ * `stream` and parks the block until it completes. */
+dmm_status dmm__pool_free_cross(dmm_pool *p, pheap *h, pblock *b, dmm_stream stream);
+/* Destroys every heap's fence and the recycled events (driver calls; at destroy). */
+void dmm__pool_destroy_events(dmm_pool *p);
+
+/* ---- regions.c ---- */
+/* Gives heap h `n` more contiguous regions (under h's lock; takes the pool lock), preferring the
+ * regions right after run `prefer`. False when the VA is exhausted (error set). */
+bool dmm__pool_grow_va(dmm_pool *p, pheap *h, size_t n, size_t prefer);
+
+/* ---- growth.c ---- */
+/* malloc of `n` bytes (rounded) when no mapped free block fits: poll, grow, move, alias. */
+dmm_status dmm__pool_malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t requested, void **out);
+
+#endif /* DMM_POOL_TYPES_H */

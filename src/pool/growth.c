@@ -1,0 +1,394 @@
+/* src/pool/growth.c — malloc's slow path: growth planning, then plan → carve → drive → fix-up
+ * (DESIGN §4.9).
+ *
+ * What it owns: what a malloc does when no mapped free block fits. A growth plans the fewest new
+ * chunks that make a fit, next to a free block when one borders unmapped VA (so free blocks coalesce
+ * across chunk boundaries), asking for more VA (regions.c) when the cheapest place is a run's end
+ * that is too short. If committing them would take the pool's mapped memory above its retention
+ * limit — (1 + retain_permille/1000) × the highest live bytes seen so far — it first takes whole free
+ * chunks (moves.c): from this heap (those of its own whose fence is pending are aliased: usable at
+ * once by its own stream), then from other heaps (only behind a completed fence), and moves them
+ * into the window one at a time, so that the mechanism's handle cache hands the same physical
+ * handle back. New chunks fill the rest, split only at max_chunk.
+ *
+ * The steps of one attempt, each a function below:
+ *   plan    (under the heap's lock) the window [lo, hi) and the chunks k it needs; more VA if needed;
+ *   carve   (under the heap's lock) the window's unmapped chunks as COMMITTING pieces, and the
+ *           sources of moves out of this heap; then out of the others, one lock at a time;
+ *   drive   (no lock) alias, move, commit new chunks; stops at the first failed commit;
+ *   fix-up  (under the locks) committed parts FREE, the rest UNMAPPED (or POISONED where the
+ *           mechanism quarantined a failed commit), sources back as their outcome made them.
+ * Another thread on the stream may take the grown memory before this one looks again: up to 16
+ * attempts, then DMM_ERR_BUSY. All scratch is freed at the one exit.
+ *
+ * Invariants: between carve and fix-up the pieces are COMMITTING and the sources DECOMMITTING, so no
+ * other thread touches them; a piece's committed prefix is tv[j].done bytes from its start; a failed
+ * drive leaves its sentence as the thread's last error until the next attempt reports it (nothing in
+ * between sets one, unless the quarantine query itself fails: then that is said).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pool/hot.h"
+
+/* A growth plan: the window [lo, lo + n) inside one gap (a maximal sequence of FREE and UNMAPPED
+ * blocks) that needs the fewest unmapped chunks committed; ties go to the lowest address. */
+typedef struct plan {
+    uintptr_t lo, hi;
+    uint64_t k;    /* chunks to commit */
+    pblock *first; /* the gap's first block */
+    bool found;
+    size_t extend_run;       /* extend_regions > 0: first extend this run by that many regions */
+    uint64_t extend_regions;
+} plan;
+
+typedef struct tgtvec {
+    ptarget *v;
+    size_t cap;
+} tgtvec;
+
+/* Unmapped chunks inside [x, e) over the gap first..last. */
+static uint64_t window_cost(const dmm_pool *p, const pblock *first, const pblock *last, uintptr_t x, uintptr_t e) {
+    uint64_t k = 0;
+    for (const pblock *b = first;; b = b->next) {
+        if (b->addr >= e) break;
+        if (b->kind == BK_UNMAPPED) {
+            uintptr_t a = x > b->addr ? x : b->addr, z = e < b->addr + b->size ? e : b->addr + b->size;
+            if (a < z) k += (align_up_c(p, z) - align_down_c(p, a)) / p->chunk;
+        }
+        if (b == last) break;
+    }
+    return k;
+}
+
+static void plan_gap(const dmm_pool *p, const pblock *first, const pblock *last, uint64_t n, plan *best) {
+    uintptr_t glo = first->addr, ghi = last->addr + last->size;
+    for (const pblock *b = first;; b = b->next) {
+        uintptr_t cand[2] = {b->addr, b->addr + b->size >= glo + n ? b->addr + b->size - n : 0};
+        for (int i = 0; i < 2; i++) {
+            uintptr_t x = cand[i];
+            if (x < glo || x + n > ghi || (i == 1 && cand[1] == 0)) continue;
+            uint64_t k = window_cost(p, first, last, x, x + n);
+            if (!best->found || k < best->k || (k == best->k && best->extend_regions == 0 && x < best->lo)) {
+                best->found = true;
+                best->extend_regions = 0;
+                best->lo = x;
+                best->hi = x + n;
+                best->k = k;
+                best->first = (pblock *)(uintptr_t)first;
+            }
+        }
+        if (b == last) break;
+    }
+}
+
+/* The growth needing the fewest new chunks to make a free block of `n` bytes (under the lock). A
+ * run's tail counts as unbounded: when the cheapest place is the end of a run whose VA is too short,
+ * the plan asks for that run to be extended first (extend_regions > 0). */
+static bool plan_growth(const dmm_pool *p, const pheap *h, uint64_t n, bool allow_extend, plan *best) {
+    memset(best, 0, sizeof *best);
+    const uint64_t C = p->chunk;
+    for (size_t r = 0; r < h->nruns; r++) {
+        const pblock *first = NULL, *prevb = NULL;
+        uint64_t total = 0;
+        bool any_unmapped = false;
+        for (const pblock *b = h->runs[r].first;; prevb = b, b = b->next) {
+            bool gapish = b != NULL && (b->kind == BK_FREE || b->kind == BK_UNMAPPED);
+            if (gapish) {
+                if (first == NULL) {
+                    first = b;
+                    total = 0;
+                    any_unmapped = false;
+                }
+                total += b->size;
+                any_unmapped |= b->kind == BK_UNMAPPED;
+                continue;
+            }
+            if (first != NULL && any_unmapped && total >= n) plan_gap(p, first, prevb, n, best);
+            if (allow_extend && b == NULL && prevb != NULL && (first == NULL || total < n)) {
+                /* the run's tail is too short: what would extending it cost? */
+                uint64_t tail_free = 0, tail_unmapped = 0;
+                if (prevb->kind == BK_FREE) tail_free = prevb->size;
+                else if (prevb->kind == BK_UNMAPPED) {
+                    tail_unmapped = prevb->size;
+                    if (prevb->prev != NULL && prevb->prev->kind == BK_FREE) tail_free = prevb->prev->size;
+                }
+                uint64_t k = (n - (tail_free < n ? tail_free : n) + C - 1) / C;
+                uint64_t missing = n - tail_free - tail_unmapped;
+                if (!best->found || k < best->k) {
+                    memset(best, 0, sizeof *best);
+                    best->found = true;
+                    best->k = k;
+                    best->extend_run = r;
+                    best->extend_regions = (missing + p->region - 1) >> p->region_shift;
+                }
+            }
+            first = NULL;
+            if (b == NULL) break;
+        }
+    }
+    return best->found;
+}
+
+/* The highest live bytes the pool has seen (sampled across heaps; exact for one heap). */
+static uint64_t live_peak_estimate(dmm_pool *p) {
+    uint64_t sum = 0, mx = 0;
+    for (pheap *g = heaps_head(p); g != NULL; g = heap_next(g)) {
+        sum += load_relaxed(&g->live_bytes);
+        uint64_t pk = load_relaxed(&g->live_peak);
+        if (pk > mx) mx = pk;
+    }
+    max_relaxed(&p->sampled_live_peak, sum);
+    uint64_t s = load_relaxed(&p->sampled_live_peak);
+    return s > mx ? s : mx;
+}
+
+/* One malloc's growth, across its attempts. */
+typedef struct growth {
+    dmm_pool *p;
+    pheap *h;
+    uint64_t n;       /* bytes, rounded to align */
+    size_t requested; /* bytes as requested */
+    plan pl;
+    tgtvec tv;  /* the window's COMMITTING pieces */
+    size_t nt;
+    srcvec sv;  /* the chunks moved or aliased into them */
+    pblock *rec, *rec2; /* records held privately for the fix-up's splits */
+    dmm_status fail;    /* the last drive's failed commit (its sentence is the thread's last error) */
+    size_t fail_j;      /* the piece whose commit failed, at [fail_at, fail_at + fail_len) */
+    uintptr_t fail_at;
+    uint64_t fail_len;
+} growth;
+
+/* Under h's lock: takes a block that fits (true; *s = DMM_OK, or out of host memory), or reports the
+ * last growth's failure when nothing fits (true); false: grow. */
+static bool growth_fit(growth *g, int attempt, void **out, dmm_status *s) {
+    pheap *h = g->h;
+    pblock *b = dmm__heap_bin_find(h, g->n);
+    if (b != NULL) {
+        if (take(h, b, g->n, g->requested)) {
+            h->cached_mallocs += attempt == 0;
+            *out = (void *)b->addr;
+            if (g->fail != DMM_OK) dmm_clear_error(); /* the failed commit is moot: another thread's memory fit */
+            *s = DMM_OK;
+        } else {
+            *s = dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "pool malloc of %zu bytes: out of host memory for the block table",
+                               g->requested);
+        }
+        return true;
+    }
+    if (g->fail != DMM_OK) { /* the last growth failed and nothing fits: report it (its sentence is set) */
+        *s = g->fail;
+        return true;
+    }
+    return false;
+}
+
+/* plan (under h's lock): the window; when there is no place at all, or the cheapest is a run's end
+ * whose VA is too short, more VA first, preferably right after that run (once; if that is taken, a
+ * new run of its own). */
+static dmm_status growth_plan(growth *g) {
+    dmm_pool *p = g->p;
+    bool extended = false;
+    for (;;) {
+        bool found = plan_growth(p, g->h, g->n, !extended, &g->pl);
+        if (found && g->pl.extend_regions == 0) return DMM_OK;
+        size_t regions = found ? (size_t)g->pl.extend_regions : (size_t)((g->n + p->region - 1) >> p->region_shift);
+        size_t prefer = found ? g->pl.extend_run : SIZE_MAX;
+        if (!dmm__pool_grow_va(p, g->h, regions, prefer)) return dmm_last_status();
+        extended = true;
+    }
+}
+
+/* carve (under h's lock): the unmapped chunks inside the window become COMMITTING pieces, then, as far
+ * as the retention limit asks, whole free chunks of this heap become sources. Returns the bytes of
+ * sources still wanted from other heaps in *want_more. */
+static dmm_status growth_carve(growth *g, uint64_t *want_more) {
+    dmm_pool *p = g->p;
+    pheap *h = g->h;
+    const plan *pl = &g->pl;
+    *want_more = 0;
+    g->nt = 0;
+    if (g->tv.cap < pl->k + 1) {
+        ptarget *nv = realloc(g->tv.v, ((size_t)pl->k + 1) * sizeof *nv);
+        if (nv == NULL)
+            return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "pool malloc of %zu bytes: out of host memory", g->requested);
+        g->tv.v = nv;
+        g->tv.cap = (size_t)pl->k + 1;
+    }
+    if (!dmm__heap_reserve_blocks(h, 2 * (size_t)pl->k + 2))
+        return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "pool malloc of %zu bytes: out of host memory", g->requested);
+    for (pblock *x = pl->first, *nx; x != NULL && x->addr < pl->hi; x = nx) {
+        nx = x->next;
+        if (x->kind != BK_UNMAPPED || x->addr + x->size <= pl->lo) continue;
+        uintptr_t a = align_down_c(p, pl->lo > x->addr ? pl->lo : x->addr);
+        uintptr_t z = align_up_c(p, pl->hi < x->addr + x->size ? pl->hi : x->addr + x->size);
+        if (a < x->addr) a = x->addr;
+        ptarget *t = &g->tv.v[g->nt++];
+        t->b = dmm__heap_carve(h, x, a, z - a, BK_COMMITTING);
+        t->room = z - a;
+        t->done = 0;
+        t->seq = 0;
+    }
+    g->rec = dmm__heap_block_new(h);  /* for the fix-up's split: held privately */
+    g->rec2 = dmm__heap_block_new(h); /* and for cutting out a chunk the failed commit left poisoned */
+    /* the retention limit: move whole free chunks rather than grow beyond it */
+    uint64_t cap = live_peak_estimate(p);
+    cap += cap / 1000 * p->retain_permille + (cap % 1000) * p->retain_permille / 1000;
+    uint64_t committed = load_relaxed(&p->committed), twice = load_relaxed(&p->aliased_bytes), need = pl->k * p->chunk;
+    uint64_t want = 0;
+    committed -= twice < committed ? twice : committed; /* an aliased chunk's old place is no more memory */
+    if (committed + need > cap) want = committed + need - cap < need ? committed + need - cap : need;
+    g->sv.n = 0;
+    uint64_t got = dmm__pool_carve_sources(p, h, want, pl->lo, pl->hi, g->tv.v, g->nt, p->can_alias, &g->sv);
+    *want_more = got < want ? want - got : 0;
+    return DMM_OK;
+}
+
+/* carve, continued (no lock held): sources from other heaps, one lock at a time. */
+static void growth_carve_others(growth *g, uint64_t want) {
+    uint64_t got = 0;
+    for (pheap *o = heaps_head(g->p); o != NULL && got < want; o = heap_next(o)) {
+        if (o == g->h) continue;
+        dmm__pool_poll(g->p, o); /* its fence decides which of its free chunks may move */
+        dmm_lock_acquire(&o->lock);
+        got += dmm__pool_carve_sources(g->p, o, want - got, 0, 0, g->tv.v, g->nt, false, &g->sv);
+        dmm_lock_release(&o->lock);
+    }
+}
+
+/* drive: a commit failed (the sentence is set, the caller's context added) */
+static void growth_failed(growth *g, dmm_status s, size_t j, uintptr_t at, uint64_t len) {
+    g->fail = dmm__error_wrap(s, "pool malloc of %zu bytes on stream %p: committing memory for it failed",
+                              g->requested, g->h->stream);
+    g->fail_j = j;
+    g->fail_at = at;
+    g->fail_len = len;
+}
+
+/* drive (no lock held). Each piece: first the chunks moved into it (decommit there, commit here: the
+ * mechanism's cache hands the same handle back) or aliased into it (mapped here at once, the old place
+ * decommitted once its fence completed), then new chunks for the rest (split only at max_chunk). Stops
+ * at the first failed commit. */
+static void growth_drive(growth *g) {
+    dmm_pool *p = g->p;
+    g->fail_j = SIZE_MAX;
+    add_relaxed(&p->grows, 1);
+    for (size_t j = 0; j < g->nt && g->fail == DMM_OK; j++) {
+        ptarget *t = &g->tv.v[j];
+        uintptr_t cur = t->b->addr, end = cur + t->b->size;
+        for (size_t i = 0; i < g->sv.n && g->fail == DMM_OK; i++) {
+            source *src = &g->sv.v[i];
+            if (src->piece != j) continue;
+            if (src->role == SRC_ALIAS) {
+                if (dmm__pool_alias_one(p, src, cur) != DMM_OK) continue; /* its room gets new memory below */
+                if (src->seq > t->seq) t->seq = src->seq;
+                cur += src->bytes;
+                continue;
+            }
+            dmm__pool_decommit_one(p, src);
+            if (!dmm__pool_source_gone(src)) continue; /* its room is filled with new memory below */
+            add_relaxed(&p->chunks_moved, 1);
+            dmm_status s = dmm__pool_commit_one(p, cur, src->bytes);
+            if (s != DMM_OK) growth_failed(g, s, j, cur, src->bytes);
+            else cur += src->bytes;
+        }
+        while (g->fail == DMM_OK && cur < end) {
+            uint64_t len = end - cur < p->max_chunk ? end - cur : p->max_chunk;
+            dmm_status s = dmm__pool_commit_one(p, cur, len);
+            if (s != DMM_OK) growth_failed(g, s, j, cur, len);
+            else cur += len;
+        }
+        t->done = cur - t->b->addr;
+    }
+}
+
+/* fix-up: committed parts become FREE (merging with their neighbours), the rest UNMAPPED; sources never
+ * decommitted (a commit failed first) go back as they were.
+ * A commit whose undo failed (the arena's rollback leak) leaves its chunk mapped and poisoned in the
+ * mechanism: that chunk is never committed again, so it must not go back UNMAPPED (every later growth
+ * planned over it would fail), and it is mapped (it counts in committed, as a trimmed chunk whose unmap
+ * failed does). Asked outside every pool lock, like every mechanism call. */
+static void growth_fixup(growth *g) {
+    dmm_pool *p = g->p;
+    pheap *h = g->h;
+    bool poisoned = false;
+    if (g->fail_j != SIZE_MAX && dmm_mechanism_has_slot(p->mech, "is_quarantined") &&
+        dmm_mechanism_is_quarantined(p->mech, (const void *)g->fail_at, (size_t)g->fail_len, &poisoned) != DMM_OK) {
+        poisoned = false;
+        g->fail = dmm__error_wrap(g->fail, "pool malloc of %zu bytes on stream %p: committing memory for it failed, "
+                                           "and asking the mechanism whether it quarantined the chunk failed too",
+                                  g->requested, h->stream);
+    }
+    dmm_lock_acquire(&h->lock);
+    dmm__heap_block_put(h, g->rec); /* back to the spares: a split below takes it */
+    dmm__heap_block_put(h, g->rec2);
+    for (size_t j = 0; j < g->nt; j++) {
+        pblock *t = g->tv.v[j].b;
+        uint64_t done = g->tv.v[j].done;
+        if (done < t->size) {
+            pblock *rest = done > 0 ? dmm__heap_split(h, t, done) : t;
+            if (poisoned && j == g->fail_j && rest->addr == g->fail_at && rest->size >= g->fail_len) {
+                pblock *after = rest->size > g->fail_len ? dmm__heap_split(h, rest, g->fail_len) : NULL;
+                rest->kind = BK_POISONED; /* out of use forever; requested = 1: still mapped */
+                rest->requested = 1;
+                p->clen[qidx(p, g->fail_at)] = (uint32_t)(g->fail_len / p->chunk);
+                h->committed += g->fail_len;
+                committed_add(p, g->fail_len);
+                add_relaxed(&p->chunks_poisoned, 1);
+                rest = after;
+            }
+            if (rest != NULL) dmm__heap_make_unmapped(h, rest);
+        }
+        if (done > 0) {
+            h->committed += done;
+            t->seq = g->tv.v[j].seq; /* aliased memory: the old place's last free (moving it elsewhere waits) */
+            dmm__heap_make_free(h, t);
+        }
+    }
+    dmm_lock_release(&h->lock);
+    for (size_t i = 0; i < g->sv.n; i++)
+        if (!g->sv.v[i].tried) g->sv.v[i].o = dmm__pool_outcome_untouched();
+    dmm__pool_sources_fixup(p, &g->sv, 0);
+}
+
+dmm_status dmm__pool_malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t requested, void **out) {
+    static const char entering[] = "entering dmm_pool_malloc's slow path";
+    growth g;
+    memset(&g, 0, sizeof g);
+    g.p = p;
+    g.h = h;
+    g.n = n;
+    g.requested = requested;
+    g.fail_j = SIZE_MAX;
+    dmm_status s = DMM_OK;
+    int attempt;
+    for (attempt = 0; attempt < 16; attempt++) {
+        if (attempt == 0 && !dmm__pool_lost(p, entering)) dmm__pool_poll(p, h);
+        if (dmm__pool_lost(p, entering)) { /* before any call, or after a growth the loss cut short */
+            s = dmm__pool_malloc_refused(p, requested, h->stream);
+            break;
+        }
+        dmm_lock_acquire(&h->lock);
+        if (growth_fit(&g, attempt, out, &s)) {
+            dmm_lock_release(&h->lock);
+            break;
+        }
+        uint64_t want_more = 0;
+        s = growth_plan(&g);
+        if (s == DMM_OK) s = growth_carve(&g, &want_more);
+        dmm_lock_release(&h->lock);
+        if (s != DMM_OK) break;
+        growth_carve_others(&g, want_more);
+        growth_drive(&g);
+        growth_fixup(&g);
+    }
+    if (attempt == 16)
+        s = dmm_error_set(DMM_ERR_BUSY,
+                          "pool malloc of %zu bytes on stream %p: other threads on the same stream took the memory "
+                          "grown for it 16 times in a row; retry",
+                          requested, h->stream);
+    free(g.sv.v);
+    free(g.tv.v);
+    return s;
+}

@@ -1,0 +1,243 @@
+/* src/pool/moves.c — chunks, one at a time, and the sources of moves (DESIGN §4.9).
+ *
+ * What it owns: the pool's mechanism calls on chunks — commit one chunk, decommit one, alias one
+ * (map its physical memory a second time) — with the pool's counts that follow each (clen, committed,
+ * aliased_bytes, the chunk counters); the choice of which whole free chunks leave a heap (sources:
+ * oldest frees first, then the biggest, then the highest address, so that memory stays packed low
+ * and the fewest calls move the most); and the fix-up that puts a source back into its heap as what
+ * its outcome made it (UNMAPPED, FREE, POISONED, ALIASED). Reaping: the old place of an aliased chunk
+ * is decommitted once a completed fence covers its last free.
+ *
+ * The idea. A chunk is taken out of its heap (DECOMMITTING) under the heap's lock, then the call runs
+ * with no pool lock held, then the fix-up takes the lock again: other threads on the stream keep
+ * allocating from what is mapped meanwhile.
+ *
+ * Invariants: a DECOMMITTING block is exactly one chunk and is touched only by the thread that carved
+ * it; it came from a FREE block with seq ≤ safe_seq of its heap (SRC_MOVE), from a FREE block of the
+ * growing heap whose fence is pending (SRC_ALIAS: aliased only, never decommitted here), or from an
+ * ALIASED old place with seq ≤ safe_seq (SRC_OLD). p.committed changes by a chunk's bytes exactly when
+ * clen at its first quantum is set (commit, alias) or cleared (decommit that unmapped it all).
+ * Once the driver is lost no call is made: decommit reports FAILED, commit and alias refuse.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pool/types.h"
+
+static int by_age(const void *a, const void *b) {
+    const pcand *x = a, *y = b;
+    if (x->seq != y->seq) return x->seq < y->seq ? -1 : 1; /* oldest free first */
+    if (x->bytes != y->bytes) return x->bytes > y->bytes ? -1 : 1; /* then the biggest: fewer calls */
+    return x->addr > y->addr ? -1 : x->addr < y->addr; /* then the highest: memory stays packed low */
+}
+
+/* Carves whole free chunks that are safe to decommit out of h's FREE blocks (under h's lock), oldest
+ * frees first, until `want` bytes are carved, skipping blocks that overlap [ex_lo, ex_hi). With
+ * target pieces (growth), a chunk is taken only if it fits in the room left in one of them, and is
+ * assigned to it. `alias_ok` (a growth of h itself): chunks whose fence is still pending are taken
+ * too, to be aliased (stream order makes their reuse by h's stream safe at once); the oldest frees,
+ * those behind a completed fence, still come first and move. Returns the bytes carved. */
+uint64_t dmm__pool_carve_sources(dmm_pool *p, pheap *h, uint64_t want, uintptr_t ex_lo, uintptr_t ex_hi, ptarget *tg,
+                              size_t nt, bool alias_ok, srcvec *out) {
+    if (want == 0) return 0;
+    const uint64_t Q = p->chunk;
+    size_t nc = 0;
+    for (uint32_t c = 0; c < POOL_NBINS; c++) {
+        if ((h->binmap[c / 64] >> (c % 64) & 1) == 0) continue;
+        for (pblock *b = h->bins[c]; b != NULL; b = b->lnext) {
+            if ((b->seq > h->safe_seq && !alias_ok) || (b->addr < ex_hi && b->addr + b->size > ex_lo)) continue;
+            size_t q = qidx(p, align_up_c(p, b->addr)), qend = qidx(p, align_down_c(p, b->addr + b->size));
+            while (q < qend) {
+                uint32_t len = p->clen[q];
+                if (len == 0) { /* inside a chunk that began before this block */
+                    q++;
+                    continue;
+                }
+                if (q + len > qend) break; /* runs past the block's end */
+                if (nc == h->capscratch) {
+                    size_t ncap = h->capscratch ? h->capscratch * 2 : 64;
+                    pcand *ns = realloc(h->scratch, ncap * sizeof *ns);
+                    if (ns == NULL) break;
+                    h->scratch = ns;
+                    h->capscratch = ncap;
+                }
+                h->scratch[nc++] = (pcand){b, p->base + q * Q, (uint64_t)len * Q, b->seq, b->seq > h->safe_seq};
+                q += len;
+            }
+        }
+    }
+    if (nc == 0) return 0;
+    qsort(h->scratch, nc, sizeof *h->scratch, by_age);
+    if (out->n + nc > out->cap) {
+        size_t ncap = out->n + nc;
+        source *nv = realloc(out->v, ncap * sizeof *nv);
+        if (nv == NULL) return 0;
+        out->v = nv;
+        out->cap = ncap;
+    }
+    if (!dmm__heap_reserve_blocks(h, 2 * nc + 2)) return 0;
+    uint64_t got = 0;
+    for (size_t i = 0; i < nc && got < want; i++) {
+        const pcand *c = &h->scratch[i];
+        size_t piece = SIZE_MAX;
+        if (tg != NULL) {
+            for (size_t j = 0; j < nt && piece == SIZE_MAX; j++)
+                if (tg[j].room >= c->bytes) piece = j;
+            if (piece == SIZE_MAX) continue;
+        }
+        /* earlier carves split the block: the piece holding this chunk follows the original record */
+        pblock *b = c->b;
+        while (b != NULL && b->addr + b->size <= c->addr) b = b->next;
+        if (b == NULL || b->kind != BK_FREE || b->addr > c->addr || b->addr + b->size < c->addr + c->bytes) continue;
+        pblock *mid = dmm__heap_carve(h, b, c->addr, c->bytes, BK_DECOMMITTING);
+        if (tg != NULL) tg[piece].room -= c->bytes;
+        source *s = &out->v[out->n++];
+        memset(s, 0, sizeof *s);
+        s->h = h;
+        s->b = mid;
+        s->bytes = c->bytes;
+        s->piece = piece;
+        s->seq = c->seq;
+        s->role = c->alias ? SRC_ALIAS : SRC_MOVE;
+        got += c->bytes;
+    }
+    return got;
+}
+
+/* Decommits one source chunk (no heap lock held). Once the device is lost: FAILED with
+ * DMM_ERR_DEVICE_LOST, without a call. */
+void dmm__pool_decommit_one(dmm_pool *p, source *s) {
+    dmm_range r = {(size_t)(s->b->addr - p->base), (size_t)s->bytes};
+    s->tried = true;
+    if (dmm__pool_lost(p, "decommitting a free chunk")) {
+        s->o = (dmm_release_outcome){DMM_RELEASE_FAILED, s->bytes, 0, 0,
+                                     dmm__pool_lost_error(p, "pool: decommitting a free chunk")};
+        return;
+    }
+    s->o = dmm_mechanism_decommit(p->mech, &p->va, r);
+    if (s->o.failure == DMM_ERR_DEVICE_LOST) dmm__pool_notice_loss(p, "decommitting a free chunk");
+    if (dmm__pool_source_gone(s) || (dmm_release_state_of(&s->o) == DMM_RELEASE_QUARANTINED && s->o.unmapped_bytes == s->bytes)) {
+        p->clen[qidx(p, s->b->addr)] = 0;
+        sub_relaxed(&p->committed, s->bytes);
+        if (dmm__pool_source_gone(s)) add_relaxed(&p->chunks_decommitted, 1);
+    }
+}
+
+/* Puts a decommitted, aliased (or untouched) source back into its heap (under that heap's lock). */
+static void source_fixup(dmm_pool *p, source *s) {
+    pheap *h = s->h;
+    pblock *b = s->b;
+    if (s->role == SRC_ALIAS) {
+        if (s->aliased) { /* the old place: mapped until a completed fence covers its last free */
+            b->kind = BK_ALIASED;
+            dmm__heap_list_push(&h->aliased, b);
+            h->naliased++;
+        } else {
+            dmm__heap_make_free(h, b); /* not aliased: still mapped, still free */
+        }
+        return;
+    }
+    dmm_release_state state = dmm_release_state_of(&s->o);
+    if (dmm__pool_source_gone(s)) {
+        h->committed -= s->bytes;
+        dmm__heap_make_unmapped(h, b);
+    } else if (state == DMM_RELEASE_QUARANTINED) {
+        /* something changed and something failed: never use this chunk again */
+        b->kind = BK_POISONED;
+        b->requested = s->o.unmapped_bytes < s->bytes; /* still mapped? */
+        if (!b->requested) h->committed -= s->bytes;
+        add_relaxed(&p->chunks_poisoned, 1);
+    } else if (s->role == SRC_OLD) {
+        b->kind = BK_ALIASED; /* FAILED: still mapped, still the old place; the next poll tries again */
+        dmm__heap_list_push(&h->aliased, b);
+        h->naliased++;
+        return;
+    } else {
+        dmm__heap_make_free(h, b); /* FAILED (or nothing to unmap): still mapped, still free */
+    }
+    if (s->role == SRC_OLD) sub_relaxed(&p->aliased_bytes, s->bytes);
+}
+
+void dmm__pool_sources_fixup(dmm_pool *p, srcvec *sv, size_t from) {
+    pheap *locked = NULL;
+    for (size_t i = from; i < sv->n; i++) {
+        if (sv->v[i].h != locked) {
+            if (locked != NULL) dmm_lock_release(&locked->lock);
+            locked = sv->v[i].h;
+            dmm_lock_acquire(&locked->lock);
+        }
+        source_fixup(p, &sv->v[i]);
+    }
+    if (locked != NULL) dmm_lock_release(&locked->lock);
+}
+
+/* Decommits the old places of aliased chunks whose last free a completed fence covers: the memory
+ * lives on where it was aliased to, and nothing queued on the stream can use the old place any more.
+ * The VA comes back UNMAPPED; a decommit that failed leaves the block ALIASED, tried again next poll. */
+void dmm__pool_reap_aliased(dmm_pool *p, pheap *h) {
+    if (dmm__pool_lost(p, "reaping the old places of aliased chunks")) return;
+    pblock *list = NULL;
+    dmm_lock_acquire(&h->lock);
+    for (pblock *b = h->aliased, *n; b != NULL; b = n) {
+        n = b->lnext;
+        if (b->seq > h->safe_seq) continue;
+        dmm__heap_list_remove(&h->aliased, b);
+        h->naliased--;
+        b->kind = BK_DECOMMITTING;
+        b->lnext = list;
+        list = b;
+    }
+    dmm_lock_release(&h->lock);
+    while (list != NULL) {
+        pblock *b = list;
+        list = b->lnext;
+        b->lnext = NULL;
+        source s;
+        memset(&s, 0, sizeof s);
+        s.h = h;
+        s.b = b;
+        s.bytes = b->size;
+        s.seq = b->seq;
+        s.role = SRC_OLD;
+        dmm__pool_decommit_one(p, &s); /* once lost: FAILED without a call, so the old place stays ALIASED */
+        dmm_clear_error(); /* a failure is retried at the next poll; nobody asked for this call */
+        dmm_lock_acquire(&h->lock);
+        source_fixup(p, &s);
+        dmm_lock_release(&h->lock);
+    }
+}
+
+/* Commits one chunk of `bytes` at `addr` (no heap lock held). */
+dmm_status dmm__pool_commit_one(dmm_pool *p, uintptr_t addr, uint64_t bytes) {
+    if (dmm__pool_lost(p, "committing a chunk")) return dmm__pool_lost_error(p, "pool: committing a chunk");
+    uint64_t newly = 0;
+    dmm_range r = {(size_t)(addr - p->base), (size_t)bytes};
+    dmm_status s = dmm_mechanism_commit(p->mech, &p->va, r, &newly);
+    if (s == DMM_ERR_DEVICE_LOST) dmm__pool_notice_loss(p, "committing a chunk");
+    if (s != DMM_OK) return s;
+    p->clen[qidx(p, addr)] = (uint32_t)(bytes / p->chunk);
+    committed_add(p, bytes);
+    add_relaxed(&p->chunks_committed, 1);
+    return DMM_OK;
+}
+
+/* Maps the physical memory of alias source s a second time at `at` (no heap lock held): usable at
+ * once by the heap's stream, whose queued work is all that may still use the old place. A failure
+ * changes nothing (the caller commits new memory instead). */
+dmm_status dmm__pool_alias_one(dmm_pool *p, source *s, uintptr_t at) {
+    dmm_range dst = {(size_t)(at - p->base), (size_t)s->bytes}, src = {(size_t)(s->b->addr - p->base), (size_t)s->bytes};
+    if (dmm__pool_lost(p, "aliasing a chunk")) return DMM_ERR_DEVICE_LOST; /* the commit that follows says why */
+    dmm_status st = dmm_mechanism_alias(p->mech, &p->va, dst, src);
+    if (st == DMM_ERR_DEVICE_LOST) dmm__pool_notice_loss(p, "aliasing a chunk");
+    if (st != DMM_OK) {
+        dmm_clear_error();
+        return st;
+    }
+    s->aliased = true;
+    p->clen[qidx(p, at)] = (uint32_t)(s->bytes / p->chunk);
+    committed_add(p, s->bytes);
+    add_relaxed(&p->aliased_bytes, s->bytes);
+    add_relaxed(&p->chunks_committed, 1);
+    add_relaxed(&p->chunks_aliased, 1);
+    return DMM_OK;
+}

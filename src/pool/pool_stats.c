@@ -1,0 +1,174 @@
+/* src/pool/pool_stats.c — the pool's stats (pool.h: DMM_POOL_STAT_COUNTS / _COUNTERS, declared once)
+ * and the dmm_pool_check entry.
+ *
+ * What it owns: gathering the heaps' counts (under each heap's lock in turn) and the pool's atomic
+ * counters into one dmm_pool_stats, its copy-out to a caller's struct of any size, the shared
+ * dmm_stats shape, the JSON form, and the check of the pool-wide sums behind dmm_pool_check (the
+ * heaps' own invariants are pool_check.c's).
+ *
+ * The idea: counts that one heap keeps exactly (its live bytes and peak) are summed; peaks across
+ * heaps are sampled (at every growth, trim and stats call) and never reported below any single
+ * heap's peak. physical_bytes and the driver_* counters are the mechanism's own stats, read here.
+ *
+ * Invariants checked: Σ heap.committed = p.committed and Σ ALIASED sizes = p.aliased_bytes (exact
+ * while no other thread uses the pool).
+ */
+#include <stddef.h>
+#include <string.h>
+
+#include "core/json.h"
+#include "pool/types.h"
+
+#define POOL_STATS_MIN_SIZE (offsetof(dmm_pool_stats, allocations) + sizeof(dmm_count))
+
+static void gather(dmm_pool *p, dmm_pool_stats *s) {
+    memset(s, 0, sizeof *s);
+    s->size = sizeof *s;
+    uint64_t maxlive = 0, maxreq = 0, maxblocks = 0, sumlive = 0, sumreq = 0;
+    for (pheap *h = heaps_head(p); h != NULL; h = heap_next(h)) {
+        dmm_lock_acquire(&h->lock);
+        s->allocations.current += (int64_t)h->live_blocks;
+        s->allocations.total += (int64_t)h->live_blocks_total;
+        if (h->live_peak_blocks > maxblocks) maxblocks = h->live_peak_blocks;
+        sumlive += load_relaxed(&h->live_bytes);
+        s->allocated_bytes.total += (int64_t)h->live_total;
+        if (load_relaxed(&h->live_peak) > maxlive) maxlive = load_relaxed(&h->live_peak);
+        sumreq += h->requested_bytes;
+        s->requested_bytes.total += (int64_t)h->requested_total;
+        if (h->requested_peak > maxreq) maxreq = h->requested_peak;
+        s->mallocs += h->mallocs;
+        s->frees += h->frees;
+        s->cached_mallocs += h->cached_mallocs;
+        s->cross_stream_frees += h->cross_frees;
+        dmm_lock_release(&h->lock);
+    }
+    max_relaxed(&p->sampled_live_peak, sumlive);
+    max_relaxed(&p->sampled_requested_peak, sumreq);
+    uint64_t lp = load_relaxed(&p->sampled_live_peak), rp = load_relaxed(&p->sampled_requested_peak);
+    s->allocated_bytes.current = (int64_t)sumlive;
+    s->allocated_bytes.peak = (int64_t)(lp > maxlive ? lp : maxlive);
+    s->requested_bytes.current = (int64_t)sumreq;
+    s->requested_bytes.peak = (int64_t)(rp > maxreq ? rp : maxreq);
+    s->allocations.peak = (int64_t)maxblocks;
+    if (s->allocations.peak < s->allocations.current) s->allocations.peak = s->allocations.current;
+    s->committed_bytes.current = (int64_t)load_relaxed(&p->committed);
+    s->committed_bytes.peak = (int64_t)load_relaxed(&p->committed_peak);
+    s->committed_bytes.total = (int64_t)load_relaxed(&p->committed_total);
+    s->pending_blocks.current = (int64_t)load_relaxed(&p->pending_now);
+    s->pending_blocks.peak = (int64_t)load_relaxed(&p->pending_peak);
+    s->pending_blocks.total = (int64_t)load_relaxed(&p->pending_total);
+    dmm_lock_acquire(&p->lock);
+    s->heaps.current = s->heaps.peak = s->heaps.total = (int64_t)p->nheaps;
+    dmm_lock_release(&p->lock);
+    s->grows = load_relaxed(&p->grows);
+    s->chunks_committed = load_relaxed(&p->chunks_committed);
+    s->chunks_decommitted = load_relaxed(&p->chunks_decommitted);
+    s->chunks_moved = load_relaxed(&p->chunks_moved);
+    s->chunks_aliased = load_relaxed(&p->chunks_aliased);
+    s->trims = load_relaxed(&p->trims);
+    s->events_recorded = load_relaxed(&p->events_recorded);
+    s->events_pending = load_relaxed(&p->events_pending);
+    s->chunks_poisoned = load_relaxed(&p->chunks_poisoned);
+    dmm_stats ms;
+    memset(&ms, 0, sizeof ms);
+    ms.size = sizeof ms;
+    if (dmm_mechanism_stats(p->mech, &ms) == DMM_OK) {
+        s->physical_bytes = ms.owned_bytes;
+        s->driver_create = ms.driver_create;
+        s->driver_map = ms.driver_map;
+        s->driver_set_access = ms.driver_set_access;
+        s->driver_unmap = ms.driver_unmap;
+        s->driver_release = ms.driver_release;
+        s->driver_cache_hits = ms.cache_hits;
+    } else {
+        dmm_clear_error();
+    }
+}
+
+dmm_status dmm_pool_stats_get(dmm_pool *p, dmm_pool_stats *out) {
+    if (p == NULL || out == NULL)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_stats_get: pool and out are required");
+    uint32_t want = out->size;
+    if (want < POOL_STATS_MIN_SIZE)
+        return dmm_error_set(DMM_ERR_SHORT_STRUCT,
+                             "dmm_pool_stats_get: the output struct's size is %u bytes; set .size = "
+                             "sizeof(dmm_pool_stats) (%zu in this build)",
+                             want, sizeof(dmm_pool_stats));
+    dmm_pool_stats s;
+    gather(p, &s);
+    size_t n = want < sizeof s ? want : sizeof s;
+    memcpy(out, &s, n);
+    if (want > sizeof s) memset((char *)out + sizeof s, 0, want - sizeof s);
+    out->size = want;
+    return DMM_OK;
+}
+
+dmm_status dmm_pool_stats_common(dmm_pool *p, dmm_stats *out) {
+    if (p == NULL || out == NULL)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_stats_common: pool and out are required");
+    dmm_pool_stats s;
+    gather(p, &s);
+    dmm_stats c;
+    memset(&c, 0, sizeof c);
+    c.size = sizeof c;
+    c.allocations = s.allocations;
+    c.allocated_bytes = s.allocated_bytes;
+    c.reserved_bytes.current = c.reserved_bytes.peak = c.reserved_bytes.total = (int64_t)p->va_bytes;
+    c.committed_bytes = s.committed_bytes;
+    c.mapped_bytes = s.committed_bytes;
+    c.owned_bytes = s.physical_bytes;
+    c.driver_create = s.driver_create;
+    c.driver_map = s.driver_map;
+    c.driver_set_access = s.driver_set_access;
+    c.driver_unmap = s.driver_unmap;
+    c.driver_release = s.driver_release;
+    c.cache_hits = s.driver_cache_hits;
+    return dmm__stats_copy_out(&c, out);
+}
+
+dmm_status dmm_pool_stats_json(const dmm_pool_stats *s, char *buf, size_t cap, size_t *needed) {
+    if (s == NULL || (buf == NULL && cap > 0))
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "dmm_pool_stats_json: stats is NULL or buf is NULL with cap %zu", cap);
+    dmm_json o = {buf, cap, 0};
+    const char *sep = "";
+    dmm__json_put(&o, "{");
+#define POOL_JSON_COUNT(name, desc)                                                                 \
+    dmm__json_count(&o, sep, #name, &s->name);                                                     \
+    sep = ",";
+    DMM_POOL_STAT_COUNTS(POOL_JSON_COUNT)
+#undef POOL_JSON_COUNT
+#define POOL_JSON_COUNTER(name, desc)                                                               \
+    dmm__json_put(&o, "%s\"" #name "\":%llu", sep, (unsigned long long)s->name);                              \
+    sep = ",";
+    DMM_POOL_STAT_COUNTERS(POOL_JSON_COUNTER)
+#undef POOL_JSON_COUNTER
+    dmm__json_put(&o, "}");
+    return dmm__json_finish(&o, needed, "dmm_pool_stats_json");
+}
+
+/* ---- check: the pool-wide sums; each heap's own invariants are pool_check.c's ---- */
+dmm_status dmm_pool_check(dmm_pool *p) {
+    if (p == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_check: the pool is NULL");
+    uint64_t sum = 0, twice = 0;
+    for (pheap *h = heaps_head(p); h != NULL; h = heap_next(h)) {
+        dmm_lock_acquire(&h->lock);
+        const char *bad = dmm__heap_check_locked(h);
+        sum += h->committed;
+        for (const pblock *b = h->aliased; b != NULL; b = b->lnext) twice += b->size;
+        dmm_lock_release(&h->lock);
+        if (bad != NULL)
+            return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_check: heap of stream %p: %s", h->stream, bad);
+    }
+    if (sum != load_relaxed(&p->committed))
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "dmm_pool_check: the heaps hold %llu committed bytes but the pool counts %llu (call the "
+                             "check while no other thread uses the pool)",
+                             (unsigned long long)sum, (unsigned long long)load_relaxed(&p->committed));
+    if (twice != load_relaxed(&p->aliased_bytes))
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "dmm_pool_check: the heaps hold %llu bytes of aliased old places but the pool counts %llu "
+                             "(call the check while no other thread uses the pool)",
+                             (unsigned long long)twice, (unsigned long long)load_relaxed(&p->aliased_bytes));
+    return DMM_OK;
+}
