@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mech/arena_internal.h"
+#include "mech/arena_check.h"
 
 static _Thread_local char why[512];
 

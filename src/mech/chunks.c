@@ -27,13 +27,14 @@
  * 2 MiB or 64 MiB on the H200), so an unmap or release failure affects a larger unit; in exchange a
  * 1 GiB commit is one create + map + set-access instead of 512.
  *
- * Invariants: see arena_internal.h. All functions here run under the arena's lock.
+ * Invariants: see arena_types.h. All functions here run under the arena's lock.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "mech/arena_internal.h"
+#include "mech/chunks.h"
+#include "mech/records.h"
 
 /* ---- driver calls ---- */
 
@@ -197,11 +198,7 @@ static void gmap_set(dmm_arena *a, const arena_chunk *c, uint32_t v) {
     for (uint64_t g = c->first; g < c->first + c->n; g++) a->gmap[g] = v;
 }
 
-static void quarantine_piece(void *user, uint64_t off, uint64_t len) {
-    dmm_arena *a = user;
-    dmm__spans_insert(&a->quarantine, off, len);
-    dmm_count_add(&a->st.quarantined_span_bytes, (int64_t)len);
-}
+static void quarantine_piece(void *user, uint64_t off, uint64_t len) { dmm__arena_span_quarantine(user, off, len); }
 
 /* ---- rings: the chunks that map one handle ---- */
 
@@ -345,12 +342,12 @@ dmm_status dmm__arena_chunk_remap(dmm_arena *a, arena_chunk *c, bool *still_mapp
     dmm_count_add(&a->st.mapped_bytes, (int64_t)bytes);
     s = dmm__arena_drv_set_access(a, off, bytes, (dmm_access)c->access);
     if (s == DMM_OK) return DMM_OK;
-    /* mapped but not accessible: take the map back so the chunk reads as "not restored" */
-    char why[1024];
-    snprintf(why, sizeof why, "%s", dmm_last_error());
-    if (dmm__arena_chunk_unmap(a, c) != DMM_OK) *still_mapped = true;
-    dmm_error_set(s, "%s", why);
-    return s;
+    /* mapped but not accessible: take the map back so the chunk reads as "not restored" (a good
+     * unmap sets no error: set_access's failure stays the last error) */
+    if (dmm__arena_chunk_unmap(a, c) == DMM_OK) return s;
+    *still_mapped = true;
+    return dmm__error_wrap(s, "arena: set_access of a restored chunk failed (%s), and taking its map back failed too",
+                           dmm_status_str(s));
 }
 
 uint64_t dmm__arena_chunk_retire(dmm_arena *a, arena_chunk *c, bool allow_cache) {

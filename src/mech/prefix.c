@@ -17,8 +17,8 @@
  *
  * Accounting: create charges nothing (the owner's commit charged OWNED). A commit charges MAPPED for
  * the prefix's bytes ahead, outside the lock (the hook may climb the governor's reclaim ladder,
- * which may call into this arena), exactly as arena.c's commit and alias do, then draws from that
- * pot under the lock; a parked handle mapped again is not charged OWNED twice. A prefix release
+ * which may call into this arena), then draws from that pot under the lock: it is one kind of the
+ * arena's one transaction (commit.c), as commit and alias are; a parked handle mapped again is not charged OWNED twice. A prefix release
  * refunds OWNED for each handle it releases (after the driver's release succeeded).
  *
  * Trade-off: a prefix is whole chunks of its owner (the ranges of whole commits), so a sharer maps
@@ -26,7 +26,7 @@
  * and the owner's range must be referenced by the owner alone (no granule shared with a small
  * neighbour), so that no other allocation can ever see a read-only granule or write a shared one.
  *
- * Invariants (arena_internal.h, checked by dmm_arena_check): a piece names a ring mapping its handle
+ * Invariants (arena_types.h, checked by dmm_arena_check): a piece names a ring mapping its handle
  * whose chunks all point back at it, or is parked and its handle is held by nothing else;
  * owned = Σ rings + cache + quarantined handles + parked pieces (each handle once); mapped = Σ chunk
  * mappings (a prefix's bytes once per place: mapped may exceed owned).
@@ -38,7 +38,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mech/arena_internal.h"
+#include "mech/chunks.h"
+#include "mech/commit.h"
+#include "mech/prefix.h"
+#include "mech/records.h"
 
 /* ---- the prefix list ---- */
 
@@ -93,10 +96,9 @@ static dmm_status arena_prefix_create(void *impl, const dmm_allocation *owner, d
     }
 #define REFUSE(code, ...)                                                                                      \
     do {                                                                                                       \
-        char why_[512];                                                                                        \
-        snprintf(why_, sizeof why_, __VA_ARGS__);                                                              \
-        s = dmm_error_set(code, "%s of [%zu, +%zu) of the allocation at %p refused: %s; nothing was changed",  \
-                          op, range.offset, range.bytes, owner->ptr, why_);                                    \
+        dmm_error_set(code, __VA_ARGS__);                                                                      \
+        s = dmm__error_wrap(code, "%s of [%zu, +%zu) of the allocation at %p refused, nothing was changed",    \
+                            op, range.offset, range.bytes, owner->ptr);                                        \
         goto out;                                                                                              \
     } while (0)
     if (r->state == RECORD_QUARANTINED)
@@ -183,11 +185,10 @@ static dmm_status commit_check(dmm_arena *a, const arena_prefix *pr, const arena
     size_t end = 0;
 #define REFUSE(code, ...)                                                                                      \
     do {                                                                                                       \
-        char why_[512];                                                                                        \
-        snprintf(why_, sizeof why_, __VA_ARGS__);                                                              \
-        return dmm_error_set(code, "%s of prefix id %llu (%llu bytes) into the allocation at %p at offset %zu " \
-                                   "refused: %s; nothing was changed",                                         \
-                             op, (unsigned long long)pr->id, (unsigned long long)pr->bytes, at, offset, why_); \
+        dmm_error_set(code, __VA_ARGS__);                                                                      \
+        return dmm__error_wrap(code, "%s of prefix id %llu (%llu bytes) into the allocation at %p at offset "  \
+                                     "%zu refused, nothing was changed",                                       \
+                               op, (unsigned long long)pr->id, (unsigned long long)pr->bytes, at, offset);     \
     } while (0)
     if (r->state == RECORD_QUARANTINED)
         REFUSE(DMM_ERR_QUARANTINED, "the allocation is quarantined (a decommit could not restore what it unmapped): "
@@ -209,18 +210,36 @@ static dmm_status commit_check(dmm_arena *a, const arena_prefix *pr, const arena
     return DMM_OK;
 }
 
-/* Maps every piece of pr read-only into r at offset and makes r reference those granules, as one
- * transaction (under the lock; commit_check passed). */
-static dmm_status commit_apply(dmm_arena *a, arena_prefix *pr, arena_record *r, size_t offset, const char *op) {
-    uint64_t lo = r->off + offset;
+/* A prefix commit as a kind of the arena's one transaction (commit.c). */
+typedef struct prefix_req {
+    const dmm_prefix *p; /* the value: the prefix is looked up again at each plan */
+    size_t offset;
+    arena_prefix *pr; /* set by the plan */
+} prefix_req;
+
+/* The prefix and the target still fit (looked up again: the lock may have been dropped); the call
+ * charges the prefix's bytes on MAPPED only (its handles exist, mapped or parked). */
+static dmm_status prefix_plan(dmm_arena *a, arena_record *r, void *req, const char *op, uint64_t need[2]) {
+    prefix_req *q = req;
+    dmm_status s = prefix_lookup(a, q->p, op, &q->pr);
+    if (s == DMM_OK) s = commit_check(a, q->pr, r, q->offset, op);
+    if (s != DMM_OK) return s;
+    need[DMM_AXIS_OWNED] = 0;
+    need[DMM_AXIS_MAPPED] = q->pr->bytes;
+    return DMM_OK;
+}
+
+/* Maps every piece read-only into r at the offset (joining its ring, or starting one from a parked
+ * piece) and makes r reference those granules. */
+static dmm_status prefix_apply(dmm_arena *a, arena_record *r, void *req, const char *op, arena_txn *t) {
+    const prefix_req *q = req;
+    arena_prefix *pr = q->pr;
+    uint64_t lo = r->off + q->offset;
     size_t pieces = dmm__spans_count_overlapping(&a->free, lo, pr->bytes);
     if (!dmm__arena_room(a, pr->n, pr->n, 2 * pr->n + 4 + pieces, op)) return DMM_ERR_OUT_OF_MEMORY;
-    uint32_t *born = malloc(pr->n * sizeof *born);
-    if (born == NULL)
+    if (!dmm__arena_txn_room(t, pr->n, 1))
         return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "%s: no host memory for the commit's log; nothing was changed",
                              op);
-    size_t nborn = 0;
-    bool leaked = false;
     dmm_status s = DMM_OK;
     uint64_t g = lo / a->gran;
     for (size_t i = 0; i < pr->n && s == DMM_OK; i++) {
@@ -229,37 +248,18 @@ static dmm_status commit_apply(dmm_arena *a, arena_prefix *pr, arena_record *r, 
         bool lk = false;
         if (pc->ring != 0) s = dmm__arena_chunk_alias(a, pc->ring - 1, g, DMM_ACCESS_READ, op, &slot, &lk);
         else s = dmm__arena_chunk_adopt(a, pc, g, DMM_ACCESS_READ, op, &slot, &lk);
-        leaked |= lk;
-        if (s == DMM_OK) born[nborn++] = slot;
+        t->leaked |= lk;
+        if (s == DMM_OK) dmm__arena_txn_born(t, slot);
         g += pc->n;
     }
-    if (s == DMM_OK) {
-        for (g = lo / a->gran; g < (lo + pr->bytes) / a->gran; g++) { /* references (cannot fail) */
-            rec_set(r, g);
-            r->nrefs++;
-            arena_chunk_at(a, g)->refs++;
-        }
-    } else {
-        char why[1024];
-        snprintf(why, sizeof why, "%s", dmm_last_error());
-        for (size_t i = nborn; i-- > 0;)
-            if (!dmm__arena_chunk_unwind(a, born[i])) leaked = true;
-        if (leaked) {
-            a->st.rollback_leaks++;
-            dmm_error_set(s,
-                          "%s of prefix id %llu into the allocation at %#llx at offset %zu failed: %s; and the undo "
-                          "could not fully undo it: a chunk whose unmap failed stays mapped and poisoned (see the "
-                          "stats' rollback_leaks and poisoned_*)",
-                          op, (unsigned long long)pr->id, (unsigned long long)(a->base + r->off), offset, why);
-        } else {
-            dmm_error_set(s, "%s of prefix id %llu into the allocation at %#llx at offset %zu failed: %s; every "
-                             "mapping it made was undone: nothing was changed",
-                          op, (unsigned long long)pr->id, (unsigned long long)(a->base + r->off), offset, why);
-        }
-    }
-    free(born);
-    return s;
+    if (s != DMM_OK)
+        return dmm__error_wrap(s, "%s of prefix id %llu into the allocation at %#llx at offset %zu failed", op,
+                               (unsigned long long)pr->id, (unsigned long long)(a->base + r->off), q->offset);
+    for (g = lo / a->gran; g < (lo + pr->bytes) / a->gran; g++) dmm__arena_txn_ref(a, r, t, g); /* cannot fail */
+    return DMM_OK;
 }
+
+static const arena_txn_kind prefix_kind = {prefix_plan, prefix_apply, "nothing was mapped"};
 
 static dmm_status arena_prefix_commit(void *impl, const dmm_prefix *p, const dmm_allocation *t, size_t offset) {
     dmm_arena *a = impl;
@@ -269,32 +269,8 @@ static dmm_status arena_prefix_commit(void *impl, const dmm_prefix *p, const dmm
     arena_prefix *pr = NULL;
     dmm_status s = dmm__arena_lost(a) ? dmm__arena_lost_error(a, op) : prefix_lookup(a, p, op, &pr);
     if (s == DMM_OK) s = dmm__arena_lookup(a, t, op, &r);
-    if (s == DMM_OK) s = commit_check(a, pr, r, offset, op);
-    arena_pot pot = {{0, 0}, false};
-    if (s == DMM_OK && a->has_acct) {
-        /* charge MAPPED ahead, outside the lock (the hook may reclaim through this arena), then look
-         * again: the arena may have changed meanwhile */
-        uint64_t off = r->off, id = r->id, bytes = pr->bytes;
-        dmm_lock_release(&a->lock);
-        s = dmm__arena_hook_charge(a, DMM_AXIS_MAPPED, bytes, op);
-        dmm_lock_acquire(&a->lock);
-        if (s == DMM_OK) {
-            pot.bytes[DMM_AXIS_MAPPED] = bytes;
-            r = dmm__arena_find(a, off);
-            if (dmm__arena_lost(a)) s = dmm__arena_lost_error(a, op);
-            else if (r == NULL || r->id != id || r->state == RECORD_RELEASING)
-                s = dmm_error_set(DMM_ERR_UNKNOWN_ALLOCATION,
-                                  "%s: the allocation at %#llx (id %llu) was released by another thread during the "
-                                  "call; nothing was mapped",
-                                  op, (unsigned long long)(a->base + off), (unsigned long long)id);
-            else if ((s = prefix_lookup(a, p, op, &pr)) == DMM_OK)
-                s = commit_check(a, pr, r, offset, op);
-            if (s == DMM_OK) a->pot = &pot;
-        }
-    }
-    if (s == DMM_OK) s = commit_apply(a, pr, r, offset, op);
-    a->pot = NULL;
-    dmm__arena_hook_refund(a, DMM_AXIS_MAPPED, pot.bytes[DMM_AXIS_MAPPED]); /* what the pot still holds */
+    prefix_req q = {p, offset, NULL};
+    if (s == DMM_OK) s = dmm__arena_txn_run(a, r->off, r->id, &prefix_kind, &q, op, NULL);
     dmm_lock_release(&a->lock);
     return s;
 }

@@ -35,7 +35,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mech/arena_internal.h"
+#include "mech/chunks.h"
+#include "mech/records.h"
+#include "mech/release.h"
 
 typedef struct target {
     uint32_t slot;

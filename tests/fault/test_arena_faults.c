@@ -53,7 +53,7 @@ static int env_add(env *e, dmm_allocation a, bool fill) {
             }
             return i;
         }
-    fail_msg("too many live allocations in the test env");
+    fail_msg("%s", "too many live allocations in the test env");
     return -1;
 }
 

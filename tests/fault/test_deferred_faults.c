@@ -214,7 +214,7 @@ static void lost_end(env *e, int ran) {
 static int sweep(uint64_t cache_limit, mode md, int seen[3], uint64_t *calls_made) {
     int steps = 0;
     for (uint64_t n = 1;; n++) {
-        if (n > 200) fail_msg("the sweep did not end");
+        if (n > 200) fail_msg("%s", "the sweep did not end");
         env e;
         env_init(&e, cache_limit);
         conserved(&e, "after the setup");

@@ -57,7 +57,7 @@ static int env_add(env *e, dmm_allocation a, bool eager, size_t lo, size_t hi) {
             for (size_t k = lo; k < hi; k++) ((unsigned char *)a.ptr)[k] = pat(i, k);
             return i;
         }
-    fail_msg("too many live allocations");
+    fail_msg("%s", "too many live allocations");
     return -1;
 }
 

@@ -76,7 +76,7 @@ static int env_malloc(env *e, size_t bytes, dmm_stream s) {
             for (size_t k = 0; k < bytes; k++) b->p[k] = pat(b->seed, k);
             return i;
         }
-    fail_msg("too many live blocks in the test env");
+    fail_msg("%s", "too many live blocks in the test env");
     return -1;
 }
 

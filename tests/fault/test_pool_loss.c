@@ -66,7 +66,7 @@ static void env_init(env *e) {
 static int env_slot(env *e) {
     for (int i = 0; i < MAX_LIVE; i++)
         if (!e->b[i].live) return i;
-    fail_msg("too many live blocks in the test env");
+    fail_msg("%s", "too many live blocks in the test env");
     return -1;
 }
 
@@ -342,7 +342,7 @@ static void sweep_the_loss_over_a_busy_pool(void **state) {
     int hits = 0, by_pool_event = 0;
     uint64_t n;
     for (n = 1;; n++) {
-        if (n > 600) fail_msg("the sweep did not end");
+        if (n > 600) fail_msg("%s", "the sweep did not end");
         char what[64];
         snprintf(what, sizeof what, "loss at call %llu", (unsigned long long)n);
         env e;

@@ -71,7 +71,7 @@ static int env_add(env *e, dmm_allocation a, size_t filled) {
             for (size_t k = 0; k < filled; k++) ((unsigned char *)a.ptr)[k] = pat(i, k);
             return i;
         }
-    fail_msg("too many live allocations");
+    fail_msg("%s", "too many live allocations");
     return -1;
 }
 

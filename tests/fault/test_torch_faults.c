@@ -86,7 +86,7 @@ static int fx_malloc(fx *f, size_t bytes, bool tagged) {
             for (size_t k = 0; k < bytes; k++) b->p[k] = pat(b->seed, k);
             return i;
         }
-    fail_msg("too many live blocks");
+    fail_msg("%s", "too many live blocks");
     return -1;
 }
 

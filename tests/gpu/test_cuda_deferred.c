@@ -107,7 +107,7 @@ static void decommit_waits_for_the_work_event(void **state) {
         }
         DMM_OK_OR_FAIL(dmm_deferred_pending(q, &pending));
         if (pending > 0) pause_briefly();
-        if (polls > 10 * 1000 * 1000) fail_msg("the event never completed");
+        if (polls > 10 * 1000 * 1000) fail_msg("%s", "the event never completed");
     }
     printf("decommit requested with the work still queued; %d polls saw the event pending and left the range "
            "mapped; poll %d unmapped it after the event completed\n",
@@ -177,7 +177,7 @@ static void release_waits_for_every_stream(void **state) {
     r.events[1] = e[1];
     DMM_OK_OR_FAIL(dmm_deferred_enqueue(q, &r));
     if (g_cuda->ops->event_query(g_cuda, e[1]) != DMM_ERR_BUSY)
-        fail_msg("the long chain had already finished when the release was requested: lengthen it");
+        fail_msg("%s", "the long chain had already finished when the release was requested: lengthen it");
     size_t pending = 1;
     int polls = 0;
     while (pending > 0) {
@@ -189,7 +189,7 @@ static void release_waits_for_every_stream(void **state) {
         }
         DMM_OK_OR_FAIL(dmm_deferred_pending(q, &pending));
         if (pending > 0) pause_briefly();
-        if (polls > 10 * 1000 * 1000) fail_msg("the events never completed");
+        if (polls > 10 * 1000 * 1000) fail_msg("%s", "the events never completed");
     }
     assert_int_equal(box.calls, 1);
     assert_int_equal(box.outcome.state, DMM_RELEASE_COMPLETE);

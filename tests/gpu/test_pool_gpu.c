@@ -108,7 +108,7 @@ static void freed_memory_waits_for_the_work_on_its_stream(void **state) {
     assert_int_equal(s.pending_blocks.current, 1);
     assert_int_equal(dmm_fault_calls(f, DMM_OP_UNMAP), unmaps0);
     if (g_cuda->ops->event_query(g_cuda, done) != DMM_ERR_BUSY)
-        fail_msg("stream A finished while it was held: the test proves nothing");
+        fail_msg("%s", "stream A finished while it was held: the test proves nothing");
 
     /* let A go */
     atomic_store(&g_release, 1);

@@ -245,7 +245,7 @@ static void *mixer(void *arg) {
             dmm_status s = dmm_arena_alias(x->m, &p->a, dst, src);
             if (s == DMM_OK) {
                 atomic_fetch_add(&x->aliases, 1);
-                if (((volatile char *)p->a.ptr)[dst.offset] != 3) fail_msg("an alias does not show its source's bytes");
+                if (((volatile char *)p->a.ptr)[dst.offset] != 3) fail_msg("%s", "an alias does not show its source's bytes");
             } else if (s != DMM_ERR_INVALID_ARGUMENT && (!x->faults || (s != DMM_ERR_DRIVER && s != DMM_ERR_QUARANTINED))) {
                 fail_msg("alias: %s", dmm_last_error());
             }
@@ -258,7 +258,7 @@ static void *mixer(void *arg) {
     }
     if (x->faults) dmm_fault_clear(x->fault);
     for (int tries = 0; n > 0; tries++) {
-        if (tries > 100) fail_msg("allocations could not be released");
+        if (tries > 100) fail_msg("%s", "allocations could not be released");
         for (int i = n - 1; i >= 0; i--)
             if (release_held(x, &h[i])) h[i] = h[--n];
         if (x->faults) dmm_fault_clear(x->fault);

@@ -294,6 +294,80 @@ static void test_wrong_mechanism(void **state) {
     dmm_driver_destroy(host);
 }
 
+/* The optional virtual-backing slots: absent on a table that leaves them NULL (the toy), on a table of
+ * the required size only (an older table: the slots beyond its size are never read) and on a
+ * mechanism without virtual backing (eager): UNSUPPORTED, named, never a call; present on the arena. */
+static void test_optional_virtual_backing_slots(void **state) {
+    (void)state;
+    toy *t = NULL;
+    dmm_mechanism *m = new_toy(&t);
+    dmm_allocation a;
+    DMM_OK_OR_FAIL(dmm_mechanism_allocate_committed(m, 65536, 0, NULL, 0, &a));
+    const char *slots[] = {"alias", "is_quarantined", "drain_cache", "reservation"};
+    for (size_t i = 0; i < 4; i++) assert_false(dmm_mechanism_has_slot(m, slots[i]));
+    assert_false(dmm_mechanism_has_slot(m, "no such slot"));
+    assert_int_equal(dmm_mechanism_alias(m, &a, (dmm_range){32768, 4096}, (dmm_range){0, 4096}), DMM_ERR_UNSUPPORTED);
+    dmm_test_error_mentions("dmm_mechanism_alias", "'toy'", "'alias'", NULL);
+    bool q = true;
+    assert_int_equal(dmm_mechanism_is_quarantined(m, a.ptr, 4096, &q), DMM_ERR_UNSUPPORTED);
+    assert_true(q);
+    assert_int_equal(dmm_mechanism_drain_cache(m), DMM_ERR_UNSUPPORTED);
+    dmm_test_error_mentions("dmm_mechanism_drain_cache", "'drain_cache'", NULL);
+    uintptr_t va = 7;
+    uint64_t bytes = 7;
+    assert_int_equal(dmm_mechanism_reservation(m, &va, &bytes), DMM_ERR_UNSUPPORTED);
+    assert_int_equal(va, 7);
+    assert_int_equal(dmm_mechanism_release(m, &a).state, DMM_RELEASE_COMPLETE);
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(m));
+
+    /* a table of the required size only, whose memory beyond it would read as filled slots */
+    struct {
+        dmm_virtual_backing_ops vb;
+    } old;
+    memset(&old, 0xff, sizeof old);
+    old.vb = toy_vb;
+    old.vb.size = (uint32_t)DMM_VIRTUAL_BACKING_OPS_REQUIRED_SIZE;
+    memset((char *)&old.vb + DMM_VIRTUAL_BACKING_OPS_REQUIRED_SIZE, 0xff,
+           sizeof old.vb - DMM_VIRTUAL_BACKING_OPS_REQUIRED_SIZE);
+    dmm_mechanism_ops ops = toy_ops;
+    ops.virtual_backing = &old.vb;
+    t = calloc(1, sizeof *t);
+    assert_non_null(t);
+    DMM_OK_OR_FAIL(dmm_mechanism_create(&ops, t, &m));
+    for (size_t i = 0; i < 4; i++) assert_false(dmm_mechanism_has_slot(m, slots[i]));
+    assert_int_equal(dmm_mechanism_drain_cache(m), DMM_ERR_UNSUPPORTED);
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(m));
+    /* one byte short of the required slots: refused */
+    old.vb.size = (uint32_t)DMM_VIRTUAL_BACKING_OPS_REQUIRED_SIZE - 1;
+    t = calloc(1, sizeof *t);
+    assert_non_null(t);
+    assert_int_equal(dmm_mechanism_create(&ops, t, &m), DMM_ERR_SHORT_STRUCT);
+    free(t);
+
+    dmm_driver *host = NULL;
+    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &host));
+    dmm_mechanism *e = NULL;
+    DMM_OK_OR_FAIL(dmm_eager_create(host, NULL, &e));
+    for (size_t i = 0; i < 4; i++) assert_false(dmm_mechanism_has_slot(e, slots[i]));
+    assert_int_equal(dmm_mechanism_drain_cache(e), DMM_ERR_UNSUPPORTED);
+    dmm_test_error_mentions("'eager'", "'drain_cache'", NULL);
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(e));
+    assert_false(dmm_mechanism_has_slot(NULL, "alias"));
+    assert_int_equal(dmm_mechanism_drain_cache(NULL), DMM_ERR_INVALID_ARGUMENT);
+
+    dmm_mechanism *ar = NULL;
+    DMM_OK_OR_FAIL(dmm_arena_create(host, NULL, &ar));
+    for (size_t i = 0; i < 4; i++) assert_true(dmm_mechanism_has_slot(ar, slots[i]));
+    uintptr_t rva = 0, ava = 0;
+    uint64_t rbytes = 0, abytes = 0;
+    DMM_OK_OR_FAIL(dmm_mechanism_reservation(ar, &rva, &rbytes));
+    DMM_OK_OR_FAIL(dmm_arena_reservation(ar, &ava, &abytes));
+    assert_true(rva == ava && rbytes == abytes && rbytes > 0);
+    DMM_OK_OR_FAIL(dmm_mechanism_drain_cache(ar));
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(ar));
+    dmm_driver_destroy(host);
+}
+
 static void test_eager_lacks_virtual_backing(void **state) {
     (void)state;
     dmm_driver *host = NULL;
@@ -385,6 +459,7 @@ int main(void) {
         cmocka_unit_test(test_argument_checks),
         cmocka_unit_test(test_wrong_mechanism),
         cmocka_unit_test(test_eager_lacks_virtual_backing),
+        cmocka_unit_test(test_optional_virtual_backing_slots),
         cmocka_unit_test(test_builtin_mechanisms_agree_on_wrong_handles),
         cmocka_unit_test(test_release_state_names),
     };

@@ -498,7 +498,7 @@ static void a_range_mapping_one_handle_twice_is_refused(void **state) {
     dmm_status s = dmm_prefix_create(f->m, &owner, (dmm_range){0, 4 * MIB}, &p);
     if (s == DMM_OK) { /* the bug: let the check say what broke, then clean up as far as possible */
         KIT_CHECK(f->m);
-        fail_msg("dmm_prefix_create of a range mapping one handle twice succeeded");
+        fail_msg("%s", "dmm_prefix_create of a range mapping one handle twice succeeded");
     }
     assert_int_equal(s, DMM_ERR_INVALID_ARGUMENT);
     dmm_test_error_mentions("dmm_prefix_create", "refused", "twice", "nothing was changed", NULL);

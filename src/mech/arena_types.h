@@ -1,16 +1,21 @@
-/* src/mech/arena_internal.h — the arena's data, shared by its files. Never installed.
+/* src/mech/arena_types.h — the arena's data, shared by its files. Never installed.
  *
- *   arena.c        the mechanism: create/destroy, allocation records, allocate, commit and alias
- *                  (one transaction per call), queries, stats, device loss
+ * The arena's files form a tower; each calls only the files below it (its header says what it
+ * offers):
+ *   arena.c        top: create/destroy, the ops table, allocate, queries, stats, the public
+ *                  dmm_arena_* entry points, device loss and its confirmation
+ *   prefix.c       shared prefixes (DESIGN §4.6): the owner's chunks held by a prefix object and
+ *                  mapped read-only into other allocations (the shared_mapping capability)
+ *   release.c      the release state machine: whole release and decommit, and their outcomes
+ *   commit.c       the one transaction (log, undo, charge ahead outside the lock, look again) that
+ *                  commit, alias and prefix commit run; commit's plan and steps, alias's
+ *   arena_check.c  the expensive invariant check (reads the data; calls no arena file)
  *   chunks.c       physical chunks: the granule map, chunk birth (charge, create or take from the
  *                  cache or join an alias ring, map, set access) and death (unmap, leave the ring,
  *                  cache or release), poisoning, the handle cache, quarantined handles, every driver
  *                  call and every charge and refund
- *   release.c      the release state machine: whole release and decommit, and their outcomes
- *   arena_check.c  the expensive invariant check
- *   spans.c        the span set behind the free list and the quarantine
- *   prefix.c       shared prefixes (DESIGN §4.6): the owner's chunks held by a prefix object and
- *                  mapped read-only into other allocations (the shared_mapping capability)
+ *   records.c      the allocation records (a hash by offset) and the spans they give back
+ *   this header    the data and the few inline readers of it that every file uses
  *
  * Vocabulary: offsets are bytes from the reservation's base; a granule index g covers
  * [g·G, (g+1)·G). A chunk is one MAPPING of a driver handle over granules [first, first+n), mapped as
@@ -43,8 +48,8 @@
  *   stats.handles = #rings + #cache + #qhandles + #parked pieces
  *   unless lost: charged[OWNED] = stats.owned, charged[MAPPED] = stats.mapped
  */
-#ifndef DMM_MECH_ARENA_INTERNAL_H
-#define DMM_MECH_ARENA_INTERNAL_H
+#ifndef DMM_MECH_ARENA_TYPES_H
+#define DMM_MECH_ARENA_TYPES_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -181,10 +186,8 @@ typedef struct dmm_arena {
     uint64_t poison_cleared, poison_cleared_bytes, qhandles_cleared, qhandles_cleared_bytes;
 } dmm_arena;
 
-extern const dmm_mechanism_ops dmm__arena_ops;
-extern const dmm_shared_mapping_ops dmm__arena_shared_ops; /* prefix.c */
 
-/* ---- helpers (arena.c) ---- */
+/* ---- readers of the data ---- */
 static inline uint64_t arena_g_of(const dmm_arena *a, uint64_t off) { return off / a->gran; }
 static inline bool rec_bit(const arena_record *r, uint64_t g) {
     uint64_t i = g - r->g0;
@@ -205,119 +208,8 @@ static inline arena_chunk *arena_chunk_at(const dmm_arena *a, uint64_t g) {
 }
 static inline uint64_t chunk_bytes(const dmm_arena *a, const arena_chunk *c) { return c->n * a->gran; }
 static inline uint32_t chunk_slot(const dmm_arena *a, const arena_chunk *c) { return (uint32_t)(c - a->chunks); }
-
-/* Finds the live record at `off` (NULL if none). */
-arena_record *dmm__arena_find(const dmm_arena *a, uint64_t off);
-/* Removes r from the hash and frees it. */
-void dmm__arena_forget(dmm_arena *a, arena_record *r);
-/* Validates an allocation value against its live record under the lock: ptr, bytes, align and id
- * must all match. Sets the last error (naming `op`) and returns its status on a mismatch. */
-dmm_status dmm__arena_lookup(dmm_arena *a, const dmm_allocation *al, const char *op, arena_record **out);
-/* Gives a whole span back: granules backed by a poisoned chunk go to the quarantine, the rest to the
- * free list. Needs dmm__arena_span_room(). */
-void dmm__arena_span_free(dmm_arena *a, uint64_t off, uint64_t len);
-/* The free-list and quarantine entries dmm__arena_span_free may need for this span. */
-size_t dmm__arena_span_room(const dmm_arena *a, uint64_t off, uint64_t len);
-/* Puts a whole span into the quarantine (never handed out again). */
-void dmm__arena_span_quarantine(dmm_arena *a, uint64_t off, uint64_t len);
-
-/* ---- driver calls, accounting (chunks.c) ---- */
 /* The arena is lost when its driver is (the latch of driver/call.h: whichever user of the driver met
  * the loss, the arena stops with it). */
 static inline bool dmm__arena_lost(const dmm_arena *a) { return dmm__drv_lost(a->drv); }
-/* Each counts itself in the stats and goes through the driver's funnel; a lost arena makes no call
- * and returns DMM_ERR_DEVICE_LOST. */
-dmm_status dmm__arena_drv_create(dmm_arena *a, uint64_t bytes, dmm_phys *phys);
-dmm_status dmm__arena_drv_release(dmm_arena *a, dmm_phys phys, uint64_t bytes);
-dmm_status dmm__arena_drv_map(dmm_arena *a, uint64_t off, uint64_t bytes, dmm_phys phys);
-dmm_status dmm__arena_drv_unmap(dmm_arena *a, uint64_t off, uint64_t bytes);
-dmm_status dmm__arena_drv_set_access(dmm_arena *a, uint64_t off, uint64_t bytes, dmm_access access);
-dmm_status dmm__arena_lost_error(dmm_arena *a, const char *op);
 
-/* Charges before a driver call: from the running commit's pot if there is one (a shortfall sets
- * pot->short_of and fails with DMM_ERR_BUSY), else through the hook. A refusal changes nothing. */
-dmm_status dmm__arena_charge(dmm_arena *a, dmm_axis axis, uint64_t bytes, const char *op);
-/* Refunds after a driver call freed the bytes (into the pot while a commit runs); does nothing once
- * the arena is lost. */
-void dmm__arena_refund(dmm_arena *a, dmm_axis axis, uint64_t bytes);
-/* The hook itself (no pot, no arena state): charge with the sentence on refusal, and refund. Safe
- * to call without the arena's lock. */
-dmm_status dmm__arena_hook_charge(dmm_arena *a, dmm_axis axis, uint64_t bytes, const char *op);
-void dmm__arena_hook_refund(dmm_arena *a, dmm_axis axis, uint64_t bytes);
-
-/* ---- chunks (chunks.c) ---- */
-/* Makes room so that the next steps cannot fail for lack of host memory: `chunks` new chunk slots,
- * `handles` more quarantined handles and cached handles, `spans` more free-list and quarantine
- * entries. False (nothing changed, error set naming op) when out of memory. */
-bool dmm__arena_room(dmm_arena *a, size_t chunks, size_t handles, size_t spans, const char *op);
-
-/* Births a LIVE chunk over granules [first, first + n) (all unbacked): a cached handle of that size
- * or (after charging OWNED) a new one, then charge MAPPED, map, set access READ_WRITE. On failure it
- * undoes its own steps (see dmm__arena_chunk_unwind) and returns the error; *leaked is set when the
- * undo could not fully unwind. Needs dmm__arena_room(1, 1, 1). */
-dmm_status dmm__arena_chunk_birth(dmm_arena *a, uint64_t first, uint64_t n, const char *op, uint32_t *slot,
-                                  bool *leaked);
-
-/* Births a LIVE chunk over granules [first, first + n(src)) (all unbacked) that maps the handle of
- * chunk `src` (LIVE, or POISONED for a prefix's piece) a second time: it joins src's ring (no handle
- * is created, OWNED is not charged), then charge MAPPED, map, set `access`. Failure and *leaked as
- * dmm__arena_chunk_birth. Needs dmm__arena_room(1, 0, 1). */
-dmm_status dmm__arena_chunk_alias(dmm_arena *a, uint32_t src, uint64_t first, dmm_access access, const char *op,
-                                  uint32_t *slot, bool *leaked);
-
-/* Births a LIVE chunk over granules [first, first + piece->n) (all unbacked) that maps the PARKED
- * handle of a prefix piece: a new ring of one (OWNED is not charged: the handle is owned already),
- * then charge MAPPED, map, set `access`. On failure the handle is parked again (or, if its unmap
- * failed, stays in a poisoned chunk). Needs dmm__arena_room(1, 0, 1). */
-dmm_status dmm__arena_chunk_adopt(dmm_arena *a, arena_piece *piece, uint64_t first, dmm_access access,
-                                  const char *op, uint32_t *slot, bool *leaked);
-
-/* Undoes a chunk born by the current operation (BIRTH or LIVE, refs 0): unmap, refund mapped, then
- * (unless other chunks of its ring still map the handle) the handle back to the cache it came from
- * or released (refund owned). An unmap that fails poisons the chunk; a release that fails
- * quarantines the handle. Returns false when something could not be undone. */
-bool dmm__arena_chunk_unwind(dmm_arena *a, uint32_t slot);
-
-/* Unmaps a chunk (the VA stays reserved; the chunk stays in the table, state unchanged). On success
- * the stats say so, but the MAPPED refund is the caller's: a decommit refunds only once every unmap
- * of the transaction succeeded. */
-dmm_status dmm__arena_chunk_unmap(dmm_arena *a, arena_chunk *c);
-/* Maps an unmapped LIVE chunk again with its own handle and its own access (a decommit's restore).
- * On a set-access failure the map is undone; returns the failure. */
-dmm_status dmm__arena_chunk_remap(dmm_arena *a, arena_chunk *c, bool *still_mapped);
-/* Ends an unmapped LIVE chunk with refs 0 (its MAPPED refund already made): its granules become
- * unbacked, its slot free. If other chunks of its ring still map the handle it just leaves the ring;
- * else, if a prefix holds the handle, the handle is parked in its piece (still owned); else it goes to the cache (if allowed and it fits) or is released (refund OWNED); a failed
- * release quarantines the handle. Returns the bytes that stay owned because of a failure (0 when the
- * handle was kept by its ring, cached or released). Needs dmm__arena_room(0, 1, 0). */
-uint64_t dmm__arena_chunk_retire(dmm_arena *a, arena_chunk *c, bool allow_cache);
-/* Marks a chunk that is still mapped as POISONED and moves the free VA of its granules into the
- * quarantine. Returns the bytes it newly keeps owned: the chunk's, unless another mapping of its
- * handle is poisoned already (a handle is owned once, however many of its mappings are stuck).
- * Needs dmm__arena_room(0, 0, dmm__arena_poison_room(chunk's granules)). */
-uint64_t dmm__arena_chunk_poison(dmm_arena *a, arena_chunk *c);
-
-/* The span entries that poisoning chunks over granules [first, first + n) may need: one split of
- * the free list, plus one quarantine entry per free piece there (the granules at the edge of an
- * allocation may hold many free gaps between small allocations). */
-size_t dmm__arena_poison_room(const dmm_arena *a, uint64_t first, uint64_t n);
-
-/* Releases every cached handle (refund OWNED per success; a failure quarantines it). DMM_OK when
- * all went, else the first failure. */
-dmm_status dmm__arena_drain(dmm_arena *a);
-/* Destroy's give-back: releases quarantined handles again, unmaps and releases poisoned chunks. */
-dmm_status dmm__arena_give_back(dmm_arena *a);
-
-/* ---- release state machine (release.c) ---- */
-dmm_release_outcome dmm__arena_release(void *impl, const dmm_allocation *al);
-dmm_release_outcome dmm__arena_decommit(void *impl, const dmm_allocation *al, dmm_range range);
-
-/* ---- prefixes (prefix.c) ---- */
-/* Frees every prefix record (destroy, or a confirmed device loss: no driver call). */
-void dmm__arena_prefixes_free(dmm_arena *a);
-
-/* ---- check (arena_check.c) ---- */
-/* Under the lock: NULL when every invariant holds, else a sentence fragment. */
-const char *dmm__arena_check_locked(dmm_arena *a);
-
-#endif /* DMM_MECH_ARENA_INTERNAL_H */
+#endif /* DMM_MECH_ARENA_TYPES_H */
