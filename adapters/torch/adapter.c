@@ -322,7 +322,7 @@ dmm_status dmm__torch_malloc(tctx *c, size_t bytes, dmm_stream stream, void **ou
     if (stream != NULL && c->ext.capture_status != NULL && atomic_load_explicit(&capture_check, memory_order_relaxed)) {
         bool capturing = false;
         uint64_t id = 0;
-        dmm_status s = c->ext.capture_status(c->ext.user, stream, &capturing, &id);
+        dmm_status s = dmm__torch_capturing(c, stream, &capturing, &id);
         if (s != DMM_OK) return s;
         if (capturing) {
             s = dmm__torch_graph_malloc(c, bytes, stream, id, out);
@@ -378,11 +378,9 @@ dmm_status dmm__torch_free(tctx *c, void *ptr, size_t bytes, dmm_stream stream) 
 dmm_status dmm__torch_empty_cache(tctx *c, uint64_t *released) {
     uint64_t freed = 0;
     if (released != NULL) *released = 0;
-    dmm_status ls = dmm__torch_refuse_lost(c, "empty_cache");
+    dmm_status ls = dmm__torch_lock_and_poll(c, "empty_cache");
     if (ls != DMM_OK) return ls;
-    pthread_mutex_lock(&c->lock);
-    if (dmm__torch_jobs_poll_locked(c) == DMM_ERR_DEVICE_LOST || /* this poll found the loss */
-        dmm__torch_tags_trim_locked(c, &freed) == DMM_ERR_DEVICE_LOST) { /* or an empty segment's event */
+    if (dmm__torch_tags_trim_locked(c, &freed) == DMM_ERR_DEVICE_LOST) { /* an empty segment's event found the loss */
         pthread_mutex_unlock(&c->lock);
         return dmm__torch_refuse_lost(c, "empty_cache");
     }

@@ -38,6 +38,13 @@ bool dmm__torch_lost(const tctx *c) { return dmm__drv_lost(c->drv); }
 
 bool dmm__torch_terminated(const tctx *c) { return dmm__drv_terminated(c->drv); }
 
+dmm_status dmm__torch_capturing(const tctx *c, dmm_stream stream, bool *capturing, uint64_t *id) {
+    *capturing = false;
+    *id = 0;
+    if (stream == NULL || c->ext.capture_status == NULL) return DMM_OK;
+    return c->ext.capture_status(c->ext.user, stream, capturing, id);
+}
+
 dmm_status dmm__torch_refuse_lost(tctx *c, const char *op) {
     if (!dmm__torch_lost(c)) return DMM_OK;
     return dmm_error_set(DMM_ERR_DEVICE_LOST,

@@ -31,6 +31,10 @@ bool dmm__torch_terminated(const tctx *c);
 /* DMM_OK, or DMM_ERR_DEVICE_LOST with a sentence naming `op`, when the device was lost. */
 dmm_status dmm__torch_refuse_lost(tctx *c, const char *op);
 
+/* Whether `stream` captures a CUDA graph (ext.capture_status; never for the NULL stream, nor without
+ * the slot); *id = the capture's id (0 = unknown). */
+dmm_status dmm__torch_capturing(const tctx *c, dmm_stream stream, bool *capturing, uint64_t *id);
+
 /* Rounds a request up to the block alignment (torch's 512 bytes), and a length up to the granule. */
 static inline uint64_t dmm__torch_round_block(const tctx *c, uint64_t bytes) {
     return (bytes + c->block_align - 1) & ~(c->block_align - 1);

@@ -91,24 +91,16 @@ dmm_status dmm__torch_graph_free_locked(tctx *c, void *ptr, uint64_t *len, uint6
 
 dmm_status dmm__torch_graph_reserve(tctx *c, uint64_t bytes, dmm_stream stream) {
     if (bytes == 0) return DMM_OK;
-    if (stream != NULL && c->ext.capture_status != NULL) {
-        bool capturing = false;
-        uint64_t id = 0;
-        dmm_status s = c->ext.capture_status(c->ext.user, stream, &capturing, &id);
-        if (s != DMM_OK) return s;
-        if (capturing)
-            return dmm_error_set(DMM_ERR_BUSY, "dmm torch: reserving graph memory during a capture (stream %p) would "
-                                               "invalidate it; reserve before the capture begins",
-                                 stream);
-    }
-    dmm_status ls = dmm__torch_refuse_lost(c, "graph reserve");
-    if (ls != DMM_OK) return ls;
+    bool capturing = false;
+    uint64_t id = 0;
+    dmm_status s = dmm__torch_capturing(c, stream, &capturing, &id);
+    if (s != DMM_OK) return s;
+    if (capturing)
+        return dmm_error_set(DMM_ERR_BUSY, "dmm torch: reserving graph memory during a capture (stream %p) would "
+                                           "invalidate it; reserve before the capture begins",
+                             stream);
     uint64_t len = dmm__torch_round_granule(c, bytes);
-    pthread_mutex_lock(&c->lock);
-    if (dmm__torch_jobs_poll_locked(c) == DMM_ERR_DEVICE_LOST) { /* this poll found the loss */
-        pthread_mutex_unlock(&c->lock);
-        return dmm__torch_refuse_lost(c, "graph reserve");
-    }
+    if ((s = dmm__torch_lock_and_poll(c, "graph reserve")) != DMM_OK) return s;
     dmm__torch_graphs_sweep_locked(c);
     for (gseg *x = c->graphs; x != NULL; x = x->next)
         if (x->capture_id == 0 && x->ev == NULL && x->seg.a.bytes >= len) { /* an idle one is large enough */
@@ -117,7 +109,7 @@ dmm_status dmm__torch_graph_reserve(tctx *c, uint64_t bytes, dmm_stream stream) 
             return DMM_OK;
         }
     gseg *g = calloc(1, sizeof *g);
-    dmm_status s = g != NULL ? dmm__torch_segment_open(c, &g->seg, len, true, "a graph segment",
+    s = g != NULL ? dmm__torch_segment_open(c, &g->seg, len, true, "a graph segment",
                                                        "graph memory on device %d", (int)c->dev.index)
                              : dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm torch: out of host memory for a graph segment");
     if (s != DMM_OK) {

@@ -89,6 +89,17 @@ dmm_status dmm__torch_jobs_poll_locked(tctx *c) {
     return result;
 }
 
+dmm_status dmm__torch_lock_and_poll(tctx *c, const char *op) {
+    dmm_status s = dmm__torch_refuse_lost(c, op);
+    if (s != DMM_OK) return s;
+    pthread_mutex_lock(&c->lock);
+    if (dmm__torch_jobs_poll_locked(c) == DMM_ERR_DEVICE_LOST) { /* this poll found the loss */
+        pthread_mutex_unlock(&c->lock);
+        return dmm__torch_refuse_lost(c, op);
+    }
+    return DMM_OK;
+}
+
 void dmm__torch_jobs_take_back_locked(tctx *c) {
     if (c->jobs_taken_back) return;
     dmm_deferred_request r;

@@ -19,6 +19,10 @@ dmm_status dmm__torch_job_queue(tctx *c, dmm_deferred_request *r, tjob *j);
  * on, and the call reports it; DMM_ERR_DEVICE_LOST (with a sentence) when the device is lost: the
  * jobs then wait for the confirmation. */
 dmm_status dmm__torch_jobs_poll_locked(tctx *c);
+/* The opening of a slow path that asks the driver: refused (naming `op`) when the device is lost;
+ * else ctx.lock taken and the jobs polled — and when that poll found the loss, the lock is released
+ * and the call refused. DMM_OK: ctx.lock held. */
+dmm_status dmm__torch_lock_and_poll(tctx *c, const char *op);
 /* After a confirmed loss (ctx.lock held): takes every job back unrun (finish: TORCH_JOB_TAKEN_BACK),
  * with no driver call; once. */
 void dmm__torch_jobs_take_back_locked(tctx *c);

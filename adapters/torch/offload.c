@@ -38,10 +38,9 @@
 #define MIB ((uint64_t)1 << 20)
 
 static dmm_status refuse_capturing(tctx *c, const char *op, const char *tag, dmm_stream stream) {
-    if (stream == NULL || c->ext.capture_status == NULL) return DMM_OK;
     bool capturing = false;
     uint64_t id = 0;
-    dmm_status s = c->ext.capture_status(c->ext.user, stream, &capturing, &id);
+    dmm_status s = dmm__torch_capturing(c, stream, &capturing, &id);
     if (s != DMM_OK) return s;
     if (capturing)
         return dmm_error_set(DMM_ERR_BUSY,
@@ -105,13 +104,8 @@ dmm_status dmm__torch_offload(tctx *c, const char *name, int mode, dmm_stream st
     ttag *t = dmm__torch_tag_lookup(c, name, "offload", &id);
     if (t == NULL) return dmm_last_status();
     dmm_status s = refuse_capturing(c, "offload", name, stream);
-    if (s == DMM_OK) s = dmm__torch_refuse_lost(c, "offload");
+    if (s == DMM_OK) s = dmm__torch_lock_and_poll(c, "offload");
     if (s != DMM_OK) return s;
-    pthread_mutex_lock(&c->lock);
-    if (dmm__torch_jobs_poll_locked(c) == DMM_ERR_DEVICE_LOST) { /* this poll found the loss */
-        pthread_mutex_unlock(&c->lock);
-        return dmm__torch_refuse_lost(c, "offload");
-    }
     dmm_clear_error();
     if (t->state != TAG_RESIDENT) {
         pthread_mutex_unlock(&c->lock);
@@ -297,13 +291,8 @@ dmm_status dmm__torch_restore(tctx *c, const char *name, dmm_stream stream) {
     ttag *t = dmm__torch_tag_lookup(c, name, "restore", NULL);
     if (t == NULL) return dmm_last_status();
     dmm_status s = refuse_capturing(c, "restore", name, stream);
-    if (s == DMM_OK) s = dmm__torch_refuse_lost(c, "restore");
+    if (s == DMM_OK) s = dmm__torch_lock_and_poll(c, "restore");
     if (s != DMM_OK) return s;
-    pthread_mutex_lock(&c->lock);
-    if (dmm__torch_jobs_poll_locked(c) == DMM_ERR_DEVICE_LOST) { /* this poll found the loss */
-        pthread_mutex_unlock(&c->lock);
-        return dmm__torch_refuse_lost(c, "restore");
-    }
     if (t->state == TAG_RESIDENT) {
         pthread_mutex_unlock(&c->lock);
         dmm_clear_error();
