@@ -18,10 +18,11 @@
  * (= committed: pool chunks, tag and graph segments) and owned (plus the handle cache) with peaks that
  * reset_peaks can lower; a malloc refused for budget or memory trims the pool and retries once.
  *
- * Device loss (adapter.h): the arena is the one place that knows (the pool, the deferred queue and the
- * adapter's own calls mark it); the slow paths ask it first and make no driver call once it is lost;
- * confirm_lost takes the queue back unrun, and destroy then goes without a driver call, freeing every
- * host structure (events are not destroyed: the context took them).
+ * Device loss (adapter.h): the driver is the one place that knows (it latches the first loss any call
+ * over it reported: the pool's, the arena's, the deferred queue's or ours); the slow paths ask it
+ * first (context.c) and make no driver call once it is lost; confirm_lost takes the jobs back unrun
+ * (jobs.c), and destroy then goes without a driver call, freeing every host structure (events are not
+ * destroyed: the context took them).
  *
  * Invariants: alloc_bytes.cur = Σ live blocks' rounded sizes over pool, tags and graphs;
  * blocks.cur = their number; mapped.cur = bytes the arena mapped for us; queued = our requests in
@@ -30,10 +31,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "adapter.h"
-#include "mech/arena_loss.h"
+#include "driver/call.h"
+#include "jobs.h"
 
 #define MIB ((uint64_t)1 << 20)
 #define GIB ((uint64_t)1 << 30)
@@ -42,28 +43,8 @@ static _Atomic int capture_check = 1;
 
 void dmm__torch_set_capture_check(bool on) { atomic_store_explicit(&capture_check, on ? 1 : 0, memory_order_relaxed); }
 
-uint64_t dmm__torch_now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-/* ---- counts ---- */
-static inline uint64_t ld(_Atomic uint64_t *x) { return atomic_load_explicit(x, memory_order_relaxed); }
-static inline void inc(_Atomic uint64_t *x, uint64_t v) { atomic_fetch_add_explicit(x, v, memory_order_relaxed); }
-
-void dmm__torch_count_add(tcount *t, uint64_t v) {
-    uint64_t now = atomic_fetch_add_explicit(&t->cur, v, memory_order_relaxed) + v;
-    inc(&t->total, v);
-    uint64_t p = ld(&t->peak);
-    while (now > p && !atomic_compare_exchange_weak_explicit(&t->peak, &p, now, memory_order_relaxed,
-                                                             memory_order_relaxed)) {
-    }
-}
-
-void dmm__torch_count_sub(tcount *t, uint64_t v) { atomic_fetch_sub_explicit(&t->cur, v, memory_order_relaxed); }
-
-static void count_reset(tcount *t) { atomic_store_explicit(&t->peak, ld(&t->cur), memory_order_relaxed); }
+static inline uint64_t ld(_Atomic uint64_t *x) { return dmm__torch_get(x); }
+static inline void inc(_Atomic uint64_t *x, uint64_t v) { dmm__torch_bump(x, v); }
 
 /* ---- the accounting hook: count, then forward to the governor ---- */
 static dmm_status acct_charge(void *user, dmm_device device, dmm_axis axis, uint64_t bytes) {
@@ -106,7 +87,7 @@ dmm_status dmm__torch_create(dmm_driver *drv, const dmm_torch_ext *ext, dmm_gove
     c->gov = gov;
     c->block_align = 512; /* torch's own rounding, so that sizes and alignments match the native allocator */
     size_t gran = 0;
-    dmm_status s = drv->ops->granularity != NULL ? drv->ops->granularity(drv, &gran) : DMM_ERR_UNSUPPORTED;
+    dmm_status s = dmm__drv_granularity(drv, &gran);
     if (s != DMM_OK || gran == 0) {
         free(c);
         return dmm_error_set(s != DMM_OK ? s : DMM_ERR_UNSUPPORTED,
@@ -118,14 +99,14 @@ dmm_status dmm__torch_create(dmm_driver *drv, const dmm_torch_ext *ext, dmm_gove
     uint64_t pool_va = k.pool_va_bytes;
     if (pool_va == 0) {
         uint64_t fr = 0, total = 0;
-        if (drv->ops->mem_info == NULL || drv->ops->mem_info(drv, &fr, &total) != DMM_OK || total == 0) total = 64 * GIB;
+        if (dmm__drv_mem_info(drv, &fr, &total) != DMM_OK || total == 0) total = 64 * GIB;
         dmm_clear_error();
         pool_va = pow2_at_least(total);
     }
     if (pool_va < 64 * gran) pool_va = 64 * gran;
     c->pool_va = pool_va;
     c->tag_va = k.tag_segment_bytes ? k.tag_segment_bytes : pool_va / 2;
-    c->tag_va = (c->tag_va + gran - 1) / gran * gran;
+    c->tag_va = dmm__torch_round_granule(c, c->tag_va);
     c->restore_piece = k.restore_piece_bytes;
     c->restore_first = k.restore_first_bytes;
     c->restore_copy = k.restore_copy_bytes;
@@ -172,88 +153,42 @@ dmm_status dmm__torch_create(dmm_driver *drv, const dmm_torch_ext *ext, dmm_gove
     pc.retain_permille = k.retain_permille;
     s = dmm_pool_create(c->arena, drv, &pc, &c->pool);
     if (s != DMM_OK) goto fail;
-    dmm_deferred_config dc = {sizeof dc, drv, 4096, dmm__torch_decommit_done, c};
-    s = dmm_deferred_create(&dc, &c->q);
+    s = dmm__torch_jobs_open(c);
     if (s != DMM_OK) goto fail;
     pthread_mutex_init(&c->lock, NULL);
     *out = c;
     return DMM_OK;
-fail:;
-    char why[768];
-    snprintf(why, sizeof why, "%s", dmm_last_error());
+fail:
+    dmm__error_wrap(s, "dmm torch: setting up device %d failed", (int)drv->device.index);
     if (c->pool != NULL) dmm_pool_destroy(c->pool);
     if (c->arena != NULL) dmm_mechanism_destroy(c->arena);
     if (c->host_lease) dmm_lease_release(gov, c->host_lease);
     if (c->lease) dmm_lease_release(gov, c->lease);
     if (c->holder != NULL) dmm_governor_holder_unregister(c->holder);
-    int idx = (int)drv->device.index;
     free(c);
-    return dmm_error_set(s, "dmm torch: setting up device %d failed: %s", idx, why);
-}
-
-/* ---- device loss ---- */
-bool dmm__torch_lost(tctx *c) {
-    bool lost = false;
-    char keep[512];
-    dmm_status was = dmm_last_status();
-    snprintf(keep, sizeof keep, "%s", dmm_last_error());
-    (void)dmm__arena_device_loss(c->arena, false, &lost, NULL); /* (cannot fail: our arena) */
-    if (was != DMM_OK) dmm_error_set(was, "%s", keep);
-    return lost;
-}
-
-dmm_status dmm__torch_refuse_lost(tctx *c, const char *op) {
-    if (!dmm__torch_lost(c)) return DMM_OK;
-    return dmm_error_set(DMM_ERR_DEVICE_LOST,
-                         "dmm torch: %s on device %d refused: the device is lost (a driver call reported a sticky "
-                         "context error), so nothing is asked of the driver any more; free what you hold, tear "
-                         "the context down, then confirm (dmm__torch_confirm_lost) and destroy",
-                         op, (int)c->dev.index);
-}
-
-dmm_status dmm__torch_note_loss(tctx *c, dmm_status s) {
-    if (s != DMM_ERR_DEVICE_LOST) return s;
-    char keep[512];
-    snprintf(keep, sizeof keep, "%s", dmm_last_error());
-    (void)dmm__arena_device_loss(c->arena, true, NULL, NULL);
-    dmm_error_set(s, "%s", keep);
     return s;
 }
 
-/* ctx.lock held; the arena is lost and confirmed. Takes every queued request back unrun and marks the
- * tags; no driver call (the events the requests name went with the context). */
+/* ---- device loss ---- */
+/* ctx.lock held; the context is lost and confirmed terminated. Takes every job back unrun and marks
+ * the tags; no driver call (the events the jobs name went with the context). */
 static void confirm_lost_locked(tctx *c) {
-    if (c->lost_confirmed) return;
-    dmm_deferred_request r;
-    while (dmm_deferred_take(c->q, &r) == DMM_OK) {
-        tjob *j = r.user;
-        atomic_fetch_sub_explicit(&c->queued, 1, memory_order_relaxed);
-        if (j->kind == JOB_DECOMMIT) dmm__torch_decommit_lost(c, j);
-        else if (j->kind == JOB_RELEASE_TSEG) dmm__torch_tseg_free_lost(c, j->ts); /* out of its tag already */
-        else {
-            dmm__sa_fini(&j->gs->sa);
-            free(j->gs);
-        }
-        free(j);
-    }
-    dmm_clear_error(); /* take's "empty" ends the loop */
+    if (c->jobs_taken_back) return;
+    dmm__torch_jobs_take_back_locked(c);
     dmm__torch_tags_mark_lost(c);
-    c->lost_confirmed = true;
 }
 
 dmm_status dmm__torch_confirm_lost(tctx *c) {
     if (c == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: confirm_lost of a NULL context");
     pthread_mutex_lock(&c->lock);
-    bool lost = false, confirmed = false;
-    (void)dmm__arena_device_loss(c->arena, false, &lost, &confirmed);
-    if (!lost) {
+    if (!dmm__torch_lost(c)) {
         pthread_mutex_unlock(&c->lock);
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
                              "dmm torch: confirm_lost on device %d refused: the device was not lost, so there is "
                              "nothing to discharge; free everything and destroy the context normally",
                              (int)c->dev.index);
     }
-    dmm_status s = confirmed ? DMM_OK : dmm_arena_confirm_context_terminated(c->arena);
+    dmm_status s = dmm__torch_terminated(c) ? DMM_OK : dmm_arena_confirm_context_terminated(c->arena);
     if (s == DMM_OK) confirm_lost_locked(c);
     pthread_mutex_unlock(&c->lock);
     return s;
@@ -261,9 +196,7 @@ dmm_status dmm__torch_confirm_lost(tctx *c) {
 
 /* destroy after a loss: refused until confirmed; then everything goes without a driver call. */
 static dmm_status destroy_lost_locked(tctx *c) {
-    bool confirmed = false;
-    (void)dmm__arena_device_loss(c->arena, false, NULL, &confirmed);
-    if (!confirmed) {
+    if (!dmm__torch_terminated(c)) {
         pthread_mutex_unlock(&c->lock);
         return dmm_error_set(DMM_ERR_DEVICE_LOST,
                              "dmm torch: destroying device %d refused: the device is lost and the context was not "
@@ -278,9 +211,8 @@ static dmm_status destroy_lost_locked(tctx *c) {
     dmm_status s = c->pool != NULL ? dmm_pool_destroy(c->pool) : DMM_OK; /* forgets live blocks */
     if (s != DMM_OK) return s;
     c->pool = NULL;
-    s = c->q != NULL ? dmm_deferred_destroy(c->q) : DMM_OK;
+    s = dmm__torch_jobs_close(c);
     if (s != DMM_OK) return s;
-    c->q = NULL;
     s = dmm_mechanism_destroy(c->arena);
     if (s != DMM_OK) return s;
     dmm_lease_release(c->gov, c->host_lease);
@@ -294,8 +226,8 @@ static dmm_status destroy_lost_locked(tctx *c) {
 dmm_status dmm__torch_destroy(tctx *c) {
     if (c == NULL) return DMM_OK;
     pthread_mutex_lock(&c->lock);
-    dmm__torch_poll_locked(c);
-    if (c->lost_confirmed || dmm__torch_lost(c)) return destroy_lost_locked(c); /* unlocks */
+    dmm__torch_jobs_poll_locked(c);
+    if (c->jobs_taken_back || dmm__torch_lost(c)) return destroy_lost_locked(c); /* unlocks */
     uint64_t live = ld(&c->blocks.cur), queued = ld(&c->queued);
     if (live > 0 || queued > 0) {
         pthread_mutex_unlock(&c->lock);
@@ -324,17 +256,13 @@ dmm_status dmm__torch_destroy(tctx *c) {
     dmm_status s = c->pool != NULL ? dmm_pool_destroy(c->pool) : DMM_OK;
     if (s != DMM_OK && s != DMM_ERR_QUARANTINED) return s; /* refused: the pool is intact */
     c->pool = NULL; /* QUARANTINED: the pool is gone, the arena keeps what it could not give back */
-    s = c->q != NULL ? dmm_deferred_destroy(c->q) : DMM_OK;
+    s = dmm__torch_jobs_close(c);
     if (s != DMM_OK) return s;
-    c->q = NULL;
     s = dmm_mechanism_destroy(c->arena);
-    if (s != DMM_OK) {
-        char why[512];
-        snprintf(why, sizeof why, "%s", dmm_last_error());
-        return dmm_error_set(s, "dmm torch: destroying device %d: its pool is gone but the arena could not be "
-                                "destroyed (%s); call destroy again (the only call this context still takes): %s",
-                             (int)c->dev.index, dmm_status_str(s), why);
-    }
+    if (s != DMM_OK)
+        return dmm__error_wrap(s, "dmm torch: destroying device %d: its pool is gone but the arena could not be "
+                                  "destroyed (%s); call destroy again (the only call this context still takes)",
+                               (int)c->dev.index, dmm_status_str(s));
     dmm_lease_release(c->gov, c->host_lease);
     dmm_lease_release(c->gov, c->lease);
     dmm_governor_holder_unregister(c->holder);
@@ -344,65 +272,15 @@ dmm_status dmm__torch_destroy(tctx *c) {
 }
 
 /* ---- polls ---- */
-dmm_status dmm__torch_poll_locked(tctx *c) {
-    dmm_status result = DMM_OK;
-    if (ld(&c->queued) == 0) return DMM_OK;
-    for (int round = 0; round < 4; round++) {
-        size_t ran = 0;
-        dmm_status s = dmm_deferred_poll(c->q, &ran);
-        if (s == DMM_OK) {
-            dmm_clear_error(); /* a pending event leaves its BUSY sentence behind: not a failure */
-            break;
-        }
-        /* lost: the queue told the arena and asks nothing more; its requests wait for confirm_lost */
-        if (s == DMM_ERR_DEVICE_LOST) {
-            char lwhy[512];
-            snprintf(lwhy, sizeof lwhy, "%s", dmm_last_error());
-            return dmm_error_set(s, "dmm torch: polling the queue of device %d: the device is lost; the queue asks "
-                                    "the driver nothing more and its requests wait for the confirmation: %s",
-                                 (int)c->dev.index, lwhy);
-        }
-        /* The head failed (a FAILED decommit changed nothing, or its event cannot be asked): take it out so
-         * that the queue moves on, and put its memory back in service (a segment: restore maps it again). */
-        char why[512];
-        snprintf(why, sizeof why, "%s", dmm_last_error());
-        dmm_deferred_request r;
-        if (dmm_deferred_take(c->q, &r) != DMM_OK) break;
-        tjob *j = r.user;
-        atomic_fetch_sub_explicit(&c->queued, 1, memory_order_relaxed);
-        if (j->kind == JOB_DECOMMIT) {
-            dmm__torch_decommit_finished(c, j, s);
-        } else if (j->kind == JOB_RELEASE_TSEG) {
-            /* not released: the empty segment goes back to its tag, in service */
-            j->ts->next = c->tags[j->ts->tag].segs;
-            c->tags[j->ts->tag].segs = j->ts;
-        } else {
-            j->gs->next = c->graphs;
-            c->graphs = j->gs;
-        }
-        if (j->ev != NULL) c->drv->ops->event_destroy(c->drv, j->ev);
-        free(j);
-        result = dmm_error_set(s, "dmm torch: a queued decommit or release failed and was taken out of the queue: %s",
-                               why);
-    }
-    for (int i = 0; i < DMM_TORCH_MAX_TAGS; i++)
-        if (c->tags[i].state == TAG_OFFLOADING) c->tags[i].pending_polls++;
-    return result;
-}
-
 dmm_status dmm__torch_poll(tctx *c, uint64_t *queued) {
     pthread_mutex_lock(&c->lock);
-    dmm_status s = c->lost_confirmed ? dmm__torch_refuse_lost(c, "poll") : dmm__torch_poll_locked(c);
+    dmm_status s = c->jobs_taken_back ? dmm__torch_refuse_lost(c, "poll") : dmm__torch_jobs_poll_locked(c);
     if (queued != NULL) *queued = ld(&c->queued);
     pthread_mutex_unlock(&c->lock);
     return s;
 }
 
 /* ---- malloc / free ---- */
-static inline uint64_t round_block(const tctx *c, size_t bytes) {
-    return ((uint64_t)bytes + c->block_align - 1) & ~(c->block_align - 1);
-}
-
 static void count_malloc(tctx *c, uint64_t len, size_t req) {
     dmm__torch_count_add(&c->alloc_bytes, len);
     dmm__torch_count_add(&c->req_bytes, req);
@@ -420,11 +298,11 @@ static void count_free(tctx *c, uint64_t len, uint64_t req) {
 /* A pool malloc refused for budget or memory: give back what the pool caches, then try once more. */
 static dmm_status pool_retry(tctx *c, size_t bytes, dmm_stream stream, void **out, dmm_status first) {
     if (first != DMM_ERR_BUDGET && first != DMM_ERR_OUT_OF_MEMORY) return first;
-    char why[768];
-    snprintf(why, sizeof why, "%s", dmm_last_error());
+    char first_why[768]; /* (a copy: the sentence names both tries, and the second overwrites the first) */
+    snprintf(first_why, sizeof first_why, "%s", dmm_last_error());
     inc(&c->retries, 1);
     pthread_mutex_lock(&c->lock);
-    dmm__torch_poll_locked(c);
+    dmm__torch_jobs_poll_locked(c);
     (void)dmm__torch_graphs_trim_locked(c);
     pthread_mutex_unlock(&c->lock);
     uint64_t released = 0;
@@ -432,12 +310,10 @@ static dmm_status pool_retry(tctx *c, size_t bytes, dmm_stream stream, void **ou
     dmm_status s = dmm_pool_malloc(c->pool, bytes, stream, out);
     if (s == DMM_OK) return DMM_OK;
     inc(&c->ooms, 1);
-    char why2[768];
-    snprintf(why2, sizeof why2, "%s", dmm_last_error());
-    return dmm_error_set(s,
-                         "dmm torch: allocating %zu bytes on device %d (stream %p) failed, also after giving back "
-                         "%llu cached bytes: %s (first try: %s)",
-                         bytes, (int)c->dev.index, stream, (unsigned long long)released, why2, why);
+    return dmm__error_wrap(s,
+                           "dmm torch: allocating %zu bytes on device %d (stream %p) failed, also after giving back "
+                           "%llu cached bytes (first try: %s)",
+                           bytes, (int)c->dev.index, stream, (unsigned long long)released, first_why);
 }
 
 dmm_status dmm__torch_malloc(tctx *c, size_t bytes, dmm_stream stream, void **out) {
@@ -446,12 +322,12 @@ dmm_status dmm__torch_malloc(tctx *c, size_t bytes, dmm_stream stream, void **ou
     if (stream != NULL && c->ext.capture_status != NULL && atomic_load_explicit(&capture_check, memory_order_relaxed)) {
         bool capturing = false;
         uint64_t id = 0;
-        dmm_status s = c->ext.capture_status(c->ext.user, stream, &capturing, &id);
+        dmm_status s = dmm__torch_capturing(c, stream, &capturing, &id);
         if (s != DMM_OK) return s;
         if (capturing) {
             s = dmm__torch_graph_malloc(c, bytes, stream, id, out);
             if (s != DMM_OK) return s;
-            count_malloc(c, round_block(c, bytes), bytes);
+            count_malloc(c, dmm__torch_round_block(c, bytes), bytes);
             return DMM_OK;
         }
     }
@@ -460,18 +336,18 @@ dmm_status dmm__torch_malloc(tctx *c, size_t bytes, dmm_stream stream, void **ou
         dmm_status s = dmm__torch_tag_malloc(c, tag, bytes, out);
         if (s != DMM_OK) return s;
         inc(&c->tag_mallocs, 1);
-        count_malloc(c, round_block(c, bytes), bytes);
+        count_malloc(c, dmm__torch_round_block(c, bytes), bytes);
         return DMM_OK;
     }
     if (ld(&c->queued) > 0 && pthread_mutex_trylock(&c->lock) == 0) {
-        dmm__torch_poll_locked(c);
+        dmm__torch_jobs_poll_locked(c);
         pthread_mutex_unlock(&c->lock);
         dmm_clear_error();
     }
     dmm_status s = dmm_pool_malloc(c->pool, bytes, stream, out);
     if (s != DMM_OK) s = pool_retry(c, bytes, stream, out, s);
     if (s != DMM_OK) return s;
-    count_malloc(c, round_block(c, bytes), bytes);
+    count_malloc(c, dmm__torch_round_block(c, bytes), bytes);
     return DMM_OK;
 }
 
@@ -479,20 +355,13 @@ dmm_status dmm__torch_free(tctx *c, void *ptr, size_t bytes, dmm_stream stream) 
     if (ptr == NULL) return DMM_OK;
     dmm_status s = dmm_pool_free(c->pool, ptr, stream);
     if (s == DMM_OK) {
-        count_free(c, round_block(c, bytes), bytes);
+        count_free(c, dmm__torch_round_block(c, bytes), bytes);
         return DMM_OK;
     }
     if (s != DMM_ERR_UNKNOWN_ALLOCATION) return s;
     uint64_t len = 0, req = 0;
     pthread_mutex_lock(&c->lock);
-    s = dmm__torch_tag_free_locked(c, ptr, &len, &req);
-    if (s == DMM_OK) {
-        /* remember the stream: an emptied segment is released only behind an event on it */
-        for (int i = 0; i < DMM_TORCH_MAX_TAGS; i++)
-            for (tseg *t = c->tags[i].segs; t != NULL; t = t->next)
-                if ((uintptr_t)ptr >= (uintptr_t)t->a.ptr && (uintptr_t)ptr < (uintptr_t)t->a.ptr + t->a.bytes)
-                    t->last_stream = stream;
-    }
+    s = dmm__torch_tag_free_locked(c, ptr, stream, &len, &req);
     if (s == DMM_ERR_UNKNOWN_ALLOCATION) s = dmm__torch_graph_free_locked(c, ptr, &len, &req);
     pthread_mutex_unlock(&c->lock);
     if (s == DMM_OK) {
@@ -509,61 +378,14 @@ dmm_status dmm__torch_free(tctx *c, void *ptr, size_t bytes, dmm_stream stream) 
 dmm_status dmm__torch_empty_cache(tctx *c, uint64_t *released) {
     uint64_t freed = 0;
     if (released != NULL) *released = 0;
-    dmm_status ls = dmm__torch_refuse_lost(c, "empty_cache");
+    dmm_status ls = dmm__torch_lock_and_poll(c, "empty_cache");
     if (ls != DMM_OK) return ls;
-    pthread_mutex_lock(&c->lock);
-    if (dmm__torch_poll_locked(c) == DMM_ERR_DEVICE_LOST) { /* this poll found the loss */
+    if (dmm__torch_tags_trim_locked(c, &freed) == DMM_ERR_DEVICE_LOST) { /* an empty segment's event found the loss */
         pthread_mutex_unlock(&c->lock);
         return dmm__torch_refuse_lost(c, "empty_cache");
     }
-    /* empty tag segments go back behind an event on the stream of their last free */
-    for (int i = 0; i < DMM_TORCH_MAX_TAGS; i++) {
-        ttag *t = &c->tags[i];
-        if (t->state != TAG_RESIDENT) continue;
-        tseg **pp = &t->segs;
-        while (*pp != NULL) {
-            tseg *g = *pp;
-            if (g->sa.count > 0 || g->state != SEG_RESIDENT) {
-                pp = &g->next;
-                continue;
-            }
-            tjob *j = calloc(1, sizeof *j);
-            dmm_event ev = NULL;
-            dmm_status s = j != NULL ? c->drv->ops->event_create(c->drv, &ev) : DMM_ERR_OUT_OF_MEMORY;
-            if (s == DMM_OK) s = c->drv->ops->event_record(c->drv, ev, g->last_stream);
-            if (dmm__torch_note_loss(c, s) == DMM_ERR_DEVICE_LOST) { /* the loss: no further call */
-                free(j);
-                pthread_mutex_unlock(&c->lock);
-                return dmm__torch_refuse_lost(c, "empty_cache");
-            }
-            if (j != NULL) {
-                j->kind = JOB_RELEASE_TSEG;
-                j->ts = g;
-                j->ev = ev;
-            }
-            dmm_deferred_request r;
-            memset(&r, 0, sizeof r);
-            r.size = sizeof r;
-            r.kind = DMM_DEFERRED_RELEASE;
-            r.mechanism = c->arena;
-            r.allocation = g->a;
-            r.n_events = 1;
-            r.events[0] = ev;
-            r.user = j;
-            if (s == DMM_OK) s = dmm_deferred_enqueue(c->q, &r);
-            if (s != DMM_OK) {
-                if (ev != NULL) c->drv->ops->event_destroy(c->drv, ev);
-                free(j);
-                pp = &g->next;
-                continue;
-            }
-            freed += g->committed;
-            inc(&c->queued, 1);
-            *pp = g->next;
-        }
-    }
     freed += dmm__torch_graphs_trim_locked(c);
-    dmm__torch_poll_locked(c);
+    dmm__torch_jobs_poll_locked(c);
     pthread_mutex_unlock(&c->lock);
     uint64_t pool_freed = 0, again = 0;
     dmm_status s = dmm_pool_empty_cache(c->pool, &pool_freed);
@@ -575,11 +397,11 @@ dmm_status dmm__torch_empty_cache(tctx *c, uint64_t *released) {
 }
 
 dmm_status dmm__torch_reset_peaks(tctx *c) {
-    count_reset(&c->mapped);
-    count_reset(&c->owned);
-    count_reset(&c->alloc_bytes);
-    count_reset(&c->req_bytes);
-    count_reset(&c->blocks);
+    dmm__torch_count_reset(&c->mapped);
+    dmm__torch_count_reset(&c->owned);
+    dmm__torch_count_reset(&c->alloc_bytes);
+    dmm__torch_count_reset(&c->req_bytes);
+    dmm__torch_count_reset(&c->blocks);
     return DMM_OK;
 }
 
@@ -626,7 +448,7 @@ static dmm_status write_json(tctx *c, char *buf, size_t cap, size_t *needed, boo
     dmm_clear_error();
 
     pthread_mutex_lock(&c->lock);
-    dmm__torch_poll_locked(c);
+    dmm__torch_jobs_poll_locked(c);
     dmm_clear_error();
     uint64_t tag_live = 0, tag_committed = 0, g_live = 0, g_committed = 0;
     dmm__torch_tags_totals_locked(c, &tag_live, &tag_committed);

@@ -3,7 +3,7 @@
 #ifndef DMM_TORCH_ENV_H
 #define DMM_TORCH_ENV_H
 
-#include "adapter.h"
+#include "types.h"
 
 /* Looks a variable up: its value, or NULL when it is not set (getenv, or a test's table). */
 typedef const char *(*dmm_torch_getenv_fn)(void *user, const char *name);

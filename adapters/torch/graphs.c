@@ -1,6 +1,6 @@
 /* adapters/torch/graphs.c — the memory CUDA graph captures are served from (DESIGN §4.10).
  *
- * What it owns: graph segments, each one arena allocation committed in full OUTSIDE any capture
+ * What it owns: graph segments, each one segment (segment.c) committed in full OUTSIDE any capture
  * (dmm__torch_graph_reserve), and the blocks captures place in them.
  *
  * Why not the pool: during a capture nothing may map, unmap or set access, and no event may be
@@ -21,12 +21,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "adapter.h"
+#include "context.h"
+#include "driver/call.h"
+#include "graphs.h"
+#include "jobs.h"
+#include "segment.h"
 
 dmm_status dmm__torch_graph_malloc(tctx *c, size_t bytes, dmm_stream stream, uint64_t capture_id, void **out) {
-    uint64_t len = ((uint64_t)bytes + c->block_align - 1) & ~(c->block_align - 1);
+    uint64_t len = dmm__torch_round_block(c, bytes);
     if (capture_id == 0) {
-        atomic_fetch_add_explicit(&c->capture_refusals, 1, memory_order_relaxed);
+        dmm__torch_bump(&c->capture_refusals, 1);
         return dmm_error_set(DMM_ERR_UNSUPPORTED,
                              "dmm torch: allocating %zu bytes on stream %p while a CUDA graph capture is under way "
                              "that the driver would not name (another stream captures in global mode); allocate on "
@@ -37,23 +41,24 @@ dmm_status dmm__torch_graph_malloc(tctx *c, size_t bytes, dmm_stream stream, uin
     uint64_t off = 0, reserved = 0, mine_free = 0;
     gseg *g = NULL;
     for (gseg *x = c->graphs; x != NULL && g == NULL; x = x->next) {
-        reserved += x->a.bytes;
+        reserved += x->seg.a.bytes;
         if (x->capture_id == capture_id && !x->released) {
-            mine_free += x->sa.size - x->sa.live_bytes;
-            if (dmm__sa_alloc(&x->sa, len, bytes, &off)) g = x;
+            mine_free += x->seg.a.bytes - x->seg.live_bytes;
+            if (dmm__torch_segment_take(&x->seg, len, bytes, &off)) g = x;
         }
     }
     for (gseg *x = c->graphs; x != NULL && g == NULL; x = x->next)
-        if (x->capture_id == 0 && x->ev == NULL && x->sa.count == 0 && dmm__sa_alloc(&x->sa, len, bytes, &off)) {
+        if (x->capture_id == 0 && x->ev == NULL && x->seg.count == 0 &&
+            dmm__torch_segment_take(&x->seg, len, bytes, &off)) {
             x->capture_id = capture_id;
             g = x;
         }
     if (g == NULL) {
         uint64_t idle = 0;
         for (gseg *x = c->graphs; x != NULL; x = x->next)
-            if (x->capture_id == 0 && x->ev == NULL) idle += x->a.bytes;
+            if (x->capture_id == 0 && x->ev == NULL) idle += x->seg.a.bytes;
         pthread_mutex_unlock(&c->lock);
-        atomic_fetch_add_explicit(&c->capture_refusals, 1, memory_order_relaxed);
+        dmm__torch_bump(&c->capture_refusals, 1);
         return dmm_error_set(DMM_ERR_OUT_OF_MEMORY,
                              "dmm torch: CUDA graph capture %llu on stream %p (device %d) asked for %zu bytes, but a "
                              "capture can only use memory mapped before it began, and none is free for it (%llu "
@@ -65,18 +70,17 @@ dmm_status dmm__torch_graph_malloc(tctx *c, size_t bytes, dmm_stream stream, uin
                              (unsigned long long)reserved, (unsigned long long)mine_free, (unsigned long long)idle);
     }
     pthread_mutex_unlock(&c->lock);
-    atomic_fetch_add_explicit(&c->capture_mallocs, 1, memory_order_relaxed);
-    *out = (char *)g->a.ptr + off;
+    dmm__torch_bump(&c->capture_mallocs, 1);
+    *out = (char *)g->seg.a.ptr + off;
     return DMM_OK;
 }
 
 dmm_status dmm__torch_graph_free_locked(tctx *c, void *ptr, uint64_t *len, uint64_t *req) {
-    uintptr_t p = (uintptr_t)ptr;
     for (gseg *g = c->graphs; g != NULL; g = g->next) {
-        uintptr_t b = (uintptr_t)g->a.ptr;
-        if (p < b || p >= b + g->a.bytes) continue;
-        if (!dmm__sa_free(&g->sa, p - b, len, req)) return DMM_ERR_UNKNOWN_ALLOCATION;
-        if (g->released && g->sa.count == 0) {
+        uint64_t off = 0;
+        if (!dmm__torch_segment_holds(&g->seg, ptr, &off)) continue;
+        if (!dmm__torch_segment_give(&g->seg, off, len, req)) return DMM_ERR_UNKNOWN_ALLOCATION;
+        if (g->released && g->seg.count == 0) {
             g->capture_id = 0;
             g->released = false;
         }
@@ -87,50 +91,31 @@ dmm_status dmm__torch_graph_free_locked(tctx *c, void *ptr, uint64_t *len, uint6
 
 dmm_status dmm__torch_graph_reserve(tctx *c, uint64_t bytes, dmm_stream stream) {
     if (bytes == 0) return DMM_OK;
-    if (stream != NULL && c->ext.capture_status != NULL) {
-        bool capturing = false;
-        uint64_t id = 0;
-        dmm_status s = c->ext.capture_status(c->ext.user, stream, &capturing, &id);
-        if (s != DMM_OK) return s;
-        if (capturing)
-            return dmm_error_set(DMM_ERR_BUSY, "dmm torch: reserving graph memory during a capture (stream %p) would "
-                                               "invalidate it; reserve before the capture begins",
-                                 stream);
-    }
-    dmm_status ls = dmm__torch_refuse_lost(c, "graph reserve");
-    if (ls != DMM_OK) return ls;
-    uint64_t len = (bytes + c->granule - 1) / c->granule * c->granule;
-    pthread_mutex_lock(&c->lock);
-    if (dmm__torch_poll_locked(c) == DMM_ERR_DEVICE_LOST) { /* this poll found the loss */
-        pthread_mutex_unlock(&c->lock);
-        return dmm__torch_refuse_lost(c, "graph reserve");
-    }
+    bool capturing = false;
+    uint64_t id = 0;
+    dmm_status s = dmm__torch_capturing(c, stream, &capturing, &id);
+    if (s != DMM_OK) return s;
+    if (capturing)
+        return dmm_error_set(DMM_ERR_BUSY, "dmm torch: reserving graph memory during a capture (stream %p) would "
+                                           "invalidate it; reserve before the capture begins",
+                             stream);
+    uint64_t len = dmm__torch_round_granule(c, bytes);
+    if ((s = dmm__torch_lock_and_poll(c, "graph reserve")) != DMM_OK) return s;
     dmm__torch_graphs_sweep_locked(c);
     for (gseg *x = c->graphs; x != NULL; x = x->next)
-        if (x->capture_id == 0 && x->ev == NULL && x->a.bytes >= len) { /* an idle one is large enough */
+        if (x->capture_id == 0 && x->ev == NULL && x->seg.a.bytes >= len) { /* an idle one is large enough */
             pthread_mutex_unlock(&c->lock);
             dmm_clear_error();
             return DMM_OK;
         }
     gseg *g = calloc(1, sizeof *g);
-    if (g == NULL || !dmm__sa_init(&g->sa, len)) {
-        free(g);
-        pthread_mutex_unlock(&c->lock);
-        return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm torch: out of host memory for a graph segment");
-    }
-    dmm_status s = dmm_mechanism_allocate(c->arena, (size_t)len, (size_t)c->granule, &g->a);
-    if (s == DMM_ERR_BUDGET || s == DMM_ERR_OUT_OF_MEMORY) {
-        (void)dmm_pool_empty_cache(c->pool, NULL);
-        s = dmm_mechanism_allocate(c->arena, (size_t)len, (size_t)c->granule, &g->a);
-    }
+    s = g != NULL ? dmm__torch_segment_open(c, &g->seg, len, true, "a graph segment",
+                                                       "graph memory on device %d", (int)c->dev.index)
+                             : dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm torch: out of host memory for a graph segment");
     if (s != DMM_OK) {
-        char why[512];
-        snprintf(why, sizeof why, "%s", dmm_last_error());
-        dmm__sa_fini(&g->sa);
         free(g);
         pthread_mutex_unlock(&c->lock);
-        return dmm_error_set(s, "dmm torch: reserving %llu bytes of graph memory on device %d failed: %s",
-                             (unsigned long long)len, (int)c->dev.index, why);
+        return s;
     }
     g->next = c->graphs;
     c->graphs = g;
@@ -148,34 +133,44 @@ dmm_status dmm__torch_graph_release(tctx *c, uint64_t capture_id, dmm_stream str
     for (gseg *g = c->graphs; g != NULL; g = g->next) {
         if (g->capture_id != capture_id) continue;
         /* the graph's last replay may still run on `stream`: the segment is reusable behind this event */
-        if (g->ev == NULL) s = c->drv->ops->event_create(c->drv, &g->ev);
-        if (s == DMM_OK) s = c->drv->ops->event_record(c->drv, g->ev, stream);
+        if (g->ev == NULL) s = dmm__drv_event_create(c->drv, &g->ev);
+        if (s == DMM_OK) s = dmm__drv_event_record(c->drv, g->ev, stream);
         if (s != DMM_OK) break;
-        if (g->sa.count == 0) g->capture_id = 0;
+        if (g->seg.count == 0) g->capture_id = 0;
         else g->released = true;
     }
     pthread_mutex_unlock(&c->lock);
-    if (dmm__torch_note_loss(c, s) == DMM_ERR_DEVICE_LOST) {
-        char why[512];
-        snprintf(why, sizeof why, "%s", dmm_last_error());
-        return dmm_error_set(s, "dmm torch: graph release of capture %llu on device %d: the device is lost (no "
-                                "driver call from now on): %s",
-                             (unsigned long long)capture_id, (int)c->dev.index, why);
-    }
+    if (s == DMM_ERR_DEVICE_LOST)
+        return dmm__error_wrap(s, "dmm torch: graph release of capture %llu on device %d: the device is lost (no "
+                                  "driver call from now on)",
+                               (unsigned long long)capture_id, (int)c->dev.index);
     return s;
+}
+
+/* The finish of an idle segment's queued release: gone, back in service, or dropped after a loss. */
+static void gseg_release_finished(tctx *c, tjob *j, torch_job_end how, dmm_status status) {
+    (void)status;
+    gseg *g = j->owner;
+    if (how == TORCH_JOB_FAILED) { /* not released: back in service */
+        g->next = c->graphs;
+        c->graphs = g;
+        return;
+    }
+    dmm__torch_segment_close(&g->seg);
+    free(g);
 }
 
 /* Idle segments whose event completed lose it (they may serve a new capture); with `trim`, idle
  * segments go back to the arena (behind their event, through the queue). */
 static uint64_t sweep_locked(tctx *c, bool trim) {
     uint64_t freed = 0;
-    if (c->lost_confirmed) return 0; /* (before: the callers refuse a lost device) */
+    if (c->jobs_taken_back) return 0; /* (before: the callers refuse a lost device) */
     gseg **pp = &c->graphs;
     while (*pp != NULL) {
         gseg *g = *pp;
-        bool idle = g->capture_id == 0 && g->sa.count == 0;
-        if (idle && g->ev != NULL && c->drv->ops->event_query(c->drv, g->ev) == DMM_OK) {
-            c->drv->ops->event_destroy(c->drv, g->ev);
+        bool idle = g->capture_id == 0 && g->seg.count == 0;
+        if (idle && g->ev != NULL && dmm__drv_event_query(c->drv, g->ev) == DMM_OK) {
+            (void)dmm__drv_event_destroy(c->drv, g->ev);
             g->ev = NULL;
         }
         if (!idle || !trim) {
@@ -183,42 +178,22 @@ static uint64_t sweep_locked(tctx *c, bool trim) {
             continue;
         }
         if (g->ev == NULL) { /* never used since, or its event completed: release now */
-            dmm_release_outcome o = dmm_mechanism_release(c->arena, &g->a);
-            if (dmm_release_state_of(&o) == DMM_RELEASE_FAILED) {
+            if (!dmm__torch_segment_release(c, &g->seg)) {
                 pp = &g->next;
                 continue;
             }
-            freed += g->a.bytes;
+            freed += g->seg.a.bytes;
             *pp = g->next;
-            dmm__sa_fini(&g->sa);
+            dmm__torch_segment_close(&g->seg);
             free(g);
             continue;
         }
-        tjob *j = calloc(1, sizeof *j);
-        if (j == NULL) {
-            pp = &g->next;
-            continue;
-        }
-        j->kind = JOB_RELEASE_GSEG;
-        j->gs = g;
-        j->ev = g->ev;
-        dmm_deferred_request r;
-        memset(&r, 0, sizeof r);
-        r.size = sizeof r;
-        r.kind = DMM_DEFERRED_RELEASE;
-        r.mechanism = c->arena;
-        r.allocation = g->a;
-        r.n_events = 1;
-        r.events[0] = g->ev;
-        r.user = j;
-        if (dmm_deferred_enqueue(c->q, &r) != DMM_OK) {
-            free(j);
+        if (dmm__torch_segment_release_behind(c, &g->seg, g->ev, gseg_release_finished, g) != DMM_OK) {
             pp = &g->next;
             continue;
         }
         g->ev = NULL; /* the job owns it now */
-        atomic_fetch_add_explicit(&c->queued, 1, memory_order_relaxed);
-        freed += g->a.bytes;
+        freed += g->seg.a.bytes;
         *pp = g->next;
     }
     dmm_clear_error();
@@ -233,7 +208,7 @@ void dmm__torch_graphs_drop_lost(tctx *c) {
     while (c->graphs != NULL) {
         gseg *g = c->graphs;
         c->graphs = g->next;
-        dmm__sa_fini(&g->sa);
+        dmm__torch_segment_close(&g->seg);
         free(g); /* its event went with the context */
     }
 }
@@ -242,11 +217,11 @@ void dmm__torch_graphs_json_locked(tctx *c, dmm_json *j) {
     uint64_t n = 0, reserved = 0, live = 0, idle = 0, largest_idle = 0, owned = 0;
     for (gseg *g = c->graphs; g != NULL; g = g->next) {
         n++;
-        reserved += g->a.bytes;
-        live += g->sa.live_bytes;
+        reserved += g->seg.a.bytes;
+        live += g->seg.live_bytes;
         if (g->capture_id == 0) {
-            idle += g->a.bytes;
-            if (g->ev == NULL && g->a.bytes > largest_idle) largest_idle = g->a.bytes;
+            idle += g->seg.a.bytes;
+            if (g->ev == NULL && g->seg.a.bytes > largest_idle) largest_idle = g->seg.a.bytes;
         } else owned++;
     }
     dmm__json_put(j,
@@ -259,7 +234,7 @@ void dmm__torch_graphs_json_locked(tctx *c, dmm_json *j) {
 void dmm__torch_graphs_totals_locked(tctx *c, uint64_t *live, uint64_t *committed) {
     *live = *committed = 0;
     for (gseg *g = c->graphs; g != NULL; g = g->next) {
-        *live += g->sa.live_bytes;
-        *committed += g->a.bytes;
+        *live += g->seg.live_bytes;
+        *committed += g->seg.committed;
     }
 }

@@ -3,7 +3,8 @@
  * Idea: a sorted array of disjoint, non-touching byte ranges. Lookups are binary searches; an insert
  * coalesces with both neighbours, so the free list of an empty arena is exactly one span and the
  * count of spans is a direct measure of fragmentation. Allocation is best fit (smallest span that
- * holds the aligned request; lowest address among equals), which keeps large spans whole.
+ * holds the aligned request; lowest address among equals), which keeps large spans whole, or first
+ * fit (the lowest span that holds it), which packs blocks at the low end of the range.
  *
  * Trade-off: best fit scans the whole array (O(n)) and inserts move the tail (O(n)). The arena is
  * the slow path under a pool that caches blocks, so n stays small (tens to hundreds of spans); a
@@ -78,7 +79,9 @@ bool dmm__spans_insert(dmm_spans *s, uint64_t off, uint64_t len) {
     return true;
 }
 
-bool dmm__spans_take_best_fit(dmm_spans *s, uint64_t base, uint64_t len, uint64_t align, uint64_t *off) {
+/* Takes `len` bytes at an aligned start from the span `pick` chooses: the smallest that fits (best
+ * fit; lowest address among equals) or the lowest that fits (first fit). */
+static bool take_fit(dmm_spans *s, uint64_t base, uint64_t len, uint64_t align, bool first_fit, uint64_t *off) {
     if (len == 0 || align == 0 || (align & (align - 1)) != 0) return false;
     size_t best = SIZE_MAX;
     uint64_t best_start = 0;
@@ -92,6 +95,7 @@ bool dmm__spans_take_best_fit(dmm_spans *s, uint64_t base, uint64_t len, uint64_
         if (start > end || end - start < len) continue;
         best = i;
         best_start = start;
+        if (first_fit) break;
     }
     if (best == SIZE_MAX) return false;
     dmm_span sp = s->v[best];
@@ -111,6 +115,14 @@ bool dmm__spans_take_best_fit(dmm_spans *s, uint64_t base, uint64_t len, uint64_
     s->total -= len;
     *off = best_start;
     return true;
+}
+
+bool dmm__spans_take_best_fit(dmm_spans *s, uint64_t base, uint64_t len, uint64_t align, uint64_t *off) {
+    return take_fit(s, base, len, align, false, off);
+}
+
+bool dmm__spans_take_first_fit(dmm_spans *s, uint64_t base, uint64_t len, uint64_t align, uint64_t *off) {
+    return take_fit(s, base, len, align, true, off);
 }
 
 uint64_t dmm__spans_carve(dmm_spans *s, uint64_t off, uint64_t len,

@@ -43,6 +43,10 @@ bool dmm__spans_insert(dmm_spans *s, uint64_t off, uint64_t len);
  * one free entry. False (nothing changed) when no span fits. */
 bool dmm__spans_take_best_fit(dmm_spans *s, uint64_t base, uint64_t len, uint64_t align, uint64_t *off);
 
+/* First fit: as best fit, but from the lowest span that can hold them, so that blocks pack at the
+ * low end of the range (a torch segment's backed prefix is there). */
+bool dmm__spans_take_first_fit(dmm_spans *s, uint64_t base, uint64_t len, uint64_t align, uint64_t *off);
+
 /* Removes the intersection of [off, off+len) with the set and returns its bytes; each removed piece
  * is reported through `piece` (may be NULL). Needs one free entry (a span may split in two). */
 uint64_t dmm__spans_carve(dmm_spans *s, uint64_t off, uint64_t len,

@@ -26,8 +26,11 @@
 #include "testkit.h"
 
 #include "../../adapters/torch/adapter.c"
+#include "../../adapters/torch/context.c"
 #include "../../adapters/torch/graphs.c"
-#include "../../adapters/torch/suballoc.c"
+#include "../../adapters/torch/jobs.c"
+#include "../../adapters/torch/offload.c"
+#include "../../adapters/torch/segment.c"
 #include "../../adapters/torch/tags.c"
 
 #include "torch_kit.h"
@@ -164,7 +167,7 @@ static void conserved(fx *f, const char *what) {
                  nlive(f));
     ttag *t = tag_of(f);
     if (t != NULL && (t->state == TAG_OFFLOADING) != (t->pending > 0))
-        fail_msg("%s: the tag is %s with %u segment(s) pending", what, state_name(t->state), (unsigned)t->pending);
+        fail_msg("%s: the tag is %s with %u segment(s) pending", what, dmm__torch_tag_state_name(t->state), (unsigned)t->pending);
 }
 
 /* With the plan cleared: the tag comes back (same addresses, same bytes unless discarded), an offload
@@ -250,7 +253,7 @@ typedef struct before {
 
 static uint64_t graph_bytes(fx *f) {
     uint64_t n = 0;
-    for (gseg *g = f->c->graphs; g != NULL; g = g->next) n += g->a.bytes;
+    for (gseg *g = f->c->graphs; g != NULL; g = g->next) n += g->seg.a.bytes;
     return n;
 }
 
@@ -385,7 +388,7 @@ static void honest_offload_wait(fx *f, dmm_status s, const before *b) {
         assert_int_equal(t->failure, DMM_OK);
         for (tseg *g = t->segs; g != NULL; g = g->next) {
             uint64_t committed = 1;
-            DMM_OK_OR_FAIL(dmm_mechanism_committed_bytes(f->c->arena, &g->a, &committed));
+            DMM_OK_OR_FAIL(dmm_mechanism_committed_bytes(f->c->arena, &g->seg.a, &committed));
             assert_int_equal(committed, 0); /* really off the device */
         }
         return;
@@ -406,7 +409,7 @@ static void honest_restore(fx *f, dmm_status s, const before *b) {
     }
     dmm_test_error_mentions("restore of tag", "call restore again", NULL);
     assert_int_equal(t->state, TAG_OFFLOADED); /* never called resident when it is not */
-    for (tseg *g = t->segs; g != NULL; g = g->next) assert_true(g->restored <= g->committed);
+    for (tseg *g = t->segs; g != NULL; g = g->next) assert_true(g->restored <= g->seg.committed);
 }
 
 static dmm_status op_empty_cache(fx *f) { return dmm__torch_empty_cache(f->c, NULL); }

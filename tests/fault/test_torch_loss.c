@@ -26,8 +26,11 @@
 #include "testkit.h"
 
 #include "../../adapters/torch/adapter.c"
+#include "../../adapters/torch/context.c"
 #include "../../adapters/torch/graphs.c"
-#include "../../adapters/torch/suballoc.c"
+#include "../../adapters/torch/jobs.c"
+#include "../../adapters/torch/offload.c"
+#include "../../adapters/torch/segment.c"
 #include "../../adapters/torch/tags.c"
 
 #include "torch_kit.h"

@@ -66,6 +66,32 @@ static void best_fit_prefers_the_smallest_span(void **state) {
     dmm__spans_fini(&s);
 }
 
+static void first_fit_takes_the_lowest_span(void **state) {
+    (void)state;
+    dmm_spans s;
+    dmm__spans_init(&s);
+    assert_true(dmm__spans_reserve(&s, 8));
+    assert_true(dmm__spans_insert(&s, 1000, 2000));
+    assert_true(dmm__spans_insert(&s, 4000, 1000));
+    uint64_t off = 0;
+    assert_true(dmm__spans_take_first_fit(&s, 0, 1000, 1, &off));
+    assert_int_equal(off, 1000); /* the lowest span that holds it, not the 1000-byte best fit */
+    assert_true(dmm__spans_take_first_fit(&s, 0, 1000, 1, &off));
+    assert_int_equal(off, 2000); /* packed after the first */
+    assert_true(dmm__spans_take_first_fit(&s, 0, 500, 1, &off));
+    assert_int_equal(off, 4000);
+    assert_false(dmm__spans_take_first_fit(&s, 0, 501, 1, &off));
+    /* alignment is absolute, as for best fit: the first span whose aligned start still fits ([4500,
+     * 5000) holds 408 bytes from 0x10 + 4592, too few) */
+    assert_true(dmm__spans_insert(&s, 6100, 600));
+    assert_true(dmm__spans_take_first_fit(&s, 0x10, 450, 256, &off));
+    assert_int_equal((0x10 + off) % 256, 0);
+    assert_int_equal(off, 6128);
+    CHECK_SPANS(&s, 8000);
+    assert_int_equal(s.total, 3000 - 2500 + 600 - 450);
+    dmm__spans_fini(&s);
+}
+
 static void carve_removes_an_intersection(void **state) {
     (void)state;
     dmm_spans s;
@@ -151,6 +177,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(insert_coalesces_both_sides),
         cmocka_unit_test(best_fit_prefers_the_smallest_span),
+        cmocka_unit_test(first_fit_takes_the_lowest_span),
         cmocka_unit_test(carve_removes_an_intersection),
         cmocka_unit_test(check_catches_broken_sets),
         cmocka_unit_test(random_against_a_byte_map),

@@ -19,8 +19,11 @@
 #include "testkit.h"
 
 #include "../../adapters/torch/adapter.c"
+#include "../../adapters/torch/context.c"
 #include "../../adapters/torch/graphs.c"
-#include "../../adapters/torch/suballoc.c"
+#include "../../adapters/torch/jobs.c"
+#include "../../adapters/torch/offload.c"
+#include "../../adapters/torch/segment.c"
 #include "../../adapters/torch/tags.c"
 
 #define KIB ((size_t)1 << 10)
@@ -182,7 +185,7 @@ static void tags_offload_restore(void **state) {
     ttag *t = &f->c->tags[dmm__torch_tag_find("weights")];
     assert_int_equal(t->state, TAG_OFFLOADED);
     assert_true(dmm_fault_calls(f->drv, DMM_OP_UNMAP) > unmaps0);
-    uint64_t committed = t->segs->committed;
+    uint64_t committed = t->segs->seg.committed;
     assert_true(committed >= 4 * MIB + 5000);
     assert_int_equal(census(f).mapped_bytes, mapped0 - committed);
     assert_non_null(strstr(stats(f), "\"state\":\"offloaded\""));
@@ -277,7 +280,7 @@ static void offload_in_pieces(void **state) {
     ttag *t = NULL;
     uint64_t mapped0 = 0;
     unsigned char *w = offload_fixture(f, n, &t, &mapped0);
-    uint64_t committed = t->segs->committed;
+    uint64_t committed = t->segs->seg.committed;
     DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, true));
     uint64_t unmaps0 = dmm_fault_calls(f->drv, DMM_OP_UNMAP), releases0 = dmm_fault_calls(f->drv, DMM_OP_RELEASE);
     uint64_t records0 = dmm_fault_calls(f->drv, DMM_OP_EVENT_RECORD), copies0 = dmm_fault_calls(f->drv, DMM_OP_COPY);
@@ -319,7 +322,7 @@ static void offload_piece_fails(void **state) {
         ttag *t = NULL;
         uint64_t mapped0 = 0;
         unsigned char *w = offload_fixture(f, n, &t, &mapped0);
-        uint64_t committed = t->segs->committed;
+        uint64_t committed = t->segs->seg.committed;
         DMM_OK_OR_FAIL(dmm_fault_plan(f->drv, DMM_OP_UNMAP, 3, sticky ? UINT32_MAX : 1, DMM_ERR_DRIVER));
         DMM_OK_OR_FAIL(dmm__torch_offload(f->c, "big", DMM_TORCH_TO_HOST, f->s1));
         dmm_status s = dmm__torch_offload_wait(f->c, "big");
@@ -580,8 +583,8 @@ static void a_leaked_tag_growth_is_not_retried(void **state) {
         void *small = NULL;
         if (live) { /* a block that fits the first segment's committed prefix still goes there */
             small = xmalloc(f, 100 * KIB, f->s1);
-            assert_true((char *)small >= (char *)first->a.ptr &&
-                        (char *)small + 100 * KIB <= (char *)first->a.ptr + first->committed);
+            assert_true((char *)small >= (char *)first->seg.a.ptr &&
+                        (char *)small + 100 * KIB <= (char *)first->seg.a.ptr + first->seg.committed);
             assert_true(same(w, 1 * MIB, 9));
         }
         DMM_OK_OR_FAIL(dmm__torch_tag_end());
@@ -628,7 +631,7 @@ static void empty_cache_counts_queued_segments(void **state) {
     void *w = xmalloc(f, 3 * MIB, f->s1);
     DMM_OK_OR_FAIL(dmm__torch_tag_end());
     ttag *t = &f->c->tags[dmm__torch_tag_find("queued-release")];
-    uint64_t committed = t->segs->committed;
+    uint64_t committed = t->segs->seg.committed;
     xfree(f, w, 3 * MIB, f->s1);
     uint64_t mapped0 = census(f).mapped_bytes;
     DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, true));
@@ -684,32 +687,33 @@ static void tag_names_are_escaped_in_json(void **state) {
     fx_close(f);
 }
 
-static void suballoc_first_fit_coalesces(void **state) {
+static void segment_first_fit_coalesces(void **state) {
     (void)state;
-    suballoc sa;
-    assert_true(dmm__sa_init(&sa, 10000));
+    torch_segment sa;
+    memset(&sa, 0, sizeof sa);
+    assert_true(place_init(&sa, 10000));
     uint64_t o[4];
-    for (int i = 0; i < 4; i++) assert_true(dmm__sa_alloc(&sa, 1000, 900, &o[i]));
+    for (int i = 0; i < 4; i++) assert_true(dmm__torch_segment_take(&sa, 1000, 900, &o[i]));
     assert_int_equal(o[3], 3000);
-    assert_int_equal(dmm__sa_high(&sa), 4000);
+    assert_int_equal(dmm__torch_segment_high(&sa), 4000);
     uint64_t len = 0, req = 0;
-    assert_true(dmm__sa_free(&sa, o[1], &len, &req));
+    assert_true(dmm__torch_segment_give(&sa, o[1], &len, &req));
     assert_int_equal(len, 1000);
     assert_int_equal(req, 900);
-    assert_false(dmm__sa_free(&sa, o[1], NULL, NULL)); /* a second free is refused */
-    assert_true(dmm__sa_free(&sa, o[2], NULL, NULL));
+    assert_false(dmm__torch_segment_give(&sa, o[1], NULL, NULL)); /* a second free is refused */
+    assert_true(dmm__torch_segment_give(&sa, o[2], NULL, NULL));
     uint64_t x = 0;
-    assert_true(dmm__sa_alloc(&sa, 2000, 2000, &x)); /* the two freed spans coalesced */
+    assert_true(dmm__torch_segment_take(&sa, 2000, 2000, &x)); /* the two freed spans coalesced */
     assert_int_equal(x, 1000);
-    assert_false(dmm__sa_alloc(&sa, 7000, 7000, &x));
-    assert_true(dmm__sa_free(&sa, o[0], NULL, NULL));
-    assert_true(dmm__sa_free(&sa, o[3], NULL, NULL));
-    assert_true(dmm__sa_free(&sa, 1000, NULL, NULL));
+    assert_false(dmm__torch_segment_take(&sa, 7000, 7000, &x));
+    assert_true(dmm__torch_segment_give(&sa, o[0], NULL, NULL));
+    assert_true(dmm__torch_segment_give(&sa, o[3], NULL, NULL));
+    assert_true(dmm__torch_segment_give(&sa, 1000, NULL, NULL));
     assert_int_equal(sa.count, 0);
-    assert_non_null(sa.free);
-    assert_int_equal(sa.free->len, 10000); /* one span again */
-    assert_null(sa.free->next);
-    dmm__sa_fini(&sa);
+    assert_true(sa.free.n > 0);
+    assert_int_equal(sa.free.v[0].len, 10000); /* one span again */
+    assert_int_equal(sa.free.n, 1);
+    dmm__torch_segment_close(&sa);
 }
 
 int main(void) {
@@ -730,7 +734,7 @@ int main(void) {
         cmocka_unit_test(empty_cache_counts_queued_segments),
         cmocka_unit_test(tag_scopes),
         cmocka_unit_test(tag_names_are_escaped_in_json),
-        cmocka_unit_test(suballoc_first_fit_coalesces),
+        cmocka_unit_test(segment_first_fit_coalesces),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

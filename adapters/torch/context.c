@@ -1,0 +1,55 @@
+/* adapters/torch/context.c — the context floor: counts with resettable peaks, the clock, and the
+ * device-loss questions every floor above asks.
+ *
+ * What it owns: nothing but these answers. Device loss has one owner, the driver (src/driver/call.h):
+ * every call into it goes through its wrappers, the first DMM_ERR_DEVICE_LOST latches there, and
+ * every later call is refused without reaching the driver. So the adapter keeps no loss flag: it asks
+ * the driver before its slow paths, and refuses with a sentence of its own that says what to do.
+ *
+ * Invariants: a tcount's peak ≥ cur at every add (a reset lowers the peak to cur).
+ */
+#include <time.h>
+
+#include "context.h"
+#include "driver/call.h"
+
+void dmm__torch_count_add(tcount *t, uint64_t v) {
+    uint64_t now = atomic_fetch_add_explicit(&t->cur, v, memory_order_relaxed) + v;
+    dmm__torch_bump(&t->total, v);
+    uint64_t p = dmm__torch_get(&t->peak);
+    while (now > p && !atomic_compare_exchange_weak_explicit(&t->peak, &p, now, memory_order_relaxed,
+                                                             memory_order_relaxed)) {
+    }
+}
+
+void dmm__torch_count_sub(tcount *t, uint64_t v) { dmm__torch_drop(&t->cur, v); }
+
+void dmm__torch_count_reset(tcount *t) {
+    atomic_store_explicit(&t->peak, dmm__torch_get(&t->cur), memory_order_relaxed);
+}
+
+uint64_t dmm__torch_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+bool dmm__torch_lost(const tctx *c) { return dmm__drv_lost(c->drv); }
+
+bool dmm__torch_terminated(const tctx *c) { return dmm__drv_terminated(c->drv); }
+
+dmm_status dmm__torch_capturing(const tctx *c, dmm_stream stream, bool *capturing, uint64_t *id) {
+    *capturing = false;
+    *id = 0;
+    if (stream == NULL || c->ext.capture_status == NULL) return DMM_OK;
+    return c->ext.capture_status(c->ext.user, stream, capturing, id);
+}
+
+dmm_status dmm__torch_refuse_lost(tctx *c, const char *op) {
+    if (!dmm__torch_lost(c)) return DMM_OK;
+    return dmm_error_set(DMM_ERR_DEVICE_LOST,
+                         "dmm torch: %s on device %d refused: the device is lost (a driver call reported a sticky "
+                         "context error), so nothing is asked of the driver any more; free what you hold, tear "
+                         "the context down, then confirm (dmm__torch_confirm_lost) and destroy",
+                         op, (int)c->dev.index);
+}

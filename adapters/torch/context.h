@@ -1,0 +1,46 @@
+/* adapters/torch/context.h — the context floor of the torch adapter: counts, the clock, device loss.
+ * Internal to libdmm_torch.so and its tests. */
+#ifndef DMM_TORCH_CONTEXT_H
+#define DMM_TORCH_CONTEXT_H
+
+#include "core/core.h"
+#include "types.h"
+
+/* Relaxed atomics of the counters (statistics: no ordering needed). */
+static inline uint64_t dmm__torch_get(_Atomic uint64_t *x) { return atomic_load_explicit(x, memory_order_relaxed); }
+static inline void dmm__torch_bump(_Atomic uint64_t *x, uint64_t v) {
+    atomic_fetch_add_explicit(x, v, memory_order_relaxed);
+}
+static inline void dmm__torch_drop(_Atomic uint64_t *x, uint64_t v) {
+    atomic_fetch_sub_explicit(x, v, memory_order_relaxed);
+}
+
+void dmm__torch_count_add(tcount *t, uint64_t v); /* cur, total and peak */
+void dmm__torch_count_sub(tcount *t, uint64_t v);
+void dmm__torch_count_reset(tcount *t); /* peak = cur */
+
+/* CLOCK_MONOTONIC in ns (the clock of the *_ns stats). */
+uint64_t dmm__torch_now_ns(void);
+
+/* Device loss (adapter.h "Device loss"). Whether the device was lost: asked of the driver, which
+ * latched the first DMM_ERR_DEVICE_LOST any call over it reported (the pool's, the arena's, the
+ * deferred queue's or ours); no driver call, the last error untouched. */
+bool dmm__torch_lost(const tctx *c);
+/* Whether the lost context was confirmed torn down (dmm_arena_confirm_context_terminated). */
+bool dmm__torch_terminated(const tctx *c);
+/* DMM_OK, or DMM_ERR_DEVICE_LOST with a sentence naming `op`, when the device was lost. */
+dmm_status dmm__torch_refuse_lost(tctx *c, const char *op);
+
+/* Whether `stream` captures a CUDA graph (ext.capture_status; never for the NULL stream, nor without
+ * the slot); *id = the capture's id (0 = unknown). */
+dmm_status dmm__torch_capturing(const tctx *c, dmm_stream stream, bool *capturing, uint64_t *id);
+
+/* Rounds a request up to the block alignment (torch's 512 bytes), and a length up to the granule. */
+static inline uint64_t dmm__torch_round_block(const tctx *c, uint64_t bytes) {
+    return (bytes + c->block_align - 1) & ~(c->block_align - 1);
+}
+static inline uint64_t dmm__torch_round_granule(const tctx *c, uint64_t bytes) {
+    return (bytes + c->granule - 1) / c->granule * c->granule;
+}
+
+#endif /* DMM_TORCH_CONTEXT_H */

@@ -1,0 +1,189 @@
+/* adapters/torch/types.h — the torch adapter's data: one device context and everything it holds.
+ * Internal to libdmm_torch.so and its tests; the ground floor every file of the adapter stands on.
+ *
+ * The core is written over any dmm_driver plus a small table of extras (`dmm_torch_ext`) that the
+ * driver contract does not have: the capture status of a stream, and pinned host memory. The CUDA
+ * entry points (torch_cuda.c) fill the extras from libcuda; the host unit test fills them with malloc
+ * and a capture switch of its own, so every decision of the adapter runs on a machine without a GPU.
+ *
+ * The floors, each calling only those below it:
+ *   adapter.c   routing of malloc/free (capture → graphs, a tag → tags, else the pool), the API, stats
+ *   graphs.c    graph segments: memory mapped before a capture, the only memory a capture is served from
+ *   offload.c   offload (copy, event, deferred decommit) and restore of a tag
+ *   tags.c      tag names and scopes, tagged allocations in tag segments
+ *   segment.c   one segment: a VA allocation of the arena, its blocks (a span set and a table of live
+ *               blocks), its release now or behind an event — what tag and graph segments share
+ *   jobs.c      the deferred queue: our requests, polled and taken back; each job's own finish
+ *   context.c   counts, the clock, and device loss (asked of the driver: it latches the first loss)
+ *
+ * Lock order: ctx.lock → (pool → arena → driver). The hot path (pool malloc/free) takes no ctx lock.
+ */
+#ifndef DMM_TORCH_TYPES_H
+#define DMM_TORCH_TYPES_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/spans.h"
+#include "dmm/dmm.h"
+
+/* ---- extras beyond the driver contract ---- */
+typedef struct dmm_torch_ext {
+    void *user;
+    /* *capturing = true while `stream` captures a CUDA graph; *id = the capture's id (0 = unknown).
+     * NULL slot: streams never capture. */
+    dmm_status (*capture_status)(void *user, dmm_stream stream, bool *capturing, uint64_t *id);
+    /* Page-locked host memory for offload copies (NULL slots: offload to host is unsupported). */
+    dmm_status (*host_alloc)(void *user, size_t bytes, void **out);
+    void (*host_free)(void *user, void *p);
+} dmm_torch_ext;
+
+typedef struct dmm_torch_config {
+    uint32_t size;              /* sizeof(dmm_torch_config) */
+    uint64_t pool_va_bytes;     /* VA of the pool; 0 = the device's total memory rounded up to a power of two */
+    uint64_t reserve_bytes;     /* the arena's VA reservation; 0 = 4 × pool_va_bytes */
+    uint64_t tag_segment_bytes; /* VA of one tag segment; 0 = pool_va_bytes / 2 */
+    uint64_t cache_limit_bytes; /* the arena's handle cache; 0 = 8 MiB */
+    uint64_t limit_bytes;       /* the device's budget (owned bytes); 0 = unlimited */
+    uint32_t retain_permille;   /* the pool's retention (dmm_pool_config); 0 = the pool's default */
+    /* restore's pieces (offload.c restore_piece): 0 = the default; UINT64_MAX = one commit per segment;
+     * else the largest piece, rounded up to the granule */
+    uint64_t restore_piece_bytes;
+    uint64_t restore_first_bytes; /* 0 = every piece the same; else the first piece, doubling up to the largest */
+    uint64_t restore_copy_bytes;  /* 0 = one copy per piece; else each piece's copy in parts of this many bytes */
+} dmm_torch_config;
+
+/* Offload modes (the `mode` of dmm__torch_offload). */
+enum { DMM_TORCH_TO_HOST = 0, DMM_TORCH_DISCARD = 1 };
+
+/* Largest number of distinct tag names per process, and of nested tag scopes per thread. */
+#define DMM_TORCH_MAX_TAGS 32
+#define DMM_TORCH_TAG_DEPTH 8
+#define DMM_TORCH_TAG_NAME 64
+/* Most pieces one segment's offload is cut into (each: a copy, an event, a queued decommit). */
+#define DMM_TORCH_OFFLOAD_PIECES 16
+
+typedef struct tctx tctx;
+
+/* ---- jobs: our requests in the deferred queue (jobs.c) ---- */
+typedef enum torch_job_end {
+    TORCH_JOB_RAN = 0,        /* the queue ran it: status DMM_OK (COMPLETE) or DMM_ERR_QUARANTINED */
+    TORCH_JOB_FAILED = 1,     /* it FAILED (nothing changed) and was taken out: status = the failure */
+    TORCH_JOB_TAKEN_BACK = 2, /* taken back unrun after a confirmed loss: no driver call may follow */
+} torch_job_end;
+
+typedef struct tjob tjob;
+/* Called once, when the job leaves the queue (ctx.lock held by the poller); the job is freed after. */
+typedef void (*torch_job_finish)(tctx *c, tjob *j, torch_job_end how, dmm_status status);
+
+struct tjob {
+    torch_job_finish finish;
+    void *owner; /* the segment (tag or graph) the job works on */
+    dmm_event ev; /* the job's own event, destroyed after its finish (none after a loss); NULL = none */
+    bool last;    /* a decommit covering the whole segment (its failure is the segment's) */
+};
+
+/* ---- segments (segment.c) ---- */
+/* One live block of a segment: its offset, rounded and requested sizes. */
+typedef struct torch_block {
+    uint64_t off, len, req;
+    bool used;
+} torch_block;
+
+typedef struct torch_segment {
+    dmm_allocation a;    /* an allocation of the arena: VA only (tags) or committed in full (graphs) */
+    uint64_t committed;  /* [0, committed) is backed (while resident) */
+    dmm_spans free;      /* the free spans of [0, a.bytes), coalesced */
+    torch_block *blocks; /* the live blocks by offset (open addressing) */
+    size_t cap, count;   /* slots, live blocks */
+    uint64_t live_bytes; /* Σ live len */
+} torch_segment;
+
+/* ---- tags (tags.c, offload.c) ---- */
+enum { SEG_RESIDENT = 0, SEG_PENDING = 1, SEG_OFFLOADED = 2 };
+enum { TAG_RESIDENT = 0, TAG_OFFLOADING = 1, TAG_OFFLOADED = 2 };
+
+typedef struct tseg {
+    struct tseg *next;
+    int tag;                 /* the tag's id */
+    torch_segment seg;       /* VA-only; [0, seg.committed) backed while resident */
+    uint64_t restored;       /* while OFFLOADED: [0, restored) is mapped again (a restore in progress) */
+    int state;               /* SEG_* */
+    void *host;              /* pinned copy (offload to host) */
+    uint64_t host_bytes;     /* its size */
+    uint64_t saved_bytes;    /* bytes the last offload copied */
+    uint64_t decommit_ns;    /* CLOCK_MONOTONIC when the last decommit ran */
+    dmm_stream last_stream;  /* the stream of the last free (gates the segment's release) */
+    /* offload pieces: piece_ev[k] is recorded after piece k's copy and gates the decommit of [0, end of
+     * piece k); the last piece's decommit covers [0, committed) */
+    dmm_event piece_ev[DMM_TORCH_OFFLOAD_PIECES];
+    uint32_t jobs_queued;    /* decommits the last offload queued */
+    uint32_t jobs_left;      /* of those, still in the queue (SEG_PENDING ⇔ jobs_left > 0) */
+} tseg;
+
+typedef struct ttag {
+    int state;               /* TAG_* */
+    int mode;                /* of the last offload */
+    tseg *segs;
+    dmm_event ev;            /* recorded after the offload's copies */
+    uint32_t pending;        /* segments with decommits queued */
+    uint64_t offloads, restores;
+    uint64_t offload_call_ns, offload_done_ns, restore_ns; /* CLOCK_MONOTONIC */
+    /* polls that found the offload still in progress: while OFFLOADING, polls − polls_mark (the
+     * context's polls when it began); frozen here when it ends */
+    uint64_t pending_polls, polls_mark;
+    dmm_status failure;      /* a segment's last decommit failed, or one was quarantined: memory stays mapped */
+} ttag;
+
+/* ---- graphs (graphs.c) ---- */
+typedef struct gseg {
+    struct gseg *next;
+    torch_segment seg;       /* fully committed before any capture */
+    uint64_t capture_id;     /* the capture that owns it; 0 = idle */
+    bool released;           /* the owner's graph is gone: idle once nothing is live */
+    dmm_event ev;            /* recorded at the release: the segment is reusable once it completed */
+} gseg;
+
+/* ---- the context ---- */
+/* A count with a resettable peak. */
+typedef struct tcount {
+    _Atomic uint64_t cur, peak, total;
+} tcount;
+
+struct tctx {
+    dmm_driver *drv;         /* not owned; its latch says whether the device is lost */
+    dmm_torch_ext ext;
+    dmm_device dev;
+    uint64_t granule, pool_va, tag_va, block_align;
+    uint64_t restore_piece, restore_first, restore_copy; /* dmm_torch_config's restore_*_bytes */
+
+    dmm_governor *gov;       /* not owned */
+    dmm_holder *holder;
+    dmm_lease_id lease;      /* device: charged by the arena through `acct` */
+    dmm_lease_id host_lease; /* host tier: the pinned copies */
+    dmm_accounting inner;    /* the governor's hook for `lease` */
+    dmm_accounting acct;     /* ours: counts, then forwards to `inner` */
+
+    dmm_mechanism *arena;
+    dmm_pool *pool;
+    dmm_deferred *q;
+
+    /* counted by the hook: what the arena has mapped (= committed) and owns, with resettable peaks */
+    tcount mapped, owned;
+    /* counted by malloc/free across pool, tags and graphs: rounded bytes, requested bytes, blocks */
+    tcount alloc_bytes, req_bytes, blocks;
+    _Atomic uint64_t freed_bytes, frees, ooms, retries, capture_mallocs, capture_refusals, tag_mallocs;
+    _Atomic uint64_t queued; /* our jobs in the deferred queue */
+
+    pthread_mutex_t lock;    /* tags, graphs, polls of the queue */
+    uint64_t polls;          /* polls that found jobs queued (ctx.lock) */
+    bool jobs_taken_back;    /* after a confirmed loss: every job was taken back unrun (ctx.lock) */
+    ttag tags[DMM_TORCH_MAX_TAGS];
+    gseg *graphs;
+    uint64_t host_bytes;     /* Σ pinned copies */
+};
+
+#endif /* DMM_TORCH_TYPES_H */
