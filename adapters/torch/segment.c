@@ -6,12 +6,13 @@
  * both place blocks and give segments back the same way, here.
  *
  * Placement: the free spans are a span set (core/spans.h) taken first fit, so blocks pack at the low
- * end; the live blocks are a table by offset (one pair, block_put / block_take, over an
- * open-addressing table). The trade-off: O(free spans) per call, never on the pool's hot path —
+ * end; the live blocks are two u64 maps by offset (core/u64map.h: their lengths and their requested
+ * sizes). The trade-off: O(free spans) per call, never on the pool's hot path —
  * segments hold few, long-lived blocks (weights) or the blocks of one capture.
  *
- * Invariants: free.total + live_bytes = a.bytes; count = live blocks; no live block overlaps a free
- * span; a failed take or give changes nothing (both reserve what they need first).
+ * Invariants: free.total + live_bytes = a.bytes; count = |lens| = |reqs| (the same keys); no live
+ * block overlaps a free span; a failed take or give changes nothing (both reserve what they need
+ * first).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -22,56 +23,19 @@
 #include "jobs.h"
 #include "segment.h"
 
-/* ---- the live blocks: offset → (len, req) ---- */
-static size_t slot_of(uint64_t off, size_t cap) {
-    uint64_t k = off * 0x9E3779B97F4A7C15ull;
-    return (size_t)(k ^ (k >> 31)) & (cap - 1);
+/* ---- the live blocks: offset → len and offset → req, two maps of the core's one u64 map ---- */
+
+/* Promises a slot in both maps (so that recording a block cannot fail halfway); false: none. */
+static bool blocks_promise(torch_segment *s) {
+    if (!dmm__u64map_reserve(&s->lens, 1)) return false;
+    if (dmm__u64map_reserve(&s->reqs, 1)) return true;
+    dmm__u64map_unreserve(&s->lens, 1);
+    return false;
 }
 
-/* Room for `need` blocks (the table at most half full); false when out of host memory. */
-static bool blocks_fit(torch_segment *s, size_t need) {
-    if (need * 2 <= s->cap) return true;
-    size_t cap = s->cap ? s->cap : 64;
-    while (cap < need * 2) cap *= 2;
-    torch_block *v = calloc(cap, sizeof *v);
-    if (v == NULL) return false;
-    for (size_t i = 0; i < s->cap; i++) {
-        if (!s->blocks[i].used) continue;
-        size_t j = slot_of(s->blocks[i].off, cap);
-        while (v[j].used) j = (j + 1) & (cap - 1);
-        v[j] = s->blocks[i];
-    }
-    free(s->blocks);
-    s->blocks = v;
-    s->cap = cap;
-    return true;
-}
-
-/* Records a live block (room made by blocks_fit). */
-static void block_put(torch_segment *s, uint64_t off, uint64_t len, uint64_t req) {
-    size_t i = slot_of(off, s->cap);
-    while (s->blocks[i].used) i = (i + 1) & (s->cap - 1);
-    s->blocks[i] = (torch_block){off, len, req, true};
-}
-
-/* Removes the live block at `off` (backward-shift deletion); false when there is none. */
-static bool block_take(torch_segment *s, uint64_t off, torch_block *out) {
-    if (s->cap == 0) return false;
-    size_t mask = s->cap - 1, i = slot_of(off, s->cap);
-    while (s->blocks[i].used && s->blocks[i].off != off) i = (i + 1) & mask;
-    if (!s->blocks[i].used) return false;
-    *out = s->blocks[i];
-    size_t hole = i;
-    for (size_t j = (hole + 1) & mask; s->blocks[j].used; j = (j + 1) & mask) {
-        size_t home = slot_of(s->blocks[j].off, s->cap);
-        bool movable = hole <= j ? (home <= hole || home > j) : (home <= hole && home > j);
-        if (movable) {
-            s->blocks[hole] = s->blocks[j];
-            hole = j;
-        }
-    }
-    s->blocks[hole].used = false;
-    return true;
+static void blocks_unpromise(torch_segment *s) {
+    dmm__u64map_unreserve(&s->lens, 1);
+    dmm__u64map_unreserve(&s->reqs, 1);
 }
 
 /* ---- placement ---- */
@@ -81,10 +45,14 @@ static bool place_init(torch_segment *s, uint64_t bytes) {
 }
 
 bool dmm__torch_segment_take(torch_segment *s, uint64_t len, uint64_t req, uint64_t *off) {
-    if (len == 0 || !blocks_fit(s, s->count + 1) || !dmm__spans_reserve(&s->free, 1)) return false;
+    if (len == 0 || !blocks_promise(s)) return false;
     uint64_t at = 0;
-    if (!dmm__spans_take_first_fit(&s->free, 0, len, 1, &at)) return false;
-    block_put(s, at, len, req);
+    if (!dmm__spans_reserve(&s->free, 1) || !dmm__spans_take_first_fit(&s->free, 0, len, 1, &at)) {
+        blocks_unpromise(s);
+        return false;
+    }
+    dmm__u64map_insert_reserved(&s->lens, at, len);
+    dmm__u64map_insert_reserved(&s->reqs, at, req);
     s->count++;
     s->live_bytes += len;
     *off = at;
@@ -93,13 +61,14 @@ bool dmm__torch_segment_take(torch_segment *s, uint64_t len, uint64_t req, uint6
 
 bool dmm__torch_segment_give(torch_segment *s, uint64_t off, uint64_t *len, uint64_t *req) {
     if (!dmm__spans_reserve(&s->free, 1)) return false; /* first, so that a failure changes nothing */
-    torch_block b;
-    if (!block_take(s, off, &b)) return false;
-    (void)dmm__spans_insert(&s->free, b.off, b.len); /* (room reserved; a live block overlaps no free span) */
+    uint64_t blen = 0, breq = 0;
+    if (!dmm__u64map_remove(&s->lens, off, &blen)) return false;
+    (void)dmm__u64map_remove(&s->reqs, off, &breq); /* (the two maps hold the same offsets) */
+    (void)dmm__spans_insert(&s->free, off, blen); /* (room reserved; a live block overlaps no free span) */
     s->count--;
-    s->live_bytes -= b.len;
-    if (len != NULL) *len = b.len;
-    if (req != NULL) *req = b.req;
+    s->live_bytes -= blen;
+    if (len != NULL) *len = blen;
+    if (req != NULL) *req = breq;
     return true;
 }
 
@@ -111,16 +80,21 @@ bool dmm__torch_segment_holds(const torch_segment *s, const void *ptr, uint64_t 
 }
 
 uint64_t dmm__torch_segment_high(const torch_segment *s) {
-    uint64_t hi = 0;
-    for (size_t i = 0; i < s->cap; i++)
-        if (s->blocks[i].used && s->blocks[i].off + s->blocks[i].len > hi) hi = s->blocks[i].off + s->blocks[i].len;
+    uint64_t hi = 0, off, len;
+    size_t at = 0;
+    while (dmm__u64map_next(&s->lens, &at, &off, &len))
+        if (off + len > hi) hi = off + len;
     return hi;
 }
 
 void dmm__torch_segment_each(const torch_segment *s, void (*fn)(void *u, uint64_t off, uint64_t len, uint64_t req),
                              void *u) {
-    for (size_t i = 0; i < s->cap; i++)
-        if (s->blocks[i].used) fn(u, s->blocks[i].off, s->blocks[i].len, s->blocks[i].req);
+    uint64_t off, len, req = 0;
+    size_t at = 0;
+    while (dmm__u64map_next(&s->lens, &at, &off, &len)) {
+        (void)dmm__u64map_find(&s->reqs, off, &req);
+        fn(u, off, len, req);
+    }
 }
 
 /* ---- the allocation ---- */
@@ -157,7 +131,8 @@ dmm_status dmm__torch_segment_open(tctx *c, torch_segment *s, uint64_t bytes, bo
 
 void dmm__torch_segment_close(torch_segment *s) {
     dmm__spans_fini(&s->free);
-    free(s->blocks);
+    dmm__u64map_fini(&s->lens);
+    dmm__u64map_fini(&s->reqs);
     memset(s, 0, sizeof *s);
 }
 

@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "core/spans.h"
+#include "core/u64map.h"
 #include "dmm/dmm.h"
 
 /* ---- extras beyond the driver contract ---- */
@@ -88,17 +89,14 @@ struct tjob {
 
 /* ---- segments (segment.c) ---- */
 /* One live block of a segment: its offset, rounded and requested sizes. */
-typedef struct torch_block {
-    uint64_t off, len, req;
-    bool used;
-} torch_block;
 
 typedef struct torch_segment {
     dmm_allocation a;    /* an allocation of the arena: VA only (tags) or committed in full (graphs) */
     uint64_t committed;  /* [0, committed) is backed (while resident) */
     dmm_spans free;      /* the free spans of [0, a.bytes), coalesced */
-    torch_block *blocks; /* the live blocks by offset (open addressing) */
-    size_t cap, count;   /* slots, live blocks */
+    dmm_u64map lens;     /* the live blocks: offset → length */
+    dmm_u64map reqs;     /* offset → requested bytes (the same offsets as lens) */
+    size_t count;        /* live blocks */
     uint64_t live_bytes; /* Σ live len */
 } torch_segment;
 
