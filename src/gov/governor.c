@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "core/json.h"
+#include "driver/call.h"
 #include "gov/gov_internal.h"
 
 _Thread_local const dmm_holder *dmm__gov_in_reclaim;
@@ -198,7 +199,7 @@ dmm_status dmm_governor_add_device(dmm_governor *g, dmm_driver *driver) {
                              driver->ops->name ? driver->ops->name : "?", dmm__gov_tier_name(driver->device.tier),
                              (int)driver->device.index);
     uint64_t free_bytes = 0, total_bytes = 0;
-    dmm_status st = driver->ops->mem_info(driver, &free_bytes, &total_bytes); /* no lock held */
+    dmm_status st = dmm__drv_mem_info(driver, &free_bytes, &total_bytes); /* no lock held */
     if (st != DMM_OK)
         return dmm__error_wrap(st,
                                "dmm_governor_add_device: reading the free memory of %s:%d failed (%s); set the "

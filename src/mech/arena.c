@@ -38,7 +38,6 @@
 #include <string.h>
 
 #include "mech/arena_check.h"
-#include "mech/arena_loss.h"
 #include "mech/chunks.h"
 #include "mech/commit.h"
 #include "mech/prefix.h"
@@ -550,20 +549,6 @@ static dmm_status arena_drain_cache(void *impl) {
     else s = DMM_ERR_OUT_OF_MEMORY;
     dmm_lock_release(&a->lock);
     return s;
-}
-
-/* The pool's view of a loss (mech/arena_loss.h): a loss the pool saw through its own driver call is
- * the arena's too, since both call one driver. */
-dmm_status dmm__arena_device_loss(dmm_mechanism *m, bool mark, bool *lost, bool *confirmed) {
-    dmm_arena *a = NULL;
-    dmm_status s = arena_of(m, "arena device-loss query", &a);
-    if (s != DMM_OK) return s;
-    dmm_lock_acquire(&a->lock);
-    if (mark && !dmm__arena_lost(a)) dmm__drv_latch(a->drv, "a user of the arena");
-    if (lost != NULL) *lost = dmm__arena_lost(a);
-    if (confirmed != NULL) *confirmed = a->confirmed;
-    dmm_lock_release(&a->lock);
-    return DMM_OK;
 }
 
 dmm_status dmm_arena_confirm_context_terminated(dmm_mechanism *m) {
