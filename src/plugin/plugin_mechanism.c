@@ -26,7 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mech/mech_internal.h"
 #include "plugin/plugin_internal.h"
 
 typedef struct pmech {
