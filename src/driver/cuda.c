@@ -1,9 +1,9 @@
 /* src/driver/cuda.c — the `cuda` driver: libcuda.so.1 opened with dlopen, the primary context of one
  * device, and the driver ops of dmm/driver.h over the CUDA driver API.
  *
- * This file owns the driver object: its creation, the ops tables, the error mapping every op shares,
- * census, mem_info and destroy, and the entry points of a build without cuda.h. Beside it
- * (cuda_internal.h lists them): cuda_api.c (the loader and CUresult naming), cuda_memory.c (VMM and
+ * This file owns the driver object: its creation, the ops tables, census, mem_info and destroy, and
+ * the entry points of a build without cuda.h. Beside it (cuda_types.h lists them): cuda_api.c (the
+ * loader, CUresult naming and the error mapping every op shares), cuda_memory.c (VMM and
  * eager ops with their records), cuda_stream.c (streams, events, copies), cuda_device.c (device
  * queries and peer access).
  *
@@ -89,61 +89,7 @@ dmm_status dmm_cuda_driver_set_peer_access(dmm_driver *cuda, const int *peers, s
 
 #else /* DMM_HAVE_CUDA_H */
 
-#include "driver/cuda_internal.h"
-
-/* ---- the error mapping every op shares ------------------------------------------------------- */
-
-/* The refusal once the device is lost: no CUDA call is made. */
-dmm_status dmm__cuda_lost_error(cuda_driver *c, const char *call) {
-    CUresult r = (CUresult)atomic_load_explicit(&c->lost, memory_order_acquire);
-    return dmm_error_set(DMM_ERR_DEVICE_LOST,
-                         "cuda driver (device %d): %s refused without calling CUDA: the device was lost "
-                         "earlier (%s (%d): %s); tear the context down and confirm it terminated",
-                         (int)c->base.device.index, call, dmm__cu_name(r), (int)r, dmm__cu_text(r));
-}
-
-/* Maps a failed CUresult to a dmm code and sets the sentence: op, values, CUDA's code and name. */
-dmm_status dmm__cuda_fail(cuda_driver *c, CUresult r, const char *call, const char *fmt, ...) {
-    char values[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(values, sizeof values, fmt, ap);
-    va_end(ap);
-    dmm_status s;
-    const char *advice;
-    if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-        s = DMM_ERR_OUT_OF_MEMORY;
-        advice = "free device memory or ask for less";
-    } else if (dmm__cu_sticky(r)) {
-        int expected = 0;
-        atomic_compare_exchange_strong_explicit(&c->lost, &expected, (int)r, memory_order_acq_rel,
-                                                memory_order_acquire);
-        s = DMM_ERR_DEVICE_LOST;
-        advice = "the context is unusable: the device is lost and this driver makes no more CUDA calls";
-    } else {
-        s = DMM_ERR_DRIVER;
-        advice = "check the values against the driver's rules";
-    }
-    return dmm_error_set(s, "cuda driver (device %d): %s(%s) failed with %s (%d): %s; %s",
-                         (int)c->base.device.index, call, values, dmm__cu_name(r), (int)r, dmm__cu_text(r),
-                         advice);
-}
-
-/* Refuses when lost; else makes the primary context current on this thread. */
-dmm_status dmm__cuda_enter(cuda_driver *c, const char *call) {
-    if (dmm__cuda_is_lost(c)) return dmm__cuda_lost_error(c, call);
-    CUresult r = dmm__cu.ctxSetCurrent(c->ctx);
-    if (r != CUDA_SUCCESS)
-        return dmm__cuda_fail(c, r, "cuCtxSetCurrent", "primary context of device %d", (int)c->dev);
-    return DMM_OK;
-}
-
-dmm_status dmm__cuda_no_memory(cuda_driver *c, const char *call) {
-    return dmm_error_set(DMM_ERR_OUT_OF_MEMORY,
-                         "cuda driver (device %d): %s: no host memory for the driver's own record; nothing "
-                         "was done",
-                         (int)c->base.device.index, call);
-}
+#include "driver/cuda_types.h"
 
 /* ---- information ----------------------------------------------------------------------------- */
 

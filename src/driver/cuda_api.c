@@ -1,5 +1,6 @@
 /* src/driver/cuda_api.c — libcuda.so.1, opened with dlopen once per process: the table of entry
- * points, the names and texts of CUresults, and which of them are sticky (declared in cuda_internal.h).
+ * points, the names and texts of CUresults, which of them are sticky, and the error mapping every op
+ * of the driver shares (dmm__cuda_fail and friends; all declared in cuda_types.h).
  *
  * The idea: no link-time dependency on CUDA. cuda.h is used for types and constants only; every entry
  * point is resolved once per process with dlsym under the versioned name cuda.h itself would bind to
@@ -16,11 +17,12 @@ typedef int dmm__cuda_api_needs_cuda_h; /* built without cuda.h: nothing here (I
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "driver/cuda_internal.h"
+#include "driver/cuda_types.h"
 
 /* The exported names: the ABI versions that CUDA 12/13's cuda.h binds the plain names to. */
 static const struct {
@@ -154,6 +156,60 @@ bool dmm__cu_sticky(CUresult r) {
     default:
         return false;
     }
+}
+
+/* ---- the error mapping every op shares ------------------------------------------------------- */
+
+/* The refusal once the device is lost: no CUDA call is made. */
+dmm_status dmm__cuda_lost_error(cuda_driver *c, const char *call) {
+    CUresult r = (CUresult)atomic_load_explicit(&c->lost, memory_order_acquire);
+    return dmm_error_set(DMM_ERR_DEVICE_LOST,
+                         "cuda driver (device %d): %s refused without calling CUDA: the device was lost "
+                         "earlier (%s (%d): %s); tear the context down and confirm it terminated",
+                         (int)c->base.device.index, call, dmm__cu_name(r), (int)r, dmm__cu_text(r));
+}
+
+/* Maps a failed CUresult to a dmm code and sets the sentence: op, values, CUDA's code and name. */
+dmm_status dmm__cuda_fail(cuda_driver *c, CUresult r, const char *call, const char *fmt, ...) {
+    char values[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(values, sizeof values, fmt, ap);
+    va_end(ap);
+    dmm_status s;
+    const char *advice;
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+        s = DMM_ERR_OUT_OF_MEMORY;
+        advice = "free device memory or ask for less";
+    } else if (dmm__cu_sticky(r)) {
+        int expected = 0;
+        atomic_compare_exchange_strong_explicit(&c->lost, &expected, (int)r, memory_order_acq_rel,
+                                                memory_order_acquire);
+        s = DMM_ERR_DEVICE_LOST;
+        advice = "the context is unusable: the device is lost and this driver makes no more CUDA calls";
+    } else {
+        s = DMM_ERR_DRIVER;
+        advice = "check the values against the driver's rules";
+    }
+    return dmm_error_set(s, "cuda driver (device %d): %s(%s) failed with %s (%d): %s; %s",
+                         (int)c->base.device.index, call, values, dmm__cu_name(r), (int)r, dmm__cu_text(r),
+                         advice);
+}
+
+/* Refuses when lost; else makes the primary context current on this thread. */
+dmm_status dmm__cuda_enter(cuda_driver *c, const char *call) {
+    if (dmm__cuda_is_lost(c)) return dmm__cuda_lost_error(c, call);
+    CUresult r = dmm__cu.ctxSetCurrent(c->ctx);
+    if (r != CUDA_SUCCESS)
+        return dmm__cuda_fail(c, r, "cuCtxSetCurrent", "primary context of device %d", (int)c->dev);
+    return DMM_OK;
+}
+
+dmm_status dmm__cuda_no_memory(cuda_driver *c, const char *call) {
+    return dmm_error_set(DMM_ERR_OUT_OF_MEMORY,
+                         "cuda driver (device %d): %s: no host memory for the driver's own record; nothing "
+                         "was done",
+                         (int)c->base.device.index, call);
 }
 
 #endif /* DMM_HAVE_CUDA_H */

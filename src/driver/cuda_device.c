@@ -14,7 +14,7 @@ typedef int dmm__cuda_device_needs_cuda_h; /* built without cuda.h: nothing here
 
 #include <string.h>
 
-#include "driver/cuda_internal.h"
+#include "driver/cuda_types.h"
 
 dmm_status dmm_cuda_device_count(int *count) {
     if (count == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_cuda_device_count: count is NULL");

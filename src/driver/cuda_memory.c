@@ -17,7 +17,7 @@
 typedef int dmm__cuda_memory_needs_cuda_h; /* built without cuda.h: nothing here (ISO C wants a declaration) */
 #else
 
-#include "driver/cuda_internal.h"
+#include "driver/cuda_types.h"
 
 /* Whether any key lies in [lo, hi). O(capacity): for rare calls only. */
 static bool any_key_in(const dmm_u64map *m, uint64_t lo, uint64_t hi) {

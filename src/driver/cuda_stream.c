@@ -8,7 +8,7 @@
 typedef int dmm__cuda_stream_needs_cuda_h; /* built without cuda.h: nothing here (ISO C wants a declaration) */
 #else
 
-#include "driver/cuda_internal.h"
+#include "driver/cuda_types.h"
 
 dmm_status dmm__cuda_stream_create(dmm_driver *d, dmm_stream *stream) {
     cuda_driver *c = as_cuda(d);

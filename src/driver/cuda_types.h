@@ -1,16 +1,16 @@
-/* src/driver/cuda_internal.h — what the files of the `cuda` driver share (never installed; compiled
+/* src/driver/cuda_types.h — what the files of the `cuda` driver share (never installed; compiled
  * only with cuda.h, DMM_HAVE_CUDA_H):
- *   cuda_api.c     libcuda.so.1 opened with dlopen: the table of entry points, CUresult naming, and
- *                  which CUresults are sticky (the context is lost)
- *   cuda.c         the driver object: creation, the ops tables, the error mapping every op uses
- *                  (lost → refuse without a CUDA call), census, mem_info, destroy
+ *   cuda_api.c     libcuda.so.1 opened with dlopen: the table of entry points, CUresult naming,
+ *                  which CUresults are sticky (the context is lost), and the error mapping every op
+ *                  uses (lost → refuse without a CUDA call)
+ *   cuda.c         the driver object: creation, the ops tables, census, mem_info, destroy
  *   cuda_memory.c  the ops that hand out memory and keep records of it: VMM and eager alloc/free
  *   cuda_stream.c  streams, events, copies
  *   cuda_device.c  device count and queries, peer access
  * The driver's invariants (records under `lock`) are stated in cuda.c.
  */
-#ifndef DMM_DRIVER_CUDA_INTERNAL_H
-#define DMM_DRIVER_CUDA_INTERNAL_H
+#ifndef DMM_DRIVER_CUDA_TYPES_H
+#define DMM_DRIVER_CUDA_TYPES_H
 
 #include <cuda.h>
 #include <stdatomic.h>
@@ -152,4 +152,4 @@ void dmm__cuda_device_prop(CUdevice dev, CUmemAllocationProp *prop);
 /* VMM support and minimum granularity of a device (granule 0 without VMM). */
 CUresult dmm__cuda_device_vmm(CUdevice dev, bool *vmm, size_t *granule);
 
-#endif /* DMM_DRIVER_CUDA_INTERNAL_H */
+#endif /* DMM_DRIVER_CUDA_TYPES_H */
