@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/bench-compare.sh — a developer tool (minutes; not part of `make test`): builds two git
-# revisions into temporary worktrees, runs the benchmarks of both interleaved (A, B, A, B, ... so both
-# share the machine's noise), and compares them with `dmm compare` (docs/benchmarks.md).
+# revisions into temporary worktrees, runs the benchmarks of both interleaved (A, B, then B, A in the
+# next round, and so on: both share the machine's noise, and a machine that slows down or speeds up
+# during the run favours neither side), and compares them with `dmm compare` (docs/benchmarks.md).
 #
 #   scripts/bench-compare.sh [REV_A] [REV_B]       defaults: REV_A = HEAD~1, REV_B = HEAD
 #
@@ -115,7 +116,9 @@ args_of() {
 mkdir -p "$tmp/out"
 for ((r = 1; r <= ROUNDS; r++)); do
     for b in $BENCHES; do
-        for side in A B; do
+        order="A B"
+        ((r % 2 == 0)) && order="B A" # ABBA: a machine that drifts during the run favours neither side
+        for side in $order; do
             out="$tmp/out/$b.$side.$r"
             echo "bench-compare: round $r/$ROUNDS: $side $b"
             rc=0
