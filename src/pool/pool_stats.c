@@ -126,25 +126,17 @@ dmm_status dmm_pool_stats_common(dmm_pool *p, dmm_stats *out) {
     return dmm__stats_copy_out(&c, out);
 }
 
-dmm_status dmm_pool_stats_json(const dmm_pool_stats *s, char *buf, size_t cap, size_t *needed) {
-    if (s == NULL || (buf == NULL && cap > 0))
-        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
-                             "dmm_pool_stats_json: stats is NULL or buf is NULL with cap %zu", cap);
-    dmm_json o = {buf, cap, 0};
-    const char *sep = "";
-    dmm__json_put(&o, "{");
-#define POOL_JSON_COUNT(name, desc)                                                                 \
-    dmm__json_count(&o, sep, #name, &s->name);                                                     \
-    sep = ",";
-    DMM_POOL_STAT_COUNTS(POOL_JSON_COUNT)
+/* The pool's stats described once, from their X-macros, for the one stats writer (core/json.h). */
+#define POOL_JSON_COUNT(name, desc) DMM_JSON_STAT_COUNT(dmm_pool_stats, name),
+#define POOL_JSON_COUNTER(name, desc) DMM_JSON_STAT_COUNTER(dmm_pool_stats, name),
+static const dmm_json_stat pool_json_fields[] = {DMM_POOL_STAT_COUNTS(POOL_JSON_COUNT)
+                                                     DMM_POOL_STAT_COUNTERS(POOL_JSON_COUNTER)};
 #undef POOL_JSON_COUNT
-#define POOL_JSON_COUNTER(name, desc)                                                               \
-    dmm__json_put(&o, "%s\"" #name "\":%llu", sep, (unsigned long long)s->name);                              \
-    sep = ",";
-    DMM_POOL_STAT_COUNTERS(POOL_JSON_COUNTER)
 #undef POOL_JSON_COUNTER
-    dmm__json_put(&o, "}");
-    return dmm__json_finish(&o, needed, "dmm_pool_stats_json");
+static const dmm_json_stats pool_json_desc = DMM_JSON_STATS(dmm_pool_stats, pool_json_fields);
+
+dmm_status dmm_pool_stats_json(const dmm_pool_stats *s, char *buf, size_t cap, size_t *needed) {
+    return dmm__json_stats(&pool_json_desc, "dmm_pool_stats_json", s, buf, cap, needed);
 }
 
 /* ---- check: the pool-wide sums; each heap's own invariants are pool_check.c's ---- */
