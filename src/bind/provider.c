@@ -96,12 +96,10 @@ dmm_status dmm_provider_create(dmm_driver *driver, const dmm_provider_config *cf
             s = dmm_eager_create(driver, &ec, &p->mech);
         }
         if (s != DMM_OK) {
-            char why[768];
-            snprintf(why, sizeof why, "%s", dmm_last_error());
+            dmm__error_wrap(s, "dmm_provider_create: provider '%s' could not create its default %s mechanism on %s:%d",
+                            name, kind, tier_word(device.tier), (int)device.index);
             free(p);
-            return dmm_error_set(s, "dmm_provider_create: provider '%s' could not create its default %s mechanism "
-                                    "on %s:%d: %s",
-                                 name, kind, tier_word(device.tier), (int)device.index, why);
+            return s;
         }
         p->owns_mech = true;
     }
@@ -121,14 +119,11 @@ dmm_status dmm_provider_destroy(dmm_provider *p) {
                              p->name, inflight);
     if (p->owns_mech) {
         dmm_status s = dmm_mechanism_destroy(p->mech);
-        if (s != DMM_OK) {
-            char why[768];
-            snprintf(why, sizeof why, "%s", dmm_last_error());
-            /* the provider stays usable; the mechanism's destroy may have given cached memory back first */
-            return dmm_error_set(s, "dmm_provider_destroy: provider '%s' kept, with its live allocations: its "
-                                    "mechanism '%s' could not be destroyed: %s",
-                                 p->name, dmm_mechanism_name(p->mech), why);
-        }
+        if (s != DMM_OK) /* the provider stays usable; the mechanism's destroy may have given cached memory back */
+            return dmm__error_wrap(s,
+                                   "dmm_provider_destroy: provider '%s' kept, with its live allocations: its mechanism "
+                                   "'%s' could not be destroyed",
+                                   p->name, dmm_mechanism_name(p->mech));
     }
     dmm_lock_destroy(&p->lock);
     free(p);
