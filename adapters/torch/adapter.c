@@ -298,8 +298,8 @@ static void count_free(tctx *c, uint64_t len, uint64_t req) {
 /* A pool malloc refused for budget or memory: give back what the pool caches, then try once more. */
 static dmm_status pool_retry(tctx *c, size_t bytes, dmm_stream stream, void **out, dmm_status first) {
     if (first != DMM_ERR_BUDGET && first != DMM_ERR_OUT_OF_MEMORY) return first;
-    char first_why[768]; /* (a copy: the sentence names both tries, and the second overwrites the first) */
-    snprintf(first_why, sizeof first_why, "%s", dmm_last_error());
+    dmm_error_kept first_try = {0}; /* the sentence names both tries, and the second overwrites the first */
+    dmm__error_keep(&first_try, first);
     inc(&c->retries, 1);
     pthread_mutex_lock(&c->lock);
     dmm__torch_jobs_poll_locked(c);
@@ -312,8 +312,9 @@ static dmm_status pool_retry(tctx *c, size_t bytes, dmm_stream stream, void **ou
     inc(&c->ooms, 1);
     return dmm__error_wrap(s,
                            "dmm torch: allocating %zu bytes on device %d (stream %p) failed, also after giving back "
-                           "%llu cached bytes (first try: %s)",
-                           bytes, (int)c->dev.index, stream, (unsigned long long)released, first_why);
+                           "%llu cached bytes (first try: %.767s)", /* (cut: the second try's cause follows) */
+                           bytes, (int)c->dev.index, stream, (unsigned long long)released,
+                           dmm__error_kept_text(&first_try));
 }
 
 dmm_status dmm__torch_malloc(tctx *c, size_t bytes, dmm_stream stream, void **out) {

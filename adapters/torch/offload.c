@@ -195,13 +195,13 @@ dmm_status dmm__torch_offload(tctx *c, const char *name, int mode, dmm_stream st
         t->offload_done_ns = dmm__torch_now_ns();
     }
     if (s != DMM_OK) { /* some segments stay resident: the tag is offloaded in part; restore brings all back */
-        char why[512]; /* (a copy: the poll below sets errors of its own) */
-        snprintf(why, sizeof why, "%s", dmm_last_error());
+        dmm_error_kept why = {0}; /* the poll below sets errors of its own */
+        dmm__error_keep(&why, s);
         dmm__torch_jobs_poll_locked(c);
         pthread_mutex_unlock(&c->lock);
         return dmm_error_set(s, "dmm torch: offload of tag '%s' queued only part of its segments (restore it and "
                                 "retry): %s",
-                             name, why);
+                             name, dmm__error_kept_text(&why));
     }
     dmm__torch_jobs_poll_locked(c); /* the event may already be complete */
     pthread_mutex_unlock(&c->lock);

@@ -175,6 +175,8 @@ dmm_status dmm_provider_replace_mechanism(dmm_provider *p, dmm_mechanism *m) {
     char why[160];
     dmm_lock_acquire(&p->lock);
     const char *refusal = NULL;
+    const char *cause = NULL; /* a failed destroy's sentence: still the last error at the refusal (nothing
+                               * between sets one) */
     dmm_status code = DMM_OK;
     if (m == p->mech) {
         refusal = "it already is this provider's mechanism";
@@ -192,8 +194,8 @@ dmm_status dmm_provider_replace_mechanism(dmm_provider *p, dmm_mechanism *m) {
     if (refusal == NULL && p->owns_mech) {
         /* Destroyed under the lock so that no allocation can start on it meanwhile; it is unused. */
         if (dmm_mechanism_destroy(old) != DMM_OK) {
-            snprintf(why, sizeof why, "destroying the current mechanism failed: %.100s", dmm_last_error());
-            refusal = why;
+            refusal = "destroying the current mechanism failed";
+            cause = dmm_last_error();
             code = DMM_ERR_BUSY;
         }
     }
@@ -206,8 +208,9 @@ dmm_status dmm_provider_replace_mechanism(dmm_provider *p, dmm_mechanism *m) {
     if (refusal != NULL)
         return dmm_error_set(code,
                              "dmm_provider_replace_mechanism: provider '%s' keeps mechanism '%s' (nothing changed): "
-                             "%s; choose the mechanism before the first allocation, or create another provider",
-                             p->name, old_name, refusal);
+                             "%s%s%.100s; choose the mechanism before the first allocation, or create another "
+                             "provider",
+                             p->name, old_name, refusal, cause != NULL ? ": " : "", cause != NULL ? cause : "");
     return DMM_OK;
 }
 

@@ -23,8 +23,19 @@ void dmm__log(dmm_log_level level, const char *fmt, ...)
 #endif
     ;
 
-/* ---- errors: add context to the last error (the one idiom; no copy buffers at call sites) ----
- * dmm__error_wrap(s, "op: what was being done", ...) sets the thread's last error to
+/* ---- errors: the two idioms (no copy buffers at call sites) ----
+ * Which one:
+ *   - the failure is reported right away, with context: dmm__error_wrap, called right after the
+ *     failing call;
+ *   - calls that set (and clear) errors of their own run between the failure and its report (a loop
+ *     that tries every member and reports the first failure, an undo, a poll): dmm__error_keep right
+ *     after the failing call, then dmm__error_restore to report it as it was, or
+ *     dmm__error_kept_text inside a sentence of its own (one that names two causes, or adds context).
+ * Reading dmm_last_error() directly as an argument of dmm_error_set is fine (it formats first). */
+
+#define DMM__ERROR_CAP 1024 /* bytes of a last-error sentence, its NUL included */
+
+/* dmm__error_wrap(s, "op: what was being done", ...) sets the thread's last error to
  * "<context>: <the last error>" (the context alone when there is none) with status s, and returns s.
  * It formats before it writes, so it is called right after the failing call, before anything else
  * that may set an error of its own. */
@@ -33,6 +44,22 @@ dmm_status dmm__error_wrap(dmm_status status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+
+/* An earlier failure kept while later calls run. Zero-initialised ({0}) = nothing kept.
+ * Invariant: status == DMM_OK ⇔ nothing kept ⇔ text is "". */
+typedef struct dmm_error_kept {
+    dmm_status status;          /* the kept failure's status; DMM_OK: nothing kept */
+    char text[DMM__ERROR_CAP];  /* its sentence, as the thread's last error read when it was kept */
+} dmm_error_kept;
+
+/* Keeps status s with the thread's last error sentence, if s is a failure and nothing is kept yet (the
+ * first failure wins); returns s, so that it wraps a call: dmm__error_keep(&k, dmm__drv_x(...)). */
+dmm_status dmm__error_keep(dmm_error_kept *k, dmm_status s);
+/* Makes the kept failure the thread's last error again and returns its status; with nothing kept it
+ * returns DMM_OK and leaves the last error as it is. */
+dmm_status dmm__error_restore(const dmm_error_kept *k);
+/* The kept sentence ("" when nothing is kept), for a sentence of the caller's own. */
+const char *dmm__error_kept_text(const dmm_error_kept *k);
 
 /* ---- locks ---- */
 typedef struct dmm_lock {

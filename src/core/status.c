@@ -1,4 +1,5 @@
-/* src/core/status.c — status names, the per-thread last-error sentence, and the version.
+/* src/core/status.c — status names, the per-thread last-error sentence (and an earlier failure kept
+ * while later calls run), and the version.
  *
  * dmm_error_set never logs: it runs under locks, and the log callback must never be called under
  * one (status.h). Whoever returns the failure to the user may log it.
@@ -10,7 +11,7 @@
 
 #include "core/core.h"
 
-static _Thread_local char tls_error[1024];
+static _Thread_local char tls_error[DMM__ERROR_CAP];
 static _Thread_local dmm_status tls_status = DMM_OK;
 
 uint32_t dmm_version(void) { return DMM_VERSION_NUMBER; }
@@ -72,6 +73,20 @@ dmm_status dmm__error_wrap(dmm_status status, const char *fmt, ...) {
     if (tls_error[0] == '\0') return dmm_error_set(status, "%s", ctx);
     return dmm_error_set(status, "%s: %s", ctx, tls_error); /* dmm_error_set formats first */
 }
+
+dmm_status dmm__error_keep(dmm_error_kept *k, dmm_status s) {
+    if (s == DMM_OK || k->status != DMM_OK) return s; /* a success, or the first failure is kept already */
+    k->status = s;
+    snprintf(k->text, sizeof k->text, "%s", tls_error);
+    return s;
+}
+
+dmm_status dmm__error_restore(const dmm_error_kept *k) {
+    if (k->status == DMM_OK) return DMM_OK;
+    return dmm_error_set(k->status, "%s", k->text);
+}
+
+const char *dmm__error_kept_text(const dmm_error_kept *k) { return k->status == DMM_OK ? "" : k->text; }
 
 const char *dmm__fmt_bytes(uint64_t bytes, char *buf, size_t cap) {
     static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};

@@ -406,16 +406,11 @@ uint64_t dmm__arena_chunk_poison(dmm_arena *a, arena_chunk *c) {
 /* ---- cache and give-back ---- */
 
 dmm_status dmm__arena_drain(dmm_arena *a) {
-    dmm_status first = DMM_OK;
-    char why[1024] = "";
+    dmm_error_kept first = {0}; /* try every handle; report the first failure */
     size_t i = 0;
     while (i < a->cache.n) {
         arena_handle h = a->cache.v[i];
-        dmm_status s = dmm__arena_drv_release(a, h.phys, h.bytes);
-        if (s != DMM_OK && first == DMM_OK) {
-            first = s;
-            snprintf(why, sizeof why, "%s", dmm_last_error());
-        }
+        dmm_status s = dmm__error_keep(&first, dmm__arena_drv_release(a, h.phys, h.bytes));
         if (s != DMM_OK && s != DMM_ERR_DEVICE_LOST && !handles_reserve(&a->qhandles, 1)) {
             i++; /* no room to quarantine it: it stays cached, reported through the status */
             continue;
@@ -433,24 +428,14 @@ dmm_status dmm__arena_drain(dmm_arena *a) {
             a->st.quarantined_bytes += h.bytes;
         }
     }
-    if (first != DMM_OK) dmm_error_set(first, "%s", why);
-    return first;
+    return dmm__error_restore(&first);
 }
 
 dmm_status dmm__arena_give_back(dmm_arena *a) {
-    dmm_status first = DMM_OK;
-    char why[1024] = "";
-#define NOTE_FAILURE(s)                                                                                        \
-    do {                                                                                                       \
-        if ((s) != DMM_OK && first == DMM_OK) {                                                                \
-            first = (s);                                                                                       \
-            snprintf(why, sizeof why, "%s", dmm_last_error());                                                 \
-        }                                                                                                      \
-    } while (0)
+    dmm_error_kept first = {0}; /* try every handle and poisoned chunk; report the first failure */
     for (size_t i = 0; i < a->qhandles.n && !dmm__arena_lost(a);) {
         arena_handle h = a->qhandles.v[i];
-        dmm_status s = dmm__arena_drv_release(a, h.phys, h.bytes);
-        NOTE_FAILURE(s);
+        dmm_status s = dmm__error_keep(&first, dmm__arena_drv_release(a, h.phys, h.bytes));
         if (s != DMM_OK) {
             i++;
             continue;
@@ -467,21 +452,18 @@ dmm_status dmm__arena_give_back(dmm_arena *a) {
         if (c->state != CHUNK_POISONED) continue;
         uint64_t bytes = chunk_bytes(a, c);
         if (!handles_reserve(&a->qhandles, 1)) {
-            NOTE_FAILURE(dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "arena destroy: no host memory to retire a poisoned "
-                                                              "chunk; free host memory and retry"));
+            dmm__error_keep(&first, dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "arena destroy: no host memory to retire "
+                                                                         "a poisoned chunk; free host memory and retry"));
             continue;
         }
-        dmm_status s = dmm__arena_chunk_unmap(a, c);
-        NOTE_FAILURE(s);
+        dmm_status s = dmm__error_keep(&first, dmm__arena_chunk_unmap(a, c));
         if (s != DMM_OK) continue;
         dmm__arena_refund(a, DMM_AXIS_MAPPED, bytes);
         a->poisoned_chunks--;
         a->poison_cleared++;
         a->poison_cleared_bytes += bytes;
-        if (dmm__arena_chunk_retire(a, c, false) != 0) NOTE_FAILURE(dmm_last_status());
+        if (dmm__arena_chunk_retire(a, c, false) != 0) dmm__error_keep(&first, dmm_last_status());
     }
-#undef NOTE_FAILURE
-    if (dmm__arena_lost(a) && first == DMM_OK) first = dmm__arena_lost_error(a, "arena destroy");
-    else if (first != DMM_OK) dmm_error_set(first, "%s", why);
-    return first;
+    if (dmm__arena_lost(a) && first.status == DMM_OK) return dmm__arena_lost_error(a, "arena destroy");
+    return dmm__error_restore(&first);
 }

@@ -84,9 +84,9 @@ void dmm__arena_txn_ref(dmm_arena *a, arena_record *r, arena_txn *t, uint64_t g)
  * sentence, or, when the failure was a commit's shortfall (BUSY: "nothing was changed: retry") and the
  * undo leaked, the undo's driver failure, since then something did change. */
 static dmm_status txn_undo(dmm_arena *a, arena_record *r, arena_txn *t, const char *op) {
-    char why[1024];
-    dmm_status failure = dmm_last_status(), undo_failure = DMM_ERR_QUARANTINED; /* a leak of the commit itself */
-    snprintf(why, sizeof why, "%s", dmm_last_error());
+    dmm_error_kept kept = {0}; /* the failure, while the undo's own driver calls run */
+    dmm_status failure = dmm__error_keep(&kept, dmm_last_status());
+    dmm_status undo_failure = DMM_ERR_QUARANTINED; /* a leak of the commit itself */
     for (size_t i = t->nruns; i-- > 0;)
         for (uint64_t g = t->runs[i].g; g < t->runs[i].g + t->runs[i].n; g++) {
             rec_clear(r, g);
@@ -98,7 +98,7 @@ static dmm_status txn_undo(dmm_arena *a, arena_record *r, arena_txn *t, const ch
             if (!t->leaked && dmm_last_status() != DMM_OK) undo_failure = dmm_last_status();
             t->leaked = true;
         }
-    if (!t->leaked) return dmm_error_set(failure, "%s", why);
+    if (!t->leaked) return dmm__error_restore(&kept);
     a->st.rollback_leaks++;
     static const char leak[] = "a chunk whose unmap failed stays mapped and poisoned, a handle whose release failed "
                                "stays owned (see the stats' rollback_leaks, poisoned_* and quarantined_*)";
@@ -106,7 +106,7 @@ static dmm_status txn_undo(dmm_arena *a, arena_record *r, arena_txn *t, const ch
         return dmm_error_set(undo_failure, "%s stopped: the arena changed while its charge was taken, and undoing "
                                            "what it had done so far failed (%s): %s",
                              op, dmm_status_str(undo_failure), leak);
-    return dmm_error_set(failure, "%s; and %s could not fully undo it: %s", why, op, leak);
+    return dmm_error_set(failure, "%s; and %s could not fully undo it: %s", dmm__error_kept_text(&kept), op, leak);
 }
 
 /* ---- the pot and the runner ---- */

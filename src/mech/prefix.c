@@ -320,8 +320,7 @@ static dmm_release_outcome arena_prefix_release(void *impl, const dmm_prefix *p)
     /* the parked handles (no mapping left): to the cache if it has room, else released; try them all */
     size_t tried = 0, failed_n = 0;
     uint64_t cache_room = a->cache_limit > a->cache.bytes ? a->cache_limit - a->cache.bytes : 0;
-    dmm_status first = DMM_OK;
-    char why[1024] = "";
+    dmm_error_kept first = {0}; /* try them all; report the first failure */
     for (size_t i = 0; i < pr->n; i++) {
         arena_piece *pc = &pr->pieces[i];
         uint64_t pb = pc->n * a->gran;
@@ -332,27 +331,23 @@ static dmm_release_outcome arena_prefix_release(void *impl, const dmm_prefix *p)
             continue;
         }
         tried++;
-        s = dmm__arena_drv_release(a, pc->phys, pb);
+        s = dmm__error_keep(&first, dmm__arena_drv_release(a, pc->phys, pb));
         if (s == DMM_OK) {
             fate[i] = FATE_RELEASED;
         } else {
             fate[i] = FATE_STUCK;
             failed_n++;
-            if (first == DMM_OK) {
-                first = s;
-                snprintf(why, sizeof why, "%s", dmm_last_error());
-            }
         }
     }
     if (tried > 0 && failed_n == tried) {
-        dmm_error_set(first,
+        dmm_error_set(first.status,
                       "%s of prefix id %llu (%llu bytes): every one of its %zu handle release(s) failed (%s); nothing "
                       "was changed: the prefix is live and may be released again",
-                      op, (unsigned long long)pr->id, (unsigned long long)bytes, tried, why);
+                      op, (unsigned long long)pr->id, (unsigned long long)bytes, tried, dmm__error_kept_text(&first));
         free(fate);
         a->st.releases_failed++;
         dmm_lock_release(&a->lock);
-        return dmm__outcome_failed(bytes, first);
+        return dmm__outcome_failed(bytes, first.status);
     }
 
     /* reconcile with what the driver did, piece by piece */
@@ -389,13 +384,13 @@ static dmm_release_outcome arena_prefix_release(void *impl, const dmm_prefix *p)
         a->st.releases_complete++;
         o = dmm__outcome_complete(bytes, 0);
     } else {
-        dmm_error_set(first,
+        dmm_error_set(first.status,
                       "%s of prefix id %llu (%llu bytes) is QUARANTINED: %zu of its handle release(s) failed (%s); "
                       "%llu bytes stay owned and charged, never reused; the prefix is gone",
-                      op, (unsigned long long)p->id, (unsigned long long)bytes, failed_n, why,
+                      op, (unsigned long long)p->id, (unsigned long long)bytes, failed_n, dmm__error_kept_text(&first),
                       (unsigned long long)residual);
         a->st.releases_quarantined++;
-        dmm_release_outcome q = {DMM_RELEASE_QUARANTINED, bytes, 0, residual, first};
+        dmm_release_outcome q = {DMM_RELEASE_QUARANTINED, bytes, 0, residual, first.status};
         o = q;
     }
     dmm_lock_release(&a->lock);

@@ -127,28 +127,24 @@ dmm_release_outcome dmm__arena_release(void *impl, const dmm_allocation *al) {
 
     /* unmap every dying chunk; try them all */
     size_t n_ok = 0;
-    dmm_status first = DMM_OK;
-    char why[1024] = "";
+    dmm_error_kept first = {0}; /* the first failure: unmap here, handle release below */
     for (size_t i = 0; i < n; i++) {
         arena_chunk *c = &a->chunks[t[i].slot];
         if (t[i].cnt < c->refs) continue;
-        s = dmm__arena_chunk_unmap(a, c);
+        s = dmm__error_keep(&first, dmm__arena_chunk_unmap(a, c));
         if (s == DMM_OK) {
             t[i].unmapped = true;
             n_ok++;
-        } else if (first == DMM_OK) {
-            first = s;
-            snprintf(why, sizeof why, "%s", dmm_last_error());
         }
     }
     if (ndying > 0 && n_ok == 0) {
         free(t);
         r->state = prior;
-        dmm_error_set(first,
+        dmm_error_set(first.status,
                       "%s of %p (%zu bytes): every one of its %zu unmap(s) failed (%s); nothing was changed: the "
                       "allocation is live and may be released again",
-                      op, al->ptr, al->bytes, ndying, why);
-        dmm_release_outcome o = failed(a, bytes, first);
+                      op, al->ptr, al->bytes, ndying, dmm__error_kept_text(&first));
+        dmm_release_outcome o = failed(a, bytes, first.status);
         dmm_lock_release(&a->lock);
         return o;
     }
@@ -168,10 +164,7 @@ dmm_release_outcome dmm__arena_release(void *impl, const dmm_allocation *al) {
             if (left > 0) {
                 stuck_handles++;
                 residual += left;
-                if (first == DMM_OK) {
-                    first = dmm_last_status();
-                    snprintf(why, sizeof why, "%s", dmm_last_error());
-                }
+                dmm__error_keep(&first, dmm_last_status());
             }
         } else {
             residual += dmm__arena_chunk_poison(a, c);
@@ -189,17 +182,19 @@ dmm_release_outcome dmm__arena_release(void *impl, const dmm_allocation *al) {
     } else {
         dmm__arena_span_quarantine(a, r->off, r->span);
         a->st.releases_quarantined++;
-        if (first == DMM_OK) {
-            first = DMM_ERR_QUARANTINED;
-            snprintf(why, sizeof why, "a decommit of this allocation had failed and could not be undone");
+        dmm_status failure = first.status;
+        const char *why = dmm__error_kept_text(&first);
+        if (failure == DMM_OK) {
+            failure = DMM_ERR_QUARANTINED;
+            why = "a decommit of this allocation had failed and could not be undone";
         }
-        dmm_error_set(first,
+        dmm_error_set(failure,
                       "%s of %p (%zu bytes) is QUARANTINED: %llu bytes were unmapped, %llu chunk(s) stay mapped "
                       "and poisoned, %llu handle(s) could not be released, %llu bytes stay owned (%s); the "
                       "address range is never handed out again",
                       op, al->ptr, al->bytes, (unsigned long long)unmapped, (unsigned long long)poisoned,
                       (unsigned long long)stuck_handles, (unsigned long long)residual, why);
-        o = outcome(DMM_RELEASE_QUARANTINED, bytes, unmapped, residual, first);
+        o = outcome(DMM_RELEASE_QUARANTINED, bytes, unmapped, residual, failure);
     }
     dmm__arena_forget(a, r);
     dmm_lock_release(&a->lock);
@@ -272,14 +267,11 @@ dmm_release_outcome dmm__arena_decommit(void *impl, const dmm_allocation *al, dm
 
     /* unmap in order; stop at the first failure */
     size_t bad = n;
-    char why[1024] = "";
-    dmm_status failure = DMM_OK;
+    dmm_error_kept failure = {0}; /* the unmap that failed, or (all unmapped) the first handle release */
     for (size_t i = 0; i < n; i++) {
-        s = dmm__arena_chunk_unmap(a, &a->chunks[t[i].slot]);
+        s = dmm__error_keep(&failure, dmm__arena_chunk_unmap(a, &a->chunks[t[i].slot]));
         if (s != DMM_OK) {
             bad = i;
-            failure = s;
-            snprintf(why, sizeof why, "%s", dmm_last_error());
             break;
         }
         t[i].unmapped = true;
@@ -290,30 +282,25 @@ dmm_release_outcome dmm__arena_decommit(void *impl, const dmm_allocation *al, dm
     if (bad < n) {
         /* undo: map chunks 0..bad-1 again with their own handles (contents intact) */
         size_t lost_restores = 0;
-        char rwhy[1024] = "";
-        dmm_status rfail = DMM_OK;
+        dmm_error_kept rfail = {0}; /* the first map back that failed */
         for (size_t i = 0; i < bad; i++) {
             bool still = false;
-            s = dmm__arena_chunk_remap(a, &a->chunks[t[i].slot], &still);
+            s = dmm__error_keep(&rfail, dmm__arena_chunk_remap(a, &a->chunks[t[i].slot], &still));
             if (s == DMM_OK) {
                 t[i].restored = true;
                 continue;
             }
             t[i].stuck = still;
             lost_restores++;
-            if (rfail == DMM_OK) {
-                rfail = s;
-                snprintf(rwhy, sizeof rwhy, "%s", dmm_last_error());
-            }
         }
         if (lost_restores == 0) {
-            dmm_error_set(failure,
+            dmm_error_set(failure.status,
                           "%s of [%zu, +%zu) at %p FAILED: unmapping chunk %zu of %zu failed (%s); the %zu chunk(s) "
                           "unmapped before it were mapped again with their own handles, contents and read/write "
                           "access intact: nothing was changed",
-                          op, range.offset, range.bytes, al->ptr, bad + 1, n, why, bad);
+                          op, range.offset, range.bytes, al->ptr, bad + 1, n, dmm__error_kept_text(&failure), bad);
             a->st.releases_failed++;
-            o = dmm__outcome_failed(range.bytes, failure);
+            o = dmm__outcome_failed(range.bytes, failure.status);
         } else {
             /* some could not be restored: the allocation lost contents; quarantine it */
             r->state = RECORD_QUARANTINED;
@@ -330,15 +317,16 @@ dmm_release_outcome dmm__arena_decommit(void *impl, const dmm_allocation *al, dm
                     residual += dmm__arena_chunk_retire(a, c, true);
                 }
             }
-            dmm_error_set(rfail,
+            dmm_error_set(rfail.status,
                           "%s of [%zu, +%zu) at %p is QUARANTINED: unmapping chunk %zu of %zu failed (%s) and "
                           "mapping back %zu of the chunks unmapped before it failed too (%s); %llu bytes of the "
                           "allocation are no longer backed, %llu bytes stay owned; the allocation is quarantined: "
                           "commits are refused, release it",
-                          op, range.offset, range.bytes, al->ptr, bad + 1, n, why, lost_restores, rwhy,
-                          (unsigned long long)unmapped, (unsigned long long)residual);
+                          op, range.offset, range.bytes, al->ptr, bad + 1, n, dmm__error_kept_text(&failure),
+                          lost_restores, dmm__error_kept_text(&rfail), (unsigned long long)unmapped,
+                          (unsigned long long)residual);
             a->st.releases_quarantined++;
-            o = outcome(DMM_RELEASE_QUARANTINED, range.bytes, unmapped, residual, rfail);
+            o = outcome(DMM_RELEASE_QUARANTINED, range.bytes, unmapped, residual, rfail.status);
         }
     } else {
         /* every unmap succeeded: now refund, and cache or release the handles */
@@ -352,24 +340,21 @@ dmm_release_outcome dmm__arena_decommit(void *impl, const dmm_allocation *al, dm
             uint64_t left = dmm__arena_chunk_retire(a, c, true);
             if (left > 0) {
                 residual += left;
-                if (stuck_handles++ == 0) {
-                    failure = dmm_last_status();
-                    snprintf(why, sizeof why, "%s", dmm_last_error());
-                }
+                if (stuck_handles++ == 0) dmm__error_keep(&failure, dmm_last_status());
             }
         }
         if (stuck_handles == 0) {
             a->st.releases_complete++;
             o = dmm__outcome_complete(range.bytes, unmapped);
         } else {
-            dmm_error_set(failure,
+            dmm_error_set(failure.status,
                           "%s of [%zu, +%zu) at %p is QUARANTINED: all %llu bytes were unmapped, but %zu handle(s) "
                           "could not be released (%s) and stay owned (%llu bytes, never reused); the address "
                           "range is fine",
-                          op, range.offset, range.bytes, al->ptr, (unsigned long long)unmapped, stuck_handles, why,
-                          (unsigned long long)residual);
+                          op, range.offset, range.bytes, al->ptr, (unsigned long long)unmapped, stuck_handles,
+                          dmm__error_kept_text(&failure), (unsigned long long)residual);
             a->st.releases_quarantined++;
-            o = outcome(DMM_RELEASE_QUARANTINED, range.bytes, unmapped, residual, failure);
+            o = outcome(DMM_RELEASE_QUARANTINED, range.bytes, unmapped, residual, failure.status);
         }
     }
     free(t);

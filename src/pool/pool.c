@@ -393,10 +393,9 @@ dmm_status dmm_pool_destroy(dmm_pool *p) {
         return dmm__error_wrap(o.failure != DMM_OK ? o.failure : DMM_ERR_DRIVER,
                                "dmm_pool_destroy: releasing the pool's VA and chunks failed and nothing changed; the "
                                "pool is intact, retry");
-    /* the release's sentence must outlive the event destroys below (a failed one sets its own error):
-     * one of the two copies the pool keeps (the other: trim's first failure) */
-    char cause[512];
-    snprintf(cause, sizeof cause, "%s", dmm_last_error());
+    /* the release's sentence must outlive the event destroys below (a failed one sets its own error) */
+    dmm_error_kept cause = {0};
+    dmm__error_keep(&cause, dmm_last_status());
     /* a loss the release met half-way: its events went with the context (the mechanism reported it in
      * the outcome; the driver makes no more calls, nor do we) */
     if (o.failure == DMM_ERR_DEVICE_LOST) dmm__pool_notice_loss(p, "releasing the pool's VA and chunks");
@@ -405,7 +404,8 @@ dmm_status dmm_pool_destroy(dmm_pool *p) {
         return dmm_error_set(DMM_ERR_QUARANTINED,
                              "dmm_pool_destroy: the pool is gone, but the mechanism quarantined part of its memory "
                              "(%llu bytes unmapped, %llu still owned): %s",
-                             (unsigned long long)o.unmapped_bytes, (unsigned long long)o.residual_owned_bytes, cause);
+                             (unsigned long long)o.unmapped_bytes, (unsigned long long)o.residual_owned_bytes,
+                             dmm__error_kept_text(&cause));
     dmm_clear_error();
     return DMM_OK;
 }

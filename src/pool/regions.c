@@ -167,11 +167,9 @@ static dmm_status pool_trim(dmm_pool *p, uint64_t target, uint64_t *released, co
     if (dmm__pool_lost(p, entering)) return dmm__pool_lost_error(p, op);
     add_relaxed(&p->trims, 1);
     uint64_t freed = 0;
-    dmm_status fail = DMM_OK;
-    /* the first failure's sentence: one of the two copies the pool keeps (the other: destroy's),
-     * because the decommits and polls that follow it (the trim goes on) set and clear errors of their
-     * own before it is reported */
-    char cause[512];
+    /* the first failure, kept: the decommits and polls that follow it (the trim goes on) set and clear
+     * errors of their own before it is reported */
+    dmm_error_kept fail = {0};
     uintptr_t where = 0;
     srcvec sv = {NULL, 0, 0};
     for (pheap *h = heaps_head(p); h != NULL && !dmm__drv_lost(p->drv); h = heap_next(h)) {
@@ -186,10 +184,9 @@ static dmm_status pool_trim(dmm_pool *p, uint64_t target, uint64_t *released, co
             dmm__pool_decommit_one(p, &sv.v[i]);
             dmm_release_state st8 = dmm_release_state_of(&sv.v[i].o);
             if (st8 == DMM_RELEASE_COMPLETE) freed += sv.v[i].o.unmapped_bytes;
-            else if (fail == DMM_OK) {
-                fail = sv.v[i].o.failure != DMM_OK ? sv.v[i].o.failure : DMM_ERR_DRIVER;
+            else if (fail.status == DMM_OK) {
                 where = sv.v[i].b->addr;
-                snprintf(cause, sizeof cause, "%s", dmm_last_error());
+                dmm__error_keep(&fail, sv.v[i].o.failure != DMM_OK ? sv.v[i].o.failure : DMM_ERR_DRIVER);
             }
         }
         dmm__pool_sources_fixup(p, &sv, 0);
@@ -201,12 +198,12 @@ static dmm_status pool_trim(dmm_pool *p, uint64_t target, uint64_t *released, co
         snprintf(what, sizeof what, "%s (%llu bytes were released before the loss)", op, (unsigned long long)freed);
         return dmm__pool_lost_error(p, what);
     }
-    if (fail != DMM_OK)
-        return dmm_error_set(fail,
+    if (fail.status != DMM_OK)
+        return dmm_error_set(fail.status,
                              "dmm_pool_trim: decommitting the chunk at %p failed (the chunk stays in the pool: free "
                              "and mapped if nothing changed, never used again if the mechanism quarantined it); "
                              "%llu bytes were released: %s",
-                             (void *)where, (unsigned long long)freed, cause);
+                             (void *)where, (unsigned long long)freed, dmm__error_kept_text(&fail));
     return DMM_OK;
 }
 

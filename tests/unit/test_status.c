@@ -1,4 +1,4 @@
-/* Status names, per-thread last error, stats JSON, version. */
+/* Status names, per-thread last error (and a failure kept while later calls run), stats JSON, version. */
 #include <pthread.h>
 #include <string.h>
 
@@ -86,10 +86,47 @@ static void log_callback_filters_and_detaches(void **state) {
     assert_int_equal(log_count, 1);
 }
 
+static void a_kept_failure_is_the_first_and_comes_back_as_it_was(void **state) {
+    (void)state;
+    dmm_error_kept k = {0};
+    dmm_clear_error();
+    assert_int_equal(dmm__error_keep(&k, DMM_OK), DMM_OK); /* a success keeps nothing */
+    assert_int_equal(k.status, DMM_OK);
+    dmm_error_set(DMM_ERR_BUDGET, "first: tier device over by 7");
+    assert_int_equal(dmm__error_keep(&k, DMM_ERR_BUDGET), DMM_ERR_BUDGET);
+    dmm_error_set(DMM_ERR_DRIVER, "second: unmap failed");
+    assert_int_equal(dmm__error_keep(&k, DMM_ERR_DRIVER), DMM_ERR_DRIVER); /* returns its status, keeps nothing */
+    assert_string_equal(dmm__error_kept_text(&k), "first: tier device over by 7");
+    dmm_clear_error(); /* a later call that succeeds */
+    assert_int_equal(dmm__error_restore(&k), DMM_ERR_BUDGET);
+    assert_int_equal(dmm_last_status(), DMM_ERR_BUDGET);
+    assert_string_equal(dmm_last_error(), "first: tier device over by 7");
+    /* the status is the caller's (a missing one reported as DRIVER), the sentence the last error's */
+    dmm_error_kept d = {0};
+    dmm__error_keep(&d, DMM_ERR_DRIVER);
+    dmm_error_set(DMM_ERR_BUSY, "a poll");
+    assert_int_equal(dmm__error_restore(&d), DMM_ERR_DRIVER);
+    assert_string_equal(dmm_last_error(), "first: tier device over by 7");
+    dmm_clear_error();
+}
+
+static void nothing_kept_restores_ok_and_clears_nothing(void **state) {
+    (void)state;
+    dmm_error_kept k = {0};
+    assert_string_equal(dmm__error_kept_text(&k), "");
+    dmm_error_set(DMM_ERR_QUARANTINED, "a later failure of its own");
+    assert_int_equal(dmm__error_restore(&k), DMM_OK);
+    assert_int_equal(dmm_last_status(), DMM_ERR_QUARANTINED);
+    assert_string_equal(dmm_last_error(), "a later failure of its own");
+    dmm_clear_error();
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(names_are_distinct_and_stable),
         cmocka_unit_test(last_error_is_per_thread),
+        cmocka_unit_test(a_kept_failure_is_the_first_and_comes_back_as_it_was),
+        cmocka_unit_test(nothing_kept_restores_ok_and_clears_nothing),
         cmocka_unit_test(stats_json_lists_every_stat),
         cmocka_unit_test(version_matches_header),
         cmocka_unit_test(log_callback_filters_and_detaches),
