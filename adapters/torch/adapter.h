@@ -23,8 +23,8 @@ dmm_status dmm__torch_destroy(tctx *c);
 /* Device loss (dmm/pool.h "Device loss"). Once a driver call of this context — the pool's, the
  * arena's, the deferred queue's or the adapter's own — reported DMM_ERR_DEVICE_LOST, the driver has
  * latched it (dmm_driver_lost; dmm__torch_lost asks it) and the adapter makes no driver call any
- * more: offload, offload_wait, restore, release_host, empty_cache, graph_reserve, graph_release and poll return DMM_ERR_DEVICE_LOST with a
- * sentence, malloc is refused (by the pool or the arena), frees are accepted as bookkeeping, destroy
+ * more: offload, offload_wait, restore, release_host, empty_cache, graph_reserve, graph_release and
+ * poll return DMM_ERR_DEVICE_LOST with a sentence, malloc is refused (by the pool or the arena), frees are accepted as bookkeeping, destroy
  * is refused (DMM_ERR_DEVICE_LOST, nothing changed) until the confirmation. confirm_lost, called once
  * the caller tore the CUDA context down: confirms it on the arena (dmm_arena_confirm_context_terminated,
  * which refunds everything), takes every queued decommit and release back unrun, marks every tag

@@ -20,12 +20,12 @@
  *    FAILED outcome (nothing changed) keeps it at the head and the poll reports the failure; so does
  *    an event query that fails (e.g. DMM_ERR_DEVICE_LOST).
  *
- * Device loss: once a poll sees DMM_ERR_DEVICE_LOST — from an event query, from a request's outcome,
- * or from the request's mechanism when that is an arena another user of which found the device lost —
- * the queue is lost for good: it asks the driver nothing more (a later poll returns
- * DMM_ERR_DEVICE_LOST at once, with a sentence naming the call that first saw the loss, and runs
- * nothing), and when the request's mechanism is an arena it tells the arena (which then makes no
- * driver call either and accepts dmm_arena_confirm_context_terminated). The requests stay queued:
+ * Device loss: the loss is latched on the driver (dmm_driver_lost, dmm/driver.h), whichever of its
+ * users met it first — an event query of this queue, a request's mechanism over the same driver, a
+ * pool; a loss only a request's outcome reports is latched on the queue's driver too. From then on
+ * the queue asks the driver nothing more (a poll returns DMM_ERR_DEVICE_LOST at once, with a
+ * sentence naming the call that first saw the loss, and runs nothing), and neither does an arena over
+ * that driver (which accepts dmm_arena_confirm_context_terminated). The requests stay queued:
  * dmm_deferred_take still hands each back unrun, so that the owner, once the context is confirmed
  * terminated, drops them and destroys the queue (the events they name went with the context: do not
  * destroy them through the driver).

@@ -51,7 +51,8 @@
  * pool notices a loss another user met at the entry of malloc's slow path, trim, empty_cache,
  * destroy or a cross-stream free. From then on:
  *  - dmm_pool_malloc, dmm_pool_trim and dmm_pool_empty_cache return DMM_ERR_DEVICE_LOST with a
- *    sentence naming what the pool was doing when it noticed, and the call that first saw the loss, and hand out nothing. malloc refuses also when
+ *    sentence naming what the pool was doing when it noticed, and the call that first saw the loss,
+ *    and hand out nothing. malloc refuses also when
  *    a mapped free block would fit: serving it would cost no driver call, but the memory behind it
  *    is gone, and a pointer handed out now only fails later, in a kernel; one answer for every
  *    malloc is what a caller can act on. (A malloc racing with the thread that discovers the loss
