@@ -26,3 +26,26 @@ void dmm_test_census_zero(dmm_driver *d) {
                  (unsigned long long)c.handle_bytes, (unsigned long long)c.mapped_bytes,
                  (unsigned long long)c.eager_bytes);
 }
+
+dmm_pool_stats dmm_test_pool_stats(dmm_pool *pool) {
+    dmm_pool_stats s;
+    memset(&s, 0, sizeof s);
+    s.size = sizeof s;
+    DMM_OK_OR_FAIL(dmm_pool_stats_get(pool, &s));
+    return s;
+}
+
+void *dmm_test_pool_malloc(dmm_pool *pool, size_t bytes, dmm_stream stream) {
+    void *p = NULL;
+    DMM_OK_OR_FAIL(dmm_pool_malloc(pool, bytes, stream, &p));
+    assert_non_null(p);
+    return p;
+}
+
+void dmm_test_pool_free(dmm_pool *pool, void *ptr, dmm_stream stream) {
+    DMM_OK_OR_FAIL(dmm_pool_free(pool, ptr, stream));
+}
+
+void dmm_test_pool_poll_until_reaped(dmm_pool *pool) {
+    for (int i = 0; i < 4; i++) DMM_OK_OR_FAIL(dmm_pool_trim(pool, UINT64_MAX, NULL));
+}

@@ -25,6 +25,15 @@ void dmm_test_error_mentions(const char *first, ...);
  * left otherwise). */
 void dmm_test_census_zero(dmm_driver *d);
 
+/* The pool's stats (asserting the call worked). */
+dmm_pool_stats dmm_test_pool_stats(dmm_pool *pool);
+/* A pool block that must be handed out (asserting it was), and its free (asserting it was accepted). */
+void *dmm_test_pool_malloc(dmm_pool *pool, size_t bytes, dmm_stream stream);
+void dmm_test_pool_free(dmm_pool *pool, void *ptr, dmm_stream stream);
+/* Trims until no old place of an alias is left (a fence recorded by one poll completes by the next
+ * on the host driver). */
+void dmm_test_pool_poll_until_reaped(dmm_pool *pool);
+
 /* Exit code that CTest reads as "skipped" (SKIP_RETURN_CODE). */
 #define DMM_TEST_SKIP 77
 

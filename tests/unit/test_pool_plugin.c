@@ -63,13 +63,7 @@ static fx *fx_open(over o, const dmm_pool_config *given, uint64_t arena_cache) {
     return f;
 }
 
-static dmm_pool_stats stats(fx *f) {
-    dmm_pool_stats s;
-    memset(&s, 0, sizeof s);
-    s.size = sizeof s;
-    DMM_OK_OR_FAIL(dmm_pool_stats_get(f->pool, &s));
-    return s;
-}
+static dmm_pool_stats stats(fx *f) { return dmm_test_pool_stats(f->pool); }
 
 static void fx_close(fx *f) {
     DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
@@ -86,14 +80,8 @@ static void fx_close(fx *f) {
 
 static uint64_t calls(fx *f, dmm_driver_op op) { return dmm_fault_calls(f->drv, op); }
 
-static char *xmalloc(fx *f, size_t bytes, dmm_stream s) {
-    void *p = NULL;
-    DMM_OK_OR_FAIL(dmm_pool_malloc(f->pool, bytes, s, &p));
-    assert_non_null(p);
-    return p;
-}
-
-static void xfree(fx *f, void *p, dmm_stream s) { DMM_OK_OR_FAIL(dmm_pool_free(f->pool, p, s)); }
+static char *xmalloc(fx *f, size_t bytes, dmm_stream s) { return dmm_test_pool_malloc(f->pool, bytes, s); }
+static void xfree(fx *f, void *p, dmm_stream s) { dmm_test_pool_free(f->pool, p, s); }
 
 /* How often the plugin's 1.1 slot `slot` was called. */
 static uint64_t plugin_slot_calls(const fx *f, const char *slot) {
@@ -102,11 +90,7 @@ static uint64_t plugin_slot_calls(const fx *f, const char *slot) {
     return n;
 }
 
-/* Polls every heap until no old place of an alias is left (a fence recorded by one poll completes
- * by the next on the host). */
-static void poll_until_reaped(fx *f) {
-    for (int i = 0; i < 4; i++) DMM_OK_OR_FAIL(dmm_pool_trim(f->pool, UINT64_MAX, NULL));
-}
+static void poll_until_reaped(fx *f) { dmm_test_pool_poll_until_reaped(f->pool); }
 
 /* What one scenario saw; compared field by field between the two mechanisms. */
 typedef struct seen {
