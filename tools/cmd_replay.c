@@ -1,5 +1,5 @@
 /* tools/cmd_replay.c — `dmm replay TRACE.gz [--driver host|cuda] [--granule BYTES] [--lag N]
- * [--no-alias] [--json] [--report FILE.html]`: replays an allocation trace through the pool and reports peak live,
+ * [--no-alias] [--repeat K] [--json] [--report FILE.html]`: replays an allocation trace through the pool and reports peak live,
  * physical and committed bytes and their ratio beside PyTorch's, driver calls by kind and per
  * 1,000 allocations, and malloc/free latency percentiles.
  *
@@ -19,8 +19,8 @@
 
 static void replay_usage(FILE *f) {
     fprintf(f, "usage: dmm replay TRACE.gz [--driver host|cuda] [--granule BYTES] [--chunk BYTES]\n"
-               "                  [--max-chunk BYTES] [--retain PERMILLE] [--lag N] [--no-alias] [--json]\n"
-               "                  [--report FILE.html]\n\n"
+               "                  [--max-chunk BYTES] [--retain PERMILLE] [--lag N] [--no-alias] [--repeat K]\n"
+               "                  [--json] [--report FILE.html]\n\n"
                "Replays an allocation trace (# dmm-trace v1, gzip) through the dmm pool over an arena and\n"
                "prints peak live, physical and committed bytes, their ratio beside PyTorch's, driver calls\n"
                "by kind and per 1,000 allocations, and malloc/free latency percentiles.\n"
@@ -34,6 +34,9 @@ static void replay_usage(FILE *f) {
                "               as on a GPU where the CPU runs ahead of the work (default 0: at once)\n"
                "  --no-alias   the pool never aliases fenced chunks of the requesting stream (it waits or\n"
                "               grows instead): the behaviour before aliases, for comparison\n"
+               "  --repeat     the trace as one iteration, replayed K times over the same pool (each\n"
+               "               repetition's leftovers freed before the next); also prints the driver\n"
+               "               calls, aliases and moves of the last repetition alone: the steady state\n"
                "  --json       one JSON object instead of text\n"
                "  --report     also write a self-contained HTML page with the timeline\n");
 }
@@ -67,7 +70,7 @@ int dmm_cmd_replay(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         static const char *const with_value[] = {"--driver", "--granule", "--chunk", "--max-chunk",
-                                                 "--retain",  "--lag",     "--report"};
+                                                 "--retain",  "--lag",     "--report", "--repeat"};
         for (size_t k = 0; k < sizeof with_value / sizeof with_value[0] && i + 1 == argc; k++)
             if (strcmp(a, with_value[k]) == 0) {
                 fprintf(stderr, "dmm replay: %s needs a value after it (dmm replay --help lists them)\n", a);
@@ -97,6 +100,14 @@ int dmm_cmd_replay(int argc, char **argv) {
                 fprintf(stderr, "dmm replay: --lag wants a number of allocations, not '%s'\n", argv[i]);
                 return 2;
             }
+        } else if (strcmp(a, "--repeat") == 0 && i + 1 < argc) {
+            char *end = NULL;
+            unsigned long long v = strtoull(argv[++i], &end, 10);
+            if (end == argv[i] || *end != '\0' || argv[i][0] == '-' || v < 1 || v > 1000) {
+                fprintf(stderr, "dmm replay: --repeat wants a number of repetitions from 1 to 1000, not '%s'\n", argv[i]);
+                return 2;
+            }
+            o.repeat = (uint32_t)v;
         } else if (strcmp(a, "--no-alias") == 0) {
             o.no_alias = true;
         } else if (strcmp(a, "--retain") == 0 && i + 1 < argc) {

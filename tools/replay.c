@@ -12,6 +12,12 @@
  * recorded, so the host replay sees the GPU's pending fences. Its clock is the replay's allocation
  * count; a stream synchronize completes everything recorded so far.
  *
+ * Repeat (--repeat K): the trace taken as one iteration of a workload that repeats (training steps,
+ * generation rounds), replayed K times over the same pool, the allocations one repetition leaves live
+ * freed before the next starts. The driver calls, aliases and moves of the last repetition alone say
+ * whether the pool reached a steady state (none) or pays them every iteration; with --lag the fences
+ * are pending as on a GPU, where a replay with every fence complete would hide the cost.
+ *
  * Honesty: "physical" is the arena's owned bytes — every physical handle held, mapped or cached —
  * not only what is mapped; both are reported. At the end the pool's invariant check must pass,
  * everything is freed and destroyed, and the driver's census must be back to zero.
@@ -265,52 +271,77 @@ int dmm_replay_run(const dmm_trace *t, const dmm_replay_opts *o, dmm_replay_resu
     size_t samples = o->samples ? o->samples : 1500;
     r->timeline = calloc(samples + 2, sizeof *r->timeline);
     if (ptrs == NULL || slot_stream == NULL || r->timeline == NULL) FAIL("out of host memory for the replay's tables");
+    uint32_t reps = o->repeat > 1 ? o->repeat : 1;
+    r->repeat = reps;
     if (o->time_ops) {
-        lat_m = malloc((t->allocs ? t->allocs : 1) * sizeof *lat_m);
-        lat_f = malloc((t->frees ? t->frees : 1) * sizeof *lat_f);
+        lat_m = malloc((t->allocs ? t->allocs : 1) * reps * sizeof *lat_m);
+        lat_f = malloc((t->frees ? t->frees : 1) * reps * sizeof *lat_f);
         if (lat_m == NULL || lat_f == NULL) FAIL("out of host memory for the latency tables");
     }
     size_t stride = t->n / samples + 1, nm = 0, nf = 0;
     uint64_t live = 0, window_max = 0; /* the live peak inside each sample window, so spikes show */
+    dmm_stats before;
+    dmm_pool_stats pbefore;
+    memset(&before, 0, sizeof before);
+    memset(&pbefore, 0, sizeof pbefore);
     double t0 = now_s();
-    for (size_t i = 0; i < t->n; i++) {
-        const dmm_trace_event *e = &t->ev[i];
-        dmm_stream st = streams[e->stream];
-        if (e->kind == DMM_TRACE_ALLOC) {
-            if (lagd != NULL) lagd->clock++;
-            uint64_t a = o->time_ops ? now_ns() : 0;
-            s = dmm_pool_malloc(pool, (size_t)e->bytes, st, &ptrs[e->slot]);
-            if (o->time_ops) {
-                uint64_t d = now_ns() - a;
-                lat_m[nm++] = d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
-            }
-            if (s != DMM_OK)
-                FAIL("event %zu: malloc of %llu bytes failed: %s", i, (unsigned long long)e->bytes, dmm_last_error());
-            live += e->bytes;
-            if (live > window_max) window_max = live;
-            slot_stream[e->slot] = e->stream;
-        } else {
-            uint64_t a = o->time_ops ? now_ns() : 0;
-            s = dmm_pool_free(pool, ptrs[e->slot], st);
-            if (o->time_ops) {
-                uint64_t d = now_ns() - a;
-                lat_f[nf++] = d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
-            }
-            if (s != DMM_OK) FAIL("event %zu: free failed: %s", i, dmm_last_error());
-            ptrs[e->slot] = NULL;
-            live -= e->bytes;
+    for (uint32_t rep = 0; rep < reps; rep++) {
+        if (rep > 0) { /* the previous repetition's leftovers go, on the stream of their allocation */
+            for (size_t k = 0; k < t->allocs; k++)
+                if (ptrs[k] != NULL) {
+                    if (dmm_pool_free(pool, ptrs[k], streams[slot_stream[k]]) != DMM_OK)
+                        FAIL("repetition %u: freeing a leftover failed: %s", rep + 1, dmm_last_error());
+                    ptrs[k] = NULL;
+                }
+            live = 0;
         }
-        if (i % stride == 0 || i + 1 == t->n) {
-            dmm_pool_stats ps;
-            memset(&ps, 0, sizeof ps);
-            ps.size = sizeof ps;
-            dmm_pool_stats_get(pool, &ps);
-            dmm_replay_point *pt = &r->timeline[r->npoints++];
-            pt->t_us = e->t_us;
-            pt->live = window_max > live ? window_max : live;
-            window_max = live;
-            pt->committed = (uint64_t)ps.committed_bytes.current;
-            pt->physical = (uint64_t)ps.physical_bytes.current;
+        if (rep + 1 == reps) { /* the last repetition: what it costs alone */
+            memset(&before, 0, sizeof before);
+            before.size = sizeof before;
+            memset(&pbefore, 0, sizeof pbefore);
+            pbefore.size = sizeof pbefore;
+            if (dmm_mechanism_stats(arena, &before) != DMM_OK || dmm_pool_stats_get(pool, &pbefore) != DMM_OK)
+                FAIL("reading the stats before the last repetition failed: %s", dmm_last_error());
+        }
+        for (size_t i = 0; i < t->n; i++) {
+            const dmm_trace_event *e = &t->ev[i];
+            dmm_stream st = streams[e->stream];
+            if (e->kind == DMM_TRACE_ALLOC) {
+                if (lagd != NULL) lagd->clock++;
+                uint64_t a = o->time_ops ? now_ns() : 0;
+                s = dmm_pool_malloc(pool, (size_t)e->bytes, st, &ptrs[e->slot]);
+                if (o->time_ops) {
+                    uint64_t d = now_ns() - a;
+                    lat_m[nm++] = d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
+                }
+                if (s != DMM_OK)
+                    FAIL("event %zu: malloc of %llu bytes failed: %s", i, (unsigned long long)e->bytes, dmm_last_error());
+                live += e->bytes;
+                if (live > window_max) window_max = live;
+                slot_stream[e->slot] = e->stream;
+            } else {
+                uint64_t a = o->time_ops ? now_ns() : 0;
+                s = dmm_pool_free(pool, ptrs[e->slot], st);
+                if (o->time_ops) {
+                    uint64_t d = now_ns() - a;
+                    lat_f[nf++] = d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
+                }
+                if (s != DMM_OK) FAIL("event %zu: free failed: %s", i, dmm_last_error());
+                ptrs[e->slot] = NULL;
+                live -= e->bytes;
+            }
+            if (rep == 0 && (i % stride == 0 || i + 1 == t->n)) {
+                dmm_pool_stats ps;
+                memset(&ps, 0, sizeof ps);
+                ps.size = sizeof ps;
+                dmm_pool_stats_get(pool, &ps);
+                dmm_replay_point *pt = &r->timeline[r->npoints++];
+                pt->t_us = e->t_us;
+                pt->live = window_max > live ? window_max : live;
+                window_max = live;
+                pt->committed = (uint64_t)ps.committed_bytes.current;
+                pt->physical = (uint64_t)ps.physical_bytes.current;
+            }
         }
     }
     r->wall_s = now_s() - t0;
@@ -322,9 +353,17 @@ int dmm_replay_run(const dmm_trace *t, const dmm_replay_opts *o, dmm_replay_resu
     memset(&as, 0, sizeof as);
     as.size = sizeof as;
     if (dmm_mechanism_stats(arena, &as) != DMM_OK) FAIL("reading the arena's stats failed: %s", dmm_last_error());
-    r->events = t->n;
-    r->allocs = t->allocs;
-    r->frees = t->frees;
+    r->steady_create = as.driver_create - before.driver_create;
+    r->steady_map = as.driver_map - before.driver_map;
+    r->steady_set_access = as.driver_set_access - before.driver_set_access;
+    r->steady_unmap = as.driver_unmap - before.driver_unmap;
+    r->steady_release = as.driver_release - before.driver_release;
+    r->steady_aliased = r->pool.chunks_aliased - pbefore.chunks_aliased;
+    r->steady_moved = r->pool.chunks_moved - pbefore.chunks_moved;
+    r->steady_grows = r->pool.grows - pbefore.grows;
+    r->events = t->n * reps;
+    r->allocs = t->allocs * reps;
+    r->frees = t->frees * reps + (uint64_t)(reps - 1) * (t->allocs - t->frees);
     r->peak_live_bytes = t->peak_live_bytes;
     r->peak_committed_bytes = (uint64_t)r->pool.committed_bytes.peak;
     r->peak_physical_bytes = (uint64_t)as.owned_bytes.peak;

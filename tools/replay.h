@@ -26,6 +26,8 @@ typedef struct dmm_replay_opts {
     uint64_t lag;             /* > 0: an event completes only `lag` allocations after it was recorded
                                  (the GPU's view: the CPU runs ahead of the work); host driver only */
     bool no_alias;            /* the pool never aliases chunks (dmm_pool_config.no_alias) */
+    uint32_t repeat;          /* > 1: the trace as one iteration, replayed this many times over the same
+                                 pool (the leftovers of one freed before the next); 0 or 1 = once */
 } dmm_replay_opts;
 
 typedef struct dmm_replay_point {
@@ -54,11 +56,16 @@ typedef struct dmm_replay_result {
     double est_h200_driver_s;      /* driver calls × DESIGN §6 medians on the H200 */
     /* per-op latencies in ns (time_ops) */
     double malloc_p50, malloc_p90, malloc_p99, malloc_max, free_p50, free_p90, free_p99, free_max;
-    dmm_replay_point *timeline;
+    dmm_replay_point *timeline;    /* of the first repetition */
     size_t npoints;
+    /* --repeat: the last repetition alone (the steady state, if the pool reaches one) */
+    uint32_t repeat;               /* repetitions replayed (1 = once) */
+    uint64_t steady_create, steady_map, steady_set_access, steady_unmap, steady_release;
+    uint64_t steady_aliased, steady_moved, steady_grows;
 } dmm_replay_result;
 
-/* Replays `t`. Returns 0, or -1 with a sentence in err. Frees what the trace never frees, checks the
+/* Replays `t` (o->repeat times, the counts and peaks over all of them; steady_* of the last one).
+ * Returns 0, or -1 with a sentence in err. Frees what the trace never frees, checks the
  * pool's invariants, destroys pool, arena and driver, and checks the driver holds nothing. */
 int dmm_replay_run(const dmm_trace *t, const dmm_replay_opts *o, dmm_replay_result *r, char *err, size_t errcap);
 void dmm_replay_result_free(dmm_replay_result *r);

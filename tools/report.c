@@ -52,6 +52,13 @@ void dmm_report_text(FILE *f, const char *path, const dmm_trace *t, const dmm_re
                 r->native_ratio);
     else
         fprintf(f, "  PyTorch         (the trace header has no native peaks)\n");
+    if (r->repeat > 1)
+        fprintf(f, "  steady state    the last of %u repetitions alone: create %llu, map %llu, set_access %llu, unmap "
+                   "%llu, release %llu; %llu grows, %llu chunks aliased, %llu moved\n",
+                r->repeat, (unsigned long long)r->steady_create, (unsigned long long)r->steady_map,
+                (unsigned long long)r->steady_set_access, (unsigned long long)r->steady_unmap,
+                (unsigned long long)r->steady_release, (unsigned long long)r->steady_grows,
+                (unsigned long long)r->steady_aliased, (unsigned long long)r->steady_moved);
     double k = (double)r->allocs;
     fprintf(f, "  driver calls    create %llu, map %llu, set_access %llu, unmap %llu, release %llu (handle cache "
                "hits %llu)\n",
@@ -90,6 +97,13 @@ static void report_json_build(dmm_json *o, const char *path, const dmm_trace *t,
     dmm__json_put(o, ",\"driver\":");
     dmm__json_string(o, r->driver);
     dmm__json_put(o, ",\"lag\":%llu,\"no_alias\":%s", (unsigned long long)r->lag, r->no_alias ? "true" : "false");
+    dmm__json_put(o,
+                  ",\"repeat\":%u,\"steady\":{\"create\":%llu,\"map\":%llu,\"set_access\":%llu,\"unmap\":%llu"
+                  ",\"release\":%llu,\"grows\":%llu,\"chunks_aliased\":%llu,\"chunks_moved\":%llu}",
+                  r->repeat, (unsigned long long)r->steady_create, (unsigned long long)r->steady_map,
+                  (unsigned long long)r->steady_set_access, (unsigned long long)r->steady_unmap,
+                  (unsigned long long)r->steady_release, (unsigned long long)r->steady_grows,
+                  (unsigned long long)r->steady_aliased, (unsigned long long)r->steady_moved);
     dmm__json_put(o,
             ",\"granule\":%llu,\"chunk\":%llu,\"events\":%llu,\"allocations\":%llu,\"frees\":%llu,\"streams\":%u"
             ",\"peak_live_bytes\":%llu,\"peak_physical_bytes\":%llu,\"peak_committed_bytes\":%llu"
