@@ -19,8 +19,8 @@
 
 static void replay_usage(FILE *f) {
     fprintf(f, "usage: dmm replay TRACE.gz [--driver host|cuda] [--granule BYTES] [--chunk BYTES]\n"
-               "                  [--max-chunk BYTES] [--retain PERMILLE] [--lag N] [--no-alias] [--repeat K]\n"
-               "                  [--json] [--report FILE.html]\n\n"
+               "                  [--max-chunk BYTES] [--retain PERMILLE] [--settle PERMILLE] [--lag N]\n"
+               "                  [--no-alias] [--repeat K] [--json] [--report FILE.html]\n\n"
                "Replays an allocation trace (# dmm-trace v1, gzip) through the dmm pool over an arena and\n"
                "prints peak live, physical and committed bytes, their ratio beside PyTorch's, driver calls\n"
                "by kind and per 1,000 allocations, and malloc/free latency percentiles.\n"
@@ -30,6 +30,8 @@ static void replay_usage(FILE *f) {
                "  --max-chunk  largest chunk a growth commits as one handle (default: the quantum;\n"
                "               larger: fewer driver calls, more fragmentation)\n"
                "  --retain     memory kept mapped while free, in permille of the live peak (default 20)\n"
+               "  --settle     the most the retention limit rises while the pool keeps re-mapping memory,\n"
+               "               in permille of the live peak (default 100; at or below --retain: fixed)\n"
                "  --lag        host driver: every event completes only N allocations after it was recorded,\n"
                "               as on a GPU where the CPU runs ahead of the work (default 0: at once)\n"
                "  --no-alias   the pool never aliases fenced chunks of the requesting stream (it waits or\n"
@@ -70,7 +72,7 @@ int dmm_cmd_replay(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         static const char *const with_value[] = {"--driver", "--granule", "--chunk", "--max-chunk",
-                                                 "--retain",  "--lag",     "--report", "--repeat"};
+                                                 "--retain",  "--settle", "--lag",     "--report", "--repeat"};
         for (size_t k = 0; k < sizeof with_value / sizeof with_value[0] && i + 1 == argc; k++)
             if (strcmp(a, with_value[k]) == 0) {
                 fprintf(stderr, "dmm replay: %s needs a value after it (dmm replay --help lists them)\n", a);
@@ -110,15 +112,16 @@ int dmm_cmd_replay(int argc, char **argv) {
             o.repeat = (uint32_t)v;
         } else if (strcmp(a, "--no-alias") == 0) {
             o.no_alias = true;
-        } else if (strcmp(a, "--retain") == 0 && i + 1 < argc) {
+        } else if ((strcmp(a, "--retain") == 0 || strcmp(a, "--settle") == 0) && i + 1 < argc) {
             char *end = NULL;
             unsigned long long v = strtoull(argv[++i], &end, 10);
             if (end == argv[i] || *end != '\0' || argv[i][0] == '-' || v > UINT32_MAX) {
-                fprintf(stderr, "dmm replay: --retain wants a whole number of per mille (e.g. 20 = 2 %%), not '%s'\n",
+                fprintf(stderr, "dmm replay: %s wants a whole number of per mille (e.g. 20 = 2 %%), not '%s'\n", a,
                         argv[i]);
                 return 2;
             }
-            o.retain_permille = (uint32_t)v;
+            if (strcmp(a, "--retain") == 0) o.retain_permille = (uint32_t)v;
+            else o.settle_permille = (uint32_t)v;
         } else if (strcmp(a, "--report") == 0 && i + 1 < argc) {
             report = argv[++i];
         } else if (a[0] == '-') {

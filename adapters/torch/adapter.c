@@ -151,6 +151,7 @@ dmm_status dmm__torch_create(dmm_driver *drv, const dmm_torch_ext *ext, dmm_gove
     pc.va_bytes = pool_va;
     pc.block_align = (size_t)c->block_align;
     pc.retain_permille = k.retain_permille;
+    pc.settle_permille = k.settle_permille;
     s = dmm_pool_create(c->arena, drv, &pc, &c->pool);
     if (s != DMM_OK) goto fail;
     s = dmm__torch_jobs_open(c);

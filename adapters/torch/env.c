@@ -60,6 +60,9 @@ static const char *num_why(num_result r) {
 #define POOL_VA_REMEDY                                                                             \
     "a decimal number of bytes (e.g. 68719476736 for 64 GiB; 0 = the device memory rounded up to a power of two)"
 #define RETAIN_REMEDY "the pool's retention in per mille of the live peak (e.g. 20 = 2 %; 0 = the pool's default)"
+#define SETTLE_REMEDY                                                                              \
+    "how far the pool's retention may rise while it keeps re-mapping memory, in per mille of the live peak " \
+    "(e.g. 100 = 10 %; 0 = the pool's default; at or below the retention: never)"
 #define PIECE_REMEDY                                                                               \
     "MAX[,FIRST[,COPY]] in decimal bytes (e.g. 33554432, or 268435456,16777216, or 0 for one commit per "   \
     "segment)"
@@ -83,6 +86,11 @@ dmm_status dmm__torch_config_from_env(dmm_torch_config *cfg, dmm_torch_getenv_fn
     uint64_t retain = 0;
     if (keep != NULL && ((r = parse_whole(keep, &retain)) != NUM_OK || retain > 1000))
         return bad("DMM_TORCH_RETAIN", keep, "is not a whole number from 0 to 1000", RETAIN_REMEDY);
+
+    const char *settle = lookup(get, user, "DMM_TORCH_SETTLE");
+    uint64_t settle_pm = 0;
+    if (settle != NULL && ((r = parse_whole(settle, &settle_pm)) != NUM_OK || settle_pm > 1000))
+        return bad("DMM_TORCH_SETTLE", settle, "is not a whole number from 0 to 1000", SETTLE_REMEDY);
 
     const char *rp = lookup(get, user, "DMM_TORCH_RESTORE_PIECE");
     uint64_t piece[3] = {0, 0, 0};
@@ -109,6 +117,7 @@ dmm_status dmm__torch_config_from_env(dmm_torch_config *cfg, dmm_torch_getenv_fn
     /* every value is valid: only now write */
     if (va != NULL) cfg->pool_va_bytes = pool_va;
     if (keep != NULL) cfg->retain_permille = (uint32_t)retain;
+    if (settle != NULL) cfg->settle_permille = (uint32_t)settle_pm;
     if (rp != NULL) {
         cfg->restore_piece_bytes = piece[0] != 0 ? piece[0] : UINT64_MAX; /* 0 = one commit per segment */
         cfg->restore_first_bytes = piece[1];

@@ -8,11 +8,12 @@
 /* Looks a variable up: its value, or NULL when it is not set (getenv, or a test's table). */
 typedef const char *(*dmm_torch_getenv_fn)(void *user, const char *name);
 
-/* Reads DMM_TORCH_POOL_VA (decimal bytes), DMM_TORCH_RETAIN (decimal per mille, 0..1000) and
- * DMM_TORCH_RESTORE_PIECE (MAX[,FIRST[,COPY]], decimal bytes; MAX 0 = one commit per segment) through
- * `get` into cfg->pool_va_bytes, retain_permille and restore_piece/first/copy_bytes. A variable that
- * is unset or empty leaves its fields alone. A malformed value (not a number, a sign, trailing
- * characters, a number beyond 64 bits, RETAIN above 1000, an empty or fourth field) gives
+/* Reads DMM_TORCH_POOL_VA (decimal bytes), DMM_TORCH_RETAIN and DMM_TORCH_SETTLE (decimal per mille,
+ * 0..1000) and DMM_TORCH_RESTORE_PIECE (MAX[,FIRST[,COPY]], decimal bytes; MAX 0 = one commit per
+ * segment) through `get` into cfg->pool_va_bytes, retain_permille, settle_permille and
+ * restore_piece/first/copy_bytes. A variable that is unset or empty leaves its fields alone. A
+ * malformed value (not a number, a sign, trailing characters, a number beyond 64 bits, RETAIN or
+ * SETTLE above 1000, an empty or fourth field) gives
  * DMM_ERR_INVALID_ARGUMENT with a sentence naming the variable, its value and what to set, and leaves
  * *cfg untouched. Pure: no state, no allocation. */
 dmm_status dmm__torch_config_from_env(dmm_torch_config *cfg, dmm_torch_getenv_fn get, void *user);

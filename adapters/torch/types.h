@@ -50,6 +50,7 @@ typedef struct dmm_torch_config {
     uint64_t cache_limit_bytes; /* the arena's handle cache; 0 = 8 MiB */
     uint64_t limit_bytes;       /* the device's budget (owned bytes); 0 = unlimited */
     uint32_t retain_permille;   /* the pool's retention (dmm_pool_config); 0 = the pool's default */
+    uint32_t settle_permille;   /* the pool's retention ceiling (dmm_pool_config); 0 = the pool's default */
     /* restore's pieces (offload.c restore_piece): 0 = the default; UINT64_MAX = one commit per segment;
      * else the largest piece, rounded up to the granule */
     uint64_t restore_piece_bytes;

@@ -114,6 +114,14 @@ typedef struct dmm_pool_config {
     uint32_t no_alias;        /* 1: never alias chunks (a growth that wants fenced chunks of its own
                                stream then grows instead, as before aliases); for comparisons.
                                0 = alias where it saves memory (over an arena) */
+    uint32_t settle_permille; /* how far the retention limit may rise, in per mille of the live peak,
+                               while the pool keeps re-mapping memory: each chunk a growth moves or
+                               aliases raises the limit by its bytes, up to (1 + permille/1000) × the
+                               live peak, so that a repeating workload (training steps, generation
+                               rounds) settles into a layout it serves with no driver call at all,
+                               instead of re-mapping ~1 GiB every step. 0 = 100 (10 %); a value at or
+                               below retain_permille keeps the limit fixed (the lowest memory, with
+                               moves every iteration) */
 } dmm_pool_config;
 
 /* Creates a pool over `mech` (not owned; must support virtual backing, else DMM_ERR_UNSUPPORTED) and

@@ -11,6 +11,13 @@
  * into the window one at a time, so that the mechanism's handle cache hands the same physical
  * handle back. New chunks fill the rest, split only at max_chunk.
  *
+ * Settling. Under a fixed limit a repeating workload can re-map memory every iteration: the growth
+ * of step k moves chunks from the places step k+1 then needs (measured: GPT-2 training aliased
+ * ~1 GiB a step). So every chunk a growth moves or aliases raises the limit by its bytes (settled),
+ * up to settle_permille of the live peak: a workload that repeats stops re-mapping within an
+ * iteration or two and is then served with no driver call, at a peak at most that much higher; one
+ * that never repeats pays at most that much memory for fewer moves.
+ *
  * The steps of one attempt, each a function below:
  *   plan    (under the heap's lock) the window [lo, hi) and the chunks k it needs; more VA if needed;
  *   carve   (under the heap's lock) the window's unmapped chunks as COMMITTING pieces, and the
@@ -143,6 +150,18 @@ static uint64_t live_peak_estimate(dmm_pool *p) {
     return s > mx ? s : mx;
 }
 
+static uint64_t permille_of(uint64_t x, uint32_t permille) {
+    return x / 1000 * permille + (x % 1000) * permille / 1000;
+}
+
+/* The retention limit: (1 + retain/1000) × the live peak, plus what re-mapping taught it (settled),
+ * at most (1 + settle/1000) × the live peak. */
+static uint64_t retention_limit(dmm_pool *p) {
+    uint64_t peak = live_peak_estimate(p), learned = load_relaxed(&p->settled);
+    uint64_t room = permille_of(peak, p->settle_permille - p->retain_permille);
+    return peak + permille_of(peak, p->retain_permille) + (learned < room ? learned : room);
+}
+
 /* One malloc's growth, across its attempts. */
 typedef struct growth {
     dmm_pool *p;
@@ -233,8 +252,7 @@ static dmm_status growth_carve(growth *g, uint64_t *want_more) {
     g->rec = dmm__heap_block_new(h);  /* for the fix-up's split: held privately */
     g->rec2 = dmm__heap_block_new(h); /* and for cutting out a chunk the failed commit left poisoned */
     /* the retention limit: move whole free chunks rather than grow beyond it */
-    uint64_t cap = live_peak_estimate(p);
-    cap += cap / 1000 * p->retain_permille + (cap % 1000) * p->retain_permille / 1000;
+    uint64_t cap = retention_limit(p);
     uint64_t committed = load_relaxed(&p->committed), twice = load_relaxed(&p->aliased_bytes), need = pl->k * p->chunk;
     uint64_t want = 0;
     committed -= twice < committed ? twice : committed; /* an aliased chunk's old place is no more memory */
@@ -301,6 +319,12 @@ static void growth_drive(growth *g) {
         }
         t->done = cur - t->b->addr;
     }
+    /* the limit made this growth re-map memory: let it rise by as much (see dmm_pool.settled) */
+    uint64_t remapped = 0;
+    for (size_t i = 0; i < g->sv.n; i++)
+        if (g->sv.v[i].aliased || (g->sv.v[i].role == SRC_MOVE && dmm__pool_source_gone(&g->sv.v[i])))
+            remapped += g->sv.v[i].bytes;
+    if (remapped > 0) add_relaxed(&p->settled, remapped);
 }
 
 /* fix-up: committed parts become FREE (merging with their neighbours), the rest UNMAPPED; sources never

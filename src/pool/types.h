@@ -177,6 +177,7 @@ struct dmm_pool {
     uint64_t align;
     unsigned align_shift;
     uint32_t retain_permille;
+    uint32_t settle_permille; /* the retention limit's ceiling (≥ retain_permille): see settled */
     bool can_alias; /* the mechanism fills the optional `alias` slot, and no_alias is off */
 
     dmm_lock lock; /* regions, heap creation, the event freelist, sampled peaks */
@@ -190,6 +191,10 @@ struct dmm_pool {
     _Atomic uint64_t committed;   /* Σ heap.committed */
     _Atomic uint64_t aliased_bytes; /* Σ ALIASED sizes, and old places being decommitted: mapped twice */
     _Atomic uint64_t committed_peak, committed_total;
+    /* bytes the retention limit rose by: every chunk a growth moved or aliased (the pool re-mapped it
+     * because the limit was reached) adds its bytes; used up to (settle - retain) per mille of the live
+     * peak. Only rises: a workload that repeats settles there and re-maps nothing any more */
+    _Atomic uint64_t settled;
     _Atomic uint64_t sampled_live_peak, sampled_requested_peak;
     _Atomic uint64_t grows, chunks_committed, chunks_decommitted, chunks_moved, chunks_aliased, trims,
         events_recorded, events_pending, chunks_poisoned, pending_now, pending_peak, pending_total;

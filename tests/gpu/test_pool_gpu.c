@@ -65,6 +65,7 @@ static void freed_memory_waits_for_the_work_on_its_stream(void **state) {
     memset(&pc, 0, sizeof pc);
     pc.size = sizeof pc;
     pc.retain_permille = 1;
+    pc.settle_permille = 1; /* a fixed limit */
     dmm_pool *pool = NULL;
     DMM_OK_OR_FAIL(dmm_pool_create(arena, f, &pc, &pool));
     dmm_stream a = NULL, b = NULL;

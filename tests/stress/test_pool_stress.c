@@ -165,6 +165,7 @@ static void run_mix(uint64_t max_chunk, bool flap) {
     memset(&pc, 0, sizeof pc);
     pc.size = sizeof pc;
     pc.retain_permille = 1; /* keep it moving chunks */
+    pc.settle_permille = 1; /* a fixed limit */
     pc.max_chunk_bytes = max_chunk;
     DMM_OK_OR_FAIL(dmm_pool_create(sh.arena, sh.drv, &pc, &sh.pool));
     sh.streams[0] = NULL;

@@ -484,6 +484,7 @@ static void under_pending_fences_a_stream_churns_in_flat_physical_memory_and_oth
     memset(&pc, 0, sizeof pc);
     pc.size = sizeof pc;
     pc.retain_permille = 1; /* every growth beyond the live peak must reuse what the pool holds */
+    pc.settle_permille = 1; /* and the limit never rises (settling: its own test) */
     fx *f = fx_open(&pc, 0);
     dmm_stream a = NULL, b = NULL;
     DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &a));
@@ -539,6 +540,54 @@ static void under_pending_fences_a_stream_churns_in_flat_physical_memory_and_oth
     fx_close(f);
 }
 
+/* One iteration of a repeating workload: the churn with the same seed under pending fences, then the
+ * work completes (a synchronize at the step's end) and polls reap. Returns its driver calls. */
+static uint64_t one_step(fx *f, dmm_stream a, int *peak) {
+    uint64_t before = calls(f, DMM_OP_CREATE) + calls(f, DMM_OP_MAP) + calls(f, DMM_OP_UNMAP);
+    DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, true));
+    *peak = churn(f, a, a, 16, 600, 7);
+    DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, false));
+    poll_until_reaped(f);
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    return calls(f, DMM_OP_CREATE) + calls(f, DMM_OP_MAP) + calls(f, DMM_OP_UNMAP) - before;
+}
+
+/* Settling: under a fixed retention limit the same step re-maps memory every time (its growths alias
+ * the chunks the next step needs where they were); with settle_permille the limit rises by what was
+ * re-mapped, and the step is soon served with no driver call at all, at a bounded peak. */
+static void a_repeating_workload_settles_into_a_layout_without_driver_calls(void **state) {
+    (void)state;
+    uint64_t last[2] = {0, 0};
+    int64_t phys[2] = {0, 0};
+    for (int settle = 0; settle < 2; settle++) {
+        dmm_pool_config pc;
+        memset(&pc, 0, sizeof pc);
+        pc.size = sizeof pc;
+        pc.retain_permille = 1;
+        pc.settle_permille = settle ? 500 : 1; /* may rise to 1.5 × the live peak; or stay fixed */
+        fx *f = fx_open(&pc, 0);
+        dmm_stream a = NULL;
+        DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &a));
+        int peak = 0;
+        uint64_t per[6];
+        for (int i = 0; i < 6; i++) per[i] = one_step(f, a, &peak);
+        dmm_pool_stats s = stats(f);
+        print_message("  settle %s: driver calls per step %llu %llu %llu %llu %llu %llu; live peak %d chunks, physical "
+                      "peak %lld MiB\n",
+                      settle ? "500" : "off", (unsigned long long)per[0], (unsigned long long)per[1],
+                      (unsigned long long)per[2], (unsigned long long)per[3], (unsigned long long)per[4],
+                      (unsigned long long)per[5], peak, (long long)s.physical_bytes.peak >> 20);
+        last[settle] = per[4] + per[5];
+        phys[settle] = s.physical_bytes.peak;
+        assert_true(s.physical_bytes.peak <= (int64_t)(peak * C * (settle ? 3 : 2) / 2) + (int64_t)C);
+        DMM_OK_OR_FAIL(f->drv->ops->stream_destroy(f->drv, a));
+        fx_close(f);
+    }
+    assert_true(last[0] > 0);  /* fixed: still re-mapping in steps 5 and 6 */
+    assert_int_equal(last[1], 0); /* settled: not one call */
+    assert_true(phys[1] >= phys[0]); /* bought with (bounded) memory */
+}
+
 /* The same churn with no_alias: the growth cannot reuse fenced chunks, so it creates new memory
  * (what aliases save; this also shows the test above can fail). */
 static void without_aliases_pending_fences_make_the_pool_grow(void **state) {
@@ -548,6 +597,7 @@ static void without_aliases_pending_fences_make_the_pool_grow(void **state) {
     pc.size = sizeof pc;
     pc.retain_permille = 1;
     pc.no_alias = 1;
+    pc.settle_permille = 1; /* a fixed limit */
     fx *f = fx_open(&pc, 0);
     dmm_stream a = NULL;
     DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &a));
@@ -762,6 +812,7 @@ int main(void) {
         cmocka_unit_test(trim_and_moves_leave_a_chunk_mapped_until_its_stream_event_completes),
         cmocka_unit_test(a_stream_reuses_its_fenced_chunks_at_once_through_an_alias),
         cmocka_unit_test(under_pending_fences_a_stream_churns_in_flat_physical_memory_and_other_streams_wait),
+        cmocka_unit_test(a_repeating_workload_settles_into_a_layout_without_driver_calls),
         cmocka_unit_test(without_aliases_pending_fences_make_the_pool_grow),
         cmocka_unit_test(a_failed_alias_grows_instead_and_a_failed_unmap_of_the_old_place_is_retried),
         cmocka_unit_test(a_failed_commit_fails_the_malloc_and_changes_nothing),

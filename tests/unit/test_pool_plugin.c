@@ -287,6 +287,7 @@ static void a_churn_under_pending_fences_gives_the_same_pool_over_both(void **st
     dmm_pool_config pc;
     memset(&pc, 0, sizeof pc);
     pc.retain_permille = 1; /* every growth beyond the live peak must reuse what the pool holds */
+    pc.settle_permille = 1; /* a fixed limit */
     fx *f = fx_open(OVER_ARENA, &pc, 0);
     dmm_pool_stats arena = churn_under_pending_fences(f, 7);
     fx_close(f);

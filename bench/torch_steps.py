@@ -1,0 +1,282 @@
+"""Step times of real PyTorch workloads under dmm, PyTorch's native allocator and expandable segments
+(issue 10's acceptance 0 and 4), each run a process of its own, runs interleaved across the modes:
+
+  python3 bench/torch_steps.py [--runs N] [--steps S] [--workloads gpt2,vit,llama] [--modes native,expandable,dmm]
+                               [--record DIR] [--json FILE]
+
+A mode dmm-s<N> runs dmm with DMM_TORCH_SETTLE=N (dmm-s20: the retention limit fixed, as before settling).
+
+Workloads (models built from configs, no downloads; random data; fixed shapes, so every step repeats):
+  gpt2   GPT-2 small training, AdamW, bf16 autocast, batch 8 x 1,024 tokens
+  vit    ViT-Base/16 training, AdamW, bf16 autocast, batch 64 x 224 x 224
+  llama  a Llama-style model (16 layers, hidden 2048, bf16) generating: a step is one greedy round of
+         4 x 64 new tokens after a 128-token prompt
+A step's time is wall time from its start to a synchronize after it (what the user waits for).
+
+Prints per workload and mode: the first step (median over runs), the steady step (median over runs of
+each run's median of steps 3..S), peak physical (dmm: every physical handle it holds; torch: peak
+reserved), and for dmm the driver calls (create + map + set-access + unmap + release) per steady step
+and in the first step. --record DIR also writes, from the first native run, each workload's
+allocation trace in dmm's trace format (DIR/<workload>-steps.trace.gz), so that `dmm replay
+--repeat K --lag N` can be held against the real run. Needs torch with a GPU and transformers; exits
+77 (skipped) without them.
+"""
+
+import argparse
+import gzip
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+DRIVER_KEYS = ("driver_create", "driver_map", "driver_set_access", "driver_unmap", "driver_release")
+
+
+# ---------------------------------------------------------------- the worker (one mode, one process)
+
+def driver_calls(dt):
+    if dt is None:
+        return 0
+    pool = dt.memory_stats_raw()["pool"]
+    return sum(int(pool.get(k, 0)) for k in DRIVER_KEYS)
+
+
+def peaks(dt, torch):
+    if dt is not None:
+        r = dt.memory_stats_raw()
+        return {"peak_physical": r["physical_bytes"]["peak"], "peak_allocated": r["allocated_bytes"]["peak"]}
+    return {"peak_physical": torch.cuda.max_memory_reserved(), "peak_allocated": torch.cuda.max_memory_allocated()}
+
+
+def reset(dt, torch):
+    import gc
+
+    gc.collect()
+    if dt is not None:
+        dt.empty_cache()
+        dt.reset_peak_memory_stats()
+    else:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def make_gpt2(torch):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config()
+    model = GPT2LMHeadModel(cfg).cuda().train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    g = torch.Generator().manual_seed(1)
+    data = [torch.randint(0, cfg.vocab_size, (8, 1024), generator=g) for _ in range(4)]
+
+    def step(i):
+        x = data[i % len(data)].cuda(non_blocking=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_ids=x, labels=x).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.item()
+
+    return model, step
+
+
+def make_vit(torch):
+    from transformers import ViTConfig, ViTForImageClassification
+
+    model = ViTForImageClassification(ViTConfig(num_labels=1000)).cuda().train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    g = torch.Generator().manual_seed(1)
+    data = [(torch.randn(64, 3, 224, 224, generator=g), torch.randint(0, 1000, (64,), generator=g)) for _ in range(2)]
+
+    def step(i):
+        x, y = data[i % len(data)]
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(pixel_values=x.cuda(non_blocking=True), labels=y.cuda(non_blocking=True)).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.item()
+
+    return model, step
+
+
+def make_llama(torch):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=16,
+                      num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=1024)
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        with torch.device("cuda"):
+            model = LlamaForCausalLM(cfg).eval()
+    finally:
+        torch.set_default_dtype(torch.float32)
+    ids = torch.randint(3, cfg.vocab_size, (4, 128), generator=torch.Generator().manual_seed(2)).cuda()
+
+    def step(i):
+        with torch.no_grad():
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=64, min_new_tokens=64,
+                                 do_sample=False, pad_token_id=0)
+        return int(out[0, -1])
+
+    return model, step
+
+
+MAKERS = {"gpt2": make_gpt2, "vit": make_vit, "llama": make_llama}
+
+
+def write_trace(snapshot, path, workload, reserved):
+    """The device-0 allocation history of torch's snapshot as a dmm trace (# dmm-trace v1)."""
+    ev = [e for e in snapshot["device_traces"][0] if e["action"] in ("alloc", "free_requested", "free_completed")]
+    ids, streams, lines, next_id = {}, {}, [], 1
+    live = peak = 0
+    t0 = ev[0]["time_us"] if ev else 0
+    for e in ev:
+        t = max(0, int(e["time_us"] - t0))
+        if e["action"] == "alloc":
+            s = streams.setdefault(e["stream"], 0 if e["stream"] == 0 else len(streams) + 1)
+            ids[e["addr"]] = (next_id, e["size"])
+            lines.append("%d a %d %d %d" % (t, next_id, e["size"], s))
+            next_id += 1
+            live += e["size"]
+            peak = max(peak, live)
+        elif e["addr"] in ids:  # the first of free_requested / free_completed
+            i, size = ids.pop(e["addr"])
+            lines.append("%d f %d" % (t, i))
+            live -= size
+    with gzip.open(path, "wt") as f:
+        f.write("# dmm-trace v1\n# workload: %s-steps\n# native_peak_allocated: %d\n" % (workload, peak))
+        f.write("# native_peak_reserved: %d\n" % reserved)
+        f.write("\n".join(lines) + "\n")
+
+
+def worker(mode, workloads, steps, record):
+    dt = None
+    if mode.startswith("dmm"):
+        sys.path.insert(0, os.path.join(ROOT, "python"))
+        import dmm.torch as dt_mod
+
+        dt = dt_mod
+        dt.enable()
+    import torch
+
+    out = {"mode": mode, "torch": torch.__version__, "workloads": {}}
+    for w in workloads:
+        reset(dt, torch)
+        torch.manual_seed(0)
+        model, step = MAKERS[w](torch)
+        torch.cuda.synchronize()
+        reset(dt, torch)
+        if record and mode == "native":
+            torch.cuda.memory._record_memory_history(context=None, max_entries=4_000_000)
+        times, calls = [], []
+        for i in range(steps):
+            c0 = driver_calls(dt)
+            t0 = time.perf_counter()
+            step(i)
+            torch.cuda.synchronize()
+            times.append((time.perf_counter() - t0) * 1e3)
+            calls.append(driver_calls(dt) - c0)
+        res = {"step_ms": times, "driver_calls": calls}
+        res.update(peaks(dt, torch))
+        if record and mode == "native":
+            snap = torch.cuda.memory._snapshot()
+            torch.cuda.memory._record_memory_history(enabled=None)
+            write_trace(snap, os.path.join(record, "%s-steps.trace.gz" % w), w, torch.cuda.max_memory_reserved())
+        if dt is not None:
+            pool = dt.memory_stats_raw()["pool"]
+            res["pool"] = {k: pool.get(k) for k in ("grows", "chunks_committed", "chunks_moved", "chunks_aliased",
+                                                   "chunks_decommitted")}
+        out["workloads"][w] = res
+        del model, step
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+# ---------------------------------------------------------------- the parent
+
+def env_for(mode):
+    env = dict(os.environ)
+    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    env["PYTHONUNBUFFERED"] = "1"
+    if mode == "expandable":
+        env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    if mode.startswith("dmm-s"):  # dmm-s<permille>: another settle limit (DMM_TORCH_SETTLE; 20 = fixed)
+        env["DMM_TORCH_SETTLE"] = mode[len("dmm-s"):]
+    return env
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--workloads", default="gpt2,vit,llama")
+    ap.add_argument("--modes", default="native,expandable,dmm")
+    ap.add_argument("--record", default=None, help="a folder: write the native run's traces there")
+    ap.add_argument("--json", default=None, help="write every run's numbers there")
+    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    workloads = [w for w in a.workloads.split(",") if w]
+    for w in workloads:
+        if w not in MAKERS:
+            sys.exit("torch_steps: unknown workload '%s' (known: %s)" % (w, ", ".join(MAKERS)))
+    if a.worker:
+        worker(a.worker, workloads, a.steps, a.record)
+        return
+    if a.steps < 3:
+        sys.exit("torch_steps: --steps must be at least 3 (the steady state is steps 3..S)")
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except Exception as e:  # noqa: BLE001
+        print("SKIP: torch or transformers is not importable (%s)" % e)
+        sys.exit(77)
+    if a.record:
+        os.makedirs(a.record, exist_ok=True)
+    modes = [m for m in a.modes.split(",") if m]
+    runs = {m: [] for m in modes}
+    for r in range(a.runs):
+        order = modes[r % len(modes):] + modes[:r % len(modes)]  # rotate: no mode always first
+        for m in order:
+            cmd = [sys.executable, os.path.abspath(__file__), "--worker", m, "--steps", str(a.steps),
+                   "--workloads", ",".join(workloads)]
+            if a.record and r == 0:
+                cmd += ["--record", a.record]
+            p = subprocess.run(cmd, capture_output=True, text=True, env=env_for(m))
+            res = next((json.loads(l[7:]) for l in p.stdout.splitlines() if l.startswith("RESULT ")), None)
+            if res is None:
+                print("run %d of %s failed (rc %d):\n%s" % (r, m, p.returncode, p.stderr[-3000:]))
+                sys.exit(1)
+            runs[m].append(res)
+            print("run %d %-10s %s" % (r, m, "; ".join(
+                "%s steps %s ms" % (w, " ".join("%.0f" % t for t in res["workloads"][w]["step_ms"]))
+                for w in workloads)), flush=True)
+    print("\ntorch %s, %d runs per mode, %d steps, steady = steps 3..%d" % (runs[modes[0]][0]["torch"], a.runs,
+                                                                           a.steps, a.steps))
+    for w in workloads:
+        ref = None
+        for m in modes:
+            rs = [x["workloads"][w] for x in runs[m]]
+            first = statistics.median(x["step_ms"][0] for x in rs)
+            steady = statistics.median(statistics.median(x["step_ms"][2:]) for x in rs)
+            phys = statistics.median(x["peak_physical"] for x in rs)
+            if ref is None:
+                ref = (first, steady, phys)
+            line = "%-6s %-10s first step %7.1f ms (%.3f)  steady step %6.1f ms (%.3f)  peak physical %8.1f MiB (%.3f)" % (
+                w, m, first, first / ref[0], steady, steady / ref[1], phys / 2**20, phys / ref[2])
+            if m.startswith("dmm"):
+                line += "  driver calls: first step %d, per steady step %s" % (
+                    statistics.median(x["driver_calls"][0] for x in rs),
+                    "/".join("%d" % statistics.median(x["driver_calls"][i] for x in rs) for i in range(2, a.steps)))
+            print(line)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(runs, f)
+
+
+if __name__ == "__main__":
+    main()
