@@ -4,7 +4,8 @@
   python3 bench/torch_steps.py [--runs N] [--steps S] [--workloads gpt2,vit,llama] [--modes native,expandable,dmm]
                                [--record DIR] [--json FILE]
 
-A mode dmm-s<N> runs dmm with DMM_TORCH_SETTLE=N (dmm-s20: the retention limit fixed, as before settling).
+A mode dmm-s<N> runs dmm with DMM_TORCH_SETTLE=N (dmm-s20: the retention limit fixed, as before settling);
+dmm-h<MiB>x<D> with DMM_TORCH_HANDLES=<MiB << 20>,<D> (handles up to MiB, at most a D-th of the request).
 
 Workloads (models built from configs, no downloads; random data; fixed shapes, so every step repeats):
   gpt2   GPT-2 small training, AdamW, bf16 autocast, batch 8 x 1,024 tokens
@@ -207,6 +208,9 @@ def env_for(mode):
         env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
     if mode.startswith("dmm-s"):  # dmm-s<permille>: another settle limit (DMM_TORCH_SETTLE; 20 = fixed)
         env["DMM_TORCH_SETTLE"] = mode[len("dmm-s"):]
+    if mode.startswith("dmm-h"):  # dmm-h<MiB>x<divisor>: larger handles (DMM_TORCH_HANDLES=MAX,DIVISOR)
+        mib_, _, div = mode[len("dmm-h"):].partition("x")
+        env["DMM_TORCH_HANDLES"] = "%d,%s" % (int(mib_) << 20, div or "0")
     return env
 
 

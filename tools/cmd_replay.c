@@ -19,8 +19,8 @@
 
 static void replay_usage(FILE *f) {
     fprintf(f, "usage: dmm replay TRACE.gz [--driver host|cuda] [--granule BYTES] [--chunk BYTES]\n"
-               "                  [--max-chunk BYTES] [--retain PERMILLE] [--settle PERMILLE] [--lag N]\n"
-               "                  [--no-alias] [--repeat K] [--json] [--report FILE.html]\n\n"
+               "                  [--max-chunk BYTES] [--handle-div N] [--retain PERMILLE] [--settle PERMILLE]\n"
+               "                  [--lag N] [--no-alias] [--repeat K] [--json] [--report FILE.html]\n\n"
                "Replays an allocation trace (# dmm-trace v1, gzip) through the dmm pool over an arena and\n"
                "prints peak live, physical and committed bytes, their ratio beside PyTorch's, driver calls\n"
                "by kind and per 1,000 allocations, and malloc/free latency percentiles.\n"
@@ -29,6 +29,8 @@ static void replay_usage(FILE *f) {
                "  --chunk      pool commit quantum (default: the granule)\n"
                "  --max-chunk  largest chunk a growth commits as one handle (default: the quantum;\n"
                "               larger: fewer driver calls, more fragmentation)\n"
+               "  --handle-div with --max-chunk: a growth for n bytes commits handles of at most n / N\n"
+               "               (only large requests get large handles; default 0: up to --max-chunk)\n"
                "  --retain     memory kept mapped while free, in permille of the live peak (default 20)\n"
                "  --settle     the most the retention limit rises while the pool keeps re-mapping memory,\n"
                "               in permille of the live peak (default 100; at or below --retain: fixed)\n"
@@ -72,7 +74,7 @@ int dmm_cmd_replay(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         static const char *const with_value[] = {"--driver", "--granule", "--chunk", "--max-chunk",
-                                                 "--retain",  "--settle", "--lag",     "--report", "--repeat"};
+                                                 "--retain",  "--settle", "--handle-div", "--lag",     "--report", "--repeat"};
         for (size_t k = 0; k < sizeof with_value / sizeof with_value[0] && i + 1 == argc; k++)
             if (strcmp(a, with_value[k]) == 0) {
                 fprintf(stderr, "dmm replay: %s needs a value after it (dmm replay --help lists them)\n", a);
@@ -112,16 +114,18 @@ int dmm_cmd_replay(int argc, char **argv) {
             o.repeat = (uint32_t)v;
         } else if (strcmp(a, "--no-alias") == 0) {
             o.no_alias = true;
-        } else if ((strcmp(a, "--retain") == 0 || strcmp(a, "--settle") == 0) && i + 1 < argc) {
+        } else if ((strcmp(a, "--retain") == 0 || strcmp(a, "--settle") == 0 || strcmp(a, "--handle-div") == 0) &&
+                   i + 1 < argc) {
             char *end = NULL;
             unsigned long long v = strtoull(argv[++i], &end, 10);
             if (end == argv[i] || *end != '\0' || argv[i][0] == '-' || v > UINT32_MAX) {
-                fprintf(stderr, "dmm replay: %s wants a whole number of per mille (e.g. 20 = 2 %%), not '%s'\n", a,
-                        argv[i]);
+                fprintf(stderr, "dmm replay: %s wants a whole number%s, not '%s'\n", a,
+                        strcmp(a, "--handle-div") == 0 ? " (e.g. 4)" : " of per mille (e.g. 20 = 2 %)", argv[i]);
                 return 2;
             }
             if (strcmp(a, "--retain") == 0) o.retain_permille = (uint32_t)v;
-            else o.settle_permille = (uint32_t)v;
+            else if (strcmp(a, "--settle") == 0) o.settle_permille = (uint32_t)v;
+            else o.handle_divisor = (uint32_t)v;
         } else if (strcmp(a, "--report") == 0 && i + 1 < argc) {
             report = argv[++i];
         } else if (a[0] == '-') {

@@ -51,6 +51,8 @@ typedef struct dmm_torch_config {
     uint64_t limit_bytes;       /* the device's budget (owned bytes); 0 = unlimited */
     uint32_t retain_permille;   /* the pool's retention (dmm_pool_config); 0 = the pool's default */
     uint32_t settle_permille;   /* the pool's retention ceiling (dmm_pool_config); 0 = the pool's default */
+    uint64_t max_chunk_bytes;   /* the pool's largest handle (dmm_pool_config); 0 = one granule */
+    uint32_t handle_divisor;    /* the pool's handle divisor (dmm_pool_config); 0 = none */
     /* restore's pieces (offload.c restore_piece): 0 = the default; UINT64_MAX = one commit per segment;
      * else the largest piece, rounded up to the granule */
     uint64_t restore_piece_bytes;

@@ -9,7 +9,8 @@
  * chunks (moves.c): from this heap (those of its own whose fence is pending are aliased: usable at
  * once by its own stream), then from other heaps (only behind a completed fence), and moves them
  * into the window one at a time, so that the mechanism's handle cache hands the same physical
- * handle back. New chunks fill the rest, split only at max_chunk.
+ * handle back. New chunks fill the rest, split at max_chunk (or, with a handle divisor, at that share
+ * of the request: only large requests get large handles).
  *
  * Settling. Under a fixed limit a repeating workload can re-map memory every iteration: the growth
  * of step k moves chunks from the places step k+1 then needs (measured: GPT-2 training aliased
@@ -284,9 +285,17 @@ static void growth_failed(growth *g, dmm_status s, size_t j, uintptr_t at, uint6
     g->fail_len = len;
 }
 
+/* The largest new handle a growth for `n` bytes commits: max_chunk, or with a divisor n / divisor
+ * rounded down to the quantum, between one quantum and max_chunk. */
+static uint64_t handle_most(const dmm_pool *p, uint64_t n) {
+    if (p->handle_divisor == 0) return p->max_chunk;
+    uint64_t most = align_down_c(p, n / p->handle_divisor);
+    return most < p->chunk ? p->chunk : most > p->max_chunk ? p->max_chunk : most;
+}
+
 /* drive (no lock held). Each piece: first the chunks moved into it (decommit there, commit here: the
  * mechanism's cache hands the same handle back) or aliased into it (mapped here at once, the old place
- * decommitted once its fence completed), then new chunks for the rest (split only at max_chunk). Stops
+ * decommitted once its fence completed), then new chunks for the rest (split at handle_most). Stops
  * at the first failed commit. */
 static void growth_drive(growth *g) {
     dmm_pool *p = g->p;
@@ -311,8 +320,9 @@ static void growth_drive(growth *g) {
             if (s != DMM_OK) growth_failed(g, s, j, cur, src->bytes);
             else cur += src->bytes;
         }
+        uint64_t most = handle_most(p, g->n);
         while (g->fail == DMM_OK && cur < end) {
-            uint64_t len = end - cur < p->max_chunk ? end - cur : p->max_chunk;
+            uint64_t len = end - cur < most ? end - cur : most;
             dmm_status s = dmm__pool_commit_one(p, cur, len);
             if (s != DMM_OK) growth_failed(g, s, j, cur, len);
             else cur += len;

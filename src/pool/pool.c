@@ -155,6 +155,7 @@ dmm_status dmm_pool_create(dmm_mechanism *mech, dmm_driver *drv, const dmm_pool_
     p->va_bytes = va;
     p->chunk = chunk;
     p->max_chunk = max_chunk;
+    p->handle_divisor = c.handle_divisor;
     p->region = region;
     p->region_shift = (unsigned)__builtin_ctzll(region);
     p->nregions = (size_t)(va / region);
