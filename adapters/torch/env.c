@@ -66,7 +66,7 @@ static const char *num_why(num_result r) {
 #define HANDLES_REMEDY                                                                             \
     "MAX[,DIVISOR]: the pool's largest physical handle in decimal bytes, a multiple of the granule, and "      \
     "optionally a divisor (a growth for n bytes then commits handles of at most n / DIVISOR), e.g. "           \
-    "134217728,4; 0 = one granule"
+    "134217728,4; 0 = one granule per handle"
 #define PIECE_REMEDY                                                                               \
     "MAX[,FIRST[,COPY]] in decimal bytes (e.g. 33554432, or 268435456,16777216, or 0 for one commit per "   \
     "segment)"
@@ -137,7 +137,7 @@ dmm_status dmm__torch_config_from_env(dmm_torch_config *cfg, dmm_torch_getenv_fn
     if (keep != NULL) cfg->retain_permille = (uint32_t)retain;
     if (settle != NULL) cfg->settle_permille = (uint32_t)settle_pm;
     if (hs != NULL) {
-        cfg->max_chunk_bytes = handles[0];
+        cfg->max_chunk_bytes = handles[0] != 0 ? handles[0] : UINT64_MAX; /* 0 = one granule */
         cfg->handle_divisor = (uint32_t)handles[1];
     }
     if (rp != NULL) {

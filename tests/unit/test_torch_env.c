@@ -54,13 +54,13 @@ static void valid_values_are_read(void **state) {
     assert_int_equal(c.limit_bytes, 0xA5A5A5A5A5A5A5A5ull); /* not an env field: untouched */
 
     /* the edges: 0 (the defaults), RETAIN 1000, UINT64_MAX, MAX 0 = one commit per segment */
-    env e2 = {"0", "1000", "0", "1000", "33554432"};
+    env e2 = {"0", "1000", "0", "1000", "0"};
     c = marked();
     DMM_OK_OR_FAIL(dmm__torch_config_from_env(&c, get, &e2));
     assert_int_equal(c.pool_va_bytes, 0);
     assert_int_equal(c.retain_permille, 1000);
     assert_int_equal(c.settle_permille, 1000);
-    assert_int_equal(c.max_chunk_bytes, 33554432ull);
+    assert_int_equal(c.max_chunk_bytes, UINT64_MAX); /* one granule per handle */
     assert_int_equal(c.handle_divisor, 0);
     assert_int_equal(c.restore_piece_bytes, UINT64_MAX);
     assert_int_equal(c.restore_first_bytes, 0);
