@@ -31,7 +31,7 @@ bool dmm__heap_init(pheap *h, struct dmm_pool *p, dmm_stream stream) {
     h->hash = calloc(nb, sizeof *h->hash);
     if (h->hash == NULL) return false;
     h->hmask = nb - 1;
-    dmm_lock_init(&h->lock);
+    dmm_biased_lock_init(&h->lock);
     return true;
 }
 
@@ -45,7 +45,7 @@ void dmm__heap_fini(pheap *h) {
     free(h->hash);
     free(h->runs);
     free(h->scratch);
-    dmm_lock_destroy(&h->lock);
+    dmm_biased_lock_destroy(&h->lock);
 }
 
 /* ---- block records ---- */

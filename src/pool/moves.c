@@ -162,13 +162,13 @@ void dmm__pool_sources_fixup(dmm_pool *p, srcvec *sv, size_t from) {
     pheap *locked = NULL;
     for (size_t i = from; i < sv->n; i++) {
         if (sv->v[i].h != locked) {
-            if (locked != NULL) dmm_lock_release(&locked->lock);
+            if (locked != NULL) heap_unlock(locked);
             locked = sv->v[i].h;
-            dmm_lock_acquire(&locked->lock);
+            heap_lock(locked);
         }
         source_fixup(p, &sv->v[i]);
     }
-    if (locked != NULL) dmm_lock_release(&locked->lock);
+    if (locked != NULL) heap_unlock(locked);
 }
 
 /* Decommits the old places of aliased chunks whose last free a completed fence covers: the memory
@@ -177,7 +177,7 @@ void dmm__pool_sources_fixup(dmm_pool *p, srcvec *sv, size_t from) {
 void dmm__pool_reap_aliased(dmm_pool *p, pheap *h) {
     if (dmm__pool_lost(p, "reaping the old places of aliased chunks")) return;
     pblock *list = NULL;
-    dmm_lock_acquire(&h->lock);
+    heap_lock(h);
     for (pblock *b = h->aliased, *n; b != NULL; b = n) {
         n = b->lnext;
         if (b->seq > h->safe_seq) continue;
@@ -187,7 +187,7 @@ void dmm__pool_reap_aliased(dmm_pool *p, pheap *h) {
         b->lnext = list;
         list = b;
     }
-    dmm_lock_release(&h->lock);
+    heap_unlock(h);
     while (list != NULL) {
         pblock *b = list;
         list = b->lnext;
@@ -201,9 +201,9 @@ void dmm__pool_reap_aliased(dmm_pool *p, pheap *h) {
         s.role = SRC_OLD;
         dmm__pool_decommit_one(p, &s); /* once lost: FAILED without a call, so the old place stays ALIASED */
         dmm_clear_error(); /* a failure is retried at the next poll; nobody asked for this call */
-        dmm_lock_acquire(&h->lock);
+        heap_lock(h);
         source_fixup(p, &s);
-        dmm_lock_release(&h->lock);
+        heap_unlock(h);
     }
 }
 

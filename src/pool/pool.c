@@ -243,15 +243,15 @@ dmm_status dmm_pool_malloc(dmm_pool *p, size_t bytes, dmm_stream stream, void **
         return dmm__pool_malloc_refused(p, bytes, stream); /* cached too: pool.h */
     pheap *h = heap_for(p, stream);
     if (h == NULL) return dmm_last_status();
-    dmm_lock_acquire(&h->lock);
+    heap_lock(h);
     pblock *b = dmm__heap_bin_find(h, n);
     if (b != NULL && take(h, b, n, bytes)) {
         h->cached_mallocs++;
         *out = (void *)b->addr;
-        dmm_lock_release(&h->lock);
+        heap_unlock(h);
         return DMM_OK;
     }
-    dmm_lock_release(&h->lock);
+    heap_unlock(h);
     return dmm__pool_malloc_slow(p, h, n, bytes, out);
 }
 
@@ -267,7 +267,7 @@ dmm_status dmm_pool_free(dmm_pool *p, void *ptr, dmm_stream stream) {
                              (void *)p, ptr);
     pheap *h = heap_of_addr(p, (uintptr_t)ptr);
     if (h != NULL) {
-        dmm_lock_acquire(&h->lock);
+        heap_lock(h);
         pblock *b = dmm__heap_hash_remove(h, (uintptr_t)ptr);
         if (b != NULL) {
             uncount_live(h, b);
@@ -277,15 +277,15 @@ dmm_status dmm_pool_free(dmm_pool *p, void *ptr, dmm_stream stream) {
                 b->seq = ++h->free_seq;
                 dmm__heap_make_free(h, b);
                 h->frees++;
-                dmm_lock_release(&h->lock);
+                heap_unlock(h);
                 if (cross) dmm__pool_notice_loss(p, "freeing a block on another stream");
                 return DMM_OK;
             }
             b->kind = BK_PENDING;
-            dmm_lock_release(&h->lock);
+            heap_unlock(h);
             return dmm__pool_free_cross(p, h, b, stream);
         }
-        dmm_lock_release(&h->lock);
+        heap_unlock(h);
     }
     return dmm_error_set(DMM_ERR_UNKNOWN_ALLOCATION,
                          "dmm_pool_free: %p is not a live block of this pool (never allocated, already freed, or "
@@ -298,10 +298,10 @@ dmm_status dmm_pool_block_size(dmm_pool *p, const void *ptr, size_t *bytes) {
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_block_size: pool, ptr and bytes are required");
     pheap *h = heap_of_addr(p, (uintptr_t)ptr);
     if (h != NULL) {
-        dmm_lock_acquire(&h->lock);
+        heap_lock(h);
         pblock *b = dmm__heap_hash_find(h, (uintptr_t)ptr);
         if (b != NULL) *bytes = (size_t)b->size;
-        dmm_lock_release(&h->lock);
+        heap_unlock(h);
         if (b != NULL) return DMM_OK;
     }
     return dmm_error_set(DMM_ERR_UNKNOWN_ALLOCATION, "dmm_pool_block_size: %p is not a live block of this pool", ptr);
@@ -345,10 +345,10 @@ static dmm_status destroy_lost(dmm_pool *p, bool released) {
                                dmm__drv_lost_why(p->drv));
     uint64_t live = 0, pend = 0;
     for (pheap *h = heaps_head(p); h != NULL; h = heap_next(h)) {
-        dmm_lock_acquire(&h->lock);
+        heap_lock(h);
         live += h->live_blocks;
         pend += h->npending;
-        dmm_lock_release(&h->lock);
+        heap_unlock(h);
     }
     if (live > 0 || pend > 0)
         dmm__log(DMM_LOG_WARN,
@@ -367,10 +367,10 @@ dmm_status dmm_pool_destroy(dmm_pool *p) {
         dmm__pool_poll(p, h);
         dmm__pool_poll(p, h); /* a fence recorded by the first poll may be complete at once */
         if (dmm__pool_lost(p, "entering dmm_pool_destroy")) return destroy_lost(p, false);
-        dmm_lock_acquire(&h->lock);
+        heap_lock(h);
         uint64_t live = h->live_blocks, pend = h->npending;
         bool fence = h->safe_seq < h->free_seq;
-        dmm_lock_release(&h->lock);
+        heap_unlock(h);
         if (live > 0)
             return dmm_error_set(DMM_ERR_BUSY,
                                  "dmm_pool_destroy: stream %p still has %llu live block(s); free them first (nothing "

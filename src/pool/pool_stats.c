@@ -26,7 +26,7 @@ static void gather(dmm_pool *p, dmm_pool_stats *s) {
     s->size = sizeof *s;
     uint64_t maxlive = 0, maxreq = 0, maxblocks = 0, sumlive = 0, sumreq = 0;
     for (pheap *h = heaps_head(p); h != NULL; h = heap_next(h)) {
-        dmm_lock_acquire(&h->lock);
+        heap_lock(h);
         s->allocations.current += (int64_t)h->live_blocks;
         s->allocations.total += (int64_t)h->live_blocks_total;
         if (h->live_peak_blocks > maxblocks) maxblocks = h->live_peak_blocks;
@@ -40,7 +40,7 @@ static void gather(dmm_pool *p, dmm_pool_stats *s) {
         s->frees += h->frees;
         s->cached_mallocs += h->cached_mallocs;
         s->cross_stream_frees += h->cross_frees;
-        dmm_lock_release(&h->lock);
+        heap_unlock(h);
     }
     max_relaxed(&p->sampled_live_peak, sumlive);
     max_relaxed(&p->sampled_requested_peak, sumreq);
@@ -144,11 +144,11 @@ dmm_status dmm_pool_check(dmm_pool *p) {
     if (p == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_check: the pool is NULL");
     uint64_t sum = 0, twice = 0;
     for (pheap *h = heaps_head(p); h != NULL; h = heap_next(h)) {
-        dmm_lock_acquire(&h->lock);
+        heap_lock(h);
         const char *bad = dmm__heap_check_locked(h);
         sum += h->committed;
         for (const pblock *b = h->aliased; b != NULL; b = b->lnext) twice += b->size;
-        dmm_lock_release(&h->lock);
+        heap_unlock(h);
         if (bad != NULL)
             return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_check: heap of stream %p: %s", h->stream, bad);
     }

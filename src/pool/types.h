@@ -51,6 +51,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/biased_lock.h"
 #include "core/core.h"
 #include "dmm/pool.h"
 #include "driver/call.h"
@@ -113,7 +114,9 @@ typedef struct ptarget {
 typedef enum fence_state { FENCE_IDLE = 0, FENCE_BUSY = 1, FENCE_RECORDED = 2 } fence_state;
 
 typedef struct pheap {
-    _Alignas(64) dmm_lock lock; /* heaps are cache-line aligned: threads on distinct streams share no line */
+    /* the heap's lock, biased to the thread that uses the stream (core/biased_lock.h); heaps are
+     * cache-line aligned: threads on distinct streams share no line */
+    _Alignas(64) dmm_biased_lock lock;
     struct dmm_pool *pool;
     dmm_stream stream;
     struct pheap *_Atomic next_heap; /* the pool's list (prepend; never removed before destroy) */
@@ -194,6 +197,11 @@ struct dmm_pool {
     _Atomic uint64_t grows, chunks_committed, chunks_decommitted, chunks_moved, chunks_aliased, trims,
         events_recorded, events_pending, chunks_poisoned, pending_now, pending_peak, pending_total;
 };
+
+/* The heap's lock (biased: the stream's usual thread takes it without a locked instruction). */
+static inline void heap_lock(pheap *h) { dmm_biased_lock_acquire(&h->lock); }
+static inline void heap_unlock(pheap *h) { dmm_biased_lock_release(&h->lock); }
+static inline bool heap_trylock(pheap *h) { return dmm_biased_lock_try(&h->lock); }
 
 /* ---- heap.c ---- */
 static inline uint32_t pool_bin_of(uint64_t units) {
