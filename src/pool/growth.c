@@ -12,7 +12,8 @@
  * handle back. New chunks fill the rest, split only at max_chunk.
  *
  * The steps of one attempt, each a function below:
- *   plan    (under the heap's lock) the window [lo, hi) and the chunks k it needs; more VA if needed;
+ *   plan    (under the heap's lock) the parked (QUICK) blocks merged, then the window [lo, hi) and
+ *           the chunks k it needs; more VA if needed;
  *   carve   (under the heap's lock) the window's unmapped chunks as COMMITTING pieces, and the
  *           sources of moves out of this heap; then out of the others, one lock at a time;
  *   drive   (no lock) alias, move, commit new chunks; stops at the first failed commit;
@@ -164,6 +165,7 @@ typedef struct growth {
  * last growth's failure when nothing fits (true); false: grow. */
 static bool growth_fit(growth *g, int attempt, void **out, dmm_status *s) {
     pheap *h = g->h;
+    dmm__heap_quick_flush(h); /* the plan below reads the free layout: the parked blocks merge first */
     pblock *b = dmm__heap_bin_find(h, g->n);
     if (b != NULL) {
         if (take(h, b, g->n, g->requested)) {

@@ -5,8 +5,9 @@
  * aliased_bytes, the chunk counters); the choice of which whole free chunks leave a heap (sources:
  * oldest frees first, then the biggest, then the highest address, so that memory stays packed low
  * and the fewest calls move the most); and the fix-up that puts a source back into its heap as what
- * its outcome made it (UNMAPPED, FREE, POISONED, ALIASED). Reaping: the old place of an aliased chunk
- * is decommitted once a completed fence covers its last free.
+ * its outcome made it (UNMAPPED, FREE, POISONED, ALIASED). Carving merges the heap's parked (QUICK)
+ * blocks first, so that trim, empty_cache and moves see all of its free memory. Reaping: the old
+ * place of an aliased chunk is decommitted once a completed fence covers its last free.
  *
  * The idea. A chunk is taken out of its heap (DECOMMITTING) under the heap's lock, then the call runs
  * with no pool lock held, then the fix-up takes the lock again: other threads on the stream keep
@@ -40,6 +41,7 @@ static int by_age(const void *a, const void *b) {
 uint64_t dmm__pool_carve_sources(dmm_pool *p, pheap *h, uint64_t want, uintptr_t ex_lo, uintptr_t ex_hi, ptarget *tg,
                               size_t nt, bool alias_ok, srcvec *out) {
     if (want == 0) return 0;
+    dmm__heap_quick_flush(h); /* parked blocks are free memory too, once merged */
     const uint64_t Q = p->chunk;
     size_t nc = 0;
     for (uint32_t c = 0; c < POOL_NBINS; c++) {
