@@ -66,8 +66,10 @@ _Thread_local dmm_bias_thread *dmm__bias_self;
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static bool g_membarrier;          /* registered for MEMBARRIER_CMD_PRIVATE_EXPEDITED (set once, in setup) */
+static bool g_global;              /* MEMBARRIER_CMD_GLOBAL is there too (the fallback of a failed command) */
 static _Atomic bool g_forced_off;  /* tests: the fallback forced */
 static pthread_key_t g_key;        /* its destructor gives a thread's record back */
+static _Atomic bool g_key_made;    /* g_key exists (read at unload, by whichever thread unloads) */
 static pthread_mutex_t g_free_mu = PTHREAD_MUTEX_INITIALIZER;
 static dmm_bias_thread *g_free;    /* records of exited threads (under g_free_mu) */
 
@@ -85,9 +87,18 @@ static void setup(void) {
     if (mask < 0 || (mask & MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0 ||
         (mask & MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0)
         return;
+    /* the registration is the process's (its mm): inherited across fork, reset only by exec */
     if (syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0) != 0) return;
+    g_global = (mask & MEMBARRIER_CMD_GLOBAL) != 0;
     if (pthread_key_create(&g_key, record_put) != 0) return; /* records could not be given back */
+    atomic_store_explicit(&g_key_made, true, memory_order_release);
     g_membarrier = true;
+}
+
+/* At unload (dlclose of the library): no exiting thread may call record_put once its code is gone.
+ * The records of threads still alive are then never given back (they leak, as the library goes). */
+__attribute__((destructor)) static void unload(void) {
+    if (atomic_load_explicit(&g_key_made, memory_order_acquire)) pthread_key_delete(g_key);
 }
 
 static bool available(void) {
@@ -133,13 +144,23 @@ static bool holds(const dmm_bias_thread *o, const dmm_biased_lock *l) {
            atomic_load_explicit((struct dmm_biased_lock *_Atomic *)&o->inside[1], memory_order_acquire) == l;
 }
 
+/* A full barrier on every running thread of the process, and in this one. After the registration the
+ * expedited command fails only for want of kernel memory (its CPU mask): then the global one (which
+ * allocates nothing, slower: it waits for a grace period), or the expedited one again. It does not
+ * return before one succeeded: exclusion depends on it. */
+static void barrier_everywhere(void) {
+    for (;;) {
+        if (syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0) == 0) return;
+        if (g_global && syscall(__NR_membarrier, MEMBARRIER_CMD_GLOBAL, 0) == 0) return;
+        sched_yield();
+    }
+}
+
 /* Under m: revokes the owner's bias (its fast path backs off from now on); true once the owner is
  * out. `wait` false: gives up (and restores the bias) instead of waiting for an owner inside. */
 static bool revoke_owner(dmm_biased_lock *l, uintptr_t b, bool wait) {
     atomic_store_explicit(&l->bias, b | 1, memory_order_relaxed);
-    /* After the registration succeeded the command cannot fail (the kernel refuses it only to an
-     * unregistered process); the owner's store is visible to the loads below once it returns. */
-    (void)syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0);
+    barrier_everywhere(); /* the owner's store of its slot is visible to the loads below from here on */
     const dmm_bias_thread *o = (const dmm_bias_thread *)b;
     for (unsigned spins = 0; holds(o, l); spins++) {
         if (!wait) {
