@@ -157,13 +157,13 @@ static void barrier_everywhere(void) {
 }
 
 /* Under m: revokes the owner's bias (its fast path backs off from now on); true once the owner is
- * out. `wait` false: gives up (and restores the bias) instead of waiting for an owner inside. */
-static bool revoke_owner(dmm_biased_lock *l, uintptr_t b, bool wait) {
+ * out. `may_wait` false: gives up (and restores the bias) instead of waiting for an owner inside. */
+static bool revoke_owner(dmm_biased_lock *l, uintptr_t b, bool may_wait) {
     atomic_store_explicit(&l->bias, b | 1, memory_order_relaxed);
     barrier_everywhere(); /* the owner's store of its slot is visible to the loads below from here on */
     const dmm_bias_thread *o = (const dmm_bias_thread *)b;
     for (unsigned spins = 0; holds(o, l); spins++) {
-        if (!wait) {
+        if (!may_wait) {
             atomic_store_explicit(&l->bias, b, memory_order_release);
             return false;
         }
