@@ -255,7 +255,14 @@ __attribute__((noinline)) static dmm_status malloc_from_bins(dmm_pool *p, pheap 
     /* A miss places the block where it would go with every parked block merged: it merges them first
      * when they could make a free block it fits (types.h, QUICK) — so that parking never changes a
      * placement, nor the moves and growths that follow from placements. */
-    if (n <= h->quick_reach) dmm__heap_quick_flush(h);
+    if (n <= h->quick_reach) {
+        h->quick_wasted += (uint32_t)h->nquick; /* parked for nothing: no repeat came */
+        dmm__heap_quick_flush(h);
+        if (h->quick_wasted >= POOL_QUICK_WASTE_LIMIT) {
+            h->quick_wasted = 0;
+            h->quick_skip = POOL_QUICK_SKIP;
+        }
+    }
     pblock *b = dmm__heap_bin_find(h, n);
     if (b != NULL && take(h, b, n, bytes)) {
         h->cached_mallocs++;
@@ -280,6 +287,7 @@ dmm_status dmm_pool_malloc(dmm_pool *p, size_t bytes, dmm_stream stream, void **
     pblock *b = quick_pop(h, n);
     if (__builtin_expect(b == NULL, 0)) return malloc_from_bins(p, h, n, bytes, out);
     /* an exact repeat: no bin, split or hash work */
+    h->quick_wasted = 0;
     b->kind = BK_LIVE;
     b->requested = bytes;
     count_live(h, b, bytes);
@@ -319,7 +327,10 @@ __attribute__((noinline)) static dmm_status free_rest(dmm_pool *p, pheap *h, pbl
     if (stream == h->stream) {
         b->seq = ++h->free_seq;
         h->frees++;
-        if (!quick_push(h, b)) { /* too big to park: merge it now (quick_push changed nothing) */
+        bool parked = false;
+        if (h->quick_skip > 0) h->quick_skip--; /* the stream does not repeat: merge it now */
+        else parked = quick_push(h, b);         /* false: too big to park (nothing changed) */
+        if (!parked) {
             heap_hash_unlink(h, link);
             dmm__heap_make_free(h, b);
         }
@@ -347,8 +358,10 @@ dmm_status dmm_pool_free(dmm_pool *p, void *ptr, dmm_stream stream) {
     heap_lock(h);
     pblock **link = heap_hash_link(h, (uintptr_t)ptr);
     pblock *b = link != NULL ? *link : NULL;
-    /* LIVE (a QUICK block was freed already), on its own stream, and room to park it */
-    if (__builtin_expect(b == NULL || b->kind != BK_LIVE || stream != h->stream || !quick_room(h, b), 0))
+    /* LIVE (a QUICK block was freed already), on its own stream, parking on, and room to park it */
+    if (__builtin_expect(b == NULL || b->kind != BK_LIVE || stream != h->stream || h->quick_skip > 0 ||
+                             !quick_room(h, b),
+                         0))
         return free_rest(p, h, link, ptr, stream);
     uncount_live(h, b);
     b->seq = ++h->free_seq;

@@ -43,7 +43,8 @@
  *                 could make a block it fits, or change the one it would take: merged first, a miss is
  *                 placed exactly where it would be without quick lists, so parking changes no
  *                 placement, nor the growths and moves that follow); and whenever parking one more
- *                 would pass the bounds (POOL_QUICK_MAX_*)
+ *                 would pass the bounds (POOL_QUICK_MAX_*). A stream whose parked blocks keep merging
+ *                 unused stops parking for a while (POOL_QUICK_WASTE_LIMIT, POOL_QUICK_SKIP)
  *
  * Invariants (pool_check.c, under the heap's lock):
  *   the blocks of a run tile [run.lo, run.hi) in address order; no two FREE blocks and no two
@@ -95,6 +96,11 @@ enum {
 #define POOL_QUICK_MAX_BLOCKS 64u
 #define POOL_QUICK_MAX_BYTES ((uint64_t)64 << 20)
 #define POOL_QUICK_MAX_BLOCK ((uint64_t)8 << 20)
+/* A stream that does not repeat (POOL_QUICK_WASTE_LIMIT parked blocks merged by misses, no hit in
+ * between) merges its next POOL_QUICK_SKIP frees at once, then parks again: parking costs a second
+ * hash walk and a merge loop, worth it only when repeats come. */
+#define POOL_QUICK_WASTE_LIMIT 32u
+#define POOL_QUICK_SKIP 512u
 
 typedef struct pblock {
     uintptr_t addr;
@@ -167,6 +173,8 @@ typedef struct pheap {
     size_t nquick;
     uint64_t quick_bytes;
     uint64_t quick_reach; /* ≥ the largest free block a merge of the QUICK blocks would make */
+    uint32_t quick_wasted; /* parked blocks merged by misses since the last quick hit */
+    uint32_t quick_skip;   /* frees still to merge at once (no parking): the stream does not repeat */
 
     pblock *spare; /* unused block records */
     pslab *slabs;

@@ -10,7 +10,8 @@
  * empty_cache decommit parked chunks (merged first, behind the same fence); dmm_pool_check checks
  * the quick lists, then merges them; a broken quick count is caught; a block freed on another stream
  * is never parked and never handed out before its event, while the stream's own parked block is; the
- * bounds hold (64 blocks, 64 MiB, nothing above 8 MiB parked). Every test ends with the check and
+ * bounds hold (64 blocks, 64 MiB, nothing above 8 MiB parked); a stream whose parked blocks keep
+ * merging unused stops parking for a while, then parks again. Every test ends with the check and
  * nothing live: the driver's census back to zero.
  */
 #include <stdlib.h>
@@ -363,6 +364,46 @@ static void the_bounds_keep_parked_memory_small(void **state) {
     fx_close(f);
 }
 
+static void a_stream_that_does_not_repeat_stops_parking_for_a_while(void **state) {
+    (void)state;
+    fx *f = fx_open(4 * C);
+    char *x = xmalloc(f, 8 * KIB, NULL);
+    pheap *h = heap_of(f, NULL);
+    /* every free parked, every malloc another size: each miss merges the block parked for nothing */
+    unsigned rounds = 0;
+    while (h->quick_skip == 0 && rounds < 1000) {
+        xfree(f, x, NULL);
+        assert_int_equal(h->nquick, 1);
+        x = xmalloc(f, rounds % 2 ? 8 * KIB : 12 * KIB, NULL);
+        assert_int_equal(h->nquick, 0);
+        rounds++;
+    }
+    assert_int_equal(rounds, POOL_QUICK_WASTE_LIMIT);
+    /* now the frees merge at once, for a while */
+    for (unsigned i = 0; i < POOL_QUICK_SKIP; i++) {
+        xfree(f, x, NULL);
+        assert_int_equal(h->nquick, 0);
+        assert_int_equal(kind_at(h, x), 0);
+        x = xmalloc(f, 8 * KIB, NULL);
+    }
+    assert_int_equal(h->quick_skip, 0);
+    /* then they park again (and merge for nothing again), until a repeat takes one back: that
+     * forgives the misses */
+    for (unsigned i = 0; i < 5; i++) {
+        xfree(f, x, NULL);
+        assert_int_equal(h->nquick, 1);
+        x = xmalloc(f, i % 2 ? 8 * KIB : 12 * KIB, NULL);
+    }
+    assert_int_equal(h->quick_wasted, 5);
+    xfree(f, x, NULL); /* 12 KiB, the last round's */
+    char *y = xmalloc(f, 12 * KIB, NULL);
+    assert_ptr_equal(y, x);
+    assert_int_equal(h->quick_wasted, 0);
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    xfree(f, y, NULL);
+    fx_close(f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(an_exact_repeat_takes_the_parked_block_back_without_a_driver_call),
@@ -374,6 +415,7 @@ int main(void) {
         cmocka_unit_test(the_check_checks_the_quick_lists_then_merges_them),
         cmocka_unit_test(a_cross_stream_free_is_never_parked_and_still_waits_for_its_event),
         cmocka_unit_test(the_bounds_keep_parked_memory_small),
+        cmocka_unit_test(a_stream_that_does_not_repeat_stops_parking_for_a_while),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
