@@ -109,8 +109,10 @@ typedef struct pblock {
     struct pblock *lnext, *lprev; /* bin / unmapped / pending list links; lnext = hash chain when LIVE */
     uint64_t seq;                 /* FREE: highest free_seq merged in; PENDING: free_seq at the free */
     uint64_t requested;           /* LIVE: bytes as requested */
-    dmm_event ev;                 /* PENDING: the event recorded on the freeing stream */
-    struct pblock *qnext;         /* QUICK: the next block of its quick list */
+    union {
+        dmm_event ev;             /* PENDING: the event recorded on the freeing stream */
+        struct pblock *qnext;     /* QUICK: the next block of its quick list */
+    };
     uint16_t bin;                 /* FREE: its bin; LIVE: bin_of(size); QUICK: its quick list (the same) */
     uint8_t kind;
 } pblock;
