@@ -250,8 +250,7 @@ __attribute__((noinline, cold)) static dmm_status malloc_refused_args(const dmm_
 }
 
 /* malloc past the quick lists: best fit in the bins, else the slow path (h's lock held; released). */
-static inline dmm_status malloc_from_bins(dmm_pool *p, pheap *h, uint64_t n, size_t bytes,
-                                                            void **out) {
+static inline dmm_status malloc_from_bins(dmm_pool *p, pheap *h, uint64_t n, size_t bytes, void **out) {
     /* A miss places the block where it would go with every parked block merged: it merges them first
      * when they could make a free block it fits (types.h, QUICK) — so that parking never changes a
      * placement, nor the moves and growths that follow from placements. */
@@ -284,7 +283,7 @@ dmm_status dmm_pool_malloc(dmm_pool *p, size_t bytes, dmm_stream stream, void **
     pheap *h = heap_for(p, stream);
     if (__builtin_expect(h == NULL, 0)) return dmm_last_status();
     heap_lock(h);
-    pblock *b = h->nquick > 0 ? quick_pop(h, n) : NULL; /* none parked (or parking off): no class to compute */
+    pblock *b = h->nquick > 0 ? quick_pop(h, n) : NULL; /* none parked: no size class to compute */
     if (__builtin_expect(b == NULL, 0)) return malloc_from_bins(p, h, n, bytes, out);
     /* an exact repeat: no bin, split or hash work */
     h->quick_wasted = 0;
@@ -316,8 +315,7 @@ __attribute__((noinline, cold)) static dmm_status free_refused(const dmm_pool *p
 
 /* free past the quick lists (h's lock held; released): a refusal, a block parked after the parked ones
  * merged (the bounds), one too big to park, or a free on another stream. `link`: heap_hash_link's. */
-static inline dmm_status free_rest(dmm_pool *p, pheap *h, pblock **link, const void *ptr,
-                                                     dmm_stream stream) {
+static inline dmm_status free_rest(dmm_pool *p, pheap *h, pblock **link, const void *ptr, dmm_stream stream) {
     pblock *b = link != NULL ? *link : NULL;
     if (b == NULL || b->kind != BK_LIVE) { /* QUICK: freed already */
         heap_unlock(h);
