@@ -30,9 +30,15 @@
  *    memory goes to another stream only once the fence covers it too.
  *
  * Hot path: malloc and free served from mapped free memory make no driver call and take one lock:
- * the heap's, uncontended when each thread uses its own stream. A thread-local cache finds the heap
- * of the last (pool, stream) without any lock. They allocate host memory only when the number of
- * blocks reaches a new high (block records come from slabs; the live-block hash doubles).
+ * the heap's, uncontended when each thread uses its own stream, and biased to the thread that uses
+ * the stream: that thread takes it without a locked instruction (another thread pays a system call,
+ * membarrier, to take it over; where membarrier is missing the lock is a plain mutex). A
+ * thread-local cache finds the heap of the last (pool, stream) without any lock. A block freed on
+ * its own stream is parked unmerged for a while, and a malloc of exactly its size on that stream
+ * takes it back at once (deferred coalescing; a parked block is free in every stat, and is merged
+ * before anything else could be placed differently because of it). They allocate host memory only
+ * when the number of blocks reaches a new high (block records come from slabs; the live-block hash
+ * doubles).
  *
  * Thread contract: thread-safe. Streams scale independently (one heap and lock each); threads that
  * share a stream share its lock. Growth, moves and trim make driver calls (through the mechanism)
@@ -237,8 +243,9 @@ DMM_API dmm_status dmm_pool_stats_common(dmm_pool *pool, dmm_stats *out);
 DMM_API dmm_status dmm_pool_stats_json(const dmm_pool_stats *stats, char *buf, size_t cap, size_t *needed);
 
 /* The expensive invariant check: blocks tile every heap's VA, free blocks are coalesced and in the
- * right bins, chunk states agree with the blocks, counters equal the sums they stand for. DMM_OK, or
- * DMM_ERR_INVALID_ARGUMENT with a sentence naming the first broken invariant. */
+ * right bins, chunk states agree with the blocks, counters equal the sums they stand for. It checks
+ * the blocks parked for exact repeats (see "Hot path") as they are, then merges them and checks
+ * again. DMM_OK, or DMM_ERR_INVALID_ARGUMENT with a sentence naming the first broken invariant. */
 DMM_API dmm_status dmm_pool_check(dmm_pool *pool);
 
 #ifdef __cplusplus

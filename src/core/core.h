@@ -61,7 +61,7 @@ dmm_status dmm__error_restore(const dmm_error_kept *k);
 /* The kept sentence ("" when nothing is kept), for a sentence of the caller's own. */
 const char *dmm__error_kept_text(const dmm_error_kept *k);
 
-/* ---- locks ---- */
+/* ---- locks ---- (a pool heap's lock is biased to its stream's thread instead: core/biased_lock.h) */
 typedef struct dmm_lock {
     pthread_mutex_t m;
 } dmm_lock;

@@ -61,11 +61,11 @@ static void heap_fence(dmm_pool *p, pheap *h);
 void dmm__pool_poll(dmm_pool *p, pheap *h) {
     if (dmm__pool_lost(p, "polling a stream's events")) return; /* nothing completes any more, and nothing is asked */
     /* 1: cross-stream frees whose event completed become free blocks */
-    dmm_lock_acquire(&h->lock);
+    heap_lock(h);
     pblock *list = h->pending;
     h->pending = NULL;
     h->npending = 0;
-    dmm_lock_release(&h->lock);
+    heap_unlock(h);
     if (list != NULL) {
         for (pblock *b = list; b != NULL; b = b->lnext) {
             dmm_status q = dmm__drv_event_query(p->drv, b->ev); /* once lost: refused, no call */
@@ -82,7 +82,7 @@ void dmm__pool_poll(dmm_pool *p, pheap *h) {
                 event_put(p, b->ev);
                 b->ev = NULL;
             }
-        dmm_lock_acquire(&h->lock);
+        heap_lock(h);
         pblock *b = list;
         while (b != NULL) {
             pblock *n = b->lnext;
@@ -98,7 +98,7 @@ void dmm__pool_poll(dmm_pool *p, pheap *h) {
             }
             b = n;
         }
-        dmm_lock_release(&h->lock);
+        heap_unlock(h);
     }
     heap_fence(p, h);      /* 2 */
     dmm__pool_reap_aliased(p, h); /* 3 */
@@ -111,7 +111,7 @@ static void heap_fence(dmm_pool *p, pheap *h) {
     for (int round = 0; round < 2 && !dmm__drv_lost(p->drv); round++) {
         enum { NONE, RECORD, QUERY } action = NONE;
         uint64_t s = 0;
-        dmm_lock_acquire(&h->lock);
+        heap_lock(h);
         if (h->fence_state == FENCE_IDLE && h->safe_seq < h->free_seq) {
             action = RECORD;
             s = h->free_seq;
@@ -121,7 +121,7 @@ static void heap_fence(dmm_pool *p, pheap *h) {
             s = h->fence_seq;
             h->fence_state = FENCE_BUSY;
         }
-        dmm_lock_release(&h->lock);
+        heap_unlock(h);
         if (action == NONE) return;
         dmm_status fq = DMM_ERR_BUSY;
         bool recorded = action == QUERY;
@@ -142,7 +142,7 @@ static void heap_fence(dmm_pool *p, pheap *h) {
             else if (fq != DMM_OK) add_relaxed(&p->events_pending, 1);
         }
         dmm_clear_error();
-        dmm_lock_acquire(&h->lock);
+        heap_lock(h);
         if (!recorded) h->fence_state = FENCE_IDLE; /* the record failed: try again next time */
         else if (fq == DMM_OK) {
             if (s > h->safe_seq) h->safe_seq = s;
@@ -151,7 +151,7 @@ static void heap_fence(dmm_pool *p, pheap *h) {
             h->fence_seq = s;
             h->fence_state = FENCE_RECORDED;
         }
-        dmm_lock_release(&h->lock);
+        heap_unlock(h);
         if (action != QUERY || fq != DMM_OK) return; /* only a completed query is followed by a record */
     }
 }
@@ -167,12 +167,12 @@ dmm_status dmm__pool_free_cross(dmm_pool *p, pheap *h, pblock *b, dmm_stream str
     } else if (s == DMM_ERR_DEVICE_LOST) {
         dmm__pool_notice_loss(p, "creating the event of a cross-stream free");
     }
-    dmm_lock_acquire(&h->lock);
+    heap_lock(h);
     if (s != DMM_OK && dmm__drv_lost(p->drv)) { /* the free that found the loss is accepted like every later one */
         b->seq = ++h->free_seq;
         dmm__heap_make_free(h, b);
         h->frees++;
-        dmm_lock_release(&h->lock);
+        heap_unlock(h);
         dmm_clear_error();
         return DMM_OK;
     }
@@ -184,7 +184,7 @@ dmm_status dmm__pool_free_cross(dmm_pool *p, pheap *h, pblock *b, dmm_stream str
         h->live_blocks_total--;
         h->requested_total -= b->requested;
         h->live_total -= b->size;
-        dmm_lock_release(&h->lock);
+        heap_unlock(h);
         return dmm__error_wrap(s, "pool free of %p on stream %p (the block's heap is stream %p): recording the "
                                   "event that gates its reuse failed, so the block stays live; free it again",
                                (void *)b->addr, stream, h->stream); /* the bookkeeping above set no error */
@@ -195,7 +195,7 @@ dmm_status dmm__pool_free_cross(dmm_pool *p, pheap *h, pblock *b, dmm_stream str
     h->npending++;
     h->frees++;
     h->cross_frees++;
-    dmm_lock_release(&h->lock);
+    heap_unlock(h);
     add_relaxed(&p->events_recorded, 1);
     uint64_t now = atomic_fetch_add_explicit(&p->pending_now, 1, memory_order_relaxed) + 1;
     add_relaxed(&p->pending_total, 1);

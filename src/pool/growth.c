@@ -20,7 +20,8 @@
  * that never repeats pays at most that much memory for fewer moves.
  *
  * The steps of one attempt, each a function below:
- *   plan    (under the heap's lock) the window [lo, hi) and the chunks k it needs; more VA if needed;
+ *   plan    (under the heap's lock) the parked (QUICK) blocks merged, then the window [lo, hi) and
+ *           the chunks k it needs; more VA if needed;
  *   carve   (under the heap's lock) the window's unmapped chunks as COMMITTING pieces, and the
  *           sources of moves out of this heap; then out of the others, one lock at a time;
  *   drive   (no lock) alias, move, commit new chunks; stops at the first failed commit;
@@ -184,6 +185,7 @@ typedef struct growth {
  * last growth's failure when nothing fits (true); false: grow. */
 static bool growth_fit(growth *g, int attempt, void **out, dmm_status *s) {
     pheap *h = g->h;
+    dmm__heap_quick_flush(h); /* the plan below reads the free layout: the parked blocks merge first */
     pblock *b = dmm__heap_bin_find(h, g->n);
     if (b != NULL) {
         if (take(h, b, g->n, g->requested)) {
@@ -270,9 +272,9 @@ static void growth_carve_others(growth *g, uint64_t want) {
     for (pheap *o = heaps_head(g->p); o != NULL && got < want; o = heap_next(o)) {
         if (o == g->h) continue;
         dmm__pool_poll(g->p, o); /* its fence decides which of its free chunks may move */
-        dmm_lock_acquire(&o->lock);
+        heap_lock(o);
         got += dmm__pool_carve_sources(g->p, o, want - got, 0, 0, g->tv.v, g->nt, false, &g->sv);
-        dmm_lock_release(&o->lock);
+        heap_unlock(o);
     }
 }
 
@@ -354,7 +356,7 @@ static void growth_fixup(growth *g) {
                                            "and asking the mechanism whether it quarantined the chunk failed too",
                                   g->requested, h->stream);
     }
-    dmm_lock_acquire(&h->lock);
+    heap_lock(h);
     dmm__heap_block_put(h, g->rec); /* back to the spares: a split below takes it */
     dmm__heap_block_put(h, g->rec2);
     for (size_t j = 0; j < g->nt; j++) {
@@ -380,7 +382,7 @@ static void growth_fixup(growth *g) {
             dmm__heap_make_free(h, t);
         }
     }
-    dmm_lock_release(&h->lock);
+    heap_unlock(h);
     for (size_t i = 0; i < g->sv.n; i++)
         if (!g->sv.v[i].tried) g->sv.v[i].o = dmm__pool_outcome_untouched();
     dmm__pool_sources_fixup(p, &g->sv, 0);
@@ -403,15 +405,15 @@ dmm_status dmm__pool_malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t reque
             s = dmm__pool_malloc_refused(p, requested, h->stream);
             break;
         }
-        dmm_lock_acquire(&h->lock);
+        heap_lock(h);
         if (growth_fit(&g, attempt, out, &s)) {
-            dmm_lock_release(&h->lock);
+            heap_unlock(h);
             break;
         }
         uint64_t want_more = 0;
         s = growth_plan(&g);
         if (s == DMM_OK) s = growth_carve(&g, &want_more);
-        dmm_lock_release(&h->lock);
+        heap_unlock(h);
         if (s != DMM_OK) break;
         growth_carve_others(&g, want_more);
         growth_drive(&g);

@@ -1,10 +1,15 @@
-/* src/pool/heap.c — one heap's bookkeeping: block records, bins, the live-block hash, and the
- * splitting, carving and merging of blocks. No driver call and no lock here: every function runs
- * under the heap's lock (pool.c takes it).
+/* src/pool/heap.c — one heap's bookkeeping: block records, bins, the live-block hash, the quick
+ * lists, and the splitting, carving and merging of blocks. No driver call and no lock here: every
+ * function runs under the heap's lock (pool.c takes it). The hot path's lookups and the quick lists'
+ * push and pop are inline (the hash's in types.h, the quick lists' in hot.h), over the tables kept
+ * here.
  *
  * Idea: the hot path is a bin lookup and a hash insert (malloc) or a hash remove and a coalesce
- * (free). Bins are TLSF-like: exact classes for small sizes (LIFO: a block freed a moment ago is
- * the next one handed out, still warm), then 16 classes per power of two kept sorted by (size,
+ * (free); an exact repeat (a malloc of the size just freed on the stream) is less: the free parks the
+ * block on its quick list, still in the hash, and the malloc takes it back (deferred coalescing, as
+ * dlmalloc's fastbins); the merge happens once, when something needs the free layout. Bins are
+ * TLSF-like: exact classes for small sizes (LIFO: a block freed a moment ago is the next one handed
+ * out, still warm), then 16 classes per power of two kept sorted by (size,
  * address) so that the head of the first non-empty class above a request is its best fit, and the
  * lowest address among equals (address-ordered best fit keeps memory packed towards the start of a
  * run, which is what lets whole chunks at the end fall free and move). Two bitmap levels find the
@@ -14,7 +19,8 @@
  * of an octave) so walks are short, and exact classes (the hot, small sizes) never walk.
  *
  * Invariants: bit c of binmap ⇔ bins[c] != NULL; bit w of binsum ⇔ binmap[w] != 0; a range class
- * is sorted by (size, addr); hcount = #LIVE blocks = Σ chain lengths.
+ * is sorted by (size, addr); hcount = #LIVE + #QUICK blocks = Σ chain lengths; bit c of quickmap ⇔
+ * quick[c] != NULL; nquick and quick_bytes count and sum the quick lists.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -26,12 +32,13 @@
 bool dmm__heap_init(pheap *h, struct dmm_pool *p, dmm_stream stream) {
     memset(h, 0, sizeof *h);
     h->pool = p;
+    h->align_shift = p->align_shift;
     h->stream = stream;
     size_t nb = 1024;
     h->hash = calloc(nb, sizeof *h->hash);
     if (h->hash == NULL) return false;
     h->hmask = nb - 1;
-    dmm_lock_init(&h->lock);
+    dmm_biased_lock_init(&h->lock);
     return true;
 }
 
@@ -45,7 +52,7 @@ void dmm__heap_fini(pheap *h) {
     free(h->hash);
     free(h->runs);
     free(h->scratch);
-    dmm_lock_destroy(&h->lock);
+    dmm_biased_lock_destroy(&h->lock);
 }
 
 /* ---- block records ---- */
@@ -171,11 +178,7 @@ void dmm__heap_list_remove(pblock **head, pblock *b) {
     b->lnext = b->lprev = NULL;
 }
 
-/* ---- the live-block hash ---- */
-static inline size_t hash_of(const pheap *h, uintptr_t addr) {
-    uint64_t x = (uint64_t)(addr >> h->pool->align_shift) * 0x9E3779B97F4A7C15ull;
-    return (size_t)(x ^ (x >> 29)) & h->hmask;
-}
+/* ---- the live-block hash (its lookups: types.h) ---- */
 
 static bool hash_grow(pheap *h) {
     size_t nb = (h->hmask + 1) * 4;
@@ -189,7 +192,7 @@ static bool hash_grow(pheap *h) {
         pblock *b = old[i];
         while (b != NULL) {
             pblock *n = b->lnext;
-            size_t k = hash_of(h, b->addr);
+            size_t k = heap_hash_of(h, b->addr);
             b->lnext = t[k];
             t[k] = b;
             b = n;
@@ -201,7 +204,7 @@ static bool hash_grow(pheap *h) {
 
 bool dmm__heap_hash_insert(pheap *h, pblock *b) {
     if (h->hcount >= h->hmask + 1 && !hash_grow(h) && h->hcount >= 4 * (h->hmask + 1)) return false;
-    size_t k = hash_of(h, b->addr);
+    size_t k = heap_hash_of(h, b->addr);
     b->lnext = h->hash[k];
     b->lprev = NULL;
     h->hash[k] = b;
@@ -209,14 +212,8 @@ bool dmm__heap_hash_insert(pheap *h, pblock *b) {
     return true;
 }
 
-pblock *dmm__heap_hash_find(const pheap *h, uintptr_t addr) {
-    for (pblock *b = h->hash[hash_of(h, addr)]; b != NULL; b = b->lnext)
-        if (b->addr == addr) return b;
-    return NULL;
-}
-
 pblock *dmm__heap_hash_remove(pheap *h, uintptr_t addr) {
-    pblock **pp = &h->hash[hash_of(h, addr)];
+    pblock **pp = &h->hash[heap_hash_of(h, addr)];
     for (pblock *b = *pp; b != NULL; pp = &b->lnext, b = b->lnext)
         if (b->addr == addr) {
             *pp = b->lnext;
@@ -266,6 +263,9 @@ pblock *dmm__heap_make_free(pheap *h, pblock *b) {
         absorb_next(h, b);
     }
     dmm__heap_bin_insert(h, b);
+    bool quick_near = (b->prev != NULL && b->prev->kind == BK_QUICK) ||
+                      (b->next != NULL && b->next->kind == BK_QUICK);
+    if (h->nquick > 0 && quick_near) heap_note_reach(h, b); /* a merge of the QUICK neighbour reaches further */
     return b;
 }
 
@@ -305,4 +305,26 @@ pblock *dmm__heap_carve(pheap *h, pblock *b, uintptr_t addr, uint64_t len, uint8
     }
     mid->kind = kind;
     return mid;
+}
+
+/* ---- quick lists (push and pop: hot.h) ---- */
+void dmm__heap_quick_flush(pheap *h) {
+    for (uint32_t w = 0; w < POOL_BINWORDS && h->nquick > 0; w++) {
+        while (h->quickmap[w] != 0) {
+            uint32_t c = w * 64 + (uint32_t)__builtin_ctzll(h->quickmap[w]);
+            pblock *b = h->quick[c];
+            h->quick[c] = NULL;
+            h->quickmap[w] &= h->quickmap[w] - 1;
+            while (b != NULL) {
+                pblock *n = b->qnext;
+                b->qnext = NULL;
+                (void)dmm__heap_hash_remove(h, b->addr);
+                h->nquick--;
+                h->quick_bytes -= b->size;
+                dmm__heap_make_free(h, b); /* seq kept: the fence that covers its free gates it as before */
+                b = n;
+            }
+        }
+    }
+    h->quick_reach = 0;
 }

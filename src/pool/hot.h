@@ -1,11 +1,13 @@
-/* src/pool/hot.h — the hot path's steps under a heap's lock, inline: pool.c's malloc, growth.c's slow
- * path and fences.c's undo of a failed cross-stream free share them. Never installed.
+/* src/pool/hot.h — the hot path's steps under a heap's lock, inline: pool.c's malloc and free,
+ * growth.c's slow path and fences.c's undo of a failed cross-stream free share them; the quick lists'
+ * push and pop (the lists are heap.c's; types.h, "QUICK"). Never installed.
  *
  * Why a header of its own: these call heap.c, which stands below types.h; kept here they keep
  * types.h free of calls, and the pool's files free of loops.
  *
  * Invariants kept (types.h): heap.live_blocks = #LIVE, heap.live_bytes = Σ LIVE sizes, every LIVE
- * block in the hash; the peaks never below the current values.
+ * and QUICK block in the hash; the peaks never below the current values; the quick lists within
+ * their bounds (a push that would pass them merges every parked block first).
  */
 #ifndef DMM_POOL_HOT_H
 #define DMM_POOL_HOT_H
@@ -33,6 +35,7 @@ static inline bool take(pheap *h, pblock *b, uint64_t n, uint64_t requested) {
         if (r != NULL) dmm__heap_bin_insert(h, r); /* no record: hand the whole block out */
     }
     b->kind = BK_LIVE;
+    b->bin = (uint16_t)pool_bin_of(b->size >> h->align_shift); /* its quick list, should it be parked */
     b->requested = requested;
     if (!dmm__heap_hash_insert(h, b)) {
         dmm__heap_make_free(h, b);
@@ -41,6 +44,48 @@ static inline bool take(pheap *h, pblock *b, uint64_t n, uint64_t requested) {
     count_live(h, b, requested);
     h->mallocs++;
     return true;
+}
+
+/* Whether LIVE block b could be parked without merging the parked ones first (the bounds). */
+static inline bool quick_room(const pheap *h, const pblock *b) {
+    return b->size <= POOL_QUICK_MAX_BLOCK && h->nquick < POOL_QUICK_MAX_BLOCKS &&
+           h->quick_bytes + b->size <= POOL_QUICK_MAX_BYTES;
+}
+
+/* Parks block b — just freed on h's own stream, out of the live counts, seq set, still in the hash —
+ * on its quick list; quick_room(h, b) holds. */
+static inline void quick_park(pheap *h, pblock *b) {
+    uint32_t c = b->bin; /* a LIVE block's bin is its size's class (take, quick_pop) */
+    b->kind = BK_QUICK;
+    b->qnext = h->quick[c];
+    h->quick[c] = b;
+    h->quickmap[c / 64] |= (uint64_t)1 << (c % 64);
+    h->nquick++;
+    h->quick_bytes += b->size;
+    heap_note_reach(h, b);
+}
+
+/* Parks b as quick_park does (true), merging the parked blocks first when it would pass the bounds;
+ * false (nothing changed) when b is too big to park. */
+static inline bool quick_push(pheap *h, pblock *b) {
+    if (b->size > POOL_QUICK_MAX_BLOCK) return false;
+    if (!quick_room(h, b)) dmm__heap_quick_flush(h);
+    quick_park(h, b);
+    return true;
+}
+
+/* Takes the last parked block of exactly `n` bytes off its quick list (still in the hash, still
+ * QUICK: the caller makes it LIVE), or NULL. */
+static inline pblock *quick_pop(pheap *h, uint64_t n) {
+    uint32_t c = pool_bin_of(n >> h->align_shift);
+    pblock *b = h->quick[c];
+    if (b == NULL || b->size != n) return NULL;
+    h->quick[c] = b->qnext;
+    if (b->qnext == NULL) h->quickmap[c / 64] &= ~((uint64_t)1 << (c % 64));
+    b->qnext = NULL;
+    h->nquick--;
+    h->quick_bytes -= n;
+    return b;
 }
 
 #endif /* DMM_POOL_HOT_H */

@@ -5,8 +5,9 @@
  * aliased_bytes, the chunk counters); the choice of which whole free chunks leave a heap (sources:
  * oldest frees first, then the biggest, then the highest address, so that memory stays packed low
  * and the fewest calls move the most); and the fix-up that puts a source back into its heap as what
- * its outcome made it (UNMAPPED, FREE, POISONED, ALIASED). Reaping: the old place of an aliased chunk
- * is decommitted once a completed fence covers its last free.
+ * its outcome made it (UNMAPPED, FREE, POISONED, ALIASED). Carving merges the heap's parked (QUICK)
+ * blocks first, so that trim, empty_cache and moves see all of its free memory. Reaping: the old
+ * place of an aliased chunk is decommitted once a completed fence covers its last free.
  *
  * The idea. A chunk is taken out of its heap (DECOMMITTING) under the heap's lock, then the call runs
  * with no pool lock held, then the fix-up takes the lock again: other threads on the stream keep
@@ -40,6 +41,7 @@ static int by_age(const void *a, const void *b) {
 uint64_t dmm__pool_carve_sources(dmm_pool *p, pheap *h, uint64_t want, uintptr_t ex_lo, uintptr_t ex_hi, ptarget *tg,
                               size_t nt, bool alias_ok, srcvec *out) {
     if (want == 0) return 0;
+    dmm__heap_quick_flush(h); /* parked blocks are free memory too, once merged */
     const uint64_t Q = p->chunk;
     size_t nc = 0;
     for (uint32_t c = 0; c < POOL_NBINS; c++) {
@@ -162,13 +164,13 @@ void dmm__pool_sources_fixup(dmm_pool *p, srcvec *sv, size_t from) {
     pheap *locked = NULL;
     for (size_t i = from; i < sv->n; i++) {
         if (sv->v[i].h != locked) {
-            if (locked != NULL) dmm_lock_release(&locked->lock);
+            if (locked != NULL) heap_unlock(locked);
             locked = sv->v[i].h;
-            dmm_lock_acquire(&locked->lock);
+            heap_lock(locked);
         }
         source_fixup(p, &sv->v[i]);
     }
-    if (locked != NULL) dmm_lock_release(&locked->lock);
+    if (locked != NULL) heap_unlock(locked);
 }
 
 /* Decommits the old places of aliased chunks whose last free a completed fence covers: the memory
@@ -177,7 +179,7 @@ void dmm__pool_sources_fixup(dmm_pool *p, srcvec *sv, size_t from) {
 void dmm__pool_reap_aliased(dmm_pool *p, pheap *h) {
     if (dmm__pool_lost(p, "reaping the old places of aliased chunks")) return;
     pblock *list = NULL;
-    dmm_lock_acquire(&h->lock);
+    heap_lock(h);
     for (pblock *b = h->aliased, *n; b != NULL; b = n) {
         n = b->lnext;
         if (b->seq > h->safe_seq) continue;
@@ -187,7 +189,7 @@ void dmm__pool_reap_aliased(dmm_pool *p, pheap *h) {
         b->lnext = list;
         list = b;
     }
-    dmm_lock_release(&h->lock);
+    heap_unlock(h);
     while (list != NULL) {
         pblock *b = list;
         list = b->lnext;
@@ -201,9 +203,9 @@ void dmm__pool_reap_aliased(dmm_pool *p, pheap *h) {
         s.role = SRC_OLD;
         dmm__pool_decommit_one(p, &s); /* once lost: FAILED without a call, so the old place stays ALIASED */
         dmm_clear_error(); /* a failure is retried at the next poll; nobody asked for this call */
-        dmm_lock_acquire(&h->lock);
+        heap_lock(h);
         source_fixup(p, &s);
-        dmm_lock_release(&h->lock);
+        heap_unlock(h);
     }
 }
 

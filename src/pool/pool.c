@@ -2,10 +2,11 @@
  *
  * What it owns: the pool object (create, destroy), one VA-only allocation of a mechanism with virtual
  * backing, the heaps (one per stream, found through a thread-local cache) that tile it with blocks,
- * and malloc/free with their hot path: a bin lookup and a hash insert under the heap's lock, no
- * driver call. The rest lives below (types.h lists the files): growth.c grows, regions.c hands out
- * VA and trims, fences.c gates reuse behind events, moves.c moves chunks, pool_stats.c reports.
- * This opening is the pool's overview.
+ * and malloc/free with their hot path, under the heap's (biased) lock and with no driver call: an
+ * exact repeat pops the quick list of its size (a free on the stream parked the block there, still
+ * in the hash), anything else is a bin lookup, a split and a hash insert. The rest lives below
+ * (types.h lists the files): growth.c grows, regions.c hands out VA and trims, fences.c gates reuse
+ * behind events, moves.c moves chunks, pool_stats.c reports. This opening is the pool's overview.
  *
  * The idea. VA is plentiful and physical memory is not, and the two are decoupled: a heap places
  * blocks by best fit in its own VA, and only the chunks that blocks touch need physical backing.
@@ -192,9 +193,8 @@ dmm_status dmm_pool_create(dmm_mechanism *mech, dmm_driver *drv, const dmm_pool_
     return DMM_OK;
 }
 
-/* The heap of `stream`, created on first use. */
-static pheap *heap_for(dmm_pool *p, dmm_stream stream) {
-    if (tl_cache.pool == p && tl_cache.uid == p->uid && tl_cache.stream == stream) return tl_cache.heap;
+/* The heap of `stream` when the thread's cache does not hold it: found, or created on first use. */
+__attribute__((noinline)) static pheap *heap_find(dmm_pool *p, dmm_stream stream) {
     pheap *h;
     for (h = heaps_head(p); h != NULL; h = heap_next(h))
         if (h->stream == stream) break;
@@ -224,38 +224,80 @@ static pheap *heap_for(dmm_pool *p, dmm_stream stream) {
     return h;
 }
 
+/* The heap of `stream` (NULL: out of host memory, error set). */
+static inline pheap *heap_for(dmm_pool *p, dmm_stream stream) {
+    if (__builtin_expect(tl_cache.pool == p && tl_cache.uid == p->uid && tl_cache.stream == stream, 1))
+        return tl_cache.heap;
+    return heap_find(p, stream);
+}
+
 /* The heap whose VA holds `addr`, or NULL. */
 static inline pheap *heap_of_addr(const dmm_pool *p, uintptr_t addr) {
     if (addr < p->base || addr - p->base >= p->va_bytes) return NULL;
     return atomic_load_explicit(&p->owner[(addr - p->base) >> p->region_shift], memory_order_acquire);
 }
 
-dmm_status dmm_pool_malloc(dmm_pool *p, size_t bytes, dmm_stream stream, void **out) {
+/* The hot path's failures are out of line (noinline, cold); the paths past the quick lists stay inline
+ * (out of line, their calls' prologues cost more than they saved: measured with callgrind). */
+__attribute__((noinline, cold)) static dmm_status malloc_refused_args(const dmm_pool *p, size_t bytes,
+                                                                      void **out) {
     if (p == NULL || out == NULL || bytes == 0)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
                              "dmm_pool_malloc: pool %p, %zu bytes, out %p: a pool, a size above 0 and an output "
                              "pointer are required",
                              (void *)p, bytes, (void *)out);
-    uint64_t n;
-    if (!dmm_align_up(bytes, p->align, &n) || n > p->va_bytes)
-        return dmm_error_set(DMM_ERR_OUT_OF_MEMORY,
-                             "dmm_pool_malloc: %zu bytes is more than the pool's VA (%llu bytes); create the "
-                             "pool with a larger va_bytes",
-                             bytes, (unsigned long long)p->va_bytes);
-    if (__builtin_expect(atomic_load_explicit(&p->refusing, memory_order_acquire) != NULL, 0))
-        return dmm__pool_malloc_refused(p, bytes, stream); /* cached too: pool.h */
-    pheap *h = heap_for(p, stream);
-    if (h == NULL) return dmm_last_status();
-    dmm_lock_acquire(&h->lock);
+    return dmm_error_set(DMM_ERR_OUT_OF_MEMORY,
+                         "dmm_pool_malloc: %zu bytes is more than the pool's VA (%llu bytes); create the "
+                         "pool with a larger va_bytes",
+                         bytes, (unsigned long long)p->va_bytes);
+}
+
+/* malloc past the quick lists: best fit in the bins, else the slow path (h's lock held; released). */
+static inline dmm_status malloc_from_bins(dmm_pool *p, pheap *h, uint64_t n, size_t bytes, void **out) {
+    /* A miss places the block where it would go with every parked block merged: it merges them first
+     * when they could make a free block it fits (types.h, QUICK) — so that parking never changes a
+     * placement, nor the moves and growths that follow from placements. */
+    if (n <= h->quick_reach) {
+        h->quick_wasted += (uint32_t)h->nquick; /* parked for nothing: no repeat came */
+        dmm__heap_quick_flush(h);
+        if (h->quick_wasted >= POOL_QUICK_WASTE_LIMIT) {
+            h->quick_wasted = 0;
+            h->quick_skip = POOL_QUICK_SKIP;
+        }
+    }
     pblock *b = dmm__heap_bin_find(h, n);
     if (b != NULL && take(h, b, n, bytes)) {
         h->cached_mallocs++;
         *out = (void *)b->addr;
-        dmm_lock_release(&h->lock);
+        heap_unlock(h);
         return DMM_OK;
     }
-    dmm_lock_release(&h->lock);
+    heap_unlock(h);
     return dmm__pool_malloc_slow(p, h, n, bytes, out);
+}
+
+dmm_status dmm_pool_malloc(dmm_pool *p, size_t bytes, dmm_stream stream, void **out) {
+    /* va_bytes is a multiple of align: bytes ≤ va_bytes ⇒ its rounding neither overflows nor passes it */
+    if (__builtin_expect(p == NULL || out == NULL || bytes == 0 || bytes > p->va_bytes, 0))
+        return malloc_refused_args(p, bytes, out);
+    uint64_t n = ((uint64_t)bytes + p->align - 1) & ~(p->align - 1);
+    if (__builtin_expect(atomic_load_explicit(&p->refusing, memory_order_acquire) != NULL, 0))
+        return dmm__pool_malloc_refused(p, bytes, stream); /* cached too: pool.h */
+    pheap *h = heap_for(p, stream);
+    if (__builtin_expect(h == NULL, 0)) return dmm_last_status();
+    heap_lock(h);
+    pblock *b = h->nquick > 0 ? quick_pop(h, n) : NULL; /* none parked: no size class to compute */
+    if (__builtin_expect(b == NULL, 0)) return malloc_from_bins(p, h, n, bytes, out);
+    /* an exact repeat: no bin, split or hash work */
+    h->quick_wasted = 0;
+    b->kind = BK_LIVE;
+    b->requested = bytes;
+    count_live(h, b, bytes);
+    h->mallocs++;
+    h->cached_mallocs++;
+    heap_unlock(h);
+    *out = (void *)b->addr;
+    return DMM_OK;
 }
 
 static inline void uncount_live(pheap *h, const pblock *b) {
@@ -264,36 +306,70 @@ static inline void uncount_live(pheap *h, const pblock *b) {
     store_relaxed(&h->live_bytes, load_relaxed(&h->live_bytes) - b->size);
 }
 
-dmm_status dmm_pool_free(dmm_pool *p, void *ptr, dmm_stream stream) {
+__attribute__((noinline, cold)) static dmm_status free_refused(const dmm_pool *p, const void *ptr) {
     if (p == NULL || ptr == NULL)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_free: pool %p, ptr %p: both are required",
-                             (void *)p, ptr);
-    pheap *h = heap_of_addr(p, (uintptr_t)ptr);
-    if (h != NULL) {
-        dmm_lock_acquire(&h->lock);
-        pblock *b = dmm__heap_hash_remove(h, (uintptr_t)ptr);
-        if (b != NULL) {
-            uncount_live(h, b);
-            /* after a loss every free is this one: bookkeeping only, no event (pool.h) */
-            bool cross = stream != h->stream;
-            if (!cross || dmm__drv_lost(p->drv)) {
-                b->seq = ++h->free_seq;
-                dmm__heap_make_free(h, b);
-                h->frees++;
-                dmm_lock_release(&h->lock);
-                if (cross) dmm__pool_notice_loss(p, "freeing a block on another stream");
-                return DMM_OK;
-            }
-            b->kind = BK_PENDING;
-            dmm_lock_release(&h->lock);
-            return dmm__pool_free_cross(p, h, b, stream);
-        }
-        dmm_lock_release(&h->lock);
-    }
+                             (const void *)p, ptr);
     return dmm_error_set(DMM_ERR_UNKNOWN_ALLOCATION,
                          "dmm_pool_free: %p is not a live block of this pool (never allocated, already freed, or "
                          "not the block's start); nothing changed",
                          ptr);
+}
+
+/* free past the quick lists (h's lock held; released): a refusal, a block parked after the parked ones
+ * merged (the bounds), one too big to park, or a free on another stream. `link`: heap_hash_link's. */
+static inline dmm_status free_rest(dmm_pool *p, pheap *h, pblock **link, const void *ptr, dmm_stream stream) {
+    pblock *b = link != NULL ? *link : NULL;
+    if (b == NULL || b->kind != BK_LIVE) { /* QUICK: freed already */
+        heap_unlock(h);
+        return free_refused(p, ptr);
+    }
+    uncount_live(h, b);
+    if (stream == h->stream) {
+        b->seq = ++h->free_seq;
+        h->frees++;
+        bool parked = false;
+        if (h->quick_skip > 0) h->quick_skip--; /* the stream does not repeat: merge it now */
+        else parked = quick_push(h, b);         /* false: too big to park (nothing changed) */
+        if (!parked) {
+            heap_hash_unlink(h, link);
+            dmm__heap_make_free(h, b);
+        }
+        heap_unlock(h);
+        return DMM_OK;
+    }
+    heap_hash_unlink(h, link);
+    if (dmm__drv_lost(p->drv)) { /* after a loss a cross-stream free is bookkeeping only (pool.h) */
+        b->seq = ++h->free_seq;
+        dmm__heap_make_free(h, b);
+        h->frees++;
+        heap_unlock(h);
+        dmm__pool_notice_loss(p, "freeing a block on another stream");
+        return DMM_OK;
+    }
+    b->kind = BK_PENDING;
+    heap_unlock(h);
+    return dmm__pool_free_cross(p, h, b, stream);
+}
+
+dmm_status dmm_pool_free(dmm_pool *p, void *ptr, dmm_stream stream) {
+    if (__builtin_expect(p == NULL || ptr == NULL, 0)) return free_refused(p, ptr);
+    pheap *h = heap_of_addr(p, (uintptr_t)ptr);
+    if (__builtin_expect(h == NULL, 0)) return free_refused(p, ptr);
+    heap_lock(h);
+    pblock **link = heap_hash_link(h, (uintptr_t)ptr);
+    pblock *b = link != NULL ? *link : NULL;
+    /* LIVE (a QUICK block was freed already), on its own stream, parking on, and room to park it */
+    if (__builtin_expect(b == NULL || b->kind != BK_LIVE || stream != h->stream || h->quick_skip > 0 ||
+                             !quick_room(h, b),
+                         0))
+        return free_rest(p, h, link, ptr, stream);
+    uncount_live(h, b);
+    b->seq = ++h->free_seq;
+    h->frees++;
+    quick_park(h, b); /* the merge is deferred (types.h, QUICK) */
+    heap_unlock(h);
+    return DMM_OK;
 }
 
 dmm_status dmm_pool_block_size(dmm_pool *p, const void *ptr, size_t *bytes) {
@@ -301,10 +377,11 @@ dmm_status dmm_pool_block_size(dmm_pool *p, const void *ptr, size_t *bytes) {
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_block_size: pool, ptr and bytes are required");
     pheap *h = heap_of_addr(p, (uintptr_t)ptr);
     if (h != NULL) {
-        dmm_lock_acquire(&h->lock);
+        heap_lock(h);
         pblock *b = dmm__heap_hash_find(h, (uintptr_t)ptr);
+        if (b != NULL && b->kind != BK_LIVE) b = NULL; /* QUICK: freed */
         if (b != NULL) *bytes = (size_t)b->size;
-        dmm_lock_release(&h->lock);
+        heap_unlock(h);
         if (b != NULL) return DMM_OK;
     }
     return dmm_error_set(DMM_ERR_UNKNOWN_ALLOCATION, "dmm_pool_block_size: %p is not a live block of this pool", ptr);
@@ -348,10 +425,10 @@ static dmm_status destroy_lost(dmm_pool *p, bool released) {
                                dmm__drv_lost_why(p->drv));
     uint64_t live = 0, pend = 0;
     for (pheap *h = heaps_head(p); h != NULL; h = heap_next(h)) {
-        dmm_lock_acquire(&h->lock);
+        heap_lock(h);
         live += h->live_blocks;
         pend += h->npending;
-        dmm_lock_release(&h->lock);
+        heap_unlock(h);
     }
     if (live > 0 || pend > 0)
         dmm__log(DMM_LOG_WARN,
@@ -370,10 +447,11 @@ dmm_status dmm_pool_destroy(dmm_pool *p) {
         dmm__pool_poll(p, h);
         dmm__pool_poll(p, h); /* a fence recorded by the first poll may be complete at once */
         if (dmm__pool_lost(p, "entering dmm_pool_destroy")) return destroy_lost(p, false);
-        dmm_lock_acquire(&h->lock);
+        heap_lock(h);
+        dmm__heap_quick_flush(h); /* parked blocks are free; a refused destroy leaves them merged */
         uint64_t live = h->live_blocks, pend = h->npending;
         bool fence = h->safe_seq < h->free_seq;
-        dmm_lock_release(&h->lock);
+        heap_unlock(h);
         if (live > 0)
             return dmm_error_set(DMM_ERR_BUSY,
                                  "dmm_pool_destroy: stream %p still has %llu live block(s); free them first (nothing "

@@ -1,6 +1,6 @@
 /* src/pool/pool_check.c — the expensive invariant check of one heap (types.h lists the
- * invariants). Walks every run, every bin, the unmapped and pending lists and the hash; O(blocks),
- * for tests and debugging only. */
+ * invariants). Walks every run, every bin, the quick, unmapped and pending lists and the hash;
+ * O(blocks), for tests and debugging only. */
 #include <stdio.h>
 
 #include "pool/types.h"
@@ -16,6 +16,7 @@ static _Thread_local char why[256];
 static bool maps_its_chunks(uint8_t kind, const pblock *b) {
     switch (kind) {
     case BK_LIVE:
+    case BK_QUICK:
     case BK_PENDING:
     case BK_FREE:
     case BK_DECOMMITTING:
@@ -29,6 +30,7 @@ const char *dmm__heap_check_locked(const pheap *h) {
     const dmm_pool *p = h->pool;
     const uint64_t Q = p->chunk;
     uint64_t nfree = 0, nunmapped = 0, nlive = 0, npending = 0, naliased = 0, live_bytes = 0, chunk_bytes = 0;
+    uint64_t nquick = 0, quick_bytes = 0;
     for (size_t r = 0; r < h->nruns; r++) {
         const prun *run = &h->runs[r];
         uintptr_t at = run->lo;
@@ -57,6 +59,26 @@ const char *dmm__heap_check_locked(const pheap *h) {
                 live_bytes += b->size;
                 if (dmm__heap_hash_find(h, b->addr) != b)
                     BAD("live block at %#llx is not in the hash", (unsigned long long)b->addr);
+                if (b->bin != pool_bin_of(b->size >> p->align_shift))
+                    BAD("live block at %#llx of %llu bytes names quick list %u", (unsigned long long)b->addr,
+                        (unsigned long long)b->size, b->bin);
+                break;
+            case BK_QUICK:
+                nquick++;
+                quick_bytes += b->size;
+                if (dmm__heap_hash_find(h, b->addr) != b)
+                    BAD("quick block at %#llx is not in the hash (a second free would not be refused)",
+                        (unsigned long long)b->addr);
+                if (b->bin != pool_bin_of(b->size >> p->align_shift) || b->size > POOL_QUICK_MAX_BLOCK ||
+                    b->seq == 0 || b->seq > h->free_seq)
+                    BAD("quick block at %#llx of %llu bytes: list %u, seq %llu (free_seq %llu)",
+                        (unsigned long long)b->addr, (unsigned long long)b->size, b->bin,
+                        (unsigned long long)b->seq, (unsigned long long)h->free_seq);
+                if (heap_free_run_bytes(b) > h->quick_reach)
+                    BAD("quick block at %#llx: its free run holds %llu bytes, above quick_reach %llu (a miss "
+                        "could be placed where it would not be with the parked blocks merged)",
+                        (unsigned long long)b->addr, (unsigned long long)heap_free_run_bytes(b),
+                        (unsigned long long)h->quick_reach);
                 break;
             case BK_PENDING: npending++; break;
             case BK_ALIASED:
@@ -118,6 +140,26 @@ const char *dmm__heap_check_locked(const pheap *h) {
         if (((h->binsum >> w) & 1) != (h->binmap[w] != 0)) BAD("bin summary word %u disagrees", w);
     if (inbins != nfree) BAD("%llu free blocks but %llu in the bins", (unsigned long long)nfree,
                              (unsigned long long)inbins);
+    uint64_t inquick = 0, inquick_bytes = 0;
+    for (uint32_t c = 0; c < POOL_NBINS; c++) {
+        bool bit = (h->quickmap[c / 64] >> (c % 64)) & 1;
+        if (bit != (h->quick[c] != NULL)) BAD("quick list %u's bitmap bit disagrees with its list", c);
+        for (const pblock *b = h->quick[c]; b != NULL; b = b->qnext) {
+            inquick++;
+            inquick_bytes += b->size;
+            if (b->kind != BK_QUICK || b->bin != c)
+                BAD("quick list %u holds a block that is not quick in that list", c);
+            if (inquick > nquick) BAD("the quick lists hold more blocks than the runs (a cycle, or one twice)");
+        }
+    }
+    if (inquick != nquick || inquick != h->nquick || inquick_bytes != quick_bytes ||
+        inquick_bytes != h->quick_bytes)
+        BAD("%llu quick blocks of %llu bytes, %llu of %llu bytes in the lists, counters %zu and %llu",
+            (unsigned long long)nquick, (unsigned long long)quick_bytes, (unsigned long long)inquick,
+            (unsigned long long)inquick_bytes, h->nquick, (unsigned long long)h->quick_bytes);
+    if (h->nquick > POOL_QUICK_MAX_BLOCKS || h->quick_bytes > POOL_QUICK_MAX_BYTES)
+        BAD("the quick lists hold %zu blocks of %llu bytes, above their bounds", h->nquick,
+            (unsigned long long)h->quick_bytes);
     uint64_t inlist = 0;
     for (const pblock *b = h->unmapped; b != NULL; b = b->lnext) {
         inlist++;
@@ -141,9 +183,9 @@ const char *dmm__heap_check_locked(const pheap *h) {
     if (inaliased != naliased || inaliased != h->naliased)
         BAD("%llu aliased blocks, %llu in the list, counter %zu", (unsigned long long)naliased,
             (unsigned long long)inaliased, h->naliased);
-    if (nlive != h->hcount || nlive != h->live_blocks)
-        BAD("%llu live blocks, %zu in the hash, counter %llu", (unsigned long long)nlive, h->hcount,
-            (unsigned long long)h->live_blocks);
+    if (nlive + nquick != h->hcount || nlive != h->live_blocks)
+        BAD("%llu live and %llu quick blocks, %zu in the hash, live counter %llu", (unsigned long long)nlive,
+            (unsigned long long)nquick, h->hcount, (unsigned long long)h->live_blocks);
     if (live_bytes != atomic_load_explicit(&h->live_bytes, memory_order_relaxed))
         BAD("live blocks sum to %llu bytes but the counter says %llu", (unsigned long long)live_bytes,
             (unsigned long long)atomic_load_explicit(&h->live_bytes, memory_order_relaxed));

@@ -11,7 +11,9 @@
  * heap's peak. physical_bytes and the driver_* counters are the mechanism's own stats, read here.
  *
  * Invariants checked: Σ heap.committed = p.committed and Σ ALIASED sizes = p.aliased_bytes (exact
- * while no other thread uses the pool).
+ * while no other thread uses the pool). The check merges every heap's parked (QUICK) blocks, after
+ * checking them as they were; stats do not (the counts are exact at each free: a parked block is
+ * free memory in every stat, so reading them needs no merge).
  */
 #include <stddef.h>
 #include <string.h>
@@ -26,7 +28,7 @@ static void gather(dmm_pool *p, dmm_pool_stats *s) {
     s->size = sizeof *s;
     uint64_t maxlive = 0, maxreq = 0, maxblocks = 0, sumlive = 0, sumreq = 0;
     for (pheap *h = heaps_head(p); h != NULL; h = heap_next(h)) {
-        dmm_lock_acquire(&h->lock);
+        heap_lock(h);
         s->allocations.current += (int64_t)h->live_blocks;
         s->allocations.total += (int64_t)h->live_blocks_total;
         if (h->live_peak_blocks > maxblocks) maxblocks = h->live_peak_blocks;
@@ -40,7 +42,7 @@ static void gather(dmm_pool *p, dmm_pool_stats *s) {
         s->frees += h->frees;
         s->cached_mallocs += h->cached_mallocs;
         s->cross_stream_frees += h->cross_frees;
-        dmm_lock_release(&h->lock);
+        heap_unlock(h);
     }
     max_relaxed(&p->sampled_live_peak, sumlive);
     max_relaxed(&p->sampled_requested_peak, sumreq);
@@ -144,11 +146,15 @@ dmm_status dmm_pool_check(dmm_pool *p) {
     if (p == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_check: the pool is NULL");
     uint64_t sum = 0, twice = 0;
     for (pheap *h = heaps_head(p); h != NULL; h = heap_next(h)) {
-        dmm_lock_acquire(&h->lock);
-        const char *bad = dmm__heap_check_locked(h);
+        heap_lock(h);
+        const char *bad = dmm__heap_check_locked(h); /* with its parked blocks as they are, */
+        if (bad == NULL && h->nquick > 0) {           /* then merged (pool.h: the check merges them) */
+            dmm__heap_quick_flush(h);
+            bad = dmm__heap_check_locked(h);
+        }
         sum += h->committed;
         for (const pblock *b = h->aliased; b != NULL; b = b->lnext) twice += b->size;
-        dmm_lock_release(&h->lock);
+        heap_unlock(h);
         if (bad != NULL)
             return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_check: heap of stream %p: %s", h->stream, bad);
     }

@@ -109,9 +109,9 @@ bool dmm__pool_grow_va(dmm_pool *p, pheap *h, size_t n, size_t prefer) {
             dmm_lock_release(&p->lock);
             size_t shed = heap_shed_empty_runs(p, h);
             for (pheap *g = heaps_head(p); g != NULL; g = heap_next(g)) {
-                if (g == h || pthread_mutex_trylock(&g->lock.m) != 0) continue;
+                if (g == h || !heap_trylock(g)) continue;
                 shed += heap_shed_empty_runs(p, g);
-                dmm_lock_release(&g->lock);
+                heap_unlock(g);
             }
             if (shed > 0) continue;
             dmm_lock_acquire(&p->lock);
@@ -176,10 +176,10 @@ static dmm_status pool_trim(dmm_pool *p, uint64_t target, uint64_t *released, co
         dmm__pool_poll(p, h); /* also when there is nothing to trim: cross-stream frees become reusable */
         uint64_t committed = load_relaxed(&p->committed);
         if (committed <= target) continue;
-        dmm_lock_acquire(&h->lock);
+        heap_lock(h);
         sv.n = 0;
         dmm__pool_carve_sources(p, h, committed - target, 0, 0, NULL, 0, false, &sv);
-        dmm_lock_release(&h->lock);
+        heap_unlock(h);
         for (size_t i = 0; i < sv.n; i++) {
             dmm__pool_decommit_one(p, &sv.v[i]);
             dmm_release_state st8 = dmm_release_state_of(&sv.v[i].o);
@@ -215,9 +215,9 @@ dmm_status dmm_pool_empty_cache(dmm_pool *p, uint64_t *released) {
     dmm_status s = pool_trim(p, 0, released, "dmm_pool_empty_cache", "entering dmm_pool_empty_cache");
     if (s != DMM_OK) return s;
     for (pheap *h = heaps_head(p); h != NULL; h = heap_next(h)) { /* empty runs give their VA back */
-        dmm_lock_acquire(&h->lock);
+        heap_lock(h);
         heap_shed_empty_runs(p, h);
-        dmm_lock_release(&h->lock);
+        heap_unlock(h);
     }
     if (dmm__pool_lost(p, "entering dmm_pool_empty_cache")) return dmm__pool_lost_error(p, "dmm_pool_empty_cache");
     s = dmm_mechanism_drain_cache(p->mech);

@@ -32,16 +32,33 @@
  *                 growth of this heap needed it (an alias: this stream's work may still use the old
  *                 place); still mapped, never handed out; in `aliased`; decommitted (→ UNMAPPED) once
  *                 a completed fence covers its seq
+ *   QUICK         freed on the heap's own stream and parked, unmerged, for an exact repeat: a malloc
+ *                 of exactly its size takes it back with no bin, split or hash work (deferred
+ *                 coalescing); mapped; still in the hash (so a second free of it is refused) and on
+ *                 quick[bin_of(size)]; free in every stat (counted out of the live ones at its free);
+ *                 its seq is its free's free_seq. Made FREE (dmm__heap_quick_flush, seq kept) before
+ *                 anything reads or changes the free layout: malloc's slow path, carving sources
+ *                 (moves, trim, empty_cache), dmm_pool_check, destroy; a malloc that misses the quick
+ *                 lists whenever it asks for at most quick_reach bytes (a merge of the parked blocks
+ *                 could make a block it fits, or change the one it would take: merged first, a miss is
+ *                 placed exactly where it would be without quick lists, so parking changes no
+ *                 placement, nor the growths and moves that follow); and whenever parking one more
+ *                 would pass the bounds (POOL_QUICK_MAX_*). A stream whose parked blocks keep merging
+ *                 unused stops parking for a while (POOL_QUICK_WASTE_LIMIT, POOL_QUICK_SKIP)
  *
  * Invariants (pool_check.c, under the heap's lock):
  *   the blocks of a run tile [run.lo, run.hi) in address order; no two FREE blocks and no two
  *   UNMAPPED blocks are adjacent (coalesced); a FREE block is in bin bin_of(size), an UNMAPPED one
- *   in the unmapped list, a LIVE one in the hash; sizes and addresses are multiples of `align`;
- *   every quantum a LIVE, PENDING, FREE, DECOMMITTING, ALIASED or (still mapped) POISONED block touches
+ *   in the unmapped list, a LIVE one in the hash; a QUICK one in the hash and in quick[bin_of(size)];
+ *   sizes and addresses are multiples of `align`;
+ *   every quantum a LIVE, QUICK, PENDING, FREE, DECOMMITTING, ALIASED or (still mapped) POISONED block touches
  *   lies in a chunk, no chunk reaches into an UNMAPPED block, heap.committed = Σ bytes of those chunks
  *   (an aliased chunk counts at both places: committed counts mappings); an ALIASED block is exactly
  *   one chunk with seq > 0; heap.naliased = #ALIASED; pool.aliased_bytes = Σ ALIASED sizes;
- *   heap.live_bytes = Σ LIVE sizes; heap.live_blocks = #LIVE.
+ *   heap.live_bytes = Σ LIVE sizes; heap.live_blocks = #LIVE; heap.hcount = #LIVE + #QUICK;
+ *   heap.nquick = #QUICK ≤ POOL_QUICK_MAX_BLOCKS, heap.quick_bytes = Σ QUICK sizes ≤ POOL_QUICK_MAX_BYTES,
+ *   every QUICK size ≤ POOL_QUICK_MAX_BLOCK; bit c of quickmap ⇔ quick[c] != NULL; heap.quick_reach ≥
+ *   the bytes of every maximal sequence of FREE and QUICK blocks that holds a QUICK block (0 once merged).
  *   A FREE block's seq ≥ the heap free_seq of every free merged into it; it is safe to decommit its
  *   whole chunks once seq ≤ heap.safe_seq (a completed fence on the heap's stream covers it).
  */
@@ -51,6 +68,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/biased_lock.h"
 #include "core/core.h"
 #include "dmm/pool.h"
 #include "driver/call.h"
@@ -64,12 +82,25 @@ enum {
     BK_DECOMMITTING = 6,
     BK_POISONED = 7,
     BK_ALIASED = 8,
+    BK_QUICK = 9,
 };
 
 /* Size classes, in units of `align`: exact below 64 units, then 16 classes per power of two. */
 #define POOL_EXACT_BINS 64u
 #define POOL_NBINS 896u
 #define POOL_BINWORDS (POOL_NBINS / 64u)
+
+/* The bounds of a heap's quick lists: memory parked unmerged stays small (it is free memory that
+ * coalesces late, not memory held: every slow path merges it first), and the merge that an overflow
+ * triggers stays bounded. Blocks above POOL_QUICK_MAX_BLOCK always merge at their free. */
+#define POOL_QUICK_MAX_BLOCKS 64u
+#define POOL_QUICK_MAX_BYTES ((uint64_t)64 << 20)
+#define POOL_QUICK_MAX_BLOCK ((uint64_t)8 << 20)
+/* A stream that does not repeat (POOL_QUICK_WASTE_LIMIT parked blocks merged by misses, no hit in
+ * between) merges its next POOL_QUICK_SKIP frees at once, then parks again: parking costs a second
+ * hash walk and a merge loop, worth it only when repeats come. */
+#define POOL_QUICK_WASTE_LIMIT 32u
+#define POOL_QUICK_SKIP 512u
 
 typedef struct pblock {
     uintptr_t addr;
@@ -78,8 +109,11 @@ typedef struct pblock {
     struct pblock *lnext, *lprev; /* bin / unmapped / pending list links; lnext = hash chain when LIVE */
     uint64_t seq;                 /* FREE: highest free_seq merged in; PENDING: free_seq at the free */
     uint64_t requested;           /* LIVE: bytes as requested */
-    dmm_event ev;                 /* PENDING: the event recorded on the freeing stream */
-    uint16_t bin;                 /* FREE: its bin */
+    union {
+        dmm_event ev;             /* PENDING: the event recorded on the freeing stream */
+        struct pblock *qnext;     /* QUICK: the next block of its quick list */
+    };
+    uint16_t bin;                 /* FREE: its bin; LIVE: bin_of(size); QUICK: its quick list (the same) */
     uint8_t kind;
 } pblock;
 
@@ -113,8 +147,11 @@ typedef struct ptarget {
 typedef enum fence_state { FENCE_IDLE = 0, FENCE_BUSY = 1, FENCE_RECORDED = 2 } fence_state;
 
 typedef struct pheap {
-    _Alignas(64) dmm_lock lock; /* heaps are cache-line aligned: threads on distinct streams share no line */
+    /* the heap's lock, biased to the thread that uses the stream (core/biased_lock.h); heaps are
+     * cache-line aligned: threads on distinct streams share no line */
+    _Alignas(64) dmm_biased_lock lock;
     struct dmm_pool *pool;
+    unsigned align_shift; /* the pool's, kept here: the hot path reads no line of the pool's */
     dmm_stream stream;
     struct pheap *_Atomic next_heap; /* the pool's list (prepend; never removed before destroy) */
 
@@ -129,8 +166,17 @@ typedef struct pheap {
     pblock *aliased;  /* ALIASED blocks: old places waiting for their fence (unordered) */
     size_t naliased;
 
-    pblock **hash; /* LIVE blocks by address (chained through lnext) */
+    pblock **hash; /* LIVE and QUICK blocks by address (chained through lnext) */
     size_t hmask, hcount;
+
+    /* QUICK blocks, per size class (LIFO through qnext): exact repeats skip bins, splits and the hash */
+    pblock *quick[POOL_NBINS];
+    uint64_t quickmap[POOL_BINWORDS];
+    size_t nquick;
+    uint64_t quick_bytes;
+    uint64_t quick_reach; /* ≥ the largest free block a merge of the QUICK blocks would make */
+    uint32_t quick_wasted; /* parked blocks merged by misses since the last quick hit */
+    uint32_t quick_skip;   /* frees still to merge at once (no parking): the stream does not repeat */
 
     pblock *spare; /* unused block records */
     pslab *slabs;
@@ -201,6 +247,11 @@ struct dmm_pool {
         events_recorded, events_pending, chunks_poisoned, pending_now, pending_peak, pending_total;
 };
 
+/* The heap's lock (biased: the stream's usual thread takes it without a locked instruction). */
+static inline void heap_lock(pheap *h) { dmm_biased_lock_acquire(&h->lock); }
+static inline void heap_unlock(pheap *h) { dmm_biased_lock_release(&h->lock); }
+static inline bool heap_trylock(pheap *h) { return dmm_biased_lock_try(&h->lock); }
+
 /* ---- heap.c ---- */
 static inline uint32_t pool_bin_of(uint64_t units) {
     if (units < POOL_EXACT_BINS) return (uint32_t)units;
@@ -227,8 +278,51 @@ void dmm__heap_list_push(pblock **head, pblock *b);
 void dmm__heap_list_remove(pblock **head, pblock *b);
 
 bool dmm__heap_hash_insert(pheap *h, pblock *b); /* false: out of host memory growing the table */
-pblock *dmm__heap_hash_find(const pheap *h, uintptr_t addr);
 pblock *dmm__heap_hash_remove(pheap *h, uintptr_t addr);
+
+/* The live-block hash's lookups, inline for the hot path (the table is heap.c's). */
+static inline size_t heap_hash_of(const pheap *h, uintptr_t addr) {
+    uint64_t x = (uint64_t)(addr >> h->align_shift) * 0x9E3779B97F4A7C15ull;
+    return (size_t)(x ^ (x >> 29)) & h->hmask;
+}
+/* The link that points at the block at addr (LIVE or QUICK), or NULL: *link is the block, and
+ * heap_hash_unlink takes it out without a second walk. */
+static inline pblock **heap_hash_link(pheap *h, uintptr_t addr) {
+    for (pblock **pp = &h->hash[heap_hash_of(h, addr)]; *pp != NULL; pp = &(*pp)->lnext)
+        if ((*pp)->addr == addr) return pp;
+    return NULL;
+}
+static inline void heap_hash_unlink(pheap *h, pblock **link) {
+    pblock *b = *link;
+    *link = b->lnext;
+    b->lnext = NULL;
+    h->hcount--;
+}
+static inline pblock *dmm__heap_hash_find(const pheap *h, uintptr_t addr) {
+    for (pblock *b = h->hash[heap_hash_of(h, addr)]; b != NULL; b = b->lnext)
+        if (b->addr == addr) return b;
+    return NULL;
+}
+
+/* The bytes of the maximal sequence of FREE and QUICK blocks around b (b's own included): what a
+ * merge of every QUICK block would make of b's neighbourhood. */
+static inline uint64_t heap_free_run_bytes(const pblock *b) {
+    uint64_t sum = b->size;
+    for (const pblock *x = b->prev; x != NULL && (x->kind == BK_FREE || x->kind == BK_QUICK); x = x->prev)
+        sum += x->size;
+    for (const pblock *x = b->next; x != NULL && (x->kind == BK_FREE || x->kind == BK_QUICK); x = x->next)
+        sum += x->size;
+    return sum;
+}
+
+/* Raises h's quick_reach to the free run around b (b is QUICK, or FREE next to a QUICK block). */
+static inline void heap_note_reach(pheap *h, const pblock *b) {
+    uint64_t reach = heap_free_run_bytes(b);
+    if (reach > h->quick_reach) h->quick_reach = reach;
+}
+
+/* Merges every QUICK block back: out of the hash, FREE (seq kept), coalesced with its neighbours. */
+void dmm__heap_quick_flush(pheap *h);
 
 /* Splits b at b->addr + at (0 < at < size): b keeps the front, the returned record (same kind,
  * seq, not in any list) the back. Needs a spare record. */
