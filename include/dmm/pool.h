@@ -133,8 +133,9 @@ typedef struct dmm_pool_config {
                                chunk_bytes, at least one quantum, at most max_chunk_bytes), so only
                                large requests get large handles (their interior) and small ones keep
                                movable quanta. 0 = no divisor: handles up to max_chunk_bytes for any
-                               request. On the real traces, max 128 MiB with divisor 4: 2-5 × fewer
-                               handles than quanta, fragmentation 1.02 → 1.05-1.12 (docs/benchmarks.md) */
+                               request. On the real traces: 32 MiB ÷ 8 creates 1.7-3.3 × fewer handles
+                               than one quantum each at +0.001-0.013 of fragmentation; 128 MiB ÷ 4
+                               2.6-5.4 × fewer at up to +0.08 (docs/benchmarks.md) */
 } dmm_pool_config;
 
 /* Creates a pool over `mech` (not owned; must support virtual backing, else DMM_ERR_UNSUPPORTED) and
