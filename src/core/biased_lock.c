@@ -39,6 +39,7 @@ void dmm_biased_lock_init(dmm_biased_lock *l) {
     l->run = 0;
     l->revokes = 0;
     l->last = NULL;
+    l->bias_epoch = 0;
     l->held = 0;
     l->slow = 0;
     l->mode = MODE_PLAIN;
@@ -76,6 +77,7 @@ static dmm_bias_thread *g_free;    /* records of exited threads (under g_free_mu
 static void record_put(void *rec) {
     dmm_bias_thread *r = rec;
     dmm__bias_self = NULL; /* a later destructor that takes a lock gets a record again */
+    atomic_fetch_add_explicit(&r->epoch, 1, memory_order_relaxed); /* its locks' owner is gone */
     pthread_mutex_lock(&g_free_mu);
     r->next_free = g_free;
     g_free = r;
@@ -127,6 +129,7 @@ static dmm_bias_thread *record_get(void) {
     if (r == NULL) {
         r = aligned_alloc(64, 64); /* a line of its own: only its thread writes it */
         if (r == NULL) return NULL;
+        atomic_store_explicit(&r->epoch, 0, memory_order_relaxed);
     }
     atomic_store_explicit(&r->inside[0], NULL, memory_order_relaxed);
     atomic_store_explicit(&r->inside[1], NULL, memory_order_relaxed);
@@ -217,7 +220,10 @@ void dmm__biased_lock_release_slow(dmm_biased_lock *l) {
     uintptr_t b = l->held, nb = b;
     bool mine = me != NULL && me == l->last;
     if (l->mode == MODE_REVOKED) {
-        if (mine && l->run >= REBIAS_AFTER && available()) nb = (uintptr_t)me; /* the owner went idle: move */
+        /* the owner's thread exited (the epoch of the record the lock is biased to moved on) */
+        bool gone = atomic_load_explicit(&((const dmm_bias_thread *)(b & ~(uintptr_t)1))->epoch,
+                                         memory_order_relaxed) != l->bias_epoch;
+        if (mine && (gone || l->run >= REBIAS_AFTER) && available()) nb = (uintptr_t)me; /* owner idle or gone: move */
         else if (l->revokes >= UNBIAS_AFTER) { /* shared: the mutex alone */
             nb = 0;
             l->shared = true;
@@ -228,6 +234,7 @@ void dmm__biased_lock_release_slow(dmm_biased_lock *l) {
     if (nb != b) {
         l->revokes = 0;
         l->run = 0;
+        if (nb != 0) l->bias_epoch = atomic_load_explicit(&me->epoch, memory_order_relaxed);
     }
     if (l->mode == MODE_REVOKED || nb != b) atomic_store_explicit(&l->bias, nb, memory_order_release);
     pthread_mutex_unlock(&l->m);

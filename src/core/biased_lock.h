@@ -27,7 +27,9 @@
  *   every acquisition is the mutex path.)
  * Re-bias, under m: an unbiased lock is biased to the first thread that takes it, or, once it was
  * unbiased for being shared, to a thread that took it BIAS_AFTER times in a row; a biased lock moves
- * to a thread that revoked it REBIAS_AFTER times in a row while the owner did not take it; a lock
+ * to a thread that revoked it REBIAS_AFTER times in a row while the owner did not take it, or at the
+ * first revocation when the owner's thread has exited since (its record's epoch moved on: the record
+ * may serve a new thread, which never asked for this lock); a lock
  * revoked UNBIAS_AFTER times without moving is shared and becomes unbiased (each revocation costs a
  * membarrier, ~1-10 µs: a shared lock is cheaper as a plain mutex).
  * Thread records: one per thread that took a lock, from a free list (records are never freed: a lock
@@ -65,6 +67,7 @@ struct dmm_biased_lock;
 typedef struct dmm_bias_thread {
     struct dmm_biased_lock *_Atomic inside[2]; /* written by its thread only; NULL = free slot */
     struct dmm_bias_thread *next_free;         /* the free list of records of exited threads */
+    _Atomic uint64_t epoch;                    /* bumped when its thread exits (the record is recycled) */
 } dmm_bias_thread;
 
 typedef struct dmm_biased_lock {
@@ -72,6 +75,7 @@ typedef struct dmm_biased_lock {
     uint32_t run;                /* consecutive mutex-path acquisitions by `last` (the owner's fast path zeroes it) */
     uint32_t revokes;            /* revocations since the lock was last biased (under m) */
     const dmm_bias_thread *last; /* the last thread that took the mutex path (under m) */
+    uint64_t bias_epoch;         /* the owner record's epoch when the lock was biased to it (under m) */
     uintptr_t held;              /* the holder's view of bias when it took the mutex path */
     uint64_t slow;               /* mutex-path acquisitions (under m; for tests and tuning) */
     uint8_t mode;                /* the mutex-path holder's kind: 0 plain, 1 revoked the owner */

@@ -4,9 +4,10 @@
  * without the mutex (the mutex-path count stays put); another thread that wants it waits while the
  * owner holds it, sees everything the owner wrote, and is refused by try instead of waiting; a
  * thread that keeps taking a lock whose owner went idle becomes its owner, and the old owner gets it
- * back the same way; many threads in bursts exclude each other (a read-wait-write counter under the
- * lock loses no increment); with the fallback forced (as where membarrier is missing) no lock is
- * biased and the mutex alone still excludes. Under TSan the lock is the mutex alone: the bias
+ * back the same way; a lock whose owner thread exited moves at the first revocation; many threads
+ * in bursts exclude each other (a read-wait-write counter under the lock loses no increment); with
+ * the fallback forced (as where membarrier is missing) no lock is biased and the mutex alone still
+ * excludes. Under TSan the lock is the mutex alone: the bias
  * assertions are skipped there, the exclusion ones still run.
  */
 #include <pthread.h>
@@ -121,6 +122,58 @@ static void another_thread_waits_for_the_owner_then_may_take_the_bias(void **sta
     dmm_biased_lock_destroy(&l);
 }
 
+/* A lock whose owner thread exited moves at the first revocation, even while a new thread holds the
+ * exited thread's recycled record (thread pools recycle threads: without this, every heap of a new
+ * thread paid REBIAS_AFTER revocations, each a membarrier interrupting every thread). */
+static void *bias_and_exit(void *arg) {
+    dmm_biased_lock *l = arg;
+    dmm_biased_lock_acquire(l);
+    dmm_biased_lock_release(l);
+    return (void *)(uintptr_t)dmm__biased_lock_biased_to_me(l);
+}
+
+typedef struct recycler {
+    dmm_biased_lock other; /* taken once: this thread gets a record (the exited thread's, recycled) */
+    _Atomic int ready, done;
+} recycler;
+
+static void *hold_a_record(void *arg) {
+    recycler *r = arg;
+    dmm_biased_lock_acquire(&r->other);
+    dmm_biased_lock_release(&r->other);
+    atomic_store(&r->ready, 1);
+    while (atomic_load(&r->done) == 0) sleep_ms(1);
+    return NULL;
+}
+
+static void a_lock_whose_owner_exited_moves_at_the_first_revocation(void **state) {
+    (void)state;
+    if (!dmm__biased_lock_available()) skip();
+    dmm_biased_lock l;
+    dmm_biased_lock_init(&l);
+    pthread_t a, b;
+    void *was_biased = NULL;
+    assert_int_equal(pthread_create(&a, NULL, bias_and_exit, &l), 0);
+    assert_int_equal(pthread_join(a, &was_biased), 0);
+    assert_true(was_biased != NULL); /* biased to a, which is gone now */
+    recycler r;
+    memset(&r, 0, sizeof r);
+    dmm_biased_lock_init(&r.other);
+    assert_int_equal(pthread_create(&b, NULL, hold_a_record, &r), 0);
+    while (atomic_load(&r.ready) == 0) sleep_ms(1);
+    dmm_biased_lock_acquire(&l); /* one revocation */
+    dmm_biased_lock_release(&l);
+    assert_true(dmm__biased_lock_biased_to_me(&l)); /* moved at once, not after REBIAS_AFTER */
+    uint64_t slow = l.slow;
+    dmm_biased_lock_acquire(&l);
+    dmm_biased_lock_release(&l);
+    assert_int_equal(l.slow, slow); /* and the fast path from now on */
+    atomic_store(&r.done, 1);
+    assert_int_equal(pthread_join(b, NULL), 0);
+    dmm_biased_lock_destroy(&r.other);
+    dmm_biased_lock_destroy(&l);
+}
+
 enum { THREADS = 8, BURSTS = 40, BURST = 500 };
 
 typedef struct crowd {
@@ -207,6 +260,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(the_owner_takes_its_lock_without_the_mutex),
         cmocka_unit_test(another_thread_waits_for_the_owner_then_may_take_the_bias),
+        cmocka_unit_test(a_lock_whose_owner_exited_moves_at_the_first_revocation),
         cmocka_unit_test(many_threads_in_bursts_exclude_each_other),
         cmocka_unit_test(without_membarrier_no_lock_is_biased_and_the_mutex_excludes),
     };
