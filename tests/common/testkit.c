@@ -1,6 +1,7 @@
 /* tests/common/testkit.c — shared helpers for the cmocka tests. */
 #include "testkit.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 void dmm_test_error_mentions(const char *first, ...) {
@@ -44,6 +45,35 @@ void *dmm_test_pool_malloc(dmm_pool *pool, size_t bytes, dmm_stream stream) {
 
 void dmm_test_pool_free(dmm_pool *pool, void *ptr, dmm_stream stream) {
     DMM_OK_OR_FAIL(dmm_pool_free(pool, ptr, stream));
+}
+
+dmm_test_pool_fx *dmm_test_pool_fx_open(const dmm_pool_config *pc, uint64_t cache_limit) {
+    dmm_test_pool_fx *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &f->host));
+    DMM_OK_OR_FAIL(dmm_fault_driver_create(f->host, &f->drv));
+    dmm_arena_config ac;
+    memset(&ac, 0, sizeof ac);
+    ac.size = sizeof ac;
+    ac.reserve_bytes = (uint64_t)16 << 30;
+    ac.cache_limit_bytes = cache_limit;
+    DMM_OK_OR_FAIL(dmm_arena_create(f->drv, &ac, &f->arena));
+    DMM_OK_OR_FAIL(dmm_pool_create(f->arena, f->drv, pc, &f->pool));
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    return f;
+}
+
+void dmm_test_pool_fx_close(dmm_test_pool_fx *f) {
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    dmm_pool_stats s = dmm_test_pool_stats(f->pool);
+    assert_int_equal(s.allocations.current, 0);
+    assert_int_equal(s.allocated_bytes.current, 0);
+    DMM_OK_OR_FAIL(dmm_pool_destroy(f->pool));
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(f->arena));
+    dmm_test_census_zero(f->host);
+    dmm_driver_destroy(f->drv);
+    dmm_driver_destroy(f->host);
+    free(f);
 }
 
 void dmm_test_pool_poll_until_reaped(dmm_pool *pool) {

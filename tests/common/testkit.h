@@ -30,6 +30,16 @@ dmm_pool_stats dmm_test_pool_stats(dmm_pool *pool);
 /* A pool block that must be handed out (asserting it was), and its free (asserting it was accepted). */
 void *dmm_test_pool_malloc(dmm_pool *pool, size_t bytes, dmm_stream stream);
 void dmm_test_pool_free(dmm_pool *pool, void *ptr, dmm_stream stream);
+/* The pool fixture of the pool tests: a pool over an arena (16 GiB reserved, cache_limit bytes of
+ * cache) over the fault driver over the host driver. Open checks the new pool; close checks it, asserts
+ * nothing is allocated, destroys all and asserts the host driver holds nothing. pc may be NULL. */
+typedef struct dmm_test_pool_fx {
+    dmm_driver *host, *drv; /* drv = the fault driver over host */
+    dmm_mechanism *arena;
+    dmm_pool *pool;
+} dmm_test_pool_fx;
+dmm_test_pool_fx *dmm_test_pool_fx_open(const dmm_pool_config *pc, uint64_t cache_limit);
+void dmm_test_pool_fx_close(dmm_test_pool_fx *f);
 /* Trims until no old place of an alias is left (a fence recorded by one poll completes by the next
  * on the host driver). */
 void dmm_test_pool_poll_until_reaped(dmm_pool *pool);

@@ -24,42 +24,11 @@
 #define MIB ((size_t)1 << 20)
 #define C (2 * MIB)
 
-typedef struct fx {
-    dmm_driver *host, *drv; /* drv = the fault driver over host */
-    dmm_mechanism *arena;
-    dmm_pool *pool;
-} fx;
-
-static fx *fx_open_cfg(uint64_t cache, const dmm_pool_config *pc) {
-    fx *f = calloc(1, sizeof *f);
-    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &f->host));
-    DMM_OK_OR_FAIL(dmm_fault_driver_create(f->host, &f->drv));
-    dmm_arena_config ac;
-    memset(&ac, 0, sizeof ac);
-    ac.size = sizeof ac;
-    ac.reserve_bytes = (uint64_t)16 << 30;
-    ac.cache_limit_bytes = cache;
-    DMM_OK_OR_FAIL(dmm_arena_create(f->drv, &ac, &f->arena));
-    DMM_OK_OR_FAIL(dmm_pool_create(f->arena, f->drv, pc, &f->pool));
-    return f;
-}
-
+typedef dmm_test_pool_fx fx;
+static fx *fx_open_cfg(uint64_t cache, const dmm_pool_config *pc) { return dmm_test_pool_fx_open(pc, cache); }
 static fx *fx_open(uint64_t cache) { return fx_open_cfg(cache, NULL); }
-
+static void fx_close(fx *f) { dmm_test_pool_fx_close(f); }
 static dmm_pool_stats stats(fx *f) { return dmm_test_pool_stats(f->pool); }
-
-static void fx_close(fx *f) {
-    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
-    dmm_pool_stats s = stats(f);
-    assert_int_equal(s.allocations.current, 0);
-    assert_int_equal(s.allocated_bytes.current, 0);
-    DMM_OK_OR_FAIL(dmm_pool_destroy(f->pool));
-    DMM_OK_OR_FAIL(dmm_mechanism_destroy(f->arena));
-    dmm_test_census_zero(f->host);
-    dmm_driver_destroy(f->drv);
-    dmm_driver_destroy(f->host);
-    free(f);
-}
 
 static void *xmalloc(fx *f, size_t bytes, dmm_stream s) { return dmm_test_pool_malloc(f->pool, bytes, s); }
 static void xfree(fx *f, void *p, dmm_stream s) { dmm_test_pool_free(f->pool, p, s); }
