@@ -292,6 +292,7 @@ typedef struct worker {
     size_t bytes;
     double median_ns;
     double mad_ns; /* of this thread's batches */
+    double worst_ns; /* its slowest batch, per pair */
     double t0, t1; /* absolute start and end of the measurement */
 } worker;
 
@@ -326,6 +327,9 @@ static void *run_worker(void *arg) {
     (void)mine;
     w->median_ns = median(v, g_samples);
     w->mad_ns = bench_mad(v, g_samples, w->median_ns);
+    w->worst_ns = 0;
+    for (int s = 0; s < g_samples; s++)
+        if (v[s] > w->worst_ns) w->worst_ns = v[s];
     free(v);
     /* the stream's heap keeps a reference to the stream value only; make its fence complete first */
     pthread_barrier_wait(w->bar);
@@ -339,8 +343,10 @@ static void threads_bench(void) {
     printf("\n-- threads, each on its own stream, 64 KiB pairs (this machine: %ld core%s; scaling is bounded by "
            "them) --\n",
            cores, cores == 1 ? "" : "s");
-    printf("%8s %8s %14s %18s %10s\n", "", "threads", "median ns/pair", "aggregate Mpair/s", "scaling");
-    printf("(median: of each thread's batches, averaged over threads; aggregate: all pairs / wall time)\n");
+    printf("%8s %8s %14s %18s %10s %16s %14s\n", "", "threads", "median ns/pair", "aggregate Mpair/s", "scaling",
+           "slowest thread", "slowest batch");
+    printf("(median: of each thread's batches, averaged over threads; aggregate: all pairs / wall time;\n"
+           " slowest thread: the longest thread's wall time per pair; slowest batch: per pair, of all threads)\n");
     double base[2] = {0, 0}, eff8[2] = {0, 0};
     dmm_stream streams[8];
     for (int i = 0; i < 8; i++) CHECK(st.drv->ops->stream_create(st.drv, &streams[i]));
@@ -358,11 +364,14 @@ static void threads_bench(void) {
             w[i].stream = streams[i];
             pthread_create(&w[i].th, NULL, run_worker, &w[i]);
         }
-        double med = 0, mad = 0, t0 = 1e300, t1 = 0;
+        double med = 0, mad = 0, t0 = 1e300, t1 = 0, slowest = 0, worst = 0;
         for (int i = 0; i < n; i++) {
             pthread_join(w[i].th, NULL);
             med += w[i].median_ns / n;
             mad += w[i].mad_ns / n;
+            double wall = (w[i].t1 - w[i].t0) * 1e9 / ((double)g_samples * g_batch);
+            if (wall > slowest) slowest = wall;
+            if (w[i].worst_ns > worst) worst = w[i].worst_ns;
             if (w[i].t0 < t0) t0 = w[i].t0;
             if (w[i].t1 > t1) t1 = w[i].t1;
         }
@@ -370,7 +379,8 @@ static void threads_bench(void) {
         pthread_barrier_destroy(&bar);
         if (n == 1) base[glibc] = agg;
         if (n == 8) eff8[glibc] = agg / base[glibc] / 8;
-        printf("%8s %8d %14.1f %18.2f %9.2fx\n", glibc ? "glibc" : "pool", n, med, agg / 1e6, agg / base[glibc]);
+        printf("%8s %8d %14.1f %18.2f %9.2fx %16.1f %14.1f\n", glibc ? "glibc" : "pool", n, med, agg / 1e6,
+               agg / base[glibc], slowest, worst);
         /* JSON: per-thread median (MAD: the threads' average); aggregate throughput, one wall-clock
          * measurement whose noise is estimated by the batches' relative MAD. Only without
          * oversubscription (threads <= cores): beyond that the numbers are the scheduler's, and two
@@ -386,8 +396,8 @@ static void threads_bench(void) {
             bench_results_add(g_res, id, "ratio", false, eff8[glibc], 1, med > 0 ? eff8[glibc] * mad / med : 0, -1);
         }
     }
-    printf("8 threads: pool %.2f of linear, glibc %.2f (target: pool >= 0.80 of linear; %s)\n", eff8[0], eff8[1],
-           cores < 8 ? "not judged: fewer than 8 cores here" : eff8[0] >= 0.8 ? "met" : "NOT met");
+    printf("8 threads: pool %.2f of linear, glibc %.2f (target: pool >= 0.90 of linear; %s)\n", eff8[0], eff8[1],
+           cores < 8 ? "not judged: fewer than 8 cores here" : eff8[0] >= 0.9 ? "met" : "NOT met");
     pool_destroy_when_idle(st.pool);
     CHECK(dmm_mechanism_destroy(st.arena));
     for (int i = 0; i < 8; i++) st.drv->ops->stream_destroy(st.drv, streams[i]);
