@@ -119,7 +119,11 @@ typedef struct dmm_plugin_info {
 
 /* An allocation as the plugin sees it; the host keeps the dmm_allocation value around it (mechanism
  * and device). `id` is the plugin's generation (never 0, never reused: DESIGN §4.2); the plugin
- * checks ptr, bytes, align and id against its live record on every call that names it. */
+ * checks ptr, bytes, align and id against its live record on every call that names it. The host
+ * keeps its own record of what it handed out and calls the plugin only with allocations it issued
+ * (unchanged); an allocation the plugin hands back must have a non-zero ptr and id, `bytes` as
+ * requested, and a power-of-two `align` (0 = the one requested) of at least the one requested that
+ * ptr keeps, else the host refuses it and gives it back through `release`. */
 typedef struct dmm_plugin_allocation {
     uint32_t struct_size; /* sizeof(dmm_plugin_allocation) of the host (since 1.0) */
     uint32_t reserved;    /* 0 */
@@ -132,7 +136,10 @@ typedef struct dmm_plugin_allocation {
 /* The state the host pre-fills in an outcome: unknown, so it reads as QUARANTINED. */
 #define DMM_PLUGIN_STATE_UNSET UINT32_MAX
 
-/* A release outcome (DESIGN §4.3) as plain data; same meaning as dmm_release_outcome. */
+/* A release outcome (DESIGN §4.3) as plain data; same meaning as dmm_release_outcome. It must agree
+ * with the call (allocation_bytes = the allocation's or the range's bytes; a decommit unmaps and keeps
+ * at most the range's bytes) and with its state (FAILED: nothing unmapped or kept; COMPLETE: nothing
+ * kept, failure DMM_OK); the host reads one that does not as QUARANTINED. */
 typedef struct dmm_plugin_release_outcome {
     uint32_t struct_size;          /* sizeof(dmm_plugin_release_outcome) of the host (since 1.0) */
     uint32_t state;                /* a dmm_release_state; others read as QUARANTINED (since 1.0) */
@@ -260,8 +267,8 @@ typedef struct dmm_plugin dmm_plugin;
  * sentence naming the file and the problem, the library closed again and nothing kept: a file that
  * cannot be opened (the loader's own text) or lacks an export (INVALID_ARGUMENT), a plugin that
  * refuses or fails negotiation (its code and message), another major (VERSION_MISMATCH), an info
- * shorter than its minor's minimum (SHORT_STRUCT), a NULL name, version or kinds, or no kind or more
- * than 32 (INVALID_ARGUMENT).
+ * shorter than its minor's minimum (SHORT_STRUCT), a NULL name, version or kinds, no kind or more
+ * than 32, or a kind longer than 63 characters (INVALID_ARGUMENT; kinds are copied, bounded).
  * Loading one file twice gives two independent handles over one library. */
 DMM_API dmm_status dmm_plugin_load(const char *path, dmm_plugin **out);
 
@@ -269,7 +276,8 @@ DMM_API dmm_status dmm_plugin_load(const char *path, dmm_plugin **out);
  * plugin's factory, wrapped as a normal dmm_mechanism (dmm_mechanism_destroy ends it). Capabilities
  * are the tables present. Refused, changing nothing: an unknown kind (INVALID_ARGUMENT), the
  * factory's failure (its code and message), a short table (SHORT_STRUCT), a NULL required slot
- * (INVALID_ARGUMENT), a capability table the plugin did not declare in info->capabilities. */
+ * (INVALID_ARGUMENT), a capability table the plugin did not declare in info->capabilities, a device
+ * other than the driver's (WRONG_DEVICE). */
 DMM_API dmm_status dmm_plugin_mechanism_create(dmm_plugin *p, const char *kind, dmm_driver *driver,
                                                const void *config, dmm_mechanism **out);
 

@@ -3,8 +3,10 @@
  *
  * Idea: a plugin is untrusted data behind function pointers. Everything it hands over is read by the
  * copy rule (min(struct_size, what the agreed minor defines, sizeof local) bytes into a zeroed
- * local), every status it fills is checked (an unset one is a failure), and every refusal closes the
- * library again and leaves nothing behind. Negotiation: the major must be equal; the agreed minor is
+ * local), every string it names (name, version, each kind) is copied bounded — never compared or
+ * handed out where the plugin keeps it, so one without a NUL is refused, not read past — every
+ * status it fills is checked (an unset one is a failure), and every refusal closes the library
+ * again and leaves nothing behind. Negotiation: the major must be equal; the agreed minor is
  * min(host, plugin): neither side uses a slot or a field introduced after it.
  *
  * Trade-off: one process-wide lock serialises loads, unloads, factories and readiness questions:
@@ -204,7 +206,16 @@ static dmm_status negotiate(dmm_plugin *p, dmm_plugin_negotiate_fn *fn) {
                              "%s: plugin '%s' (%s) lists %s mechanism kinds; a plugin lists 1 to %d, NULL-terminated",
                              op, p->name, path, k == 0 ? "no" : "too many (or an unterminated list of)",
                              DMM__PLUGIN_MAX_KINDS);
-    for (size_t i = 0; i < k; i++) p->kinds[i] = p->info.kinds[i];
+    for (size_t i = 0; i < k; i++) {
+        /* copied, never pointed into: a kind is compared and handed out, so it must end in bounds */
+        bool copied = copy_bounded(p->kind_names[i], sizeof p->kind_names[i], p->info.kinds[i]);
+        if (!copied)
+            return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                                 "%s: plugin '%s' (%s): its mechanism kind %zu (of %zu) is longer than %d characters "
+                                 "(or not NUL-terminated); a kind is a NUL-terminated name of at most %d characters",
+                                 op, p->name, path, i + 1, k, DMM__PLUGIN_NAME_BYTES - 1, DMM__PLUGIN_NAME_BYTES - 1);
+        p->kinds[i] = p->kind_names[i];
+    }
     p->kinds[k] = NULL;
     p->kind_count = k;
     return DMM_OK;

@@ -24,7 +24,8 @@ struct dmm_plugin {
     uint32_t minor;                              /* agreed: min(DMM_PLUGIN_ABI_MINOR, info.abi_minor) */
     char name[DMM__PLUGIN_NAME_BYTES];           /* bounded copies of info.name / info.version */
     char version[DMM__PLUGIN_NAME_BYTES];
-    const char *kinds[DMM__PLUGIN_MAX_KINDS + 1]; /* pointers into the plugin, NULL-terminated */
+    char kind_names[DMM__PLUGIN_MAX_KINDS][DMM__PLUGIN_NAME_BYTES]; /* bounded copies of info.kinds[i] */
+    const char *kinds[DMM__PLUGIN_MAX_KINDS + 1]; /* into kind_names, NULL-terminated */
     size_t kind_count;
     size_t mechanisms;                           /* live mechanisms made from this load (lock) */
     struct dmm_plugin *next;                     /* the list of loaded plugins (lock) */

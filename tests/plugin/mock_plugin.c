@@ -26,12 +26,18 @@
  *   MOCK_SHORT_OPS      its mechanism table's struct_size is below what 1.0 defines
  *   MOCK_NO_CAN_UNLOAD  lacks the dmm_plugin_can_unload export
  *   MOCK_NULL_NAME      info->name is NULL
+ *   MOCK_LONG_KIND      its second kind is 100 characters with no NUL (the host must bound it)
  *   MOCK_NULL_RELEASE   the mechanism table's release slot is NULL
  *   MOCK_NO_OPTIONAL    no stats slot and no virtual backing (both absent)
  *   MOCK_REFUSES        negotiation fails with an inline message
  *   MOCK_SILENT         an allocate of MOCK_SILENT_BYTES sets no status (and allocates nothing), one
  *                       of MOCK_SILENT_BYTES + 1 fails with code 99 (no dmm_status);
  *                       release frees but leaves its outcome unfilled
+ *
+ * Misbehaviours of any variant, asked for per mechanism through mock_config.flags (MOCK_FLAG_*,
+ * mock_plugin.h): a contradicting release, misaligned addresses, a permissive release of unknown
+ * handles, another device, overcounted or inconsistent outcomes, reused ids, a wrong size. Each is
+ * a value the host must check before it uses it (issue 11).
  */
 #include <pthread.h>
 #include <stdarg.h>
@@ -49,8 +55,10 @@ static _Atomic long owned_mechanisms, owned_allocations, owned_reservations, own
 static _Atomic uint64_t next_id = 1;
 static _Atomic long test_held; /* mock_test_hold: ownership the test pretends the plugin keeps */
 
-/* Calls of the 1.1 slots (the ALIAS variant), for mock_test_slot_calls. */
-enum { SLOT_ALIAS, SLOT_IS_QUARANTINED, SLOT_DRAIN_CACHE, SLOT_RESERVATION, SLOT_COUNT };
+/* Calls of the 1.1 slots (the ALIAS variant) and of release, decommit and commit, for
+ * mock_test_slot_calls. */
+enum { SLOT_ALIAS, SLOT_IS_QUARANTINED, SLOT_DRAIN_CACHE, SLOT_RESERVATION, SLOT_RELEASE, SLOT_DECOMMIT,
+       SLOT_COMMIT, SLOT_COUNT };
 static _Atomic uint64_t slot_calls[SLOT_COUNT];
 
 /* A test-only export: makes dmm_plugin_can_unload answer BUSY while held (something the plugin owns
@@ -58,11 +66,13 @@ static _Atomic uint64_t slot_calls[SLOT_COUNT];
 DMM_PLUGIN_EXPORT void mock_test_hold(int held);
 DMM_PLUGIN_EXPORT void mock_test_hold(int held) { test_held = held; }
 
-/* A test-only export: how often the 1.1 slot `slot` ("alias", "is_quarantined", "drain_cache",
- * "reservation") was called in this library; UINT64_MAX for another name. */
+/* A test-only export: how often the slot `slot` ("alias", "is_quarantined", "drain_cache",
+ * "reservation", "release", "decommit", "commit") was called in this library; UINT64_MAX for
+ * another name. */
 DMM_PLUGIN_EXPORT uint64_t mock_test_slot_calls(const char *slot);
 DMM_PLUGIN_EXPORT uint64_t mock_test_slot_calls(const char *slot) {
-    static const char *const names[SLOT_COUNT] = {"alias", "is_quarantined", "drain_cache", "reservation"};
+    static const char *const names[SLOT_COUNT] = {"alias",   "is_quarantined", "drain_cache", "reservation",
+                                                  "release", "decommit",       "commit"};
     for (int i = 0; i < SLOT_COUNT; i++)
         if (strcmp(slot, names[i]) == 0) return slot_calls[i];
     return UINT64_MAX;
@@ -94,6 +104,7 @@ static void fail(dmm_plugin_status *st, dmm_status code, const char *fmt, ...) {
 
 typedef struct rec {
     uint64_t ptr, bytes, align, id;
+    uint64_t skew;     /* ptr - skew is what the driver handed out (MOCK_FLAG_MISALIGN) */
     int vb;            /* made through virtual backing: a reservation with granules */
     uint64_t va_bytes; /* reservation (vb) or driver alloc bytes */
     size_t ngran;
@@ -198,13 +209,16 @@ static void mock_allocate(void *impl, uint64_t bytes, uint64_t align, dmm_plugin
         FAIL(st, s, "mock: the driver's alloc of %llu bytes failed (code %d)", (unsigned long long)bytes,
                     (int)s);
     }
-    rec r = {p, bytes, align ? align : 256, atomic_fetch_add(&next_id, 1), 0, bytes, 0, NULL, NULL};
+    uint64_t skew = m->flags & MOCK_FLAG_MISALIGN ? MOCK_SKEW : 0;
+    uint64_t id = m->flags & MOCK_FLAG_SAME_ID ? MOCK_SAME_ID : atomic_fetch_add(&next_id, 1);
+    uint64_t told = m->flags & MOCK_FLAG_WRONG_BYTES ? bytes + 1 : bytes; /* what it records and hands back */
+    rec r = {p + skew, told, align ? align : 256, id, skew, 0, bytes, 0, NULL, NULL};
     if (push(m, &r) != 0) {
         m->driver->ops->free(m->driver, p, (size_t)bytes);
         pthread_mutex_unlock(&m->lock);
         FAIL(st, DMM_ERR_OUT_OF_MEMORY, "mock: no memory for a record");
     }
-    m->live_bytes += bytes;
+    m->live_bytes += r.bytes;
     owned_allocations++;
     pthread_mutex_unlock(&m->lock);
     fill_allocation(out, &r);
@@ -247,9 +261,16 @@ __attribute__((unused))
 static void mock_release(void *impl, const dmm_plugin_allocation *a, dmm_plugin_release_outcome *out,
                          dmm_plugin_status *st) {
     mock *m = impl;
+    slot_calls[SLOT_RELEASE]++;
     pthread_mutex_lock(&m->lock);
     size_t at;
     rec *r = find(m, a, &at);
+    if (r == NULL && (m->flags & MOCK_FLAG_PERMISSIVE)) { /* frees nothing, says it did */
+        pthread_mutex_unlock(&m->lock);
+        fill_outcome(out, DMM_RELEASE_COMPLETE, a->bytes, a->bytes, 0, DMM_OK);
+        ok(st);
+        return;
+    }
     if (r == NULL) {
         pthread_mutex_unlock(&m->lock);
         fill_outcome(out, DMM_RELEASE_FAILED, a->bytes, 0, 0, DMM_ERR_UNKNOWN_ALLOCATION);
@@ -260,13 +281,13 @@ static void mock_release(void *impl, const dmm_plugin_allocation *a, dmm_plugin_
     uint64_t unmapped = 0;
     if (r->vb) {
         unmapped = decommit_granules(m, r, 0, r->ngran, &s);
-        if (s == DMM_OK) s = m->driver->ops->unreserve(m->driver, (uintptr_t)r->ptr, (size_t)r->va_bytes);
+        if (s == DMM_OK) s = m->driver->ops->unreserve(m->driver, (uintptr_t)(r->ptr - r->skew), (size_t)r->va_bytes);
         if (s == DMM_OK) {
             m->reserved_bytes -= r->va_bytes;
             owned_reservations--;
         }
     } else {
-        s = m->driver->ops->free(m->driver, (uintptr_t)r->ptr, (size_t)r->va_bytes);
+        s = m->driver->ops->free(m->driver, (uintptr_t)(r->ptr - r->skew), (size_t)r->va_bytes);
         if (s == DMM_OK) unmapped = r->va_bytes;
     }
     if (s != DMM_OK) {
@@ -280,7 +301,12 @@ static void mock_release(void *impl, const dmm_plugin_allocation *a, dmm_plugin_
     drop(m, at);
     owned_allocations--;
     pthread_mutex_unlock(&m->lock);
-    fill_outcome(out, DMM_RELEASE_COMPLETE, a->bytes, unmapped, 0, DMM_OK);
+    if (m->flags & MOCK_FLAG_FAILED_BUT_FREED) {
+        fill_outcome(out, DMM_RELEASE_FAILED, a->bytes, unmapped, 0, DMM_ERR_DRIVER);
+        FAIL(st, DMM_ERR_DRIVER, "mock says nothing changed (it freed everything)");
+    }
+    fill_outcome(out, DMM_RELEASE_COMPLETE, a->bytes, unmapped, m->flags & MOCK_FLAG_COMPLETE_OWNED ? a->bytes : 0,
+                 DMM_OK);
     if (m->flags & MOCK_FLAG_CONTRADICT) FAIL(st, DMM_ERR_DRIVER, MOCK_SNAG_TEXT);
     ok(st);
 }
@@ -288,7 +314,7 @@ static void mock_release(void *impl, const dmm_plugin_allocation *a, dmm_plugin_
 static void mock_device(void *impl, int32_t *tier, int32_t *index, dmm_plugin_status *st) {
     mock *m = impl;
     *tier = (int32_t)m->driver->device.tier;
-    *index = m->driver->device.index;
+    *index = m->driver->device.index + (m->flags & MOCK_FLAG_OTHER_DEVICE ? 1 : 0);
     ok(st);
 }
 
@@ -388,7 +414,8 @@ static void mock_allocate_committed(void *impl, uint64_t bytes, uint64_t align, 
                     (unsigned long long)bytes, (unsigned long long)m->limit);
     if (m->gran == 0) FAIL(st, DMM_ERR_UNSUPPORTED, "mock: the driver has no VMM (no granularity)");
     size_t ngran = (size_t)((bytes + m->gran - 1) / m->gran);
-    rec r = {0, bytes, align > m->gran ? align : m->gran, 0, 1, (uint64_t)ngran * m->gran, ngran, NULL, NULL};
+    uint64_t skew = m->flags & MOCK_FLAG_MISALIGN ? MOCK_SKEW : 0; /* (only for n = 0: nothing is mapped) */
+    rec r = {0, bytes, align > m->gran ? align : m->gran, 0, skew, 1, (uint64_t)ngran * m->gran, ngran, NULL, NULL};
     r.committed = calloc(ngran, 1);
     r.handles = calloc(ngran, sizeof *r.handles);
     if (r.committed == NULL || r.handles == NULL) {
@@ -414,7 +441,8 @@ static void mock_allocate_committed(void *impl, uint64_t bytes, uint64_t align, 
         }
     }
     if (s == DMM_OK) {
-        r.id = atomic_fetch_add(&next_id, 1);
+        r.ptr += skew;
+        r.id = m->flags & MOCK_FLAG_SAME_ID ? MOCK_SAME_ID : atomic_fetch_add(&next_id, 1);
         if (push(m, &r) != 0) s = DMM_ERR_OUT_OF_MEMORY; /* (a mock: not unwound) */
     }
     if (s != DMM_OK) {
@@ -436,6 +464,7 @@ static void mock_allocate_committed(void *impl, uint64_t bytes, uint64_t align, 
 static void mock_commit(void *impl, const dmm_plugin_allocation *a, uint64_t offset, uint64_t bytes,
                         uint64_t *newly_mapped, dmm_plugin_status *st) {
     mock *m = impl;
+    slot_calls[SLOT_COMMIT]++;
     pthread_mutex_lock(&m->lock);
     rec *r = find(m, a, NULL);
     if (r == NULL || !r->vb) {
@@ -454,6 +483,7 @@ static void mock_commit(void *impl, const dmm_plugin_allocation *a, uint64_t off
 static void mock_decommit(void *impl, const dmm_plugin_allocation *a, uint64_t offset, uint64_t bytes,
                           dmm_plugin_release_outcome *out, dmm_plugin_status *st) {
     mock *m = impl;
+    slot_calls[SLOT_DECOMMIT]++;
     pthread_mutex_lock(&m->lock);
     rec *r = find(m, a, NULL);
     if (r == NULL || !r->vb) {
@@ -471,7 +501,7 @@ static void mock_decommit(void *impl, const dmm_plugin_allocation *a, uint64_t o
         fill_outcome(out, unmapped ? DMM_RELEASE_QUARANTINED : DMM_RELEASE_FAILED, bytes, unmapped, 0, s);
         FAIL(st, s, "mock: decommit failed (code %d)", (int)s);
     }
-    fill_outcome(out, DMM_RELEASE_COMPLETE, bytes, unmapped, 0, DMM_OK);
+    fill_outcome(out, DMM_RELEASE_COMPLETE, bytes, m->flags & MOCK_FLAG_OVERCOUNT ? 2 * bytes : unmapped, 0, DMM_OK);
     ok(st);
 }
 
@@ -705,7 +735,13 @@ static const dmm_plugin_mechanism_ops mock_ops_table = MOCK_BASE_OPS;
 
 /* ---- the exports ---- */
 
+#ifdef MOCK_LONG_KIND
+static const char long_kind[100] = /* exactly 100 characters: no terminating NUL */
+    "kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk";
+static const char *const mock_kinds[] = {"mock", long_kind, NULL};
+#else
 static const char *const mock_kinds[] = {"mock", NULL};
+#endif
 
 #ifdef MOCK_NEWER_MINOR
 typedef struct mock_info_future {

@@ -17,6 +17,30 @@ typedef struct mock_config {
 #define MOCK_FLAG_CONTRADICT 1u
 #define MOCK_SNAG_TEXT "mock hit a snag after freeing"
 
+/* Hostile numbers (issue 11): each flag makes the mock hand back one kind of value the host must
+ * check before it uses it. */
+/* allocate and allocate_committed hand out an address MOCK_SKEW bytes past an aligned one (the
+ * mock's own record holds that address: the host's give-back finds it). */
+#define MOCK_FLAG_MISALIGN 2u
+#define MOCK_SKEW 256u
+/* release of an allocation the mock does not know reports COMPLETE with a good status (a permissive
+ * plugin: it would free nothing and say it did). */
+#define MOCK_FLAG_PERMISSIVE 4u
+/* device reports the driver's index + 1 (another device than the one it was made on). */
+#define MOCK_FLAG_OTHER_DEVICE 8u
+/* decommit reports COMPLETE with twice the range's bytes unmapped. */
+#define MOCK_FLAG_OVERCOUNT 16u
+/* release frees the memory but reports FAILED (nothing changed) with a failing status and the bytes
+ * it unmapped. */
+#define MOCK_FLAG_FAILED_BUT_FREED 32u
+/* release frees the memory and reports COMPLETE with a good status, but all of it still owned. */
+#define MOCK_FLAG_COMPLETE_OWNED 64u
+/* every allocation gets id MOCK_SAME_ID (the mock tells them apart by address). */
+#define MOCK_FLAG_SAME_ID 128u
+#define MOCK_SAME_ID 4242u
+/* allocate hands back (and records) one byte more than asked. */
+#define MOCK_FLAG_WRONG_BYTES 256u
+
 /* The sentence fragment a refused allocation's message carries. */
 #define MOCK_REFUSAL_TEXT "mock refuses allocations above its configured limit"
 /* The sentence fragment of the REFUSES variant's negotiation. */
@@ -28,10 +52,10 @@ typedef struct mock_config {
 #ifndef MOCK_PLUGIN_ITSELF
 #include <dlfcn.h>
 
-/* For the tests (host side): how often the 1.1 slot `slot` ("alias", "is_quarantined",
- * "drain_cache", "reservation") was called in the test plugin at `path` (already loaded), through
- * its test export mock_test_slot_calls; UINT64_MAX if the library, the export or the slot is not
- * there. */
+/* For the tests (host side): how often the slot `slot` (the 1.1 slots "alias", "is_quarantined",
+ * "drain_cache", "reservation", and "release", "decommit", "commit") was called in the test plugin
+ * at `path` (already loaded), through its test export mock_test_slot_calls; UINT64_MAX if the
+ * library, the export or the slot is not there. */
 static inline uint64_t mock_slot_calls(const char *path, const char *slot) {
     void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
     if (h == NULL) return UINT64_MAX;

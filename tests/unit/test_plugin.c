@@ -12,6 +12,12 @@
  *  - the optional virtual-backing slots of 1.1 (alias, is_quarantined, drain_cache, reservation):
  *    present exactly where a plugin of minor 1 fills them (an alias shows one memory at two places,
  *    owned once), absent at minor 0 even where the table holds them;
+ *  - hostile values (issue 11): the host checks every value a plugin hands back before it uses it
+ *    (mock_config.flags teach the mock each misbehaviour): a misaligned, reused-id or wrong-sized
+ *    allocation is refused and given back; a forged, stale or altered handle is refused by the host
+ *    before the plugin is called (the host keeps its own record of what it issued, so a permissive
+ *    plugin cannot lower the live count); an inconsistent outcome reads as QUARANTINED; another
+ *    device than the driver's is refused at creation; an unterminated kind is refused at load;
  *  - unload: refused (nothing changed) while a mechanism or an allocation lives, or while the
  *    plugin says it still owns something on its last load; two loads of one file are independent.
  * Every test ends with nothing live (mechanisms destroyed, plugins unloaded, driver census zero). */
@@ -118,6 +124,9 @@ static void test_load_refusals(void **state) {
     expect_refused(DMM_TEST_PLUGIN_SHORT_INFO, DMM_ERR_SHORT_STRUCT, "struct_size", "that plugin ABI 1.0 defines");
     expect_refused(DMM_TEST_PLUGIN_NULL_NAME, DMM_ERR_INVALID_ARGUMENT, "lacks the required field 'name'", NULL);
     expect_refused(DMM_TEST_PLUGIN_REFUSES, DMM_ERR_UNSUPPORTED, MOCK_NEGOTIATION_TEXT, "negotiation");
+    /* a kind with no NUL in its first 64 bytes: bounded, never read past (issue 11) */
+    expect_refused(DMM_TEST_PLUGIN_LONG_KIND, DMM_ERR_INVALID_ARGUMENT, "mechanism kind 2 (of 2)",
+                   "longer than 63 characters");
     dmm_plugin *p = NULL;
     assert_int_equal(dmm_plugin_load(NULL, &p), DMM_ERR_INVALID_ARGUMENT);
     assert_int_equal(dmm_plugin_load(DMM_TEST_PLUGIN_GOOD, NULL), DMM_ERR_INVALID_ARGUMENT);
@@ -176,13 +185,13 @@ static void test_mechanism(void **state) {
     assert_int_equal(st.allocations.current, 2);
     assert_int_equal(st.allocated_bytes.current, 13 * KiB);
 
-    /* Identity: a stale id is the plugin's refusal, FAILED, with its message; nothing changed. */
+    /* Identity: a stale id is the host's refusal (it issued no such id), FAILED; nothing changed. */
     dmm_allocation stale = a;
     stale.id += 1000;
     dmm_release_outcome o = dmm_mechanism_release(m, &stale);
     assert_int_equal(o.state, DMM_RELEASE_FAILED);
     assert_int_equal(o.failure, DMM_ERR_UNKNOWN_ALLOCATION);
-    dmm_test_error_mentions("plugin 'mock'", "no live allocation", "dmm_mechanism_release", NULL);
+    dmm_test_error_mentions("plugin 'mock'", "no live allocation", "dmm_mechanism_release", "not called", NULL);
 
     o = dmm_mechanism_release(m, &a);
     assert_int_equal(o.state, DMM_RELEASE_COMPLETE);
@@ -573,6 +582,206 @@ static void test_table_refusals(void **state) {
     driver_done(d);
 }
 
+/* ---- hostile values (issue 11) ---- */
+
+static dmm_mechanism *mock_with(dmm_plugin *p, dmm_driver *d, uint32_t flags) {
+    mock_config cfg = {sizeof cfg, flags, 0};
+    dmm_mechanism *m = NULL;
+    DMM_OK_OR_FAIL(dmm_plugin_mechanism_create(p, "mock", d, &cfg, &m));
+    return m;
+}
+
+/* The plugin's own count of its live allocations (its stats). */
+static int64_t plugin_allocations(dmm_mechanism *m) {
+    dmm_stats st = {.size = sizeof st};
+    DMM_OK_OR_FAIL(dmm_mechanism_stats(m, &st));
+    return st.allocations.current;
+}
+
+/* Defect 1: a range off its alignment (MOCK_SKEW bytes) is refused, never handed out, and given back
+ * to the plugin; nothing is live afterwards. */
+static void test_a_misaligned_range_is_refused_and_given_back(void **state) {
+    (void)state;
+    dmm_plugin *p = load(DMM_TEST_PLUGIN_GOOD);
+    dmm_driver *d = host_driver();
+    dmm_mechanism *m = mock_with(p, d, MOCK_FLAG_MISALIGN);
+    dmm_allocation a;
+    assert_int_equal(dmm_mechanism_allocate_committed(m, 4 * GRAN, 0, NULL, 0, &a), DMM_ERR_DRIVER);
+    dmm_test_error_mentions("dmm_mechanism_allocate_committed", "plugin 'mock'",
+                            "256 bytes off its 65536-byte alignment", "gave the allocation back", NULL);
+    assert_null(a.ptr);
+    assert_int_equal(dmm_mechanism_allocate(m, 4 * KiB, 1024, &a), DMM_ERR_DRIVER);
+    dmm_test_error_mentions("dmm_mechanism_allocate", "256 bytes off its 1024-byte alignment", NULL);
+    assert_int_equal(plugin_allocations(m), 0);
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(m));
+    DMM_OK_OR_FAIL(dmm_plugin_unload(p));
+    driver_done(d);
+}
+
+/* A reused id and a size other than the one asked are refused and given back too. */
+static void test_a_reused_id_or_a_wrong_size_is_refused(void **state) {
+    (void)state;
+    dmm_plugin *p = load(DMM_TEST_PLUGIN_GOOD);
+    dmm_driver *d = host_driver();
+    dmm_mechanism *m = mock_with(p, d, MOCK_FLAG_SAME_ID);
+    dmm_allocation a, b;
+    DMM_OK_OR_FAIL(dmm_mechanism_allocate(m, 4 * KiB, 0, &a));
+    assert_int_equal(a.id, MOCK_SAME_ID);
+    assert_int_equal(dmm_mechanism_allocate(m, 8 * KiB, 0, &b), DMM_ERR_DRIVER);
+    dmm_test_error_mentions("id 4242", "still live", "gave the allocation back", NULL);
+    assert_int_equal(plugin_allocations(m), 1);
+    assert_int_equal(dmm_mechanism_release(m, &a).state, DMM_RELEASE_COMPLETE);
+    DMM_OK_OR_FAIL(dmm_mechanism_allocate(m, 8 * KiB, 0, &b)); /* the id is free again */
+    assert_int_equal(dmm_mechanism_release(m, &b).state, DMM_RELEASE_COMPLETE);
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(m));
+
+    m = mock_with(p, d, MOCK_FLAG_WRONG_BYTES);
+    assert_int_equal(dmm_mechanism_allocate(m, 4 * KiB, 0, &a), DMM_ERR_DRIVER);
+    dmm_test_error_mentions("a range of 4097 bytes where 4096 were asked", NULL);
+    assert_int_equal(plugin_allocations(m), 0);
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(m));
+    DMM_OK_OR_FAIL(dmm_plugin_unload(p));
+    driver_done(d);
+}
+
+/* Defect 2, count > 0: with two allocations live, a forged handle (right mechanism, made-up ptr and
+ * id) and an altered one are refused by the host before the permissive plugin (which would say
+ * COMPLETE) is called; the live count stays 2, so destroy is refused until both are released. */
+static void test_a_forged_handle_is_refused_while_allocations_live(void **state) {
+    (void)state;
+    dmm_plugin *p = load(DMM_TEST_PLUGIN_GOOD);
+    dmm_driver *d = host_driver();
+    dmm_mechanism *m = mock_with(p, d, MOCK_FLAG_PERMISSIVE);
+    dmm_allocation a, b;
+    DMM_OK_OR_FAIL(dmm_mechanism_allocate(m, 4 * KiB, 0, &a));
+    dmm_range first = {0, GRAN};
+    DMM_OK_OR_FAIL(dmm_mechanism_allocate_committed(m, 2 * GRAN, 0, &first, 1, &b));
+    uint64_t releases = slot_calls(DMM_TEST_PLUGIN_GOOD, "release");
+    uint64_t decommits = slot_calls(DMM_TEST_PLUGIN_GOOD, "decommit");
+    uint64_t commits = slot_calls(DMM_TEST_PLUGIN_GOOD, "commit");
+
+    dmm_allocation forged = a;
+    forged.ptr = (char *)a.ptr + 64 * KiB;
+    forged.id = a.id + 1000;
+    dmm_release_outcome o = dmm_mechanism_release(m, &forged);
+    assert_int_equal(o.state, DMM_RELEASE_FAILED);
+    assert_int_equal(o.failure, DMM_ERR_UNKNOWN_ALLOCATION);
+    dmm_test_error_mentions("dmm_mechanism_release", "no live allocation with id", "forged", "not called", NULL);
+    dmm_allocation altered = b; /* the right id, another size */
+    altered.bytes = GRAN;
+    o = dmm_mechanism_release(m, &altered);
+    assert_int_equal(o.state, DMM_RELEASE_FAILED);
+    assert_int_equal(o.failure, DMM_ERR_UNKNOWN_ALLOCATION);
+    dmm_test_error_mentions("altered", "131072 bytes", NULL);
+    /* every call that names an allocation is checked the same way */
+    uint64_t newly = 0, bytes = 0;
+    forged = b;
+    forged.id += 1000;
+    assert_int_equal(dmm_mechanism_commit(m, &forged, first, &newly), DMM_ERR_UNKNOWN_ALLOCATION);
+    assert_int_equal(dmm_mechanism_decommit(m, &forged, first).failure, DMM_ERR_UNKNOWN_ALLOCATION);
+    assert_int_equal(dmm_mechanism_committed_bytes(m, &forged, &bytes), DMM_ERR_UNKNOWN_ALLOCATION);
+    assert_int_equal(dmm_mechanism_mapped_bytes_for_ranges(m, &forged, &first, 1, &bytes),
+                     DMM_ERR_UNKNOWN_ALLOCATION);
+    assert_int_equal(slot_calls(DMM_TEST_PLUGIN_GOOD, "release"), releases);
+    assert_int_equal(slot_calls(DMM_TEST_PLUGIN_GOOD, "decommit"), decommits);
+    assert_int_equal(slot_calls(DMM_TEST_PLUGIN_GOOD, "commit"), commits);
+
+    assert_int_equal(dmm_mechanism_destroy(m), DMM_ERR_BUSY);
+    dmm_test_error_mentions("2 live allocations", NULL);
+    memset(a.ptr, 1, a.bytes); /* both still live and good */
+    memset(b.ptr, 2, GRAN);
+    assert_int_equal(dmm_mechanism_release(m, &a).state, DMM_RELEASE_COMPLETE);
+    assert_int_equal(dmm_mechanism_destroy(m), DMM_ERR_BUSY);
+    dmm_test_error_mentions("1 live allocation", NULL);
+    assert_int_equal(dmm_mechanism_release(m, &b).state, DMM_RELEASE_COMPLETE);
+    /* a released handle is stale: the host refuses it, the plugin is not asked */
+    releases = slot_calls(DMM_TEST_PLUGIN_GOOD, "release");
+    assert_int_equal(dmm_mechanism_release(m, &a).failure, DMM_ERR_UNKNOWN_ALLOCATION);
+    assert_int_equal(slot_calls(DMM_TEST_PLUGIN_GOOD, "release"), releases);
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(m));
+    DMM_OK_OR_FAIL(dmm_plugin_unload(p));
+    driver_done(d);
+}
+
+/* Defect 2, count == 0: a forged release on a mechanism with nothing live changes nothing (the
+ * count cannot wrap): destroy succeeds right after it. */
+static void test_a_forged_handle_at_count_zero_changes_nothing(void **state) {
+    (void)state;
+    dmm_plugin *p = load(DMM_TEST_PLUGIN_GOOD);
+    dmm_driver *d = host_driver();
+    dmm_mechanism *m = mock_with(p, d, MOCK_FLAG_PERMISSIVE);
+    dmm_allocation forged = {(void *)(uintptr_t)0x10000, 4 * KiB, 256, 777, m, dmm_mechanism_device(m)};
+    uint64_t releases = slot_calls(DMM_TEST_PLUGIN_GOOD, "release");
+    dmm_release_outcome o = dmm_mechanism_release(m, &forged);
+    assert_int_equal(o.state, DMM_RELEASE_FAILED);
+    assert_int_equal(o.failure, DMM_ERR_UNKNOWN_ALLOCATION);
+    dmm_test_error_mentions("no live allocation with id 777", NULL);
+    assert_int_equal(slot_calls(DMM_TEST_PLUGIN_GOOD, "release"), releases);
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(m));
+    DMM_OK_OR_FAIL(dmm_plugin_unload(p));
+    driver_done(d);
+}
+
+/* An outcome whose numbers contradict the call or its own state reads as QUARANTINED (the memory's
+ * state is unknown), with nothing known unmapped and a sentence naming the numbers. */
+static void test_an_inconsistent_outcome_reads_as_quarantined(void **state) {
+    (void)state;
+    dmm_plugin *p = load(DMM_TEST_PLUGIN_GOOD);
+    dmm_driver *d = host_driver();
+    /* a decommit that unmapped more than its range */
+    dmm_mechanism *m = mock_with(p, d, MOCK_FLAG_OVERCOUNT);
+    dmm_range all = {0, 4 * GRAN};
+    dmm_allocation a;
+    DMM_OK_OR_FAIL(dmm_mechanism_allocate_committed(m, 4 * GRAN, 0, &all, 1, &a));
+    dmm_release_outcome o = dmm_mechanism_decommit(m, &a, (dmm_range){0, 2 * GRAN});
+    assert_int_equal(o.state, DMM_RELEASE_QUARANTINED);
+    assert_int_equal(o.failure, DMM_ERR_DRIVER);
+    assert_int_equal(o.unmapped_bytes, 0);
+    assert_int_equal(o.residual_owned_bytes, 2 * GRAN);
+    dmm_test_error_mentions("dmm_mechanism_decommit", "inconsistent outcome", "262144 bytes unmapped",
+                            "more than the 131072 bytes of the range", NULL);
+    assert_int_equal(dmm_mechanism_release(m, &a).state, DMM_RELEASE_COMPLETE); /* the allocation is still live */
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(m));
+
+    /* "FAILED: nothing changed" while the plugin freed the memory: not FAILED (the handle would stay
+     * live in the host and never be releasable), QUARANTINED; the host forgets it */
+    m = mock_with(p, d, MOCK_FLAG_FAILED_BUT_FREED);
+    DMM_OK_OR_FAIL(dmm_mechanism_allocate(m, 4 * KiB, 0, &a));
+    o = dmm_mechanism_release(m, &a);
+    assert_int_equal(o.state, DMM_RELEASE_QUARANTINED);
+    assert_int_equal(o.failure, DMM_ERR_DRIVER);
+    dmm_test_error_mentions("FAILED (nothing changed) with 4096 bytes unmapped", "mock says nothing changed", NULL);
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(m));
+
+    /* COMPLETE with all of it still owned */
+    m = mock_with(p, d, MOCK_FLAG_COMPLETE_OWNED);
+    DMM_OK_OR_FAIL(dmm_mechanism_allocate(m, 4 * KiB, 0, &a));
+    o = dmm_mechanism_release(m, &a);
+    assert_int_equal(o.state, DMM_RELEASE_QUARANTINED);
+    assert_int_equal(o.failure, DMM_ERR_DRIVER);
+    dmm_test_error_mentions("COMPLETE with 4096 bytes still owned", NULL);
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(m));
+    DMM_OK_OR_FAIL(dmm_plugin_unload(p));
+    driver_done(d);
+}
+
+/* A mechanism that says it is on another device than its driver's is refused at creation (its
+ * allocations would be charged and checked against the wrong device). */
+static void test_a_mechanism_on_another_device_is_refused(void **state) {
+    (void)state;
+    dmm_plugin *p = load(DMM_TEST_PLUGIN_GOOD);
+    dmm_driver *d = host_driver();
+    mock_config cfg = {sizeof cfg, MOCK_FLAG_OTHER_DEVICE, 0};
+    dmm_mechanism *m = (dmm_mechanism *)(uintptr_t)0x55;
+    assert_int_equal(dmm_plugin_mechanism_create(p, "mock", d, &cfg, &m), DMM_ERR_WRONG_DEVICE);
+    dmm_test_error_mentions("dmm_plugin_mechanism_create", "reports device (tier 1, index 1)",
+                            "driver of device (tier 1, index 0)", NULL);
+    assert_ptr_equal(m, (dmm_mechanism *)(uintptr_t)0x55);
+    assert_int_equal(dmm_plugin_live_mechanisms(p), 0);
+    DMM_OK_OR_FAIL(dmm_plugin_unload(p)); /* the factory's object was destroyed again */
+    driver_done(d);
+}
+
 /* ---- unload ---- */
 
 static void test_unload_busy(void **state) {
@@ -651,6 +860,12 @@ int main(void) {
         cmocka_unit_test(test_unload_busy),      cmocka_unit_test(test_load_twice),
         cmocka_unit_test(test_provider_over_plugin), cmocka_unit_test(test_threads),
         cmocka_unit_test(test_optional_slots_of_1_1), cmocka_unit_test(test_slots_of_1_1_absent_at_minor_0),
+        cmocka_unit_test(test_a_misaligned_range_is_refused_and_given_back),
+        cmocka_unit_test(test_a_reused_id_or_a_wrong_size_is_refused),
+        cmocka_unit_test(test_a_forged_handle_is_refused_while_allocations_live),
+        cmocka_unit_test(test_a_forged_handle_at_count_zero_changes_nothing),
+        cmocka_unit_test(test_an_inconsistent_outcome_reads_as_quarantined),
+        cmocka_unit_test(test_a_mechanism_on_another_device_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

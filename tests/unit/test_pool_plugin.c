@@ -10,7 +10,9 @@
  *    alias slot really called), the old place unmapped once the fence completes; a full retention
  *    limit moves a free chunk; a seeded churn under pending fences gives the same pool statistics;
  *  - a plugin of minor 0 (variant GOOD, no such slots): no alias, the pool grows instead, exactly
- *    as the arena's pool does with aliases turned off (no_alias), and still works.
+ *    as the arena's pool does with aliases turned off (no_alias), and still works;
+ *  - a plugin that hands back a VA range 256 bytes off its alignment (issue 11): the pool is
+ *    refused at creation, before it could carve misaligned blocks and read past its chunk table.
  * Every case ends with nothing live: pools and mechanisms destroyed, the plugin unloaded, the
  * driver's census zero.
  */
@@ -337,12 +339,42 @@ static void a_minor_0_plugin_never_aliases_and_the_pool_still_works(void **state
     same(&arena, &plugin);
 }
 
+/* Issue 11, defect 1: the plugin's range for the pool's VA is MOCK_SKEW bytes off the chunk
+ * alignment the pool asked for. The host refuses it (and gives it back) so the pool is never made
+ * over it; before, the pool handed out misaligned blocks and read past its chunk-length table. */
+static void a_pool_over_a_plugin_with_a_misaligned_range_is_refused(void **state) {
+    (void)state;
+    dmm_driver *host = NULL;
+    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &host));
+    dmm_plugin *p = NULL;
+    DMM_OK_OR_FAIL(dmm_plugin_load(DMM_TEST_PLUGIN_GOOD, &p));
+    mock_config mc = {sizeof mc, MOCK_FLAG_MISALIGN, 0};
+    dmm_mechanism *m = NULL;
+    DMM_OK_OR_FAIL(dmm_plugin_mechanism_create(p, "mock", host, &mc, &m));
+    dmm_pool_config pc;
+    memset(&pc, 0, sizeof pc);
+    pc.size = sizeof pc;
+    pc.va_bytes = (uint64_t)1 << 30;
+    dmm_pool *pool = NULL;
+    dmm_status s = dmm_pool_create(m, host, &pc, &pool);
+    if (s == DMM_OK) /* the defect: its blocks would be misaligned and its chunk table read past */
+        fail_msg("dmm_pool_create over a VA range %u bytes off its alignment succeeded", MOCK_SKEW);
+    assert_int_equal(s, DMM_ERR_DRIVER);
+    dmm_test_error_mentions("dmm_pool_create", "256 bytes off its", "plugin 'mock'", NULL);
+    assert_null(pool);
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(m)); /* nothing live: the range was given back */
+    DMM_OK_OR_FAIL(dmm_plugin_unload(p));
+    dmm_test_census_zero(host);
+    dmm_driver_destroy(host);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(a_plugin_that_fills_the_slots_aliases_a_free_chunk_as_the_arena_does),
         cmocka_unit_test(a_plugin_that_fills_the_slots_moves_a_free_chunk_as_the_arena_does),
         cmocka_unit_test(a_churn_under_pending_fences_gives_the_same_pool_over_both),
         cmocka_unit_test(a_minor_0_plugin_never_aliases_and_the_pool_still_works),
+        cmocka_unit_test(a_pool_over_a_plugin_with_a_misaligned_range_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
