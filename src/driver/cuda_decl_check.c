@@ -29,7 +29,8 @@
 
 /* ---- values ---- */
 #define DMM_CHECK_VALUE(name, value) /* as integers: the two enum types differ on purpose */       \
-    _Static_assert((long long)DMM_##name == (long long)(name), "cuda_decl.h: DMM_" #name " differs from cuda.h's " #name);
+    _Static_assert((long long)DMM_##name == (long long)(name),                                     \
+                   "cuda_decl.h: DMM_" #name " differs from cuda.h's " #name);
 DMM_CU_RESULTS(DMM_CHECK_VALUE)
 #if CUDA_VERSION >= 13000
 DMM_CU_RESULTS_RECENT(DMM_CHECK_VALUE)

@@ -58,7 +58,8 @@ dmm_cu_result dmm__cuda_device_vmm(dmm_cu_device dev, bool *vmm, size_t *granule
     int attr = 0;
     *vmm = false;
     *granule = 0;
-    dmm_cu_result r = dmm__cu.cuDeviceGetAttribute(&attr, DMM_CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev);
+    dmm_cu_result r =
+        dmm__cu.cuDeviceGetAttribute(&attr, DMM_CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev);
     if (r != DMM_CUDA_SUCCESS || attr == 0) return r;
     dmm_cu_mem_allocation_prop prop;
     dmm__cuda_device_prop(dev, &prop);

@@ -131,7 +131,8 @@ dmm_status dmm__cuda_create(dmm_driver *d, size_t bytes, dmm_phys *handle) {
         dmm__u64map_unreserve(&c->handles, 1);
     }
     dmm_lock_release(&c->lock);
-    if (r != DMM_CUDA_SUCCESS) return dmm__cuda_fail(c, r, "cuMemCreate", "bytes=%zu, pinned device memory", bytes);
+    if (r != DMM_CUDA_SUCCESS)
+        return dmm__cuda_fail(c, r, "cuMemCreate", "bytes=%zu, pinned device memory", bytes);
     *handle = (dmm_phys)h;
     return DMM_OK;
 }
