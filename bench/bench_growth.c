@@ -20,12 +20,14 @@
  * result with no metrics). --json: growth.<warm|cold>.<case>.grow_us / teardown_us medians with
  * their MAD, the raw 1 GiB handle as the reference (docs/benchmarks.md).
  */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "dmm/dmm.h"
+#include "driver/cuda_decl.h" /* dmm's own declarations of the driver API: no toolkit needed */
 #include "results.h"
 
 /* Parses the arguments; 0, or 2 after the usage line. */
@@ -45,19 +47,6 @@ static int parse_args(int argc, char **argv, int *reps, const char **json) {
 static int skipped(const char *json) {
     return bench_results_finish(bench_results_create("bench_growth"), json) == 0 ? 77 : 1;
 }
-
-#ifndef DMM_HAVE_CUDA_H
-int main(int argc, char **argv) {
-    int reps = 31;
-    const char *json = NULL;
-    if (parse_args(argc, argv, &reps, &json) != 0) return 2;
-    printf("bench_growth: skipped: no GPU (built without CUDA headers)\n");
-    return skipped(json);
-}
-#else
-
-#include <cuda.h>
-#include <dlfcn.h>
 
 #define GIB ((size_t)1 << 30)
 #define MIB ((size_t)1 << 20)
@@ -102,15 +91,15 @@ static double minimum(const double *v, int n) {
 
 /* ---- raw libcuda, for the references ---- */
 static struct {
-    CUresult (*ctxSetCurrent)(CUcontext);
-    CUresult (*ctxGetCurrent)(CUcontext *);
-    CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
-    CUresult (*addrFree)(CUdeviceptr, size_t);
-    CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
-    CUresult (*release)(CUmemGenericAllocationHandle);
-    CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
-    CUresult (*unmap)(CUdeviceptr, size_t);
-    CUresult (*setAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+    dmm_cuCtxSetCurrent_fn *ctxSetCurrent;
+    dmm_cuCtxGetCurrent_fn *ctxGetCurrent;
+    dmm_cuMemAddressReserve_fn *reserve;
+    dmm_cuMemAddressFree_fn *addrFree;
+    dmm_cuMemCreate_fn *create;
+    dmm_cuMemRelease_fn *release;
+    dmm_cuMemMap_fn *map;
+    dmm_cuMemUnmap_fn *unmap;
+    dmm_cuMemSetAccess_fn *setAccess;
 } raw;
 
 static void raw_sym(void *lib, const char *name, void *out) {
@@ -124,21 +113,21 @@ static void raw_sym(void *lib, const char *name, void *out) {
 
 #define RAW_CHECK(call)                                                                             \
     do {                                                                                            \
-        CUresult r_ = (call);                                                                       \
-        if (r_ != CUDA_SUCCESS) {                                                                   \
+        dmm_cu_result r_ = (call);                                                                  \
+        if (r_ != DMM_CUDA_SUCCESS) {                                                               \
             fprintf(stderr, "bench_growth: %s failed with CUresult %d\n", #call, (int)r_);          \
             exit(1);                                                                                \
         }                                                                                           \
     } while (0)
 
-static CUmemAllocationProp g_prop;
-static CUmemAccessDesc g_access;
+static dmm_cu_mem_allocation_prop g_prop;
+static dmm_cu_mem_access_desc g_access;
 
 /* Per-call times of the last raw_grow of one handle (µs). */
 static double g_t_create, g_t_map, g_t_access;
 
 /* create + map + set access of `count` handles of `each` bytes at va; returns µs. */
-static double raw_grow(CUdeviceptr va, size_t each, int count, CUmemGenericAllocationHandle *h) {
+static double raw_grow(dmm_cu_deviceptr va, size_t each, int count, dmm_cu_mem_handle *h) {
     double t0 = now_us();
     for (int i = 0; i < count; i++) {
         double a = now_us();
@@ -155,7 +144,7 @@ static double raw_grow(CUdeviceptr va, size_t each, int count, CUmemGenericAlloc
     return now_us() - t0;
 }
 
-static double raw_shrink(CUdeviceptr va, size_t each, int count, const CUmemGenericAllocationHandle *h) {
+static double raw_shrink(dmm_cu_deviceptr va, size_t each, int count, const dmm_cu_mem_handle *h) {
     double t0 = now_us();
     for (int i = 0; i < count; i++) {
         RAW_CHECK(raw.unmap(va + (size_t)i * each, each));
@@ -240,10 +229,10 @@ typedef struct bench_ctx {
     dmm_mechanism *arena;
     dmm_allocation w, w_aligned;
     bool have_aligned;
-    CUcontext ctx;
-    CUdeviceptr va1, va3, va2; /* 1 GiB-aligned; at the arena's offset; for the 512 handles */
+    dmm_cu_context ctx;
+    dmm_cu_deviceptr va1, va3, va2; /* 1 GiB-aligned; at the arena's offset; for the 512 handles */
     uintptr_t va4;             /* the dmm driver's own reservation, 1 GiB-aligned */
-    CUmemGenericAllocationHandle big[1], small[SMALL_HANDLES];
+    dmm_cu_mem_handle big[1], small[SMALL_HANDLES];
     double split[C_COUNT][3]; /* create, map, access of the last raw single-handle grow */
     timing_driver *td;
     double in_driver;         /* of the last arena grow: µs inside the driver's ops */
@@ -280,7 +269,7 @@ static bool run_case(bench_ctx *b, int k, double *grow, double *shrink) {
         return true;
     case C_RAW1:
     case C_RAW1_MISALIGNED: {
-        CUdeviceptr va = k == C_RAW1 ? b->va1 : b->va3;
+        dmm_cu_deviceptr va = k == C_RAW1 ? b->va1 : b->va3;
         RAW_CHECK(raw.ctxSetCurrent(b->ctx));
         *grow = raw_grow(va, GIB, 1, b->big);
         b->split[k][0] = g_t_create;
@@ -350,11 +339,11 @@ int main(int argc, char **argv) {
     raw_sym(lib, "cuMemUnmap", &raw.unmap);
     raw_sym(lib, "cuMemSetAccess", &raw.setAccess);
     memset(&g_prop, 0, sizeof g_prop);
-    g_prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    g_prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    g_prop.type = DMM_CU_MEM_ALLOCATION_TYPE_PINNED;
+    g_prop.location.type = DMM_CU_MEM_LOCATION_TYPE_DEVICE;
     g_prop.location.id = 0;
     g_access.location = g_prop.location;
-    g_access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    g_access.flags = DMM_CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
 
     /* the arena: 1 GiB chunks, no cache, its own 8 GiB of VA; VA-only allocations of 1 GiB: one
      * where the arena places it by default, one aligned to 1 GiB (a diagnostic) */
@@ -382,7 +371,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_growth: no current context after the dmm driver's calls\n");
         return 1;
     }
-    CUdeviceptr va3base = 0;
+    dmm_cu_deviceptr va3base = 0;
     RAW_CHECK(raw.reserve(&B.va1, GIB, GIB, 0, 0));
     RAW_CHECK(raw.reserve(&B.va2, GIB, 2 * MIB, 0, 0));
     RAW_CHECK(raw.reserve(&va3base, 2 * GIB, GIB, 0, 0));
@@ -508,4 +497,3 @@ int main(int argc, char **argv) {
     return bench_results_finish(res, json) == 0 ? 0 : 1;
 }
 
-#endif /* DMM_HAVE_CUDA_H */

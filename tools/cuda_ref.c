@@ -1,9 +1,9 @@
 /* tools/cuda_ref.c — cuMemAllocAsync / cuMemFreeAsync as the reference (contract: cuda_ref.h).
  *
- * The few CUDA driver entry points used are declared here by their C ABI (CUresult = int,
- * CUdeviceptr = unsigned long long, handles are pointers), resolved with dlsym under the names
- * cuda.h binds to. Nothing here is part of the library: the library's own CUDA driver is
- * src/driver/cuda.c; this file only measures the driver's pool for comparison.
+ * The few CUDA driver entry points used have dmm's own declarations (src/driver/cuda_decl.h, compared
+ * with cuda.h where one is installed) and are resolved with dlsym under the names cuda.h binds to.
+ * Nothing here is part of the library: the library's own CUDA driver is src/driver/cuda.c; this file
+ * only measures the driver's pool for comparison.
  */
 #include "cuda_ref.h"
 
@@ -13,29 +13,31 @@
 #include <string.h>
 #include <time.h>
 
-typedef int cu_result;
-typedef unsigned long long cu_ptr;
+#include "driver/cuda_decl.h"
+
+typedef dmm_cu_result cu_result;
+typedef dmm_cu_deviceptr cu_ptr;
 
 struct dmm_cuda_ref {
     void *lib;
-    void *ctx;
-    int dev;
-    cu_result (*init)(unsigned);
-    cu_result (*device_get)(int *, int);
-    cu_result (*ctx_retain)(void **, int);
-    cu_result (*ctx_release)(int);
-    cu_result (*ctx_set)(void *);
-    cu_result (*stream_create)(void **, unsigned);
-    cu_result (*stream_destroy)(void *);
-    cu_result (*stream_sync)(void *);
-    cu_result (*alloc_async)(cu_ptr *, size_t, void *);
-    cu_result (*free_async)(cu_ptr, void *);
-    cu_result (*error_name)(cu_result, const char **);
+    dmm_cu_context ctx;
+    dmm_cu_device dev;
+    dmm_cuInit_fn *init;
+    dmm_cuDeviceGet_fn *device_get;
+    dmm_cuDevicePrimaryCtxRetain_fn *ctx_retain;
+    dmm_cuDevicePrimaryCtxRelease_fn *ctx_release;
+    dmm_cuCtxSetCurrent_fn *ctx_set;
+    dmm_cuStreamCreate_fn *stream_create;
+    dmm_cuStreamDestroy_fn *stream_destroy;
+    dmm_cuStreamSynchronize_fn *stream_sync;
+    dmm_cuMemAllocAsync_fn *alloc_async;
+    dmm_cuMemFreeAsync_fn *free_async;
+    dmm_cuGetErrorName_fn *error_name;
 };
 
 static const char *cu_name(dmm_cuda_ref *r, cu_result e) {
     const char *s = NULL;
-    if (r->error_name != NULL && r->error_name(e, &s) == 0 && s != NULL) return s;
+    if (r->error_name != NULL && r->error_name(e, &s) == DMM_CUDA_SUCCESS && s != NULL) return s;
     return "CUDA_ERROR_?";
 }
 
@@ -74,15 +76,15 @@ int dmm_cuda_ref_open(dmm_cuda_ref **out, char *err, size_t errcap) {
     SYM(free_async, "cuMemFreeAsync");
     *(void **)(&r->error_name) = dlsym(r->lib, "cuGetErrorName");
     cu_result e = r->init(0);
-    if (e == 0) e = r->device_get(&r->dev, 0);
-    if (e != 0) {
-        snprintf(err, errcap, "no CUDA device: cuInit/cuDeviceGet failed with %s (%d)", cu_name(r, e), e);
+    if (e == DMM_CUDA_SUCCESS) e = r->device_get(&r->dev, 0);
+    if (e != DMM_CUDA_SUCCESS) {
+        snprintf(err, errcap, "no CUDA device: cuInit/cuDeviceGet failed with %s (%d)", cu_name(r, e), (int)e);
         dmm_cuda_ref_close(r);
         return -1;
     }
     e = r->ctx_retain(&r->ctx, r->dev);
-    if (e != 0) {
-        snprintf(err, errcap, "cuDevicePrimaryCtxRetain failed with %s (%d)", cu_name(r, e), e);
+    if (e != DMM_CUDA_SUCCESS) {
+        snprintf(err, errcap, "cuDevicePrimaryCtxRetain failed with %s (%d)", cu_name(r, e), (int)e);
         r->ctx = NULL;
         dmm_cuda_ref_close(r);
         return -1;
@@ -99,18 +101,20 @@ void dmm_cuda_ref_close(dmm_cuda_ref *r) {
     free(r);
 }
 
-int dmm_cuda_ref_bind(dmm_cuda_ref *r) { return r->ctx_set(r->ctx) == 0 ? 0 : -1; }
+int dmm_cuda_ref_bind(dmm_cuda_ref *r) { return r->ctx_set(r->ctx) == DMM_CUDA_SUCCESS ? 0 : -1; }
 
 void *dmm_cuda_ref_stream_create(dmm_cuda_ref *r) {
-    void *s = NULL;
-    return r->stream_create(&s, 1 /* CU_STREAM_NON_BLOCKING */) == 0 ? s : NULL;
+    dmm_cu_stream s = NULL;
+    return r->stream_create(&s, DMM_CU_STREAM_NON_BLOCKING) == DMM_CUDA_SUCCESS ? (void *)s : NULL;
 }
 
 void dmm_cuda_ref_stream_destroy(dmm_cuda_ref *r, void *stream) {
-    if (stream != NULL) r->stream_destroy(stream);
+    if (stream != NULL) r->stream_destroy((dmm_cu_stream)stream);
 }
 
-int dmm_cuda_ref_sync(dmm_cuda_ref *r, void *stream) { return r->stream_sync(stream) == 0 ? 0 : -1; }
+int dmm_cuda_ref_sync(dmm_cuda_ref *r, void *stream) {
+    return r->stream_sync((dmm_cu_stream)stream) == DMM_CUDA_SUCCESS ? 0 : -1;
+}
 
 static double ref_now_s(void) {
     struct timespec ts;
@@ -173,9 +177,9 @@ double dmm_cuda_ref_replay(dmm_cuda_ref *r, const dmm_trace *t, char *err, size_
             c = r->free_async(ptrs[e->slot], streams[e->stream]);
             ptrs[e->slot] = 0;
         }
-        if (c != 0) {
+        if (c != DMM_CUDA_SUCCESS) {
             snprintf(err, errcap, "event %zu: cuMem%sAsync of %llu bytes failed with %s (%d)", i,
-                     e->kind == DMM_TRACE_ALLOC ? "Alloc" : "Free", (unsigned long long)e->bytes, cu_name(r, c), c);
+                     e->kind == DMM_TRACE_ALLOC ? "Alloc" : "Free", (unsigned long long)e->bytes, cu_name(r, c), (int)c);
             goto out;
         }
     }

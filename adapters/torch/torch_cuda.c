@@ -4,7 +4,8 @@
  * frees tensors until the process ends), the process-wide governor, the last failure's sentence, and
  * the CUDA entry points the driver contract lacks, resolved with dlsym from the same libcuda.so.1 the
  * cuda driver opened: cuStreamIsCapturing and cuStreamGetCaptureInfo (graph safety), cuMemHostAlloc /
- * cuMemFreeHost (pinned copies for offload), and the primary context to make current for them.
+ * cuMemFreeHost (pinned copies for offload), and the primary context to make current for them. Their
+ * types and signatures are dmm's own (src/driver/cuda_decl.h): no CUDA toolkit is needed to build.
  *
  * The trade-off: the per-device slot is read with one acquire load on every call, and a context is
  * created under a global lock once; after that no entry point takes a global lock except to record a
@@ -16,40 +17,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cuda.h>
-
 #include "adapter.h"
 #include "dmm_torch.h"
+#include "driver/cuda_decl.h"
 #include "env.h"
 
 #define MAX_DEVICES 64
 
 /* ---- CUDA extras ---- */
-typedef CUresult (*is_capturing_fn)(CUstream, CUstreamCaptureStatus *);
-typedef CUresult (*capture_info_v3_fn)(CUstream, CUstreamCaptureStatus *, cuuint64_t *, CUgraph *,
-                                       const CUgraphNode **, const CUgraphEdgeData **, size_t *);
-typedef CUresult (*capture_info_v2_fn)(CUstream, CUstreamCaptureStatus *, cuuint64_t *, CUgraph *,
-                                       const CUgraphNode **, size_t *);
-typedef CUresult (*host_alloc_fn)(void **, size_t, unsigned int);
-typedef CUresult (*host_free_fn)(void *);
-typedef CUresult (*ctx_retain_fn)(CUcontext *, CUdevice);
-typedef CUresult (*ctx_set_fn)(CUcontext);
-typedef CUresult (*device_get_fn)(CUdevice *, int);
-typedef CUresult (*error_name_fn)(CUresult, const char **);
-
 static struct {
     pthread_once_t once;
     bool ok;
     char why[256];
-    is_capturing_fn is_capturing;
-    capture_info_v3_fn info_v3;
-    capture_info_v2_fn info_v2;
-    host_alloc_fn host_alloc;
-    host_free_fn host_free;
-    ctx_retain_fn ctx_retain;
-    ctx_set_fn ctx_set;
-    device_get_fn device_get;
-    error_name_fn error_name;
+    dmm_cuStreamIsCapturing_fn *is_capturing;
+    dmm_cuStreamGetCaptureInfo_v3_fn *info_v3; /* optional: drivers of CUDA 12.3 and later */
+    dmm_cuStreamGetCaptureInfo_v2_fn *info_v2; /* optional: the fallback of older drivers */
+    dmm_cuMemHostAlloc_fn *host_alloc;
+    dmm_cuMemFreeHost_fn *host_free;
+    dmm_cuDevicePrimaryCtxRetain_fn *ctx_retain;
+    dmm_cuCtxSetCurrent_fn *ctx_set;
+    dmm_cuDeviceGet_fn *device_get;
+    dmm_cuGetErrorName_fn *error_name;
 } cux = {.once = PTHREAD_ONCE_INIT};
 
 static void *sym(void *lib, const char *name) { return lib != NULL ? dlsym(lib, name) : NULL; }
@@ -87,49 +75,49 @@ static void cux_load(void) {
     cux.ok = true; /* never dlclose'd, like the cuda driver's own handle */
 }
 
-static const char *cu_err(CUresult r) {
+static const char *cu_err(dmm_cu_result r) {
     const char *s = NULL;
-    if (cux.error_name == NULL || cux.error_name(r, &s) != CUDA_SUCCESS || s == NULL) return "CUDA_ERROR_?";
+    if (cux.error_name == NULL || cux.error_name(r, &s) != DMM_CUDA_SUCCESS || s == NULL) return "CUDA_ERROR_?";
     return s;
 }
 
 typedef struct dev_ext {
     int ordinal;
-    CUcontext ctx;
+    dmm_cu_context ctx;
 } dev_ext;
 
 static dmm_status ext_capture(void *user, dmm_stream stream, bool *capturing, uint64_t *id) {
     (void)user;
-    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
-    CUresult r = cux.is_capturing((CUstream)stream, &st);
+    dmm_cu_stream_capture_status st = DMM_CU_STREAM_CAPTURE_STATUS_NONE;
+    dmm_cu_result r = cux.is_capturing((dmm_cu_stream)stream, &st);
     *capturing = false;
     *id = 0;
-    if (r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) { /* the legacy stream while another captures: don't map */
+    if (r == DMM_CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) { /* the legacy stream while another captures: don't map */
         *capturing = true;
         return DMM_OK;
     }
-    if (r != CUDA_SUCCESS)
+    if (r != DMM_CUDA_SUCCESS)
         return dmm_error_set(DMM_ERR_DRIVER, "dmm torch: cuStreamIsCapturing(stream %p) failed with %s (%d)", stream,
                              cu_err(r), (int)r);
-    if (st == CU_STREAM_CAPTURE_STATUS_NONE) return DMM_OK;
+    if (st == DMM_CU_STREAM_CAPTURE_STATUS_NONE) return DMM_OK;
     *capturing = true;
-    cuuint64_t cid = 0;
-    CUstreamCaptureStatus st2 = st;
-    if (cux.info_v3 != NULL) r = cux.info_v3((CUstream)stream, &st2, &cid, NULL, NULL, NULL, NULL);
-    else if (cux.info_v2 != NULL) r = cux.info_v2((CUstream)stream, &st2, &cid, NULL, NULL, NULL);
-    else r = CUDA_ERROR_NOT_SUPPORTED;
-    if (r == CUDA_SUCCESS) *id = cid;
+    uint64_t cid = 0;
+    dmm_cu_stream_capture_status st2 = st;
+    if (cux.info_v3 != NULL) r = cux.info_v3((dmm_cu_stream)stream, &st2, &cid, NULL, NULL, NULL, NULL);
+    else if (cux.info_v2 != NULL) r = cux.info_v2((dmm_cu_stream)stream, &st2, &cid, NULL, NULL, NULL);
+    else r = DMM_CUDA_ERROR_NOT_SUPPORTED;
+    if (r == DMM_CUDA_SUCCESS) *id = cid;
     return DMM_OK;
 }
 
 static dmm_status ext_host_alloc(void *user, size_t bytes, void **out) {
     dev_ext *e = user;
-    CUresult r = cux.ctx_set(e->ctx);
-    if (r == CUDA_SUCCESS) r = cux.host_alloc(out, bytes, CU_MEMHOSTALLOC_PORTABLE);
-    if (r == CUDA_ERROR_OUT_OF_MEMORY)
+    dmm_cu_result r = cux.ctx_set(e->ctx);
+    if (r == DMM_CUDA_SUCCESS) r = cux.host_alloc(out, bytes, DMM_CU_MEMHOSTALLOC_PORTABLE);
+    if (r == DMM_CUDA_ERROR_OUT_OF_MEMORY)
         return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm torch: cuMemHostAlloc of %zu bytes: out of pinned host memory",
                              bytes);
-    if (r != CUDA_SUCCESS)
+    if (r != DMM_CUDA_SUCCESS)
         return dmm_error_set(DMM_ERR_DRIVER, "dmm torch: cuMemHostAlloc of %zu bytes failed with %s (%d)", bytes,
                              cu_err(r), (int)r);
     return DMM_OK;
@@ -137,7 +125,7 @@ static dmm_status ext_host_alloc(void *user, size_t bytes, void **out) {
 
 static void ext_host_free(void *user, void *p) {
     dev_ext *e = user;
-    if (cux.ctx_set(e->ctx) == CUDA_SUCCESS) (void)cux.host_free(p);
+    if (cux.ctx_set(e->ctx) == DMM_CUDA_SUCCESS) (void)cux.host_free(p);
 }
 
 /* ---- contexts ---- */
@@ -188,10 +176,10 @@ static tctx *create_slow(int device) {
     if (s == DMM_OK && g_gov == NULL) s = dmm_governor_create(NULL, &g_gov);
     dev_ext *e = &g_ext[device];
     if (s == DMM_OK && e->ctx == NULL) {
-        CUdevice dev = 0;
-        CUresult r = cux.device_get(&dev, device);
-        if (r == CUDA_SUCCESS) r = cux.ctx_retain(&e->ctx, dev);
-        if (r != CUDA_SUCCESS)
+        dmm_cu_device dev = 0;
+        dmm_cu_result r = cux.device_get(&dev, device);
+        if (r == DMM_CUDA_SUCCESS) r = cux.ctx_retain(&e->ctx, dev);
+        if (r != DMM_CUDA_SUCCESS)
             s = dmm_error_set(DMM_ERR_DRIVER, "dmm torch: retaining the primary context of device %d failed with %s",
                               device, cu_err(r));
         e->ordinal = device;

@@ -70,8 +70,10 @@ def load():
                 f.argtypes = args
             _lib, _path = lib, os.path.abspath(p)
             return _lib
-        raise DmmError("libdmm_torch.so was not found (tried: %s); build it (cmake --build <dir> --target "
-                       "dmm_torch) and set DMM_LIB to the file or its folder" % ", ".join(tried))
+        raise DmmError("libdmm_torch.so was not found (tried: %s); build it from the dmm source tree with "
+                       "`make build` (or: cmake -S . -B build && cmake --build build --target dmm_torch; "
+                       "no CUDA toolkit is needed) and set DMM_LIB to the file or its folder"
+                       % ", ".join(tried))
 
 
 def library_path():

@@ -1,17 +1,18 @@
 /* src/driver/cuda.c — the `cuda` driver: libcuda.so.1 opened with dlopen, the primary context of one
  * device, and the driver ops of dmm/driver.h over the CUDA driver API.
  *
- * This file owns the driver object: its creation, the ops tables, census, mem_info and destroy, and
- * the entry points of a build without cuda.h. Beside it (cuda_types.h lists them): cuda_api.c (the
- * loader, CUresult naming and the error mapping every op shares), cuda_memory.c (VMM and
- * eager ops with their records), cuda_stream.c (streams, events, copies), cuda_device.c (device
+ * This file owns the driver object: its creation, the ops tables, census, mem_info and destroy.
+ * Beside it (cuda_types.h lists them): cuda_decl.h (dmm's own declarations of the CUDA driver API),
+ * cuda_api.c (the loader, CUresult naming and the error mapping every op shares), cuda_memory.c (VMM
+ * and eager ops with their records), cuda_stream.c (streams, events, copies), cuda_device.c (device
  * queries and peer access).
  *
- * The idea: no link-time dependency on CUDA. cuda.h is used for types and constants only; every entry
- * point is resolved once per process with dlsym under the versioned name cuda.h itself would bind to
- * (cuMemAlloc_v2, cuStreamDestroy_v2, …), and every one is checked. A binary built with CUDA headers
- * runs on a machine without a GPU and reports DMM_ERR_UNSUPPORTED "no CUDA driver: <reason>";
- * one built without them reports "built without CUDA headers".
+ * The idea: no dependency on CUDA at build or link time. The types, constants and signatures come
+ * from cuda_decl.h (compared with cuda.h at build time wherever one is installed: cuda_decl_check.c);
+ * every entry point is resolved once per process with dlsym under the versioned name cuda.h binds to
+ * (cuMemAlloc_v2, cuStreamDestroy_v2, …), and every one is checked. So every build has this driver,
+ * and on a machine without a GPU or libcuda.so.1 it reports DMM_ERR_UNSUPPORTED "no CUDA driver:
+ * <reason>".
  *
  * Each driver object retains the primary context of its device and makes it current on the calling
  * thread at the start of every op (cuCtxSetCurrent is a cheap thread-local store), so any thread may
@@ -43,51 +44,8 @@
  *   put back if the call failed; either way its slot is promised beforehand, so no bookkeeping step
  *   after a CUDA call can fail.
  */
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "core/core.h"
-#include "dmm/driver.h"
-
-#ifndef DMM_HAVE_CUDA_H
-
-/* ---- built without cuda.h: every entry point says so ---------------------------------------- */
-
-dmm_status dmm_cuda_driver_create(int ordinal, dmm_driver **out) {
-    if (out != NULL) *out = NULL;
-    return dmm_error_set(DMM_ERR_UNSUPPORTED,
-                         "dmm_cuda_driver_create(ordinal=%d): no CUDA driver: dmm was built without CUDA "
-                         "headers (cuda.h was not found at configure time); rebuild with cuda.h on the "
-                         "include path or use the host driver",
-                         ordinal);
-}
-
-dmm_status dmm_cuda_device_count(int *count) {
-    if (count == NULL)
-        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_cuda_device_count: count is NULL");
-    *count = 0;
-    return DMM_OK;
-}
-
-dmm_status dmm_cuda_device_query(int ordinal, dmm_cuda_device_info *out) {
-    (void)out;
-    return dmm_error_set(DMM_ERR_UNSUPPORTED,
-                         "dmm_cuda_device_query(ordinal=%d): no CUDA driver: dmm was built without CUDA "
-                         "headers",
-                         ordinal);
-}
-
-dmm_status dmm_cuda_driver_set_peer_access(dmm_driver *cuda, const int *peers, size_t n) {
-    (void)cuda;
-    (void)peers;
-    (void)n;
-    return dmm_error_set(DMM_ERR_UNSUPPORTED,
-                         "dmm_cuda_driver_set_peer_access: no CUDA driver: dmm was built without CUDA headers");
-}
-
-#else /* DMM_HAVE_CUDA_H */
 
 #include "driver/cuda_types.h"
 
@@ -100,8 +58,8 @@ static dmm_status op_mem_info(dmm_driver *d, uint64_t *free_bytes, uint64_t *tot
     dmm_status s = dmm__cuda_enter(c, "cuMemGetInfo");
     if (s != DMM_OK) return s;
     size_t f = 0, t = 0;
-    CUresult r = dmm__cu.memGetInfo(&f, &t);
-    if (r != CUDA_SUCCESS) return dmm__cuda_fail(c, r, "cuMemGetInfo", "device %d", (int)c->dev);
+    dmm_cu_result r = dmm__cu.cuMemGetInfo(&f, &t);
+    if (r != DMM_CUDA_SUCCESS) return dmm__cuda_fail(c, r, "cuMemGetInfo", "device %d", (int)c->dev);
     *free_bytes = f;
     *total_bytes = t;
     return DMM_OK;
@@ -125,7 +83,7 @@ static void op_destroy(dmm_driver *d) {
     cuda_driver *c = as_cuda(d);
     /* Gives back this object's reference on the primary context (bookkeeping, not memory: also after
      * a device loss, so that whoever resets the device finds no stale reference of ours). */
-    (void)dmm__cu.primaryCtxRelease(c->dev);
+    (void)dmm__cu.cuDevicePrimaryCtxRelease(c->dev);
     dmm__u64map_fini(&c->reservations);
     dmm__u64map_fini(&c->handles);
     dmm__u64map_fini(&c->mappings);
@@ -171,7 +129,7 @@ const dmm_driver_ops dmm__cuda_ops_eager = {
 dmm_status dmm_cuda_driver_create(int ordinal, dmm_driver **out) {
     if (out == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_cuda_driver_create: out is NULL");
     *out = NULL;
-    CUdevice dev = 0;
+    dmm_cu_device dev = 0;
     dmm_status s = dmm__cuda_find_device("dmm_cuda_driver_create", ordinal, &dev);
     if (s != DMM_OK) return s;
     cuda_driver *c = calloc(1, sizeof *c);
@@ -181,17 +139,17 @@ dmm_status dmm_cuda_driver_create(int ordinal, dmm_driver **out) {
     c->base.device.tier = DMM_TIER_DEVICE;
     c->base.device.index = ordinal;
     c->dev = dev;
-    CUresult r = dmm__cu.primaryCtxRetain(&c->ctx, dev);
-    if (r != CUDA_SUCCESS) {
+    dmm_cu_result r = dmm__cu.cuDevicePrimaryCtxRetain(&c->ctx, dev);
+    if (r != DMM_CUDA_SUCCESS) {
         s = dmm__cuda_fail(c, r, "cuDevicePrimaryCtxRetain", "device %d", ordinal);
         free(c);
         return s;
     }
-    r = dmm__cu.ctxSetCurrent(c->ctx);
-    if (r == CUDA_SUCCESS) r = dmm__cuda_device_vmm(dev, &c->vmm, &c->granule);
-    if (r != CUDA_SUCCESS) {
+    r = dmm__cu.cuCtxSetCurrent(c->ctx);
+    if (r == DMM_CUDA_SUCCESS) r = dmm__cuda_device_vmm(dev, &c->vmm, &c->granule);
+    if (r != DMM_CUDA_SUCCESS) {
         s = dmm__cuda_fail(c, r, "cuDeviceGetAttribute/cuMemGetAllocationGranularity", "device %d", ordinal);
-        (void)dmm__cu.primaryCtxRelease(dev);
+        (void)dmm__cu.cuDevicePrimaryCtxRelease(dev);
         free(c);
         return s;
     }
@@ -203,5 +161,3 @@ dmm_status dmm_cuda_driver_create(int ordinal, dmm_driver **out) {
     *out = &c->base;
     return DMM_OK;
 }
-
-#endif /* DMM_HAVE_CUDA_H */

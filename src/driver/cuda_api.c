@@ -2,19 +2,15 @@
  * points, the names and texts of CUresults, which of them are sticky, and the error mapping every op
  * of the driver shares (dmm__cuda_fail and friends; all declared in cuda_types.h).
  *
- * The idea: no link-time dependency on CUDA. cuda.h is used for types and constants only; every entry
- * point is resolved once per process with dlsym under the versioned name cuda.h itself would bind to
- * (cuMemAlloc_v2, cuStreamDestroy_v2, …), and every one is checked. Without the library, a symbol, or
- * a working cuInit, the reason is kept and every caller gets DMM_ERR_UNSUPPORTED "no CUDA driver:
- * <reason>".
+ * The idea: no dependency on CUDA at build or link time. The types, constants and signatures are
+ * dmm's own (cuda_decl.h); every entry point of DMM_CU_DRIVER_ENTRY_POINTS is resolved once per
+ * process with dlsym under the versioned name cuda.h itself binds to (cuMemAlloc_v2,
+ * cuStreamDestroy_v2, …), and every one is checked. Without the library, a symbol, or a working
+ * cuInit, the reason is kept and every caller gets DMM_ERR_UNSUPPORTED "no CUDA driver: <reason>".
  *
  * Invariants: dmm__cu is written once, inside pthread_once, before cu_ready is set; cu_ready ⇒ every
  * entry point is non-NULL and cuInit succeeded; the library is never closed once cuInit ran.
  */
-#ifndef DMM_HAVE_CUDA_H
-typedef int dmm__cuda_api_needs_cuda_h; /* built without cuda.h: nothing here (ISO C wants a declaration) */
-#else
-
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -24,44 +20,13 @@ typedef int dmm__cuda_api_needs_cuda_h; /* built without cuda.h: nothing here (I
 
 #include "driver/cuda_types.h"
 
-/* The exported names: the ABI versions that CUDA 12/13's cuda.h binds the plain names to. */
+/* The exported names (cuda_decl.h): the ABI versions that cuda.h binds the documented names to. */
 static const struct {
     const char *name;
     size_t offset;
 } cu_symbols[] = {
-#define CU_SYM(field, name) {name, offsetof(dmm_cu_api, field)}
-    CU_SYM(init, "cuInit"),
-    CU_SYM(driverGetVersion, "cuDriverGetVersion"),
-    CU_SYM(getErrorName, "cuGetErrorName"),
-    CU_SYM(getErrorString, "cuGetErrorString"),
-    CU_SYM(deviceGetCount, "cuDeviceGetCount"),
-    CU_SYM(deviceGet, "cuDeviceGet"),
-    CU_SYM(deviceGetName, "cuDeviceGetName"),
-    CU_SYM(deviceGetAttribute, "cuDeviceGetAttribute"),
-    CU_SYM(deviceCanAccessPeer, "cuDeviceCanAccessPeer"),
-    CU_SYM(primaryCtxRetain, "cuDevicePrimaryCtxRetain"),
-    CU_SYM(primaryCtxRelease, "cuDevicePrimaryCtxRelease_v2"),
-    CU_SYM(ctxSetCurrent, "cuCtxSetCurrent"),
-    CU_SYM(memGetAllocationGranularity, "cuMemGetAllocationGranularity"),
-    CU_SYM(memAddressReserve, "cuMemAddressReserve"),
-    CU_SYM(memAddressFree, "cuMemAddressFree"),
-    CU_SYM(memCreate, "cuMemCreate"),
-    CU_SYM(memRelease, "cuMemRelease"),
-    CU_SYM(memMap, "cuMemMap"),
-    CU_SYM(memUnmap, "cuMemUnmap"),
-    CU_SYM(memSetAccess, "cuMemSetAccess"),
-    CU_SYM(memAlloc, "cuMemAlloc_v2"),
-    CU_SYM(memFree, "cuMemFree_v2"),
-    CU_SYM(memGetInfo, "cuMemGetInfo_v2"),
-    CU_SYM(streamCreate, "cuStreamCreate"),
-    CU_SYM(streamDestroy, "cuStreamDestroy_v2"),
-    CU_SYM(streamSynchronize, "cuStreamSynchronize"),
-    CU_SYM(eventCreate, "cuEventCreate"),
-    CU_SYM(eventDestroy, "cuEventDestroy_v2"),
-    CU_SYM(eventRecord, "cuEventRecord"),
-    CU_SYM(eventQuery, "cuEventQuery"),
-    CU_SYM(eventSynchronize, "cuEventSynchronize"),
-    CU_SYM(memcpyAsync, "cuMemcpyAsync"),
+#define CU_SYM(name, symbol, params) {#symbol, offsetof(dmm_cu_api, name)},
+    DMM_CU_DRIVER_ENTRY_POINTS(CU_SYM)
 #undef CU_SYM
 };
 
@@ -71,16 +36,16 @@ static bool cu_ready;           /* library loaded, every symbol found, cuInit su
 static char cu_reason[512];     /* why not, when !cu_ready */
 static int cu_driver_version;   /* cuDriverGetVersion, when cu_ready */
 
-const char *dmm__cu_name(CUresult r) {
+const char *dmm__cu_name(dmm_cu_result r) {
     const char *s = NULL;
-    if (dmm__cu.getErrorName == NULL || dmm__cu.getErrorName(r, &s) != CUDA_SUCCESS || s == NULL)
+    if (dmm__cu.cuGetErrorName == NULL || dmm__cu.cuGetErrorName(r, &s) != DMM_CUDA_SUCCESS || s == NULL)
         return "CUDA_ERROR_?";
     return s;
 }
 
-const char *dmm__cu_text(CUresult r) {
+const char *dmm__cu_text(dmm_cu_result r) {
     const char *s = NULL;
-    if (dmm__cu.getErrorString == NULL || dmm__cu.getErrorString(r, &s) != CUDA_SUCCESS || s == NULL)
+    if (dmm__cu.cuGetErrorString == NULL || dmm__cu.cuGetErrorString(r, &s) != DMM_CUDA_SUCCESS || s == NULL)
         return "unknown CUDA error";
     return s;
 }
@@ -109,14 +74,14 @@ static void cu_load(void) {
         memcpy((char *)&api + cu_symbols[i].offset, &sym, sizeof sym);
     }
     dmm__cu = api; /* error names are usable from here on, also in the sentences below */
-    CUresult r = dmm__cu.init(0);
-    if (r != CUDA_SUCCESS) {
+    dmm_cu_result r = dmm__cu.cuInit(0);
+    if (r != DMM_CUDA_SUCCESS) {
         snprintf(cu_reason, sizeof cu_reason, "cuInit(0) failed with %s (%d): %s", dmm__cu_name(r), (int)r,
                  dmm__cu_text(r));
         return; /* the library stays loaded: unloading libcuda after cuInit is not safe */
     }
-    r = dmm__cu.driverGetVersion(&cu_driver_version);
-    if (r != CUDA_SUCCESS) cu_driver_version = 0;
+    r = dmm__cu.cuDriverGetVersion(&cu_driver_version);
+    if (r != DMM_CUDA_SUCCESS) cu_driver_version = 0;
     cu_ready = true; /* never dlclose'd: CUDA keeps threads and state for the life of the process */
 }
 
@@ -134,24 +99,24 @@ bool dmm__cu_ready(void) {
 
 int dmm__cu_driver_version(void) { return dmm__cu_ready() ? cu_driver_version : 0; }
 
-bool dmm__cu_sticky(CUresult r) {
+bool dmm__cu_sticky(dmm_cu_result r) {
     switch ((int)r) {
-    case CUDA_ERROR_DEINITIALIZED:
-    case CUDA_ERROR_ECC_UNCORRECTABLE:
-    case CUDA_ERROR_NVLINK_UNCORRECTABLE:
-    case CUDA_ERROR_ILLEGAL_ADDRESS:
-    case CUDA_ERROR_LAUNCH_TIMEOUT:
-    case CUDA_ERROR_CONTEXT_IS_DESTROYED:
-    case CUDA_ERROR_ASSERT:
-    case CUDA_ERROR_HARDWARE_STACK_ERROR:
-    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
-    case CUDA_ERROR_MISALIGNED_ADDRESS:
-    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
-    case CUDA_ERROR_INVALID_PC:
-    case CUDA_ERROR_LAUNCH_FAILED:
-    case 226: /* CUDA_ERROR_CONTAINED (CUDA 12.4+): the process must end */
-    case 721: /* CUDA_ERROR_TENSOR_MEMORY_LEAK (CUDA 12.8+): the context is unusable */
-    case 911: /* CUDA_ERROR_EXTERNAL_DEVICE: the context is unusable */
+    case DMM_CUDA_ERROR_DEINITIALIZED:
+    case DMM_CUDA_ERROR_ECC_UNCORRECTABLE:
+    case DMM_CUDA_ERROR_NVLINK_UNCORRECTABLE:
+    case DMM_CUDA_ERROR_ILLEGAL_ADDRESS:
+    case DMM_CUDA_ERROR_LAUNCH_TIMEOUT:
+    case DMM_CUDA_ERROR_CONTEXT_IS_DESTROYED:
+    case DMM_CUDA_ERROR_ASSERT:
+    case DMM_CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case DMM_CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case DMM_CUDA_ERROR_MISALIGNED_ADDRESS:
+    case DMM_CUDA_ERROR_INVALID_ADDRESS_SPACE:
+    case DMM_CUDA_ERROR_INVALID_PC:
+    case DMM_CUDA_ERROR_LAUNCH_FAILED:
+    case DMM_CUDA_ERROR_CONTAINED:          /* the process must end */
+    case DMM_CUDA_ERROR_TENSOR_MEMORY_LEAK: /* the context is unusable */
+    case DMM_CUDA_ERROR_EXTERNAL_DEVICE:    /* the context is unusable */
         return true;
     default:
         return false;
@@ -162,7 +127,7 @@ bool dmm__cu_sticky(CUresult r) {
 
 /* The refusal once the device is lost: no CUDA call is made. */
 dmm_status dmm__cuda_lost_error(cuda_driver *c, const char *call) {
-    CUresult r = (CUresult)atomic_load_explicit(&c->lost, memory_order_acquire);
+    dmm_cu_result r = (dmm_cu_result)atomic_load_explicit(&c->lost, memory_order_acquire);
     return dmm_error_set(DMM_ERR_DEVICE_LOST,
                          "cuda driver (device %d): %s refused without calling CUDA: the device was lost "
                          "earlier (%s (%d): %s); tear the context down and confirm it terminated",
@@ -170,7 +135,7 @@ dmm_status dmm__cuda_lost_error(cuda_driver *c, const char *call) {
 }
 
 /* Maps a failed CUresult to a dmm code and sets the sentence: op, values, CUDA's code and name. */
-dmm_status dmm__cuda_fail(cuda_driver *c, CUresult r, const char *call, const char *fmt, ...) {
+dmm_status dmm__cuda_fail(cuda_driver *c, dmm_cu_result r, const char *call, const char *fmt, ...) {
     char values[256];
     va_list ap;
     va_start(ap, fmt);
@@ -178,7 +143,7 @@ dmm_status dmm__cuda_fail(cuda_driver *c, CUresult r, const char *call, const ch
     va_end(ap);
     dmm_status s;
     const char *advice;
-    if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+    if (r == DMM_CUDA_ERROR_OUT_OF_MEMORY) {
         s = DMM_ERR_OUT_OF_MEMORY;
         advice = "free device memory or ask for less";
     } else if (dmm__cu_sticky(r)) {
@@ -199,8 +164,8 @@ dmm_status dmm__cuda_fail(cuda_driver *c, CUresult r, const char *call, const ch
 /* Refuses when lost; else makes the primary context current on this thread. */
 dmm_status dmm__cuda_enter(cuda_driver *c, const char *call) {
     if (dmm__cuda_is_lost(c)) return dmm__cuda_lost_error(c, call);
-    CUresult r = dmm__cu.ctxSetCurrent(c->ctx);
-    if (r != CUDA_SUCCESS)
+    dmm_cu_result r = dmm__cu.cuCtxSetCurrent(c->ctx);
+    if (r != DMM_CUDA_SUCCESS)
         return dmm__cuda_fail(c, r, "cuCtxSetCurrent", "primary context of device %d", (int)c->dev);
     return DMM_OK;
 }
@@ -211,5 +176,3 @@ dmm_status dmm__cuda_no_memory(cuda_driver *c, const char *call) {
                          "was done",
                          (int)c->base.device.index, call);
 }
-
-#endif /* DMM_HAVE_CUDA_H */

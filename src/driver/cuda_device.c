@@ -8,10 +8,6 @@
  * reads it there.
  * Invariant: n_peers ≤ CUDA_MAX_PEERS and no peer is the driver's own device or listed twice.
  */
-#ifndef DMM_HAVE_CUDA_H
-typedef int dmm__cuda_device_needs_cuda_h; /* built without cuda.h: nothing here (ISO C wants a declaration) */
-#else
-
 #include <string.h>
 
 #include "driver/cuda_types.h"
@@ -21,19 +17,19 @@ dmm_status dmm_cuda_device_count(int *count) {
     *count = 0;
     if (!dmm__cu_ready()) return DMM_OK; /* no driver: zero devices */
     int n = 0;
-    CUresult r = dmm__cu.deviceGetCount(&n);
-    if (r != CUDA_SUCCESS) return DMM_OK; /* a driver that cannot count has no usable device */
+    dmm_cu_result r = dmm__cu.cuDeviceGetCount(&n);
+    if (r != DMM_CUDA_SUCCESS) return DMM_OK; /* a driver that cannot count has no usable device */
     *count = n;
     return DMM_OK;
 }
 
 /* Looks the device up: UNSUPPORTED without a driver or devices, INVALID_ARGUMENT for a bad ordinal. */
-dmm_status dmm__cuda_find_device(const char *op, int ordinal, CUdevice *dev) {
+dmm_status dmm__cuda_find_device(const char *op, int ordinal, dmm_cu_device *dev) {
     dmm_status s = dmm__cu_require(op, ordinal);
     if (s != DMM_OK) return s;
     int n = 0;
-    CUresult r = dmm__cu.deviceGetCount(&n);
-    if (r != CUDA_SUCCESS)
+    dmm_cu_result r = dmm__cu.cuDeviceGetCount(&n);
+    if (r != DMM_CUDA_SUCCESS)
         return dmm_error_set(DMM_ERR_UNSUPPORTED, "%s(ordinal=%d): no CUDA driver: cuDeviceGetCount failed with %s (%d): %s",
                              op, ordinal, dmm__cu_name(r), (int)r, dmm__cu_text(r));
     if (n == 0)
@@ -42,34 +38,35 @@ dmm_status dmm__cuda_find_device(const char *op, int ordinal, CUdevice *dev) {
     if (ordinal < 0 || ordinal >= n)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s(ordinal=%d): there are %d CUDA device(s), 0 to %d", op,
                              ordinal, n, n - 1);
-    r = dmm__cu.deviceGet(dev, ordinal);
-    if (r != CUDA_SUCCESS)
+    r = dmm__cu.cuDeviceGet(dev, ordinal);
+    if (r != DMM_CUDA_SUCCESS)
         return dmm_error_set(DMM_ERR_DRIVER, "%s(ordinal=%d): cuDeviceGet failed with %s (%d): %s", op, ordinal,
                              dmm__cu_name(r), (int)r, dmm__cu_text(r));
     return DMM_OK;
 }
 
-void dmm__cuda_device_prop(CUdevice dev, CUmemAllocationProp *prop) {
+void dmm__cuda_device_prop(dmm_cu_device dev, dmm_cu_mem_allocation_prop *prop) {
     memset(prop, 0, sizeof *prop);
-    prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop->requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
-    prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop->type = DMM_CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop->requested_handle_types = DMM_CU_MEM_HANDLE_TYPE_NONE;
+    prop->location.type = DMM_CU_MEM_LOCATION_TYPE_DEVICE;
     prop->location.id = (int)dev;
 }
 
 /* VMM support and minimum granularity of a device (granule 0 without VMM). */
-CUresult dmm__cuda_device_vmm(CUdevice dev, bool *vmm, size_t *granule) {
+dmm_cu_result dmm__cuda_device_vmm(dmm_cu_device dev, bool *vmm, size_t *granule) {
     int attr = 0;
     *vmm = false;
     *granule = 0;
-    CUresult r = dmm__cu.deviceGetAttribute(&attr, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev);
-    if (r != CUDA_SUCCESS || attr == 0) return r;
-    CUmemAllocationProp prop;
+    dmm_cu_result r =
+        dmm__cu.cuDeviceGetAttribute(&attr, DMM_CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev);
+    if (r != DMM_CUDA_SUCCESS || attr == 0) return r;
+    dmm_cu_mem_allocation_prop prop;
     dmm__cuda_device_prop(dev, &prop);
-    r = dmm__cu.memGetAllocationGranularity(granule, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
-    if (r != CUDA_SUCCESS) return r;
+    r = dmm__cu.cuMemGetAllocationGranularity(granule, &prop, DMM_CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    if (r != DMM_CUDA_SUCCESS) return r;
     *vmm = *granule != 0;
-    return CUDA_SUCCESS;
+    return DMM_CUDA_SUCCESS;
 }
 
 dmm_status dmm_cuda_device_query(int ordinal, dmm_cuda_device_info *out) {
@@ -77,7 +74,7 @@ dmm_status dmm_cuda_device_query(int ordinal, dmm_cuda_device_info *out) {
     if (out->size < sizeof *out)
         return dmm_error_set(DMM_ERR_SHORT_STRUCT, "dmm_cuda_device_query: out->size is %u, at least %zu needed",
                              (unsigned)out->size, sizeof *out);
-    CUdevice dev = 0;
+    dmm_cu_device dev = 0;
     dmm_status s = dmm__cuda_find_device("dmm_cuda_device_query", ordinal, &dev);
     if (s != DMM_OK) return s;
     dmm_cuda_device_info info;
@@ -86,37 +83,37 @@ dmm_status dmm_cuda_device_query(int ordinal, dmm_cuda_device_info *out) {
     info.ordinal = ordinal;
     info.driver_version = dmm__cu_driver_version();
     const char *step = "cuDeviceGetName";
-    CUresult r = dmm__cu.deviceGetName(info.name, (int)sizeof info.name, dev);
+    dmm_cu_result r = dmm__cu.cuDeviceGetName(info.name, (int)sizeof info.name, dev);
     int major = 0, minor = 0;
-    if (r == CUDA_SUCCESS) {
+    if (r == DMM_CUDA_SUCCESS) {
         step = "cuDeviceGetAttribute(COMPUTE_CAPABILITY)";
-        r = dmm__cu.deviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
-        if (r == CUDA_SUCCESS)
-            r = dmm__cu.deviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+        r = dmm__cu.cuDeviceGetAttribute(&major, DMM_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+        if (r == DMM_CUDA_SUCCESS)
+            r = dmm__cu.cuDeviceGetAttribute(&minor, DMM_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
     }
-    CUcontext ctx = NULL;
+    dmm_cu_context ctx = NULL;
     bool retained = false;
-    if (r == CUDA_SUCCESS) {
+    if (r == DMM_CUDA_SUCCESS) {
         step = "cuDevicePrimaryCtxRetain";
-        r = dmm__cu.primaryCtxRetain(&ctx, dev);
-        retained = r == CUDA_SUCCESS;
+        r = dmm__cu.cuDevicePrimaryCtxRetain(&ctx, dev);
+        retained = r == DMM_CUDA_SUCCESS;
     }
-    if (r == CUDA_SUCCESS) {
+    if (r == DMM_CUDA_SUCCESS) {
         step = "cuCtxSetCurrent";
-        r = dmm__cu.ctxSetCurrent(ctx);
+        r = dmm__cu.cuCtxSetCurrent(ctx);
     }
     bool vmm = false;
     size_t granule = 0, f = 0, t = 0;
-    if (r == CUDA_SUCCESS) {
+    if (r == DMM_CUDA_SUCCESS) {
         step = "VMM attribute / granularity";
         r = dmm__cuda_device_vmm(dev, &vmm, &granule);
     }
-    if (r == CUDA_SUCCESS) {
+    if (r == DMM_CUDA_SUCCESS) {
         step = "cuMemGetInfo";
-        r = dmm__cu.memGetInfo(&f, &t);
+        r = dmm__cu.cuMemGetInfo(&f, &t);
     }
-    if (retained) (void)dmm__cu.primaryCtxRelease(dev);
-    if (r != CUDA_SUCCESS)
+    if (retained) (void)dmm__cu.cuDevicePrimaryCtxRelease(dev);
+    if (r != DMM_CUDA_SUCCESS)
         return dmm_error_set(dmm__cu_sticky(r) ? DMM_ERR_DEVICE_LOST : DMM_ERR_DRIVER,
                              "dmm_cuda_device_query(ordinal=%d): %s failed with %s (%d): %s", ordinal, step,
                              dmm__cu_name(r), (int)r, dmm__cu_text(r));
@@ -161,11 +158,11 @@ dmm_status dmm_cuda_driver_set_peer_access(dmm_driver *cuda, const int *peers, s
                                      "dmm_cuda_driver_set_peer_access(device %d): peer %d listed twice; nothing "
                                      "changed",
                                      (int)c->base.device.index, peers[i]);
-        CUdevice pd = 0;
+        dmm_cu_device pd = 0;
         int can = 0;
-        CUresult r = dmm__cu.deviceGet(&pd, peers[i]);
-        if (r == CUDA_SUCCESS) r = dmm__cu.deviceCanAccessPeer(&can, pd, c->dev);
-        if (r != CUDA_SUCCESS)
+        dmm_cu_result r = dmm__cu.cuDeviceGet(&pd, peers[i]);
+        if (r == DMM_CUDA_SUCCESS) r = dmm__cu.cuDeviceCanAccessPeer(&can, pd, c->dev);
+        if (r != DMM_CUDA_SUCCESS)
             return dmm__cuda_fail(c, r, "cuDeviceCanAccessPeer", "device %d from peer %d", (int)c->dev, peers[i]);
         if (!can)
             return dmm_error_set(DMM_ERR_UNSUPPORTED,
@@ -179,5 +176,3 @@ dmm_status dmm_cuda_driver_set_peer_access(dmm_driver *cuda, const int *peers, s
     dmm_lock_release(&c->lock);
     return DMM_OK;
 }
-
-#endif /* DMM_HAVE_CUDA_H */

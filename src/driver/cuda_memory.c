@@ -13,10 +13,6 @@
  * succeeded and is taken out before the undoing call (CUDA may hand the same VA or handle value to
  * another thread the moment that call returns), and put back if the call failed.
  */
-#ifndef DMM_HAVE_CUDA_H
-typedef int dmm__cuda_memory_needs_cuda_h; /* built without cuda.h: nothing here (ISO C wants a declaration) */
-#else
-
 #include "driver/cuda_types.h"
 
 /* Whether any key lies in [lo, hi). O(capacity): for rare calls only. */
@@ -63,18 +59,18 @@ dmm_status dmm__cuda_reserve(dmm_driver *d, size_t bytes, size_t align, uintptr_
     bool room = dmm__u64map_reserve(&c->reservations, 1);
     dmm_lock_release(&c->lock);
     if (!room) return dmm__cuda_no_memory(c, "cuMemAddressReserve");
-    CUdeviceptr p = 0;
+    dmm_cu_deviceptr p = 0;
     if (align == 0) align = default_align(c, bytes);
-    CUresult r = dmm__cu.memAddressReserve(&p, bytes, align, 0, 0);
+    dmm_cu_result r = dmm__cu.cuMemAddressReserve(&p, bytes, align, 0, 0);
     dmm_lock_acquire(&c->lock);
-    if (r == CUDA_SUCCESS) {
+    if (r == DMM_CUDA_SUCCESS) {
         dmm__u64map_insert_reserved(&c->reservations, (uint64_t)p, bytes);
         c->census.reserved_bytes += bytes;
     } else {
         dmm__u64map_unreserve(&c->reservations, 1);
     }
     dmm_lock_release(&c->lock);
-    if (r != CUDA_SUCCESS)
+    if (r != DMM_CUDA_SUCCESS)
         return dmm__cuda_fail(c, r, "cuMemAddressReserve", "bytes=%zu, align=%zu", bytes, align);
     *va = (uintptr_t)p;
     return DMM_OK;
@@ -96,9 +92,9 @@ dmm_status dmm__cuda_unreserve(dmm_driver *d, uintptr_t va, size_t bytes) {
                              : busy ? "mappings remain inside it: unmap them first"
                                     : "the bytes differ from the reservation's");
     dmm_status s = dmm__cuda_enter(c, "cuMemAddressFree");
-    CUresult r = s == DMM_OK ? dmm__cu.memAddressFree((CUdeviceptr)va, bytes) : CUDA_SUCCESS;
+    dmm_cu_result r = s == DMM_OK ? dmm__cu.cuMemAddressFree((dmm_cu_deviceptr)va, bytes) : DMM_CUDA_SUCCESS;
     dmm_lock_acquire(&c->lock);
-    if (s == DMM_OK && r == CUDA_SUCCESS) {
+    if (s == DMM_OK && r == DMM_CUDA_SUCCESS) {
         dmm__u64map_unreserve(&c->reservations, 1);
         c->census.reserved_bytes -= bytes;
     } else {
@@ -106,7 +102,7 @@ dmm_status dmm__cuda_unreserve(dmm_driver *d, uintptr_t va, size_t bytes) {
     }
     dmm_lock_release(&c->lock);
     if (s != DMM_OK) return s;
-    if (r != CUDA_SUCCESS)
+    if (r != DMM_CUDA_SUCCESS)
         return dmm__cuda_fail(c, r, "cuMemAddressFree", "va=0x%llx, bytes=%zu", (unsigned long long)va, bytes);
     return DMM_OK;
 }
@@ -124,10 +120,10 @@ dmm_status dmm__cuda_create(dmm_driver *d, size_t bytes, dmm_phys *handle) {
     bool room = dmm__u64map_reserve(&c->handles, 1);
     dmm_lock_release(&c->lock);
     if (!room) return dmm__cuda_no_memory(c, "cuMemCreate");
-    CUmemGenericAllocationHandle h = 0;
-    CUresult r = dmm__cu.memCreate(&h, bytes, &c->prop, 0);
+    dmm_cu_mem_handle h = 0;
+    dmm_cu_result r = dmm__cu.cuMemCreate(&h, bytes, &c->prop, 0);
     dmm_lock_acquire(&c->lock);
-    if (r == CUDA_SUCCESS) {
+    if (r == DMM_CUDA_SUCCESS) {
         dmm__u64map_insert_reserved(&c->handles, (uint64_t)h, bytes);
         c->census.handles++;
         c->census.handle_bytes += bytes;
@@ -135,7 +131,8 @@ dmm_status dmm__cuda_create(dmm_driver *d, size_t bytes, dmm_phys *handle) {
         dmm__u64map_unreserve(&c->handles, 1);
     }
     dmm_lock_release(&c->lock);
-    if (r != CUDA_SUCCESS) return dmm__cuda_fail(c, r, "cuMemCreate", "bytes=%zu, pinned device memory", bytes);
+    if (r != DMM_CUDA_SUCCESS)
+        return dmm__cuda_fail(c, r, "cuMemCreate", "bytes=%zu, pinned device memory", bytes);
     *handle = (dmm_phys)h;
     return DMM_OK;
 }
@@ -158,9 +155,9 @@ dmm_status dmm__cuda_release(dmm_driver *d, dmm_phys handle) {
                              "nothing was done",
                              (unsigned long long)handle, (unsigned long long)maps);
     dmm_status s = dmm__cuda_enter(c, "cuMemRelease");
-    CUresult r = s == DMM_OK ? dmm__cu.memRelease((CUmemGenericAllocationHandle)handle) : CUDA_SUCCESS;
+    dmm_cu_result r = s == DMM_OK ? dmm__cu.cuMemRelease((dmm_cu_mem_handle)handle) : DMM_CUDA_SUCCESS;
     dmm_lock_acquire(&c->lock);
-    if (s == DMM_OK && r == CUDA_SUCCESS) {
+    if (s == DMM_OK && r == DMM_CUDA_SUCCESS) {
         dmm__u64map_unreserve(&c->handles, 1);
         c->census.handles--;
         c->census.handle_bytes -= bytes;
@@ -169,7 +166,7 @@ dmm_status dmm__cuda_release(dmm_driver *d, dmm_phys handle) {
     }
     dmm_lock_release(&c->lock);
     if (s != DMM_OK) return s;
-    if (r != CUDA_SUCCESS)
+    if (r != DMM_CUDA_SUCCESS)
         return dmm__cuda_fail(c, r, "cuMemRelease", "handle=0x%llx, bytes=%llu", (unsigned long long)handle,
                        (unsigned long long)bytes);
     return DMM_OK;
@@ -202,9 +199,9 @@ dmm_status dmm__cuda_map(dmm_driver *d, uintptr_t va, size_t bytes, dmm_phys han
         dmm_lock_release(&c->lock);
         return s;
     }
-    CUresult r = dmm__cu.memMap((CUdeviceptr)va, bytes, 0, (CUmemGenericAllocationHandle)handle, 0);
+    dmm_cu_result r = dmm__cu.cuMemMap((dmm_cu_deviceptr)va, bytes, 0, (dmm_cu_mem_handle)handle, 0);
     dmm_lock_acquire(&c->lock);
-    if (r == CUDA_SUCCESS) {
+    if (r == DMM_CUDA_SUCCESS) {
         uint64_t n = 0;
         (void)dmm__u64map_find(&c->map_count, handle, &n);
         dmm__u64map_insert_reserved(&c->mappings, va, handle);
@@ -215,7 +212,7 @@ dmm_status dmm__cuda_map(dmm_driver *d, uintptr_t va, size_t bytes, dmm_phys han
         dmm__u64map_unreserve(&c->map_count, 1);
     }
     dmm_lock_release(&c->lock);
-    if (r != CUDA_SUCCESS)
+    if (r != DMM_CUDA_SUCCESS)
         return dmm__cuda_fail(c, r, "cuMemMap", "va=0x%llx, bytes=%zu, offset=0, handle=0x%llx", (unsigned long long)va,
                        bytes, (unsigned long long)handle);
     return DMM_OK;
@@ -233,9 +230,9 @@ dmm_status dmm__cuda_unmap(dmm_driver *d, uintptr_t va, size_t bytes) {
                              "cuda unmap(va=0x%llx, bytes=%zu): %s; nothing was done", (unsigned long long)va,
                              bytes, known ? "bytes differ from the mapping's" : "no mapping starts there");
     dmm_status s = dmm__cuda_enter(c, "cuMemUnmap");
-    CUresult r = s == DMM_OK ? dmm__cu.memUnmap((CUdeviceptr)va, bytes) : CUDA_SUCCESS;
+    dmm_cu_result r = s == DMM_OK ? dmm__cu.cuMemUnmap((dmm_cu_deviceptr)va, bytes) : DMM_CUDA_SUCCESS;
     dmm_lock_acquire(&c->lock);
-    if (s == DMM_OK && r == CUDA_SUCCESS) {
+    if (s == DMM_OK && r == DMM_CUDA_SUCCESS) {
         dmm__u64map_unreserve(&c->mappings, 1);
         c->census.mapped_bytes -= bytes;
         uint64_t n = 0;
@@ -248,18 +245,18 @@ dmm_status dmm__cuda_unmap(dmm_driver *d, uintptr_t va, size_t bytes) {
     }
     dmm_lock_release(&c->lock);
     if (s != DMM_OK) return s;
-    if (r != CUDA_SUCCESS)
+    if (r != DMM_CUDA_SUCCESS)
         return dmm__cuda_fail(c, r, "cuMemUnmap", "va=0x%llx, bytes=%zu", (unsigned long long)va, bytes);
     return DMM_OK;
 }
 
 dmm_status dmm__cuda_set_access(dmm_driver *d, uintptr_t va, size_t bytes, dmm_access access) {
     cuda_driver *c = as_cuda(d);
-    CUmemAccess_flags flags;
+    dmm_cu_mem_access_flags flags;
     switch (access) {
-    case DMM_ACCESS_NONE: flags = CU_MEM_ACCESS_FLAGS_PROT_NONE; break;
-    case DMM_ACCESS_READ: flags = CU_MEM_ACCESS_FLAGS_PROT_READ; break;
-    case DMM_ACCESS_READ_WRITE: flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE; break;
+    case DMM_ACCESS_NONE: flags = DMM_CU_MEM_ACCESS_FLAGS_PROT_NONE; break;
+    case DMM_ACCESS_READ: flags = DMM_CU_MEM_ACCESS_FLAGS_PROT_READ; break;
+    case DMM_ACCESS_READ_WRITE: flags = DMM_CU_MEM_ACCESS_FLAGS_PROT_READWRITE; break;
     default:
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
                              "cuda set_access(va=0x%llx, bytes=%zu, access=%d): access must be NONE, READ or "
@@ -271,23 +268,23 @@ dmm_status dmm__cuda_set_access(dmm_driver *d, uintptr_t va, size_t bytes, dmm_a
                              "cuda set_access(va=0x%llx, bytes=%zu): va and bytes must be non-zero multiples of "
                              "the granularity %zu",
                              (unsigned long long)va, bytes, c->granule);
-    CUmemAccessDesc desc[1 + CUDA_MAX_PEERS];
+    dmm_cu_mem_access_desc desc[1 + CUDA_MAX_PEERS];
     size_t n = 0;
-    desc[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    desc[n].location.type = DMM_CU_MEM_LOCATION_TYPE_DEVICE;
     desc[n].location.id = (int)c->dev;
     desc[n].flags = flags;
     n++;
     dmm_lock_acquire(&c->lock);
     for (size_t i = 0; i < c->n_peers; i++, n++) {
-        desc[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        desc[n].location.type = DMM_CU_MEM_LOCATION_TYPE_DEVICE;
         desc[n].location.id = c->peers[i];
         desc[n].flags = flags;
     }
     dmm_lock_release(&c->lock);
     dmm_status s = dmm__cuda_enter(c, "cuMemSetAccess");
     if (s != DMM_OK) return s;
-    CUresult r = dmm__cu.memSetAccess((CUdeviceptr)va, bytes, desc, n);
-    if (r != CUDA_SUCCESS)
+    dmm_cu_result r = dmm__cu.cuMemSetAccess((dmm_cu_deviceptr)va, bytes, desc, n);
+    if (r != DMM_CUDA_SUCCESS)
         return dmm__cuda_fail(c, r, "cuMemSetAccess", "va=0x%llx, bytes=%zu, access=%s, device %d + %zu peer(s)",
                        (unsigned long long)va, bytes,
                        access == DMM_ACCESS_READ_WRITE ? "READ_WRITE" : access == DMM_ACCESS_READ ? "READ" : "NONE",
@@ -308,17 +305,17 @@ dmm_status dmm__cuda_alloc(dmm_driver *d, size_t bytes, uintptr_t *ptr) {
     bool room = dmm__u64map_reserve(&c->eager, 1);
     dmm_lock_release(&c->lock);
     if (!room) return dmm__cuda_no_memory(c, "cuMemAlloc");
-    CUdeviceptr p = 0;
-    CUresult r = dmm__cu.memAlloc(&p, bytes);
+    dmm_cu_deviceptr p = 0;
+    dmm_cu_result r = dmm__cu.cuMemAlloc(&p, bytes);
     dmm_lock_acquire(&c->lock);
-    if (r == CUDA_SUCCESS) {
+    if (r == DMM_CUDA_SUCCESS) {
         dmm__u64map_insert_reserved(&c->eager, (uint64_t)p, bytes);
         c->census.eager_bytes += bytes;
     } else {
         dmm__u64map_unreserve(&c->eager, 1);
     }
     dmm_lock_release(&c->lock);
-    if (r != CUDA_SUCCESS) return dmm__cuda_fail(c, r, "cuMemAlloc", "bytes=%zu", bytes);
+    if (r != DMM_CUDA_SUCCESS) return dmm__cuda_fail(c, r, "cuMemAlloc", "bytes=%zu", bytes);
     *ptr = (uintptr_t)p;
     return DMM_OK;
 }
@@ -335,9 +332,9 @@ dmm_status dmm__cuda_free(dmm_driver *d, uintptr_t ptr, size_t bytes) {
                              (unsigned long long)ptr, bytes,
                              known ? "bytes differ from the allocation's" : "not a live allocation of this driver");
     dmm_status s = dmm__cuda_enter(c, "cuMemFree");
-    CUresult r = s == DMM_OK ? dmm__cu.memFree((CUdeviceptr)ptr) : CUDA_SUCCESS;
+    dmm_cu_result r = s == DMM_OK ? dmm__cu.cuMemFree((dmm_cu_deviceptr)ptr) : DMM_CUDA_SUCCESS;
     dmm_lock_acquire(&c->lock);
-    if (s == DMM_OK && r == CUDA_SUCCESS) {
+    if (s == DMM_OK && r == DMM_CUDA_SUCCESS) {
         dmm__u64map_unreserve(&c->eager, 1);
         c->census.eager_bytes -= bytes;
     } else {
@@ -345,9 +342,7 @@ dmm_status dmm__cuda_free(dmm_driver *d, uintptr_t ptr, size_t bytes) {
     }
     dmm_lock_release(&c->lock);
     if (s != DMM_OK) return s;
-    if (r != CUDA_SUCCESS)
+    if (r != DMM_CUDA_SUCCESS)
         return dmm__cuda_fail(c, r, "cuMemFree", "ptr=0x%llx, bytes=%zu", (unsigned long long)ptr, bytes);
     return DMM_OK;
 }
-
-#endif /* DMM_HAVE_CUDA_H */

@@ -4,10 +4,6 @@
  * CUDA_ERROR_NOT_READY from an event query is DMM_ERR_BUSY, not a failure.
  * Streams are created non-blocking and events without timing (the pool only orders and polls).
  */
-#ifndef DMM_HAVE_CUDA_H
-typedef int dmm__cuda_stream_needs_cuda_h; /* built without cuda.h: nothing here (ISO C wants a declaration) */
-#else
-
 #include "driver/cuda_types.h"
 
 dmm_status dmm__cuda_stream_create(dmm_driver *d, dmm_stream *stream) {
@@ -15,9 +11,9 @@ dmm_status dmm__cuda_stream_create(dmm_driver *d, dmm_stream *stream) {
     if (stream == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "cuda stream_create: stream is NULL");
     dmm_status s = dmm__cuda_enter(c, "cuStreamCreate");
     if (s != DMM_OK) return s;
-    CUstream st = NULL;
-    CUresult r = dmm__cu.streamCreate(&st, CU_STREAM_NON_BLOCKING);
-    if (r != CUDA_SUCCESS) return dmm__cuda_fail(c, r, "cuStreamCreate", "flags=CU_STREAM_NON_BLOCKING");
+    dmm_cu_stream st = NULL;
+    dmm_cu_result r = dmm__cu.cuStreamCreate(&st, DMM_CU_STREAM_NON_BLOCKING);
+    if (r != DMM_CUDA_SUCCESS) return dmm__cuda_fail(c, r, "cuStreamCreate", "flags=CU_STREAM_NON_BLOCKING");
     *stream = (dmm_stream)st;
     return DMM_OK;
 }
@@ -28,8 +24,8 @@ dmm_status dmm__cuda_stream_destroy(dmm_driver *d, dmm_stream stream) {
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "cuda stream_destroy: the default stream cannot be destroyed");
     dmm_status s = dmm__cuda_enter(c, "cuStreamDestroy");
     if (s != DMM_OK) return s;
-    CUresult r = dmm__cu.streamDestroy((CUstream)stream);
-    if (r != CUDA_SUCCESS) return dmm__cuda_fail(c, r, "cuStreamDestroy", "stream=%p", stream);
+    dmm_cu_result r = dmm__cu.cuStreamDestroy((dmm_cu_stream)stream);
+    if (r != DMM_CUDA_SUCCESS) return dmm__cuda_fail(c, r, "cuStreamDestroy", "stream=%p", stream);
     return DMM_OK;
 }
 
@@ -38,9 +34,9 @@ dmm_status dmm__cuda_event_create(dmm_driver *d, dmm_event *event) {
     if (event == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "cuda event_create: event is NULL");
     dmm_status s = dmm__cuda_enter(c, "cuEventCreate");
     if (s != DMM_OK) return s;
-    CUevent e = NULL;
-    CUresult r = dmm__cu.eventCreate(&e, CU_EVENT_DISABLE_TIMING);
-    if (r != CUDA_SUCCESS) return dmm__cuda_fail(c, r, "cuEventCreate", "flags=CU_EVENT_DISABLE_TIMING");
+    dmm_cu_event e = NULL;
+    dmm_cu_result r = dmm__cu.cuEventCreate(&e, DMM_CU_EVENT_DISABLE_TIMING);
+    if (r != DMM_CUDA_SUCCESS) return dmm__cuda_fail(c, r, "cuEventCreate", "flags=CU_EVENT_DISABLE_TIMING");
     *event = (dmm_event)e;
     return DMM_OK;
 }
@@ -50,8 +46,8 @@ dmm_status dmm__cuda_event_destroy(dmm_driver *d, dmm_event event) {
     if (event == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "cuda event_destroy: event is NULL");
     dmm_status s = dmm__cuda_enter(c, "cuEventDestroy");
     if (s != DMM_OK) return s;
-    CUresult r = dmm__cu.eventDestroy((CUevent)event);
-    if (r != CUDA_SUCCESS) return dmm__cuda_fail(c, r, "cuEventDestroy", "event=%p", event);
+    dmm_cu_result r = dmm__cu.cuEventDestroy((dmm_cu_event)event);
+    if (r != DMM_CUDA_SUCCESS) return dmm__cuda_fail(c, r, "cuEventDestroy", "event=%p", event);
     return DMM_OK;
 }
 
@@ -60,8 +56,8 @@ dmm_status dmm__cuda_event_record(dmm_driver *d, dmm_event event, dmm_stream str
     if (event == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "cuda event_record: event is NULL");
     dmm_status s = dmm__cuda_enter(c, "cuEventRecord");
     if (s != DMM_OK) return s;
-    CUresult r = dmm__cu.eventRecord((CUevent)event, (CUstream)stream);
-    if (r != CUDA_SUCCESS) return dmm__cuda_fail(c, r, "cuEventRecord", "event=%p, stream=%p", event, stream);
+    dmm_cu_result r = dmm__cu.cuEventRecord((dmm_cu_event)event, (dmm_cu_stream)stream);
+    if (r != DMM_CUDA_SUCCESS) return dmm__cuda_fail(c, r, "cuEventRecord", "event=%p, stream=%p", event, stream);
     return DMM_OK;
 }
 
@@ -70,9 +66,9 @@ dmm_status dmm__cuda_event_query(dmm_driver *d, dmm_event event) {
     if (event == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "cuda event_query: event is NULL");
     dmm_status s = dmm__cuda_enter(c, "cuEventQuery");
     if (s != DMM_OK) return s;
-    CUresult r = dmm__cu.eventQuery((CUevent)event);
-    if (r == CUDA_SUCCESS) return DMM_OK;
-    if (r == CUDA_ERROR_NOT_READY)
+    dmm_cu_result r = dmm__cu.cuEventQuery((dmm_cu_event)event);
+    if (r == DMM_CUDA_SUCCESS) return DMM_OK;
+    if (r == DMM_CUDA_ERROR_NOT_READY)
         return dmm_error_set(DMM_ERR_BUSY, "cuda driver (device %d): cuEventQuery(event=%p): the work before the "
                              "event is still queued (CUDA_ERROR_NOT_READY (600)); query again later",
                              (int)c->base.device.index, event);
@@ -84,8 +80,8 @@ dmm_status dmm__cuda_event_synchronize(dmm_driver *d, dmm_event event) {
     if (event == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "cuda event_synchronize: event is NULL");
     dmm_status s = dmm__cuda_enter(c, "cuEventSynchronize");
     if (s != DMM_OK) return s;
-    CUresult r = dmm__cu.eventSynchronize((CUevent)event);
-    if (r != CUDA_SUCCESS) return dmm__cuda_fail(c, r, "cuEventSynchronize", "event=%p", event);
+    dmm_cu_result r = dmm__cu.cuEventSynchronize((dmm_cu_event)event);
+    if (r != DMM_CUDA_SUCCESS) return dmm__cuda_fail(c, r, "cuEventSynchronize", "event=%p", event);
     return DMM_OK;
 }
 
@@ -96,8 +92,8 @@ dmm_status dmm__cuda_copy(dmm_driver *d, uintptr_t dst, uintptr_t src, size_t by
                              (unsigned long long)dst, (unsigned long long)src, bytes);
     dmm_status s = dmm__cuda_enter(c, "cuMemcpyAsync");
     if (s != DMM_OK || bytes == 0) return s;
-    CUresult r = dmm__cu.memcpyAsync((CUdeviceptr)dst, (CUdeviceptr)src, bytes, (CUstream)stream);
-    if (r != CUDA_SUCCESS)
+    dmm_cu_result r = dmm__cu.cuMemcpyAsync((dmm_cu_deviceptr)dst, (dmm_cu_deviceptr)src, bytes, (dmm_cu_stream)stream);
+    if (r != DMM_CUDA_SUCCESS)
         return dmm__cuda_fail(c, r, "cuMemcpyAsync", "dst=0x%llx, src=0x%llx, bytes=%zu, stream=%p",
                               (unsigned long long)dst, (unsigned long long)src, bytes, stream);
     return DMM_OK;
@@ -107,9 +103,7 @@ dmm_status dmm__cuda_stream_synchronize(dmm_driver *d, dmm_stream stream) {
     cuda_driver *c = as_cuda(d);
     dmm_status s = dmm__cuda_enter(c, "cuStreamSynchronize");
     if (s != DMM_OK) return s;
-    CUresult r = dmm__cu.streamSynchronize((CUstream)stream);
-    if (r != CUDA_SUCCESS) return dmm__cuda_fail(c, r, "cuStreamSynchronize", "stream=%p", stream);
+    dmm_cu_result r = dmm__cu.cuStreamSynchronize((dmm_cu_stream)stream);
+    if (r != DMM_CUDA_SUCCESS) return dmm__cuda_fail(c, r, "cuStreamSynchronize", "stream=%p", stream);
     return DMM_OK;
 }
-
-#endif /* DMM_HAVE_CUDA_H */

@@ -1,5 +1,6 @@
-/* src/driver/cuda_types.h — what the files of the `cuda` driver share (never installed; compiled
- * only with cuda.h, DMM_HAVE_CUDA_H):
+/* src/driver/cuda_types.h — what the files of the `cuda` driver share (never installed):
+ *   cuda_decl.h    dmm's own declarations of the CUDA driver API (types, constants, signatures);
+ *                  cuda_decl_check.c compares them with cuda.h where one is found at configure time
  *   cuda_api.c     libcuda.so.1 opened with dlopen: the table of entry points, CUresult naming,
  *                  which CUresults are sticky (the context is lost), and the error mapping every op
  *                  uses (lost → refuse without a CUDA call)
@@ -12,53 +13,20 @@
 #ifndef DMM_DRIVER_CUDA_TYPES_H
 #define DMM_DRIVER_CUDA_TYPES_H
 
-#include <cuda.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 
 #include "core/core.h"
 #include "core/u64map.h"
 #include "dmm/driver.h"
+#include "driver/cuda_decl.h"
 
 /* ---- libcuda (cuda_api.c) ---- */
 
+/* One field per entry point of DMM_CU_DRIVER_ENTRY_POINTS, named as documented: dmm__cu.cuMemAlloc. */
+#define DMM_CU_API_FIELD(name, symbol, params) dmm_##name##_fn *name;
 typedef struct dmm_cu_api {
-    CUresult (*init)(unsigned int flags);
-    CUresult (*driverGetVersion)(int *version);
-    CUresult (*getErrorName)(CUresult r, const char **s);
-    CUresult (*getErrorString)(CUresult r, const char **s);
-    CUresult (*deviceGetCount)(int *count);
-    CUresult (*deviceGet)(CUdevice *dev, int ordinal);
-    CUresult (*deviceGetName)(char *name, int len, CUdevice dev);
-    CUresult (*deviceGetAttribute)(int *value, CUdevice_attribute attr, CUdevice dev);
-    CUresult (*deviceCanAccessPeer)(int *can, CUdevice dev, CUdevice peer);
-    CUresult (*primaryCtxRetain)(CUcontext *ctx, CUdevice dev);
-    CUresult (*primaryCtxRelease)(CUdevice dev);
-    CUresult (*ctxSetCurrent)(CUcontext ctx);
-    CUresult (*memGetAllocationGranularity)(size_t *g, const CUmemAllocationProp *prop,
-                                            CUmemAllocationGranularity_flags flags);
-    CUresult (*memAddressReserve)(CUdeviceptr *ptr, size_t size, size_t align, CUdeviceptr addr,
-                                  unsigned long long flags);
-    CUresult (*memAddressFree)(CUdeviceptr ptr, size_t size);
-    CUresult (*memCreate)(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *prop,
-                          unsigned long long flags);
-    CUresult (*memRelease)(CUmemGenericAllocationHandle h);
-    CUresult (*memMap)(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h,
-                       unsigned long long flags);
-    CUresult (*memUnmap)(CUdeviceptr ptr, size_t size);
-    CUresult (*memSetAccess)(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
-    CUresult (*memAlloc)(CUdeviceptr *ptr, size_t bytes);
-    CUresult (*memFree)(CUdeviceptr ptr);
-    CUresult (*memGetInfo)(size_t *free_bytes, size_t *total_bytes);
-    CUresult (*streamCreate)(CUstream *s, unsigned int flags);
-    CUresult (*streamDestroy)(CUstream s);
-    CUresult (*streamSynchronize)(CUstream s);
-    CUresult (*eventCreate)(CUevent *e, unsigned int flags);
-    CUresult (*eventDestroy)(CUevent e);
-    CUresult (*eventRecord)(CUevent e, CUstream s);
-    CUresult (*eventQuery)(CUevent e);
-    CUresult (*eventSynchronize)(CUevent e);
-    CUresult (*memcpyAsync)(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream s);
+    DMM_CU_DRIVER_ENTRY_POINTS(DMM_CU_API_FIELD)
 } dmm_cu_api;
 
 /* The entry points; valid once dmm__cu_ready() or dmm__cu_require() said yes. */
@@ -71,10 +39,10 @@ dmm_status dmm__cu_require(const char *op, int ordinal);
 /* cuDriverGetVersion, once loaded (0 when unknown). */
 int dmm__cu_driver_version(void);
 /* CUDA's name ("CUDA_ERROR_OUT_OF_MEMORY") and text of a result; placeholders before the load. */
-const char *dmm__cu_name(CUresult r);
-const char *dmm__cu_text(CUresult r);
+const char *dmm__cu_name(dmm_cu_result r);
+const char *dmm__cu_text(dmm_cu_result r);
 /* Whether a result leaves the context unusable (the device is lost). */
-bool dmm__cu_sticky(CUresult r);
+bool dmm__cu_sticky(dmm_cu_result r);
 
 /* ---- the driver object (cuda.c) ---- */
 
@@ -82,11 +50,11 @@ bool dmm__cu_sticky(CUresult r);
 
 typedef struct cuda_driver {
     dmm_driver base;                 /* first: ops and device */
-    CUdevice dev;
-    CUcontext ctx;                   /* the retained primary context */
+    dmm_cu_device dev;               /* the device's handle (cuDeviceGet of the ordinal) */
+    dmm_cu_context ctx;              /* the retained primary context */
     bool vmm;                        /* VMM ops present */
     size_t granule;                  /* minimum VMM granularity (0 without VMM) */
-    CUmemAllocationProp prop;        /* pinned device memory on `dev` */
+    dmm_cu_mem_allocation_prop prop; /* pinned device memory on `dev` */
     _Atomic int lost;                /* 0, or the sticky CUresult that lost the device */
     dmm_lock lock;                   /* guards everything below; never held across a CUDA call */
     dmm_u64map reservations;             /* va → bytes */
@@ -111,7 +79,7 @@ static inline bool dmm__cuda_is_lost(cuda_driver *c) {
 dmm_status dmm__cuda_lost_error(cuda_driver *c, const char *call);
 /* Maps a failed CUresult to a dmm code (a sticky one marks the device lost) and sets the sentence:
  * op, values, CUDA's code and name. */
-dmm_status dmm__cuda_fail(cuda_driver *c, CUresult r, const char *call, const char *fmt, ...)
+dmm_status dmm__cuda_fail(cuda_driver *c, dmm_cu_result r, const char *call, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 4, 5)))
 #endif
@@ -146,10 +114,10 @@ dmm_status dmm__cuda_stream_synchronize(dmm_driver *d, dmm_stream stream);
 
 /* ---- devices (cuda_device.c) ---- */
 /* Looks the device up: UNSUPPORTED without a driver or devices, INVALID_ARGUMENT for a bad ordinal. */
-dmm_status dmm__cuda_find_device(const char *op, int ordinal, CUdevice *dev);
+dmm_status dmm__cuda_find_device(const char *op, int ordinal, dmm_cu_device *dev);
 /* The allocation properties of pinned device memory on dev. */
-void dmm__cuda_device_prop(CUdevice dev, CUmemAllocationProp *prop);
+void dmm__cuda_device_prop(dmm_cu_device dev, dmm_cu_mem_allocation_prop *prop);
 /* VMM support and minimum granularity of a device (granule 0 without VMM). */
-CUresult dmm__cuda_device_vmm(CUdevice dev, bool *vmm, size_t *granule);
+dmm_cu_result dmm__cuda_device_vmm(dmm_cu_device dev, bool *vmm, size_t *granule);
 
 #endif /* DMM_DRIVER_CUDA_TYPES_H */

@@ -16,6 +16,7 @@
 #include <dlfcn.h>
 
 #include "cuda_kit.h"
+#include "driver/cuda_decl.h"
 
 static void lost_arena_makes_no_driver_call(void **state) {
     (void)state;
@@ -108,10 +109,6 @@ static const char bad_store_ptx[] = ".version 7.0\n"
                                     "  ret;\n"
                                     "}\n";
 
-typedef int (*module_load_fn)(void **module, const void *image);
-typedef int (*get_function_fn)(void **fn, void *module, const char *name);
-typedef int (*launch_fn)(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                         unsigned shared, void *stream, void **params, void **extra);
 
 static void sym(void *lib, const char *name, void *out) {
     void *s = dlsym(lib, name);
@@ -132,16 +129,17 @@ static void real_sticky_error_loses_the_device(void **state) {
 
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     assert_non_null(lib);
-    module_load_fn load;
-    get_function_fn get;
-    launch_fn launch;
+    dmm_cuModuleLoadData_fn *load;
+    dmm_cuModuleGetFunction_fn *get;
+    dmm_cuLaunchKernel_fn *launch;
     sym(lib, "cuModuleLoadData", &load);
     sym(lib, "cuModuleGetFunction", &get);
     sym(lib, "cuLaunchKernel", &launch);
-    void *mod = NULL, *fn = NULL;
-    assert_int_equal(load(&mod, bad_store_ptx), 0);
-    assert_int_equal(get(&fn, mod, "dmm_bad_store"), 0);
-    assert_int_equal(launch(fn, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL), 0);
+    dmm_cu_module mod = NULL;
+    dmm_cu_function fn = NULL;
+    assert_int_equal(load(&mod, bad_store_ptx), DMM_CUDA_SUCCESS);
+    assert_int_equal(get(&fn, mod, "dmm_bad_store"), DMM_CUDA_SUCCESS);
+    assert_int_equal(launch(fn, 1, 1, 1, 1, 1, 1, 0, (dmm_cu_stream)s, NULL, NULL), DMM_CUDA_SUCCESS);
 
     dmm_status st = cuda->ops->stream_synchronize(cuda, s);
     assert_int_equal(st, DMM_ERR_DEVICE_LOST);

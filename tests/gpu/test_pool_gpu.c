@@ -16,11 +16,10 @@
 #include <time.h>
 
 #include "cuda_kit.h"
+#include "driver/cuda_decl.h"
 
 static dmm_driver *g_cuda;
 static atomic_int g_release;
-
-typedef int (*launch_host_func_fn)(void *stream, void (*fn)(void *), void *user);
 
 static void hold_stream(void *user) {
     (void)user;
@@ -52,7 +51,7 @@ static void freed_memory_waits_for_the_work_on_its_stream(void **state) {
     (void)state;
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     assert_non_null(lib);
-    launch_host_func_fn launch = NULL;
+    dmm_cuLaunchHostFunc_fn *launch = NULL;
     *(void **)(&launch) = dlsym(lib, "cuLaunchHostFunc");
     assert_non_null(launch);
 
@@ -83,7 +82,7 @@ static void freed_memory_waits_for_the_work_on_its_stream(void **state) {
     DMM_OK_OR_FAIL(dmm_pool_malloc(pool, MIB, b, &z));
     /* A: blocked host function, then the copy into X, then our own event */
     atomic_store(&g_release, 0);
-    assert_int_equal(launch(a, hold_stream, NULL), 0);
+    assert_int_equal(launch(a, hold_stream, NULL), DMM_CUDA_SUCCESS);
     DMM_OK_OR_FAIL(f->ops->copy(f, (uintptr_t)x, src, n, a));
     dmm_event done = NULL;
     DMM_OK_OR_FAIL(f->ops->event_create(f, &done));
