@@ -65,6 +65,21 @@ def reset(dt, torch):
         torch.cuda.reset_peak_memory_stats()
 
 
+def training_step(torch, model, opt, inputs):
+    """One bf16 AdamW training step of a transformers model; inputs(i) gives step i's keyword arguments,
+    already on the GPU."""
+
+    def step(i):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(**inputs(i)).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.item()
+
+    return step
+
+
 def make_gpt2(torch):
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -74,16 +89,11 @@ def make_gpt2(torch):
     g = torch.Generator().manual_seed(1)
     data = [torch.randint(0, cfg.vocab_size, (8, 1024), generator=g) for _ in range(4)]
 
-    def step(i):
+    def inputs(i):
         x = data[i % len(data)].cuda(non_blocking=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(input_ids=x, labels=x).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss.item()
+        return {"input_ids": x, "labels": x}
 
-    return model, step
+    return model, training_step(torch, model, opt, inputs)
 
 
 def make_vit(torch):
@@ -94,16 +104,11 @@ def make_vit(torch):
     g = torch.Generator().manual_seed(1)
     data = [(torch.randn(64, 3, 224, 224, generator=g), torch.randint(0, 1000, (64,), generator=g)) for _ in range(2)]
 
-    def step(i):
+    def inputs(i):
         x, y = data[i % len(data)]
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(pixel_values=x.cuda(non_blocking=True), labels=y.cuda(non_blocking=True)).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss.item()
+        return {"pixel_values": x.cuda(non_blocking=True), "labels": y.cuda(non_blocking=True)}
 
-    return model, step
+    return model, training_step(torch, model, opt, inputs)
 
 
 def make_llama(torch):
