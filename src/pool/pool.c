@@ -132,13 +132,16 @@ dmm_status dmm_pool_create(dmm_mechanism *mech, dmm_driver *drv, const dmm_pool_
                              "(%llu)",
                              (unsigned long long)align, (unsigned long long)chunk);
     uint64_t va = c.va_bytes;
-    if (va == 0) {
-        uintptr_t rva = 0;
-        uint64_t rbytes = 0;
-        if (dmm_mechanism_reservation(mech, &rva, &rbytes) == DMM_OK && rbytes > 0) va = rbytes / 2;
-        else va = 64 * GIB;
-        dmm_clear_error();
-    }
+    uintptr_t rva = 0;
+    uint64_t rbytes = 0; /* the mechanism's reservation; 0: it names none */
+    if (dmm_mechanism_reservation(mech, &rva, &rbytes) != DMM_OK) rbytes = 0;
+    dmm_clear_error();
+    if (va == 0) va = rbytes > 0 ? rbytes / 2 : 64 * GIB;
+    if (rbytes > 0 && va > rbytes) /* refused before the tables sized by it are allocated */
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "dmm_pool_create: va_bytes %llu is more than mechanism '%s' reserved (%llu bytes); pass "
+                             "at most that (0 = half of it), or give the arena a larger reserve_bytes",
+                             (unsigned long long)va, dmm_mechanism_name(mech), (unsigned long long)rbytes);
     if (chunk > va)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
                              "dmm_pool_create: chunk_bytes %llu is larger than the pool's VA (%llu bytes): every "

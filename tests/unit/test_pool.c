@@ -93,6 +93,10 @@ static void create_refuses_what_it_cannot_use(void **state) {
     dmm_test_error_mentions("chunk_bytes 9223372036854775808", "larger than the pool's VA", "smaller chunk_bytes",
                             NULL);
     pc.chunk_bytes = 0;
+    pc.va_bytes = (uint64_t)1 << 62; /* beyond the arena's reservation: once "out of host memory for 64 regions" */
+    assert_int_equal(dmm_pool_create(arena, host, &pc, &pool), DMM_ERR_INVALID_ARGUMENT);
+    dmm_test_error_mentions("va_bytes 4611686018427387904 is more than mechanism 'arena' reserved", NULL);
+    pc.va_bytes = 0;
     pc.max_chunk_bytes = (uint64_t)C << 33; /* a multiple of the quantum, but 2^33 of them */
     assert_int_equal(dmm_pool_create(arena, host, &pc, &pool), DMM_ERR_INVALID_ARGUMENT);
     dmm_test_error_mentions("max_chunk_bytes", "at most 2^32 - 1 of them", NULL);
