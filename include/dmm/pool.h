@@ -99,8 +99,8 @@ typedef struct dmm_pool dmm_pool;
 
 typedef struct dmm_pool_config {
     uint32_t size;          /* sizeof(dmm_pool_config) */
-    uint64_t va_bytes;      /* VA the pool takes from the mechanism; 0 = half the arena's reservation
-                               (for an arena), else 64 GiB */
+    uint64_t va_bytes;      /* VA the pool takes from the mechanism, at most its reservation (where it
+                               names one); 0 = half the arena's reservation (for an arena), else 64 GiB */
     uint64_t chunk_bytes;   /* commit quantum: every chunk (one physical handle) is a whole number of
                                them; a power-of-two multiple of the driver's granularity, at most
                                va_bytes; 0 = the granularity */
