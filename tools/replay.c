@@ -18,6 +18,11 @@
  * whether the pool reached a steady state (none) or pays them every iteration; with --lag the fences
  * are pending as on a GPU, where a replay with every fence complete would hide the cost.
  *
+ * Sizes (dmm_replay_check, before anything is created): the VA reserved is 32 × the trace's peak
+ * rounded up to a power of two, so a peak above 2^58 is refused rather than rounded or multiplied past
+ * 64 bits; on the host driver a peak that needs more handles than the open-file limit allows even at
+ * the largest handle size is refused rather than paid for in driver calls until the limit stops it.
+ *
  * Honesty: "physical" is the arena's owned bytes — every physical handle held, mapped or cached —
  * not only what is mapped; both are reported. At the end the pool's invariant check must pass,
  * everything is freed and destroyed, and the driver's census must be back to zero.
