@@ -3,6 +3,7 @@
  * calibration in docs/benchmarks.md). Exit 0: nothing WORSE; 1: something WORSE; 2: bad input or
  * usage, with one sentence naming the file and the problem.
  */
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,61 +11,46 @@
 #include "commands.h"
 #include "compare.h"
 
-static void compare_usage(FILE *f) {
+void dmm_usage_compare(FILE *f) {
     fprintf(f, "usage: dmm compare OLD.json NEW.json [--threshold-floor PCT] [--k K]\n\n"
                "Compares two results of one bench (written by bench_* --json FILE). A metric is WORSE when its\n"
                "median moved in the worse direction by more than max(K x noise, floor), where noise is\n"
                "1.4826 x sqrt((mad_old/median_old)^2 + (mad_new/median_new)^2). Defaults: K = %g, floor = %g %%.\n"
-               "Exit 0 when nothing is WORSE, 1 when something is, 2 on bad input.\n",
-            DMM_CMP_DEFAULT_K, 100 * DMM_CMP_DEFAULT_FLOOR);
-}
-
-/* A finite number >= 0 from the whole of s; false if s is not one. */
-static bool parse_num(const char *s, double *out) {
-    char *end = NULL;
-    double x = strtod(s, &end);
-    if (end == s || *end != '\0' || !(x >= 0) || x > 1e9) return false;
-    *out = x;
-    return true;
+               "  --threshold-floor PCT  the floor in per cent, from 0 to 1e9 (e.g. 5)\n"
+               "  --k K                  the noise multiple, from 0 to 1e9 (e.g. 3)\n"
+               "Options take --opt VALUE or --opt=VALUE. Exit 0 when nothing is WORSE, 1 when something is, 2 on\n"
+               "bad input (a file above %d MiB is not a bench result).\n",
+            DMM_CMP_DEFAULT_K, 100 * DMM_CMP_DEFAULT_FLOOR, DMM_BENCH_MAX_FILE >> 20);
 }
 
 int dmm_cmd_compare(int argc, char **argv) {
+    enum { OPT_FLOOR = 256, OPT_K };
+    static const struct option longs[] = {{"threshold-floor", required_argument, NULL, OPT_FLOOR},
+                                          {"k", required_argument, NULL, OPT_K},
+                                          {"help", no_argument, NULL, 'h'},
+                                          {NULL, 0, NULL, 0}};
     dmm_cmp_opts o = {DMM_CMP_DEFAULT_K, DMM_CMP_DEFAULT_FLOOR};
-    const char *files[2] = {NULL, NULL};
-    int nfiles = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
-            compare_usage(stdout);
-            return 0;
+    double pct = 100 * DMM_CMP_DEFAULT_FLOOR;
+    dmm_cli_getopt_reset();
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
+        int rc = 0;
+        switch (c) {
+        case 'h': dmm_usage_compare(stdout); return 0;
+        case OPT_FLOOR: rc = dmm_cli_real("compare", "--threshold-floor", optarg, 0, 1e9, &pct); break;
+        case OPT_K: rc = dmm_cli_real("compare", "--k", optarg, 0, 1e9, &o.k); break;
+        default: return dmm_cli_bad_option("compare", c, argv);
         }
-        if (strcmp(arg, "--threshold-floor") == 0 || strcmp(arg, "--k") == 0) {
-            double x = 0;
-            if (i + 1 >= argc || !parse_num(argv[i + 1], &x)) {
-                fprintf(stderr, "dmm compare: %s needs a number >= 0 (got %s%s%s).\n", arg, i + 1 < argc ? "'" : "",
-                        i + 1 < argc ? argv[i + 1] : "nothing", i + 1 < argc ? "'" : "");
-                return 2;
-            }
-            if (arg[2] == 'k') o.k = x;
-            else o.floor = x / 100;
-            i++;
-            continue;
-        }
-        if (arg[0] == '-' && arg[1] != '\0') {
-            fprintf(stderr, "dmm compare: unknown option '%s'.\n", arg);
-            compare_usage(stderr);
-            return 2;
-        }
-        if (nfiles == 2) {
-            fprintf(stderr, "dmm compare: takes two files, OLD.json and NEW.json (a third: '%s').\n", arg);
-            return 2;
-        }
-        files[nfiles++] = arg;
+        if (rc != 0) return rc;
     }
-    if (nfiles != 2) {
-        compare_usage(stderr);
+    o.floor = pct / 100;
+    if (argc - optind != 2) {
+        if (argc - optind > 2)
+            fprintf(stderr, "dmm compare: takes two files, OLD.json and NEW.json (a third: '%s').\n", argv[optind + 2]);
+        else dmm_usage_compare(stderr);
         return 2;
     }
+    const char *files[2] = {argv[optind], argv[optind + 1]};
     char err[1024];
     dmm_bench_file a, b;
     if (dmm_bench_load(files[0], &a, err, sizeof err) != 0) {

@@ -71,16 +71,14 @@ static int info_cuda(void) {
     return bad;
 }
 
-int dmm_cmd_info(int argc, char **argv) {
-    if (argc > 1 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
-        printf("usage: dmm info\n\nLists the host driver and every CUDA device: driver version, VMM support,\n"
+void dmm_usage_info(FILE *f) {
+    fprintf(f, "usage: dmm info\n\nLists the host driver and every CUDA device: driver version, VMM support,\n"
                "granularity and free/total memory. Exit 0 also without a GPU.\n");
-        return 0;
-    }
-    if (argc > 1) {
-        fprintf(stderr, "dmm info: takes no arguments (got '%s')\n", argv[1]);
-        return 2;
-    }
+}
+
+int dmm_cmd_info(int argc, char **argv) {
+    int rc = dmm_cli_no_arguments("info", argc, argv, dmm_usage_info);
+    if (rc >= 0) return rc;
     printf("dmm %s\n", dmm_version_string());
     info_host();
     return info_cuda() == 0 ? 0 : 1;

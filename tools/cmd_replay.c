@@ -1,31 +1,38 @@
-/* tools/cmd_replay.c — `dmm replay TRACE.gz [--driver host|cuda] [--granule BYTES] [--lag N]
- * [--no-alias] [--repeat K] [--json] [--report FILE.html]`: replays an allocation trace through the pool and reports peak live,
- * physical and committed bytes and their ratio beside PyTorch's, driver calls by kind and per
- * 1,000 allocations, and malloc/free latency percentiles.
+/* tools/cmd_replay.c — `dmm replay TRACE.gz [OPTIONS]`: replays an allocation trace through the pool
+ * and reports peak live, physical and committed bytes and their ratio beside PyTorch's, driver calls
+ * by kind and per 1,000 allocations, and malloc/free latency percentiles (as text, as JSON with
+ * --json, and as an HTML page with --report).
+ *
+ * Order of work: options (every numeric one through the one parser, commands.h), then the output
+ * files opened (an unwritable --report or --json=FILE fails before anything is read), then the trace,
+ * then dmm_replay_check (sizes the replay cannot take fail before any driver call), then the replay.
+ * A replay that fails leaves no output file behind.
  *
  * On the host driver the replay maps real memfd memory but never touches it, so RSS stays small;
  * it does hold one file descriptor per physical chunk, so the command raises its soft open-file
  * limit to the hard one first.
  */
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 
 #include "commands.h"
-#include "report.h"
 #include "replay.h"
+#include "report.h"
 #include "trace.h"
 
-static void replay_usage(FILE *f) {
+void dmm_usage_replay(FILE *f) {
     fprintf(f, "usage: dmm replay TRACE.gz [--driver host|cuda] [--granule BYTES] [--chunk BYTES]\n"
                "                  [--max-chunk BYTES] [--handle-div N] [--retain PERMILLE] [--settle PERMILLE]\n"
-               "                  [--lag N] [--no-alias] [--repeat K] [--json] [--report FILE.html]\n\n"
+               "                  [--lag N] [--no-alias] [--repeat K] [--json[=FILE]] [--report FILE.html]\n\n"
                "Replays an allocation trace (# dmm-trace v1, gzip) through the dmm pool over an arena and\n"
                "prints peak live, physical and committed bytes, their ratio beside PyTorch's, driver calls\n"
                "by kind and per 1,000 allocations, and malloc/free latency percentiles.\n"
                "  --driver     host (default: mmap + memfd, real memory never touched) or cuda\n"
-               "  --granule    host driver granularity (default 2 MiB); sizes take K/M/G suffixes\n"
+               "  --granule    host driver granularity (default 2 MiB); sizes take K/M/G suffixes (2M, 1.5G),\n"
+               "               from 1 byte to 2^63\n"
                "  --chunk      pool commit quantum (default: the granule)\n"
                "  --max-chunk  largest chunk a growth commits as one handle (default: the quantum;\n"
                "               larger: fewer driver calls, more fragmentation)\n"
@@ -38,124 +45,150 @@ static void replay_usage(FILE *f) {
                "               as on a GPU where the CPU runs ahead of the work (default 0: at once)\n"
                "  --no-alias   the pool never aliases fenced chunks of the requesting stream (it waits or\n"
                "               grows instead): the behaviour before aliases, for comparison\n"
-               "  --repeat     the trace as one iteration, replayed K times over the same pool (each\n"
-               "               repetition's leftovers freed before the next); also prints the driver\n"
+               "  --repeat     the trace as one iteration, replayed K times (1 to 1000) over the same pool\n"
+               "               (each repetition's leftovers freed before the next); also prints the driver\n"
                "               calls, aliases and moves of the last repetition alone: the steady state\n"
-               "  --json       one JSON object instead of text\n"
-               "  --report     also write a self-contained HTML page with the timeline\n");
+               "  --json       one JSON object instead of text; --json=FILE writes it to FILE (and the text\n"
+               "               to the standard output)\n"
+               "  --report     also write a self-contained HTML page with the timeline\n"
+               "Options take --opt VALUE or --opt=VALUE. Output files are opened before the replay starts.\n"
+               "Exit 0 done, 1 the trace or the replay failed, 2 bad usage.\n");
 }
 
-static int parse_bytes(const char *s, uint64_t *out) {
-    char *end = NULL;
-    double v = strtod(s, &end);
-    if (end == s || v < 0) return -1;
-    uint64_t mul = 1;
-    if (*end == 'k' || *end == 'K') mul = 1ull << 10;
-    else if (*end == 'm' || *end == 'M') mul = 1ull << 20;
-    else if (*end == 'g' || *end == 'G') mul = 1ull << 30;
-    else if (*end != '\0') return -1;
-    if (mul > 1) {
-        end++;
-        if (strcmp(end, "") != 0 && strcmp(end, "i") != 0 && strcmp(end, "iB") != 0 && strcmp(end, "B") != 0)
-            return -1;
-    }
-    if (v * (double)mul >= 18446744073709551616.0) return -1; /* 2^64: the cast would be undefined */
-    *out = (uint64_t)(v * (double)mul);
-    return 0;
+static const dmm_opt_range SIZE = {1, (uint64_t)1 << 63, true, "a size in bytes", "2097152 or 2M"};
+static const dmm_opt_range PERMILLE = {0, UINT32_MAX, false, "a whole number of per mille", "20 = 2 %"};
+static const dmm_opt_range DIVISOR = {0, UINT32_MAX, false, "a whole divisor", "4"};
+static const dmm_opt_range LAG = {0, UINT64_MAX, false, "a number of allocations", "64"};
+static const dmm_opt_range REPEAT = {1, 1000, false, "a number of repetitions", "4"};
+
+enum {
+    OPT_DRIVER = 256, OPT_GRANULE, OPT_CHUNK, OPT_MAX_CHUNK, OPT_HANDLE_DIV, OPT_RETAIN, OPT_SETTLE, OPT_LAG,
+    OPT_NO_ALIAS, OPT_REPEAT, OPT_JSON, OPT_REPORT,
+};
+
+static const struct option longs[] = {
+    {"driver", required_argument, NULL, OPT_DRIVER},
+    {"granule", required_argument, NULL, OPT_GRANULE},
+    {"chunk", required_argument, NULL, OPT_CHUNK},
+    {"max-chunk", required_argument, NULL, OPT_MAX_CHUNK},
+    {"handle-div", required_argument, NULL, OPT_HANDLE_DIV},
+    {"retain", required_argument, NULL, OPT_RETAIN},
+    {"settle", required_argument, NULL, OPT_SETTLE},
+    {"lag", required_argument, NULL, OPT_LAG},
+    {"no-alias", no_argument, NULL, OPT_NO_ALIAS},
+    {"repeat", required_argument, NULL, OPT_REPEAT},
+    {"json", optional_argument, NULL, OPT_JSON},
+    {"report", required_argument, NULL, OPT_REPORT},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+/* The option being parsed, as typed ("--chunk"), for the sentences. */
+static const char *opt_name(int c) {
+    for (const struct option *o = longs; o->name != NULL; o++)
+        if (o->val == c) return o->name;
+    return "?";
 }
 
-int dmm_cmd_replay(int argc, char **argv) {
-    const char *path = NULL, *report = NULL;
+typedef struct replay_args {
     dmm_replay_opts o;
-    memset(&o, 0, sizeof o);
-    o.driver = "host";
-    o.time_ops = true;
-    bool json = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        static const char *const with_value[] = {"--driver", "--granule", "--chunk", "--max-chunk",
-                                                 "--retain",  "--settle", "--handle-div", "--lag",     "--report", "--repeat"};
-        for (size_t k = 0; k < sizeof with_value / sizeof with_value[0] && i + 1 == argc; k++)
-            if (strcmp(a, with_value[k]) == 0) {
-                fprintf(stderr, "dmm replay: %s needs a value after it (dmm replay --help lists them)\n", a);
-                return 2;
-            }
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            replay_usage(stdout);
-            return 0;
-        } else if (strcmp(a, "--json") == 0) {
-            json = true;
-        } else if (strcmp(a, "--driver") == 0 && i + 1 < argc) {
-            o.driver = argv[++i];
-        } else if ((strcmp(a, "--granule") == 0 || strcmp(a, "--chunk") == 0 || strcmp(a, "--max-chunk") == 0) &&
-                   i + 1 < argc) {
-            uint64_t v = 0;
-            if (parse_bytes(argv[++i], &v) != 0 || v == 0) {
-                fprintf(stderr, "dmm replay: %s wants a size in bytes (e.g. 2097152 or 2M), not '%s'\n", a, argv[i]);
-                return 2;
-            }
-            if (strcmp(a, "--granule") == 0) o.granule = v;
-            else if (strcmp(a, "--chunk") == 0) o.chunk_bytes = v;
-            else o.max_chunk_bytes = v;
-        } else if (strcmp(a, "--lag") == 0 && i + 1 < argc) {
-            char *end = NULL;
-            o.lag = strtoull(argv[++i], &end, 10);
-            if (end == argv[i] || *end != '\0' || argv[i][0] == '-') {
-                fprintf(stderr, "dmm replay: --lag wants a number of allocations, not '%s'\n", argv[i]);
-                return 2;
-            }
-        } else if (strcmp(a, "--repeat") == 0 && i + 1 < argc) {
-            char *end = NULL;
-            unsigned long long v = strtoull(argv[++i], &end, 10);
-            if (end == argv[i] || *end != '\0' || argv[i][0] == '-' || v < 1 || v > 1000) {
-                fprintf(stderr, "dmm replay: --repeat wants a number of repetitions from 1 to 1000, not '%s'\n", argv[i]);
-                return 2;
-            }
-            o.repeat = (uint32_t)v;
-        } else if (strcmp(a, "--no-alias") == 0) {
-            o.no_alias = true;
-        } else if ((strcmp(a, "--retain") == 0 || strcmp(a, "--settle") == 0 || strcmp(a, "--handle-div") == 0) &&
-                   i + 1 < argc) {
-            char *end = NULL;
-            unsigned long long v = strtoull(argv[++i], &end, 10);
-            if (end == argv[i] || *end != '\0' || argv[i][0] == '-' || v > UINT32_MAX) {
-                fprintf(stderr, "dmm replay: %s wants a whole number%s, not '%s'\n", a,
-                        strcmp(a, "--handle-div") == 0 ? " (e.g. 4)" : " of per mille (e.g. 20 = 2 %)", argv[i]);
-                return 2;
-            }
-            if (strcmp(a, "--retain") == 0) o.retain_permille = (uint32_t)v;
-            else if (strcmp(a, "--settle") == 0) o.settle_permille = (uint32_t)v;
-            else o.handle_divisor = (uint32_t)v;
-        } else if (strcmp(a, "--report") == 0 && i + 1 < argc) {
-            report = argv[++i];
-        } else if (a[0] == '-') {
-            fprintf(stderr, "dmm replay: unknown option '%s'\n", a);
-            replay_usage(stderr);
-            return 2;
-        } else if (path == NULL) {
-            path = a;
-        } else {
-            fprintf(stderr, "dmm replay: one trace at a time ('%s' and '%s')\n", path, a);
-            return 2;
+    const char *path, *report, *json_path; /* json_path: --json=FILE (NULL: stdout or no JSON) */
+    bool json;
+} replay_args;
+
+/* 0 with *a filled; -1 after --help (printed); 2 after a sentence. */
+static int parse(int argc, char **argv, replay_args *a) {
+    memset(a, 0, sizeof *a);
+    a->o.driver = "host";
+    a->o.time_ops = true;
+    dmm_cli_getopt_reset();
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
+        char opt[32];
+        snprintf(opt, sizeof opt, "--%s", opt_name(c));
+        uint64_t v = 0;
+        int rc = 0;
+        switch (c) {
+        case 'h': dmm_usage_replay(stdout); return -1;
+        case OPT_DRIVER: a->o.driver = optarg; break;
+        case OPT_GRANULE: rc = dmm_cli_u64("replay", opt, optarg, &SIZE, &a->o.granule); break;
+        case OPT_CHUNK: rc = dmm_cli_u64("replay", opt, optarg, &SIZE, &a->o.chunk_bytes); break;
+        case OPT_MAX_CHUNK: rc = dmm_cli_u64("replay", opt, optarg, &SIZE, &a->o.max_chunk_bytes); break;
+        case OPT_LAG: rc = dmm_cli_u64("replay", opt, optarg, &LAG, &a->o.lag); break;
+        case OPT_NO_ALIAS: a->o.no_alias = true; break;
+        case OPT_HANDLE_DIV:
+        case OPT_RETAIN:
+        case OPT_SETTLE:
+        case OPT_REPEAT:
+            rc = dmm_cli_u64("replay", opt, optarg, c == OPT_HANDLE_DIV ? &DIVISOR : c == OPT_REPEAT ? &REPEAT : &PERMILLE,
+                             &v);
+            if (c == OPT_HANDLE_DIV) a->o.handle_divisor = (uint32_t)v;
+            else if (c == OPT_RETAIN) a->o.retain_permille = (uint32_t)v;
+            else if (c == OPT_SETTLE) a->o.settle_permille = (uint32_t)v;
+            else a->o.repeat = (uint32_t)v;
+            break;
+        case OPT_JSON:
+            a->json = true;
+            a->json_path = optarg;
+            break;
+        case OPT_REPORT: a->report = optarg; break;
+        default: return dmm_cli_bad_option("replay", c, argv);
         }
+        if (rc != 0) return rc;
     }
-    if (path == NULL) {
-        replay_usage(stderr);
+    if (optind == argc) {
+        dmm_usage_replay(stderr);
         return 2;
     }
-    if (strcmp(o.driver, "host") != 0 && strcmp(o.driver, "cuda") != 0) {
-        fprintf(stderr, "dmm replay: --driver must be host or cuda, not '%s'\n", o.driver);
+    if (argc - optind > 1) {
+        fprintf(stderr, "dmm replay: one trace at a time ('%s' and '%s')%s\n", argv[optind], argv[optind + 1],
+                a->json && a->json_path == NULL ? "; --json takes its file as --json=FILE" : "");
         return 2;
     }
-    if (o.lag != 0 && strcmp(o.driver, "cuda") == 0) {
+    a->path = argv[optind];
+    const dmm_replay_opts *o = &a->o;
+    if (strcmp(o->driver, "host") != 0 && strcmp(o->driver, "cuda") != 0) {
+        fprintf(stderr, "dmm replay: --driver must be host or cuda, not '%s'\n", o->driver);
+        return 2;
+    }
+    if (o->lag != 0 && strcmp(o->driver, "cuda") == 0) {
         fprintf(stderr, "dmm replay: --lag imitates a GPU's pending events on the host driver; CUDA has real ones\n");
         return 2;
     }
-    if (o.granule != 0 && strcmp(o.driver, "cuda") == 0) {
+    if (o->granule != 0 && strcmp(o->driver, "cuda") == 0) {
         fprintf(stderr, "dmm replay: --granule applies to the host driver; CUDA's granularity is the device's\n");
         return 2;
     }
-    if (strcmp(o.driver, "host") == 0) {
+    return 0;
+}
+
+/* The host driver holds one memfd per chunk: an estimate of what the trace needs, said up front. */
+static void warn_open_files(const dmm_trace *t, const dmm_replay_opts *o) {
+    struct rlimit rl;
+    uint64_t chunk = o->chunk_bytes ? o->chunk_bytes : o->granule ? o->granule : (2u << 20);
+    uint64_t n = t->peak_live_bytes / chunk, need = n + n / 10 + 128; /* (the peak is at most 2^58) */
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need)
+        fprintf(stderr,
+                "dmm replay: warning: the host driver holds one file descriptor per %llu-byte chunk; this trace "
+                "needs about %llu but the limit is %llu (raise it with ulimit -n, or pass a larger --granule)\n",
+                (unsigned long long)chunk, (unsigned long long)need, (unsigned long long)rl.rlim_cur);
+}
+
+int dmm_cmd_replay(int argc, char **argv) {
+    replay_args a;
+    int rc = parse(argc, argv, &a);
+    if (rc != 0) return rc < 0 ? 0 : rc;
+    char err[1024];
+    const char *inputs[1] = {a.path};
+    dmm_opt_out report = {NULL, NULL, false}, json = {a.json ? stdout : NULL, "-", false};
+    if ((a.report != NULL && dmm_opt_output("--report", a.report, inputs, 1, &report, err, sizeof err) != 0) ||
+        (a.json_path != NULL && dmm_opt_output("--json", a.json_path, inputs, 1, &json, err, sizeof err) != 0)) {
+        fprintf(stderr, "dmm replay: %s\n", err);
+        dmm_opt_output_close(&report, false, NULL, 0);
+        return 2;
+    }
+    bool host = strcmp(a.o.driver, "host") == 0;
+    if (host) {
         /* one memfd per physical chunk: lift the soft open-file limit to the hard one */
         struct rlimit rl;
         if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
@@ -163,41 +196,35 @@ int dmm_cmd_replay(int argc, char **argv) {
             (void)setrlimit(RLIMIT_NOFILE, &rl);
         }
     }
-    char err[1024];
     dmm_trace t;
-    if (dmm_trace_load(path, &t, err, sizeof err) != 0) {
-        fprintf(stderr, "dmm replay: %s\n", err);
-        return 1;
-    }
-    if (strcmp(o.driver, "host") == 0) {
-        /* one memfd per chunk: say so up front when the open-file limit cannot hold the trace's peak */
-        struct rlimit rl;
-        uint64_t chunk = o.chunk_bytes ? o.chunk_bytes : o.granule ? o.granule : (2u << 20);
-        uint64_t need = t.peak_live_bytes / chunk * 11 / 10 + 128;
-        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need)
-            fprintf(stderr,
-                    "dmm replay: warning: the host driver holds one file descriptor per %llu-byte chunk; this trace "
-                    "needs about %llu but the limit is %llu (raise it with ulimit -n, or pass a larger --granule)\n",
-                    (unsigned long long)chunk, (unsigned long long)need, (unsigned long long)rl.rlim_cur);
-    }
     dmm_replay_result r;
-    if (dmm_replay_run(&t, &o, &r, err, sizeof err) != 0) {
+    memset(&r, 0, sizeof r);
+    bool ok = false;
+    if (dmm_trace_load(a.path, &t, err, sizeof err) != 0 || dmm_replay_check(&t, &a.o, NULL, err, sizeof err) != 0) {
         fprintf(stderr, "dmm replay: %s\n", err);
-        dmm_trace_free(&t);
-        return 1;
-    }
-    if (json) dmm_report_json(stdout, path, &t, &r);
-    else dmm_report_text(stdout, path, &t, &r);
-    int rc = 0;
-    if (report != NULL) {
-        if (dmm_report_html(report, path, &t, &r, err, sizeof err) != 0) {
+    } else {
+        if (host) warn_open_files(&t, &a.o);
+        if (dmm_replay_run(&t, &a.o, &r, err, sizeof err) != 0) {
             fprintf(stderr, "dmm replay: %s\n", err);
-            rc = 1;
-        } else if (!json) {
-            printf("  report          %s\n", report);
+        } else {
+            ok = true;
+            if (json.f != stdout) dmm_report_text(stdout, a.path, &t, &r);
+            if (json.f != NULL) dmm_report_json(json.f, a.path, &t, &r);
+            if (report.f != NULL) dmm_report_html(report.f, a.path, &t, &r);
+            if (json.f != stdout) {
+                if (a.json_path != NULL) printf("  json            %s\n", a.json_path);
+                if (report.f != NULL) printf("  report          %s\n", a.report);
+            }
         }
     }
+    rc = ok ? 0 : 1;
+    dmm_opt_out *outs[2] = {&report, &json};
+    for (int i = 0; i < 2; i++)
+        if (outs[i]->f != NULL && outs[i]->f != stdout && dmm_opt_output_close(outs[i], ok, err, sizeof err) != 0 && ok) {
+            fprintf(stderr, "dmm replay: %s\n", err);
+            rc = 1;
+        }
     dmm_replay_result_free(&r);
-    dmm_trace_free(&t);
+    dmm_trace_free(&t); /* (also after a failed load: trace.h) */
     return rc;
 }

@@ -5,6 +5,8 @@
  * never below a floor (a metric measured once has no spread of its own; medians of batches also
  * drift a little between runs even when the batches agree with each other).
  * Trade-off: MAD, not standard deviation: one descheduled batch does not widen the threshold.
+ * Cost: n log n in the metrics (a sorted index for lookups, one sort for repeated names), and a file of
+ * at most DMM_BENCH_MAX_FILE bytes, so a crafted file costs neither hours nor gigabytes.
  * Invariants: every row has exactly one verdict; count[v] = the rows with verdict v; a file whose
  * shape is not a bench result is refused as a whole (nothing half-read is compared).
  */
@@ -13,6 +15,7 @@
 #include <errno.h>
 #include <math.h> /* macros only (isinf, INFINITY): no libm */
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -143,11 +146,16 @@ static int read_file_obj(const dmm_jv *root, const char *what, dmm_bench_file *o
             return -1;
         }
         out->n = i + 1;
-        for (size_t j = 0; j < i; j++)
-            if (strcmp(out->m[j].name, out->m[i].name) == 0)
-                return failf(err, errcap, "%s: line %d, column %d: not a bench result: the metric \"%s\" appears "
-                             "twice.", what, metrics->items[i].line, metrics->items[i].col, out->m[i].name);
     }
+    const char **names = malloc((out->n ? out->n : 1) * sizeof *names);
+    if (names == NULL) return failf(err, errcap, "%s: out of memory.", what);
+    for (size_t i = 0; i < out->n; i++) names[i] = out->m[i].name;
+    size_t dup = dmm_first_repeated(names, out->n);
+    free(names);
+    if (dup == SIZE_MAX) return failf(err, errcap, "%s: out of memory.", what);
+    if (dup < out->n)
+        return failf(err, errcap, "%s: line %d, column %d: not a bench result: the metric \"%s\" appears twice.", what,
+                     metrics->items[dup].line, metrics->items[dup].col, out->m[dup].name);
     return 0;
 }
 
@@ -176,10 +184,11 @@ int dmm_bench_load(const char *path, dmm_bench_file *out, char *err, size_t errc
         }
         len += fread(buf + len, 1, cap - len, f);
         if (len < cap) break;
-        if (cap >= ((size_t)256 << 20)) {
+        if (cap >= DMM_BENCH_MAX_FILE) { /* the reader's tree takes up to ~30 x the text */
             free(buf);
             fclose(f);
-            return failf(err, errcap, "%s: larger than 256 MiB: not a bench result.", path);
+            return failf(err, errcap, "%s: larger than %d MiB, the most a bench result may be (they are a few "
+                         "kilobytes): not a bench result.", path, DMM_BENCH_MAX_FILE >> 20);
         }
         char *nb = realloc(buf, cap * 2);
         if (nb == NULL) free(buf);
@@ -223,10 +232,31 @@ static double sqrt_d(double x) {
     return r;
 }
 
-static const dmm_bench_metric *find(const dmm_bench_file *f, const char *name) {
-    for (size_t i = 0; i < f->n; i++)
-        if (strcmp(f->m[i].name, name) == 0) return &f->m[i];
-    return NULL;
+/* A file's metrics sorted by name, for lookups in log time (a scan per metric was quadratic). */
+typedef struct by_name {
+    const dmm_bench_metric **v;
+    size_t n;
+} by_name;
+
+static int metric_ptr_cmp(const void *x, const void *y) {
+    return strcmp((*(const dmm_bench_metric *const *)x)->name, (*(const dmm_bench_metric *const *)y)->name);
+}
+
+static bool by_name_make(by_name *s, const dmm_bench_file *f) {
+    s->n = f->n;
+    s->v = malloc((f->n ? f->n : 1) * sizeof *s->v);
+    if (s->v == NULL) return false;
+    for (size_t i = 0; i < f->n; i++) s->v[i] = &f->m[i];
+    qsort(s->v, s->n, sizeof *s->v, metric_ptr_cmp); /* names are unique (read_file_obj) */
+    return true;
+}
+
+static const dmm_bench_metric *find(const by_name *s, const char *name) {
+    dmm_bench_metric key;
+    key.name = (char *)(uintptr_t)name;
+    const dmm_bench_metric *kp = &key;
+    const dmm_bench_metric **hit = bsearch(&kp, s->v, s->n, sizeof *s->v, metric_ptr_cmp);
+    return hit != NULL ? *hit : NULL;
 }
 
 static double rel_noise(const dmm_bench_metric *m) {
@@ -253,12 +283,17 @@ int dmm_compare(const dmm_bench_file *a, const dmm_bench_file *b, const char *a_
     if (strcmp(a->bench, b->bench) != 0)
         return failf(err, errcap, "%s holds results of %s but %s holds results of %s; compare two runs of the same "
                      "bench.", a_name, a->bench, b_name, b->bench);
+    by_name sa = {NULL, 0}, sb = {NULL, 0};
     out->rows = calloc(a->n + b->n + 1, sizeof *out->rows);
-    if (out->rows == NULL) return failf(err, errcap, "out of memory comparing %s with %s.", a_name, b_name);
+    if (out->rows == NULL || !by_name_make(&sa, a) || !by_name_make(&sb, b)) {
+        free(sa.v);
+        dmm_cmp_result_free(out);
+        return failf(err, errcap, "out of memory comparing %s with %s.", a_name, b_name);
+    }
     for (size_t i = 0; i < b->n; i++) {
         dmm_cmp_row *row = &out->rows[out->n];
         row->new_m = &b->m[i];
-        row->old_m = find(a, b->m[i].name);
+        row->old_m = find(&sa, b->m[i].name);
         if (row->old_m == NULL) {
             row->verdict = DMM_CMP_ADDED;
         } else {
@@ -269,6 +304,8 @@ int dmm_compare(const dmm_bench_file *a, const dmm_bench_file *b, const char *a_
                                row->old_m->unit, row->old_m->higher_better ? "higher" : "lower", a_name,
                                row->new_m->unit, row->new_m->higher_better ? "higher" : "lower", b_name);
                 dmm_cmp_result_free(out);
+                free(sa.v);
+                free(sb.v);
                 return rc;
             }
             judge(row, o);
@@ -277,12 +314,14 @@ int dmm_compare(const dmm_bench_file *a, const dmm_bench_file *b, const char *a_
         out->n++;
     }
     for (size_t i = 0; i < a->n; i++) {
-        if (find(b, a->m[i].name) != NULL) continue;
+        if (find(&sb, a->m[i].name) != NULL) continue;
         dmm_cmp_row *row = &out->rows[out->n++];
         row->old_m = &a->m[i];
         row->verdict = DMM_CMP_REMOVED;
         out->count[DMM_CMP_REMOVED]++;
     }
+    free(sa.v);
+    free(sb.v);
     return 0;
 }
 

@@ -41,7 +41,10 @@ typedef struct dmm_bench_file {
 /* Reads one bench result from text[0..len); `what` names it in errors (the file's path). 0, or -1
  * with one sentence in err naming `what` and the problem (with the line and column where known). */
 int dmm_bench_parse(const char *text, size_t len, const char *what, dmm_bench_file *out, char *err, size_t errcap);
-/* The same from a file. */
+/* The largest bench result file dmm_bench_load reads (bench results are a few kilobytes). */
+#define DMM_BENCH_MAX_FILE (4 << 20)
+
+/* The same from a file of at most DMM_BENCH_MAX_FILE bytes. */
 int dmm_bench_load(const char *path, dmm_bench_file *out, char *err, size_t errcap);
 void dmm_bench_file_free(dmm_bench_file *f);
 

@@ -5,6 +5,9 @@
  * can say where it is. Values become a small tree of dmm_jv nodes owned by their parent.
  * Trade-off: a tree, not a streaming reader: bench results are a few kilobytes, and a tree lets the
  * caller check the shape in any order with plain lookups.
+ * Cost: linear in the text but for an object's keys, checked for repeats by one sort when the object
+ * closes (n log n; a scan per key was quadratic); the tree takes at most ~30 bytes per byte of text (a
+ * value per two bytes), so callers bound the text (dmm_bench_load: 4 MiB).
  * Invariants: p <= end at all times and nothing reads at or past end; on error every node built so
  * far is freed exactly once (a partly filled node is freed by whoever owns it, its counts say how far
  * it got); depth <= JSON_MAX_DEPTH.
@@ -328,8 +331,40 @@ static int parse_array(reader *r, dmm_jv *v) {
     }
 }
 
+typedef struct named {
+    const char *name;
+    size_t at; /* its place in the caller's array */
+} named;
+
+static int by_name_then_place(const void *x, const void *y) {
+    const named *a = x, *b = y;
+    int c = strcmp(a->name, b->name);
+    return c != 0 ? c : (a->at > b->at) - (a->at < b->at);
+}
+
+size_t dmm_first_repeated(const char *const *names, size_t n) {
+    if (n < 2) return n;
+    named *v = malloc(n * sizeof *v);
+    if (v == NULL) return SIZE_MAX;
+    for (size_t i = 0; i < n; i++) v[i] = (named){names[i], i};
+    qsort(v, n, sizeof *v, by_name_then_place);
+    size_t first = n; /* a repeat is the later of two equal neighbours; the first of those in text order */
+    for (size_t i = 1; i < n; i++)
+        if (v[i].at < first && strcmp(v[i - 1].name, v[i].name) == 0) first = v[i].at;
+    free(v);
+    return first;
+}
+
+typedef struct place {
+    int line, col;
+} place;
+
+/* The object's members; then its keys checked for repeats all at once (a sort: a scan of the earlier
+ * keys per key was quadratic, minutes for a megabyte of keys). */
 static int parse_object(reader *r, dmm_jv *v) {
-    size_t cap = 0;
+    size_t cap = 0, kcap = 0;
+    place *kat = NULL; /* where each key starts, for the repeat's sentence */
+    int rc = -1;
     v->kind = DMM_JV_OBJECT;
     advance(r); /* { */
     skip_ws(r);
@@ -340,39 +375,68 @@ static int parse_object(reader *r, dmm_jv *v) {
     for (;;) {
         char here[32];
         skip_ws(r);
-        if (at_end(r)) return FAIL(r, "the input ends inside an object (expected a key).");
-        if (*r->p != '"') return FAIL(r, "expected a string key in an object, found %s.", what_is_here(r, here, sizeof here));
-        int kline = r->line, kcol = r->col;
-        char *key = NULL;
-        if (parse_string(r, &key) != 0) return -1;
-        for (size_t i = 0; i < v->n; i++)
-            if (strcmp(v->keys[i], key) == 0) {
-                int rc = fail_at(r, kline, kcol, "the key \"%s\" appears twice in one object.", key);
-                free(key);
-                return rc;
+        if (at_end(r)) {
+            FAIL(r, "the input ends inside an object (expected a key).");
+            goto out;
+        }
+        if (*r->p != '"') {
+            FAIL(r, "expected a string key in an object, found %s.", what_is_here(r, here, sizeof here));
+            goto out;
+        }
+        if (v->n == kcap) {
+            size_t ncap = kcap ? 2 * kcap : 8;
+            place *k = realloc(kat, ncap * sizeof *k);
+            if (k == NULL) {
+                FAIL(r, "out of memory (%zu keys).", ncap);
+                goto out;
             }
+            kat = k;
+            kcap = ncap;
+        }
+        kat[v->n] = (place){r->line, r->col};
+        char *key = NULL;
+        if (parse_string(r, &key) != 0) goto out;
         if (grow(r, v, &cap) != 0) {
             free(key);
-            return -1;
+            goto out;
         }
         v->keys[v->n] = key;
         dmm_jv *item = &v->items[v->n];
         memset(item, 0, sizeof *item);
         v->n++;
         skip_ws(r);
-        if (at_end(r)) return FAIL(r, "the input ends after the key \"%s\" (expected ':').", key);
-        if (*r->p != ':') return FAIL(r, "expected ':' after the key \"%s\", found %s.", key, what_is_here(r, here, sizeof here));
+        if (at_end(r)) {
+            FAIL(r, "the input ends after the key \"%s\" (expected ':').", key);
+            goto out;
+        }
+        if (*r->p != ':') {
+            FAIL(r, "expected ':' after the key \"%s\", found %s.", key, what_is_here(r, here, sizeof here));
+            goto out;
+        }
         advance(r);
-        if (parse_value(r, item) != 0) return -1;
+        if (parse_value(r, item) != 0) goto out;
         skip_ws(r);
-        if (at_end(r)) return FAIL(r, "the input ends inside an object (expected ',' or '}').");
+        if (at_end(r)) {
+            FAIL(r, "the input ends inside an object (expected ',' or '}').");
+            goto out;
+        }
         if (*r->p == '}') {
             advance(r);
-            return 0;
+            break;
         }
-        if (*r->p != ',') return FAIL(r, "expected ',' or '}' in an object, found %s.", what_is_here(r, here, sizeof here));
+        if (*r->p != ',') {
+            FAIL(r, "expected ',' or '}' in an object, found %s.", what_is_here(r, here, sizeof here));
+            goto out;
+        }
         advance(r);
     }
+    size_t dup = dmm_first_repeated((const char *const *)v->keys, v->n);
+    if (dup == SIZE_MAX) FAIL(r, "out of memory checking %zu keys.", v->n);
+    else if (dup < v->n) fail_at(r, kat[dup].line, kat[dup].col, "the key \"%s\" appears twice in one object.", v->keys[dup]);
+    else rc = 0;
+out:
+    free(kat);
+    return rc;
 }
 
 static int parse_value(reader *r, dmm_jv *v) {

@@ -3,7 +3,8 @@
  * RFC 8259 values: objects, arrays, strings with every escape (\uXXXX and surrogate pairs, decoded to
  * UTF-8), numbers, true, false, null. Strict: no comments, no trailing commas, no duplicate keys, no
  * raw control characters in strings, no "\u0000" (strings are C strings), nesting at most 64 deep,
- * nothing but whitespace after the value. Errors name the line and column (both from 1).
+ * nothing but whitespace after the value. Errors name the line and column (both from 1); a repeated key
+ * is found when its object closes (an error inside the object after it is reported first).
  * Thread contract: none needed (no globals).
  */
 #ifndef DMM_TOOLS_JSON_READ_H
@@ -40,6 +41,10 @@ void dmm_jv_free(dmm_jv *v);
 
 /* The value of `key` in an object; NULL when v is not an object or has no such key. */
 const dmm_jv *dmm_jv_get(const dmm_jv *v, const char *key);
+
+/* The first of names[0..n) (in their order) equal to an earlier one: its index; n when none repeats;
+ * SIZE_MAX when out of memory. O(n log n) (a sort), for every "appears twice" check of the tools. */
+size_t dmm_first_repeated(const char *const *names, size_t n);
 
 /* "an object", "a string", ... (for error sentences). */
 const char *dmm_jv_kind_str(dmm_jv_kind k);

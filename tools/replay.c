@@ -18,6 +18,11 @@
  * whether the pool reached a steady state (none) or pays them every iteration; with --lag the fences
  * are pending as on a GPU, where a replay with every fence complete would hide the cost.
  *
+ * Sizes (dmm_replay_check, before anything is created): the VA reserved is 32 × the trace's peak
+ * rounded up to a power of two, so a peak above 2^58 is refused rather than rounded or multiplied past
+ * 64 bits; on the host driver a peak that needs more handles than the open-file limit allows even at
+ * the largest handle size is refused rather than paid for in driver calls until the limit stops it.
+ *
  * Honesty: "physical" is the arena's owned bytes — every physical handle held, mapped or cached —
  * not only what is mapped; both are reported. At the end the pool's invariant check must pass,
  * everything is freed and destroyed, and the driver's census must be back to zero.
@@ -27,7 +32,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
+
+#include "core/core.h"
+
+#define REPLAY_HOST_GRANULE ((uint64_t)2 << 20) /* the host driver's granularity unless --granule says */
 
 static double now_s(void) {
     struct timespec ts;
@@ -58,10 +68,35 @@ static void percentiles(uint32_t *v, size_t n, double *p50, double *p90, double 
     *mx = v[n - 1];
 }
 
-static uint64_t pow2_at_least(uint64_t x) {
-    uint64_t p = 1;
-    while (p < x) p <<= 1;
-    return p;
+/* The host driver holds one open file per physical handle (a memfd). */
+static int host_files_fit(const dmm_trace *t, const dmm_replay_opts *o, char *err, size_t errcap) {
+    uint64_t quantum = o->chunk_bytes ? o->chunk_bytes : o->granule ? o->granule : REPLAY_HOST_GRANULE;
+    uint64_t largest = o->max_chunk_bytes ? o->max_chunk_bytes : quantum;
+    uint64_t least = t->peak_live_bytes / largest; /* handles live at the peak, even were each the largest */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || least < (uint64_t)rl.rlim_cur) return 0;
+    snprintf(err, errcap, "the trace's peak of %llu live bytes needs at least %llu physical handles of at most %llu "
+                          "bytes, and the host driver holds one open file per handle, but the open-file limit is %llu: "
+                          "raise it (ulimit -n) or pass a larger --granule or --max-chunk",
+             (unsigned long long)t->peak_live_bytes, (unsigned long long)least, (unsigned long long)largest,
+             (unsigned long long)rl.rlim_cur);
+    return -1;
+}
+
+int dmm_replay_check(const dmm_trace *t, const dmm_replay_opts *o, uint64_t *reserve, char *err, size_t errcap) {
+    uint64_t need = t->peak_live_bytes > t->max_bytes ? t->peak_live_bytes : t->max_bytes, p2 = 0, va = 0;
+    if (need > DMM_REPLAY_MAX_PEAK || !dmm_pow2_up(need, &p2) || dmm_mul_overflows(p2, 32, &va)) {
+        snprintf(err, errcap, "the trace's %s, %llu bytes, is above %llu (2^58), the most a replay takes: it reserves "
+                              "32 times that in address space, more than 64 bits hold; the trace's bytes fields are "
+                              "corrupt",
+                 t->peak_live_bytes >= t->max_bytes ? "peak of live bytes" : "largest allocation",
+                 (unsigned long long)need, (unsigned long long)DMM_REPLAY_MAX_PEAK);
+        return -1;
+    }
+    if (reserve != NULL) *reserve = va > ((uint64_t)64 << 30) ? va : (uint64_t)64 << 30;
+    const char *dname = o->driver != NULL ? o->driver : "host";
+    if (strcmp(dname, "host") == 0) return host_files_fit(t, o, err, errcap);
+    return 0;
 }
 
 void dmm_replay_result_free(dmm_replay_result *r) {
@@ -129,15 +164,15 @@ static dmm_status lag_event_record(dmm_driver *d, dmm_event ev, dmm_stream st) {
     if (s == DMM_OK) e->at = LD(d)->clock;
     return s;
 }
-static bool lag_done(lag_driver *l, const lag_event *e) {
-    return e->at == UINT64_MAX || e->at <= l->synced_to || l->clock >= e->at + l->lag;
+static bool lag_done(lag_driver *l, const lag_event *e) { /* clock ≥ at: the difference cannot wrap, a sum could */
+    return e->at == UINT64_MAX || e->at <= l->synced_to || l->clock - e->at >= l->lag;
 }
 static dmm_status lag_event_query(dmm_driver *d, dmm_event ev) {
     lag_event *e = ev;
     if (!lag_done(LD(d), e))
         return dmm_error_set(DMM_ERR_BUSY, "lag driver: event %p still pending (recorded at allocation %llu, "
-                                           "completes at %llu)", ev, (unsigned long long)e->at,
-                             (unsigned long long)(e->at + LD(d)->lag));
+                                           "completes %llu allocations later)", ev, (unsigned long long)e->at,
+                             (unsigned long long)LD(d)->lag);
     return IN(d)->ops->event_query(IN(d), e->inner);
 }
 static dmm_status lag_event_synchronize(dmm_driver *d, dmm_event ev) {
@@ -214,12 +249,14 @@ int dmm_replay_run(const dmm_trace *t, const dmm_replay_opts *o, dmm_replay_resu
     const char *dname = o->driver != NULL ? o->driver : "host";
     snprintf(r->driver, sizeof r->driver, "%s", dname);
 
+    uint64_t reserve = 0;
+    if (dmm_replay_check(t, o, &reserve, err, errcap) != 0) return -1;
     dmm_status s;
     r->lag = o->lag;
     r->no_alias = o->no_alias;
     lag_driver *lagd = NULL;
     if (strcmp(dname, "host") == 0) {
-        dmm_host_driver_config hc = {sizeof hc, (size_t)(o->granule ? o->granule : (2u << 20))};
+        dmm_host_driver_config hc = {sizeof hc, (size_t)(o->granule ? o->granule : REPLAY_HOST_GRANULE)};
         s = dmm_host_driver_create(&hc, &drv);
         if (s == DMM_OK && o->lag > 0) {
             s = lag_driver_create(drv, o->lag, &drv);
@@ -240,9 +277,8 @@ int dmm_replay_run(const dmm_trace *t, const dmm_replay_opts *o, dmm_replay_resu
     r->granule = gran;
     r->chunk = o->chunk_bytes ? o->chunk_bytes : gran;
 
-    /* VA: 32 × the trace's peak (rounded up to a power of two), at least 64 GiB; the pool takes half */
-    uint64_t reserve = pow2_at_least(t->peak_live_bytes > t->max_bytes ? t->peak_live_bytes : t->max_bytes) * 32;
-    if (reserve < ((uint64_t)64 << 30)) reserve = (uint64_t)64 << 30;
+    /* VA (dmm_replay_check): 32 × the trace's peak rounded up to a power of two, at least 64 GiB; the pool
+     * takes half */
     dmm_arena_config ac;
     memset(&ac, 0, sizeof ac);
     ac.size = sizeof ac;
@@ -275,10 +311,16 @@ int dmm_replay_run(const dmm_trace *t, const dmm_replay_opts *o, dmm_replay_resu
     if (ptrs == NULL || slot_stream == NULL || r->timeline == NULL) FAIL("out of host memory for the replay's tables");
     uint32_t reps = o->repeat > 1 ? o->repeat : 1;
     r->repeat = reps;
-    if (o->time_ops) {
-        lat_m = malloc((t->allocs ? t->allocs : 1) * reps * sizeof *lat_m);
-        lat_f = malloc((t->frees ? t->frees : 1) * reps * sizeof *lat_f);
-        if (lat_m == NULL || lat_f == NULL) FAIL("out of host memory for the latency tables");
+    if (o->time_ops) { /* one latency per operation of every repetition */
+        uint64_t nlat_m = 0, nlat_f = 0;
+        if (dmm_mul_overflows(t->allocs ? t->allocs : 1, (uint64_t)reps * sizeof *lat_m, &nlat_m) ||
+            dmm_mul_overflows(t->frees ? t->frees : 1, (uint64_t)reps * sizeof *lat_f, &nlat_f) || nlat_m > SIZE_MAX ||
+            nlat_f > SIZE_MAX)
+            FAIL("%zu allocations repeated %u times are more latencies than 64 bits count; repeat less", t->allocs, reps);
+        lat_m = malloc((size_t)nlat_m);
+        lat_f = malloc((size_t)nlat_f);
+        if (lat_m == NULL || lat_f == NULL)
+            FAIL("out of host memory for the latency tables (%llu bytes)", (unsigned long long)(nlat_m + nlat_f));
     }
     size_t stride = t->n / samples + 1, nm = 0, nf = 0;
     uint64_t live = 0, window_max = 0; /* the live peak inside each sample window, so spikes show */

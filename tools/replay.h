@@ -66,6 +66,16 @@ typedef struct dmm_replay_result {
     uint64_t steady_aliased, steady_moved, steady_grows;
 } dmm_replay_result;
 
+/* The largest peak of live bytes (and allocation) a replay takes: it reserves 32 × the peak, rounded up
+ * to a power of two, in address space, and 32 × 2^58 is 2^63. */
+#define DMM_REPLAY_MAX_PEAK ((uint64_t)1 << 58)
+
+/* Whether `t` can be replayed with `o`, before anything is created: the trace's peak at most
+ * DMM_REPLAY_MAX_PEAK and, on the host driver, the open-file limit above the fewest handles the peak
+ * needs (one memfd each). 0 with the VA to reserve in *reserve (may be NULL), or -1 with a sentence
+ * naming the value, the limit and the remedy. dmm_replay_run calls it first. */
+int dmm_replay_check(const dmm_trace *t, const dmm_replay_opts *o, uint64_t *reserve, char *err, size_t errcap);
+
 /* Replays `t` (o->repeat times, the counts and peaks over all of them; steady_* of the last one).
  * Returns 0, or -1 with a sentence in err. Frees what the trace never frees, checks the
  * pool's invariants, destroys pool, arena and driver, and checks the driver holds nothing. */

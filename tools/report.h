@@ -10,8 +10,7 @@
 
 void dmm_report_text(FILE *f, const char *trace_path, const dmm_trace *t, const dmm_replay_result *r);
 void dmm_report_json(FILE *f, const char *trace_path, const dmm_trace *t, const dmm_replay_result *r);
-/* Returns 0, or -1 with a sentence in err. */
-int dmm_report_html(const char *html_path, const char *trace_path, const dmm_trace *t, const dmm_replay_result *r,
-                    char *err, size_t errcap);
+/* Writes the page to f (the caller opened it before the work, and checks the writes when it closes it). */
+void dmm_report_html(FILE *f, const char *trace_path, const dmm_trace *t, const dmm_replay_result *r);
 
 #endif /* DMM_TOOLS_REPORT_H */

@@ -44,13 +44,21 @@ typedef struct dmm_trace {
     uint64_t stream_ids[64];         /* the trace's stream id of each dense index */
 } dmm_trace;
 
-/* Parses trace text that is already in memory (`len` bytes, need not be NUL-terminated). Returns 0,
- * or -1 with a sentence in err (file line number, what is wrong). `out` is zeroed first; free it
- * with dmm_trace_free() also after a failure. */
+/* The longest line a trace may have (a header comment included); a longer one is refused. */
+#define DMM_TRACE_MAX_LINE 65536
+
+/* Parses trace text that is already in memory (`len` bytes, need not be NUL-terminated; any bytes:
+ * the entry point for fuzzing). Returns 0, or -1 with a sentence in err (file line number, what is
+ * wrong). `out` is zeroed first; free it with dmm_trace_free() also after a failure. Memory: the
+ * events and four small per-allocation tables, nothing per byte of text. */
 int dmm_trace_parse(const char *text, size_t len, dmm_trace *out, char *err, size_t errcap);
 
 #ifndef DMM_TRACE_NO_ZLIB
-/* Reads a trace file, gzip-compressed or plain (zlib reads both). Same contract as parse. */
+/* Reads a trace file, gzip-compressed or plain (zlib reads both), streaming: the text passes through a
+ * 1 MiB buffer and is never held whole (a small gzip file that inflates to gigabytes costs time, not
+ * memory). Same contract as parse, with "trace 'PATH': " before every sentence; a gzip stream that
+ * stops early (a recorder killed mid-run, a cut or missing trailer) or compressed data that is invalid
+ * is an error that says so, with the compressed byte offset and the lines read, never a shorter trace. */
 int dmm_trace_load(const char *path, dmm_trace *out, char *err, size_t errcap);
 #endif
 

@@ -24,7 +24,9 @@
  * (jobs.c), and destroy then goes without a driver call, freeing every host structure (events are not
  * destroyed: the context took them).
  *
- * Invariants: alloc_bytes.cur = Σ live blocks' rounded sizes over pool, tags and graphs;
+ * Invariants: reserve ≤ 2^63 and every request served is ≤ reserve, so that rounding it up to the
+ * block alignment or the granule never wraps (a larger one is refused at the entry);
+ * alloc_bytes.cur = Σ live blocks' rounded sizes over pool, tags and graphs;
  * blocks.cur = their number; mapped.cur = bytes the arena mapped for us; queued = our requests in
  * the deferred queue.
  */
@@ -38,6 +40,7 @@
 
 #define MIB ((uint64_t)1 << 20)
 #define GIB ((uint64_t)1 << 30)
+#define TORCH_MAX_RESERVE ((uint64_t)1 << 63) /* reserve ≤ 2^63: a request ≤ reserve rounds up without wrapping */
 
 static _Atomic int capture_check = 1;
 
@@ -61,12 +64,6 @@ static void acct_refund(void *user, dmm_device device, dmm_axis axis, uint64_t b
     tctx *c = user;
     dmm__torch_count_sub(axis == DMM_AXIS_MAPPED ? &c->mapped : &c->owned, bytes);
     if (c->inner.refund != NULL) c->inner.refund(c->inner.user, device, axis, bytes);
-}
-
-static uint64_t pow2_at_least(uint64_t x) {
-    uint64_t p = 1;
-    while (p < x && p < ((uint64_t)1 << 62)) p <<= 1;
-    return p;
 }
 
 /* ---- create / destroy ---- */
@@ -101,16 +98,35 @@ dmm_status dmm__torch_create(dmm_driver *drv, const dmm_torch_ext *ext, dmm_gove
         uint64_t fr = 0, total = 0;
         if (dmm__drv_mem_info(drv, &fr, &total) != DMM_OK || total == 0) total = 64 * GIB;
         dmm_clear_error();
-        pool_va = pow2_at_least(total);
+        if (!dmm_pow2_up(total, &pool_va)) pool_va = UINT64_MAX; /* refused below */
     }
     if (pool_va < 64 * gran) pool_va = 64 * gran;
+    uint64_t reserve = k.reserve_bytes ? k.reserve_bytes : 4 * (pool_va <= TORCH_MAX_RESERVE / 4 ? pool_va : 0);
+    if (pool_va > TORCH_MAX_RESERVE / 4 && k.reserve_bytes == 0) {
+        free(c);
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "dmm torch: a pool VA of %llu bytes on device %d is too large: the adapter reserves 4 x "
+                             "it, and 64 bits hold a pool VA of at most %llu (2^61); set DMM_TORCH_POOL_VA (the "
+                             "config's pool_va_bytes) to the device's memory or less, or 0 for that; nothing was "
+                             "created",
+                             (unsigned long long)pool_va, (int)drv->device.index,
+                             (unsigned long long)(TORCH_MAX_RESERVE / 4));
+    }
+    if (reserve > TORCH_MAX_RESERVE) {
+        free(c);
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "dmm torch: a reservation of %llu bytes on device %d is above %llu (2^63), the most the "
+                             "adapter's sizes are checked for; pass a smaller reserve_bytes; nothing was created",
+                             (unsigned long long)reserve, (int)drv->device.index,
+                             (unsigned long long)TORCH_MAX_RESERVE);
+    }
     c->pool_va = pool_va;
+    c->reserve = reserve;
     c->tag_va = k.tag_segment_bytes ? k.tag_segment_bytes : pool_va / 2;
     c->tag_va = dmm__torch_round_granule(c, c->tag_va);
     c->restore_piece = k.restore_piece_bytes;
     c->restore_first = k.restore_first_bytes;
     c->restore_copy = k.restore_copy_bytes;
-    uint64_t reserve = k.reserve_bytes ? k.reserve_bytes : 4 * pool_va;
 
     dmm_holder_config hc = {sizeof hc, "torch", 0, NULL, NULL};
     s = dmm_governor_holder_register(gov, &hc, &c->holder);
@@ -328,6 +344,8 @@ static dmm_status pool_retry(tctx *c, size_t bytes, dmm_stream stream, void **ou
 dmm_status dmm__torch_malloc(tctx *c, size_t bytes, dmm_stream stream, void **out) {
     *out = NULL;
     if (bytes == 0) return DMM_OK;
+    if (bytes > c->reserve) /* no route could serve it, and its rounding up (tags, graphs) would wrap */
+        return dmm__torch_too_large(c, bytes, "allocating");
     if (stream != NULL && c->ext.capture_status != NULL && atomic_load_explicit(&capture_check, memory_order_relaxed)) {
         bool capturing = false;
         uint64_t id = 0;

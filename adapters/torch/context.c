@@ -1,7 +1,7 @@
 /* adapters/torch/context.c — the context floor: counts with resettable peaks, the clock, and the
  * device-loss questions every floor above asks.
  *
- * What it owns: nothing but these answers. Device loss has one owner, the driver (src/driver/call.h):
+ * What it owns: nothing but these answers (and the sentence that refuses a request above the reservation). Device loss has one owner, the driver (src/driver/call.h):
  * every call into it goes through its wrappers, the first DMM_ERR_DEVICE_LOST latches there, and
  * every later call is refused without reaching the driver. So the adapter keeps no loss flag: it asks
  * the driver before its slow paths, and refuses with a sentence of its own that says what to do.
@@ -52,4 +52,12 @@ dmm_status dmm__torch_refuse_lost(tctx *c, const char *op) {
                          "context error), so nothing is asked of the driver any more; free what you hold, tear "
                          "the context down, then confirm (dmm__torch_confirm_lost) and destroy",
                          op, (int)c->dev.index);
+}
+
+dmm_status dmm__torch_too_large(const tctx *c, uint64_t bytes, const char *what) {
+    return dmm_error_set(DMM_ERR_OUT_OF_MEMORY,
+                         "dmm torch: %s %llu bytes on device %d refused: more than the %llu bytes of address space "
+                         "the adapter reserved for the device (4 x DMM_TORCH_POOL_VA), so nothing could hold it; "
+                         "nothing was allocated",
+                         what, (unsigned long long)bytes, (int)c->dev.index, (unsigned long long)c->reserve);
 }

@@ -35,6 +35,9 @@ dmm_status dmm__torch_refuse_lost(tctx *c, const char *op);
  * the slot); *id = the capture's id (0 = unknown). */
 dmm_status dmm__torch_capturing(const tctx *c, dmm_stream stream, bool *capturing, uint64_t *id);
 
+/* DMM_ERR_OUT_OF_MEMORY for a request above the reservation (`what`: "allocating", ...): nothing changes. */
+dmm_status dmm__torch_too_large(const tctx *c, uint64_t bytes, const char *what);
+
 /* Rounds a request up to the block alignment (torch's 512 bytes), and a length up to the granule. */
 static inline uint64_t dmm__torch_round_block(const tctx *c, uint64_t bytes) {
     return (bytes + c->block_align - 1) & ~(c->block_align - 1);

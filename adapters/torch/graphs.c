@@ -91,6 +91,7 @@ dmm_status dmm__torch_graph_free_locked(tctx *c, void *ptr, uint64_t *len, uint6
 
 dmm_status dmm__torch_graph_reserve(tctx *c, uint64_t bytes, dmm_stream stream) {
     if (bytes == 0) return DMM_OK;
+    if (bytes > c->reserve) return dmm__torch_too_large(c, bytes, "reserving graph memory of"); /* (rounding wraps) */
     bool capturing = false;
     uint64_t id = 0;
     dmm_status s = dmm__torch_capturing(c, stream, &capturing, &id);

@@ -162,6 +162,7 @@ struct tctx {
     dmm_torch_ext ext;
     dmm_device dev;
     uint64_t granule, pool_va, tag_va, block_align;
+    uint64_t reserve;        /* the arena's VA reservation (≤ 2^63): no request above it is served */
     uint64_t restore_piece, restore_first, restore_copy; /* dmm_torch_config's restore_*_bytes */
 
     dmm_governor *gov;       /* not owned */

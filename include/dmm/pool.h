@@ -99,11 +99,11 @@ typedef struct dmm_pool dmm_pool;
 
 typedef struct dmm_pool_config {
     uint32_t size;          /* sizeof(dmm_pool_config) */
-    uint64_t va_bytes;      /* VA the pool takes from the mechanism; 0 = half the arena's reservation
-                               (for an arena), else 64 GiB */
+    uint64_t va_bytes;      /* VA the pool takes from the mechanism, at most its reservation (where it
+                               names one); 0 = half the arena's reservation (for an arena), else 64 GiB */
     uint64_t chunk_bytes;   /* commit quantum: every chunk (one physical handle) is a whole number of
-                               them; a power-of-two multiple of the driver's granularity; 0 = the
-                               granularity */
+                               them; a power-of-two multiple of the driver's granularity, at most
+                               va_bytes; 0 = the granularity */
     uint64_t region_bytes;  /* VA a heap takes at a time (a power of two ≥ chunk_bytes); 0 = va_bytes/64
                                rounded down to a power of two. A block larger than a region takes several */
     size_t block_align;     /* alignment and size quantum of blocks (a power of two); 0 = 512 */

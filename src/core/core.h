@@ -96,7 +96,17 @@ static inline bool dmm_atomic_cas_acq_rel(_Atomic uint64_t *p, uint64_t *expecte
 static inline bool dmm_add_overflows(uint64_t a, uint64_t b, uint64_t *sum) {
     return __builtin_add_overflow(a, b, sum);
 }
+static inline bool dmm_mul_overflows(uint64_t a, uint64_t b, uint64_t *product) {
+    return __builtin_mul_overflow(a, b, product);
+}
 static inline bool dmm_is_pow2(uint64_t x) { return x != 0 && (x & (x - 1)) == 0; }
+/* The least power of two ≥ x (1 for x ≤ 1); false when that is above 2^63 (it would not fit in 64
+ * bits), so that no caller doubles a size into 0. */
+static inline bool dmm_pow2_up(uint64_t x, uint64_t *out) {
+    if (x > ((uint64_t)1 << 63)) return false;
+    *out = x <= 1 ? 1 : (uint64_t)1 << (64 - __builtin_clzll(x - 1));
+    return true;
+}
 /* Rounds up to a multiple of a power of two; returns false on overflow. */
 static inline bool dmm_align_up(uint64_t x, uint64_t align, uint64_t *out) {
     uint64_t t;

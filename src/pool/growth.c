@@ -152,16 +152,25 @@ static uint64_t live_peak_estimate(dmm_pool *p) {
     return s > mx ? s : mx;
 }
 
+/* a + b, or UINT64_MAX when that does not fit: a limit too large to state is no limit */
+static uint64_t add_saturated(uint64_t a, uint64_t b) {
+    uint64_t sum;
+    return dmm_add_overflows(a, b, &sum) ? UINT64_MAX : sum;
+}
+
+/* x × permille / 1000 without the overflow of x × permille (saturated: permille is the caller's, up to 2^32) */
 static uint64_t permille_of(uint64_t x, uint32_t permille) {
-    return x / 1000 * permille + (x % 1000) * permille / 1000;
+    uint64_t whole;
+    if (dmm_mul_overflows(x / 1000, permille, &whole)) return UINT64_MAX;
+    return add_saturated(whole, (x % 1000) * permille / 1000);
 }
 
 /* The retention limit: (1 + retain/1000) × the live peak, plus what re-mapping taught it (settled),
- * at most (1 + settle/1000) × the live peak. */
+ * at most (1 + settle/1000) × the live peak (saturated at UINT64_MAX: no limit). */
 static uint64_t retention_limit(dmm_pool *p) {
     uint64_t peak = live_peak_estimate(p), learned = load_relaxed(&p->settled);
     uint64_t room = permille_of(peak, p->settle_permille - p->retain_permille);
-    return peak + permille_of(peak, p->retain_permille) + (learned < room ? learned : room);
+    return add_saturated(add_saturated(peak, permille_of(peak, p->retain_permille)), learned < room ? learned : room);
 }
 
 /* One malloc's growth, across its attempts. */

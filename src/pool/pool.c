@@ -121,8 +121,10 @@ dmm_status dmm_pool_create(dmm_mechanism *mech, dmm_driver *drv, const dmm_pool_
     uint64_t max_chunk = c.max_chunk_bytes ? c.max_chunk_bytes : chunk;
     if (max_chunk % chunk != 0 || max_chunk / chunk > UINT32_MAX)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
-                             "dmm_pool_create: max_chunk_bytes %llu must be a multiple of chunk_bytes %llu",
-                             (unsigned long long)max_chunk, (unsigned long long)chunk);
+                             "dmm_pool_create: max_chunk_bytes %llu must be a multiple of chunk_bytes %llu and at "
+                             "most 2^32 - 1 of them (%llu bytes)",
+                             (unsigned long long)max_chunk, (unsigned long long)chunk,
+                             (unsigned long long)(chunk > UINT64_MAX / UINT32_MAX ? UINT64_MAX : chunk * UINT32_MAX));
     uint64_t align = c.block_align ? c.block_align : 512;
     if (!dmm_is_pow2(align) || align < 64 || align > chunk)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
@@ -130,17 +132,25 @@ dmm_status dmm_pool_create(dmm_mechanism *mech, dmm_driver *drv, const dmm_pool_
                              "(%llu)",
                              (unsigned long long)align, (unsigned long long)chunk);
     uint64_t va = c.va_bytes;
-    if (va == 0) {
-        uintptr_t rva = 0;
-        uint64_t rbytes = 0;
-        if (dmm_mechanism_reservation(mech, &rva, &rbytes) == DMM_OK && rbytes > 0) va = rbytes / 2;
-        else va = 64 * GIB;
-        dmm_clear_error();
-    }
+    uintptr_t rva = 0;
+    uint64_t rbytes = 0; /* the mechanism's reservation; 0: it names none */
+    if (dmm_mechanism_reservation(mech, &rva, &rbytes) != DMM_OK) rbytes = 0;
+    dmm_clear_error();
+    if (va == 0) va = rbytes > 0 ? rbytes / 2 : 64 * GIB;
+    if (rbytes > 0 && va > rbytes) /* refused before the tables sized by it are allocated */
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "dmm_pool_create: va_bytes %llu is more than mechanism '%s' reserved (%llu bytes); pass "
+                             "at most that (0 = half of it), or give the arena a larger reserve_bytes",
+                             (unsigned long long)va, dmm_mechanism_name(mech), (unsigned long long)rbytes);
+    if (chunk > va)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "dmm_pool_create: chunk_bytes %llu is larger than the pool's VA (%llu bytes): every "
+                             "chunk lies inside the VA; pass a smaller chunk_bytes or a larger va_bytes",
+                             (unsigned long long)chunk, (unsigned long long)va);
     uint64_t region = c.region_bytes;
-    if (region == 0) {
+    if (region == 0) { /* the largest power of two ≤ va/64, at least a chunk; the test cannot overflow */
         region = chunk;
-        while (region * 2 <= va / 64) region *= 2;
+        while (region <= va / 128) region *= 2;
     }
     if (!dmm_is_pow2(region) || region < chunk || va < region)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,

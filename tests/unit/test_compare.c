@@ -2,15 +2,25 @@
  * in here, as test_trace.c does with tools/trace.c): the verdicts against the noise-calibrated
  * threshold in both directions, added/removed metrics, the strict reader refusing malformed JSON and
  * wrong shapes with one sentence, different benches refused; and bench/common/results.c's output
- * read back (the writer and the reader agree on the format). */
-#include "../../tools/compare.c"
-#include "../../tools/json_read.c"
-#include "../../bench/common/results.c"
-
+ * read back (the writer and the reader agree on the format). Crafted files: repeated keys and metric
+ * names are found, and metrics looked up, in n log n string comparisons (they were n²: 46 s for a
+ * megabyte of keys), and a file above DMM_BENCH_MAX_FILE is refused before it is read whole. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+static unsigned long long strcmps; /* the string comparisons the reader and the comparator made */
+static int counted_strcmp(const char *a, const char *b) {
+    strcmps++;
+    return strcmp(a, b);
+}
+#undef strcmp
+#define strcmp(a, b) counted_strcmp((a), (b))
+#include "../../tools/compare.c"
+#include "../../tools/json_read.c"
+#undef strcmp
+#include "../../bench/common/results.c"
 
 #include "testkit.h"
 
@@ -317,8 +327,79 @@ static void what_a_bench_writes_reads_back(void **state) {
     assert_string_equal(id, "gpt2_train_x");
 }
 
+static void repeats_and_lookups_cost_n_log_n_comparisons_not_n_squared(void **state) {
+    (void)state;
+    enum { KEYS = 20000, METRICS = 4000 };
+    size_t cap = (size_t)KEYS * 16 + 256;
+    char *text = malloc(cap);
+    size_t len = (size_t)snprintf(text, cap, "{\"bench\":\"b\",\"metrics\":[],\"x\":{");
+    for (int i = 0; i < KEYS; i++) len += (size_t)snprintf(text + len, cap - len, "%s\"k%d\":0", i ? "," : "", i);
+    snprintf(text + len, cap - len, "}}");
+    dmm_bench_file f;
+    char err[512] = "";
+    strcmps = 0;
+    parse_ok(text, &f);
+    if (strcmps > 40ull * KEYS) fail_msg("%llu comparisons for %d keys", strcmps, KEYS);
+    dmm_bench_file_free(&f);
+    snprintf(text + len, cap - len, ",\"k7\":1}}"); /* a repeat at the end, named where it is */
+    assert_int_equal(dmm_bench_parse(text, strlen(text), "t.json", &f, err, sizeof err), -1);
+    char want[128];
+    snprintf(want, sizeof want, "line 1, column %zu: the key \"k7\" appears twice", len + 2);
+    assert_sentence(err, want);
+    free(text);
+
+    /* two files of METRICS metrics, the second in the reverse order, compared */
+    cap = (size_t)METRICS * 128 + 256;
+    char *t1 = malloc(cap), *t2 = malloc(cap), m[256];
+    size_t l1 = (size_t)snprintf(t1, cap, "{\"bench\":\"b\",\"metrics\":["), l2 = (size_t)snprintf(t2, cap, "%s", t1);
+    for (int i = 0; i < METRICS; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "m%d", i);
+        l1 += (size_t)snprintf(t1 + l1, cap - l1, "%s%s", i ? "," : "", metric(m, sizeof m, name, "lower", 10, 1));
+        snprintf(name, sizeof name, "m%d", METRICS - 1 - i);
+        l2 += (size_t)snprintf(t2 + l2, cap - l2, "%s%s", i ? "," : "", metric(m, sizeof m, name, "lower", 10, 1));
+    }
+    snprintf(t1 + l1, cap - l1, "]}");
+    snprintf(t2 + l2, cap - l2, "]}");
+    dmm_bench_file a, b;
+    dmm_cmp_opts o = {DMM_CMP_DEFAULT_K, DMM_CMP_DEFAULT_FLOOR};
+    dmm_cmp_result r;
+    strcmps = 0;
+    parse_ok(t1, &a);
+    parse_ok(t2, &b);
+    if (dmm_compare(&a, &b, "a", "b", &o, &r, err, sizeof err) != 0) fail_msg("%s", err);
+    assert_int_equal(r.count[DMM_CMP_SAME], METRICS);
+    if (strcmps > 400ull * METRICS) fail_msg("%llu comparisons for %d metrics", strcmps, METRICS);
+    dmm_cmp_result_free(&r);
+    dmm_bench_file_free(&a);
+    dmm_bench_file_free(&b);
+    /* a repeated metric name, named where the second one is */
+    snprintf(t1 + l1, cap - l1, ",%s]}", metric(m, sizeof m, "m5", "lower", 10, 1));
+    assert_int_equal(dmm_bench_parse(t1, strlen(t1), "t.json", &a, err, sizeof err), -1);
+    snprintf(want, sizeof want, "line 1, column %zu: not a bench result: the metric \"m5\" appears twice", l1 + 2);
+    assert_sentence(err, want);
+    free(t1);
+    free(t2);
+}
+
+static void a_file_above_the_limit_is_refused_unread(void **state) {
+    (void)state;
+    char path[] = "/tmp/dmm_test_compare_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, DMM_BENCH_MAX_FILE + 1), 0); /* a sparse file: costs nothing */
+    close(fd);
+    dmm_bench_file f;
+    char err[512] = "";
+    assert_int_equal(dmm_bench_load(path, &f, err, sizeof err), -1);
+    unlink(path);
+    if (strstr(err, "larger than 4 MiB, the most a bench result may be") == NULL) fail_msg("%s", err);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(repeats_and_lookups_cost_n_log_n_comparisons_not_n_squared),
+        cmocka_unit_test(a_file_above_the_limit_is_refused_unread),
         cmocka_unit_test(a_slowdown_above_the_noise_is_worse_and_within_it_is_same),
         cmocka_unit_test(the_floor_holds_when_a_metric_has_no_spread),
         cmocka_unit_test(the_direction_decides_what_is_worse),

@@ -1,7 +1,8 @@
 /* tests/unit/test_pool.c — the pool over the arena over the host driver (wrapped in the fault driver
  * so that driver calls can be counted, failed and event completion held back).
  *
- * What is proven: the creation contract (refuses a mechanism without virtual backing, bad configs);
+ * What is proven: the creation contract (refuses a mechanism without virtual backing, bad configs, a
+ * chunk larger than the VA, 2^63 included, whose default region doubling once wrapped to 0 for ever);
  * blocks are aligned, usable memory, reused with no driver call at all; free blocks coalesce and
  * growth extends a free block next to unmapped VA; a full retention limit moves whole free chunks
  * (decommit there, commit here, the handle from the arena's cache) instead of growing; unknown and
@@ -56,7 +57,19 @@ static void create_refuses_what_it_cannot_use(void **state) {
     pc.chunk_bytes = 3 * MIB; /* not a power of two */
     assert_int_equal(dmm_pool_create(arena, host, &pc, &pool), DMM_ERR_INVALID_ARGUMENT);
     dmm_test_error_mentions("chunk_bytes", "power of two", NULL);
+    pc.chunk_bytes = (uint64_t)1 << 63; /* a power of two and a multiple of the granule: its doubling wraps */
+    assert_int_equal(dmm_pool_create(arena, host, &pc, &pool), DMM_ERR_INVALID_ARGUMENT);
+    dmm_test_error_mentions("chunk_bytes 9223372036854775808", "larger than the pool's VA", "smaller chunk_bytes",
+                            NULL);
     pc.chunk_bytes = 0;
+    pc.va_bytes = (uint64_t)1 << 62; /* beyond the arena's reservation: once "out of host memory for 64 regions" */
+    assert_int_equal(dmm_pool_create(arena, host, &pc, &pool), DMM_ERR_INVALID_ARGUMENT);
+    dmm_test_error_mentions("va_bytes 4611686018427387904 is more than mechanism 'arena' reserved", NULL);
+    pc.va_bytes = 0;
+    pc.max_chunk_bytes = (uint64_t)C << 33; /* a multiple of the quantum, but 2^33 of them */
+    assert_int_equal(dmm_pool_create(arena, host, &pc, &pool), DMM_ERR_INVALID_ARGUMENT);
+    dmm_test_error_mentions("max_chunk_bytes", "at most 2^32 - 1 of them", NULL);
+    pc.max_chunk_bytes = 0;
     pc.block_align = 100;
     assert_int_equal(dmm_pool_create(arena, host, &pc, &pool), DMM_ERR_INVALID_ARGUMENT);
     dmm_test_error_mentions("block_align", NULL);

@@ -6,11 +6,16 @@
  *     driver call at all in its last repetition, and the totals count every repetition;
  *   - the leftovers (allocations a repetition never frees) are freed between repetitions, so the
  *     physical peak of three repetitions is the peak of one;
- *   - the replay ends with the driver holding nothing (dmm_replay_run checks the census). */
+ *   - the replay ends with the driver holding nothing (dmm_replay_run checks the census);
+ *   - hostile sizes: a trace whose peak needs a reservation beyond 64 bits (above 2^58 bytes) is refused
+ *     before anything is created (it hung above 2^63 and silently reserved 64 GiB from 2^58), and so is
+ *     one whose peak needs more host-driver handles than the open-file limit allows;
+ *   - --lag UINT64_MAX means "never" (a synchronize completes), not "at once" (the sum wrapped). */
 #include "../../tools/replay.c"
 #include "../../tools/trace.c"
 
 #include <string.h>
+#include <sys/resource.h>
 
 #include "testkit.h"
 
@@ -84,8 +89,73 @@ static void under_lag_the_repetitions_still_end_with_nothing_held(void **state) 
     dmm_replay_result_free(&r);
 }
 
+/* One allocation of `bytes`, replayed on `driver` (or only checked, when check_only). */
+static int replay_one(const char *bytes, const char *driver, bool check_only, char *err, size_t errcap) {
+    char text[128];
+    snprintf(text, sizeof text, "# dmm-trace v1\n0 a 1 %s 0\n", bytes);
+    dmm_trace t;
+    assert_int_equal(dmm_trace_parse(text, strlen(text), &t, err, errcap), 0);
+    dmm_replay_opts o;
+    memset(&o, 0, sizeof o);
+    o.driver = driver;
+    dmm_replay_result r;
+    int rc = check_only ? dmm_replay_check(&t, &o, NULL, err, errcap) : dmm_replay_run(&t, &o, &r, err, errcap);
+    if (!check_only && rc == 0) dmm_replay_result_free(&r);
+    dmm_trace_free(&t);
+    return rc;
+}
+
+static void sizes_whose_reservation_would_overflow_are_refused_at_once(void **state) {
+    (void)state;
+    char err[512] = "";
+    /* above 2^63 the power-of-two round-up wrapped to 0 and looped for ever */
+    assert_int_equal(replay_one("9223372036854775809", "host", false, err, sizeof err), -1);
+    if (strstr(err, "9223372036854775809 bytes, is above 288230376151711744 (2^58)") == NULL) fail_msg("%s", err);
+    /* from 2^58 to 2^63 the × 32 wrapped and the reservation silently became 64 GiB */
+    assert_int_equal(replay_one("576460752303423488", "host", false, err, sizeof err), -1);
+    if (strstr(err, "576460752303423488 bytes, is above") == NULL || strstr(err, "corrupt") == NULL)
+        fail_msg("%s", err);
+    assert_int_equal(replay_one("288230376151711745", "cuda", true, err, sizeof err), -1); /* 2^58 + 1 */
+    assert_int_equal(replay_one("288230376151711744", "cuda", true, err, sizeof err), 0); /* 2^58: 2^63 of VA */
+}
+
+static void a_peak_the_open_file_limit_cannot_hold_is_refused_before_any_driver_call(void **state) {
+    (void)state;
+    struct rlimit was, low;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &was), 0);
+    low = was;
+    low.rlim_cur = 1024;
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+    char err[512] = "";
+    /* 1 TiB in 2 MiB handles: 524,288 memfds, each created before the limit stopped the replay */
+    int rc = replay_one("1099511627776", "host", false, err, sizeof err);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &was), 0);
+    assert_int_equal(rc, -1);
+    if (strstr(err, "at least 524288 physical handles") == NULL || strstr(err, "open-file limit is 1024") == NULL)
+        fail_msg("%s", err);
+}
+
+static void a_huge_lag_means_never_not_at_once(void **state) {
+    (void)state;
+    lag_driver l;
+    memset(&l, 0, sizeof l);
+    l.clock = 10;
+    lag_event e = {NULL, 5};
+    l.lag = 5;
+    assert_true(lag_done(&l, &e));
+    l.lag = 6;
+    assert_false(lag_done(&l, &e));
+    l.lag = UINT64_MAX; /* at + lag wrapped to at - 1: the event completed at once */
+    assert_false(lag_done(&l, &e));
+    l.synced_to = 5; /* a synchronize still completes it */
+    assert_true(lag_done(&l, &e));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(sizes_whose_reservation_would_overflow_are_refused_at_once),
+        cmocka_unit_test(a_peak_the_open_file_limit_cannot_hold_is_refused_before_any_driver_call),
+        cmocka_unit_test(a_huge_lag_means_never_not_at_once),
         cmocka_unit_test(once_the_steady_counts_are_the_whole_run),
         cmocka_unit_test(a_repeating_step_reaches_a_steady_state_without_driver_calls),
         cmocka_unit_test(under_lag_the_repetitions_still_end_with_nothing_held),

@@ -10,8 +10,9 @@
  * refuses allocations; a capture is served only from memory reserved before it, with no driver call
  * at all, and fails with a sentence naming the remedy otherwise; a capture's segment is its own until
  * its graph is released; a budget refuses with DMM_ERR_BUDGET and recovers; empty_cache gives back
- * cached chunks and empty tag segments; destroy is refused while blocks are live. Every test ends
- * with the driver's census at zero.
+ * cached chunks and empty tag segments; destroy is refused while blocks are live; sizes beyond the
+ * reservation (a pool VA whose 4 x wraps, a request or graph reservation whose rounding wraps) are
+ * refused and change nothing. Every test ends with the driver's census at zero.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -716,8 +717,47 @@ static void segment_first_fit_coalesces(void **state) {
     dmm__torch_segment_close(&sa);
 }
 
+static void sizes_beyond_the_reservation_are_refused_and_change_nothing(void **state) {
+    (void)state;
+    /* a pool VA whose 4 x reservation does not fit in 64 bits (it wrapped to a small one) */
+    dmm_driver *host = NULL;
+    dmm_governor *gov = NULL;
+    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &host));
+    DMM_OK_OR_FAIL(dmm_governor_create(NULL, &gov));
+    dmm_torch_ext x = kit_torch_ext();
+    dmm_torch_config k = kit_torch_config(0);
+    k.reserve_bytes = 0;                         /* 4 x the pool's VA */
+    k.pool_va_bytes = ((uint64_t)1 << 62) + 4096; /* 4 x that wraps to 16 KiB */
+    tctx *c = (tctx *)&c;
+    assert_int_equal(dmm__torch_create(host, &x, gov, &k, &c), DMM_ERR_INVALID_ARGUMENT);
+    assert_null(c);
+    dmm_test_error_mentions("pool VA of 4611686018427392000 bytes", "DMM_TORCH_POOL_VA", "at most 2305843009213693952", NULL);
+    dmm_test_census_zero(host);
+    DMM_OK_OR_FAIL(dmm_governor_destroy(gov)); /* nothing registered with it either */
+    dmm_driver_destroy(host);
+
+    /* requests whose rounding up would wrap: refused, nothing allocated, no driver call */
+    fx *f = fx_open(0);
+    uint64_t calls0 = dmm_fault_calls(f->drv, DMM_OP_ANY);
+    void *p = (void *)&p;
+    assert_int_equal(dmm__torch_malloc(f->c, SIZE_MAX - 100, f->s1, &p), DMM_ERR_OUT_OF_MEMORY);
+    assert_null(p);
+    dmm_test_error_mentions("18446744073709551515 bytes", "more than the", "bytes of address space", NULL);
+    DMM_OK_OR_FAIL(dmm__torch_tag_begin("huge"));
+    p = (void *)&p;
+    assert_int_equal(dmm__torch_malloc(f->c, SIZE_MAX - 100, f->s1, &p), DMM_ERR_OUT_OF_MEMORY); /* a tag's */
+    DMM_OK_OR_FAIL(dmm__torch_tag_end());
+    assert_null(p);
+    assert_int_equal(dmm__torch_graph_reserve(f->c, UINT64_MAX - 100, f->s1), DMM_ERR_OUT_OF_MEMORY);
+    dmm_test_error_mentions("graph memory", "more than the", NULL);
+    assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_ANY), calls0);
+    assert_int_equal(ld(&f->c->blocks.cur), 0);
+    fx_close(f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(sizes_beyond_the_reservation_are_refused_and_change_nothing),
         cmocka_unit_test(routing_and_stats),
         cmocka_unit_test(tags_offload_restore),
         cmocka_unit_test(restore_in_pieces),

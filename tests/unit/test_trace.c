@@ -1,12 +1,32 @@
 /* tests/unit/test_trace.c — the trace reader of the replay tool (tools/trace.c, compiled in here):
  * header keys (unknown ones ignored), events, frees resolved to their allocation, dense streams, the
  * peak of live bytes, every malformed input refused with its line number; and the real gpt2 trace of
- * data/traces, read through the zlib loader, with the numbers its README states. */
-#include "../../tools/trace.c"
-
+ * data/traces, read through the zlib loader, with the numbers its README states.
+ * Hostile files: a gzip stream cut anywhere (mid-line, at a line's end, its trailer missing) is an error
+ * that says "truncated" with the compressed offset, never a shorter trace (the loader once took zlib's
+ * short read for the end of the file); a damaged one says "corrupt"; a line longer than
+ * DMM_TRACE_MAX_LINE is refused; and the loader streams: 64 MiB of text cost no allocation above its
+ * 1 MiB window (the malloc and realloc of trace.c are counted here). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+static size_t largest_request; /* the largest single malloc/realloc trace.c made */
+static void *counted_malloc(size_t n) {
+    if (n > largest_request) largest_request = n;
+    return malloc(n);
+}
+static void *counted_realloc(void *p, size_t n) {
+    if (n > largest_request) largest_request = n;
+    return realloc(p, n);
+}
+#define malloc(n) counted_malloc(n)
+#define realloc(p, n) counted_realloc((p), (n))
+#include "../../tools/trace.c"
+#undef malloc
+#undef realloc
 
 #include "testkit.h"
 
@@ -92,8 +112,112 @@ static void the_real_gpt2_trace_reads_as_its_readme_says(void **state) {
     dmm_trace_free(&t);
 }
 
+/* Writes `len` bytes of `data` to a fresh temporary file; its path into path[64]. */
+static void write_file(char *path, const void *data, size_t len) {
+    snprintf(path, 64, "/tmp/dmm-test-trace-XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, data, len), (ssize_t)len);
+    assert_int_equal(close(fd), 0);
+}
+
+/* The bytes of a file (malloc'd); its length into *len. */
+static unsigned char *read_all(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    unsigned char *b = malloc(1 << 20);
+    *len = fread(b, 1, 1 << 20, f);
+    assert_true(*len < (1 << 20));
+    fclose(f);
+    return b;
+}
+
+static void expect_load_error(const unsigned char *gz, size_t len, const char *want, const char *want2) {
+    char path[64], err[768] = "";
+    write_file(path, gz, len);
+    dmm_trace t;
+    int rc = dmm_trace_load(path, &t, err, sizeof err);
+    unlink(path);
+    if (rc == 0) fail_msg("%zu bytes loaded as a trace of %zu events; wanted '%s'", len, t.n, want);
+    if (strstr(err, want) == NULL || (want2 != NULL && strstr(err, want2) == NULL))
+        fail_msg("%zu bytes: '%s' does not mention '%s' and '%s'", len, err, want, want2 ? want2 : "");
+    assert_null(t.ev);
+}
+
+static void a_cut_gzip_trace_is_an_error_that_says_truncated(void **state) {
+    (void)state;
+    size_t len = 0;
+    unsigned char *gz = read_all(DMM_SOURCE_DIR "/data/traces/gpt2-train.trace.gz", &len);
+    /* a recorder killed mid-run: cut anywhere, the trailer missing or short by one byte */
+    size_t cuts[] = {len * 45 / 100, len / 2 + 1, len - 8, len - 1, 40};
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++)
+        expect_load_error(gz, cuts[i], "is truncated: its gzip stream stops in the middle", "compressed bytes");
+    /* the whole file still reads */
+    char path[64], err[512] = "";
+    write_file(path, gz, len);
+    dmm_trace t;
+    if (dmm_trace_load(path, &t, err, sizeof err) != 0) fail_msg("%s", err);
+    assert_int_equal(t.n, 17975);
+    dmm_trace_free(&t);
+    unlink(path);
+    /* damaged: a flipped byte of the checksum, one in the middle of the data */
+    gz[len - 6] ^= 0xff;
+    expect_load_error(gz, len, "is corrupt", "compressed byte");
+    gz[len - 6] ^= 0xff;
+    gz[len / 3] ^= 0x55;
+    expect_load_error(gz, len, "trace '/tmp/dmm-test-trace-", NULL); /* corrupt, or garbage that reads wrong */
+    free(gz);
+}
+
+/* The gzip of text[0..n) repeated `times` times, as a temporary file. */
+static void write_gz(char *path, const char *head, const char *text, size_t n, size_t times) {
+    snprintf(path, 64, "/tmp/dmm-test-trace-XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    gzFile f = gzdopen(fd, "wb1");
+    assert_non_null(f);
+    assert_int_equal(gzwrite(f, head, (unsigned)strlen(head)), (int)strlen(head));
+    for (size_t i = 0; i < times; i++) assert_int_equal(gzwrite(f, text, (unsigned)n), (int)n);
+    assert_int_equal(gzclose(f), Z_OK);
+}
+
+static void a_long_line_is_refused_and_a_big_text_is_streamed(void **state) {
+    (void)state;
+    size_t n = DMM_TRACE_MAX_LINE + 10;
+    char *line = malloc(n + 1);
+    memset(line, 'x', n);
+    line[0] = '#';
+    line[n] = '\0';
+    char *text = malloc(n + 64);
+    snprintf(text, n + 64, "# dmm-trace v1\n%s\n0 a 1 512 0\n", line);
+    dmm_trace t;
+    char err[256] = "";
+    assert_int_equal(parse(text, &t, err), -1);
+    if (strstr(err, "line 2 is longer than 65536 bytes") == NULL) fail_msg("%s", err);
+    char path[64];
+    write_gz(path, "# dmm-trace v1\n", line, n, 1); /* and the loader, with no newline in sight */
+    assert_int_equal(dmm_trace_load(path, &t, err, sizeof err), -1);
+    unlink(path);
+    if (strstr(err, "line 2 is longer than 65536 bytes") == NULL) fail_msg("%s", err);
+    free(text);
+    free(line);
+
+    /* 64 MiB of blank lines in a 64 KiB file (a gzip bomb's shape): read through the window, never whole */
+    char blank[1 << 16];
+    memset(blank, '\n', sizeof blank);
+    write_gz(path, "# dmm-trace v1\n0 a 1 512 0\n", blank, sizeof blank, 1024);
+    largest_request = 0;
+    if (dmm_trace_load(path, &t, err, sizeof err) != 0) fail_msg("%s", err);
+    unlink(path);
+    assert_int_equal(t.n, 1);
+    if (largest_request > (1 << 20)) fail_msg("the loader asked for %zu bytes at once", largest_request);
+    dmm_trace_free(&t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(a_cut_gzip_trace_is_an_error_that_says_truncated),
+        cmocka_unit_test(a_long_line_is_refused_and_a_big_text_is_streamed),
         cmocka_unit_test(a_small_trace_is_read_and_resolved),
         cmocka_unit_test(malformed_traces_are_refused_with_their_line),
         cmocka_unit_test(the_real_gpt2_trace_reads_as_its_readme_says),

@@ -1,0 +1,139 @@
+/* tools/cmd_help.c — the tool's top level: dispatch to one subcommand per cmd_*.c, `dmm help
+ * [COMMAND]`, `dmm --help`, `dmm version` / `dmm --version`, and what every command shares
+ * (commands.h): getopt's reset, the sentences for bad options, numeric options with their refusal
+ * printed.
+ *
+ * Exit codes: 0 done, 1 the work failed, 2 bad usage (an unknown command or option, a bad value).
+ * Help asked for goes to stdout with 0; help after a usage error goes to stderr with 2.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+#include "dmm/dmm.h"
+
+static const dmm_command commands[] = {
+    {"info", dmm_cmd_info, dmm_usage_info, "list the host driver and the CUDA devices (driver, VMM, granularity, memory)"},
+    {"replay", dmm_cmd_replay, dmm_usage_replay,
+     "replay an allocation trace through the pool: fragmentation, driver calls, latency"},
+    {"compare", dmm_cmd_compare, dmm_usage_compare,
+     "compare two bench results (bench_* --json): WORSE / same / better per metric"},
+    {"version", dmm_cmd_version, dmm_usage_version, "print the library version (also: dmm --version)"},
+    {"help", dmm_cmd_help, dmm_usage_help, "this list, or a command's help: dmm help COMMAND"},
+};
+#define NCOMMANDS (sizeof commands / sizeof commands[0])
+
+static const dmm_command *find_command(const char *name) {
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        if (strcmp(name, commands[i].name) == 0) return &commands[i];
+    return NULL;
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: dmm COMMAND [ARGS]      (dmm COMMAND --help: its options)\n"
+               "       dmm --help | --version\n\ncommands:\n");
+    for (size_t i = 0; i < NCOMMANDS; i++) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+}
+
+void dmm_cli_getopt_reset(void) {
+    optind = 0; /* GNU getopt: 0 starts a fresh scan (its internal state included) */
+    opterr = 0; /* the sentences are ours (dmm_cli_bad_option) */
+}
+
+int dmm_cli_bad_option(const char *cmd, int c, char *const *argv) {
+    const char *arg = argv[optind - 1];
+    if (c == ':')
+        fprintf(stderr, "dmm %s: %s needs a value (%s=VALUE or %s VALUE; dmm %s --help lists the options)\n", cmd, arg,
+                arg, arg, cmd);
+    else if (optopt != 0 && strncmp(arg, "--", 2) != 0)
+        fprintf(stderr, "dmm %s: unknown option '-%c' (dmm %s --help lists the options)\n", cmd, optopt, cmd);
+    else
+        fprintf(stderr, "dmm %s: unknown or ambiguous option '%s' (dmm %s --help lists the options)\n", cmd, arg, cmd);
+    return 2;
+}
+
+int dmm_cli_u64(const char *cmd, const char *opt, const char *text, const dmm_opt_range *r, uint64_t *out) {
+    char err[512];
+    if (dmm_opt_u64(opt, text, r, out, err, sizeof err) == 0) return 0;
+    fprintf(stderr, "dmm %s: %s\n", cmd, err);
+    return 2;
+}
+
+int dmm_cli_real(const char *cmd, const char *opt, const char *text, double min, double max, double *out) {
+    char err[512];
+    if (dmm_opt_real(opt, text, min, max, out, err, sizeof err) == 0) return 0;
+    fprintf(stderr, "dmm %s: %s\n", cmd, err);
+    return 2;
+}
+
+int dmm_cli_no_arguments(const char *cmd, int argc, char **argv, void (*usage_of)(FILE *)) {
+    static const struct option longs[] = {{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+    dmm_cli_getopt_reset();
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
+        if (c != 'h') return dmm_cli_bad_option(cmd, c, argv);
+        usage_of(stdout);
+        return 0;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "dmm %s: takes no arguments (got '%s')\n", cmd, argv[optind]);
+        return 2;
+    }
+    return -1; /* go on */
+}
+
+void dmm_usage_version(FILE *f) { fprintf(f, "usage: dmm version   (or dmm --version)\n\nPrints the library version.\n"); }
+
+int dmm_cmd_version(int argc, char **argv) {
+    int rc = dmm_cli_no_arguments("version", argc, argv, dmm_usage_version);
+    if (rc >= 0) return rc;
+    printf("dmm %s\n", dmm_version_string());
+    return 0;
+}
+
+void dmm_usage_help(FILE *f) {
+    fprintf(f, "usage: dmm help [COMMAND]\n\nLists the commands, or prints COMMAND's options (as dmm COMMAND --help).\n");
+}
+
+int dmm_cmd_help(int argc, char **argv) {
+    if (argc > 2) {
+        fprintf(stderr, "dmm help: one command at a time (got '%s' and '%s')\n", argv[1], argv[2]);
+        return 2;
+    }
+    if (argc < 2) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+        dmm_usage_help(stdout);
+        return 0;
+    }
+    const dmm_command *k = find_command(argv[1]);
+    if (k == NULL) {
+        fprintf(stderr, "dmm help: unknown command '%s'\n", argv[1]);
+        usage(stderr);
+        return 2;
+    }
+    k->usage(stdout);
+    return 0;
+}
+
+int dmm_cli(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *a = argv[1];
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0) return dmm_cmd_version(1, argv + 1);
+    const dmm_command *k = find_command(a);
+    if (k != NULL) return k->run(argc - 1, argv + 1);
+    if (a[0] == '-') fprintf(stderr, "dmm: unknown option '%s' before the command\n", a);
+    else fprintf(stderr, "dmm: unknown command '%s'\n", a);
+    usage(stderr);
+    return 2;
+}
