@@ -14,28 +14,12 @@
 
 #include <errno.h>
 #include <math.h> /* macros only (isinf, INFINITY): no libm */
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "err_text.h"
 #include "json_read.h"
-
-static int failf(char *err, size_t errcap, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-
-static int failf(char *err, size_t errcap, const char *fmt, ...) {
-    if (errcap > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errcap, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 void dmm_bench_file_free(dmm_bench_file *f) {
     if (f == NULL) return;
@@ -64,12 +48,12 @@ static const dmm_jv *member(const dmm_jv *v, const char *key, dmm_jv_kind kind, 
     const dmm_jv *m = dmm_jv_get(v, key);
     if (m == NULL) {
         if (!optional)
-            *rc = failf(err, errcap, "%s: line %d, column %d: not a bench result: %s has no \"%s\".", what, v->line,
+            *rc = dmm_tool_err(err, errcap, "%s: line %d, column %d: not a bench result: %s has no \"%s\".", what, v->line,
                         v->col, where, key);
         return NULL;
     }
     if (m->kind != kind) {
-        *rc = failf(err, errcap, "%s: line %d, column %d: not a bench result: \"%s\" of %s is %s, not %s.", what,
+        *rc = dmm_tool_err(err, errcap, "%s: line %d, column %d: not a bench result: \"%s\" of %s is %s, not %s.", what,
                     m->line, m->col, key, where, dmm_jv_kind_str(m->kind), dmm_jv_kind_str(kind));
         return NULL;
     }
@@ -81,12 +65,12 @@ static int read_metric(const dmm_jv *v, size_t i, const char *what, dmm_bench_me
     int rc = 0;
     snprintf(where, sizeof where, "metric %zu", i + 1);
     if (v->kind != DMM_JV_OBJECT)
-        return failf(err, errcap, "%s: line %d, column %d: not a bench result: %s is %s, not an object.", what, v->line,
+        return dmm_tool_err(err, errcap, "%s: line %d, column %d: not a bench result: %s is %s, not an object.", what, v->line,
                      v->col, where, dmm_jv_kind_str(v->kind));
     const dmm_jv *name = member(v, "name", DMM_JV_STRING, false, what, where, err, errcap, &rc);
     if (name == NULL) return -1;
     if (name->str[0] == '\0')
-        return failf(err, errcap, "%s: line %d, column %d: not a bench result: %s has an empty name.", what,
+        return dmm_tool_err(err, errcap, "%s: line %d, column %d: not a bench result: %s has an empty name.", what,
                      name->line, name->col, where);
     snprintf(where, sizeof where, "metric \"%s\"", name->str);
     const dmm_jv *unit = member(v, "unit", DMM_JV_STRING, false, what, where, err, errcap, &rc);
@@ -101,17 +85,17 @@ static int read_metric(const dmm_jv *v, size_t i, const char *what, dmm_bench_me
     if (rc != 0) return -1;
     bool higher = strcmp(better->str, "higher") == 0;
     if (!higher && strcmp(better->str, "lower") != 0)
-        return failf(err, errcap, "%s: line %d, column %d: not a bench result: \"better\" of %s is \"%s\"; it must be "
+        return dmm_tool_err(err, errcap, "%s: line %d, column %d: not a bench result: \"better\" of %s is \"%s\"; it must be "
                      "\"lower\" or \"higher\".", what, better->line, better->col, where, better->str);
     if (!(samples->number >= 1 && samples->number <= 1e15) || samples->number != (double)(long long)samples->number)
-        return failf(err, errcap, "%s: line %d, column %d: not a bench result: \"samples\" of %s is %g; it must be a "
+        return dmm_tool_err(err, errcap, "%s: line %d, column %d: not a bench result: \"samples\" of %s is %g; it must be a "
                      "whole number >= 1.", what, samples->line, samples->col, where, samples->number);
     if (mad->number < 0)
-        return failf(err, errcap, "%s: line %d, column %d: not a bench result: \"mad\" of %s is %g; it must be >= 0.",
+        return dmm_tool_err(err, errcap, "%s: line %d, column %d: not a bench result: \"mad\" of %s is %g; it must be >= 0.",
                      what, mad->line, mad->col, where, mad->number);
     m->name = dup_str(name->str);
     m->unit = dup_str(unit->str);
-    if (m->name == NULL || m->unit == NULL) return failf(err, errcap, "%s: out of memory reading %s.", what, where);
+    if (m->name == NULL || m->unit == NULL) return dmm_tool_err(err, errcap, "%s: out of memory reading %s.", what, where);
     m->higher_better = higher;
     m->median = median->number;
     m->mad = mad->number;
@@ -124,7 +108,7 @@ static int read_metric(const dmm_jv *v, size_t i, const char *what, dmm_bench_me
 static int read_file_obj(const dmm_jv *root, const char *what, dmm_bench_file *out, char *err, size_t errcap) {
     int rc = 0;
     if (root->kind != DMM_JV_OBJECT)
-        return failf(err, errcap, "%s: not a bench result: the JSON is %s, not an object with \"bench\" and "
+        return dmm_tool_err(err, errcap, "%s: not a bench result: the JSON is %s, not an object with \"bench\" and "
                      "\"metrics\".", what, dmm_jv_kind_str(root->kind));
     const dmm_jv *bench = member(root, "bench", DMM_JV_STRING, false, what, "the top-level object", err, errcap, &rc);
     const dmm_jv *metrics =
@@ -139,7 +123,7 @@ static int read_file_obj(const dmm_jv *root, const char *what, dmm_bench_file *o
     out->host = dup_str(host ? host->str : "");
     out->m = calloc(metrics->n ? metrics->n : 1, sizeof *out->m);
     if (out->bench == NULL || out->version == NULL || out->host == NULL || out->m == NULL)
-        return failf(err, errcap, "%s: out of memory.", what);
+        return dmm_tool_err(err, errcap, "%s: out of memory.", what);
     for (size_t i = 0; i < metrics->n; i++) {
         if (read_metric(&metrics->items[i], i, what, &out->m[i], err, errcap) != 0) {
             out->n = i + 1; /* frees what the failed metric got */
@@ -148,13 +132,13 @@ static int read_file_obj(const dmm_jv *root, const char *what, dmm_bench_file *o
         out->n = i + 1;
     }
     const char **names = malloc((out->n ? out->n : 1) * sizeof *names);
-    if (names == NULL) return failf(err, errcap, "%s: out of memory.", what);
+    if (names == NULL) return dmm_tool_err(err, errcap, "%s: out of memory.", what);
     for (size_t i = 0; i < out->n; i++) names[i] = out->m[i].name;
     size_t dup = dmm_first_repeated(names, out->n);
     free(names);
-    if (dup == SIZE_MAX) return failf(err, errcap, "%s: out of memory.", what);
+    if (dup == SIZE_MAX) return dmm_tool_err(err, errcap, "%s: out of memory.", what);
     if (dup < out->n)
-        return failf(err, errcap, "%s: line %d, column %d: not a bench result: the metric \"%s\" appears twice.", what,
+        return dmm_tool_err(err, errcap, "%s: line %d, column %d: not a bench result: the metric \"%s\" appears twice.", what,
                      metrics->items[dup].line, metrics->items[dup].col, out->m[dup].name);
     return 0;
 }
@@ -164,7 +148,7 @@ int dmm_bench_parse(const char *text, size_t len, const char *what, dmm_bench_fi
     dmm_jv *root = NULL;
     char jerr[512];
     if (dmm_json_parse(text, len, &root, jerr, sizeof jerr) != 0)
-        return failf(err, errcap, "%s: not valid JSON: %s", what, jerr);
+        return dmm_tool_err(err, errcap, "%s: not valid JSON: %s", what, jerr);
     int rc = read_file_obj(root, what, out, err, errcap);
     dmm_jv_free(root);
     if (rc != 0) dmm_bench_file_free(out);
@@ -174,20 +158,20 @@ int dmm_bench_parse(const char *text, size_t len, const char *what, dmm_bench_fi
 int dmm_bench_load(const char *path, dmm_bench_file *out, char *err, size_t errcap) {
     memset(out, 0, sizeof *out);
     FILE *f = fopen(path, "rb");
-    if (f == NULL) return failf(err, errcap, "%s: cannot open it: %s.", path, strerror(errno));
+    if (f == NULL) return dmm_tool_err(err, errcap, "%s: cannot open it: %s.", path, strerror(errno));
     size_t cap = 1 << 16, len = 0;
     char *buf = malloc(cap);
     for (;;) {
         if (buf == NULL) {
             fclose(f);
-            return failf(err, errcap, "%s: out of memory reading it.", path);
+            return dmm_tool_err(err, errcap, "%s: out of memory reading it.", path);
         }
         len += fread(buf + len, 1, cap - len, f);
         if (len < cap) break;
         if (cap >= DMM_BENCH_MAX_FILE) { /* the reader's tree takes up to ~30 x the text */
             free(buf);
             fclose(f);
-            return failf(err, errcap, "%s: larger than %d MiB, the most a bench result may be (they are a few "
+            return dmm_tool_err(err, errcap, "%s: larger than %d MiB, the most a bench result may be (they are a few "
                          "kilobytes): not a bench result.", path, DMM_BENCH_MAX_FILE >> 20);
         }
         char *nb = realloc(buf, cap * 2);
@@ -199,7 +183,7 @@ int dmm_bench_load(const char *path, dmm_bench_file *out, char *err, size_t errc
     fclose(f);
     if (bad) {
         free(buf);
-        return failf(err, errcap, "%s: reading it failed.", path);
+        return dmm_tool_err(err, errcap, "%s: reading it failed.", path);
     }
     int rc = dmm_bench_parse(buf, len, path, out, err, errcap);
     free(buf);
@@ -281,14 +265,14 @@ int dmm_compare(const dmm_bench_file *a, const dmm_bench_file *b, const char *a_
                 const dmm_cmp_opts *o, dmm_cmp_result *out, char *err, size_t errcap) {
     memset(out, 0, sizeof *out);
     if (strcmp(a->bench, b->bench) != 0)
-        return failf(err, errcap, "%s holds results of %s but %s holds results of %s; compare two runs of the same "
+        return dmm_tool_err(err, errcap, "%s holds results of %s but %s holds results of %s; compare two runs of the same "
                      "bench.", a_name, a->bench, b_name, b->bench);
     by_name sa = {NULL, 0}, sb = {NULL, 0};
     out->rows = calloc(a->n + b->n + 1, sizeof *out->rows);
     if (out->rows == NULL || !by_name_make(&sa, a) || !by_name_make(&sb, b)) {
         free(sa.v);
         dmm_cmp_result_free(out);
-        return failf(err, errcap, "out of memory comparing %s with %s.", a_name, b_name);
+        return dmm_tool_err(err, errcap, "out of memory comparing %s with %s.", a_name, b_name);
     }
     for (size_t i = 0; i < b->n; i++) {
         dmm_cmp_row *row = &out->rows[out->n];
@@ -299,7 +283,7 @@ int dmm_compare(const dmm_bench_file *a, const dmm_bench_file *b, const char *a_
         } else {
             if (strcmp(row->old_m->unit, row->new_m->unit) != 0 ||
                 row->old_m->higher_better != row->new_m->higher_better) {
-                int rc = failf(err, errcap, "the metric \"%s\" is in %s (%s is better) in %s but in %s (%s is better) "
+                int rc = dmm_tool_err(err, errcap, "the metric \"%s\" is in %s (%s is better) in %s but in %s (%s is better) "
                                "in %s; its meaning changed, so the two cannot be compared.", b->m[i].name,
                                row->old_m->unit, row->old_m->higher_better ? "higher" : "lower", a_name,
                                row->new_m->unit, row->new_m->higher_better ? "higher" : "lower", b_name);

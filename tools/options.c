@@ -13,10 +13,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "err_text.h"
 
 #define SHOWN 40 /* characters of a value quoted in a sentence */
 
@@ -113,16 +114,6 @@ int dmm_opt_real(const char *opt, const char *text, double min, double max, doub
     return 0;
 }
 
-static int out_err(char *err, size_t errcap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int out_err(char *err, size_t errcap, const char *fmt, ...) {
-    if (errcap > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errcap, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 int dmm_opt_output(const char *opt, const char *path, const char *const *inputs, size_t ninputs, dmm_opt_out *out,
                    char *err, size_t errcap) {
@@ -136,12 +127,12 @@ int dmm_opt_output(const char *opt, const char *path, const char *const *inputs,
     bool existed = stat(path, &ps) == 0;
     for (size_t i = 0; existed && i < ninputs; i++)
         if (inputs[i] != NULL && stat(inputs[i], &is) == 0 && is.st_dev == ps.st_dev && is.st_ino == ps.st_ino)
-            return out_err(err, errcap, "%s %s is the input %s: writing it would destroy it; name another file", opt,
+            return dmm_tool_err(err, errcap, "%s %s is the input %s: writing it would destroy it; name another file", opt,
                            path, inputs[i]);
     int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0666); /* no O_TRUNC: close cuts it, once it succeeded */
     if (fd >= 0 && (out->f = fdopen(fd, "w")) == NULL) close(fd);
     if (out->f == NULL)
-        return out_err(err, errcap, "%s %s cannot be written (%s); nothing was done: name a file in a writable folder",
+        return dmm_tool_err(err, errcap, "%s %s cannot be written (%s); nothing was done: name a file in a writable folder",
                        opt, path, strerror(errno));
     out->created = !existed;
     return 0;
@@ -153,7 +144,7 @@ int dmm_opt_output_close(dmm_opt_out *o, bool ok, char *err, size_t errcap) {
     o->f = NULL;
     if (f == stdout) {
         if (fflush(f) == 0 && !ferror(f)) return 0;
-        return ok ? out_err(err, errcap, "writing to the standard output failed: %s", strerror(errno)) : -1;
+        return ok ? dmm_tool_err(err, errcap, "writing to the standard output failed: %s", strerror(errno)) : -1;
     }
     int e = 0;
     if (ok) {
@@ -163,5 +154,5 @@ int dmm_opt_output_close(dmm_opt_out *o, bool ok, char *err, size_t errcap) {
     if (fclose(f) != 0 && e == 0) e = errno ? errno : EIO;
     if (ok && e == 0) return 0;
     if (o->created || (ok && e != 0)) remove(o->path); /* no half-written result */
-    return ok ? out_err(err, errcap, "writing %s failed (%s); it was removed", o->path, strerror(e)) : -1;
+    return ok ? dmm_tool_err(err, errcap, "writing %s failed (%s); it was removed", o->path, strerror(e)) : -1;
 }

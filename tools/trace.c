@@ -31,16 +31,7 @@
 #include <zlib.h>
 #endif
 
-static int trace_err(char *err, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int trace_err(char *err, size_t cap, const char *fmt, ...) {
-    if (err != NULL && cap > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, cap, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
+#include "err_text.h"
 
 void dmm_trace_free(dmm_trace *t) {
     if (t == NULL) return;
@@ -346,7 +337,7 @@ int dmm_trace_load(const char *path, dmm_trace *t, char *err, size_t errcap) {
     reader_init(&r, t, path, err, errcap);
     gzFile f = gzopen(path, "rb");
     if (f == NULL)
-        return trace_err(err, errcap, "cannot open trace '%s': %s", path, errno ? strerror(errno) : "zlib failed");
+        return dmm_tool_err(err, errcap, "cannot open trace '%s': %s", path, errno ? strerror(errno) : "zlib failed");
     gzbuffer(f, 1 << 17);
     /* the text passes through one buffer, asked of zlib 64 KiB at a time (so that a stream error is found
      * near its lines): whole lines are read out of it, the unfinished one moves to the front */
@@ -355,7 +346,7 @@ int dmm_trace_load(const char *path, dmm_trace *t, char *err, size_t errcap) {
     char *buf = malloc(cap);
     if (buf == NULL) {
         gzclose(f);
-        return trace_err(err, errcap, "out of host memory reading '%s'", path);
+        return dmm_tool_err(err, errcap, "out of host memory reading '%s'", path);
     }
     size_t held = 0; /* bytes of an unfinished line at buf[0]: at most DMM_TRACE_MAX_LINE */
     int rc = 0;
