@@ -2,8 +2,8 @@
  * the list of loaded plugins, and closes a plugin only when nothing of it is alive (DESIGN §4.12).
  *
  * Idea: a plugin is untrusted data behind function pointers. Everything it hands over is read by the
- * copy rule (min(struct_size, what the agreed minor defines, sizeof local) bytes into a zeroed
- * local), every string it names (name, version, each kind) is copied bounded — never compared or
+ * copy rule (min(struct_size, what the agreed minor defines, sizeof local) bytes, cut to whole
+ * pointer-sized words, into a zeroed local), every string it names (name, version, each kind) is copied bounded — never compared or
  * handed out where the plugin keeps it, so one without a NUL is refused, not read past — every
  * status it fills is checked (an unset one is a failure), and every refusal closes the library
  * again and leaves nothing behind. Negotiation: the major must be equal; the agreed minor is
@@ -108,6 +108,9 @@ uint32_t dmm__plugin_read(const void *src, void *local, size_t local_size, size_
     size_t n = announced;
     if (n > local_size) n = local_size;
     if (n > max_for_minor) n = max_for_minor;
+    /* whole pointer-sized words only: every struct of the ABI is pairs of uint32_t and pointers, so
+     * a struct_size that ends inside a slot leaves that slot absent, never half a pointer */
+    n -= n % sizeof(void *);
     memset(local, 0, local_size);
     memcpy(local, src, n);
     return announced;

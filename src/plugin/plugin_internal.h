@@ -48,7 +48,8 @@ dmm_status dmm__plugin_check(const dmm_plugin *p, const dmm_plugin_status *st, c
 
 /* Copies min(struct_size, cap) bytes of a struct the plugin handed over into a zeroed local of
  * `local_size` bytes, where cap = min(local_size, max_for_minor): a field above the agreed minor is
- * never read. Returns the struct_size the plugin announced. */
+ * never read. The count is cut to whole pointer-sized words: a slot that the announced size ends
+ * inside stays zero (absent). Returns the struct_size the plugin announced. */
 uint32_t dmm__plugin_read(const void *src, void *local, size_t local_size, size_t max_for_minor);
 
 #endif /* DMM_PLUGIN_INTERNAL_H */

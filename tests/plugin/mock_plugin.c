@@ -24,6 +24,8 @@
  *                       so the host must never copy them
  *   MOCK_SHORT_INFO     its info's struct_size is below what 1.0 defines
  *   MOCK_SHORT_OPS      its mechanism table's struct_size is below what 1.0 defines
+ *   MOCK_TORN_VB        the ALIAS variant whose virtual-backing table's struct_size ends 4 bytes into
+ *                       the is_quarantined slot (the host must copy whole slots only)
  *   MOCK_NO_CAN_UNLOAD  lacks the dmm_plugin_can_unload export
  *   MOCK_NULL_NAME      info->name is NULL
  *   MOCK_LONG_KIND      its second kind is 100 characters with no NUL (the host must bound it)
@@ -49,6 +51,13 @@
 #include "dmm/plugin.h"
 #define MOCK_PLUGIN_ITSELF 1 /* not the tests' helpers of mock_plugin.h */
 #include "mock_plugin.h"
+
+#ifdef MOCK_TORN_VB
+#define MOCK_ALIAS 1
+#define MOCK_VB_SIZE (offsetof(dmm_plugin_virtual_backing_ops, is_quarantined) + 4)
+#else
+#define MOCK_VB_SIZE sizeof(dmm_plugin_virtual_backing_ops)
+#endif
 
 /* ---- what the library owns, for dmm_plugin_can_unload ---- */
 static _Atomic long owned_mechanisms, owned_allocations, owned_reservations, owned_handles;
@@ -678,7 +687,7 @@ static void never_reservation(void *impl, uint64_t *va, uint64_t *b, dmm_plugin_
 #endif
 
 static const dmm_plugin_virtual_backing_ops mock_vb = {
-    sizeof(dmm_plugin_virtual_backing_ops), MOCK_VB_MINOR, mock_allocate_committed, mock_commit, mock_decommit,
+    (uint32_t)MOCK_VB_SIZE, MOCK_VB_MINOR, mock_allocate_committed, mock_commit, mock_decommit,
     mock_committed_bytes, mock_mapped_bytes_for_ranges, MOCK_VB_1_1,
 };
 #endif /* !MOCK_NO_OPTIONAL */

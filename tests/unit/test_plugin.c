@@ -584,6 +584,21 @@ static void test_table_refusals(void **state) {
 
 /* ---- hostile values (issue 11) ---- */
 
+/* A table whose struct_size ends inside a slot: the host copies whole slots only, so the cut slot is
+ * absent (never half a pointer, which would be called later) and the slots before it work. */
+static void test_a_table_cut_inside_a_slot_lacks_that_slot(void **state) {
+    (void)state;
+    dmm_plugin *p = load(DMM_TEST_PLUGIN_TORN_VB);
+    dmm_driver *d = host_driver();
+    dmm_mechanism *m = NULL;
+    DMM_OK_OR_FAIL(dmm_plugin_mechanism_create(p, "mock", d, NULL, &m));
+    assert_true(dmm_mechanism_has_slot(m, slot_names[0]));                      /* alias: whole */
+    for (int i = 1; i < 4; i++) assert_false(dmm_mechanism_has_slot(m, slot_names[i])); /* cut, then beyond */
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(m));
+    DMM_OK_OR_FAIL(dmm_plugin_unload(p));
+    driver_done(d);
+}
+
 static dmm_mechanism *mock_with(dmm_plugin *p, dmm_driver *d, uint32_t flags) {
     mock_config cfg = {sizeof cfg, flags, 0};
     dmm_mechanism *m = NULL;
@@ -859,7 +874,7 @@ int main(void) {
         cmocka_unit_test(test_silent_plugin),    cmocka_unit_test(test_table_refusals),
         cmocka_unit_test(test_unload_busy),      cmocka_unit_test(test_load_twice),
         cmocka_unit_test(test_provider_over_plugin), cmocka_unit_test(test_threads),
-        cmocka_unit_test(test_optional_slots_of_1_1), cmocka_unit_test(test_slots_of_1_1_absent_at_minor_0),
+        cmocka_unit_test(test_optional_slots_of_1_1), cmocka_unit_test(test_a_table_cut_inside_a_slot_lacks_that_slot), cmocka_unit_test(test_slots_of_1_1_absent_at_minor_0),
         cmocka_unit_test(test_a_misaligned_range_is_refused_and_given_back),
         cmocka_unit_test(test_a_reused_id_or_a_wrong_size_is_refused),
         cmocka_unit_test(test_a_forged_handle_is_refused_while_allocations_live),
