@@ -52,30 +52,6 @@ static inline uint64_t fuzz_bits(fuzz_in *in, int bytes) {
     return v;
 }
 
-static inline uint32_t fuzz_u32(fuzz_in *in) { return (uint32_t)fuzz_bits(in, 4); }
-static inline uint64_t fuzz_u64(fuzz_in *in) { return fuzz_bits(in, 8); }
-
-/* A number in [0, n) (n > 0) from as few bytes as it needs. */
-static inline uint64_t fuzz_below(fuzz_in *in, uint64_t n) {
-    int bytes = n <= 1u << 8 ? 1 : n <= 1u << 16 ? 2 : n <= (uint64_t)1 << 32 ? 4 : 8;
-    return n == 0 ? 0 : fuzz_bits(in, bytes) % n;
-}
-
-/* A size that lands on the edges often: 0, small, powers of two and their neighbours, huge. */
-static inline uint64_t fuzz_size(fuzz_in *in) {
-    uint8_t how = fuzz_u8(in);
-    switch (how & 7) {
-    case 0: return fuzz_below(in, 4096) + 1;
-    case 1: return (uint64_t)1 << (fuzz_u8(in) % 64);
-    case 2: return ((uint64_t)1 << (fuzz_u8(in) % 64)) - 1;
-    case 3: return ((uint64_t)1 << (fuzz_u8(in) % 64)) + 1;
-    case 4: return fuzz_below(in, (uint64_t)64 << 20) + 1;
-    case 5: return fuzz_u64(in);
-    case 6: return 0;
-    default: return UINT64_MAX - fuzz_u8(in);
-    }
-}
-
 /* Splits data at the first `sep` byte: the part before it in *a, the rest in *b; false (b empty)
  * when there is no separator. */
 static inline bool fuzz_split(const uint8_t *data, size_t size, uint8_t sep, fuzz_in *a, fuzz_in *b) {
@@ -90,12 +66,13 @@ static inline bool fuzz_split(const uint8_t *data, size_t size, uint8_t sep, fuz
     return true;
 }
 
-/* A copy of `n` bytes in a buffer of exactly n bytes (malloc(n), n may be 0), so that the sanitizer
- * catches a read one byte past the input: libFuzzer's own buffer is exact too, but a part of it is
- * not. NULL only when out of memory. */
+/* A copy of `n` bytes in a buffer of exactly n bytes, so that the sanitizer catches a read one byte
+ * past the input (libFuzzer's own buffer is exact, a part of it is not). Aborts when out of memory;
+ * free() it (malloc(0) gives a pointer with no byte behind it). */
 static inline char *fuzz_exact_copy(const uint8_t *p, size_t n) {
-    char *c = malloc(n > 0 ? n : 1);
-    if (c != NULL && n > 0) memcpy(c, p, n);
+    char *c = malloc(n);
+    FUZZ_ASSERT(c != NULL || n == 0, "out of memory");
+    if (n > 0) memcpy(c, p, n);
     return c;
 }
 
