@@ -147,7 +147,10 @@ DMM_API dmm_status dmm_pool_create(dmm_mechanism *mech, dmm_driver *driver, cons
 
 /* Refused with DMM_ERR_BUSY (nothing changed) while blocks are live, or while a block freed on another
  * stream, or the last free of some stream, waits for its event: synchronize the streams and retry.
- * Otherwise gives every chunk and the VA back to the mechanism and frees the pool.
+ * Otherwise gives every chunk and the VA back to the mechanism and frees the pool. A failed release
+ * of the VA is reported, nothing changed (retry); when the mechanism quarantined part of it instead,
+ * the pool is freed all the same and the call returns DMM_ERR_QUARANTINED (the pool is gone: do not
+ * retry; the mechanism keeps the quarantined memory out of use).
  * After a device loss (see "Device loss" above): DMM_ERR_DEVICE_LOST (nothing changed) until the
  * context was confirmed terminated on the arena, then DMM_OK without a driver call, live blocks
  * or not. */

@@ -1,0 +1,128 @@
+/* tests/fuzz/fuzz_torch_env.c — the torch adapter's DMM_TORCH_* knobs (adapters/torch/env.c,
+ * compiled in like tests/unit/test_torch_env.c does: no GPU, no cuda.h) on hostile values.
+ *
+ * The input is an environment, one "NAME=value" per line (a value ends at the line's end or at a
+ * NUL; the last line for a name wins; other lines are ignored). Each value the parser asks for is
+ * handed over in a buffer of exactly its length plus the NUL. What must hold (env.h's contract):
+ *   - a refusal is DMM_ERR_INVALID_ARGUMENT with a sentence naming a variable that is set, and leaves
+ *     the whole config untouched (every byte);
+ *   - an acceptance writes exactly the fields of the variables that are set, with the values an
+ *     independent reading of the documented syntax gives (strict decimal, RETAIN and SETTLE ≤ 1000,
+ *     HANDLES MAX[,DIVISOR ≤ 2^32 − 1], RESTORE_PIECE MAX[,FIRST[,COPY]], MAX 0 = UINT64_MAX), and
+ *     refuses every value that reading refuses.
+ */
+#include "fuzzkit.h"
+
+#include "../../adapters/torch/env.c"
+
+#define NVARS 5
+static const char *const names[NVARS] = {"DMM_TORCH_POOL_VA", "DMM_TORCH_RETAIN", "DMM_TORCH_SETTLE",
+                                         "DMM_TORCH_HANDLES", "DMM_TORCH_RESTORE_PIECE"};
+
+typedef struct fuzz_env {
+    char *value[NVARS]; /* exact-size copies; NULL = unset */
+    int asked[NVARS];
+} fuzz_env;
+
+static const char *fuzz_getenv(void *user, const char *name) {
+    fuzz_env *e = user;
+    for (int i = 0; i < NVARS; i++)
+        if (strcmp(name, names[i]) == 0) {
+            e->asked[i]++;
+            return e->value[i];
+        }
+    FUZZ_ASSERT(0, "the parser asked for an unknown variable %s", name);
+    return NULL;
+}
+
+/* The oracle: up to `max` comma-separated strict decimals; false for anything else. */
+static bool fields(const char *s, uint64_t *v, int max, int *n) {
+    *n = 0;
+    for (;;) {
+        if (*n == max || *s < '0' || *s > '9') return false;
+        uint64_t x = 0;
+        for (; *s >= '0' && *s <= '9'; s++) {
+            uint64_t d = (uint64_t)(*s - '0');
+            if (x > (UINT64_MAX - d) / 10) return false;
+            x = x * 10 + d;
+        }
+        v[(*n)++] = x;
+        if (*s == '\0') return true;
+        if (*s++ != ',') return false;
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    fuzz_env e;
+    memset(&e, 0, sizeof e);
+    for (size_t i = 0; i < size;) {
+        const uint8_t *nl = memchr(data + i, '\n', size - i);
+        size_t end = nl != NULL ? (size_t)(nl - data) : size;
+        const uint8_t *eq = memchr(data + i, '=', end - i);
+        if (eq != NULL) {
+            size_t klen = (size_t)(eq - (data + i)), v = (size_t)(eq - data) + 1;
+            const uint8_t *nul = memchr(data + v, '\0', end - v);
+            size_t vlen = nul != NULL ? (size_t)(nul - (data + v)) : end - v;
+            for (int k = 0; k < NVARS; k++)
+                if (strlen(names[k]) == klen && memcmp(names[k], data + i, klen) == 0) {
+                    free(e.value[k]);
+                    e.value[k] = malloc(vlen + 1);
+                    FUZZ_ASSERT(e.value[k] != NULL, "out of memory");
+                    memcpy(e.value[k], data + v, vlen);
+                    e.value[k][vlen] = '\0';
+                }
+        }
+        i = end + 1;
+    }
+
+    /* what the documented syntax says */
+    bool set[NVARS], ok = true;
+    uint64_t v[NVARS][3];
+    memset(v, 0, sizeof v);
+    for (int k = 0; k < NVARS; k++) {
+        set[k] = e.value[k] != NULL && e.value[k][0] != '\0';
+        if (!set[k]) continue;
+        static const int max_fields[NVARS] = {1, 1, 1, 2, 3};
+        int n = 0;
+        bool good = fields(e.value[k], v[k], max_fields[k], &n);
+        if ((k == 1 || k == 2) && good && v[k][0] > 1000) good = false;
+        if (k == 3 && good && v[k][1] > UINT32_MAX) good = false;
+        ok = ok && good;
+    }
+
+    dmm_torch_config c, before;
+    memset(&c, 0x5A, sizeof c);
+    c.size = sizeof c;
+    memcpy(&before, &c, sizeof c);
+    dmm_clear_error();
+    dmm_status s = dmm__torch_config_from_env(&c, fuzz_getenv, &e);
+    if (s != DMM_OK) {
+        FUZZ_ASSERT(s == DMM_ERR_INVALID_ARGUMENT, "refused with %s", dmm_status_str(s));
+        FUZZ_ASSERT(!ok, "a valid environment was refused: %s", dmm_last_error());
+        FUZZ_ASSERT(memcmp(&c, &before, sizeof c) == 0, "a refusal changed the config");
+        const char *msg = dmm_last_error();
+        bool named = false;
+        for (int k = 0; k < NVARS; k++) named = named || (set[k] && strstr(msg, names[k]) != NULL);
+        FUZZ_ASSERT(named && strstr(msg, "unset it") != NULL, "the sentence names no set variable: %s", msg);
+    } else {
+        FUZZ_ASSERT(ok, "an invalid environment was accepted");
+        dmm_torch_config want;
+        memcpy(&want, &before, sizeof want);
+        if (set[0]) want.pool_va_bytes = v[0][0];
+        if (set[1]) want.retain_permille = (uint32_t)v[1][0];
+        if (set[2]) want.settle_permille = (uint32_t)v[2][0];
+        if (set[3]) {
+            want.max_chunk_bytes = v[3][0] != 0 ? v[3][0] : UINT64_MAX;
+            want.handle_divisor = (uint32_t)v[3][1];
+        }
+        if (set[4]) {
+            want.restore_piece_bytes = v[4][0] != 0 ? v[4][0] : UINT64_MAX;
+            want.restore_first_bytes = v[4][1];
+            want.restore_copy_bytes = v[4][2];
+        }
+        FUZZ_ASSERT(memcmp(&c, &want, sizeof c) == 0, "the config is not what the values say");
+    }
+    for (int k = 0; k < NVARS; k++) free(e.value[k]);
+    return 0;
+}
