@@ -113,11 +113,6 @@ static uint32_t a_size(size_t good) {
     case 2: n = (uint32_t)good + pick() % 64; break;
     default: n = (uint32_t)pick_bits(2) % 4096; break;
     }
-#if FUZZ_SKIP_KNOWN
-    /* Known, not yet fixed (docs/fuzzing.md "Known findings"): a table whose struct_size ends inside
-     * a slot makes the host copy half a function pointer and call it. Sizes stay on 8-byte fields. */
-    if (n < good) n &= ~7u;
-#endif
     return n;
 }
 

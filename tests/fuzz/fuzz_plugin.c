@@ -62,11 +62,6 @@ static void check_outcome(const dmm_release_outcome *o, const char *what) {
     FUZZ_ASSERT(o->state == DMM_RELEASE_COMPLETE || o->state == DMM_RELEASE_QUARANTINED ||
                     o->state == DMM_RELEASE_FAILED,
                 "%s: state %u", what, o->state);
-#if FUZZ_SKIP_KNOWN
-    /* Known, not yet fixed (docs/fuzzing.md "Known findings"): a plugin's COMPLETE outcome with a
-     * failure code is passed on as COMPLETE with that failure (or DRIVER), without a sentence. */
-    if (o->state == DMM_RELEASE_COMPLETE && o->failure != DMM_OK) return;
-#endif
     FUZZ_ASSERT((o->state == DMM_RELEASE_COMPLETE) == (o->failure == DMM_OK), "%s: %s with failure %s", what,
                 dmm_release_state_str(o->state), dmm_status_str(o->failure));
     check_status(o->failure, what);
