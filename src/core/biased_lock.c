@@ -17,6 +17,8 @@
  */
 #include "core/biased_lock.h"
 
+#include "core/core.h"
+
 #include <sched.h>
 #include <stdlib.h>
 
@@ -127,7 +129,7 @@ static dmm_bias_thread *record_get(void) {
     if (r != NULL) g_free = r->next_free;
     pthread_mutex_unlock(&g_free_mu);
     if (r == NULL) {
-        r = aligned_alloc(64, 64); /* a line of its own: only its thread writes it */
+        r = aligned_alloc(DMM_SHARING_BYTES, DMM_SHARING_BYTES); /* only its thread writes it: nothing shares its lines */
         if (r == NULL) return NULL;
         atomic_store_explicit(&r->epoch, 0, memory_order_relaxed);
     }

@@ -35,6 +35,10 @@ void dmm__log(dmm_log_level level, const char *fmt, ...)
 
 #define DMM__ERROR_CAP 1024 /* bytes of a last-error sentence, its NUL included */
 
+/* Bytes that data written by different threads must not share: two 64-byte lines, because x86's
+ * adjacent-line prefetcher moves lines in pairs (a write next door then costs a transfer too). */
+#define DMM_SHARING_BYTES 128
+
 /* dmm__error_wrap(s, "op: what was being done", ...) sets the thread's last error to
  * "<context>: <the last error>" (the context alone when there is none) with status s, and returns s.
  * It formats before it writes, so it is called right after the failing call, before anything else

@@ -213,7 +213,7 @@ __attribute__((noinline)) static pheap *heap_find(dmm_pool *p, dmm_stream stream
         for (h = heaps_head(p); h != NULL; h = heap_next(h))
             if (h->stream == stream) break;
         if (h == NULL) {
-            h = aligned_alloc(64, (sizeof *h + 63) / 64 * 64);
+            h = aligned_alloc(DMM_SHARING_BYTES, sizeof *h); /* whole line pairs (types.h): heaps share none */
             if (h == NULL || !dmm__heap_init(h, p, stream)) {
                 free(h);
                 dmm_lock_release(&p->lock);

@@ -148,8 +148,9 @@ typedef enum fence_state { FENCE_IDLE = 0, FENCE_BUSY = 1, FENCE_RECORDED = 2 } 
 
 typedef struct pheap {
     /* the heap's lock, biased to the thread that uses the stream (core/biased_lock.h); heaps are
-     * cache-line aligned: threads on distinct streams share no line */
-    _Alignas(64) dmm_biased_lock lock;
+     * aligned to line pairs (DMM_SHARING_BYTES): threads on distinct streams share no line, nor a
+     * line's prefetch partner */
+    _Alignas(DMM_SHARING_BYTES) dmm_biased_lock lock;
     struct dmm_pool *pool;
     unsigned align_shift; /* the pool's, kept here: the hot path reads no line of the pool's */
     dmm_stream stream;
@@ -199,7 +200,7 @@ typedef struct pheap {
 
     pcand *scratch; /* slow-path candidate list */
     size_t capscratch;
-    _Alignas(64) char end_[1]; /* pads the struct to whole cache lines */
+    _Alignas(DMM_SHARING_BYTES) char end_[1]; /* pads the struct to whole line pairs (core.h) */
 } pheap;
 
 struct dmm_pool {
