@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What `make test` and `make fuzz` run (README, docs/fuzzing.md): suites, each one build folder
 # configured with -Werror, built, and tested by CTest, then ONE summary line over every suite:
-#   summary: 812 passed, 0 failed, 48 skipped (plain 87/0/12, asan ..., tsan ..., clang ..., fuzz ...)
+#   summary: P passed, F failed, S skipped (plain p/f/s, asan p/f/s, tsan …, clang …, fuzz …; pass/fail/skip) in T s
 #
 #   plain  build/        the default compiler, every test
 #   asan   build-asan/   ASan+UBSan, every test
