@@ -7,9 +7,13 @@
  * DESIGN §6's medians. On a GPU: the same replay over the CUDA driver and through cuMemAllocAsync,
  * runs interleaved, and the ratio pool ÷ driver (issue 4: ≤ 2 for llama-generate).
  *
- * usage: bench_replay [--runs N] [--host-only] [--json FILE] [TRACE.gz ...]
+ * usage: bench_replay [--runs N] [--host-only] [--designs] [--json FILE] [TRACE.gz ...]
  * --json writes the medians (with their MAD), ratios and driver calls for `dmm compare`; metric ids
  * are replay.<workload>.* (docs/benchmarks.md).
+ * --designs also replays each trace under the pool designs of DESIGNS below (handle sizes and the
+ * settle rule) and prints, per design, fragmentation (peak physical / peak live), handles created,
+ * and on a GPU the wall time against cuMemAllocAsync: the curve of speed against fragmentation that
+ * issue 10's item 3 asks for where a trace cannot reach 1.0 x the driver at today's fragmentation.
  * Default traces: every data/traces/NAME.trace.gz and ../shared/traces/llama-generate.trace.gz (when present),
  * relative to the current directory or to the source tree. Nothing is asserted.
  */
@@ -35,6 +39,77 @@ static double med(double *v, int n) {
     return v[n / 2];
 }
 
+/* The pool designs of --designs: the pool's default first, then fewer, larger handles. */
+typedef struct design {
+    const char *name;
+    uint64_t max_chunk_bytes; /* 0: one quantum per handle */
+    uint32_t handle_divisor;
+    uint32_t settle_permille; /* 0: the pool's default; 20 (= the default retention): a fixed limit */
+} design;
+
+static const design DESIGNS[] = {
+    {"default: 2 MiB handles, settle 100", 0, 0, 0},
+    {"2 MiB handles, fixed limit (settle 20)", 0, 0, 20},
+    {"handles <= 32 MiB and <= n/8 (torch adapter)", 32ull << 20, 8, 0},
+    {"handles <= 128 MiB and <= n/4", 128ull << 20, 4, 0},
+    {"handles <= 1 GiB and <= n/2", 1ull << 30, 2, 0},
+    {"handles <= 1 GiB, whole requests", 1ull << 30, 1, 0},
+};
+
+/* One trace under every design: host replays (fragmentation, handles), and on a GPU the CUDA pool
+ * against cuMemAllocAsync, runs interleaved. Printed as one table; nothing asserted. */
+static void replay_designs(const dmm_trace *t, int runs, dmm_cuda_ref *ref, bool gpu) {
+    char err[1024];
+    double *gv = malloc((size_t)runs * sizeof *gv), *rv = malloc((size_t)runs * sizeof *rv);
+    uint64_t ref_peak = 0;
+    printf("  designs (%s):\n  %-46s %9s %8s %8s %10s %10s %7s\n", gpu ? "GPU: CUDA pool vs cuMemAllocAsync, medians"
+                                                                   : "host driver; no GPU, so no times",
+           "design", "ratio", "creates", "moves", "pool s", "driver s", "ratio");
+    for (size_t d = 0; d < sizeof DESIGNS / sizeof DESIGNS[0]; d++) {
+        dmm_replay_opts o;
+        memset(&o, 0, sizeof o);
+        o.driver = gpu ? "cuda" : "host";
+        o.samples = 16;
+        o.max_chunk_bytes = DESIGNS[d].max_chunk_bytes;
+        o.handle_divisor = DESIGNS[d].handle_divisor;
+        o.settle_permille = DESIGNS[d].settle_permille;
+        dmm_replay_result r, last;
+        memset(&last, 0, sizeof last);
+        int k;
+        for (k = 0; k < runs; k++) {
+            if (dmm_replay_run(t, &o, &r, err, sizeof err) != 0) {
+                printf("  %-46s %s\n", DESIGNS[d].name, err);
+                break;
+            }
+            gv[k] = r.wall_s;
+            dmm_replay_result_free(&last);
+            last = r;
+            rv[k] = 0;
+            if (gpu) {
+                dmm_cuda_ref_bind(ref);
+                rv[k] = dmm_cuda_ref_replay(ref, t, &ref_peak, err, sizeof err);
+                if (rv[k] < 0) {
+                    printf("  %-46s cuMemAllocAsync: %s\n", DESIGNS[d].name, err);
+                    break;
+                }
+            }
+        }
+        if (k == runs) {
+            double gm = med(gv, runs), rm = gpu ? med(rv, runs) : 0;
+            if (d == 0 && gpu && ref_peak > 0)
+                printf("  %-46s %9.4f (cuMemAllocAsync's own pool: its reserved peak / peak live)\n", "the driver's pool",
+                       (double)ref_peak / (double)t->peak_live_bytes);
+            printf("  %-46s %9.4f %8llu %8llu %10.3f", DESIGNS[d].name, last.ratio,
+                   (unsigned long long)last.calls_create, (unsigned long long)last.pool.chunks_moved, gm);
+            if (gpu) printf(" %10.3f %7.2f", rm, gm / rm);
+            printf("\n");
+        }
+        dmm_replay_result_free(&last);
+    }
+    free(gv);
+    free(rv);
+}
+
 static int add_glob(const char *pattern, char ***paths, int *n) {
     glob_t g;
     if (glob(pattern, 0, NULL, &g) != 0) return 0;
@@ -48,16 +123,17 @@ static int add_glob(const char *pattern, char ***paths, int *n) {
 
 int main(int argc, char **argv) {
     int runs = 5;
-    bool host_only = false;
+    bool host_only = false, designs = false;
     const char *json = NULL;
     char **paths = NULL;
     int np = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc) runs = atoi(argv[++i]);
         else if (strcmp(argv[i], "--host-only") == 0) host_only = true;
+        else if (strcmp(argv[i], "--designs") == 0) designs = true;
         else if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
         else if (argv[i][0] == '-') {
-            fprintf(stderr, "usage: bench_replay [--runs N] [--host-only] [--json FILE] [TRACE.gz ...]\n");
+            fprintf(stderr, "usage: bench_replay [--runs N] [--host-only] [--designs] [--json FILE] [TRACE.gz ...]\n");
             return 2;
         } else {
             paths = realloc(paths, (size_t)(np + 1) * sizeof *paths);
@@ -166,6 +242,7 @@ int main(int argc, char **argv) {
                               1, 0, -1);
         }
         if (ok && gpu) {
+            uint64_t ref_peak = 0;
             o.driver = "cuda";
             int k;
             for (k = 0; k < runs; k++) {
@@ -176,7 +253,7 @@ int main(int argc, char **argv) {
                 gv[k] = r.wall_s;
                 dmm_replay_result_free(&r);
                 dmm_cuda_ref_bind(ref);
-                rv[k] = dmm_cuda_ref_replay(ref, &t, err, sizeof err);
+                rv[k] = dmm_cuda_ref_replay(ref, &t, &ref_peak, err, sizeof err);
                 if (rv[k] < 0) {
                     printf("  cuMemAllocAsync: %s\n", err);
                     break;
@@ -184,14 +261,16 @@ int main(int argc, char **argv) {
             }
             if (k == runs) {
                 double gm = med(gv, runs), rm = med(rv, runs);
-                printf("  GPU: pool %.3f s, cuMemAllocAsync/cuMemFreeAsync %.3f s (medians): pool / driver = %.2f\n", gm,
-                       rm, gm / rm);
+                printf("  GPU: pool %.3f s, cuMemAllocAsync/cuMemFreeAsync %.3f s (medians): pool / driver = %.2f; the "
+                       "driver pool's ratio %.4f\n",
+                       gm, rm, gm / rm, ref_peak ? (double)ref_peak / (double)t.peak_live_bytes : 0.0);
                 snprintf(id, sizeof id, "replay.%s.gpu_pool_s", wl);
                 bench_results_add(res, id, "s", true, gm, runs, bench_mad(gv, runs, gm), rm);
                 snprintf(id, sizeof id, "replay.%s.gpu_driver_s", wl);
                 bench_results_add(res, id, "s", true, rm, runs, bench_mad(rv, runs, rm), -1);
             }
         }
+        if (ok && designs) replay_designs(&t, runs, ref, gpu);
         dmm_replay_result_free(&last);
         free(hv);
         free(gv);

@@ -5,7 +5,8 @@
                                [--record DIR] [--json FILE]
 
 A mode dmm-s<N> runs dmm with DMM_TORCH_SETTLE=N (dmm-s20: the retention limit fixed, as before settling);
-dmm-h<MiB>x<D> with DMM_TORCH_HANDLES=<MiB << 20>,<D> (handles up to MiB, at most a D-th of the request).
+dmm-h<MiB>x<D> with DMM_TORCH_HANDLES=<MiB << 20>,<D> (handles up to MiB, at most a D-th of the request);
+dmm-r<N> with DMM_TORCH_RETAIN=N (free memory kept mapped, permille of the live peak).
 
 Workloads (models built from configs, no downloads; random data; fixed shapes, so every step repeats):
   gpt2   GPT-2 small training, AdamW, bf16 autocast, batch 8 x 1,024 tokens
@@ -16,7 +17,8 @@ A step's time is wall time from its start to a synchronize after it (what the us
 
 Prints per workload and mode: the first step (median over runs), the steady step (median over runs of
 each run's median of steps 3..S), peak physical (dmm: every physical handle it holds; torch: peak
-reserved), and for dmm the driver calls (create + map + set-access + unmap + release) per steady step
+reserved), peak live (the tensors' bytes at their peak: no allocator's physical peak can be lower; in
+parentheses, like peak physical, a ratio to the first mode's peak physical), and for dmm the driver calls (create + map + set-access + unmap + release) per steady step
 and in the first step. --record DIR also writes, from the first native run, each workload's
 allocation trace in dmm's trace format (DIR/<workload>-steps.trace.gz), so that `dmm replay
 --repeat K --lag N` can be held against the real run. Needs torch with a GPU and transformers; exits
@@ -51,6 +53,14 @@ def peaks(dt, torch):
         r = dt.memory_stats_raw()
         return {"peak_physical": r["physical_bytes"]["peak"], "peak_allocated": r["allocated_bytes"]["peak"]}
     return {"peak_physical": torch.cuda.max_memory_reserved(), "peak_allocated": torch.cuda.max_memory_allocated()}
+
+
+POOL_KEYS = ("grows", "chunks_committed", "chunks_moved", "chunks_aliased", "chunks_decommitted") + DRIVER_KEYS
+
+
+def pool_counters(dt):
+    pool = dt.memory_stats_raw()["pool"]
+    return {k: int(pool.get(k, 0)) for k in POOL_KEYS}
 
 
 def reset(dt, torch):
@@ -188,16 +198,18 @@ def worker(mode, workloads, steps, record):
             torch.cuda.synchronize()
             times.append((time.perf_counter() - t0) * 1e3)
             calls.append(driver_calls(dt) - c0)
+            if i == 0 and dt is not None:
+                first_pool = pool_counters(dt)
         res = {"step_ms": times, "driver_calls": calls}
+        if dt is not None:
+            res["first_pool"] = first_pool
         res.update(peaks(dt, torch))
         if record and mode == "native":
             snap = torch.cuda.memory._snapshot()
             torch.cuda.memory._record_memory_history(enabled=None)
             write_trace(snap, os.path.join(record, "%s-steps.trace.gz" % w), w, torch.cuda.max_memory_reserved())
         if dt is not None:
-            pool = dt.memory_stats_raw()["pool"]
-            res["pool"] = {k: pool.get(k) for k in ("grows", "chunks_committed", "chunks_moved", "chunks_aliased",
-                                                   "chunks_decommitted")}
+            res["pool"] = pool_counters(dt)
         out["workloads"][w] = res
         del model, step
     print("RESULT " + json.dumps(out), flush=True)
@@ -213,6 +225,8 @@ def env_for(mode):
         env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
     if mode.startswith("dmm-s"):  # dmm-s<permille>: another settle limit (DMM_TORCH_SETTLE; 20 = fixed)
         env["DMM_TORCH_SETTLE"] = mode[len("dmm-s"):]
+    if mode.startswith("dmm-r"):  # dmm-r<permille>: another retention (DMM_TORCH_RETAIN; 1000: no moves at all)
+        env["DMM_TORCH_RETAIN"] = mode[len("dmm-r"):]
     if mode.startswith("dmm-h"):  # dmm-h<MiB>x<divisor>: larger handles (DMM_TORCH_HANDLES=MAX,DIVISOR)
         mib_, _, div = mode[len("dmm-h"):].partition("x")
         env["DMM_TORCH_HANDLES"] = "%d,%s" % (int(mib_) << 20, div or "0")
@@ -273,15 +287,21 @@ def main():
             first = statistics.median(x["step_ms"][0] for x in rs)
             steady = statistics.median(statistics.median(x["step_ms"][2:]) for x in rs)
             phys = statistics.median(x["peak_physical"] for x in rs)
+            live = statistics.median(x["peak_allocated"] for x in rs)
             if ref is None:
                 ref = (first, steady, phys)
-            line = "%-6s %-10s first step %7.1f ms (%.3f)  steady step %6.1f ms (%.3f)  peak physical %8.1f MiB (%.3f)" % (
-                w, m, first, first / ref[0], steady, steady / ref[1], phys / 2**20, phys / ref[2])
+            line = ("%-6s %-10s first step %7.1f ms (%.3f)  steady step %6.1f ms (%.3f)  peak physical %8.1f MiB (%.3f)"
+                    "  peak live %8.1f MiB (%.3f)") % (
+                w, m, first, first / ref[0], steady, steady / ref[1], phys / 2**20, phys / ref[2], live / 2**20,
+                live / ref[2])
             if m.startswith("dmm"):
                 line += "  driver calls: first step %d, per steady step %s" % (
                     statistics.median(x["driver_calls"][0] for x in rs),
                     "/".join("%d" % statistics.median(x["driver_calls"][i] for x in rs) for i in range(2, a.steps)))
             print(line)
+            if m.startswith("dmm"):
+                print("       %-10s first step: %s (medians)" % ("", ", ".join(
+                    "%s %d" % (k, statistics.median(x["first_pool"][k] for x in rs)) for k in POOL_KEYS)))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(runs, f)

@@ -32,6 +32,9 @@ struct dmm_cuda_ref {
     dmm_cuStreamSynchronize_fn *stream_sync;
     dmm_cuMemAllocAsync_fn *alloc_async;
     dmm_cuMemFreeAsync_fn *free_async;
+    dmm_cuDeviceGetDefaultMemPool_fn *default_pool; /* these three may be absent: no reserved peak then */
+    dmm_cuMemPoolGetAttribute_fn *pool_get;
+    dmm_cuMemPoolSetAttribute_fn *pool_set;
     dmm_cuGetErrorName_fn *error_name;
 };
 
@@ -75,6 +78,9 @@ int dmm_cuda_ref_open(dmm_cuda_ref **out, char *err, size_t errcap) {
     SYM(alloc_async, "cuMemAllocAsync");
     SYM(free_async, "cuMemFreeAsync");
     *(void **)(&r->error_name) = dlsym(r->lib, "cuGetErrorName");
+    *(void **)(&r->default_pool) = dlsym(r->lib, "cuDeviceGetDefaultMemPool");
+    *(void **)(&r->pool_get) = dlsym(r->lib, "cuMemPoolGetAttribute");
+    *(void **)(&r->pool_set) = dlsym(r->lib, "cuMemPoolSetAttribute");
     cu_result e = r->init(0);
     if (e == DMM_CUDA_SUCCESS) e = r->device_get(&r->dev, 0);
     if (e != DMM_CUDA_SUCCESS) {
@@ -152,8 +158,19 @@ double dmm_cuda_ref_pair_ns(dmm_cuda_ref *r, size_t bytes, void *stream, int sam
     return med;
 }
 
-double dmm_cuda_ref_replay(dmm_cuda_ref *r, const dmm_trace *t, char *err, size_t errcap) {
+/* The device's default pool (the one cuMemAllocAsync uses), or NULL when the driver lacks the calls. */
+static dmm_cu_mem_pool default_pool(dmm_cuda_ref *r) {
+    dmm_cu_mem_pool pool = NULL;
+    if (r->default_pool == NULL || r->pool_get == NULL || r->pool_set == NULL) return NULL;
+    return r->default_pool(&pool, r->dev) == DMM_CUDA_SUCCESS ? pool : NULL;
+}
+
+double dmm_cuda_ref_replay(dmm_cuda_ref *r, const dmm_trace *t, uint64_t *peak_reserved, char *err, size_t errcap) {
     void *streams[64] = {0};
+    dmm_cu_mem_pool pool = default_pool(r);
+    uint64_t zero = 0;
+    if (peak_reserved != NULL) *peak_reserved = 0;
+    if (pool != NULL && r->pool_set(pool, DMM_CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &zero) != DMM_CUDA_SUCCESS) pool = NULL;
     cu_ptr *ptrs = calloc(t->allocs ? t->allocs : 1, sizeof *ptrs);
     uint8_t *sidx = calloc(t->allocs ? t->allocs : 1, 1);
     double secs = -1;
@@ -185,6 +202,9 @@ double dmm_cuda_ref_replay(dmm_cuda_ref *r, const dmm_trace *t, char *err, size_
     }
     for (uint32_t i = 0; i < t->nstreams; i++) r->stream_sync(streams[i]);
     secs = ref_now_s() - t0;
+    if (pool != NULL && peak_reserved != NULL &&
+        r->pool_get(pool, DMM_CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, peak_reserved) != DMM_CUDA_SUCCESS)
+        *peak_reserved = 0;
 out:
     if (ptrs != NULL)
         for (size_t k = 0; k < t->allocs; k++)

@@ -30,7 +30,10 @@ int dmm_cuda_ref_sync(dmm_cuda_ref *r, void *stream);
 double dmm_cuda_ref_pair_ns(dmm_cuda_ref *r, size_t bytes, void *stream, int samples, int batch);
 
 /* Replays trace `t` through cuMemAllocAsync/cuMemFreeAsync (trace stream 0 = the default stream,
- * others get their own) and synchronizes at the end; returns the seconds, or -1 with a sentence. */
-double dmm_cuda_ref_replay(dmm_cuda_ref *r, const dmm_trace *t, char *err, size_t errcap);
+ * others get their own) and synchronizes at the end; returns the seconds, or -1 with a sentence.
+ * *peak_reserved (may be NULL) receives the driver pool's reserved peak during the replay (its
+ * physical memory: the driver's fragmentation is that ÷ the trace's peak live), 0 when the driver
+ * cannot tell. */
+double dmm_cuda_ref_replay(dmm_cuda_ref *r, const dmm_trace *t, uint64_t *peak_reserved, char *err, size_t errcap);
 
 #endif /* DMM_TOOLS_CUDA_REF_H */

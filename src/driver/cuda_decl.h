@@ -42,6 +42,7 @@ typedef struct dmm_cu_graph_edge_data_st dmm_cu_graph_edge_data; /* CUgraphEdgeD
 typedef struct dmm_cu_module_st *dmm_cu_module;                  /* CUmodule */
 typedef struct dmm_cu_function_st *dmm_cu_function;              /* CUfunction */
 typedef void (*dmm_cu_host_fn)(void *user);                      /* CUhostFn */
+typedef struct dmm_cu_mem_pool_st *dmm_cu_mem_pool;              /* CUmemoryPool: a stream-ordered pool */
 
 /* ---- constants: X(CUDA's name, value), one list per CUDA type ---- */
 #define DMM_CU_ENUMERATOR(name, value) DMM_##name = value,
@@ -115,6 +116,12 @@ typedef enum dmm_cu_mem_granularity_flags {
 typedef enum dmm_cu_stream_capture_status {
     DMM_CU_STREAM_CAPTURE_STATUSES(DMM_CU_ENUMERATOR)
 } dmm_cu_stream_capture_status; /* CUstreamCaptureStatus */
+
+/* CUmemPool_attribute: what the tools read of the driver's own pool (its reserved peak, reset by writing 0). */
+#define DMM_CU_MEM_POOL_ATTRIBUTES(X) X(CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, 6)
+typedef enum dmm_cu_mem_pool_attribute {
+    DMM_CU_MEM_POOL_ATTRIBUTES(DMM_CU_ENUMERATOR)
+} dmm_cu_mem_pool_attribute; /* CUmemPool_attribute */
 
 /* Flags passed as unsigned int (CUstream_flags, CUevent_flags, cuMemHostAlloc's flags). */
 #define DMM_CU_FLAGS(X)                                                                                    \
@@ -207,6 +214,11 @@ typedef struct dmm_cu_mem_access_desc { /* CUmemAccessDesc */
     X(cuMemFreeHost, cuMemFreeHost, (void *ptr))                                                           \
     X(cuMemAllocAsync, cuMemAllocAsync, (dmm_cu_deviceptr *ptr, size_t bytes, dmm_cu_stream stream))       \
     X(cuMemFreeAsync, cuMemFreeAsync, (dmm_cu_deviceptr ptr, dmm_cu_stream stream))                        \
+    X(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool, (dmm_cu_mem_pool *pool, dmm_cu_device device)) \
+    X(cuMemPoolGetAttribute, cuMemPoolGetAttribute,                                                        \
+      (dmm_cu_mem_pool pool, dmm_cu_mem_pool_attribute attribute, void *value))                            \
+    X(cuMemPoolSetAttribute, cuMemPoolSetAttribute,                                                        \
+      (dmm_cu_mem_pool pool, dmm_cu_mem_pool_attribute attribute, void *value))                            \
     X(cuModuleLoadData, cuModuleLoadData, (dmm_cu_module *module, const void *image))                      \
     X(cuModuleGetFunction, cuModuleGetFunction,                                                            \
       (dmm_cu_function *function, dmm_cu_module module, const char *name))                                 \

@@ -42,6 +42,7 @@ DMM_CU_MEM_LOCATION_TYPES(DMM_CHECK_VALUE)
 DMM_CU_MEM_ACCESS_FLAGS(DMM_CHECK_VALUE)
 DMM_CU_MEM_GRANULARITY_FLAGS(DMM_CHECK_VALUE)
 DMM_CU_STREAM_CAPTURE_STATUSES(DMM_CHECK_VALUE)
+DMM_CU_MEM_POOL_ATTRIBUTES(DMM_CHECK_VALUE)
 DMM_CU_FLAGS(DMM_CHECK_VALUE)
 
 /* ---- types ---- */
@@ -67,6 +68,8 @@ DMM_CHECK_SAME_SIZE(dmm_cu_graph, CUgraph)
 DMM_CHECK_SAME_SIZE(dmm_cu_graph_node, CUgraphNode)
 DMM_CHECK_SAME_SIZE(dmm_cu_module, CUmodule)
 DMM_CHECK_SAME_SIZE(dmm_cu_function, CUfunction)
+DMM_CHECK_SAME_SIZE(dmm_cu_mem_pool, CUmemoryPool)
+DMM_CHECK_SAME_SIZE(dmm_cu_mem_pool_attribute, CUmemPool_attribute)
 DMM_CHECK_SAME_SIZE(dmm_cu_result, CUresult)
 DMM_CHECK_SAME_SIZE(dmm_cu_device_attribute, CUdevice_attribute)
 DMM_CHECK_SAME_SIZE(dmm_cu_mem_allocation_type, CUmemAllocationType)
@@ -124,6 +127,8 @@ DMM_CU_OTHER_ENTRY_POINTS(DMM_CHECK_BINDING)
 #define dmm_cu_module CUmodule
 #define dmm_cu_function CUfunction
 #define dmm_cu_host_fn CUhostFn
+#define dmm_cu_mem_pool CUmemoryPool
+#define dmm_cu_mem_pool_attribute CUmemPool_attribute
 #define dmm_cu_device_attribute CUdevice_attribute
 #define dmm_cu_mem_granularity_flags CUmemAllocationGranularity_flags
 #define dmm_cu_stream_capture_status CUstreamCaptureStatus
