@@ -55,7 +55,8 @@ def peaks(dt, torch):
     return {"peak_physical": torch.cuda.max_memory_reserved(), "peak_allocated": torch.cuda.max_memory_allocated()}
 
 
-POOL_KEYS = ("grows", "chunks_committed", "chunks_moved", "chunks_aliased", "chunks_decommitted") + DRIVER_KEYS
+POOL_KEYS = ("grows", "chunks_committed", "chunks_moved", "chunks_aliased", "chunks_decommitted") + DRIVER_KEYS + (
+    "driver_ns",)
 
 
 def pool_counters(dt):
@@ -300,8 +301,9 @@ def main():
                     "/".join("%d" % statistics.median(x["driver_calls"][i] for x in rs) for i in range(2, a.steps)))
             print(line)
             if m.startswith("dmm"):
-                print("       %-10s first step: %s (medians)" % ("", ", ".join(
-                    "%s %d" % (k, statistics.median(x["first_pool"][k] for x in rs)) for k in POOL_KEYS)))
+                fp = {k: statistics.median(x["first_pool"][k] for x in rs) for k in POOL_KEYS}
+                print("       %-10s first step: %s; %.1f ms in driver calls (medians)" % ("", ", ".join(
+                    "%s %d" % (k, fp[k]) for k in POOL_KEYS if k != "driver_ns"), fp["driver_ns"] / 1e6))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(runs, f)

@@ -221,7 +221,8 @@ DMM_API dmm_status dmm_pool_empty_cache(dmm_pool *pool, uint64_t *released);
     X(driver_release, "the mechanism's driver handle releases")                                  \
     X(driver_cache_hits, "chunks the mechanism served from its handle cache")                    \
     X(chunks_aliased, "chunks mapped again at once where their own stream needed them, the old place "   \
-                      "decommitted behind its fence (no new physical memory)")
+                      "decommitted behind its fence (no new physical memory)")                                 \
+    X(driver_ns, "nanoseconds the mechanism spent in those driver calls")
 
 typedef struct dmm_pool_stats {
     uint32_t size; /* sizeof(dmm_pool_stats), set by the caller */

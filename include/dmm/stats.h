@@ -48,7 +48,8 @@ extern "C" {
     X(poisoned_bytes, "bytes of poisoned chunks")                                                \
     X(quarantined_handles, "handles whose release failed after a good unmap")                    \
     X(quarantined_bytes, "bytes of quarantined handles")                                         \
-    X(refcount_underflows, "reference drops below zero caught and refused")
+    X(refcount_underflows, "reference drops below zero caught and refused")                    \
+    X(driver_ns, "nanoseconds spent in the physical driver calls above (create, map, set-access, unmap, release)")
 
 typedef struct dmm_count {
     int64_t current;

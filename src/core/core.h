@@ -8,6 +8,7 @@
 #define DMM_CORE_H
 
 #include <pthread.h>
+#include <time.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -97,6 +98,13 @@ static inline bool dmm_atomic_cas_acq_rel(_Atomic uint64_t *p, uint64_t *expecte
 }
 
 /* ---- checked arithmetic ---- */
+/* A monotonic clock in nanoseconds (for time spent in driver calls: a vDSO read, no system call). */
+static inline uint64_t dmm_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static inline bool dmm_add_overflows(uint64_t a, uint64_t b, uint64_t *sum) {
     return __builtin_add_overflow(a, b, sum);
 }

@@ -49,8 +49,9 @@ dmm_status dmm__arena_lost_error(dmm_arena *a, const char *op) {
 }
 
 /* Every call below goes through the driver's funnel (driver/call.h), which refuses once the driver
- * is lost and latches a loss the call reports. */
-static dmm_status drv_done(dmm_arena *a, dmm_status s) {
+ * is lost and latches a loss the call reports; its time (from `t0`) counts in driver_ns. */
+static dmm_status drv_done(dmm_arena *a, uint64_t t0, dmm_status s) {
+    a->st.driver_ns += dmm_now_ns() - t0;
     if (s != DMM_OK) a->st.driver_failures++;
     return s;
 }
@@ -58,32 +59,37 @@ static dmm_status drv_done(dmm_arena *a, dmm_status s) {
 dmm_status dmm__arena_drv_create(dmm_arena *a, uint64_t bytes, dmm_phys *phys) {
     if (dmm__arena_lost(a)) return dmm__arena_lost_error(a, "arena: create of a physical handle");
     a->st.driver_create++;
-    return drv_done(a, dmm__drv_create(a->drv, (size_t)bytes, phys));
+    uint64_t t0 = dmm_now_ns();
+    return drv_done(a, t0, dmm__drv_create(a->drv, (size_t)bytes, phys));
 }
 
 dmm_status dmm__arena_drv_release(dmm_arena *a, dmm_phys phys, uint64_t bytes) {
     (void)bytes;
     if (dmm__arena_lost(a)) return dmm__arena_lost_error(a, "arena: release of a physical handle");
     a->st.driver_release++;
-    return drv_done(a, dmm__drv_release(a->drv, phys));
+    uint64_t t0 = dmm_now_ns();
+    return drv_done(a, t0, dmm__drv_release(a->drv, phys));
 }
 
 dmm_status dmm__arena_drv_map(dmm_arena *a, uint64_t off, uint64_t bytes, dmm_phys phys) {
     if (dmm__arena_lost(a)) return dmm__arena_lost_error(a, "arena: map");
     a->st.driver_map++;
-    return drv_done(a, dmm__drv_map(a->drv, a->base + off, (size_t)bytes, phys));
+    uint64_t t0 = dmm_now_ns();
+    return drv_done(a, t0, dmm__drv_map(a->drv, a->base + off, (size_t)bytes, phys));
 }
 
 dmm_status dmm__arena_drv_unmap(dmm_arena *a, uint64_t off, uint64_t bytes) {
     if (dmm__arena_lost(a)) return dmm__arena_lost_error(a, "arena: unmap");
     a->st.driver_unmap++;
-    return drv_done(a, dmm__drv_unmap(a->drv, a->base + off, (size_t)bytes));
+    uint64_t t0 = dmm_now_ns();
+    return drv_done(a, t0, dmm__drv_unmap(a->drv, a->base + off, (size_t)bytes));
 }
 
 dmm_status dmm__arena_drv_set_access(dmm_arena *a, uint64_t off, uint64_t bytes, dmm_access access) {
     if (dmm__arena_lost(a)) return dmm__arena_lost_error(a, "arena: set_access");
     a->st.driver_set_access++;
-    return drv_done(a, dmm__drv_set_access(a->drv, a->base + off, (size_t)bytes, access));
+    uint64_t t0 = dmm_now_ns();
+    return drv_done(a, t0, dmm__drv_set_access(a->drv, a->base + off, (size_t)bytes, access));
 }
 
 /* ---- accounting ---- */

@@ -82,6 +82,7 @@ static void gather(dmm_pool *p, dmm_pool_stats *s) {
         s->driver_unmap = ms.driver_unmap;
         s->driver_release = ms.driver_release;
         s->driver_cache_hits = ms.cache_hits;
+        s->driver_ns = ms.driver_ns;
     } else {
         dmm_clear_error();
     }
@@ -125,6 +126,7 @@ dmm_status dmm_pool_stats_common(dmm_pool *p, dmm_stats *out) {
     c.driver_unmap = s.driver_unmap;
     c.driver_release = s.driver_release;
     c.cache_hits = s.driver_cache_hits;
+    c.driver_ns = s.driver_ns;
     return dmm__stats_copy_out(&c, out);
 }
 

@@ -112,6 +112,10 @@ static void blocks_are_aligned_usable_and_reused_without_driver_calls(void **sta
     DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
     for (int i = 0; i < 8; i++) xfree(f, p[i], NULL);
 
+    /* the growth's driver calls took time, and the stats say how much */
+    uint64_t driver_ns = s.driver_ns;
+    assert_true(driver_ns > 0);
+
     /* everything is mapped now: the same sizes again, and many pairs, make no driver call at all */
     uint64_t before = calls(f, DMM_OP_ANY);
     for (int round = 0; round < 1000; round++) {
@@ -122,6 +126,7 @@ static void blocks_are_aligned_usable_and_reused_without_driver_calls(void **sta
     s = stats(f);
     assert_int_equal(s.mallocs, 8 * 1001);
     assert_true(s.cached_mallocs >= 8 * 1000);
+    assert_int_equal(s.driver_ns, driver_ns); /* no driver call, no driver time */
     void *a = xmalloc(f, 4096, NULL), *b = xmalloc(f, 4096, NULL);
     xfree(f, a, NULL);
     void *c = xmalloc(f, 4096, NULL);
