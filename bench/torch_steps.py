@@ -6,7 +6,10 @@
 
 A mode dmm-s<N> runs dmm with DMM_TORCH_SETTLE=N (dmm-s20: the retention limit fixed, as before settling);
 dmm-h<MiB>x<D> with DMM_TORCH_HANDLES=<MiB << 20>,<D> (handles up to MiB, at most a D-th of the request);
-dmm-r<N> with DMM_TORCH_RETAIN=N (free memory kept mapped, permille of the live peak).
+dmm-r<N> with DMM_TORCH_RETAIN=N (free memory kept mapped, permille of the live peak); dmm-w with a warm
+start: before the first step the pool commits the physical peak of dmm-w's last run (dmm.torch.warm),
+the "last run" being one unmeasured dmm-w run made first (its cost is printed apart: it is paid before
+the first step).
 
 Workloads (models built from configs, no downloads; random data; fixed shapes, so every step repeats):
   gpt2   GPT-2 small training, AdamW, bf16 autocast, batch 8 x 1,024 tokens
@@ -62,6 +65,23 @@ POOL_KEYS = ("grows", "chunks_committed", "chunks_moved", "chunks_aliased", "chu
 def pool_counters(dt):
     pool = dt.memory_stats_raw()["pool"]
     return {k: int(pool.get(k, 0)) for k in POOL_KEYS}
+
+
+def profile_path(workload):
+    return os.path.join(os.environ["DMM_STEPS_PROFILE_DIR"], "%s.peak" % workload)
+
+
+def warm_start(dt, torch, mode, workload):
+    """dmm-w: the pool commits the last run's physical peak before the first step (dmm.torch.warm);
+    returns what that cost, or None where there is no last run yet (the priming run) or another mode."""
+    if mode != "dmm-w" or not os.path.exists(profile_path(workload)):
+        return None
+    with open(profile_path(workload)) as f:
+        target = int(f.read())
+    t0 = time.perf_counter()
+    committed = dt.warm(target)
+    torch.cuda.synchronize()
+    return {"target": target, "committed": committed, "ms": (time.perf_counter() - t0) * 1e3}
 
 
 def reset(dt, torch):
@@ -189,6 +209,7 @@ def worker(mode, workloads, steps, record):
         model, step = MAKERS[w](torch)
         torch.cuda.synchronize()
         reset(dt, torch)
+        warm = warm_start(dt, torch, mode, w)
         if record and mode == "native":
             torch.cuda.memory._record_memory_history(context=None, max_entries=4_000_000)
         times, calls = [], []
@@ -204,6 +225,11 @@ def worker(mode, workloads, steps, record):
         res = {"step_ms": times, "driver_calls": calls}
         if dt is not None:
             res["first_pool"] = first_pool
+        if warm is not None:
+            res["warm"] = warm
+        if mode == "dmm-w" and warm is None:  # the priming run: its peak is the next runs' warm start
+            with open(profile_path(w), "w") as f:
+                f.write("%d\n" % dt.memory_stats_raw()["physical_bytes"]["peak"])
         res.update(peaks(dt, torch))
         if record and mode == "native":
             snap = torch.cuda.memory._snapshot()
@@ -263,6 +289,15 @@ def main():
         os.makedirs(a.record, exist_ok=True)
     modes = [m for m in a.modes.split(",") if m]
     runs = {m: [] for m in modes}
+    if "dmm-w" in modes:  # the warm start's "last run": one unmeasured run of its own first
+        import tempfile
+
+        os.environ["DMM_STEPS_PROFILE_DIR"] = tempfile.mkdtemp(prefix="torch_steps_")
+        p = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", "dmm-w", "--steps", str(a.steps),
+                            "--workloads", ",".join(workloads)], capture_output=True, text=True, env=env_for("dmm-w"))
+        if p.returncode != 0:
+            print("the priming run of dmm-w failed (rc %d):\n%s" % (p.returncode, p.stderr[-3000:]))
+            sys.exit(1)
     for r in range(a.runs):
         order = modes[r % len(modes):] + modes[:r % len(modes)]  # rotate: no mode always first
         for m in order:
@@ -304,6 +339,10 @@ def main():
                 fp = {k: statistics.median(x["first_pool"][k] for x in rs) for k in POOL_KEYS}
                 print("       %-10s first step: %s; %.1f ms in driver calls (medians)" % ("", ", ".join(
                     "%s %d" % (k, fp[k]) for k in POOL_KEYS if k != "driver_ns"), fp["driver_ns"] / 1e6))
+            if m == "dmm-w":
+                print("       %-10s warm start before the first step: %.1f ms, %.1f MiB committed (medians)" % (
+                    "", statistics.median(x["warm"]["ms"] for x in rs),
+                    statistics.median(x["warm"]["committed"] for x in rs) / 2**20))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(runs, f)

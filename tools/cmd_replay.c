@@ -26,7 +26,8 @@
 void dmm_usage_replay(FILE *f) {
     fprintf(f, "usage: dmm replay TRACE.gz [--driver host|cuda] [--granule BYTES] [--chunk BYTES]\n"
                "                  [--max-chunk BYTES] [--handle-div N] [--retain PERMILLE] [--settle PERMILLE]\n"
-               "                  [--lag N] [--no-alias] [--repeat K] [--json[=FILE]] [--report FILE.html]\n\n"
+               "                  [--lag N] [--no-alias] [--repeat K] [--warm BYTES] [--json[=FILE]]\n"
+               "                  [--report FILE.html]\n\n"
                "Replays an allocation trace (# dmm-trace v1, gzip) through the dmm pool over an arena and\n"
                "prints peak live, physical and committed bytes, their ratio beside PyTorch's, driver calls\n"
                "by kind and per 1,000 allocations, and malloc/free latency percentiles.\n"
@@ -48,6 +49,8 @@ void dmm_usage_replay(FILE *f) {
                "  --repeat     the trace as one iteration, replayed K times (1 to 1000) over the same pool\n"
                "               (each repetition's leftovers freed before the next); also prints the driver\n"
                "               calls, aliases and moves of the last repetition alone: the steady state\n"
+               "  --warm       a warm start: the pool first commits BYTES (e.g. the last run's peak) in\n"
+               "               handles of up to 1 GiB, timed with the replay (default: none)\n"
                "  --json       one JSON object instead of text; --json=FILE writes it to FILE (and the text\n"
                "               to the standard output)\n"
                "  --report     also write a self-contained HTML page with the timeline\n"
@@ -63,7 +66,7 @@ static const dmm_opt_range REPEAT = {1, 1000, false, "a number of repetitions", 
 
 enum {
     OPT_DRIVER = 256, OPT_GRANULE, OPT_CHUNK, OPT_MAX_CHUNK, OPT_HANDLE_DIV, OPT_RETAIN, OPT_SETTLE, OPT_LAG,
-    OPT_NO_ALIAS, OPT_REPEAT, OPT_JSON, OPT_REPORT,
+    OPT_NO_ALIAS, OPT_REPEAT, OPT_WARM, OPT_JSON, OPT_REPORT,
 };
 
 static const struct option longs[] = {
@@ -77,6 +80,7 @@ static const struct option longs[] = {
     {"lag", required_argument, NULL, OPT_LAG},
     {"no-alias", no_argument, NULL, OPT_NO_ALIAS},
     {"repeat", required_argument, NULL, OPT_REPEAT},
+    {"warm", required_argument, NULL, OPT_WARM},
     {"json", optional_argument, NULL, OPT_JSON},
     {"report", required_argument, NULL, OPT_REPORT},
     {"help", no_argument, NULL, 'h'},
@@ -115,6 +119,7 @@ static int parse(int argc, char **argv, replay_args *a) {
         case OPT_CHUNK: rc = dmm_cli_u64("replay", opt, optarg, &SIZE, &a->o.chunk_bytes); break;
         case OPT_MAX_CHUNK: rc = dmm_cli_u64("replay", opt, optarg, &SIZE, &a->o.max_chunk_bytes); break;
         case OPT_LAG: rc = dmm_cli_u64("replay", opt, optarg, &LAG, &a->o.lag); break;
+        case OPT_WARM: rc = dmm_cli_u64("replay", opt, optarg, &SIZE, &a->o.warm_bytes); break;
         case OPT_NO_ALIAS: a->o.no_alias = true; break;
         case OPT_HANDLE_DIV:
         case OPT_RETAIN:

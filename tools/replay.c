@@ -18,6 +18,10 @@
  * whether the pool reached a steady state (none) or pays them every iteration; with --lag the fences
  * are pending as on a GPU, where a replay with every fence complete would hide the cost.
  *
+ * Warm start (--warm BYTES): the pool commits that much at once, in handles of up to 1 GiB, before the
+ * first event (dmm_pool_warm), inside the timed loop: what a pool that knows the workload's last peak
+ * would do, and what it costs.
+ *
  * Sizes (dmm_replay_check, before anything is created): the VA reserved is 32 × the trace's peak
  * rounded up to a power of two, so a peak above 2^58 is refused rather than rounded or multiplied past
  * 64 bits; on the host driver a peak that needs more handles than the open-file limit allows even at
@@ -329,6 +333,16 @@ int dmm_replay_run(const dmm_trace *t, const dmm_replay_opts *o, dmm_replay_resu
     memset(&before, 0, sizeof before);
     memset(&pbefore, 0, sizeof pbefore);
     double t0 = now_s();
+    if (o->warm_bytes > 0) { /* timed: what it costs is part of the replay */
+        dmm_stream first = NULL;
+        for (size_t i = 0; i < t->n; i++)
+            if (t->ev[i].kind == DMM_TRACE_ALLOC) {
+                first = streams[t->ev[i].stream];
+                break;
+            }
+        if (dmm_pool_warm(pool, first, o->warm_bytes, 0, NULL) != DMM_OK)
+            FAIL("the warm start of %llu bytes failed: %s", (unsigned long long)o->warm_bytes, dmm_last_error());
+    }
     for (uint32_t rep = 0; rep < reps; rep++) {
         if (rep > 0) { /* the previous repetition's leftovers go, on the stream of their allocation */
             for (size_t k = 0; k < t->allocs; k++)

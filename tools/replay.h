@@ -30,6 +30,8 @@ typedef struct dmm_replay_opts {
     bool no_alias;            /* the pool never aliases chunks (dmm_pool_config.no_alias) */
     uint32_t repeat;          /* > 1: the trace as one iteration, replayed this many times over the same
                                  pool (the leftovers of one freed before the next); 0 or 1 = once */
+    uint64_t warm_bytes;      /* > 0: a warm start (dmm_pool_warm) to this many committed bytes on the first
+                                 allocation's stream, in the largest handles, inside the timed replay */
 } dmm_replay_opts;
 
 typedef struct dmm_replay_point {

@@ -51,6 +51,10 @@ DMM_TORCH_API int dmm_torch_snapshot_json(int device, char *buf, size_t cap, siz
 DMM_TORCH_API int dmm_torch_reset_peaks(int device);
 /* Gives back every cached chunk, empty tag segment and idle graph segment (behind events). */
 DMM_TORCH_API int dmm_torch_empty_cache(int device, uint64_t *released);
+/* Warm start (dmm_pool_warm): commits memory for `stream` until the device's pool holds `bytes` (e.g. the
+ * last run's physical peak), at once and in handles of up to 1 GiB, so that the first step does not grow
+ * in thousands of small handles. *committed (may be NULL) = bytes committed now. */
+DMM_TORCH_API int dmm_torch_warm(int device, uint64_t bytes, void *stream, uint64_t *committed);
 
 /* Tag scopes of the calling thread: allocations in between go to the tag's segments. */
 DMM_TORCH_API int dmm_torch_tag_begin(const char *name);

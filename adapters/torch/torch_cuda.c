@@ -299,6 +299,12 @@ int dmm_torch_empty_cache(int device, uint64_t *released) {
     return record(dmm__torch_empty_cache(c, released));
 }
 
+int dmm_torch_warm(int device, uint64_t bytes, void *stream, uint64_t *committed) {
+    if (committed != NULL) *committed = 0;
+    WITH_CTX(device);
+    return record(dmm_pool_warm(c->pool, (dmm_stream)stream, bytes, 0, committed));
+}
+
 int dmm_torch_tag_begin(const char *name) { return record(dmm__torch_tag_begin(name)); }
 int dmm_torch_tag_end(void) { return record(dmm__torch_tag_end()); }
 

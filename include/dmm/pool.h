@@ -184,6 +184,20 @@ DMM_API dmm_status dmm_pool_trim(dmm_pool *pool, uint64_t target_bytes, uint64_t
  * NULL) = bytes decommitted. */
 DMM_API dmm_status dmm_pool_empty_cache(dmm_pool *pool, uint64_t *released);
 
+/* Warm start: a pool told a workload's steady state — e.g. its last run's committed peak (the stats'
+ * committed_bytes.peak) — commits memory on `stream`'s heap until the pool's committed bytes reach
+ * target_bytes, at once and in handles of up to handle_bytes (0 = DMM_POOL_WARM_HANDLE_BYTES; rounded
+ * down to whole chunks, at least one), whatever the retention limit says, so the workload's first
+ * iteration is served from mapped memory instead of growing in thousands of small handles. The memory
+ * is free for every malloc on that stream and stays mapped like all free memory (dmm_pool_trim and
+ * dmm_pool_empty_cache give it back; a growth over the retention limit may move its whole free chunks). *committed (may be
+ * NULL) = bytes committed now (0 when the pool already holds target_bytes). Errors: DMM_ERR_INVALID_ARGUMENT
+ * (a target above the pool's VA, handles above DMM_POOL_WARM_HANDLE_BYTES; nothing changed), or a growth's
+ * (budget, driver: what was committed before it stays, free). */
+#define DMM_POOL_WARM_HANDLE_BYTES ((uint64_t)1 << 30) /* the largest handle an arena makes by default */
+DMM_API dmm_status dmm_pool_warm(dmm_pool *pool, dmm_stream stream, uint64_t target_bytes, uint64_t handle_bytes,
+                                 uint64_t *committed);
+
 /* ---------------------------------------------------------------------------------------------- */
 /* Stats, declared once. Counts are {current, peak, total}; counters only go up (new ones are added
  * at the end, so that a caller's older, shorter struct reads the same fields).

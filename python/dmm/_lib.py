@@ -37,6 +37,7 @@ _SIGNATURES = {
                                                ctypes.POINTER(ctypes.c_size_t)]),
     "dmm_torch_reset_peaks": (ctypes.c_int, [ctypes.c_int]),
     "dmm_torch_empty_cache": (ctypes.c_int, [ctypes.c_int, ctypes.POINTER(ctypes.c_uint64)]),
+    "dmm_torch_warm": (ctypes.c_int, [ctypes.c_int, ctypes.c_uint64, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)]),
     "dmm_torch_tag_begin": (ctypes.c_int, [ctypes.c_char_p]),
     "dmm_torch_tag_end": (ctypes.c_int, []),
     "dmm_torch_offload": (ctypes.c_int, [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_void_p]),

@@ -28,7 +28,7 @@ from ._lib import DmmError
 __all__ = [
     "DmmError", "enable", "is_enabled", "library_path", "memory_stats", "memory_stats_raw",
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
-    "reset_peak_memory_stats", "empty_cache", "snapshot", "set_limit", "last_error", "tag", "offload",
+    "reset_peak_memory_stats", "empty_cache", "warm", "snapshot", "set_limit", "last_error", "tag", "offload",
     "offload_wait", "restore", "release_host", "poll", "tag_info", "reserve_graph_memory", "graph",
     "capture_id", "release_graph", "now_ns",
 ]
@@ -171,6 +171,18 @@ def empty_cache(device=None):
     released = ctypes.c_uint64(0)
     _lib.check(_lib.load().dmm_torch_empty_cache(_device(device), ctypes.byref(released)), "dmm.torch.empty_cache")
     return int(released.value)
+
+
+def warm(nbytes, device=None, stream=None):
+    """A warm start: the pool commits memory until it holds `nbytes` (e.g. the last run's
+    memory_stats_raw()["physical_bytes"]["peak"]), at once and in handles of up to 1 GiB, so that the
+    first step is served from mapped memory instead of growing in thousands of small handles. Call it
+    after the model is loaded, before the first step; empty_cache() gives the memory back. Returns the
+    bytes committed now (0 when the pool already holds that much)."""
+    committed = ctypes.c_uint64(0)
+    _lib.check(_lib.load().dmm_torch_warm(_device(device), int(nbytes), _stream(stream), ctypes.byref(committed)),
+               "dmm.torch.warm")
+    return int(committed.value)
 
 
 def snapshot(device=None):

@@ -30,6 +30,12 @@
  * Another thread on the stream may take the grown memory before this one looks again: up to 16
  * attempts, then DMM_ERR_BUSY. All scratch is freed at the one exit.
  *
+ * Warm start (dmm_pool_warm → dmm__pool_warm_grow): a pool told a workload's steady state (its last
+ * run's committed peak) commits it at once, as one growth in a few large handles, so the first
+ * iteration is served from mapped memory without thousands of small handles. Same plan → carve →
+ * drive → fix-up, one attempt, no fit taken (the memory is left FREE), and no sources: the retention
+ * limit, which would have it move free chunks rather than grow, does not apply to what it was told.
+ *
  * Invariants: between carve and fix-up the pieces are COMMITTING and the sources DECOMMITTING, so no
  * other thread touches them; a piece's committed prefix is tv[j].done bytes from its start; a failed
  * drive leaves its sentence as the thread's last error until the next attempt reports it (nothing in
@@ -139,6 +145,37 @@ static bool plan_growth(const dmm_pool *p, const pheap *h, uint64_t n, bool allo
     return best->found;
 }
 
+/* A warm start's plan (under the lock): `n` bytes of unmapped VA only — the lowest unmapped block of
+ * at least n bytes; else, with allow_extend, the run whose unmapped tail is nearest n, extended first.
+ * (plan_growth would take the cheapest window, and a free block already mapped costs nothing.) */
+static bool plan_fresh(const dmm_pool *p, const pheap *h, uint64_t n, bool allow_extend, plan *best) {
+    memset(best, 0, sizeof *best);
+    for (size_t r = 0; r < h->nruns; r++)
+        for (pblock *b = h->runs[r].first; b != NULL; b = b->next)
+            if (b->kind == BK_UNMAPPED && b->size >= n && (!best->found || b->addr < best->lo)) {
+                best->found = true;
+                best->lo = b->addr;
+                best->hi = b->addr + n;
+                best->k = n / p->chunk;
+                best->first = b;
+            }
+    if (best->found || !allow_extend) return best->found;
+    uint64_t fewest = UINT64_MAX;
+    for (size_t r = 0; r < h->nruns; r++) {
+        const pblock *tail = h->runs[r].first;
+        while (tail != NULL && tail->next != NULL) tail = tail->next;
+        uint64_t missing = n - (tail != NULL && tail->kind == BK_UNMAPPED ? tail->size : 0);
+        if (missing < fewest) {
+            fewest = missing;
+            best->found = true;
+            best->k = n / p->chunk;
+            best->extend_run = r;
+            best->extend_regions = (missing + p->region - 1) >> p->region_shift;
+        }
+    }
+    return best->found;
+}
+
 /* The highest live bytes the pool has seen (sampled across heaps; exact for one heap). */
 static uint64_t live_peak_estimate(dmm_pool *p) {
     uint64_t sum = 0, mx = 0;
@@ -179,6 +216,7 @@ typedef struct growth {
     pheap *h;
     uint64_t n;       /* bytes, rounded to align */
     size_t requested; /* bytes as requested */
+    uint64_t most;    /* > 0: a warm start's handle size (else handle_most) */
     plan pl;
     tgtvec tv;  /* the window's COMMITTING pieces */
     size_t nt;
@@ -222,7 +260,8 @@ static dmm_status growth_plan(growth *g) {
     dmm_pool *p = g->p;
     bool extended = false;
     for (;;) {
-        bool found = plan_growth(p, g->h, g->n, !extended, &g->pl);
+        bool found = g->most ? plan_fresh(p, g->h, g->n, !extended, &g->pl)
+                             : plan_growth(p, g->h, g->n, !extended, &g->pl);
         if (found && g->pl.extend_regions == 0) return DMM_OK;
         size_t regions = found ? (size_t)g->pl.extend_regions : (size_t)((g->n + p->region - 1) >> p->region_shift);
         size_t prefer = found ? g->pl.extend_run : SIZE_MAX;
@@ -268,7 +307,8 @@ static dmm_status growth_carve(growth *g, uint64_t *want_more) {
     uint64_t committed = load_relaxed(&p->committed), twice = load_relaxed(&p->aliased_bytes), need = pl->k * p->chunk;
     uint64_t want = 0;
     committed -= twice < committed ? twice : committed; /* an aliased chunk's old place is no more memory */
-    if (committed + need > cap) want = committed + need - cap < need ? committed + need - cap : need;
+    if (committed + need > cap && g->most == 0) /* a warm start commits what it was told to */
+        want = committed + need - cap < need ? committed + need - cap : need;
     g->sv.n = 0;
     uint64_t got = dmm__pool_carve_sources(p, h, want, pl->lo, pl->hi, g->tv.v, g->nt, p->can_alias, &g->sv);
     *want_more = got < want ? want - got : 0;
@@ -331,7 +371,7 @@ static void growth_drive(growth *g) {
             if (s != DMM_OK) growth_failed(g, s, j, cur, src->bytes);
             else cur += src->bytes;
         }
-        uint64_t most = handle_most(p, g->n);
+        uint64_t most = g->most ? g->most : handle_most(p, g->n);
         while (g->fail == DMM_OK && cur < end) {
             uint64_t len = end - cur < most ? end - cur : most;
             dmm_status s = dmm__pool_commit_one(p, cur, len);
@@ -395,6 +435,32 @@ static void growth_fixup(growth *g) {
     for (size_t i = 0; i < g->sv.n; i++)
         if (!g->sv.v[i].tried) g->sv.v[i].o = dmm__pool_outcome_untouched();
     dmm__pool_sources_fixup(p, &g->sv, 0);
+}
+
+dmm_status dmm__pool_warm_grow(dmm_pool *p, pheap *h, uint64_t n, uint64_t most) {
+    growth g;
+    memset(&g, 0, sizeof g);
+    g.p = p;
+    g.h = h;
+    g.n = n;
+    g.requested = (size_t)n;
+    g.most = most;
+    g.fail_j = SIZE_MAX;
+    if (dmm__pool_lost(p, "entering dmm_pool_warm")) return dmm__pool_malloc_refused(p, (size_t)n, h->stream);
+    heap_lock(h);
+    dmm__heap_quick_flush(h); /* the plan reads the free layout */
+    uint64_t want_more = 0;
+    dmm_status s = growth_plan(&g);
+    if (s == DMM_OK) s = growth_carve(&g, &want_more); /* no sources: want_more stays 0 */
+    heap_unlock(h);
+    if (s == DMM_OK) {
+        growth_drive(&g);
+        growth_fixup(&g);
+        s = g.fail;
+    }
+    free(g.sv.v);
+    free(g.tv.v);
+    return s;
 }
 
 dmm_status dmm__pool_malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t requested, void **out) {

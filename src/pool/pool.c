@@ -501,3 +501,44 @@ dmm_status dmm_pool_destroy(dmm_pool *p) {
     return DMM_OK;
 }
 
+/* ---- warm start (growth.c does the growth) ---- */
+
+/* The pool's committed bytes, an aliased chunk's old place not counted twice. */
+static uint64_t committed_once(const dmm_pool *p) {
+    uint64_t committed = load_relaxed(&p->committed), twice = load_relaxed(&p->aliased_bytes);
+    return committed - (twice < committed ? twice : committed);
+}
+
+dmm_status dmm_pool_warm(dmm_pool *p, dmm_stream stream, uint64_t target_bytes, uint64_t handle_bytes,
+                         uint64_t *committed) {
+    if (committed != NULL) *committed = 0;
+    if (p == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_warm: the pool is NULL");
+    if (target_bytes > p->va_bytes)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "dmm_pool_warm: a target of %llu bytes is more than the pool's VA (%llu bytes); "
+                             "create the pool with a larger va_bytes (nothing changed)",
+                             (unsigned long long)target_bytes, (unsigned long long)p->va_bytes);
+    if (handle_bytes > DMM_POOL_WARM_HANDLE_BYTES)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "dmm_pool_warm: handles of %llu bytes are more than the %llu an arena makes by default; "
+                             "pass 0 or less (nothing changed)",
+                             (unsigned long long)handle_bytes, (unsigned long long)DMM_POOL_WARM_HANDLE_BYTES);
+    uint64_t most = handle_bytes ? handle_bytes : DMM_POOL_WARM_HANDLE_BYTES;
+    most = most < p->chunk ? p->chunk : most / p->chunk * p->chunk;
+    uint64_t target = (target_bytes + p->chunk - 1) / p->chunk * p->chunk; /* ≤ va_bytes: a multiple of chunk */
+    if (atomic_load_explicit(&p->refusing, memory_order_acquire) != NULL)
+        return dmm__pool_malloc_refused(p, (size_t)target, stream);
+    pheap *h = heap_for(p, stream);
+    if (h == NULL) return dmm_last_status();
+    uint64_t before = committed_once(p);
+    dmm_status s = DMM_OK;
+    /* a growth's window may take in free memory already mapped: grow again for what is still missing */
+    for (int round = 0; round < 4 && s == DMM_OK; round++) {
+        uint64_t now = committed_once(p);
+        if (now >= target) break;
+        s = dmm__pool_warm_grow(p, h, target - now, most);
+    }
+    uint64_t after = committed_once(p);
+    if (committed != NULL) *committed = after > before ? after - before : 0;
+    return s;
+}

@@ -466,5 +466,8 @@ bool dmm__pool_grow_va(dmm_pool *p, pheap *h, size_t n, size_t prefer);
 /* ---- growth.c ---- */
 /* malloc of `n` bytes (rounded) when no mapped free block fits: poll, grow, move, alias. */
 dmm_status dmm__pool_malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t requested, void **out);
+/* growth.c: a warm start's one growth of `n` bytes (whole quanta) into h as FREE memory, in new handles
+ * of at most `most` bytes (never moves: the retention limit does not apply to it). */
+dmm_status dmm__pool_warm_grow(dmm_pool *p, pheap *h, uint64_t n, uint64_t most);
 
 #endif /* DMM_POOL_TYPES_H */

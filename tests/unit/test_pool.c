@@ -575,6 +575,88 @@ static void a_repeating_workload_settles_into_a_layout_without_driver_calls(void
     assert_true(phys[1] >= phys[0]); /* bought with (bounded) memory */
 }
 
+/* Warm start: a pool told its last run's committed peak commits it at once, in a few large handles;
+ * the same steps then make no driver call from the first one on, also under a fixed retention limit
+ * that alone re-maps every step (the settle test above). */
+static void a_warm_start_commits_the_last_peak_in_large_handles(void **state) {
+    (void)state;
+    dmm_pool_config pc;
+    memset(&pc, 0, sizeof pc);
+    pc.size = sizeof pc;
+    pc.retain_permille = 1;
+    pc.settle_permille = 500;
+    uint64_t cold[6], warm[6], fixed[6], peak_committed = 0;
+    uint64_t *per[3] = {cold, warm, fixed};
+    int peak = 0;
+    for (int run = 0; run < 3; run++) {
+        /* run 2: a fixed limit */
+        pc.settle_permille = run == 2 ? 1 : 500;
+        fx *f = fx_open(&pc, 0);
+        dmm_stream a = NULL;
+        DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &a));
+        if (run > 0) {
+            uint64_t creates = calls(f, DMM_OP_CREATE), got = 0;
+            DMM_OK_OR_FAIL(dmm_pool_warm(f->pool, a, peak_committed, 8 * C, &got));
+            assert_int_equal(got, peak_committed);
+            assert_int_equal(calls(f, DMM_OP_CREATE) - creates, (peak_committed + 8 * C - 1) / (8 * C));
+            DMM_OK_OR_FAIL(dmm_pool_warm(f->pool, a, peak_committed, 8 * C, &got)); /* already there */
+            assert_int_equal(got, 0);
+            DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+        }
+        for (int i = 0; i < 6; i++) per[run][i] = one_step(f, a, &peak);
+        dmm_pool_stats s = stats(f);
+        if (run == 0) peak_committed = (uint64_t)s.committed_bytes.peak;
+        else assert_true(s.committed_bytes.peak <= (int64_t)peak_committed + (int64_t)(8 * C)); /* at most one more */
+        DMM_OK_OR_FAIL(f->drv->ops->stream_destroy(f->drv, a));
+        fx_close(f);
+    }
+    for (int run = 0; run < 3; run++)
+        print_message("  %s: driver calls per step %llu %llu %llu %llu %llu %llu\n",
+                      run == 0   ? "cold"
+                      : run == 1 ? "warm start of the cold run's committed peak"
+                                 : "the same warm start, fixed limit",
+                      (unsigned long long)per[run][0], (unsigned long long)per[run][1],
+                      (unsigned long long)per[run][2], (unsigned long long)per[run][3],
+                      (unsigned long long)per[run][4], (unsigned long long)per[run][5]);
+    assert_true(cold[0] > 16);
+    for (int i = 0; i < 6; i++) assert_int_equal(warm[i] + fixed[i], 0);
+}
+
+static void a_warm_start_refuses_bad_input_and_commits_only_what_is_missing(void **state) {
+    (void)state;
+    fx *f = fx_open(NULL, 0);
+    uint64_t got = 1, made = calls(f, DMM_OP_ANY); /* the pool's VA reservation */
+    assert_int_equal(dmm_pool_warm(f->pool, NULL, (uint64_t)1 << 62, 0, &got), DMM_ERR_INVALID_ARGUMENT);
+    dmm_test_error_mentions("dmm_pool_warm", "more than the pool's VA", "larger va_bytes", NULL);
+    assert_int_equal(got, 0);
+    assert_int_equal(dmm_pool_warm(f->pool, NULL, 8 * C, (uint64_t)2 << 30, &got), DMM_ERR_INVALID_ARGUMENT);
+    dmm_test_error_mentions("handles of 2147483648 bytes", "pass 0 or less", NULL);
+    assert_int_equal(dmm_pool_warm(NULL, NULL, 8 * C, 0, NULL), DMM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(calls(f, DMM_OP_ANY), made);
+    assert_int_equal(stats(f).committed_bytes.current, 0);
+    /* a handle below one chunk is one chunk; a target is rounded up to whole chunks */
+    DMM_OK_OR_FAIL(dmm_pool_warm(f->pool, NULL, 3 * C - 1, 1, &got));
+    assert_int_equal(got, 3 * C);
+    assert_int_equal(calls(f, DMM_OP_CREATE), 3);
+    /* the memory is free for the stream's mallocs, with no driver call; empty_cache still gives it back */
+    uint64_t before = calls(f, DMM_OP_ANY);
+    void *x = xmalloc(f, 3 * C, NULL);
+    assert_int_equal(calls(f, DMM_OP_ANY), before);
+    xfree(f, x, NULL);
+    /* with free memory mapped, a higher target commits what is missing in new VA (not the free block) */
+    uint64_t creates = calls(f, DMM_OP_CREATE);
+    DMM_OK_OR_FAIL(dmm_pool_warm(f->pool, NULL, 7 * C, 2 * C, &got));
+    assert_int_equal(got, 4 * C);
+    assert_int_equal(calls(f, DMM_OP_CREATE) - creates, 2);
+    assert_int_equal(stats(f).committed_bytes.current, 7 * C);
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    uint64_t released = 0;
+    DMM_OK_OR_FAIL(dmm_pool_empty_cache(f->pool, &released));
+    assert_int_equal(released, 7 * C);
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    fx_close(f);
+}
+
 /* The same churn with no_alias: the growth cannot reuse fenced chunks, so it creates new memory
  * (what aliases save; this also shows the test above can fail). */
 static void without_aliases_pending_fences_make_the_pool_grow(void **state) {
@@ -800,6 +882,8 @@ int main(void) {
         cmocka_unit_test(a_stream_reuses_its_fenced_chunks_at_once_through_an_alias),
         cmocka_unit_test(under_pending_fences_a_stream_churns_in_flat_physical_memory_and_other_streams_wait),
         cmocka_unit_test(a_repeating_workload_settles_into_a_layout_without_driver_calls),
+        cmocka_unit_test(a_warm_start_commits_the_last_peak_in_large_handles),
+        cmocka_unit_test(a_warm_start_refuses_bad_input_and_commits_only_what_is_missing),
         cmocka_unit_test(without_aliases_pending_fences_make_the_pool_grow),
         cmocka_unit_test(a_failed_alias_grows_instead_and_a_failed_unmap_of_the_old_place_is_retried),
         cmocka_unit_test(a_failed_commit_fails_the_malloc_and_changes_nothing),
