@@ -28,6 +28,17 @@
 #include "ort_internal.h"
 
 #define GIB ((uint64_t)1 << 30)
+
+#ifndef DMM_ORT_HAVE_SHIM
+#define DMM_ORT_HAVE_SHIM 0 /* no C++ compiler: the plain C entry points (NULL on refusal) */
+#endif
+#if !DMM_ORT_HAVE_SHIM /* never called, but named by the selection below */
+void *dmm__ort_throwing_alloc(struct OrtAllocator *self, size_t bytes) { return dmm__ort_c_alloc(self, bytes); }
+void *dmm__ort_throwing_reserve(struct OrtAllocator *self, size_t bytes) { return dmm__ort_c_reserve(self, bytes); }
+void *dmm__ort_throwing_alloc_on_stream(struct OrtAllocator *self, size_t bytes, struct OrtSyncStream *s) {
+    return dmm__ort_c_alloc_on_stream(self, bytes, s);
+}
+#endif
 #define ORT_BLOCK_ALIGN 512u
 
 static inline uint64_t ld(_Atomic uint64_t *x) { return atomic_load_explicit(x, memory_order_relaxed); }
@@ -82,7 +93,7 @@ static void *serve(dmm_ort_allocator *a, int which, size_t bytes, dmm_stream str
         s = dmm_pool_malloc(p->pool, bytes, stream, &ptr);
     }
     if (s != DMM_OK) {
-        dmm__error_wrap(s, "dmm ort: %s of %zu bytes on %s %d for '%s' (%s pool) refused, ONNX Runtime gets NULL", op,
+        dmm__error_wrap(s, "dmm ort: %s of %zu bytes on %s %d for '%s' (%s pool) refused", op,
                         bytes, a->dev.tier == DMM_TIER_DEVICE ? "device" : "host", (int)a->dev.index, a->name,
                         pool_role(which));
         inc(&a->refusals);
@@ -112,15 +123,15 @@ static void *serve(dmm_ort_allocator *a, int which, size_t bytes, dmm_stream str
     return ptr;
 }
 
-static void *ort_alloc(struct OrtAllocator *self, size_t bytes) {
+void *dmm__ort_c_alloc(struct OrtAllocator *self, size_t bytes) {
     return serve(of(self), DMM_ORT_POOL_RUN, bytes, NULL, "Alloc");
 }
 
-static void *ort_reserve(struct OrtAllocator *self, size_t bytes) {
+void *dmm__ort_c_reserve(struct OrtAllocator *self, size_t bytes) {
     return serve(of(self), DMM_ORT_POOL_WEIGHTS, bytes, NULL, "Reserve");
 }
 
-static void *ort_alloc_on_stream(struct OrtAllocator *self, size_t bytes, struct OrtSyncStream *stream) {
+void *dmm__ort_c_alloc_on_stream(struct OrtAllocator *self, size_t bytes, struct OrtSyncStream *stream) {
     dmm_ort_allocator *a = of(self);
     dmm_stream handle = NULL;
     if (stream != NULL && a->rt->SyncStream_GetHandle != NULL) handle = a->rt->SyncStream_GetHandle(stream);
@@ -390,13 +401,15 @@ dmm_status dmm_ort_allocator_create(dmm_ort_runtime *rt, dmm_driver *driver, dmm
 
     uint32_t v = rt->api_version < DMM_ORT_API_KNOWN ? rt->api_version : DMM_ORT_API_KNOWN;
     a->ort.version = v;
-    a->ort.Alloc = ort_alloc;
+    bool throwing = DMM_ORT_HAVE_SHIM && !k.null_on_refusal;
+    a->ort.Alloc = throwing ? dmm__ort_throwing_alloc : dmm__ort_c_alloc;
     a->ort.Free = ort_free;
     a->ort.Info = ort_info;
-    if (v >= DMM_ORT_ALLOCATOR_V_RESERVE) a->ort.Reserve = ort_reserve;
+    if (v >= DMM_ORT_ALLOCATOR_V_RESERVE) a->ort.Reserve = throwing ? dmm__ort_throwing_reserve : dmm__ort_c_reserve;
     if (v >= DMM_ORT_ALLOCATOR_V_STATS && rt->CreateKeyValuePairs != NULL && rt->AddKeyValuePair != NULL)
         a->ort.GetStats = ort_get_stats;
-    if (v >= DMM_ORT_ALLOCATOR_V_ON_STREAM) a->ort.AllocOnStream = ort_alloc_on_stream;
+    if (v >= DMM_ORT_ALLOCATOR_V_ON_STREAM)
+        a->ort.AllocOnStream = throwing ? dmm__ort_throwing_alloc_on_stream : dmm__ort_c_alloc_on_stream;
     if (v >= DMM_ORT_ALLOCATOR_V_SHRINK) a->ort.Shrink = ort_shrink;
     *out = a;
     return DMM_OK;

@@ -19,8 +19,11 @@
  *     argument: dmm_ort_gpu_external_init sets up the one allocator they use).
  *
  * Answers to ONNX Runtime (which gets no dmm_status): a request dmm refuses (the governor's budget, the
- * driver's memory, a size too large) is NULL, so that ONNX Runtime reports its own error and fails the
- * Run or the session creation; dmm's sentence is kept (dmm_ort_allocator_last_error, per allocator,
+ * driver's memory, a size too large) is, by the OrtAllocator contract, NULL. ONNX Runtime 1.30 does not
+ * check that NULL where a Run allocates a tensor (its kernels write to address 0: measured), so by default
+ * the entry points ONNX Runtime calls throw a C++ exception instead (refusal_shim.cc), which ONNX Runtime
+ * turns into the Run's or the session creation's error status, with dmm's sentence as its message; the
+ * config's null_on_refusal = 1 gives the plain NULL (for callers from C). Either way dmm's sentence is kept (dmm_ort_allocator_last_error, per allocator,
  * since ONNX Runtime may call from its own threads) and logged (the config's log callback, and dmm's
  * process-wide one, at DMM_LOG_WARN). Alloc/Reserve of 0 bytes is NULL with nothing changed and no
  * error (ONNX Runtime asks for no bytes only for empty tensors and never dereferences them; a block
@@ -64,7 +67,8 @@ typedef struct dmm_ort_allocator dmm_ort_allocator;
  * no API version from 9 to the one dmm knows (30), or lacks a slot the adapter needs at the version it
  * granted. Nothing is left open on failure. */
 DMM_API dmm_status dmm_ort_runtime_open(const char *path, dmm_ort_runtime **out);
-/* Closes it (dlclose). The caller has released every ONNX Runtime object first. NULL is ignored. */
+/* Frees the runtime object; the library itself stays loaded (ONNX Runtime is not made to be unloaded: its
+ * process-wide state outlives every OrtEnv). NULL is ignored. */
 DMM_API void dmm_ort_runtime_close(dmm_ort_runtime *rt);
 /* The API version granted (e.g. 30) and the library's version string (e.g. "1.30.0"). */
 DMM_API uint32_t dmm_ort_runtime_api_version(const dmm_ort_runtime *rt);
@@ -89,6 +93,11 @@ typedef struct dmm_ort_config {
                              with a sentence, as ONNX Runtime would refuse it at RegisterAllocator */
     dmm_log_fn log;       /* optional: every refusal's sentence, at DMM_LOG_WARN */
     void *log_user;
+    uint32_t null_on_refusal; /* 0 (default): Alloc / AllocOnStream / Reserve answer a refusal with a C++
+                             exception carrying dmm's sentence, which ONNX Runtime turns into the Run's
+                             error (ONNX Runtime 1.30 dereferences a NULL in a Run: see "Answers" above);
+                             1: the plain OrtAllocator contract, NULL (for callers from C). Where libdmm_ort
+                             was built without a C++ compiler, always NULL */
 } dmm_ort_config;
 
 /* Creates an allocator over `driver` (not owned; host: CPU memory; cuda: device memory of its ordinal,

@@ -15,7 +15,7 @@
  * refused version (its own GetApi does that); only for a library older than DMM_ORT_API_KNOWN.
  *
  * Invariants: an open runtime has dl, base, api non-NULL and every required slot non-NULL; a failed open
- * leaves nothing open. This file never aborts, exits or prints.
+ * leaves nothing open; closing a runtime frees dmm's object and keeps the library loaded (see close). This file never aborts, exits or prints.
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -115,7 +115,9 @@ dmm_status dmm_ort_runtime_open(const char *path, dmm_ort_runtime **out) {
 
 void dmm_ort_runtime_close(dmm_ort_runtime *rt) {
     if (rt == NULL) return;
-    dlclose(rt->dl);
+    /* The library stays loaded: ONNX Runtime is not made to be unloaded (its process-wide environment,
+     * thread pools and static objects outlive every OrtEnv), so dlclose would run its static destructors
+     * under objects other code may still hold. A second open finds it loaded. */
     free(rt);
 }
 

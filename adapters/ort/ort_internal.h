@@ -9,6 +9,7 @@
 #define DMM_ORT_INTERNAL_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 
 #include "core/core.h"
@@ -73,6 +74,15 @@ struct dmm_ort_allocator {
     _Atomic uint64_t reserves, allocs, frees, refusals, bad_frees, zero_requests, shrinks;
     _Atomic uint64_t in_use, max_in_use, total_allocated, max_alloc;
 };
+
+/* The entry points ONNX Runtime calls: plain C (NULL on refusal, allocator.c) and the throwing forms
+ * (refusal_shim.cc: a C++ exception with the sentence; the defaults where a C++ compiler built them). */
+void *dmm__ort_c_alloc(struct OrtAllocator *self, size_t bytes);
+void *dmm__ort_c_reserve(struct OrtAllocator *self, size_t bytes);
+void *dmm__ort_c_alloc_on_stream(struct OrtAllocator *self, size_t bytes, struct OrtSyncStream *stream);
+void *dmm__ort_throwing_alloc(struct OrtAllocator *self, size_t bytes);
+void *dmm__ort_throwing_reserve(struct OrtAllocator *self, size_t bytes);
+void *dmm__ort_throwing_alloc_on_stream(struct OrtAllocator *self, size_t bytes, struct OrtSyncStream *stream);
 
 /* The stream-ordered forms behind gpu_external_*_on (allocator.c): a native stream handle, no OrtSyncStream. */
 void *dmm__ort_alloc_native_stream(dmm_ort_allocator *a, size_t bytes, dmm_stream stream);
