@@ -45,6 +45,7 @@ struct OrtSessionOptions;
 struct OrtValue;
 struct OrtRunOptions;
 struct OrtTensorTypeAndShapeInfo;
+struct OrtTypeInfo;
 struct OrtKeyValuePairs;
 struct OrtSyncStream;
 struct OrtAllocator;
@@ -136,10 +137,21 @@ typedef void (*dmm_ort_logging_fn)(void *param, int severity, const char *catego
     X(CreateSessionOptions, 10, 1, struct OrtStatus *, (struct OrtSessionOptions **out))                     \
     X(DisableCpuMemArena, 19, 1, struct OrtStatus *, (struct OrtSessionOptions *options))                    \
     X(SetIntraOpNumThreads, 24, 1, struct OrtStatus *, (struct OrtSessionOptions *options, int n))           \
+    X(SessionGetInputCount, 30, 1, struct OrtStatus *, (const struct OrtSession *session, size_t *out))        \
+    X(SessionGetOutputCount, 31, 1, struct OrtStatus *, (const struct OrtSession *session, size_t *out))       \
+    X(SessionGetInputTypeInfo, 33, 1, struct OrtStatus *,                                                     \
+      (const struct OrtSession *session, size_t index, struct OrtTypeInfo **out))                             \
+    X(SessionGetInputName, 36, 1, struct OrtStatus *,                                                         \
+      (const struct OrtSession *session, size_t index, struct OrtAllocator *a, char **out))                   \
+    X(SessionGetOutputName, 37, 1, struct OrtStatus *,                                                        \
+      (const struct OrtSession *session, size_t index, struct OrtAllocator *a, char **out))                   \
     X(CreateTensorWithDataAsOrtValue, 49, 1, struct OrtStatus *,                                             \
       (const struct OrtMemoryInfo *info, void *data, size_t bytes, const int64_t *shape, size_t rank,        \
        int element_type, struct OrtValue **out))                                                              \
     X(GetTensorMutableData, 51, 1, struct OrtStatus *, (struct OrtValue *value, void **out))                 \
+    X(CastTypeInfoToTensorInfo, 55, 1, struct OrtStatus *,                                                    \
+      (const struct OrtTypeInfo *info, const struct OrtTensorTypeAndShapeInfo **out))                         \
+    X(GetTensorElementType, 60, 1, struct OrtStatus *, (const struct OrtTensorTypeAndShapeInfo *info, int *out)) \
     X(GetDimensionsCount, 61, 1, struct OrtStatus *, (const struct OrtTensorTypeAndShapeInfo *info, size_t *out)) \
     X(GetDimensions, 62, 1, struct OrtStatus *,                                                               \
       (const struct OrtTensorTypeAndShapeInfo *info, int64_t *dims, size_t n))                                \
@@ -165,6 +177,7 @@ typedef void (*dmm_ort_logging_fn)(void *param, int severity, const char *catego
     X(ReleaseMemoryInfo, 94, 1, void, (struct OrtMemoryInfo *p))                                              \
     X(ReleaseSession, 95, 1, void, (struct OrtSession *p))                                                    \
     X(ReleaseValue, 96, 1, void, (struct OrtValue *p))                                                        \
+    X(ReleaseTypeInfo, 98, 1, void, (struct OrtTypeInfo *p))                                                  \
     X(ReleaseTensorTypeAndShapeInfo, 99, 1, void, (struct OrtTensorTypeAndShapeInfo *p))                      \
     X(ReleaseSessionOptions, 100, 1, void, (struct OrtSessionOptions *p))                                     \
     X(AddSessionConfigEntry, 130, 5, struct OrtStatus *,                                                     \
