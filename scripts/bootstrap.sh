@@ -35,3 +35,6 @@ if [ $clang -eq 1 ]; then
   missing "libclang-rt-${major}-dev"
   install
 fi
+# ONNX Runtime for the ORT tests (scripts/ort.sh: npm pack of onnxruntime-node, only the library kept
+# under .ort/). Not fatal: without it the ORT tests report skipped, never passed.
+bash "$(dirname "$0")/ort.sh" || echo "bootstrap: no ONNX Runtime (above): the ORT tests will report skipped" >&2

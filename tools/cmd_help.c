@@ -15,6 +15,8 @@
 
 static const dmm_command commands[] = {
     {"info", dmm_cmd_info, dmm_usage_info, "list the host driver and the CUDA devices (driver, VMM, granularity, memory)"},
+    {"ort", dmm_cmd_ort, dmm_usage_ort,
+     "run an ONNX model with ONNX Runtime on dmm's allocator: dmm's and ONNX Runtime's stats side by side"},
     {"replay", dmm_cmd_replay, dmm_usage_replay,
      "replay an allocation trace through the pool: fragmentation, driver calls, latency"},
     {"compare", dmm_cmd_compare, dmm_usage_compare,

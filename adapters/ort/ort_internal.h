@@ -1,0 +1,91 @@
+/* adapters/ort/ort_internal.h — what the files of libdmm_ort share: the runtime (loader.c) with its
+ * resolved slots, and the allocator object (allocator.c). Internal; never installed.
+ *
+ * Invariants: a resolved slot pointer is non-NULL only when its version ≤ api_version and the table
+ * held a non-NULL pointer there; the required slots (every slot of version ≤ DMM_ORT_API_OLDEST) are all
+ * non-NULL in an open runtime.
+ */
+#ifndef DMM_ORT_INTERNAL_H
+#define DMM_ORT_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdatomic.h>
+
+#include "core/core.h"
+#include "core/u64map.h"
+#include "dmm/arena.h"
+#include "dmm_ort.h"
+#include "ort_abi.h"
+
+struct dmm_ort_runtime {
+    void *dl;                       /* dlopen handle */
+    const dmm_ort_api_base *base;   /* OrtGetApiBase() */
+    const void *api;                /* the OrtApi table granted */
+    uint32_t api_version;           /* the version granted (DMM_ORT_API_OLDEST..DMM_ORT_API_KNOWN) */
+    char version[32];               /* GetVersionString(), copied */
+    char path[512];                 /* what was opened */
+#define DMM_ORT_SLOT_FIELD(name, slot, version, ret, params) dmm_ort_fn_##name name;
+    DMM_ORT_SLOTS(DMM_ORT_SLOT_FIELD)
+#undef DMM_ORT_SLOT_FIELD
+};
+
+/* ONNX Runtime's OrtStatus → dmm: NULL is DMM_OK; otherwise `code` with "<what>: ONNX Runtime said: <its
+ * message>" as the last error, and the status released. */
+dmm_status dmm__ort_status(const dmm_ort_runtime *rt, struct OrtStatus *st, dmm_status code, const char *what);
+/* An OrtStatus carrying dmm's last error (for GetStats / Shrink), or NULL when the runtime cannot make
+ * one (then the caller has nothing better to return than NULL = success; it logs). */
+struct OrtStatus *dmm__ort_make_status(const dmm_ort_runtime *rt, int code, const char *msg);
+
+/* The pools' roles. */
+enum { DMM_ORT_POOL_WEIGHTS = 0, DMM_ORT_POOL_RUN = 1, DMM_ORT_POOLS = 2 };
+
+typedef struct dmm_ort_pool {
+    dmm_mechanism *arena;
+    dmm_pool *pool;
+    dmm_lease_id lease;
+    dmm_accounting acct;
+    uintptr_t va;          /* the arena's reservation: a pointer in [va, va + va_bytes) is this pool's */
+    uint64_t va_bytes;
+} dmm_ort_pool;
+
+struct dmm_ort_allocator {
+    struct OrtAllocator ort;   /* first: ONNX Runtime's pointer to it is ours */
+    dmm_ort_runtime *rt;
+    dmm_driver *drv;
+    dmm_governor *gov;
+    dmm_holder *holder;
+    dmm_device dev;
+    struct OrtMemoryInfo *info; /* created through the runtime; released at destroy */
+    dmm_ort_pool pools[DMM_ORT_POOLS];
+    uint64_t pool_va;            /* each pool's VA: the largest request */
+    dmm_log_fn log;
+    void *log_user;
+    char name[64];
+
+    pthread_mutex_t streams_lock; /* guards streams */
+    dmm_u64map streams;          /* block → the stream it was allocated on (AllocOnStream, non-NULL only) */
+    _Atomic size_t nstreams;     /* dmm__u64map_count(streams), read without the lock */
+
+    pthread_mutex_t error_lock;  /* guards last_error, last_status */
+    char last_error[DMM__ERROR_CAP];
+    dmm_status last_status;
+
+    _Atomic uint64_t reserves, allocs, frees, refusals, bad_frees, zero_requests, shrinks;
+    _Atomic uint64_t in_use, max_in_use, total_allocated, max_alloc;
+};
+
+/* The entry points ONNX Runtime calls: plain C (NULL on refusal, allocator.c) and the throwing forms
+ * (refusal_shim.cc: a C++ exception with the sentence; the defaults where a C++ compiler built them). */
+void *dmm__ort_c_alloc(struct OrtAllocator *self, size_t bytes);
+void *dmm__ort_c_reserve(struct OrtAllocator *self, size_t bytes);
+void *dmm__ort_c_alloc_on_stream(struct OrtAllocator *self, size_t bytes, struct OrtSyncStream *stream);
+void *dmm__ort_throwing_alloc(struct OrtAllocator *self, size_t bytes);
+void *dmm__ort_throwing_reserve(struct OrtAllocator *self, size_t bytes);
+void *dmm__ort_throwing_alloc_on_stream(struct OrtAllocator *self, size_t bytes, struct OrtSyncStream *stream);
+
+/* The stream-ordered forms behind gpu_external_*_on (allocator.c): a native stream handle, no OrtSyncStream. */
+void *dmm__ort_alloc_native_stream(dmm_ort_allocator *a, size_t bytes, dmm_stream stream);
+void dmm__ort_free_native_stream(dmm_ort_allocator *a, void *ptr, dmm_stream stream);
+
+#endif /* DMM_ORT_INTERNAL_H */

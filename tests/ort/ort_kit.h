@@ -1,0 +1,169 @@
+/* tests/ort/ort_kit.h — what the ORT tests share: the real runtime or SKIP (exit 77), an environment,
+ * sessions of the generated model with and without dmm, Runs on deterministic inputs, and the host
+ * driver and governor under them. Header-only, static.
+ *
+ * Every helper fails the test (cmocka) on an unexpected ONNX Runtime error, naming the call and ONNX
+ * Runtime's sentence. */
+#ifndef DMM_ORT_KIT_H
+#define DMM_ORT_KIT_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../adapters/ort/ort_internal.h"
+#include "onnx_model.h"
+#include "testkit.h"
+
+#define KIB ((uint64_t)1 << 10)
+#define MIB ((uint64_t)1 << 20)
+static const dmm_device KIT_HOST = {DMM_TIER_HOST, 0};
+
+/* The runtime: $DMM_ORT_LIB, else the build's default (.ort/). Skipped, never passed, when absent. */
+static inline dmm_ort_runtime *kit_ort_open_or_skip(const char *test) {
+    const char *path = getenv(DMM_ORT_LIB_ENV);
+    if (path == NULL || path[0] == '\0') path = DMM_ORT_LIB_DEFAULT;
+    dmm_ort_runtime *rt = NULL;
+    dmm_status s = dmm_ort_runtime_open(path, &rt);
+    if (s == DMM_ERR_UNSUPPORTED) {
+        printf("%s: skipped: %s\n", test, dmm_last_error());
+        exit(DMM_TEST_SKIP);
+    }
+    if (s != DMM_OK) {
+        fprintf(stderr, "%s: dmm_ort_runtime_open failed: %s: %s\n", test, dmm_status_str(s), dmm_last_error());
+        exit(1);
+    }
+    return rt;
+}
+
+/* Fails the test when st is an error (and releases it). */
+#define ORT_OK(rt, call)                                                                                       \
+    do {                                                                                                       \
+        struct OrtStatus *st_ = (call);                                                                        \
+        if (st_ != NULL) {                                                                                     \
+            const char *m_ = (rt)->GetErrorMessage(st_);                                                        \
+            char copy_[1024];                                                                                  \
+            snprintf(copy_, sizeof copy_, "%s", m_ != NULL ? m_ : "?");                                        \
+            (rt)->ReleaseStatus(st_);                                                                          \
+            fail_msg("%s failed: %s", #call, copy_);                                                           \
+        }                                                                                                      \
+    } while (0)
+
+static inline struct OrtEnv *kit_env(dmm_ort_runtime *rt) {
+    struct OrtEnv *env = NULL;
+    ORT_OK(rt, rt->CreateEnv(DMM_ORT_LOG_ERROR, "dmm-test", &env));
+    return env;
+}
+
+/* A host driver of 64 KiB granules (so the tests' small models are charged closely). */
+static inline dmm_driver *kit_host(void) {
+    dmm_host_driver_config hc = {sizeof hc, 64 * KIB};
+    dmm_driver *d = NULL;
+    DMM_OK_OR_FAIL(dmm_host_driver_create(&hc, &d));
+    return d;
+}
+
+static inline dmm_ort_allocator *kit_alloc(dmm_ort_runtime *rt, dmm_driver *d, dmm_governor *g, const char *name) {
+    dmm_ort_config c;
+    memset(&c, 0, sizeof c);
+    c.size = sizeof c;
+    c.name = name;
+    c.va_bytes = 1ull << 30;
+    dmm_ort_allocator *a = NULL;
+    DMM_OK_OR_FAIL(dmm_ort_allocator_create(rt, d, g, &c, &a));
+    return a;
+}
+
+static inline struct OrtSessionOptions *kit_options(dmm_ort_runtime *rt, bool use_dmm) {
+    struct OrtSessionOptions *so = NULL;
+    ORT_OK(rt, rt->CreateSessionOptions(&so));
+    ORT_OK(rt, rt->SetIntraOpNumThreads(so, 1));
+    if (use_dmm) DMM_OK_OR_FAIL(dmm_ort_session_options_use_dmm(rt, so));
+    return so;
+}
+
+/* A session of model `d`; NULL with *err (ONNX Runtime's sentence) when creation fails and err != NULL. */
+static inline struct OrtSession *kit_session(dmm_ort_runtime *rt, struct OrtEnv *env, const dmm_onnx_model_desc *d,
+                                             bool use_dmm, char *err, size_t cap) {
+    uint8_t *model = NULL;
+    size_t len = 0;
+    char e[256];
+    if (dmm_onnx_model_write(d, &model, &len, e, sizeof e) != 0) fail_msg("%s", e);
+    struct OrtSessionOptions *so = kit_options(rt, use_dmm);
+    struct OrtSession *s = NULL;
+    struct OrtStatus *st = rt->CreateSessionFromArray(env, model, len, so, &s);
+    rt->ReleaseSessionOptions(so);
+    free(model);
+    if (st != NULL) {
+        const char *m = rt->GetErrorMessage(st);
+        if (err == NULL) {
+            char copy[1024];
+            snprintf(copy, sizeof copy, "%s", m != NULL ? m : "?");
+            rt->ReleaseStatus(st);
+            fail_msg("CreateSessionFromArray failed: %s", copy);
+        }
+        snprintf(err, cap, "%s", m != NULL ? m : "?");
+        rt->ReleaseStatus(st);
+        return NULL;
+    }
+    return s;
+}
+
+/* Input k of a Run with `seed`. */
+static inline float kit_input(uint64_t seed, uint64_t k) { return dmm_onnx_model_weight(seed ^ 0x5eed, 99, k) * 8.0f; }
+
+/* Runs `s` on [batch × in] inputs of `seed`; the output (batch × hidden floats) into y. Returns NULL on
+ * success, or ONNX Runtime's error sentence copied into err (when err != NULL; else fails the test). */
+static inline int kit_run(dmm_ort_runtime *rt, struct OrtSession *s, const dmm_onnx_model_desc *d, uint32_t batch,
+                          uint64_t seed, float *y, char *err, size_t cap) {
+    struct OrtMemoryInfo *mi = NULL;
+    ORT_OK(rt, rt->CreateCpuMemoryInfo(DMM_ORT_DEVICE_ALLOCATOR, DMM_ORT_MEM_DEFAULT, &mi));
+    size_t n = (size_t)batch * d->in;
+    float *x = malloc(n * sizeof *x);
+    assert_non_null(x);
+    for (size_t k = 0; k < n; k++) x[k] = kit_input(seed, k);
+    int64_t shape[2] = {batch, d->in};
+    struct OrtValue *in = NULL, *out = NULL;
+    ORT_OK(rt, rt->CreateTensorWithDataAsOrtValue(mi, x, n * sizeof *x, shape, 2, DMM_ORT_TENSOR_FLOAT, &in));
+    const char *in_names[] = {"X"}, *out_names[] = {"Y"};
+    const struct OrtValue *ins[] = {in};
+    struct OrtStatus *st = rt->Run(s, NULL, in_names, ins, 1, out_names, 1, &out);
+    int rc = 0;
+    if (st != NULL) {
+        const char *m = rt->GetErrorMessage(st);
+        if (err == NULL) {
+            char copy[1024];
+            snprintf(copy, sizeof copy, "%s", m != NULL ? m : "?");
+            rt->ReleaseStatus(st);
+            fail_msg("Run failed: %s", copy);
+        }
+        snprintf(err, cap, "%s", m != NULL ? m : "?");
+        rt->ReleaseStatus(st);
+        rc = -1;
+    } else {
+        struct OrtTensorTypeAndShapeInfo *ti = NULL;
+        ORT_OK(rt, rt->GetTensorTypeAndShape(out, &ti));
+        size_t count = 0;
+        ORT_OK(rt, rt->GetTensorShapeElementCount(ti, &count));
+        rt->ReleaseTensorTypeAndShapeInfo(ti);
+        assert_int_equal(count, (size_t)batch * d->hidden);
+        void *data = NULL;
+        ORT_OK(rt, rt->GetTensorMutableData(out, &data));
+        if (y != NULL) memcpy(y, data, count * sizeof(float));
+        rt->ReleaseValue(out);
+    }
+    rt->ReleaseValue(in);
+    free(x);
+    rt->ReleaseMemoryInfo(mi);
+    return rc;
+}
+
+static inline dmm_ort_stats kit_stats(dmm_ort_allocator *a) {
+    dmm_ort_stats st;
+    memset(&st, 0, sizeof st);
+    st.size = sizeof st;
+    DMM_OK_OR_FAIL(dmm_ort_allocator_stats(a, &st));
+    return st;
+}
+
+#endif
