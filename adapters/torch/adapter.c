@@ -8,7 +8,8 @@
  *     as whole ranges and restored at the same addresses;
  *   - otherwise                              → the pool (its hot path: no driver call, one heap lock).
  * A free goes to the pool first (a pointer outside it is refused at once, with no driver call) and
- * then to the tag and graph segments.
+ * then to the tag and graph segments. While a recording is on (record.c), every malloc served and
+ * every free is also written to its trace: the malloc after the route served it, the free before.
  *
  * The trade-off: one capture-status query per malloc on a non-default stream (the legacy default
  * stream cannot capture, so eager work on it pays nothing), bought so that every capture is served
@@ -37,6 +38,7 @@
 #include "adapter.h"
 #include "driver/call.h"
 #include "jobs.h"
+#include "record.h"
 
 #define MIB ((uint64_t)1 << 20)
 #define GIB ((uint64_t)1 << 30)
@@ -180,6 +182,7 @@ dmm_status dmm__torch_create(dmm_driver *drv, const dmm_torch_ext *ext, dmm_gove
     s = dmm__torch_jobs_open(c);
     if (s != DMM_OK) goto fail;
     pthread_mutex_init(&c->lock, NULL);
+    dmm__torch_record_init(c);
     *out = c;
     return DMM_OK;
 fail:
@@ -242,6 +245,7 @@ static dmm_status destroy_lost_locked(tctx *c) {
     dmm_lease_release(c->gov, c->host_lease);
     dmm_lease_release(c->gov, c->lease);
     dmm_governor_holder_unregister(c->holder);
+    dmm__torch_record_fini(c);
     pthread_mutex_destroy(&c->lock);
     free(c);
     return DMM_OK;
@@ -290,6 +294,7 @@ dmm_status dmm__torch_destroy(tctx *c) {
     dmm_lease_release(c->gov, c->host_lease);
     dmm_lease_release(c->gov, c->lease);
     dmm_governor_holder_unregister(c->holder);
+    dmm__torch_record_fini(c);
     pthread_mutex_destroy(&c->lock);
     free(c);
     return DMM_OK;
@@ -341,7 +346,8 @@ static dmm_status pool_retry(tctx *c, size_t bytes, dmm_stream stream, void **ou
                            dmm__error_kept_text(&first_try));
 }
 
-dmm_status dmm__torch_malloc(tctx *c, size_t bytes, dmm_stream stream, void **out) {
+/* The routing of a malloc (the file's opening); dmm__torch_malloc records what it served. */
+static dmm_status route_malloc(tctx *c, size_t bytes, dmm_stream stream, void **out) {
     *out = NULL;
     if (bytes == 0) return DMM_OK;
     if (bytes > c->reserve) /* no route could serve it, and its rounding up (tags, graphs) would wrap */
@@ -378,8 +384,16 @@ dmm_status dmm__torch_malloc(tctx *c, size_t bytes, dmm_stream stream, void **ou
     return DMM_OK;
 }
 
+dmm_status dmm__torch_malloc(tctx *c, size_t bytes, dmm_stream stream, void **out) {
+    dmm_status s = route_malloc(c, bytes, stream, out);
+    if (s == DMM_OK && *out != NULL && dmm__torch_recording(c))
+        dmm__torch_record_alloc(c, *out, dmm__torch_round_block(c, bytes), stream);
+    return s;
+}
+
 dmm_status dmm__torch_free(tctx *c, void *ptr, size_t bytes, dmm_stream stream) {
     if (ptr == NULL) return DMM_OK;
+    if (dmm__torch_recording(c)) dmm__torch_record_free(c, ptr); /* before: the address may be reused at once */
     dmm_status s = dmm_pool_free(c->pool, ptr, stream);
     if (s == DMM_OK) {
         count_free(c, dmm__torch_round_block(c, bytes), bytes);

@@ -347,6 +347,16 @@ int dmm_torch_capture_id(void *stream, uint64_t *id) {
     return record(ext_capture(NULL, (dmm_stream)stream, &capturing, id));
 }
 
+int dmm_torch_record_start(int device, const char *path, const char *workload) {
+    WITH_CTX(device);
+    return record(dmm__torch_record_start(c, path, workload));
+}
+
+int dmm_torch_record_stop(int device, dmm_torch_record_stats *out) {
+    WITH_CTX(device);
+    return record(dmm__torch_record_stop(c, out));
+}
+
 void dmm_torch_set_capture_check(int on) { dmm__torch_set_capture_check(on != 0); }
 
 uint64_t dmm_torch_now_ns(void) { return dmm__torch_now_ns(); }

@@ -15,8 +15,10 @@
  *               blocks), its release now or behind an event — what tag and graph segments share
  *   jobs.c      the deferred queue: our requests, polled and taken back; each job's own finish
  *   context.c   counts, the clock, and device loss (asked of the driver: it latches the first loss)
+ * Beside them, called by adapter.c only: record.c, the recorder (a trace of every malloc and free).
  *
  * Lock order: ctx.lock → (pool → arena → driver). The hot path (pool malloc/free) takes no ctx lock.
+ * The recorder's locks (rec.mu → rec.file_mu) are leaves, taken with no other lock held.
  */
 #ifndef DMM_TORCH_TYPES_H
 #define DMM_TORCH_TYPES_H
@@ -151,6 +153,37 @@ typedef struct gseg {
     dmm_event ev;            /* recorded at the release: the segment is reusable once it completed */
 } gseg;
 
+/* ---- the recorder (record.c) ---- */
+struct gzFile_s; /* zlib's gzFile, without zlib.h here */
+
+/* Distinct stream ids a trace may carry (the reader's limit, tools/trace.h): the default stream is
+ * 0, the others 1..63 in order of first use; later streams share id 63 (counted in streams_folded). */
+#define DMM_TORCH_RECORD_STREAMS 64
+
+typedef struct torch_recorder {
+    _Atomic int active;        /* 1 while recording: written under mu, read without it by the hooks */
+    _Atomic int broken;        /* a write failed: events are no longer formatted (the file is lost) */
+    pthread_mutex_t mu;        /* the events: ids, maps, counts, the buffer being filled */
+    pthread_mutex_t file_mu;   /* the gzip stream, the spare buffer, write_failure (order: mu → file_mu) */
+    struct gzFile_s *gz;
+    char *path;                /* the file's, for sentences */
+    char *buf, *spare;         /* the buffer being filled (mu) and the other one (file_mu; NULL while written) */
+    size_t used;               /* bytes of buf filled */
+    dmm_u64map ids, bytes;     /* live recorded blocks: address → trace id, address → rounded bytes */
+    uint64_t next_id;          /* the next allocation's id (ids start at 1) */
+    uint64_t t0_ns;            /* the clock at the first event (t_us counts from it) */
+    bool started;              /* an event was recorded (t0_ns is set) */
+    bool default_used;         /* an allocation on the default stream (id 0) was recorded */
+    uint64_t live, peak;       /* Σ bytes of live recorded blocks, and its maximum */
+    uint64_t allocs, frees, untracked_frees, folded;
+    dmm_stream streams[DMM_TORCH_RECORD_STREAMS]; /* streams[k] has id k; streams[0] = NULL (default) */
+    uint32_t nstreams;
+    dmm_status failure;        /* the first failure (mu): host memory */
+    char why[512];             /* its sentence */
+    dmm_status write_failure;  /* the first failed write (file_mu) */
+    char write_why[512];
+} torch_recorder;
+
 /* ---- the context ---- */
 /* A count with a resettable peak. */
 typedef struct tcount {
@@ -189,6 +222,7 @@ struct tctx {
     ttag tags[DMM_TORCH_MAX_TAGS];
     gseg *graphs;
     uint64_t host_bytes;     /* Σ pinned copies */
+    torch_recorder rec;      /* off unless dmm__torch_record_start (record.c); its own locks, leaves */
 };
 
 #endif /* DMM_TORCH_TYPES_H */

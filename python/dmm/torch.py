@@ -17,9 +17,12 @@ capture (`reserve_graph_memory`, or `graph(...)` which reserves for you) and nev
 queries an event: a capture that needs more fails with a sentence that says so.
 """
 
+import atexit
 import contextlib
 import ctypes
 import json
+import os
+import threading
 import weakref
 
 from . import _lib
@@ -30,7 +33,7 @@ __all__ = [
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
     "reset_peak_memory_stats", "empty_cache", "snapshot", "set_limit", "last_error", "tag", "offload",
     "offload_wait", "restore", "release_host", "poll", "tag_info", "reserve_graph_memory", "graph",
-    "capture_id", "release_graph", "now_ns",
+    "capture_id", "release_graph", "now_ns", "record", "start_recording", "stop_recording",
 ]
 
 _enabled = False
@@ -290,3 +293,79 @@ def graph(cuda_graph, reserve_bytes=256 << 20, **kwargs):
             weakref.finalize(cuda_graph, _release_quietly, dev, cid)
         except (AttributeError, TypeError):  # not weak-referenceable: call release_graph(cid) by hand
             pass
+
+
+# ---------------------------------------------------------------- recording a trace
+
+_recording = {}  # device -> path, while a recording is on (stopped at exit, so the file is whole)
+_recording_lock = threading.Lock()
+
+
+def _trace_path(path):
+    try:
+        p = os.fspath(path)
+    except TypeError:
+        raise TypeError("dmm.torch.record: path must be a file name (str or os.PathLike), not %r" % (path,)) from None
+    if isinstance(p, bytes):
+        p = os.fsdecode(p)
+    if not p:
+        raise ValueError("dmm.torch.record: the path is empty; pass the trace file to write, e.g. 'run.trace.gz'")
+    return os.path.abspath(p)
+
+
+def start_recording(path, device=None, workload=None):
+    """Starts writing a dmm trace (`# dmm-trace v1`, gzip; docs/trace-format.md) of every allocation and
+    free dmm serves on `device` (default: the current one) until stop_recording. The file is opened
+    now: a path that cannot be written raises DmmError naming it, and nothing starts. One recording
+    per device at a time. Replay it with `dmm replay PATH`."""
+    p = _trace_path(path)
+    dev = _device(device)
+    w = (workload if workload is not None else os.path.basename(p).split(".")[0]).encode()
+    with _recording_lock:
+        _lib.check(_lib.load().dmm_torch_record_start(dev, p.encode(), w), "dmm.torch.start_recording(%r)" % p)
+        if not _recording:
+            atexit.register(_stop_all_at_exit)
+        _recording[dev] = p
+    return p
+
+
+def stop_recording(device=None):
+    """Ends the recording of `device` and closes its file. Returns a dict: path, allocations, frees,
+    untracked_frees (blocks from before the start, left out), live_bytes, peak_live_bytes (what
+    `dmm replay` will compute), streams, streams_folded. Raises DmmError when the recording failed (a
+    write, host memory: the file is then incomplete, and the sentence says so) or none is on."""
+    dev = _device(device)
+    st = _lib.RecordStats()
+    st.size = ctypes.sizeof(_lib.RecordStats)
+    with _recording_lock:
+        path = _recording.pop(dev, None)
+        _lib.check(_lib.load().dmm_torch_record_stop(dev, ctypes.byref(st)), "dmm.torch.stop_recording")
+    out = {"path": path}
+    for name, _ in _lib.RecordStats._fields_[1:]:
+        out[name] = int(getattr(st, name))
+    return out
+
+
+def _stop_all_at_exit():
+    for dev in list(_recording):
+        try:
+            stop_recording(dev)
+        except Exception:  # noqa: BLE001 - at exit nothing can be reported; the file says it is cut
+            pass
+
+
+class _Recording:
+    def __init__(self, path):
+        self.path = path
+        self.stats = None  # stop_recording()'s dict, once the block is left
+
+
+@contextlib.contextmanager
+def record(path, device=None, workload=None):
+    """with dmm.torch.record("run.trace.gz") as rec: ... -- a dmm trace of the allocations and frees
+    dmm served inside the block (start_recording / stop_recording); rec.stats afterwards."""
+    rec = _Recording(start_recording(path, device, workload))
+    try:
+        yield rec
+    finally:
+        rec.stats = stop_recording(device)

@@ -24,6 +24,7 @@
 #include "../../adapters/torch/graphs.c"
 #include "../../adapters/torch/jobs.c"
 #include "../../adapters/torch/offload.c"
+#include "../../adapters/torch/record.c"
 #include "../../adapters/torch/segment.c"
 #include "../../adapters/torch/tags.c"
 
