@@ -148,14 +148,14 @@ void dmm__torch_record_alloc(tctx *c, const void *ptr, uint64_t bytes, dmm_strea
     rec_put_and_unlock(r, line, n);
 }
 
-void dmm__torch_record_free(tctx *c, const void *ptr) {
+bool dmm__torch_record_free(tctx *c, const void *ptr) {
     torch_recorder *r = &c->rec;
-    if (!rec_enter(r)) return;
+    if (!rec_enter(r)) return false;
     uint64_t key = (uint64_t)(uintptr_t)ptr, id = 0, bytes = 0;
     if (!dmm__u64map_remove(&r->ids, key, &id)) { /* allocated before the recording began */
         r->untracked_frees++;
         pthread_mutex_unlock(&r->mu);
-        return;
+        return false;
     }
     (void)dmm__u64map_remove(&r->bytes, key, &bytes);
     r->frees++;
@@ -163,6 +163,7 @@ void dmm__torch_record_free(tctx *c, const void *ptr) {
     char line[64];
     int n = snprintf(line, sizeof line, "%llu f %llu\n", (unsigned long long)rec_time_us(r), (unsigned long long)id);
     rec_put_and_unlock(r, line, n);
+    return true;
 }
 
 /* Frees what the recording holds and zeroes its state (the locks stay; both held, or the context going). */

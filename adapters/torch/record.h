@@ -26,9 +26,11 @@ bool dmm__torch_recording(tctx *c);
 
 /* The hooks (adapter.c): a block handed out (after the route served it), a block about to be freed
  * (before the route frees it, so that its address cannot be handed out again and recorded before its
- * free is). `bytes` is the block's rounded size. They never fail: a failure is kept for stop. */
+ * free is; free returns whether it wrote the free, and a free the route then refuses is answered with
+ * a new allocation of the same block, so that the trace stays true). `bytes` is the block's rounded
+ * size. They never fail: a failure is kept for stop. */
 void dmm__torch_record_alloc(tctx *c, const void *ptr, uint64_t bytes, dmm_stream stream);
-void dmm__torch_record_free(tctx *c, const void *ptr);
+bool dmm__torch_record_free(tctx *c, const void *ptr);
 
 /* The recorder's locks and state, at create; at destroy (a recording still on is stopped, its result
  * dropped: the context is going). */

@@ -15,10 +15,12 @@
  *               blocks), its release now or behind an event — what tag and graph segments share
  *   jobs.c      the deferred queue: our requests, polled and taken back; each job's own finish
  *   context.c   counts, the clock, and device loss (asked of the driver: it latches the first loss)
- * Beside them, called by adapter.c only: record.c, the recorder (a trace of every malloc and free).
+ * Beside them, called by adapter.c only: record.c, the recorder (a trace of every malloc and free);
+ * blocks.c, the pool's live blocks; poolview.c, the mechanism the pool sees (the arena, watched).
  *
  * Lock order: ctx.lock → (pool → arena → driver). The hot path (pool malloc/free) takes no ctx lock.
- * The recorder's locks (rec.mu → rec.file_mu) are leaves, taken with no other lock held.
+ * The recorder's locks (rec.mu → rec.file_mu) and the block shards' are leaves, taken with no other
+ * lock held; the pool view's lock is taken with no adapter lock held, and around arena calls only.
  */
 #ifndef DMM_TORCH_TYPES_H
 #define DMM_TORCH_TYPES_H
@@ -153,6 +155,40 @@ typedef struct gseg {
     dmm_event ev;            /* recorded at the release: the segment is reusable once it completed */
 } gseg;
 
+/* ---- the pool's live blocks (blocks.c) ---- */
+/* The pool keeps its blocks to itself; the adapter keeps their addresses, sizes and streams too, so
+ * that a snapshot can lay every block out in address order (tag and graph blocks are in their
+ * segments already). Sharded by address, one lock each, so threads on their own streams rarely meet. */
+#define DMM_TORCH_BLOCK_SHARDS 64
+
+typedef struct torch_block {
+    uint64_t len;      /* rounded bytes; 0 marks a free record */
+    uint64_t req;      /* requested bytes; in a free record: the next free record's index + 1 (0: none) */
+    dmm_stream stream; /* the stream it was allocated on */
+} torch_block;
+
+typedef struct torch_block_shard {
+    _Alignas(128) pthread_mutex_t mu; /* a shard per line pair (the array comes from aligned_alloc) */
+    dmm_u64map at;                    /* address → index in recs */
+    torch_block *recs;
+    size_t n, cap;                    /* records used (live or free) and allocated */
+    size_t free_head;                 /* the first free record's index + 1 (0: none) */
+} torch_block_shard;
+
+/* ---- the pool's mechanism, watched (poolview.c) ---- */
+/* The pool is created over a mechanism that forwards every call to the arena and keeps, on the side,
+ * which granules of the pool's VA are committed: the pool's segments in a snapshot. */
+typedef struct torch_poolview {
+    dmm_mechanism *arena;   /* not owned */
+    uint64_t granule;
+    pthread_mutex_t mu;     /* the fields below; taken after the arena's calls return (or around a resync) */
+    bool have;              /* the pool's VA allocation is known */
+    bool inexact;           /* host memory ran short once, or a second allocation appeared: not exact */
+    uintptr_t base;         /* the pool's VA allocation */
+    uint64_t bytes;
+    dmm_spans committed;    /* committed ranges of it, offsets from base, whole granules */
+} torch_poolview;
+
 /* ---- the recorder (record.c) ---- */
 struct gzFile_s; /* zlib's gzFile, without zlib.h here */
 
@@ -206,6 +242,8 @@ struct tctx {
     dmm_accounting acct;     /* ours: counts, then forwards to `inner` */
 
     dmm_mechanism *arena;
+    dmm_mechanism *view;     /* over the arena, for the pool only (poolview.c); owns pv */
+    torch_poolview *pv;
     dmm_pool *pool;
     dmm_deferred *q;
 
@@ -223,6 +261,8 @@ struct tctx {
     gseg *graphs;
     uint64_t host_bytes;     /* Σ pinned copies */
     torch_recorder rec;      /* off unless dmm__torch_record_start (record.c); its own locks, leaves */
+    torch_block_shard *pool_blocks; /* DMM_TORCH_BLOCK_SHARDS shards (blocks.c); their locks are leaves */
+    _Atomic uint64_t pool_blocks_untracked; /* pool blocks the table had no host memory for */
 };
 
 #endif /* DMM_TORCH_TYPES_H */

@@ -33,7 +33,8 @@ __all__ = [
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
     "reset_peak_memory_stats", "empty_cache", "snapshot", "set_limit", "last_error", "tag", "offload",
     "offload_wait", "restore", "release_host", "poll", "tag_info", "reserve_graph_memory", "graph",
-    "capture_id", "release_graph", "now_ns", "record", "start_recording", "stop_recording",
+    "capture_id", "release_graph", "now_ns", "record", "start_recording", "stop_recording", "torch_snapshot",
+    "dump_snapshot",
 ]
 
 _enabled = False
@@ -176,10 +177,52 @@ def empty_cache(device=None):
     return int(released.value)
 
 
-def snapshot(device=None):
-    """A JSON-able dict: the stats, and per tag its segments and every block [address, bytes, requested]."""
+def snapshot(device=None, format="dmm"):
+    """format="dmm": a JSON-able dict: the stats, the pool's committed runs (pool_segments) and live
+    blocks (pool_blocks: [address, bytes, requested, stream]), per tag its segments and blocks, the
+    graph segments and theirs. format="torch": the same in PyTorch's snapshot layout (torch_snapshot)."""
+    if format == "torch":
+        return torch_snapshot(device)
+    if format != "dmm":
+        raise ValueError("dmm.torch.snapshot: format must be 'dmm' or 'torch', not %r" % (format,))
     lib = _lib.load()
     return json.loads(_lib.json_call(lib.dmm_torch_snapshot_json, _device(device)))
+
+
+def torch_snapshot(device=None):
+    """dmm's memory in the layout of torch.cuda.memory._snapshot(): `segments` (each run of memory dmm
+    has mapped, its blocks tiling it in address order: active_allocated or inactive) and
+    `device_traces` (empty: record traces with dmm.torch.record). torch.cuda._memory_viz reads it
+    (segsum, segments, memory, trace_plot, segment_plot); python/dmm/snapshot.py says what maps to what."""
+    from . import snapshot as layout
+
+    return layout.to_torch(snapshot(device))
+
+
+def dump_snapshot(path, device=None):
+    """Writes torch_snapshot() as a pickle, like torch.cuda.memory._dump_snapshot: the file PyTorch's
+    web viewer (https://pytorch.org/memory_viz) and `python -m torch.cuda._memory_viz` open. The file
+    appears whole or not at all. Returns its absolute path."""
+    import pickle
+
+    p = os.path.abspath(os.fspath(path))
+    folder = os.path.dirname(p)
+    if not os.path.isdir(folder):
+        raise DmmError("dmm.torch.dump_snapshot: the folder '%s' does not exist; create it or choose another "
+                       "file" % folder)
+    data = pickle.dumps(torch_snapshot(device), protocol=4)
+    tmp = "%s.tmp-%d" % (p, os.getpid())
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, p)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise DmmError("dmm.torch.dump_snapshot: writing '%s' failed: %s" % (p, e.strerror or e)) from None
+    return p
 
 
 def set_limit(limit, device=None):
