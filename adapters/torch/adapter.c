@@ -38,6 +38,7 @@
 #include "adapter.h"
 #include "driver/call.h"
 #include "blocks.h"
+#include "history.h"
 #include "jobs.h"
 #include "poolview.h"
 #include "record.h"
@@ -132,6 +133,7 @@ dmm_status dmm__torch_create(dmm_driver *drv, const dmm_torch_ext *ext, dmm_gove
     c->restore_first = k.restore_first_bytes;
     c->restore_copy = k.restore_copy_bytes;
 
+    dmm__torch_history_init(c); /* (from here on, failures go to `fail`, which undoes it) */
     dmm_holder_config hc = {sizeof hc, "torch", 0, NULL, NULL};
     s = dmm_governor_holder_register(gov, &hc, &c->holder);
     if (s != DMM_OK) goto fail;
@@ -197,6 +199,7 @@ fail:
     if (c->view != NULL) dmm_mechanism_destroy(c->view);
     dmm__torch_blocks_close(c);
     if (c->arena != NULL) dmm_mechanism_destroy(c->arena);
+    dmm__torch_history_fini(c);
     if (c->host_lease) dmm_lease_release(gov, c->host_lease);
     if (c->lease) dmm_lease_release(gov, c->lease);
     if (c->holder != NULL) dmm_governor_holder_unregister(c->holder);
@@ -268,6 +271,7 @@ static dmm_status destroy_lost_locked(tctx *c) {
     dmm_lease_release(c->gov, c->lease);
     dmm_governor_holder_unregister(c->holder);
     dmm__torch_record_fini(c);
+    dmm__torch_history_fini(c);
     pthread_mutex_destroy(&c->lock);
     free(c);
     return DMM_OK;
@@ -319,6 +323,7 @@ dmm_status dmm__torch_destroy(tctx *c) {
     dmm_lease_release(c->gov, c->lease);
     dmm_governor_holder_unregister(c->holder);
     dmm__torch_record_fini(c);
+    dmm__torch_history_fini(c);
     pthread_mutex_destroy(&c->lock);
     free(c);
     return DMM_OK;
@@ -405,6 +410,7 @@ static dmm_status route_malloc(tctx *c, size_t bytes, dmm_stream stream, void **
     if (s != DMM_OK) s = pool_retry(c, bytes, stream, out, s);
     if (s != DMM_OK) return s;
     dmm__torch_blocks_add(c, *out, dmm__torch_round_block(c, bytes), bytes, stream);
+    dmm__torch_history_add(c, TORCH_EV_ALLOC, (uint64_t)(uintptr_t)*out, dmm__torch_round_block(c, bytes), stream);
     count_malloc(c, dmm__torch_round_block(c, bytes), bytes);
     return DMM_OK;
 }
@@ -423,6 +429,7 @@ dmm_status dmm__torch_free(tctx *c, void *ptr, size_t bytes, dmm_stream stream) 
     bool recorded = dmm__torch_recording(c) && dmm__torch_record_free(c, ptr);
     torch_block b;
     bool tracked = dmm__torch_blocks_take(c, ptr, &b);
+    if (tracked) dmm__torch_history_add(c, TORCH_EV_FREE, (uint64_t)(uintptr_t)ptr, b.len, b.stream);
     dmm_status s = dmm_pool_free(c->pool, ptr, stream);
     if (s == DMM_OK) {
         count_free(c, dmm__torch_round_block(c, bytes), bytes);
@@ -430,6 +437,7 @@ dmm_status dmm__torch_free(tctx *c, void *ptr, size_t bytes, dmm_stream stream) 
     }
     if (tracked) { /* the pool refused the free of a live block (nothing changed): it is live again */
         dmm__torch_blocks_add(c, ptr, b.len, b.req, b.stream);
+        dmm__torch_history_add(c, TORCH_EV_ALLOC, (uint64_t)(uintptr_t)ptr, b.len, b.stream);
         if (recorded) dmm__torch_record_alloc(c, ptr, b.len, b.stream); /* in the trace: under a new id */
     }
     if (s != DMM_ERR_UNKNOWN_ALLOCATION) return s;
@@ -592,7 +600,11 @@ static dmm_status write_json(tctx *c, char *buf, size_t cap, size_t *needed, boo
     dmm__torch_tags_json_locked(c, &j, snapshot);
     dmm__json_put(&j, ",\"graphs\":");
     dmm__torch_graphs_json_locked(c, &j, snapshot);
-    if (snapshot) put_pool_layout(c, &j, runs, nruns, exact, pblocks, nblocks);
+    if (snapshot) {
+        put_pool_layout(c, &j, runs, nruns, exact, pblocks, nblocks);
+        dmm__json_put(&j, ",");
+        dmm__torch_history_json(c, &j); /* (its lock is a leaf) */
+    }
     dmm__json_put(&j, "}");
     pthread_mutex_unlock(&c->lock);
     free(runs);

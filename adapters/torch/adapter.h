@@ -12,6 +12,7 @@
 
 #include "context.h"
 #include "graphs.h"
+#include "history.h"
 #include "offload.h"
 #include "record.h"
 #include "tags.h"

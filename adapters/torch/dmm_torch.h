@@ -99,6 +99,11 @@ typedef struct dmm_torch_record_stats {
 DMM_TORCH_API int dmm_torch_record_start(int device, const char *path, const char *workload);
 DMM_TORCH_API int dmm_torch_record_stop(int device, dmm_torch_record_stats *out);
 
+/* The pool's recent events for the snapshot's "history" (PyTorch's device_traces): from now on the
+ * last `max_entries` blocks handed out and freed and ranges mapped and unmapped (0 = off; an earlier
+ * history is dropped). At most 2^26 entries (40 bytes each, allocated at once). */
+DMM_TORCH_API int dmm_torch_history(int device, uint64_t max_entries);
+
 /* CLOCK_MONOTONIC in ns (the clock of the *_ns stats). */
 DMM_TORCH_API uint64_t dmm_torch_now_ns(void);
 

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "context.h"
+#include "history.h"
 #include "poolview.h"
 
 static torch_poolview *PV(void *impl) { return impl; }
@@ -39,6 +40,23 @@ static bool mine(const torch_poolview *v, const dmm_allocation *a) {
 static uint64_t down(const torch_poolview *v, uint64_t x) { return x / v->granule * v->granule; }
 static uint64_t up(const torch_poolview *v, uint64_t x) { return (x + v->granule - 1) / v->granule * v->granule; }
 
+/* The history's events for the change of [lo, hi) to `on` (mu held): a map for each piece that was not
+ * committed, an unmap for each that was. */
+static void history_of_change(torch_poolview *v, uint64_t lo, uint64_t hi, bool on) {
+    if (v->c == NULL || !dmm__torch_history_on(v->c)) return;
+    uint64_t at = lo;
+    for (size_t i = 0; i < v->committed.n && at < hi; i++) {
+        uint64_t a = v->committed.v[i].off, b = a + v->committed.v[i].len;
+        if (b <= at) continue;
+        if (a >= hi) break;
+        if (a > at && on) dmm__torch_history_add(v->c, TORCH_EV_MAP, v->base + at, a - at, NULL);
+        uint64_t s = a > at ? a : at, e = b < hi ? b : hi;
+        if (!on) dmm__torch_history_add(v->c, TORCH_EV_UNMAP, v->base + s, e - s, NULL);
+        at = e;
+    }
+    if (at < hi && on) dmm__torch_history_add(v->c, TORCH_EV_MAP, v->base + at, hi - at, NULL);
+}
+
 /* [lo, hi) is committed (on) or not (mu held); whole granules. */
 static void mark(torch_poolview *v, uint64_t lo, uint64_t hi, bool on) {
     if (lo >= hi) return;
@@ -46,6 +64,7 @@ static void mark(torch_poolview *v, uint64_t lo, uint64_t hi, bool on) {
         v->inexact = true;
         return;
     }
+    history_of_change(v, lo, hi, on);
     (void)dmm__spans_carve(&v->committed, lo, hi - lo, NULL, NULL);
     if (on && !dmm__spans_insert(&v->committed, lo, hi - lo)) v->inexact = true;
 }
@@ -224,6 +243,7 @@ dmm_status dmm__torch_poolview_open(tctx *c) {
     torch_poolview *v = calloc(1, sizeof *v);
     if (v == NULL) return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm torch: out of host memory for the pool's view");
     v->arena = c->arena;
+    v->c = c;
     v->granule = c->granule;
     pthread_mutex_init(&v->mu, NULL);
     dmm__spans_init(&v->committed);

@@ -357,6 +357,11 @@ int dmm_torch_record_stop(int device, dmm_torch_record_stats *out) {
     return record(dmm__torch_record_stop(c, out));
 }
 
+int dmm_torch_history(int device, uint64_t max_entries) {
+    WITH_CTX(device);
+    return record(dmm__torch_history(c, max_entries));
+}
+
 void dmm_torch_set_capture_check(int on) { dmm__torch_set_capture_check(on != 0); }
 
 uint64_t dmm_torch_now_ns(void) { return dmm__torch_now_ns(); }

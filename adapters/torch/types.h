@@ -16,11 +16,13 @@
  *   jobs.c      the deferred queue: our requests, polled and taken back; each job's own finish
  *   context.c   counts, the clock, and device loss (asked of the driver: it latches the first loss)
  * Beside them, called by adapter.c only: record.c, the recorder (a trace of every malloc and free);
- * blocks.c, the pool's live blocks; poolview.c, the mechanism the pool sees (the arena, watched).
+ * blocks.c, the pool's live blocks; poolview.c, the mechanism the pool sees (the arena, watched);
+ * history.c, the pool's recent events.
  *
  * Lock order: ctx.lock → (pool → arena → driver). The hot path (pool malloc/free) takes no ctx lock.
  * The recorder's locks (rec.mu → rec.file_mu) and the block shards' are leaves, taken with no other
- * lock held; the pool view's lock is taken with no adapter lock held, and around arena calls only.
+ * lock held; the pool view's lock is taken with no adapter lock held, and around arena calls only;
+ * the history's lock is a leaf (taken under the view's).
  */
 #ifndef DMM_TORCH_TYPES_H
 #define DMM_TORCH_TYPES_H
@@ -180,6 +182,7 @@ typedef struct torch_block_shard {
  * which granules of the pool's VA are committed: the pool's segments in a snapshot. */
 typedef struct torch_poolview {
     dmm_mechanism *arena;   /* not owned */
+    tctx *c;                /* its context (for the history's map and unmap events) */
     uint64_t granule;
     pthread_mutex_t mu;     /* the fields below; taken after the arena's calls return (or around a resync) */
     bool have;              /* the pool's VA allocation is known */
@@ -188,6 +191,26 @@ typedef struct torch_poolview {
     uint64_t bytes;
     dmm_spans committed;    /* committed ranges of it, offsets from base, whole granules */
 } torch_poolview;
+
+/* ---- the pool's recent events (history.c) ---- */
+/* While on, a ring of the pool's last events in PyTorch's trace vocabulary, for device_traces of a
+ * snapshot in PyTorch's layout: blocks handed out and freed, chunks mapped and unmapped. */
+enum { TORCH_EV_ALLOC = 0, TORCH_EV_FREE = 1, TORCH_EV_MAP = 2, TORCH_EV_UNMAP = 3 };
+
+typedef struct torch_event {
+    uint64_t addr, size; /* a block: its address and rounded size; a map or unmap: its range */
+    uint64_t stream;     /* a block's stream (0 for maps and unmaps: the pool's runs are shared by streams) */
+    uint64_t t_us;       /* CLOCK_MONOTONIC in µs */
+    uint32_t action;     /* TORCH_EV_* */
+} torch_event;
+
+typedef struct torch_history {
+    _Atomic int on;      /* read without the lock by the hooks */
+    pthread_mutex_t mu;  /* a leaf */
+    torch_event *ring;   /* cap entries; the oldest at (head + cap - count) % cap */
+    size_t cap, head, count;
+    uint64_t dropped;    /* events the ring let go of (the oldest) since it was turned on */
+} torch_history;
 
 /* ---- the recorder (record.c) ---- */
 struct gzFile_s; /* zlib's gzFile, without zlib.h here */
@@ -244,6 +267,7 @@ struct tctx {
     dmm_mechanism *arena;
     dmm_mechanism *view;     /* over the arena, for the pool only (poolview.c); owns pv */
     torch_poolview *pv;
+    torch_history hist;      /* off unless dmm__torch_history (history.c) */
     dmm_pool *pool;
     dmm_deferred *q;
 

@@ -11,8 +11,11 @@ every run of committed chunks of the pool, every tag segment (its mapped part), 
 Its blocks tile it in address order: live blocks are `active_allocated` (size = the block's rounded
 size, requested_size = what was asked), the gaps `inactive`. dmm never keeps a freed block from reuse
 the way PyTorch's record_stream does, so no block is `active_pending_free` (a block freed on another
-stream waits for its event inside the pool, and shows as free). `device_traces` is one empty list per
-device up to this one: dmm keeps no event history here (record a trace with dmm.torch.record).
+stream waits for its event inside the pool, and shows as free). The pool's runs are shared by every
+stream's heap, so their `stream` is 0. `device_traces` is one list per device up to this one; this
+device's holds the pool's recent events when dmm.torch.history(N) was on: `alloc`, `free_requested` +
+`free_completed` of its blocks, `segment_map` / `segment_unmap` of the ranges it commits and
+decommits, oldest first (tag and graph memory have no events: their segments show as they are).
 
 Totals: Σ total_size = dmm's reserved_bytes.current (what it has mapped), Σ active_allocated sizes =
 allocated_bytes.current, when the snapshot is exact (`pool_map_exact`, no untracked block); otherwise
@@ -103,8 +106,7 @@ def to_torch(snap, strict=True):
             raise SnapshotError("dmm snapshot: pool_segments[%d] must be [address, bytes > 0], not %r" % (i, r))
         inside = _inside(pool_blocks, r[0], r[0] + r[1])
         placed += len(inside)
-        stream = inside[0][3] if inside else 0
-        segments.append(_segment(device, r[0], r[1], inside, stream, "pool", True, "pool_segments[%d]" % i))
+        segments.append(_segment(device, r[0], r[1], inside, 0, "pool", True, "pool_segments[%d]" % i))
     if placed != len(pool_blocks) and strict:
         lost = [b for b in pool_blocks if not any(r[0] <= b[0] and b[0] + b[1] <= r[0] + r[1] for r in runs)]
         raise SnapshotError("dmm snapshot: %d pool block(s) lie in no committed run (the first at %#x); the "
@@ -133,5 +135,24 @@ def to_torch(snap, strict=True):
         if a["address"] + a["total_size"] > b["address"]:
             raise SnapshotError("dmm snapshot: segments at %#x (%s) and %#x (%s) overlap"
                                 % (a["address"], a["dmm_kind"], b["address"], b["dmm_kind"]))
-    return {"segments": segments, "device_traces": [[] for _ in range(device + 1)],
-            "allocator_settings": {"allocator": "dmm"}}
+    traces = [[] for _ in range(device + 1)]
+    traces[device] = _trace(snap.get("history"))
+    return {"segments": segments, "device_traces": traces, "allocator_settings": {"allocator": "dmm"}}
+
+
+_ACTIONS = {0: ("alloc",), 1: ("free_requested", "free_completed"), 2: ("segment_map",), 3: ("segment_unmap",)}
+
+
+def _trace(hist):
+    """The history's events ([action, addr, size, stream, t_us], oldest first) as PyTorch's trace entries."""
+    if hist is None:
+        return []
+    events = _need(hist, "events", "history", "list")
+    out = []
+    for i, e in enumerate(events):
+        if not isinstance(e, list) or len(e) != 5 or not all(_int(x) and x >= 0 for x in e) or e[0] not in _ACTIONS:
+            raise SnapshotError("dmm snapshot: history.events[%d] must be [action 0-3, address, bytes, stream, "
+                                "time_us] of integers, not %r" % (i, e))
+        for name in _ACTIONS[e[0]]:
+            out.append({"action": name, "addr": e[1], "size": e[2], "stream": e[3], "time_us": e[4], "frames": []})
+    return out

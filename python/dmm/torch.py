@@ -34,7 +34,7 @@ __all__ = [
     "reset_peak_memory_stats", "empty_cache", "snapshot", "set_limit", "last_error", "tag", "offload",
     "offload_wait", "restore", "release_host", "poll", "tag_info", "reserve_graph_memory", "graph",
     "capture_id", "release_graph", "now_ns", "record", "start_recording", "stop_recording", "torch_snapshot",
-    "dump_snapshot",
+    "dump_snapshot", "history",
 ]
 
 _enabled = False
@@ -189,10 +189,21 @@ def snapshot(device=None, format="dmm"):
     return json.loads(_lib.json_call(lib.dmm_torch_snapshot_json, _device(device)))
 
 
+def history(max_entries=100_000, device=None):
+    """Keeps the pool's last `max_entries` events from now on (blocks handed out and freed, ranges
+    mapped and unmapped), for the device_traces of torch_snapshot() -- what
+    torch.cuda.memory._record_memory_history(max_entries=...) is for PyTorch's allocator, without stack
+    traces. 0 or None turns it off; a new call drops the events kept so far."""
+    n = 0 if max_entries is None else int(max_entries)
+    if n < 0:
+        raise ValueError("dmm.torch.history: max_entries must be >= 0 (0 or None: off), not %r" % (max_entries,))
+    _lib.check(_lib.load().dmm_torch_history(_device(device), n), "dmm.torch.history")
+
+
 def torch_snapshot(device=None):
     """dmm's memory in the layout of torch.cuda.memory._snapshot(): `segments` (each run of memory dmm
     has mapped, its blocks tiling it in address order: active_allocated or inactive) and
-    `device_traces` (empty: record traces with dmm.torch.record). torch.cuda._memory_viz reads it
+    `device_traces` (the pool's recent events while history() is on). torch.cuda._memory_viz reads it
     (segsum, segments, memory, trace_plot, segment_plot); python/dmm/snapshot.py says what maps to what."""
     from . import snapshot as layout
 

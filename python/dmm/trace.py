@@ -7,8 +7,8 @@
 
 A snapshot is what `torch.cuda.memory._snapshot()` returns, or the pickle `_dump_snapshot(path)` writes,
 after `torch.cuda.memory._record_memory_history()`: a dict whose `device_traces[d]` lists the
-allocator's events on device d. Each `alloc` becomes an allocation of its `size` (PyTorch's block size)
-on its stream; the first `free_requested` (or a `free_completed` without one) of that address becomes its
+allocator's events on device d. Each `alloc` becomes an allocation of its `size` — the request, which
+PyTorch records, rounded up to 512 bytes as both PyTorch and dmm round it — on its stream; the first `free_requested` (or a `free_completed` without one) of that address becomes its
 free; the segment events only feed the header's native_peak_reserved. `dmm replay OUT.trace.gz` then
 shows what dmm would hold for the same sequence.
 
@@ -119,9 +119,9 @@ def _pick_device(traces, device, where):
     return device
 
 
-def _segment_end_totals(snap, device, where):
-    """(reserved, allocated) at the snapshot's end on `device`, from its segments; None when it has none
-    of that device."""
+def _segment_end_totals(snap, device, where, rounded):
+    """(reserved, allocated) at the snapshot's end on `device`, from its segments (a live block counted
+    as its request, rounded, like the events); None when it has none of that device."""
     segs = snap.get("segments")
     if not isinstance(segs, list):
         return None
@@ -140,19 +140,29 @@ def _segment_end_totals(snap, device, where):
             if not isinstance(b, dict) or not _int(b.get("size")):
                 raise TraceError("%s: segments[%d].blocks[%d] lacks an integer size" % (where, i, j))
             if b.get("state") == "active_allocated":
-                allocated += b["size"]
+                req = b.get("requested_size", b["size"])
+                allocated += rounded(req if _int(req) and 0 < req <= b["size"] else b["size"])
     return (reserved, allocated) if mine > 0 else None
 
 
 def from_torch_snapshot(snapshot, out_path, device=None, workload=None, native_peak_allocated=None,
-                        native_peak_reserved=None):
+                        native_peak_reserved=None, round_to=512):
     """Converts a PyTorch memory snapshot (the dict, or the path of its pickle) into a dmm trace at
     `out_path`. device: the device whose trace to take (default: the only one with allocations).
-    The header's native_peak_allocated / native_peak_reserved are PyTorch's peaks over the recorded
-    window, worked out from the events and the snapshot's final segments (blocks live before the
-    window included), unless given. Returns a dict of what was written (allocations, frees,
+    Sizes: PyTorch's history records each request; it becomes `round_to` (512) bytes granularity, the
+    block size both allocators give it (PyTorch may hand out a larger block when it does not split
+    one; a history cannot say). The header's native_peak_allocated / native_peak_reserved are peaks
+    over the recorded window, worked out from the events (sizes counted as above) and the snapshot's
+    final segments (blocks live before the window included), unless given. Returns a dict of what was written (allocations, frees,
     untracked_frees: frees of blocks allocated before the history began, left out; peak_live_bytes:
     the trace's own, what `dmm replay` computes; streams; the two native peaks; device; path)."""
+    if not _int(round_to) or round_to < 1:
+        raise TraceError("round_to must be a positive number of bytes (512: PyTorch's and dmm's rounding), "
+                         "not %r" % (round_to,))
+
+    def rounded(n):
+        return (n + round_to - 1) // round_to * round_to
+
     if isinstance(snapshot, dict):
         snap, where = snapshot, "snapshot"
     else:
@@ -179,6 +189,7 @@ def from_torch_snapshot(snapshot, out_path, device=None, workload=None, native_p
     cur = peak = 0            # the trace's live bytes
     net_alloc = 0             # PyTorch's allocated bytes over the window, relative to its start
     alloc_curve = [0]
+    zero = set()     # addresses of 0-byte allocations (left out, with their frees)
     net_seg = 0
     seg_curve = [0]
     for i, e in enumerate(traces[dev]):
@@ -208,7 +219,10 @@ def from_torch_snapshot(snapshot, out_path, device=None, workload=None, native_p
         t_last = t
         if action == _ALLOC:
             if size == 0:
-                raise TraceError("%s: an allocation of 0 bytes; PyTorch never records one (a damaged file?)" % at)
+                zero.add(addr)  # nothing to replay
+                continue
+            zero.discard(addr)
+            size = rounded(size)
             st = e.get("stream", 0)
             if not _int(st):
                 raise TraceError("%s (alloc): stream must be an integer (found %r)" % (at, st))
@@ -242,15 +256,18 @@ def from_torch_snapshot(snapshot, out_path, device=None, workload=None, native_p
                 cur -= osize
                 net_alloc -= osize
                 alloc_curve.append(net_alloc)
+            elif addr in zero:
+                if action == _FREE_DONE:
+                    zero.discard(addr)
             elif action == _FREE_REQ:
                 untracked += 1  # allocated before the history began
-                net_alloc -= size
+                net_alloc -= rounded(size)
                 alloc_curve.append(net_alloc)
 
     if allocs == 0:
         raise TraceError("%s: device %d has no 'alloc' events; was torch.cuda.memory._record_memory_history() "
                          "on while the workload ran?" % (where, dev))
-    end = _segment_end_totals(snap, dev, where)
+    end = _segment_end_totals(snap, dev, where, rounded)
     if native_peak_allocated is None:
         native_peak_allocated = peak
         if end is not None and end[1] - net_alloc >= 0:

@@ -29,6 +29,7 @@
 #include "../../adapters/torch/blocks.c"
 #include "../../adapters/torch/context.c"
 #include "../../adapters/torch/graphs.c"
+#include "../../adapters/torch/history.c"
 #include "../../adapters/torch/jobs.c"
 #include "../../adapters/torch/offload.c"
 #include "../../adapters/torch/poolview.c"

@@ -7,7 +7,9 @@ blocks tile it in address order (sizes sum to total_size, each starts where the 
 are active_allocated or inactive, and the check torch.cuda._memory_viz.segsum asserts holds
 (allocated + internal + external free = total); Σ total_size = dmm's reserved_bytes, Σ active sizes
 = allocated_bytes, Σ requested = requested_bytes; pool, tag and graph segments are all there; the
-layout pickles to plain data. Malformed snapshots (the stats dict, a block overlapping another, a
+history becomes device_traces that replay backwards from the segments the way PyTorch's viewer does
+(every freed block inside a mapped range, every undone map inside a segment); the layout pickles to
+plain data. Malformed snapshots (the stats dict, a block overlapping another, a
 block outside every run, an inexact map) raise SnapshotError saying what is wrong.
 Exit 0 = all held, 1 = a check failed, 77 = the fixture's path was not given (run it through CTest).
 """
@@ -60,6 +62,47 @@ def segsum_totals(layout):
     return reserved, allocated, internal, ext
 
 
+def replay_backwards(layout, device):
+    """What PyTorch's viewer (MemoryViz.js) does with device_traces: from the final segments and blocks it
+    undoes the events newest first; a freed block must come back inside a mapped range, and a mapped
+    range must lie inside one segment when it is undone. Returns None, or what did not fit."""
+    segs = [[s["address"], s["total_size"]] for s in layout["segments"] if s["device"] == device]
+    blocks = {b["address"]: b["size"] for s in layout["segments"] for b in s["blocks"]
+              if b["state"] == "active_allocated"}
+    for e in reversed(layout["device_traces"][device]):
+        a, n = e["addr"], e["size"]
+        if e["action"] == "alloc":
+            if a not in blocks:
+                return "alloc of %#x undone, but no such block" % a
+            del blocks[a]
+        elif e["action"] == "free_completed":
+            if not any(s <= a and a + n <= s + z for s, z in segs):
+                return "block %#x (+%d) freed outside every mapped range" % (a, n)
+            blocks[a] = n
+        elif e["action"] == "segment_map":  # undo: unmap a range that must lie inside one segment
+            i = next((i for i, (s, z) in enumerate(segs) if s <= a and a + n <= s + z), None)
+            if i is None:
+                return "segment_map of %#x (+%d) undone, but no segment holds it" % (a, n)
+            s, z = segs.pop(i)
+            if any(b >= a and b < a + n for b in blocks):
+                return "segment_map of %#x undone while a block lives in it" % a
+            if a > s:
+                segs.append([s, a - s])
+            if a + n < s + z:
+                segs.append([a + n, s + z - a - n])
+        elif e["action"] == "segment_unmap":  # undo: map it again, merging with neighbours
+            segs.append([a, n])
+            segs.sort()
+            merged = []
+            for s, z in segs:
+                if merged and merged[-1][0] + merged[-1][1] == s:
+                    merged[-1][1] += z
+                else:
+                    merged.append([s, z])
+            segs = merged
+    return None
+
+
 def main():
     path = os.environ.get("DMM_TORCH_SNAPSHOT_FIXTURE")
     if not path:
@@ -100,11 +143,18 @@ def main():
     pool = sum(s["total_size"] for s in segs if s["dmm_kind"] == "pool")
     check(pool == snap["pool_committed_bytes"], "the pool's segments = its committed bytes (%d, %d)"
           % (pool, snap["pool_committed_bytes"]))
-    check(lay["device_traces"] == [[] for _ in range(snap["device"] + 1)], "one (empty) trace list per device")
+    traces = lay["device_traces"]
+    check(len(traces) == snap["device"] + 1 and all(t == [] for t in traces[:-1]), "one trace list per device")
+    acts = [e["action"] for e in traces[snap["device"]]]
+    check({"alloc", "free_requested", "free_completed", "segment_map", "segment_unmap"} <= set(acts),
+          "the history gives alloc, free_requested/free_completed, segment_map and segment_unmap (%d events)"
+          % len(acts))
+    err = replay_backwards(lay, snap["device"])
+    check(err is None, "replayed backwards from the segments, as PyTorch's viewer does, every event fits (%s)" % err)
     back = pickle.loads(pickle.dumps(lay))
     check(back == lay, "the layout pickles to plain data")
     streams = {s["stream"] for s in segs if s["dmm_kind"] == "pool"}
-    check(len(streams) == 2, "pool segments carry their blocks' streams (%s)" % streams)
+    check(streams == {0}, "pool segments are stream 0: shared by every stream's heap (%s)" % streams)
 
     # ---- malformed
     ok, msg = raises(lambda: ds.to_torch({k: v for k, v in snap.items() if k != "pool_segments"}),
@@ -124,6 +174,10 @@ def main():
     ok, msg = raises(lambda: ds.to_torch(bad), "not exact", "strict=False")
     check(ok, "an inexact map is refused (%s)" % msg)
     check(len(ds.to_torch(bad, strict=False)["segments"]) == len(segs), "strict=False lays out what is known")
+    bad = copy.deepcopy(snap)
+    bad["history"]["events"][0] = [7, 0, 0, 0, 0]
+    ok, msg = raises(lambda: ds.to_torch(bad), "history.events[0]")
+    check(ok, "a history event of an unknown action (%s)" % msg)
     bad = copy.deepcopy(snap)
     bad["pool_blocks"][0] = [1, 2]
     ok, msg = raises(lambda: ds.to_torch(bad), "pool_blocks[0]")

@@ -67,13 +67,16 @@ def snapshot():
         {"address": A + 4096, "size": 2 * MIB - 4096, "requested_size": 0, "state": "inactive", "frames": []}])
     trace0 = [
         ev("segment_alloc", A, 2 * MIB, 100),
-        ev("alloc", A, 1024, 110),                 # a   id 1
+        ev("alloc", A, 1000, 110),                 # a   id 1: 1000 bytes asked, 1024 in the trace
         ev("alloc", B, 512, 120, stream=7777),     # b   id 2, stream 1
         {"action": "snapshot", "addr": 0, "size": 0, "stream": 0, "time_us": 125},
         ev("free_requested", Z, 2048, 130),        # Z: allocated before the window
         ev("free_completed", Z, 2048, 131),
-        ev("free_requested", A, 1024, 140),        # a freed (free_completed ignored)
-        ev("free_completed", A, 1024, 141),
+        ev("free_requested", A, 1000, 140),        # a freed (free_completed ignored)
+        ev("free_completed", A, 1000, 141),
+        ev("alloc", Z, 0, 142),                    # a 0-byte request: left out, with its free
+        ev("free_requested", Z, 0, 143),
+        ev("free_completed", Z, 0, 144),
         ev("alloc", A, 4096, 150),                 # c   id 3, the same address again
         {"action": "oom", "addr": 0, "size": 1 << 40, "stream": 0, "time_us": 155, "device_free": 5},
         ev("free_requested", B, 512, 160, stream=7777),
@@ -110,8 +113,8 @@ def main():
     header = dict(l[2:].split(": ", 1) for l in lines if l.startswith("# ") and ": " in l)
     events = [l for l in lines if not l.startswith("#")]
     check(events == ["0 a 1 1024 0", "10 a 2 512 1", "30 f 1", "40 a 3 4096 0", "50 f 2"],
-          "events: alloc/free pairs, ids in order, the address reused under a new id, stream 7777 -> 1, "
-          "times from the first event (%s)" % events)
+          "events: alloc/free pairs, sizes rounded to 512, ids in order, the address reused under a new id, "
+          "stream 7777 -> 1, times from the first event, a 0-byte request left out (%s)" % events)
     check(header.get("workload") == "run", "workload from the file name (%s)" % header.get("workload"))
     # allocated over the window: W (4096) and Z (2048) live before it; +1024 +512 -2048 -1024 +4096 -512
     # start = end (W + c = 8192) - net (1024 + 512 - 2048 - 1024 + 4096 - 512 = 2048) = 6144;

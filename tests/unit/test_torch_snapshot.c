@@ -6,7 +6,8 @@
  * streams; the table of pool blocks holds exactly the pool's live blocks (count and bytes); a free the
  * pool refuses (its cross-stream event fails) leaves the table as it was, and the recorder's trace
  * true (the block allocated again under a new id); the snapshot JSON carries the runs, the blocks, the tag and
- * graph segments, and says the map is exact. With DMM_TORCH_SNAPSHOT_FIXTURE set (CTest does), the
+ * graph segments, the history of the pool's events (alloc, free, map, unmap, in the order they
+ * happened), and says the map is exact. With DMM_TORCH_SNAPSHOT_FIXTURE set (CTest does), the
  * snapshot of a scenario with pool, tag and graph memory is written there for
  * tests/python/test_torch_layout.py, which turns it into PyTorch's layout and checks its totals.
  */
@@ -21,6 +22,7 @@
 #include "../../adapters/torch/blocks.c"
 #include "../../adapters/torch/context.c"
 #include "../../adapters/torch/graphs.c"
+#include "../../adapters/torch/history.c"
 #include "../../adapters/torch/jobs.c"
 #include "../../adapters/torch/offload.c"
 #include "../../adapters/torch/poolview.c"
@@ -193,6 +195,12 @@ static char *snapshot_json(fx *f) {
 static void the_snapshot_json_lays_out_pool_tags_and_graphs(void **state) {
     (void)state;
     fx *f = fx_open();
+    assert_int_equal(dmm__torch_history(f->c, ((uint64_t)1 << 26) + 1), DMM_ERR_INVALID_ARGUMENT);
+    dmm_test_error_mentions("ask for fewer", NULL);
+    DMM_OK_OR_FAIL(dmm__torch_history(f->c, 4096));
+    void *big = xmalloc(f, (size_t)8 << 20, NULL); /* mapped, freed and unmapped: map and unmap events */
+    xfree(f, big, (size_t)8 << 20, NULL);
+    DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, NULL));
     void *a = xmalloc(f, 1000, NULL);
     void *b = xmalloc(f, (size_t)3 << 20, f->s1);
     void *gap = xmalloc(f, 8192, f->s1);
@@ -224,6 +232,13 @@ static void the_snapshot_json_lays_out_pool_tags_and_graphs(void **state) {
     assert_non_null(strstr(js, "\"mapped_bytes\":"));
     snprintf(blk, sizeof blk, "\"capture_id\":9,\"blocks\":[[%llu,3072,3000]]", (unsigned long long)(uintptr_t)g);
     assert_non_null(strstr(js, blk));
+    /* the history: the big block's alloc, free, its range's map and unmap, then the rest */
+    snprintf(blk, sizeof blk, "[0,%llu,8388608,0,", (unsigned long long)(uintptr_t)big);
+    assert_non_null(strstr(js, blk));
+    snprintf(blk, sizeof blk, "[1,%llu,8388608,0,", (unsigned long long)(uintptr_t)big);
+    assert_non_null(strstr(js, blk));
+    assert_non_null(strstr(js, "\"history\":{\"on\":true,\"dropped\":0,\"events\":[[2,"));
+    assert_non_null(strstr(js, "[3,"));
     const char *out = getenv("DMM_TORCH_SNAPSHOT_FIXTURE");
     if (out != NULL && out[0] != '\0') {
         FILE *fp = fopen(out, "w");
