@@ -13,8 +13,14 @@ typedef struct torch_block_at {
 /* The table (at create: DMM_ERR_OUT_OF_MEMORY with a sentence when there is no host memory for it). */
 dmm_status dmm__torch_blocks_open(tctx *c);
 void dmm__torch_blocks_close(tctx *c);
+/* Turns tracking on (for good): blocks handed out from now on are kept; those live before are not
+ * (a snapshot counts them as untracked). */
+void dmm__torch_blocks_track(tctx *c);
+static inline bool dmm__torch_blocks_tracking(tctx *c) {
+    return atomic_load_explicit(&c->track_blocks, memory_order_relaxed) != 0;
+}
 /* Adds a block the pool handed out; never fails the caller: without host memory the block is left
- * out and pool_blocks_untracked counts it. */
+ * out (a snapshot counts it as untracked). */
 void dmm__torch_blocks_add(tctx *c, const void *ptr, uint64_t len, uint64_t req, dmm_stream stream);
 /* Takes the block at ptr out of the table (before the pool frees it, so that the address cannot be
  * handed out and added again first); false when it is not there. *out (may be NULL) = its record. */

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blocks.h"
 #include "context.h"
 #include "history.h"
 
@@ -39,6 +40,7 @@ dmm_status dmm__torch_history(tctx *c, uint64_t max_entries) {
         return dmm_error_set(DMM_ERR_OUT_OF_MEMORY,
                              "dmm torch: out of host memory for a history of %llu events; nothing changed",
                              (unsigned long long)max_entries);
+    if (max_entries > 0) dmm__torch_blocks_track(c); /* the block events come with the table */
     torch_history *h = &c->hist;
     pthread_mutex_lock(&h->mu);
     free(h->ring);

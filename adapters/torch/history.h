@@ -7,7 +7,8 @@
 
 void dmm__torch_history_init(tctx *c);
 void dmm__torch_history_fini(tctx *c);
-/* Keeps the last `max_entries` events from now on (an earlier history is dropped); 0 = off.
+/* Keeps the last `max_entries` events from now on (an earlier history is dropped); 0 = off. Turns
+ * block tracking on (blocks.h): the block events are the table's.
  * DMM_ERR_INVALID_ARGUMENT above 2^26 entries, DMM_ERR_OUT_OF_MEMORY without host memory for the ring
  * (nothing changed either way). */
 dmm_status dmm__torch_history(tctx *c, uint64_t max_entries);

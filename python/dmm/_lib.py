@@ -60,6 +60,7 @@ _SIGNATURES = {
     "dmm_torch_record_start": (ctypes.c_int, [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p]),
     "dmm_torch_record_stop": (ctypes.c_int, [ctypes.c_int, ctypes.POINTER(RecordStats)]),
     "dmm_torch_history": (ctypes.c_int, [ctypes.c_int, ctypes.c_uint64]),
+    "dmm_torch_track_blocks": (ctypes.c_int, [ctypes.c_int]),
 }
 
 

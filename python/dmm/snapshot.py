@@ -95,10 +95,15 @@ def to_torch(snap, strict=True):
     pool_blocks = _blocks(_need(snap, "pool_blocks", "the snapshot", "list"), "pool_blocks")
     untracked = _need(snap, "pool_blocks_untracked", "the snapshot", "int")
     exact = _need(snap, "pool_map_exact", "the snapshot")
+    if strict and snap.get("block_tracking") is False:
+        raise SnapshotError("dmm snapshot: the pool's blocks are not tracked, so they cannot be laid out; call "
+                            "dmm.torch.enable(track_blocks=True) (or dmm.torch.track_blocks() before the first "
+                            "allocation), or pass strict=False for the segments alone (the pool's then show as free)")
     if strict and (exact is not True or untracked):
-        raise SnapshotError("dmm snapshot: not exact (pool_map_exact=%r, %d pool block(s) untracked: the adapter "
-                            "ran short of host memory once); pass strict=False for the layout of what is known"
-                            % (exact, untracked))
+        raise SnapshotError("dmm snapshot: not exact (pool_map_exact=%r; %d live pool block(s) untracked: "
+                            "allocated before block tracking began, or left out for want of host memory); "
+                            "turn tracking on before the first allocation (dmm.torch.enable(track_blocks=True)), "
+                            "or pass strict=False for the layout of what is known" % (exact, untracked))
     segments = []
     placed = 0
     for i, r in enumerate(runs):

@@ -170,6 +170,14 @@ def main():
     ok, msg = raises(lambda: ds.to_torch(bad), "no committed run")
     check(ok, "a block outside every committed run (%s)" % msg)
     bad = copy.deepcopy(snap)
+    bad["block_tracking"] = False
+    ok, msg = raises(lambda: ds.to_torch(bad), "not tracked", "track_blocks=True")
+    check(ok, "a snapshot without block tracking says how to turn it on (%s)" % msg)
+    bad = copy.deepcopy(snap)
+    bad["pool_blocks_untracked"] = 3
+    ok, msg = raises(lambda: ds.to_torch(bad), "3 live pool block(s) untracked", "before the first allocation")
+    check(ok, "untracked blocks are refused with the reason (%s)" % msg)
+    bad = copy.deepcopy(snap)
     bad["pool_map_exact"] = False
     ok, msg = raises(lambda: ds.to_torch(bad), "not exact", "strict=False")
     check(ok, "an inexact map is refused (%s)" % msg)

@@ -3,7 +3,8 @@
  *
  * What is proven: the pool view's committed runs sum to the pool's own committed bytes and every live
  * pool block lies inside one run, after growth, frees, trims and moves of 300 seeded rounds on three
- * streams; the table of pool blocks holds exactly the pool's live blocks (count and bytes); a free the
+ * streams; the table of pool blocks holds exactly the pool's live blocks (count and bytes) once tracking is on,
+ * is empty while it is off, and a snapshot counts the blocks from before it as untracked; a free the
  * pool refuses (its cross-stream event fails) leaves the table as it was, and the recorder's trace
  * true (the block allocated again under a new id); the snapshot JSON carries the runs, the blocks, the tag and
  * graph segments, the history of the pool's events (alloc, free, map, unmap, in the order they
@@ -49,6 +50,7 @@ static fx *fx_open_with(bool fault) {
     dmm_torch_ext x = kit_torch_ext();
     dmm_torch_config k = kit_torch_config(0);
     DMM_OK_OR_FAIL(dmm__torch_create(f->drv, &x, f->gov, &k, &f->c));
+    dmm__torch_blocks_track(f->c); /* from the start: every pool block is in the table */
     DMM_OK_OR_FAIL(f->host->ops->stream_create(f->host, &f->s1));
     DMM_OK_OR_FAIL(f->host->ops->stream_create(f->host, &f->s2));
     return f;
@@ -183,6 +185,38 @@ static void a_refused_free_leaves_the_table_and_the_trace_true(void **state) {
     fx_close(f);
 }
 
+static char *snapshot_json(fx *f);
+
+static void tracking_is_off_until_asked_and_counts_what_came_before(void **state) {
+    (void)state;
+    fx *f = calloc(1, sizeof *f);
+    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &f->host));
+    f->drv = f->host;
+    DMM_OK_OR_FAIL(dmm_governor_create(NULL, &f->gov));
+    dmm_torch_ext x = kit_torch_ext();
+    dmm_torch_config k = kit_torch_config(0);
+    DMM_OK_OR_FAIL(dmm__torch_create(f->drv, &x, f->gov, &k, &f->c));
+    DMM_OK_OR_FAIL(f->host->ops->stream_create(f->host, &f->s1));
+    DMM_OK_OR_FAIL(f->host->ops->stream_create(f->host, &f->s2));
+    assert_false(dmm__torch_blocks_tracking(f->c));
+    void *a = xmalloc(f, 4096, NULL);
+    char *js = snapshot_json(f);
+    assert_non_null(strstr(js, "\"block_tracking\":false,\"pool_blocks_untracked\":1,\"pool_blocks\":[]"));
+    free(js);
+    dmm__torch_blocks_track(f->c);
+    void *b = xmalloc(f, 4096, NULL);
+    js = snapshot_json(f);
+    assert_non_null(strstr(js, "\"block_tracking\":true,\"pool_blocks_untracked\":1,"));
+    free(js);
+    xfree(f, a, 4096, NULL); /* from before: not in the table, its free takes nothing */
+    js = snapshot_json(f);
+    assert_non_null(strstr(js, "\"pool_blocks_untracked\":0,"));
+    free(js);
+    xfree(f, b, 4096, NULL);
+    check_pool_layout(f);
+    fx_close(f);
+}
+
 static char *snapshot_json(fx *f) {
     size_t need = 0;
     assert_int_equal(dmm__torch_snapshot_json(f->c, NULL, 0, &need), DMM_ERR_INVALID_ARGUMENT);
@@ -262,6 +296,7 @@ int main(void) {
         cmocka_unit_test(the_pool_view_follows_growth_frees_trims_and_moves),
         cmocka_unit_test(a_refused_free_leaves_the_table_and_the_trace_true),
         cmocka_unit_test(the_snapshot_json_lays_out_pool_tags_and_graphs),
+        cmocka_unit_test(tracking_is_off_until_asked_and_counts_what_came_before),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

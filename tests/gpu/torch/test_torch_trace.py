@@ -68,7 +68,7 @@ def run(steps=12):
 CHILD_DMM = WORKLOAD + r"""
 import dmm.torch as dt
 out_trace, out_pickle = sys.argv[1], sys.argv[2]
-dt.enable()
+dt.enable(track_blocks=True)
 torch.cuda.init()
 dt.reset_peak_memory_stats()
 start = dt.memory_allocated()
