@@ -8,7 +8,8 @@
  *     as whole ranges and restored at the same addresses;
  *   - otherwise                              → the pool (its hot path: no driver call, one heap lock).
  * A free goes to the pool first (a pointer outside it is refused at once, with no driver call) and
- * then to the tag and graph segments.
+ * then to the tag and graph segments. While a recording is on (record.c), every malloc served and
+ * every free is also written to its trace: the malloc after the route served it, the free before.
  *
  * The trade-off: one capture-status query per malloc on a non-default stream (the legacy default
  * stream cannot capture, so eager work on it pays nothing), bought so that every capture is served
@@ -36,7 +37,11 @@
 
 #include "adapter.h"
 #include "driver/call.h"
+#include "blocks.h"
+#include "history.h"
 #include "jobs.h"
+#include "poolview.h"
+#include "record.h"
 
 #define MIB ((uint64_t)1 << 20)
 #define GIB ((uint64_t)1 << 30)
@@ -128,6 +133,7 @@ dmm_status dmm__torch_create(dmm_driver *drv, const dmm_torch_ext *ext, dmm_gove
     c->restore_first = k.restore_first_bytes;
     c->restore_copy = k.restore_copy_bytes;
 
+    dmm__torch_history_init(c); /* (from here on, failures go to `fail`, which undoes it) */
     dmm_holder_config hc = {sizeof hc, "torch", 0, NULL, NULL};
     s = dmm_governor_holder_register(gov, &hc, &c->holder);
     if (s != DMM_OK) goto fail;
@@ -175,17 +181,25 @@ dmm_status dmm__torch_create(dmm_driver *drv, const dmm_torch_ext *ext, dmm_gove
         pc.max_chunk_bytes = k.max_chunk_bytes;
         pc.handle_divisor = k.handle_divisor;
     }
-    s = dmm_pool_create(c->arena, drv, &pc, &c->pool);
+    s = dmm__torch_poolview_open(c);
+    if (s != DMM_OK) goto fail;
+    s = dmm__torch_blocks_open(c);
+    if (s != DMM_OK) goto fail;
+    s = dmm_pool_create(c->view, drv, &pc, &c->pool);
     if (s != DMM_OK) goto fail;
     s = dmm__torch_jobs_open(c);
     if (s != DMM_OK) goto fail;
     pthread_mutex_init(&c->lock, NULL);
+    dmm__torch_record_init(c);
     *out = c;
     return DMM_OK;
 fail:
     dmm__error_wrap(s, "dmm torch: setting up device %d failed", (int)drv->device.index);
     if (c->pool != NULL) dmm_pool_destroy(c->pool);
+    if (c->view != NULL) dmm_mechanism_destroy(c->view);
+    dmm__torch_blocks_close(c);
     if (c->arena != NULL) dmm_mechanism_destroy(c->arena);
+    dmm__torch_history_fini(c);
     if (c->host_lease) dmm_lease_release(gov, c->host_lease);
     if (c->lease) dmm_lease_release(gov, c->lease);
     if (c->holder != NULL) dmm_governor_holder_unregister(c->holder);
@@ -218,6 +232,18 @@ dmm_status dmm__torch_confirm_lost(tctx *c) {
     return s;
 }
 
+/* The pool's view and the table of its blocks, once the pool is gone (skipped once done). */
+static dmm_status destroy_view(tctx *c) {
+    if (c->view != NULL) {
+        dmm_status s = dmm_mechanism_destroy(c->view);
+        if (s != DMM_OK) return s;
+        c->view = NULL;
+        c->pv = NULL;
+    }
+    dmm__torch_blocks_close(c);
+    return DMM_OK;
+}
+
 /* destroy after a loss: refused until confirmed; then everything goes without a driver call. */
 static dmm_status destroy_lost_locked(tctx *c) {
     if (!dmm__torch_terminated(c)) {
@@ -237,11 +263,15 @@ static dmm_status destroy_lost_locked(tctx *c) {
     c->pool = NULL;
     s = dmm__torch_jobs_close(c);
     if (s != DMM_OK) return s;
+    s = destroy_view(c);
+    if (s != DMM_OK) return s;
     s = dmm_mechanism_destroy(c->arena);
     if (s != DMM_OK) return s;
     dmm_lease_release(c->gov, c->host_lease);
     dmm_lease_release(c->gov, c->lease);
     dmm_governor_holder_unregister(c->holder);
+    dmm__torch_record_fini(c);
+    dmm__torch_history_fini(c);
     pthread_mutex_destroy(&c->lock);
     free(c);
     return DMM_OK;
@@ -282,6 +312,8 @@ dmm_status dmm__torch_destroy(tctx *c) {
     c->pool = NULL; /* QUARANTINED: the pool is gone, the arena keeps what it could not give back */
     s = dmm__torch_jobs_close(c);
     if (s != DMM_OK) return s;
+    s = destroy_view(c);
+    if (s != DMM_OK) return s;
     s = dmm_mechanism_destroy(c->arena);
     if (s != DMM_OK)
         return dmm__error_wrap(s, "dmm torch: destroying device %d: its pool is gone but the arena could not be "
@@ -290,6 +322,8 @@ dmm_status dmm__torch_destroy(tctx *c) {
     dmm_lease_release(c->gov, c->host_lease);
     dmm_lease_release(c->gov, c->lease);
     dmm_governor_holder_unregister(c->holder);
+    dmm__torch_record_fini(c);
+    dmm__torch_history_fini(c);
     pthread_mutex_destroy(&c->lock);
     free(c);
     return DMM_OK;
@@ -341,7 +375,8 @@ static dmm_status pool_retry(tctx *c, size_t bytes, dmm_stream stream, void **ou
                            dmm__error_kept_text(&first_try));
 }
 
-dmm_status dmm__torch_malloc(tctx *c, size_t bytes, dmm_stream stream, void **out) {
+/* The routing of a malloc (the file's opening); dmm__torch_malloc records what it served. */
+static dmm_status route_malloc(tctx *c, size_t bytes, dmm_stream stream, void **out) {
     *out = NULL;
     if (bytes == 0) return DMM_OK;
     if (bytes > c->reserve) /* no route could serve it, and its rounding up (tags, graphs) would wrap */
@@ -374,16 +409,39 @@ dmm_status dmm__torch_malloc(tctx *c, size_t bytes, dmm_stream stream, void **ou
     dmm_status s = dmm_pool_malloc(c->pool, bytes, stream, out);
     if (s != DMM_OK) s = pool_retry(c, bytes, stream, out, s);
     if (s != DMM_OK) return s;
+    if (dmm__torch_blocks_tracking(c)) {
+        dmm__torch_blocks_add(c, *out, dmm__torch_round_block(c, bytes), bytes, stream);
+        dmm__torch_history_add(c, TORCH_EV_ALLOC, (uint64_t)(uintptr_t)*out, dmm__torch_round_block(c, bytes),
+                               stream);
+    }
     count_malloc(c, dmm__torch_round_block(c, bytes), bytes);
     return DMM_OK;
 }
 
+dmm_status dmm__torch_malloc(tctx *c, size_t bytes, dmm_stream stream, void **out) {
+    dmm_status s = route_malloc(c, bytes, stream, out);
+    if (s == DMM_OK && *out != NULL && dmm__torch_recording(c))
+        dmm__torch_record_alloc(c, *out, dmm__torch_round_block(c, bytes), stream);
+    return s;
+}
+
 dmm_status dmm__torch_free(tctx *c, void *ptr, size_t bytes, dmm_stream stream) {
     if (ptr == NULL) return DMM_OK;
+    /* the trace and the table of pool blocks let go of the block before the pool does: once the pool
+     * has it, another thread may get the same address and record it first */
+    bool recorded = dmm__torch_recording(c) && dmm__torch_record_free(c, ptr);
+    torch_block b;
+    bool tracked = dmm__torch_blocks_tracking(c) && dmm__torch_blocks_take(c, ptr, &b);
+    if (tracked) dmm__torch_history_add(c, TORCH_EV_FREE, (uint64_t)(uintptr_t)ptr, b.len, b.stream);
     dmm_status s = dmm_pool_free(c->pool, ptr, stream);
     if (s == DMM_OK) {
         count_free(c, dmm__torch_round_block(c, bytes), bytes);
         return DMM_OK;
+    }
+    if (tracked) { /* the pool refused the free of a live block (nothing changed): it is live again */
+        dmm__torch_blocks_add(c, ptr, b.len, b.req, b.stream);
+        dmm__torch_history_add(c, TORCH_EV_ALLOC, (uint64_t)(uintptr_t)ptr, b.len, b.stream);
+        if (recorded) dmm__torch_record_alloc(c, ptr, b.len, b.stream); /* in the trace: under a new id */
     }
     if (s != DMM_ERR_UNKNOWN_ALLOCATION) return s;
     uint64_t len = 0, req = 0;
@@ -448,7 +506,26 @@ static void put_count(dmm_json *j, const char *name, tcount *t, bool with_total,
     dmm__json_put(j, "}");
 }
 
-/* The JSON object of the stats (and, with `blocks`, every tagged block: the snapshot). */
+/* The snapshot's pool: its committed runs (the segments) and its live blocks, both in address order. */
+static void put_pool_layout(tctx *c, dmm_json *j, const uint64_t *runs, size_t nruns, bool exact,
+                            const torch_block_at *b, size_t nb, uint64_t pool_live) {
+    /* live pool blocks the table lacks: those from before tracking began, or left out for want of host
+     * memory (read a moment apart from the table: approximate while other threads allocate) */
+    uint64_t untracked = pool_live > nb ? pool_live - nb : 0;
+    dmm__json_put(j, ",\"pool_map_exact\":%s,\"pool_segments\":[", exact ? "true" : "false");
+    for (size_t i = 0; i < nruns; i++)
+        dmm__json_put(j, "%s[%llu,%llu]", i ? "," : "", (unsigned long long)runs[2 * i],
+                      (unsigned long long)runs[2 * i + 1]);
+    dmm__json_put(j, "],\"block_tracking\":%s,\"pool_blocks_untracked\":%llu,\"pool_blocks\":[",
+                  dmm__torch_blocks_tracking(c) ? "true" : "false", (unsigned long long)untracked);
+    for (size_t i = 0; i < nb; i++)
+        dmm__json_put(j, "%s[%llu,%llu,%llu,%llu]", i ? "," : "", (unsigned long long)b[i].addr,
+                      (unsigned long long)b[i].b.len, (unsigned long long)b[i].b.req,
+                      (unsigned long long)(uintptr_t)b[i].b.stream);
+    dmm__json_put(j, "]");
+}
+
+/* The JSON object of the stats (and, with `snapshot`, every block and segment: the snapshot). */
 static dmm_status write_json(tctx *c, char *buf, size_t cap, size_t *needed, bool snapshot) {
     if (needed == NULL || (buf == NULL && cap > 0))
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: stats JSON needs `needed` (and a buffer when cap > 0)");
@@ -468,6 +545,22 @@ static dmm_status write_json(tctx *c, char *buf, size_t cap, size_t *needed, boo
     tu.size = sizeof tu;
     s = dmm_governor_tier_usage(c->gov, c->dev, &tu);
     if (s != DMM_OK) return s;
+    /* the pool's segments and blocks (snapshot), read before ctx.lock: their locks are taken alone */
+    uint64_t *runs = NULL;
+    torch_block_at *pblocks = NULL;
+    size_t nruns = 0, nblocks = 0;
+    bool exact = false;
+    if (snapshot) {
+        nruns = dmm__torch_poolview_runs(c, &runs, &exact);
+        nblocks = dmm__torch_blocks_collect(c, &pblocks);
+        if (nruns == SIZE_MAX || nblocks == SIZE_MAX) {
+            free(runs);
+            free(pblocks);
+            return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm torch: out of host memory for the snapshot of device %d's "
+                                                        "pool; nothing was written",
+                                 (int)c->dev.index);
+        }
+    }
     char pj[4096], aj[4096];
     size_t need = 0;
     if (dmm_pool_stats_json(&ps, pj, sizeof pj, &need) != DMM_OK) snprintf(pj, sizeof pj, "null");
@@ -512,9 +605,16 @@ static dmm_status write_json(tctx *c, char *buf, size_t cap, size_t *needed, boo
     dmm__json_put(&j, "\"pool\":%s,\"arena\":%s,\"tags\":", pj, aj);
     dmm__torch_tags_json_locked(c, &j, snapshot);
     dmm__json_put(&j, ",\"graphs\":");
-    dmm__torch_graphs_json_locked(c, &j);
+    dmm__torch_graphs_json_locked(c, &j, snapshot);
+    if (snapshot) {
+        put_pool_layout(c, &j, runs, nruns, exact, pblocks, nblocks, ps.allocations.current);
+        dmm__json_put(&j, ",");
+        dmm__torch_history_json(c, &j); /* (its lock is a leaf) */
+    }
     dmm__json_put(&j, "}");
     pthread_mutex_unlock(&c->lock);
+    free(runs);
+    free(pblocks);
     return dmm__json_finish(&j, needed, "dmm torch stats JSON");
 }
 

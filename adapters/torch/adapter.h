@@ -3,7 +3,7 @@
  * One context per device (types.h: the data; its floors, each over the ones below: context.c, jobs.c,
  * segment.c, tags.c, offload.c, graphs.c, and adapter.c on top). This header is the core's whole
  * interface: the entry points of adapter.c below, the tags' and graphs' (tags.h, offload.h, graphs.h)
- * and the loss questions of context.h.
+ * the loss questions of context.h, and the recorder's (record.h).
  *
  * Lock order: ctx.lock → (pool → arena → driver). The hot path (pool malloc/free) takes no ctx lock.
  */
@@ -12,7 +12,9 @@
 
 #include "context.h"
 #include "graphs.h"
+#include "history.h"
 #include "offload.h"
+#include "record.h"
 #include "tags.h"
 #include "types.h"
 

@@ -80,6 +80,40 @@ DMM_TORCH_API int dmm_torch_capture_id(void *stream, uint64_t *id);
 /* Whether malloc asks the capture status of non-default streams (default 1). */
 DMM_TORCH_API void dmm_torch_set_capture_check(int on);
 
+/* Recording: a dmm trace (`# dmm-trace v1`, gzip; docs/trace-format.md) of every allocation and free
+ * this device's allocator serves between start and stop, for `dmm replay`. Sizes are the blocks'
+ * rounded sizes (multiples of 512 bytes), streams are numbered in order of first use (the default
+ * stream is 0), times are microseconds since the first event. start opens `path` at once: a path that
+ * cannot be written fails there (INVALID_ARGUMENT, the sentence names it); a second start while one
+ * records is BUSY. Frees of blocks allocated before start are not in the trace (counted). Memory:
+ * two 1 MiB text buffers and one entry per live recorded block; zlib compresses a full buffer with
+ * only the file's lock held. A failure while recording (a write, host memory) never reaches malloc
+ * or free: stop returns it, with the counts so far. A process that exits while recording leaves a
+ * truncated file (the reader says so): stop first. */
+typedef struct dmm_torch_record_stats {
+    uint32_t size;              /* sizeof(dmm_torch_record_stats), set by the caller */
+    uint64_t allocations;       /* allocation events written */
+    uint64_t frees;             /* free events written */
+    uint64_t untracked_frees;   /* frees of blocks allocated before the recording began (not written) */
+    uint64_t live_bytes;        /* bytes of recorded blocks still live at stop */
+    uint64_t peak_live_bytes;   /* the trace's peak live bytes (what `dmm replay` computes from it) */
+    uint64_t streams;           /* distinct stream ids in the trace */
+    uint64_t streams_folded;    /* allocations on streams beyond the 64th, written as stream 63 */
+} dmm_torch_record_stats;
+DMM_TORCH_API int dmm_torch_record_start(int device, const char *path, const char *workload);
+DMM_TORCH_API int dmm_torch_record_stop(int device, dmm_torch_record_stats *out);
+
+/* Block tracking, for snapshots that lay out the pool's blocks (pool_blocks; PyTorch's layout): from
+ * now on every pool block's address, sizes and stream are kept, at 35-75 ns more per malloc/free pair;
+ * off until asked for, and never turned off again. device < 0: every device, also those not used yet
+ * (call it before the first allocation to have every block: one live before is counted untracked). */
+DMM_TORCH_API int dmm_torch_track_blocks(int device);
+/* The pool's recent events for the snapshot's "history" (PyTorch's device_traces): from now on the
+ * last `max_entries` blocks handed out and freed and ranges mapped and unmapped (0 = off; an earlier
+ * history is dropped). At most 2^26 entries (40 bytes each, allocated at once). Turns block tracking
+ * on for the device. */
+DMM_TORCH_API int dmm_torch_history(int device, uint64_t max_entries);
+
 /* CLOCK_MONOTONIC in ns (the clock of the *_ns stats). */
 DMM_TORCH_API uint64_t dmm_torch_now_ns(void);
 

@@ -214,7 +214,7 @@ void dmm__torch_graphs_drop_lost(tctx *c) {
     }
 }
 
-void dmm__torch_graphs_json_locked(tctx *c, dmm_json *j) {
+void dmm__torch_graphs_json_locked(tctx *c, dmm_json *j, bool blocks) {
     uint64_t n = 0, reserved = 0, live = 0, idle = 0, largest_idle = 0, owned = 0;
     for (gseg *g = c->graphs; g != NULL; g = g->next) {
         n++;
@@ -227,9 +227,21 @@ void dmm__torch_graphs_json_locked(tctx *c, dmm_json *j) {
     }
     dmm__json_put(j,
                   "{\"segments\":%llu,\"reserved_bytes\":%llu,\"live_bytes\":%llu,\"idle_bytes\":%llu,"
-                  "\"largest_idle_bytes\":%llu,\"segments_owned_by_graphs\":%llu}",
+                  "\"largest_idle_bytes\":%llu,\"segments_owned_by_graphs\":%llu",
                   (unsigned long long)n, (unsigned long long)reserved, (unsigned long long)live, (unsigned long long)idle,
                   (unsigned long long)largest_idle, (unsigned long long)owned);
+    if (blocks) { /* the snapshot: every segment (committed in full) and its blocks [address, bytes, requested] */
+        dmm__json_put(j, ",\"segment_list\":[");
+        for (gseg *g = c->graphs; g != NULL; g = g->next) {
+            dmm__json_put(j, "%s{\"address\":%llu,\"bytes\":%llu,\"capture_id\":%llu,\"blocks\":[",
+                          g == c->graphs ? "" : ",", (unsigned long long)(uintptr_t)g->seg.a.ptr,
+                          (unsigned long long)g->seg.a.bytes, (unsigned long long)g->capture_id);
+            dmm__torch_segment_json_blocks(&g->seg, j);
+            dmm__json_put(j, "]}");
+        }
+        dmm__json_put(j, "]");
+    }
+    dmm__json_put(j, "}");
 }
 
 void dmm__torch_graphs_totals_locked(tctx *c, uint64_t *live, uint64_t *committed) {

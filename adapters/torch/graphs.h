@@ -17,7 +17,7 @@ dmm_status dmm__torch_graph_release(tctx *c, uint64_t capture_id, dmm_stream str
 uint64_t dmm__torch_graphs_trim_locked(tctx *c);
 /* Idle segments whose event completed become reusable (ctx.lock held; never during a capture). */
 void dmm__torch_graphs_sweep_locked(tctx *c);
-void dmm__torch_graphs_json_locked(tctx *c, dmm_json *j);
+void dmm__torch_graphs_json_locked(tctx *c, dmm_json *j, bool blocks);
 void dmm__torch_graphs_totals_locked(tctx *c, uint64_t *live, uint64_t *committed);
 /* After a confirmed loss: frees every graph segment; no driver call. */
 void dmm__torch_graphs_drop_lost(tctx *c);

@@ -97,6 +97,24 @@ void dmm__torch_segment_each(const torch_segment *s, void (*fn)(void *u, uint64_
     }
 }
 
+typedef struct json_blocks {
+    dmm_json *j;
+    uintptr_t base;
+    bool first;
+} json_blocks;
+
+static void put_block(void *u, uint64_t off, uint64_t len, uint64_t req) {
+    json_blocks *b = u;
+    dmm__json_put(b->j, "%s[%llu,%llu,%llu]", b->first ? "" : ",", (unsigned long long)(b->base + off),
+                  (unsigned long long)len, (unsigned long long)req);
+    b->first = false;
+}
+
+void dmm__torch_segment_json_blocks(const torch_segment *s, dmm_json *j) {
+    json_blocks b = {j, (uintptr_t)s->a.ptr, true};
+    dmm__torch_segment_each(s, put_block, &b);
+}
+
 /* ---- the allocation ---- */
 dmm_status dmm__torch_segment_open(tctx *c, torch_segment *s, uint64_t bytes, bool commit, const char *kind,
                                    const char *fmt, ...) {

@@ -2,6 +2,7 @@
 #ifndef DMM_TORCH_SEGMENT_H
 #define DMM_TORCH_SEGMENT_H
 
+#include "core/json.h"
 #include "types.h"
 
 /* Allocates `bytes` of the arena for the segment: VA only (`commit` false: tags back a prefix later)
@@ -29,6 +30,9 @@ uint64_t dmm__torch_segment_high(const torch_segment *s);
 /* Calls fn for every live block (any order). */
 void dmm__torch_segment_each(const torch_segment *s, void (*fn)(void *u, uint64_t off, uint64_t len, uint64_t req),
                              void *u);
+
+/* Appends the live blocks as "[address,bytes,requested],..." (absolute addresses, any order). */
+void dmm__torch_segment_json_blocks(const torch_segment *s, dmm_json *j);
 
 /* Gives the allocation back to the arena now; false when the release FAILED (nothing changed). */
 bool dmm__torch_segment_release(tctx *c, torch_segment *s);

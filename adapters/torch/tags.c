@@ -340,19 +340,6 @@ void dmm__torch_tags_drop_lost(tctx *c) {
 }
 
 /* ---- JSON ---- */
-typedef struct blk_ctx {
-    dmm_json *j;
-    uintptr_t base;
-    bool first;
-} blk_ctx;
-
-static void put_block(void *u, uint64_t off, uint64_t len, uint64_t req) {
-    blk_ctx *b = u;
-    dmm__json_put(b->j, "%s[%llu,%llu,%llu]", b->first ? "" : ",", (unsigned long long)(b->base + off),
-                  (unsigned long long)len, (unsigned long long)req);
-    b->first = false;
-}
-
 void dmm__torch_tags_json_locked(tctx *c, dmm_json *j, bool blocks) {
     dmm__json_put(j, "{");
     bool first = true;
@@ -391,11 +378,13 @@ void dmm__torch_tags_json_locked(tctx *c, dmm_json *j, bool blocks) {
             dmm__json_put(j, ",\"segment_list\":[");
             bool fs = true;
             for (tseg *g = t->segs; g != NULL; g = g->next) {
-                dmm__json_put(j, "%s{\"address\":%llu,\"va_bytes\":%llu,\"committed_bytes\":%llu,\"blocks\":[",
+                dmm__json_put(j,
+                              "%s{\"address\":%llu,\"va_bytes\":%llu,\"committed_bytes\":%llu,"
+                              "\"mapped_bytes\":%llu,\"blocks\":[",
                               fs ? "" : ",", (unsigned long long)(uintptr_t)g->seg.a.ptr,
-                              (unsigned long long)g->seg.a.bytes, (unsigned long long)g->seg.committed);
-                blk_ctx b = {j, (uintptr_t)g->seg.a.ptr, true};
-                dmm__torch_segment_each(&g->seg, put_block, &b);
+                              (unsigned long long)g->seg.a.bytes, (unsigned long long)g->seg.committed,
+                              (unsigned long long)(g->state != SEG_OFFLOADED ? g->seg.committed : g->restored));
+                dmm__torch_segment_json_blocks(&g->seg, j);
                 dmm__json_put(j, "]}");
                 fs = false;
             }

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "adapter.h"
+#include "blocks.h"
 #include "dmm_torch.h"
 #include "driver/cuda_decl.h"
 #include "env.h"
@@ -135,6 +136,8 @@ static dev_ext g_ext[MAX_DEVICES];
 static dmm_governor *g_gov;
 static uint64_t g_limit[MAX_DEVICES]; /* limits set before the device's first use */
 static uint64_t g_limit_all;
+static bool g_track[MAX_DEVICES]; /* block tracking asked for before the device's first use */
+static bool g_track_all;
 
 static pthread_mutex_t err_mu = PTHREAD_MUTEX_INITIALIZER;
 static char g_err[2048];
@@ -191,6 +194,7 @@ static tctx *create_slow(int device) {
         cfg.limit_bytes = g_limit[device] ? g_limit[device] : g_limit_all;
         s = dmm__torch_create(drv, &x, g_gov, &cfg, &c);
         if (s != DMM_OK) dmm_driver_destroy(drv);
+        else if (g_track_all || g_track[device]) dmm__torch_blocks_track(c);
     }
     if (s == DMM_OK) atomic_store_explicit(&g_ctx[device], c, memory_order_release);
     pthread_mutex_unlock(&g_mu);
@@ -351,6 +355,34 @@ int dmm_torch_capture_id(void *stream, uint64_t *id) {
     if (stream == NULL) return 0;
     bool capturing = false;
     return record(ext_capture(NULL, (dmm_stream)stream, &capturing, id));
+}
+
+int dmm_torch_record_start(int device, const char *path, const char *workload) {
+    WITH_CTX(device);
+    return record(dmm__torch_record_start(c, path, workload));
+}
+
+int dmm_torch_record_stop(int device, dmm_torch_record_stats *out) {
+    WITH_CTX(device);
+    return record(dmm__torch_record_stop(c, out));
+}
+
+int dmm_torch_track_blocks(int device) {
+    if (device >= MAX_DEVICES) return record(dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: device %d", device));
+    pthread_mutex_lock(&g_mu); /* as set_limit: a context created meanwhile gets it either way */
+    if (device < 0) g_track_all = true;
+    else g_track[device] = true;
+    for (int i = 0; i < MAX_DEVICES; i++) {
+        tctx *c = atomic_load_explicit(&g_ctx[i], memory_order_acquire);
+        if (c != NULL && (device < 0 || i == device)) dmm__torch_blocks_track(c);
+    }
+    pthread_mutex_unlock(&g_mu);
+    return 0;
+}
+
+int dmm_torch_history(int device, uint64_t max_entries) {
+    WITH_CTX(device);
+    return record(dmm__torch_history(c, max_entries));
 }
 
 void dmm_torch_set_capture_check(int on) { dmm__torch_set_capture_check(on != 0); }

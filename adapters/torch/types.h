@@ -15,8 +15,14 @@
  *               blocks), its release now or behind an event — what tag and graph segments share
  *   jobs.c      the deferred queue: our requests, polled and taken back; each job's own finish
  *   context.c   counts, the clock, and device loss (asked of the driver: it latches the first loss)
+ * Beside them, called by adapter.c only: record.c, the recorder (a trace of every malloc and free);
+ * blocks.c, the pool's live blocks; poolview.c, the mechanism the pool sees (the arena, watched);
+ * history.c, the pool's recent events.
  *
  * Lock order: ctx.lock → (pool → arena → driver). The hot path (pool malloc/free) takes no ctx lock.
+ * The recorder's locks (rec.mu → rec.file_mu) and the block shards' are leaves, taken with no other
+ * lock held; the pool view's lock is taken with no adapter lock held, and around arena calls only;
+ * the history's lock is a leaf (taken under the view's).
  */
 #ifndef DMM_TORCH_TYPES_H
 #define DMM_TORCH_TYPES_H
@@ -151,6 +157,94 @@ typedef struct gseg {
     dmm_event ev;            /* recorded at the release: the segment is reusable once it completed */
 } gseg;
 
+/* ---- the pool's live blocks (blocks.c) ---- */
+/* The pool keeps its blocks to itself; once block tracking is on, the adapter keeps their addresses,
+ * sizes and streams too, so that a snapshot can lay every block out in address order (tag and graph
+ * blocks are in their segments already). Sharded by address, one lock each, so threads on their own
+ * streams rarely meet. Off by default: it costs an adapter malloc/free pair 35-75 ns (measured on the
+ * host driver: 40 → 75-115 ns). */
+#define DMM_TORCH_BLOCK_SHARDS 64
+
+typedef struct torch_block {
+    uint64_t len;      /* rounded bytes; 0 marks a free record */
+    uint64_t req;      /* requested bytes; in a free record: the next free record's index + 1 (0: none) */
+    dmm_stream stream; /* the stream it was allocated on */
+} torch_block;
+
+typedef struct torch_block_shard {
+    _Alignas(128) pthread_mutex_t mu; /* a shard per line pair (the array comes from aligned_alloc) */
+    dmm_u64map at;                    /* address → index in recs */
+    torch_block *recs;
+    size_t n, cap;                    /* records used (live or free) and allocated */
+    size_t free_head;                 /* the first free record's index + 1 (0: none) */
+} torch_block_shard;
+
+/* ---- the pool's mechanism, watched (poolview.c) ---- */
+/* The pool is created over a mechanism that forwards every call to the arena and keeps, on the side,
+ * which granules of the pool's VA are committed: the pool's segments in a snapshot. */
+typedef struct torch_poolview {
+    dmm_mechanism *arena;   /* not owned */
+    tctx *c;                /* its context (for the history's map and unmap events) */
+    uint64_t granule;
+    pthread_mutex_t mu;     /* the fields below; taken after the arena's calls return (or around a resync) */
+    bool have;              /* the pool's VA allocation is known */
+    bool inexact;           /* host memory ran short once, or a second allocation appeared: not exact */
+    uintptr_t base;         /* the pool's VA allocation */
+    uint64_t bytes;
+    dmm_spans committed;    /* committed ranges of it, offsets from base, whole granules */
+} torch_poolview;
+
+/* ---- the pool's recent events (history.c) ---- */
+/* While on, a ring of the pool's last events in PyTorch's trace vocabulary, for device_traces of a
+ * snapshot in PyTorch's layout: blocks handed out and freed, chunks mapped and unmapped. */
+enum { TORCH_EV_ALLOC = 0, TORCH_EV_FREE = 1, TORCH_EV_MAP = 2, TORCH_EV_UNMAP = 3 };
+
+typedef struct torch_event {
+    uint64_t addr, size; /* a block: its address and rounded size; a map or unmap: its range */
+    uint64_t stream;     /* a block's stream (0 for maps and unmaps: the pool's runs are shared by streams) */
+    uint64_t t_us;       /* CLOCK_MONOTONIC in µs */
+    uint32_t action;     /* TORCH_EV_* */
+} torch_event;
+
+typedef struct torch_history {
+    _Atomic int on;      /* read without the lock by the hooks */
+    pthread_mutex_t mu;  /* a leaf */
+    torch_event *ring;   /* cap entries; the oldest at (head + cap - count) % cap */
+    size_t cap, head, count;
+    uint64_t dropped;    /* events the ring let go of (the oldest) since it was turned on */
+} torch_history;
+
+/* ---- the recorder (record.c) ---- */
+struct gzFile_s; /* zlib's gzFile, without zlib.h here */
+
+/* Distinct stream ids a trace may carry (the reader's limit, tools/trace.h): the default stream is
+ * 0, the others 1..63 in order of first use; later streams share id 63 (counted in streams_folded). */
+#define DMM_TORCH_RECORD_STREAMS 64
+
+typedef struct torch_recorder {
+    _Atomic int active;        /* 1 while recording: written under mu, read without it by the hooks */
+    _Atomic int broken;        /* a write failed: events are no longer formatted (the file is lost) */
+    pthread_mutex_t mu;        /* the events: ids, maps, counts, the buffer being filled */
+    pthread_mutex_t file_mu;   /* the gzip stream, the spare buffer, write_failure (order: mu → file_mu) */
+    struct gzFile_s *gz;
+    char *path;                /* the file's, for sentences */
+    char *buf, *spare;         /* the buffer being filled (mu) and the other one (file_mu; NULL while written) */
+    size_t used;               /* bytes of buf filled */
+    dmm_u64map ids, bytes;     /* live recorded blocks: address → trace id, address → rounded bytes */
+    uint64_t next_id;          /* the next allocation's id (ids start at 1) */
+    uint64_t t0_ns;            /* the clock at the first event (t_us counts from it) */
+    bool started;              /* an event was recorded (t0_ns is set) */
+    bool default_used;         /* an allocation on the default stream (id 0) was recorded */
+    uint64_t live, peak;       /* Σ bytes of live recorded blocks, and its maximum */
+    uint64_t allocs, frees, untracked_frees, folded;
+    dmm_stream streams[DMM_TORCH_RECORD_STREAMS]; /* streams[k] has id k; streams[0] = NULL (default) */
+    uint32_t nstreams;
+    dmm_status failure;        /* the first failure (mu): host memory */
+    char why[512];             /* its sentence */
+    dmm_status write_failure;  /* the first failed write (file_mu) */
+    char write_why[512];
+} torch_recorder;
+
 /* ---- the context ---- */
 /* A count with a resettable peak. */
 typedef struct tcount {
@@ -173,6 +267,9 @@ struct tctx {
     dmm_accounting acct;     /* ours: counts, then forwards to `inner` */
 
     dmm_mechanism *arena;
+    dmm_mechanism *view;     /* over the arena, for the pool only (poolview.c); owns pv */
+    torch_poolview *pv;
+    torch_history hist;      /* off unless dmm__torch_history (history.c) */
     dmm_pool *pool;
     dmm_deferred *q;
 
@@ -189,6 +286,9 @@ struct tctx {
     ttag tags[DMM_TORCH_MAX_TAGS];
     gseg *graphs;
     uint64_t host_bytes;     /* Σ pinned copies */
+    torch_recorder rec;      /* off unless dmm__torch_record_start (record.c); its own locks, leaves */
+    torch_block_shard *pool_blocks; /* DMM_TORCH_BLOCK_SHARDS shards (blocks.c); their locks are leaves */
+    _Atomic int track_blocks;       /* 1 once block tracking is on (never off again): the table is kept */
 };
 
 #endif /* DMM_TORCH_TYPES_H */

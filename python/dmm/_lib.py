@@ -24,6 +24,14 @@ def _candidates():
     yield from sorted(glob.glob(os.path.join(root, "build*", "adapters", "torch", "libdmm_torch.so")))
 
 
+class RecordStats(ctypes.Structure):
+    """dmm_torch_record_stats (dmm_torch.h): what a recording wrote."""
+    _fields_ = [("size", ctypes.c_uint32), ("allocations", ctypes.c_uint64), ("frees", ctypes.c_uint64),
+                ("untracked_frees", ctypes.c_uint64), ("live_bytes", ctypes.c_uint64),
+                ("peak_live_bytes", ctypes.c_uint64), ("streams", ctypes.c_uint64),
+                ("streams_folded", ctypes.c_uint64)]
+
+
 _SIGNATURES = {
     # name: (restype, argtypes)
     "dmm_torch_malloc_nothrow": (ctypes.c_void_p, [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]),
@@ -50,6 +58,10 @@ _SIGNATURES = {
     "dmm_torch_capture_id": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)]),
     "dmm_torch_set_capture_check": (None, [ctypes.c_int]),
     "dmm_torch_now_ns": (ctypes.c_uint64, []),
+    "dmm_torch_record_start": (ctypes.c_int, [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p]),
+    "dmm_torch_record_stop": (ctypes.c_int, [ctypes.c_int, ctypes.POINTER(RecordStats)]),
+    "dmm_torch_history": (ctypes.c_int, [ctypes.c_int, ctypes.c_uint64]),
+    "dmm_torch_track_blocks": (ctypes.c_int, [ctypes.c_int]),
 }
 
 

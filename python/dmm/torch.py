@@ -17,9 +17,12 @@ capture (`reserve_graph_memory`, or `graph(...)` which reserves for you) and nev
 queries an event: a capture that needs more fails with a sentence that says so.
 """
 
+import atexit
 import contextlib
 import ctypes
 import json
+import os
+import threading
 import weakref
 
 from . import _lib
@@ -30,7 +33,8 @@ __all__ = [
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
     "reset_peak_memory_stats", "empty_cache", "warm", "snapshot", "set_limit", "last_error", "tag", "offload",
     "offload_wait", "restore", "release_host", "poll", "tag_info", "reserve_graph_memory", "graph",
-    "capture_id", "release_graph", "now_ns",
+    "capture_id", "release_graph", "now_ns", "record", "start_recording", "stop_recording", "torch_snapshot",
+    "dump_snapshot", "history", "track_blocks",
 ]
 
 _enabled = False
@@ -57,10 +61,11 @@ def is_enabled():
     return _enabled
 
 
-def enable(limit=None, capture_check=True):
+def enable(limit=None, capture_check=True, track_blocks=False):
     """Makes dmm the CUDA allocator of this process. Must run before CUDA is initialized (before the
     first CUDA tensor, stream or device query); afterwards torch cannot swap its allocator, and this
-    raises DmmError saying so. `limit` (bytes) caps the device memory dmm may hold, on every device."""
+    raises DmmError saying so. `limit` (bytes) caps the device memory dmm may hold, on every device.
+    track_blocks=True: keep every pool block for torch_snapshot() from the start (see track_blocks)."""
     global _enabled, _allocator
     lib = _lib.load()
     if _enabled:
@@ -81,6 +86,8 @@ def enable(limit=None, capture_check=True):
                        "first CUDA allocation of the process" % e) from e
     _allocator = alloc
     lib.dmm_torch_set_capture_check(1 if capture_check else 0)
+    if track_blocks:
+        _track(-1)
     _enabled = True
     if limit is not None:
         set_limit(limit)
@@ -185,10 +192,76 @@ def warm(nbytes, device=None, stream=None):
     return int(committed.value)
 
 
-def snapshot(device=None):
-    """A JSON-able dict: the stats, and per tag its segments and every block [address, bytes, requested]."""
+def snapshot(device=None, format="dmm"):
+    """format="dmm": a JSON-able dict: the stats, the pool's committed runs (pool_segments) and live
+    blocks (pool_blocks: [address, bytes, requested, stream]), per tag its segments and blocks, the
+    graph segments and theirs. format="torch": the same in PyTorch's snapshot layout (torch_snapshot)."""
+    if format == "torch":
+        return torch_snapshot(device)
+    if format != "dmm":
+        raise ValueError("dmm.torch.snapshot: format must be 'dmm' or 'torch', not %r" % (format,))
     lib = _lib.load()
     return json.loads(_lib.json_call(lib.dmm_torch_snapshot_json, _device(device)))
+
+
+def _track(dev):
+    _lib.check(_lib.load().dmm_torch_track_blocks(dev), "dmm.torch.track_blocks")
+
+
+def track_blocks(device=None):
+    """Block tracking: from now on dmm keeps every pool block's address, sizes and stream, which
+    torch_snapshot() lays out (35-75 ns more per allocation and free pair; never turned off again).
+    device=None or -1: every device, also those not used yet. Blocks live before it are not known:
+    torch_snapshot() then says how many are missing (enable(track_blocks=True) avoids that)."""
+    _track(-1 if device is None or device == -1 else _device(device))
+
+
+def history(max_entries=100_000, device=None):
+    """Keeps the pool's last `max_entries` events from now on (blocks handed out and freed, ranges
+    mapped and unmapped), for the device_traces of torch_snapshot() -- what
+    torch.cuda.memory._record_memory_history(max_entries=...) is for PyTorch's allocator, without stack
+    traces. 0 or None turns it off; a new call drops the events kept so far. Turns block tracking on
+    (track_blocks) for the device."""
+    n = 0 if max_entries is None else int(max_entries)
+    if n < 0:
+        raise ValueError("dmm.torch.history: max_entries must be >= 0 (0 or None: off), not %r" % (max_entries,))
+    _lib.check(_lib.load().dmm_torch_history(_device(device), n), "dmm.torch.history")
+
+
+def torch_snapshot(device=None):
+    """dmm's memory in the layout of torch.cuda.memory._snapshot(): `segments` (each run of memory dmm
+    has mapped, its blocks tiling it in address order: active_allocated or inactive) and
+    `device_traces` (the pool's recent events while history() is on). torch.cuda._memory_viz reads it
+    (segsum, segments, memory, trace_plot, segment_plot); python/dmm/snapshot.py says what maps to what."""
+    from . import snapshot as layout
+
+    return layout.to_torch(snapshot(device))
+
+
+def dump_snapshot(path, device=None):
+    """Writes torch_snapshot() as a pickle, like torch.cuda.memory._dump_snapshot: the file PyTorch's
+    web viewer (https://pytorch.org/memory_viz) and `python -m torch.cuda._memory_viz` open. The file
+    appears whole or not at all. Returns its absolute path."""
+    import pickle
+
+    p = os.path.abspath(os.fspath(path))
+    folder = os.path.dirname(p)
+    if not os.path.isdir(folder):
+        raise DmmError("dmm.torch.dump_snapshot: the folder '%s' does not exist; create it or choose another "
+                       "file" % folder)
+    data = pickle.dumps(torch_snapshot(device), protocol=4)
+    tmp = "%s.tmp-%d" % (p, os.getpid())
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, p)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise DmmError("dmm.torch.dump_snapshot: writing '%s' failed: %s" % (p, e.strerror or e)) from None
+    return p
 
 
 def set_limit(limit, device=None):
@@ -302,3 +375,79 @@ def graph(cuda_graph, reserve_bytes=256 << 20, **kwargs):
             weakref.finalize(cuda_graph, _release_quietly, dev, cid)
         except (AttributeError, TypeError):  # not weak-referenceable: call release_graph(cid) by hand
             pass
+
+
+# ---------------------------------------------------------------- recording a trace
+
+_recording = {}  # device -> path, while a recording is on (stopped at exit, so the file is whole)
+_recording_lock = threading.Lock()
+
+
+def _trace_path(path):
+    try:
+        p = os.fspath(path)
+    except TypeError:
+        raise TypeError("dmm.torch.record: path must be a file name (str or os.PathLike), not %r" % (path,)) from None
+    if isinstance(p, bytes):
+        p = os.fsdecode(p)
+    if not p:
+        raise ValueError("dmm.torch.record: the path is empty; pass the trace file to write, e.g. 'run.trace.gz'")
+    return os.path.abspath(p)
+
+
+def start_recording(path, device=None, workload=None):
+    """Starts writing a dmm trace (`# dmm-trace v1`, gzip; docs/trace-format.md) of every allocation and
+    free dmm serves on `device` (default: the current one) until stop_recording. The file is opened
+    now: a path that cannot be written raises DmmError naming it, and nothing starts. One recording
+    per device at a time. Replay it with `dmm replay PATH`."""
+    p = _trace_path(path)
+    dev = _device(device)
+    w = (workload if workload is not None else os.path.basename(p).split(".")[0]).encode()
+    with _recording_lock:
+        _lib.check(_lib.load().dmm_torch_record_start(dev, p.encode(), w), "dmm.torch.start_recording(%r)" % p)
+        if not _recording:
+            atexit.register(_stop_all_at_exit)
+        _recording[dev] = p
+    return p
+
+
+def stop_recording(device=None):
+    """Ends the recording of `device` and closes its file. Returns a dict: path, allocations, frees,
+    untracked_frees (blocks from before the start, left out), live_bytes, peak_live_bytes (what
+    `dmm replay` will compute), streams, streams_folded. Raises DmmError when the recording failed (a
+    write, host memory: the file is then incomplete, and the sentence says so) or none is on."""
+    dev = _device(device)
+    st = _lib.RecordStats()
+    st.size = ctypes.sizeof(_lib.RecordStats)
+    with _recording_lock:
+        path = _recording.pop(dev, None)
+        _lib.check(_lib.load().dmm_torch_record_stop(dev, ctypes.byref(st)), "dmm.torch.stop_recording")
+    out = {"path": path}
+    for name, _ in _lib.RecordStats._fields_[1:]:
+        out[name] = int(getattr(st, name))
+    return out
+
+
+def _stop_all_at_exit():
+    for dev in list(_recording):
+        try:
+            stop_recording(dev)
+        except Exception:  # noqa: BLE001 - at exit nothing can be reported; the file says it is cut
+            pass
+
+
+class _Recording:
+    def __init__(self, path):
+        self.path = path
+        self.stats = None  # stop_recording()'s dict, once the block is left
+
+
+@contextlib.contextmanager
+def record(path, device=None, workload=None):
+    """with dmm.torch.record("run.trace.gz") as rec: ... -- a dmm trace of the allocations and frees
+    dmm served inside the block (start_recording / stop_recording); rec.stats afterwards."""
+    rec = _Recording(start_recording(path, device, workload))
+    try:
+        yield rec
+    finally:
+        rec.stats = stop_recording(device)

@@ -26,10 +26,14 @@
 #include "testkit.h"
 
 #include "../../adapters/torch/adapter.c"
+#include "../../adapters/torch/blocks.c"
 #include "../../adapters/torch/context.c"
 #include "../../adapters/torch/graphs.c"
+#include "../../adapters/torch/history.c"
 #include "../../adapters/torch/jobs.c"
 #include "../../adapters/torch/offload.c"
+#include "../../adapters/torch/poolview.c"
+#include "../../adapters/torch/record.c"
 #include "../../adapters/torch/segment.c"
 #include "../../adapters/torch/tags.c"
 

@@ -1,0 +1,302 @@
+/* tests/unit/test_torch_snapshot.c — what the torch adapter's snapshot lays out (adapters/torch/poolview.c,
+ * blocks.c, the snapshot JSON of adapter.c) over the host driver.
+ *
+ * What is proven: the pool view's committed runs sum to the pool's own committed bytes and every live
+ * pool block lies inside one run, after growth, frees, trims and moves of 300 seeded rounds on three
+ * streams; the table of pool blocks holds exactly the pool's live blocks (count and bytes) once tracking is on,
+ * is empty while it is off, and a snapshot counts the blocks from before it as untracked; a free the
+ * pool refuses (its cross-stream event fails) leaves the table as it was, and the recorder's trace
+ * true (the block allocated again under a new id); the snapshot JSON carries the runs, the blocks, the tag and
+ * graph segments, the history of the pool's events (alloc, free, map, unmap, in the order they
+ * happened), and says the map is exact. With DMM_TORCH_SNAPSHOT_FIXTURE set (CTest does), the
+ * snapshot of a scenario with pool, tag and graph memory is written there for
+ * tests/python/test_torch_layout.py, which turns it into PyTorch's layout and checks its totals.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "testkit.h"
+
+#include "../../adapters/torch/adapter.c"
+#include "../../adapters/torch/blocks.c"
+#include "../../adapters/torch/context.c"
+#include "../../adapters/torch/graphs.c"
+#include "../../adapters/torch/history.c"
+#include "../../adapters/torch/jobs.c"
+#include "../../adapters/torch/offload.c"
+#include "../../adapters/torch/poolview.c"
+#include "../../adapters/torch/record.c"
+#include "../../adapters/torch/segment.c"
+#include "../../adapters/torch/tags.c"
+
+#include "torch_kit.h"
+
+typedef struct fx {
+    dmm_driver *host, *fault; /* fault: NULL, or the fault driver over host that the context uses */
+    dmm_driver *drv; /* what the context is over: host, or fault */
+    dmm_governor *gov;
+    tctx *c;
+    dmm_stream s1, s2;
+} fx;
+
+static fx *fx_open_with(bool fault) {
+    fx *f = calloc(1, sizeof *f);
+    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &f->host));
+    if (fault) DMM_OK_OR_FAIL(dmm_fault_driver_create(f->host, &f->fault));
+    f->drv = fault ? f->fault : f->host;
+    DMM_OK_OR_FAIL(dmm_governor_create(NULL, &f->gov));
+    dmm_torch_ext x = kit_torch_ext();
+    dmm_torch_config k = kit_torch_config(0);
+    DMM_OK_OR_FAIL(dmm__torch_create(f->drv, &x, f->gov, &k, &f->c));
+    dmm__torch_blocks_track(f->c); /* from the start: every pool block is in the table */
+    DMM_OK_OR_FAIL(f->host->ops->stream_create(f->host, &f->s1));
+    DMM_OK_OR_FAIL(f->host->ops->stream_create(f->host, &f->s2));
+    return f;
+}
+
+static fx *fx_open(void) { return fx_open_with(false); }
+static fx *fx_open_over_fault(void) { return fx_open_with(true); }
+
+static void fx_close(fx *f) {
+    assert_int_equal(ld(&f->c->blocks.cur), 0);
+    DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, NULL));
+    DMM_OK_OR_FAIL(dmm__torch_destroy(f->c));
+    DMM_OK_OR_FAIL(f->host->ops->stream_destroy(f->host, f->s1));
+    DMM_OK_OR_FAIL(f->host->ops->stream_destroy(f->host, f->s2));
+    DMM_OK_OR_FAIL(dmm_governor_destroy(f->gov));
+    dmm_test_census_zero(f->host);
+    if (f->fault != NULL) dmm_driver_destroy(f->fault);
+    dmm_driver_destroy(f->host);
+    free(f);
+}
+
+static void *xmalloc(fx *f, size_t bytes, dmm_stream s) {
+    void *p = NULL;
+    DMM_OK_OR_FAIL(dmm__torch_malloc(f->c, bytes, s, &p));
+    assert_non_null(p);
+    return p;
+}
+
+static void xfree(fx *f, void *p, size_t bytes, dmm_stream s) { DMM_OK_OR_FAIL(dmm__torch_free(f->c, p, bytes, s)); }
+
+/* The view's runs against the pool's own stats, and the table's blocks against both. */
+static void check_pool_layout(fx *f) {
+    dmm_pool_stats ps = dmm_test_pool_stats(f->c->pool);
+    uint64_t *runs = NULL;
+    bool exact = false;
+    size_t n = dmm__torch_poolview_runs(f->c, &runs, &exact);
+    assert_true(n != SIZE_MAX);
+    assert_true(exact);
+    uint64_t committed = 0;
+    for (size_t i = 0; i < n; i++) {
+        committed += runs[2 * i + 1];
+        assert_int_equal(runs[2 * i] % f->c->granule, 0);
+        if (i > 0) assert_true(runs[2 * i - 2] + runs[2 * i - 1] < runs[2 * i]); /* sorted, coalesced */
+    }
+    assert_int_equal(committed, ps.committed_bytes.current);
+    torch_block_at *b = NULL;
+    size_t nb = dmm__torch_blocks_collect(f->c, &b);
+    assert_true(nb != SIZE_MAX);
+    assert_int_equal(nb, ps.allocations.current);
+    uint64_t bytes = 0;
+    size_t r = 0;
+    for (size_t i = 0; i < nb; i++) {
+        bytes += b[i].b.len;
+        if (i > 0) assert_true(b[i - 1].addr + b[i - 1].b.len <= b[i].addr);
+        while (r < n && runs[2 * r] + runs[2 * r + 1] <= b[i].addr) r++;
+        if (r == n || b[i].addr < runs[2 * r] || b[i].addr + b[i].b.len > runs[2 * r] + runs[2 * r + 1])
+            fail_msg("pool block %#llx (+%llu) lies in no committed run", (unsigned long long)b[i].addr,
+                     (unsigned long long)b[i].b.len);
+    }
+    assert_int_equal(bytes, ps.allocated_bytes.current);
+    free(b);
+    free(runs);
+}
+
+static void the_pool_view_follows_growth_frees_trims_and_moves(void **state) {
+    (void)state;
+    fx *f = fx_open();
+    dmm_stream streams[3] = {NULL, f->s1, f->s2};
+    enum { SLOTS = 24 };
+    void *p[SLOTS] = {0};
+    size_t sz[SLOTS] = {0};
+    int st[SLOTS] = {0};
+    unsigned seed = 12345;
+    for (int round = 0; round < 300; round++) {
+        int k = (int)(rand_r(&seed) % SLOTS);
+        if (p[k] != NULL) {
+            xfree(f, p[k], sz[k], streams[st[k]]);
+            p[k] = NULL;
+        } else {
+            /* small blocks and multi-granule ones, so that chunks are shared, freed whole and moved */
+            sz[k] = rand_r(&seed) % 4 == 0 ? ((size_t)(1 + rand_r(&seed) % 6) << 20) + 4096
+                                           : 512 * (size_t)(1 + rand_r(&seed) % 512);
+            st[k] = (int)(rand_r(&seed) % 3);
+            p[k] = xmalloc(f, sz[k], streams[st[k]]);
+        }
+        if (round % 37 == 36) DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, NULL));
+        check_pool_layout(f);
+    }
+    dmm_pool_stats ps = dmm_test_pool_stats(f->c->pool);
+    assert_true(ps.chunks_decommitted > 0); /* trims (and moves) happened: the decommit path was followed */
+    for (int k = 0; k < SLOTS; k++)
+        if (p[k] != NULL) xfree(f, p[k], sz[k], streams[st[k]]);
+    check_pool_layout(f);
+    fx_close(f);
+}
+
+static void a_refused_free_leaves_the_table_and_the_trace_true(void **state) {
+    (void)state;
+    fx *f = fx_open_over_fault();
+    void *a = xmalloc(f, 4096, f->s1);
+    char trace[64];
+    snprintf(trace, sizeof trace, "/tmp/dmm-test-snapshot-trace-XXXXXX");
+    int fd = mkstemp(trace);
+    assert_true(fd >= 0);
+    close(fd);
+    DMM_OK_OR_FAIL(dmm__torch_record_start(f->c, trace, NULL));
+    void *r = xmalloc(f, 2048, f->s1);
+    /* a free on another stream records an event; when that fails, the pool refuses and the block stays live */
+    DMM_OK_OR_FAIL(dmm_fault_plan(f->drv, DMM_OP_EVENT_RECORD, 1, 2, DMM_ERR_DRIVER));
+    assert_int_equal(dmm__torch_free(f->c, a, 4096, f->s2), DMM_ERR_DRIVER);
+    assert_int_equal(dmm__torch_free(f->c, r, 2048, f->s2), DMM_ERR_DRIVER);
+    DMM_OK_OR_FAIL(dmm_fault_clear(f->drv));
+    check_pool_layout(f); /* the table still holds both */
+    torch_block b;
+    assert_true(dmm__torch_blocks_take(f->c, a, &b));
+    assert_int_equal(b.len, 4096);
+    assert_ptr_equal(b.stream, f->s1);
+    dmm__torch_blocks_add(f->c, a, b.len, b.req, b.stream);
+    xfree(f, r, 2048, f->s1);
+    dmm_torch_record_stats st;
+    memset(&st, 0, sizeof st);
+    st.size = sizeof st;
+    DMM_OK_OR_FAIL(dmm__torch_record_stop(f->c, &st));
+    /* r: allocated, freed (refused), allocated again under a new id, freed; a: from before, not in it */
+    assert_int_equal(st.allocations, 2);
+    assert_int_equal(st.frees, 2);
+    assert_int_equal(st.untracked_frees, 1);
+    assert_int_equal(st.live_bytes, 0);
+    unlink(trace);
+    xfree(f, a, 4096, f->s1);
+    check_pool_layout(f);
+    fx_close(f);
+}
+
+static char *snapshot_json(fx *f);
+
+static void tracking_is_off_until_asked_and_counts_what_came_before(void **state) {
+    (void)state;
+    fx *f = calloc(1, sizeof *f);
+    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &f->host));
+    f->drv = f->host;
+    DMM_OK_OR_FAIL(dmm_governor_create(NULL, &f->gov));
+    dmm_torch_ext x = kit_torch_ext();
+    dmm_torch_config k = kit_torch_config(0);
+    DMM_OK_OR_FAIL(dmm__torch_create(f->drv, &x, f->gov, &k, &f->c));
+    DMM_OK_OR_FAIL(f->host->ops->stream_create(f->host, &f->s1));
+    DMM_OK_OR_FAIL(f->host->ops->stream_create(f->host, &f->s2));
+    assert_false(dmm__torch_blocks_tracking(f->c));
+    void *a = xmalloc(f, 4096, NULL);
+    char *js = snapshot_json(f);
+    assert_non_null(strstr(js, "\"block_tracking\":false,\"pool_blocks_untracked\":1,\"pool_blocks\":[]"));
+    free(js);
+    dmm__torch_blocks_track(f->c);
+    void *b = xmalloc(f, 4096, NULL);
+    js = snapshot_json(f);
+    assert_non_null(strstr(js, "\"block_tracking\":true,\"pool_blocks_untracked\":1,"));
+    free(js);
+    xfree(f, a, 4096, NULL); /* from before: not in the table, its free takes nothing */
+    js = snapshot_json(f);
+    assert_non_null(strstr(js, "\"pool_blocks_untracked\":0,"));
+    free(js);
+    xfree(f, b, 4096, NULL);
+    check_pool_layout(f);
+    fx_close(f);
+}
+
+static char *snapshot_json(fx *f) {
+    size_t need = 0;
+    assert_int_equal(dmm__torch_snapshot_json(f->c, NULL, 0, &need), DMM_ERR_INVALID_ARGUMENT);
+    dmm_clear_error();
+    char *buf = malloc(need + 1);
+    DMM_OK_OR_FAIL(dmm__torch_snapshot_json(f->c, buf, need + 1, &need));
+    return buf;
+}
+
+static void the_snapshot_json_lays_out_pool_tags_and_graphs(void **state) {
+    (void)state;
+    fx *f = fx_open();
+    assert_int_equal(dmm__torch_history(f->c, ((uint64_t)1 << 26) + 1), DMM_ERR_INVALID_ARGUMENT);
+    dmm_test_error_mentions("ask for fewer", NULL);
+    DMM_OK_OR_FAIL(dmm__torch_history(f->c, 4096));
+    void *big = xmalloc(f, (size_t)8 << 20, NULL); /* mapped, freed and unmapped: map and unmap events */
+    xfree(f, big, (size_t)8 << 20, NULL);
+    DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, NULL));
+    void *a = xmalloc(f, 1000, NULL);
+    void *b = xmalloc(f, (size_t)3 << 20, f->s1);
+    void *gap = xmalloc(f, 8192, f->s1);
+    void *c = xmalloc(f, 5000, f->s1);
+    assert_true((uintptr_t)gap < (uintptr_t)c);
+    xfree(f, gap, 8192, f->s1); /* a hole between live blocks */
+    DMM_OK_OR_FAIL(dmm__torch_tag_begin("weights"));
+    void *w1 = xmalloc(f, (size_t)1 << 20, NULL);
+    void *w2 = xmalloc(f, 700, NULL);
+    DMM_OK_OR_FAIL(dmm__torch_tag_end());
+    DMM_OK_OR_FAIL(dmm__torch_graph_reserve(f->c, (uint64_t)4 << 20, f->s2));
+    kit_cap.stream = f->s2;
+    kit_cap.id = 9;
+    void *g = xmalloc(f, 3000, f->s2);
+    kit_cap.stream = NULL;
+    check_pool_layout(f);
+    char *js = snapshot_json(f);
+    assert_non_null(strstr(js, "\"pool_map_exact\":true"));
+    assert_non_null(strstr(js, "\"pool_blocks_untracked\":0"));
+    assert_non_null(strstr(js, "\"pool_segments\":[["));
+    char blk[128];
+    snprintf(blk, sizeof blk, "[%llu,1024,1000,0]", (unsigned long long)(uintptr_t)a); /* address, bytes, req, stream */
+    assert_non_null(strstr(js, blk));
+    snprintf(blk, sizeof blk, "[%llu,5120,5000,%llu]", (unsigned long long)(uintptr_t)c,
+             (unsigned long long)(uintptr_t)f->s1);
+    assert_non_null(strstr(js, blk));
+    snprintf(blk, sizeof blk, "[%llu,1048576,1048576]", (unsigned long long)(uintptr_t)w1);
+    assert_non_null(strstr(js, blk)); /* the tag's block, in its segment */
+    assert_non_null(strstr(js, "\"mapped_bytes\":"));
+    snprintf(blk, sizeof blk, "\"capture_id\":9,\"blocks\":[[%llu,3072,3000]]", (unsigned long long)(uintptr_t)g);
+    assert_non_null(strstr(js, blk));
+    /* the history: the big block's alloc, free, its range's map and unmap, then the rest */
+    snprintf(blk, sizeof blk, "[0,%llu,8388608,0,", (unsigned long long)(uintptr_t)big);
+    assert_non_null(strstr(js, blk));
+    snprintf(blk, sizeof blk, "[1,%llu,8388608,0,", (unsigned long long)(uintptr_t)big);
+    assert_non_null(strstr(js, blk));
+    assert_non_null(strstr(js, "\"history\":{\"on\":true,\"dropped\":0,\"events\":[[2,"));
+    assert_non_null(strstr(js, "[3,"));
+    const char *out = getenv("DMM_TORCH_SNAPSHOT_FIXTURE");
+    if (out != NULL && out[0] != '\0') {
+        FILE *fp = fopen(out, "w");
+        if (fp == NULL) fail_msg("cannot write the fixture '%s'", out);
+        fputs(js, fp);
+        fclose(fp);
+    }
+    free(js);
+    xfree(f, g, 3000, f->s2);
+    DMM_OK_OR_FAIL(dmm__torch_graph_release(f->c, 9, f->s2));
+    xfree(f, w1, (size_t)1 << 20, NULL);
+    xfree(f, w2, 700, NULL);
+    xfree(f, a, 1000, NULL);
+    xfree(f, b, (size_t)3 << 20, f->s1);
+    xfree(f, c, 5000, f->s1);
+    fx_close(f);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(the_pool_view_follows_growth_frees_trims_and_moves),
+        cmocka_unit_test(a_refused_free_leaves_the_table_and_the_trace_true),
+        cmocka_unit_test(the_snapshot_json_lays_out_pool_tags_and_graphs),
+        cmocka_unit_test(tracking_is_off_until_asked_and_counts_what_came_before),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
