@@ -327,4 +327,5 @@ void dmm__heap_quick_flush(pheap *h) {
         }
     }
     h->quick_reach = 0;
+    h->reach_known = NULL;
 }

@@ -16,7 +16,6 @@
 
 static inline void count_live(pheap *h, pblock *b, uint64_t requested) {
     h->live_blocks++;
-    h->live_blocks_total++;
     if (h->live_blocks > h->live_peak_blocks) h->live_peak_blocks = h->live_blocks;
     h->requested_bytes += requested;
     h->requested_total += requested;
@@ -62,7 +61,10 @@ static inline void quick_park(pheap *h, pblock *b) {
     h->quickmap[c / 64] |= (uint64_t)1 << (c % 64);
     h->nquick++;
     h->quick_bytes += b->size;
-    heap_note_reach(h, b);
+    if (h->reach_known != b) { /* its run changed, or never counted (types.h, reach_known) */
+        heap_note_reach(h, b);
+        h->reach_known = b;
+    }
 }
 
 /* Parks b as quick_park does (true), merging the parked blocks first when it would pass the bounds;

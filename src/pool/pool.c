@@ -73,7 +73,7 @@ typedef struct tl_heap_cache {
     dmm_stream stream;
     pheap *heap;
 } tl_heap_cache;
-static _Thread_local tl_heap_cache tl_cache;
+static _Thread_local tl_heap_cache tl_cache DMM_TLS_HOT;
 
 /* ---- create / destroy ---- */
 dmm_status dmm_pool_create(dmm_mechanism *mech, dmm_driver *drv, const dmm_pool_config *cfg, dmm_pool **out) {
@@ -247,8 +247,10 @@ static inline pheap *heap_of_addr(const dmm_pool *p, uintptr_t addr) {
     return atomic_load_explicit(&p->owner[(addr - p->base) >> p->region_shift], memory_order_acquire);
 }
 
-/* The hot path's failures are out of line (noinline, cold); the paths past the quick lists stay inline
- * (out of line, their calls' prologues cost more than they saved: measured with callgrind). */
+/* The hot path (dmm_pool_malloc, dmm_pool_free) is the pair's common case only, inline: the thread's
+ * cached heap, its lock through the owner's slot, an exact repeat off (or onto) a quick list. Anything
+ * else leaves it by a tail call into an out-of-line function that does the whole operation, so the hot
+ * path keeps no register across a call (no prologue: measured with callgrind). */
 __attribute__((noinline, cold)) static dmm_status malloc_refused_args(const dmm_pool *p, size_t bytes,
                                                                       void **out) {
     if (p == NULL || out == NULL || bytes == 0)
@@ -262,8 +264,20 @@ __attribute__((noinline, cold)) static dmm_status malloc_refused_args(const dmm_
                          bytes, (unsigned long long)p->va_bytes);
 }
 
-/* malloc past the quick lists: best fit in the bins, else the slow path (h's lock held; released). */
-static inline dmm_status malloc_from_bins(dmm_pool *p, pheap *h, uint64_t n, size_t bytes, void **out) {
+/* A malloc served by parked block b (an exact repeat: no bin, split or hash work; h's lock held). */
+static inline void quick_hit(pheap *h, pblock *b, size_t bytes) {
+    h->quick_wasted = 0;
+    b->kind = BK_LIVE;
+    b->requested = bytes;
+    count_live(h, b, bytes);
+    h->mallocs++;
+}
+
+/* malloc past the quick lists: best fit in the bins, else the slow path (h's lock held, taken either
+ * way; released). */
+static __attribute__((noinline)) dmm_status malloc_from_bins(dmm_pool *p, pheap *h, uint64_t n, size_t bytes,
+                                                             void **out) {
+    h->reach_known = NULL; /* the free layout may change from here on (types.h) */
     /* A miss places the block where it would go with every parked block merged: it merges them first
      * when they could make a free block it fits (types.h, QUICK) — so that parking never changes a
      * placement, nor the moves and growths that follow from placements. */
@@ -277,7 +291,6 @@ static inline dmm_status malloc_from_bins(dmm_pool *p, pheap *h, uint64_t n, siz
     }
     pblock *b = dmm__heap_bin_find(h, n);
     if (b != NULL && take(h, b, n, bytes)) {
-        h->cached_mallocs++;
         *out = (void *)b->addr;
         heap_unlock(h);
         return DMM_OK;
@@ -286,26 +299,42 @@ static inline dmm_status malloc_from_bins(dmm_pool *p, pheap *h, uint64_t n, siz
     return dmm__pool_malloc_slow(p, h, n, bytes, out);
 }
 
-dmm_status dmm_pool_malloc(dmm_pool *p, size_t bytes, dmm_stream stream, void **out) {
-    /* va_bytes is a multiple of align: bytes ≤ va_bytes ⇒ its rounding neither overflows nor passes it */
-    if (__builtin_expect(p == NULL || out == NULL || bytes == 0 || bytes > p->va_bytes, 0))
-        return malloc_refused_args(p, bytes, out);
-    uint64_t n = ((uint64_t)bytes + p->align - 1) & ~(p->align - 1);
-    if (__builtin_expect(atomic_load_explicit(&p->refusing, memory_order_acquire) != NULL, 0))
-        return dmm__pool_malloc_refused(p, bytes, stream); /* cached too: pool.h */
+static inline uint64_t round_to_align(const dmm_pool *p, size_t bytes) {
+    return ((uint64_t)bytes + p->align - 1) & ~(p->align - 1);
+}
+
+/* The whole malloc, for every case the hot path leaves (arguments checked, the pool not refusing): the
+ * stream's heap found (or made), its lock taken by any path. */
+static __attribute__((noinline)) dmm_status malloc_locking(dmm_pool *p, size_t bytes, dmm_stream stream, void **out) {
+    uint64_t n = round_to_align(p, bytes);
     pheap *h = heap_for(p, stream);
     if (__builtin_expect(h == NULL, 0)) return dmm_last_status();
     heap_lock(h);
+    pblock *b = h->nquick > 0 ? quick_pop(h, n) : NULL;
+    if (b == NULL) return malloc_from_bins(p, h, n, bytes, out);
+    quick_hit(h, b, bytes);
+    heap_unlock(h);
+    *out = (void *)b->addr;
+    return DMM_OK;
+}
+
+dmm_status dmm_pool_malloc(dmm_pool *p, size_t bytes, dmm_stream stream, void **out) {
+    /* bytes - 1 ≥ va_bytes: 0, or more than the VA. va_bytes is a multiple of align: bytes ≤ va_bytes ⇒
+     * its rounding neither overflows nor passes it */
+    if (__builtin_expect(p == NULL || out == NULL || bytes - 1 >= p->va_bytes, 0))
+        return malloc_refused_args(p, bytes, out);
+    if (__builtin_expect(atomic_load_explicit(&p->refusing, memory_order_acquire) != NULL, 0))
+        return dmm__pool_malloc_refused(p, bytes, stream); /* cached too: pool.h */
+    if (__builtin_expect(tl_cache.pool != p || tl_cache.uid != p->uid || tl_cache.stream != stream, 0))
+        return malloc_locking(p, bytes, stream, out);
+    pheap *h = tl_cache.heap;
+    dmm_biased_slot *slot = dmm_biased_lock_try_owner(&h->lock);
+    if (__builtin_expect(slot == NULL, 0)) return malloc_locking(p, bytes, stream, out);
+    uint64_t n = round_to_align(p, bytes);
     pblock *b = h->nquick > 0 ? quick_pop(h, n) : NULL; /* none parked: no size class to compute */
     if (__builtin_expect(b == NULL, 0)) return malloc_from_bins(p, h, n, bytes, out);
-    /* an exact repeat: no bin, split or hash work */
-    h->quick_wasted = 0;
-    b->kind = BK_LIVE;
-    b->requested = bytes;
-    count_live(h, b, bytes);
-    h->mallocs++;
-    h->cached_mallocs++;
-    heap_unlock(h);
+    quick_hit(h, b, bytes);
+    dmm_biased_lock_release_slot(slot);
     *out = (void *)b->addr;
     return DMM_OK;
 }
@@ -326,9 +355,26 @@ __attribute__((noinline, cold)) static dmm_status free_refused(const dmm_pool *p
                          ptr);
 }
 
-/* free past the quick lists (h's lock held; released): a refusal, a block parked after the parked ones
- * merged (the bounds), one too big to park, or a free on another stream. `link`: heap_hash_link's. */
-static inline dmm_status free_rest(dmm_pool *p, pheap *h, pblock **link, const void *ptr, dmm_stream stream) {
+/* Whether LIVE block b, freed on `stream`, parks without further work: on its heap's own stream,
+ * parking on, and room to park it (quick_room). */
+static inline bool parks_at_once(const pheap *h, const pblock *b, dmm_stream stream) {
+    return stream == h->stream && h->quick_skip == 0 && quick_room(h, b);
+}
+
+/* The own-stream free of LIVE block b that parks at once (h's lock held). */
+static inline void free_park(pheap *h, pblock *b) {
+    uncount_live(h, b);
+    b->seq = ++h->free_seq;
+    h->frees++;
+    quick_park(h, b); /* the merge is deferred (types.h, QUICK) */
+}
+
+/* free past the quick lists (h's lock held, taken either way; released): a refusal, a block parked
+ * after the parked ones merged (the bounds), one too big to park, or a free on another stream.
+ * `link`: heap_hash_link's. */
+static __attribute__((noinline)) dmm_status free_rest(dmm_pool *p, pheap *h, pblock **link, const void *ptr,
+                                                      dmm_stream stream) {
+    h->reach_known = NULL; /* the free layout may change from here on (types.h) */
     pblock *b = link != NULL ? *link : NULL;
     if (b == NULL || b->kind != BK_LIVE) { /* QUICK: freed already */
         heap_unlock(h);
@@ -362,23 +408,30 @@ static inline dmm_status free_rest(dmm_pool *p, pheap *h, pblock **link, const v
     return dmm__pool_free_cross(p, h, b, stream);
 }
 
+/* The whole free of ptr in heap h (which owns its region), for every case the hot path leaves. */
+static __attribute__((noinline)) dmm_status free_locking(dmm_pool *p, pheap *h, const void *ptr, dmm_stream stream) {
+    heap_lock(h);
+    pblock **link = heap_hash_link(h, (uintptr_t)ptr);
+    pblock *b = link != NULL ? *link : NULL;
+    if (b == NULL || b->kind != BK_LIVE || !parks_at_once(h, b, stream)) return free_rest(p, h, link, ptr, stream);
+    free_park(h, b);
+    heap_unlock(h);
+    return DMM_OK;
+}
+
 dmm_status dmm_pool_free(dmm_pool *p, void *ptr, dmm_stream stream) {
     if (__builtin_expect(p == NULL || ptr == NULL, 0)) return free_refused(p, ptr);
     pheap *h = heap_of_addr(p, (uintptr_t)ptr);
     if (__builtin_expect(h == NULL, 0)) return free_refused(p, ptr);
-    heap_lock(h);
+    dmm_biased_slot *slot = dmm_biased_lock_try_owner(&h->lock);
+    if (__builtin_expect(slot == NULL, 0)) return free_locking(p, h, ptr, stream);
     pblock **link = heap_hash_link(h, (uintptr_t)ptr);
     pblock *b = link != NULL ? *link : NULL;
-    /* LIVE (a QUICK block was freed already), on its own stream, parking on, and room to park it */
-    if (__builtin_expect(b == NULL || b->kind != BK_LIVE || stream != h->stream || h->quick_skip > 0 ||
-                             !quick_room(h, b),
-                         0))
+    /* LIVE (a QUICK block was freed already), and it parks at once */
+    if (__builtin_expect(b == NULL || b->kind != BK_LIVE || !parks_at_once(h, b, stream), 0))
         return free_rest(p, h, link, ptr, stream);
-    uncount_live(h, b);
-    b->seq = ++h->free_seq;
-    h->frees++;
-    quick_park(h, b); /* the merge is deferred (types.h, QUICK) */
-    heap_unlock(h);
+    free_park(h, b);
+    dmm_biased_lock_release_slot(slot);
     return DMM_OK;
 }
 

@@ -176,6 +176,10 @@ typedef struct pheap {
     size_t nquick;
     uint64_t quick_bytes;
     uint64_t quick_reach; /* ≥ the largest free block a merge of the QUICK blocks would make */
+    /* the one block whose free run quick_reach is known to cover, or NULL: the last block parked by
+     * the hot path, as long as nothing but the hot path's pops and parks ran since (heap_lock and
+     * the hot path's fall-backs clear it): its re-park skips the walk of its neighbours */
+    const pblock *reach_known;
     uint32_t quick_wasted; /* parked blocks merged by misses since the last quick hit */
     uint32_t quick_skip;   /* frees still to merge at once (no parking): the stream does not repeat */
 
@@ -191,12 +195,13 @@ typedef struct pheap {
     dmm_event fence;
 
     /* counts under the lock; live_bytes/live_peak are mirrored atomically for other threads' policy */
-    uint64_t live_blocks, live_peak_blocks, live_blocks_total;
+    uint64_t live_blocks, live_peak_blocks; /* the total of live blocks is `mallocs` */
     uint64_t requested_bytes, requested_peak, requested_total;
     uint64_t live_total;
     _Atomic uint64_t live_bytes, live_peak;
     uint64_t committed; /* C × mapped chunks of this heap */
-    uint64_t mallocs, frees, cached_mallocs, cross_frees;
+    uint64_t mallocs, frees, cross_frees;
+    uint64_t grown_mallocs; /* mallocs that a growth served (the cached ones: mallocs - grown_mallocs) */
 
     pcand *scratch; /* slow-path candidate list */
     size_t capscratch;
@@ -248,10 +253,20 @@ struct dmm_pool {
         events_recorded, events_pending, chunks_poisoned, pending_now, pending_peak, pending_total;
 };
 
-/* The heap's lock (biased: the stream's usual thread takes it without a locked instruction). */
-static inline void heap_lock(pheap *h) { dmm_biased_lock_acquire(&h->lock); }
+/* The heap's lock (biased: the stream's usual thread takes it without a locked instruction). Every
+ * holder but the hot path's quick pops and parks may change the free layout: heap_lock and
+ * heap_trylock forget reach_known (the hot path takes the lock through its slot, pool.c, and
+ * forgets it in its fall-backs). */
+static inline void heap_lock(pheap *h) {
+    dmm_biased_lock_acquire(&h->lock);
+    h->reach_known = NULL;
+}
 static inline void heap_unlock(pheap *h) { dmm_biased_lock_release(&h->lock); }
-static inline bool heap_trylock(pheap *h) { return dmm_biased_lock_try(&h->lock); }
+static inline bool heap_trylock(pheap *h) {
+    if (!dmm_biased_lock_try(&h->lock)) return false;
+    h->reach_known = NULL;
+    return true;
+}
 
 /* ---- heap.c ---- */
 static inline uint32_t pool_bin_of(uint64_t units) {

@@ -4,7 +4,7 @@
  *
  * What is proven: an exact repeat gets the parked block back, with no driver call, and merges nothing;
  * a miss is placed where it would be with the parked blocks merged (also when a neighbour of a parked
- * block turns free later); a parked block is refused like any freed one (a second free on its stream or another, its size), changing nothing;
+ * block turns free later, and when one turns free while the block is taken back by repeats); a parked block is refused like any freed one (a second free on its stream or another, its size), changing nothing;
  * the stats count a parked block as free, exactly, without merging anything to read them; a growth
  * plans over the parked blocks merged (the window starts where the merged free block does); trim and
  * empty_cache decommit parked chunks (merged first, behind the same fence); dmm_pool_check checks
@@ -108,6 +108,31 @@ static void a_miss_is_placed_as_if_the_parked_blocks_were_merged(void **state) {
     DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
     xfree(f, b[0], NULL);
     xfree(f, b[2], NULL);
+    fx_close(f);
+}
+
+/* The hot path's re-park of the block it parked last skips the walk of its neighbours (types.h,
+ * reach_known) only while nothing else ran: a neighbour that turned free between the repeat's malloc
+ * and free (a free past the hot path) makes the re-park count the larger run. */
+static void a_repeat_recounts_its_reach_after_a_neighbour_turns_free(void **state) {
+    (void)state;
+    fx *f = fx_open(4 * C);
+    char *a = xmalloc(f, 64 * KIB, NULL);
+    char *big = xmalloc(f, POOL_QUICK_MAX_BLOCK + 512, NULL); /* too big to park: merged at its free */
+    pheap *h = heap_of(f, NULL);
+    for (int i = 0; i < 3; i++) { /* repeats: parked, taken back, parked again */
+        xfree(f, a, NULL);
+        assert_ptr_equal(xmalloc(f, 64 * KIB, NULL), a);
+    }
+    xfree(f, big, NULL); /* a's neighbour is free now (a is live: nothing parked to note it) */
+    xfree(f, a, NULL);   /* parked: its free run reaches over big's place */
+    assert_int_equal(kind_at(h, a), BK_QUICK);
+    assert_true(h->quick_reach >= 64 * KIB + POOL_QUICK_MAX_BLOCK + 512);
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    /* a miss that only the merged run fits goes where the bins would place it with a merged */
+    char *x = xmalloc(f, POOL_QUICK_MAX_BLOCK + 64 * KIB, NULL);
+    assert_ptr_equal(x, a);
+    xfree(f, x, NULL);
     fx_close(f);
 }
 
@@ -378,6 +403,7 @@ int main(void) {
         cmocka_unit_test(an_exact_repeat_takes_the_parked_block_back_without_a_driver_call),
         cmocka_unit_test(a_parked_block_is_refused_like_any_freed_one),
         cmocka_unit_test(a_miss_is_placed_as_if_the_parked_blocks_were_merged),
+        cmocka_unit_test(a_repeat_recounts_its_reach_after_a_neighbour_turns_free),
         cmocka_unit_test(stats_count_a_parked_block_as_free_exactly),
         cmocka_unit_test(a_growth_plans_over_the_parked_blocks_merged),
         cmocka_unit_test(trim_and_empty_cache_decommit_parked_chunks),
