@@ -20,7 +20,8 @@
  *
  * Invariants: bit c of binmap ⇔ bins[c] != NULL; bit w of binsum ⇔ binmap[w] != 0; a range class
  * is sorted by (size, addr); hcount = #LIVE + #QUICK blocks = Σ chain lengths; bit c of quickmap ⇔
- * quick[c] != NULL; nquick and quick_bytes count and sum the quick lists.
+ * quick[c] != NULL; nquick and quick_bytes count and sum the quick lists and the hot block (when
+ * QUICK; hot.h parks and pops it).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -309,6 +310,15 @@ pblock *dmm__heap_carve(pheap *h, pblock *b, uintptr_t addr, uint64_t len, uint8
 
 /* ---- quick lists (push and pop: hot.h) ---- */
 void dmm__heap_quick_flush(pheap *h) {
+    /* the hot block first goes to its list's head, where it stands in the order: the merges below
+     * then insert into the bins in the order they did before there was a hot block */
+    pblock *hot = h->hot;
+    if (hot != NULL && hot->kind == BK_QUICK) {
+        hot->qnext = h->quick[hot->bin];
+        h->quick[hot->bin] = hot;
+        h->quickmap[hot->bin / 64] |= (uint64_t)1 << (hot->bin % 64);
+    }
+    h->hot = NULL;
     for (uint32_t w = 0; w < POOL_BINWORDS && h->nquick > 0; w++) {
         while (h->quickmap[w] != 0) {
             uint32_t c = w * 64 + (uint32_t)__builtin_ctzll(h->quickmap[w]);

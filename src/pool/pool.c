@@ -273,10 +273,17 @@ static inline void quick_hit(pheap *h, pblock *b, size_t bytes) {
     h->mallocs++;
 }
 
-/* malloc past the quick lists: best fit in the bins, else the slow path (h's lock held, taken either
- * way; released). */
-static __attribute__((noinline)) dmm_status malloc_from_bins(dmm_pool *p, pheap *h, uint64_t n, size_t bytes,
-                                                             void **out) {
+/* malloc past the hot block: a quick list, else best fit in the bins, else the slow path (h's lock
+ * held, taken either way; released). */
+static __attribute__((noinline)) dmm_status malloc_rest(dmm_pool *p, pheap *h, uint64_t n, size_t bytes,
+                                                        void **out) {
+    pblock *b = h->nquick > 0 ? quick_pop(h, n) : NULL; /* none parked: no size class to compute */
+    if (b != NULL) {
+        quick_hit(h, b, bytes);
+        heap_unlock(h);
+        *out = (void *)b->addr;
+        return DMM_OK;
+    }
     h->reach_known = NULL; /* the free layout may change from here on (types.h) */
     /* A miss places the block where it would go with every parked block merged: it merges them first
      * when they could make a free block it fits (types.h, QUICK) — so that parking never changes a
@@ -289,7 +296,7 @@ static __attribute__((noinline)) dmm_status malloc_from_bins(dmm_pool *p, pheap 
             h->quick_skip = POOL_QUICK_SKIP;
         }
     }
-    pblock *b = dmm__heap_bin_find(h, n);
+    b = dmm__heap_bin_find(h, n);
     if (b != NULL && take(h, b, n, bytes)) {
         *out = (void *)b->addr;
         heap_unlock(h);
@@ -310,12 +317,7 @@ static __attribute__((noinline)) dmm_status malloc_locking(dmm_pool *p, size_t b
     pheap *h = heap_for(p, stream);
     if (__builtin_expect(h == NULL, 0)) return dmm_last_status();
     heap_lock(h);
-    pblock *b = h->nquick > 0 ? quick_pop(h, n) : NULL;
-    if (b == NULL) return malloc_from_bins(p, h, n, bytes, out);
-    quick_hit(h, b, bytes);
-    heap_unlock(h);
-    *out = (void *)b->addr;
-    return DMM_OK;
+    return malloc_rest(p, h, n, bytes, out);
 }
 
 dmm_status dmm_pool_malloc(dmm_pool *p, size_t bytes, dmm_stream stream, void **out) {
@@ -331,8 +333,8 @@ dmm_status dmm_pool_malloc(dmm_pool *p, size_t bytes, dmm_stream stream, void **
     dmm_biased_slot *slot = dmm_biased_lock_try_owner(&h->lock);
     if (__builtin_expect(slot == NULL, 0)) return malloc_locking(p, bytes, stream, out);
     uint64_t n = round_to_align(p, bytes);
-    pblock *b = h->nquick > 0 ? quick_pop(h, n) : NULL; /* none parked: no size class to compute */
-    if (__builtin_expect(b == NULL, 0)) return malloc_from_bins(p, h, n, bytes, out);
+    if (__builtin_expect(!quick_hot_fits(h, n), 0)) return malloc_rest(p, h, n, bytes, out);
+    pblock *b = quick_take_hot(h); /* the exact repeat of the last free: no list, bin, split or hash work */
     quick_hit(h, b, bytes);
     dmm_biased_lock_release_slot(slot);
     *out = (void *)b->addr;
@@ -371,10 +373,11 @@ static inline void free_park(pheap *h, pblock *b) {
 
 /* free past the quick lists (h's lock held, taken either way; released): a refusal, a block parked
  * after the parked ones merged (the bounds), one too big to park, or a free on another stream.
- * `link`: heap_hash_link's. */
+ * `link`: heap_hash_link's, or NULL (not looked up yet, or nothing found). */
 static __attribute__((noinline)) dmm_status free_rest(dmm_pool *p, pheap *h, pblock **link, const void *ptr,
                                                       dmm_stream stream) {
     h->reach_known = NULL; /* the free layout may change from here on (types.h) */
+    if (link == NULL) link = heap_hash_link(h, (uintptr_t)ptr);
     pblock *b = link != NULL ? *link : NULL;
     if (b == NULL || b->kind != BK_LIVE) { /* QUICK: freed already */
         heap_unlock(h);
@@ -425,8 +428,12 @@ dmm_status dmm_pool_free(dmm_pool *p, void *ptr, dmm_stream stream) {
     if (__builtin_expect(h == NULL, 0)) return free_refused(p, ptr);
     dmm_biased_slot *slot = dmm_biased_lock_try_owner(&h->lock);
     if (__builtin_expect(slot == NULL, 0)) return free_locking(p, h, ptr, stream);
-    pblock **link = heap_hash_link(h, (uintptr_t)ptr);
-    pblock *b = link != NULL ? *link : NULL;
+    /* the hot block, taken back by the last malloc, is the repeat's; else the hash says */
+    pblock *b = h->hot, **link = NULL;
+    if (__builtin_expect(b == NULL || b->addr != (uintptr_t)ptr || b->kind != BK_LIVE, 0)) {
+        link = heap_hash_link(h, (uintptr_t)ptr);
+        b = link != NULL ? *link : NULL;
+    }
     /* LIVE (a QUICK block was freed already), and it parks at once */
     if (__builtin_expect(b == NULL || b->kind != BK_LIVE || !parks_at_once(h, b, stream), 0))
         return free_rest(p, h, link, ptr, stream);

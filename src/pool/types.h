@@ -35,7 +35,8 @@
  *   QUICK         freed on the heap's own stream and parked, unmerged, for an exact repeat: a malloc
  *                 of exactly its size takes it back with no bin, split or hash work (deferred
  *                 coalescing); mapped; still in the hash (so a second free of it is refused) and on
- *                 quick[bin_of(size)]; free in every stat (counted out of the live ones at its free);
+ *                 quick[bin_of(size)], or, the last one parked, the heap's `hot` block instead (ahead
+ *                 of its list: the next park moves it to its list's head); free in every stat (counted out of the live ones at its free);
  *                 its seq is its free's free_seq. Made FREE (dmm__heap_quick_flush, seq kept) before
  *                 anything reads or changes the free layout: malloc's slow path, carving sources
  *                 (moves, trim, empty_cache), dmm_pool_check, destroy; a malloc that misses the quick
@@ -49,7 +50,8 @@
  * Invariants (pool_check.c, under the heap's lock):
  *   the blocks of a run tile [run.lo, run.hi) in address order; no two FREE blocks and no two
  *   UNMAPPED blocks are adjacent (coalesced); a FREE block is in bin bin_of(size), an UNMAPPED one
- *   in the unmapped list, a LIVE one in the hash; a QUICK one in the hash and in quick[bin_of(size)];
+ *   in the unmapped list, a LIVE one in the hash; a QUICK one in the hash and either in quick[bin_of(size)]
+ *   or heap.hot (never both);
  *   sizes and addresses are multiples of `align`;
  *   every quantum a LIVE, QUICK, PENDING, FREE, DECOMMITTING, ALIASED or (still mapped) POISONED block touches
  *   lies in a chunk, no chunk reaches into an UNMAPPED block, heap.committed = Σ bytes of those chunks
@@ -171,6 +173,11 @@ typedef struct pheap {
     size_t hmask, hcount;
 
     /* QUICK blocks, per size class (LIFO through qnext): exact repeats skip bins, splits and the hash */
+    /* the last parked block, on no quick list while QUICK (its class's last: quick[bin]'s head in all
+     * but storage, so that a repeat's malloc and free touch no list); once taken back a hint for its
+     * free (a LIVE block of this heap at that address is the one the hash would find); any other
+     * kind: stale, meaning nothing. Only a park sets it */
+    pblock *hot;
     pblock *quick[POOL_NBINS];
     uint64_t quickmap[POOL_BINWORDS];
     size_t nquick;
