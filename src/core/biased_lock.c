@@ -65,7 +65,7 @@ bool dmm__biased_lock_biased_to_me(dmm_biased_lock *l) {
 
 #else
 
-_Thread_local dmm_bias_thread *dmm__bias_self DMM_TLS_HOT;
+_Thread_local dmm_bias_thread *dmm__bias_self;
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static bool g_membarrier;          /* registered for MEMBARRIER_CMD_PRIVATE_EXPEDITED (set once, in setup) */

@@ -55,8 +55,6 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "core/core.h"
-
 #if defined(__SANITIZE_THREAD__) || !defined(__linux__)
 #define DMM_BIASED_LOCK_MUTEX_ONLY 1
 #elif defined(__has_feature)
@@ -89,7 +87,7 @@ typedef struct dmm_biased_lock {
 
 #ifndef DMM_BIASED_LOCK_MUTEX_ONLY
 /* This thread's record, or NULL (none taken yet, or biasing is off). */
-extern _Thread_local dmm_bias_thread *dmm__bias_self DMM_TLS_HOT;
+extern _Thread_local dmm_bias_thread *dmm__bias_self;
 #endif
 
 void dmm_biased_lock_init(dmm_biased_lock *l);

@@ -39,18 +39,6 @@ void dmm__log(dmm_log_level level, const char *fmt, ...)
  * adjacent-line prefetcher moves lines in pairs (a write next door then costs a transfer too). */
 #define DMM_SHARING_BYTES 128
 
-/* The thread-locals that the pool's hot path reads on every call (its heap cache, the biased lock's
- * thread record): initial-exec, one %fs-relative load. The default model of position-independent
- * code is a __tls_get_addr call, which in an executable the linker relaxes to that load, but only
- * after the compiler kept every value of the hot path in callee-saved registers around the call (a
- * prologue and epilogue of pushes and pops in every malloc and free). The price: a libdmm (or
- * libdmm_torch) loaded by dlopen takes these few bytes from glibc's static-TLS surplus. */
-#if defined(__GNUC__)
-#define DMM_TLS_HOT __attribute__((tls_model("initial-exec")))
-#else
-#define DMM_TLS_HOT
-#endif
-
 /* dmm__error_wrap(s, "op: what was being done", ...) sets the thread's last error to
  * "<context>: <the last error>" (the context alone when there is none) with status s, and returns s.
  * It formats before it writes, so it is called right after the failing call, before anything else

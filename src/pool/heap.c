@@ -30,13 +30,24 @@
 
 #define SLAB_BLOCKS 255u
 
+/* The heap's own tables (record slabs, the hash) take whole line pairs (core.h, DMM_SHARING_BYTES):
+ * another heap's table, or anything else glibc puts next to them (its arenas are shared by threads,
+ * and reused by the next thread once one exits), shares none of their lines, so that threads on
+ * distinct streams never write next to each other. Sizes here are multiples of the alignment. */
+static void *table_alloc(size_t bytes, bool zeroed) {
+    void *t = aligned_alloc(DMM_SHARING_BYTES, bytes);
+    if (t != NULL && zeroed) memset(t, 0, bytes);
+    return t;
+}
+_Static_assert(sizeof(pblock) * (SLAB_BLOCKS + 1) % DMM_SHARING_BYTES == 0, "a slab is whole line pairs");
+
 bool dmm__heap_init(pheap *h, struct dmm_pool *p, dmm_stream stream) {
     memset(h, 0, sizeof *h);
     h->pool = p;
     h->align_shift = p->align_shift;
     h->stream = stream;
     size_t nb = 1024;
-    h->hash = calloc(nb, sizeof *h->hash);
+    h->hash = table_alloc(nb * sizeof *h->hash, true); /* 8 KiB: whole line pairs */
     if (h->hash == NULL) return false;
     h->hmask = nb - 1;
     dmm_biased_lock_init(&h->lock);
@@ -59,7 +70,7 @@ void dmm__heap_fini(pheap *h) {
 /* ---- block records ---- */
 static bool refill(pheap *h) {
     /* one allocation: the slab header, then SLAB_BLOCKS records */
-    pslab *s = malloc(sizeof(pblock) * (SLAB_BLOCKS + 1));
+    pslab *s = table_alloc(sizeof(pblock) * (SLAB_BLOCKS + 1), false);
     if (s == NULL) return false;
     s->next = h->slabs;
     h->slabs = s;
@@ -183,7 +194,8 @@ void dmm__heap_list_remove(pblock **head, pblock *b) {
 
 static bool hash_grow(pheap *h) {
     size_t nb = (h->hmask + 1) * 4;
-    pblock **t = calloc(nb, sizeof *t);
+    if (nb > SIZE_MAX / sizeof(pblock *)) return false;
+    pblock **t = table_alloc(nb * sizeof *t, true);
     if (t == NULL) return false;
     pblock **old = h->hash;
     size_t oldn = h->hmask + 1;

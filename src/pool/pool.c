@@ -3,8 +3,9 @@
  * What it owns: the pool object (create, destroy), one VA-only allocation of a mechanism with virtual
  * backing, the heaps (one per stream, found through a thread-local cache) that tile it with blocks,
  * and malloc/free with their hot path, under the heap's (biased) lock and with no driver call: an
- * exact repeat pops the quick list of its size (a free on the stream parked the block there, still
- * in the hash), anything else is a bin lookup, a split and a hash insert. The rest lives below
+ * exact repeat takes back the block the stream's last free parked (the heap's hot block, still in the
+ * hash; older parked blocks wait on the quick list of their size), anything else is a bin lookup, a
+ * split and a hash insert. The rest lives below
  * (types.h lists the files): growth.c grows, regions.c hands out VA and trims, fences.c gates reuse
  * behind events, moves.c moves chunks, pool_stats.c reports. This opening is the pool's overview.
  *
@@ -73,7 +74,7 @@ typedef struct tl_heap_cache {
     dmm_stream stream;
     pheap *heap;
 } tl_heap_cache;
-static _Thread_local tl_heap_cache tl_cache DMM_TLS_HOT;
+static _Thread_local tl_heap_cache tl_cache;
 
 /* ---- create / destroy ---- */
 dmm_status dmm_pool_create(dmm_mechanism *mech, dmm_driver *drv, const dmm_pool_config *cfg, dmm_pool **out) {
