@@ -274,14 +274,20 @@ static inline void quick_hit(pheap *h, pblock *b, size_t bytes) {
     h->mallocs++;
 }
 
+/* Releases h's lock, taken through the hot path's slot (non-NULL) or heap_lock (NULL). */
+static inline void unlock_by(pheap *h, dmm_biased_slot *slot) {
+    if (slot != NULL) dmm_biased_lock_release_slot(slot);
+    else heap_unlock(h);
+}
+
 /* malloc past the hot block: a quick list, else best fit in the bins, else the slow path (h's lock
- * held, taken either way; released). */
-static __attribute__((noinline)) dmm_status malloc_rest(dmm_pool *p, pheap *h, uint64_t n, size_t bytes,
-                                                        void **out) {
+ * held, taken either way: `slot` is the hot path's, or NULL; released). */
+static __attribute__((noinline)) dmm_status malloc_rest(dmm_pool *p, pheap *h, uint64_t n, size_t bytes, void **out,
+                                                        dmm_biased_slot *slot) {
     pblock *b = h->nquick > 0 ? quick_pop(h, n) : NULL; /* none parked: no size class to compute */
     if (b != NULL) {
         quick_hit(h, b, bytes);
-        heap_unlock(h);
+        unlock_by(h, slot);
         *out = (void *)b->addr;
         return DMM_OK;
     }
@@ -300,10 +306,10 @@ static __attribute__((noinline)) dmm_status malloc_rest(dmm_pool *p, pheap *h, u
     b = dmm__heap_bin_find(h, n);
     if (b != NULL && take(h, b, n, bytes)) {
         *out = (void *)b->addr;
-        heap_unlock(h);
+        unlock_by(h, slot);
         return DMM_OK;
     }
-    heap_unlock(h);
+    unlock_by(h, slot);
     return dmm__pool_malloc_slow(p, h, n, bytes, out);
 }
 
@@ -318,7 +324,7 @@ static __attribute__((noinline)) dmm_status malloc_locking(dmm_pool *p, size_t b
     pheap *h = heap_for(p, stream);
     if (__builtin_expect(h == NULL, 0)) return dmm_last_status();
     heap_lock(h);
-    return malloc_rest(p, h, n, bytes, out);
+    return malloc_rest(p, h, n, bytes, out, NULL);
 }
 
 dmm_status dmm_pool_malloc(dmm_pool *p, size_t bytes, dmm_stream stream, void **out) {
@@ -334,7 +340,7 @@ dmm_status dmm_pool_malloc(dmm_pool *p, size_t bytes, dmm_stream stream, void **
     dmm_biased_slot *slot = dmm_biased_lock_try_owner(&h->lock);
     if (__builtin_expect(slot == NULL, 0)) return malloc_locking(p, bytes, stream, out);
     uint64_t n = round_to_align(p, bytes);
-    if (__builtin_expect(!quick_hot_fits(h, n), 0)) return malloc_rest(p, h, n, bytes, out);
+    if (__builtin_expect(!quick_hot_fits(h, n), 0)) return malloc_rest(p, h, n, bytes, out, slot);
     pblock *b = quick_take_hot(h); /* the exact repeat of the last free: no list, bin, split or hash work */
     quick_hit(h, b, bytes);
     dmm_biased_lock_release_slot(slot);
@@ -374,14 +380,14 @@ static inline void free_park(pheap *h, pblock *b) {
 
 /* free past the quick lists (h's lock held, taken either way; released): a refusal, a block parked
  * after the parked ones merged (the bounds), one too big to park, or a free on another stream.
- * `link`: heap_hash_link's, or NULL (not looked up yet, or nothing found). */
+ * `link`: heap_hash_link's, or NULL (not looked up yet, or nothing found); `slot`: as malloc_rest's. */
 static __attribute__((noinline)) dmm_status free_rest(dmm_pool *p, pheap *h, pblock **link, const void *ptr,
-                                                      dmm_stream stream) {
+                                                      dmm_stream stream, dmm_biased_slot *slot) {
     h->reach_known = NULL; /* the free layout may change from here on (types.h) */
     if (link == NULL) link = heap_hash_link(h, (uintptr_t)ptr);
     pblock *b = link != NULL ? *link : NULL;
     if (b == NULL || b->kind != BK_LIVE) { /* QUICK: freed already */
-        heap_unlock(h);
+        unlock_by(h, slot);
         return free_refused(p, ptr);
     }
     uncount_live(h, b);
@@ -395,7 +401,7 @@ static __attribute__((noinline)) dmm_status free_rest(dmm_pool *p, pheap *h, pbl
             heap_hash_unlink(h, link);
             dmm__heap_make_free(h, b);
         }
-        heap_unlock(h);
+        unlock_by(h, slot);
         return DMM_OK;
     }
     heap_hash_unlink(h, link);
@@ -403,12 +409,12 @@ static __attribute__((noinline)) dmm_status free_rest(dmm_pool *p, pheap *h, pbl
         b->seq = ++h->free_seq;
         dmm__heap_make_free(h, b);
         h->frees++;
-        heap_unlock(h);
+        unlock_by(h, slot);
         dmm__pool_notice_loss(p, "freeing a block on another stream");
         return DMM_OK;
     }
     b->kind = BK_PENDING;
-    heap_unlock(h);
+    unlock_by(h, slot);
     return dmm__pool_free_cross(p, h, b, stream);
 }
 
@@ -417,7 +423,8 @@ static __attribute__((noinline)) dmm_status free_locking(dmm_pool *p, pheap *h, 
     heap_lock(h);
     pblock **link = heap_hash_link(h, (uintptr_t)ptr);
     pblock *b = link != NULL ? *link : NULL;
-    if (b == NULL || b->kind != BK_LIVE || !parks_at_once(h, b, stream)) return free_rest(p, h, link, ptr, stream);
+    if (b == NULL || b->kind != BK_LIVE || !parks_at_once(h, b, stream))
+        return free_rest(p, h, link, ptr, stream, NULL);
     free_park(h, b);
     heap_unlock(h);
     return DMM_OK;
@@ -437,7 +444,7 @@ dmm_status dmm_pool_free(dmm_pool *p, void *ptr, dmm_stream stream) {
     }
     /* LIVE (a QUICK block was freed already), and it parks at once */
     if (__builtin_expect(b == NULL || b->kind != BK_LIVE || !parks_at_once(h, b, stream), 0))
-        return free_rest(p, h, link, ptr, stream);
+        return free_rest(p, h, link, ptr, stream, slot);
     free_park(h, b);
     dmm_biased_lock_release_slot(slot);
     return DMM_OK;
