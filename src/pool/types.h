@@ -36,9 +36,10 @@
  *                 of exactly its size takes it back with no bin, split or hash work (deferred
  *                 coalescing); mapped; still in the hash (so a second free of it is refused) and on
  *                 quick[bin_of(size)], or, the last one parked, the heap's `hot` block instead (ahead
- *                 of its list: the next park moves it to its list's head); free in every stat (counted out of the live ones at its free);
- *                 its seq is its free's free_seq. Made FREE (dmm__heap_quick_flush, seq kept) before
- *                 anything reads or changes the free layout: malloc's slow path, carving sources
+ *                 of its list: the next park moves it to its list's head); free in every stat
+ *                 (counted out of the live ones at its free); its seq is its free's free_seq. Made
+ *                 FREE (dmm__heap_quick_flush, seq kept) before anything reads or changes the free
+ *                 layout: malloc's slow path, carving sources
  *                 (moves, trim, empty_cache), dmm_pool_check, destroy; a malloc that misses the quick
  *                 lists whenever it asks for at most quick_reach bytes (a merge of the parked blocks
  *                 could make a block it fits, or change the one it would take: merged first, a miss is
@@ -172,20 +173,21 @@ typedef struct pheap {
     pblock **hash; /* LIVE and QUICK blocks by address (chained through lnext) */
     size_t hmask, hcount;
 
-    /* QUICK blocks, per size class (LIFO through qnext): exact repeats skip bins, splits and the hash */
     /* the last parked block, on no quick list while QUICK (its class's last: quick[bin]'s head in all
      * but storage, so that a repeat's malloc and free touch no list); once taken back a hint for its
      * free (a LIVE block of this heap at that address is the one the hash would find); any other
      * kind: stale, meaning nothing. Only a park sets it */
     pblock *hot;
+    /* QUICK blocks, per size class (LIFO through qnext): exact repeats skip bins, splits and the hash */
     pblock *quick[POOL_NBINS];
     uint64_t quickmap[POOL_BINWORDS];
     size_t nquick;
     uint64_t quick_bytes;
     uint64_t quick_reach; /* ≥ the largest free block a merge of the QUICK blocks would make */
-    /* the one block whose free run quick_reach is known to cover, or NULL: the last block parked by
-     * the hot path, as long as nothing but the hot path's pops and parks ran since (heap_lock and
-     * the hot path's fall-backs clear it): its re-park skips the walk of its neighbours */
+    /* the one block whose free run quick_reach is known to cover, or NULL: the last block parked
+     * (its park walked its neighbours), as long as nothing but the hot path's pops and parks ran
+     * since (heap_lock, heap_trylock, the hot path's fall-backs and the flush clear it): its re-park
+     * skips the walk */
     const pblock *reach_known;
     uint32_t quick_wasted; /* parked blocks merged by misses since the last quick hit */
     uint32_t quick_skip;   /* frees still to merge at once (no parking): the stream does not repeat */

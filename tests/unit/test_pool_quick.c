@@ -4,8 +4,9 @@
  *
  * What is proven: an exact repeat gets the parked block back, with no driver call, and merges nothing;
  * a miss is placed where it would be with the parked blocks merged (also when a neighbour of a parked
- * block turns free later, and when one turns free while the block is taken back by repeats); a parked block is refused like any freed one (a second free on its stream or another, its size), changing nothing;
- * the stats count a parked block as free, exactly, without merging anything to read them; a growth
+ * block turns free later, and when one turns free while the block is taken back by repeats); a parked
+ * block is refused like any freed one (a second free on its stream or another, its size), changing
+ * nothing; the stats count a parked block as free, exactly, without merging anything to read them; a growth
  * plans over the parked blocks merged (the window starts where the merged free block does); trim and
  * empty_cache decommit parked chunks (merged first, behind the same fence); dmm_pool_check checks
  * the quick lists, then merges them; a broken quick count is caught; the last parked block (the hot
