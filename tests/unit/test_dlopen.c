@@ -5,7 +5,9 @@
  *
  * What is proven: dlopen of the built libdmm.so succeeds; through it a host driver, an arena and a
  * pool are made, 1000 exact repeats per thread come back at one address, and everything is
- * destroyed. The program's own statically linked copy of dmm is not used.
+ * destroyed. The program's own statically linked copy of dmm is not used. The library stays loaded:
+ * the biased lock's record of the exited thread waits on the library's free list (records are never
+ * freed: a lock may still point at one), which a dlclose would drop (core/biased_lock.c, unload).
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -92,7 +94,6 @@ static void a_late_loaded_libdmm_serves_pairs(void **state) {
     drv->ops->stream_destroy(drv, other);
     assert_int_equal(a.mechanism_destroy(arena), DMM_OK);
     a.driver_destroy(drv);
-    assert_int_equal(dlclose(lib), 0);
 }
 
 int main(void) {
