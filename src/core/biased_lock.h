@@ -22,6 +22,8 @@
  *   writes only its own record, and is let in only if the acquire load after its store reads its own
  *   record again: either the revoker's bit is not visible yet (then the revoker waits for it, above),
  *   or the lock was handed back to it.
+ *   A hot path may keep the slot it went in by (dmm_biased_lock_try_owner) and leave by one store to
+ *   it (dmm_biased_lock_release_slot), instead of finding the slot again.
  *   (Without membarrier, a store-buffered owner could miss the bit while the revoker misses its
  *   store: so where membarrier is missing or its registration fails, no lock is ever biased, and
  *   every acquisition is the mutex path.)
@@ -94,24 +96,42 @@ void dmm__biased_lock_acquire_slow(dmm_biased_lock *l);
 void dmm__biased_lock_release_slow(dmm_biased_lock *l);
 bool dmm__biased_lock_try_slow(dmm_biased_lock *l);
 
-#ifndef DMM_BIASED_LOCK_MUTEX_ONLY
-/* The owner's way in: true when this thread now holds l. */
-static inline bool dmm__biased_lock_try_fast(dmm_biased_lock *l) {
+/* The slot through which this thread holds l, or NULL: the owner's way in for a hot path that keeps
+ * the slot and gives it back with dmm_biased_lock_release_slot (one store, no look-up). NULL says
+ * nothing was taken: take l another way (dmm_biased_lock_acquire; dmm_biased_lock_release then finds
+ * the slot itself). Always NULL where locks are never biased. */
+typedef struct dmm_biased_lock *_Atomic dmm_biased_slot;
+static inline dmm_biased_slot *dmm_biased_lock_try_owner(dmm_biased_lock *l) {
+#ifdef DMM_BIASED_LOCK_MUTEX_ONLY
+    (void)l;
+    return NULL;
+#else
     dmm_bias_thread *me = dmm__bias_self;
     uintptr_t b = atomic_load_explicit(&l->bias, memory_order_relaxed);
-    if (__builtin_expect(me == NULL || b != (uintptr_t)me, 0)) return false;
-    unsigned k = atomic_load_explicit(&me->inside[0], memory_order_relaxed) == NULL ? 0u : 1u;
-    if (k == 1 && atomic_load_explicit(&me->inside[1], memory_order_relaxed) != NULL) return false;
-    atomic_store_explicit(&me->inside[k], l, memory_order_relaxed);
+    if (__builtin_expect(me == NULL || b != (uintptr_t)me, 0)) return NULL;
+    dmm_biased_slot *slot = &me->inside[0];
+    if (atomic_load_explicit(slot, memory_order_relaxed) != NULL) {
+        slot = &me->inside[1];
+        if (atomic_load_explicit(slot, memory_order_relaxed) != NULL) return NULL;
+    }
+    atomic_store_explicit(slot, l, memory_order_relaxed);
     atomic_signal_fence(memory_order_seq_cst); /* the store stays before the load; membarrier does the rest */
     if (__builtin_expect(atomic_load_explicit(&l->bias, memory_order_acquire) != b, 0)) {
-        atomic_store_explicit(&me->inside[k], NULL, memory_order_relaxed); /* revoked: the mutex path */
-        return false;
+        atomic_store_explicit(slot, NULL, memory_order_relaxed); /* revoked: the mutex path */
+        return NULL;
     }
     l->run = 0; /* the owner took it: another thread's run of revocations starts over */
-    return true;
-}
+    return slot;
 #endif
+}
+
+/* Releases a lock taken through dmm_biased_lock_try_owner's slot. */
+static inline void dmm_biased_lock_release_slot(dmm_biased_slot *slot) {
+    atomic_store_explicit(slot, NULL, memory_order_release);
+}
+
+/* The owner's way in: true when this thread now holds l. */
+static inline bool dmm__biased_lock_try_fast(dmm_biased_lock *l) { return dmm_biased_lock_try_owner(l) != NULL; }
 
 static inline void dmm_biased_lock_acquire(dmm_biased_lock *l) {
 #ifdef DMM_BIASED_LOCK_MUTEX_ONLY

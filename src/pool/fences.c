@@ -181,7 +181,6 @@ dmm_status dmm__pool_free_cross(dmm_pool *p, pheap *h, pblock *b, dmm_stream str
         b->kind = BK_LIVE;
         (void)dmm__heap_hash_insert(h, b);
         count_live(h, b, b->requested);
-        h->live_blocks_total--;
         h->requested_total -= b->requested;
         h->live_total -= b->size;
         heap_unlock(h);

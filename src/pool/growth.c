@@ -236,7 +236,7 @@ static bool growth_fit(growth *g, int attempt, void **out, dmm_status *s) {
     pblock *b = dmm__heap_bin_find(h, g->n);
     if (b != NULL) {
         if (take(h, b, g->n, g->requested)) {
-            h->cached_mallocs += attempt == 0;
+            h->grown_mallocs += attempt != 0;
             *out = (void *)b->addr;
             if (g->fail != DMM_OK) dmm_clear_error(); /* the failed commit is moot: another thread's memory fit */
             *s = DMM_OK;

@@ -20,7 +20,8 @@
  *
  * Invariants: bit c of binmap ⇔ bins[c] != NULL; bit w of binsum ⇔ binmap[w] != 0; a range class
  * is sorted by (size, addr); hcount = #LIVE + #QUICK blocks = Σ chain lengths; bit c of quickmap ⇔
- * quick[c] != NULL; nquick and quick_bytes count and sum the quick lists.
+ * quick[c] != NULL; nquick and quick_bytes count and sum the quick lists and the hot block (when
+ * QUICK; hot.h parks and pops it).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -29,13 +30,24 @@
 
 #define SLAB_BLOCKS 255u
 
+/* The heap's own tables (record slabs, the hash) take whole line pairs (core.h, DMM_SHARING_BYTES):
+ * another heap's table, or anything else glibc puts next to them (its arenas are shared by threads,
+ * and reused by the next thread once one exits), shares none of their lines, so that threads on
+ * distinct streams never write next to each other. Sizes here are multiples of the alignment. */
+static void *table_alloc(size_t bytes, bool zeroed) {
+    void *t = aligned_alloc(DMM_SHARING_BYTES, bytes);
+    if (t != NULL && zeroed) memset(t, 0, bytes);
+    return t;
+}
+_Static_assert(sizeof(pblock) * (SLAB_BLOCKS + 1) % DMM_SHARING_BYTES == 0, "a slab is whole line pairs");
+
 bool dmm__heap_init(pheap *h, struct dmm_pool *p, dmm_stream stream) {
     memset(h, 0, sizeof *h);
     h->pool = p;
     h->align_shift = p->align_shift;
     h->stream = stream;
     size_t nb = 1024;
-    h->hash = calloc(nb, sizeof *h->hash);
+    h->hash = table_alloc(nb * sizeof *h->hash, true); /* 8 KiB: whole line pairs */
     if (h->hash == NULL) return false;
     h->hmask = nb - 1;
     dmm_biased_lock_init(&h->lock);
@@ -58,7 +70,7 @@ void dmm__heap_fini(pheap *h) {
 /* ---- block records ---- */
 static bool refill(pheap *h) {
     /* one allocation: the slab header, then SLAB_BLOCKS records */
-    pslab *s = malloc(sizeof(pblock) * (SLAB_BLOCKS + 1));
+    pslab *s = table_alloc(sizeof(pblock) * (SLAB_BLOCKS + 1), false);
     if (s == NULL) return false;
     s->next = h->slabs;
     h->slabs = s;
@@ -182,7 +194,8 @@ void dmm__heap_list_remove(pblock **head, pblock *b) {
 
 static bool hash_grow(pheap *h) {
     size_t nb = (h->hmask + 1) * 4;
-    pblock **t = calloc(nb, sizeof *t);
+    if (nb > SIZE_MAX / sizeof(pblock *)) return false;
+    pblock **t = table_alloc(nb * sizeof *t, true);
     if (t == NULL) return false;
     pblock **old = h->hash;
     size_t oldn = h->hmask + 1;
@@ -309,6 +322,15 @@ pblock *dmm__heap_carve(pheap *h, pblock *b, uintptr_t addr, uint64_t len, uint8
 
 /* ---- quick lists (push and pop: hot.h) ---- */
 void dmm__heap_quick_flush(pheap *h) {
+    /* the hot block first goes to its list's head, where it stands in the order: the merges below
+     * then insert into the bins in the order they did before there was a hot block */
+    pblock *hot = h->hot;
+    if (hot != NULL && hot->kind == BK_QUICK) {
+        hot->qnext = h->quick[hot->bin];
+        h->quick[hot->bin] = hot;
+        h->quickmap[hot->bin / 64] |= (uint64_t)1 << (hot->bin % 64);
+    }
+    h->hot = NULL;
     for (uint32_t w = 0; w < POOL_BINWORDS && h->nquick > 0; w++) {
         while (h->quickmap[w] != 0) {
             uint32_t c = w * 64 + (uint32_t)__builtin_ctzll(h->quickmap[w]);
@@ -327,4 +349,5 @@ void dmm__heap_quick_flush(pheap *h) {
         }
     }
     h->quick_reach = 0;
+    h->reach_known = NULL;
 }

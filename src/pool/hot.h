@@ -1,13 +1,15 @@
 /* src/pool/hot.h — the hot path's steps under a heap's lock, inline: pool.c's malloc and free,
  * growth.c's slow path and fences.c's undo of a failed cross-stream free share them; the quick lists'
- * push and pop (the lists are heap.c's; types.h, "QUICK"). Never installed.
+ * push and pop, the hot block's among them (the lists are heap.c's; types.h, "QUICK" and `hot`).
+ * Never installed.
  *
  * Why a header of its own: these call heap.c, which stands below types.h; kept here they keep
  * types.h free of calls, and the pool's files free of loops.
  *
  * Invariants kept (types.h): heap.live_blocks = #LIVE, heap.live_bytes = Σ LIVE sizes, every LIVE
  * and QUICK block in the hash; the peaks never below the current values; the quick lists within
- * their bounds (a push that would pass them merges every parked block first).
+ * their bounds (a push that would pass them merges every parked block first); every QUICK block on
+ * its quick list or the hot block, never both.
  */
 #ifndef DMM_POOL_HOT_H
 #define DMM_POOL_HOT_H
@@ -16,7 +18,6 @@
 
 static inline void count_live(pheap *h, pblock *b, uint64_t requested) {
     h->live_blocks++;
-    h->live_blocks_total++;
     if (h->live_blocks > h->live_peak_blocks) h->live_peak_blocks = h->live_blocks;
     h->requested_bytes += requested;
     h->requested_total += requested;
@@ -52,17 +53,29 @@ static inline bool quick_room(const pheap *h, const pblock *b) {
            h->quick_bytes + b->size <= POOL_QUICK_MAX_BYTES;
 }
 
-/* Parks block b — just freed on h's own stream, out of the live counts, seq set, still in the hash —
- * on its quick list; quick_room(h, b) holds. */
-static inline void quick_park(pheap *h, pblock *b) {
-    uint32_t c = b->bin; /* a LIVE block's bin is its size's class (take, quick_pop) */
-    b->kind = BK_QUICK;
+/* Puts QUICK block b at the head of its quick list. */
+static inline void quick_list_push(pheap *h, pblock *b) {
+    uint32_t c = b->bin; /* a LIVE block's bin is its size's class (take, quick_pop): kept while QUICK */
     b->qnext = h->quick[c];
     h->quick[c] = b;
     h->quickmap[c / 64] |= (uint64_t)1 << (c % 64);
+}
+
+/* Parks block b — just freed on h's own stream, out of the live counts, seq set, still in the hash —
+ * as the heap's hot block (types.h, hot): the block parked before it, if still parked, goes to the
+ * head of its quick list, so that hot and lists together stay last-in first-out per class;
+ * quick_room(h, b) holds. */
+static inline void quick_park(pheap *h, pblock *b) {
+    pblock *last = h->hot;
+    if (last != NULL && last->kind == BK_QUICK) quick_list_push(h, last);
+    b->kind = BK_QUICK;
+    h->hot = b;
     h->nquick++;
     h->quick_bytes += b->size;
-    heap_note_reach(h, b);
+    if (h->reach_known != b) { /* its run changed, or never counted (types.h, reach_known) */
+        heap_note_reach(h, b);
+        h->reach_known = b;
+    }
 }
 
 /* Parks b as quick_park does (true), merging the parked blocks first when it would pass the bounds;
@@ -74,11 +87,30 @@ static inline bool quick_push(pheap *h, pblock *b) {
     return true;
 }
 
-/* Takes the last parked block of exactly `n` bytes off its quick list (still in the hash, still
- * QUICK: the caller makes it LIVE), or NULL. */
+/* Whether the hot block is parked with exactly `n` bytes (then it is the last parked block of its
+ * class, and quick_pop would take it). */
+static inline bool quick_hot_fits(const pheap *h, uint64_t n) {
+    const pblock *b = h->hot;
+    return b != NULL && b->kind == BK_QUICK && b->size == n;
+}
+
+/* Takes the hot block, parked (quick_hot_fits): still in the hash, still QUICK, still h->hot (as a
+ * hint for its free); the caller makes it LIVE. */
+static inline pblock *quick_take_hot(pheap *h) {
+    pblock *b = h->hot;
+    h->nquick--;
+    h->quick_bytes -= b->size;
+    return b;
+}
+
+/* Takes the last parked block of its class if it has exactly `n` bytes (still in the hash, still
+ * QUICK: the caller makes it LIVE), or NULL: the hot block when it is parked in that class (it is the
+ * class's last), else the head of the class's quick list. */
 static inline pblock *quick_pop(pheap *h, uint64_t n) {
     uint32_t c = pool_bin_of(n >> h->align_shift);
-    pblock *b = h->quick[c];
+    pblock *b = h->hot;
+    if (b != NULL && b->kind == BK_QUICK && b->bin == c) return b->size == n ? quick_take_hot(h) : NULL;
+    b = h->quick[c];
     if (b == NULL || b->size != n) return NULL;
     h->quick[c] = b->qnext;
     if (b->qnext == NULL) h->quickmap[c / 64] &= ~((uint64_t)1 << (c % 64));

@@ -3,8 +3,9 @@
  * What it owns: the pool object (create, destroy), one VA-only allocation of a mechanism with virtual
  * backing, the heaps (one per stream, found through a thread-local cache) that tile it with blocks,
  * and malloc/free with their hot path, under the heap's (biased) lock and with no driver call: an
- * exact repeat pops the quick list of its size (a free on the stream parked the block there, still
- * in the hash), anything else is a bin lookup, a split and a hash insert. The rest lives below
+ * exact repeat takes back the block the stream's last free parked (the heap's hot block, still in the
+ * hash; older parked blocks wait on the quick list of their size), anything else is a bin lookup, a
+ * split and a hash insert. The rest lives below
  * (types.h lists the files): growth.c grows, regions.c hands out VA and trims, fences.c gates reuse
  * behind events, moves.c moves chunks, pool_stats.c reports. This opening is the pool's overview.
  *
@@ -247,8 +248,10 @@ static inline pheap *heap_of_addr(const dmm_pool *p, uintptr_t addr) {
     return atomic_load_explicit(&p->owner[(addr - p->base) >> p->region_shift], memory_order_acquire);
 }
 
-/* The hot path's failures are out of line (noinline, cold); the paths past the quick lists stay inline
- * (out of line, their calls' prologues cost more than they saved: measured with callgrind). */
+/* The hot path (dmm_pool_malloc, dmm_pool_free) is the pair's common case only, inline: the thread's
+ * cached heap, its lock through the owner's slot, an exact repeat off (or onto) a quick list. Anything
+ * else leaves it by a tail call into an out-of-line function that does the whole operation, so the hot
+ * path keeps no register across a call (no prologue: measured with callgrind). */
 __attribute__((noinline, cold)) static dmm_status malloc_refused_args(const dmm_pool *p, size_t bytes,
                                                                       void **out) {
     if (p == NULL || out == NULL || bytes == 0)
@@ -262,8 +265,33 @@ __attribute__((noinline, cold)) static dmm_status malloc_refused_args(const dmm_
                          bytes, (unsigned long long)p->va_bytes);
 }
 
-/* malloc past the quick lists: best fit in the bins, else the slow path (h's lock held; released). */
-static inline dmm_status malloc_from_bins(dmm_pool *p, pheap *h, uint64_t n, size_t bytes, void **out) {
+/* A malloc served by parked block b (an exact repeat: no bin, split or hash work; h's lock held). */
+static inline void quick_hit(pheap *h, pblock *b, size_t bytes) {
+    h->quick_wasted = 0;
+    b->kind = BK_LIVE;
+    b->requested = bytes;
+    count_live(h, b, bytes);
+    h->mallocs++;
+}
+
+/* Releases h's lock, taken through the hot path's slot (non-NULL) or heap_lock (NULL). */
+static inline void unlock_by(pheap *h, dmm_biased_slot *slot) {
+    if (slot != NULL) dmm_biased_lock_release_slot(slot);
+    else heap_unlock(h);
+}
+
+/* malloc past the hot block: a quick list, else best fit in the bins, else the slow path (h's lock
+ * held, taken either way: `slot` is the hot path's, or NULL; released). */
+static __attribute__((noinline)) dmm_status malloc_rest(dmm_pool *p, pheap *h, uint64_t n, size_t bytes, void **out,
+                                                        dmm_biased_slot *slot) {
+    pblock *b = h->nquick > 0 ? quick_pop(h, n) : NULL; /* none parked: no size class to compute */
+    if (b != NULL) {
+        quick_hit(h, b, bytes);
+        unlock_by(h, slot);
+        *out = (void *)b->addr;
+        return DMM_OK;
+    }
+    h->reach_known = NULL; /* the free layout may change from here on (types.h) */
     /* A miss places the block where it would go with every parked block merged: it merges them first
      * when they could make a free block it fits (types.h, QUICK) — so that parking never changes a
      * placement, nor the moves and growths that follow from placements. */
@@ -275,37 +303,47 @@ static inline dmm_status malloc_from_bins(dmm_pool *p, pheap *h, uint64_t n, siz
             h->quick_skip = POOL_QUICK_SKIP;
         }
     }
-    pblock *b = dmm__heap_bin_find(h, n);
+    b = dmm__heap_bin_find(h, n);
     if (b != NULL && take(h, b, n, bytes)) {
-        h->cached_mallocs++;
         *out = (void *)b->addr;
-        heap_unlock(h);
+        unlock_by(h, slot);
         return DMM_OK;
     }
-    heap_unlock(h);
+    unlock_by(h, slot);
     return dmm__pool_malloc_slow(p, h, n, bytes, out);
 }
 
-dmm_status dmm_pool_malloc(dmm_pool *p, size_t bytes, dmm_stream stream, void **out) {
-    /* va_bytes is a multiple of align: bytes ≤ va_bytes ⇒ its rounding neither overflows nor passes it */
-    if (__builtin_expect(p == NULL || out == NULL || bytes == 0 || bytes > p->va_bytes, 0))
-        return malloc_refused_args(p, bytes, out);
-    uint64_t n = ((uint64_t)bytes + p->align - 1) & ~(p->align - 1);
-    if (__builtin_expect(atomic_load_explicit(&p->refusing, memory_order_acquire) != NULL, 0))
-        return dmm__pool_malloc_refused(p, bytes, stream); /* cached too: pool.h */
+static inline uint64_t round_to_align(const dmm_pool *p, size_t bytes) {
+    return ((uint64_t)bytes + p->align - 1) & ~(p->align - 1);
+}
+
+/* The whole malloc, for every case the hot path leaves (arguments checked, the pool not refusing): the
+ * stream's heap found (or made), its lock taken by any path. */
+static __attribute__((noinline)) dmm_status malloc_locking(dmm_pool *p, size_t bytes, dmm_stream stream, void **out) {
+    uint64_t n = round_to_align(p, bytes);
     pheap *h = heap_for(p, stream);
     if (__builtin_expect(h == NULL, 0)) return dmm_last_status();
     heap_lock(h);
-    pblock *b = h->nquick > 0 ? quick_pop(h, n) : NULL; /* none parked: no size class to compute */
-    if (__builtin_expect(b == NULL, 0)) return malloc_from_bins(p, h, n, bytes, out);
-    /* an exact repeat: no bin, split or hash work */
-    h->quick_wasted = 0;
-    b->kind = BK_LIVE;
-    b->requested = bytes;
-    count_live(h, b, bytes);
-    h->mallocs++;
-    h->cached_mallocs++;
-    heap_unlock(h);
+    return malloc_rest(p, h, n, bytes, out, NULL);
+}
+
+dmm_status dmm_pool_malloc(dmm_pool *p, size_t bytes, dmm_stream stream, void **out) {
+    /* bytes - 1 ≥ va_bytes: 0, or more than the VA. va_bytes is a multiple of align: bytes ≤ va_bytes ⇒
+     * its rounding neither overflows nor passes it */
+    if (__builtin_expect(p == NULL || out == NULL || bytes - 1 >= p->va_bytes, 0))
+        return malloc_refused_args(p, bytes, out);
+    if (__builtin_expect(atomic_load_explicit(&p->refusing, memory_order_acquire) != NULL, 0))
+        return dmm__pool_malloc_refused(p, bytes, stream); /* cached too: pool.h */
+    if (__builtin_expect(tl_cache.pool != p || tl_cache.uid != p->uid || tl_cache.stream != stream, 0))
+        return malloc_locking(p, bytes, stream, out);
+    pheap *h = tl_cache.heap;
+    dmm_biased_slot *slot = dmm_biased_lock_try_owner(&h->lock);
+    if (__builtin_expect(slot == NULL, 0)) return malloc_locking(p, bytes, stream, out);
+    uint64_t n = round_to_align(p, bytes);
+    if (__builtin_expect(!quick_hot_fits(h, n), 0)) return malloc_rest(p, h, n, bytes, out, slot);
+    pblock *b = quick_take_hot(h); /* the exact repeat of the last free: no list, bin, split or hash work */
+    quick_hit(h, b, bytes);
+    dmm_biased_lock_release_slot(slot);
     *out = (void *)b->addr;
     return DMM_OK;
 }
@@ -326,12 +364,30 @@ __attribute__((noinline, cold)) static dmm_status free_refused(const dmm_pool *p
                          ptr);
 }
 
-/* free past the quick lists (h's lock held; released): a refusal, a block parked after the parked ones
- * merged (the bounds), one too big to park, or a free on another stream. `link`: heap_hash_link's. */
-static inline dmm_status free_rest(dmm_pool *p, pheap *h, pblock **link, const void *ptr, dmm_stream stream) {
+/* Whether LIVE block b, freed on `stream`, parks without further work: on its heap's own stream,
+ * parking on, and room to park it (quick_room). */
+static inline bool parks_at_once(const pheap *h, const pblock *b, dmm_stream stream) {
+    return stream == h->stream && h->quick_skip == 0 && quick_room(h, b);
+}
+
+/* The own-stream free of LIVE block b that parks at once (h's lock held). */
+static inline void free_park(pheap *h, pblock *b) {
+    uncount_live(h, b);
+    b->seq = ++h->free_seq;
+    h->frees++;
+    quick_park(h, b); /* the merge is deferred (types.h, QUICK) */
+}
+
+/* free past the quick lists (h's lock held, taken either way; released): a refusal, a block parked
+ * after the parked ones merged (the bounds), one too big to park, or a free on another stream.
+ * `link`: heap_hash_link's, or NULL (not looked up yet, or nothing found); `slot`: as malloc_rest's. */
+static __attribute__((noinline)) dmm_status free_rest(dmm_pool *p, pheap *h, pblock **link, const void *ptr,
+                                                      dmm_stream stream, dmm_biased_slot *slot) {
+    h->reach_known = NULL; /* the free layout may change from here on (types.h) */
+    if (link == NULL) link = heap_hash_link(h, (uintptr_t)ptr);
     pblock *b = link != NULL ? *link : NULL;
     if (b == NULL || b->kind != BK_LIVE) { /* QUICK: freed already */
-        heap_unlock(h);
+        unlock_by(h, slot);
         return free_refused(p, ptr);
     }
     uncount_live(h, b);
@@ -345,7 +401,7 @@ static inline dmm_status free_rest(dmm_pool *p, pheap *h, pblock **link, const v
             heap_hash_unlink(h, link);
             dmm__heap_make_free(h, b);
         }
-        heap_unlock(h);
+        unlock_by(h, slot);
         return DMM_OK;
     }
     heap_hash_unlink(h, link);
@@ -353,32 +409,44 @@ static inline dmm_status free_rest(dmm_pool *p, pheap *h, pblock **link, const v
         b->seq = ++h->free_seq;
         dmm__heap_make_free(h, b);
         h->frees++;
-        heap_unlock(h);
+        unlock_by(h, slot);
         dmm__pool_notice_loss(p, "freeing a block on another stream");
         return DMM_OK;
     }
     b->kind = BK_PENDING;
-    heap_unlock(h);
+    unlock_by(h, slot);
     return dmm__pool_free_cross(p, h, b, stream);
+}
+
+/* The whole free of ptr in heap h (which owns its region), for every case the hot path leaves. */
+static __attribute__((noinline)) dmm_status free_locking(dmm_pool *p, pheap *h, const void *ptr, dmm_stream stream) {
+    heap_lock(h);
+    pblock **link = heap_hash_link(h, (uintptr_t)ptr);
+    pblock *b = link != NULL ? *link : NULL;
+    if (b == NULL || b->kind != BK_LIVE || !parks_at_once(h, b, stream))
+        return free_rest(p, h, link, ptr, stream, NULL);
+    free_park(h, b);
+    heap_unlock(h);
+    return DMM_OK;
 }
 
 dmm_status dmm_pool_free(dmm_pool *p, void *ptr, dmm_stream stream) {
     if (__builtin_expect(p == NULL || ptr == NULL, 0)) return free_refused(p, ptr);
     pheap *h = heap_of_addr(p, (uintptr_t)ptr);
     if (__builtin_expect(h == NULL, 0)) return free_refused(p, ptr);
-    heap_lock(h);
-    pblock **link = heap_hash_link(h, (uintptr_t)ptr);
-    pblock *b = link != NULL ? *link : NULL;
-    /* LIVE (a QUICK block was freed already), on its own stream, parking on, and room to park it */
-    if (__builtin_expect(b == NULL || b->kind != BK_LIVE || stream != h->stream || h->quick_skip > 0 ||
-                             !quick_room(h, b),
-                         0))
-        return free_rest(p, h, link, ptr, stream);
-    uncount_live(h, b);
-    b->seq = ++h->free_seq;
-    h->frees++;
-    quick_park(h, b); /* the merge is deferred (types.h, QUICK) */
-    heap_unlock(h);
+    dmm_biased_slot *slot = dmm_biased_lock_try_owner(&h->lock);
+    if (__builtin_expect(slot == NULL, 0)) return free_locking(p, h, ptr, stream);
+    /* the hot block, taken back by the last malloc, is the repeat's; else the hash says */
+    pblock *b = h->hot, **link = NULL;
+    if (__builtin_expect(b == NULL || b->addr != (uintptr_t)ptr || b->kind != BK_LIVE, 0)) {
+        link = heap_hash_link(h, (uintptr_t)ptr);
+        b = link != NULL ? *link : NULL;
+    }
+    /* LIVE (a QUICK block was freed already), and it parks at once */
+    if (__builtin_expect(b == NULL || b->kind != BK_LIVE || !parks_at_once(h, b, stream), 0))
+        return free_rest(p, h, link, ptr, stream, slot);
+    free_park(h, b);
+    dmm_biased_lock_release_slot(slot);
     return DMM_OK;
 }
 

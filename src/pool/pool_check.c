@@ -146,11 +146,16 @@ const char *dmm__heap_check_locked(const pheap *h) {
         if (bit != (h->quick[c] != NULL)) BAD("quick list %u's bitmap bit disagrees with its list", c);
         for (const pblock *b = h->quick[c]; b != NULL; b = b->qnext) {
             inquick++;
+            if (b == h->hot) BAD("the hot block at %#llx is on quick list %u too", (unsigned long long)b->addr, c);
             inquick_bytes += b->size;
             if (b->kind != BK_QUICK || b->bin != c)
                 BAD("quick list %u holds a block that is not quick in that list", c);
             if (inquick > nquick) BAD("the quick lists hold more blocks than the runs (a cycle, or one twice)");
         }
+    }
+    if (h->hot != NULL && h->hot->kind == BK_QUICK) { /* parked, on no list */
+        inquick++;
+        inquick_bytes += h->hot->size;
     }
     if (inquick != nquick || inquick != h->nquick || inquick_bytes != quick_bytes ||
         inquick_bytes != h->quick_bytes)

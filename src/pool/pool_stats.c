@@ -30,7 +30,7 @@ static void gather(dmm_pool *p, dmm_pool_stats *s) {
     for (pheap *h = heaps_head(p); h != NULL; h = heap_next(h)) {
         heap_lock(h);
         s->allocations.current += (int64_t)h->live_blocks;
-        s->allocations.total += (int64_t)h->live_blocks_total;
+        s->allocations.total += (int64_t)h->mallocs; /* every malloc made one live block */
         if (h->live_peak_blocks > maxblocks) maxblocks = h->live_peak_blocks;
         sumlive += load_relaxed(&h->live_bytes);
         s->allocated_bytes.total += (int64_t)h->live_total;
@@ -40,7 +40,7 @@ static void gather(dmm_pool *p, dmm_pool_stats *s) {
         if (h->requested_peak > maxreq) maxreq = h->requested_peak;
         s->mallocs += h->mallocs;
         s->frees += h->frees;
-        s->cached_mallocs += h->cached_mallocs;
+        s->cached_mallocs += h->mallocs - h->grown_mallocs;
         s->cross_stream_frees += h->cross_frees;
         heap_unlock(h);
     }

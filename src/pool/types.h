@@ -35,9 +35,11 @@
  *   QUICK         freed on the heap's own stream and parked, unmerged, for an exact repeat: a malloc
  *                 of exactly its size takes it back with no bin, split or hash work (deferred
  *                 coalescing); mapped; still in the hash (so a second free of it is refused) and on
- *                 quick[bin_of(size)]; free in every stat (counted out of the live ones at its free);
- *                 its seq is its free's free_seq. Made FREE (dmm__heap_quick_flush, seq kept) before
- *                 anything reads or changes the free layout: malloc's slow path, carving sources
+ *                 quick[bin_of(size)], or, the last one parked, the heap's `hot` block instead (ahead
+ *                 of its list: the next park moves it to its list's head); free in every stat
+ *                 (counted out of the live ones at its free); its seq is its free's free_seq. Made
+ *                 FREE (dmm__heap_quick_flush, seq kept) before anything reads or changes the free
+ *                 layout: malloc's slow path, carving sources
  *                 (moves, trim, empty_cache), dmm_pool_check, destroy; a malloc that misses the quick
  *                 lists whenever it asks for at most quick_reach bytes (a merge of the parked blocks
  *                 could make a block it fits, or change the one it would take: merged first, a miss is
@@ -49,7 +51,8 @@
  * Invariants (pool_check.c, under the heap's lock):
  *   the blocks of a run tile [run.lo, run.hi) in address order; no two FREE blocks and no two
  *   UNMAPPED blocks are adjacent (coalesced); a FREE block is in bin bin_of(size), an UNMAPPED one
- *   in the unmapped list, a LIVE one in the hash; a QUICK one in the hash and in quick[bin_of(size)];
+ *   in the unmapped list, a LIVE one in the hash; a QUICK one in the hash and either in quick[bin_of(size)]
+ *   or heap.hot (never both);
  *   sizes and addresses are multiples of `align`;
  *   every quantum a LIVE, QUICK, PENDING, FREE, DECOMMITTING, ALIASED or (still mapped) POISONED block touches
  *   lies in a chunk, no chunk reaches into an UNMAPPED block, heap.committed = Σ bytes of those chunks
@@ -170,12 +173,22 @@ typedef struct pheap {
     pblock **hash; /* LIVE and QUICK blocks by address (chained through lnext) */
     size_t hmask, hcount;
 
+    /* the last parked block, on no quick list while QUICK (its class's last: quick[bin]'s head in all
+     * but storage, so that a repeat's malloc and free touch no list); once taken back a hint for its
+     * free (a LIVE block of this heap at that address is the one the hash would find); any other
+     * kind: stale, meaning nothing. Only a park sets it */
+    pblock *hot;
     /* QUICK blocks, per size class (LIFO through qnext): exact repeats skip bins, splits and the hash */
     pblock *quick[POOL_NBINS];
     uint64_t quickmap[POOL_BINWORDS];
     size_t nquick;
     uint64_t quick_bytes;
     uint64_t quick_reach; /* ≥ the largest free block a merge of the QUICK blocks would make */
+    /* the one block whose free run quick_reach is known to cover, or NULL: the last block parked
+     * (its park walked its neighbours), as long as nothing but the hot path's pops and parks ran
+     * since (heap_lock, heap_trylock, the hot path's fall-backs and the flush clear it): its re-park
+     * skips the walk */
+    const pblock *reach_known;
     uint32_t quick_wasted; /* parked blocks merged by misses since the last quick hit */
     uint32_t quick_skip;   /* frees still to merge at once (no parking): the stream does not repeat */
 
@@ -191,12 +204,13 @@ typedef struct pheap {
     dmm_event fence;
 
     /* counts under the lock; live_bytes/live_peak are mirrored atomically for other threads' policy */
-    uint64_t live_blocks, live_peak_blocks, live_blocks_total;
+    uint64_t live_blocks, live_peak_blocks; /* the total of live blocks is `mallocs` */
     uint64_t requested_bytes, requested_peak, requested_total;
     uint64_t live_total;
     _Atomic uint64_t live_bytes, live_peak;
     uint64_t committed; /* C × mapped chunks of this heap */
-    uint64_t mallocs, frees, cached_mallocs, cross_frees;
+    uint64_t mallocs, frees, cross_frees;
+    uint64_t grown_mallocs; /* mallocs that a growth served (the cached ones: mallocs - grown_mallocs) */
 
     pcand *scratch; /* slow-path candidate list */
     size_t capscratch;
@@ -248,10 +262,20 @@ struct dmm_pool {
         events_recorded, events_pending, chunks_poisoned, pending_now, pending_peak, pending_total;
 };
 
-/* The heap's lock (biased: the stream's usual thread takes it without a locked instruction). */
-static inline void heap_lock(pheap *h) { dmm_biased_lock_acquire(&h->lock); }
+/* The heap's lock (biased: the stream's usual thread takes it without a locked instruction). Every
+ * holder but the hot path's quick pops and parks may change the free layout: heap_lock and
+ * heap_trylock forget reach_known (the hot path takes the lock through its slot, pool.c, and
+ * forgets it in its fall-backs). */
+static inline void heap_lock(pheap *h) {
+    dmm_biased_lock_acquire(&h->lock);
+    h->reach_known = NULL;
+}
 static inline void heap_unlock(pheap *h) { dmm_biased_lock_release(&h->lock); }
-static inline bool heap_trylock(pheap *h) { return dmm_biased_lock_try(&h->lock); }
+static inline bool heap_trylock(pheap *h) {
+    if (!dmm_biased_lock_try(&h->lock)) return false;
+    h->reach_known = NULL;
+    return true;
+}
 
 /* ---- heap.c ---- */
 static inline uint32_t pool_bin_of(uint64_t units) {

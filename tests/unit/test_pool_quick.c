@@ -4,11 +4,13 @@
  *
  * What is proven: an exact repeat gets the parked block back, with no driver call, and merges nothing;
  * a miss is placed where it would be with the parked blocks merged (also when a neighbour of a parked
- * block turns free later); a parked block is refused like any freed one (a second free on its stream or another, its size), changing nothing;
- * the stats count a parked block as free, exactly, without merging anything to read them; a growth
+ * block turns free later, and when one turns free while the block is taken back by repeats); a parked
+ * block is refused like any freed one (a second free on its stream or another, its size), changing
+ * nothing; the stats count a parked block as free, exactly, without merging anything to read them; a growth
  * plans over the parked blocks merged (the window starts where the merged free block does); trim and
  * empty_cache decommit parked chunks (merged first, behind the same fence); dmm_pool_check checks
- * the quick lists, then merges them; a broken quick count is caught; a block freed on another stream
+ * the quick lists, then merges them; a broken quick count is caught; the last parked block (the hot
+ * one, on no list) is still its class's last in every respect; a block freed on another stream
  * is never parked and never handed out before its event, while the stream's own parked block is; the
  * bounds hold (64 blocks, 64 MiB, nothing above 8 MiB parked); a stream whose parked blocks keep
  * merging unused stops parking for a while, then parks again. Every test ends with the check and
@@ -40,6 +42,14 @@ static pheap *heap_of(fx *f, dmm_stream stream) {
         if (h->stream == stream) return h;
     fail_msg("no heap for stream %p", stream);
     return NULL;
+}
+
+/* dmm__heap_check_locked on h (the pool's check would merge the parked blocks after checking). */
+static void check_heap(pheap *h) {
+    heap_lock(h);
+    const char *why = dmm__heap_check_locked(h);
+    heap_unlock(h);
+    if (why != NULL) fail_msg("heap check: %s", why);
 }
 
 static uint8_t kind_at(pheap *h, const void *p) {
@@ -108,6 +118,71 @@ static void a_miss_is_placed_as_if_the_parked_blocks_were_merged(void **state) {
     DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
     xfree(f, b[0], NULL);
     xfree(f, b[2], NULL);
+    fx_close(f);
+}
+
+/* The hot path's re-park of the block it parked last skips the walk of its neighbours (types.h,
+ * reach_known) only while nothing else ran: a neighbour that turned free between the repeat's malloc
+ * and free (a free past the hot path) makes the re-park count the larger run. */
+static void a_repeat_recounts_its_reach_after_a_neighbour_turns_free(void **state) {
+    (void)state;
+    fx *f = fx_open(4 * C);
+    char *a = xmalloc(f, 64 * KIB, NULL);
+    char *big = xmalloc(f, POOL_QUICK_MAX_BLOCK + 512, NULL); /* too big to park: merged at its free */
+    pheap *h = heap_of(f, NULL);
+    for (int i = 0; i < 3; i++) { /* repeats: parked, taken back, parked again */
+        xfree(f, a, NULL);
+        assert_ptr_equal(xmalloc(f, 64 * KIB, NULL), a);
+    }
+    xfree(f, big, NULL); /* a's neighbour is free now (a is live: nothing parked to note it) */
+    xfree(f, a, NULL);   /* parked: its free run reaches over big's place */
+    assert_int_equal(kind_at(h, a), BK_QUICK);
+    assert_true(h->quick_reach >= 64 * KIB + POOL_QUICK_MAX_BLOCK + 512);
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    /* a miss that only the merged run fits goes where the bins would place it with a merged */
+    char *x = xmalloc(f, POOL_QUICK_MAX_BLOCK + 64 * KIB, NULL);
+    assert_ptr_equal(x, a);
+    xfree(f, x, NULL);
+    fx_close(f);
+}
+
+/* The last parked block waits ahead of the quick lists (types.h, hot) and is still its class's last:
+ * repeats take the blocks of a class last parked first, a block of another class parked after it
+ * moves it to its list, a parked hot block is refused like any freed one, and a repeat whose class's
+ * last parked block has another size misses (and merges) as it would with the lists alone. */
+static void the_last_parked_block_is_still_its_class_last(void **state) {
+    (void)state;
+    fx *f = fx_open(4 * C);
+    char *keep = xmalloc(f, 4096, NULL); /* something live below, so that nothing here starts a run */
+    char *a = xmalloc(f, 64 * KIB, NULL), *b = xmalloc(f, 64 * KIB, NULL), *c = xmalloc(f, 8 * KIB, NULL);
+    pheap *h = heap_of(f, NULL);
+    xfree(f, a, NULL);
+    xfree(f, b, NULL); /* b hot, a on its list */
+    assert_ptr_equal(h->hot, dmm__heap_hash_find(h, (uintptr_t)b));
+    check_heap(h);
+    assert_ptr_equal(xmalloc(f, 64 * KIB, NULL), b);
+    assert_ptr_equal(xmalloc(f, 64 * KIB, NULL), a);
+    xfree(f, a, NULL);
+    xfree(f, c, NULL); /* c hot, a still on its list */
+    assert_int_equal(dmm_pool_free(f->pool, c, NULL), DMM_ERR_UNKNOWN_ALLOCATION); /* the hot block, freed twice */
+    assert_int_equal(h->nquick, 2);
+    check_heap(h);
+    assert_ptr_equal(xmalloc(f, 64 * KIB, NULL), a);
+    assert_ptr_equal(xmalloc(f, 8 * KIB, NULL), c);
+    assert_int_equal(h->nquick, 0);
+    /* 64 KiB and 64.5 KiB share a size class: the class's last parked block (hot) has the other size */
+    char *d = xmalloc(f, 64 * KIB + 512, NULL);
+    xfree(f, a, NULL);
+    xfree(f, d, NULL);
+    assert_int_equal(h->nquick, 2);
+    char *x = xmalloc(f, 64 * KIB, NULL); /* a miss: every parked block merges first */
+    assert_int_equal(h->nquick, 0);
+    assert_int_equal(kind_at(h, x), BK_LIVE);
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    xfree(f, x, NULL);
+    xfree(f, b, NULL);
+    xfree(f, c, NULL);
+    xfree(f, keep, NULL);
     fx_close(f);
 }
 
@@ -378,6 +453,8 @@ int main(void) {
         cmocka_unit_test(an_exact_repeat_takes_the_parked_block_back_without_a_driver_call),
         cmocka_unit_test(a_parked_block_is_refused_like_any_freed_one),
         cmocka_unit_test(a_miss_is_placed_as_if_the_parked_blocks_were_merged),
+        cmocka_unit_test(a_repeat_recounts_its_reach_after_a_neighbour_turns_free),
+        cmocka_unit_test(the_last_parked_block_is_still_its_class_last),
         cmocka_unit_test(stats_count_a_parked_block_as_free_exactly),
         cmocka_unit_test(a_growth_plans_over_the_parked_blocks_merged),
         cmocka_unit_test(trim_and_empty_cache_decommit_parked_chunks),
