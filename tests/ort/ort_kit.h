@@ -49,6 +49,17 @@ static inline dmm_ort_runtime *kit_ort_open_or_skip(const char *test) {
         }                                                                                                      \
     } while (0)
 
+/* A failed call's status `st` (released here): ONNX Runtime's sentence into err, or, where err is NULL,
+ * the test fails naming `what`. */
+static inline void kit_ort_error(dmm_ort_runtime *rt, struct OrtStatus *st, const char *what, char *err, size_t cap) {
+    const char *m = rt->GetErrorMessage(st);
+    char copy[1024];
+    snprintf(copy, sizeof copy, "%s", m != NULL ? m : "?");
+    rt->ReleaseStatus(st);
+    if (err == NULL) fail_msg("%s failed: %s", what, copy);
+    snprintf(err, cap, "%s", copy);
+}
+
 static inline struct OrtEnv *kit_env(dmm_ort_runtime *rt) {
     struct OrtEnv *env = NULL;
     ORT_OK(rt, rt->CreateEnv(DMM_ORT_LOG_ERROR, "dmm-test", &env));
@@ -95,15 +106,7 @@ static inline struct OrtSession *kit_session(dmm_ort_runtime *rt, struct OrtEnv 
     rt->ReleaseSessionOptions(so);
     free(model);
     if (st != NULL) {
-        const char *m = rt->GetErrorMessage(st);
-        if (err == NULL) {
-            char copy[1024];
-            snprintf(copy, sizeof copy, "%s", m != NULL ? m : "?");
-            rt->ReleaseStatus(st);
-            fail_msg("CreateSessionFromArray failed: %s", copy);
-        }
-        snprintf(err, cap, "%s", m != NULL ? m : "?");
-        rt->ReleaseStatus(st);
+        kit_ort_error(rt, st, "CreateSessionFromArray", err, cap);
         return NULL;
     }
     return s;
@@ -130,15 +133,7 @@ static inline int kit_run(dmm_ort_runtime *rt, struct OrtSession *s, const dmm_o
     struct OrtStatus *st = rt->Run(s, NULL, in_names, ins, 1, out_names, 1, &out);
     int rc = 0;
     if (st != NULL) {
-        const char *m = rt->GetErrorMessage(st);
-        if (err == NULL) {
-            char copy[1024];
-            snprintf(copy, sizeof copy, "%s", m != NULL ? m : "?");
-            rt->ReleaseStatus(st);
-            fail_msg("Run failed: %s", copy);
-        }
-        snprintf(err, cap, "%s", m != NULL ? m : "?");
-        rt->ReleaseStatus(st);
+        kit_ort_error(rt, st, "Run", err, cap);
         rc = -1;
     } else {
         struct OrtTensorTypeAndShapeInfo *ti = NULL;
