@@ -600,7 +600,7 @@ dmm_status dmm_pool_warm(dmm_pool *p, dmm_stream stream, uint64_t target_bytes, 
     if (h == NULL) return dmm_last_status();
     uint64_t before = committed_once(p);
     dmm_status s = DMM_OK;
-    /* a growth's window may take in free memory already mapped: grow again for what is still missing */
+    /* each growth commits unmapped VA only; another thread may trim meanwhile: grow for what is still missing */
     for (int round = 0; round < 4 && s == DMM_OK; round++) {
         uint64_t now = committed_once(p);
         if (now >= target) break;
