@@ -25,7 +25,7 @@ import os
 import threading
 import weakref
 
-from . import _lib
+from . import _files, _lib
 from ._lib import DmmError
 
 __all__ = [
@@ -250,16 +250,14 @@ def dump_snapshot(path, device=None):
         raise DmmError("dmm.torch.dump_snapshot: the folder '%s' does not exist; create it or choose another "
                        "file" % folder)
     data = pickle.dumps(torch_snapshot(device), protocol=4)
-    tmp = "%s.tmp-%d" % (p, os.getpid())
-    try:
+
+    def write(tmp):
         with open(tmp, "wb") as f:
             f.write(data)
-        os.replace(tmp, p)
+
+    try:
+        _files.write_whole(p, write)
     except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         raise DmmError("dmm.torch.dump_snapshot: writing '%s' failed: %s" % (p, e.strerror or e)) from None
     return p
 

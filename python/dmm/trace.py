@@ -23,6 +23,8 @@ import os
 import pickle
 import sys
 
+from . import _files
+
 __all__ = ["TraceError", "load_torch_snapshot", "from_torch_snapshot", "write_trace", "main"]
 
 _MAX_STREAMS = 64  # distinct stream ids a trace may carry (the reader's limit, tools/trace.h)
@@ -87,8 +89,7 @@ def write_trace(out_path, lines, header):
     for k, v in header:
         if "\n" in str(k) or "\n" in str(v) or ":" in str(k):
             raise TraceError("trace '%s': header %r: %r is not one line of 'key: value'" % (out, k, v))
-    tmp = "%s.tmp-%d" % (out, os.getpid())
-    try:
+    def write(tmp):
         with gzip.open(tmp, "wt", encoding="ascii", newline="\n") as f:
             f.write("# dmm-trace v1\n")
             for k, v in header:
@@ -96,12 +97,10 @@ def write_trace(out_path, lines, header):
             for ln in lines:
                 f.write(ln)
                 f.write("\n")
-        os.replace(tmp, out)
+
+    try:
+        _files.write_whole(out, write)
     except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         raise TraceError("trace '%s': writing it failed: %s" % (out, e.strerror or e)) from None
     return out
 
