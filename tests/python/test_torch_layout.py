@@ -25,21 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"
 
 import dmm.snapshot as ds  # noqa: E402
 
-failures = []
-
-
-def check(ok, what):
-    print(("PASS " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        failures.append(what)
-
-
-def raises(fn, *fragments):
-    try:
-        fn()
-    except ds.SnapshotError as e:
-        return all(f in str(e) for f in fragments), str(e)
-    return False, "(no SnapshotError)"
+from _checks import check, failures, raises  # noqa: E402
 
 
 def segsum_totals(layout):
@@ -157,38 +143,38 @@ def main():
     check(streams == {0}, "pool segments are stream 0: shared by every stream's heap (%s)" % streams)
 
     # ---- malformed
-    ok, msg = raises(lambda: ds.to_torch({k: v for k, v in snap.items() if k != "pool_segments"}),
+    ok, msg = raises(ds.SnapshotError, lambda: ds.to_torch({k: v for k, v in snap.items() if k != "pool_segments"}),
                      "pool_segments", "dmm.torch.snapshot()")
     check(ok, "a dict without the pool's segments (the stats) (%s)" % msg)
     bad = copy.deepcopy(snap)
     b0 = bad["pool_blocks"][0]
     bad["pool_blocks"].append([b0[0] + 512, b0[1], b0[2], b0[3]])
-    ok, msg = raises(lambda: ds.to_torch(bad), "overlaps")
+    ok, msg = raises(ds.SnapshotError, lambda: ds.to_torch(bad), "overlaps")
     check(ok, "a block overlapping another (%s)" % msg)
     bad = copy.deepcopy(snap)
     bad["pool_blocks"].append([1 << 62, 512, 512, 0])
-    ok, msg = raises(lambda: ds.to_torch(bad), "no committed run")
+    ok, msg = raises(ds.SnapshotError, lambda: ds.to_torch(bad), "no committed run")
     check(ok, "a block outside every committed run (%s)" % msg)
     bad = copy.deepcopy(snap)
     bad["block_tracking"] = False
-    ok, msg = raises(lambda: ds.to_torch(bad), "not tracked", "track_blocks=True")
+    ok, msg = raises(ds.SnapshotError, lambda: ds.to_torch(bad), "not tracked", "track_blocks=True")
     check(ok, "a snapshot without block tracking says how to turn it on (%s)" % msg)
     bad = copy.deepcopy(snap)
     bad["pool_blocks_untracked"] = 3
-    ok, msg = raises(lambda: ds.to_torch(bad), "3 live pool block(s) untracked", "before the first allocation")
+    ok, msg = raises(ds.SnapshotError, lambda: ds.to_torch(bad), "3 live pool block(s) untracked", "before the first allocation")
     check(ok, "untracked blocks are refused with the reason (%s)" % msg)
     bad = copy.deepcopy(snap)
     bad["pool_map_exact"] = False
-    ok, msg = raises(lambda: ds.to_torch(bad), "not exact", "strict=False")
+    ok, msg = raises(ds.SnapshotError, lambda: ds.to_torch(bad), "not exact", "strict=False")
     check(ok, "an inexact map is refused (%s)" % msg)
     check(len(ds.to_torch(bad, strict=False)["segments"]) == len(segs), "strict=False lays out what is known")
     bad = copy.deepcopy(snap)
     bad["history"]["events"][0] = [7, 0, 0, 0, 0]
-    ok, msg = raises(lambda: ds.to_torch(bad), "history.events[0]")
+    ok, msg = raises(ds.SnapshotError, lambda: ds.to_torch(bad), "history.events[0]")
     check(ok, "a history event of an unknown action (%s)" % msg)
     bad = copy.deepcopy(snap)
     bad["pool_blocks"][0] = [1, 2]
-    ok, msg = raises(lambda: ds.to_torch(bad), "pool_blocks[0]")
+    ok, msg = raises(ds.SnapshotError, lambda: ds.to_torch(bad), "pool_blocks[0]")
     check(ok, "a block that is not [address, bytes, requested, stream] (%s)" % msg)
     print("%d check(s) failed" % len(failures) if failures else "all checks passed")
     return 1 if failures else 0

@@ -25,24 +25,8 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 
 import dmm.trace as dt  # noqa: E402
 
-failures = []
+from _checks import check, failures, raises  # noqa: E402
 MIB = 1 << 20
-
-
-def check(ok, what):
-    print(("PASS " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        failures.append(what)
-
-
-def raises(fn, *fragments):
-    try:
-        fn()
-    except dt.TraceError as e:
-        msg = str(e)
-        missing = [f for f in fragments if f not in msg]
-        return not missing, msg
-    return False, "(no TraceError)"
 
 
 def ev(action, addr, size, t, stream=0):
@@ -158,38 +142,38 @@ def main():
     evil = os.path.join(tmp, "evil.pickle")
     with open(evil, "wb") as f:
         pickle.dump({"device_traces": [[Evil()]]}, f)
-    ok, msg = raises(lambda: dt.from_torch_snapshot(evil, keep), evil, "refused", "system", "plain data")
+    ok, msg = raises(dt.TraceError, lambda: dt.from_torch_snapshot(evil, keep), evil, "refused", "system", "plain data")
     check(ok and not os.path.exists(os.path.join(tmp, "PWNED")),
           "a pickle naming a function is refused and runs nothing (%s)" % msg)
     text = os.path.join(tmp, "text.pickle")
     with open(text, "w") as f:
         f.write("this is not a pickle\n")
-    ok, msg = raises(lambda: dt.from_torch_snapshot(text, keep), text, "not a readable pickle")
+    ok, msg = raises(dt.TraceError, lambda: dt.from_torch_snapshot(text, keep), text, "not a readable pickle")
     check(ok, "a file that is no pickle (%s)" % msg)
     missing = os.path.join(tmp, "no-such.pickle")
-    ok, msg = raises(lambda: dt.from_torch_snapshot(missing, keep), missing, "cannot read")
+    ok, msg = raises(dt.TraceError, lambda: dt.from_torch_snapshot(missing, keep), missing, "cannot read")
     check(ok, "a missing file (%s)" % msg)
-    ok, msg = raises(lambda: dt.from_torch_snapshot({"segments": []}, keep), "no 'device_traces'",
+    ok, msg = raises(dt.TraceError, lambda: dt.from_torch_snapshot({"segments": []}, keep), "no 'device_traces'",
                      "_record_memory_history")
     check(ok, "a snapshot without device_traces (%s)" % msg)
     bad = snapshot()
     del bad["device_traces"][0][1]["size"]
-    ok, msg = raises(lambda: dt.from_torch_snapshot(bad, keep), "device_traces[0][1]", "'size'", "alloc")
+    ok, msg = raises(dt.TraceError, lambda: dt.from_torch_snapshot(bad, keep), "device_traces[0][1]", "'size'", "alloc")
     check(ok, "an entry without a size names its index (%s)" % msg)
     bad = snapshot()
     bad["device_traces"][0][2]["time_us"] = "soon"
-    ok, msg = raises(lambda: dt.from_torch_snapshot(bad, keep), "device_traces[0][2]", "time_us")
+    ok, msg = raises(dt.TraceError, lambda: dt.from_torch_snapshot(bad, keep), "device_traces[0][2]", "time_us")
     check(ok, "a time that is no number (%s)" % msg)
     two = snapshot()
     two["device_traces"][1] = [ev("alloc", B, 512, 1)]
-    ok, msg = raises(lambda: dt.from_torch_snapshot(two, keep), "devices 0, 1", "--device")
+    ok, msg = raises(dt.TraceError, lambda: dt.from_torch_snapshot(two, keep), "devices 0, 1", "--device")
     check(ok, "two busy devices and no choice (%s)" % msg)
-    ok, msg = raises(lambda: dt.from_torch_snapshot(snapshot(), keep, device=5), "no device 5")
+    ok, msg = raises(dt.TraceError, lambda: dt.from_torch_snapshot(snapshot(), keep, device=5), "no device 5")
     check(ok, "a device that does not exist (%s)" % msg)
     empty = {"device_traces": [[ev("segment_alloc", A, 2 * MIB, 1)]]}
-    ok, msg = raises(lambda: dt.from_torch_snapshot(empty, keep), "no 'alloc' events")
+    ok, msg = raises(dt.TraceError, lambda: dt.from_torch_snapshot(empty, keep), "no 'alloc' events")
     check(ok, "a trace without allocations (%s)" % msg)
-    ok, msg = raises(lambda: dt.from_torch_snapshot(snapshot(), os.path.join(tmp, "nope", "x.trace.gz")),
+    ok, msg = raises(dt.TraceError, lambda: dt.from_torch_snapshot(snapshot(), os.path.join(tmp, "nope", "x.trace.gz")),
                      "does not exist")
     check(ok, "an output folder that does not exist (%s)" % msg)
     with open(keep, "rb") as f:
