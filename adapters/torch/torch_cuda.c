@@ -293,9 +293,23 @@ int dmm_torch_snapshot_json(int device, char *buf, size_t cap, size_t *needed) {
     return record(dmm__torch_snapshot_json(c, buf, cap, needed));
 }
 
+int dmm_torch_devices(uint64_t *mask) {
+    if (mask == NULL) return record(dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_torch_devices: mask is NULL"));
+    uint64_t m = 0;
+    for (int i = 0; i < MAX_DEVICES; i++)
+        if (atomic_load_explicit(&g_ctx[i], memory_order_acquire) != NULL) m |= (uint64_t)1 << i;
+    *mask = m;
+    return DMM_OK;
+}
+
 int dmm_torch_reset_peaks(int device) {
     WITH_CTX(device);
     return record(dmm__torch_reset_peaks(c));
+}
+
+int dmm_torch_reset_accumulated(int device) {
+    WITH_CTX(device);
+    return record(dmm__torch_reset_accumulated(c));
 }
 
 int dmm_torch_empty_cache(int device, uint64_t *released) {

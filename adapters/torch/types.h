@@ -251,6 +251,15 @@ typedef struct tcount {
     _Atomic uint64_t cur, peak, total;
 } tcount;
 
+/* The counts of one of torch's size classes (its stats' large_pool / small_pool): blocks whose rounded
+ * size is above 1 MiB are large, the others small, as in torch's caching allocator. */
+#define TORCH_SMALL_BYTES ((uint64_t)1 << 20)
+enum { TORCH_CLASS_LARGE = 0, TORCH_CLASS_SMALL = 1 };
+typedef struct torch_class {
+    tcount alloc_bytes, req_bytes, blocks;
+    _Atomic uint64_t freed_bytes, req_freed, frees;
+} torch_class;
+
 struct tctx {
     dmm_driver *drv;         /* not owned; its latch says whether the device is lost */
     dmm_torch_ext ext;
@@ -275,9 +284,11 @@ struct tctx {
 
     /* counted by the hook: what the arena has mapped (= committed) and owns, with resettable peaks */
     tcount mapped, owned;
-    /* counted by malloc/free across pool, tags and graphs: rounded bytes, requested bytes, blocks */
+    /* counted by malloc/free across pool, tags and graphs: rounded bytes, requested bytes, blocks; and the
+     * same by torch's size classes, by_class[TORCH_CLASS_LARGE / _SMALL] (rounded size > / ≤ 1 MiB) */
     tcount alloc_bytes, req_bytes, blocks;
-    _Atomic uint64_t freed_bytes, frees, ooms, retries, capture_mallocs, capture_refusals, tag_mallocs;
+    torch_class by_class[2];
+    _Atomic uint64_t freed_bytes, req_freed, frees, ooms, retries, capture_mallocs, capture_refusals, tag_mallocs;
     _Atomic uint64_t queued; /* our jobs in the deferred queue */
 
     pthread_mutex_t lock;    /* tags, graphs, polls of the queue */
