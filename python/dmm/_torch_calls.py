@@ -16,8 +16,8 @@ engines, torch.cuda.memory_summary) keeps working unchanged:
     _cuda_getMemoryFraction(device)      get_per_process_memory_fraction       the last fraction set (1.0)
     _cuda_record_memory_history(...)     memory._record_memory_history         dmm.torch.history(max_entries)
     _cuda_record_memory_history_legacy   the same, with enabled=True/False
-    _cuda_memorySnapshot(...)            memory._snapshot, _dump_snapshot,     dmm.torch.torch_snapshot()
-                                         memory_snapshot
+    _cuda_memorySnapshot(...)            memory._snapshot, _dump_snapshot,     dmm.torch.torch_snapshot(),
+                                         memory_snapshot                       blocks from before tracking as free
 and torch.cuda.mem_get_info, which asks the driver: under a dmm limit, `free` is at most what the
 limit leaves (limit - dmm's physical bytes).
 
@@ -165,7 +165,11 @@ def install():
         dt.history(history_entries(bool(enabled), trace_alloc_max_entries), torch.cuda.current_device())
 
     def memory_snapshot(*_, **__):
-        return dt.torch_snapshot(torch.cuda.current_device())
+        # torch's allocator knows every block; dmm knows those allocated since tracking began (history(),
+        # or enable(track_blocks=True)): the others show as free space in their segments
+        from . import snapshot as layout
+
+        return layout.to_torch(dt.snapshot(torch.cuda.current_device()), strict=False)
 
     real_mem_get_info = torch.cuda.memory.mem_get_info
 
