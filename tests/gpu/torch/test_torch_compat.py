@@ -140,6 +140,8 @@ else:
     check([s["allocations"] for s in nat["steps"]] == [s["allocations"] for s in dm["steps"]] and
           [s["small_allocations"] for s in nat["steps"]] == [s["small_allocations"] for s in dm["steps"]],
           "allocation.all / .small_pool current equal native's at every step")
+    print("  allocated_bytes.all.current equal to native's at every step: %s" %
+          all(a["allocated"] == b["allocated"] for a, b in zip(nat["steps"], dm["steps"])))
     check(all(b["allocated"] <= a["allocated"] for a, b in zip(nat["steps"], dm["steps"])),
           "allocated_bytes under dmm (exact 512-rounded sizes) <= native's (which adds unsplit remainders)")
     check(all(s["summary_lines"] > 20 for s in dm["steps"]), "memory_summary() prints its table under dmm")
