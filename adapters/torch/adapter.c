@@ -42,6 +42,7 @@
 #include "jobs.h"
 #include "poolview.h"
 #include "record.h"
+#include "stream_uses.h"
 
 #define MIB ((uint64_t)1 << 20)
 #define GIB ((uint64_t)1 << 30)
@@ -441,8 +442,10 @@ dmm_status dmm__torch_malloc(tctx *c, size_t bytes, dmm_stream stream, void **ou
     return s;
 }
 
-dmm_status dmm__torch_free(tctx *c, void *ptr, size_t bytes, dmm_stream stream) {
-    if (ptr == NULL) return DMM_OK;
+/* A block torch recorded on other streams (record_stream) is freed on the first of them, after it was
+ * made to wait for the others (stream_uses.c): the pool then holds it back behind an event there. A
+ * tag block orders its own stream too. */
+static dmm_status free_routed(tctx *c, void *ptr, size_t bytes, dmm_stream stream, dmm_stream own, bool uses) {
     /* the trace and the table of pool blocks let go of the block before the pool does: once the pool
      * has it, another thread may get the same address and record it first */
     bool recorded = dmm__torch_recording(c) && dmm__torch_record_free(c, ptr);
@@ -460,6 +463,7 @@ dmm_status dmm__torch_free(tctx *c, void *ptr, size_t bytes, dmm_stream stream) 
         if (recorded) dmm__torch_record_alloc(c, ptr, b.len, b.stream); /* in the trace: under a new id */
     }
     if (s != DMM_ERR_UNKNOWN_ALLOCATION) return s;
+    if (uses) dmm__torch_stream_wait(c, stream, own);
     uint64_t len = 0, req = 0;
     pthread_mutex_lock(&c->lock);
     s = dmm__torch_tag_free_locked(c, ptr, stream, &len, &req);
@@ -473,6 +477,18 @@ dmm_status dmm__torch_free(tctx *c, void *ptr, size_t bytes, dmm_stream stream) 
                          "dmm torch: free of %p (%zu bytes) on device %d: not a live allocation of this adapter "
                          "(pool, tag or graph segment); nothing changed",
                          ptr, bytes, (int)c->dev.index);
+}
+
+dmm_status dmm__torch_free(tctx *c, void *ptr, size_t bytes, dmm_stream stream) {
+    if (ptr == NULL) return DMM_OK;
+    dmm_stream *uses = NULL;
+    size_t nuses = 0;
+    if (!dmm__torch_uses_any() || !dmm__torch_uses_take(ptr, stream, &uses, &nuses))
+        return free_routed(c, ptr, bytes, stream, stream, false);
+    for (size_t i = 1; i < nuses; i++) dmm__torch_stream_wait(c, uses[0], uses[i]);
+    dmm_status s = free_routed(c, ptr, bytes, uses[0], stream, true);
+    free(uses);
+    return s;
 }
 
 /* ---- empty_cache, peaks, limit ---- */

@@ -32,6 +32,10 @@ extern "C" {
  * RuntimeError), unless DMM_TORCH_OOM=null is set; the C-only build returns NULL. */
 DMM_TORCH_API void *dmm_torch_malloc(ssize_t size, int device, void *stream);
 DMM_TORCH_API void dmm_torch_free(void *ptr, ssize_t size, int device, void *stream);
+/* torch's record_stream: work queued on `stream` may use the block at `ptr` until it is freed; dmm
+ * hands the block out again only after that work (an event on `stream`). enable() installs it as the
+ * pluggable allocator's record_stream function. A failure (host memory) is kept in last_error. */
+DMM_TORCH_API void dmm_torch_record_stream(void *ptr, void *stream);
 /* malloc that never throws: NULL on failure, with the sentence in dmm_torch_last_error. */
 DMM_TORCH_API void *dmm_torch_malloc_nothrow(ssize_t size, int device, void *stream);
 

@@ -17,7 +17,7 @@
  *   context.c   counts, the clock, and device loss (asked of the driver: it latches the first loss)
  * Beside them, called by adapter.c only: record.c, the recorder (a trace of every malloc and free);
  * blocks.c, the pool's live blocks; poolview.c, the mechanism the pool sees (the arena, watched);
- * history.c, the pool's recent events.
+ * history.c, the pool's recent events; stream_uses.c, the blocks torch's record_stream holds back.
  *
  * Lock order: ctx.lock → (pool → arena → driver). The hot path (pool malloc/free) takes no ctx lock.
  * The recorder's locks (rec.mu → rec.file_mu) and the block shards' are leaves, taken with no other
@@ -46,6 +46,9 @@ typedef struct dmm_torch_ext {
     /* Page-locked host memory for offload copies (NULL slots: offload to host is unsupported). */
     dmm_status (*host_alloc)(void *user, size_t bytes, void **out);
     void (*host_free)(void *user, void *p);
+    /* `waiter` waits (on the device) for `event`, for blocks used on several streams (stream_uses.c).
+     * NULL slot: the other streams are synchronized instead. */
+    dmm_status (*stream_wait)(void *user, dmm_stream waiter, dmm_event event);
 } dmm_torch_ext;
 
 typedef struct dmm_torch_config {

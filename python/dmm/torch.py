@@ -87,6 +87,9 @@ def enable(limit=None, capture_check=True, track_blocks=False):
         raise DmmError("dmm.torch.enable() could not replace torch's CUDA allocator (%s); call it before the "
                        "first CUDA allocation of the process" % e) from e
     _allocator = alloc
+    hooks = alloc.allocator()
+    if hasattr(hooks, "set_record_stream_fn"):  # Tensor.record_stream: hold the block back for that stream
+        hooks.set_record_stream_fn(ctypes.cast(lib.dmm_torch_record_stream, ctypes.c_void_p).value)
     from . import _torch_calls
 
     _torch_calls.install()  # torch.cuda.memory_stats, empty_cache, _snapshot, ... answer from dmm

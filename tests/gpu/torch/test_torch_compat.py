@@ -16,7 +16,9 @@
   4. the vLLM (dmm.compat.vllm.CuMemAllocator) and torch_memory_saver (dmm.compat.torch_memory_saver)
      drop-ins: weights and KV cache tagged, a CUDA graph captured, sleep/pause while a long kernel
      still reads the weights (and while another stream is busy: no device synchronize), wake/resume,
-     the same tokens and a bit-identical graph replay.
+     the same tokens and a bit-identical graph replay;
+  5. Tensor.record_stream: a tensor used on a side stream and freed on its own is not handed out
+     again before the side stream's work.
 
 Each part runs in its own process (a fresh CUDA context). Prints every number; exit 0 = all held,
 1 = something did not, 77 = no torch/GPU.
@@ -328,6 +330,37 @@ for flavour in ("vllm", "torch_memory_saver"):
     check(r["side_busy"], "%s: sleep returned while another stream was still busy (no device synchronize)" % flavour)
     check(r["freed"] >= 0.95 * r["usage"], "%s: sleep freed >= 95 %% of the tagged memory (%.1f %%)"
           % (flavour, 100.0 * r["freed"] / max(1, r["usage"])))
+
+# ---- 5. record_stream ----
+RECORD = PRELUDE + r"""
+import dmm.torch as dt
+dt.enable()
+n = 64 << 20
+x = torch.full((n,), 3.0, device="cuda")
+torch.cuda.synchronize()
+old = x.data_ptr()
+side = torch.cuda.Stream()
+side.wait_stream(torch.cuda.current_stream())
+with torch.cuda.stream(side):
+    torch.cuda._sleep(2_000_000_000)      # the side stream reads x only after this
+    y = x * 2
+x.record_stream(side)
+cross0 = dt.memory_stats()["dmm.pool.cross_stream_frees"]
+del x                                      # freed on its own stream while the side stream still needs it
+z = torch.empty(n, device="cuda")          # the same size on the same stream
+z.fill_(-1.0)
+torch.cuda.synchronize()
+emit({"reused": z.data_ptr() == old, "y_ok": bool((y == 6.0).all().item()),
+      "cross": dt.memory_stats()["dmm.pool.cross_stream_frees"] - cross0})
+"""
+print("== 5. record_stream: a block used on another stream waits for it")
+r = child(RECORD, alloc="dmm")
+if r is None:
+    check(False, "the record_stream child ran")
+else:
+    check(not r["reused"] and r["y_ok"] and r["cross"] >= 1,
+          "the block was not handed out again before the side stream read it (reused %s, side stream's result "
+          "right %s, cross-stream frees %d)" % (r["reused"], r["y_ok"], r["cross"]))
 
 print("\n%d failure(s)" % len(failures))
 for f in failures:
