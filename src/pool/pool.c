@@ -15,7 +15,8 @@
  * make a fit, next to a free block when one borders unmapped VA (so free blocks coalesce across
  * chunk boundaries). If committing them would take the pool's mapped memory above its retention
  * limit — (1 + retain_permille/1000) × the highest live bytes seen so far — it first takes whole
- * free chunks whose fence has completed (from this heap, then from others) and moves them:
+ * free chunks whose fence has completed (from this heap, then from others, each of which keeps the
+ * free chunk its own stream reuses next) and moves them:
  * decommit there, commit here, one chunk at a time so that the mechanism's handle cache hands the
  * same physical handle back without creating a new one. Physical memory therefore tracks the peak
  * of live memory plus the sub-chunk slack of partly used chunks, and the driver calls are spent only

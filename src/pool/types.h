@@ -457,9 +457,11 @@ static inline bool dmm__pool_source_gone(const source *s) {
  * frees first, until `want` bytes are carved, skipping blocks that overlap [ex_lo, ex_hi). With
  * target pieces (growth), a chunk is taken only if it fits in the room left in one of them, and is
  * assigned to it. `alias_ok` (a growth of h itself): chunks whose fence is still pending are taken
- * too, to be aliased. Returns the bytes carved. */
+ * too, to be aliased. `keep_newest` (a growth of another heap): h keeps the free chunk its own
+ * stream reuses next (the newest), so that streams in use do not take each other's last chunk in
+ * turn. Returns the bytes carved. */
 uint64_t dmm__pool_carve_sources(dmm_pool *p, pheap *h, uint64_t want, uintptr_t ex_lo, uintptr_t ex_hi,
-                                 ptarget *tg, size_t nt, bool alias_ok, srcvec *out);
+                                 ptarget *tg, size_t nt, bool alias_ok, bool keep_newest, srcvec *out);
 /* Decommits one source chunk (no heap lock held). Once the device is lost: FAILED with
  * DMM_ERR_DEVICE_LOST, without a call. */
 void dmm__pool_decommit_one(dmm_pool *p, source *s);
