@@ -304,8 +304,12 @@ static void *run_worker(void *arg) {
     dmm_pool *pool = w->st->pool;
     size_t bytes = w->bytes;
     void *p = NULL;
-    CHECK(dmm_pool_malloc(pool, bytes, stream, &p)); /* warm: the first one grows */
-    CHECK(dmm_pool_free(pool, p, stream));
+    /* warm: the first pair grows; a batch more settles the heap's lock on this thread (a lock biased
+     * to another live thread moves after a few revocations, biased_lock.h) */
+    for (int i = 0; i <= g_batch; i++) {
+        CHECK(dmm_pool_malloc(pool, bytes, stream, &p));
+        CHECK(dmm_pool_free(pool, p, stream));
+    }
     double *v = malloc((size_t)g_samples * sizeof *v);
     double *ends = malloc(((size_t)g_samples + 1) * sizeof *ends);
     /* each thread's own sink: one shared by all threads would bounce its cache line on every pair */

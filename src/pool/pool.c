@@ -161,8 +161,9 @@ dmm_status dmm_pool_create(dmm_mechanism *mech, dmm_driver *drv, const dmm_pool_
                              (unsigned long long)region, (unsigned long long)chunk, (unsigned long long)va);
     va -= va % region;
 
-    dmm_pool *p = calloc(1, sizeof *p);
+    dmm_pool *p = aligned_alloc(DMM_SHARING_BYTES, sizeof *p); /* whole line pairs (types.h: the hot fields' own) */
     if (p == NULL) return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm_pool_create: out of host memory");
+    memset(p, 0, sizeof *p);
     p->mech = mech;
     p->drv = drv;
     p->va_bytes = va;
