@@ -8,8 +8,9 @@
  * its outcome made it (UNMAPPED, FREE, POISONED, ALIASED). A growth of another heap leaves each heap
  * its newest free chunk (the one its stream reuses next): a stream in use is never left to grow back
  * what was just taken from it, so physical memory may pass the retention limit by up to one chunk
- * per heap — the sub-chunk slack of a stream's partly used memory, which no move can avoid. Carving merges the heap's parked (QUICK)
- * blocks first, so that trim, empty_cache and moves see all of its free memory. Reaping: the old
+ * per heap — the sub-chunk slack of a stream's partly used memory, which no move can avoid.
+ * Carving merges the heap's parked (QUICK) blocks first, so that trim, empty_cache and moves see all
+ * of its free memory. Reaping: the old
  * place of an aliased chunk is decommitted once a completed fence covers its last free.
  *
  * The idea. A chunk is taken out of its heap (DECOMMITTING) under the heap's lock, then the call runs
