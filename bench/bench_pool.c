@@ -12,7 +12,9 @@
  *   5. 1/2/4/8 threads, each on its own stream: per-thread median and CPU time per pair, and the
  *      aggregate throughput over the window where all threads run (they start together, each after
  *      a warm batch), with the scaling against 1 thread (printed, not asserted: it is bounded by the
- *      cores) and the pool's growths and moves during the measurement;
+ *      cores) and the pool's growths and moves during the measurement; glibc's pair and a loop of
+ *      ALU work that touches no memory (the machine's own scaling: turbo, shared cores) are measured
+ *      the same way, as references;
  *   6. on a GPU (when the CUDA driver opens): the same pair over the CUDA driver vs
  *      cuMemAllocAsync + cuMemFreeAsync on a stream, same run (DESIGN §7: ≤ 0.15 × the driver's).
  *
@@ -297,6 +299,7 @@ static void alive2_bench(void) {
 typedef struct worker {
     pthread_t th;
     bool glibc; /* the reference: glibc malloc/free in the same loop */
+    bool alu;   /* the machine's own scaling: a loop of dependent ALU work, no memory (section 5) */
     dmm_stream stream; /* thread i's stream, the same in every run */
     stack *st;
     pthread_barrier_t *ready, *go; /* NULL: no rendezvous with the main thread (section 4) */
@@ -332,7 +335,12 @@ static void *run_worker(void *arg) {
     double c0 = cpu_s();
     ends[0] = now_s();
     for (int s = 0; s < g_samples; s++) {
-        if (w->glibc)
+        if (w->alu) {
+            uint64_t x = (uint64_t)(uintptr_t)w | 1;
+            for (int i = 0; i < g_batch; i++)
+                for (int k = 0; k < 8; k++) x = (x * 6364136223846793005ull + 1442695040888963407ull) ^ (x >> 29);
+            mine = (void *)(uintptr_t)x;
+        } else if (w->glibc)
             for (int i = 0; i < g_batch; i++) {
                 p = malloc(bytes);
                 mine = p;
@@ -400,13 +408,14 @@ static void threads_bench(int max_threads) {
            " (all start together, each after a warm batch); slowest thread: the longest thread's wall time per\n"
            " pair; slowest batch: per pair, of all threads; grows/moves: the pool's growths and chunks moved or\n"
            " aliased during the measurement, 0/0 when the steady state is reached)\n");
-    double base[2] = {0, 0}, eff[2] = {0, 0};
+    static const char *const kinds[3] = {"pool", "glibc", "alu"};
+    double base[3] = {0, 0, 0}, eff[3] = {0, 0, 0};
     int top = 1;
     while (top * 2 <= max_threads) top *= 2;
     dmm_stream streams[8];
     for (int i = 0; i < 8; i++) CHECK(st.drv->ops->stream_create(st.drv, &streams[i]));
-    for (int run = 0; (1 << (run / 2)) <= top; run++) {
-        int n = 1 << (run / 2), glibc = run % 2;
+    for (int run = 0; (1 << (run / 3)) <= top; run++) {
+        int n = 1 << (run / 3), kind = run % 3, glibc = kind == 1;
         worker w[8];
         pthread_barrier_t ready, go;
         pthread_barrier_init(&ready, NULL, (unsigned)n + 1);
@@ -418,6 +427,7 @@ static void threads_bench(int max_threads) {
             w[i].go = &go;
             w[i].bytes = 64 << 10;
             w[i].glibc = glibc;
+            w[i].alu = kind == 2;
             w[i].stream = streams[i];
             pthread_create(&w[i].th, NULL, run_worker, &w[i]);
         }
@@ -443,15 +453,15 @@ static void threads_bench(int max_threads) {
         for (int i = 0; i < n; i++) free(w[i].ends);
         pthread_barrier_destroy(&ready);
         pthread_barrier_destroy(&go);
-        if (n == 1) base[glibc] = agg;
-        if (n == top) eff[glibc] = agg / base[glibc] / n;
+        if (n == 1) base[kind] = agg;
+        if (n == top) eff[kind] = agg / base[kind] / n;
         char gm[32] = "";
-        if (!glibc) snprintf(gm, sizeof gm, "%llu/%llu", (unsigned long long)(g1 - g0), (unsigned long long)(m1 - m0));
-        printf("%8s %8d %14.1f %12.1f %18.2f %9.2fx %16.1f %14.1f %12s%s\n", glibc ? "glibc" : "pool", n, med, cpu,
+        if (kind == 0) snprintf(gm, sizeof gm, "%llu/%llu", (unsigned long long)(g1 - g0), (unsigned long long)(m1 - m0));
+        printf("%8s %8d %14.1f %12.1f %18.2f %9.2fx %16.1f %14.1f %12s%s\n", kinds[kind], n, med, cpu,
                agg / 1e6,
-               agg / base[glibc], slowest, worst, gm,
+               agg / base[kind], slowest, worst, gm,
                b > a ? "" : "  (the threads never ran at once: no window)");
-        if (!glibc && c1 != c0)
+        if (kind == 0 && c1 != c0)
             printf("%8s %8s (%llu driver calls during the measurement!)\n", "", "", (unsigned long long)(c1 - c0));
         /* JSON: per-thread median (MAD: the threads' average); aggregate throughput, one wall-clock
          * measurement whose noise is estimated by the batches' relative MAD. Only without
@@ -459,21 +469,26 @@ static void threads_bench(int max_threads) {
          * runs of one build differ by 10-80 % (measured on 2 cores), which no threshold separates. */
         if (n > cores) continue;
         char id[64];
-        snprintf(id, sizeof id, "%s.threads.%d.pair_ns", glibc ? "glibc" : "pool", n);
+        snprintf(id, sizeof id, "%s.threads.%d.pair_ns", kinds[kind], n);
         bench_results_add(g_res, id, "ns", true, med, (long)n * g_samples, mad, -1);
-        snprintf(id, sizeof id, "%s.threads.%d.mpairs_per_s", glibc ? "glibc" : "pool", n);
+        snprintf(id, sizeof id, "%s.threads.%d.mpairs_per_s", kinds[kind], n);
         bench_results_add(g_res, id, "Mpair/s", false, agg / 1e6, 1, med > 0 ? agg / 1e6 * mad / med : 0, -1);
         if (n == 8) {
-            snprintf(id, sizeof id, "%s.threads.8.linear_fraction", glibc ? "glibc" : "pool");
-            bench_results_add(g_res, id, "ratio", false, eff[glibc], 1, med > 0 ? eff[glibc] * mad / med : 0, -1);
+            snprintf(id, sizeof id, "%s.threads.8.linear_fraction", kinds[kind]);
+            bench_results_add(g_res, id, "ratio", false, eff[kind], 1, med > 0 ? eff[kind] * mad / med : 0, -1);
         }
     }
+    /* the ALU loop touches no memory: its scaling is the machine's (turbo that drops as cores wake,
+     * virtual CPUs sharing a core), the most any code can reach here */
     if (top == 8)
-        printf("8 threads: pool %.2f of linear, glibc %.2f (target: pool >= 0.90 of linear; %s)\n", eff[0], eff[1],
+        printf("8 threads: pool %.2f of linear, glibc %.2f, the machine (an ALU loop) %.2f; pool / machine %.2f "
+               "(target: pool >= 0.90 of linear; %s)\n",
+               eff[0], eff[1], eff[2], eff[2] > 0 ? eff[0] / eff[2] : 0,
                cores < 8 ? "not judged: fewer than 8 cores here" : eff[0] >= 0.9 ? "met" : "NOT met");
     else
-        printf("%d threads: pool %.2f of linear, glibc %.2f (the target, pool >= 0.90 of linear, is for 8 threads)\n", top,
-               eff[0], eff[1]);
+        printf("%d threads: pool %.2f of linear, glibc %.2f, the machine (an ALU loop) %.2f (the target, pool >= 0.90 "
+               "of linear, is for 8 threads)\n",
+               top, eff[0], eff[1], eff[2]);
     pool_destroy_when_idle(st.pool);
     CHECK(dmm_mechanism_destroy(st.arena));
     for (int i = 0; i < 8; i++) st.drv->ops->stream_destroy(st.drv, streams[i]);
