@@ -30,17 +30,9 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import emit, mib, require_torch_gpu, result_of, worker_env  # noqa: E402
+from _common import check, emit, failures, mib, require_torch_gpu, result_of, worker_env  # noqa: E402
 
 require_torch_gpu()
-
-failures = []
-
-
-def check(ok, what):
-    print(("PASS " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        failures.append(what)
 
 
 def child(code, *args, alloc="native"):

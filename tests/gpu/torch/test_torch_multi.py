@@ -19,7 +19,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import HERE, SKIP, require_torch_gpu, worker_env  # noqa: E402
+from _common import check, failures, HERE, require_torch_gpu, SKIP, worker_env  # noqa: E402
 
 require_torch_gpu(need_transformers=True)
 probe = subprocess.run([sys.executable, "-c", "import torch, torch.distributed as d; "
@@ -28,14 +28,6 @@ count, nccl = (probe.stdout.split() + ["0", "0"])[:2] if probe.returncode == 0 e
 if int(count) < 2 or nccl != "1":
     print("SKIP: needs two GPUs and NCCL (this machine: %s GPU(s), NCCL %s)" % (count, nccl == "1"))
     sys.exit(SKIP)
-
-failures = []
-
-
-def check(ok, what):
-    print(("PASS " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        failures.append(what)
 
 
 def run(mode):
