@@ -22,6 +22,7 @@ import contextlib
 import ctypes
 import json
 import os
+import sys
 import threading
 import weakref
 
@@ -92,7 +93,7 @@ def enable(limit=None, capture_check=True, track_blocks=False):
         hooks.set_record_stream_fn(ctypes.cast(lib.dmm_torch_record_stream, ctypes.c_void_p).value)
     from . import _torch_calls
 
-    _torch_calls.install()  # torch.cuda.memory_stats, empty_cache, _snapshot, ... answer from dmm
+    _torch_calls.install(sys.modules[__name__])  # torch.cuda.memory_stats, empty_cache, ... answer from dmm
     lib.dmm_torch_set_capture_check(1 if capture_check else 0)
     if track_blocks:
         _track(-1)
