@@ -4,8 +4,10 @@ pyproject.toml names this module with `backend-path` and `requires = []`, so `pi
 needs no index, no setuptools and no wheel package: the wheel is a zip file written here with the
 standard library (zipfile, hashlib), its METADATA, WHEEL and RECORD written by hand after PEP 427/566.
 
-What goes in the wheel: the package dmm/ (its .py files) and the built libdmm_torch.so beside them, so
-the installed package loads its own copy (dmm/_lib.py). The library comes from, in this order:
+What goes in the wheel: the package dmm/ (its .py files and those of dmm.compat) and the built
+libdmm_torch.so beside them, so the installed package loads its own copy (dmm/_lib.py). A library
+built against torch's headers (adapters/torch/CMakeLists.txt, DMM_TORCH_HEADERS) links that torch's
+libc10.so by its path: such a wheel is for that environment. The library comes from, in this order:
   1. the CMake build folder named by `-C build-dir=DIR` (pip's --config-settings) or DMM_BUILD_DIR
      (DIR/adapters/torch/libdmm_torch.so, or DIR/libdmm_torch.so); a folder without it is an error;
   2. otherwise a fresh CMake build of the target dmm_torch from the source tree this file lies in
@@ -88,14 +90,17 @@ def _wheel_file(tag):
 
 
 def _package_files():
-    """(archive name, bytes) of every .py file of python/dmm, sorted."""
+    """(archive name, bytes) of every .py file of python/dmm and its subpackages (dmm.compat), sorted."""
     pkg = os.path.join(_PYROOT, _NAME)
     out = []
-    for name in sorted(os.listdir(pkg)):
-        if name.endswith(".py") and os.path.isfile(os.path.join(pkg, name)):
-            with open(os.path.join(pkg, name), "rb") as f:
-                out.append(("%s/%s" % (_NAME, name), f.read()))
-    return out
+    for folder, dirs, files in os.walk(pkg):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(files):
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                with open(path, "rb") as f:
+                    out.append((os.path.relpath(path, _PYROOT).replace(os.sep, "/"), f.read()))
+    return sorted(out)
 
 
 def _check_library(path):
@@ -134,11 +139,15 @@ def _library_built():
     try:
         gen = ["-G", "Ninja"] if shutil.which("ninja") else []
         off = ["-DDMM_%s=OFF" % o for o in ("BUILD_TESTS", "BUILD_BENCH", "BUILD_TOOLS", "BUILD_EXAMPLES")]
+        # DMM_PYTHON3: the interpreter being installed into, whose torch (if any) gives the C++ shim its
+        # headers (torch.cuda.OutOfMemoryError; adapters/torch/CMakeLists.txt). pip's build isolation
+        # hides that interpreter's site-packages through PYTHONPATH/PYTHONNOUSERSITE: not from CMake.
         steps = [[cmake] + gen + ["-S", _SRCROOT, "-B", work, "-DCMAKE_BUILD_TYPE=Release", "-DDMM_SANITIZE=",
-                                  "-DDMM_WITH_CUDA=ON"] + off,
+                                  "-DDMM_WITH_CUDA=ON", "-DDMM_PYTHON3=" + sys.executable] + off,
                  [cmake, "--build", work, "--target", "dmm_torch", "-j", str(os.cpu_count() or 2)]]
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONNOUSERSITE", "PYTHONHOME")}
         for cmd in steps:
-            r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
             sys.stderr.write(r.stdout.decode("utf-8", "replace"))
             if r.returncode != 0:
                 raise BuildError("building %s failed (exit %d): %s (its output is above)"

@@ -4,8 +4,8 @@
 
 Run by tests/install/run.cmake (after cmake --install) and test_pip.py (after pip install): it starts
 a fresh interpreter whose only extra path is SITE_DIR, with DMM_LIB unset and the working directory
-outside the source tree, and checks that dmm, dmm.torch, dmm.trace and dmm.snapshot import from
-SITE_DIR; that dmm.torch.library_path() is SITE_DIR/dmm/libdmm_torch.so (the package's own copy) and
+outside the source tree, and checks that dmm, dmm.torch, dmm.trace, dmm.snapshot and dmm.compat's drop-ins
+import from SITE_DIR; that dmm.torch.library_path() is SITE_DIR/dmm/libdmm_torch.so (the package's own copy) and
 that it loads and answers a call; that DMM_LIB still overrides it (a wrong DMM_LIB is an error
 naming it, not a fall-back); that __version__ is EXPECTED_VERSION; and that nothing imports torch: a
 `torch` module placed first on the path fails any import of it, so the check holds whether or not
@@ -20,8 +20,8 @@ import tempfile
 CHILD = r'''
 import os, sys
 site, version = sys.argv[1], sys.argv[2]
-import dmm, dmm.torch, dmm.trace, dmm.snapshot
-for m in (dmm, dmm.torch, dmm.trace, dmm.snapshot):
+import dmm, dmm.torch, dmm.trace, dmm.snapshot, dmm.compat.vllm, dmm.compat.torch_memory_saver
+for m in (dmm, dmm.torch, dmm.trace, dmm.snapshot, dmm.compat.vllm, dmm.compat.torch_memory_saver):
     assert os.path.realpath(m.__file__).startswith(os.path.realpath(site) + os.sep), \
         "%s was imported from %s, not from %s" % (m.__name__, m.__file__, site)
 assert dmm.__version__ == version, "dmm.__version__ is %r, the build's version is %r" % (dmm.__version__, version)

@@ -4,8 +4,8 @@
 
 Needs no pip: the hooks are called in this process. Checks that python/pyproject.toml asks for
 nothing from an index (requires = [], the backend in-tree); that the wheel of BUILD_DIR is named
-dmm-VERSION-py3-none-<platform>.whl and holds every .py of python/dmm plus BUILD_DIR's libdmm_torch.so
-byte for byte; that its RECORD lists every member once with the right sha256 and size (and itself
+dmm-VERSION-py3-none-<platform>.whl and holds every .py of python/dmm and its subpackages plus BUILD_DIR's libdmm_torch.so
+byte for byte (dmm.compat included); that its RECORD lists every member once with the right sha256 and size (and itself
 without); that METADATA names dmm VERSION with torch as an optional extra and equals what
 prepare_metadata_for_build_wheel wrote; that WHEEL's tag is the file name's; that two builds give the
 same bytes; that a build folder without the library, and a sanitized library, are refused with a
@@ -55,6 +55,9 @@ def main():
     except ImportError:  # Python < 3.11: no TOML reader in the standard library
         check(b"requires = []" in raw, "pyproject.toml does not say requires = []")
 
+    sources = sorted(glob.glob(os.path.join(pyroot, "dmm", "**", "*.py"), recursive=True))
+    check(os.path.join(pyroot, "dmm", "compat", "vllm.py") in sources, "no python/dmm/compat/vllm.py to package")
+    sys.dont_write_bytecode = True
     sys.path.insert(0, os.path.join(pyroot, "_backend"))
     import dmm_backend as be
 
@@ -90,8 +93,8 @@ def main():
             want = "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
             check(h == want and size == str(len(data)), "RECORD has %s %s for %s, its bytes give %s %d"
                   % (h, size, name, want, len(data)))
-        for py in sorted(glob.glob(os.path.join(pyroot, "dmm", "*.py"))):
-            name = "dmm/" + os.path.basename(py)
+        for py in sources:
+            name = os.path.relpath(py, pyroot)
             with open(py, "rb") as f:
                 check(name in members and z.read(name) == f.read(), "the wheel lacks or changed %s" % name)
         with open(os.path.join(build, "adapters", "torch", "libdmm_torch.so"), "rb") as f:
@@ -129,7 +132,7 @@ def main():
         got = sorted(m.name for m in t.getmembers())
     base = "dmm-%s/" % version
     want = sorted([base + "PKG-INFO", base + "pyproject.toml", base + "_backend/dmm_backend.py"] +
-                  [base + "dmm/" + os.path.basename(p) for p in glob.glob(os.path.join(pyroot, "dmm", "*.py"))])
+                  [base + os.path.relpath(p, pyroot) for p in sources])
     check(got == want, "the sdist holds %s, not %s" % (got, want))
 
     ed = be.build_editable(os.path.join(scratch, "editable"))
