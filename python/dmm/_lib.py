@@ -133,3 +133,13 @@ def json_call(fn, device):
             cap = need.value + 4096
             continue
         check(s, "dmm stats")
+
+
+def import_torch(what):
+    """torch, or a DmmError with the one-line install hint when it is missing (`what` names the call)."""
+    try:
+        import torch
+    except ImportError as e:
+        raise DmmError("%s needs PyTorch, which is not importable here (%s): install it, e.g. `pip install torch`, "
+                       "in this Python environment" % (what, e)) from None
+    return torch

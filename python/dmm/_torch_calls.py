@@ -124,7 +124,7 @@ def _devices():
 def install(dt):
     """Replaces torch's allocator entries listed above (those this torch has) with answers from `dt`,
     the dmm.torch module (enable() passes itself: this module stays below it). Returns their names."""
-    import torch
+    torch = _lib.import_torch("dmm.torch")
 
     def dev(device):
         return torch.cuda.current_device() if device is None else dt._device(device)

@@ -75,7 +75,7 @@ def enable(limit=None, capture_check=True, track_blocks=False):
         if limit is not None:
             set_limit(limit)
         return
-    import torch
+    torch = _lib.import_torch("dmm.torch")
 
     if torch.cuda.is_initialized():
         raise DmmError("dmm.torch.enable() must run before CUDA is initialized in this process: torch's "
@@ -104,7 +104,7 @@ def enable(limit=None, capture_check=True, track_blocks=False):
 
 def _device(device):
     if device is None:
-        import torch
+        torch = _lib.import_torch("dmm.torch")
 
         return torch.cuda.current_device()
     if hasattr(device, "index"):
@@ -113,7 +113,7 @@ def _device(device):
 
 
 def _stream(stream):
-    import torch
+    torch = _lib.import_torch("dmm.torch")
 
     if stream is None:
         stream = torch.cuda.current_stream()
@@ -273,7 +273,7 @@ def mem_pool():
     segments dmm maps); the rest of the process stays on torch's allocator. Inside `tag(name)` too,
     the segments belong to the tag: offload(name) and restore(name) work on them. region(name) is
     both at once."""
-    import torch
+    torch = _lib.import_torch("dmm.torch")
 
     global _pool_allocator
     if _enabled:
@@ -299,7 +299,7 @@ def region(name, pool=None):
         with tag(name):
             yield None
         return
-    import torch
+    torch = _lib.import_torch("dmm.torch")
 
     if pool is None:
         pool = _region_pools.get(name)
@@ -406,7 +406,7 @@ def graph(cuda_graph, reserve_bytes=256 << 20, **kwargs):
     """torch.cuda.graph(cuda_graph, **kwargs) with dmm's graph memory: reserves `reserve_bytes` before
     the capture (the capture is served from it, and only from it), and gives it back to dmm when the
     graph object is garbage collected."""
-    import torch
+    torch = _lib.import_torch("dmm.torch")
 
     dev = torch.cuda.current_device()
     reserve_graph_memory(reserve_bytes, dev)

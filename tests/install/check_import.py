@@ -9,7 +9,8 @@ import from SITE_DIR; that dmm.torch.library_path() is SITE_DIR/dmm/libdmm_torch
 that it loads and answers a call; that DMM_LIB still overrides it (a wrong DMM_LIB is an error
 naming it, not a fall-back); that __version__ is EXPECTED_VERSION; and that nothing imports torch: a
 `torch` module placed first on the path fails any import of it, so the check holds whether or not
-torch is installed. Exits 0 when all hold, 1 with the reason otherwise.
+torch is installed; and that a call that needs torch then raises DmmError with a one-line install
+hint. Exits 0 when all hold, 1 with the reason otherwise.
 """
 
 import os
@@ -31,7 +32,13 @@ assert os.path.realpath(got) == want, "dmm.torch.library_path() is %s, not the i
 assert dmm.torch.now_ns() > 0, "the installed library does not answer dmm_torch_now_ns"
 assert dmm.torch.last_error() == "", "a fresh process has a last error: %r" % dmm.torch.last_error()
 assert "torch" not in sys.modules or getattr(sys.modules["torch"], "DMM_SHADOW", False)
-print("ok: dmm %s from %s, library %s, torch not imported" % (dmm.__version__, site, got))
+try:  # a call that needs torch, where torch cannot be imported: the one-line install hint
+    dmm.torch.enable()
+    raise AssertionError("dmm.torch.enable() went on without torch")
+except dmm.torch.DmmError as e:
+    hint = str(e)
+assert "pip install torch" in hint and "dmm.torch" in hint, "no install hint: %s" % hint
+print("ok: dmm %s from %s, library %s, torch not imported; without torch: %s" % (dmm.__version__, site, got, hint))
 '''
 
 OVERRIDE = r'''
