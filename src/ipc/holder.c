@@ -23,6 +23,7 @@
 
 #include "core/core.h"
 #include "dmm/arena.h"
+#include "driver/call.h"
 #include "ipc/holder_types.h"
 
 dmm_status dmm_ipc_holder_create(const dmm_ipc_holder_config *cfg, dmm_ipc_holder **out) {
@@ -63,7 +64,7 @@ dmm_status dmm_ipc_holder_create(const dmm_ipc_holder_config *cfg, dmm_ipc_holde
         s = dmm_arena_create(h->drv, &ac, &h->arena);
     }
     size_t gran = 0;
-    if (s == DMM_OK && h->drv->ops->granularity != NULL) s = h->drv->ops->granularity(h->drv, &gran);
+    if (s == DMM_OK) s = dmm__drv_granularity(h->drv, &gran);
     h->gran = gran;
     if (s == DMM_OK) s = dmm__ipc_listen(h->path, &h->listen_fd);
     if (s != DMM_OK) {

@@ -10,8 +10,9 @@
  * importer still reads the right bytes, then releases, and both censuses are zero and no descriptor
  * is left (/proc/self/fd). In one process: a mechanism or driver that cannot export answers
  * DMM_ERR_UNSUPPORTED with a sentence; every malformed description and every refused export
- * changes nothing; failing each driver call of an import in turn leaves nothing behind; an exported
- * handle never reaches the handle cache.
+ * changes nothing; failing each driver call of an import in turn leaves nothing behind, and a failed
+ * export of any chunk marks nothing and leaks no descriptor; an exported handle never reaches the
+ * handle cache.
  */
 #include "arena_kit.h"
 
@@ -467,6 +468,38 @@ static void test_every_failed_driver_call_of_an_import_leaves_nothing(void **sta
     fx_end(f);
 }
 
+static void test_a_failed_export_marks_nothing_and_leaks_no_descriptor(void **state) {
+    (void)state;
+    dmm_driver *host, *fault;
+    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &host));
+    DMM_OK_OR_FAIL(dmm_fault_driver_create(host, &fault));
+    dmm_arena_config c = kit_config(1 * GIB, 2 * MIB, 64 * MIB, NULL); /* 2 MiB chunks: 3 handles */
+    dmm_mechanism *m;
+    DMM_OK_OR_FAIL(dmm_arena_create(fault, &c, &m));
+    dmm_allocation a;
+    DMM_OK_OR_FAIL(dmm_mechanism_allocate(m, 6 * MIB, 2 * MIB, &a));
+    size_t fds0 = fd_count();
+    for (uint64_t nth = 1; nth <= 3; nth++) { /* the 1st, 2nd, 3rd chunk's export fails */
+        DMM_OK_OR_FAIL(dmm_fault_plan(fault, DMM_OP_EXPORT, nth, 1, DMM_ERR_DRIVER));
+        dmm_export ex;
+        assert_int_equal(dmm_export_range(m, &a, (dmm_range){0, 6 * MIB}, DMM_ACCESS_READ, &ex), DMM_ERR_DRIVER);
+        dmm_test_error_mentions("nothing was changed", NULL);
+        DMM_OK_OR_FAIL(dmm_fault_clear(fault));
+        assert_int_equal(fd_count(), fds0);
+        for (size_t i = 0; i < DMM_EXPORT_MAX_CHUNKS; i++) assert_int_equal(ex.fds[i], -1);
+    }
+    KIT_CHECK(m);
+    dmm_release_outcome o = dmm_mechanism_release(m, &a);
+    assert_int_equal(o.state, DMM_RELEASE_COMPLETE);
+    assert_int_equal(o.exported_bytes, 0);                            /* no chunk was marked exported */
+    assert_int_equal(kit_stats(m).cached_bytes.current, 6 * MIB);     /* so all three went to the cache */
+    DMM_OK_OR_FAIL(dmm_mechanism_drain_cache(m));
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(m));
+    dmm_test_census_zero(host);
+    dmm_driver_destroy(fault);
+    dmm_driver_destroy(host);
+}
+
 static void test_only_exported_handles_skip_the_cache(void **state) {
     (void)state;
     fx *f = fx_new(64 * MIB);
@@ -499,6 +532,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_refused_exports_change_nothing),
         cmocka_unit_test(test_malformed_descriptions_change_nothing),
         cmocka_unit_test(test_every_failed_driver_call_of_an_import_leaves_nothing),
+        cmocka_unit_test(test_a_failed_export_marks_nothing_and_leaks_no_descriptor),
         cmocka_unit_test(test_only_exported_handles_skip_the_cache),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
