@@ -113,11 +113,14 @@ static pid_t start_holder(const char *extra1, const char *extra2, int *status) {
         }
         sleep_ms(10);
     }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
     fail_msg("the holder did not start within 20 s");
     return -1;
 }
 
 static void stop_holder(pid_t pid) {
+    assert_true(pid > 0); /* never kill(-1) or kill(0): those signal every process we may signal */
     kill(pid, SIGTERM);
     int st = 0;
     assert_int_equal(waitpid(pid, &st, 0), pid);
