@@ -21,6 +21,8 @@ static const dmm_command commands[] = {
      "replay an allocation trace through the pool: fragmentation, driver calls, latency"},
     {"compare", dmm_cmd_compare, dmm_usage_compare,
      "compare two bench results (bench_* --json): WORSE / same / better per metric"},
+    {"hold", dmm_cmd_hold, dmm_usage_hold,
+     "keep named regions of memory alive for other processes to attach (docs/ipc.md)"},
     {"version", dmm_cmd_version, dmm_usage_version, "print the library version (also: dmm --version)"},
     {"help", dmm_cmd_help, dmm_usage_help, "this list, or a command's help: dmm help COMMAND"},
 };

@@ -31,12 +31,14 @@ int dmm_cmd_info(int argc, char **argv);
 int dmm_cmd_replay(int argc, char **argv);
 int dmm_cmd_compare(int argc, char **argv);
 int dmm_cmd_ort(int argc, char **argv);
+int dmm_cmd_hold(int argc, char **argv);
 void dmm_usage_version(FILE *f);
 void dmm_usage_help(FILE *f);
 void dmm_usage_info(FILE *f);
 void dmm_usage_replay(FILE *f);
 void dmm_usage_compare(FILE *f);
 void dmm_usage_ort(FILE *f);
+void dmm_usage_hold(FILE *f);
 
 /* Resets getopt for a fresh scan of a command's argv (a test runs several commands in one process). */
 void dmm_cli_getopt_reset(void);

@@ -31,6 +31,9 @@ typedef struct dmm_arena_config {
     uint64_t cache_limit_bytes;       /* released handles kept for reuse; 0 = none cached */
     size_t min_align;                 /* smallest alignment of an allocation; 0 = 256 */
     const dmm_accounting *accounting; /* optional; copied */
+    bool exportable;                  /* create every handle exportable to other processes (dmm/share.h;
+                                         CUDA: requestedHandleTypes = POSIX fd); UNSUPPORTED where the
+                                         driver cannot. The host driver can export any handle. */
 } dmm_arena_config;
 
 /* Creates an arena over `driver` (not owned; must outlive the arena). A VA reservation failure is

@@ -8,6 +8,8 @@
 #include "dmm/mechanism.h"
 #include "dmm/arena.h"
 #include "dmm/prefix.h"
+#include "dmm/share.h"
+#include "dmm/ipc.h"
 #include "dmm/pool.h"
 #include "dmm/governor.h"
 #include "dmm/provider.h"

@@ -63,6 +63,8 @@ typedef struct dmm_driver_census {
     uint64_t handle_bytes;   /* their bytes */
     uint64_t mapped_bytes;   /* bytes mapped into VA */
     uint64_t eager_bytes;    /* bytes of eager (alloc/free) allocations alive */
+    uint64_t imported_handles; /* of `handles`: those made by import_handle (another process's memory) */
+    uint64_t imported_bytes;   /* their bytes (counted in handle_bytes too) */
 } dmm_driver_census;
 
 typedef struct dmm_driver dmm_driver;
@@ -115,6 +117,23 @@ typedef struct dmm_driver_ops {
 
     /* Destroys the driver object (after every user of it is gone). */
     void (*destroy)(dmm_driver *d);
+
+    /* --- sharing between processes (optional: NULL, or beyond `size`, = absent; the library then
+     * answers DMM_ERR_UNSUPPORTED with a sentence). A handle made by create_exportable or
+     * import_handle is an ordinary handle for map, unmap, set_access and release. --- */
+    /* Creates one physical handle of `bytes` that export_handle can export (CUDA: requestedHandleTypes
+     * = POSIX file descriptor; host: every memfd can). */
+    dmm_status (*create_exportable)(dmm_driver *d, size_t bytes, dmm_phys *handle);
+    /* A new file descriptor (close-on-exec, owned by the caller) for the memory of `handle`, through
+     * which another process can import it. `access` is the most the importer may map it with: the host
+     * driver hands out a read-only descriptor for DMM_ACCESS_READ, so that a read-write mapping is
+     * refused by the kernel; CUDA's descriptor carries no access, the importer's set_access decides. */
+    dmm_status (*export_handle)(dmm_driver *d, dmm_phys handle, dmm_access access, int *fd);
+    /* A handle for the memory behind `fd` (a descriptor from export_handle, maybe of another process)
+     * of exactly `bytes`, to be mapped with at most `access`. The caller keeps `fd` (the driver
+     * keeps its own reference); releasing the handle drops this process's reference only: the memory
+     * lives while any process holds a handle or mapping of it. */
+    dmm_status (*import_handle)(dmm_driver *d, int fd, size_t bytes, dmm_access access, dmm_phys *handle);
 } dmm_driver_ops;
 
 /* The device-loss latch of a driver object: dmm's own, at the one funnel through which the library
@@ -169,8 +188,8 @@ typedef enum dmm_driver_op {
     DMM_OP_MAP, DMM_OP_UNMAP, DMM_OP_SET_ACCESS, DMM_OP_ALLOC, DMM_OP_FREE,
     DMM_OP_STREAM_CREATE, DMM_OP_STREAM_DESTROY, DMM_OP_EVENT_CREATE, DMM_OP_EVENT_DESTROY,
     DMM_OP_EVENT_RECORD, DMM_OP_EVENT_QUERY, DMM_OP_EVENT_SYNCHRONIZE, DMM_OP_COPY,
-    DMM_OP_STREAM_SYNCHRONIZE, DMM_OP_MEM_INFO,
-    DMM_OP_COUNT
+    DMM_OP_STREAM_SYNCHRONIZE, DMM_OP_MEM_INFO, DMM_OP_EXPORT, DMM_OP_IMPORT,
+    DMM_OP_COUNT /* create_exportable counts (and fails) as DMM_OP_CREATE */
 } dmm_driver_op;
 
 /* Name of an op ("map", "unmap", …). */

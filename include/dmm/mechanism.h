@@ -35,6 +35,8 @@ extern "C" {
 #endif
 
 typedef struct dmm_mechanism dmm_mechanism;
+/* An export of memory to another process (dmm/share.h defines it). */
+typedef struct dmm_export dmm_export;
 
 /* An allocation is a value. `id` is a 64-bit generation from a counter, never derived from ptr: a
  * reused address gets a new id, and a stale copy can never release the new allocation. */
@@ -59,6 +61,9 @@ typedef struct dmm_release_outcome {
     uint64_t unmapped_bytes;       /* bytes really unmapped by this call; 0 is legal */
     uint64_t residual_owned_bytes; /* bytes still owned and charged because something failed */
     dmm_status failure;            /* DMM_OK for COMPLETE, else what went wrong */
+    uint64_t exported_bytes;       /* of the bytes this call released: those exported to other processes
+                                    * (dmm/share.h). This process no longer holds them (refunded), but an
+                                    * importer that still maps them keeps the physical memory alive. */
 } dmm_release_outcome;
 
 /* The state as a reader must act on it: unknown values become QUARANTINED. */
@@ -113,6 +118,11 @@ typedef struct dmm_virtual_backing_ops {
     dmm_status (*drain_cache)(void *impl);
     /* The mechanism's VA reservation (either output may be NULL): a size hint for a pool's own VA. */
     dmm_status (*reservation)(void *impl, uintptr_t *va, uint64_t *bytes);
+    /* Exports committed chunks of a range as descriptors; imports another process's export into a new
+     * allocation (contracts in full: dmm_export_range and dmm_import, dmm/share.h). */
+    dmm_status (*export_range)(void *impl, const dmm_allocation *a, dmm_range range, dmm_access access,
+                               dmm_export *out);
+    dmm_status (*import)(void *impl, const dmm_export *ex, dmm_access access, dmm_allocation *out);
 } dmm_virtual_backing_ops;
 
 /* sizeof a dmm_virtual_backing_ops without the optional slots: the smallest `size` accepted. */
@@ -176,7 +186,7 @@ DMM_API dmm_status dmm_mechanism_is_quarantined(dmm_mechanism *m, const void *pt
 DMM_API dmm_status dmm_mechanism_drain_cache(dmm_mechanism *m);
 DMM_API dmm_status dmm_mechanism_reservation(dmm_mechanism *m, uintptr_t *va, uint64_t *bytes);
 /* Whether m has the optional virtual-backing slot `slot` ("alias", "is_quarantined", "drain_cache",
- * "reservation"); false for an unknown name or a mechanism without virtual backing. */
+ * "reservation", "export_range", "import"); false for an unknown name or a mechanism without virtual backing. */
 DMM_API bool dmm_mechanism_has_slot(const dmm_mechanism *m, const char *slot);
 
 /* ---------------------------------------------------------------------------------------------- */

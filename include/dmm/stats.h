@@ -27,7 +27,8 @@ extern "C" {
     X(owned_bytes, "bytes of physical handles held (mapped, cached and quarantined)")            \
     X(handles, "physical handles held")                                                          \
     X(cached_bytes, "bytes of released handles kept for reuse")                                  \
-    X(quarantined_span_bytes, "virtual address bytes never handed out again")
+    X(quarantined_span_bytes, "virtual address bytes never handed out again")                    \
+    X(imported_bytes, "bytes of handles imported from another process: mapped here, owned and charged there")
 
 #define DMM_STAT_COUNTERS(X)                                                                     \
     X(driver_reserve, "driver reserve calls")                                                    \
@@ -49,7 +50,9 @@ extern "C" {
     X(quarantined_handles, "handles whose release failed after a good unmap")                    \
     X(quarantined_bytes, "bytes of quarantined handles")                                         \
     X(refcount_underflows, "reference drops below zero caught and refused")                    \
-    X(driver_ns, "nanoseconds spent in the physical driver calls above (create, map, set-access, unmap, release)")
+    X(driver_ns, "nanoseconds spent in the physical driver calls above (create, map, set-access, unmap, release)") \
+    X(exported_handles, "handles exported as descriptors to other processes")                    \
+    X(exported_released_bytes, "bytes of exported handles released here while importers may still map them")
 
 typedef struct dmm_count {
     int64_t current;

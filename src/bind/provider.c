@@ -276,7 +276,7 @@ dmm_status dmm_provider_allocate_committed(dmm_provider *p, size_t bytes, size_t
 }
 
 dmm_release_outcome dmm_provider_release(dmm_provider *p, const dmm_allocation *a) {
-    dmm_release_outcome failed = {DMM_RELEASE_FAILED, 0, 0, 0, DMM_ERR_INVALID_ARGUMENT};
+    dmm_release_outcome failed = {DMM_RELEASE_FAILED, 0, 0, 0, DMM_ERR_INVALID_ARGUMENT, 0};
     if (p == NULL || a == NULL) {
         dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_provider_release: provider %p, allocation %p: pass both; "
                                                 "nothing changed", (void *)p, (const void *)a);

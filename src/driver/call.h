@@ -22,6 +22,8 @@
 #ifndef DMM_DRIVER_CALL_H
 #define DMM_DRIVER_CALL_H
 
+#include <stddef.h>
+
 #include "dmm/driver.h"
 
 static inline bool dmm__drv_lost(const dmm_driver *d) {
@@ -136,5 +138,33 @@ static inline dmm_status dmm__drv_mem_info(dmm_driver *d, uint64_t *free_bytes, 
     return dmm__drv_done(d, DMM_OP_MEM_INFO, d->ops->mem_info(d, free_bytes, total_bytes));
 }
 
+/* The sharing slots sit after `destroy`: a table of an older `size` lacks them (absent). */
+#define DMM__DRV_HAS(d, slot) \
+    ((d)->ops->size >= offsetof(dmm_driver_ops, slot) + sizeof(void (*)(void)) && (d)->ops->slot != NULL)
+#define DMM__DRV_GUARD_LATE(d, op, slot)                                                                     \
+    do {                                                                                                     \
+        if (__builtin_expect(dmm__drv_lost(d), 0)) return dmm__drv_refuse((d), (op));                        \
+        if (!DMM__DRV_HAS(d, slot)) return dmm__drv_absent((d), (op));                                       \
+    } while (0)
+
+/* Whether `d` can create handles for export (create_exportable and export_handle both present). */
+static inline bool dmm__drv_can_export(const dmm_driver *d) {
+    return DMM__DRV_HAS(d, create_exportable) && DMM__DRV_HAS(d, export_handle);
+}
+static inline dmm_status dmm__drv_create_exportable(dmm_driver *d, size_t bytes, dmm_phys *handle) {
+    DMM__DRV_GUARD_LATE(d, DMM_OP_CREATE, create_exportable);
+    return dmm__drv_done(d, DMM_OP_CREATE, d->ops->create_exportable(d, bytes, handle));
+}
+static inline dmm_status dmm__drv_export(dmm_driver *d, dmm_phys handle, dmm_access access, int *fd) {
+    DMM__DRV_GUARD_LATE(d, DMM_OP_EXPORT, export_handle);
+    return dmm__drv_done(d, DMM_OP_EXPORT, d->ops->export_handle(d, handle, access, fd));
+}
+static inline dmm_status dmm__drv_import(dmm_driver *d, int fd, size_t bytes, dmm_access access, dmm_phys *handle) {
+    DMM__DRV_GUARD_LATE(d, DMM_OP_IMPORT, import_handle);
+    return dmm__drv_done(d, DMM_OP_IMPORT, d->ops->import_handle(d, fd, bytes, access, handle));
+}
+
+#undef DMM__DRV_GUARD_LATE
+#undef DMM__DRV_HAS
 #undef DMM__DRV_GUARD
 #endif /* DMM_DRIVER_CALL_H */

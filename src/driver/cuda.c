@@ -86,6 +86,7 @@ static void op_destroy(dmm_driver *d) {
     (void)dmm__cu.cuDevicePrimaryCtxRelease(c->dev);
     dmm__u64map_fini(&c->reservations);
     dmm__u64map_fini(&c->handles);
+    dmm__u64map_fini(&c->imported);
     dmm__u64map_fini(&c->mappings);
     dmm__u64map_fini(&c->map_count);
     dmm__u64map_fini(&c->eager);
@@ -115,6 +116,9 @@ const dmm_driver_ops dmm__cuda_ops_vmm = {
     .unmap = dmm__cuda_unmap,
     .set_access = dmm__cuda_set_access,
     CUDA_COMMON_OPS,
+    .create_exportable = dmm__cuda_create_exportable,
+    .export_handle = dmm__cuda_export,
+    .import_handle = dmm__cuda_import,
 };
 
 /* A device without VMM: the VMM slots stay NULL ("absent"). */

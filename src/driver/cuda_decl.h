@@ -89,7 +89,9 @@ typedef enum dmm_cu_mem_allocation_type {
     DMM_CU_MEM_ALLOCATION_TYPES(DMM_CU_ENUMERATOR)
 } dmm_cu_mem_allocation_type; /* CUmemAllocationType */
 
-#define DMM_CU_MEM_HANDLE_TYPES(X) X(CU_MEM_HANDLE_TYPE_NONE, 0x0)
+#define DMM_CU_MEM_HANDLE_TYPES(X)                                                                         \
+    X(CU_MEM_HANDLE_TYPE_NONE, 0x0)                                                                        \
+    X(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0x1)
 typedef enum dmm_cu_mem_handle_type {
     DMM_CU_MEM_HANDLE_TYPES(DMM_CU_ENUMERATOR)
 } dmm_cu_mem_handle_type; /* CUmemAllocationHandleType */
@@ -183,6 +185,11 @@ typedef struct dmm_cu_mem_access_desc { /* CUmemAccessDesc */
       (dmm_cu_mem_handle *handle, size_t size, const dmm_cu_mem_allocation_prop *prop,                     \
        unsigned long long flags))                                                                          \
     X(cuMemRelease, cuMemRelease, (dmm_cu_mem_handle handle))                                              \
+    X(cuMemExportToShareableHandle, cuMemExportToShareableHandle,                                          \
+      (void *shareable_handle, dmm_cu_mem_handle handle, dmm_cu_mem_handle_type handle_type,               \
+       unsigned long long flags))                                                                          \
+    X(cuMemImportFromShareableHandle, cuMemImportFromShareableHandle,                                      \
+      (dmm_cu_mem_handle *handle, void *os_handle, dmm_cu_mem_handle_type handle_type))                    \
     X(cuMemMap, cuMemMap,                                                                                  \
       (dmm_cu_deviceptr ptr, size_t size, size_t offset, dmm_cu_mem_handle handle,                         \
        unsigned long long flags))                                                                          \

@@ -134,6 +134,7 @@ DMM_CU_OTHER_ENTRY_POINTS(DMM_CHECK_BINDING)
 #define dmm_cu_stream_capture_status CUstreamCaptureStatus
 #define dmm_cu_mem_allocation_prop CUmemAllocationProp
 #define dmm_cu_mem_access_desc CUmemAccessDesc
+#define dmm_cu_mem_handle_type CUmemAllocationHandleType
 
 #define DMM_CHECK_SIGNATURE(name, symbol, params)                                                  \
     _Static_assert(_Generic(&symbol, dmm_cu_result(*) params: 1, default: 0),                       \

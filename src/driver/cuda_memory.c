@@ -161,6 +161,7 @@ dmm_status dmm__cuda_release(dmm_driver *d, dmm_phys handle) {
         dmm__u64map_unreserve(&c->handles, 1);
         c->census.handles--;
         c->census.handle_bytes -= bytes;
+        dmm__cuda_forget_import(c, handle, bytes);
     } else {
         dmm__u64map_insert_reserved(&c->handles, handle, bytes);
     }

@@ -62,6 +62,7 @@ typedef struct cuda_driver {
     dmm_u64map mappings;                 /* va → handle */
     dmm_u64map map_count;                /* handle → times mapped (absent = 0) */
     dmm_u64map eager;                    /* ptr → bytes */
+    dmm_u64map imported;                 /* handle → bytes, of the handles made by import (cuda_share.c) */
     dmm_driver_census census;        /* tallies of successful calls (size unused) */
     int peers[CUDA_MAX_PEERS];       /* ordinals also granted access by set_access */
     size_t n_peers;
@@ -95,6 +96,12 @@ dmm_status dmm__cuda_reserve(dmm_driver *d, size_t bytes, size_t align, uintptr_
 dmm_status dmm__cuda_unreserve(dmm_driver *d, uintptr_t va, size_t bytes);
 dmm_status dmm__cuda_create(dmm_driver *d, size_t bytes, dmm_phys *handle);
 dmm_status dmm__cuda_release(dmm_driver *d, dmm_phys handle);
+/* ---- sharing ops (cuda_share.c) ---- */
+dmm_status dmm__cuda_create_exportable(dmm_driver *d, size_t bytes, dmm_phys *handle);
+dmm_status dmm__cuda_export(dmm_driver *d, dmm_phys handle, dmm_access access, int *fd);
+dmm_status dmm__cuda_import(dmm_driver *d, int fd, size_t bytes, dmm_access access, dmm_phys *handle);
+/* After a successful release of `handle`: drops its import note, if any (under the lock). */
+void dmm__cuda_forget_import(cuda_driver *c, dmm_phys handle, uint64_t bytes);
 dmm_status dmm__cuda_map(dmm_driver *d, uintptr_t va, size_t bytes, dmm_phys handle);
 dmm_status dmm__cuda_unmap(dmm_driver *d, uintptr_t va, size_t bytes);
 dmm_status dmm__cuda_set_access(dmm_driver *d, uintptr_t va, size_t bytes, dmm_access access);

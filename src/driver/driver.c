@@ -32,6 +32,8 @@ const char *dmm_driver_op_name(dmm_driver_op op) {
     case DMM_OP_COPY: return "copy";
     case DMM_OP_STREAM_SYNCHRONIZE: return "stream_synchronize";
     case DMM_OP_MEM_INFO: return "mem_info";
+    case DMM_OP_EXPORT: return "export";
+    case DMM_OP_IMPORT: return "import";
     case DMM_OP_COUNT: break;
     }
     return "unknown op";

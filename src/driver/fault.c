@@ -16,6 +16,7 @@
  *
  * Locking: one mutex guards plans and counters; the inner driver is called outside it.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,6 +191,18 @@ static dmm_status f_mem_info(dmm_driver *d, uint64_t *free_bytes, uint64_t *tota
     ENTER(DMM_OP_MEM_INFO);
     return in->ops->mem_info(in, free_bytes, total_bytes);
 }
+static dmm_status f_create_exportable(dmm_driver *d, size_t bytes, dmm_phys *handle) {
+    ENTER(DMM_OP_CREATE);
+    return in->ops->create_exportable(in, bytes, handle);
+}
+static dmm_status f_export_handle(dmm_driver *d, dmm_phys handle, dmm_access access, int *fd) {
+    ENTER(DMM_OP_EXPORT);
+    return in->ops->export_handle(in, handle, access, fd);
+}
+static dmm_status f_import_handle(dmm_driver *d, int fd, size_t bytes, dmm_access access, dmm_phys *handle) {
+    ENTER(DMM_OP_IMPORT);
+    return in->ops->import_handle(in, fd, bytes, access, handle);
+}
 static dmm_status f_census(dmm_driver *d, dmm_driver_census *out) {
     dmm_driver *in = F(d)->inner;
     return in->ops->census(in, out);
@@ -230,6 +243,13 @@ static void build_ops(dmm_driver_ops *o, const dmm_driver_ops *in) {
     SLOT(mem_info);
     SLOT(census);
 #undef SLOT
+    /* the sharing slots, present where the inner table is recent enough to have them */
+#define LATE_SLOT(s)                                                                                          \
+    o->s = in->size >= offsetof(dmm_driver_ops, s) + sizeof(void (*)(void)) && in->s ? f_##s : NULL
+    LATE_SLOT(create_exportable);
+    LATE_SLOT(export_handle);
+    LATE_SLOT(import_handle);
+#undef LATE_SLOT
     o->destroy = f_destroy;
 }
 

@@ -3,7 +3,9 @@
  * Idea: a VA reservation is an anonymous PROT_NONE, MAP_NORESERVE mapping (costs no memory); a
  * physical handle is one memfd of the chunk's size; map = mmap(MAP_FIXED|MAP_SHARED) of the memfd
  * over the reserved hole with PROT_NONE (like cuMemMap, access comes from set_access = mprotect);
- * unmap = an anonymous PROT_NONE mapping back over it, so the hole stays reserved. Eager memory is
+ * unmap = an anonymous PROT_NONE mapping back over it, so the hole stays reserved. Export = a new
+ * descriptor of the memfd (read-only opened for READ access); import = our own dup of a descriptor
+ * another process sent, filed as a handle like any other. Eager memory is
  * a private anonymous mapping. Copies are synchronous memmove, so every event is complete at once.
  *
  * Trade-off: the driver keeps its own tables (reservations, handles, mappings, eager blocks,
@@ -15,6 +17,7 @@
  * Invariants (under `lock`):
  *   census.reserved_bytes = Σ reservation.bytes
  *   census.handles        = live handle slots;  census.handle_bytes = Σ their bytes
+ *   census.imported_*     = the same over the slots with .imported
  *   census.mapped_bytes   = Σ mapping.bytes;     handle.maps = #mappings naming it
  *   reservation.maps      = #mappings inside it; mappings never overlap
  *   census.eager_bytes    = Σ eager.bytes
@@ -26,10 +29,12 @@
  * alloc) run outside it and are undone if the record cannot be inserted.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/core.h"
@@ -96,6 +101,7 @@ typedef struct host_handle {
     uint32_t gen;  /* bumped at release: stale dmm_phys values never validate */
     uint32_t maps; /* mappings of this handle */
     uint64_t bytes;
+    bool imported; /* made by import_handle: another process's memory (census.imported_*) */
 } host_handle;
 
 typedef struct host_driver {
@@ -277,25 +283,9 @@ static dmm_status host_unreserve(dmm_driver *d, uintptr_t va, size_t bytes) {
     return DMM_OK;
 }
 
-static dmm_status host_create(dmm_driver *d, size_t bytes, dmm_phys *handle) {
-    host_driver *h = H(d);
-    if (handle == NULL)
-        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "host driver: create: the output handle pointer is NULL");
-    if (bytes == 0 || !is_granule_multiple(h, bytes))
-        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
-                             "host driver: create of %zu bytes refused: the size must be a non-zero multiple "
-                             "of the granularity (%zu bytes)",
-                             bytes, h->granularity);
-    int fd = memfd_create("dmm-host-chunk", MFD_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        HOST_SYSERR(e, "create of %zu bytes failed in memfd_create", bytes);
-    }
-    if (ftruncate(fd, (off_t)bytes) != 0) {
-        int e = errno;
-        close(fd);
-        HOST_SYSERR(e, "create of %zu bytes failed in ftruncate of the memfd", bytes);
-    }
+/* Files `fd` (owned from now on) as a live handle of `bytes`; closes it when there is no room. */
+static dmm_status insert_handle(host_driver *h, int fd, size_t bytes, bool imported, const char *op,
+                                dmm_phys *handle) {
     dmm_lock_acquire(&h->lock);
     uint32_t slot;
     bool ok = true;
@@ -319,7 +309,7 @@ static dmm_status host_create(dmm_driver *d, size_t bytes, dmm_phys *handle) {
         }
         slot = (uint32_t)h->nhandles;
         if (ok) {
-            h->handles[slot] = (host_handle){-1, 0, 0, 0};
+            h->handles[slot] = (host_handle){-1, 0, 0, 0, false};
             h->nhandles++;
         }
     }
@@ -329,18 +319,107 @@ static dmm_status host_create(dmm_driver *d, size_t bytes, dmm_phys *handle) {
         hh->fd = fd;
         hh->maps = 0;
         hh->bytes = bytes;
+        hh->imported = imported;
         phys = ((uint64_t)hh->gen << 32) | ((uint64_t)slot + 1);
         h->tally.handles++;
         h->tally.handle_bytes += bytes;
+        h->tally.imported_handles += imported;
+        h->tally.imported_bytes += imported ? bytes : 0;
     }
     dmm_lock_release(&h->lock);
     if (!ok) {
         close(fd);
-        return dmm_error_set(DMM_ERR_OUT_OF_MEMORY,
-                             "host driver: create of %zu bytes: no memory for the handle table", bytes);
+        return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "host driver: %s of %zu bytes: no memory for the handle table",
+                             op, bytes);
     }
     *handle = phys;
     return DMM_OK;
+}
+
+static dmm_status host_create(dmm_driver *d, size_t bytes, dmm_phys *handle) {
+    host_driver *h = H(d);
+    if (handle == NULL)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "host driver: create: the output handle pointer is NULL");
+    if (bytes == 0 || !is_granule_multiple(h, bytes))
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "host driver: create of %zu bytes refused: the size must be a non-zero multiple "
+                             "of the granularity (%zu bytes)",
+                             bytes, h->granularity);
+    int fd = memfd_create("dmm-host-chunk", MFD_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        HOST_SYSERR(e, "create of %zu bytes failed in memfd_create", bytes);
+    }
+    if (ftruncate(fd, (off_t)bytes) != 0) {
+        int e = errno;
+        close(fd);
+        HOST_SYSERR(e, "create of %zu bytes failed in ftruncate of the memfd", bytes);
+    }
+    return insert_handle(h, fd, bytes, false, "create", handle);
+}
+
+/* Export: the memfd itself, as a new descriptor; read-only access is a read-only open of it, so the
+ * kernel refuses a writable mapping in the importer (mprotect answers EACCES). */
+static dmm_status host_export(dmm_driver *d, dmm_phys handle, dmm_access access, int *fd) {
+    host_driver *h = H(d);
+    if (fd == NULL || (access != DMM_ACCESS_READ && access != DMM_ACCESS_READ_WRITE))
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "host driver: export of handle %#llx refused: the access must be READ or READ_WRITE "
+                             "(got %d) and the output descriptor pointer non-NULL",
+                             (unsigned long long)handle, (int)access);
+    dmm_lock_acquire(&h->lock);
+    host_handle *hh = find_handle(h, handle);
+    int out = -1, e = 0;
+    if (hh != NULL && access == DMM_ACCESS_READ_WRITE) {
+        out = fcntl(hh->fd, F_DUPFD_CLOEXEC, 0);
+    } else if (hh != NULL) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/self/fd/%d", hh->fd);
+        out = open(path, O_RDONLY | O_CLOEXEC);
+    }
+    if (hh != NULL && out < 0) e = errno;
+    dmm_lock_release(&h->lock);
+    if (hh == NULL)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "host driver: export of handle %#llx refused: no live handle of this driver has that "
+                             "value", (unsigned long long)handle);
+    if (out < 0) HOST_SYSERR(e, "export of handle %#llx failed to open a new descriptor", (unsigned long long)handle);
+    *fd = out;
+    return DMM_OK;
+}
+
+/* Import: our own descriptor of the memory (the caller keeps theirs), checked to be a file of exactly
+ * `bytes` whose open mode allows `access`. */
+static dmm_status host_import(dmm_driver *d, int fd, size_t bytes, dmm_access access, dmm_phys *handle) {
+    host_driver *h = H(d);
+    if (handle == NULL || fd < 0 || bytes == 0 || !is_granule_multiple(h, bytes) ||
+        (access != DMM_ACCESS_READ && access != DMM_ACCESS_READ_WRITE))
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "host driver: import of descriptor %d (%zu bytes, access %d) refused: the descriptor "
+                             "must be valid, the size a non-zero multiple of the granularity (%zu bytes), the "
+                             "access READ or READ_WRITE and the output non-NULL",
+                             fd, bytes, (int)access, h->granularity);
+    struct stat st;
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fstat(fd, &st) != 0) {
+        int e = errno;
+        HOST_SYSERR(e, "import of descriptor %d failed to inspect it (fcntl/fstat)", fd);
+    }
+    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != bytes)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "host driver: import of descriptor %d refused: it is %s of %lld bytes, not a memory "
+                             "file of the %zu bytes described; the description and the descriptor disagree",
+                             fd, S_ISREG(st.st_mode) ? "a file" : "not a regular file", (long long)st.st_size, bytes);
+    if (access == DMM_ACCESS_READ_WRITE && (fl & O_ACCMODE) != O_RDWR)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "host driver: import of descriptor %d read-write refused: the exporter handed out a "
+                             "read-only descriptor; import it READ, or ask the exporter for read-write access", fd);
+    int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (own < 0) {
+        int e = errno;
+        HOST_SYSERR(e, "import of descriptor %d failed to duplicate it", fd);
+    }
+    return insert_handle(h, own, bytes, true, "import", handle);
 }
 
 static dmm_status host_release(dmm_driver *d, dmm_phys handle) {
@@ -365,6 +444,8 @@ static dmm_status host_release(dmm_driver *d, dmm_phys handle) {
     int fd = hh->fd;
     h->tally.handles--;
     h->tally.handle_bytes -= hh->bytes;
+    h->tally.imported_handles -= hh->imported;
+    h->tally.imported_bytes -= hh->imported ? hh->bytes : 0;
     hh->fd = -1;
     hh->gen++;
     hh->bytes = 0;
@@ -744,6 +825,9 @@ static const dmm_driver_ops host_ops = {
     .mem_info = host_mem_info,
     .census = host_census,
     .destroy = host_destroy,
+    .create_exportable = host_create, /* every memfd can be passed to another process */
+    .export_handle = host_export,
+    .import_handle = host_import,
 };
 
 dmm_status dmm_host_driver_create(const dmm_host_driver_config *cfg, dmm_driver **out) {

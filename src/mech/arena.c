@@ -33,6 +33,7 @@
  *
  * Invariants: arena_types.h; checked by dmm_arena_check (arena_check.c).
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,7 @@
 #include "mech/prefix.h"
 #include "mech/records.h"
 #include "mech/release.h"
+#include "mech/share.h"
 
 #define ARENA_DEFAULT_RESERVE ((uint64_t)64 << 30)
 #define ARENA_DEFAULT_CHUNK_LIMIT ((uint64_t)1 << 30)
@@ -257,6 +259,7 @@ static void arena_free_all(dmm_arena *a) {
     free(a->free_slots);
     free(a->cache.v);
     free(a->qhandles.v);
+    free(a->qimported.v);
     dmm__spans_fini(&a->free);
     dmm__spans_fini(&a->quarantine);
     dmm_lock_destroy(&a->lock);
@@ -310,6 +313,32 @@ static dmm_status arena_reservation(void *impl, uintptr_t *va, uint64_t *bytes);
 static dmm_status arena_is_quarantined(void *impl, const void *ptr, size_t bytes, bool *out);
 static dmm_status arena_drain_cache(void *impl);
 
+/* dmm_import: a VA-only allocation of the export's size, then the import transaction (share.c); a
+ * failed import gives the VA back (a release of an allocation with nothing committed is COMPLETE). */
+static dmm_status arena_import(void *impl, const dmm_export *ex, dmm_access access, dmm_allocation *out) {
+    dmm_arena *a = A(impl);
+    dmm_status s = dmm__arena_import_check(a, ex, access, "dmm_import");
+    if (s != DMM_OK) return s;
+    dmm_allocation al = {0};
+    s = allocate(a, (size_t)ex->bytes, (size_t)a->gran, false, NULL, 0, &al);
+    if (s != DMM_OK) return dmm__error_wrap(s, "dmm_import of %llu bytes: no address space for it",
+                                            (unsigned long long)ex->bytes);
+    s = dmm__arena_import_commit(a, &al, ex, access, "dmm_import");
+    if (s != DMM_OK) {
+        dmm_error_kept why = {0};
+        dmm__error_keep(&why, s);
+        dmm_release_outcome o = dmm__arena_release(a, &al);
+        if (o.state != DMM_RELEASE_COMPLETE)
+            dmm__error_wrap(s, "dmm_import: giving back the address space of the failed import was %s too",
+                            dmm_release_state_str(o.state));
+        else
+            s = dmm__error_restore(&why);
+        return s;
+    }
+    *out = al;
+    return DMM_OK;
+}
+
 static const dmm_virtual_backing_ops arena_vb_ops = {
     .size = sizeof(dmm_virtual_backing_ops),
     .allocate_committed = arena_allocate_committed,
@@ -321,6 +350,8 @@ static const dmm_virtual_backing_ops arena_vb_ops = {
     .is_quarantined = arena_is_quarantined,
     .drain_cache = arena_drain_cache,
     .reservation = arena_reservation,
+    .export_range = dmm__arena_export,
+    .import = arena_import,
 };
 
 static const dmm_mechanism_ops arena_ops = {
@@ -342,13 +373,15 @@ dmm_status dmm_arena_create(dmm_driver *driver, const dmm_arena_config *cfg, dmm
     const char *op = "dmm_arena_create";
     if (driver == NULL || driver->ops == NULL || out == NULL)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: the driver or the output pointer is NULL", op);
-    dmm_arena_config c = {sizeof c, 0, 0, 0, 0, NULL};
+    dmm_arena_config c = {sizeof c, 0, 0, 0, 0, NULL, false};
     if (cfg != NULL) {
-        if (cfg->size < sizeof c)
+        size_t least = offsetof(dmm_arena_config, exportable); /* a config from before `exportable` */
+        if (cfg->size < least)
             return dmm_error_set(DMM_ERR_SHORT_STRUCT,
                                  "%s: the config's size is %u bytes; set .size = sizeof(dmm_arena_config) (%zu)",
                                  op, cfg->size, sizeof c);
-        memcpy(&c, cfg, sizeof c);
+        memcpy(&c, cfg, cfg->size < sizeof c ? cfg->size : sizeof c);
+        c.size = sizeof c;
         if (c.accounting != NULL && (c.accounting->charge == NULL || c.accounting->refund == NULL))
             return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
                                  "%s: the accounting hook needs both charge and refund (charge %s, refund %s); "
@@ -364,6 +397,11 @@ dmm_status dmm_arena_create(dmm_driver *driver, const dmm_arena_config *cfg, dmm
         return dmm_error_set(DMM_ERR_UNSUPPORTED,
                              "%s: the '%s' driver of %s %d has no virtual memory management; use "
                              "dmm_eager_create() for this device",
+                             op, o->name ? o->name : "?", tier_name(driver->device.tier), (int)driver->device.index);
+    if (c.exportable && !dmm__drv_can_export(driver))
+        return dmm_error_set(DMM_ERR_UNSUPPORTED,
+                             "%s: exportable = true, but the '%s' driver of %s %d cannot create handles for export "
+                             "to other processes; create the arena without exportable",
                              op, o->name ? o->name : "?", tier_name(driver->device.tier), (int)driver->device.index);
     size_t gran = 0;
     dmm_status s = dmm__drv_granularity(driver, &gran);
@@ -418,6 +456,7 @@ dmm_status dmm_arena_create(dmm_driver *driver, const dmm_arena_config *cfg, dmm
     a->limit_g = limit / gran;
     a->cache_limit = c.cache_limit_bytes;
     a->min_align = min_align;
+    a->exportable = c.exportable;
     a->gmap = gmap;
     a->ngran = ngran;
     a->st.size = sizeof a->st;
@@ -576,14 +615,15 @@ dmm_status dmm_arena_confirm_context_terminated(dmm_mechanism *m) {
         memset(a->gmap, 0, a->ngran * sizeof *a->gmap);
         a->nslots = a->nfree = 0;
         a->live_chunks = a->poisoned_chunks = 0;
-        a->cache.n = a->qhandles.n = 0;
-        a->cache.bytes = a->qhandles.bytes = 0;
+        a->cache.n = a->qhandles.n = a->qimported.n = 0;
+        a->cache.bytes = a->qhandles.bytes = a->qimported.bytes = 0;
         a->free.n = a->quarantine.n = 0;
         a->free.total = a->quarantine.total = 0;
         a->reserved = false;
         dmm_count *zero[] = {&a->st.allocations,  &a->st.allocated_bytes, &a->st.reserved_bytes,
                              &a->st.committed_bytes, &a->st.mapped_bytes, &a->st.owned_bytes,
-                             &a->st.handles,      &a->st.cached_bytes,    &a->st.quarantined_span_bytes};
+                             &a->st.handles,      &a->st.cached_bytes,    &a->st.quarantined_span_bytes,
+                             &a->st.imported_bytes};
         for (size_t i = 0; i < sizeof zero / sizeof *zero; i++) zero[i]->current = 0;
         a->confirmed = true;
     }

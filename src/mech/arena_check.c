@@ -151,11 +151,11 @@ const char *dmm__arena_check_locked(dmm_arena *a) {
             BROKEN("granule %llu points to chunk %u, which does not cover it", (unsigned long long)g, v - 1);
     }
     /* rings: the chunks that map one handle; one handle per ring, counted once */
-    uint64_t rings = 0, ring_b = 0;
+    uint64_t rings = 0, ring_b = 0, imported_b = 0;
     size_t nphys = 0;
     size_t npieces = 0;
     for (const arena_prefix *p = a->prefixes; p != NULL; p = p->next) npieces += p->n;
-    phys = malloc(((size_t)a->nslots + a->cache.n + a->qhandles.n + npieces + 1) * sizeof *phys);
+    phys = malloc(((size_t)a->nslots + a->cache.n + a->qhandles.n + a->qimported.n + npieces + 1) * sizeof *phys);
     if (phys == NULL) BROKEN("no host memory to run the check");
     for (uint32_t k = 0; k < a->nslots; k++) {
         const arena_chunk *c = &a->chunks[k];
@@ -168,6 +168,9 @@ const char *dmm__arena_check_locked(dmm_arena *a) {
                 BROKEN("chunks %u and %u are in one ring but map different handles or sizes", k, j);
             if (a->chunks[j].piece != c->piece)
                 BROKEN("chunks %u and %u are in one ring but disagree on the prefix holding their handle", k, j);
+            if (a->chunks[j].imported != c->imported || a->chunks[j].exported != c->exported)
+                BROKEN("chunks %u and %u are in one ring but disagree on whether its handle is imported or exported",
+                       k, j);
             if (j < lowest) lowest = j;
             len++;
             if (len > a->nslots) BROKEN("chunk %u's ring of mappings does not come back to it", k);
@@ -175,12 +178,18 @@ const char *dmm__arena_check_locked(dmm_arena *a) {
             if (j == k) break;
         }
         if (lowest != k) continue; /* the ring is counted at its lowest slot */
+        if (c->imported && c->piece != NULL) BROKEN("chunk %u maps an imported handle that a prefix holds", k);
+        phys[nphys++] = c->phys;
+        if (c->imported) { /* another process's memory: held, never owned here */
+            imported_b += chunk_bytes(a, c);
+            continue;
+        }
         rings++;
         ring_b += chunk_bytes(a, c);
-        phys[nphys++] = c->phys;
     }
     for (size_t i = 0; i < a->cache.n; i++) phys[nphys++] = a->cache.v[i].phys;
     for (size_t i = 0; i < a->qhandles.n; i++) phys[nphys++] = a->qhandles.v[i].phys;
+    for (size_t i = 0; i < a->qimported.n; i++) phys[nphys++] = a->qimported.v[i].phys;
 
     /* prefixes: every piece names a ring that maps its handle and points back at it, or is parked
      * (then its handle is held by nothing else); every chunk's piece belongs to a live prefix */
@@ -255,8 +264,9 @@ const char *dmm__arena_check_locked(dmm_arena *a) {
     EQ(st->quarantined_span_bytes.current, a->quarantine.total);
     EQ(st->poisoned_chunks, pois + a->poison_cleared);
     EQ(st->poisoned_bytes, pois_b + a->poison_cleared_bytes);
-    EQ(st->quarantined_handles, a->qhandles.n + a->qhandles_cleared);
-    EQ(st->quarantined_bytes, qb + a->qhandles_cleared_bytes);
+    EQ(st->imported_bytes.current, imported_b + a->qimported.bytes);
+    EQ(st->quarantined_handles, a->qhandles.n + a->qimported.n + a->qhandles_cleared);
+    EQ(st->quarantined_bytes, qb + a->qimported.bytes + a->qhandles_cleared_bytes);
     if (!dmm__arena_lost(a)) {
         EQ(a->charged[DMM_AXIS_OWNED], st->owned_bytes.current);
         EQ(a->charged[DMM_AXIS_MAPPED], st->mapped_bytes.current);

@@ -4,6 +4,7 @@
  * offers):
  *   arena.c        top: create/destroy, the ops table, allocate, queries, stats, the public
  *                  dmm_arena_* entry points, device loss and its confirmation
+ *   share.c        export of committed chunks as descriptors, import of another process's (dmm/share.h)
  *   prefix.c       shared prefixes (DESIGN §4.6): the owner's chunks held by a prefix object and
  *                  mapped read-only into other allocations (the shared_mapping capability)
  *   release.c      the release state machine: whole release and decommit, and their outcomes
@@ -45,7 +46,8 @@
  *   stats.committed = Σ LIVE chunk bytes;  stats.mapped = Σ (LIVE + POISONED) chunk bytes (an alias
  *   counts once per mapping: mapped may exceed owned)
  *   stats.owned = Σ ring handle bytes + cache.bytes + qhandles.bytes + Σ parked piece bytes;
- *   stats.handles = #rings + #cache + #qhandles + #parked pieces
+ *   stats.handles = #rings + #cache + #qhandles + #parked pieces   (rings of imported handles excluded)
+ *   stats.imported = Σ imported ring handle bytes + qimported.bytes; imported chunks hold no piece
  *   unless lost: charged[OWNED] = stats.owned, charged[MAPPED] = stats.mapped
  */
 #ifndef DMM_MECH_ARENA_TYPES_H
@@ -80,6 +82,9 @@ typedef struct arena_chunk {
     bool from_cache; /* meaningful only in the operation that bore it: an undo puts the handle back */
     uint8_t access;  /* the dmm_access it is mapped with: READ_WRITE, or READ for a prefix's sharer */
     struct arena_piece *piece; /* the prefix piece holding its handle, or NULL (same in the whole ring) */
+    bool imported;   /* the handle is another process's memory (dmm_import): MAPPED charged, OWNED not; never
+                        cached; same in the whole ring */
+    bool exported;   /* the handle was exported (dmm_export_range): never cached; same in the whole ring */
 } arena_chunk;
 
 /* One handle of a prefix. */
@@ -173,6 +178,8 @@ typedef struct dmm_arena {
 
     handle_vec cache;    /* released handles kept for reuse (owned stays charged) */
     handle_vec qhandles; /* handles whose release failed: owned stays charged, never reused */
+    handle_vec qimported; /* imported handles whose release failed: never charged OWNED, never reused */
+    bool exportable;      /* chunks are created with the driver's create_exportable (dmm_arena_config) */
 
     arena_prefix *prefixes; /* live prefixes (a list: few, and only the slow path looks) */
     size_t nprefixes;

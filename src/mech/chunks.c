@@ -63,6 +63,27 @@ dmm_status dmm__arena_drv_create(dmm_arena *a, uint64_t bytes, dmm_phys *phys) {
     return drv_done(a, t0, dmm__drv_create(a->drv, (size_t)bytes, phys));
 }
 
+dmm_status dmm__arena_drv_create_exportable(dmm_arena *a, uint64_t bytes, dmm_phys *phys) {
+    if (dmm__arena_lost(a)) return dmm__arena_lost_error(a, "arena: create of an exportable physical handle");
+    a->st.driver_create++;
+    uint64_t t0 = dmm_now_ns();
+    return drv_done(a, t0, dmm__drv_create_exportable(a->drv, (size_t)bytes, phys));
+}
+
+dmm_status dmm__arena_drv_export(dmm_arena *a, dmm_phys phys, dmm_access access, int *fd) {
+    if (dmm__arena_lost(a)) return dmm__arena_lost_error(a, "arena: export of a physical handle");
+    uint64_t t0 = dmm_now_ns();
+    dmm_status s = drv_done(a, t0, dmm__drv_export(a->drv, phys, access, fd));
+    if (s == DMM_OK) a->st.exported_handles++;
+    return s;
+}
+
+dmm_status dmm__arena_drv_import(dmm_arena *a, int fd, uint64_t bytes, dmm_access access, dmm_phys *phys) {
+    if (dmm__arena_lost(a)) return dmm__arena_lost_error(a, "arena: import of a physical handle");
+    uint64_t t0 = dmm_now_ns();
+    return drv_done(a, t0, dmm__drv_import(a->drv, fd, (size_t)bytes, access, phys));
+}
+
 dmm_status dmm__arena_drv_release(dmm_arena *a, dmm_phys phys, uint64_t bytes) {
     (void)bytes;
     if (dmm__arena_lost(a)) return dmm__arena_lost_error(a, "arena: release of a physical handle");
@@ -183,7 +204,8 @@ bool dmm__arena_room(dmm_arena *a, size_t chunks, size_t handles, size_t spans, 
             }
         }
     }
-    ok = ok && handles_reserve(&a->qhandles, handles) && handles_reserve(&a->cache, handles);
+    ok = ok && handles_reserve(&a->qhandles, handles) && handles_reserve(&a->cache, handles) &&
+         handles_reserve(&a->qimported, handles);
     ok = ok && dmm__spans_reserve(&a->free, spans) && dmm__spans_reserve(&a->quarantine, spans);
     if (!ok)
         dmm_error_set(DMM_ERR_OUT_OF_MEMORY,
@@ -252,7 +274,7 @@ dmm_status dmm__arena_chunk_birth(dmm_arena *a, uint64_t first, uint64_t n, cons
     uint64_t bytes = n * a->gran;
     uint32_t k = slot_take(a);
     arena_chunk *c = &a->chunks[k];
-    *c = (arena_chunk){first, n, 0, 0, k, CHUNK_BIRTH, false, false, DMM_ACCESS_READ_WRITE, NULL};
+    *c = (arena_chunk){first, n, 0, 0, k, CHUNK_BIRTH, false, false, DMM_ACCESS_READ_WRITE, NULL, false, false};
     *leaked = false;
 
     size_t hit = SIZE_MAX;
@@ -274,7 +296,8 @@ dmm_status dmm__arena_chunk_birth(dmm_arena *a, uint64_t first, uint64_t n, cons
             slot_give(a, k);
             return s;
         }
-        s = dmm__arena_drv_create(a, bytes, &c->phys);
+        s = a->exportable ? dmm__arena_drv_create_exportable(a, bytes, &c->phys)
+                          : dmm__arena_drv_create(a, bytes, &c->phys);
         if (s != DMM_OK) {
             dmm__arena_refund(a, DMM_AXIS_OWNED, bytes);
             slot_give(a, k);
@@ -293,7 +316,7 @@ dmm_status dmm__arena_chunk_alias(dmm_arena *a, uint32_t src, uint64_t first, dm
     uint32_t k = slot_take(a);
     arena_chunk *c = &a->chunks[k], *from = &a->chunks[src];
     *c = (arena_chunk){first, from->n, 0, from->phys, from->twin, CHUNK_BIRTH, false, false, (uint8_t)access,
-                       from->piece};
+                       from->piece, from->imported, from->exported};
     from->twin = k; /* joins the ring: the handle now has one more mapping */
     *leaked = false;
     dmm_status s = chunk_map_in(a, k, op, leaked);
@@ -305,10 +328,28 @@ dmm_status dmm__arena_chunk_adopt(dmm_arena *a, arena_piece *piece, uint64_t fir
                                   const char *op, uint32_t *slot, bool *leaked) {
     uint32_t k = slot_take(a);
     arena_chunk *c = &a->chunks[k];
-    *c = (arena_chunk){first, piece->n, 0, piece->phys, k, CHUNK_BIRTH, false, false, (uint8_t)access, piece};
+    *c = (arena_chunk){first, piece->n, 0, piece->phys, k, CHUNK_BIRTH, false, false, (uint8_t)access, piece, false, false};
     piece->ring = k + 1; /* a ring of one; an undo parks the handle again (dmm__arena_chunk_retire) */
     *leaked = false;
     dmm_status s = chunk_map_in(a, k, op, leaked);
+    if (s == DMM_OK) *slot = k;
+    return s;
+}
+
+dmm_status dmm__arena_chunk_import(dmm_arena *a, int fd, uint64_t first, uint64_t n, dmm_access access,
+                                   const char *op, uint32_t *slot, bool *leaked) {
+    uint64_t bytes = n * a->gran;
+    uint32_t k = slot_take(a);
+    arena_chunk *c = &a->chunks[k];
+    *c = (arena_chunk){first, n, 0, 0, k, CHUNK_BIRTH, false, false, (uint8_t)access, NULL, true, false};
+    *leaked = false;
+    dmm_status s = dmm__arena_drv_import(a, fd, bytes, access, &c->phys);
+    if (s != DMM_OK) {
+        slot_give(a, k);
+        return s;
+    }
+    dmm_count_add(&a->st.imported_bytes, (int64_t)bytes); /* held, not owned: OWNED is the exporter's */
+    s = chunk_map_in(a, k, op, leaked);
     if (s == DMM_OK) *slot = k;
     return s;
 }
@@ -370,13 +411,24 @@ uint64_t dmm__arena_chunk_retire(dmm_arena *a, arena_chunk *c, bool allow_cache)
         if (c->piece != NULL && c->piece->ring == k + 1) c->piece->ring = next + 1;
     } else if (c->piece != NULL) {
         c->piece->ring = 0; /* parked: the prefix alone holds the handle now (owned stays charged) */
-    } else if (allow_cache && a->cache.bytes + bytes <= a->cache_limit && a->cache.n < a->cache.cap) {
+    } else if (c->imported) {
+        /* another process's memory: this process drops its reference; nothing was charged OWNED */
+        if (dmm__arena_drv_release(a, c->phys, bytes) == DMM_OK) {
+            dmm_count_sub(&a->st.imported_bytes, (int64_t)bytes);
+        } else {
+            handles_push(&a->qimported, c->phys, bytes);
+            a->st.quarantined_handles++;
+            a->st.quarantined_bytes += bytes;
+            residual = bytes; /* held (not charged): the outcome must not read COMPLETE */
+        }
+    } else if (allow_cache && !c->exported && a->cache.bytes + bytes <= a->cache_limit && a->cache.n < a->cache.cap) {
         handles_push(&a->cache, c->phys, bytes);
         dmm_count_add(&a->st.cached_bytes, (int64_t)bytes);
     } else if (dmm__arena_drv_release(a, c->phys, bytes) == DMM_OK) {
         dmm__arena_refund(a, DMM_AXIS_OWNED, bytes);
         dmm_count_sub(&a->st.handles, 1);
         dmm_count_sub(&a->st.owned_bytes, (int64_t)bytes);
+        if (c->exported) a->st.exported_released_bytes += bytes; /* importers may still map it */
     } else {
         handles_push(&a->qhandles, c->phys, bytes);
         a->st.quarantined_handles++;
@@ -384,6 +436,7 @@ uint64_t dmm__arena_chunk_retire(dmm_arena *a, arena_chunk *c, bool allow_cache)
         residual = bytes;
     }
     c->piece = NULL;
+    c->imported = c->exported = false;
     slot_give(a, k);
     return residual;
 }
@@ -396,6 +449,7 @@ uint64_t dmm__arena_chunk_poison(dmm_arena *a, arena_chunk *c) {
     uint64_t bytes = chunk_bytes(a, c), kept = bytes;
     for (uint32_t j = c->twin; j != chunk_slot(a, c); j = a->chunks[j].twin)
         if (a->chunks[j].state == CHUNK_POISONED) kept = 0; /* the handle stays owned already */
+    if (c->imported) kept = 0; /* held, never charged OWNED here (stats.imported_bytes still counts it) */
     if (c->state == CHUNK_LIVE) {
         a->live_chunks--;
         dmm_count_sub(&a->st.committed_bytes, (int64_t)bytes);
@@ -450,6 +504,17 @@ dmm_status dmm__arena_give_back(dmm_arena *a) {
         dmm__arena_refund(a, DMM_AXIS_OWNED, h.bytes);
         dmm_count_sub(&a->st.handles, 1);
         dmm_count_sub(&a->st.owned_bytes, (int64_t)h.bytes);
+        a->qhandles_cleared++;
+        a->qhandles_cleared_bytes += h.bytes;
+    }
+    for (size_t i = 0; i < a->qimported.n && !dmm__arena_lost(a);) {
+        arena_handle h = a->qimported.v[i];
+        if (dmm__error_keep(&first, dmm__arena_drv_release(a, h.phys, h.bytes)) != DMM_OK) {
+            i++;
+            continue;
+        }
+        handles_remove(&a->qimported, i);
+        dmm_count_sub(&a->st.imported_bytes, (int64_t)h.bytes);
         a->qhandles_cleared++;
         a->qhandles_cleared_bytes += h.bytes;
     }

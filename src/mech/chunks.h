@@ -14,6 +14,11 @@ dmm_status dmm__arena_drv_map(dmm_arena *a, uint64_t off, uint64_t bytes, dmm_ph
 dmm_status dmm__arena_drv_unmap(dmm_arena *a, uint64_t off, uint64_t bytes);
 dmm_status dmm__arena_drv_set_access(dmm_arena *a, uint64_t off, uint64_t bytes, dmm_access access);
 dmm_status dmm__arena_lost_error(dmm_arena *a, const char *op);
+/* Sharing (dmm/share.h): a handle that can be exported; a new descriptor for one (counted in
+ * exported_handles); a handle for another process's descriptor. */
+dmm_status dmm__arena_drv_create_exportable(dmm_arena *a, uint64_t bytes, dmm_phys *phys);
+dmm_status dmm__arena_drv_export(dmm_arena *a, dmm_phys phys, dmm_access access, int *fd);
+dmm_status dmm__arena_drv_import(dmm_arena *a, int fd, uint64_t bytes, dmm_access access, dmm_phys *phys);
 
 /* Charges before a driver call: from the running commit's pot if there is one (a shortfall sets
  * pot->short_of and fails with DMM_ERR_BUSY), else through the hook. A refusal changes nothing. */
@@ -53,6 +58,13 @@ dmm_status dmm__arena_chunk_alias(dmm_arena *a, uint32_t src, uint64_t first, dm
 dmm_status dmm__arena_chunk_adopt(dmm_arena *a, arena_piece *piece, uint64_t first, dmm_access access,
                                   const char *op, uint32_t *slot, bool *leaked);
 
+/* Births a LIVE chunk over granules [first, first + n) (all unbacked) that maps another process's
+ * memory: imports `fd` (the caller keeps it) as a new ring of one marked imported (OWNED is not
+ * charged: the exporter owns it), then charge MAPPED, map, set `access`. On failure the imported
+ * handle is released again. Needs dmm__arena_room(1, 1, 1). */
+dmm_status dmm__arena_chunk_import(dmm_arena *a, int fd, uint64_t first, uint64_t n, dmm_access access,
+                                   const char *op, uint32_t *slot, bool *leaked);
+
 /* Undoes a chunk born by the current operation (BIRTH or LIVE, refs 0): unmap, refund mapped, then
  * (unless other chunks of its ring still map the handle) the handle back to the cache it came from
  * or released (refund owned). An unmap that fails poisons the chunk; a release that fails
@@ -68,7 +80,9 @@ dmm_status dmm__arena_chunk_unmap(dmm_arena *a, arena_chunk *c);
 dmm_status dmm__arena_chunk_remap(dmm_arena *a, arena_chunk *c, bool *still_mapped);
 /* Ends an unmapped LIVE chunk with refs 0 (its MAPPED refund already made): its granules become
  * unbacked, its slot free. If other chunks of its ring still map the handle it just leaves the ring;
- * else, if a prefix holds the handle, the handle is parked in its piece (still owned); else it goes to the cache (if allowed and it fits) or is released (refund OWNED); a failed
+ * else, if a prefix holds the handle, the handle is parked in its piece (still owned); an imported
+ * handle is released (no OWNED refund: it was never charged); else it goes to the cache (if allowed,
+ * it fits and it was never exported) or is released (refund OWNED); a failed
  * release quarantines the handle. Returns the bytes that stay owned because of a failure (0 when the
  * handle was kept by its ring, cached or released). Needs dmm__arena_room(0, 1, 0). */
 uint64_t dmm__arena_chunk_retire(dmm_arena *a, arena_chunk *c, bool allow_cache);

@@ -41,13 +41,13 @@ static inline void *dmm__mechanism_impl_if(const dmm_mechanism *m, const dmm_mec
 
 /* A FAILED outcome (nothing changed) for `bytes`, with the status that explains it. */
 static inline dmm_release_outcome dmm__outcome_failed(uint64_t bytes, dmm_status failure) {
-    dmm_release_outcome o = {DMM_RELEASE_FAILED, bytes, 0, 0, failure};
+    dmm_release_outcome o = {DMM_RELEASE_FAILED, bytes, 0, 0, failure, 0};
     return o;
 }
 
 /* A COMPLETE outcome. */
 static inline dmm_release_outcome dmm__outcome_complete(uint64_t bytes, uint64_t unmapped) {
-    dmm_release_outcome o = {DMM_RELEASE_COMPLETE, bytes, unmapped, 0, DMM_OK};
+    dmm_release_outcome o = {DMM_RELEASE_COMPLETE, bytes, unmapped, 0, DMM_OK, 0};
     return o;
 }
 

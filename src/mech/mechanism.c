@@ -22,6 +22,7 @@
 
 #include "core/core.h"
 #include "dmm/prefix.h"
+#include "dmm/share.h"
 #include "mech/mech_internal.h"
 
 #define NAME(m) ((m)->ops->name)
@@ -323,6 +324,8 @@ bool dmm_mechanism_has_slot(const dmm_mechanism *m, const char *slot) {
     if (strcmp(slot, "is_quarantined") == 0) return VB_OPTIONAL(m, is_quarantined);
     if (strcmp(slot, "drain_cache") == 0) return VB_OPTIONAL(m, drain_cache);
     if (strcmp(slot, "reservation") == 0) return VB_OPTIONAL(m, reservation);
+    if (strcmp(slot, "export_range") == 0) return VB_OPTIONAL(m, export_range);
+    if (strcmp(slot, "import") == 0) return VB_OPTIONAL(m, import);
     return false;
 }
 
@@ -349,6 +352,47 @@ dmm_status dmm_mechanism_drain_cache(dmm_mechanism *m) {
 dmm_status dmm_mechanism_reservation(dmm_mechanism *m, uintptr_t *va, uint64_t *bytes) {
     if (!VB_OPTIONAL(m, reservation)) return optional_absent(m, "reservation", "dmm_mechanism_reservation");
     return m->ops->virtual_backing->reservation(m->impl, va, bytes);
+}
+
+/* ---- export and import (dmm/share.h) ---- */
+
+dmm_status dmm_export_range(dmm_mechanism *m, const dmm_allocation *a, dmm_range range, dmm_access access,
+                            dmm_export *out) {
+    static const char op[] = "dmm_export_range";
+    if (!VB_OPTIONAL(m, export_range))
+        return m == NULL ? optional_absent(m, "export_range", op)
+                         : dmm_error_set(DMM_ERR_UNSUPPORTED,
+                                         "%s: mechanism '%s' cannot export memory to other processes (no "
+                                         "virtual-backing slot 'export_range'); allocate what you share from an "
+                                         "arena",
+                                         op, dmm_mechanism_name(m));
+    dmm_status s = check_allocation(m, a, op);
+    if (s != DMM_OK) return s;
+    if (out == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: the output export is NULL", op);
+    if (access != DMM_ACCESS_READ && access != DMM_ACCESS_READ_WRITE)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: access %d is neither DMM_ACCESS_READ nor "
+                                                       "DMM_ACCESS_READ_WRITE", op, (int)access);
+    if ((s = check_ranges(m, a->bytes, &range, 1, op)) != DMM_OK) return s;
+    return m->ops->virtual_backing->export_range(m->impl, a, range, access, out);
+}
+
+dmm_status dmm_import(dmm_mechanism *m, const dmm_export *ex, dmm_access access, dmm_allocation *out) {
+    static const char op[] = "dmm_import";
+    if (!VB_OPTIONAL(m, import))
+        return m == NULL ? optional_absent(m, "import", op)
+                         : dmm_error_set(DMM_ERR_UNSUPPORTED,
+                                         "%s: mechanism '%s' cannot import another process's memory (no "
+                                         "virtual-backing slot 'import'); import into an arena",
+                                         op, dmm_mechanism_name(m));
+    if (out == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: the output allocation is NULL", op);
+    if (access != DMM_ACCESS_READ && access != DMM_ACCESS_READ_WRITE)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: access %d is neither DMM_ACCESS_READ nor "
+                                                       "DMM_ACCESS_READ_WRITE", op, (int)access);
+    dmm_status s = dmm_export_check(ex, true);
+    if (s != DMM_OK) return dmm__error_wrap(s, "%s refused, nothing was changed", op);
+    s = m->ops->virtual_backing->import(m->impl, ex, access, out);
+    if (s == DMM_OK) stamp(m, out);
+    return s;
 }
 
 /* ---- shared mapping (dmm/prefix.h) ---- */

@@ -130,6 +130,10 @@ static dmm_status arena_prefix_create(void *impl, const dmm_allocation *owner, d
         if (c->piece != NULL)
             REFUSE(DMM_ERR_INVALID_ARGUMENT, "the granule at offset %llu already belongs to a prefix: commit that "
                                              "prefix instead", at);
+        if (c->imported || c->exported)
+            REFUSE(DMM_ERR_INVALID_ARGUMENT, "the granule at offset %llu is %s another process: a prefix is made of "
+                                             "memory this process alone holds",
+                   at, c->imported ? "imported from" : "exported to");
         if (g != c->first) continue;
         n++;
         /* one piece per handle: two places of one handle in the range (an alias of the owner) would
@@ -390,7 +394,7 @@ static dmm_release_outcome arena_prefix_release(void *impl, const dmm_prefix *p)
                       op, (unsigned long long)p->id, (unsigned long long)bytes, failed_n, dmm__error_kept_text(&first),
                       (unsigned long long)residual);
         a->st.releases_quarantined++;
-        dmm_release_outcome q = {DMM_RELEASE_QUARANTINED, bytes, 0, residual, first.status};
+        dmm_release_outcome q = {DMM_RELEASE_QUARANTINED, bytes, 0, residual, first.status, 0};
         o = q;
     }
     dmm_lock_release(&a->lock);

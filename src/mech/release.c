@@ -49,7 +49,7 @@ typedef struct target {
 
 static dmm_release_outcome outcome(uint32_t state, uint64_t bytes, uint64_t unmapped, uint64_t residual,
                                    dmm_status failure) {
-    dmm_release_outcome o = {state, bytes, unmapped, residual, failure};
+    dmm_release_outcome o = {state, bytes, unmapped, residual, failure, 0};
     return o;
 }
 
@@ -150,6 +150,7 @@ dmm_release_outcome dmm__arena_release(void *impl, const dmm_allocation *al) {
     }
 
     /* reconcile, chunk by chunk, with what the driver did */
+    uint64_t exported0 = a->st.exported_released_bytes;
     uint64_t unmapped = 0, residual = 0, poisoned = 0, stuck_handles = 0;
     for (size_t i = 0; i < n; i++) {
         arena_chunk *c = &a->chunks[t[i].slot];
@@ -196,6 +197,7 @@ dmm_release_outcome dmm__arena_release(void *impl, const dmm_allocation *al) {
                       (unsigned long long)stuck_handles, (unsigned long long)residual, why);
         o = outcome(DMM_RELEASE_QUARANTINED, bytes, unmapped, residual, failure);
     }
+    o.exported_bytes = a->st.exported_released_bytes - exported0;
     dmm__arena_forget(a, r);
     dmm_lock_release(&a->lock);
     return o;
@@ -277,7 +279,7 @@ dmm_release_outcome dmm__arena_decommit(void *impl, const dmm_allocation *al, dm
         t[i].unmapped = true;
     }
 
-    uint64_t unmapped = 0, residual = 0;
+    uint64_t unmapped = 0, residual = 0, exported0 = a->st.exported_released_bytes;
     dmm_release_outcome o;
     if (bad < n) {
         /* undo: map chunks 0..bad-1 again with their own handles (contents intact) */
@@ -357,6 +359,7 @@ dmm_release_outcome dmm__arena_decommit(void *impl, const dmm_allocation *al, dm
             o = outcome(DMM_RELEASE_QUARANTINED, range.bytes, unmapped, residual, failure.status);
         }
     }
+    o.exported_bytes = a->st.exported_released_bytes - exported0;
     free(t);
     dmm_lock_release(&a->lock);
     return o;

@@ -101,7 +101,7 @@ static void outcome_init(dmm_plugin_release_outcome *po) {
 }
 
 static dmm_release_outcome outcome_failed(uint64_t bytes, dmm_status failure) {
-    dmm_release_outcome o = {DMM_RELEASE_FAILED, bytes, 0, 0, failure};
+    dmm_release_outcome o = {DMM_RELEASE_FAILED, bytes, 0, 0, failure, 0};
     return o;
 }
 
@@ -196,7 +196,7 @@ static dmm_release_outcome read_outcome(const pmech *pm, const dmm_plugin_releas
                                         const dmm_plugin_status *st, const char *what, const dmm_allocation *a,
                                         uint64_t asked, uint64_t most) {
     dmm_release_outcome o = {po->state, po->allocation_bytes, po->unmapped_bytes, po->residual_owned_bytes,
-                             (dmm_status)po->failure};
+                             (dmm_status)po->failure, 0};
     dmm_release_state state = dmm_release_state_of(&o);
     o.state = state;
     if (po->failure < 0 || po->failure >= DMM_STATUS_COUNT) o.failure = DMM_ERR_DRIVER;

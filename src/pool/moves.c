@@ -120,7 +120,7 @@ void dmm__pool_decommit_one(dmm_pool *p, source *s) {
     s->tried = true;
     if (dmm__pool_lost(p, "decommitting a free chunk")) {
         s->o = (dmm_release_outcome){DMM_RELEASE_FAILED, s->bytes, 0, 0,
-                                     dmm__pool_lost_error(p, "pool: decommitting a free chunk")};
+                                     dmm__pool_lost_error(p, "pool: decommitting a free chunk"), 0};
         return;
     }
     s->o = dmm_mechanism_decommit(p->mech, &p->va, r);

@@ -451,7 +451,7 @@ typedef struct srcvec {
 
 /* The outcome of a source that was carved but never decommitted: it goes back FREE. */
 static inline dmm_release_outcome dmm__pool_outcome_untouched(void) {
-    dmm_release_outcome o = {DMM_RELEASE_FAILED, 0, 0, 0, DMM_OK};
+    dmm_release_outcome o = {DMM_RELEASE_FAILED, 0, 0, 0, DMM_OK, 0};
     return o;
 }
 /* The source's chunk was decommitted whole. */

@@ -37,7 +37,7 @@ static dmm_status rec_allocate(void *impl, size_t bytes, size_t align, dmm_alloc
 }
 
 static dmm_release_outcome rec_log(rec *r, const dmm_allocation *a, uint32_t kind, uint64_t bytes) {
-    dmm_release_outcome o = {DMM_RELEASE_COMPLETE, bytes, bytes, 0, DMM_OK};
+    dmm_release_outcome o = {DMM_RELEASE_COMPLETE, bytes, bytes, 0, DMM_OK, 0};
     pthread_mutex_lock(&r->m);
     if (r->fail_next > 0) {
         r->fail_next--;

@@ -39,7 +39,7 @@ static dmm_release_outcome toy_release(void *impl, const dmm_allocation *a) {
     t->releases++;
     t->live--;
     free(a->ptr);
-    dmm_release_outcome o = {DMM_RELEASE_COMPLETE, a->bytes, a->bytes, 0, DMM_OK};
+    dmm_release_outcome o = {DMM_RELEASE_COMPLETE, a->bytes, a->bytes, 0, DMM_OK, 0};
     return o;
 }
 static dmm_device toy_device(void *impl) {
@@ -59,7 +59,7 @@ static dmm_release_outcome toy_decommit(void *impl, const dmm_allocation *a, dmm
     toy *t = impl;
     t->decommits++;
     t->committed -= r.bytes;
-    dmm_release_outcome o = {DMM_RELEASE_COMPLETE, r.bytes, r.bytes, 0, DMM_OK};
+    dmm_release_outcome o = {DMM_RELEASE_COMPLETE, r.bytes, r.bytes, 0, DMM_OK, 0};
     return o;
 }
 static dmm_status toy_committed_bytes(void *impl, const dmm_allocation *a, uint64_t *bytes) {
@@ -445,7 +445,7 @@ static void test_release_state_names(void **state) {
     assert_string_equal(dmm_release_state_str(DMM_RELEASE_QUARANTINED), "DMM_RELEASE_QUARANTINED");
     assert_string_equal(dmm_release_state_str(DMM_RELEASE_FAILED), "DMM_RELEASE_FAILED");
     assert_non_null(strstr(dmm_release_state_str(9), "QUARANTINED"));
-    dmm_release_outcome o = {9, 0, 0, 0, DMM_OK};
+    dmm_release_outcome o = {9, 0, 0, 0, DMM_OK, 0};
     assert_int_equal(dmm_release_state_of(&o), DMM_RELEASE_QUARANTINED);
     assert_string_equal(dmm_mechanism_name(NULL), "(null mechanism)");
     assert_int_equal(dmm_mechanism_capabilities(NULL), 0);

@@ -1,0 +1,239 @@
+/* src/ipc/requests.c — the holder's side of the protocol: per connection, the order of messages
+ * (hello first, then requests numbered one after another), and the region table the requests act
+ * on (create, attach, drop, census).
+ *
+ * Every record a client sends is untrusted: it is decoded value by value (wire.c), checked against
+ * the connection's state, and only then acted on; a request is refused before anything changes
+ * (a name that exists or does not, a wrong token, a limit, a malformed or out-of-order message), and
+ * the refusal is the reply's status and sentence. Descriptors a client sends are closed unread.
+ *
+ * Tokens are compared in constant time. A region's memory is an allocation of the holder's
+ * exportable arena, committed whole (charged OWNED once to the holder's governor, under --limit);
+ * create and attach hand out fresh descriptors (read-write for create, the asked access for attach);
+ * drop releases the holder's allocation: importers that still map the memory keep it alive (the
+ * outcome's exported_bytes), the holder never unmaps anyone else's mapping.
+ *
+ * Invariants: holder_types.h.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "ipc/holder_types.h"
+
+static int reply_error(dmm_ipc_holder *h, ipc_conn *c, dmm_ipc_msg *r, dmm_status s, const char *what) {
+    h->errors++;
+    r->status = (uint32_t)(s == DMM_OK ? DMM_ERR_INVALID_ARGUMENT : s);
+    r->body = DMM_IPC_BODY_NONE;
+    /* a sentence with no control bytes: the reply's text field refuses them */
+    snprintf(r->text, sizeof r->text, "%s", what);
+    for (char *p = r->text; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = ' ';
+    dmm__log(DMM_LOG_WARN, "dmm hold: refused a request of client pid %d: %s", (int)c->pid, r->text);
+    return 0;
+}
+
+static ipc_region *find(dmm_ipc_holder *h, const char *name) {
+    for (size_t i = 0; i < h->nregions; i++)
+        if (strcmp(h->regions[i].name, name) == 0) return &h->regions[i];
+    return NULL;
+}
+
+static bool token_eq(const uint8_t *a, const uint8_t *b) {
+    uint8_t d = 0;
+    for (size_t i = 0; i < DMM_EXPORT_TOKEN_BYTES; i++) d |= (uint8_t)(a[i] ^ b[i]);
+    return d == 0;
+}
+
+/* Releases region i's allocation and takes it out of the table (the last region moves into its slot). */
+static dmm_release_outcome drop_at(dmm_ipc_holder *h, size_t i) {
+    ipc_region *g = &h->regions[i];
+    dmm_release_outcome o = dmm_mechanism_release(h->arena, &g->alloc);
+    if (dmm_release_state_of(&o) != DMM_RELEASE_FAILED) { /* gone (or quarantined: never to be retried) */
+        dmm__log(DMM_LOG_INFO, "dmm hold: region '%s' (%llu bytes) dropped: %s%s", g->name,
+                 (unsigned long long)g->alloc.bytes, dmm_release_state_str(o.state),
+                 o.exported_bytes ? "; importers that still map it keep its memory until they release it" : "");
+        h->regions[i] = h->regions[--h->nregions];
+    }
+    return o;
+}
+
+static int on_create(dmm_ipc_holder *h, ipc_conn *c, const dmm_ipc_msg *m, dmm_ipc_msg *r, int *fds, size_t *nfds) {
+    char why[DMM_IPC_TEXT_MAX];
+    if (find(h, m->name) != NULL) {
+        snprintf(why, sizeof why, "create '%s': a region of that name exists; attach it with its token, or drop it "
+                                  "first", m->name);
+        return reply_error(h, c, r, DMM_ERR_INVALID_ARGUMENT, why);
+    }
+    uint64_t bytes = 0;
+    if (!dmm_align_up(m->bytes, h->gran, &bytes) || bytes > (uint64_t)SIZE_MAX / 2) {
+        snprintf(why, sizeof why, "create '%s': %llu bytes is more than any region can hold", m->name,
+                 (unsigned long long)m->bytes);
+        return reply_error(h, c, r, DMM_ERR_INVALID_ARGUMENT, why);
+    }
+    if (h->nregions == h->capregions) {
+        size_t cap = h->capregions ? h->capregions * 2 : 16;
+        ipc_region *v = cap <= DMM_IPC_MAX_REGIONS ? realloc(h->regions, cap * sizeof *v) : NULL;
+        if (v == NULL) {
+            snprintf(why, sizeof why, "create '%s': the holder holds %zu regions, its most; drop some first", m->name,
+                     h->nregions);
+            return reply_error(h, c, r, DMM_ERR_OUT_OF_MEMORY, why);
+        }
+        h->regions = v;
+        h->capregions = cap;
+    }
+    ipc_region g;
+    memset(&g, 0, sizeof g);
+    snprintf(g.name, sizeof g.name, "%s", m->name);
+    g.conn = (m->flags & DMM_IPC_PRIVATE) ? c->id : 0;
+    dmm_status s = dmm_mechanism_allocate(h->arena, (size_t)bytes, (size_t)h->gran, &g.alloc);
+    if (s == DMM_OK) s = dmm_export_range(h->arena, &g.alloc, (dmm_range){0, (size_t)bytes}, DMM_ACCESS_READ_WRITE, &r->ex);
+    if (s != DMM_OK) {
+        snprintf(why, sizeof why, "create '%s' of %llu bytes: %s", m->name, (unsigned long long)bytes, dmm_last_error());
+        if (g.alloc.ptr != NULL) (void)dmm_mechanism_release(h->arena, &g.alloc);
+        return reply_error(h, c, r, s, why);
+    }
+    memcpy(g.token, r->ex.token, sizeof g.token);
+    h->regions[h->nregions++] = g;
+    r->body = DMM_IPC_BODY_EXPORT;
+    for (uint32_t i = 0; i < r->ex.nchunks; i++) fds[i] = r->ex.fds[i];
+    *nfds = r->ex.nchunks;
+    snprintf(r->text, sizeof r->text, "created '%s' (%llu bytes%s)", g.name, (unsigned long long)bytes,
+             g.conn ? ", private to this connection" : "");
+    return 0;
+}
+
+static int on_attach(dmm_ipc_holder *h, ipc_conn *c, const dmm_ipc_msg *m, dmm_ipc_msg *r, int *fds, size_t *nfds) {
+    char why[DMM_IPC_TEXT_MAX];
+    ipc_region *g = find(h, m->name);
+    if (g == NULL || !token_eq(g->token, m->token)) {
+        /* one answer for both: a wrong token does not tell whether the name exists */
+        snprintf(why, sizeof why, "attach '%s': no region of that name with that token; check the name and the token "
+                                  "its creator received", m->name);
+        return reply_error(h, c, r, DMM_ERR_UNKNOWN_ALLOCATION, why);
+    }
+    dmm_status s = dmm_export_range(h->arena, &g->alloc, (dmm_range){0, g->alloc.bytes}, (dmm_access)m->access, &r->ex);
+    if (s != DMM_OK) {
+        snprintf(why, sizeof why, "attach '%s': %s", m->name, dmm_last_error());
+        return reply_error(h, c, r, s, why);
+    }
+    memcpy(r->ex.token, g->token, sizeof g->token);
+    r->body = DMM_IPC_BODY_EXPORT;
+    for (uint32_t i = 0; i < r->ex.nchunks; i++) fds[i] = r->ex.fds[i];
+    *nfds = r->ex.nchunks;
+    snprintf(r->text, sizeof r->text, "attached '%s' (%llu bytes, %s)", g->name, (unsigned long long)g->alloc.bytes,
+             m->access == DMM_ACCESS_READ ? "read-only" : "read-write");
+    return 0;
+}
+
+static int on_drop(dmm_ipc_holder *h, ipc_conn *c, const dmm_ipc_msg *m, dmm_ipc_msg *r) {
+    char why[DMM_IPC_TEXT_MAX];
+    ipc_region *g = find(h, m->name);
+    if (g == NULL || !token_eq(g->token, m->token)) {
+        snprintf(why, sizeof why, "drop '%s': no region of that name with that token; check the name and the token",
+                 m->name);
+        return reply_error(h, c, r, DMM_ERR_UNKNOWN_ALLOCATION, why);
+    }
+    uint64_t bytes = g->alloc.bytes;
+    dmm_release_outcome o = drop_at(h, (size_t)(g - h->regions));
+    if (o.state != DMM_RELEASE_COMPLETE) {
+        snprintf(why, sizeof why, "drop '%s': the release was %s: %s", m->name, dmm_release_state_str(o.state),
+                 dmm_last_error());
+        return reply_error(h, c, r, o.failure, why);
+    }
+    snprintf(r->text, sizeof r->text, "dropped '%s' (%llu bytes); importers that still map it keep it until they "
+                                      "release it", m->name, (unsigned long long)bytes);
+    return 0;
+}
+
+void dmm__holder_census(dmm_ipc_holder *h, dmm_ipc_census *k) {
+    memset(k, 0, sizeof *k);
+    k->size = (uint32_t)sizeof *k;
+    k->regions = h->nregions;
+    for (size_t i = 0; i < h->nregions; i++) {
+        k->region_bytes += h->regions[i].alloc.bytes;
+        k->private_regions += h->regions[i].conn != 0;
+    }
+    dmm_stats st = {.size = sizeof st};
+    if (dmm_mechanism_stats(h->arena, &st) == DMM_OK) k->owned_bytes = (uint64_t)st.owned_bytes.current;
+    dmm_driver_census dc = {.size = sizeof dc};
+    if (h->drv->ops->census != NULL && h->drv->ops->census(h->drv, &dc) == DMM_OK) k->handles = dc.handles;
+    k->connections = h->nconns;
+    k->refused = h->refused;
+    k->errors = h->errors;
+}
+
+static int handle(dmm_ipc_holder *h, ipc_conn *c, const uint8_t *buf, dmm_ipc_rx *rx, dmm_ipc_msg *r, int *fds,
+                  size_t *nfds) {
+    dmm__ipc_msg_init(r, DMM_IPC_REPLY);
+    *nfds = 0;
+    char why[DMM_IPC_TEXT_MAX];
+    size_t came = rx->nfds;
+    dmm__ipc_close_fds(rx->fds, rx->nfds); /* a client never sends descriptors */
+    rx->nfds = 0;
+    r->seq = c->seq + 1;
+    if (rx->oversized) return reply_error(h, c, r, DMM_ERR_INVALID_ARGUMENT, "the message is longer than any request "
+                                                                             "of the protocol (oversized); nothing changed");
+    if (came > 0 || rx->fds_cut) {
+        snprintf(why, sizeof why, "the message came with %zu descriptor(s); a client sends none; nothing changed", came);
+        return reply_error(h, c, r, DMM_ERR_INVALID_ARGUMENT, why);
+    }
+    dmm_ipc_msg m;
+    dmm_status s = dmm__ipc_decode(buf, rx->len, &m);
+    if (s != DMM_OK) return reply_error(h, c, r, s, dmm_last_error());
+    if (m.type == DMM_IPC_REPLY || m.type == DMM_IPC_EXPORT) {
+        snprintf(why, sizeof why, "message type %u is not a request; nothing changed", m.type);
+        return reply_error(h, c, r, DMM_ERR_INVALID_ARGUMENT, why);
+    }
+    if (m.seq != c->seq + 1) {
+        snprintf(why, sizeof why, "request numbered %u came after %u: requests are numbered 1, 2, 3, ... (out of order); "
+                                  "nothing changed", m.seq, c->seq);
+        return reply_error(h, c, r, DMM_ERR_INVALID_ARGUMENT, why);
+    }
+    if ((m.type == DMM_IPC_HELLO) == c->hello) {
+        return reply_error(h, c, r, DMM_ERR_INVALID_ARGUMENT,
+                           c->hello ? "a second hello (out of order); nothing changed"
+                                    : "the first message must be a hello (out of order); nothing changed");
+    }
+    c->seq = m.seq;
+    r->seq = m.seq;
+    switch (m.type) {
+    case DMM_IPC_HELLO:
+        if (m.version != DMM_IPC_VERSION) {
+            c->seq = 0;
+            snprintf(why, sizeof why, "hello with protocol version %u; this holder speaks %u", m.version, DMM_IPC_VERSION);
+            return reply_error(h, c, r, DMM_ERR_VERSION_MISMATCH, why);
+        }
+        c->hello = true;
+        snprintf(r->text, sizeof r->text, "hello");
+        return 0;
+    case DMM_IPC_CREATE: return on_create(h, c, &m, r, fds, nfds);
+    case DMM_IPC_ATTACH: return on_attach(h, c, &m, r, fds, nfds);
+    case DMM_IPC_DROP: return on_drop(h, c, &m, r);
+    case DMM_IPC_CENSUS:
+        r->body = DMM_IPC_BODY_CENSUS;
+        dmm__holder_census(h, &r->census);
+        return 0;
+    default: return reply_error(h, c, r, DMM_ERR_INVALID_ARGUMENT, "unknown request; nothing changed");
+    }
+}
+
+void dmm__holder_handle(dmm_ipc_holder *h, ipc_conn *c, const uint8_t *buf, dmm_ipc_rx *rx, dmm_ipc_msg *r, int *fds,
+                        size_t *nfds) {
+    (void)handle(h, c, buf, rx, r, fds, nfds);
+}
+
+void dmm__holder_conn_gone(dmm_ipc_holder *h, uint64_t id) {
+    for (size_t i = h->nregions; i-- > 0;)
+        if (h->regions[i].conn == id) (void)drop_at(h, i);
+}
+
+dmm_status dmm__holder_drop_all(dmm_ipc_holder *h) {
+    dmm_error_kept first = {0};
+    for (size_t i = h->nregions; i-- > 0;) {
+        dmm_release_outcome o = drop_at(h, i);
+        if (o.state != DMM_RELEASE_COMPLETE) dmm__error_keep(&first, o.failure);
+    }
+    return dmm__error_restore(&first);
+}
