@@ -3,8 +3,8 @@
  *
  * For each trace: the median replay time of N runs (each a fresh driver, arena and pool: growth
  * included, per-op timing off), peak physical ÷ peak live (and PyTorch's ratio from the trace
- * header), driver calls per 1,000 allocations and the H200 driver time those calls would cost by
- * DESIGN §6's medians. On a GPU: the same replay over the CUDA driver and through cuMemAllocAsync,
+ * header), driver calls per 1,000 allocations and the H200 driver time those calls would cost at
+ * the H200's median cost per call (tools/replay.h, DMM_REPLAY_H200_US_*). On a GPU: the same replay over the CUDA driver and through cuMemAllocAsync,
  * runs interleaved, and the ratio pool ÷ driver (issue 4: ≤ 2 for llama-generate).
  *
  * usage: bench_replay [--runs N] [--host-only] [--designs] [--json FILE] [TRACE.gz ...]
@@ -226,7 +226,7 @@ int main(int argc, char **argv) {
                    (double)t.peak_live_bytes / (1 << 30));
             printf("  ratio %.4f (committed %.4f), PyTorch %.4f\n", last.ratio, last.ratio_committed, last.native_ratio);
             printf("  driver calls per 1,000 allocations: create %.2f, map %.2f, set_access %.2f, unmap %.2f, release "
-                   "%.2f; H200 time of those calls by DESIGN §6: %.3f s\n",
+                   "%.2f; on the H200 those calls would take %.3f s (its median per call: " DMM_REPLAY_H200_COSTS ")\n",
                    dmm_replay_per_1k(last.calls_create, last.allocs), dmm_replay_per_1k(last.calls_map, last.allocs),
                    dmm_replay_per_1k(last.calls_set_access, last.allocs),
                    dmm_replay_per_1k(last.calls_unmap, last.allocs), dmm_replay_per_1k(last.calls_release, last.allocs),

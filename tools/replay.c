@@ -436,9 +436,11 @@ int dmm_replay_run(const dmm_trace *t, const dmm_replay_opts *o, dmm_replay_resu
     r->calls_unmap = as.driver_unmap;
     r->calls_release = as.driver_release;
     r->cache_hits = as.cache_hits;
-    r->est_h200_driver_s = 1e-6 * (14.0 * (double)as.driver_create + 1.3 * (double)as.driver_map +
-                                   35.0 * (double)as.driver_set_access + 23.0 * (double)as.driver_unmap +
-                                   16.0 * (double)as.driver_release);
+    r->est_h200_driver_s =
+        1e-6 * (DMM_REPLAY_H200_US_CREATE * (double)as.driver_create + DMM_REPLAY_H200_US_MAP * (double)as.driver_map +
+                DMM_REPLAY_H200_US_SET_ACCESS * (double)as.driver_set_access +
+                DMM_REPLAY_H200_US_UNMAP * (double)as.driver_unmap +
+                DMM_REPLAY_H200_US_RELEASE * (double)as.driver_release);
     if (o->time_ops) {
         percentiles(lat_m, nm, &r->malloc_p50, &r->malloc_p90, &r->malloc_p99, &r->malloc_max);
         percentiles(lat_f, nf, &r->free_p50, &r->free_p90, &r->free_p99, &r->free_max);

@@ -41,6 +41,15 @@ typedef struct dmm_replay_point {
     uint64_t physical;  /* arena owned bytes */
 } dmm_replay_point;
 
+/* The median cost of one driver call on the H200 (driver 580), in microseconds: what the replay's
+ * driver calls would cost there (est_h200_driver_s), and the text the reports print beside it. */
+#define DMM_REPLAY_H200_US_CREATE 14.0
+#define DMM_REPLAY_H200_US_MAP 1.3
+#define DMM_REPLAY_H200_US_SET_ACCESS 35.0
+#define DMM_REPLAY_H200_US_UNMAP 23.0
+#define DMM_REPLAY_H200_US_RELEASE 16.0
+#define DMM_REPLAY_H200_COSTS "create 14, map 1.3, set_access 35, unmap 23, release 16 us"
+
 typedef struct dmm_replay_result {
     char driver[16];
     uint64_t lag;                  /* as asked */
@@ -57,7 +66,7 @@ typedef struct dmm_replay_result {
     dmm_pool_stats pool;           /* at the end, before the leftovers are freed */
     uint64_t calls_create, calls_map, calls_set_access, calls_unmap, calls_release, cache_hits;
     double wall_s;                 /* the replay loop */
-    double est_h200_driver_s;      /* driver calls × DESIGN §6 medians on the H200 */
+    double est_h200_driver_s;      /* driver calls × their median cost on the H200 (DMM_REPLAY_H200_US_*) */
     /* per-op latencies in ns (time_ops) */
     double malloc_p50, malloc_p90, malloc_p99, malloc_max, free_p50, free_p90, free_p99, free_max;
     dmm_replay_point *timeline;    /* of the first repetition */

@@ -81,8 +81,8 @@ void dmm_report_text(FILE *f, const char *path, const dmm_trace *t, const dmm_re
         fprintf(f, "  free latency    p50 %.0f ns, p90 %.0f ns, p99 %.0f ns, max %.1f us\n", r->free_p50, r->free_p90,
                 r->free_p99, r->free_max * 1e-3);
     }
-    fprintf(f, "  replay time     %.3f s (%.0f ns per event, timing included); H200 driver time of these calls "
-               "by DESIGN §6 medians: %.3f s\n",
+    fprintf(f, "  replay time     %.3f s (%.0f ns per event, timing included); these driver calls would take "
+               "%.3f s on the H200 (its median per call: " DMM_REPLAY_H200_COSTS ")\n",
             r->wall_s, k > 0 ? r->wall_s * 1e9 / (double)r->events : 0.0, r->est_h200_driver_s);
     (void)c;
 }

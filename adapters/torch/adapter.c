@@ -42,6 +42,7 @@
 #include "jobs.h"
 #include "poolview.h"
 #include "record.h"
+#include "stream_uses.h"
 
 #define MIB ((uint64_t)1 << 20)
 #define GIB ((uint64_t)1 << 30)
@@ -339,18 +340,34 @@ dmm_status dmm__torch_poll(tctx *c, uint64_t *queued) {
 }
 
 /* ---- malloc / free ---- */
+static torch_class *class_of(tctx *c, uint64_t len) {
+    return &c->by_class[len <= TORCH_SMALL_BYTES ? TORCH_CLASS_SMALL : TORCH_CLASS_LARGE];
+}
+
 static void count_malloc(tctx *c, uint64_t len, size_t req) {
+    torch_class *k = class_of(c, len);
     dmm__torch_count_add(&c->alloc_bytes, len);
     dmm__torch_count_add(&c->req_bytes, req);
     dmm__torch_count_add(&c->blocks, 1);
+    dmm__torch_count_add(&k->alloc_bytes, len);
+    dmm__torch_count_add(&k->req_bytes, req);
+    dmm__torch_count_add(&k->blocks, 1);
 }
 
 static void count_free(tctx *c, uint64_t len, uint64_t req) {
+    torch_class *k = class_of(c, len);
     dmm__torch_count_sub(&c->alloc_bytes, len);
     dmm__torch_count_sub(&c->req_bytes, req);
     dmm__torch_count_sub(&c->blocks, 1);
     inc(&c->freed_bytes, len);
+    inc(&c->req_freed, req);
     inc(&c->frees, 1);
+    dmm__torch_count_sub(&k->alloc_bytes, len);
+    dmm__torch_count_sub(&k->req_bytes, req);
+    dmm__torch_count_sub(&k->blocks, 1);
+    inc(&k->freed_bytes, len);
+    inc(&k->req_freed, req);
+    inc(&k->frees, 1);
 }
 
 /* A pool malloc refused for budget or memory: give back what the pool caches, then try once more. */
@@ -425,8 +442,10 @@ dmm_status dmm__torch_malloc(tctx *c, size_t bytes, dmm_stream stream, void **ou
     return s;
 }
 
-dmm_status dmm__torch_free(tctx *c, void *ptr, size_t bytes, dmm_stream stream) {
-    if (ptr == NULL) return DMM_OK;
+/* A block torch recorded on other streams (record_stream) is freed on the first of them, after it was
+ * made to wait for the others (stream_uses.c): the pool then holds it back behind an event there. A
+ * tag block orders its own stream too. */
+static dmm_status free_routed(tctx *c, void *ptr, size_t bytes, dmm_stream stream, dmm_stream own, bool uses) {
     /* the trace and the table of pool blocks let go of the block before the pool does: once the pool
      * has it, another thread may get the same address and record it first */
     bool recorded = dmm__torch_recording(c) && dmm__torch_record_free(c, ptr);
@@ -444,6 +463,7 @@ dmm_status dmm__torch_free(tctx *c, void *ptr, size_t bytes, dmm_stream stream) 
         if (recorded) dmm__torch_record_alloc(c, ptr, b.len, b.stream); /* in the trace: under a new id */
     }
     if (s != DMM_ERR_UNKNOWN_ALLOCATION) return s;
+    if (uses) dmm__torch_stream_wait(c, stream, own);
     uint64_t len = 0, req = 0;
     pthread_mutex_lock(&c->lock);
     s = dmm__torch_tag_free_locked(c, ptr, stream, &len, &req);
@@ -457,6 +477,18 @@ dmm_status dmm__torch_free(tctx *c, void *ptr, size_t bytes, dmm_stream stream) 
                          "dmm torch: free of %p (%zu bytes) on device %d: not a live allocation of this adapter "
                          "(pool, tag or graph segment); nothing changed",
                          ptr, bytes, (int)c->dev.index);
+}
+
+dmm_status dmm__torch_free(tctx *c, void *ptr, size_t bytes, dmm_stream stream) {
+    if (ptr == NULL) return DMM_OK;
+    dmm_stream *uses = NULL;
+    size_t nuses = 0;
+    if (!dmm__torch_uses_any() || !dmm__torch_uses_take(ptr, stream, &uses, &nuses))
+        return free_routed(c, ptr, bytes, stream, stream, false);
+    for (size_t i = 1; i < nuses; i++) dmm__torch_stream_wait(c, uses[0], uses[i]);
+    dmm_status s = free_routed(c, ptr, bytes, uses[0], stream, true);
+    free(uses);
+    return s;
 }
 
 /* ---- empty_cache, peaks, limit ---- */
@@ -487,6 +519,33 @@ dmm_status dmm__torch_reset_peaks(tctx *c) {
     dmm__torch_count_reset(&c->alloc_bytes);
     dmm__torch_count_reset(&c->req_bytes);
     dmm__torch_count_reset(&c->blocks);
+    for (int k = 0; k < 2; k++) {
+        dmm__torch_count_reset(&c->by_class[k].alloc_bytes);
+        dmm__torch_count_reset(&c->by_class[k].req_bytes);
+        dmm__torch_count_reset(&c->by_class[k].blocks);
+    }
+    return DMM_OK;
+}
+
+/* torch's reset_accumulated_memory_stats: the totals ("allocated", "freed") and the event counters
+ * (num_ooms, num_alloc_retries) start again from 0; current values and peaks stay. */
+static void zero(_Atomic uint64_t *x) { atomic_store_explicit(x, 0, memory_order_relaxed); }
+
+dmm_status dmm__torch_reset_accumulated(tctx *c) {
+    tcount *counts[] = {&c->alloc_bytes, &c->req_bytes, &c->blocks, &c->by_class[0].alloc_bytes,
+                        &c->by_class[0].req_bytes, &c->by_class[0].blocks, &c->by_class[1].alloc_bytes,
+                        &c->by_class[1].req_bytes, &c->by_class[1].blocks};
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) zero(&counts[i]->total);
+    zero(&c->freed_bytes);
+    zero(&c->req_freed);
+    zero(&c->frees);
+    for (int k = 0; k < 2; k++) {
+        zero(&c->by_class[k].freed_bytes);
+        zero(&c->by_class[k].req_freed);
+        zero(&c->by_class[k].frees);
+    }
+    zero(&c->ooms);
+    zero(&c->retries);
     return DMM_OK;
 }
 
@@ -576,11 +635,22 @@ static dmm_status write_json(tctx *c, char *buf, size_t cap, size_t *needed, boo
     dmm__json_put(&j, "{\"device\":%d,", (int)c->dev.index);
     put_count(&j, "allocated_bytes", &c->alloc_bytes, true, ld(&c->freed_bytes));
     dmm__json_put(&j, ",");
-    put_count(&j, "requested_bytes", &c->req_bytes, true, ld(&c->req_bytes.total) - ld(&c->req_bytes.cur));
+    put_count(&j, "requested_bytes", &c->req_bytes, true, ld(&c->req_freed));
     dmm__json_put(&j, ",");
     put_count(&j, "allocation", &c->blocks, true, ld(&c->frees));
-    dmm__json_put(&j, ",");
-    put_count(&j, "reserved_bytes", &c->mapped, false, 0);
+    dmm__json_put(&j, ",\"by_class\":{");
+    for (int k = 0; k < 2; k++) {
+        torch_class *t = &c->by_class[k];
+        dmm__json_put(&j, "%s\"%s\":{", k ? "," : "", k == TORCH_CLASS_SMALL ? "small_pool" : "large_pool");
+        put_count(&j, "allocated_bytes", &t->alloc_bytes, true, ld(&t->freed_bytes));
+        dmm__json_put(&j, ",");
+        put_count(&j, "requested_bytes", &t->req_bytes, true, ld(&t->req_freed));
+        dmm__json_put(&j, ",");
+        put_count(&j, "allocation", &t->blocks, true, ld(&t->frees));
+        dmm__json_put(&j, "}");
+    }
+    dmm__json_put(&j, "},");
+    put_count(&j, "reserved_bytes", &c->mapped, true, ld(&c->mapped.total) - ld(&c->mapped.cur));
     dmm__json_put(&j, ",");
     put_count(&j, "physical_bytes", &c->owned, false, 0);
     dmm__json_put(&j,

@@ -47,6 +47,8 @@ dmm_status dmm__torch_free(tctx *c, void *ptr, size_t bytes, dmm_stream stream);
  * mapped bytes after a poll, say what really left. */
 dmm_status dmm__torch_empty_cache(tctx *c, uint64_t *released);
 dmm_status dmm__torch_reset_peaks(tctx *c);
+/* Zeroes the totals (allocated, freed) and num_ooms / num_alloc_retries; currents and peaks stay. */
+dmm_status dmm__torch_reset_accumulated(tctx *c);
 dmm_status dmm__torch_set_limit(tctx *c, uint64_t bytes); /* 0 = unlimited */
 dmm_status dmm__torch_stats_json(tctx *c, char *buf, size_t cap, size_t *needed);
 dmm_status dmm__torch_snapshot_json(tctx *c, char *buf, size_t cap, size_t *needed);

@@ -32,6 +32,10 @@ extern "C" {
  * RuntimeError), unless DMM_TORCH_OOM=null is set; the C-only build returns NULL. */
 DMM_TORCH_API void *dmm_torch_malloc(ssize_t size, int device, void *stream);
 DMM_TORCH_API void dmm_torch_free(void *ptr, ssize_t size, int device, void *stream);
+/* torch's record_stream: work queued on `stream` may use the block at `ptr` until it is freed; dmm
+ * hands the block out again only after that work (an event on `stream`). enable() installs it as the
+ * pluggable allocator's record_stream function. A failure (host memory) is kept in last_error. */
+DMM_TORCH_API void dmm_torch_record_stream(void *ptr, void *stream);
 /* malloc that never throws: NULL on failure, with the sentence in dmm_torch_last_error. */
 DMM_TORCH_API void *dmm_torch_malloc_nothrow(ssize_t size, int device, void *stream);
 
@@ -49,6 +53,11 @@ DMM_TORCH_API int dmm_torch_set_limit(int device, uint64_t bytes);
 DMM_TORCH_API int dmm_torch_stats_json(int device, char *buf, size_t cap, size_t *needed);
 DMM_TORCH_API int dmm_torch_snapshot_json(int device, char *buf, size_t cap, size_t *needed);
 DMM_TORCH_API int dmm_torch_reset_peaks(int device);
+/* *mask = the devices dmm serves (bit i: device i has a context, created by its first allocation). */
+DMM_TORCH_API int dmm_torch_devices(uint64_t *mask);
+/* torch's reset_accumulated_memory_stats: totals (allocated, freed) and num_ooms / num_alloc_retries
+ * start again from 0; current values and peaks stay. */
+DMM_TORCH_API int dmm_torch_reset_accumulated(int device);
 /* Gives back every cached chunk, empty tag segment and idle graph segment (behind events). */
 DMM_TORCH_API int dmm_torch_empty_cache(int device, uint64_t *released);
 /* Warm start (dmm_pool_warm): commits memory for `stream` until the device's pool holds `bytes` (e.g. the

@@ -22,6 +22,7 @@
 #include "dmm_torch.h"
 #include "driver/cuda_decl.h"
 #include "env.h"
+#include "stream_uses.h"
 
 #define MAX_DEVICES 64
 
@@ -39,6 +40,7 @@ static struct {
     dmm_cuCtxSetCurrent_fn *ctx_set;
     dmm_cuDeviceGet_fn *device_get;
     dmm_cuGetErrorName_fn *error_name;
+    dmm_cuStreamWaitEvent_fn *stream_wait; /* for record_stream on several streams; without it: synchronize */
 } cux = {.once = PTHREAD_ONCE_INIT};
 
 static void *sym(void *lib, const char *name) { return lib != NULL ? dlsym(lib, name) : NULL; }
@@ -68,6 +70,7 @@ static void cux_load(void) {
     LOAD(ctx_set, "cuCtxSetCurrent");
     LOAD(device_get, "cuDeviceGet");
     LOAD(error_name, "cuGetErrorName");
+    LOAD(stream_wait, "cuStreamWaitEvent");
     if (cux.is_capturing == NULL || cux.host_alloc == NULL || cux.host_free == NULL || cux.ctx_retain == NULL ||
         cux.ctx_set == NULL || cux.device_get == NULL) {
         snprintf(cux.why, sizeof cux.why, "%s lacks cuStreamIsCapturing, cuMemHostAlloc or the context calls", path);
@@ -127,6 +130,17 @@ static dmm_status ext_host_alloc(void *user, size_t bytes, void **out) {
 static void ext_host_free(void *user, void *p) {
     dev_ext *e = user;
     if (cux.ctx_set(e->ctx) == DMM_CUDA_SUCCESS) (void)cux.host_free(p);
+}
+
+static dmm_status ext_stream_wait(void *user, dmm_stream waiter, dmm_event event) {
+    (void)user;
+    if (cux.stream_wait == NULL)
+        return dmm_error_set(DMM_ERR_UNSUPPORTED, "dmm torch: this libcuda has no cuStreamWaitEvent");
+    dmm_cu_result r = cux.stream_wait((dmm_cu_stream)waiter, (dmm_cu_event)event, 0);
+    if (r != DMM_CUDA_SUCCESS)
+        return dmm_error_set(DMM_ERR_DRIVER, "dmm torch: cuStreamWaitEvent(stream %p) failed with %s (%d)",
+                             (void *)waiter, cu_err(r), (int)r);
+    return DMM_OK;
 }
 
 /* ---- contexts ---- */
@@ -190,7 +204,7 @@ static tctx *create_slow(int device) {
     dmm_driver *drv = NULL;
     if (s == DMM_OK) s = dmm_cuda_driver_create(device, &drv);
     if (s == DMM_OK) {
-        dmm_torch_ext x = {e, ext_capture, ext_host_alloc, ext_host_free};
+        dmm_torch_ext x = {e, ext_capture, ext_host_alloc, ext_host_free, ext_stream_wait};
         cfg.limit_bytes = g_limit[device] ? g_limit[device] : g_limit_all;
         s = dmm__torch_create(drv, &x, g_gov, &cfg, &c);
         if (s != DMM_OK) dmm_driver_destroy(drv);
@@ -235,6 +249,11 @@ void dmm_torch_free(void *ptr, ssize_t size, int device, void *stream) {
     tctx *c = ctx_for(device);
     if (c == NULL) return;
     dmm_status s = dmm__torch_free(c, ptr, size > 0 ? (size_t)size : 0, (dmm_stream)stream);
+    if (s != DMM_OK) record(s);
+}
+
+void dmm_torch_record_stream(void *ptr, void *stream) {
+    dmm_status s = dmm__torch_uses_add(ptr, (dmm_stream)stream);
     if (s != DMM_OK) record(s);
 }
 
@@ -293,9 +312,23 @@ int dmm_torch_snapshot_json(int device, char *buf, size_t cap, size_t *needed) {
     return record(dmm__torch_snapshot_json(c, buf, cap, needed));
 }
 
+int dmm_torch_devices(uint64_t *mask) {
+    if (mask == NULL) return record(dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_torch_devices: mask is NULL"));
+    uint64_t m = 0;
+    for (int i = 0; i < MAX_DEVICES; i++)
+        if (atomic_load_explicit(&g_ctx[i], memory_order_acquire) != NULL) m |= (uint64_t)1 << i;
+    *mask = m;
+    return DMM_OK;
+}
+
 int dmm_torch_reset_peaks(int device) {
     WITH_CTX(device);
     return record(dmm__torch_reset_peaks(c));
+}
+
+int dmm_torch_reset_accumulated(int device) {
+    WITH_CTX(device);
+    return record(dmm__torch_reset_accumulated(c));
 }
 
 int dmm_torch_empty_cache(int device, uint64_t *released) {

@@ -17,7 +17,7 @@
  *   context.c   counts, the clock, and device loss (asked of the driver: it latches the first loss)
  * Beside them, called by adapter.c only: record.c, the recorder (a trace of every malloc and free);
  * blocks.c, the pool's live blocks; poolview.c, the mechanism the pool sees (the arena, watched);
- * history.c, the pool's recent events.
+ * history.c, the pool's recent events; stream_uses.c, the blocks torch's record_stream holds back.
  *
  * Lock order: ctx.lock → (pool → arena → driver). The hot path (pool malloc/free) takes no ctx lock.
  * The recorder's locks (rec.mu → rec.file_mu) and the block shards' are leaves, taken with no other
@@ -46,6 +46,9 @@ typedef struct dmm_torch_ext {
     /* Page-locked host memory for offload copies (NULL slots: offload to host is unsupported). */
     dmm_status (*host_alloc)(void *user, size_t bytes, void **out);
     void (*host_free)(void *user, void *p);
+    /* `waiter` waits (on the device) for `event`, for blocks used on several streams (stream_uses.c).
+     * NULL slot: the other streams are synchronized instead. */
+    dmm_status (*stream_wait)(void *user, dmm_stream waiter, dmm_event event);
 } dmm_torch_ext;
 
 typedef struct dmm_torch_config {
@@ -251,6 +254,15 @@ typedef struct tcount {
     _Atomic uint64_t cur, peak, total;
 } tcount;
 
+/* The counts of one of torch's size classes (its stats' large_pool / small_pool): blocks whose rounded
+ * size is above 1 MiB are large, the others small, as in torch's caching allocator. */
+#define TORCH_SMALL_BYTES ((uint64_t)1 << 20)
+enum { TORCH_CLASS_LARGE = 0, TORCH_CLASS_SMALL = 1 };
+typedef struct torch_class {
+    tcount alloc_bytes, req_bytes, blocks;
+    _Atomic uint64_t freed_bytes, req_freed, frees;
+} torch_class;
+
 struct tctx {
     dmm_driver *drv;         /* not owned; its latch says whether the device is lost */
     dmm_torch_ext ext;
@@ -275,9 +287,11 @@ struct tctx {
 
     /* counted by the hook: what the arena has mapped (= committed) and owns, with resettable peaks */
     tcount mapped, owned;
-    /* counted by malloc/free across pool, tags and graphs: rounded bytes, requested bytes, blocks */
+    /* counted by malloc/free across pool, tags and graphs: rounded bytes, requested bytes, blocks; and the
+     * same by torch's size classes, by_class[TORCH_CLASS_LARGE / _SMALL] (rounded size > / ≤ 1 MiB) */
     tcount alloc_bytes, req_bytes, blocks;
-    _Atomic uint64_t freed_bytes, frees, ooms, retries, capture_mallocs, capture_refusals, tag_mallocs;
+    torch_class by_class[2];
+    _Atomic uint64_t freed_bytes, req_freed, frees, ooms, retries, capture_mallocs, capture_refusals, tag_mallocs;
     _Atomic uint64_t queued; /* our jobs in the deferred queue */
 
     pthread_mutex_t lock;    /* tags, graphs, polls of the queue */

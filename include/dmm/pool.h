@@ -109,7 +109,9 @@ typedef struct dmm_pool_config {
     size_t block_align;     /* alignment and size quantum of blocks (a power of two); 0 = 512 */
     uint32_t retain_permille; /* physical memory the pool keeps mapped while free, as a share of the
                                highest live bytes seen so far: beyond (1 + permille/1000) × that peak,
-                               growth moves whole free chunks instead of adding new ones. 0 = 20 (2 %) */
+                               growth moves whole free chunks instead of adding new ones (another
+                               stream's heap keeps the one free chunk it reuses next, so the limit may
+                               be passed by up to a chunk per stream). 0 = 20 (2 %) */
     uint64_t max_chunk_bytes; /* the largest chunk a growth commits as one handle: new memory is one
                                chunk sized to the need, split at this size; a multiple of chunk_bytes.
                                0 = chunk_bytes: every chunk one quantum, so any free chunk can move

@@ -36,6 +36,7 @@ _SIGNATURES = {
     # name: (restype, argtypes)
     "dmm_torch_malloc_nothrow": (ctypes.c_void_p, [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]),
     "dmm_torch_free": (None, [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]),
+    "dmm_torch_record_stream": (None, [ctypes.c_void_p, ctypes.c_void_p]),
     "dmm_torch_last_error": (ctypes.c_size_t, [ctypes.c_char_p, ctypes.c_size_t]),
     "dmm_torch_last_status": (ctypes.c_int, []),
     "dmm_torch_set_limit": (ctypes.c_int, [ctypes.c_int, ctypes.c_uint64]),
@@ -44,6 +45,8 @@ _SIGNATURES = {
     "dmm_torch_snapshot_json": (ctypes.c_int, [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t,
                                                ctypes.POINTER(ctypes.c_size_t)]),
     "dmm_torch_reset_peaks": (ctypes.c_int, [ctypes.c_int]),
+    "dmm_torch_reset_accumulated": (ctypes.c_int, [ctypes.c_int]),
+    "dmm_torch_devices": (ctypes.c_int, [ctypes.POINTER(ctypes.c_uint64)]),
     "dmm_torch_empty_cache": (ctypes.c_int, [ctypes.c_int, ctypes.POINTER(ctypes.c_uint64)]),
     "dmm_torch_warm": (ctypes.c_int, [ctypes.c_int, ctypes.c_uint64, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)]),
     "dmm_torch_tag_begin": (ctypes.c_int, [ctypes.c_char_p]),

@@ -9,9 +9,9 @@ Pure Python (no torch, no library): to_torch() turns the dict dmm.torch.snapshot
 adapter's snapshot JSON) into PyTorch's layout. Each segment is memory dmm has mapped on the device:
 every run of committed chunks of the pool, every tag segment (its mapped part), every graph segment.
 Its blocks tile it in address order: live blocks are `active_allocated` (size = the block's rounded
-size, requested_size = what was asked), the gaps `inactive`. dmm never keeps a freed block from reuse
-the way PyTorch's record_stream does, so no block is `active_pending_free` (a block freed on another
-stream waits for its event inside the pool, and shows as free). The pool's runs are shared by every
+size, requested_size = what was asked), the gaps `inactive`. No block is `active_pending_free`: a
+block freed on another stream, or held back by record_stream, waits for its event inside the pool and
+shows as free. The pool's runs are shared by every
 stream's heap, so their `stream` is 0. `device_traces` is one list per device up to this one; this
 device's holds the pool's recent events when dmm.torch.history(N) was on: `alloc`, `free_requested` +
 `free_completed` of its blocks, `segment_map` / `segment_unmap` of the ranges it commits and

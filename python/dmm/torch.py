@@ -34,7 +34,7 @@ __all__ = [
     "reset_peak_memory_stats", "empty_cache", "warm", "snapshot", "set_limit", "last_error", "tag", "offload",
     "offload_wait", "restore", "release_host", "poll", "tag_info", "reserve_graph_memory", "graph",
     "capture_id", "release_graph", "now_ns", "record", "start_recording", "stop_recording", "torch_snapshot",
-    "dump_snapshot", "history", "track_blocks",
+    "dump_snapshot", "history", "track_blocks", "mem_pool", "region",
 ]
 
 _enabled = False
@@ -64,7 +64,9 @@ def is_enabled():
 def enable(limit=None, capture_check=True, track_blocks=False):
     """Makes dmm the CUDA allocator of this process. Must run before CUDA is initialized (before the
     first CUDA tensor, stream or device query); afterwards torch cannot swap its allocator, and this
-    raises DmmError saying so. `limit` (bytes) caps the device memory dmm may hold, on every device.
+    raises DmmError saying so (use mem_pool() then). torch's own memory calls (torch.cuda.memory_stats,
+    memory_summary, empty_cache, set_per_process_memory_fraction, _record_memory_history, _snapshot,
+    ...) answer from dmm from now on, and a budget refusal raises torch.cuda.OutOfMemoryError. `limit` (bytes) caps the device memory dmm may hold, on every device.
     track_blocks=True: keep every pool block for torch_snapshot() from the start (see track_blocks)."""
     global _enabled, _allocator
     lib = _lib.load()
@@ -85,6 +87,12 @@ def enable(limit=None, capture_check=True, track_blocks=False):
         raise DmmError("dmm.torch.enable() could not replace torch's CUDA allocator (%s); call it before the "
                        "first CUDA allocation of the process" % e) from e
     _allocator = alloc
+    hooks = alloc.allocator()
+    if hasattr(hooks, "set_record_stream_fn"):  # Tensor.record_stream: hold the block back for that stream
+        hooks.set_record_stream_fn(ctypes.cast(lib.dmm_torch_record_stream, ctypes.c_void_p).value)
+    from . import _torch_calls
+
+    _torch_calls.install()  # torch.cuda.memory_stats, empty_cache, _snapshot, ... answer from dmm
     lib.dmm_torch_set_capture_check(1 if capture_check else 0)
     if track_blocks:
         _track(-1)
@@ -128,26 +136,17 @@ def _flatten(prefix, obj, out):
 
 
 def memory_stats(device=None):
-    """A flat dict keyed like torch.cuda.memory_stats() where the meaning is the same
-    (allocated_bytes.all.current, reserved_bytes.all.peak, allocation.all.current, num_ooms, ...);
-    dmm's own counters follow under "dmm." keys. reserved_bytes = device memory dmm has mapped
-    (pool chunks, tag and graph segments); dmm.physical_bytes adds the driver handles it caches."""
+    """torch.cuda.memory_stats()'s flat dict, from dmm: the same keys with the same meaning where dmm
+    has it (allocated_bytes.all.current, reserved_bytes.all.peak, allocation.large_pool.current,
+    num_ooms, ...; docs/torch.md says what each means under dmm), then dmm's own counters under
+    "dmm." keys. After enable(), torch.cuda.memory_stats() returns the same numbers."""
+    from . import _torch_calls
+
     r = memory_stats_raw(device)
-    out = {}
-    for name, src in (("allocated_bytes", "allocated_bytes"), ("active_bytes", "allocated_bytes"),
-                      ("requested_bytes", "requested_bytes"), ("allocation", "allocation"),
-                      ("active", "allocation")):
-        for f in ("current", "peak", "allocated", "freed"):
-            out["%s.all.%s" % (name, f)] = r[src][f]
-    for f in ("current", "peak"):
-        out["reserved_bytes.all.%s" % f] = r["reserved_bytes"][f]
-    out["inactive_split_bytes.all.current"] = max(0, r["pool_committed_bytes"] - r["pool_live_bytes"])
-    for k in ("num_alloc_retries", "num_ooms", "num_device_alloc", "num_device_free"):
-        out[k] = r[k]
-    out["num_sync_all_streams"] = 0
+    out = _torch_calls.flatten({k: v for k, v in _torch_calls.nested(r).items() if k != "dmm"})
     extra = {}
     _flatten("dmm", {k: v for k, v in r.items() if k not in ("allocated_bytes", "requested_bytes",
-                                                            "allocation", "reserved_bytes")}, extra)
+                                                            "allocation", "reserved_bytes", "by_class")}, extra)
     out.update(extra)
     return out
 
@@ -260,6 +259,53 @@ def dump_snapshot(path, device=None):
     except OSError as e:
         raise DmmError("dmm.torch.dump_snapshot: writing '%s' failed: %s" % (p, e.strerror or e)) from None
     return p
+
+
+_pool_allocator = None  # the CUDAPluggableAllocator behind every mem_pool()
+_region_pools = {}  # tag name -> the MemPool of region(name)
+
+
+def mem_pool():
+    """A torch.cuda.MemPool whose memory comes from dmm, for a process whose allocator is torch's own
+    (dmm.torch.enable() not called, or CUDA already initialized): usable at any time. Allocations made
+    inside `torch.cuda.use_mem_pool(pool)` come from dmm (torch's caching allocator keeps its blocks in
+    segments dmm maps); the rest of the process stays on torch's allocator. Inside `tag(name)` too,
+    the segments belong to the tag: offload(name) and restore(name) work on them. region(name) is
+    both at once."""
+    import torch
+
+    global _pool_allocator
+    if _enabled:
+        raise DmmError("dmm.torch.mem_pool: dmm is already this process's allocator (enable() was called): every "
+                       "allocation comes from dmm; use tag(name) to group memory for offload/restore")
+    if _pool_allocator is None:
+        _lib.load()
+        _pool_allocator = torch.cuda.memory.CUDAPluggableAllocator(library_path(), "dmm_torch_malloc",
+                                                                   "dmm_torch_free")
+    return torch.cuda.MemPool(_pool_allocator.allocator())
+
+
+@contextlib.contextmanager
+def region(name, pool=None):
+    """with dmm.torch.region("kv_cache"): ... -- the tensors allocated inside (on this thread) live in
+    dmm memory of tag `name`, so that offload(name) / restore(name) put them to sleep and wake them at
+    the same addresses. After enable() this is tag(name); otherwise the allocations go through a
+    dmm mem_pool() (one per name, kept for the process; `pool` picks another) while everything else
+    stays on torch's allocator. Yields the pool (None after enable())."""
+    if not isinstance(name, str) or not name:
+        raise ValueError("dmm.torch.region: name must be a non-empty str, not %r" % (name,))
+    if _enabled:
+        with tag(name):
+            yield None
+        return
+    import torch
+
+    if pool is None:
+        pool = _region_pools.get(name)
+        if pool is None:
+            pool = _region_pools[name] = mem_pool()
+    with torch.cuda.use_mem_pool(pool), tag(name):
+        yield pool
 
 
 def set_limit(limit, device=None):

@@ -210,7 +210,8 @@ typedef struct dmm_cu_mem_access_desc { /* CUmemAccessDesc */
     X(cuMemcpyAsync, cuMemcpyAsync,                                                                        \
       (dmm_cu_deviceptr dst, dmm_cu_deviceptr src, size_t bytes, dmm_cu_stream stream))
 
-/* The others': the torch adapter (capture status, pinned host memory), the CUDA reference of the
+/* The others': the torch adapter (capture status, pinned host memory, a stream waiting for another's
+ * event for record_stream), the CUDA reference of the
  * tools, the benchmarks and the GPU tests (a kernel that faults, a host function that holds a
  * stream). Each user resolves the ones it needs. */
 #define DMM_CU_OTHER_ENTRY_POINTS(X)                                                                       \
@@ -233,7 +234,8 @@ typedef struct dmm_cu_mem_access_desc { /* CUmemAccessDesc */
       (dmm_cu_function function, unsigned int grid_x, unsigned int grid_y, unsigned int grid_z,            \
        unsigned int block_x, unsigned int block_y, unsigned int block_z, unsigned int shared_bytes,        \
        dmm_cu_stream stream, void **params, void **extra))                                                 \
-    X(cuLaunchHostFunc, cuLaunchHostFunc, (dmm_cu_stream stream, dmm_cu_host_fn fn, void *user))
+    X(cuLaunchHostFunc, cuLaunchHostFunc, (dmm_cu_stream stream, dmm_cu_host_fn fn, void *user))          \
+    X(cuStreamWaitEvent, cuStreamWaitEvent, (dmm_cu_stream stream, dmm_cu_event event, unsigned int flags))
 
 /* cuStreamGetCaptureInfo's two ABIs, each named by its version because the torch adapter asks for
  * both: _v3 (with edge data; cuda.h 12.3 and later declare it, 13.0 binds the documented name to it)

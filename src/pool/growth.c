@@ -7,7 +7,9 @@
  * that is too short. If committing them would take the pool's mapped memory above its retention
  * limit — (1 + retain_permille/1000) × the highest live bytes seen so far — it first takes whole free
  * chunks (moves.c): from this heap (those of its own whose fence is pending are aliased: usable at
- * once by its own stream), then from other heaps (only behind a completed fence), and moves them
+ * once by its own stream), then from other heaps (only behind a completed fence, and never the one
+ * free chunk a heap's own stream reuses next: streams in use with less live memory than a chunk each
+ * would otherwise take each other's last chunk in turn, a move on every switch), and moves them
  * into the window one at a time, so that the mechanism's handle cache hands the same physical
  * handle back. New chunks fill the rest, split at max_chunk (or, with a handle divisor, at that share
  * of the request: only large requests get large handles).
@@ -310,7 +312,7 @@ static dmm_status growth_carve(growth *g, uint64_t *want_more) {
     if (committed + need > cap && g->most == 0) /* a warm start commits what it was told to */
         want = committed + need - cap < need ? committed + need - cap : need;
     g->sv.n = 0;
-    uint64_t got = dmm__pool_carve_sources(p, h, want, pl->lo, pl->hi, g->tv.v, g->nt, p->can_alias, &g->sv);
+    uint64_t got = dmm__pool_carve_sources(p, h, want, pl->lo, pl->hi, g->tv.v, g->nt, p->can_alias, false, &g->sv);
     *want_more = got < want ? want - got : 0;
     return DMM_OK;
 }
@@ -322,7 +324,7 @@ static void growth_carve_others(growth *g, uint64_t want) {
         if (o == g->h) continue;
         dmm__pool_poll(g->p, o); /* its fence decides which of its free chunks may move */
         heap_lock(o);
-        got += dmm__pool_carve_sources(g->p, o, want - got, 0, 0, g->tv.v, g->nt, false, &g->sv);
+        got += dmm__pool_carve_sources(g->p, o, want - got, 0, 0, g->tv.v, g->nt, false, true, &g->sv);
         heap_unlock(o);
     }
 }

@@ -5,8 +5,12 @@
  * aliased_bytes, the chunk counters); the choice of which whole free chunks leave a heap (sources:
  * oldest frees first, then the biggest, then the highest address, so that memory stays packed low
  * and the fewest calls move the most); and the fix-up that puts a source back into its heap as what
- * its outcome made it (UNMAPPED, FREE, POISONED, ALIASED). Carving merges the heap's parked (QUICK)
- * blocks first, so that trim, empty_cache and moves see all of its free memory. Reaping: the old
+ * its outcome made it (UNMAPPED, FREE, POISONED, ALIASED). A growth of another heap leaves each heap
+ * its newest free chunk (the one its stream reuses next): a stream in use is never left to grow back
+ * what was just taken from it, so physical memory may pass the retention limit by up to one chunk
+ * per heap — the sub-chunk slack of a stream's partly used memory, which no move can avoid.
+ * Carving merges the heap's parked (QUICK) blocks first, so that trim, empty_cache and moves see all
+ * of its free memory. Reaping: the old
  * place of an aliased chunk is decommitted once a completed fence covers its last free.
  *
  * The idea. A chunk is taken out of its heap (DECOMMITTING) under the heap's lock, then the call runs
@@ -37,9 +41,11 @@ static int by_age(const void *a, const void *b) {
  * target pieces (growth), a chunk is taken only if it fits in the room left in one of them, and is
  * assigned to it. `alias_ok` (a growth of h itself): chunks whose fence is still pending are taken
  * too, to be aliased (stream order makes their reuse by h's stream safe at once); the oldest frees,
- * those behind a completed fence, still come first and move. Returns the bytes carved. */
+ * those behind a completed fence, still come first and move. `keep_newest` (a growth of another
+ * heap): h keeps its newest candidate (the last in that order), the chunk its own stream reuses
+ * next. Returns the bytes carved. */
 uint64_t dmm__pool_carve_sources(dmm_pool *p, pheap *h, uint64_t want, uintptr_t ex_lo, uintptr_t ex_hi, ptarget *tg,
-                              size_t nt, bool alias_ok, srcvec *out) {
+                              size_t nt, bool alias_ok, bool keep_newest, srcvec *out) {
     if (want == 0) return 0;
     dmm__heap_quick_flush(h); /* parked blocks are free memory too, once merged */
     const uint64_t Q = p->chunk;
@@ -68,8 +74,9 @@ uint64_t dmm__pool_carve_sources(dmm_pool *p, pheap *h, uint64_t want, uintptr_t
             }
         }
     }
-    if (nc == 0) return 0;
+    if (nc <= (size_t)keep_newest) return 0;
     qsort(h->scratch, nc, sizeof *h->scratch, by_age);
+    if (keep_newest) nc--; /* the last: the newest free, the smallest, the lowest (where its stream allocates) */
     if (out->n + nc > out->cap) {
         size_t ncap = out->n + nc;
         source *nv = realloc(out->v, ncap * sizeof *nv);

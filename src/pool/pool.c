@@ -15,7 +15,8 @@
  * make a fit, next to a free block when one borders unmapped VA (so free blocks coalesce across
  * chunk boundaries). If committing them would take the pool's mapped memory above its retention
  * limit — (1 + retain_permille/1000) × the highest live bytes seen so far — it first takes whole
- * free chunks whose fence has completed (from this heap, then from others) and moves them:
+ * free chunks whose fence has completed (from this heap, then from others, each of which keeps the
+ * free chunk its own stream reuses next) and moves them:
  * decommit there, commit here, one chunk at a time so that the mechanism's handle cache hands the
  * same physical handle back without creating a new one. Physical memory therefore tracks the peak
  * of live memory plus the sub-chunk slack of partly used chunks, and the driver calls are spent only
@@ -160,8 +161,9 @@ dmm_status dmm_pool_create(dmm_mechanism *mech, dmm_driver *drv, const dmm_pool_
                              (unsigned long long)region, (unsigned long long)chunk, (unsigned long long)va);
     va -= va % region;
 
-    dmm_pool *p = calloc(1, sizeof *p);
+    dmm_pool *p = aligned_alloc(DMM_SHARING_BYTES, sizeof *p); /* whole line pairs (types.h: the hot fields' own) */
     if (p == NULL) return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm_pool_create: out of host memory");
+    memset(p, 0, sizeof *p);
     p->mech = mech;
     p->drv = drv;
     p->va_bytes = va;

@@ -178,7 +178,7 @@ static dmm_status pool_trim(dmm_pool *p, uint64_t target, uint64_t *released, co
         if (committed <= target) continue;
         heap_lock(h);
         sv.n = 0;
-        dmm__pool_carve_sources(p, h, committed - target, 0, 0, NULL, 0, false, &sv);
+        dmm__pool_carve_sources(p, h, committed - target, 0, 0, NULL, 0, false, false, &sv);
         heap_unlock(h);
         for (size_t i = 0; i < sv.n; i++) {
             dmm__pool_decommit_one(p, &sv.v[i]);

@@ -218,33 +218,39 @@ typedef struct pheap {
 } pheap;
 
 struct dmm_pool {
+    /* Fixed at create (refusing: once): what every malloc and free reads (uid, refusing, va_bytes,
+     * align, base, owner, region_shift) and the configuration. No field written after create shares
+     * their line pairs: the lock and everything after it start on a line pair of their own (the pool
+     * is allocated aligned to one), so that threads on other streams writing those (a cross-stream
+     * free's event, a growth, a stats read) do not take the hot path's lines away from every core. */
     uint64_t uid; /* distinguishes a pool from an earlier one at the same address (TLS cache) */
     /* NULL while the pool serves; once it noticed that its driver is lost (loss.c), what it was doing
      * then (a static sentence fragment): from then on even a malloc that a mapped free block would fit
      * is refused (pool.h). Written once (NULL → fragment, never back). The loss itself, its first
      * sentence and whether the context was confirmed torn down are the driver's (driver/call.h). */
     const char *_Atomic refusing;
+    uintptr_t base;
+    uint64_t va_bytes;
+    uint64_t align;
+    pheap *_Atomic *owner; /* per region: the heap that owns it, or NULL (the entries change, not the table) */
+    unsigned region_shift;
+    unsigned align_shift;
     dmm_mechanism *mech;
     dmm_driver *drv;
     dmm_allocation va; /* the VA-only allocation */
-    uintptr_t base;
-    uint64_t va_bytes;
     uint64_t chunk;     /* Q: the commit quantum; every chunk is a whole number of them */
     uint64_t max_chunk; /* the largest chunk a growth commits as one handle */
     uint32_t handle_divisor; /* a growth for n bytes commits handles of at most n / this (0: max_chunk) */
     uint32_t *clen;     /* per quantum: length (in quanta) of the chunk starting there, 0 = none */
     uint64_t region;
-    unsigned region_shift;
     size_t nregions;
-    uint64_t align;
-    unsigned align_shift;
     uint32_t retain_permille;
     uint32_t settle_permille; /* the retention limit's ceiling (≥ retain_permille): see settled */
     bool can_alias; /* the mechanism fills the optional `alias` slot, and no_alias is off */
 
-    dmm_lock lock; /* regions, heap creation, the event freelist, sampled peaks */
+    /* written after create, from here on */
+    _Alignas(DMM_SHARING_BYTES) dmm_lock lock; /* regions, heap creation, the event freelist, sampled peaks */
     struct pheap *_Atomic heaps;
-    pheap *_Atomic *owner; /* per region: the heap that owns it, or NULL */
     size_t nheaps;
 
     dmm_event *events; /* recycled events for cross-stream frees */
@@ -457,9 +463,11 @@ static inline bool dmm__pool_source_gone(const source *s) {
  * frees first, until `want` bytes are carved, skipping blocks that overlap [ex_lo, ex_hi). With
  * target pieces (growth), a chunk is taken only if it fits in the room left in one of them, and is
  * assigned to it. `alias_ok` (a growth of h itself): chunks whose fence is still pending are taken
- * too, to be aliased. Returns the bytes carved. */
+ * too, to be aliased. `keep_newest` (a growth of another heap): h keeps the free chunk its own
+ * stream reuses next (the newest), so that streams in use do not take each other's last chunk in
+ * turn. Returns the bytes carved. */
 uint64_t dmm__pool_carve_sources(dmm_pool *p, pheap *h, uint64_t want, uintptr_t ex_lo, uintptr_t ex_hi,
-                                 ptarget *tg, size_t nt, bool alias_ok, srcvec *out);
+                                 ptarget *tg, size_t nt, bool alias_ok, bool keep_newest, srcvec *out);
 /* Decommits one source chunk (no heap lock held). Once the device is lost: FAILED with
  * DMM_ERR_DEVICE_LOST, without a call. */
 void dmm__pool_decommit_one(dmm_pool *p, source *s);

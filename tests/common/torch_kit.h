@@ -42,7 +42,7 @@ static void kit_host_free(void *user, void *p) {
 static inline dmm_torch_ext kit_torch_ext(void) {
     memset(&kit_cap, 0, sizeof kit_cap);
     kit_host_allocs = kit_host_frees = 0;
-    dmm_torch_ext x = {NULL, kit_capture_status, kit_host_alloc, kit_host_free};
+    dmm_torch_ext x = {NULL, kit_capture_status, kit_host_alloc, kit_host_free, NULL};
     return x;
 }
 

@@ -5,7 +5,8 @@
  * chunk larger than the VA, 2^63 included, whose default region doubling once wrapped to 0 for ever);
  * blocks are aligned, usable memory, reused with no driver call at all; free blocks coalesce and
  * growth extends a free block next to unmapped VA; a full retention limit moves whole free chunks
- * (decommit there, commit here, the handle from the arena's cache) instead of growing; unknown and
+ * (decommit there, commit here, the handle from the arena's cache) instead of growing, but never the
+ * last free chunk of another stream in use (no move on every switch between streams); unknown and
  * double frees change nothing; trim decommits only chunks behind a completed fence and reports what
  * it freed; a block freed on another stream is not reused, and a chunk freed on a stream is neither
  * moved nor trimmed, while that stream's event is held incomplete; the events of completed
@@ -186,6 +187,55 @@ static void a_full_retention_limit_moves_chunks_instead_of_growing(void **state)
     DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
     xfree(f, y, NULL);
     xfree(f, x2, NULL);
+    fx_close(f);
+}
+
+/* Another stream's growth takes a heap's whole free chunks behind completed fences, but not the one
+ * that heap's own stream reuses next: streams in use, each with less live memory than a chunk, once
+ * took each other's only chunk in turn (a move and a growth on every switch, in the steady state). */
+static void streams_in_use_do_not_take_each_others_last_chunk(void **state) {
+    (void)state;
+    fx *f = fx_open(NULL, 4 * C);
+    dmm_stream a = NULL, b = NULL, c = NULL;
+    DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &a));
+    DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &b));
+    DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &c));
+    /* a and b, 64 KiB each, one chunk each (b's growth, over the limit, left a's chunk to a) */
+    char *x = xmalloc(f, 64 << 10, a);
+    xfree(f, x, a);
+    DMM_OK_OR_FAIL(dmm_pool_trim(f->pool, UINT64_MAX, NULL)); /* polls: a's fence completes */
+    DMM_OK_OR_FAIL(dmm_pool_trim(f->pool, UINT64_MAX, NULL));
+    uint64_t creates = calls(f, DMM_OP_CREATE);
+    xfree(f, xmalloc(f, 64 << 10, b), b);
+    assert_int_equal(calls(f, DMM_OP_CREATE), creates + 1);
+    assert_int_equal(stats(f).chunks_moved, 0);
+    /* switching between them, every fence complete (chunks could move), makes no driver call */
+    uint64_t before = calls(f, DMM_OP_CREATE) + calls(f, DMM_OP_MAP) + calls(f, DMM_OP_UNMAP);
+    for (int i = 0; i < 8; i++) {
+        dmm_stream s = i % 2 ? b : a;
+        char *p = xmalloc(f, 64 << 10, s);
+        if (s == a) assert_ptr_equal(p, x);
+        xfree(f, p, s);
+        DMM_OK_OR_FAIL(dmm_pool_trim(f->pool, UINT64_MAX, NULL));
+    }
+    assert_int_equal(calls(f, DMM_OP_CREATE) + calls(f, DMM_OP_MAP) + calls(f, DMM_OP_UNMAP), before);
+    assert_int_equal(stats(f).chunks_moved, 0);
+    /* a heap with more than that still gives its older chunks: a's two free chunks, c takes one */
+    x = xmalloc(f, 2 * C, a);
+    xfree(f, x, a);
+    DMM_OK_OR_FAIL(dmm_pool_trim(f->pool, UINT64_MAX, NULL));
+    DMM_OK_OR_FAIL(dmm_pool_trim(f->pool, UINT64_MAX, NULL));
+    char *y = xmalloc(f, C, c);
+    assert_int_equal(stats(f).chunks_moved, 1);
+    char *z = xmalloc(f, 64 << 10, a); /* a kept the other */
+    assert_int_equal(stats(f).chunks_moved, 1);
+    xfree(f, z, a);
+    xfree(f, y, c);
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    DMM_OK_OR_FAIL(dmm_pool_empty_cache(f->pool, NULL));
+    DMM_OK_OR_FAIL(f->drv->ops->stream_destroy(f->drv, a));
+    DMM_OK_OR_FAIL(f->drv->ops->stream_destroy(f->drv, b));
+    DMM_OK_OR_FAIL(f->drv->ops->stream_destroy(f->drv, c));
     fx_close(f);
 }
 
@@ -872,6 +922,7 @@ int main(void) {
         cmocka_unit_test(blocks_are_aligned_usable_and_reused_without_driver_calls),
         cmocka_unit_test(free_blocks_coalesce_and_growth_extends_a_free_block),
         cmocka_unit_test(a_full_retention_limit_moves_chunks_instead_of_growing),
+        cmocka_unit_test(streams_in_use_do_not_take_each_others_last_chunk),
         cmocka_unit_test(a_larger_max_chunk_grows_by_one_handle_sized_to_the_need),
         cmocka_unit_test(unknown_and_double_frees_change_nothing),
         cmocka_unit_test(destroy_is_refused_while_blocks_are_live),

@@ -12,7 +12,9 @@
  * its graph is released; a budget refuses with DMM_ERR_BUDGET and recovers; empty_cache gives back
  * cached chunks and empty tag segments; destroy is refused while blocks are live; sizes beyond the
  * reservation (a pool VA whose 4 x wraps, a request or graph reservation whose rounding wraps) are
- * refused and change nothing. Every test ends with the driver's census at zero.
+ * refused and change nothing; a block recorded on another stream (record_stream) is not handed out
+ * again before that stream's event, and several streams are ordered into one. Every test ends with the
+ * driver's census at zero.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +31,7 @@
 #include "../../adapters/torch/poolview.c"
 #include "../../adapters/torch/record.c"
 #include "../../adapters/torch/segment.c"
+#include "../../adapters/torch/stream_uses.c"
 #include "../../adapters/torch/tags.c"
 
 #define KIB ((size_t)1 << 10)
@@ -608,6 +611,60 @@ static void a_leaked_tag_growth_is_not_retried(void **state) {
     fx_close(f);
 }
 
+static uint64_t cross_stream_frees(fx *f) {
+    dmm_pool_stats ps;
+    memset(&ps, 0, sizeof ps);
+    ps.size = sizeof ps;
+    DMM_OK_OR_FAIL(dmm_pool_stats_get(f->c->pool, &ps));
+    return ps.cross_stream_frees;
+}
+
+/* torch's record_stream: a block used on another stream is handed out again only after that stream's
+ * work (an event there), never at once on its own stream; several streams are ordered into one. */
+static void record_stream_holds_a_block_back(void **state) {
+    (void)state;
+    fx *f = fx_open(0);
+    /* the control: without a recorded use, a block freed on its own stream comes straight back */
+    void *p = xmalloc(f, 64 * KIB, f->s1);
+    DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, true));
+    xfree(f, p, 64 * KIB, f->s1);
+    void *q = xmalloc(f, 64 * KIB, f->s1);
+    assert_ptr_equal(q, p);
+    /* used on s2 too: freed on s1, it waits for s2's event, and the next malloc gets another block */
+    DMM_OK_OR_FAIL(dmm__torch_uses_add(q, f->s2));
+    DMM_OK_OR_FAIL(dmm__torch_uses_add(q, f->s2)); /* a repeat changes nothing */
+    DMM_OK_OR_FAIL(dmm__torch_uses_add(q, f->s1)); /* nor the block's own stream */
+    uint64_t cross0 = cross_stream_frees(f), syncs0 = dmm_fault_calls(f->drv, DMM_OP_STREAM_SYNCHRONIZE);
+    xfree(f, q, 64 * KIB, f->s1);
+    assert_int_equal(cross_stream_frees(f), cross0 + 1);
+    void *r = xmalloc(f, 64 * KIB, f->s1);
+    assert_ptr_not_equal(r, q);
+    assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_STREAM_SYNCHRONIZE), syncs0); /* one side stream: no wait */
+    /* its entry left with the free: the block handed out again at that address starts with none */
+    dmm_stream *uses = NULL;
+    size_t n = 0;
+    assert_false(dmm__torch_uses_take(q, f->s1, &uses, &n));
+    assert_null(uses);
+    /* used on two other streams (s2 and the default one): freed on the first after it was ordered after
+     * the second (these extras have no stream wait: the second is synchronized) */
+    DMM_OK_OR_FAIL(dmm__torch_uses_add(r, f->s2));
+    DMM_OK_OR_FAIL(dmm__torch_uses_add(r, NULL));
+    xfree(f, r, 64 * KIB, f->s1);
+    assert_int_equal(cross_stream_frees(f), cross0 + 2);
+    assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_STREAM_SYNCHRONIZE), syncs0 + 1);
+    /* a tag block orders its own stream as well */
+    DMM_OK_OR_FAIL(dmm__torch_tag_begin("kv"));
+    void *t = xmalloc(f, 64 * KIB, f->s1);
+    DMM_OK_OR_FAIL(dmm__torch_tag_end());
+    DMM_OK_OR_FAIL(dmm__torch_uses_add(t, f->s2));
+    xfree(f, t, 64 * KIB, f->s1);
+    assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_STREAM_SYNCHRONIZE), syncs0 + 2);
+    DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, false));
+    uint64_t queued = 0;
+    DMM_OK_OR_FAIL(dmm__torch_poll(f->c, &queued));
+    fx_close(f);
+}
+
 static void empty_cache_trims(void **state) {
     (void)state;
     fx *f = fx_open(0);
@@ -774,6 +831,7 @@ int main(void) {
         cmocka_unit_test(capture_uses_reserved_memory_only),
         cmocka_unit_test(budget_refuses_and_recovers),
         cmocka_unit_test(a_leaked_tag_growth_is_not_retried),
+        cmocka_unit_test(record_stream_holds_a_block_back),
         cmocka_unit_test(empty_cache_trims),
         cmocka_unit_test(empty_cache_counts_queued_segments),
         cmocka_unit_test(tag_scopes),

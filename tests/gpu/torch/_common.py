@@ -1,4 +1,4 @@
-"""Shared by the torch GPU tests: skip rules, worker processes, result lines."""
+"""Shared by the torch GPU tests: skip rules, PASS/FAIL lines, worker processes, result lines."""
 
 import json
 import os
@@ -37,6 +37,16 @@ def require_torch_gpu(need_transformers=False):
     if out.returncode != 0 or int((out.stdout.strip() or "0").splitlines()[-1]) < 1:
         print("SKIP: no CUDA GPU visible to torch (%s)" % (out.stderr.strip()[-300:] or out.stdout.strip()))
         sys.exit(SKIP)
+
+
+failures = []  # what check() found wrong so far: a test exits 1 when it is not empty
+
+
+def check(ok, what):
+    """One PASS/FAIL line; a failure is kept in `failures`."""
+    print(("PASS " if ok else "FAIL ") + what, flush=True)
+    if not ok:
+        failures.append(what)
 
 
 def worker_env(alloc):

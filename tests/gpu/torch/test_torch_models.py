@@ -21,20 +21,13 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import HERE, mib, require_torch_gpu, result_of, worker_env  # noqa: E402
+from _common import check, failures, HERE, mib, require_torch_gpu, result_of, worker_env  # noqa: E402
 
 require_torch_gpu(need_transformers=True)
 
 # informational variants: dmm-r1 = the pool retaining 0.1 % of the live peak instead of 2 %; dmm-lb =
 # CUDA_LAUNCH_BLOCKING=1 (the CPU never runs ahead, so the pool's fences are complete when it asks)
 ALLOCS = ["native", "expandable", "dmm", "dmm-r1", "dmm-lb"]
-failures = []
-
-
-def check(ok, what):
-    print(("PASS " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
 
 
 procs, logs = {}, {}

@@ -18,7 +18,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import mib, require_torch_gpu  # noqa: E402
+from _common import check, failures, mib, require_torch_gpu  # noqa: E402
 
 require_torch_gpu(need_transformers=True)
 
@@ -30,13 +30,6 @@ import torch  # noqa: E402
 from models import deterministic, generate, llama, prompt  # noqa: E402
 
 deterministic()
-failures = []
-
-
-def check(ok, what):
-    print(("PASS " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        failures.append(what)
 
 
 def gbps(nbytes, seconds):

@@ -19,17 +19,9 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import mib, require_torch_gpu, worker_env  # noqa: E402
+from _common import check, failures, mib, require_torch_gpu, worker_env  # noqa: E402
 
 require_torch_gpu()
-
-failures = []
-
-
-def check(ok, what):
-    print(("PASS " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        failures.append(what)
 
 
 CHILD_LIMIT = r"""

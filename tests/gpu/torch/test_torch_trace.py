@@ -26,17 +26,9 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import ROOT, mib, require_torch_gpu, result_of, worker_env  # noqa: E402
+from _common import check, failures, mib, require_torch_gpu, result_of, ROOT, worker_env  # noqa: E402
 
 require_torch_gpu()
-
-failures = []
-
-
-def check(ok, what):
-    print(("PASS " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        failures.append(what)
 
 
 WORKLOAD = r"""

@@ -1,0 +1,200 @@
+"""torch.cuda's own memory calls, answered by dmm while it is the process's CUDA allocator.
+
+Under torch.cuda.memory.CUDAPluggableAllocator, torch's memory functions reach the allocator through
+a handful of torch._C entries that raise "CUDAPluggableAllocator does not yet support ..." or do
+nothing. dmm.torch.enable() calls install(), which replaces exactly those entries with dmm's answers,
+in torch's own layout, so that every caller (training scripts, Lightning, Accelerate, serving
+engines, torch.cuda.memory_summary) keeps working unchanged:
+
+    torch._C entry                       what calls it                         dmm's answer
+    _cuda_memoryStats(device)            memory_stats, memory_allocated,       nested()
+                                         memory_reserved, max_*, memory_summary
+    _cuda_resetPeakMemoryStats(device)   reset_peak_memory_stats               dmm_torch_reset_peaks
+    _cuda_resetAccumulatedMemoryStats    reset_accumulated_memory_stats        dmm_torch_reset_accumulated
+    _cuda_emptyCache()                   empty_cache                           dmm.torch.empty_cache, every device
+    _cuda_setMemoryFraction(f, device)   set_per_process_memory_fraction       the governor's limit = f x total
+    _cuda_getMemoryFraction(device)      get_per_process_memory_fraction       the last fraction set (1.0)
+    _cuda_record_memory_history(...)     memory._record_memory_history         dmm.torch.history(max_entries)
+    _cuda_record_memory_history_legacy   the same, with enabled=True/False
+    _cuda_memorySnapshot(...)            memory._snapshot, _dump_snapshot,     dmm.torch.torch_snapshot(),
+                                         memory_snapshot                       blocks from before tracking as free
+and torch.cuda.mem_get_info, which asks the driver: under a dmm limit, `free` is at most what the
+limit leaves (limit - dmm's physical bytes).
+
+What the numbers mean (nested()): allocated_bytes / requested_bytes / allocation count the tensors
+exactly as torch's caching allocator does (sizes rounded to 512 bytes; large_pool = blocks above
+1 MiB, small_pool = the others); active_* = allocated_* (dmm holds a block freed on another stream
+in its own pending list, not as an active block); reserved_bytes = device memory dmm has mapped
+(pool chunks, tag and graph segments: what the snapshot's segments tile), all in large_pool (dmm
+has one pool for every size); segment = dmm's mapped chunks and segments (current only: the peak
+is the current count); inactive_split_bytes = the free bytes inside mapped memory; oversize_* = 0
+and max_split_size = -1 (dmm splits every block). dmm's own numeric counters follow under "dmm".
+"""
+
+import sys
+
+from . import _lib
+
+_HISTORY_DEFAULT_MAX = 1 << 20  # torch's default max_entries is sys.maxsize: dmm keeps 2^20 (40 MiB)
+_fractions = {}  # device -> the fraction last set through set_per_process_memory_fraction
+_installed = []  # the torch._C names replaced, in order
+
+
+def _stat(d):
+    return {"current": int(d["current"]), "peak": int(d["peak"]), "allocated": int(d.get("allocated", 0)),
+            "freed": int(d.get("freed", 0))}
+
+
+def _zero():
+    return {"current": 0, "peak": 0, "allocated": 0, "freed": 0}
+
+
+def _numeric(prefix_obj):
+    """dmm's own counters, the numeric ones only (torch documents every stat as an integer)."""
+    out = {}
+    for k, v in prefix_obj.items():
+        if isinstance(v, bool):
+            continue
+        if isinstance(v, int):
+            out[k] = v
+        elif isinstance(v, dict):
+            sub = _numeric(v)
+            if sub:
+                out[k] = sub
+    return out
+
+
+def nested(raw):
+    """torch._C._cuda_memoryStats's nested dict from dmm's stats (dmm.torch.memory_stats_raw)."""
+    cls = raw["by_class"]
+    out = {}
+    for key, src in (("allocated_bytes", "allocated_bytes"), ("active_bytes", "allocated_bytes"),
+                     ("requested_bytes", "requested_bytes"), ("allocation", "allocation"),
+                     ("active", "allocation")):
+        out[key] = {"all": _stat(raw[src]), "large_pool": _stat(cls["large_pool"][src]),
+                    "small_pool": _stat(cls["small_pool"][src])}
+    reserved = _stat(raw["reserved_bytes"])
+    out["reserved_bytes"] = {"all": reserved, "large_pool": dict(reserved), "small_pool": _zero()}
+    pool = raw.get("pool") or {}
+    chunks = max(0, int(pool.get("chunks_committed", 0)) - int(pool.get("chunks_decommitted", 0)))
+    tag_segs = sum(int(t.get("segments", 0)) for t in raw.get("tags", {}).values())
+    graph_segs = int((raw.get("graphs") or {}).get("segments", 0))
+    n = chunks + tag_segs + graph_segs
+    seg = {"current": n, "peak": n, "allocated": int(pool.get("chunks_committed", 0)) + tag_segs + graph_segs,
+           "freed": int(pool.get("chunks_decommitted", 0))}
+    out["segment"] = {"all": seg, "large_pool": dict(seg), "small_pool": _zero()}
+    free_inside = max(0, (raw["pool_committed_bytes"] - raw["pool_live_bytes"]) +
+                      (raw["tag_committed_bytes"] - raw["tag_live_bytes"]) +
+                      (raw["graph_committed_bytes"] - raw["graph_live_bytes"]))
+    inactive = {"current": free_inside, "peak": free_inside, "allocated": 0, "freed": 0}
+    out["inactive_split_bytes"] = {"all": inactive, "large_pool": dict(inactive), "small_pool": _zero()}
+    out["inactive_split"] = {"all": _zero(), "large_pool": _zero(), "small_pool": _zero()}
+    out["oversize_allocations"] = _zero()
+    out["oversize_segments"] = _zero()
+    out["max_split_size"] = -1
+    for k in ("num_alloc_retries", "num_ooms", "num_device_alloc", "num_device_free"):
+        out[k] = int(raw[k])
+    out["num_sync_all_streams"] = 0
+    out["num_oom_rejections"] = 0
+    out["dmm"] = _numeric({k: v for k, v in raw.items() if k not in ("allocated_bytes", "requested_bytes",
+                                                                     "allocation", "reserved_bytes", "by_class")})
+    return out
+
+
+def flatten(obj, prefix="", out=None):
+    """torch.cuda.memory_stats's flat keys ("allocated_bytes.all.current", ...) of a nested dict."""
+    out = {} if out is None else out
+    for k, v in obj.items():
+        key = prefix + "." + k if prefix else k
+        if isinstance(v, dict):
+            flatten(v, key, out)
+        else:
+            out[key] = v
+    return out
+
+
+def _devices():
+    import ctypes
+
+    mask = ctypes.c_uint64(0)
+    _lib.check(_lib.load().dmm_torch_devices(ctypes.byref(mask)), "torch.cuda.empty_cache")
+    return [i for i in range(64) if mask.value >> i & 1]
+
+
+def install():
+    """Replaces torch's allocator entries listed above (those this torch has). Returns their names."""
+    import torch
+
+    from . import torch as dt
+
+    def dev(device):
+        return torch.cuda.current_device() if device is None else dt._device(device)
+
+    def memory_stats(device=None, *_):
+        return nested(dt.memory_stats_raw(dev(device)))
+
+    def reset_peak(device=None, *_):
+        dt.reset_peak_memory_stats(dev(device))
+
+    def reset_accumulated(device=None, *_):
+        _lib.check(_lib.load().dmm_torch_reset_accumulated(dev(device)), "torch.cuda.reset_accumulated_memory_stats")
+
+    def empty_cache(*_):
+        for d in _devices():
+            dt.empty_cache(d)
+
+    def set_fraction(fraction, device=None, *_):
+        d = dev(device)
+        total = torch.cuda.get_device_properties(d).total_memory
+        dt.set_limit(max(1, int(float(fraction) * total)), d)
+        _fractions[d] = float(fraction)
+
+    def get_fraction(device=None, *_):
+        return _fractions.get(dev(device), 1.0)
+
+    def history_entries(enabled, max_entries):
+        if not enabled:
+            return 0
+        n = int(max_entries) if max_entries is not None else sys.maxsize
+        return _HISTORY_DEFAULT_MAX if n >= sys.maxsize else max(1, n)
+
+    def record_history(enabled="all", context="all", stacks="all", max_entries=sys.maxsize, *_, **__):
+        dt.history(history_entries(enabled is not None, max_entries), torch.cuda.current_device())
+
+    def record_history_legacy(enabled, record_context=True, trace_alloc_max_entries=1, *_, **__):
+        dt.history(history_entries(bool(enabled), trace_alloc_max_entries), torch.cuda.current_device())
+
+    def memory_snapshot(*_, **__):
+        # torch's allocator knows every block; dmm knows those allocated since tracking began (history(),
+        # or enable(track_blocks=True)): the others show as free space in their segments
+        from . import snapshot as layout
+
+        return layout.to_torch(dt.snapshot(torch.cuda.current_device()), strict=False)
+
+    real_mem_get_info = torch.cuda.memory.mem_get_info
+
+    def mem_get_info(device=None):
+        free, total = real_mem_get_info(device)
+        raw = dt.memory_stats_raw(dev(device))
+        limit = raw.get("limit")
+        if limit is not None:
+            free = min(free, max(0, int(limit) - int(raw["physical_bytes"]["current"])))
+        return free, total
+
+    names = {
+        "_cuda_memoryStats": memory_stats, "_cuda_resetPeakMemoryStats": reset_peak,
+        "_cuda_resetAccumulatedMemoryStats": reset_accumulated, "_cuda_emptyCache": empty_cache,
+        "_cuda_setMemoryFraction": set_fraction, "_cuda_getMemoryFraction": get_fraction,
+        "_cuda_record_memory_history": record_history, "_cuda_record_memory_history_legacy": record_history_legacy,
+        "_cuda_memorySnapshot": memory_snapshot,
+    }
+    for name, fn in names.items():
+        if hasattr(torch._C, name) and name not in _installed:
+            setattr(torch._C, name, fn)
+            _installed.append(name)
+    for module in (torch.cuda.memory, torch.cuda):
+        if getattr(module, "mem_get_info", None) is real_mem_get_info:
+            module.mem_get_info = mem_get_info
+    if "mem_get_info" not in _installed:
+        _installed.append("mem_get_info")
+    return list(_installed)

@@ -1,0 +1,97 @@
+"""torch_memory_saver (SGLang's sleep-mode allocator), over dmm. Change only the import:
+
+    from dmm.compat.torch_memory_saver import torch_memory_saver
+    with torch_memory_saver.region(tag="kv_cache"):              # contents dropped on pause
+        kv = torch.empty(...)
+    with torch_memory_saver.region(tag="weights", enable_cpu_backup=True):   # contents kept
+        model = load_model()
+    with torch_memory_saver.cuda_graph(graph):                   # as torch.cuda.graph(graph)
+        out = model(static_input)
+    torch_memory_saver.pause()              # every tag; pause("kv_cache") one tag
+    torch_memory_saver.resume()
+
+The same names and meanings as torch_memory_saver's: memory allocated inside region(tag,
+enable_cpu_backup) is pausable; pause(tag=None) frees the device memory of the regions of `tag`
+(None: every tag), keeping the contents of those made with enable_cpu_backup=True in pinned host
+memory; resume(tag=None) maps them again at the same addresses (kept contents copied back; the others
+come back with undefined contents); disable() is a block whose allocations are not pausable even
+inside a region; `enabled` is True. Both calls return when their work is done, as the original's do,
+but never synchronize the device: pause waits on an event recorded after the work already queued on
+the current stream, so a kernel still reading the memory finishes first.
+
+cuda_graph(...) captures like torch.cuda.graph(...) (same arguments, plus tag and enable_cpu_backup):
+the memory the graph's own kernels use stays in torch's graph pool, on the device, across pause and
+resume, so its contents are never lost and a replay after resume is the same as before (the tensors it
+reads from regions are restored at the same addresses). That is the difference from the original,
+which unmaps graph pools too: the graph's memory is not freed by pause.
+"""
+
+import contextlib
+
+from .. import torch as _dt
+
+_TAG_DEFAULT = "default"
+
+
+class TorchMemorySaver:
+    def __init__(self):
+        self._regions = {}     # (tag, enable_cpu_backup) -> dmm tag name
+        self._paused = set()   # dmm tag names whose memory is off the device
+
+    @contextlib.contextmanager
+    def region(self, tag=_TAG_DEFAULT, enable_cpu_backup=False):
+        if not isinstance(tag, str) or not tag:
+            raise TypeError("torch_memory_saver.region: tag must be a non-empty str, not %r" % (tag,))
+        name = self._regions.setdefault((tag, bool(enable_cpu_backup)),
+                                        "tms:%s%s" % (tag, ":cpu_backup" if enable_cpu_backup else ""))
+        if name in self._paused:
+            raise RuntimeError("torch_memory_saver.region(%r): the tag is paused; call resume() first" % tag)
+        with _dt.region(name):
+            yield
+
+    @contextlib.contextmanager
+    def cuda_graph(self, cuda_graph, pool=None, stream=None, capture_error_mode="global", tag=_TAG_DEFAULT,
+                   enable_cpu_backup=False):
+        import torch
+
+        with torch.cuda.graph(cuda_graph, pool=pool, stream=stream, capture_error_mode=capture_error_mode):
+            yield
+
+    @contextlib.contextmanager
+    def disable(self):
+        import torch
+
+        pool = torch.cuda.MemPool()  # torch's own allocator, not a dmm one: nothing inside is pausable
+        with torch.cuda.use_mem_pool(pool):
+            yield
+
+    @property
+    def enabled(self):
+        return True
+
+    def _names(self, tag, what):
+        if tag is not None and not isinstance(tag, str):
+            raise TypeError("torch_memory_saver.%s: tag must be a str or None (every tag), not %r" % (what, tag))
+        return [(name, backup) for (t, backup), name in self._regions.items() if tag is None or t == tag]
+
+    def pause(self, tag=None):
+        for name, backup in self._names(tag, "pause"):
+            if name in self._paused or _dt.tag_info(name) is None:
+                continue
+            _dt.offload(name, to="host" if backup else "discard", wait=True)
+            self._paused.add(name)
+
+    def resume(self, tag=None):
+        import torch
+
+        woke = False
+        for name, _ in self._names(tag, "resume"):
+            if name in self._paused:
+                _dt.restore(name)
+                self._paused.discard(name)
+                woke = True
+        if woke:
+            torch.cuda.current_stream().synchronize()  # the copies are done when resume returns
+
+
+torch_memory_saver = TorchMemorySaver()
