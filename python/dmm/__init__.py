@@ -8,9 +8,10 @@
     dmm.torch.offload("weights")       # sleep: returns at once, unmaps behind an event
     dmm.torch.restore("weights")       # wake: same addresses, same contents
 
-The shared library libdmm_torch.so is found through the environment variable DMM_LIB (the file or
-its folder), next to this package, or in a build folder of the source tree (build*/adapters/torch).
-docs/torch.md has the whole story.
+The shared library libdmm_torch.so comes from DMM_LIB (the file or its folder) when set, else the
+package's own copy beside this file (`pip install --no-index ./python` and `cmake --install` put it
+there), else a build folder of the source tree (build*/adapters/torch). torch is needed only by the
+dmm.torch calls that use it. docs/torch.md has the whole story.
 """
 
 from ._lib import DmmError, library_path

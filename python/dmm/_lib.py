@@ -15,13 +15,18 @@ class DmmError(RuntimeError):
 
 
 def _candidates():
+    """Where to look, in order: DMM_LIB (the file or its folder) overrides everything; then the
+    package's own copy (an installed wheel or `cmake --install` puts it beside this file); then, when
+    this package is the source tree's python/dmm, the tree's build folders (build*/adapters/torch)."""
     env = os.environ.get("DMM_LIB")
     if env:
         yield os.path.join(env, "libdmm_torch.so") if os.path.isdir(env) else env
+        return  # an override that is wrong is an error, never a silent fall-back to another copy
     here = os.path.dirname(os.path.abspath(__file__))
     yield os.path.join(here, "libdmm_torch.so")
     root = os.path.dirname(os.path.dirname(here))  # python/dmm -> the source tree
-    yield from sorted(glob.glob(os.path.join(root, "build*", "adapters", "torch", "libdmm_torch.so")))
+    if os.path.isfile(os.path.join(root, "CMakeLists.txt")) and os.path.isdir(os.path.join(root, "adapters", "torch")):
+        yield from sorted(glob.glob(os.path.join(root, "build*", "adapters", "torch", "libdmm_torch.so")))
 
 
 class RecordStats(ctypes.Structure):
@@ -87,17 +92,22 @@ def load():
             tried.append(p)
             if not os.path.exists(p):
                 continue
-            lib = ctypes.CDLL(p)
+            try:
+                lib = ctypes.CDLL(p)
+            except OSError as e:  # not a library of this machine, a sanitized build, a missing libz
+                raise DmmError("libdmm_torch.so at %s does not load: %s" % (p, e)) from e
             for name, (res, args) in _SIGNATURES.items():
                 f = getattr(lib, name)
                 f.restype = res
                 f.argtypes = args
             _lib, _path = lib, os.path.abspath(p)
             return _lib
-        raise DmmError("libdmm_torch.so was not found (tried: %s); build it from the dmm source tree with "
-                       "`make build` (or: cmake -S . -B build && cmake --build build --target dmm_torch; "
-                       "no CUDA toolkit is needed) and set DMM_LIB to the file or its folder"
-                       % ", ".join(tried))
+        if os.environ.get("DMM_LIB"):
+            raise DmmError("libdmm_torch.so was not found at DMM_LIB=%s: set DMM_LIB to the library or its "
+                           "folder, or unset it to use the package's own copy" % os.environ["DMM_LIB"])
+        raise DmmError("libdmm_torch.so was not found (tried: %s): install the package with the library, "
+                       "`pip install --no-index ./python` from the dmm source tree (it builds it; needs cmake "
+                       "and a C compiler), or set DMM_LIB to the file or its folder" % ", ".join(tried))
 
 
 def library_path():
@@ -131,3 +141,13 @@ def json_call(fn, device):
             cap = need.value + 4096
             continue
         check(s, "dmm stats")
+
+
+def import_torch(what):
+    """torch, or a DmmError with the one-line install hint when it is missing (`what` names the call)."""
+    try:
+        import torch
+    except ImportError as e:
+        raise DmmError("%s needs PyTorch, which is not importable here (%s): install it, e.g. `pip install torch`, "
+                       "in this Python environment" % (what, e)) from None
+    return torch

@@ -121,11 +121,10 @@ def _devices():
     return [i for i in range(64) if mask.value >> i & 1]
 
 
-def install():
-    """Replaces torch's allocator entries listed above (those this torch has). Returns their names."""
-    import torch
-
-    from . import torch as dt
+def install(dt):
+    """Replaces torch's allocator entries listed above (those this torch has) with answers from `dt`,
+    the dmm.torch module (enable() passes itself: this module stays below it). Returns their names."""
+    torch = _lib.import_torch("dmm.torch")
 
     def dev(device):
         return torch.cuda.current_device() if device is None else dt._device(device)

@@ -22,6 +22,7 @@ import contextlib
 import ctypes
 import json
 import os
+import sys
 import threading
 import weakref
 
@@ -74,7 +75,7 @@ def enable(limit=None, capture_check=True, track_blocks=False):
         if limit is not None:
             set_limit(limit)
         return
-    import torch
+    torch = _lib.import_torch("dmm.torch")
 
     if torch.cuda.is_initialized():
         raise DmmError("dmm.torch.enable() must run before CUDA is initialized in this process: torch's "
@@ -92,7 +93,7 @@ def enable(limit=None, capture_check=True, track_blocks=False):
         hooks.set_record_stream_fn(ctypes.cast(lib.dmm_torch_record_stream, ctypes.c_void_p).value)
     from . import _torch_calls
 
-    _torch_calls.install()  # torch.cuda.memory_stats, empty_cache, _snapshot, ... answer from dmm
+    _torch_calls.install(sys.modules[__name__])  # torch.cuda.memory_stats, empty_cache, ... answer from dmm
     lib.dmm_torch_set_capture_check(1 if capture_check else 0)
     if track_blocks:
         _track(-1)
@@ -103,7 +104,7 @@ def enable(limit=None, capture_check=True, track_blocks=False):
 
 def _device(device):
     if device is None:
-        import torch
+        torch = _lib.import_torch("dmm.torch")
 
         return torch.cuda.current_device()
     if hasattr(device, "index"):
@@ -112,7 +113,7 @@ def _device(device):
 
 
 def _stream(stream):
-    import torch
+    torch = _lib.import_torch("dmm.torch")
 
     if stream is None:
         stream = torch.cuda.current_stream()
@@ -272,7 +273,7 @@ def mem_pool():
     segments dmm maps); the rest of the process stays on torch's allocator. Inside `tag(name)` too,
     the segments belong to the tag: offload(name) and restore(name) work on them. region(name) is
     both at once."""
-    import torch
+    torch = _lib.import_torch("dmm.torch")
 
     global _pool_allocator
     if _enabled:
@@ -298,7 +299,7 @@ def region(name, pool=None):
         with tag(name):
             yield None
         return
-    import torch
+    torch = _lib.import_torch("dmm.torch")
 
     if pool is None:
         pool = _region_pools.get(name)
@@ -322,7 +323,7 @@ def _detach(dev, ptr):
     """The last tensor over the region is gone: unmap it once the device's queued work is done (a kernel
     may still read it). Runs from torch's deleter, at exit too: nothing here can be acted on."""
     try:
-        import torch
+        torch = _lib.import_torch("dmm.torch")
 
         torch.cuda.synchronize(dev)
     except Exception:  # noqa: BLE001 - at interpreter exit torch may be gone; unmapping is still right
@@ -331,7 +332,7 @@ def _detach(dev, ptr):
 
 
 def _tensor(dev, ptr, nbytes, shape, dtype):
-    import torch
+    torch = _lib.import_torch("dmm.torch")
 
     region = _Region(dev, ptr, nbytes)
     t = torch.as_tensor(region, device="cuda:%d" % dev)
@@ -358,7 +359,7 @@ def hold_create(name, shape, dtype, socket, device=None):
     docs/ipc.md): its memory stays on the device when this process exits or crashes, until
     drop(name, token, socket). Returns (tensor, token): a writable tensor of `shape` and `dtype` over it,
     and the region's token (32 hex digits: keep it, attach and drop need it)."""
-    import torch
+    torch = _lib.import_torch("dmm.torch")
 
     dev = _device(device)
     nbytes = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
@@ -486,7 +487,7 @@ def graph(cuda_graph, reserve_bytes=256 << 20, **kwargs):
     """torch.cuda.graph(cuda_graph, **kwargs) with dmm's graph memory: reserves `reserve_bytes` before
     the capture (the capture is served from it, and only from it), and gives it back to dmm when the
     graph object is garbage collected."""
-    import torch
+    torch = _lib.import_torch("dmm.torch")
 
     dev = torch.cuda.current_device()
     reserve_graph_memory(reserve_bytes, dev)

@@ -1,5 +1,8 @@
 # Installs the build into a scratch prefix, then configures, builds and runs tests/install/ (a separate
-# project) against it with find_package(dmm), and checks dmm.pc through pkg-config.
+# project) against it with find_package(dmm), and checks dmm.pc through pkg-config. With the torch
+# adapter (DMM_WITH_TORCH): dmm_torch.h and libdmm_torch.so are installed and a C program uses them
+# (consumer_torch). With DMM_PYTHON_INSTALL_DIR: the Python package is installed there, with its own
+# libdmm_torch.so, and check_import.py imports it (by DMM_PYTHON3, where found) and checks that copy loads.
 file(REMOVE_RECURSE ${DMM_SCRATCH})
 execute_process(COMMAND ${CMAKE_COMMAND} --install ${DMM_BUILD_DIR} --prefix ${DMM_SCRATCH}/prefix
                 RESULT_VARIABLE rc)
@@ -18,6 +21,39 @@ file(GLOB_RECURSE so ${DMM_SCRATCH}/prefix/libdmm.so)
 if(NOT so)
   message(FATAL_ERROR "the install lacks libdmm.so")
 endif()
+set(exes consumer_shared consumer_static consumer_pkgconfig)
+if(DMM_WITH_TORCH)
+  if(NOT EXISTS ${DMM_SCRATCH}/prefix/include/dmm_torch.h)
+    message(FATAL_ERROR "the install lacks include/dmm_torch.h")
+  endif()
+  file(GLOB_RECURSE so ${DMM_SCRATCH}/prefix/lib/libdmm_torch.so)
+  if(NOT so)
+    message(FATAL_ERROR "the install lacks lib/libdmm_torch.so")
+  endif()
+  list(APPEND exes consumer_torch)
+endif()
+if(DMM_PYTHON_INSTALL_DIR)
+  if(IS_ABSOLUTE ${DMM_PYTHON_INSTALL_DIR})
+    message(FATAL_ERROR "the install test needs a DMM_PYTHON_INSTALL_DIR relative to the prefix, not ${DMM_PYTHON_INSTALL_DIR}")
+  endif()
+  set(site ${DMM_SCRATCH}/prefix/${DMM_PYTHON_INSTALL_DIR})
+  set(want dmm/__init__.py dmm/_lib.py dmm/torch.py dmm/trace.py dmm/snapshot.py dmm/compat/vllm.py)
+  if(DMM_WITH_TORCH)
+    list(APPEND want dmm/libdmm_torch.so)
+  endif()
+  foreach(f ${want})
+    if(NOT EXISTS ${site}/${f})
+      message(FATAL_ERROR "the install lacks the Python package's ${DMM_PYTHON_INSTALL_DIR}/${f}")
+    endif()
+  endforeach()
+  if(DMM_WITH_TORCH AND DMM_PYTHON3)
+    execute_process(COMMAND ${DMM_PYTHON3} ${DMM_CONSUMER_DIR}/check_import.py ${site} ${DMM_VERSION}
+                    RESULT_VARIABLE rc)
+    if(rc)
+      message(FATAL_ERROR "the installed Python package fails its import check (${rc}, above)")
+    endif()
+  endif()
+endif()
 execute_process(COMMAND ${CMAKE_COMMAND} -S ${DMM_CONSUMER_DIR} -B ${DMM_SCRATCH}/build
                         -DCMAKE_PREFIX_PATH=${DMM_SCRATCH}/prefix RESULT_VARIABLE rc)
 if(rc)
@@ -27,7 +63,7 @@ execute_process(COMMAND ${CMAKE_COMMAND} --build ${DMM_SCRATCH}/build RESULT_VAR
 if(rc)
   message(FATAL_ERROR "building the consumer project failed (${rc})")
 endif()
-foreach(exe consumer_shared consumer_static consumer_pkgconfig)
+foreach(exe ${exes})
   execute_process(COMMAND ${DMM_SCRATCH}/build/${exe} RESULT_VARIABLE rc OUTPUT_VARIABLE out)
   message(STATUS "${exe}: ${out}")
   if(rc)

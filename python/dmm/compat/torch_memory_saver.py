@@ -28,6 +28,7 @@ which unmaps graph pools too: the graph's memory is not freed by pause.
 
 import contextlib
 
+from .. import _lib
 from .. import torch as _dt
 
 _TAG_DEFAULT = "default"
@@ -52,14 +53,14 @@ class TorchMemorySaver:
     @contextlib.contextmanager
     def cuda_graph(self, cuda_graph, pool=None, stream=None, capture_error_mode="global", tag=_TAG_DEFAULT,
                    enable_cpu_backup=False):
-        import torch
+        torch = _lib.import_torch("dmm.compat.torch_memory_saver")
 
         with torch.cuda.graph(cuda_graph, pool=pool, stream=stream, capture_error_mode=capture_error_mode):
             yield
 
     @contextlib.contextmanager
     def disable(self):
-        import torch
+        torch = _lib.import_torch("dmm.compat.torch_memory_saver")
 
         pool = torch.cuda.MemPool()  # torch's own allocator, not a dmm one: nothing inside is pausable
         with torch.cuda.use_mem_pool(pool):
@@ -82,7 +83,7 @@ class TorchMemorySaver:
             self._paused.add(name)
 
     def resume(self, tag=None):
-        import torch
+        torch = _lib.import_torch("dmm.compat.torch_memory_saver")
 
         woke = False
         for name, _ in self._names(tag, "resume"):

@@ -23,6 +23,7 @@ own pools, are not touched.
 
 import contextlib
 
+from .. import _lib
 from .. import torch as _dt
 
 cumem_available = True
@@ -83,7 +84,7 @@ class CuMemAllocator:
         """Maps the memory of `tags` (None: every tag) again, with the kept contents."""
         if isinstance(tags, str):
             tags = [tags]
-        import torch
+        torch = _lib.import_torch("dmm.compat.vllm")
 
         woke = False
         for tag in self._tags:
