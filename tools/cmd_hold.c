@@ -1,4 +1,4 @@
-/* tools/cmd_hold.c — `dmm hold --socket PATH [--limit BYTES]`: the holder process of dmm/ipc.h. It
+/* tools/cmd_hold.c — `dmm hold --socket PATH [--limit BYTES] [--cuda N]`: the holder process of dmm/ipc.h. It
  * keeps named regions of memory alive across the restarts and crashes of the clients that use them,
  * until they are dropped by name (docs/ipc.md). It prints the library's log lines (refusals, drops)
  * on stderr, and stops on SIGINT or SIGTERM, dropping everything it holds and removing its socket.
@@ -15,11 +15,12 @@
 #include "dmm/dmm.h"
 
 void dmm_usage_hold(FILE *f) {
-    fprintf(f, "usage: dmm hold --socket PATH [--limit BYTES]\n\n"
+    fprintf(f, "usage: dmm hold --socket PATH [--limit BYTES] [--cuda N]\n\n"
                "Keeps named regions of memory alive for the processes that attach them (docs/ipc.md).\n"
                "  --socket PATH   where to listen: a directory that you own and no one else may write\n"
                "                  (e.g. $XDG_RUNTIME_DIR/dmm.sock); the socket is made mode 0600\n"
                "  --limit BYTES   the most the regions may hold together, e.g. 64G (default: no limit)\n"
+               "  --cuda N        keep the regions in the memory of CUDA device N (default: host memory)\n"
                "Serves only your own uid. Stops on SIGINT or SIGTERM, dropping every region. Exit 0 after a\n"
                "stop, 1 when it could not start or serve, 2 on bad usage.\n");
 }
@@ -41,14 +42,16 @@ static void print_log(void *user, dmm_log_level level, const char *message) {
 }
 
 int dmm_cmd_hold(int argc, char **argv) {
-    enum { OPT_SOCKET = 256, OPT_LIMIT };
+    enum { OPT_SOCKET = 256, OPT_LIMIT, OPT_CUDA };
     static const struct option longs[] = {{"socket", required_argument, NULL, OPT_SOCKET},
                                           {"limit", required_argument, NULL, OPT_LIMIT},
+                                          {"cuda", required_argument, NULL, OPT_CUDA},
                                           {"help", no_argument, NULL, 'h'},
                                           {NULL, 0, NULL, 0}};
     const char *path = NULL;
-    uint64_t limit = 0;
+    uint64_t limit = 0, cuda = UINT64_MAX;
     dmm_opt_range lr = {1, UINT64_MAX / 2, true, "a size in bytes", "64G"};
+    dmm_opt_range cr = {0, 1023, false, "a CUDA device ordinal", "0"};
     dmm_cli_getopt_reset();
     int c;
     while ((c = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
@@ -57,6 +60,7 @@ int dmm_cmd_hold(int argc, char **argv) {
         case 'h': dmm_usage_hold(stdout); return 0;
         case OPT_SOCKET: path = optarg; break;
         case OPT_LIMIT: rc = dmm_cli_u64("hold", "--limit", optarg, &lr, &limit); break;
+        case OPT_CUDA: rc = dmm_cli_u64("hold", "--cuda", optarg, &cr, &cuda); break;
         default: return dmm_cli_bad_option("hold", c, argv);
         }
         if (rc != 0) return rc;
@@ -81,7 +85,14 @@ int dmm_cmd_hold(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
-    dmm_ipc_holder_config cfg = {sizeof cfg, path, limit, NULL};
+    dmm_driver *drv = NULL;
+    if (cuda != UINT64_MAX && dmm_cuda_driver_create((int)cuda, &drv) != DMM_OK) {
+        fprintf(stderr, "dmm hold: --cuda %llu: %s\n", (unsigned long long)cuda, dmm_last_error());
+        close(stop_pipe[0]);
+        close(stop_pipe[1]);
+        return 1;
+    }
+    dmm_ipc_holder_config cfg = {sizeof cfg, path, limit, drv};
     dmm_ipc_holder *h = NULL;
     int rc = 0;
     if (dmm_ipc_holder_create(&cfg, &h) != DMM_OK) {
@@ -100,6 +111,7 @@ int dmm_cmd_hold(int argc, char **argv) {
         }
     }
     dmm_set_log_callback(NULL, NULL, DMM_LOG_ERROR);
+    if (drv != NULL) dmm_driver_destroy(drv);
     close(stop_pipe[0]);
     close(stop_pipe[1]);
     return rc;

@@ -42,6 +42,7 @@
 #include "jobs.h"
 #include "poolview.h"
 #include "record.h"
+#include "imports.h"
 #include "stream_uses.h"
 
 #define MIB ((uint64_t)1 << 20)
@@ -293,6 +294,7 @@ dmm_status dmm__torch_destroy(tctx *c) {
     }
     /* Tag and graph segments go first; one whose release FAILED (nothing changed) stays, and the
      * destroy stops there with the context intact (and usable): call it again. */
+    dmm__torch_imports_fini(c);
     dmm__torch_tags_fini(c);
     (void)dmm__torch_graphs_trim_locked(c);
     size_t kept = 0;

@@ -123,6 +123,22 @@ DMM_TORCH_API int dmm_torch_track_blocks(int device);
  * on for the device. */
 DMM_TORCH_API int dmm_torch_history(int device, uint64_t max_entries);
 
+/* Regions of a holder process (`dmm hold --socket PATH --cuda N`, docs/ipc.md), mapped into this device's
+ * arena: the memory stays on the device when this process exits or crashes, and another process
+ * attaches it by name and token in milliseconds (dmm.torch.hold_create / attach / drop).
+ * create: a new named region of `bytes` (rounded up to the granule), mapped read-write at *ptr
+ * (*mapped = its size); token (16 bytes) receives its token: keep it, attach and drop need it.
+ * attach: an existing region, read-only unless `writable` (*bytes = its size). detach: unmaps this
+ * process's mapping at ptr (the holder keeps the region). drop: the holder lets the region go (the
+ * memory leaves once no process maps it). One connection per call. Imports charge this process's
+ * MAPPED bytes only: the holder owns the memory. */
+DMM_TORCH_API int dmm_torch_hold_create(int device, const char *socket, const char *name, uint64_t bytes,
+                                        uint8_t *token, void **ptr, uint64_t *mapped);
+DMM_TORCH_API int dmm_torch_hold_attach(int device, const char *socket, const char *name, const uint8_t *token,
+                                        int writable, void **ptr, uint64_t *bytes);
+DMM_TORCH_API int dmm_torch_hold_detach(int device, void *ptr);
+DMM_TORCH_API int dmm_torch_hold_drop(const char *socket, const char *name, const uint8_t *token);
+
 /* CLOCK_MONOTONIC in ns (the clock of the *_ns stats). */
 DMM_TORCH_API uint64_t dmm_torch_now_ns(void);
 

@@ -21,7 +21,9 @@
 #include "blocks.h"
 #include "dmm_torch.h"
 #include "driver/cuda_decl.h"
+#include "dmm/ipc.h"
 #include "env.h"
+#include "imports.h"
 #include "stream_uses.h"
 
 #define MAX_DEVICES 64
@@ -421,3 +423,62 @@ int dmm_torch_history(int device, uint64_t max_entries) {
 void dmm_torch_set_capture_check(int on) { dmm__torch_set_capture_check(on != 0); }
 
 uint64_t dmm_torch_now_ns(void) { return dmm__torch_now_ns(); }
+
+/* ---- regions of a holder process (dmm hold) ---- */
+/* One connection per call: a named region outlives it (only DMM_IPC_PRIVATE ones die with it). */
+static int hold_map(int device, dmm_ipc_client *cl, dmm_status s, dmm_export *ex, bool writable, void **ptr,
+                    uint64_t *bytes) {
+    if (s == DMM_OK) {
+        tctx *c = ctx_for(device);
+        s = c != NULL ? dmm__torch_import(c, ex, writable, ptr) : (dmm_status)dmm_torch_last_status();
+        if (s == DMM_OK && bytes != NULL) *bytes = ex->bytes;
+    }
+    dmm_export_close(ex);
+    dmm_ipc_disconnect(cl);
+    return record(s);
+}
+
+int dmm_torch_hold_create(int device, const char *socket, const char *name, uint64_t bytes, uint8_t *token,
+                          void **ptr, uint64_t *mapped) {
+    if (socket == NULL || name == NULL || token == NULL || ptr == NULL)
+        return record(dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: hold_create needs a socket, a name, a "
+                                    "16-byte token buffer and ptr"));
+    dmm_ipc_client *cl = NULL;
+    dmm_status s = dmm_ipc_connect(socket, &cl);
+    if (s != DMM_OK) return record(s);
+    dmm_export ex;
+    dmm_export_init(&ex);
+    s = dmm_ipc_create(cl, name, bytes, 0, &ex);
+    if (s == DMM_OK) memcpy(token, ex.token, DMM_EXPORT_TOKEN_BYTES);
+    return hold_map(device, cl, s, &ex, true, ptr, mapped);
+}
+
+int dmm_torch_hold_attach(int device, const char *socket, const char *name, const uint8_t *token, int writable,
+                          void **ptr, uint64_t *bytes) {
+    if (socket == NULL || name == NULL || token == NULL || ptr == NULL)
+        return record(dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: hold_attach needs a socket, a name, the "
+                                    "region's 16-byte token and ptr"));
+    dmm_ipc_client *cl = NULL;
+    dmm_status s = dmm_ipc_connect(socket, &cl);
+    if (s != DMM_OK) return record(s);
+    dmm_export ex;
+    dmm_export_init(&ex);
+    s = dmm_ipc_attach(cl, name, token, writable ? DMM_ACCESS_READ_WRITE : DMM_ACCESS_READ, &ex);
+    return hold_map(device, cl, s, &ex, writable != 0, ptr, bytes);
+}
+
+int dmm_torch_hold_detach(int device, void *ptr) {
+    WITH_CTX(device);
+    return record(dmm__torch_unimport(c, ptr));
+}
+
+int dmm_torch_hold_drop(const char *socket, const char *name, const uint8_t *token) {
+    if (socket == NULL || name == NULL || token == NULL)
+        return record(dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: hold_drop needs a socket, a name and the "
+                                    "region's 16-byte token"));
+    dmm_ipc_client *cl = NULL;
+    dmm_status s = dmm_ipc_connect(socket, &cl);
+    if (s == DMM_OK) s = dmm_ipc_drop(cl, name, token);
+    dmm_ipc_disconnect(cl);
+    return record(s);
+}

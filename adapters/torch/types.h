@@ -17,7 +17,8 @@
  *   context.c   counts, the clock, and device loss (asked of the driver: it latches the first loss)
  * Beside them, called by adapter.c only: record.c, the recorder (a trace of every malloc and free);
  * blocks.c, the pool's live blocks; poolview.c, the mechanism the pool sees (the arena, watched);
- * history.c, the pool's recent events; stream_uses.c, the blocks torch's record_stream holds back.
+ * history.c, the pool's recent events; stream_uses.c, the blocks torch's record_stream holds back;
+ * imports.c, regions of a holder process (dmm hold) mapped into the arena.
  *
  * Lock order: ctx.lock → (pool → arena → driver). The hot path (pool malloc/free) takes no ctx lock.
  * The recorder's locks (rec.mu → rec.file_mu) and the block shards' are leaves, taken with no other
@@ -248,6 +249,8 @@ typedef struct torch_recorder {
     char write_why[512];
 } torch_recorder;
 
+typedef struct timport timport; /* imports.c */
+
 /* ---- the context ---- */
 /* A count with a resettable peak. */
 typedef struct tcount {
@@ -302,6 +305,7 @@ struct tctx {
     uint64_t host_bytes;     /* Σ pinned copies */
     torch_recorder rec;      /* off unless dmm__torch_record_start (record.c); its own locks, leaves */
     torch_block_shard *pool_blocks; /* DMM_TORCH_BLOCK_SHARDS shards (blocks.c); their locks are leaves */
+    timport *imports;               /* regions of a holder process mapped here (imports.c; ctx.lock) */
     _Atomic int track_blocks;       /* 1 once block tracking is on (never off again): the table is kept */
 };
 

@@ -35,7 +35,7 @@ __all__ = [
     "reset_peak_memory_stats", "empty_cache", "warm", "snapshot", "set_limit", "last_error", "tag", "offload",
     "offload_wait", "restore", "release_host", "poll", "tag_info", "reserve_graph_memory", "graph",
     "capture_id", "release_graph", "now_ns", "record", "start_recording", "stop_recording", "torch_snapshot",
-    "dump_snapshot", "history", "track_blocks", "mem_pool", "region",
+    "dump_snapshot", "history", "track_blocks", "mem_pool", "region", "hold_create", "attach", "drop",
 ]
 
 _enabled = False
@@ -307,6 +307,87 @@ def region(name, pool=None):
             pool = _region_pools[name] = mem_pool()
     with torch.cuda.use_mem_pool(pool), tag(name):
         yield pool
+
+
+class _Region:
+    """The memory of one attached region, for torch.as_tensor (__cuda_array_interface__): torch keeps
+    this object alive as long as any tensor over it, and when it goes the mapping goes (detach)."""
+
+    def __init__(self, dev, ptr, nbytes):
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (ptr, False), "version": 3,
+                                         "strides": None}
+        self._detach = weakref.finalize(self, _detach, dev, ptr)
+
+
+def _detach(dev, ptr):
+    """The last tensor over the region is gone: unmap it once the device's queued work is done (a kernel
+    may still read it). Runs from torch's deleter, at exit too: nothing here can be acted on."""
+    try:
+        torch = _lib.import_torch("dmm.torch")
+
+        torch.cuda.synchronize(dev)
+    except Exception:  # noqa: BLE001 - at interpreter exit torch may be gone; unmapping is still right
+        pass
+    _lib.load().dmm_torch_hold_detach(dev, ctypes.c_void_p(ptr))
+
+
+def _tensor(dev, ptr, nbytes, shape, dtype):
+    torch = _lib.import_torch("dmm.torch")
+
+    region = _Region(dev, ptr, nbytes)
+    t = torch.as_tensor(region, device="cuda:%d" % dev)
+    need = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
+    if need > nbytes:
+        raise ValueError("dmm.torch: a tensor of shape %s and dtype %s needs %d bytes; the region has %d"
+                         % (tuple(shape), dtype, need, nbytes))
+    return t[:need].view(dtype).view(shape)
+
+
+def _token(token, what):
+    if isinstance(token, str):
+        try:
+            token = bytes.fromhex(token)
+        except ValueError:
+            token = b""
+    if not isinstance(token, (bytes, bytearray)) or len(token) != 16:
+        raise ValueError("dmm.torch.%s: the token is the 32 hex digits hold_create returned, not %r" % (what, token))
+    return bytes(token)
+
+
+def hold_create(name, shape, dtype, socket, device=None):
+    """A new region `name` kept by the holder process at `socket` (`dmm hold --socket PATH --cuda N`,
+    docs/ipc.md): its memory stays on the device when this process exits or crashes, until
+    drop(name, token, socket). Returns (tensor, token): a writable tensor of `shape` and `dtype` over it,
+    and the region's token (32 hex digits: keep it, attach and drop need it)."""
+    torch = _lib.import_torch("dmm.torch")
+
+    dev = _device(device)
+    nbytes = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
+    tok = ctypes.create_string_buffer(16)
+    ptr, mapped = ctypes.c_void_p(0), ctypes.c_uint64(0)
+    _lib.check(_lib.load().dmm_torch_hold_create(dev, os.fsencode(socket), name.encode(), nbytes, tok,
+                                                 ctypes.byref(ptr), ctypes.byref(mapped)),
+               "dmm.torch.hold_create(%r)" % name)
+    return _tensor(dev, ptr.value, int(mapped.value), shape, dtype), tok.raw.hex()
+
+
+def attach(name, shape, dtype, token, socket, writable=False, device=None):
+    """A tensor of `shape` and `dtype` over region `name` of the holder at `socket`, mapped from the
+    same physical memory (no copy: a second process serves from the first one's weights, a restarted
+    one finds its weights still on the device). Read-only unless `writable` (a kernel that writes a
+    read-only tensor faults). The mapping goes when the last tensor over it does."""
+    dev = _device(device)
+    ptr, nbytes = ctypes.c_void_p(0), ctypes.c_uint64(0)
+    _lib.check(_lib.load().dmm_torch_hold_attach(dev, os.fsencode(socket), name.encode(), _token(token, "attach"),
+                                                 1 if writable else 0, ctypes.byref(ptr), ctypes.byref(nbytes)),
+               "dmm.torch.attach(%r)" % name)
+    return _tensor(dev, ptr.value, int(nbytes.value), shape, dtype)
+
+
+def drop(name, token, socket):
+    """The holder lets region `name` go; its memory leaves the device once no process maps it."""
+    _lib.check(_lib.load().dmm_torch_hold_drop(os.fsencode(socket), name.encode(), _token(token, "drop")),
+               "dmm.torch.drop(%r)" % name)
 
 
 def set_limit(limit, device=None):

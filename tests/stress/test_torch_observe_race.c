@@ -26,6 +26,7 @@
 #include "../../adapters/torch/poolview.c"
 #include "../../adapters/torch/record.c"
 #include "../../adapters/torch/segment.c"
+#include "../../adapters/torch/imports.c"
 #include "../../adapters/torch/stream_uses.c"
 #include "../../adapters/torch/tags.c"
 #include "../../tools/trace.c"
