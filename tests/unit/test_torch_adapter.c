@@ -13,7 +13,9 @@
  * cached chunks and empty tag segments; destroy is refused while blocks are live; sizes beyond the
  * reservation (a pool VA whose 4 x wraps, a request or graph reservation whose rounding wraps) are
  * refused and change nothing; a block recorded on another stream (record_stream) is not handed out
- * again before that stream's event, and several streams are ordered into one. Every test ends with the
+ * again before that stream's event, and several streams are ordered into one; a region of another
+ * arena is imported read-only with MAPPED charged and OWNED not, detached, and taken down by destroy.
+ * Every test ends with the
  * driver's census at zero.
  */
 #include <stdlib.h>
@@ -612,6 +614,54 @@ static void a_leaked_tag_growth_is_not_retried(void **state) {
     fx_close(f);
 }
 
+/* A region of another arena (a holder's: here one over the same host driver, in this process),
+ * imported into the adapter's arena: the same bytes at another address, the holder's writes seen,
+ * MAPPED charged and counted imported, OWNED not; an address no import starts at is refused; detach
+ * unmaps it; an import left attached goes with the context's destroy (the census ends at zero). */
+static void imports_map_another_arena_s_region(void **state) {
+    (void)state;
+    fx *f = fx_open(0);
+    dmm_arena_config ac;
+    memset(&ac, 0, sizeof ac);
+    ac.size = sizeof ac;
+    ac.reserve_bytes = 256 * MIB;
+    dmm_mechanism *holder = NULL;
+    DMM_OK_OR_FAIL(dmm_arena_create(f->host, &ac, &holder));
+    dmm_allocation a;
+    DMM_OK_OR_FAIL(dmm_mechanism_allocate(holder, 4 * MIB, 2 * MIB, &a));
+    fill(a.ptr, 4 * MIB, 7);
+    dmm_export ex;
+    DMM_OK_OR_FAIL(dmm_export_range(holder, &a, (dmm_range){0, 4 * MIB}, DMM_ACCESS_READ, &ex));
+    uint64_t owned0 = ld(&f->c->owned.cur), mapped0 = ld(&f->c->mapped.cur);
+    void *p = NULL, *q = NULL;
+    DMM_OK_OR_FAIL(dmm__torch_import(f->c, &ex, false, &p));
+    DMM_OK_OR_FAIL(dmm__torch_import(f->c, &ex, false, &q)); /* a second mapping of the same region */
+    dmm_export_close(&ex);
+    assert_ptr_not_equal(p, a.ptr);
+    assert_ptr_not_equal(p, q);
+    assert_true(same(p, 4 * MIB, 7));
+    ((volatile unsigned char *)a.ptr)[100] = 0x5a; /* the holder writes: the importer sees it */
+    assert_int_equal(((volatile unsigned char *)p)[100], 0x5a);
+    assert_int_equal(ld(&f->c->mapped.cur), mapped0 + 8 * MIB);
+    assert_int_equal(ld(&f->c->owned.cur), owned0);
+    dmm_stats st;
+    memset(&st, 0, sizeof st);
+    st.size = sizeof st;
+    DMM_OK_OR_FAIL(dmm_mechanism_stats(f->c->arena, &st));
+    assert_int_equal(st.imported_bytes.current, 8 * MIB);
+    assert_int_equal(dmm__torch_unimport(f->c, (char *)p + 4096), DMM_ERR_UNKNOWN_ALLOCATION);
+    dmm_test_error_mentions("not the address of a region", "nothing changed", NULL);
+    DMM_OK_OR_FAIL(dmm__torch_unimport(f->c, p));
+    assert_int_equal(ld(&f->c->mapped.cur), mapped0 + 4 * MIB);
+    assert_int_equal(dmm__torch_unimport(f->c, p), DMM_ERR_UNKNOWN_ALLOCATION); /* twice: refused */
+    dmm_release_outcome o = dmm_mechanism_release(holder, &a);
+    assert_int_equal(o.state, DMM_RELEASE_COMPLETE);
+    assert_int_equal(o.exported_bytes, 4 * MIB);
+    assert_int_equal(((volatile unsigned char *)q)[100], 0x5a); /* q still maps the memory */
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(holder));
+    fx_close(f); /* q goes with the destroy */
+}
+
 static uint64_t cross_stream_frees(fx *f) {
     dmm_pool_stats ps;
     memset(&ps, 0, sizeof ps);
@@ -833,6 +883,7 @@ int main(void) {
         cmocka_unit_test(budget_refuses_and_recovers),
         cmocka_unit_test(a_leaked_tag_growth_is_not_retried),
         cmocka_unit_test(record_stream_holds_a_block_back),
+        cmocka_unit_test(imports_map_another_arena_s_region),
         cmocka_unit_test(empty_cache_trims),
         cmocka_unit_test(empty_cache_counts_queued_segments),
         cmocka_unit_test(tag_scopes),
