@@ -1,0 +1,155 @@
+"""dmm.torch.enable() wired into torch, checked without a GPU: a stand-in `torch` module (the parts of
+torch's API that enable() and python/dmm/_torch_calls.py touch, each recording its calls) and the real
+libdmm_torch.so (DMM_LIB).
+
+What is proven: enable() refuses once CUDA is initialized, naming the remedy, and changes nothing;
+otherwise it installs dmm's pair as torch's allocator and dmm_torch_record_stream as its
+record_stream function; it replaces exactly the torch._C entries torch's memory functions call (those
+this torch has, no others) and mem_get_info in both places torch exports it; each replaced entry
+answers from dmm.torch (stats in torch's nested layout from dmm's stats, peaks and accumulated resets,
+empty_cache on the devices dmm serves, the memory fraction as dmm's limit and back, the history's
+size, the snapshot in torch's layout); mem_get_info's free is bounded by the limit. dmm.torch's
+device-facing calls are replaced by recorders here (they need a GPU); the fixture's stats are those
+unit/test_torch_snapshot wrote (DMM_TORCH_SNAPSHOT_FIXTURE).
+Exit 0 = all held, 1 = a check failed, 77 = no fixture or no unsanitized library (run it through CTest).
+"""
+
+import json
+import os
+import sys
+import types
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
+
+from _checks import check, failures, raises  # noqa: E402
+
+fixture = os.environ.get("DMM_TORCH_SNAPSHOT_FIXTURE")
+lib = os.environ.get("DMM_LIB")
+if not fixture or not os.path.exists(fixture) or not lib or not os.path.exists(lib):
+    print("SKIP: needs DMM_TORCH_SNAPSHOT_FIXTURE and an unsanitized DMM_LIB (run through CTest)")
+    sys.exit(77)
+with open(fixture) as f:
+    RAW = json.load(f)
+
+calls = []
+
+
+def original(name):
+    def fn(*a, **k):
+        calls.append(("torch original", name))
+        raise RuntimeError("CUDAPluggableAllocator does not yet support %s" % name)
+    return fn
+
+
+# ---- the stand-in torch ----
+torch = types.ModuleType("torch")
+torch._C = types.ModuleType("torch._C")
+ENTRIES = ["_cuda_memoryStats", "_cuda_resetPeakMemoryStats", "_cuda_resetAccumulatedMemoryStats", "_cuda_emptyCache",
+           "_cuda_setMemoryFraction", "_cuda_getMemoryFraction", "_cuda_record_memory_history",
+           "_cuda_record_memory_history_legacy", "_cuda_memorySnapshot"]
+for n in ENTRIES + ["_cuda_unrelated"]:
+    setattr(torch._C, n, original(n))
+torch.cuda = types.ModuleType("torch.cuda")
+torch.cuda.memory = types.ModuleType("torch.cuda.memory")
+state = {"initialized": False, "allocator": None, "record_stream_fn": None}
+torch.cuda.is_initialized = lambda: state["initialized"]
+torch.cuda.current_device = lambda: 0
+torch.cuda.get_device_properties = lambda d: types.SimpleNamespace(total_memory=1000 << 20)
+
+
+class Hooks:
+    def set_record_stream_fn(self, ptr):
+        state["record_stream_fn"] = ptr
+
+
+class PluggableAllocator:
+    def __init__(self, path, malloc, free):
+        self.path, self.names = path, (malloc, free)
+        self._hooks = Hooks()
+
+    def allocator(self):
+        return self._hooks
+
+
+def change_current_allocator(a):
+    state["allocator"] = a
+
+
+def mem_get_info(device=None):
+    return (900 << 20, 1000 << 20)
+
+
+torch.cuda.memory.CUDAPluggableAllocator = PluggableAllocator
+torch.cuda.memory.change_current_allocator = change_current_allocator
+torch.cuda.memory.mem_get_info = mem_get_info
+torch.cuda.mem_get_info = mem_get_info
+sys.modules["torch"] = torch
+sys.modules["torch._C"] = torch._C
+sys.modules["torch.cuda"] = torch.cuda
+sys.modules["torch.cuda.memory"] = torch.cuda.memory
+
+import dmm.torch as dt  # noqa: E402
+from dmm import _torch_calls  # noqa: E402
+
+# dmm.torch's device-facing calls, recorded (they would create a CUDA context)
+limit = {"bytes": None}
+dt.memory_stats_raw = lambda device=None: dict(RAW, limit=limit["bytes"])
+dt.reset_peak_memory_stats = lambda device=None: calls.append(("dmm", "reset_peaks", device))
+dt.empty_cache = lambda device=None: calls.append(("dmm", "empty_cache", device))
+dt.set_limit = lambda b, device=None: (calls.append(("dmm", "set_limit", b, device)), limit.update(bytes=b))
+dt.history = lambda n, device=None: calls.append(("dmm", "history", n, device))
+dt.snapshot = lambda device=None: RAW
+
+# ---- refused once CUDA is initialized ----
+state["initialized"] = True
+ok, msg = raises(dt.DmmError, dt.enable, "before CUDA is initialized", "import torch")
+check(ok and state["allocator"] is None and not _torch_calls._installed,
+      "enable() after CUDA init is refused with the remedy, and changes nothing (%s)" % msg)
+state["initialized"] = False
+
+# ---- enable ----
+dt.enable()
+check(state["allocator"] is not None and state["allocator"].names == ("dmm_torch_malloc", "dmm_torch_free") and
+      os.path.realpath(state["allocator"].path) == os.path.realpath(lib),
+      "enable() made dmm's pair torch's allocator (%s)" % (state["allocator"].path if state["allocator"] else None))
+check(isinstance(state["record_stream_fn"], int) and state["record_stream_fn"] != 0,
+      "dmm_torch_record_stream is torch's record_stream function")
+replaced = [n for n in ENTRIES if getattr(torch._C, n).__module__ == "dmm._torch_calls"]
+check(replaced == ENTRIES, "every torch._C entry of torch's memory calls is replaced (%d of %d)"
+      % (len(replaced), len(ENTRIES)))
+check(getattr(torch._C, "_cuda_unrelated").__module__ != "dmm._torch_calls", "nothing else in torch._C is touched")
+check(torch.cuda.mem_get_info is not mem_get_info and torch.cuda.memory.mem_get_info is torch.cuda.mem_get_info,
+      "mem_get_info replaced where torch exports it")
+
+# ---- each entry answers from dmm ----
+n = torch._C._cuda_memoryStats(0)
+check(n["allocation"]["all"]["current"] == RAW["allocation"]["current"] and
+      n["reserved_bytes"]["all"]["current"] == RAW["reserved_bytes"]["current"] and "segment" in n,
+      "_cuda_memoryStats: torch's nested layout of dmm's stats")
+torch._C._cuda_resetPeakMemoryStats(0)
+check(("dmm", "reset_peaks", 0) in calls, "_cuda_resetPeakMemoryStats -> dmm's reset_peak_memory_stats")
+torch._C._cuda_emptyCache()
+check(not any(c[0] == "torch original" for c in calls), "no call reached torch's own (raising) entries")
+torch._C._cuda_setMemoryFraction(0.25, 0)
+check(("dmm", "set_limit", 250 << 20, 0) in calls, "_cuda_setMemoryFraction(0.25) -> dmm's limit = 0.25 x total")
+check(torch._C._cuda_getMemoryFraction(0) == 0.25, "_cuda_getMemoryFraction gives the fraction back")
+free, total = torch.cuda.mem_get_info(0)
+bound = (250 << 20) - RAW["physical_bytes"]["current"]
+check(free == min(900 << 20, max(0, bound)) and total == 1000 << 20,
+      "mem_get_info under the limit: free %d = min(driver's, limit - physical), total the device's" % free)
+torch._C._cuda_record_memory_history("all", "all", "all", sys.maxsize)
+torch._C._cuda_record_memory_history(None, None, "all", 5000)
+torch._C._cuda_record_memory_history_legacy(True, True, 777)
+hist = [c for c in calls if c[1] == "history"]
+check(hist == [("dmm", "history", 1 << 20, 0), ("dmm", "history", 0, 0), ("dmm", "history", 777, 0)],
+      "_record_memory_history: torch's default max_entries -> 2^20, None -> off, the legacy form too (%s)" % hist)
+snap = torch._C._cuda_memorySnapshot(None)
+check(isinstance(snap, dict) and "segments" in snap and "device_traces" in snap,
+      "_cuda_memorySnapshot: the snapshot in torch's layout")
+check(not any(c[0] == "torch original" for c in calls), "still no call reached torch's own entries")
+dt.enable()  # a second enable() changes nothing
+check(list(_torch_calls._installed) == ENTRIES + ["mem_get_info"], "a second enable() installs nothing twice")
+
+print("\n%d failure(s)" % len(failures))
+sys.exit(1 if failures else 0)
