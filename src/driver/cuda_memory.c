@@ -107,13 +107,13 @@ dmm_status dmm__cuda_unreserve(dmm_driver *d, uintptr_t va, size_t bytes) {
     return DMM_OK;
 }
 
-dmm_status dmm__cuda_create(dmm_driver *d, size_t bytes, dmm_phys *handle) {
-    cuda_driver *c = as_cuda(d);
+dmm_status dmm__cuda_create_with(cuda_driver *c, const char *op, size_t bytes, const dmm_cu_mem_allocation_prop *prop,
+                                 const char *what, dmm_phys *handle) {
     if (handle == NULL || bytes == 0 || !granular(c, bytes))
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
-                             "cuda create(bytes=%zu): bytes must be a non-zero multiple of the granularity %zu "
+                             "cuda %s(bytes=%zu): bytes must be a non-zero multiple of the granularity %zu "
                              "and handle not NULL",
-                             bytes, c->granule);
+                             op, bytes, c->granule);
     dmm_status s = dmm__cuda_enter(c, "cuMemCreate");
     if (s != DMM_OK) return s;
     dmm_lock_acquire(&c->lock);
@@ -121,7 +121,7 @@ dmm_status dmm__cuda_create(dmm_driver *d, size_t bytes, dmm_phys *handle) {
     dmm_lock_release(&c->lock);
     if (!room) return dmm__cuda_no_memory(c, "cuMemCreate");
     dmm_cu_mem_handle h = 0;
-    dmm_cu_result r = dmm__cu.cuMemCreate(&h, bytes, &c->prop, 0);
+    dmm_cu_result r = dmm__cu.cuMemCreate(&h, bytes, prop, 0);
     dmm_lock_acquire(&c->lock);
     if (r == DMM_CUDA_SUCCESS) {
         dmm__u64map_insert_reserved(&c->handles, (uint64_t)h, bytes);
@@ -131,10 +131,14 @@ dmm_status dmm__cuda_create(dmm_driver *d, size_t bytes, dmm_phys *handle) {
         dmm__u64map_unreserve(&c->handles, 1);
     }
     dmm_lock_release(&c->lock);
-    if (r != DMM_CUDA_SUCCESS)
-        return dmm__cuda_fail(c, r, "cuMemCreate", "bytes=%zu, pinned device memory", bytes);
+    if (r != DMM_CUDA_SUCCESS) return dmm__cuda_fail(c, r, "cuMemCreate", "bytes=%zu, %s", bytes, what);
     *handle = (dmm_phys)h;
     return DMM_OK;
+}
+
+dmm_status dmm__cuda_create(dmm_driver *d, size_t bytes, dmm_phys *handle) {
+    cuda_driver *c = as_cuda(d);
+    return dmm__cuda_create_with(c, "create", bytes, &c->prop, "pinned device memory", handle);
 }
 
 dmm_status dmm__cuda_release(dmm_driver *d, dmm_phys handle) {

@@ -22,35 +22,10 @@
 
 dmm_status dmm__cuda_create_exportable(dmm_driver *d, size_t bytes, dmm_phys *handle) {
     cuda_driver *c = as_cuda(d);
-    if (handle == NULL || bytes == 0 || bytes % c->granule != 0)
-        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
-                             "cuda create_exportable(bytes=%zu): bytes must be a non-zero multiple of the "
-                             "granularity %zu and handle not NULL",
-                             bytes, c->granule);
-    dmm_status s = dmm__cuda_enter(c, "cuMemCreate");
-    if (s != DMM_OK) return s;
-    dmm_lock_acquire(&c->lock);
-    bool room = dmm__u64map_reserve(&c->handles, 1);
-    dmm_lock_release(&c->lock);
-    if (!room) return dmm__cuda_no_memory(c, "cuMemCreate");
     dmm_cu_mem_allocation_prop prop = c->prop;
     prop.requested_handle_types = DMM_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-    dmm_cu_mem_handle h = 0;
-    dmm_cu_result r = dmm__cu.cuMemCreate(&h, bytes, &prop, 0);
-    dmm_lock_acquire(&c->lock);
-    if (r == DMM_CUDA_SUCCESS) {
-        dmm__u64map_insert_reserved(&c->handles, (uint64_t)h, bytes);
-        c->census.handles++;
-        c->census.handle_bytes += bytes;
-    } else {
-        dmm__u64map_unreserve(&c->handles, 1);
-    }
-    dmm_lock_release(&c->lock);
-    if (r != DMM_CUDA_SUCCESS)
-        return dmm__cuda_fail(c, r, "cuMemCreate",
-                              "bytes=%zu, pinned device memory exportable as a POSIX file descriptor", bytes);
-    *handle = (dmm_phys)h;
-    return DMM_OK;
+    return dmm__cuda_create_with(c, "create_exportable", bytes, &prop,
+                                 "pinned device memory exportable as a POSIX file descriptor", handle);
 }
 
 dmm_status dmm__cuda_export(dmm_driver *d, dmm_phys handle, dmm_access access, int *fd) {

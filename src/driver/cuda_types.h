@@ -95,6 +95,11 @@ dmm_status dmm__cuda_granularity(dmm_driver *d, size_t *bytes);
 dmm_status dmm__cuda_reserve(dmm_driver *d, size_t bytes, size_t align, uintptr_t *va);
 dmm_status dmm__cuda_unreserve(dmm_driver *d, uintptr_t va, size_t bytes);
 dmm_status dmm__cuda_create(dmm_driver *d, size_t bytes, dmm_phys *handle);
+/* cuMemCreate of `bytes` with `prop`, recorded and counted like every handle; `op` and `what` name the
+ * call and the memory in the sentences (create uses the driver's prop, create_exportable adds the
+ * POSIX file descriptor handle type). */
+dmm_status dmm__cuda_create_with(cuda_driver *c, const char *op, size_t bytes, const dmm_cu_mem_allocation_prop *prop,
+                                 const char *what, dmm_phys *handle);
 dmm_status dmm__cuda_release(dmm_driver *d, dmm_phys handle);
 /* ---- sharing ops (cuda_share.c) ---- */
 dmm_status dmm__cuda_create_exportable(dmm_driver *d, size_t bytes, dmm_phys *handle);
