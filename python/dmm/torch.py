@@ -15,6 +15,11 @@ copies them back at the same virtual addresses, so tensors and CUDA graphs that 
 valid. While a stream captures a CUDA graph, dmm serves it only from memory mapped before the
 capture (`reserve_graph_memory`, or `graph(...)` which reserves for you) and never maps, unmaps or
 queries an event: a capture that needs more fails with a sentence that says so.
+
+After enable(), torch's own memory functions (torch.cuda.memory_stats, empty_cache, _snapshot, ...)
+answer from dmm (_torch_calls.py) and record_stream is honoured. Without enable() -- CUDA already
+initialized -- region(name) puts only the allocations inside it on dmm, through a torch.cuda.MemPool.
+hold_create / attach / drop give tensors over regions a holder process (`dmm hold`) keeps.
 """
 
 import atexit
