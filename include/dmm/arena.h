@@ -1,4 +1,4 @@
-/* dmm/arena.h — the built-in VMM mechanism (DESIGN §4.3, §4.5).
+/* dmm/arena.h — the built-in VMM mechanism (docs/guide.md, "The arena (virtual backing)").
  *
  * One VA reservation per arena; allocations are spans of it. Physical backing comes in chunks: one
  * driver handle of a whole number of granules, created, mapped and unmapped as one unit. Small

@@ -1,4 +1,4 @@
-/* dmm/deferred.h — deferred release: a queue of release requests, each gated by events (DESIGN §4.10).
+/* dmm/deferred.h — deferred release: a queue of release requests, each gated by events (docs/guide.md).
  *
  * `cuMemUnmap` and `cuMemRelease` do not wait for work still queued on the device, so memory that a
  * stream may still touch is released through this queue: the caller records an event on every

@@ -154,7 +154,7 @@ struct dmm_driver {
 /* Destroys any driver (NULL is ignored). */
 DMM_API void dmm_driver_destroy(dmm_driver *d);
 
-/* Device loss (DESIGN §4.10), latched once per driver object. The first library call into `d` that
+/* Device loss (docs/guide.md, "Device loss"), latched once per driver object. The first library call into `d` that
  * reports DMM_ERR_DEVICE_LOST latches the loss on `d`; from then on every call the library would make
  * into `d` is refused at once with DMM_ERR_DEVICE_LOST and that first sentence, without calling the
  * driver: the arena, the pool, the deferred queue and the torch adapter over `d` all stop together.

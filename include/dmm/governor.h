@@ -1,4 +1,4 @@
-/* dmm/governor.h — one budget per tier, leases by holder and role, and the reclaim ladder (DESIGN §4.8).
+/* dmm/governor.h — one budget per tier, leases by holder and role, and the reclaim ladder (docs/guide.md).
  *
  * Tiers. A tier is a dmm_device: (DMM_TIER_DEVICE, GPU index), (DMM_TIER_HOST, 0), (DMM_TIER_DISK, 0).
  * The host and disk tiers exist from creation and are unlimited; a GPU tier is added with
@@ -6,7 +6,7 @@
  * DMM_GOVERNOR_DEFAULT_MARGIN_PERMILLE = 950 ‰ unless the config says otherwise) or with
  * dmm_governor_set_limit() (the caller names the limit).
  *
- * Two axes, kept apart everywhere (DESIGN §4.8): OWNED (physical handles held) and MAPPED (bytes
+ * Two axes, kept apart everywhere (docs/guide.md): OWNED (physical handles held) and MAPPED (bytes
  * mapped into VA; aliases of a shared prefix may sum above owned). Each axis of each tier has its own
  * limit; the default mapped limit is unlimited, so by default only the owned axis is budgeted.
  *

@@ -1,5 +1,5 @@
 /* dmm/ipc.h — exports over Unix sockets, and the holder: a process that keeps named regions of device
- * memory alive across the restarts and crashes of the processes that use them (DESIGN §4.14; the
+ * memory alive across the restarts and crashes of the processes that use them (docs/ipc.md; the
  * protocol, the lifetime rules and the threat model: docs/ipc.md).
  *
  * Peer to peer: dmm_ipc_send_export / dmm_ipc_recv_export pass one export (dmm/share.h) over a

@@ -9,7 +9,7 @@
  * Asking for a capability the mechanism lacks is DMM_ERR_UNSUPPORTED. Whole-allocation release
  * always goes through the mechanism's `release`, also for allocations made through virtual backing.
  *
- * Release outcomes (DESIGN §4.3):
+ * Release outcomes (docs/guide.md, "The release contract"):
  *   COMPLETE     the memory is gone or back in a cache; unmapped_bytes (may be 0) may be refunded;
  *                the VA may be reused.
  *   QUARANTINED  something changed and something failed: only unmapped_bytes were really unmapped;
@@ -87,7 +87,7 @@ typedef enum dmm_capability {
     DMM_CAP_DEFERRED_RELEASE = 1u << 2,
 } dmm_capability;
 
-/* Virtual backing: reserve VA now, commit and decommit ranges later (DESIGN §4.5). */
+/* Virtual backing: reserve VA now, commit and decommit ranges later (docs/guide.md, "The arena (virtual backing)"). */
 typedef struct dmm_virtual_backing_ops {
     uint32_t size; /* sizeof(dmm_virtual_backing_ops) */
     /* Reserves VA for one allocation and commits only `ranges` (n = 0: VA only). */
@@ -129,7 +129,7 @@ typedef struct dmm_virtual_backing_ops {
 #define DMM_VIRTUAL_BACKING_OPS_REQUIRED_SIZE \
     (offsetof(dmm_virtual_backing_ops, mapped_bytes_for_ranges) + sizeof(void (*)(void)))
 
-/* Shared mapping: one physical prefix mapped read-only into several allocations (DESIGN §4.6).
+/* Shared mapping: one physical prefix mapped read-only into several allocations (docs/guide.md).
  * The table and the calls are declared in dmm/prefix.h; here only its name, so that the slot below
  * is typed (a pointer in the same place as the reserved `const void *` it replaces: ABI unchanged). */
 typedef struct dmm_shared_mapping_ops dmm_shared_mapping_ops;

@@ -1,4 +1,4 @@
-/* dmm/plugin.h — the plugin ABI (DESIGN §4.12): third-party mechanisms in a shared object, loaded
+/* dmm/plugin.h — the plugin ABI (docs/abi.md): third-party mechanisms in a shared object, loaded
  * at run time, used by pools, providers and the governor like any built-in mechanism.
  *
  * Two sides share this header:
@@ -118,7 +118,7 @@ typedef struct dmm_plugin_info {
 /* ---- what crosses the boundary in a mechanism call (plain data) -------------------------------- */
 
 /* An allocation as the plugin sees it; the host keeps the dmm_allocation value around it (mechanism
- * and device). `id` is the plugin's generation (never 0, never reused: DESIGN §4.2); the plugin
+ * and device). `id` is the plugin's generation (never 0, never reused: docs/guide.md); the plugin
  * checks ptr, bytes, align and id against its live record on every call that names it. The host
  * keeps its own record of what it handed out and calls the plugin only with allocations it issued
  * (unchanged); an allocation the plugin hands back must have a non-zero ptr and id, `bytes` as
@@ -136,7 +136,7 @@ typedef struct dmm_plugin_allocation {
 /* The state the host pre-fills in an outcome: unknown, so it reads as QUARANTINED. */
 #define DMM_PLUGIN_STATE_UNSET UINT32_MAX
 
-/* A release outcome (DESIGN §4.3) as plain data; same meaning as dmm_release_outcome. It must agree
+/* A release outcome (docs/guide.md) as plain data; same meaning as dmm_release_outcome. It must agree
  * with the call (allocation_bytes = the allocation's or the range's bytes; a decommit unmaps and keeps
  * at most the range's bytes) and with its state (FAILED: nothing unmapped or kept; COMPLETE: nothing
  * kept, failure DMM_OK); the host reads one that does not as QUARANTINED. */
@@ -152,7 +152,7 @@ typedef struct dmm_plugin_release_outcome {
 
 /* ---- the mechanism a plugin makes --------------------------------------------------------------- */
 
-/* Virtual backing (DESIGN §4.5), optional. When the table is present, the slots of 1.0 are required
+/* Virtual backing (docs/guide.md), optional. When the table is present, the slots of 1.0 are required
  * and the slots of 1.1 are optional (NULL = absent: the host's dmm_mechanism_alias & co. answer
  * DMM_ERR_UNSUPPORTED and a pool on top works without them). Ranges are relative to the
  * allocation's start and inside it (the host checked); `ranges` is n pairs (offset, bytes). A table

@@ -1,4 +1,4 @@
-/* dmm/pool.h — the caching allocator (DESIGN §4.9): malloc/free at caching-allocator speed on top of
+/* dmm/pool.h — the caching allocator (docs/guide.md): malloc/free at caching-allocator speed on top of
  * any mechanism with virtual backing (the arena).
  *
  * The pool takes one VA-only allocation from the mechanism and manages it itself: blocks are placed
@@ -17,7 +17,7 @@
  * (its VA then returns to the heap). No physical memory is duplicated: only the mapped bytes (and
  * committed_bytes, which counts mappings) count both places meanwhile.
  *
- * Streams and events (DESIGN §4.9):
+ * Streams and events (docs/guide.md, "The pool (the fast path)"):
  *  - every stream that allocates gets its own heap (free lists, lock, VA regions); a block freed on
  *    the stream it was allocated on is reusable at once by that stream;
  *  - a block freed on another stream records an event there and is reused (by any stream) only once
@@ -47,7 +47,7 @@
  * queries also run outside the heap lock. Lock order: heap → pool (regions, events); the mechanism
  * and the driver are called with no pool lock held.
  *
- * Device loss (DESIGN §4.10). The loss is the driver's (dmm_driver_lost): the first driver call that
+ * Device loss (docs/guide.md, "Device loss"). The loss is the driver's (dmm_driver_lost): the first driver call that
  * reports a sticky context error (DMM_ERR_DEVICE_LOST) — one the pool made itself (events), one the
  * mechanism made for it, or one another user of the same driver made — latches it there, and every
  * later call through the library is refused without reaching the driver. The pool asks its driver

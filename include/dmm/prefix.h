@@ -1,5 +1,5 @@
 /* dmm/prefix.h — shared mapping: one physical prefix mapped read-only into several allocations
- * (DESIGN §4.6; the mechanism capability DMM_CAP_SHARED_MAPPING).
+ * (docs/guide.md, "Shared prefix (shared mapping)"; the mechanism capability DMM_CAP_SHARED_MAPPING).
  *
  * A prefix is a set of chunks created and charged ONCE — the chunks of a range that its owner
  * allocation committed and filled (read-write) — then mapped READ-only into other allocations'
@@ -12,7 +12,7 @@
  * A prefix is a value, like an allocation: `id` is a generation from the mechanism's counter, so a
  * stale copy of a released prefix can never name a new one (DMM_ERR_UNKNOWN_ALLOCATION).
  *
- * Accounting (DESIGN §4.8): OWNED is charged once, by the owner's commit (prefix_create creates and
+ * Accounting (docs/guide.md): OWNED is charged once, by the owner's commit (prefix_create creates and
  * charges nothing); MAPPED is charged per commit of the prefix, before mapping (a refused charge
  * changes nothing), so mapped may exceed owned.
  *
@@ -67,7 +67,7 @@ DMM_API dmm_status dmm_prefix_create(dmm_mechanism *m, const dmm_allocation *own
  * past the target's bytes, or any target granule already committed (INVALID_ARGUMENT); a
  * quarantined target (QUARANTINED). Afterwards the range behaves as committed memory of the
  * target: dmm_mechanism_decommit of it, or the target's release, unmaps it (release-shaped
- * outcomes, DESIGN §4.3); writes through it fault. */
+ * outcomes, docs/guide.md, "The release contract"); writes through it fault. */
 DMM_API dmm_status dmm_prefix_commit(dmm_mechanism *m, const dmm_prefix *p, const dmm_allocation *target,
                                      size_t offset);
 

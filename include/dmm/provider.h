@@ -1,4 +1,4 @@
-/* dmm/provider.h — one consumer's binding to exactly one mechanism on one device (DESIGN §4.7).
+/* dmm/provider.h — one consumer's binding to exactly one mechanism on one device (docs/guide.md).
  *
  * A provider (an execution provider, a session, a framework's allocator) holds exactly one mechanism
  * for its device, chosen at creation — by default the built-in arena where the driver supports VMM

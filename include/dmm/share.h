@@ -1,4 +1,4 @@
-/* dmm/share.h — memory shared between processes: export and import (DESIGN §4.14).
+/* dmm/share.h — memory shared between processes: export and import (docs/ipc.md).
  *
  * An export is the committed chunks of one range of an allocation, as file descriptors (one per
  * physical handle) plus a small description: the sizes, the granule, the device, the access an
@@ -7,7 +7,7 @@
  * that process's own VA through its mechanism, so its releases report honest outcomes like any
  * other allocation's.
  *
- * Accounting (DESIGN §4.8's two axes, across processes): the exporter's mechanism charged OWNED
+ * Accounting (the governor's two axes, docs/guide.md, across processes): the exporter's mechanism charged OWNED
  * (and MAPPED) when it committed the memory, once; an import charges MAPPED only, and the stats
  * say which bytes are imported (dmm_stats.imported_bytes). An exported handle is never put in a
  * handle cache (an importer still sees its bytes); an exporter that releases it refunds it and says
