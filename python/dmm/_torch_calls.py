@@ -113,6 +113,18 @@ def flatten(obj, prefix="", out=None):
     return out
 
 
+def _zero_raw():
+    """dmm's stats of a device it does not serve: every count zero (what nested() reads)."""
+    c = {"current": 0, "peak": 0, "allocated": 0, "freed": 0}
+    cls = {k: dict(c) for k in ("allocated_bytes", "requested_bytes", "allocation")}
+    raw = {k: dict(c) for k in ("allocated_bytes", "requested_bytes", "allocation", "reserved_bytes", "physical_bytes")}
+    raw.update(by_class={"large_pool": dict(cls), "small_pool": dict(cls)}, pool={}, tags={}, graphs={}, limit=None)
+    for k in ("pool_committed_bytes", "pool_live_bytes", "tag_committed_bytes", "tag_live_bytes", "graph_committed_bytes",
+              "graph_live_bytes", "num_alloc_retries", "num_ooms", "num_device_alloc", "num_device_free"):
+        raw[k] = 0
+    return raw
+
+
 def _devices():
     import ctypes
 
@@ -129,14 +141,21 @@ def install(dt):
     def dev(device):
         return torch.cuda.current_device() if device is None else dt._device(device)
 
+    # a device dmm does not serve yet (no allocation there) answers zeros: asking dmm would create its
+    # context there, and with it a CUDA context on a GPU this process may never use (another rank's)
     def memory_stats(device=None, *_):
-        return nested(dt.memory_stats_raw(dev(device)))
+        d = dev(device)
+        return nested(dt.memory_stats_raw(d) if d in _devices() else _zero_raw())
 
     def reset_peak(device=None, *_):
-        dt.reset_peak_memory_stats(dev(device))
+        d = dev(device)
+        if d in _devices():
+            dt.reset_peak_memory_stats(d)
 
     def reset_accumulated(device=None, *_):
-        _lib.check(_lib.load().dmm_torch_reset_accumulated(dev(device)), "torch.cuda.reset_accumulated_memory_stats")
+        d = dev(device)
+        if d in _devices():
+            _lib.check(_lib.load().dmm_torch_reset_accumulated(d), "torch.cuda.reset_accumulated_memory_stats")
 
     def empty_cache(*_):
         for d in _devices():
@@ -174,7 +193,10 @@ def install(dt):
 
     def mem_get_info(device=None):
         free, total = real_mem_get_info(device)
-        raw = dt.memory_stats_raw(dev(device))
+        d = dev(device)
+        if d not in _devices():
+            return free, total
+        raw = dt.memory_stats_raw(d)
         limit = raw.get("limit")
         if limit is not None:
             free = min(free, max(0, int(limit) - int(raw["physical_bytes"]["current"])))

@@ -8,7 +8,8 @@ record_stream function; it replaces exactly the torch._C entries torch's memory 
 this torch has, no others) and mem_get_info in both places torch exports it; each replaced entry
 answers from dmm.torch (stats in torch's nested layout from dmm's stats, peaks and accumulated resets,
 empty_cache on the devices dmm serves, the memory fraction as dmm's limit and back, the history's
-size, the snapshot in torch's layout); mem_get_info's free is bounded by the limit. dmm.torch's
+size, the snapshot in torch's layout); mem_get_info's free is bounded by the limit; a device dmm does
+not serve yet answers zeros without dmm being asked (which would create a context there). dmm.torch's
 device-facing calls are replaced by recorders here (they need a GPU); the fixture's stats are those
 unit/test_torch_snapshot wrote (DMM_TORCH_SNAPSHOT_FIXTURE).
 Exit 0 = all held, 1 = a check failed, 77 = no fixture or no unsanitized library (run it through CTest).
@@ -122,6 +123,17 @@ check(getattr(torch._C, "_cuda_unrelated").__module__ != "dmm._torch_calls", "no
 check(torch.cuda.mem_get_info is not mem_get_info and torch.cuda.memory.mem_get_info is torch.cuda.mem_get_info,
       "mem_get_info replaced where torch exports it")
 
+# ---- a device dmm does not serve (no allocation there yet): zeros, and dmm is not asked ----
+asked = []
+real_raw = dt.memory_stats_raw
+dt.memory_stats_raw = lambda device=None: asked.append(device) or real_raw(device)
+z = torch._C._cuda_memoryStats(0)
+check(z["allocation"]["all"]["current"] == 0 and z["reserved_bytes"]["all"]["current"] == 0 and not asked,
+      "a device dmm does not serve: zeros, without asking dmm (which would create its context there)")
+check(torch.cuda.mem_get_info(0) == (900 << 20, 1000 << 20) and not asked, "mem_get_info there: the driver's")
+dt.memory_stats_raw = real_raw
+_torch_calls._devices = lambda: [0]  # from here on, device 0 is served
+
 # ---- each entry answers from dmm ----
 n = torch._C._cuda_memoryStats(0)
 check(n["allocation"]["all"]["current"] == RAW["allocation"]["current"] and
@@ -130,6 +142,7 @@ check(n["allocation"]["all"]["current"] == RAW["allocation"]["current"] and
 torch._C._cuda_resetPeakMemoryStats(0)
 check(("dmm", "reset_peaks", 0) in calls, "_cuda_resetPeakMemoryStats -> dmm's reset_peak_memory_stats")
 torch._C._cuda_emptyCache()
+check(("dmm", "empty_cache", 0) in calls, "_cuda_emptyCache -> dmm's empty_cache on every device dmm serves")
 check(not any(c[0] == "torch original" for c in calls), "no call reached torch's own (raising) entries")
 torch._C._cuda_setMemoryFraction(0.25, 0)
 check(("dmm", "set_limit", 250 << 20, 0) in calls, "_cuda_setMemoryFraction(0.25) -> dmm's limit = 0.25 x total")
