@@ -39,6 +39,11 @@ static uint64_t key_of(void *p) { return (uint64_t)(uintptr_t)p; }
 
 bool dmm__torch_uses_any(void) { return atomic_load_explicit(&uses_seen, memory_order_relaxed) != 0; }
 
+static dmm_status no_memory(void *ptr, dmm_stream stream) {
+    return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm torch: record_stream(%p, stream %p): out of host memory for "
+                         "the entry; the block is not held back for that stream", ptr, (void *)stream);
+}
+
 dmm_status dmm__torch_uses_add(void *ptr, dmm_stream stream) {
     if (ptr == NULL) return DMM_OK; /* torch records the empty tensor's NULL too: nothing to hold back */
     pthread_mutex_lock(&uses_mu);
@@ -56,9 +61,7 @@ dmm_status dmm__torch_uses_add(void *ptr, dmm_stream stream) {
         if (e == NULL || !dmm__u64map_insert(&uses_table, key_of(ptr), (uint64_t)(uintptr_t)e)) {
             free(e);
             pthread_mutex_unlock(&uses_mu);
-            return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm torch: record_stream(%p, stream %p): out of host "
-                                 "memory for the entry; the block is not held back for that stream",
-                                 ptr, (void *)stream);
+            return no_memory(ptr, stream);
         }
     }
     if (e->n == e->cap) {
@@ -70,9 +73,7 @@ dmm_status dmm__torch_uses_add(void *ptr, dmm_stream stream) {
                 free(e);
             }
             pthread_mutex_unlock(&uses_mu);
-            return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm torch: record_stream(%p, stream %p): out of host "
-                                 "memory for the entry; the block is not held back for that stream",
-                                 ptr, (void *)stream);
+            return no_memory(ptr, stream);
         }
         e->s = s;
         e->cap = cap;
