@@ -115,7 +115,7 @@ static pid_t start_holder(const char *extra1, const char *extra2, int *status) {
     }
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
-    fail_msg("the holder did not start within 20 s");
+    fail_msg("%s", "the holder did not start within 20 s");
     return -1;
 }
 
