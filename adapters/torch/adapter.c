@@ -292,22 +292,26 @@ dmm_status dmm__torch_destroy(tctx *c) {
                              "them (and let the streams finish) first; nothing changed",
                              (int)c->dev.index, (unsigned long long)live, (unsigned long long)queued);
     }
-    /* Tag and graph segments go first; one whose release FAILED (nothing changed) stays, and the
-     * destroy stops there with the context intact (and usable): call it again. */
+    /* Tag and graph segments go first; one whose release FAILED (nothing changed) stays, one whose
+     * release waits behind its event (a released graph's last replay) stays queued, and the destroy
+     * stops there with the context intact (and usable): call it again. */
     dmm__torch_imports_fini(c);
     dmm__torch_tags_fini(c);
-    (void)dmm__torch_graphs_trim_locked(c);
+    (void)dmm__torch_graphs_fini_locked(c);
+    dmm__torch_jobs_poll_locked(c);
     size_t kept = 0;
     for (int i = 0; i < DMM_TORCH_MAX_TAGS; i++)
         for (tseg *g = c->tags[i].segs; g != NULL; g = g->next) kept++;
     for (gseg *g = c->graphs; g != NULL; g = g->next) kept++;
+    queued = ld(&c->queued);
     pthread_mutex_unlock(&c->lock);
-    if (kept > 0)
+    if (kept > 0 || queued > 0)
         return dmm_error_set(DMM_ERR_BUSY,
                              "dmm torch: destroying device %d: %zu tag or graph segment(s) could not be released "
-                             "(the driver failed and nothing changed for them); the context is intact: call destroy "
-                             "again",
-                             (int)c->dev.index, kept);
+                             "(the driver failed and nothing changed for them) and %llu release(s) wait behind work "
+                             "still running on their streams; the context is intact: let the streams finish and call "
+                             "destroy again",
+                             (int)c->dev.index, kept, (unsigned long long)queued);
     /* From here each step is skipped once done: a destroy that fails later (the pool, or the arena giving
      * back its address space) leaves a context that can only be destroyed again, and that call resumes. */
     dmm_status s = c->pool != NULL ? dmm_pool_destroy(c->pool) : DMM_OK;

@@ -58,7 +58,8 @@ DMM_TORCH_API int dmm_torch_devices(uint64_t *mask);
 /* torch's reset_accumulated_memory_stats: totals (allocated, freed) and num_ooms / num_alloc_retries
  * start again from 0; current values and peaks stay. */
 DMM_TORCH_API int dmm_torch_reset_accumulated(int device);
-/* Gives back every cached chunk, empty tag segment and idle graph segment (behind events). */
+/* Gives back every cached chunk, empty tag segment and idle graph segment (behind events); memory
+ * reserved for a capture that has not begun stays (torch.cuda.graph empties the cache itself). */
 DMM_TORCH_API int dmm_torch_empty_cache(int device, uint64_t *released);
 /* Warm start (dmm_pool_warm): commits memory for `stream` until the device's pool holds `bytes` (e.g. the
  * last run's physical peak), at once and in handles of up to 1 GiB, so that the first step does not grow

@@ -12,6 +12,9 @@
  * safe); after the capture the segment stays the graph's — whatever is freed — until the graph is
  * released (dmm__torch_graph_release, called by the Python wrapper when the graph object dies). A
  * capture that finds no room fails with a sentence that says how to reserve, instead of mapping.
+ * A reserve promises its segment to the next capture: trims (empty_cache, the retry after a refusal)
+ * keep it until a capture takes it, since torch.cuda.graph itself empties the cache between
+ * dmm.torch.graph's reserve and the capture; the context's destroy releases it.
  *
  * Invariants (ctx.lock): capture_id = 0 ⇔ idle ⇒ nothing live, !released; an idle segment with an
  * event (its graph's last replay may still run) is handed to a new capture only after a poll outside
@@ -51,6 +54,7 @@ dmm_status dmm__torch_graph_malloc(tctx *c, size_t bytes, dmm_stream stream, uin
         if (x->capture_id == 0 && x->ev == NULL && x->seg.count == 0 &&
             dmm__torch_segment_take(&x->seg, len, bytes, &off)) {
             x->capture_id = capture_id;
+            x->reserved = false;
             g = x;
         }
     if (g == NULL) {
@@ -105,6 +109,7 @@ dmm_status dmm__torch_graph_reserve(tctx *c, uint64_t bytes, dmm_stream stream) 
     dmm__torch_graphs_sweep_locked(c);
     for (gseg *x = c->graphs; x != NULL; x = x->next)
         if (x->capture_id == 0 && x->ev == NULL && x->seg.a.bytes >= len) { /* an idle one is large enough */
+            x->reserved = true;
             pthread_mutex_unlock(&c->lock);
             dmm_clear_error();
             return DMM_OK;
@@ -118,6 +123,7 @@ dmm_status dmm__torch_graph_reserve(tctx *c, uint64_t bytes, dmm_stream stream) 
         pthread_mutex_unlock(&c->lock);
         return s;
     }
+    g->reserved = true;
     g->next = c->graphs;
     c->graphs = g;
     pthread_mutex_unlock(&c->lock);
@@ -161,9 +167,13 @@ static void gseg_release_finished(tctx *c, tjob *j, torch_job_end how, dmm_statu
     free(g);
 }
 
-/* Idle segments whose event completed lose it (they may serve a new capture); with `trim`, idle
- * segments go back to the arena (behind their event, through the queue). */
-static uint64_t sweep_locked(tctx *c, bool trim) {
+typedef enum { SWEEP_ONLY, TRIM_UNRESERVED, TRIM_ALL } sweep_mode;
+
+/* Idle segments whose event completed lose it (they may serve a new capture); a trim gives idle
+ * segments back to the arena (behind their event, through the queue), except, for TRIM_UNRESERVED,
+ * one a reserve promised to the next capture: torch.cuda.graph itself empties the cache between
+ * dmm.torch.graph's reserve and the capture. */
+static uint64_t sweep_locked(tctx *c, sweep_mode mode) {
     uint64_t freed = 0;
     if (c->jobs_taken_back) return 0; /* (before: the callers refuse a lost device) */
     gseg **pp = &c->graphs;
@@ -174,7 +184,7 @@ static uint64_t sweep_locked(tctx *c, bool trim) {
             (void)dmm__drv_event_destroy(c->drv, g->ev);
             g->ev = NULL;
         }
-        if (!idle || !trim) {
+        if (!idle || mode == SWEEP_ONLY || (mode == TRIM_UNRESERVED && g->reserved)) {
             pp = &g->next;
             continue;
         }
@@ -201,9 +211,11 @@ static uint64_t sweep_locked(tctx *c, bool trim) {
     return freed;
 }
 
-uint64_t dmm__torch_graphs_trim_locked(tctx *c) { return sweep_locked(c, true); }
+uint64_t dmm__torch_graphs_trim_locked(tctx *c) { return sweep_locked(c, TRIM_UNRESERVED); }
 
-void dmm__torch_graphs_sweep_locked(tctx *c) { (void)sweep_locked(c, false); }
+uint64_t dmm__torch_graphs_fini_locked(tctx *c) { return sweep_locked(c, TRIM_ALL); }
+
+void dmm__torch_graphs_sweep_locked(tctx *c) { (void)sweep_locked(c, SWEEP_ONLY); }
 
 void dmm__torch_graphs_drop_lost(tctx *c) {
     while (c->graphs != NULL) {

@@ -158,6 +158,7 @@ typedef struct gseg {
     torch_segment seg;       /* fully committed before any capture */
     uint64_t capture_id;     /* the capture that owns it; 0 = idle */
     bool released;           /* the owner's graph is gone: idle once nothing is live */
+    bool reserved;           /* idle and promised to the next capture by a reserve: trims keep it */
     dmm_event ev;            /* recorded at the release: the segment is reusable once it completed */
 } gseg;
 

@@ -344,13 +344,21 @@ static void setup_two_piece_offloaded(fx *f) {
     DMM_OK_OR_FAIL(dmm__torch_offload_wait(f->c, TAG));
 }
 
-/* cached pool chunks, an emptied tag segment and an idle graph segment, one pool block live */
+/* cached pool chunks, an emptied tag segment and an idle graph segment (its graph captured and
+ * released: a reservation no capture took would stay), one pool block live */
 static void setup_cached(fx *f) {
     setup_small_tag(f);
     int p = fx_malloc(f, 6 * MIB, false);
     for (int i = 0; i < 3; i++) fx_free(f, i);
     fx_free(f, p);
     DMM_OK_OR_FAIL(dmm__torch_graph_reserve(f->c, 4 * MIB, f->s1));
+    kit_cap.stream = f->s1;
+    kit_cap.id = 9;
+    void *g = NULL;
+    DMM_OK_OR_FAIL(dmm__torch_malloc(f->c, 1 * MIB, f->s1, &g));
+    kit_cap.stream = NULL;
+    DMM_OK_OR_FAIL(dmm__torch_free(f->c, g, 1 * MIB, f->s1));
+    DMM_OK_OR_FAIL(dmm__torch_graph_release(f->c, 9, f->s1));
 }
 
 static void setup_nothing(fx *f) { (void)f; }
