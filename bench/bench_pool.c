@@ -393,6 +393,58 @@ static void pool_moves(dmm_pool *pool, uint64_t *grows, uint64_t *moved, uint64_
     *calls = s.driver_create + s.driver_map + s.driver_unmap + s.driver_set_access + s.driver_release;
 }
 
+/* One measurement of section 5: n threads of one kind (0 pool, 1 glibc, 2 alu), each on its own stream. */
+typedef struct threads_row {
+    double med, mad, cpu, agg, slowest, worst; /* agg: pairs/s of all threads inside the common window */
+    uint64_t grows, moves, calls;
+    bool window; /* false: the threads never ran at once */
+} threads_row;
+
+static threads_row threads_measure(stack *st, dmm_stream *streams, int n, int kind) {
+    worker w[8];
+    pthread_barrier_t ready, go;
+    pthread_barrier_init(&ready, NULL, (unsigned)n + 1);
+    pthread_barrier_init(&go, NULL, (unsigned)n + 1);
+    for (int i = 0; i < n; i++) {
+        w[i] = (worker){0};
+        w[i].st = st;
+        w[i].ready = &ready;
+        w[i].go = &go;
+        w[i].bytes = 64 << 10;
+        w[i].glibc = kind == 1;
+        w[i].alu = kind == 2;
+        w[i].stream = streams[i];
+        pthread_create(&w[i].th, NULL, run_worker, &w[i]);
+    }
+    uint64_t g0, m0, c0, g1, m1, c1;
+    pthread_barrier_wait(&ready);
+    pool_moves(st->pool, &g0, &m0, &c0);
+    pthread_barrier_wait(&go);
+    threads_row r = {0};
+    double a = 0, b = 1e300;
+    for (int i = 0; i < n; i++) {
+        pthread_join(w[i].th, NULL);
+        r.med += w[i].median_ns / n;
+        r.mad += w[i].mad_ns / n;
+        r.cpu += w[i].cpu_ns / n;
+        double wall = (w[i].t1 - w[i].t0) * 1e9 / ((double)g_samples * g_batch);
+        if (wall > r.slowest) r.slowest = wall;
+        if (w[i].worst_ns > r.worst) r.worst = w[i].worst_ns;
+        if (w[i].t0 > a) a = w[i].t0; /* the window: every thread measuring */
+        if (w[i].t1 < b) b = w[i].t1;
+    }
+    pool_moves(st->pool, &g1, &m1, &c1);
+    r.window = b > a;
+    for (int i = 0; i < n; i++) r.agg += r.window ? rate_in_window(&w[i], a, b) : 0;
+    for (int i = 0; i < n; i++) free(w[i].ends);
+    pthread_barrier_destroy(&ready);
+    pthread_barrier_destroy(&go);
+    r.grows = g1 - g0;
+    r.moves = m1 - m0;
+    r.calls = c1 - c0;
+    return r;
+}
+
 static void threads_bench(int max_threads) {
     stack st;
     stack_open(&st, false);
@@ -405,79 +457,54 @@ static void threads_bench(int max_threads) {
     printf("(median: of each thread's batches, averaged over threads; cpu: each thread's CPU time per pair,\n"
            " averaged (it rises with the threads when they write shared lines, not when the scheduler takes\n"
            " their cores); aggregate: the sum of the threads' pairs/s inside the window where all of them run\n"
-           " (all start together, each after a warm batch); slowest thread: the longest thread's wall time per\n"
-           " pair; slowest batch: per pair, of all threads; grows/moves: the pool's growths and chunks moved or\n"
-           " aliased during the measurement, 0/0 when the steady state is reached)\n");
+           " (all start together, each after a warm batch); scaling: aggregate / one thread's, where one\n"
+           " thread's is the faster of two runs, first and last (a baseline caught slow would flatter every\n"
+           " row); slowest thread: the longest thread's wall time per pair; slowest batch: per pair, of all\n"
+           " threads; grows/moves: the pool's growths and chunks moved or aliased during the measurement,\n"
+           " 0/0 when the steady state is reached)\n");
     static const char *const kinds[3] = {"pool", "glibc", "alu"};
-    double base[3] = {0, 0, 0}, eff[3] = {0, 0, 0};
-    int top = 1;
-    while (top * 2 <= max_threads) top *= 2;
+    int top = 1, levels = 1;
+    while (top * 2 <= max_threads) top *= 2, levels++;
     dmm_stream streams[8];
     for (int i = 0; i < 8; i++) CHECK(st.drv->ops->stream_create(st.drv, &streams[i]));
-    for (int run = 0; (1 << (run / 3)) <= top; run++) {
-        int n = 1 << (run / 3), kind = run % 3, glibc = kind == 1;
-        worker w[8];
-        pthread_barrier_t ready, go;
-        pthread_barrier_init(&ready, NULL, (unsigned)n + 1);
-        pthread_barrier_init(&go, NULL, (unsigned)n + 1);
-        for (int i = 0; i < n; i++) {
-            w[i] = (worker){0};
-            w[i].st = &st;
-            w[i].ready = &ready;
-            w[i].go = &go;
-            w[i].bytes = 64 << 10;
-            w[i].glibc = glibc;
-            w[i].alu = kind == 2;
-            w[i].stream = streams[i];
-            pthread_create(&w[i].th, NULL, run_worker, &w[i]);
-        }
-        uint64_t g0, m0, c0, g1, m1, c1;
-        pthread_barrier_wait(&ready);
-        pool_moves(st.pool, &g0, &m0, &c0);
-        pthread_barrier_wait(&go);
-        double med = 0, mad = 0, cpu = 0, a = 0, b = 1e300, slowest = 0, worst = 0;
-        for (int i = 0; i < n; i++) {
-            pthread_join(w[i].th, NULL);
-            med += w[i].median_ns / n;
-            mad += w[i].mad_ns / n;
-            cpu += w[i].cpu_ns / n;
-            double wall = (w[i].t1 - w[i].t0) * 1e9 / ((double)g_samples * g_batch);
-            if (wall > slowest) slowest = wall;
-            if (w[i].worst_ns > worst) worst = w[i].worst_ns;
-            if (w[i].t0 > a) a = w[i].t0; /* the window: every thread measuring */
-            if (w[i].t1 < b) b = w[i].t1;
-        }
-        pool_moves(st.pool, &g1, &m1, &c1);
-        double agg = 0; /* pairs per second, all threads, over the one window */
-        for (int i = 0; i < n; i++) agg += b > a ? rate_in_window(&w[i], a, b) : 0;
-        for (int i = 0; i < n; i++) free(w[i].ends);
-        pthread_barrier_destroy(&ready);
-        pthread_barrier_destroy(&go);
-        if (n == 1) base[kind] = agg;
-        if (n == top) eff[kind] = agg / base[kind] / n;
-        char gm[32] = "";
-        if (kind == 0) snprintf(gm, sizeof gm, "%llu/%llu", (unsigned long long)(g1 - g0), (unsigned long long)(m1 - m0));
-        printf("%8s %8d %14.1f %12.1f %18.2f %9.2fx %16.1f %14.1f %12s%s\n", kinds[kind], n, med, cpu,
-               agg / 1e6,
-               agg / base[kind], slowest, worst, gm,
-               b > a ? "" : "  (the threads never ran at once: no window)");
-        if (kind == 0 && c1 != c0)
-            printf("%8s %8s (%llu driver calls during the measurement!)\n", "", "", (unsigned long long)(c1 - c0));
-        /* JSON: per-thread median (MAD: the threads' average); aggregate throughput, one wall-clock
-         * measurement whose noise is estimated by the batches' relative MAD. Only without
-         * oversubscription (threads <= cores): beyond that the numbers are the scheduler's, and two
-         * runs of one build differ by 10-80 % (measured on 2 cores), which no threshold separates. */
-        if (n > cores) continue;
-        char id[64];
-        snprintf(id, sizeof id, "%s.threads.%d.pair_ns", kinds[kind], n);
-        bench_results_add(g_res, id, "ns", true, med, (long)n * g_samples, mad, -1);
-        snprintf(id, sizeof id, "%s.threads.%d.mpairs_per_s", kinds[kind], n);
-        bench_results_add(g_res, id, "Mpair/s", false, agg / 1e6, 1, med > 0 ? agg / 1e6 * mad / med : 0, -1);
-        if (n == 8) {
-            snprintf(id, sizeof id, "%s.threads.8.linear_fraction", kinds[kind]);
-            bench_results_add(g_res, id, "ratio", false, eff[kind], 1, med > 0 ? eff[kind] * mad / med : 0, -1);
-        }
+    threads_row rows[4][3], again[3];
+    for (int l = 0; l < levels; l++)
+        for (int kind = 0; kind < 3; kind++) rows[l][kind] = threads_measure(&st, streams, 1 << l, kind);
+    double base[3], eff[3];
+    for (int kind = 0; kind < 3; kind++) {
+        again[kind] = threads_measure(&st, streams, 1, kind);
+        base[kind] = rows[0][kind].agg > again[kind].agg ? rows[0][kind].agg : again[kind].agg;
+        eff[kind] = base[kind] > 0 ? rows[levels - 1][kind].agg / base[kind] / top : 0;
     }
+    for (int l = 0; l <= levels; l++)
+        for (int kind = 0; kind < 3; kind++) {
+            int n = l < levels ? 1 << l : 1;
+            const threads_row *r = l < levels ? &rows[l][kind] : &again[kind];
+            char gm[32] = "";
+            if (kind == 0) snprintf(gm, sizeof gm, "%llu/%llu", (unsigned long long)r->grows, (unsigned long long)r->moves);
+            printf("%8s %8d %14.1f %12.1f %18.2f %9.2fx %16.1f %14.1f %12s%s%s\n", kinds[kind], n, r->med, r->cpu,
+                   r->agg / 1e6, base[kind] > 0 ? r->agg / base[kind] : 0, r->slowest, r->worst, gm,
+                   l == levels ? "  (one thread again, last)" : "",
+                   r->window ? "" : "  (the threads never ran at once: no window)");
+            if (kind == 0 && r->calls != 0)
+                printf("%8s %8s (%llu driver calls during the measurement!)\n", "", "", (unsigned long long)r->calls);
+            /* JSON: per-thread median (MAD: the threads' average); aggregate throughput, one wall-clock
+             * measurement whose noise is estimated by the batches' relative MAD. Only without
+             * oversubscription (threads <= cores): beyond that the numbers are the scheduler's, and two
+             * runs of one build differ by 10-80 % (measured on 2 cores), which no threshold separates. */
+            if (n > cores || l == levels) continue;
+            char id[64];
+            snprintf(id, sizeof id, "%s.threads.%d.pair_ns", kinds[kind], n);
+            bench_results_add(g_res, id, "ns", true, r->med, (long)n * g_samples, r->mad, -1);
+            snprintf(id, sizeof id, "%s.threads.%d.mpairs_per_s", kinds[kind], n);
+            bench_results_add(g_res, id, "Mpair/s", false, r->agg / 1e6, 1,
+                              r->med > 0 ? r->agg / 1e6 * r->mad / r->med : 0, -1);
+            if (n == 8) {
+                snprintf(id, sizeof id, "%s.threads.8.linear_fraction", kinds[kind]);
+                bench_results_add(g_res, id, "ratio", false, eff[kind], 1,
+                                  r->med > 0 ? eff[kind] * r->mad / r->med : 0, -1);
+            }
+        }
     /* the ALU loop touches no memory: its scaling is the machine's (turbo that drops as cores wake,
      * virtual CPUs sharing a core), the most any code can reach here */
     if (top == 8)
