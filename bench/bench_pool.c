@@ -296,6 +296,8 @@ static void alive2_bench(void) {
     idle_stop(&idle);
 }
 
+#define WARM_S 0.05 /* each worker's warm-up, seconds of pairs before its measurement */
+
 typedef struct worker {
     pthread_t th;
     bool glibc; /* the reference: glibc malloc/free in the same loop */
@@ -319,8 +321,11 @@ static void *run_worker(void *arg) {
     size_t bytes = w->bytes;
     void *p = NULL;
     /* warm: the first pair grows; a batch more settles the heap's lock on this thread (a lock biased
-     * to another live thread moves after a few revocations, biased_lock.h) */
-    for (int i = 0; i <= g_batch; i++) {
+     * to another live thread moves after a few revocations, biased_lock.h); then WARM_S of pairs wakes
+     * the core: a measurement is ~10 ms, and a core just woken from idle runs slower for about that
+     * long, which, left in, charged the kind measured first at each thread count (the pool) for it */
+    double warm_end = now_s() + WARM_S;
+    for (int i = 0; i <= g_batch || now_s() < warm_end; i++) {
         CHECK(dmm_pool_malloc(pool, bytes, stream, &p));
         CHECK(dmm_pool_free(pool, p, stream));
     }
