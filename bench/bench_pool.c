@@ -388,7 +388,7 @@ static double rate_in_window(const worker *w, double a, double b) {
 
 /* The pool's moves and driver calls so far (read only while no worker is in its loop: the read
  * takes every heap's lock). */
-static void pool_moves(dmm_pool *pool, uint64_t *grows, uint64_t *moved, uint64_t *calls) {
+static void pool_moves(dmm_pool *pool, uint64_t *grows, uint64_t *moved, uint64_t *calls, uint64_t *slow) {
     dmm_pool_stats s;
     memset(&s, 0, sizeof s);
     s.size = sizeof s;
@@ -396,12 +396,13 @@ static void pool_moves(dmm_pool *pool, uint64_t *grows, uint64_t *moved, uint64_
     *grows = s.grows;
     *moved = s.chunks_moved + s.chunks_aliased;
     *calls = s.driver_create + s.driver_map + s.driver_unmap + s.driver_set_access + s.driver_release;
+    *slow = s.lock_slow_paths - (uint64_t)s.heaps.current; /* less this read's own, one per heap */
 }
 
 /* One measurement of section 5: n threads of one kind (0 pool, 1 glibc, 2 alu), each on its own stream. */
 typedef struct threads_row {
     double med, mad, cpu, agg, slowest, worst; /* agg: pairs/s of all threads inside the common window */
-    uint64_t grows, moves, calls;
+    uint64_t grows, moves, calls, slow; /* slow: heap-lock acquisitions through the mutex, per thread */
     bool window; /* false: the threads never ran at once */
 } threads_row;
 
@@ -421,9 +422,9 @@ static threads_row threads_measure(stack *st, dmm_stream *streams, int n, int ki
         w[i].stream = streams[i];
         pthread_create(&w[i].th, NULL, run_worker, &w[i]);
     }
-    uint64_t g0, m0, c0, g1, m1, c1;
+    uint64_t g0, m0, c0, s0, g1, m1, c1, s1;
     pthread_barrier_wait(&ready);
-    pool_moves(st->pool, &g0, &m0, &c0);
+    pool_moves(st->pool, &g0, &m0, &c0, &s0);
     pthread_barrier_wait(&go);
     threads_row r = {0};
     double a = 0, b = 1e300;
@@ -438,7 +439,7 @@ static threads_row threads_measure(stack *st, dmm_stream *streams, int n, int ki
         if (w[i].t0 > a) a = w[i].t0; /* the window: every thread measuring */
         if (w[i].t1 < b) b = w[i].t1;
     }
-    pool_moves(st->pool, &g1, &m1, &c1);
+    pool_moves(st->pool, &g1, &m1, &c1, &s1);
     r.window = b > a;
     for (int i = 0; i < n; i++) r.agg += r.window ? rate_in_window(&w[i], a, b) : 0;
     for (int i = 0; i < n; i++) free(w[i].ends);
@@ -447,6 +448,7 @@ static threads_row threads_measure(stack *st, dmm_stream *streams, int n, int ki
     r.grows = g1 - g0;
     r.moves = m1 - m0;
     r.calls = c1 - c0;
+    r.slow = (s1 - s0) / (uint64_t)n;
     return r;
 }
 
@@ -491,6 +493,10 @@ static void threads_bench(int max_threads) {
                    r->agg / 1e6, base[kind] > 0 ? r->agg / base[kind] : 0, r->slowest, r->worst, gm,
                    l == levels ? "  (one thread again, last)" : "",
                    r->window ? "" : "  (the threads never ran at once: no window)");
+            if (kind == 0 && r->slow * 100 > (uint64_t)g_samples * g_batch * 2) /* over 1 %: not the odd revocation */
+                printf("%8s %8s (%llu heap-lock acquisitions per thread through the mutex, of %llu: the lock "
+                       "was not biased to its thread)\n",
+                       "", "", (unsigned long long)r->slow, (unsigned long long)g_samples * g_batch * 2);
             if (kind == 0 && r->calls != 0)
                 printf("%8s %8s (%llu driver calls during the measurement!)\n", "", "", (unsigned long long)r->calls);
             /* JSON: per-thread median (MAD: the threads' average); aggregate throughput, one wall-clock

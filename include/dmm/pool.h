@@ -238,7 +238,10 @@ DMM_API dmm_status dmm_pool_warm(dmm_pool *pool, dmm_stream stream, uint64_t tar
     X(driver_cache_hits, "chunks the mechanism served from its handle cache")                    \
     X(chunks_aliased, "chunks mapped again at once where their own stream needed them, the old place "   \
                       "decommitted behind its fence (no new physical memory)")                                 \
-    X(driver_ns, "nanoseconds the mechanism spent in those driver calls")
+    X(driver_ns, "nanoseconds the mechanism spent in those driver calls")                         \
+    X(lock_slow_paths, "heap lock acquisitions through the mutex, by a thread the lock is not biased to "  \
+                       "(a stream shared by threads, a stats read) or where membarrier is missing; 0 in "     \
+                       "builds whose locks are the mutex alone (ThreadSanitizer)")
 
 typedef struct dmm_pool_stats {
     uint32_t size; /* sizeof(dmm_pool_stats), set by the caller */
