@@ -39,12 +39,12 @@ dmm_status dmm__torch_confirm_lost(tctx *c);
 dmm_status dmm__torch_malloc(tctx *c, size_t bytes, dmm_stream stream, void **out);
 dmm_status dmm__torch_free(tctx *c, void *ptr, size_t bytes, dmm_stream stream);
 /* Gives back the pool's free chunks (trim + the arena's handle cache), empty tag segments and idle graph
- * segments but reserved ones (graphs.c). The segments go behind an event (recorded on the stream of their last use) through the
- * deferred queue: those whose event completed are released by this call's poll, the others at a later
- * poll. *released (optional) = the pool's bytes that left the mapping + the bytes of the segments given
- * back or QUEUED to go: not a count of what has already left the device; a queued release that then
- * fails puts its segment back in service (the poll reports it). The driver's census, or the stats'
- * mapped bytes after a poll, say what really left. */
+ * segments but reserved ones (graphs.c). The segments go behind an event (recorded on the stream of
+ * their last use) through the deferred queue: those whose event completed are released by this call's
+ * poll, the others at a later poll. *released (optional) = the pool's bytes that left the mapping +
+ * the bytes of the segments given back or QUEUED to go: not a count of what has already left the
+ * device; a queued release that then fails puts its segment back in service (the poll reports it).
+ * The driver's census, or the stats' mapped bytes after a poll, say what really left. */
 dmm_status dmm__torch_empty_cache(tctx *c, uint64_t *released);
 dmm_status dmm__torch_reset_peaks(tctx *c);
 /* Zeroes the totals (allocated, freed) and num_ooms / num_alloc_retries; currents and peaks stay. */
