@@ -125,6 +125,100 @@ static inline void kit_unchanged(const kit_snapshot *b, const kit_snapshot *a, c
                  (long long)a->owned, (long long)b->mapped, (long long)a->mapped);
 }
 
+/* The fault tests' drivers: the host driver and the fault driver over it. */
+static inline void kit_fault_drivers_open(dmm_driver **host, dmm_driver **fault) {
+    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, host));
+    DMM_OK_OR_FAIL(dmm_fault_driver_create(*host, fault));
+}
+
+/* Their end: the driver holds nothing, everything charged to t (NULL: no tally) was refunded, both
+ * destroyed. */
+static inline void kit_fault_drivers_close(dmm_driver *host, dmm_driver *fault, const kit_tally *t) {
+    dmm_test_census_zero(fault);
+    if (t != NULL) kit_tally_zero(t);
+    dmm_driver_destroy(fault);
+    dmm_driver_destroy(host);
+}
+
+/* The end of an arena with nothing live: the expensive check, the stats = the census, destroyed (*m = NULL). */
+static inline void kit_arena_close(dmm_mechanism **m, dmm_driver *d) {
+    KIT_CHECK(*m);
+    kit_stats_match_census(*m, d);
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(*m));
+    *m = NULL;
+}
+
+/* What one step of a fault sweep returned: a release outcome, or a status. */
+typedef struct kit_result {
+    bool is_outcome;
+    dmm_status status;
+    dmm_release_outcome o;
+    bool best_effort; /* drain/destroy: each handle given back counts; the stats must say which */
+} kit_result;
+
+/* The honesty checks every step of an arena's fault sweep makes (b: the snapshot before the step;
+ * `lost`: the device may be lost, so the tally may stay above the stats). Always: the expensive check,
+ * the stats = the census, the tally = the stats. FAILED (or an error status without a rollback leak, not
+ * best effort) ⇒ nothing changed; COMPLETE ⇒ the mapped bytes fell by exactly unmapped_bytes;
+ * QUARANTINED ⇒ the same, and residual_owned_bytes = the new poisoned + quarantined bytes, or, where
+ * `aliased` (a handle mapped at several places is owned once, however many of its mappings stick),
+ * between the new quarantined bytes and that sum. */
+static inline void kit_honest(dmm_driver *d, dmm_mechanism *m, const kit_tally *t, const kit_result *r,
+                              const kit_snapshot *b, bool lost, bool aliased) {
+    KIT_CHECK(m);
+    kit_stats_match_census(m, d);
+    kit_snapshot a = kit_snap(d, m, t);
+    if (!lost) kit_tally_matches(t, m);
+    if (r->is_outcome) {
+        dmm_release_state st = dmm_release_state_of(&r->o);
+        int64_t fell = (int64_t)b->c.mapped_bytes - (int64_t)a.c.mapped_bytes;
+        if (st == DMM_RELEASE_FAILED) {
+            assert_int_not_equal(r->o.failure, DMM_OK);
+            kit_unchanged(b, &a, "a FAILED outcome", lost);
+        } else if (st == DMM_RELEASE_COMPLETE) {
+            assert_int_equal(r->o.failure, DMM_OK);
+            assert_int_equal(r->o.residual_owned_bytes, 0);
+            assert_int_equal(fell, (int64_t)r->o.unmapped_bytes);
+        } else {
+            assert_int_not_equal(r->o.failure, DMM_OK);
+            assert_int_equal(fell, (int64_t)r->o.unmapped_bytes);
+            uint64_t newly_q = a.s.quarantined_bytes - b->s.quarantined_bytes;
+            uint64_t newly_stuck = (a.s.poisoned_bytes - b->s.poisoned_bytes) + newly_q;
+            if (!aliased) {
+                assert_int_equal(r->o.residual_owned_bytes, newly_stuck);
+            } else {
+                assert_true(r->o.residual_owned_bytes <= newly_stuck);
+                assert_true(r->o.residual_owned_bytes >= newly_q);
+                assert_true(newly_stuck == 0 || r->o.residual_owned_bytes > 0);
+            }
+            assert_true(a.c.handle_bytes >= r->o.residual_owned_bytes);
+        }
+    } else if (r->status != DMM_OK && !r->best_effort) {
+        if (a.s.rollback_leaks == b->s.rollback_leaks) kit_unchanged(b, &a, "a failed call without a rollback leak", lost);
+        else dmm_test_error_mentions("could not fully undo", NULL);
+    }
+}
+
+/* The end of a lost arena (its destroy was just refused): it made no driver call since `calls` and
+ * refunded nothing (the tally still at owned / mapped); confirming the context's end discharges
+ * everything without a driver call, and then the arena destroys. */
+static inline void kit_lost_confirm_destroy(dmm_driver *d, dmm_mechanism *m, const kit_tally *t, uint64_t calls,
+                                            int64_t owned, int64_t mapped) {
+    KIT_CHECK(m);
+    kit_stats_match_census(m, d);
+    assert_int_equal(dmm_fault_calls(d, DMM_OP_ANY), calls);
+    assert_int_equal(atomic_load(&t->owned), owned);
+    assert_int_equal(atomic_load(&t->mapped), mapped);
+    DMM_OK_OR_FAIL(dmm_arena_confirm_context_terminated(m));
+    kit_tally_zero(t);
+    dmm_stats s = kit_stats(m);
+    assert_int_equal(s.owned_bytes.current, 0);
+    assert_int_equal(s.allocations.current, 0);
+    KIT_CHECK(m);
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(m));
+    assert_int_equal(dmm_fault_calls(d, DMM_OP_ANY), calls);
+}
+
 /* Over the next 1,000 allocations of the arena (committed and VA-only, several sizes) no address is
  * quarantined or poisoned, and every one releases COMPLETE. */
 static inline void kit_reissue_check(dmm_mechanism *m) {

@@ -1,6 +1,7 @@
 /* tests/common/testkit.c — shared helpers for the cmocka tests. */
 #include "testkit.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,4 +79,21 @@ void dmm_test_pool_fx_close(dmm_test_pool_fx *f) {
 
 void dmm_test_pool_poll_until_reaped(dmm_pool *pool) {
     for (int i = 0; i < 4; i++) DMM_OK_OR_FAIL(dmm_pool_trim(pool, UINT64_MAX, NULL));
+}
+
+void dmm_test_prot_at(const void *addr, char out[5]) {
+    FILE *fp = fopen("/proc/self/maps", "r");
+    char line[512];
+    uintptr_t p = (uintptr_t)addr;
+    strcpy(out, "????");
+    assert_non_null(fp);
+    while (fgets(line, sizeof line, fp)) {
+        unsigned long lo, hi;
+        char perms[5];
+        if (sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) == 3 && p >= lo && p < hi) {
+            memcpy(out, perms, 5);
+            break;
+        }
+    }
+    fclose(fp);
 }

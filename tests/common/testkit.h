@@ -44,6 +44,10 @@ void dmm_test_pool_fx_close(dmm_test_pool_fx *f);
  * on the host driver). */
 void dmm_test_pool_poll_until_reaped(dmm_pool *pool);
 
+/* The permissions ("rw-p", "---p", "r--s", …) of this process's mapping that contains addr, from
+ * /proc/self/maps ("????": none). */
+void dmm_test_prot_at(const void *addr, char out[5]);
+
 /* Exit code that CTest reads as "skipped" (SKIP_RETURN_CODE). */
 #define DMM_TEST_SKIP 77
 

@@ -34,8 +34,7 @@ typedef struct env {
 
 static void env_init(env *e, uint64_t chunk_limit, uint64_t cache_limit) {
     memset(e, 0, sizeof *e);
-    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &e->host));
-    DMM_OK_OR_FAIL(dmm_fault_driver_create(e->host, &e->fault));
+    kit_fault_drivers_open(&e->host, &e->fault);
     e->acct = kit_accounting(&e->tally);
     dmm_arena_config c = kit_config(1 * GIB, chunk_limit, cache_limit, &e->acct);
     DMM_OK_OR_FAIL(dmm_arena_create(e->fault, &c, &e->m));
@@ -81,63 +80,21 @@ static void env_end(env *e) {
                     fail_msg("cleanup release FAILED: %s", dmm_last_error());
                 env_drop(e, i);
             }
-        KIT_CHECK(e->m);
-        kit_stats_match_census(e->m, e->fault);
-        DMM_OK_OR_FAIL(dmm_mechanism_destroy(e->m));
-        e->m = NULL;
+        kit_arena_close(&e->m, e->fault);
     }
-    dmm_test_census_zero(e->fault);
-    kit_tally_zero(&e->tally);
-    dmm_driver_destroy(e->fault);
-    dmm_driver_destroy(e->host);
+    kit_fault_drivers_close(e->host, e->fault, &e->tally);
 }
 
 /* ---- one step of a sweep ---- */
 
-typedef struct result {
-    bool is_outcome;
-    dmm_status status;
-    dmm_release_outcome o;
-    bool best_effort; /* drain/destroy: each handle given back counts; the stats must say which */
-} result;
-
+typedef kit_result result;
 typedef kit_snapshot snapshot;
 
 static snapshot snap(env *e) { return kit_snap(e->fault, e->m, &e->tally); }
 
 /* The honesty checks every step makes. */
 static void honest(env *e, const result *r, const snapshot *b, bool lost) {
-    KIT_CHECK(e->m);
-    kit_stats_match_census(e->m, e->fault);
-    snapshot a = snap(e);
-    if (!lost) kit_tally_matches(&e->tally, e->m);
-    if (r->is_outcome) {
-        dmm_release_state st = dmm_release_state_of(&r->o);
-        int64_t fell = (int64_t)b->c.mapped_bytes - (int64_t)a.c.mapped_bytes;
-        if (st == DMM_RELEASE_FAILED) {
-            assert_int_not_equal(r->o.failure, DMM_OK);
-            kit_unchanged(b, &a, "a FAILED outcome", lost);
-        } else if (st == DMM_RELEASE_COMPLETE) {
-            assert_int_equal(r->o.failure, DMM_OK);
-            assert_int_equal(r->o.residual_owned_bytes, 0);
-            assert_int_equal(fell, (int64_t)r->o.unmapped_bytes);
-        } else {
-            assert_int_not_equal(r->o.failure, DMM_OK);
-            assert_int_equal(fell, (int64_t)r->o.unmapped_bytes);
-            uint64_t newly_stuck = (a.s.poisoned_bytes - b->s.poisoned_bytes) + (a.s.quarantined_bytes - b->s.quarantined_bytes);
-            if (!e->aliased) {
-                assert_int_equal(r->o.residual_owned_bytes, newly_stuck);
-            } else { /* two stuck mappings of one handle own it once */
-                assert_true(r->o.residual_owned_bytes <= newly_stuck);
-                assert_true(r->o.residual_owned_bytes >= a.s.quarantined_bytes - b->s.quarantined_bytes);
-                assert_true(newly_stuck == 0 || r->o.residual_owned_bytes > 0);
-            }
-            assert_true(a.c.handle_bytes >= r->o.residual_owned_bytes);
-        }
-    } else if (r->status != DMM_OK && !r->best_effort) {
-        if (a.s.rollback_leaks == b->s.rollback_leaks) kit_unchanged(b, &a, "a failed call without a rollback leak", lost);
-        else dmm_test_error_mentions("could not fully undo", NULL);
-    }
+    kit_honest(e->fault, e->m, &e->tally, r, b, lost, e->aliased);
 }
 
 typedef struct sweep_case {
@@ -175,21 +132,9 @@ static void lost_battery(env *e) {
     assert_int_equal(dmm_arena_drain_cache(e->m), DMM_ERR_DEVICE_LOST);
     assert_int_equal(dmm_mechanism_destroy(e->m), DMM_ERR_BUSY);
     dmm_test_error_mentions("arena destroy", "lost its device", "confirm_context_terminated", NULL);
-    KIT_CHECK(e->m);
-    kit_stats_match_census(e->m, e->fault);
-    assert_int_equal(dmm_fault_calls(e->fault, DMM_OP_ANY), calls);
-    assert_int_equal(atomic_load(&e->tally.owned), owned);
-    assert_int_equal(atomic_load(&e->tally.mapped), mapped);
     /* the context is torn down: discharge everything, without a driver call */
-    DMM_OK_OR_FAIL(dmm_arena_confirm_context_terminated(e->m));
-    kit_tally_zero(&e->tally);
-    dmm_stats s = kit_stats(e->m);
-    assert_int_equal(s.owned_bytes.current, 0);
-    assert_int_equal(s.allocations.current, 0);
-    KIT_CHECK(e->m);
-    DMM_OK_OR_FAIL(dmm_mechanism_destroy(e->m));
+    kit_lost_confirm_destroy(e->fault, e->m, &e->tally, calls, owned, mapped);
     e->m = NULL;
-    assert_int_equal(dmm_fault_calls(e->fault, DMM_OP_ANY), calls);
     for (int i = 0; i < MAX_LIVE; i++)
         if (e->is_live[i]) env_drop(e, i);
     /* the host "context" goes with its driver: what the arena held is given back there */

@@ -39,8 +39,7 @@ static unsigned char pat(int i, size_t k) { return (unsigned char)(i * 23 + k * 
 
 static void env_init(env *e) {
     memset(e, 0, sizeof *e);
-    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &e->host));
-    DMM_OK_OR_FAIL(dmm_fault_driver_create(e->host, &e->fault));
+    kit_fault_drivers_open(&e->host, &e->fault);
     DMM_OK_OR_FAIL(dmm_plugin_load(DMM_TEST_PLUGIN_GOOD, &e->plugin));
     DMM_OK_OR_FAIL(dmm_plugin_mechanism_create(e->plugin, "mock", e->fault, NULL, &e->m));
     assert_true(dmm_mechanism_capabilities(e->m) & DMM_CAP_VIRTUAL_BACKING);
@@ -140,9 +139,7 @@ static void env_end(env *e) {
     conserved(e, "before the teardown");
     DMM_OK_OR_FAIL(dmm_mechanism_destroy(e->m));
     DMM_OK_OR_FAIL(dmm_plugin_unload(e->plugin));
-    dmm_test_census_zero(e->fault);
-    dmm_driver_destroy(e->fault);
-    dmm_driver_destroy(e->host);
+    kit_fault_drivers_close(e->host, e->fault, NULL);
 }
 
 /* ---- the operations ---- */

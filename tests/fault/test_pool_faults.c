@@ -49,8 +49,7 @@ static unsigned char pat(unsigned seed, size_t k) { return (unsigned char)(seed 
 
 static void env_init(env *e, uint64_t cache_limit) {
     memset(e, 0, sizeof *e);
-    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &e->host));
-    DMM_OK_OR_FAIL(dmm_fault_driver_create(e->host, &e->fault));
+    kit_fault_drivers_open(&e->host, &e->fault);
     e->acct = kit_accounting(&e->tally);
     dmm_arena_config c = kit_config(4 * GIB, 0, cache_limit, &e->acct);
     DMM_OK_OR_FAIL(dmm_arena_create(e->fault, &c, &e->arena));
@@ -100,13 +99,7 @@ static void env_contents_intact(env *e) {
     }
 }
 
-static dmm_pool_stats pstats(env *e) {
-    dmm_pool_stats s;
-    memset(&s, 0, sizeof s);
-    s.size = sizeof s;
-    DMM_OK_OR_FAIL(dmm_pool_stats_get(e->pool, &s));
-    return s;
-}
+static dmm_pool_stats pstats(env *e) { return dmm_test_pool_stats(e->pool); }
 
 /* The accounting equalities every step must keep. */
 static void conserved(env *e, const char *what) {
@@ -168,10 +161,7 @@ static void env_end(env *e) {
     conserved(e, "after the pool's destroy");
     DMM_OK_OR_FAIL(dmm_mechanism_destroy(e->arena));
     DMM_OK_OR_FAIL(e->fault->ops->stream_destroy(e->fault, e->s2));
-    dmm_test_census_zero(e->fault);
-    kit_tally_zero(&e->tally);
-    dmm_driver_destroy(e->fault);
-    dmm_driver_destroy(e->host);
+    kit_fault_drivers_close(e->host, e->fault, &e->tally);
 }
 
 /* ---- one step ---- */

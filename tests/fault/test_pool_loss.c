@@ -50,8 +50,7 @@ typedef struct env {
 
 static void env_init(env *e) {
     memset(e, 0, sizeof *e);
-    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &e->host));
-    DMM_OK_OR_FAIL(dmm_fault_driver_create(e->host, &e->fault));
+    kit_fault_drivers_open(&e->host, &e->fault);
     e->acct = kit_accounting(&e->tally);
     dmm_arena_config c = kit_config(4 * GIB, 0, 8 * MIB, &e->acct); /* a handle cache: drain makes calls */
     DMM_OK_OR_FAIL(dmm_arena_create(e->fault, &c, &e->arena));
@@ -91,13 +90,7 @@ static int env_nlive(const env *e) {
     return n;
 }
 
-static dmm_pool_stats pstats(env *e) {
-    dmm_pool_stats s;
-    memset(&s, 0, sizeof s);
-    s.size = sizeof s;
-    DMM_OK_OR_FAIL(dmm_pool_stats_get(e->pool, &s));
-    return s;
-}
+static dmm_pool_stats pstats(env *e) { return dmm_test_pool_stats(e->pool); }
 
 static void pool_consistent(env *e, const char *what) {
     if (dmm_pool_check(e->pool) != DMM_OK) fail_msg("%s: dmm_pool_check: %s", what, dmm_last_error());
@@ -124,10 +117,7 @@ static void env_end(env *e) {
     DMM_OK_OR_FAIL(dmm_arena_drain_cache(e->arena));
     DMM_OK_OR_FAIL(dmm_mechanism_destroy(e->arena));
     DMM_OK_OR_FAIL(e->fault->ops->stream_destroy(e->fault, e->s2));
-    dmm_test_census_zero(e->fault);
-    kit_tally_zero(&e->tally);
-    dmm_driver_destroy(e->fault);
-    dmm_driver_destroy(e->host);
+    kit_fault_drivers_close(e->host, e->fault, &e->tally);
 }
 
 /* ---- the state before the loss ---- */

@@ -40,8 +40,7 @@ static unsigned char pat(size_t k) { return (unsigned char)(k * 29 + (k >> 12) *
 
 static void env_init(env *e, uint64_t cache_limit) {
     memset(e, 0, sizeof *e);
-    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &e->host));
-    DMM_OK_OR_FAIL(dmm_fault_driver_create(e->host, &e->fault));
+    kit_fault_drivers_open(&e->host, &e->fault);
     e->acct = kit_accounting(&e->tally);
     dmm_arena_config c = kit_config(2 * GIB, 2 * MIB, cache_limit, &e->acct);
     DMM_OK_OR_FAIL(dmm_arena_create(e->fault, &c, &e->m));
@@ -78,59 +77,21 @@ static void env_end(env *e) {
             if (o.state == DMM_RELEASE_FAILED) fail_msg("cleanup prefix release FAILED: %s", dmm_last_error());
             e->p_live = false;
         }
-        KIT_CHECK(e->m);
-        kit_stats_match_census(e->m, e->fault);
-        DMM_OK_OR_FAIL(dmm_mechanism_destroy(e->m));
-        e->m = NULL;
+        kit_arena_close(&e->m, e->fault);
     }
-    dmm_test_census_zero(e->fault);
-    kit_tally_zero(&e->tally);
-    dmm_driver_destroy(e->fault);
-    dmm_driver_destroy(e->host);
+    kit_fault_drivers_close(e->host, e->fault, &e->tally);
 }
 
 /* ---- one step of a sweep ---- */
 
-typedef struct result {
-    bool is_outcome;
-    dmm_status status;
-    dmm_release_outcome o;
-} result;
-
+typedef kit_result result;
 typedef kit_snapshot snapshot;
 
 static snapshot snap(env *e) { return kit_snap(e->fault, e->m, &e->tally); }
 
+/* A handle mapped at several places is owned once, however many of its mappings stick: aliased. */
 static void honest(env *e, const result *r, const snapshot *b, bool lost) {
-    KIT_CHECK(e->m);
-    kit_stats_match_census(e->m, e->fault);
-    snapshot a = snap(e);
-    if (!lost) kit_tally_matches(&e->tally, e->m);
-    if (r->is_outcome) {
-        dmm_release_state st = dmm_release_state_of(&r->o);
-        int64_t fell = (int64_t)b->c.mapped_bytes - (int64_t)a.c.mapped_bytes;
-        if (st == DMM_RELEASE_FAILED) {
-            assert_int_not_equal(r->o.failure, DMM_OK);
-            kit_unchanged(b, &a, "a FAILED outcome", lost);
-        } else if (st == DMM_RELEASE_COMPLETE) {
-            assert_int_equal(r->o.failure, DMM_OK);
-            assert_int_equal(r->o.residual_owned_bytes, 0);
-            assert_int_equal(fell, (int64_t)r->o.unmapped_bytes);
-        } else {
-            assert_int_not_equal(r->o.failure, DMM_OK);
-            assert_int_equal(fell, (int64_t)r->o.unmapped_bytes);
-            uint64_t newly_q = a.s.quarantined_bytes - b->s.quarantined_bytes;
-            uint64_t newly_stuck = (a.s.poisoned_bytes - b->s.poisoned_bytes) + newly_q;
-            /* a handle mapped at several places is owned once, however many of its mappings stick */
-            assert_true(r->o.residual_owned_bytes <= newly_stuck);
-            assert_true(r->o.residual_owned_bytes >= newly_q);
-            assert_true(newly_stuck == 0 || r->o.residual_owned_bytes > 0);
-            assert_true(a.c.handle_bytes >= r->o.residual_owned_bytes);
-        }
-    } else if (r->status != DMM_OK) {
-        if (a.s.rollback_leaks == b->s.rollback_leaks) kit_unchanged(b, &a, "a failed call without a rollback leak", lost);
-        else dmm_test_error_mentions("could not fully undo", NULL);
-    }
+    kit_honest(e->fault, e->m, &e->tally, r, b, lost, true);
 }
 
 typedef struct sweep_case {
@@ -169,17 +130,8 @@ static void lost_battery(env *e) {
         assert_int_equal(o.failure, DMM_ERR_DEVICE_LOST);
     }
     assert_int_equal(dmm_mechanism_destroy(e->m), DMM_ERR_BUSY);
-    KIT_CHECK(e->m);
-    kit_stats_match_census(e->m, e->fault);
-    assert_int_equal(dmm_fault_calls(e->fault, DMM_OP_ANY), calls);
-    assert_int_equal(atomic_load(&e->tally.owned), owned);
-    assert_int_equal(atomic_load(&e->tally.mapped), mapped);
-    DMM_OK_OR_FAIL(dmm_arena_confirm_context_terminated(e->m));
-    kit_tally_zero(&e->tally);
-    KIT_CHECK(e->m);
-    DMM_OK_OR_FAIL(dmm_mechanism_destroy(e->m)); /* the prefix went with the confirmation */
+    kit_lost_confirm_destroy(e->fault, e->m, &e->tally, calls, owned, mapped); /* the prefix went with it */
     e->m = NULL;
-    assert_int_equal(dmm_fault_calls(e->fault, DMM_OP_ANY), calls);
     dmm_driver_destroy(e->fault);
     dmm_driver_destroy(e->host);
 }
@@ -273,7 +225,7 @@ static void setup_last_sharer(env *e) {
 /* ---- operations ---- */
 
 static result op_create(env *e) {
-    result r = {false, DMM_OK, {0}};
+    result r = {false, DMM_OK, {0}, false};
     r.status = dmm_prefix_create(e->m, &e->owner, (dmm_range){0, PBYTES}, &e->p);
     return r;
 }
@@ -284,7 +236,7 @@ static void after_create(env *e, const result *r, bool lost) {
 }
 
 static result op_commit(env *e) {
-    result r = {false, DMM_OK, {0}};
+    result r = {false, DMM_OK, {0}, false};
     r.status = dmm_prefix_commit(e->m, &e->p, &e->s1, 0);
     return r;
 }
@@ -299,7 +251,7 @@ static void after_commit(env *e, const result *r, bool lost) {
 }
 
 static result op_decommit_sharer(env *e) {
-    result r = {true, DMM_OK, {0}};
+    result r = {true, DMM_OK, {0}, false};
     r.o = dmm_mechanism_decommit(e->m, &e->s1, (dmm_range){0, PBYTES});
     return r;
 }
@@ -319,7 +271,7 @@ static void after_decommit_sharer(env *e, const result *r, bool lost) {
 }
 
 static result op_release_sharer(env *e) {
-    result r = {true, DMM_OK, {0}};
+    result r = {true, DMM_OK, {0}, false};
     r.o = dmm_mechanism_release(e->m, &e->s1);
     return r;
 }
@@ -337,7 +289,7 @@ static void after_release_sharer(env *e, const result *r, bool lost) {
 }
 
 static result op_release_owner(env *e) {
-    result r = {true, DMM_OK, {0}};
+    result r = {true, DMM_OK, {0}, false};
     r.o = dmm_mechanism_release(e->m, &e->owner);
     return r;
 }
@@ -349,7 +301,7 @@ static void after_release_owner(env *e, const result *r, bool lost) {
 }
 
 static result op_release_last_sharer(env *e) {
-    result r = {true, DMM_OK, {0}};
+    result r = {true, DMM_OK, {0}, false};
     r.o = dmm_mechanism_release(e->m, &e->s2);
     return r;
 }
@@ -362,7 +314,7 @@ static void after_release_last_sharer(env *e, const result *r, bool lost) {
 }
 
 static result op_prefix_release(env *e) {
-    result r = {true, DMM_OK, {0}};
+    result r = {true, DMM_OK, {0}, false};
     r.o = dmm_prefix_release(e->m, &e->p);
     return r;
 }
@@ -422,7 +374,7 @@ static void a_failed_handle_release_quarantines_the_prefix_handle(void **state) 
     assert_int_equal(o.failure, DMM_ERR_DRIVER);
     dmm_test_error_mentions("dmm_prefix_release", "QUARANTINED", "stay owned", NULL);
     e.p_live = false;
-    result r = {true, DMM_OK, o};
+    result r = {true, DMM_OK, o, false};
     honest(&e, &r, &before, false);
     assert_int_equal(atomic_load(&e.tally.owned), 2 * MIB);
     assert_int_equal(kit_stats(e.m).quarantined_handles, 1);

@@ -56,8 +56,7 @@ static dmm_status provider_make(env *e, dmm_provider **out) {
 static void env_init(env *e, uint64_t cache_limit, bool with_provider) {
     memset(e, 0, sizeof *e);
     e->cache_limit = cache_limit;
-    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &e->host));
-    DMM_OK_OR_FAIL(dmm_fault_driver_create(e->host, &e->fault));
+    kit_fault_drivers_open(&e->host, &e->fault);
     e->acct = kit_accounting(&e->tally);
     if (with_provider) DMM_OK_OR_FAIL(provider_make(e, &e->p));
 }
@@ -159,10 +158,7 @@ static void env_end(env *e) {
         DMM_OK_OR_FAIL(dmm_provider_destroy(e->p));
         e->p = NULL;
     }
-    dmm_test_census_zero(e->fault);
-    kit_tally_zero(&e->tally);
-    dmm_driver_destroy(e->fault);
-    dmm_driver_destroy(e->host);
+    kit_fault_drivers_close(e->host, e->fault, &e->tally);
 }
 
 /* ---- the operations ---- */

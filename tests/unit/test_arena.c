@@ -66,24 +66,6 @@ static int fd_count(void) {
     return n;
 }
 
-/* The permissions ("rw-p", "---p", …) of the mapping that contains addr. */
-static void prot_at(const void *addr, char out[5]) {
-    FILE *fp = fopen("/proc/self/maps", "r");
-    char line[512];
-    uintptr_t p = (uintptr_t)addr;
-    strcpy(out, "????");
-    assert_non_null(fp);
-    while (fgets(line, sizeof line, fp)) {
-        unsigned long lo, hi;
-        char perms[5];
-        if (sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) == 3 && p >= lo && p < hi) {
-            memcpy(out, perms, 5);
-            break;
-        }
-    }
-    fclose(fp);
-}
-
 static dmm_allocation alloc_ok(fixture *f, size_t bytes) {
     dmm_allocation a;
     DMM_OK_OR_FAIL(dmm_mechanism_allocate(f->m, bytes, 0, &a));
@@ -121,7 +103,7 @@ static void reserves_64_gib_without_rss(void **state) {
     DMM_OK_OR_FAIL(dmm_arena_reservation(m, &va, &bytes));
     assert_int_equal(bytes, 64 * GIB);
     char perms[5];
-    prot_at((void *)(va + 17 * GIB), perms);
+    dmm_test_prot_at((void *)(va + 17 * GIB), perms);
     assert_string_equal(perms, "---p");
     size_t spans;
     DMM_OK_OR_FAIL(dmm_arena_free_spans(m, &spans));
@@ -144,7 +126,7 @@ static void commit_and_decommit_are_real(void **state) {
     assert_int_equal(committed, 0);
     assert_int_equal(fd_count(), fds0);
     char perms[5];
-    prot_at(a.ptr, perms);
+    dmm_test_prot_at(a.ptr, perms);
     assert_string_equal(perms, "---p");
 
     uint64_t need = 0;
@@ -159,9 +141,9 @@ static void commit_and_decommit_are_real(void **state) {
     DMM_OK_OR_FAIL(dmm_mechanism_mapped_bytes_for_ranges(f->m, &a, &r, 1, &need));
     assert_int_equal(need, 0);
     char *p = (char *)a.ptr;
-    prot_at(p + 2 * MIB, perms);
+    dmm_test_prot_at(p + 2 * MIB, perms);
     assert_string_equal(perms, "rw-s");
-    prot_at(p, perms);
+    dmm_test_prot_at(p, perms);
     assert_string_equal(perms, "---p");
     for (size_t i = 2 * MIB; i < 8 * MIB; i += 4096) p[i] = (char)(i >> 12);
     for (size_t i = 2 * MIB; i < 8 * MIB; i += 4096) assert_int_equal(p[i], (char)(i >> 12));
@@ -175,7 +157,7 @@ static void commit_and_decommit_are_real(void **state) {
     assert_int_equal(o.state, DMM_RELEASE_COMPLETE);
     assert_int_equal(o.unmapped_bytes, 2 * MIB);
     step(f);
-    prot_at(p + 4 * MIB, perms);
+    dmm_test_prot_at(p + 4 * MIB, perms);
     assert_string_equal(perms, "---p");
     assert_int_equal(fd_count(), fds0 + 2);
     assert_int_equal(kit_census(f->host).reserved_bytes, 1 * GIB);
@@ -345,7 +327,7 @@ static void allocate_committed_commits_only_the_ranges(void **state) {
     DMM_OK_OR_FAIL(dmm_mechanism_committed_bytes(f->m, &a, &committed));
     assert_int_equal(committed, 2 * MIB + 4 * MIB); /* granule 0; granules 5 and 6 */
     char perms[5];
-    prot_at((char *)a.ptr + 2 * MIB, perms);
+    dmm_test_prot_at((char *)a.ptr + 2 * MIB, perms);
     assert_string_equal(perms, "---p");
     ((char *)a.ptr)[12 * MIB] = 1;
     /* decommit of the whole allocation releases every chunk, including the tail granule */
@@ -426,7 +408,7 @@ static void alias_maps_the_same_memory_twice_and_owns_it_once(void **state) {
     p[10 * MIB + 5 * MIB] = 42;
     assert_int_equal(p[5 * MIB], 42);
     char perms[5];
-    prot_at(p + 10 * MIB, perms);
+    dmm_test_prot_at(p + 10 * MIB, perms);
     assert_string_equal(perms, "rw-s");
     assert_int_equal(fd_count(), fds0);
     dmm_stats s = kit_stats(f->m);
@@ -453,7 +435,7 @@ static void alias_maps_the_same_memory_twice_and_owns_it_once(void **state) {
     assert_int_equal(s.cached_bytes.current, 0);
     assert_int_equal(s.owned_bytes.current, 6 * MIB);
     assert_int_equal(s.mapped_bytes.current, 6 * MIB);
-    prot_at(p, perms);
+    dmm_test_prot_at(p, perms);
     assert_string_equal(perms, "---p");
     assert_int_equal(p[10 * MIB + 5 * MIB], 42);
     for (size_t i = 4096; i < 5 * MIB; i += 4096) assert_int_equal(p[10 * MIB + i], (char)(i >> 12));

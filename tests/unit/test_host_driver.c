@@ -64,23 +64,6 @@ static int open_fds(void) {
     return n;
 }
 
-/* The permissions ("rw-p", "---p", "rw-s", …) of the /proc/self/maps line containing addr. */
-static void perms_at(uintptr_t addr, char out[5]) {
-    FILE *f = fopen("/proc/self/maps", "r");
-    assert_non_null(f);
-    char line[512];
-    strcpy(out, "????");
-    while (fgets(line, sizeof line, f)) {
-        unsigned long lo, hi;
-        char perms[5];
-        if (sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) == 3 && addr >= lo && addr < hi) {
-            memcpy(out, perms, 5);
-            break;
-        }
-    }
-    fclose(f);
-}
-
 /* Writes one byte at addr in a forked child; returns the signal that killed it (0 if it lived). */
 static int write_in_child(uintptr_t addr) {
     pid_t pid = fork();
@@ -109,7 +92,7 @@ static void test_reserve_costs_no_memory(void **state) {
     assert_int_equal(va % (2 * MiB), 0);
     assert_census(d, 64 * GiB, 0, 0, 0, 0);
     char p[5];
-    perms_at(va + 10 * GiB, p);
+    dmm_test_prot_at((const void *)(va + 10 * GiB), p);
     assert_string_equal(p, "---p");
     DMM_OK_OR_FAIL(d->ops->unreserve(d, va, 64 * GiB));
     assert_census(d, 0, 0, 0, 0, 0);
@@ -148,13 +131,13 @@ static void test_map_access_write_unmap(void **state) {
     assert_census(d, 16 * MiB, 2, 6 * MiB, 6 * MiB, 0);
     /* mapped with no access, like cuMemMap */
     char p[5];
-    perms_at(va, p);
+    dmm_test_prot_at((const void *)va, p);
     assert_string_equal(p, "---s");
     assert_int_equal(write_in_child(va), SIGSEGV);
 
     /* one set_access may span several mappings */
     DMM_OK_OR_FAIL(d->ops->set_access(d, va, 6 * MiB, DMM_ACCESS_READ_WRITE));
-    perms_at(va + 3 * MiB, p);
+    dmm_test_prot_at((const void *)(va + 3 * MiB), p);
     assert_string_equal(p, "rw-s");
     memset((void *)va, 0xab, 6 * MiB);
     assert_int_equal(write_in_child(va + 5 * MiB), 0);
@@ -163,7 +146,7 @@ static void test_map_access_write_unmap(void **state) {
     assert_int_equal(((volatile unsigned char *)va)[100], 0xab);
 
     DMM_OK_OR_FAIL(d->ops->unmap(d, va, 2 * MiB));
-    perms_at(va, p);
+    dmm_test_prot_at((const void *)va, p);
     assert_string_equal(p, "---p"); /* the hole is reserved again, with no access */
     assert_int_equal(write_in_child(va), SIGSEGV);
     assert_census(d, 16 * MiB, 2, 6 * MiB, 4 * MiB, 0);
@@ -174,7 +157,7 @@ static void test_map_access_write_unmap(void **state) {
     assert_int_equal(((volatile unsigned char *)(va + 8 * MiB))[12345], 0xab);
     DMM_OK_OR_FAIL(d->ops->unmap(d, va + 8 * MiB, 2 * MiB));
     DMM_OK_OR_FAIL(d->ops->unmap(d, va + 2 * MiB, 4 * MiB));
-    perms_at(va + 2 * MiB, p);
+    dmm_test_prot_at((const void *)(va + 2 * MiB), p);
     assert_string_equal(p, "---p");
 
     DMM_OK_OR_FAIL(d->ops->release(d, h1));
@@ -279,9 +262,9 @@ static void test_refusals_change_nothing(void **state) {
     assert_int_equal(open_fds(), fds0);
     assert_int_equal(((volatile char *)(va + 2 * MiB))[0], 1);
     char p[5];
-    perms_at(va, p);
+    dmm_test_prot_at((const void *)va, p);
     assert_string_equal(p, "---p");
-    perms_at(va + 2 * MiB, p);
+    dmm_test_prot_at((const void *)(va + 2 * MiB), p);
     assert_string_equal(p, "rw-s");
 
     DMM_OK_OR_FAIL(d->ops->unmap(d, va + 2 * MiB, 2 * MiB));

@@ -185,119 +185,109 @@ static dmm_allocation region(fx *f, dmm_access access, dmm_export *ex) {
     return a;
 }
 
+/* One exchange with an importer: the fixture, a region filled with seed 42 and exported with `access`,
+ * the importer started in `mode` and sent the export (ours closed: the driver keeps its references). */
+typedef struct session {
+    fx *f;
+    size_t fds0; /* this process's descriptors before the region */
+    dmm_allocation a;
+    int sock;
+    pid_t pid;
+} session;
+
+static session session_start(uint64_t cache_limit, dmm_access access, const char *mode) {
+    session x;
+    x.f = fx_new(cache_limit);
+    x.fds0 = fd_count();
+    dmm_export ex;
+    x.a = region(x.f, access, &ex);
+    x.pid = spawn(mode, &x.sock);
+    DMM_OK_OR_FAIL(dmm_ipc_send_export(x.sock, &ex));
+    dmm_export_close(&ex);
+    return x;
+}
+
+/* The region released (unless `released`), our socket closed: no descriptor is left and the fixture ends
+ * at zero. */
+static void session_end(session *x, bool released) {
+    if (!released) assert_int_equal(dmm_mechanism_release(x->f->m, &x->a).state, DMM_RELEASE_COMPLETE);
+    close(x->sock);
+    assert_int_equal(fd_count(), x->fds0);
+    fx_end(x->f);
+}
+
 static void test_another_process_reads_the_same_bytes_and_the_memory_is_counted_once(void **state) {
     (void)state;
-    fx *f = fx_new(0);
-    size_t fds0 = fd_count();
-    dmm_export ex;
-    dmm_allocation a = region(f, DMM_ACCESS_READ, &ex);
-    int sock;
-    pid_t pid = spawn("read", &sock);
-    DMM_OK_OR_FAIL(dmm_ipc_send_export(sock, &ex));
-    dmm_export_close(&ex);
-    int st = wait_for(pid);
+    session x = session_start(0, DMM_ACCESS_READ, "read");
+    int st = wait_for(x.pid);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
     /* the exporter's census shows the memory once: one handle of 64 MiB, owned and charged here */
-    dmm_driver_census k = kit_census(f->host);
+    dmm_driver_census k = kit_census(x.f->host);
     assert_int_equal(k.handles, 1);
     assert_int_equal(k.handle_bytes, REGION);
     assert_int_equal(k.imported_bytes, 0);
-    assert_int_equal(kit_stats(f->m).owned_bytes.current, REGION);
-    assert_int_equal(f->tally.owned, REGION);
-    assert_int_equal(kit_stats(f->m).exported_handles, 1);
-    dmm_release_outcome o = dmm_mechanism_release(f->m, &a);
+    assert_int_equal(kit_stats(x.f->m).owned_bytes.current, REGION);
+    assert_int_equal(x.f->tally.owned, REGION);
+    assert_int_equal(kit_stats(x.f->m).exported_handles, 1);
+    dmm_release_outcome o = dmm_mechanism_release(x.f->m, &x.a);
     assert_int_equal(o.state, DMM_RELEASE_COMPLETE);
     assert_int_equal(o.exported_bytes, REGION); /* says so: importers may have held it */
-    close(sock);
-    assert_int_equal(fd_count(), fds0);
-    fx_end(f);
+    session_end(&x, true);
 }
 
 static void test_a_write_through_a_read_only_import_kills_the_writer(void **state) {
     (void)state;
-    fx *f = fx_new(0);
-    dmm_export ex;
-    dmm_allocation a = region(f, DMM_ACCESS_READ, &ex);
-    int sock;
-    pid_t pid = spawn("write-ro", &sock);
-    DMM_OK_OR_FAIL(dmm_ipc_send_export(sock, &ex));
-    dmm_export_close(&ex);
-    int st = wait_for(pid);
+    session x = session_start(0, DMM_ACCESS_READ, "write-ro");
+    int st = wait_for(x.pid);
     if (!WIFSIGNALED(st)) fail_msg("the writer was not killed: exit %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
     assert_true(WTERMSIG(st) == SIGSEGV || WTERMSIG(st) == SIGBUS);
-    assert_true(same(a.ptr, REGION, 42)); /* and nothing was written */
-    assert_int_equal(dmm_mechanism_release(f->m, &a).state, DMM_RELEASE_COMPLETE);
-    close(sock);
-    fx_end(f);
+    assert_true(same(x.a.ptr, REGION, 42)); /* and nothing was written */
+    session_end(&x, false);
 }
 
 static void test_a_read_write_import_writes_what_the_exporter_reads(void **state) {
     (void)state;
-    fx *f = fx_new(0);
-    dmm_export ex;
-    dmm_allocation a = region(f, DMM_ACCESS_READ_WRITE, &ex);
-    int sock;
-    pid_t pid = spawn("write-rw", &sock);
-    DMM_OK_OR_FAIL(dmm_ipc_send_export(sock, &ex));
-    dmm_export_close(&ex);
+    session x = session_start(0, DMM_ACCESS_READ_WRITE, "write-rw");
     char b = 0;
-    assert_int_equal(read(sock, &b, 1), 1);
+    assert_int_equal(read(x.sock, &b, 1), 1);
     assert_int_equal(b, 'w');
-    assert_true(same(a.ptr, REGION, 99)); /* one physical copy: the importer's bytes are ours */
-    assert_int_equal(write(sock, &b, 1), 1);
-    int st = wait_for(pid);
+    assert_true(same(x.a.ptr, REGION, 99)); /* one physical copy: the importer's bytes are ours */
+    assert_int_equal(write(x.sock, &b, 1), 1);
+    int st = wait_for(x.pid);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    assert_int_equal(dmm_mechanism_release(f->m, &a).state, DMM_RELEASE_COMPLETE);
-    close(sock);
-    fx_end(f);
+    session_end(&x, false);
 }
 
 static void test_a_read_only_export_cannot_be_imported_read_write(void **state) {
     (void)state;
-    fx *f = fx_new(0);
-    dmm_export ex;
-    dmm_allocation a = region(f, DMM_ACCESS_READ, &ex);
-    int sock;
-    pid_t pid = spawn("rw-of-ro", &sock);
-    DMM_OK_OR_FAIL(dmm_ipc_send_export(sock, &ex));
-    dmm_export_close(&ex);
-    int st = wait_for(pid);
+    session x = session_start(0, DMM_ACCESS_READ, "rw-of-ro");
+    int st = wait_for(x.pid);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    assert_int_equal(dmm_mechanism_release(f->m, &a).state, DMM_RELEASE_COMPLETE);
-    close(sock);
-    fx_end(f);
+    session_end(&x, false);
 }
 
 static void test_the_importer_reads_on_after_the_exporter_released(void **state) {
     (void)state;
-    fx *f = fx_new(64 * MIB); /* a cache that could take the handle: an exported one must not go there */
-    size_t fds0 = fd_count();
-    dmm_export ex;
-    dmm_allocation a = region(f, DMM_ACCESS_READ, &ex);
-    int sock;
-    pid_t pid = spawn("lifetime", &sock);
-    DMM_OK_OR_FAIL(dmm_ipc_send_export(sock, &ex));
-    dmm_export_close(&ex);
+    /* a cache that could take the handle: an exported one must not go there */
+    session x = session_start(64 * MIB, DMM_ACCESS_READ, "lifetime");
     char b = 0;
-    assert_int_equal(read(sock, &b, 1), 1); /* imported */
-    dmm_release_outcome o = dmm_mechanism_release(f->m, &a);
+    assert_int_equal(read(x.sock, &b, 1), 1); /* imported */
+    dmm_release_outcome o = dmm_mechanism_release(x.f->m, &x.a);
     assert_int_equal(o.state, DMM_RELEASE_COMPLETE);
     assert_int_equal(o.exported_bytes, REGION);
-    assert_int_equal(kit_stats(f->m).cached_bytes.current, 0);
-    assert_int_equal(kit_stats(f->m).exported_released_bytes, REGION);
-    dmm_driver_census k = kit_census(f->host); /* our reference is gone: the importer's keeps the memory */
+    assert_int_equal(kit_stats(x.f->m).cached_bytes.current, 0);
+    assert_int_equal(kit_stats(x.f->m).exported_released_bytes, REGION);
+    dmm_driver_census k = kit_census(x.f->host); /* our reference is gone: the importer's keeps the memory */
     assert_int_equal(k.handles, 0);
     assert_int_equal(k.mapped_bytes, 0);
-    kit_tally_zero(&f->tally);
+    kit_tally_zero(&x.f->tally);
     b = '2';
-    assert_int_equal(write(sock, &b, 1), 1);
-    int st = wait_for(pid); /* it reads the right bytes, releases, and its census and descriptors go to zero */
+    assert_int_equal(write(x.sock, &b, 1), 1);
+    int st = wait_for(x.pid); /* it reads the right bytes, releases, and its census and descriptors go to zero */
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
-    close(sock);
-    assert_int_equal(fd_count(), fds0);
-    fx_end(f);
+    session_end(&x, true);
 }
 
 /* ---- in one process ---- */

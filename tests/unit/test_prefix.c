@@ -65,24 +65,6 @@ static void expect_pattern(const void *p, size_t bytes, const char *what) {
         if (q[k] != pat(k)) fail_msg("%s: byte %zu is 0x%02x, expected 0x%02x", what, k, q[k], pat(k));
 }
 
-/* The permissions ("r--s", "rw-s", …) of the mapping that contains addr. */
-static void prot_at(const void *addr, char out[5]) {
-    FILE *fp = fopen("/proc/self/maps", "r");
-    char line[512];
-    uintptr_t p = (uintptr_t)addr;
-    strcpy(out, "????");
-    assert_non_null(fp);
-    while (fgets(line, sizeof line, fp)) {
-        unsigned long lo, hi;
-        char perms[5];
-        if (sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) == 3 && p >= lo && p < hi) {
-            memcpy(out, perms, 5);
-            break;
-        }
-    }
-    fclose(fp);
-}
-
 static void on_fault(int sig) {
     (void)sig;
     _exit(42);
@@ -199,9 +181,9 @@ static void sharers_read_the_owners_bytes_from_one_physical_copy(void **state) {
 
     /* read-only at the sharers, read-write at the owner; a write through a sharer faults */
     char perms[5];
-    prot_at(a1, perms);
+    dmm_test_prot_at(a1, perms);
     assert_string_equal(perms, "r--s");
-    prot_at(o, perms);
+    dmm_test_prot_at(o, perms);
     assert_string_equal(perms, "rw-s");
     assert_true(write_faults(a1 + 100));
     assert_true(write_faults(a2 + 4 * MIB + 2 * MIB));
