@@ -246,6 +246,29 @@ static dmm_status destroy_view(tctx *c) {
     return DMM_OK;
 }
 
+/* The rest of a destroy once the pool is gone (both destroys end here): the jobs, the view, the arena,
+ * then every host structure. Each step that can fail is skipped once done, so a destroy that fails here
+ * leaves a context that can only be destroyed again, and that call resumes. */
+static dmm_status destroy_after_pool(tctx *c) {
+    dmm_status s = dmm__torch_jobs_close(c);
+    if (s != DMM_OK) return s;
+    s = destroy_view(c);
+    if (s != DMM_OK) return s;
+    s = dmm_mechanism_destroy(c->arena);
+    if (s != DMM_OK)
+        return dmm__error_wrap(s, "dmm torch: destroying device %d: its pool is gone but the arena could not be "
+                                  "destroyed (%s); call destroy again (the only call this context still takes)",
+                               (int)c->dev.index, dmm_status_str(s));
+    dmm_lease_release(c->gov, c->host_lease);
+    dmm_lease_release(c->gov, c->lease);
+    dmm_governor_holder_unregister(c->holder);
+    dmm__torch_record_fini(c);
+    dmm__torch_history_fini(c);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+    return DMM_OK;
+}
+
 /* destroy after a loss: refused until confirmed; then everything goes without a driver call. */
 static dmm_status destroy_lost_locked(tctx *c) {
     if (!dmm__torch_terminated(c)) {
@@ -263,20 +286,7 @@ static dmm_status destroy_lost_locked(tctx *c) {
     dmm_status s = c->pool != NULL ? dmm_pool_destroy(c->pool) : DMM_OK; /* forgets live blocks */
     if (s != DMM_OK) return s;
     c->pool = NULL;
-    s = dmm__torch_jobs_close(c);
-    if (s != DMM_OK) return s;
-    s = destroy_view(c);
-    if (s != DMM_OK) return s;
-    s = dmm_mechanism_destroy(c->arena);
-    if (s != DMM_OK) return s;
-    dmm_lease_release(c->gov, c->host_lease);
-    dmm_lease_release(c->gov, c->lease);
-    dmm_governor_holder_unregister(c->holder);
-    dmm__torch_record_fini(c);
-    dmm__torch_history_fini(c);
-    pthread_mutex_destroy(&c->lock);
-    free(c);
-    return DMM_OK;
+    return destroy_after_pool(c);
 }
 
 dmm_status dmm__torch_destroy(tctx *c) {
@@ -317,23 +327,7 @@ dmm_status dmm__torch_destroy(tctx *c) {
     dmm_status s = c->pool != NULL ? dmm_pool_destroy(c->pool) : DMM_OK;
     if (s != DMM_OK && s != DMM_ERR_QUARANTINED) return s; /* refused: the pool is intact */
     c->pool = NULL; /* QUARANTINED: the pool is gone, the arena keeps what it could not give back */
-    s = dmm__torch_jobs_close(c);
-    if (s != DMM_OK) return s;
-    s = destroy_view(c);
-    if (s != DMM_OK) return s;
-    s = dmm_mechanism_destroy(c->arena);
-    if (s != DMM_OK)
-        return dmm__error_wrap(s, "dmm torch: destroying device %d: its pool is gone but the arena could not be "
-                                  "destroyed (%s); call destroy again (the only call this context still takes)",
-                               (int)c->dev.index, dmm_status_str(s));
-    dmm_lease_release(c->gov, c->host_lease);
-    dmm_lease_release(c->gov, c->lease);
-    dmm_governor_holder_unregister(c->holder);
-    dmm__torch_record_fini(c);
-    dmm__torch_history_fini(c);
-    pthread_mutex_destroy(&c->lock);
-    free(c);
-    return DMM_OK;
+    return destroy_after_pool(c);
 }
 
 /* ---- polls ---- */

@@ -178,9 +178,11 @@ static dmm_status eager_allocate(void *impl, size_t bytes, size_t align, dmm_all
     return DMM_OK;
 }
 
-static dmm_release_outcome fail(eager *e, const dmm_allocation *a, dmm_status s) {
-    /* under the lock */
+/* A release that fails with s, its sentence already set: called under the lock, counts it, lets the
+ * lock go and returns FAILED. */
+static dmm_release_outcome release_failed(eager *e, const dmm_allocation *a, dmm_status s) {
     e->stats.releases_failed++;
+    dmm_lock_release(&e->lock);
     return dmm__outcome_failed(a->bytes, s);
 }
 
@@ -190,47 +192,39 @@ static dmm_release_outcome eager_release(void *impl, const dmm_allocation *a) {
     dmm_lock_acquire(&e->lock);
     size_t i = rec_find(e, ptr, a->id);
     if (i >= e->n || e->recs[i].ptr != ptr) {
-        dmm_release_outcome o = fail(e, a, DMM_ERR_UNKNOWN_ALLOCATION);
-        dmm_lock_release(&e->lock);
         dmm_error_set(DMM_ERR_UNKNOWN_ALLOCATION,
                       "eager: release of %zu bytes at %p (id %llu) refused: no live allocation starts there "
                       "(released already, or never allocated here); nothing changed",
                       a->bytes, a->ptr, (unsigned long long)a->id);
-        return o;
+        return release_failed(e, a, DMM_ERR_UNKNOWN_ALLOCATION);
     }
     eager_rec r = e->recs[i];
     /* A wrong id (a stale copy) or, at the right id, a wrong size (an altered handle): either way no
      * live allocation matches (ptr, bytes, align, id), DMM_ERR_UNKNOWN_ALLOCATION (status.h), the
      * same code the arena gives. */
     if (r.id != a->id) {
-        dmm_release_outcome o = fail(e, a, DMM_ERR_UNKNOWN_ALLOCATION);
-        dmm_lock_release(&e->lock);
         dmm_error_set(DMM_ERR_UNKNOWN_ALLOCATION,
                       "eager: release at %p refused: the handle carries id %llu but the live allocation there has "
                       "id %llu (bytes %zu, align %zu): the handle is a stale copy of an earlier allocation at the "
                       "same address and cannot release the new one; release the handle allocate returned for it; "
                       "nothing changed",
                       a->ptr, (unsigned long long)a->id, (unsigned long long)r.id, r.bytes, r.align);
-        return o;
+        return release_failed(e, a, DMM_ERR_UNKNOWN_ALLOCATION);
     }
     if (r.bytes != a->bytes || r.align != a->align) {
-        dmm_release_outcome o = fail(e, a, DMM_ERR_UNKNOWN_ALLOCATION);
-        dmm_lock_release(&e->lock);
         dmm_error_set(DMM_ERR_UNKNOWN_ALLOCATION,
                       "eager: release at %p (id %llu) refused: the handle says bytes %zu, align %zu but the live "
                       "allocation there has bytes %zu, align %zu: the handle was altered after allocate; pass the "
                       "value allocate returned, unmodified; nothing changed",
                       a->ptr, (unsigned long long)a->id, a->bytes, a->align, r.bytes, r.align);
-        return o;
+        return release_failed(e, a, DMM_ERR_UNKNOWN_ALLOCATION);
     }
     if (r.releasing) {
-        dmm_release_outcome o = fail(e, a, DMM_ERR_BUSY);
-        dmm_lock_release(&e->lock);
         dmm_error_set(DMM_ERR_BUSY,
                       "eager: release of %zu bytes at %p (id %llu) refused: another release of it is in flight; "
                       "nothing changed",
                       a->bytes, a->ptr, (unsigned long long)a->id);
-        return o;
+        return release_failed(e, a, DMM_ERR_BUSY);
     }
     e->recs[i].releasing = true; /* claimed: exactly one driver free per allocation */
     dmm_lock_release(&e->lock);
@@ -243,13 +237,11 @@ static dmm_release_outcome eager_release(void *impl, const dmm_allocation *a) {
     if (s != DMM_OK) {
         e->recs[i].releasing = false;
         e->stats.driver_failures++;
-        dmm_release_outcome o = fail(e, a, s);
-        dmm_lock_release(&e->lock);
         dmm__error_wrap(s,
                         "eager: release of %zu bytes at %p (id %llu): the driver's free failed, so nothing changed "
                         "and the allocation is still live (release it again later)",
                         a->bytes, a->ptr, (unsigned long long)a->id);
-        return o;
+        return release_failed(e, a, s);
     }
     rec_remove(e, i);
     dmm_count_sub(&e->stats.allocations, 1);

@@ -89,25 +89,16 @@ static dmm_status arena_prefix_create(void *impl, const dmm_allocation *owner, d
     const char *op = "dmm_prefix_create";
     dmm_lock_acquire(&a->lock);
     arena_record *r = NULL;
+    uint64_t g0 = 0, ng = 0, bytes = range.bytes;
     dmm_status s = dmm__arena_lost(a) ? dmm__arena_lost_error(a, op) : dmm__arena_lookup(a, owner, op, &r);
-    if (s != DMM_OK) {
-        dmm_lock_release(&a->lock);
-        return s;
-    }
+    if (s == DMM_OK) s = dmm__arena_range_granules(a, r, owner, range, "a prefix", op, &g0, &ng);
+    if (s != DMM_OK) goto out;
 #define REFUSE(code, ...)                                                                                      \
     do {                                                                                                       \
         dmm_error_set(code, __VA_ARGS__);                                                                      \
-        s = dmm__error_wrap(code, "%s of [%zu, +%zu) of the allocation at %p refused, nothing was changed",    \
-                            op, range.offset, range.bytes, owner->ptr);                                        \
+        s = dmm__arena_range_refused(code, op, owner, range);                                                  \
         goto out;                                                                                              \
     } while (0)
-    if (r->state == RECORD_QUARANTINED)
-        REFUSE(DMM_ERR_QUARANTINED, "the allocation is quarantined (a decommit could not restore what it unmapped)");
-    uint64_t lo = r->off + range.offset, bytes = range.bytes;
-    if (bytes == 0 || (a->base + lo) % a->gran || bytes % a->gran)
-        REFUSE(DMM_ERR_INVALID_ARGUMENT, "a prefix must be non-empty, start on a granule and be whole granules of "
-                                         "%llu bytes", (unsigned long long)a->gran);
-    uint64_t g0 = lo / a->gran, ng = bytes / a->gran;
     size_t n = 0;
     for (uint64_t g = g0; g < g0 + ng; g++) {
         const arena_chunk *c = arena_chunk_at(a, g);

@@ -3,8 +3,8 @@
  *
  * What it owns: the hash (buckets, nbuckets, nrecords), finding a record by its offset, checking an
  * allocation value against its record (ptr, bytes, align and id must all match: a stale copy of a
- * released value, or an altered one, touches nothing), and giving a record's span back to the free
- * list or the quarantine.
+ * released value, or an altered one, touches nothing) and a range of it that a prefix or an export
+ * takes as whole granules, and giving a record's span back to the free list or the quarantine.
  *
  * Invariants: nrecords = the records in the buckets ≤ nbuckets (load ≤ 1; nbuckets a power of two
  * or 0); a record's offset is unique among live records; a granule backed by a poisoned chunk never
@@ -97,6 +97,30 @@ dmm_status dmm__arena_lookup(dmm_arena *a, const dmm_allocation *al, const char 
                              op, al->ptr, (unsigned long long)al->id, al->bytes, al->align,
                              (unsigned long long)r->bytes, (unsigned long long)r->align);
     *out = r;
+    return DMM_OK;
+}
+
+dmm_status dmm__arena_range_refused(dmm_status code, const char *op, const dmm_allocation *al, dmm_range range) {
+    return dmm__error_wrap(code, "%s of [%zu, +%zu) of the allocation at %p refused, nothing was changed", op,
+                           range.offset, range.bytes, al->ptr);
+}
+
+dmm_status dmm__arena_range_granules(const dmm_arena *a, const arena_record *r, const dmm_allocation *al,
+                                     dmm_range range, const char *what, const char *op, uint64_t *g0,
+                                     uint64_t *ng) {
+    uint64_t lo = r->off + range.offset;
+    if (r->state == RECORD_QUARANTINED) {
+        dmm_error_set(DMM_ERR_QUARANTINED, "the allocation is quarantined (a decommit could not restore what it "
+                                           "unmapped)");
+        return dmm__arena_range_refused(DMM_ERR_QUARANTINED, op, al, range);
+    }
+    if (range.bytes == 0 || (a->base + lo) % a->gran || range.bytes % a->gran) {
+        dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s must be non-empty, start on a granule and be whole granules of "
+                                                "%llu bytes", what, (unsigned long long)a->gran);
+        return dmm__arena_range_refused(DMM_ERR_INVALID_ARGUMENT, op, al, range);
+    }
+    *g0 = lo / a->gran;
+    *ng = range.bytes / a->gran;
     return DMM_OK;
 }
 

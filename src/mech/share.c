@@ -52,22 +52,16 @@ dmm_status dmm__arena_export(void *impl, const dmm_allocation *al, dmm_range ran
     arena_record *r = NULL;
     uint32_t slots[DMM_EXPORT_MAX_CHUNKS];
     uint32_t n = 0;
+    uint64_t g0 = 0, ng = 0, bytes = range.bytes;
     dmm_status s = dmm__arena_lost(a) ? dmm__arena_lost_error(a, op) : dmm__arena_lookup(a, al, op, &r);
+    if (s == DMM_OK) s = dmm__arena_range_granules(a, r, al, range, "an export", op, &g0, &ng);
     if (s != DMM_OK) goto out;
 #define REFUSE(code, ...)                                                                                      \
     do {                                                                                                       \
         dmm_error_set(code, __VA_ARGS__);                                                                      \
-        s = dmm__error_wrap(code, "%s of [%zu, +%zu) of the allocation at %p refused, nothing was changed", op, \
-                            range.offset, range.bytes, al->ptr);                                               \
+        s = dmm__arena_range_refused(code, op, al, range);                                                     \
         goto out;                                                                                              \
     } while (0)
-    if (r->state == RECORD_QUARANTINED)
-        REFUSE(DMM_ERR_QUARANTINED, "the allocation is quarantined (a decommit could not restore what it unmapped)");
-    uint64_t lo = r->off + range.offset, bytes = range.bytes;
-    if (bytes == 0 || (a->base + lo) % a->gran || bytes % a->gran)
-        REFUSE(DMM_ERR_INVALID_ARGUMENT, "an export must be non-empty, start on a granule and be whole granules of "
-                                         "%llu bytes", (unsigned long long)a->gran);
-    uint64_t g0 = lo / a->gran, ng = bytes / a->gran;
     for (uint64_t g = g0; g < g0 + ng;) {
         const arena_chunk *c = arena_chunk_at(a, g);
         unsigned long long at = (unsigned long long)(range.offset + (g - g0) * a->gran);
