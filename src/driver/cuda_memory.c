@@ -141,6 +141,15 @@ dmm_status dmm__cuda_create(dmm_driver *d, size_t bytes, dmm_phys *handle) {
     return dmm__cuda_create_with(c, "create", bytes, &c->prop, "pinned device memory", handle);
 }
 
+/* After a successful release of `handle`: drops its import note (cuda_share.c), if any (under the lock). */
+static void forget_import(cuda_driver *c, dmm_phys handle, uint64_t bytes) {
+    uint64_t v = 0;
+    if (dmm__u64map_remove(&c->imported, handle, &v)) {
+        c->census.imported_handles--;
+        c->census.imported_bytes -= bytes;
+    }
+}
+
 dmm_status dmm__cuda_release(dmm_driver *d, dmm_phys handle) {
     cuda_driver *c = as_cuda(d);
     uint64_t bytes = 0, maps = 0;
@@ -165,7 +174,7 @@ dmm_status dmm__cuda_release(dmm_driver *d, dmm_phys handle) {
         dmm__u64map_unreserve(&c->handles, 1);
         c->census.handles--;
         c->census.handle_bytes -= bytes;
-        dmm__cuda_forget_import(c, handle, bytes);
+        forget_import(c, handle, bytes);
     } else {
         dmm__u64map_insert_reserved(&c->handles, handle, bytes);
     }

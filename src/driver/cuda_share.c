@@ -4,7 +4,8 @@
  *
  * The idea: an exported handle is an ordinary handle of this driver (its record in `handles`, mapped,
  * unmapped and released by cuda_memory.c); an imported one is too, and is also noted in `imported`
- * so that the census says which handles hold another process's memory. CUDA keeps the physical
+ * so that the census says which handles hold another process's memory (cuda_memory.c's release drops
+ * the note: this file stands above that one, using its create path). CUDA keeps the physical
  * memory alive while any process holds a handle or a mapping of it, so a release here drops this
  * process's reference only.
  *
@@ -93,12 +94,4 @@ dmm_status dmm__cuda_import(dmm_driver *d, int fd, size_t bytes, dmm_access acce
         return dmm__cuda_fail(c, r, "cuMemImportFromShareableHandle", "fd=%d, %zu bytes", fd, bytes);
     *handle = (dmm_phys)h;
     return DMM_OK;
-}
-
-void dmm__cuda_forget_import(cuda_driver *c, dmm_phys handle, uint64_t bytes) {
-    uint64_t v = 0;
-    if (dmm__u64map_remove(&c->imported, handle, &v)) {
-        c->census.imported_handles--;
-        c->census.imported_bytes -= bytes;
-    }
 }

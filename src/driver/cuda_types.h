@@ -105,8 +105,6 @@ dmm_status dmm__cuda_release(dmm_driver *d, dmm_phys handle);
 dmm_status dmm__cuda_create_exportable(dmm_driver *d, size_t bytes, dmm_phys *handle);
 dmm_status dmm__cuda_export(dmm_driver *d, dmm_phys handle, dmm_access access, int *fd);
 dmm_status dmm__cuda_import(dmm_driver *d, int fd, size_t bytes, dmm_access access, dmm_phys *handle);
-/* After a successful release of `handle`: drops its import note, if any (under the lock). */
-void dmm__cuda_forget_import(cuda_driver *c, dmm_phys handle, uint64_t bytes);
 dmm_status dmm__cuda_map(dmm_driver *d, uintptr_t va, size_t bytes, dmm_phys handle);
 dmm_status dmm__cuda_unmap(dmm_driver *d, uintptr_t va, size_t bytes);
 dmm_status dmm__cuda_set_access(dmm_driver *d, uintptr_t va, size_t bytes, dmm_access access);
