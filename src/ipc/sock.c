@@ -127,6 +127,24 @@ dmm_status dmm__ipc_dial(const char *path, int *fd) {
     return DMM_OK;
 }
 
+/* Room for the most descriptors one message carries (SCM_RIGHTS), aligned as the cmsg macros need. */
+typedef union sock_control {
+    char buf[CMSG_SPACE(sizeof(int) * DMM_EXPORT_MAX_CHUNKS)];
+    struct cmsghdr align;
+} sock_control;
+
+/* A header for one record of one iovec; its control data is the first ctl_len bytes of ctl (none if 0). */
+static struct msghdr sock_msghdr(struct iovec *iov, sock_control *ctl, size_t ctl_len) {
+    struct msghdr mh = {0};
+    mh.msg_iov = iov;
+    mh.msg_iovlen = 1;
+    if (ctl_len > 0) {
+        mh.msg_control = ctl->buf;
+        mh.msg_controllen = ctl_len;
+    }
+    return mh;
+}
+
 dmm_status dmm__ipc_send(int sock, const dmm_ipc_msg *m, const int *fds, size_t n) {
     uint8_t buf[DMM_IPC_MAX_MESSAGE];
     size_t len = 0;
@@ -136,17 +154,10 @@ dmm_status dmm__ipc_send(int sock, const dmm_ipc_msg *m, const int *fds, size_t 
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "ipc: %zu descriptors in one message; at most %d", n,
                              DMM_EXPORT_MAX_CHUNKS);
     struct iovec iov = {buf, len};
-    union {
-        char buf[CMSG_SPACE(sizeof(int) * DMM_EXPORT_MAX_CHUNKS)];
-        struct cmsghdr align;
-    } ctl;
-    struct msghdr mh = {0};
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
+    sock_control ctl;
+    struct msghdr mh = sock_msghdr(&iov, &ctl, n > 0 ? CMSG_SPACE(sizeof(int) * n) : 0);
     if (n > 0) {
         memset(&ctl, 0, sizeof ctl);
-        mh.msg_control = ctl.buf;
-        mh.msg_controllen = CMSG_SPACE(sizeof(int) * n);
         struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
         cm->cmsg_level = SOL_SOCKET;
         cm->cmsg_type = SCM_RIGHTS;
@@ -175,15 +186,8 @@ dmm_status dmm__ipc_recv(int sock, uint8_t *buf, size_t cap, bool nonblocking, d
     memset(rx, 0, sizeof *rx);
     for (size_t i = 0; i < DMM_EXPORT_MAX_CHUNKS; i++) rx->fds[i] = -1;
     struct iovec iov = {buf, cap};
-    union {
-        char buf[CMSG_SPACE(sizeof(int) * DMM_EXPORT_MAX_CHUNKS)];
-        struct cmsghdr align;
-    } ctl;
-    struct msghdr mh = {0};
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = ctl.buf;
-    mh.msg_controllen = sizeof ctl.buf;
+    sock_control ctl;
+    struct msghdr mh = sock_msghdr(&iov, &ctl, sizeof ctl.buf);
     ssize_t r;
     do r = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | (nonblocking ? MSG_DONTWAIT : 0));
     while (r < 0 && errno == EINTR);

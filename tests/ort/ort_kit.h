@@ -85,6 +85,46 @@ static inline dmm_ort_allocator *kit_alloc(dmm_ort_runtime *rt, dmm_driver *d, d
     return a;
 }
 
+/* One test's world: the runtime, a host driver, a governor and one allocator registered on an
+ * environment. kit_world_drop_allocator ends the allocator's part (unregister, the environment, destroy);
+ * kit_world_close ends the rest and checks that the driver holds nothing. */
+typedef struct kit_world {
+    dmm_ort_runtime *rt;
+    dmm_driver *host;
+    dmm_governor *g;
+    dmm_ort_allocator *a; /* NULL once dropped */
+    struct OrtEnv *env;   /* the environment `a` is registered on; NULL once dropped */
+} kit_world;
+
+static inline kit_world kit_world_open(const char *test, const char *name) {
+    kit_world w;
+    memset(&w, 0, sizeof w);
+    w.rt = kit_ort_open_or_skip(test);
+    w.host = kit_host();
+    DMM_OK_OR_FAIL(dmm_governor_create(NULL, &w.g));
+    w.a = kit_alloc(w.rt, w.host, w.g, name);
+    w.env = kit_env(w.rt);
+    DMM_OK_OR_FAIL(dmm_ort_allocator_register(w.a, w.env));
+    return w;
+}
+
+static inline void kit_world_drop_allocator(kit_world *w) {
+    DMM_OK_OR_FAIL(dmm_ort_allocator_unregister(w->a, w->env));
+    w->rt->ReleaseEnv(w->env);
+    w->env = NULL;
+    DMM_OK_OR_FAIL(dmm_ort_allocator_destroy(w->a));
+    w->a = NULL;
+}
+
+static inline void kit_world_close(kit_world *w) {
+    if (w->a != NULL) kit_world_drop_allocator(w);
+    DMM_OK_OR_FAIL(dmm_governor_destroy(w->g));
+    dmm_test_census_zero(w->host);
+    dmm_driver_destroy(w->host);
+    dmm_ort_runtime_close(w->rt);
+    memset(w, 0, sizeof *w);
+}
+
 static inline struct OrtSessionOptions *kit_options(dmm_ort_runtime *rt, bool use_dmm) {
     struct OrtSessionOptions *so = NULL;
     ORT_OK(rt, rt->CreateSessionOptions(&so));

@@ -30,16 +30,12 @@ static uint64_t kv_u64(dmm_ort_runtime *rt, struct OrtKeyValuePairs *kv, const c
 
 static void sixteen_runs_of_varying_shape_hold_a_plateau(void **state) {
     (void)state;
-    dmm_ort_runtime *rt = kit_ort_open_or_skip("test_ort_allocator");
-    dmm_driver *host = kit_host();
-    dmm_governor *g = NULL;
-    DMM_OK_OR_FAIL(dmm_governor_create(NULL, &g));
-    DMM_OK_OR_FAIL(dmm_governor_set_limit(g, KIT_HOST, DMM_AXIS_OWNED, 512 * MIB));
-    dmm_ort_allocator *a = kit_alloc(rt, host, g, "varying");
-    struct OrtEnv *env = kit_env(rt);
-    DMM_OK_OR_FAIL(dmm_ort_allocator_register(a, env));
+    kit_world w = kit_world_open("test_ort_allocator", "varying");
+    dmm_ort_runtime *rt = w.rt;
+    dmm_ort_allocator *a = w.a;
+    DMM_OK_OR_FAIL(dmm_governor_set_limit(w.g, KIT_HOST, DMM_AXIS_OWNED, 512 * MIB));
     const dmm_onnx_model_desc dyn = {128, 256, 2, 0, 3};
-    struct OrtSession *s = kit_session(rt, env, &dyn, true, NULL, 0);
+    struct OrtSession *s = kit_session(rt, w.env, &dyn, true, NULL, 0);
     const uint32_t batches[16] = {64, 1, 33, 7, 64, 2, 50, 19, 5, 64, 12, 40, 3, 27, 64, 9};
     uint64_t plateau = 0;
     for (int r = 0; r < 16; r++) {
@@ -66,26 +62,16 @@ static void sixteen_runs_of_varying_shape_hold_a_plateau(void **state) {
     rt->ReleaseKeyValuePairs(kv);
     rt->ReleaseSession(s);
     assert_int_equal(kit_stats(a).in_use, 0);
-    DMM_OK_OR_FAIL(dmm_ort_allocator_unregister(a, env));
-    rt->ReleaseEnv(env);
-    DMM_OK_OR_FAIL(dmm_ort_allocator_destroy(a));
-    DMM_OK_OR_FAIL(dmm_governor_destroy(g));
-    dmm_test_census_zero(host);
-    dmm_driver_destroy(host);
-    dmm_ort_runtime_close(rt);
+    kit_world_close(&w);
 }
 
 static void a_run_over_the_limit_fails_and_the_next_one_succeeds(void **state) {
     (void)state;
-    dmm_ort_runtime *rt = kit_ort_open_or_skip("test_ort_allocator");
-    dmm_driver *host = kit_host();
-    dmm_governor *g = NULL;
-    DMM_OK_OR_FAIL(dmm_governor_create(NULL, &g));
-    dmm_ort_allocator *a = kit_alloc(rt, host, g, "limited");
-    struct OrtEnv *env = kit_env(rt);
-    DMM_OK_OR_FAIL(dmm_ort_allocator_register(a, env));
+    kit_world w = kit_world_open("test_ort_allocator", "limited");
+    dmm_ort_runtime *rt = w.rt;
+    dmm_governor *g = w.g;
     const dmm_onnx_model_desc mlp = {256, 512, 2, 64, 4};
-    struct OrtSession *own = kit_session(rt, env, &mlp, false, NULL, 0);
+    struct OrtSession *own = kit_session(rt, w.env, &mlp, false, NULL, 0);
     size_t n = (size_t)mlp.batch * mlp.hidden;
     float *want = calloc(n, sizeof *want), *got = calloc(n, sizeof *got);
     assert_non_null(want);
@@ -93,17 +79,17 @@ static void a_run_over_the_limit_fails_and_the_next_one_succeeds(void **state) {
     assert_int_equal(kit_run(rt, own, &mlp, mlp.batch, 5, want, NULL, 0), 0);
     rt->ReleaseSession(own);
 
-    struct OrtSession *s = kit_session(rt, env, &mlp, true, NULL, 0);
+    struct OrtSession *s = kit_session(rt, w.env, &mlp, true, NULL, 0);
     dmm_tier_usage tu = {.size = sizeof tu};
     DMM_OK_OR_FAIL(dmm_governor_tier_usage(g, KIT_HOST, &tu));
     uint64_t limit = tu.used[DMM_AXIS_OWNED]; /* the weights: nothing left for a Run */
     DMM_OK_OR_FAIL(dmm_governor_set_limit(g, KIT_HOST, DMM_AXIS_OWNED, limit));
-    dmm_ort_stats before = kit_stats(a);
+    dmm_ort_stats before = kit_stats(w.a);
     char err[1024] = "";
     assert_int_equal(kit_run(rt, s, &mlp, mlp.batch, 5, got, err, sizeof err), -1);
     printf("ONNX Runtime said: %s\n", err);
     char mine[DMM__ERROR_CAP] = "";
-    assert_int_equal(dmm_ort_allocator_last_error(a, mine, sizeof mine), DMM_ERR_BUDGET);
+    assert_int_equal(dmm_ort_allocator_last_error(w.a, mine, sizeof mine), DMM_ERR_BUDGET);
     printf("dmm said: %s\n", mine);
     char lim[64];
     snprintf(lim, sizeof lim, "limit %llu", (unsigned long long)limit);
@@ -111,7 +97,7 @@ static void a_run_over_the_limit_fails_and_the_next_one_succeeds(void **state) {
     assert_non_null(strstr(mine, "requested "));
     assert_non_null(strstr(mine, lim));
     assert_non_null(strstr(mine, "limited"));
-    dmm_ort_stats after = kit_stats(a);
+    dmm_ort_stats after = kit_stats(w.a);
     assert_true(after.refusals > before.refusals);
     assert_int_equal(after.run.allocations.current, before.run.allocations.current); /* the failed Run left nothing */
     assert_int_equal(after.in_use, before.in_use);
@@ -122,15 +108,9 @@ static void a_run_over_the_limit_fails_and_the_next_one_succeeds(void **state) {
     assert_int_equal(kit_run(rt, s, &mlp, mlp.batch, 5, got, NULL, 0), 0);
     assert_memory_equal(got, want, n * sizeof *got);
     rt->ReleaseSession(s);
-    DMM_OK_OR_FAIL(dmm_ort_allocator_unregister(a, env));
-    rt->ReleaseEnv(env);
-    DMM_OK_OR_FAIL(dmm_ort_allocator_destroy(a));
-    DMM_OK_OR_FAIL(dmm_governor_destroy(g));
-    dmm_test_census_zero(host);
-    dmm_driver_destroy(host);
     free(want);
     free(got);
-    dmm_ort_runtime_close(rt);
+    kit_world_close(&w);
 }
 
 /* The third holder: a plain pool whose reclaim is its trim. */

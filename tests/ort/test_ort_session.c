@@ -15,17 +15,13 @@ static const dmm_onnx_model_desc MLP = {256, 512, 2, 4, 7}; /* W0 512 KiB, W1 1 
 
 static void a_session_with_env_allocators_runs_through_dmm(void **state) {
     (void)state;
-    dmm_ort_runtime *rt = kit_ort_open_or_skip("test_ort_session");
-    dmm_driver *host = kit_host();
-    dmm_governor *g = NULL;
-    DMM_OK_OR_FAIL(dmm_governor_create(NULL, &g));
-    dmm_ort_allocator *a = kit_alloc(rt, host, g, "session");
-    struct OrtEnv *env = kit_env(rt);
-    DMM_OK_OR_FAIL(dmm_ort_allocator_register(a, env));
+    kit_world w = kit_world_open("test_ort_session", "session");
+    dmm_ort_runtime *rt = w.rt;
+    dmm_ort_allocator *a = w.a;
 
     /* Reference: ONNX Runtime's own allocator (no option); dmm's counters do not move. */
     dmm_ort_stats before = kit_stats(a);
-    struct OrtSession *own = kit_session(rt, env, &MLP, false, NULL, 0);
+    struct OrtSession *own = kit_session(rt, w.env, &MLP, false, NULL, 0);
     size_t n = (size_t)MLP.batch * MLP.hidden;
     float *want = calloc(n, sizeof *want), *got = calloc(n, sizeof *got);
     assert_non_null(want);
@@ -39,7 +35,7 @@ static void a_session_with_env_allocators_runs_through_dmm(void **state) {
     assert_int_equal(control.run.committed_bytes.current, before.run.committed_bytes.current);
 
     /* With the option: creation reserves the initializers as weights. */
-    struct OrtSession *s = kit_session(rt, env, &MLP, true, NULL, 0);
+    struct OrtSession *s = kit_session(rt, w.env, &MLP, true, NULL, 0);
     dmm_ort_stats created = kit_stats(a);
     /* the two weight matrices (ONNX Runtime may keep the 2 KiB biases elsewhere) */
     uint64_t init_bytes = ((uint64_t)MLP.in * MLP.hidden + (uint64_t)MLP.hidden * MLP.hidden) * 4;
@@ -48,7 +44,7 @@ static void a_session_with_env_allocators_runs_through_dmm(void **state) {
     assert_true(created.reserves >= 2); /* W0, W1 at least */
     assert_true((uint64_t)created.weights.allocated_bytes.current >= init_bytes);
     uint64_t w_owned = 0;
-    DMM_OK_OR_FAIL(dmm_lease_usage(g, a->pools[DMM_ORT_POOL_WEIGHTS].lease, &w_owned, NULL));
+    DMM_OK_OR_FAIL(dmm_lease_usage(w.g, a->pools[DMM_ORT_POOL_WEIGHTS].lease, &w_owned, NULL));
     assert_true(w_owned >= init_bytes);
 
     for (int r = 0; r < 3; r++) {
@@ -68,19 +64,14 @@ static void a_session_with_env_allocators_runs_through_dmm(void **state) {
     assert_int_equal(end.bad_frees, 0);
     assert_int_equal(end.refusals, 0);
 
-    DMM_OK_OR_FAIL(dmm_ort_allocator_unregister(a, env));
-    rt->ReleaseEnv(env);
-    DMM_OK_OR_FAIL(dmm_ort_allocator_destroy(a));
+    kit_world_drop_allocator(&w);
     dmm_tier_usage tu = {.size = sizeof tu};
-    DMM_OK_OR_FAIL(dmm_governor_tier_usage(g, KIT_HOST, &tu));
+    DMM_OK_OR_FAIL(dmm_governor_tier_usage(w.g, KIT_HOST, &tu));
     assert_int_equal(tu.used[DMM_AXIS_OWNED], 0);
     assert_int_equal(tu.leases, 0);
-    DMM_OK_OR_FAIL(dmm_governor_destroy(g));
-    dmm_test_census_zero(host);
-    dmm_driver_destroy(host);
     free(want);
     free(got);
-    dmm_ort_runtime_close(rt);
+    kit_world_close(&w);
 }
 
 int main(void) {
