@@ -37,61 +37,31 @@
 #include "../../adapters/torch/stream_uses.c"
 #include "../../adapters/torch/tags.c"
 
-#define KIB ((size_t)1 << 10)
-
 #include "torch_kit.h"
 
-typedef struct fx {
-    dmm_driver *host, *drv;
-    dmm_governor *gov;
-    tctx *c;
-    dmm_stream s1, s2;
-} fx;
+#include "arena_kit.h"
+#include "torch_fx.h"
+
+typedef kit_torch_fx fx; /* drv: the fault driver over host */
 
 static fx *fx_open(uint64_t limit) {
-    fx *f = calloc(1, sizeof *f);
-    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &f->host));
-    DMM_OK_OR_FAIL(dmm_fault_driver_create(f->host, &f->drv));
-    DMM_OK_OR_FAIL(dmm_governor_create(NULL, &f->gov));
-    dmm_torch_ext x = kit_torch_ext();
-    dmm_torch_config k = kit_torch_config(limit);
-    DMM_OK_OR_FAIL(dmm__torch_create(f->drv, &x, f->gov, &k, &f->c));
-    DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &f->s1));
-    DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &f->s2));
+    fx *f = malloc(sizeof *f);
+    kit_torch_fx_open(f, true, limit);
     return f;
 }
 
-static dmm_driver_census census(fx *f) {
-    dmm_driver_census c;
-    memset(&c, 0, sizeof c);
-    c.size = sizeof c;
-    DMM_OK_OR_FAIL(f->host->ops->census(f->host, &c));
-    return c;
-}
+static dmm_driver_census census(fx *f) { return kit_census(f->host); }
 
 static void fx_close(fx *f) {
     DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, false));
     assert_int_equal(ld(&f->c->blocks.cur), 0);
     assert_int_equal(ld(&f->c->alloc_bytes.cur), 0);
-    DMM_OK_OR_FAIL(dmm__torch_destroy(f->c));
-    DMM_OK_OR_FAIL(f->drv->ops->stream_destroy(f->drv, f->s1));
-    DMM_OK_OR_FAIL(f->drv->ops->stream_destroy(f->drv, f->s2));
-    DMM_OK_OR_FAIL(dmm_governor_destroy(f->gov));
-    dmm_test_census_zero(f->host);
-    dmm_driver_destroy(f->drv);
-    dmm_driver_destroy(f->host);
+    kit_torch_fx_close(f);
     free(f);
 }
 
-static void *xmalloc(fx *f, size_t bytes, dmm_stream s) {
-    void *p = NULL;
-    DMM_OK_OR_FAIL(dmm__torch_malloc(f->c, bytes, s, &p));
-    assert_non_null(p);
-    assert_int_equal((uintptr_t)p % 512, 0);
-    return p;
-}
-
-static void xfree(fx *f, void *p, size_t bytes, dmm_stream s) { DMM_OK_OR_FAIL(dmm__torch_free(f->c, p, bytes, s)); }
+static void *xmalloc(fx *f, size_t bytes, dmm_stream s) { return kit_torch_malloc(f, bytes, s); }
+static void xfree(fx *f, void *p, size_t bytes, dmm_stream s) { kit_torch_free(f, p, bytes, s); }
 
 static bool in_pool(fx *f, void *p) {
     size_t n = 0;
@@ -232,66 +202,116 @@ static void tags_offload_restore(void **state) {
     fx_close(f);
 }
 
+/* Tag "big" with one block of n bytes (*t: the tag). */
+static unsigned char *big_block(fx *f, size_t n, ttag **t) {
+    DMM_OK_OR_FAIL(dmm__torch_tag_begin("big"));
+    unsigned char *w = xmalloc(f, n, f->s1);
+    DMM_OK_OR_FAIL(dmm__torch_tag_end());
+    *t = &f->c->tags[dmm__torch_tag_find("big")];
+    return w;
+}
+
+/* Tag "big" offloaded to the host, its copies and decommits done. */
+static void offload_big(fx *f) {
+    DMM_OK_OR_FAIL(dmm__torch_offload(f->c, "big", DMM_TORCH_TO_HOST, f->s1));
+    DMM_OK_OR_FAIL(dmm__torch_offload_wait(f->c, "big"));
+}
+
+/* Restores tag "big", which ends resident after exactly `creates` handles made and `copies` copies. */
+static void restore_big_counting(fx *f, const ttag *t, uint64_t creates, uint64_t copies) {
+    uint64_t creates0 = dmm_fault_calls(f->drv, DMM_OP_CREATE), copies0 = dmm_fault_calls(f->drv, DMM_OP_COPY);
+    DMM_OK_OR_FAIL(dmm__torch_restore(f->c, "big", f->s1));
+    assert_int_equal(t->state, TAG_RESIDENT);
+    assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_CREATE) - creates0, creates);
+    assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_COPY) - copies0, copies);
+}
+
+/* Byte at[i] of w is mark + i (n places). */
+static void mark_at(unsigned char *w, const size_t *at, int n, unsigned mark0) {
+    for (int i = 0; i < n; i++) w[at[i]] = (unsigned char)(mark0 + (unsigned)i);
+}
+
+static void assert_marked(const unsigned char *w, const size_t *at, int n, unsigned mark0) {
+    for (int i = 0; i < n; i++) assert_int_equal(w[at[i]], mark0 + (unsigned)i);
+}
+
+/* Frees tag "big"'s block of n bytes and empties the cache (its segment goes back). */
+static void free_big(fx *f, void *w, size_t n) {
+    xfree(f, w, n, f->s1);
+    DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, NULL));
+}
+
 static void restore_in_pieces(void **state) {
     (void)state;
     fx *f = fx_open(0);
     size_t n = 130 * MIB; /* five pieces of 32 MiB (the last one 2 MiB): each committed, then copied */
-    DMM_OK_OR_FAIL(dmm__torch_tag_begin("big"));
-    unsigned char *w = xmalloc(f, n, f->s1);
-    DMM_OK_OR_FAIL(dmm__torch_tag_end());
+    ttag *t = NULL;
+    unsigned char *w = big_block(f, n, &t);
     size_t at[5] = {0, 32 * MIB - 1, 64 * MIB, 100 * MIB + 3, n - 1};
-    for (int i = 0; i < 5; i++) w[at[i]] = (unsigned char)(0xA0 + i);
-    DMM_OK_OR_FAIL(dmm__torch_offload(f->c, "big", DMM_TORCH_TO_HOST, f->s1));
-    DMM_OK_OR_FAIL(dmm__torch_offload_wait(f->c, "big"));
+    mark_at(w, at, 5, 0xA0);
+    offload_big(f);
     uint64_t maps0 = dmm_fault_calls(f->drv, DMM_OP_MAP);
     /* the third piece's commit fails (also when retried after a trim): two pieces stay restored, the
      * tag stays offloaded */
     DMM_OK_OR_FAIL(dmm_fault_plan(f->drv, DMM_OP_CREATE, 3, 2, DMM_ERR_OUT_OF_MEMORY));
     assert_int_not_equal(dmm__torch_restore(f->c, "big", f->s1), DMM_OK);
     dmm_test_error_mentions("restore of tag 'big'", "call restore again", NULL);
-    ttag *t = &f->c->tags[dmm__torch_tag_find("big")];
     assert_int_equal(t->state, TAG_OFFLOADED);
     assert_int_equal(t->segs->restored, 64 * MIB);
     DMM_OK_OR_FAIL(dmm_fault_clear(f->drv));
     DMM_OK_OR_FAIL(dmm__torch_restore(f->c, "big", f->s1)); /* continues with the third piece */
     assert_int_equal(t->state, TAG_RESIDENT);
     assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_MAP) - maps0, 5);
-    for (int i = 0; i < 5; i++) assert_int_equal(w[at[i]], 0xA0 + i);
-    xfree(f, w, n, f->s1);
-    DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, NULL));
+    assert_marked(w, at, 5, 0xA0);
+    free_big(f, w, n);
     fx_close(f);
 }
 
 /* A 130 MiB tag, restored once (five handles of 32 MiB, the last 2 MiB), offloads in three 64 MiB pieces: three events,
  * three decommits of [0, 64), [0, 128) and [0, committed). Nothing is unmapped while the events are
  * pending; then the five handles are unmapped and released. */
-static unsigned char *offload_fixture(fx *f, size_t n, ttag **t, uint64_t *mapped0) {
-    DMM_OK_OR_FAIL(dmm__torch_tag_begin("big"));
-    unsigned char *w = xmalloc(f, n, f->s1);
-    DMM_OK_OR_FAIL(dmm__torch_tag_end());
-    for (size_t i = 0; i < n; i += 4096) w[i] = (unsigned char)(i / 4096 * 7);
-    DMM_OK_OR_FAIL(dmm__torch_offload(f->c, "big", DMM_TORCH_TO_HOST, f->s1));
-    DMM_OK_OR_FAIL(dmm__torch_offload_wait(f->c, "big"));
+typedef struct big_tag {
+    size_t n;          /* 130 MiB */
+    unsigned char *w;  /* its one block, a pattern every 4 KiB */
+    ttag *t;           /* tag "big" */
+    uint64_t mapped0;  /* the census's mapped bytes with it resident */
+    uint64_t committed; /* its segment's committed bytes */
+} big_tag;
+
+static big_tag offload_fixture(fx *f) {
+    big_tag b;
+    b.n = 130 * MIB;
+    b.w = big_block(f, b.n, &b.t);
+    for (size_t i = 0; i < b.n; i += 4096) b.w[i] = (unsigned char)(i / 4096 * 7);
+    offload_big(f);
     DMM_OK_OR_FAIL(dmm__torch_restore(f->c, "big", f->s1));
-    *t = &f->c->tags[dmm__torch_tag_find("big")];
-    *mapped0 = census(f).mapped_bytes;
-    return w;
+    b.mapped0 = census(f).mapped_bytes;
+    b.committed = b.t->segs->seg.committed;
+    return b;
 }
 
-static bool fixture_intact(const unsigned char *w, size_t n) {
-    for (size_t i = 0; i < n; i += 4096)
-        if (w[i] != (unsigned char)(i / 4096 * 7)) return false;
+static bool fixture_intact(const big_tag *b) {
+    for (size_t i = 0; i < b->n; i += 4096)
+        if (b->w[i] != (unsigned char)(i / 4096 * 7)) return false;
     return true;
+}
+
+/* The end of each offload test: restore brings the tag back resident, mapped as before, its contents
+ * intact; then it is freed and the fixture closed. */
+static void restore_intact_and_close(fx *f, const big_tag *b) {
+    DMM_OK_OR_FAIL(dmm__torch_restore(f->c, "big", f->s1));
+    assert_int_equal(b->t->state, TAG_RESIDENT);
+    assert_int_equal(census(f).mapped_bytes, b->mapped0);
+    assert_true(fixture_intact(b));
+    free_big(f, b->w, b->n);
+    fx_close(f);
 }
 
 static void offload_in_pieces(void **state) {
     (void)state;
     fx *f = fx_open(0);
-    size_t n = 130 * MIB;
-    ttag *t = NULL;
-    uint64_t mapped0 = 0;
-    unsigned char *w = offload_fixture(f, n, &t, &mapped0);
-    uint64_t committed = t->segs->seg.committed;
+    big_tag b = offload_fixture(f);
+    ttag *t = b.t;
     DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, true));
     uint64_t unmaps0 = dmm_fault_calls(f->drv, DMM_OP_UNMAP), releases0 = dmm_fault_calls(f->drv, DMM_OP_RELEASE);
     uint64_t records0 = dmm_fault_calls(f->drv, DMM_OP_EVENT_RECORD), copies0 = dmm_fault_calls(f->drv, DMM_OP_COPY);
@@ -304,20 +324,15 @@ static void offload_in_pieces(void **state) {
     assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_COPY) - copies0, 3);
     assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_EVENT_RECORD) - records0, 4); /* 3 pieces + the tag's */
     assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_UNMAP), unmaps0);
-    assert_int_equal(census(f).mapped_bytes, mapped0);
+    assert_int_equal(census(f).mapped_bytes, b.mapped0);
     DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, false));
     DMM_OK_OR_FAIL(dmm__torch_offload_wait(f->c, "big"));
     assert_int_equal(t->state, TAG_OFFLOADED);
     assert_int_equal(t->failure, DMM_OK);
     assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_UNMAP) - unmaps0, 5);
     assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_RELEASE) - releases0, 5); /* back to the device */
-    assert_int_equal(census(f).mapped_bytes, mapped0 - committed);
-    DMM_OK_OR_FAIL(dmm__torch_restore(f->c, "big", f->s1));
-    assert_int_equal(census(f).mapped_bytes, mapped0);
-    assert_true(fixture_intact(w, n));
-    xfree(f, w, n, f->s1);
-    DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, NULL));
-    fx_close(f);
+    assert_int_equal(census(f).mapped_bytes, b.mapped0 - b.committed);
+    restore_intact_and_close(f, &b);
 }
 
 /* The second piece's decommit FAILS (its first unmap, the 3rd of the offload): it changed nothing and
@@ -329,32 +344,22 @@ static void offload_piece_fails(void **state) {
     (void)state;
     for (int sticky = 0; sticky < 2; sticky++) {
         fx *f = fx_open(0);
-        size_t n = 130 * MIB;
-        ttag *t = NULL;
-        uint64_t mapped0 = 0;
-        unsigned char *w = offload_fixture(f, n, &t, &mapped0);
-        uint64_t committed = t->segs->seg.committed;
+        big_tag b = offload_fixture(f);
         DMM_OK_OR_FAIL(dmm_fault_plan(f->drv, DMM_OP_UNMAP, 3, sticky ? UINT32_MAX : 1, DMM_ERR_DRIVER));
         DMM_OK_OR_FAIL(dmm__torch_offload(f->c, "big", DMM_TORCH_TO_HOST, f->s1));
         dmm_status s = dmm__torch_offload_wait(f->c, "big");
-        assert_int_equal(t->state, TAG_OFFLOADED);
+        assert_int_equal(b.t->state, TAG_OFFLOADED);
         if (!sticky) {
             DMM_OK_OR_FAIL(s);
-            assert_int_equal(t->failure, DMM_OK);
-            assert_int_equal(census(f).mapped_bytes, mapped0 - committed);
+            assert_int_equal(b.t->failure, DMM_OK);
+            assert_int_equal(census(f).mapped_bytes, b.mapped0 - b.committed);
         } else {
             assert_int_equal(s, DMM_ERR_DRIVER);
             dmm_test_error_mentions("offload of tag 'big'", "did not decommit", NULL);
-            assert_int_equal(census(f).mapped_bytes, mapped0 - 64 * MIB);
+            assert_int_equal(census(f).mapped_bytes, b.mapped0 - 64 * MIB);
         }
         DMM_OK_OR_FAIL(dmm_fault_clear(f->drv));
-        DMM_OK_OR_FAIL(dmm__torch_restore(f->c, "big", f->s1));
-        assert_int_equal(t->state, TAG_RESIDENT);
-        assert_int_equal(census(f).mapped_bytes, mapped0);
-        assert_true(fixture_intact(w, n));
-        xfree(f, w, n, f->s1);
-        DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, NULL));
-        fx_close(f);
+        restore_intact_and_close(f, &b);
     }
 }
 
@@ -365,10 +370,8 @@ static void offload_piece_fails(void **state) {
 static void restore_refused_while_decommits_are_queued(void **state) {
     (void)state;
     fx *f = fx_open(0);
-    size_t n = 130 * MIB;
-    ttag *t = NULL;
-    uint64_t mapped0 = 0;
-    unsigned char *w = offload_fixture(f, n, &t, &mapped0);
+    big_tag b = offload_fixture(f);
+    ttag *t = b.t;
     DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, true));
     DMM_OK_OR_FAIL(dmm__torch_offload(f->c, "big", DMM_TORCH_TO_HOST, f->s1));
     assert_int_equal(t->state, TAG_OFFLOADING);
@@ -376,17 +379,11 @@ static void restore_refused_while_decommits_are_queued(void **state) {
     dmm_test_error_mentions("restore of tag 'big'", "queued", NULL);
     assert_int_equal(t->state, TAG_OFFLOADING);
     assert_int_equal(t->segs->jobs_left, 3);
-    assert_int_equal(census(f).mapped_bytes, mapped0);
+    assert_int_equal(census(f).mapped_bytes, b.mapped0);
     DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, false));
     DMM_OK_OR_FAIL(dmm__torch_poll(f->c, NULL));
     assert_int_equal(t->state, TAG_OFFLOADED);
-    DMM_OK_OR_FAIL(dmm__torch_restore(f->c, "big", f->s1));
-    assert_int_equal(t->state, TAG_RESIDENT);
-    assert_int_equal(census(f).mapped_bytes, mapped0);
-    assert_true(fixture_intact(w, n));
-    xfree(f, w, n, f->s1);
-    DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, NULL));
-    fx_close(f);
+    restore_intact_and_close(f, &b);
 }
 
 /* dmm_torch_config's restore knobs: pieces growing from 16 MiB up to 64 MiB (16 + 32 + 64 + 18 MiB for
@@ -398,22 +395,14 @@ static void restore_pieces_knob(void **state) {
     f->c->restore_first = 16 * MIB;
     f->c->restore_copy = 8 * MIB;
     size_t n = 130 * MIB;
-    DMM_OK_OR_FAIL(dmm__torch_tag_begin("big"));
-    unsigned char *w = xmalloc(f, n, f->s1);
-    DMM_OK_OR_FAIL(dmm__torch_tag_end());
+    ttag *t = NULL;
+    unsigned char *w = big_block(f, n, &t);
     size_t at[6] = {0, 16 * MIB - 1, 16 * MIB, 48 * MIB, 112 * MIB + 5, n - 1};
-    for (int i = 0; i < 6; i++) w[at[i]] = (unsigned char)(0xB0 + i);
-    DMM_OK_OR_FAIL(dmm__torch_offload(f->c, "big", DMM_TORCH_TO_HOST, f->s1));
-    DMM_OK_OR_FAIL(dmm__torch_offload_wait(f->c, "big"));
-    ttag *t = &f->c->tags[dmm__torch_tag_find("big")];
-    uint64_t creates0 = dmm_fault_calls(f->drv, DMM_OP_CREATE), copies0 = dmm_fault_calls(f->drv, DMM_OP_COPY);
-    DMM_OK_OR_FAIL(dmm__torch_restore(f->c, "big", f->s1));
-    assert_int_equal(t->state, TAG_RESIDENT);
-    assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_CREATE) - creates0, 4);
-    assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_COPY) - copies0, 17);
-    for (int i = 0; i < 6; i++) assert_int_equal(w[at[i]], 0xB0 + i);
-    xfree(f, w, n, f->s1);
-    DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, NULL));
+    mark_at(w, at, 6, 0xB0);
+    offload_big(f);
+    restore_big_counting(f, t, 4, 17);
+    assert_marked(w, at, 6, 0xB0);
+    free_big(f, w, n);
     fx_close(f);
 }
 
@@ -425,26 +414,18 @@ static void restore_knobs_near_uint64_max(void **state) {
     (void)state;
     fx *f = fx_open(0);
     size_t n = 130 * MIB; /* five pieces of 32 MiB (the last one 2 MiB) */
-    DMM_OK_OR_FAIL(dmm__torch_tag_begin("big"));
-    unsigned char *w = xmalloc(f, n, f->s1);
-    DMM_OK_OR_FAIL(dmm__torch_tag_end());
+    ttag *t = NULL;
+    unsigned char *w = big_block(f, n, &t);
     size_t at[5] = {0, 32 * MIB - 1, 64 * MIB, 100 * MIB + 3, n - 1};
-    for (int i = 0; i < 5; i++) w[at[i]] = (unsigned char)(0xC0 + i);
-    ttag *t = &f->c->tags[dmm__torch_tag_find("big")];
+    mark_at(w, at, 5, 0xC0);
     for (int round = 0; round < 2; round++) {
         f->c->restore_copy = round == 0 ? UINT64_MAX - 30 * MIB + 1 : 0; /* wraps at the second piece */
         f->c->restore_first = round == 0 ? 0 : UINT64_MAX;                /* rounds up to 0 */
-        DMM_OK_OR_FAIL(dmm__torch_offload(f->c, "big", DMM_TORCH_TO_HOST, f->s1));
-        DMM_OK_OR_FAIL(dmm__torch_offload_wait(f->c, "big"));
-        uint64_t creates0 = dmm_fault_calls(f->drv, DMM_OP_CREATE), copies0 = dmm_fault_calls(f->drv, DMM_OP_COPY);
-        DMM_OK_OR_FAIL(dmm__torch_restore(f->c, "big", f->s1));
-        assert_int_equal(t->state, TAG_RESIDENT);
-        assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_CREATE) - creates0, 5);
-        assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_COPY) - copies0, 5);
-        for (int i = 0; i < 5; i++) assert_int_equal(w[at[i]], 0xC0 + i);
+        offload_big(f);
+        restore_big_counting(f, t, 5, 5);
+        assert_marked(w, at, 5, 0xC0);
     }
-    xfree(f, w, n, f->s1);
-    DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, NULL));
+    free_big(f, w, n);
     fx_close(f);
 }
 

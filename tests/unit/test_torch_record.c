@@ -35,95 +35,84 @@
 
 #include "torch_kit.h"
 
+#include "torch_fx.h"
+
 typedef struct fx {
-    dmm_driver *host;
-    dmm_governor *gov;
-    tctx *c;
-    dmm_stream s1, s2;
-    char path[64];
+    kit_torch_fx base; /* over the host driver */
+    char path[64];     /* the trace file the tests record to */
 } fx;
 
 static fx *fx_open(void) {
-    fx *f = calloc(1, sizeof *f);
-    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &f->host));
-    DMM_OK_OR_FAIL(dmm_governor_create(NULL, &f->gov));
-    dmm_torch_ext x = kit_torch_ext();
-    dmm_torch_config k = kit_torch_config(0);
-    DMM_OK_OR_FAIL(dmm__torch_create(f->host, &x, f->gov, &k, &f->c));
-    DMM_OK_OR_FAIL(f->host->ops->stream_create(f->host, &f->s1));
-    DMM_OK_OR_FAIL(f->host->ops->stream_create(f->host, &f->s2));
-    snprintf(f->path, sizeof f->path, "/tmp/dmm-test-record-XXXXXX");
-    int fd = mkstemp(f->path);
-    assert_true(fd >= 0);
-    close(fd);
+    fx *f = malloc(sizeof *f);
+    kit_torch_fx_open(&f->base, false, 0);
+    kit_temp_file(f->path, "dmm-test-record");
     return f;
 }
 
-static void fx_close(fx *f) {
-    assert_false(dmm__torch_recording(f->c));
-    assert_int_equal(ld(&f->c->blocks.cur), 0);
-    DMM_OK_OR_FAIL(dmm__torch_destroy(f->c));
-    DMM_OK_OR_FAIL(f->host->ops->stream_destroy(f->host, f->s1));
-    DMM_OK_OR_FAIL(f->host->ops->stream_destroy(f->host, f->s2));
-    DMM_OK_OR_FAIL(dmm_governor_destroy(f->gov));
-    dmm_test_census_zero(f->host);
-    dmm_driver_destroy(f->host);
+/* The teardown without the context's checks (a test that destroyed it itself). */
+static void fx_free(fx *f) {
+    kit_torch_fx_close(&f->base);
     unlink(f->path);
     free(f);
 }
 
-static void *xmalloc(fx *f, size_t bytes, dmm_stream s) {
-    void *p = NULL;
-    DMM_OK_OR_FAIL(dmm__torch_malloc(f->c, bytes, s, &p));
-    assert_non_null(p);
-    return p;
+static void fx_close(fx *f) {
+    assert_false(dmm__torch_recording(f->base.c));
+    assert_int_equal(ld(&f->base.c->blocks.cur), 0);
+    fx_free(f);
 }
 
-static void xfree(fx *f, void *p, size_t bytes, dmm_stream s) { DMM_OK_OR_FAIL(dmm__torch_free(f->c, p, bytes, s)); }
-
-static dmm_torch_record_stats stop(fx *f) {
-    dmm_torch_record_stats st;
-    memset(&st, 0, sizeof st);
-    st.size = sizeof st;
-    DMM_OK_OR_FAIL(dmm__torch_record_stop(f->c, &st));
-    return st;
-}
+static void *xmalloc(fx *f, size_t bytes, dmm_stream s) { return kit_torch_malloc(&f->base, bytes, s); }
+static void xfree(fx *f, void *p, size_t bytes, dmm_stream s) { kit_torch_free(&f->base, p, bytes, s); }
+static dmm_torch_record_stats stop(fx *f) { return kit_torch_record_stop(&f->base); }
 
 static void load(const char *path, dmm_trace *t) {
     char err[512] = "";
     if (dmm_trace_load(path, t, err, sizeof err) != 0) fail_msg("the recorded trace does not load: %s", err);
 }
 
+/* Loads the recorded trace, which must say what the recorder's stop did: its workload, an event for
+ * each allocation and each free counted, the same peak and streams. */
+static void load_matching(const fx *f, const dmm_torch_record_stats *st, const char *workload, dmm_trace *t) {
+    load(f->path, t);
+    assert_string_equal(t->workload, workload);
+    assert_int_equal(t->allocs, st->allocations);
+    assert_int_equal(t->frees, st->frees);
+    assert_int_equal(t->n, st->allocations + st->frees);
+    assert_int_equal(t->peak_live_bytes, st->peak_live_bytes);
+    assert_int_equal(t->nstreams, st->streams);
+}
+
 static void a_recording_replays_through_the_trace_reader(void **state) {
     (void)state;
     fx *f = fx_open();
-    DMM_OK_OR_FAIL(dmm__torch_record_start(f->c, f->path, "unit-sequence"));
-    assert_true(dmm__torch_recording(f->c));
+    DMM_OK_OR_FAIL(dmm__torch_record_start(f->base.c, f->path, "unit-sequence"));
+    assert_true(dmm__torch_recording(f->base.c));
     /* live: 1024 → 1024+512 → +(3 MiB) → ... the test's own running sum */
     uint64_t live = 0, peak = 0;
 #define LIVE(d) (live += (uint64_t)(d), peak = live > peak ? live : peak)
     void *a = xmalloc(f, 1000, NULL); /* 1024 */
     LIVE(1024);
-    void *b = xmalloc(f, 1, f->s1); /* 512 */
+    void *b = xmalloc(f, 1, f->base.s1); /* 512 */
     LIVE(512);
-    void *c = xmalloc(f, (size_t)3 << 20, f->s2); /* 3 MiB */
+    void *c = xmalloc(f, (size_t)3 << 20, f->base.s2); /* 3 MiB */
     LIVE(3u << 20);
     DMM_OK_OR_FAIL(dmm__torch_tag_begin("weights"));
     void *w = xmalloc(f, 5000, NULL); /* 5120, in a tag segment */
     DMM_OK_OR_FAIL(dmm__torch_tag_end());
     LIVE(5120);
-    xfree(f, c, (size_t)3 << 20, f->s2);
+    xfree(f, c, (size_t)3 << 20, f->base.s2);
     LIVE(-(int64_t)(3u << 20));
     xfree(f, a, 1000, NULL);
     LIVE(-1024);
     void *a2 = xmalloc(f, 1000, NULL); /* the same size again: typically the same address, a new id */
     LIVE(1024);
-    xfree(f, b, 1, f->s1);
+    xfree(f, b, 1, f->base.s1);
     LIVE(-512);
     xfree(f, w, 5000, NULL);
     LIVE(-5120);
     dmm_torch_record_stats st = stop(f);
-    assert_false(dmm__torch_recording(f->c));
+    assert_false(dmm__torch_recording(f->base.c));
     assert_int_equal(st.allocations, 5);
     assert_int_equal(st.frees, 4);
     assert_int_equal(st.untracked_frees, 0);
@@ -132,15 +121,9 @@ static void a_recording_replays_through_the_trace_reader(void **state) {
     assert_int_equal(st.streams, 3);
 
     dmm_trace t;
-    load(f->path, &t);
-    assert_string_equal(t.workload, "unit-sequence");
-    assert_int_equal(t.n, 9);
-    assert_int_equal(t.allocs, 5);
-    assert_int_equal(t.frees, 4);
-    assert_int_equal(t.peak_live_bytes, peak);
+    load_matching(f, &st, "unit-sequence", &t); /* 9 events, 5 allocations, 4 frees, 3 streams */
     assert_int_equal(t.max_bytes, 3u << 20);
     assert_int_equal(t.total_alloc_bytes, 1024 + 512 + (3u << 20) + 5120 + 1024);
-    assert_int_equal(t.nstreams, 3);
     assert_int_equal(t.stream_ids[0], 0); /* the default stream first, then s1, s2 in order of first use */
     assert_int_equal(t.stream_ids[1], 1);
     assert_int_equal(t.stream_ids[2], 2);
@@ -165,26 +148,24 @@ static void frees_of_blocks_from_before_the_recording_are_left_out(void **state)
     (void)state;
     fx *f = fx_open();
     void *old = xmalloc(f, 4096, NULL);
-    DMM_OK_OR_FAIL(dmm__torch_record_start(f->c, f->path, NULL));
-    void *p = xmalloc(f, 4096, f->s1);
+    DMM_OK_OR_FAIL(dmm__torch_record_start(f->base.c, f->path, NULL));
+    void *p = xmalloc(f, 4096, f->base.s1);
     xfree(f, old, 4096, NULL);
-    xfree(f, p, 4096, f->s1);
+    xfree(f, p, 4096, f->base.s1);
     dmm_torch_record_stats st = stop(f);
     assert_int_equal(st.allocations, 1);
     assert_int_equal(st.frees, 1);
     assert_int_equal(st.untracked_frees, 1);
+    assert_int_equal(st.peak_live_bytes, 4096);
+    assert_int_equal(st.streams, 1);
     dmm_trace t;
-    load(f->path, &t);
-    assert_string_equal(t.workload, "recorded");
-    assert_int_equal(t.n, 2);
-    assert_int_equal(t.peak_live_bytes, 4096);
-    assert_int_equal(t.nstreams, 1);
+    load_matching(f, &st, "recorded", &t); /* 2 events, peak 4096, one stream: */
     assert_int_equal(t.stream_ids[0], 1);
     dmm_trace_free(&t);
     /* stopped: the next malloc and free are not recorded, and stop again is refused */
     p = xmalloc(f, 512, NULL);
     xfree(f, p, 512, NULL);
-    assert_int_equal(dmm__torch_record_stop(f->c, NULL), DMM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(dmm__torch_record_stop(f->base.c, NULL), DMM_ERR_INVALID_ARGUMENT);
     dmm_test_error_mentions("not recording", NULL);
     fx_close(f);
 }
@@ -193,20 +174,20 @@ static void a_bad_path_fails_at_start_and_changes_nothing(void **state) {
     (void)state;
     fx *f = fx_open();
     const char *bad = "/tmp/dmm-test-record-no-such-folder/x/run.trace.gz";
-    assert_int_equal(dmm__torch_record_start(f->c, bad, NULL), DMM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(dmm__torch_record_start(f->base.c, bad, NULL), DMM_ERR_INVALID_ARGUMENT);
     dmm_test_error_mentions("cannot open", bad, "No such file or directory", "nothing was started", NULL);
-    assert_false(dmm__torch_recording(f->c));
+    assert_false(dmm__torch_recording(f->base.c));
     assert_int_equal(access("/tmp/dmm-test-record-no-such-folder", F_OK), -1);
-    assert_int_equal(dmm__torch_record_start(f->c, "", NULL), DMM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(dmm__torch_record_start(f->base.c, "", NULL), DMM_ERR_INVALID_ARGUMENT);
     dmm_test_error_mentions("path is empty", NULL);
-    assert_int_equal(dmm__torch_record_start(f->c, f->path, "two\nlines"), DMM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(dmm__torch_record_start(f->base.c, f->path, "two\nlines"), DMM_ERR_INVALID_ARGUMENT);
     dmm_test_error_mentions("one line", NULL);
-    assert_false(dmm__torch_recording(f->c));
+    assert_false(dmm__torch_recording(f->base.c));
     void *p = xmalloc(f, 512, NULL);
     xfree(f, p, 512, NULL);
     /* a second start while one records is BUSY and keeps the first */
-    DMM_OK_OR_FAIL(dmm__torch_record_start(f->c, f->path, NULL));
-    assert_int_equal(dmm__torch_record_start(f->c, "/tmp/dmm-test-record-other.gz", NULL), DMM_ERR_BUSY);
+    DMM_OK_OR_FAIL(dmm__torch_record_start(f->base.c, f->path, NULL));
+    assert_int_equal(dmm__torch_record_start(f->base.c, "/tmp/dmm-test-record-other.gz", NULL), DMM_ERR_BUSY);
     dmm_test_error_mentions("already recording", f->path, NULL);
     assert_int_equal(access("/tmp/dmm-test-record-other.gz", F_OK), -1);
     p = xmalloc(f, 512, NULL);
@@ -220,21 +201,21 @@ static void a_failing_disk_never_reaches_malloc_and_stop_says_so(void **state) {
     (void)state;
     if (access("/dev/full", W_OK) != 0) skip();
     fx *f = fx_open();
-    DMM_OK_OR_FAIL(dmm__torch_record_start(f->c, "/dev/full", "full"));
+    DMM_OK_OR_FAIL(dmm__torch_record_start(f->base.c, "/dev/full", "full"));
     /* enough events to fill a buffer several times: every write fails, no malloc or free does */
     for (int i = 0; i < 200000; i++) {
-        void *p = xmalloc(f, 512 + (size_t)(i % 64) * 512, i % 2 ? f->s1 : NULL);
-        xfree(f, p, 512, i % 2 ? f->s1 : NULL);
+        void *p = xmalloc(f, 512 + (size_t)(i % 64) * 512, i % 2 ? f->base.s1 : NULL);
+        xfree(f, p, 512, i % 2 ? f->base.s1 : NULL);
     }
     dmm_torch_record_stats st;
     memset(&st, 0, sizeof st);
     st.size = sizeof st;
-    assert_int_equal(dmm__torch_record_stop(f->c, &st), DMM_ERR_DRIVER);
+    assert_int_equal(dmm__torch_record_stop(f->base.c, &st), DMM_ERR_DRIVER);
     dmm_test_error_mentions("incomplete", "/dev/full", NULL);
     assert_true(st.allocations > 0);
-    assert_false(dmm__torch_recording(f->c));
+    assert_false(dmm__torch_recording(f->base.c));
     /* a fresh recording works afterwards */
-    DMM_OK_OR_FAIL(dmm__torch_record_start(f->c, f->path, NULL));
+    DMM_OK_OR_FAIL(dmm__torch_record_start(f->base.c, f->path, NULL));
     void *p = xmalloc(f, 512, NULL);
     xfree(f, p, 512, NULL);
     st = stop(f);
@@ -259,15 +240,15 @@ static void *work(void *u) {
     for (int i = 0; i < ROUNDS; i++) {
         int k = (int)(rand_r(&w->seed) % 8);
         if (held[k] != NULL) {
-            if (dmm__torch_free(w->f->c, held[k], sizes[k], w->s) != DMM_OK) return (void *)1;
+            if (dmm__torch_free(w->f->base.c, held[k], sizes[k], w->s) != DMM_OK) return (void *)1;
             held[k] = NULL;
         } else {
             sizes[k] = 512 + (size_t)(rand_r(&w->seed) % 256) * 512;
-            if (dmm__torch_malloc(w->f->c, sizes[k], w->s, &held[k]) != DMM_OK) return (void *)1;
+            if (dmm__torch_malloc(w->f->base.c, sizes[k], w->s, &held[k]) != DMM_OK) return (void *)1;
         }
     }
     for (int k = 0; k < 8; k++)
-        if (held[k] != NULL && dmm__torch_free(w->f->c, held[k], sizes[k], w->s) != DMM_OK) return (void *)1;
+        if (held[k] != NULL && dmm__torch_free(w->f->base.c, held[k], sizes[k], w->s) != DMM_OK) return (void *)1;
     return NULL;
 }
 
@@ -275,8 +256,8 @@ static void threads_record_one_valid_trace(void **state) {
     (void)state;
     fx *f = fx_open();
     dmm_stream streams[THREADS];
-    for (int i = 0; i < THREADS; i++) DMM_OK_OR_FAIL(f->host->ops->stream_create(f->host, &streams[i]));
-    DMM_OK_OR_FAIL(dmm__torch_record_start(f->c, f->path, "threads"));
+    for (int i = 0; i < THREADS; i++) DMM_OK_OR_FAIL(f->base.host->ops->stream_create(f->base.host, &streams[i]));
+    DMM_OK_OR_FAIL(dmm__torch_record_start(f->base.c, f->path, "threads"));
     pthread_t th[THREADS];
     worker w[THREADS];
     for (int i = 0; i < THREADS; i++) {
@@ -294,36 +275,26 @@ static void threads_record_one_valid_trace(void **state) {
     assert_int_equal(st.live_bytes, 0);
     assert_int_equal(st.streams, THREADS);
     dmm_trace t;
-    load(f->path, &t); /* ids increasing, every free after its allocation: else the reader refuses */
-    assert_int_equal(t.allocs, st.allocations);
-    assert_int_equal(t.frees, st.frees);
-    assert_int_equal(t.peak_live_bytes, st.peak_live_bytes);
-    assert_int_equal(t.nstreams, THREADS);
+    load_matching(f, &st, "threads", &t); /* ids increasing, every free after its allocation: else the reader refuses */
     dmm_trace_free(&t);
-    DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, NULL)); /* the heaps' last fences are polled */
-    for (int i = 0; i < THREADS; i++) DMM_OK_OR_FAIL(f->host->ops->stream_destroy(f->host, streams[i]));
+    DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->base.c, NULL)); /* the heaps' last fences are polled */
+    for (int i = 0; i < THREADS; i++) DMM_OK_OR_FAIL(f->base.host->ops->stream_destroy(f->base.host, streams[i]));
     fx_close(f);
 }
 
 static void destroy_stops_a_recording_still_on(void **state) {
     (void)state;
     fx *f = fx_open();
-    DMM_OK_OR_FAIL(dmm__torch_record_start(f->c, f->path, NULL));
+    DMM_OK_OR_FAIL(dmm__torch_record_start(f->base.c, f->path, NULL));
     void *p = xmalloc(f, 512, NULL);
     xfree(f, p, 512, NULL);
-    DMM_OK_OR_FAIL(dmm__torch_destroy(f->c)); /* the file is closed whole */
-    f->c = NULL;
+    DMM_OK_OR_FAIL(dmm__torch_destroy(f->base.c)); /* the file is closed whole */
+    f->base.c = NULL;
     dmm_trace t;
     load(f->path, &t);
     assert_int_equal(t.n, 2);
     dmm_trace_free(&t);
-    DMM_OK_OR_FAIL(f->host->ops->stream_destroy(f->host, f->s1));
-    DMM_OK_OR_FAIL(f->host->ops->stream_destroy(f->host, f->s2));
-    DMM_OK_OR_FAIL(dmm_governor_destroy(f->gov));
-    dmm_test_census_zero(f->host);
-    dmm_driver_destroy(f->host);
-    unlink(f->path);
-    free(f);
+    fx_free(f);
 }
 
 int main(void) {

@@ -35,53 +35,29 @@
 
 #include "torch_kit.h"
 
-typedef struct fx {
-    dmm_driver *host, *fault; /* fault: NULL, or the fault driver over host that the context uses */
-    dmm_driver *drv; /* what the context is over: host, or fault */
-    dmm_governor *gov;
-    tctx *c;
-    dmm_stream s1, s2;
-} fx;
+#include "torch_fx.h"
 
-static fx *fx_open_with(bool fault) {
-    fx *f = calloc(1, sizeof *f);
-    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &f->host));
-    if (fault) DMM_OK_OR_FAIL(dmm_fault_driver_create(f->host, &f->fault));
-    f->drv = fault ? f->fault : f->host;
-    DMM_OK_OR_FAIL(dmm_governor_create(NULL, &f->gov));
-    dmm_torch_ext x = kit_torch_ext();
-    dmm_torch_config k = kit_torch_config(0);
-    DMM_OK_OR_FAIL(dmm__torch_create(f->drv, &x, f->gov, &k, &f->c));
-    dmm__torch_blocks_track(f->c); /* from the start: every pool block is in the table */
-    DMM_OK_OR_FAIL(f->host->ops->stream_create(f->host, &f->s1));
-    DMM_OK_OR_FAIL(f->host->ops->stream_create(f->host, &f->s2));
+typedef kit_torch_fx fx;
+
+static fx *fx_open_with(bool fault, bool track) {
+    fx *f = malloc(sizeof *f);
+    kit_torch_fx_open(f, fault, 0);
+    if (track) dmm__torch_blocks_track(f->c); /* from the start: every pool block is in the table */
     return f;
 }
 
-static fx *fx_open(void) { return fx_open_with(false); }
-static fx *fx_open_over_fault(void) { return fx_open_with(true); }
+static fx *fx_open(void) { return fx_open_with(false, true); }
+static fx *fx_open_over_fault(void) { return fx_open_with(true, true); }
 
 static void fx_close(fx *f) {
     assert_int_equal(ld(&f->c->blocks.cur), 0);
     DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, NULL));
-    DMM_OK_OR_FAIL(dmm__torch_destroy(f->c));
-    DMM_OK_OR_FAIL(f->host->ops->stream_destroy(f->host, f->s1));
-    DMM_OK_OR_FAIL(f->host->ops->stream_destroy(f->host, f->s2));
-    DMM_OK_OR_FAIL(dmm_governor_destroy(f->gov));
-    dmm_test_census_zero(f->host);
-    if (f->fault != NULL) dmm_driver_destroy(f->fault);
-    dmm_driver_destroy(f->host);
+    kit_torch_fx_close(f);
     free(f);
 }
 
-static void *xmalloc(fx *f, size_t bytes, dmm_stream s) {
-    void *p = NULL;
-    DMM_OK_OR_FAIL(dmm__torch_malloc(f->c, bytes, s, &p));
-    assert_non_null(p);
-    return p;
-}
-
-static void xfree(fx *f, void *p, size_t bytes, dmm_stream s) { DMM_OK_OR_FAIL(dmm__torch_free(f->c, p, bytes, s)); }
+static void *xmalloc(fx *f, size_t bytes, dmm_stream s) { return kit_torch_malloc(f, bytes, s); }
+static void xfree(fx *f, void *p, size_t bytes, dmm_stream s) { kit_torch_free(f, p, bytes, s); }
 
 /* The view's runs against the pool's own stats, and the table's blocks against both. */
 static void check_pool_layout(fx *f) {
@@ -154,10 +130,7 @@ static void a_refused_free_leaves_the_table_and_the_trace_true(void **state) {
     fx *f = fx_open_over_fault();
     void *a = xmalloc(f, 4096, f->s1);
     char trace[64];
-    snprintf(trace, sizeof trace, "/tmp/dmm-test-snapshot-trace-XXXXXX");
-    int fd = mkstemp(trace);
-    assert_true(fd >= 0);
-    close(fd);
+    kit_temp_file(trace, "dmm-test-snapshot-trace");
     DMM_OK_OR_FAIL(dmm__torch_record_start(f->c, trace, NULL));
     void *r = xmalloc(f, 2048, f->s1);
     /* a free on another stream records an event; when that fails, the pool refuses and the block stays live */
@@ -172,10 +145,7 @@ static void a_refused_free_leaves_the_table_and_the_trace_true(void **state) {
     assert_ptr_equal(b.stream, f->s1);
     dmm__torch_blocks_add(f->c, a, b.len, b.req, b.stream);
     xfree(f, r, 2048, f->s1);
-    dmm_torch_record_stats st;
-    memset(&st, 0, sizeof st);
-    st.size = sizeof st;
-    DMM_OK_OR_FAIL(dmm__torch_record_stop(f->c, &st));
+    dmm_torch_record_stats st = kit_torch_record_stop(f);
     /* r: allocated, freed (refused), allocated again under a new id, freed; a: from before, not in it */
     assert_int_equal(st.allocations, 2);
     assert_int_equal(st.frees, 2);
@@ -191,15 +161,7 @@ static char *snapshot_json(fx *f);
 
 static void tracking_is_off_until_asked_and_counts_what_came_before(void **state) {
     (void)state;
-    fx *f = calloc(1, sizeof *f);
-    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &f->host));
-    f->drv = f->host;
-    DMM_OK_OR_FAIL(dmm_governor_create(NULL, &f->gov));
-    dmm_torch_ext x = kit_torch_ext();
-    dmm_torch_config k = kit_torch_config(0);
-    DMM_OK_OR_FAIL(dmm__torch_create(f->drv, &x, f->gov, &k, &f->c));
-    DMM_OK_OR_FAIL(f->host->ops->stream_create(f->host, &f->s1));
-    DMM_OK_OR_FAIL(f->host->ops->stream_create(f->host, &f->s2));
+    fx *f = fx_open_with(false, false);
     assert_false(dmm__torch_blocks_tracking(f->c));
     void *a = xmalloc(f, 4096, NULL);
     char *js = snapshot_json(f);
