@@ -5,7 +5,8 @@
                                [--record DIR] [--json FILE]
 
 A mode dmm-s<N> runs dmm with DMM_TORCH_SETTLE=N (dmm-s20: the retention limit fixed, as before settling);
-dmm-h<MiB>x<D> with DMM_TORCH_HANDLES=<MiB << 20>,<D> (handles up to MiB, at most a D-th of the request);
+dmm-h<MiB>x<D>[m<MIN>] with DMM_TORCH_HANDLES=<MiB << 20>,<D>[,<MIN << 20>] (handles up to MiB, at most a D-th of
+the request, at least MIN MiB; without m: no floor, e.g. dmm-h32x8 = the default before the 8 MiB floor);
 dmm-r<N> with DMM_TORCH_RETAIN=N (free memory kept mapped, permille of the live peak); dmm-w with a warm
 start: before the first step the pool commits the physical peak of dmm-w's last run (dmm.torch.warm),
 the "last run" being one unmeasured dmm-w run made first (its cost is printed apart: it is paid before
@@ -238,9 +239,10 @@ def env_for(mode):
         env["DMM_TORCH_SETTLE"] = mode[len("dmm-s"):]
     if mode.startswith("dmm-r"):  # dmm-r<permille>: another retention (DMM_TORCH_RETAIN; 1000: no moves at all)
         env["DMM_TORCH_RETAIN"] = mode[len("dmm-r"):]
-    if mode.startswith("dmm-h"):  # dmm-h<MiB>x<divisor>: larger handles (DMM_TORCH_HANDLES=MAX,DIVISOR)
-        mib_, _, div = mode[len("dmm-h"):].partition("x")
-        env["DMM_TORCH_HANDLES"] = "%d,%s" % (int(mib_) << 20, div or "0")
+    if mode.startswith("dmm-h"):  # dmm-h<MiB>x<divisor>[m<MiB>]: other handles (DMM_TORCH_HANDLES=MAX,DIVISOR,MIN)
+        mib_, _, rest = mode[len("dmm-h"):].partition("x")
+        div, _, floor = rest.partition("m")
+        env["DMM_TORCH_HANDLES"] = "%d,%s,%d" % (int(mib_) << 20, div or "0", int(floor or "0") << 20)
     return env
 
 

@@ -25,8 +25,8 @@
 
 void dmm_usage_replay(FILE *f) {
     fprintf(f, "usage: dmm replay TRACE.gz [--driver host|cuda] [--granule BYTES] [--chunk BYTES]\n"
-               "                  [--max-chunk BYTES] [--handle-div N] [--retain PERMILLE] [--settle PERMILLE]\n"
-               "                  [--lag N] [--no-alias] [--repeat K] [--warm BYTES] [--json[=FILE]]\n"
+               "                  [--max-chunk BYTES] [--handle-div N] [--min-chunk BYTES] [--retain PERMILLE]\n"
+               "                  [--settle PERMILLE] [--lag N] [--no-alias] [--repeat K] [--warm BYTES] [--json[=FILE]]\n"
                "                  [--report FILE.html]\n\n"
                "Replays an allocation trace (# dmm-trace v1, gzip) through the dmm pool over an arena and\n"
                "prints peak live, physical and committed bytes, their ratio beside PyTorch's, driver calls\n"
@@ -39,6 +39,8 @@ void dmm_usage_replay(FILE *f) {
                "               larger: fewer driver calls, more fragmentation)\n"
                "  --handle-div with --max-chunk: a growth for n bytes commits handles of at most n / N\n"
                "               (only large requests get large handles; default 0: up to --max-chunk)\n"
+               "  --min-chunk  with --handle-div: the smallest handle the divisor cuts to (a multiple of the\n"
+               "               quantum, at most --max-chunk; default: the quantum)\n"
                "  --retain     memory kept mapped while free, in permille of the live peak (default 20)\n"
                "  --settle     the most the retention limit rises while the pool keeps re-mapping memory,\n"
                "               in permille of the live peak (default 100; at or below --retain: fixed)\n"
@@ -65,7 +67,7 @@ static const dmm_opt_range LAG = {0, UINT64_MAX, false, "a number of allocations
 static const dmm_opt_range REPEAT = {1, 1000, false, "a number of repetitions", "4"};
 
 enum {
-    OPT_DRIVER = 256, OPT_GRANULE, OPT_CHUNK, OPT_MAX_CHUNK, OPT_HANDLE_DIV, OPT_RETAIN, OPT_SETTLE, OPT_LAG,
+    OPT_DRIVER = 256, OPT_GRANULE, OPT_CHUNK, OPT_MAX_CHUNK, OPT_HANDLE_DIV, OPT_MIN_CHUNK, OPT_RETAIN, OPT_SETTLE, OPT_LAG,
     OPT_NO_ALIAS, OPT_REPEAT, OPT_WARM, OPT_JSON, OPT_REPORT,
 };
 
@@ -75,6 +77,7 @@ static const struct option longs[] = {
     {"chunk", required_argument, NULL, OPT_CHUNK},
     {"max-chunk", required_argument, NULL, OPT_MAX_CHUNK},
     {"handle-div", required_argument, NULL, OPT_HANDLE_DIV},
+    {"min-chunk", required_argument, NULL, OPT_MIN_CHUNK},
     {"retain", required_argument, NULL, OPT_RETAIN},
     {"settle", required_argument, NULL, OPT_SETTLE},
     {"lag", required_argument, NULL, OPT_LAG},
@@ -118,6 +121,7 @@ static int parse(int argc, char **argv, replay_args *a) {
         case OPT_GRANULE: rc = dmm_cli_u64("replay", opt, optarg, &SIZE, &a->o.granule); break;
         case OPT_CHUNK: rc = dmm_cli_u64("replay", opt, optarg, &SIZE, &a->o.chunk_bytes); break;
         case OPT_MAX_CHUNK: rc = dmm_cli_u64("replay", opt, optarg, &SIZE, &a->o.max_chunk_bytes); break;
+        case OPT_MIN_CHUNK: rc = dmm_cli_u64("replay", opt, optarg, &SIZE, &a->o.min_chunk_bytes); break;
         case OPT_LAG: rc = dmm_cli_u64("replay", opt, optarg, &LAG, &a->o.lag); break;
         case OPT_WARM: rc = dmm_cli_u64("replay", opt, optarg, &SIZE, &a->o.warm_bytes); break;
         case OPT_NO_ALIAS: a->o.no_alias = true; break;

@@ -138,6 +138,14 @@ typedef struct dmm_pool_config {
                                request. On the real traces: 32 MiB ÷ 8 creates 1.7-3.3 × fewer handles
                                than one quantum each at +0.001-0.013 of fragmentation; 128 MiB ÷ 4
                                2.6-5.4 × fewer at up to +0.08 (docs/benchmarks.md) */
+    uint64_t min_chunk_bytes; /* with handle_divisor: the smallest handle the divisor cuts a growth into
+                               (a piece of growth smaller than this is one handle of its own size); a
+                               multiple of chunk_bytes, at most max_chunk_bytes. A handle costs the
+                               same up to 64 MiB (~45 µs on the H200), so handles below a few MiB buy
+                               only mobility: 8 MiB under 32 MiB ÷ 8 creates 1.4-2.5 × fewer handles
+                               on the real traces at ±0.005 of fragmentation, but +0.009 to +0.029
+                               on random shapes (bert-dynamic, which then re-maps half as much in its
+                               steady state; docs/benchmarks.md). 0 = chunk_bytes */
 } dmm_pool_config;
 
 /* Creates a pool over `mech` (not owned; must support virtual backing, else DMM_ERR_UNSUPPORTED) and

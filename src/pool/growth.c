@@ -12,7 +12,8 @@
  * would otherwise take each other's last chunk in turn, a move on every switch), and moves them
  * into the window one at a time, so that the mechanism's handle cache hands the same physical
  * handle back. New chunks fill the rest, split at max_chunk (or, with a handle divisor, at that share
- * of the request: only large requests get large handles).
+ * of the request but at least min_chunk: only large requests get large handles, and no request pays
+ * for handles smaller than a handle's cost is worth).
  *
  * Settling. Under a fixed limit a repeating workload can re-map memory every iteration: the growth
  * of step k moves chunks from the places step k+1 then needs (measured: GPT-2 training aliased
@@ -339,11 +340,11 @@ static void growth_failed(growth *g, dmm_status s, size_t j, uintptr_t at, uint6
 }
 
 /* The largest new handle a growth for `n` bytes commits: max_chunk, or with a divisor n / divisor
- * rounded down to the quantum, between one quantum and max_chunk. */
+ * rounded down to the quantum, between min_chunk and max_chunk. */
 static uint64_t handle_most(const dmm_pool *p, uint64_t n) {
     if (p->handle_divisor == 0) return p->max_chunk;
     uint64_t most = align_down_c(p, n / p->handle_divisor);
-    return most < p->chunk ? p->chunk : most > p->max_chunk ? p->max_chunk : most;
+    return most < p->min_chunk ? p->min_chunk : most > p->max_chunk ? p->max_chunk : most;
 }
 
 /* drive (no lock held). Each piece: first the chunks moved into it (decommit there, commit here: the

@@ -127,6 +127,13 @@ dmm_status dmm_pool_create(dmm_mechanism *mech, dmm_driver *drv, const dmm_pool_
                              "most 2^32 - 1 of them (%llu bytes)",
                              (unsigned long long)max_chunk, (unsigned long long)chunk,
                              (unsigned long long)(chunk > UINT64_MAX / UINT32_MAX ? UINT64_MAX : chunk * UINT32_MAX));
+    uint64_t min_chunk = c.min_chunk_bytes ? c.min_chunk_bytes : chunk;
+    if (min_chunk % chunk != 0 || min_chunk > max_chunk)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "dmm_pool_create: min_chunk_bytes %llu must be a multiple of chunk_bytes %llu and at "
+                             "most max_chunk_bytes %llu (0 = one chunk_bytes)",
+                             (unsigned long long)min_chunk, (unsigned long long)chunk,
+                             (unsigned long long)max_chunk);
     uint64_t align = c.block_align ? c.block_align : 512;
     if (!dmm_is_pow2(align) || align < 64 || align > chunk)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
@@ -170,6 +177,7 @@ dmm_status dmm_pool_create(dmm_mechanism *mech, dmm_driver *drv, const dmm_pool_
     p->chunk = chunk;
     p->max_chunk = max_chunk;
     p->handle_divisor = c.handle_divisor;
+    p->min_chunk = min_chunk;
     p->region = region;
     p->region_shift = (unsigned)__builtin_ctzll(region);
     p->nregions = (size_t)(va / region);

@@ -271,6 +271,47 @@ static void a_larger_max_chunk_grows_by_one_handle_sized_to_the_need(void **stat
     fx_close(f);
 }
 
+/* A divisor cuts a growth into handles of n / divisor, but never below min_chunk_bytes: a piece below
+ * the floor is one handle of its own size. */
+static void a_divisor_cuts_handles_no_smaller_than_the_floor(void **state) {
+    (void)state;
+    dmm_pool_config pc;
+    memset(&pc, 0, sizeof pc);
+    pc.size = sizeof pc;
+    pc.max_chunk_bytes = 32 * MIB;
+    pc.handle_divisor = 8;
+    for (int floored = 0; floored < 2; floored++) {
+        pc.min_chunk_bytes = floored ? 8 * MIB : 0;
+        fx *f = fx_open(&pc, 64 * MIB);
+        uint64_t creates = calls(f, DMM_OP_CREATE);
+        char *x = xmalloc(f, 24 * MIB, NULL); /* 24/8 = 3 MiB: 2 MiB handles, or 8 MiB ones with the floor */
+        assert_int_equal(calls(f, DMM_OP_CREATE) - creates, floored ? 3 : 12);
+        memset(x, 5, 24 * MIB);
+        creates = calls(f, DMM_OP_CREATE);
+        char *y = xmalloc(f, 6 * MIB, NULL); /* below the floor: one handle of 6 MiB */
+        assert_int_equal(calls(f, DMM_OP_CREATE) - creates, floored ? 1 : 3);
+        creates = calls(f, DMM_OP_CREATE);
+        char *z = xmalloc(f, 512 * MIB, NULL); /* 512/8 = 64 MiB: capped at max_chunk either way */
+        assert_int_equal(calls(f, DMM_OP_CREATE) - creates, 16);
+        xfree(f, x, NULL);
+        xfree(f, y, NULL);
+        xfree(f, z, NULL);
+        DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+        DMM_OK_OR_FAIL(dmm_pool_empty_cache(f->pool, NULL));
+        if (floored) { /* the floor must be whole quanta and at most max_chunk_bytes; refused, nothing taken */
+            dmm_pool *bad = NULL;
+            pc.min_chunk_bytes = 3 * MIB;
+            assert_int_equal(dmm_pool_create(f->arena, f->drv, &pc, &bad), DMM_ERR_INVALID_ARGUMENT);
+            dmm_test_error_mentions("min_chunk_bytes 3145728", "multiple of chunk_bytes", NULL);
+            pc.min_chunk_bytes = 64 * MIB;
+            assert_int_equal(dmm_pool_create(f->arena, f->drv, &pc, &bad), DMM_ERR_INVALID_ARGUMENT);
+            dmm_test_error_mentions("min_chunk_bytes 67108864", "at most max_chunk_bytes 33554432", NULL);
+            assert_null(bad);
+        }
+        fx_close(f);
+    }
+}
+
 static void unknown_and_double_frees_change_nothing(void **state) {
     (void)state;
     fx *f = fx_open(NULL, 0);
@@ -924,6 +965,7 @@ int main(void) {
         cmocka_unit_test(a_full_retention_limit_moves_chunks_instead_of_growing),
         cmocka_unit_test(streams_in_use_do_not_take_each_others_last_chunk),
         cmocka_unit_test(a_larger_max_chunk_grows_by_one_handle_sized_to_the_need),
+        cmocka_unit_test(a_divisor_cuts_handles_no_smaller_than_the_floor),
         cmocka_unit_test(unknown_and_double_frees_change_nothing),
         cmocka_unit_test(destroy_is_refused_while_blocks_are_live),
         cmocka_unit_test(trim_decommits_whole_free_chunks_down_to_the_target),

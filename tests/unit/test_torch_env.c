@@ -40,7 +40,7 @@ static dmm_torch_config marked(void) {
 
 static void valid_values_are_read(void **state) {
     (void)state;
-    env e = {"68719476736", "20", "268435456,16777216,33554432", "150", "134217728,4"};
+    env e = {"68719476736", "20", "268435456,16777216,33554432", "150", "134217728,4,8388608"};
     dmm_torch_config c = marked();
     DMM_OK_OR_FAIL(dmm__torch_config_from_env(&c, get, &e));
     assert_int_equal(c.pool_va_bytes, 68719476736ull);
@@ -48,6 +48,7 @@ static void valid_values_are_read(void **state) {
     assert_int_equal(c.settle_permille, 150);
     assert_int_equal(c.max_chunk_bytes, 134217728ull);
     assert_int_equal(c.handle_divisor, 4);
+    assert_int_equal(c.min_chunk_bytes, 8388608ull);
     assert_int_equal(c.restore_piece_bytes, 268435456ull);
     assert_int_equal(c.restore_first_bytes, 16777216ull);
     assert_int_equal(c.restore_copy_bytes, 33554432ull);
@@ -62,6 +63,7 @@ static void valid_values_are_read(void **state) {
     assert_int_equal(c.settle_permille, 1000);
     assert_int_equal(c.max_chunk_bytes, UINT64_MAX); /* one granule per handle */
     assert_int_equal(c.handle_divisor, 0);
+    assert_int_equal(c.min_chunk_bytes, 0); /* MAX alone: no floor */
     assert_int_equal(c.restore_piece_bytes, UINT64_MAX);
     assert_int_equal(c.restore_first_bytes, 0);
     assert_int_equal(c.restore_copy_bytes, 0);
@@ -122,10 +124,11 @@ static void malformed_values_fail_and_change_nothing(void **state) {
         {{"4096", "20", "0", "1001", NULL}, "DMM_TORCH_SETTLE", "'1001'", "0 to 1000"},
         {{NULL, NULL, NULL, "10%", NULL}, "DMM_TORCH_SETTLE", "'10%'", "0 to 1000"},
         /* HANDLES */
-        {{NULL, NULL, NULL, NULL, "128M"}, "DMM_TORCH_HANDLES", "'128M'", "MAX[,DIVISOR]"},
-        {{NULL, NULL, NULL, NULL, "134217728,"}, "DMM_TORCH_HANDLES", "'134217728,'", "MAX[,DIVISOR]"},
-        {{NULL, NULL, NULL, NULL, "1,2,3"}, "DMM_TORCH_HANDLES", "'1,2,3'", "MAX[,DIVISOR]"},
-        {{"4096", "20", "0", "100", "1,4294967296"}, "DMM_TORCH_HANDLES", "'1,4294967296'", "MAX[,DIVISOR]"},
+        {{NULL, NULL, NULL, NULL, "128M"}, "DMM_TORCH_HANDLES", "'128M'", "MAX[,DIVISOR[,MIN]]"},
+        {{NULL, NULL, NULL, NULL, "134217728,"}, "DMM_TORCH_HANDLES", "'134217728,'", "MAX[,DIVISOR[,MIN]]"},
+        {{NULL, NULL, NULL, NULL, "1,2,3,4"}, "DMM_TORCH_HANDLES", "'1,2,3,4'", "MAX[,DIVISOR[,MIN]]"},
+        {{NULL, NULL, NULL, NULL, "1,2,8M"}, "DMM_TORCH_HANDLES", "'1,2,8M'", "MAX[,DIVISOR[,MIN]]"},
+        {{"4096", "20", "0", "100", "1,4294967296"}, "DMM_TORCH_HANDLES", "'1,4294967296'", "MAX[,DIVISOR[,MIN]]"},
         /* RESTORE_PIECE */
         {{"4096", "20", "x", NULL, NULL}, "DMM_TORCH_RESTORE_PIECE", "'x'", "field 1 ('x')"},
         {{NULL, NULL, "32M", NULL, NULL}, "DMM_TORCH_RESTORE_PIECE", "'32M'", "field 1 ('32M')"},
