@@ -1,9 +1,12 @@
 /* tests/common/testkit.c — shared helpers for the cmocka tests. */
 #include "testkit.h"
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 void dmm_test_error_mentions(const char *first, ...) {
     const char *err = dmm_last_error();
@@ -96,4 +99,33 @@ void dmm_test_prot_at(const void *addr, char out[5]) {
         }
     }
     fclose(fp);
+}
+
+pid_t dmm_test_spawn_self(const char *argv0, const char *const *args, int *sock) {
+    enum { MAX_ARGV = 16 };
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
+    fcntl(sv[0], F_SETFD, FD_CLOEXEC);
+    /* the child's argv, built before the fork (the child only closes, execs or exits) */
+    char fdtext[16];
+    snprintf(fdtext, sizeof fdtext, "%d", sv[1]);
+    char *argv[MAX_ARGV];
+    size_t n = 0;
+    argv[n++] = (char *)argv0;
+    for (size_t i = 0; args != NULL && args[i] != NULL; i++) {
+        assert_true(n < MAX_ARGV - 2);
+        argv[n++] = (char *)args[i];
+    }
+    argv[n++] = fdtext;
+    argv[n] = NULL;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(sv[0]);
+        execv("/proc/self/exe", argv);
+        _exit(126);
+    }
+    close(sv[1]);
+    *sock = sv[0];
+    return pid;
 }

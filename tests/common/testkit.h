@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 /* cmocka.h needs the includes above */
 #include <cmocka.h>
 
@@ -47,6 +48,13 @@ void dmm_test_pool_poll_until_reaped(dmm_pool *pool);
 /* The permissions ("rw-p", "---p", "r--s", …) of this process's mapping that contains addr, from
  * /proc/self/maps ("????": none). */
 void dmm_test_prot_at(const void *addr, char out[5]);
+
+/* Starts this binary again (/proc/self/exe) in a new process, over an AF_UNIX SOCK_SEQPACKET
+ * socketpair: the child's argv is argv0, then the NULL-terminated args (NULL: none), then the number of
+ * the child's end of the socket, in decimal. The child keeps only its end (ours is FD_CLOEXEC and closed
+ * there before the exec; a failed exec exits 126). Returns the child's pid; *sock = our end (the child's
+ * end is closed here). */
+pid_t dmm_test_spawn_self(const char *argv0, const char *const *args, int *sock);
 
 /* Exit code that CTest reads as "skipped" (SKIP_RETURN_CODE). */
 #define DMM_TEST_SKIP 77

@@ -13,8 +13,6 @@
  * GPU there): the lead runs it on the H200. */
 #include "cuda_kit.h"
 
-#include <fcntl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -90,26 +88,17 @@ static void test_a_second_process_maps_the_same_4gib_without_a_copy(void **state
     free(tail);
     dmm_export ex;
     DMM_OK_OR_FAIL(dmm_export_range(m, &a, (dmm_range){0, REGION}, DMM_ACCESS_READ, &ex));
-    int sv[2];
-    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
-    fcntl(sv[0], F_SETFD, FD_CLOEXEC);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        char fdtext[16];
-        snprintf(fdtext, sizeof fdtext, "%d", sv[1]);
-        execl("/proc/self/exe", "test_cuda_ipc", "--importer", fdtext, (char *)NULL);
-        _exit(126);
-    }
-    close(sv[1]);
-    DMM_OK_OR_FAIL(dmm_ipc_send_export(sv[0], &ex));
+    const char *const args[] = {"--importer", NULL};
+    int sock;
+    pid_t pid = dmm_test_spawn_self("test_cuda_ipc", args, &sock);
+    DMM_OK_OR_FAIL(dmm_ipc_send_export(sock, &ex));
     dmm_export_close(&ex);
     int st = 0;
     assert_int_equal(waitpid(pid, &st, 0), pid);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
         fail_msg("the importer failed: %s %d", WIFEXITED(st) ? "exit" : "signal",
                  WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
-    close(sv[0]);
+    close(sock);
     dmm_release_outcome o = dmm_mechanism_release(m, &a);
     assert_int_equal(o.state, DMM_RELEASE_COMPLETE);
     assert_int_equal(o.exported_bytes, REGION);

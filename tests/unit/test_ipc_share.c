@@ -17,12 +17,10 @@
 #include "arena_kit.h"
 
 #include <dirent.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -153,20 +151,8 @@ static void fx_end(fx *f) {
 
 /* Starts the importer in MODE on a new process; *sock = our end. */
 static pid_t spawn(const char *mode, int *sock) {
-    int sv[2];
-    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
-    fcntl(sv[0], F_SETFD, FD_CLOEXEC);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        char fdtext[16];
-        snprintf(fdtext, sizeof fdtext, "%d", sv[1]);
-        execl("/proc/self/exe", "test_ipc_share", "--importer", mode, fdtext, (char *)NULL);
-        _exit(126);
-    }
-    close(sv[1]);
-    *sock = sv[0];
-    return pid;
+    const char *const args[] = {"--importer", mode, NULL};
+    return dmm_test_spawn_self("test_ipc_share", args, sock);
 }
 
 static int wait_for(pid_t pid) {

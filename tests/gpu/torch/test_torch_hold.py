@@ -81,10 +81,10 @@ except Exception as e:  # noqa: BLE001
 """
 
 DROP = PRELUDE + r"""
-token = sys.argv[2]
-dt.drop("llama/weights", token, sock)
+token, name = sys.argv[2], sys.argv[3]   # the region to drop ("llama/weights", "llama/model")
+dt.drop(name, token, sock)
 try:
-    dt.attach("llama/weights", (N,), torch.float32, token, sock)
+    dt.attach(name, (N,), torch.float32, token, sock)
     emit({"after_drop": "attached"})
 except dt.DmmError as e:
     emit({"after_drop": "refused: " + str(e)[:300]})
@@ -204,7 +204,7 @@ with tempfile.TemporaryDirectory() as tmp:
               "failed (%s)" % (wr["write"] if wr else "no result, rc %s" % rc))
         rc, a2 = child(ATTACH, sock, token)
         check(a2 is not None and a2["same"], "the region survived the faulting writer, bytes intact")
-        rc, d = child(DROP, sock, token)
+        rc, d = child(DROP, sock, token, "llama/weights")
         check(d is not None and d["after_drop"].startswith("refused") and "llama/weights" in d["after_drop"],
               "after drop, attach is refused naming the region (%s)" % (d["after_drop"] if d else rc))
         ckpt = os.path.join(tmp, "llama")
@@ -225,7 +225,7 @@ with tempfile.TemporaryDirectory() as tmp:
                   % (len(at["tokens"]), len(at["tokens"][0])))
             check(at["physical"] < at["bytes"], "no second copy of the weights in the restarted process")
             check(at["ready_ms"] < ld["ready_ms"], "attaching is faster than loading")
-            rc, d = child(DROP.replace("llama/weights", "llama/model"), sock, ld["token"])
+            rc, d = child(DROP, sock, ld["token"], "llama/model")
             check(d is not None and d["after_drop"].startswith("refused"), "the model's region dropped")
         holder.send_signal(signal.SIGTERM)
         try:
