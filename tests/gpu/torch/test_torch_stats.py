@@ -3,7 +3,9 @@
   - memory_stats() and snapshot() agree with the pool's own counters and with the tensors alive
     (allocated = sum of their 512-rounded sizes); max_memory_allocated / reset_peak_memory_stats;
   - empty_cache() lowers the pool's committed bytes exactly to the chunks that live blocks touch, and
-    with one live block per stream to at most live + one chunk per stream;
+    with one live block per stream to at most live + one chunk per stream (the main process runs with
+    one granule per handle, DMM_TORCH_HANDLES=0, so that the chunks a block touches follow from its
+    address: the default's larger handles are whole chunks that only the pool knows the bounds of);
   - a budget (enable(limit=...)) refuses with a Python RuntimeError carrying dmm's sentence, and the
     process allocates again once memory is freed (in a child process: a refusal must not kill it);
   - a CUDA graph capture with no graph memory reserved fails with a sentence naming the remedy,
@@ -63,14 +65,16 @@ print("AFTER: ok %s" % (float(w[0]) == 5.0))
 
 
 def child(code, name):
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=worker_env("dmm"),
-                         timeout=300)
+    env = worker_env("dmm")
+    env.pop("DMM_TORCH_HANDLES", None)  # the children run the default handles
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     print("--- child '%s' (rc %d):\n%s%s" % (name, out.returncode, out.stdout, out.stderr[-1500:]), flush=True)
     return out
 
 
 import dmm.torch as dt  # noqa: E402
 
+os.environ["DMM_TORCH_HANDLES"] = "0"  # one granule per handle (read when the device is first used)
 dt.enable()
 import torch  # noqa: E402
 
