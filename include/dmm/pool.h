@@ -249,7 +249,9 @@ DMM_API dmm_status dmm_pool_warm(dmm_pool *pool, dmm_stream stream, uint64_t tar
     X(driver_ns, "nanoseconds the mechanism spent in those driver calls")                         \
     X(lock_slow_paths, "heap lock acquisitions through the mutex, by a thread the lock is not biased to "  \
                        "(a stream shared by threads, a stats read) or where membarrier is missing; 0 in "     \
-                       "builds whose locks are the mutex alone (ThreadSanitizer)")
+                       "builds whose locks are the mutex alone (ThreadSanitizer)")                            \
+    X(slow_path_ns, "nanoseconds mallocs spent on their slow path (poll, plan, moves, commits, retries), "   \
+                    "the driver calls in it included: what growth costs the allocating thread")
 
 typedef struct dmm_pool_stats {
     uint32_t size; /* sizeof(dmm_pool_stats), set by the caller */

@@ -468,6 +468,7 @@ dmm_status dmm__pool_warm_grow(dmm_pool *p, pheap *h, uint64_t n, uint64_t most)
 
 dmm_status dmm__pool_malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t requested, void **out) {
     static const char entering[] = "entering dmm_pool_malloc's slow path";
+    const uint64_t t0 = dmm_now_ns();
     growth g;
     memset(&g, 0, sizeof g);
     g.p = p;
@@ -504,5 +505,6 @@ dmm_status dmm__pool_malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t reque
                           requested, h->stream);
     free(g.sv.v);
     free(g.tv.v);
+    add_relaxed(&p->slow_path_ns, dmm_now_ns() - t0);
     return s;
 }

@@ -72,6 +72,7 @@ static void gather(dmm_pool *p, dmm_pool_stats *s) {
     s->events_recorded = load_relaxed(&p->events_recorded);
     s->events_pending = load_relaxed(&p->events_pending);
     s->chunks_poisoned = load_relaxed(&p->chunks_poisoned);
+    s->slow_path_ns = load_relaxed(&p->slow_path_ns);
     dmm_stats ms;
     memset(&ms, 0, sizeof ms);
     ms.size = sizeof ms;

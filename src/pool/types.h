@@ -267,6 +267,7 @@ struct dmm_pool {
     _Atomic uint64_t sampled_live_peak, sampled_requested_peak;
     _Atomic uint64_t grows, chunks_committed, chunks_decommitted, chunks_moved, chunks_aliased, trims,
         events_recorded, events_pending, chunks_poisoned, pending_now, pending_peak, pending_total;
+    _Atomic uint64_t slow_path_ns; /* wall time of dmm__pool_malloc_slow, summed over threads */
 };
 
 /* The heap's lock (biased: the stream's usual thread takes it without a locked instruction). Every

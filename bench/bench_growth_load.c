@@ -1,0 +1,247 @@
+/* bench/bench_growth_load.c — growing while the GPU works: does the growth delay the work queued before it?
+ *
+ * Issue 10, acceptance 4: under PyTorch, GPT-2's first training step (the growth step) took 1.14 × native's
+ * on the H200 while only ~44 ms of it were spent inside dmm's driver calls; the rest of the gap is
+ * unexplained. One question decides where to look: when the host creates, maps and grants access to
+ * physical handles while the GPU still runs queued work, does the GPU work finish later (the driver
+ * serialises the two, or the memory it clears for a new handle competes with the work), and is that
+ * worse for VMM handles than for cuMemAlloc (what PyTorch's native allocator calls)?
+ *
+ * Each case grows by 1 GiB; in interleaved rounds, three ways:
+ *   alone     the growth on an idle GPU (host time);
+ *   gpu       the load alone: `LOAD_COPIES` device-to-device copies of 256 MiB queued on one stream,
+ *             then a synchronize (wall time ≈ GPU time);
+ *   both      the load queued, then the growth, then the synchronize: the host part (queue + growth)
+ *             and the total wall time.
+ * Cases: VMM handles of 2, 8 and 32 MiB (cuMemCreate + cuMemMap + cuMemSetAccess each, fresh VA) and
+ * cuMemAlloc in 2 and 32 MiB pieces. Printed per case: the medians, and
+ *   overlap = (gpu + alone − both) / min(gpu, alone)   1: the growth hid fully under the GPU work;
+ *                                                      0: the two ran one after the other.
+ * Teardown (unmap + release, cuMemFree) is untimed and happens with the GPU idle. Nothing is asserted.
+ *
+ * usage: bench_growth_load [--rounds N]   (default 7, at least 3). Exit 77 "skipped: no GPU (…)" where
+ * there is no CUDA driver or GPU.
+ */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dmm/dmm.h"
+#include "driver/cuda_decl.h" /* dmm's own declarations of the driver API: no toolkit needed */
+
+#define MIB ((size_t)1 << 20)
+#define GROW_BYTES ((size_t)1 << 30)
+#define LOAD_BYTES (256 * MIB)
+#define LOAD_COPIES 192
+
+static struct {
+    dmm_cuMemAddressReserve_fn *reserve;
+    dmm_cuMemAddressFree_fn *addr_free;
+    dmm_cuMemCreate_fn *create;
+    dmm_cuMemRelease_fn *release;
+    dmm_cuMemMap_fn *map;
+    dmm_cuMemUnmap_fn *unmap;
+    dmm_cuMemSetAccess_fn *set_access;
+    dmm_cuMemAlloc_fn *alloc;
+    dmm_cuMemFree_fn *mem_free;
+    dmm_cuMemcpyAsync_fn *copy;
+    dmm_cuStreamCreate_fn *stream_create;
+    dmm_cuStreamDestroy_fn *stream_destroy;
+    dmm_cuStreamSynchronize_fn *sync;
+} cu;
+
+static int bind_symbol(void *lib, const char *symbol, void *out) {
+    void *s = dlsym(lib, symbol);
+    if (s == NULL) {
+        fprintf(stderr, "bench_growth_load: libcuda.so.1 lacks %s\n", symbol);
+        return -1;
+    }
+    memcpy(out, &s, sizeof s);
+    return 0;
+}
+
+#define CU(call)                                                                                    \
+    do {                                                                                            \
+        dmm_cu_result r_ = (call);                                                                  \
+        if (r_ != DMM_CUDA_SUCCESS) {                                                               \
+            fprintf(stderr, "bench_growth_load: %s failed with CUresult %d\n", #call, (int)r_);     \
+            exit(1);                                                                                \
+        }                                                                                           \
+    } while (0)
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static int cmp_dbl(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_dbl);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+typedef struct grow_case {
+    const char *name;
+    bool vmm;    /* cuMemCreate + map + set access; else cuMemAlloc */
+    size_t each; /* bytes per handle or allocation */
+} grow_case;
+
+static const grow_case CASES[] = {
+    {"VMM handles of 2 MiB (512)", true, 2 * MIB},  {"VMM handles of 8 MiB (128)", true, 8 * MIB},
+    {"VMM handles of 32 MiB (32)", true, 32 * MIB}, {"cuMemAlloc of 2 MiB (512)", false, 2 * MIB},
+    {"cuMemAlloc of 32 MiB (32)", false, 32 * MIB},
+};
+#define NCASES (sizeof CASES / sizeof CASES[0])
+
+static dmm_cu_mem_allocation_prop g_prop;
+static dmm_cu_mem_access_desc g_access;
+static dmm_cu_deviceptr g_va; /* GROW_BYTES of VA for the VMM cases */
+static dmm_cu_mem_handle g_handles[GROW_BYTES / (2 * MIB)];
+static dmm_cu_deviceptr g_ptrs[GROW_BYTES / (2 * MIB)];
+
+static void grow(const grow_case *c) {
+    int n = (int)(GROW_BYTES / c->each);
+    for (int i = 0; i < n; i++) {
+        if (c->vmm) {
+            dmm_cu_deviceptr at = g_va + (size_t)i * c->each;
+            CU(cu.create(&g_handles[i], c->each, &g_prop, 0));
+            CU(cu.map(at, c->each, 0, g_handles[i], 0));
+            CU(cu.set_access(at, c->each, &g_access, 1));
+        } else {
+            CU(cu.alloc(&g_ptrs[i], c->each));
+        }
+    }
+}
+
+static void teardown(const grow_case *c) {
+    int n = (int)(GROW_BYTES / c->each);
+    for (int i = 0; i < n; i++) {
+        if (c->vmm) {
+            CU(cu.unmap(g_va + (size_t)i * c->each, c->each));
+            CU(cu.release(g_handles[i]));
+        } else {
+            CU(cu.mem_free(g_ptrs[i]));
+        }
+    }
+}
+
+static void queue_load(dmm_cu_stream s, dmm_cu_deviceptr src, dmm_cu_deviceptr dst) {
+    for (int i = 0; i < LOAD_COPIES; i++) CU(cu.copy(dst, src, LOAD_BYTES, s));
+}
+
+int main(int argc, char **argv) {
+    int rounds = 7;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) rounds = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: bench_growth_load [--rounds N]\n");
+            return 2;
+        }
+    }
+    if (rounds < 3) rounds = 3;
+
+    dmm_driver *cuda = NULL; /* makes the primary context of device 0 current */
+    dmm_status s = dmm_cuda_driver_create(0, &cuda);
+    if (s == DMM_ERR_UNSUPPORTED) {
+        printf("bench_growth_load: skipped: no GPU (%s)\n", dmm_last_error());
+        return 77;
+    }
+    if (s != DMM_OK) {
+        fprintf(stderr, "bench_growth_load: the CUDA driver: %s\n", dmm_last_error());
+        return 1;
+    }
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL) {
+        fprintf(stderr, "bench_growth_load: dlopen libcuda.so.1: %s\n", dlerror());
+        return 1;
+    }
+    const struct {
+        const char *symbol;
+        void *slot;
+    } syms[] = {
+        {"cuMemAddressReserve", &cu.reserve}, {"cuMemAddressFree", &cu.addr_free},
+        {"cuMemCreate", &cu.create},          {"cuMemRelease", &cu.release},
+        {"cuMemMap", &cu.map},                {"cuMemUnmap", &cu.unmap},
+        {"cuMemSetAccess", &cu.set_access},   {"cuMemAlloc_v2", &cu.alloc},
+        {"cuMemFree_v2", &cu.mem_free},       {"cuMemcpyAsync", &cu.copy},
+        {"cuStreamCreate", &cu.stream_create}, {"cuStreamDestroy_v2", &cu.stream_destroy},
+        {"cuStreamSynchronize", &cu.sync},
+    };
+    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++)
+        if (bind_symbol(lib, syms[i].symbol, syms[i].slot) != 0) return 1;
+    memset(&g_prop, 0, sizeof g_prop);
+    g_prop.type = DMM_CU_MEM_ALLOCATION_TYPE_PINNED;
+    g_prop.location.type = DMM_CU_MEM_LOCATION_TYPE_DEVICE;
+    g_prop.location.id = 0;
+    g_access.location = g_prop.location;
+    g_access.flags = DMM_CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CU(cu.reserve(&g_va, GROW_BYTES, 32 * MIB, 0, 0));
+    dmm_cu_stream st = NULL;
+    CU(cu.stream_create(&st, 0));
+    dmm_cu_deviceptr src = 0, dst = 0;
+    CU(cu.alloc(&src, LOAD_BYTES));
+    CU(cu.alloc(&dst, LOAD_BYTES));
+    queue_load(st, src, dst); /* wakes the copy path; untimed */
+    CU(cu.sync(st));
+
+    double *alone[NCASES], *gpu[NCASES], *host[NCASES], *both[NCASES];
+    for (size_t k = 0; k < NCASES; k++) {
+        alone[k] = calloc((size_t)rounds, sizeof(double));
+        gpu[k] = calloc((size_t)rounds, sizeof(double));
+        host[k] = calloc((size_t)rounds, sizeof(double));
+        both[k] = calloc((size_t)rounds, sizeof(double));
+        if (!alone[k] || !gpu[k] || !host[k] || !both[k]) return 1;
+    }
+    for (int r = 0; r < rounds; r++)
+        for (size_t j = 0; j < NCASES; j++) {
+            size_t k = (j + (size_t)r) % NCASES; /* rotate: no case always first */
+            const grow_case *c = &CASES[k];
+            double t0 = now_ms();
+            grow(c);
+            alone[k][r] = now_ms() - t0;
+            teardown(c);
+            t0 = now_ms();
+            queue_load(st, src, dst);
+            CU(cu.sync(st));
+            gpu[k][r] = now_ms() - t0;
+            t0 = now_ms();
+            queue_load(st, src, dst);
+            grow(c);
+            host[k][r] = now_ms() - t0;
+            CU(cu.sync(st));
+            both[k][r] = now_ms() - t0;
+            teardown(c);
+        }
+
+    printf("bench_growth_load: growing by 1 GiB while %d copies of %zu MiB run on the GPU; medians of %d rounds, "
+           "cases interleaved\n",
+           LOAD_COPIES, LOAD_BYTES / MIB, rounds);
+    printf("%-30s %10s %10s %12s %10s %8s\n", "growth", "alone ms", "gpu ms", "both: host", "total ms", "overlap");
+    for (size_t k = 0; k < NCASES; k++) {
+        double a = median(alone[k], rounds), g = median(gpu[k], rounds), h = median(host[k], rounds),
+               b = median(both[k], rounds);
+        double shorter = a < g ? a : g;
+        printf("%-30s %10.2f %10.2f %12.2f %10.2f %8.2f\n", CASES[k].name, a, g, h, b,
+               shorter > 0 ? (g + a - b) / shorter : 0);
+        free(alone[k]);
+        free(gpu[k]);
+        free(host[k]);
+        free(both[k]);
+    }
+    printf("overlap 1: the growth hid under the queued GPU work; 0: growth and GPU work ran one after the other\n");
+
+    CU(cu.mem_free(src));
+    CU(cu.mem_free(dst));
+    CU(cu.stream_destroy(st));
+    CU(cu.addr_free(g_va, GROW_BYTES));
+    dmm_driver_destroy(cuda);
+    dlclose(lib);
+    return 0;
+}
