@@ -20,7 +20,6 @@
  * result with no metrics). --json: growth.<warm|cold>.<case>.grow_us / teardown_us medians with
  * their MAD, the raw 1 GiB handle as the reference (docs/benchmarks.md).
  */
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +27,7 @@
 
 #include "dmm/dmm.h"
 #include "driver/cuda_decl.h" /* dmm's own declarations of the driver API: no toolkit needed */
+#include "libcuda.h"
 #include "results.h"
 
 /* Parses the arguments; 0, or 2 after the usage line. */
@@ -56,21 +56,6 @@ static double now_us(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
-}
-
-static int cmp_dbl(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(const double *v, int n) {
-    double *t = malloc((size_t)n * sizeof *t);
-    if (t == NULL) return 0;
-    memcpy(t, v, (size_t)n * sizeof *t);
-    qsort(t, (size_t)n, sizeof *t, cmp_dbl);
-    double m = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-    free(t);
-    return m;
 }
 
 static double minimum(const double *v, int n) {
@@ -102,23 +87,7 @@ static struct {
     dmm_cuMemSetAccess_fn *setAccess;
 } raw;
 
-static void raw_sym(void *lib, const char *name, void *out) {
-    void *s = dlsym(lib, name);
-    if (s == NULL) {
-        fprintf(stderr, "bench_growth: libcuda.so.1 lacks %s\n", name);
-        exit(1);
-    }
-    memcpy(out, &s, sizeof s);
-}
-
-#define RAW_CHECK(call)                                                                             \
-    do {                                                                                            \
-        dmm_cu_result r_ = (call);                                                                  \
-        if (r_ != DMM_CUDA_SUCCESS) {                                                               \
-            fprintf(stderr, "bench_growth: %s failed with CUresult %d\n", #call, (int)r_);          \
-            exit(1);                                                                                \
-        }                                                                                           \
-    } while (0)
+#define RAW_CHECK(call) BENCH_CU("bench_growth", call)
 
 static dmm_cu_mem_allocation_prop g_prop;
 static dmm_cu_mem_access_desc g_access;
@@ -324,26 +293,16 @@ int main(int argc, char **argv) {
     info.size = sizeof info;
     DMM_CHECK(dmm_cuda_device_query(0, &info));
 
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (lib == NULL) {
-        fprintf(stderr, "bench_growth: dlopen libcuda.so.1: %s\n", dlerror());
-        return 1;
-    }
-    raw_sym(lib, "cuCtxSetCurrent", &raw.ctxSetCurrent);
-    raw_sym(lib, "cuCtxGetCurrent", &raw.ctxGetCurrent);
-    raw_sym(lib, "cuMemAddressReserve", &raw.reserve);
-    raw_sym(lib, "cuMemAddressFree", &raw.addrFree);
-    raw_sym(lib, "cuMemCreate", &raw.create);
-    raw_sym(lib, "cuMemRelease", &raw.release);
-    raw_sym(lib, "cuMemMap", &raw.map);
-    raw_sym(lib, "cuMemUnmap", &raw.unmap);
-    raw_sym(lib, "cuMemSetAccess", &raw.setAccess);
-    memset(&g_prop, 0, sizeof g_prop);
-    g_prop.type = DMM_CU_MEM_ALLOCATION_TYPE_PINNED;
-    g_prop.location.type = DMM_CU_MEM_LOCATION_TYPE_DEVICE;
-    g_prop.location.id = 0;
-    g_access.location = g_prop.location;
-    g_access.flags = DMM_CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    const bench_cu_symbol syms[] = {
+        {"cuCtxSetCurrent", &raw.ctxSetCurrent}, {"cuCtxGetCurrent", &raw.ctxGetCurrent},
+        {"cuMemAddressReserve", &raw.reserve},   {"cuMemAddressFree", &raw.addrFree},
+        {"cuMemCreate", &raw.create},            {"cuMemRelease", &raw.release},
+        {"cuMemMap", &raw.map},                  {"cuMemUnmap", &raw.unmap},
+        {"cuMemSetAccess", &raw.setAccess},
+    };
+    void *lib = bench_libcuda_open("bench_growth", syms, sizeof syms / sizeof syms[0]);
+    if (lib == NULL) return 1;
+    bench_cu_device_memory(0, &g_prop, &g_access);
 
     /* the arena: 1 GiB chunks, no cache, its own 8 GiB of VA; VA-only allocations of 1 GiB: one
      * where the arena places it by default, one aligned to 1 GiB (a diagnostic) */
@@ -444,32 +403,33 @@ int main(int argc, char **argv) {
         for (int k = 0; k < C_COUNT; k++) {
             int m = got[c][k];
             if (m == 0) continue;
-            printf("%-44s %12.1f %12.1f %13.1f us", case_name[k], median(grow[c][k], m), minimum(grow[c][k], m),
-                   median(shrink[c][k], m));
+            printf("%-44s %12.1f %12.1f %13.1f us", case_name[k], bench_median(grow[c][k], m), minimum(grow[c][k], m),
+                   bench_median(shrink[c][k], m));
             if (k == C_RAW1 || k == C_RAW1_MISALIGNED)
-                printf("   (create %.1f, map %.1f, access %.1f)", median(split[c][k][0], m),
-                       median(split[c][k][1], m), median(split[c][k][2], m));
+                printf("   (create %.1f, map %.1f, access %.1f)", bench_median(split[c][k][0], m),
+                       bench_median(split[c][k][1], m), bench_median(split[c][k][2], m));
             if (k == C_ARENA || k == C_ARENA_ALIGNED) {
                 double *own = calloc((size_t)m, sizeof(double));
                 if (own == NULL) return 1;
                 for (int r = 0; r < m; r++) own[r] = grow[c][k][r] - inside[c][k][r];
-                printf("   (in the driver %.1f, the arena's own %.1f)", median(inside[c][k], m), median(own, m));
+                double own_median = bench_median(own, m);
+                printf("   (in the driver %.1f, the arena's own %.1f)", bench_median(inside[c][k], m), own_median);
                 char oid[96];
                 snprintf(oid, sizeof oid, "growth.%s.%s.own_us", cond_id[c], case_id[k]);
-                bench_results_add(res, oid, "us", true, median(own, m), m, bench_mad(own, m, median(own, m)), -1);
+                bench_results_add(res, oid, "us", true, own_median, m, bench_mad(own, m, own_median), -1);
                 free(own);
             }
             printf("\n");
             char id[96];
-            double g = median(grow[c][k], m), d = median(shrink[c][k], m);
-            double ref = k == C_RAW1 || got[c][C_RAW1] == 0 ? -1 : median(grow[c][C_RAW1], got[c][C_RAW1]);
+            double g = bench_median(grow[c][k], m), d = bench_median(shrink[c][k], m);
+            double ref = k == C_RAW1 || got[c][C_RAW1] == 0 ? -1 : bench_median(grow[c][C_RAW1], got[c][C_RAW1]);
             snprintf(id, sizeof id, "growth.%s.%s.grow_us", cond_id[c], case_id[k]);
             bench_results_add(res, id, "us", true, g, m, bench_mad(grow[c][k], m, g), ref);
             snprintf(id, sizeof id, "growth.%s.%s.teardown_us", cond_id[c], case_id[k]);
             bench_results_add(res, id, "us", true, d, m, bench_mad(shrink[c][k], m, d), -1);
         }
-        double ma = median(grow[c][C_ARENA], got[c][C_ARENA]), m1 = median(grow[c][C_RAW1], got[c][C_RAW1]);
-        double m512 = median(grow[c][C_RAW512], got[c][C_RAW512]);
+        double ma = bench_median(grow[c][C_ARENA], got[c][C_ARENA]), m1 = bench_median(grow[c][C_RAW1], got[c][C_RAW1]);
+        double m512 = bench_median(grow[c][C_RAW512], got[c][C_RAW512]);
         printf("ratio arena / raw 1 GiB handle   = %.3f  (target <= 1.2: %s)\n", ma / m1,
                ma / m1 <= 1.2 ? "PASS" : "MISS");
         printf("ratio 512 x 2 MiB / raw 1 GiB    = %.1f\n", m512 / m1);

@@ -22,14 +22,14 @@
  * usage: bench_growth_load [--rounds N]   (default 7, at least 3). Exit 77 "skipped: no GPU (…)" where
  * there is no CUDA driver or GPU.
  */
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "dmm/dmm.h"
-#include "driver/cuda_decl.h" /* dmm's own declarations of the driver API: no toolkit needed */
+#include "libcuda.h"
+#include "results.h"
 
 #define MIB ((size_t)1 << 20)
 #define GROW_BYTES ((size_t)1 << 30)
@@ -52,39 +52,12 @@ static struct {
     dmm_cuStreamSynchronize_fn *sync;
 } cu;
 
-static int bind_symbol(void *lib, const char *symbol, void *out) {
-    void *s = dlsym(lib, symbol);
-    if (s == NULL) {
-        fprintf(stderr, "bench_growth_load: libcuda.so.1 lacks %s\n", symbol);
-        return -1;
-    }
-    memcpy(out, &s, sizeof s);
-    return 0;
-}
-
-#define CU(call)                                                                                    \
-    do {                                                                                            \
-        dmm_cu_result r_ = (call);                                                                  \
-        if (r_ != DMM_CUDA_SUCCESS) {                                                               \
-            fprintf(stderr, "bench_growth_load: %s failed with CUresult %d\n", #call, (int)r_);     \
-            exit(1);                                                                                \
-        }                                                                                           \
-    } while (0)
+#define CU(call) BENCH_CU("bench_growth_load", call)
 
 static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static int cmp_dbl(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_dbl);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 typedef struct grow_case {
@@ -157,15 +130,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_growth_load: the CUDA driver: %s\n", dmm_last_error());
         return 1;
     }
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (lib == NULL) {
-        fprintf(stderr, "bench_growth_load: dlopen libcuda.so.1: %s\n", dlerror());
-        return 1;
-    }
-    const struct {
-        const char *symbol;
-        void *slot;
-    } syms[] = {
+    const bench_cu_symbol syms[] = {
         {"cuMemAddressReserve", &cu.reserve}, {"cuMemAddressFree", &cu.addr_free},
         {"cuMemCreate", &cu.create},          {"cuMemRelease", &cu.release},
         {"cuMemMap", &cu.map},                {"cuMemUnmap", &cu.unmap},
@@ -174,14 +139,9 @@ int main(int argc, char **argv) {
         {"cuStreamCreate", &cu.stream_create}, {"cuStreamDestroy_v2", &cu.stream_destroy},
         {"cuStreamSynchronize", &cu.sync},
     };
-    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++)
-        if (bind_symbol(lib, syms[i].symbol, syms[i].slot) != 0) return 1;
-    memset(&g_prop, 0, sizeof g_prop);
-    g_prop.type = DMM_CU_MEM_ALLOCATION_TYPE_PINNED;
-    g_prop.location.type = DMM_CU_MEM_LOCATION_TYPE_DEVICE;
-    g_prop.location.id = 0;
-    g_access.location = g_prop.location;
-    g_access.flags = DMM_CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    void *lib = bench_libcuda_open("bench_growth_load", syms, sizeof syms / sizeof syms[0]);
+    if (lib == NULL) return 1;
+    bench_cu_device_memory(0, &g_prop, &g_access);
     CU(cu.reserve(&g_va, GROW_BYTES, 32 * MIB, 0, 0));
     dmm_cu_stream st = NULL;
     CU(cu.stream_create(&st, 0));
@@ -225,8 +185,8 @@ int main(int argc, char **argv) {
            LOAD_COPIES, LOAD_BYTES / MIB, rounds);
     printf("%-30s %10s %10s %12s %10s %8s\n", "growth", "alone ms", "gpu ms", "both: host", "total ms", "overlap");
     for (size_t k = 0; k < NCASES; k++) {
-        double a = median(alone[k], rounds), g = median(gpu[k], rounds), h = median(host[k], rounds),
-               b = median(both[k], rounds);
+        double a = bench_median(alone[k], rounds), g = bench_median(gpu[k], rounds),
+               h = bench_median(host[k], rounds), b = bench_median(both[k], rounds);
         double shorter = a < g ? a : g;
         printf("%-30s %10.2f %10.2f %12.2f %10.2f %8.2f\n", CASES[k].name, a, g, h, b,
                shorter > 0 ? (g + a - b) / shorter : 0);
@@ -242,6 +202,5 @@ int main(int argc, char **argv) {
     CU(cu.stream_destroy(st));
     CU(cu.addr_free(g_va, GROW_BYTES));
     dmm_driver_destroy(cuda);
-    dlclose(lib);
     return 0;
 }

@@ -151,6 +151,17 @@ static int cmp_d(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+double bench_median(const double *v, int n) {
+    if (n < 1) return 0;
+    double *t = malloc((size_t)n * sizeof *t);
+    if (t == NULL) return 0;
+    memcpy(t, v, (size_t)n * sizeof *t);
+    qsort(t, (size_t)n, sizeof *t, cmp_d);
+    double m = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+    free(t);
+    return m;
+}
+
 double bench_mad(double *v, int n, double median) {
     if (n < 1) return 0;
     double *d = malloc((size_t)n * sizeof *d);

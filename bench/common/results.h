@@ -26,6 +26,9 @@ void bench_results_add(bench_results *r, const char *name, const char *unit, boo
  * sentence to stderr. */
 int bench_results_finish(bench_results *r, const char *path);
 
+/* The median of v[0..n), n ≥ 1 (v is not modified; 0 when out of memory). */
+double bench_median(const double *v, int n);
+
 /* The median absolute deviation of v[0..n) around `median` (v is not modified). */
 double bench_mad(double *v, int n, double median);
 

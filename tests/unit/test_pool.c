@@ -241,12 +241,20 @@ static void streams_in_use_do_not_take_each_others_last_chunk(void **state) {
     fx_close(f);
 }
 
-static void a_larger_max_chunk_grows_by_one_handle_sized_to_the_need(void **state) {
-    (void)state;
+/* A pool config that sets only the handles: max_chunk_bytes, handle_divisor, min_chunk_bytes. */
+static dmm_pool_config handles_config(uint64_t max_chunk, uint32_t divisor, uint64_t min_chunk) {
     dmm_pool_config pc;
     memset(&pc, 0, sizeof pc);
     pc.size = sizeof pc;
-    pc.max_chunk_bytes = 64 * MIB;
+    pc.max_chunk_bytes = max_chunk;
+    pc.handle_divisor = divisor;
+    pc.min_chunk_bytes = min_chunk;
+    return pc;
+}
+
+static void a_larger_max_chunk_grows_by_one_handle_sized_to_the_need(void **state) {
+    (void)state;
+    dmm_pool_config pc = handles_config(64 * MIB, 0, 0);
     fx *f = fx_open(&pc, 64 * MIB);
     uint64_t creates = calls(f, DMM_OP_CREATE), maps = calls(f, DMM_OP_MAP);
     char *x = xmalloc(f, 20 * MIB, NULL);
@@ -277,13 +285,8 @@ static void a_larger_max_chunk_grows_by_one_handle_sized_to_the_need(void **stat
  * the floor is one handle of its own size. */
 static void a_divisor_cuts_handles_no_smaller_than_the_floor(void **state) {
     (void)state;
-    dmm_pool_config pc;
-    memset(&pc, 0, sizeof pc);
-    pc.size = sizeof pc;
-    pc.max_chunk_bytes = 32 * MIB;
-    pc.handle_divisor = 8;
     for (int floored = 0; floored < 2; floored++) {
-        pc.min_chunk_bytes = floored ? 8 * MIB : 0;
+        dmm_pool_config pc = handles_config(32 * MIB, 8, floored ? 8 * MIB : 0);
         fx *f = fx_open(&pc, 64 * MIB);
         uint64_t creates = calls(f, DMM_OP_CREATE);
         char *x = xmalloc(f, 24 * MIB, NULL); /* 24/8 = 3 MiB: 2 MiB handles, or 8 MiB ones with the floor */
