@@ -142,7 +142,7 @@ typedef struct dmm_pool_config {
                                (a piece of growth smaller than this is one handle of its own size); a
                                multiple of chunk_bytes, at most max_chunk_bytes. A handle costs the
                                same up to 64 MiB (~45 µs on the H200), so handles below a few MiB buy
-                               only mobility: 8 MiB under 32 MiB ÷ 8 creates 1.4-2.5 × fewer handles
+                               only mobility: 8 MiB under 32 MiB ÷ 8 creates 1.35-2.5 × fewer handles
                                on the real traces at ±0.005 of fragmentation, but +0.009 to +0.029
                                on random shapes (bert-dynamic, which then re-maps half as much in its
                                steady state; docs/benchmarks.md). 0 = chunk_bytes */
