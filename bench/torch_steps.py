@@ -69,16 +69,22 @@ def pool_counters(dt):
 
 
 def profile_path(workload):
-    return os.path.join(os.environ["DMM_STEPS_PROFILE_DIR"], "%s.peak" % workload)
+    return os.path.join(os.environ["DMM_STEPS_PROFILE_DIR"], "%s.profile" % workload)
 
 
 def warm_start(dt, torch, mode, workload):
-    """dmm-w: the pool commits the last run's physical peak before the first step (dmm.torch.warm);
-    returns what that cost, or None where there is no last run yet (the priming run) or another mode."""
-    if mode != "dmm-w" or not os.path.exists(profile_path(workload)):
+    """dmm-w: the pool commits the last run's physical peak before the first step (the warm-start
+    profile, python/dmm/profile.py, and dmm.torch.warm: what dmm.torch.warm_start does for a process of
+    one workload); returns what that cost, or None where there is no last run yet (the priming run) or
+    another mode."""
+    from dmm import profile
+
+    if mode != "dmm-w":
         return None
-    with open(profile_path(workload)) as f:
-        target = int(f.read())
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    target = profile.read(profile_path(workload), props.name, props.total_memory)
+    if target is None:
+        return None
     t0 = time.perf_counter()
     committed = dt.warm(target)
     torch.cuda.synchronize()
@@ -214,8 +220,7 @@ def worker(mode, workloads, steps, record):
         if warm is not None:
             res["warm"] = warm
         if mode == "dmm-w" and warm is None:  # the priming run: its peak is the next runs' warm start
-            with open(profile_path(w), "w") as f:
-                f.write("%d\n" % dt.memory_stats_raw()["physical_bytes"]["peak"])
+            dt.save_profile(profile_path(w))
         res.update(peaks(dt, torch))
         if record and mode == "native":
             snap = torch.cuda.memory._snapshot()

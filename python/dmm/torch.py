@@ -31,13 +31,13 @@ import sys
 import threading
 import weakref
 
-from . import _files, _lib
+from . import _files, _lib, profile
 from ._lib import DmmError
 
 __all__ = [
     "DmmError", "enable", "is_enabled", "library_path", "memory_stats", "memory_stats_raw",
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
-    "reset_peak_memory_stats", "empty_cache", "warm", "snapshot", "set_limit", "last_error", "tag", "offload",
+    "reset_peak_memory_stats", "empty_cache", "warm", "warm_start", "save_profile", "snapshot", "set_limit", "last_error", "tag", "offload",
     "offload_wait", "restore", "release_host", "poll", "tag_info", "reserve_graph_memory", "graph",
     "capture_id", "release_graph", "now_ns", "record", "start_recording", "stop_recording", "torch_snapshot",
     "dump_snapshot", "history", "track_blocks", "mem_pool", "region", "hold_create", "attach", "drop",
@@ -195,6 +195,56 @@ def warm(nbytes, device=None, stream=None):
     _lib.check(_lib.load().dmm_torch_warm(_device(device), int(nbytes), _stream(stream), ctypes.byref(committed)),
                "dmm.torch.warm")
     return int(committed.value)
+
+
+def _device_kind(dev):
+    torch = _lib.import_torch("dmm.torch")
+    props = torch.cuda.get_device_properties(dev)
+    return props.name, int(props.total_memory)
+
+
+def save_profile(path, device=None):
+    """Writes the warm-start profile at `path` (dmm/profile.py: the device and this process's physical
+    peak, memory_stats_raw()["physical_bytes"]["peak"]) whole, now. Returns the peak written."""
+    dev = _device(device)
+    name, total = _device_kind(dev)
+    peak = int(memory_stats_raw(dev)["physical_bytes"]["peak"])
+    try:
+        profile.write(path, name, total, peak)
+    except OSError as e:
+        raise DmmError("dmm.torch.save_profile: writing %s failed (%s); pass a path in a folder you can write"
+                       % (path, e.strerror)) from None
+    return peak
+
+
+_profiles = {}  # (path, device) -> True: written at exit
+_profiles_lock = threading.Lock()
+
+
+def _save_profiles_at_exit():
+    for path, dev in list(_profiles):
+        try:
+            save_profile(path, dev)
+        except Exception:  # noqa: BLE001 - at exit nothing can be reported; the old profile stays whole
+            pass
+
+
+def warm_start(path, device=None, stream=None):
+    """A warm start from this workload's last run, in one line: reads the profile at `path` (absent on
+    the first run) and, where it holds a peak, commits that much at once (warm()), so the first step
+    is served from mapped memory; at exit the profile is written again with this run's physical peak.
+    Call it after the model is loaded, before the first step. Returns the bytes committed now (0 on a
+    first run). A profile written on another kind of device, or not a profile at all, raises
+    ValueError naming the file and the field, and nothing is committed. The peak only grows with the
+    workload: delete the file when the workload changes (a larger batch, another model)."""
+    dev = _device(device)
+    name, total = _device_kind(dev)
+    peak = profile.read(path, name, total)
+    with _profiles_lock:
+        if not _profiles:
+            atexit.register(_save_profiles_at_exit)
+        _profiles[(os.fspath(path), dev)] = True
+    return warm(peak, dev, stream) if peak else 0
 
 
 def snapshot(device=None, format="dmm"):

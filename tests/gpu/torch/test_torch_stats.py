@@ -9,7 +9,10 @@
   - a budget (enable(limit=...)) refuses with a Python RuntimeError carrying dmm's sentence, and the
     process allocates again once memory is freed (in a child process: a refusal must not kill it);
   - a CUDA graph capture with no graph memory reserved fails with a sentence naming the remedy,
-    without mapping anything, and the process keeps working (child process).
+    without mapping anything, and the process keeps working (child process);
+  - warm_start(path): a first run commits nothing and writes its physical peak to the profile at
+    exit; the next run commits that peak before its first allocation, which then makes no driver
+    call (two child processes).
 
 Prints every number. Exit 0 = all held, 1 = something did not, 77 = no torch/GPU.
 """
@@ -19,6 +22,7 @@ import os
 import random
 import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import check, failures, mib, require_torch_gpu, worker_env  # noqa: E402
@@ -64,10 +68,25 @@ print("AFTER: ok %s" % (float(w[0]) == 5.0))
 """
 
 
-def child(code, name):
+CHILD_WARM = r"""
+import sys, dmm.torch as dt, torch
+dt.enable()
+torch.empty(1, device="cuda")  # the device's context, before the warm start as after a model load
+committed = dt.warm_start(sys.argv[1])
+creates = lambda: dt.memory_stats_raw()["pool"]["driver_create"]
+c0 = creates()
+a = torch.empty(300 << 20, dtype=torch.uint8, device="cuda")
+a.fill_(1); torch.cuda.synchronize()
+print("WARM: committed %d, creates by the allocation %d, physical peak %d" % (
+    committed, creates() - c0, dt.memory_stats_raw()["physical_bytes"]["peak"]))
+"""
+
+
+def child(code, name, *args):
     env = worker_env("dmm")
     env.pop("DMM_TORCH_HANDLES", None)  # the children run the default handles
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    out = subprocess.run([sys.executable, "-c", code] + list(args), capture_output=True, text=True, env=env,
+                         timeout=300)
     print("--- child '%s' (rc %d):\n%s%s" % (name, out.returncode, out.stdout, out.stderr[-1500:]), flush=True)
     return out
 
@@ -157,6 +176,21 @@ check(out.returncode == 0 and "RAISED:" in out.stdout and "AFTER: ok" in out.std
 out = child(CHILD_CAPTURE, "capture without graph memory")
 check(out.returncode == 0 and "reserve_graph_memory" in out.stdout and "AFTER: ok True" in out.stdout,
       "a capture with no graph memory fails with the remedy, and the process keeps working")
+
+with tempfile.TemporaryDirectory() as tmp:
+    prof = os.path.join(tmp, "warm.profile")
+    first = child(CHILD_WARM, "warm start, first run", prof)
+    second = child(CHILD_WARM, "warm start, next run", prof)
+
+    def warm_line(out):
+        line = next((ln for ln in out.stdout.splitlines() if ln.startswith("WARM: ")), None)
+        return [int(w) for w in line.replace(",", " ").split() if w.isdigit()] if line else None
+
+    w1, w2 = warm_line(first), warm_line(second)
+    check(w1 is not None and w1[0] == 0 and w1[1] > 0, "warm_start: a first run commits nothing and grows (%s)" % w1)
+    check(w2 is not None and w1 is not None and 0 < w2[0] <= w1[2] and w2[1] == 0,
+          "warm_start: the next run commits the last run's peak up front, and its allocation creates no handle "
+          "(%s)" % w2)
 
 print("RESULT stats: %d failure(s)" % len(failures))
 sys.exit(1 if failures else 0)

@@ -1,0 +1,110 @@
+"""The warm-start profile (python/dmm/profile.py) and dmm.torch's warm_start / save_profile around it,
+checked without a GPU: the profile module directly, and dmm.torch over a stand-in `torch` module (a
+device's name and total memory) with warm() and the stats replaced by recorders (they need a GPU).
+
+What is proven: no file reads as None; a written profile reads back its peak, the file is replaced
+whole and no temporary is left; every hostile file (not JSON, not an object, a missing or unknown
+field, another version, a bool, float, string or negative number, a zero peak or one above the
+device, another device's name or size, a file too large, bytes that are not UTF-8) is refused with
+a ValueError naming the file and what was wrong, and the file is left as it was; warm_start commits
+nothing on a first run and the profile's peak on the next, refuses a bad profile before committing,
+and the exit hook writes this run's physical peak; save_profile's failure names the path.
+Exit 0 = all held, 1 = a check failed.
+"""
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import types
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
+
+from _checks import check, failures, raises  # noqa: E402
+
+from dmm import profile  # noqa: E402
+
+DEV, TOTAL = "NVIDIA H200", 150 << 30
+work = tempfile.mkdtemp(prefix="dmm_profile_")
+path = os.path.join(work, "gpt2.profile")
+
+check(profile.read(path, DEV, TOTAL) is None, "no profile yet: read() gives None")
+profile.write(path, DEV, TOTAL, 13 << 30)
+check(profile.read(path, DEV, TOTAL) == 13 << 30, "a written profile reads back its peak")
+profile.write(path, DEV, TOTAL, 14 << 30)
+check(profile.read(path, DEV, TOTAL) == 14 << 30, "writing again replaces the profile")
+check(os.listdir(work) == ["gpt2.profile"], "no temporary file is left beside it (%s)" % os.listdir(work))
+ok, msg = raises(OSError, lambda: profile.write(os.path.join(work, "no-such-dir", "p"), DEV, TOTAL, 1))
+check(ok and os.listdir(work) == ["gpt2.profile"], "a write into a missing folder raises OSError and leaves nothing")
+
+GOOD = {"dmm_profile": 1, "device": DEV, "device_bytes": TOTAL, "peak_physical_bytes": 13 << 30}
+
+
+def with_(**kw):
+    d = dict(GOOD)
+    for k, v in kw.items():
+        if v is KeyError:
+            d.pop(k)
+        else:
+            d[k] = v
+    return json.dumps(d).encode()
+
+
+HOSTILE = [
+    (b"{not json", "not JSON"),
+    (b"[1, 2]", "not a JSON object"),
+    (b"\xff\xfe{}", "not JSON"),
+    (b" " * (profile.MAX_FILE_BYTES + 1), "larger than"),
+    (with_(device_bytes=KeyError), "missing: device_bytes"),
+    (with_(extra=1), "unknown: extra"),
+    (with_(dmm_profile=2), "dmm_profile is 2"),
+    (with_(dmm_profile=True), "dmm_profile is True"),
+    (with_(device=7), "device is 7"),
+    (with_(device_bytes=-1), "device_bytes is -1"),
+    (with_(peak_physical_bytes=True), "peak_physical_bytes is True"),
+    (with_(peak_physical_bytes=1.5), "peak_physical_bytes is 1.5"),
+    (with_(peak_physical_bytes="13G"), "peak_physical_bytes is '13G'"),
+    (with_(peak_physical_bytes=0), "peak_physical_bytes 0 is not between 1"),
+    (with_(peak_physical_bytes=TOTAL + 1), "is not between 1 and the device's"),
+    (with_(device="NVIDIA A100"), "written on a NVIDIA A100"),
+    (with_(device_bytes=TOTAL // 2), "this device is a NVIDIA H200 with %d bytes" % TOTAL),
+]
+for data, fragment in HOSTILE:
+    with open(path, "wb") as f:
+        f.write(data)
+    ok, msg = raises(ValueError, lambda: profile.read(path, DEV, TOTAL), path, fragment, "delete the file")
+    with open(path, "rb") as f:
+        kept = f.read() == data
+    check(ok and kept, "refused, the file untouched: %s" % msg[:160])
+
+# ---- dmm.torch.warm_start and save_profile, over a stand-in torch ----
+torch = types.ModuleType("torch")
+torch.cuda = types.ModuleType("torch.cuda")
+torch.cuda.current_device = lambda: 0
+torch.cuda.get_device_properties = lambda d: types.SimpleNamespace(name=DEV, total_memory=TOTAL)
+sys.modules["torch"] = torch
+
+import dmm.torch as dt  # noqa: E402
+
+warmed = []
+peak = {"bytes": 12 << 30}
+dt.warm = lambda nbytes, device=None, stream=None: warmed.append((nbytes, device)) or nbytes
+dt.memory_stats_raw = lambda device=None: {"physical_bytes": {"peak": peak["bytes"]}}
+os.unlink(path)
+check(dt.warm_start(path) == 0 and warmed == [], "warm_start on a first run commits nothing")
+dt._save_profiles_at_exit()  # what atexit runs
+check(profile.read(path, DEV, TOTAL) == 12 << 30, "at exit the profile holds this run's physical peak")
+check(dt.warm_start(path) == 12 << 30 and warmed == [(12 << 30, 0)], "the next run commits the profile's peak")
+with open(path, "w") as f:
+    f.write('{"dmm_profile": 1}')
+ok, msg = raises(ValueError, lambda: dt.warm_start(path), path, "missing")
+check(ok and len(warmed) == 1, "a bad profile is refused before anything is committed: %s" % msg[:120])
+ok, msg = raises(dt.DmmError, lambda: dt.save_profile(os.path.join(work, "no-such-dir", "p")), "no-such-dir",
+                 "save_profile")
+check(ok, "save_profile names the path it could not write: %s" % msg[:160])
+dt._profiles.clear()  # nothing more to write at exit
+shutil.rmtree(work)
+
+sys.exit(1 if failures else 0)
