@@ -64,8 +64,8 @@ typedef struct dmm_torch_config {
     /* the pool's handles (dmm_pool_config max_chunk_bytes, handle_divisor, min_chunk_bytes): 0 = the
      * adapter's default, handles of up to 32 MiB and at most an 8th of the request but at least 8 MiB
      * (measured on the H200: GPT-2's first training step 957 -> 682 ms, its second 125 -> 62 ms, the same
-     * peak, with the 8th; the 8 MiB floor halves the handles again: docs/benchmarks.md); UINT64_MAX =
-     * one granule */
+     * peak, with the 8th; the 8 MiB floor then cut its handles 1,402 -> 933: docs/benchmarks.md);
+     * UINT64_MAX = one granule */
     uint64_t max_chunk_bytes;
     uint32_t handle_divisor;  /* 0 = the default (8 with the default max_chunk_bytes, else none) */
     uint64_t min_chunk_bytes; /* 0 = the default (8 MiB with the default max_chunk_bytes, else one granule) */

@@ -12,8 +12,8 @@
  * would otherwise take each other's last chunk in turn, a move on every switch), and moves them
  * into the window one at a time, so that the mechanism's handle cache hands the same physical
  * handle back. New chunks fill the rest, split at max_chunk (or, with a handle divisor, at that share
- * of the request but at least min_chunk: only large requests get large handles, and no request pays
- * for handles smaller than a handle's cost is worth).
+ * of the request but at least min_chunk: only large requests get large handles, and none is cut
+ * finer than min_chunk, below which a handle costs as much as a larger one).
  *
  * Settling. Under a fixed limit a repeating workload can re-map memory every iteration: the growth
  * of step k moves chunks from the places step k+1 then needs (measured: GPT-2 training aliased
