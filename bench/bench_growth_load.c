@@ -130,6 +130,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_growth_load: the CUDA driver: %s\n", dmm_last_error());
         return 1;
     }
+    if (cuda->ops->reserve == NULL) {
+        printf("bench_growth_load: skipped: device 0 has no VMM\n");
+        dmm_driver_destroy(cuda);
+        return 77;
+    }
     const bench_cu_symbol syms[] = {
         {"cuMemAddressReserve", &cu.reserve}, {"cuMemAddressFree", &cu.addr_free},
         {"cuMemCreate", &cu.create},          {"cuMemRelease", &cu.release},
