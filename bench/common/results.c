@@ -151,13 +151,18 @@ static int cmp_d(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* The median of t[0..n), n >= 1, sorting t. */
+static double median_sorting(double *t, int n) {
+    qsort(t, (size_t)n, sizeof *t, cmp_d);
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
 double bench_median(const double *v, int n) {
     if (n < 1) return 0;
     double *t = malloc((size_t)n * sizeof *t);
     if (t == NULL) return 0;
     memcpy(t, v, (size_t)n * sizeof *t);
-    qsort(t, (size_t)n, sizeof *t, cmp_d);
-    double m = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+    double m = median_sorting(t, n);
     free(t);
     return m;
 }
@@ -167,8 +172,7 @@ double bench_mad(double *v, int n, double median) {
     double *d = malloc((size_t)n * sizeof *d);
     if (d == NULL) return 0;
     for (int i = 0; i < n; i++) d[i] = v[i] > median ? v[i] - median : median - v[i]; /* no libm for the tests */
-    qsort(d, (size_t)n, sizeof *d, cmp_d);
-    double m = n % 2 ? d[n / 2] : 0.5 * (d[n / 2 - 1] + d[n / 2]);
+    double m = median_sorting(d, n);
     free(d);
     return m;
 }

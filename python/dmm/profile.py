@@ -56,9 +56,10 @@ def read(path, device_name, device_bytes):
     missing = [k for k in FIELDS if k not in obj]
     extra = sorted(k for k in obj if k not in FIELDS)
     if missing or extra:
-        raise _refuse(path, "its fields are not %s (%s)" % (", ".join(FIELDS), "; ".join(
-            (["missing: " + ", ".join(missing)] if missing else []) + (["unknown: " + ", ".join(extra)] if extra else []))))
-    if obj["dmm_profile"] != VERSION or type(obj["dmm_profile"]) is not int:
+        wrong = ["missing: " + ", ".join(missing)] if missing else []
+        wrong += ["unknown: " + ", ".join(extra)] if extra else []
+        raise _refuse(path, "its fields are not %s (%s)" % (", ".join(FIELDS), "; ".join(wrong)))
+    if type(obj["dmm_profile"]) is not int or obj["dmm_profile"] != VERSION:
         raise _refuse(path, "dmm_profile is %r; this dmm reads version %d" % (obj["dmm_profile"], VERSION))
     if not isinstance(obj["device"], str):
         raise _refuse(path, "device is %r, not a device name" % (obj["device"],))

@@ -37,9 +37,10 @@ from ._lib import DmmError
 __all__ = [
     "DmmError", "enable", "is_enabled", "library_path", "memory_stats", "memory_stats_raw",
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
-    "reset_peak_memory_stats", "empty_cache", "warm", "warm_start", "save_profile", "snapshot", "set_limit", "last_error", "tag", "offload",
-    "offload_wait", "restore", "release_host", "poll", "tag_info", "reserve_graph_memory", "graph",
-    "capture_id", "release_graph", "now_ns", "record", "start_recording", "stop_recording", "torch_snapshot",
+    "reset_peak_memory_stats", "empty_cache", "warm", "warm_start", "save_profile", "snapshot", "set_limit",
+    "last_error", "tag", "offload", "offload_wait", "restore", "release_host", "poll", "tag_info",
+    "reserve_graph_memory", "graph", "capture_id", "release_graph", "now_ns", "record", "start_recording",
+    "stop_recording", "torch_snapshot",
     "dump_snapshot", "history", "track_blocks", "mem_pool", "region", "hold_create", "attach", "drop",
 ]
 
@@ -217,7 +218,7 @@ def save_profile(path, device=None):
     return peak
 
 
-_profiles = {}  # (path, device) -> True: written at exit
+_profiles = set()  # (path, device): written at exit
 _profiles_lock = threading.Lock()
 
 
@@ -243,7 +244,7 @@ def warm_start(path, device=None, stream=None):
     with _profiles_lock:
         if not _profiles:
             atexit.register(_save_profiles_at_exit)
-        _profiles[(os.fspath(path), dev)] = True
+        _profiles.add((os.fspath(path), dev))
     return warm(peak, dev, stream) if peak else 0
 
 
