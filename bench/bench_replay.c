@@ -45,19 +45,21 @@ typedef struct design {
     uint64_t max_chunk_bytes; /* 0: one quantum per handle */
     uint32_t handle_divisor;
     uint64_t min_chunk_bytes; /* 0: the divisor cuts down to one quantum */
+    uint32_t floor_divisor;   /* 0: a fixed floor; else it rises to the live peak / this */
     uint32_t settle_permille; /* 0: the pool's default; 20 (= the default retention): a fixed limit */
     bool warm;                /* a warm start (dmm_pool_warm) from the first design's peak physical: its "last run" */
 } design;
 
 static const design DESIGNS[] = {
-    {"default: 2 MiB handles, settle 100", 0, 0, 0, 0, false},
-    {"2 MiB handles, fixed limit (settle 20)", 0, 0, 0, 20, false},
-    {"handles <= 32 MiB and <= n/8", 32ull << 20, 8, 0, 0, false},
-    {"handles 8..32 MiB and <= n/8 (torch adapter)", 32ull << 20, 8, 8ull << 20, 0, false},
-    {"handles <= 128 MiB and <= n/4", 128ull << 20, 4, 0, 0, false},
-    {"handles <= 1 GiB and <= n/2", 1ull << 30, 2, 0, 0, false},
-    {"handles <= 1 GiB, whole requests", 1ull << 30, 1, 0, 0, false},
-    {"warm start from the default's peak", 0, 0, 0, 0, true},
+    {"default: 2 MiB handles, settle 100", 0, 0, 0, 0, 0, false},
+    {"2 MiB handles, fixed limit (settle 20)", 0, 0, 0, 0, 20, false},
+    {"handles <= 32 MiB and <= n/8", 32ull << 20, 8, 0, 0, 0, false},
+    {"handles 8..32 MiB and <= n/8", 32ull << 20, 8, 8ull << 20, 0, 0, false},
+    {"8 MiB or live/256 .. 64 MiB, <= n/8 (torch)", 64ull << 20, 8, 8ull << 20, 256, 0, false},
+    {"handles <= 128 MiB and <= n/4", 128ull << 20, 4, 0, 0, 0, false},
+    {"handles <= 1 GiB and <= n/2", 1ull << 30, 2, 0, 0, 0, false},
+    {"handles <= 1 GiB, whole requests", 1ull << 30, 1, 0, 0, 0, false},
+    {"warm start from the default's peak", 0, 0, 0, 0, 0, true},
 };
 
 /* One trace under every design: host replays (fragmentation, handles), and on a GPU the CUDA pool
@@ -77,6 +79,7 @@ static void replay_designs(const dmm_trace *t, int runs, dmm_cuda_ref *ref, bool
         o.max_chunk_bytes = DESIGNS[d].max_chunk_bytes;
         o.handle_divisor = DESIGNS[d].handle_divisor;
         o.min_chunk_bytes = DESIGNS[d].min_chunk_bytes;
+        o.floor_divisor = DESIGNS[d].floor_divisor;
         o.settle_permille = DESIGNS[d].settle_permille;
         o.warm_bytes = DESIGNS[d].warm ? last_peak : 0;
         dmm_replay_result r, last;

@@ -5,8 +5,9 @@
                                [--record DIR] [--json FILE]
 
 A mode dmm-s<N> runs dmm with DMM_TORCH_SETTLE=N (dmm-s20: the retention limit fixed, as before settling);
-dmm-h<MiB>x<D>[m<MIN>] with DMM_TORCH_HANDLES=<MiB << 20>,<D>[,<MIN << 20>] (handles up to MiB, at most a D-th of
-the request, at least MIN MiB; without m: no floor, e.g. dmm-h32x8 = the default before the 8 MiB floor);
+dmm-h<MiB>x<D>[m<MIN>[f<F>]] with DMM_TORCH_HANDLES=<MiB << 20>,<D>,<MIN << 20>,<F> (handles up to MiB, at most
+a D-th of the request, at least MIN MiB or an F-th of the live peak; without m: no floor, e.g. dmm-h32x8 = the
+default before the 8 MiB floor; without f: a fixed floor, e.g. dmm-h32x8m8 = the default before the rising floor);
 dmm-r<N> with DMM_TORCH_RETAIN=N (free memory kept mapped, permille of the live peak); dmm-w with a warm
 start: before the first step the pool commits the physical peak of dmm-w's last run (dmm.torch.warm),
 the "last run" being one unmeasured dmm-w run made first (its cost is printed apart: it is paid before
@@ -66,6 +67,14 @@ TIME_KEYS = ("driver_ns", "slow_path_ns")
 def pool_counters(dt):
     pool = dt.memory_stats_raw()["pool"]
     return {k: int(pool.get(k, 0)) for k in POOL_KEYS}
+
+
+def torch_segments(torch):
+    """Native and expandable modes: the segments torch's allocator created so far (one cudaMalloc, or
+    one expandable segment's growth, each) and those it freed."""
+    st = torch.cuda.memory_stats()
+    return {"segments_created": int(st.get("segment.all.allocated", 0)),
+            "segments_freed": int(st.get("segment.all.freed", 0))}
 
 
 def profile_path(workload):
@@ -205,6 +214,8 @@ def worker(mode, workloads, steps, record):
         if record and mode == "native":
             torch.cuda.memory._record_memory_history(context=None, max_entries=4_000_000)
         times, calls = [], []
+        counters = (lambda: pool_counters(dt)) if dt is not None else (lambda: torch_segments(torch))
+        before = counters()
         for i in range(steps):
             c0 = driver_calls(dt)
             t0 = time.perf_counter()
@@ -212,11 +223,10 @@ def worker(mode, workloads, steps, record):
             torch.cuda.synchronize()
             times.append((time.perf_counter() - t0) * 1e3)
             calls.append(driver_calls(dt) - c0)
-            if i == 0 and dt is not None:
-                first_pool = pool_counters(dt)
-        res = {"step_ms": times, "driver_calls": calls}
-        if dt is not None:
-            res["first_pool"] = first_pool
+            if i == 0:
+                after = counters()
+                first = {k: after[k] - before[k] for k in after}
+        res = {"step_ms": times, "driver_calls": calls, "first_pool" if dt is not None else "first_torch": first}
         if warm is not None:
             res["warm"] = warm
         if mode == "dmm-w" and warm is None:  # the priming run: its peak is the next runs' warm start
@@ -245,10 +255,12 @@ def env_for(mode):
         env["DMM_TORCH_SETTLE"] = mode[len("dmm-s"):]
     if mode.startswith("dmm-r"):  # dmm-r<permille>: another retention (DMM_TORCH_RETAIN; 1000: no moves at all)
         env["DMM_TORCH_RETAIN"] = mode[len("dmm-r"):]
-    if mode.startswith("dmm-h"):  # dmm-h<MiB>x<divisor>[m<MiB>]: other handles (DMM_TORCH_HANDLES=MAX,DIVISOR,MIN)
+    if mode.startswith("dmm-h"):  # dmm-h<MiB>x<D>[m<MiB>[f<F>]]: other handles (DMM_TORCH_HANDLES=MAX,D,MIN,F)
         mib_, _, rest = mode[len("dmm-h"):].partition("x")
-        div, _, floor = rest.partition("m")
-        env["DMM_TORCH_HANDLES"] = "%d,%s,%d" % (int(mib_) << 20, div or "0", int(floor or "0") << 20)
+        div, _, rest = rest.partition("m")
+        floor, _, floor_div = rest.partition("f")
+        env["DMM_TORCH_HANDLES"] = "%d,%s,%d,%s" % (int(mib_) << 20, div or "0", int(floor or "0") << 20,
+                                                    floor_div or "0")
     return env
 
 
@@ -332,6 +344,11 @@ def main():
                 print("       %-10s first step: %s; %.1f ms on malloc's slow path, %.1f ms of it in driver calls "
                       "(medians)" % ("", ", ".join("%s %d" % (k, fp[k]) for k in POOL_KEYS if k not in TIME_KEYS),
                                      fp["slow_path_ns"] / 1e6, fp["driver_ns"] / 1e6))
+            else:
+                ft = {k: statistics.median(x["first_torch"][k] for x in rs) for k in ("segments_created",
+                                                                                       "segments_freed")}
+                print("       %-10s first step: %d segments created, %d freed (medians)" % (
+                    "", ft["segments_created"], ft["segments_freed"]))
             if m == "dmm-w":
                 print("       %-10s warm start before the first step: %.1f ms, %.1f MiB committed (medians)" % (
                     "", statistics.median(x["warm"]["ms"] for x in rs),

@@ -25,9 +25,9 @@
 
 void dmm_usage_replay(FILE *f) {
     fprintf(f, "usage: dmm replay TRACE.gz [--driver host|cuda] [--granule BYTES] [--chunk BYTES]\n"
-               "                  [--max-chunk BYTES] [--handle-div N] [--min-chunk BYTES] [--retain PERMILLE]\n"
-               "                  [--settle PERMILLE] [--lag N] [--no-alias] [--repeat K] [--warm BYTES] [--json[=FILE]]\n"
-               "                  [--report FILE.html]\n\n"
+               "                  [--max-chunk BYTES] [--handle-div N] [--min-chunk BYTES] [--floor-div N]\n"
+               "                  [--retain PERMILLE] [--settle PERMILLE] [--lag N] [--no-alias] [--repeat K]\n"
+               "                  [--warm BYTES] [--json[=FILE]] [--report FILE.html]\n\n"
                "Replays an allocation trace (# dmm-trace v1, gzip) through the dmm pool over an arena and\n"
                "prints peak live, physical and committed bytes, their ratio beside PyTorch's, driver calls\n"
                "by kind and per 1,000 allocations, and malloc/free latency percentiles.\n"
@@ -41,6 +41,8 @@ void dmm_usage_replay(FILE *f) {
                "               (only large requests get large handles; default 0: up to --max-chunk)\n"
                "  --min-chunk  with --handle-div: the smallest handle the divisor cuts to (a multiple of the\n"
                "               quantum, at most --max-chunk; default: the quantum)\n"
+               "  --floor-div  with --handle-div: the floor rises to the live peak / N (up to --max-chunk;\n"
+               "               default 0: a fixed floor)\n"
                "  --retain     memory kept mapped while free, in permille of the live peak (default 20)\n"
                "  --settle     the most the retention limit rises while the pool keeps re-mapping memory,\n"
                "               in permille of the live peak (default 100; at or below --retain: fixed)\n"
@@ -67,7 +69,7 @@ static const dmm_opt_range LAG = {0, UINT64_MAX, false, "a number of allocations
 static const dmm_opt_range REPEAT = {1, 1000, false, "a number of repetitions", "4"};
 
 enum {
-    OPT_DRIVER = 256, OPT_GRANULE, OPT_CHUNK, OPT_MAX_CHUNK, OPT_HANDLE_DIV, OPT_MIN_CHUNK, OPT_RETAIN, OPT_SETTLE, OPT_LAG,
+    OPT_DRIVER = 256, OPT_GRANULE, OPT_CHUNK, OPT_MAX_CHUNK, OPT_HANDLE_DIV, OPT_MIN_CHUNK, OPT_FLOOR_DIV, OPT_RETAIN, OPT_SETTLE, OPT_LAG,
     OPT_NO_ALIAS, OPT_REPEAT, OPT_WARM, OPT_JSON, OPT_REPORT,
 };
 
@@ -78,6 +80,7 @@ static const struct option longs[] = {
     {"max-chunk", required_argument, NULL, OPT_MAX_CHUNK},
     {"handle-div", required_argument, NULL, OPT_HANDLE_DIV},
     {"min-chunk", required_argument, NULL, OPT_MIN_CHUNK},
+    {"floor-div", required_argument, NULL, OPT_FLOOR_DIV},
     {"retain", required_argument, NULL, OPT_RETAIN},
     {"settle", required_argument, NULL, OPT_SETTLE},
     {"lag", required_argument, NULL, OPT_LAG},
@@ -126,12 +129,14 @@ static int parse(int argc, char **argv, replay_args *a) {
         case OPT_WARM: rc = dmm_cli_u64("replay", opt, optarg, &SIZE, &a->o.warm_bytes); break;
         case OPT_NO_ALIAS: a->o.no_alias = true; break;
         case OPT_HANDLE_DIV:
+        case OPT_FLOOR_DIV:
         case OPT_RETAIN:
         case OPT_SETTLE:
         case OPT_REPEAT:
-            rc = dmm_cli_u64("replay", opt, optarg, c == OPT_HANDLE_DIV ? &DIVISOR : c == OPT_REPEAT ? &REPEAT : &PERMILLE,
-                             &v);
+            rc = dmm_cli_u64("replay", opt, optarg,
+                             c == OPT_HANDLE_DIV || c == OPT_FLOOR_DIV ? &DIVISOR : c == OPT_REPEAT ? &REPEAT : &PERMILLE, &v);
             if (c == OPT_HANDLE_DIV) a->o.handle_divisor = (uint32_t)v;
+            else if (c == OPT_FLOOR_DIV) a->o.floor_divisor = (uint32_t)v;
             else if (c == OPT_RETAIN) a->o.retain_permille = (uint32_t)v;
             else if (c == OPT_SETTLE) a->o.settle_permille = (uint32_t)v;
             else a->o.repeat = (uint32_t)v;

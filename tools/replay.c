@@ -300,6 +300,7 @@ int dmm_replay_run(const dmm_trace *t, const dmm_replay_opts *o, dmm_replay_resu
     pc.max_chunk_bytes = maxc;
     pc.handle_divisor = o->handle_divisor;
     pc.min_chunk_bytes = o->min_chunk_bytes;
+    pc.floor_divisor = o->floor_divisor;
     pc.no_alias = o->no_alias ? 1u : 0u;
     if (dmm_pool_create(arena, drv, &pc, &pool) != DMM_OK) FAIL("creating the pool failed: %s", dmm_last_error());
 

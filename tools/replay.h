@@ -21,6 +21,7 @@ typedef struct dmm_replay_opts {
     uint64_t max_chunk_bytes; /* pool's largest chunk; 0 = the pool's default */
     uint32_t handle_divisor;  /* pool's handle divisor; 0 = none */
     uint64_t min_chunk_bytes; /* pool's smallest handle the divisor cuts to; 0 = one quantum */
+    uint32_t floor_divisor;   /* pool's floor divisor (the floor rises to the live peak / this); 0 = none */
     uint32_t retain_permille; /* pool retention; 0 = the pool's default */
     uint32_t settle_permille; /* the retention limit's ceiling while re-mapping; 0 = the pool's default */
     uint64_t cache_bytes;     /* arena handle cache; 0 = the largest chunk (a moved chunk passes through it) */

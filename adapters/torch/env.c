@@ -64,10 +64,11 @@ static const char *num_why(num_result r) {
     "how far the pool's retention may rise while it keeps re-mapping memory, in per mille of the live peak " \
     "(e.g. 100 = 10 %; 0 = the pool's default; at or below the retention: never)"
 #define HANDLES_REMEDY                                                                             \
-    "MAX[,DIVISOR[,MIN]]: the pool's largest physical handle in decimal bytes, a multiple of the granule, "   \
-    "optionally a divisor (a growth for n bytes then commits handles of at most n / DIVISOR) and the "        \
-    "smallest handle that divisor cuts to (decimal bytes, a multiple of the granule), e.g. 134217728,4 or "   \
-    "33554432,8,8388608; 0 = one granule per handle"
+    "MAX[,DIVISOR[,MIN[,FLOOR_DIVISOR]]]: the pool's largest physical handle in decimal bytes, a multiple "  \
+    "of the granule, optionally a divisor (a growth for n bytes then commits handles of at most "            \
+    "n / DIVISOR), the smallest handle that divisor cuts to (decimal bytes, a multiple of the granule) and " \
+    "a divisor of the live peak that raises that floor as the pool grows, e.g. 134217728,4 or "              \
+    "67108864,8,8388608,256; 0 = one granule per handle"
 #define PIECE_REMEDY                                                                               \
     "MAX[,FIRST[,COPY]] in decimal bytes (e.g. 33554432, or 268435456,16777216, or 0 for one commit per "   \
     "segment)"
@@ -98,18 +99,20 @@ dmm_status dmm__torch_config_from_env(dmm_torch_config *cfg, dmm_torch_getenv_fn
         return bad("DMM_TORCH_SETTLE", settle, "is not a whole number from 0 to 1000", SETTLE_REMEDY);
 
     const char *hs = lookup(get, user, "DMM_TORCH_HANDLES");
-    uint64_t handles[3] = {0, 0, 0};
+    uint64_t handles[4] = {0, 0, 0, 0};
     if (hs != NULL) {
         const char *p = hs;
         r = parse_u64(&p, &handles[0]);
-        for (int n = 1; n < 3 && r == NUM_OK && *p == ','; n++) {
+        for (int n = 1; n < 4 && r == NUM_OK && *p == ','; n++) {
             p++;
             r = parse_u64(&p, &handles[n]);
         }
         if (r == NUM_OK && *p != '\0') r = NUM_NOT_DECIMAL;
-        if (r != NUM_OK || handles[1] > UINT32_MAX)
+        if (r != NUM_OK || handles[1] > UINT32_MAX || handles[3] > UINT32_MAX)
             return bad("DMM_TORCH_HANDLES", hs,
-                       "is not MAX[,DIVISOR[,MIN]] (decimal bytes, a whole divisor, decimal bytes)", HANDLES_REMEDY);
+                       "is not MAX[,DIVISOR[,MIN[,FLOOR_DIVISOR]]] (decimal bytes, a whole divisor, decimal bytes, "
+                       "a whole divisor)",
+                       HANDLES_REMEDY);
     }
 
     const char *rp = lookup(get, user, "DMM_TORCH_RESTORE_PIECE");
@@ -142,6 +145,7 @@ dmm_status dmm__torch_config_from_env(dmm_torch_config *cfg, dmm_torch_getenv_fn
         cfg->max_chunk_bytes = handles[0] != 0 ? handles[0] : UINT64_MAX; /* 0 = one granule */
         cfg->handle_divisor = (uint32_t)handles[1];
         cfg->min_chunk_bytes = handles[2];
+        cfg->floor_divisor = (uint32_t)handles[3];
     }
     if (rp != NULL) {
         cfg->restore_piece_bytes = piece[0] != 0 ? piece[0] : UINT64_MAX; /* 0 = one commit per segment */

@@ -9,11 +9,14 @@
 typedef const char *(*dmm_torch_getenv_fn)(void *user, const char *name);
 
 /* Reads DMM_TORCH_POOL_VA (decimal bytes), DMM_TORCH_RETAIN and DMM_TORCH_SETTLE (decimal per mille,
- * 0..1000), DMM_TORCH_HANDLES (MAX[,DIVISOR[,MIN]]: max_chunk_bytes, handle_divisor, min_chunk_bytes) and DMM_TORCH_RESTORE_PIECE (MAX[,FIRST[,COPY]], decimal bytes; MAX 0 = one commit per
- * segment) through `get` into cfg->pool_va_bytes, retain_permille, settle_permille and
+ * 0..1000), DMM_TORCH_HANDLES (MAX[,DIVISOR[,MIN[,FLOOR_DIVISOR]]]: max_chunk_bytes, handle_divisor,
+ * min_chunk_bytes, floor_divisor; MAX 0 = one granule per handle) and DMM_TORCH_RESTORE_PIECE
+ * (MAX[,FIRST[,COPY]], decimal bytes; MAX 0 = one commit per segment) through `get` into
+ * cfg->pool_va_bytes, retain_permille, settle_permille, the handle fields and
  * restore_piece/first/copy_bytes. A variable that is unset or empty leaves its fields alone. A
  * malformed value (not a number, a sign, trailing characters, a number beyond 64 bits, RETAIN or
- * SETTLE above 1000, an empty or fourth field) gives
+ * SETTLE above 1000, a divisor above 2^32 - 1, an empty field, a fifth field of HANDLES or a fourth
+ * of RESTORE_PIECE) gives
  * DMM_ERR_INVALID_ARGUMENT with a sentence naming the variable, its value and what to set, and leaves
  * *cfg untouched. Pure: no state, no allocation. */
 dmm_status dmm__torch_config_from_env(dmm_torch_config *cfg, dmm_torch_getenv_fn get, void *user);

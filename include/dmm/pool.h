@@ -146,6 +146,15 @@ typedef struct dmm_pool_config {
                                on the real traces at ±0.005 of fragmentation, but +0.009 to +0.029
                                on random shapes (bert-dynamic, which then re-maps half as much in its
                                steady state; docs/benchmarks.md). 0 = chunk_bytes */
+    uint32_t floor_divisor;   /* with handle_divisor: the floor rises with the pool, to the highest live
+                               bytes seen so far / floor_divisor (rounded down to chunk_bytes, between
+                               min_chunk_bytes and max_chunk_bytes): in a large pool a handle of a few
+                               MiB is noise in its fragmentation but costs a driver call, so a pool
+                               that has grown large grows in handles in proportion. 256 (each handle
+                               ≤ 0.4 % of the live peak) under 64 MiB ÷ 8 with an 8 MiB floor creates
+                               1.2-1.4 × fewer handles on the growth traces than 32 MiB ÷ 8 with the
+                               fixed floor, at the same or lower fragmentation on every trace
+                               (docs/benchmarks.md). 0 = a fixed floor */
 } dmm_pool_config;
 
 /* Creates a pool over `mech` (not owned; must support virtual backing, else DMM_ERR_UNSUPPORTED) and

@@ -12,8 +12,9 @@
  * would otherwise take each other's last chunk in turn, a move on every switch), and moves them
  * into the window one at a time, so that the mechanism's handle cache hands the same physical
  * handle back. New chunks fill the rest, split at max_chunk (or, with a handle divisor, at that share
- * of the request but at least min_chunk: only large requests get large handles, and none is cut
- * finer than min_chunk, below which a handle costs as much as a larger one).
+ * of the request but at least the floor: only large requests get large handles, and none is cut
+ * finer than min_chunk, below which a handle costs as much as a larger one, nor, with a floor
+ * divisor, than that share of the live peak: a large pool grows in handles in proportion to it).
  *
  * Settling. Under a fixed limit a repeating workload can re-map memory every iteration: the growth
  * of step k moves chunks from the places step k+1 then needs (measured: GPT-2 training aliased
@@ -340,11 +341,17 @@ static void growth_failed(growth *g, dmm_status s, size_t j, uintptr_t at, uint6
 }
 
 /* The largest new handle a growth for `n` bytes commits: max_chunk, or with a divisor n / divisor
- * rounded down to the quantum, between min_chunk and max_chunk. */
-static uint64_t handle_most(const dmm_pool *p, uint64_t n) {
+ * rounded down to the quantum, between the floor and max_chunk; the floor is min_chunk, or with a
+ * floor divisor the live peak / that when larger (at most max_chunk). */
+static uint64_t handle_most(dmm_pool *p, uint64_t n) {
     if (p->handle_divisor == 0) return p->max_chunk;
+    uint64_t floor = p->min_chunk;
+    if (p->floor_divisor != 0) {
+        uint64_t share = align_down_c(p, live_peak_estimate(p) / p->floor_divisor);
+        if (share > floor) floor = share < p->max_chunk ? share : p->max_chunk;
+    }
     uint64_t most = align_down_c(p, n / p->handle_divisor);
-    return most < p->min_chunk ? p->min_chunk : most > p->max_chunk ? p->max_chunk : most;
+    return most < floor ? floor : most > p->max_chunk ? p->max_chunk : most;
 }
 
 /* drive (no lock held). Each piece: first the chunks moved into it (decommit there, commit here: the

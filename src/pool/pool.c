@@ -178,6 +178,7 @@ dmm_status dmm_pool_create(dmm_mechanism *mech, dmm_driver *drv, const dmm_pool_
     p->max_chunk = max_chunk;
     p->handle_divisor = c.handle_divisor;
     p->min_chunk = min_chunk;
+    p->floor_divisor = c.floor_divisor;
     p->region = region;
     p->region_shift = (unsigned)__builtin_ctzll(region);
     p->nregions = (size_t)(va / region);

@@ -242,6 +242,7 @@ struct dmm_pool {
     uint64_t max_chunk; /* the largest chunk a growth commits as one handle */
     uint32_t handle_divisor; /* a growth for n bytes commits handles of at most n / this (0: max_chunk) */
     uint64_t min_chunk;      /* ... but at least this (chunk ≤ min_chunk ≤ max_chunk) */
+    uint32_t floor_divisor;  /* ... and at least the live peak / this, up to max_chunk (0: no such floor) */
     uint32_t *clen;     /* per quantum: length (in quanta) of the chunk starting there, 0 = none */
     uint64_t region;
     size_t nregions;

@@ -181,6 +181,8 @@ static void pool_config(world *w) {
     if (w->arena_chunk_limit != 0 && w->pc.max_chunk_bytes > w->arena_chunk_limit) w->pc.max_chunk_bytes = 0;
 #endif
     if (w->pc.max_chunk_bytes == 0) w->pc.min_chunk_bytes = 0; /* a floor above one-quantum handles is refused */
+    /* with a floor, one that rises to a quarter of the live peak (rides on block_align's bit) */
+    if (w->pc.min_chunk_bytes != 0 && (c & 64)) w->pc.floor_divisor = 4;
 }
 
 static dmm_status pool_create(world *w) {

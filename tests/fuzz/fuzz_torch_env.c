@@ -8,7 +8,7 @@
  *     the whole config untouched (every byte);
  *   - an acceptance writes exactly the fields of the variables that are set, with the values an
  *     independent reading of the documented syntax gives (strict decimal, RETAIN and SETTLE ≤ 1000,
- *     HANDLES MAX[,DIVISOR ≤ 2^32 − 1[,MIN]], RESTORE_PIECE MAX[,FIRST[,COPY]], MAX 0 = UINT64_MAX), and
+ *     HANDLES MAX[,DIVISOR ≤ 2^32 − 1[,MIN[,FLOOR_DIVISOR ≤ 2^32 − 1]]], RESTORE_PIECE MAX[,FIRST[,COPY]], MAX 0 = UINT64_MAX), and
  *     refuses every value that reading refuses.
  */
 #include "fuzzkit.h"
@@ -78,16 +78,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     /* what the documented syntax says */
     bool set[NVARS], ok = true;
-    uint64_t v[NVARS][3];
+    uint64_t v[NVARS][4];
     memset(v, 0, sizeof v);
     for (int k = 0; k < NVARS; k++) {
         set[k] = e.value[k] != NULL && e.value[k][0] != '\0';
         if (!set[k]) continue;
-        static const int max_fields[NVARS] = {1, 1, 1, 3, 3};
+        static const int max_fields[NVARS] = {1, 1, 1, 4, 3};
         int n = 0;
         bool good = fields(e.value[k], v[k], max_fields[k], &n);
         if ((k == 1 || k == 2) && good && v[k][0] > 1000) good = false;
-        if (k == 3 && good && v[k][1] > UINT32_MAX) good = false;
+        if (k == 3 && good && (v[k][1] > UINT32_MAX || v[k][3] > UINT32_MAX)) good = false;
         ok = ok && good;
     }
 
@@ -116,6 +116,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             want.max_chunk_bytes = v[3][0] != 0 ? v[3][0] : UINT64_MAX;
             want.handle_divisor = (uint32_t)v[3][1];
             want.min_chunk_bytes = v[3][2];
+            want.floor_divisor = (uint32_t)v[3][3];
         }
         if (set[4]) {
             want.restore_piece_bytes = v[4][0] != 0 ? v[4][0] : UINT64_MAX;

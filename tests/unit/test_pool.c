@@ -317,6 +317,41 @@ static void a_divisor_cuts_handles_no_smaller_than_the_floor(void **state) {
     }
 }
 
+/* A floor divisor raises the floor with the live peak (up to max_chunk_bytes): once 256 MiB are live,
+ * a 24 MiB growth under 32 MiB / 8 is cut into 2 MiB handles with no floor divisor, 16 + 8 MiB with
+ * live / 16, and one handle with live / 4 (64 MiB, capped at 32). Before anything was live the floor
+ * is min_chunk_bytes (one quantum here) whatever the divisor. */
+static void a_floor_divisor_raises_the_floor_with_the_live_peak(void **state) {
+    (void)state;
+    static const uint32_t divisors[] = {0, 16, 4};
+    static const uint64_t after_big[] = {12, 2, 1}, small_after_big[] = {3, 1, 1};
+    for (size_t i = 0; i < sizeof divisors / sizeof divisors[0]; i++) {
+        dmm_pool_config pc = handles_config(32 * MIB, 8, 0);
+        pc.floor_divisor = divisors[i];
+        fx *f = fx_open(&pc, 64 * MIB);
+        uint64_t creates = calls(f, DMM_OP_CREATE);
+        char *first = xmalloc(f, 24 * MIB, NULL); /* nothing live yet: 3 MiB / 2 MiB handles either way */
+        assert_int_equal(calls(f, DMM_OP_CREATE) - creates, 12);
+        char *big = xmalloc(f, 256 * MIB, NULL); /* 256 / 8 = 32 MiB handles; the live peak is now 280 MiB */
+        memset(big, 3, 256 * MIB);
+        creates = calls(f, DMM_OP_CREATE);
+        char *x = xmalloc(f, 24 * MIB, NULL);
+        assert_int_equal(calls(f, DMM_OP_CREATE) - creates, after_big[i]);
+        creates = calls(f, DMM_OP_CREATE);
+        char *y = xmalloc(f, 6 * MIB, NULL); /* below a raised floor: one handle of its own size */
+        assert_int_equal(calls(f, DMM_OP_CREATE) - creates, small_after_big[i]);
+        memset(x, 5, 24 * MIB);
+        memset(y, 6, 6 * MIB);
+        xfree(f, first, NULL);
+        xfree(f, big, NULL);
+        xfree(f, x, NULL);
+        xfree(f, y, NULL);
+        DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+        DMM_OK_OR_FAIL(dmm_pool_empty_cache(f->pool, NULL));
+        fx_close(f);
+    }
+}
+
 static void unknown_and_double_frees_change_nothing(void **state) {
     (void)state;
     fx *f = fx_open(NULL, 0);
@@ -971,6 +1006,7 @@ int main(void) {
         cmocka_unit_test(streams_in_use_do_not_take_each_others_last_chunk),
         cmocka_unit_test(a_larger_max_chunk_grows_by_one_handle_sized_to_the_need),
         cmocka_unit_test(a_divisor_cuts_handles_no_smaller_than_the_floor),
+        cmocka_unit_test(a_floor_divisor_raises_the_floor_with_the_live_peak),
         cmocka_unit_test(unknown_and_double_frees_change_nothing),
         cmocka_unit_test(destroy_is_refused_while_blocks_are_live),
         cmocka_unit_test(trim_decommits_whole_free_chunks_down_to_the_target),

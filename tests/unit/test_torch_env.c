@@ -1,10 +1,11 @@
 /* tests/unit/test_torch_env.c — the torch adapter's environment variables (adapters/torch/env.c, compiled
  * into this test like test_torch_adapter.c compiles the adapter's core: no GPU, no cuda.h needed).
  *
- * What is proven: DMM_TORCH_POOL_VA, DMM_TORCH_RETAIN, DMM_TORCH_SETTLE and DMM_TORCH_RESTORE_PIECE read as
- * documented (decimal bytes; per mille 0..1000; MAX[,FIRST[,COPY]] with MAX 0 = one commit per segment); unset
- * and empty leave the config alone; every malformed value (not a number, a sign, trailing characters,
- * a suffix, hex, a number beyond 64 bits, RETAIN or SETTLE above 1000, a bad or fourth field) fails with
+ * What is proven: DMM_TORCH_POOL_VA, DMM_TORCH_RETAIN, DMM_TORCH_SETTLE, DMM_TORCH_HANDLES and
+ * DMM_TORCH_RESTORE_PIECE read as documented (decimal bytes; per mille 0..1000; MAX[,DIVISOR[,MIN[,FLOOR_DIVISOR]]];
+ * MAX[,FIRST[,COPY]] with MAX 0 = one commit per segment); unset and empty leave the config alone; every
+ * malformed value (not a number, a sign, trailing characters, a suffix, hex, a number beyond 64 bits, RETAIN or
+ * SETTLE above 1000, a divisor beyond 32 bits, a bad or extra field) fails with
  * DMM_ERR_INVALID_ARGUMENT and a sentence naming the variable, its value and "unset it", and leaves
  * the whole config untouched, even the fields of the other, valid variables.
  */
@@ -40,7 +41,7 @@ static dmm_torch_config marked(void) {
 
 static void valid_values_are_read(void **state) {
     (void)state;
-    env e = {"68719476736", "20", "268435456,16777216,33554432", "150", "134217728,4,8388608"};
+    env e = {"68719476736", "20", "268435456,16777216,33554432", "150", "134217728,4,8388608,256"};
     dmm_torch_config c = marked();
     DMM_OK_OR_FAIL(dmm__torch_config_from_env(&c, get, &e));
     assert_int_equal(c.pool_va_bytes, 68719476736ull);
@@ -49,6 +50,7 @@ static void valid_values_are_read(void **state) {
     assert_int_equal(c.max_chunk_bytes, 134217728ull);
     assert_int_equal(c.handle_divisor, 4);
     assert_int_equal(c.min_chunk_bytes, 8388608ull);
+    assert_int_equal(c.floor_divisor, 256);
     assert_int_equal(c.restore_piece_bytes, 268435456ull);
     assert_int_equal(c.restore_first_bytes, 16777216ull);
     assert_int_equal(c.restore_copy_bytes, 33554432ull);
@@ -64,6 +66,7 @@ static void valid_values_are_read(void **state) {
     assert_int_equal(c.max_chunk_bytes, UINT64_MAX); /* one granule per handle */
     assert_int_equal(c.handle_divisor, 0);
     assert_int_equal(c.min_chunk_bytes, 0); /* MAX alone: no floor */
+    assert_int_equal(c.floor_divisor, 0);
     assert_int_equal(c.restore_piece_bytes, UINT64_MAX);
     assert_int_equal(c.restore_first_bytes, 0);
     assert_int_equal(c.restore_copy_bytes, 0);
@@ -124,11 +127,13 @@ static void malformed_values_fail_and_change_nothing(void **state) {
         {{"4096", "20", "0", "1001", NULL}, "DMM_TORCH_SETTLE", "'1001'", "0 to 1000"},
         {{NULL, NULL, NULL, "10%", NULL}, "DMM_TORCH_SETTLE", "'10%'", "0 to 1000"},
         /* HANDLES */
-        {{NULL, NULL, NULL, NULL, "128M"}, "DMM_TORCH_HANDLES", "'128M'", "MAX[,DIVISOR[,MIN]]"},
-        {{NULL, NULL, NULL, NULL, "134217728,"}, "DMM_TORCH_HANDLES", "'134217728,'", "MAX[,DIVISOR[,MIN]]"},
-        {{NULL, NULL, NULL, NULL, "1,2,3,4"}, "DMM_TORCH_HANDLES", "'1,2,3,4'", "MAX[,DIVISOR[,MIN]]"},
-        {{NULL, NULL, NULL, NULL, "1,2,8M"}, "DMM_TORCH_HANDLES", "'1,2,8M'", "MAX[,DIVISOR[,MIN]]"},
-        {{"4096", "20", "0", "100", "1,4294967296"}, "DMM_TORCH_HANDLES", "'1,4294967296'", "MAX[,DIVISOR[,MIN]]"},
+        {{NULL, NULL, NULL, NULL, "128M"}, "DMM_TORCH_HANDLES", "'128M'", "MAX[,DIVISOR[,MIN[,FLOOR_DIVISOR]]]"},
+        {{NULL, NULL, NULL, NULL, "134217728,"}, "DMM_TORCH_HANDLES", "'134217728,'", "MAX[,DIVISOR[,MIN[,FLOOR_DIVISOR]]]"},
+        {{NULL, NULL, NULL, NULL, "1,2,3,4,5"}, "DMM_TORCH_HANDLES", "'1,2,3,4,5'", "MAX[,DIVISOR[,MIN[,FLOOR_DIVISOR]]]"},
+        {{NULL, NULL, NULL, NULL, "1,2,8M"}, "DMM_TORCH_HANDLES", "'1,2,8M'", "MAX[,DIVISOR[,MIN[,FLOOR_DIVISOR]]]"},
+        {{"4096", "20", "0", "100", "1,4294967296"}, "DMM_TORCH_HANDLES", "'1,4294967296'", "MAX[,DIVISOR[,MIN[,FLOOR_DIVISOR]]]"},
+        {{NULL, NULL, NULL, NULL, "1,2,3,4294967296"}, "DMM_TORCH_HANDLES", "'1,2,3,4294967296'", "MAX[,DIVISOR[,MIN[,FLOOR_DIVISOR]]]"},
+        {{NULL, NULL, NULL, NULL, "1,2,3,"}, "DMM_TORCH_HANDLES", "'1,2,3,'", "MAX[,DIVISOR[,MIN[,FLOOR_DIVISOR]]]"},
         /* RESTORE_PIECE */
         {{"4096", "20", "x", NULL, NULL}, "DMM_TORCH_RESTORE_PIECE", "'x'", "field 1 ('x')"},
         {{NULL, NULL, "32M", NULL, NULL}, "DMM_TORCH_RESTORE_PIECE", "'32M'", "field 1 ('32M')"},
