@@ -177,10 +177,10 @@ dmm_status dmm__torch_create(dmm_driver *drv, const dmm_torch_ext *ext, dmm_gove
     pc.retain_permille = k.retain_permille;
     pc.settle_permille = k.settle_permille;
     if (k.max_chunk_bytes == 0) { /* the default: large handles for the interior of large requests only */
-        pc.max_chunk_bytes = (64 * MIB + gran - 1) / gran * gran;
+        pc.max_chunk_bytes = (32 * MIB + gran - 1) / gran * gran;
         pc.handle_divisor = k.handle_divisor ? k.handle_divisor : 8;
         pc.min_chunk_bytes = k.min_chunk_bytes ? k.min_chunk_bytes : (8 * MIB + gran - 1) / gran * gran;
-        pc.floor_divisor = k.floor_divisor ? k.floor_divisor : 256;
+        pc.floor_divisor = k.floor_divisor; /* a fixed floor: the rising one raised real runs' peaks */
     } else if (k.max_chunk_bytes != UINT64_MAX) {
         pc.max_chunk_bytes = k.max_chunk_bytes;
         pc.handle_divisor = k.handle_divisor;

@@ -62,14 +62,15 @@ typedef struct dmm_torch_config {
     uint32_t retain_permille;   /* the pool's retention (dmm_pool_config); 0 = the pool's default */
     uint32_t settle_permille;   /* the pool's retention ceiling (dmm_pool_config); 0 = the pool's default */
     /* the pool's handles (dmm_pool_config max_chunk_bytes, handle_divisor, min_chunk_bytes,
-     * floor_divisor): 0 = the adapter's default, handles of up to 64 MiB and at most an 8th of the
-     * request but at least 8 MiB or a 256th of the live peak (measured on the H200: GPT-2's first
-     * training step 957 -> 682 ms, its second 125 -> 62 ms, the same peak, with the 8th; the 8 MiB floor
-     * then cut its handles 1,402 -> 933; docs/benchmarks.md); UINT64_MAX = one granule */
+     * floor_divisor): 0 = the adapter's default, handles of up to 32 MiB and at most an 8th of the
+     * request but at least 8 MiB (measured on the H200: GPT-2's first training step 957 -> 682 ms, its
+     * second 125 -> 62 ms, the same peak, with the 8th; the 8 MiB floor then cut its handles 1,402 ->
+     * 933; docs/benchmarks.md); UINT64_MAX = one granule */
     uint64_t max_chunk_bytes;
     uint32_t handle_divisor;  /* 0 = the default (8 with the default max_chunk_bytes, else none) */
     uint64_t min_chunk_bytes; /* 0 = the default (8 MiB with the default max_chunk_bytes, else one granule) */
-    uint32_t floor_divisor;   /* 0 = the default (256 with the default max_chunk_bytes, else none) */
+    uint32_t floor_divisor;   /* 0 = none: a fixed floor (64 MiB / 8 / 8 MiB / 256 raised gpu/torch_models'
+                                 peaks 2-3 % above native's on the H200, docs/benchmarks.md) */
     /* restore's pieces (offload.c restore_piece): 0 = the default; UINT64_MAX = one commit per segment;
      * else the largest piece, rounded up to the granule */
     uint64_t restore_piece_bytes;

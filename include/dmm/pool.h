@@ -153,7 +153,9 @@ typedef struct dmm_pool_config {
                                that has grown large grows in handles in proportion. 256 (each handle
                                ≤ 0.4 % of the live peak) under 64 MiB ÷ 8 with an 8 MiB floor creates
                                1.2-1.4 × fewer handles on the growth traces than 32 MiB ÷ 8 with the
-                               fixed floor, at the same or lower fragmentation on every trace
+                               fixed floor, at the same or lower fragmentation in their replays, but
+                               on the H200 it raised the peak of real GPT-2 training by 2.3 % (10,408
+                               -> 10,650 MiB), so the torch adapter keeps a fixed floor
                                (docs/benchmarks.md). 0 = a fixed floor */
 } dmm_pool_config;
 
