@@ -17,11 +17,22 @@
  * cuMemAlloc in 2 and 32 MiB pieces. Printed per case: the medians, and
  *   overlap = (gpu + alone − both) / min(gpu, alone)   1: the growth hid fully under the GPU work;
  *                                                      0: the two ran one after the other.
- * Teardown (unmap + release, cuMemFree) is untimed and happens with the GPU idle. Nothing is asserted.
+ * Teardown (unmap + release, cuMemFree) is untimed and happens with the GPU idle.
+ *
+ * A second table asks whether the growth could move off the thread that waits for it (a growth
+ * thread, issue 10's "handle work moved off the moments the application waits"): does a growth on
+ * another thread slow this thread's enqueueing (the driver serialising the two)? This thread enqueues
+ * `ENQUEUES` small copies (what a training step's kernel launches cost the host), alone and while a
+ * second thread grows by 1 GiB; printed per case the medians and
+ *   blocked = (enqueue with the growth − enqueue alone) / the growth alone   0: the enqueueing thread
+ *                                           lost nothing; 1: it waited for all of the growth.
+ * Nothing is asserted.
  *
  * usage: bench_growth_load [--rounds N]   (default 7, at least 3). Exit 77 "skipped: no GPU (…)" where
  * there is no CUDA driver or GPU.
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +46,8 @@
 #define GROW_BYTES ((size_t)1 << 30)
 #define LOAD_BYTES (256 * MIB)
 #define LOAD_COPIES 192
+#define ENQUEUES 20000
+#define SMALL_BYTES 4096
 
 static struct {
     dmm_cuMemAddressReserve_fn *reserve;
@@ -50,6 +63,8 @@ static struct {
     dmm_cuStreamCreate_fn *stream_create;
     dmm_cuStreamDestroy_fn *stream_destroy;
     dmm_cuStreamSynchronize_fn *sync;
+    dmm_cuCtxGetCurrent_fn *ctx_get;
+    dmm_cuCtxSetCurrent_fn *ctx_set;
 } cu;
 
 #define CU(call) BENCH_CU("bench_growth_load", call)
@@ -109,6 +124,86 @@ static void queue_load(dmm_cu_stream s, dmm_cu_deviceptr src, dmm_cu_deviceptr d
     for (int i = 0; i < LOAD_COPIES; i++) CU(cu.copy(dst, src, LOAD_BYTES, s));
 }
 
+/* ENQUEUES small copies on s, then a synchronize; the enqueueing's host time in ms. */
+static double enqueue_small(dmm_cu_stream s, dmm_cu_deviceptr src, dmm_cu_deviceptr dst) {
+    double t0 = now_ms();
+    for (int i = 0; i < ENQUEUES; i++) CU(cu.copy(dst, src, SMALL_BYTES, s));
+    double t = now_ms() - t0;
+    CU(cu.sync(s));
+    return t;
+}
+
+/* The growth thread: waits for `go`, grows, reports its time. */
+typedef struct grower {
+    const grow_case *c;
+    dmm_cu_context ctx;
+    atomic_int go;
+    double ms;
+} grower;
+
+static void *grow_thread(void *arg) {
+    grower *g = arg;
+    CU(cu.ctx_set(g->ctx));
+    while (atomic_load(&g->go) == 0) {
+    }
+    double t0 = now_ms();
+    grow(g->c);
+    g->ms = now_ms() - t0;
+    return NULL;
+}
+
+/* The second table: per VMM and cuMemAlloc case, this thread's enqueueing alone and while another
+ * thread grows, in interleaved rounds. */
+static void growth_on_another_thread(int rounds, dmm_cu_stream st, dmm_cu_deviceptr src, dmm_cu_deviceptr dst) {
+    dmm_cu_context ctx = NULL;
+    CU(cu.ctx_get(&ctx));
+    double *alone[NCASES], *with[NCASES], *grown[NCASES], *grown_alone[NCASES];
+    for (size_t k = 0; k < NCASES; k++) {
+        alone[k] = calloc((size_t)rounds, sizeof(double));
+        with[k] = calloc((size_t)rounds, sizeof(double));
+        grown[k] = calloc((size_t)rounds, sizeof(double));
+        grown_alone[k] = calloc((size_t)rounds, sizeof(double));
+        if (!alone[k] || !with[k] || !grown[k] || !grown_alone[k]) exit(1);
+    }
+    for (int r = 0; r < rounds; r++)
+        for (size_t j = 0; j < NCASES; j++) {
+            size_t k = (j + (size_t)r) % NCASES;
+            const grow_case *c = &CASES[k];
+            double t0 = now_ms();
+            grow(c);
+            grown_alone[k][r] = now_ms() - t0;
+            teardown(c);
+            alone[k][r] = enqueue_small(st, src, dst);
+            grower g = {.c = c, .ctx = ctx, .ms = 0};
+            atomic_init(&g.go, 0);
+            pthread_t th;
+            if (pthread_create(&th, NULL, grow_thread, &g) != 0) {
+                fprintf(stderr, "bench_growth_load: pthread_create failed\n");
+                exit(1);
+            }
+            atomic_store(&g.go, 1);
+            with[k][r] = enqueue_small(st, src, dst);
+            pthread_join(th, NULL);
+            grown[k][r] = g.ms;
+            teardown(c);
+        }
+    printf("\nbench_growth_load: this thread enqueues %d copies of %d bytes while another thread grows by 1 GiB; "
+           "medians of %d rounds\n",
+           ENQUEUES, SMALL_BYTES, rounds);
+    printf("%-30s %12s %12s %12s %12s %8s\n", "growth (other thread)", "enqueue ms", "with growth", "growth alone",
+           "growth there", "blocked");
+    for (size_t k = 0; k < NCASES; k++) {
+        double a = bench_median(alone[k], rounds), w = bench_median(with[k], rounds),
+               ga = bench_median(grown_alone[k], rounds), gt = bench_median(grown[k], rounds);
+        printf("%-30s %12.2f %12.2f %12.2f %12.2f %8.2f\n", CASES[k].name, a, w, ga, gt, ga > 0 ? (w - a) / ga : 0);
+        free(alone[k]);
+        free(with[k]);
+        free(grown[k]);
+        free(grown_alone[k]);
+    }
+    printf("blocked 0: a growth on another thread cost the enqueueing thread nothing; 1: it waited for all of it\n");
+}
+
 int main(int argc, char **argv) {
     int rounds = 7;
     for (int i = 1; i < argc; i++) {
@@ -142,7 +237,8 @@ int main(int argc, char **argv) {
         {"cuMemSetAccess", &cu.set_access},   {"cuMemAlloc_v2", &cu.alloc},
         {"cuMemFree_v2", &cu.mem_free},       {"cuMemcpyAsync", &cu.copy},
         {"cuStreamCreate", &cu.stream_create}, {"cuStreamDestroy_v2", &cu.stream_destroy},
-        {"cuStreamSynchronize", &cu.sync},
+        {"cuStreamSynchronize", &cu.sync},    {"cuCtxGetCurrent", &cu.ctx_get},
+        {"cuCtxSetCurrent", &cu.ctx_set},
     };
     void *lib = bench_libcuda_open("bench_growth_load", syms, sizeof syms / sizeof syms[0]);
     if (lib == NULL) return 1;
@@ -201,6 +297,7 @@ int main(int argc, char **argv) {
         free(both[k]);
     }
     printf("overlap 1: the growth hid under the queued GPU work; 0: growth and GPU work ran one after the other\n");
+    growth_on_another_thread(rounds, st, src, dst);
 
     CU(cu.mem_free(src));
     CU(cu.mem_free(dst));
