@@ -69,8 +69,8 @@ static const dmm_opt_range LAG = {0, UINT64_MAX, false, "a number of allocations
 static const dmm_opt_range REPEAT = {1, 1000, false, "a number of repetitions", "4"};
 
 enum {
-    OPT_DRIVER = 256, OPT_GRANULE, OPT_CHUNK, OPT_MAX_CHUNK, OPT_HANDLE_DIV, OPT_MIN_CHUNK, OPT_FLOOR_DIV, OPT_RETAIN, OPT_SETTLE, OPT_LAG,
-    OPT_NO_ALIAS, OPT_REPEAT, OPT_WARM, OPT_JSON, OPT_REPORT,
+    OPT_DRIVER = 256, OPT_GRANULE, OPT_CHUNK, OPT_MAX_CHUNK, OPT_HANDLE_DIV, OPT_MIN_CHUNK, OPT_FLOOR_DIV,
+    OPT_RETAIN, OPT_SETTLE, OPT_LAG, OPT_NO_ALIAS, OPT_REPEAT, OPT_WARM, OPT_JSON, OPT_REPORT,
 };
 
 static const struct option longs[] = {
@@ -134,7 +134,10 @@ static int parse(int argc, char **argv, replay_args *a) {
         case OPT_SETTLE:
         case OPT_REPEAT:
             rc = dmm_cli_u64("replay", opt, optarg,
-                             c == OPT_HANDLE_DIV || c == OPT_FLOOR_DIV ? &DIVISOR : c == OPT_REPEAT ? &REPEAT : &PERMILLE, &v);
+                             c == OPT_HANDLE_DIV || c == OPT_FLOOR_DIV ? &DIVISOR
+                             : c == OPT_REPEAT                          ? &REPEAT
+                                                                        : &PERMILLE,
+                             &v);
             if (c == OPT_HANDLE_DIV) a->o.handle_divisor = (uint32_t)v;
             else if (c == OPT_FLOOR_DIV) a->o.floor_divisor = (uint32_t)v;
             else if (c == OPT_RETAIN) a->o.retain_permille = (uint32_t)v;

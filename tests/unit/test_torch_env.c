@@ -39,6 +39,8 @@ static dmm_torch_config marked(void) {
     return c;
 }
 
+#define HANDLES_SYNTAX "MAX[,DIVISOR[,MIN[,FLOOR_DIVISOR]]]" /* what a refusal of DMM_TORCH_HANDLES says */
+
 static void valid_values_are_read(void **state) {
     (void)state;
     env e = {"68719476736", "20", "268435456,16777216,33554432", "150", "134217728,4,8388608,256"};
@@ -127,13 +129,13 @@ static void malformed_values_fail_and_change_nothing(void **state) {
         {{"4096", "20", "0", "1001", NULL}, "DMM_TORCH_SETTLE", "'1001'", "0 to 1000"},
         {{NULL, NULL, NULL, "10%", NULL}, "DMM_TORCH_SETTLE", "'10%'", "0 to 1000"},
         /* HANDLES */
-        {{NULL, NULL, NULL, NULL, "128M"}, "DMM_TORCH_HANDLES", "'128M'", "MAX[,DIVISOR[,MIN[,FLOOR_DIVISOR]]]"},
-        {{NULL, NULL, NULL, NULL, "134217728,"}, "DMM_TORCH_HANDLES", "'134217728,'", "MAX[,DIVISOR[,MIN[,FLOOR_DIVISOR]]]"},
-        {{NULL, NULL, NULL, NULL, "1,2,3,4,5"}, "DMM_TORCH_HANDLES", "'1,2,3,4,5'", "MAX[,DIVISOR[,MIN[,FLOOR_DIVISOR]]]"},
-        {{NULL, NULL, NULL, NULL, "1,2,8M"}, "DMM_TORCH_HANDLES", "'1,2,8M'", "MAX[,DIVISOR[,MIN[,FLOOR_DIVISOR]]]"},
-        {{"4096", "20", "0", "100", "1,4294967296"}, "DMM_TORCH_HANDLES", "'1,4294967296'", "MAX[,DIVISOR[,MIN[,FLOOR_DIVISOR]]]"},
-        {{NULL, NULL, NULL, NULL, "1,2,3,4294967296"}, "DMM_TORCH_HANDLES", "'1,2,3,4294967296'", "MAX[,DIVISOR[,MIN[,FLOOR_DIVISOR]]]"},
-        {{NULL, NULL, NULL, NULL, "1,2,3,"}, "DMM_TORCH_HANDLES", "'1,2,3,'", "MAX[,DIVISOR[,MIN[,FLOOR_DIVISOR]]]"},
+        {{NULL, NULL, NULL, NULL, "128M"}, "DMM_TORCH_HANDLES", "'128M'", HANDLES_SYNTAX},
+        {{NULL, NULL, NULL, NULL, "134217728,"}, "DMM_TORCH_HANDLES", "'134217728,'", HANDLES_SYNTAX},
+        {{NULL, NULL, NULL, NULL, "1,2,3,4,5"}, "DMM_TORCH_HANDLES", "'1,2,3,4,5'", HANDLES_SYNTAX},
+        {{NULL, NULL, NULL, NULL, "1,2,8M"}, "DMM_TORCH_HANDLES", "'1,2,8M'", HANDLES_SYNTAX},
+        {{"4096", "20", "0", "100", "1,4294967296"}, "DMM_TORCH_HANDLES", "'1,4294967296'", HANDLES_SYNTAX},
+        {{NULL, NULL, NULL, NULL, "1,2,3,4294967296"}, "DMM_TORCH_HANDLES", "'1,2,3,4294967296'", HANDLES_SYNTAX},
+        {{NULL, NULL, NULL, NULL, "1,2,3,"}, "DMM_TORCH_HANDLES", "'1,2,3,'", HANDLES_SYNTAX},
         /* RESTORE_PIECE */
         {{"4096", "20", "x", NULL, NULL}, "DMM_TORCH_RESTORE_PIECE", "'x'", "field 1 ('x')"},
         {{NULL, NULL, "32M", NULL, NULL}, "DMM_TORCH_RESTORE_PIECE", "'32M'", "field 1 ('32M')"},
