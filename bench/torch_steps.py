@@ -2,7 +2,7 @@
 (issue 10's acceptance 0 and 4), each run a process of its own, runs interleaved across the modes:
 
   python3 bench/torch_steps.py [--runs N] [--steps S] [--workloads gpt2,vit,llama] [--modes native,expandable,dmm]
-                               [--record DIR] [--json FILE]
+                               [--regrowths K] [--record DIR] [--json FILE]
 
 A mode dmm-s<N> runs dmm with DMM_TORCH_SETTLE=N (dmm-s20: the retention limit fixed, as before settling);
 dmm-h<MiB>x<D>[m<MIN>[f<F>]] with DMM_TORCH_HANDLES=<MiB << 20>,<D>,<MIN << 20>,<F> (handles up to MiB, at most
@@ -20,6 +20,10 @@ Workloads (models built from configs, no downloads; random data; fixed shapes, s
   llama  a Llama-style model (16 layers, hidden 2048, bf16) generating: a step is one greedy round of
          4 x 64 new tokens after a 128-token prompt
 A step's time is wall time from its start to a synchronize after it (what the user waits for).
+--regrowths K adds, in each process after its steps, K more first steps, each of a fresh model after the
+cache was emptied: a growth from the model's memory again without CUDA's lazy initialisation, which the
+process's real first step also pays (the allocator's share of that step, K samples per process; not in
+dmm-w, whose warm start the first emptied cache undoes).
 
 Prints per workload and mode: the first step (median over runs), the steady step (median over runs of
 each run's median of steps 3..S), peak physical (dmm: every physical handle it holds; torch: peak
@@ -194,7 +198,7 @@ def write_trace(snapshot, path, workload, reserved):
                                   native_peak_reserved=reserved)
 
 
-def worker(mode, workloads, steps, record):
+def worker(mode, workloads, steps, record, regrow):
     dt = None
     if mode.startswith("dmm"):
         sys.path.insert(0, os.path.join(ROOT, "python"))
@@ -241,7 +245,33 @@ def worker(mode, workloads, steps, record):
             res["pool"] = pool_counters(dt)
         out["workloads"][w] = res
         del model, step
+        if mode != "dmm-w":  # (a warm start's memory would be gone after the first empty_cache)
+            res["regrowth"] = regrowths(dt, torch, w, regrow, counters)
     print("RESULT " + json.dumps(out), flush=True)
+
+
+def regrowths(dt, torch, workload, n, counters):
+    """--regrowths: n more first steps in this process, each of a fresh model after the cache was emptied,
+    so that each grows from the model's own memory again, but without CUDA's and the libraries' lazy
+    initialisation (paid by the process's real first step): the allocator's growth alone, at a fraction of
+    a process's cost. Returns each one's time and growth counters."""
+    out = []
+    for _ in range(n):
+        reset(dt, torch)  # the previous model is gone (the caller dropped it): its memory goes back too
+        torch.manual_seed(0)
+        model, step = MAKERS[workload](torch)
+        torch.cuda.synchronize()
+        reset(dt, torch)
+        before = counters()
+        t0 = time.perf_counter()
+        step(0)
+        torch.cuda.synchronize()
+        one = {"ms": (time.perf_counter() - t0) * 1e3}
+        after = counters()
+        one.update({k: after[k] - before[k] for k in after})
+        out.append(one)
+        del model, step
+    return out
 
 
 # ---------------------------------------------------------------- the parent
@@ -269,6 +299,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--regrowths", type=int, default=0,
+                    help="per process, this many more first steps of a fresh model (growth without lazy init)")
     ap.add_argument("--workloads", default="gpt2,vit,llama")
     ap.add_argument("--modes", default="native,expandable,dmm")
     ap.add_argument("--record", default=None, help="a folder: write the native run's traces there")
@@ -280,7 +312,7 @@ def main():
         if w not in MAKERS:
             sys.exit("torch_steps: unknown workload '%s' (known: %s)" % (w, ", ".join(MAKERS)))
     if a.worker:
-        worker(a.worker, workloads, a.steps, a.record)
+        worker(a.worker, workloads, a.steps, a.record, a.regrowths)
         return
     if a.steps < 3:
         sys.exit("torch_steps: --steps must be at least 3 (the steady state is steps 3..S)")
@@ -307,7 +339,7 @@ def main():
         order = modes[r % len(modes):] + modes[:r % len(modes)]  # rotate: no mode always first
         for m in order:
             cmd = [sys.executable, os.path.abspath(__file__), "--worker", m, "--steps", str(a.steps),
-                   "--workloads", ",".join(workloads)]
+                   "--regrowths", str(a.regrowths), "--workloads", ",".join(workloads)]
             if a.record and r == 0:
                 cmd += ["--record", a.record]
             p = subprocess.run(cmd, capture_output=True, text=True, env=env_for(m))
@@ -322,7 +354,7 @@ def main():
     print("\ntorch %s, %d runs per mode, %d steps, steady = steps 3..%d" % (runs[modes[0]][0]["torch"], a.runs,
                                                                            a.steps, a.steps))
     for w in workloads:
-        ref = None
+        ref = ref_regrowth = None
         for m in modes:
             rs = [x["workloads"][w] for x in runs[m]]
             first = statistics.median(x["step_ms"][0] for x in rs)
@@ -350,6 +382,18 @@ def main():
                                                                                        "segments_freed")}
                 print("       %-10s first step: %d segments created, %d freed (medians)" % (
                     "", ft["segments_created"], ft["segments_freed"]))
+            regrown = [g for x in rs for g in x.get("regrowth", [])]
+            if regrown:
+                rg = statistics.median(g["ms"] for g in regrown)
+                if ref_regrowth is None:
+                    ref_regrowth = rg
+                what = ("%d handles, %.1f ms in driver calls" % (
+                    statistics.median(g["driver_create"] for g in regrown),
+                    statistics.median(g["driver_ns"] for g in regrown) / 1e6) if m.startswith("dmm") else
+                        "%d segments" % statistics.median(g["segments_created"] for g in regrown))
+                print("       %-10s regrowth: a fresh model's first step %.1f ms (%.3f; %d of them, %.0f-%.0f), "
+                      "%s (medians)" % ("", rg, rg / ref_regrowth, len(regrown), min(g["ms"] for g in regrown),
+                                        max(g["ms"] for g in regrown), what))
             if m == "dmm-w":
                 print("       %-10s warm start before the first step: %.1f ms, %.1f MiB committed (medians)" % (
                     "", statistics.median(x["warm"]["ms"] for x in rs),
