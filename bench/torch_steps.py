@@ -254,7 +254,8 @@ def regrowths(dt, torch, workload, n, counters):
     """--regrowths: n more first steps in this process, each of a fresh model after the cache was emptied,
     so that each grows from the model's own memory again, but without CUDA's and the libraries' lazy
     initialisation (paid by the process's real first step): the allocator's growth alone, at a fraction of
-    a process's cost. Returns each one's time and growth counters."""
+    a process's cost. dmm's pool keeps its live peak and settled limit across the emptied cache, as in any
+    process that drops a model and builds another. Returns each one's time and growth counters."""
     out = []
     for _ in range(n):
         reset(dt, torch)  # the previous model is gone (the caller dropped it): its memory goes back too
