@@ -28,7 +28,7 @@
  *                                           lost nothing; 1: it waited for all of the growth.
  * Nothing is asserted.
  *
- * usage: bench_growth_load [--rounds N]   (default 7, at least 3). Exit 77 "skipped: no GPU (…)" where
+ * usage: bench_growth_load [--rounds N]   (default 7, from 3 to 101). Exit 77 "skipped: no GPU (…)" where
  * there is no CUDA driver or GPU.
  */
 #include <pthread.h>
@@ -48,6 +48,7 @@
 #define LOAD_COPIES 192
 #define ENQUEUES 20000
 #define SMALL_BYTES 4096
+#define MAX_ROUNDS 101
 
 static struct {
     dmm_cuMemAddressReserve_fn *reserve;
@@ -157,14 +158,8 @@ static void *grow_thread(void *arg) {
 static void growth_on_another_thread(int rounds, dmm_cu_stream st, dmm_cu_deviceptr src, dmm_cu_deviceptr dst) {
     dmm_cu_context ctx = NULL;
     CU(cu.ctx_get(&ctx));
-    double *alone[NCASES], *with[NCASES], *grown[NCASES], *grown_alone[NCASES];
-    for (size_t k = 0; k < NCASES; k++) {
-        alone[k] = calloc((size_t)rounds, sizeof(double));
-        with[k] = calloc((size_t)rounds, sizeof(double));
-        grown[k] = calloc((size_t)rounds, sizeof(double));
-        grown_alone[k] = calloc((size_t)rounds, sizeof(double));
-        if (!alone[k] || !with[k] || !grown[k] || !grown_alone[k]) exit(1);
-    }
+    double alone[NCASES][MAX_ROUNDS], with[NCASES][MAX_ROUNDS], grown[NCASES][MAX_ROUNDS],
+        grown_alone[NCASES][MAX_ROUNDS];
     for (int r = 0; r < rounds; r++)
         for (size_t j = 0; j < NCASES; j++) {
             size_t k = (j + (size_t)r) % NCASES;
@@ -196,10 +191,6 @@ static void growth_on_another_thread(int rounds, dmm_cu_stream st, dmm_cu_device
         double a = bench_median(alone[k], rounds), w = bench_median(with[k], rounds),
                ga = bench_median(grown_alone[k], rounds), gt = bench_median(grown[k], rounds);
         printf("%-30s %12.2f %12.2f %12.2f %12.2f %8.2f\n", CASES[k].name, a, w, ga, gt, ga > 0 ? (w - a) / ga : 0);
-        free(alone[k]);
-        free(with[k]);
-        free(grown[k]);
-        free(grown_alone[k]);
     }
     printf("blocked 0: a growth on another thread cost the enqueueing thread nothing; 1: it waited for all of it\n");
 }
@@ -214,6 +205,7 @@ int main(int argc, char **argv) {
         }
     }
     if (rounds < 3) rounds = 3;
+    if (rounds > MAX_ROUNDS) rounds = MAX_ROUNDS;
 
     dmm_driver *cuda = NULL; /* makes the primary context of device 0 current */
     dmm_status s = dmm_cuda_driver_create(0, &cuda);
@@ -252,14 +244,7 @@ int main(int argc, char **argv) {
     queue_load(st, src, dst); /* wakes the copy path; untimed */
     CU(cu.sync(st));
 
-    double *alone[NCASES], *gpu[NCASES], *host[NCASES], *both[NCASES];
-    for (size_t k = 0; k < NCASES; k++) {
-        alone[k] = calloc((size_t)rounds, sizeof(double));
-        gpu[k] = calloc((size_t)rounds, sizeof(double));
-        host[k] = calloc((size_t)rounds, sizeof(double));
-        both[k] = calloc((size_t)rounds, sizeof(double));
-        if (!alone[k] || !gpu[k] || !host[k] || !both[k]) return 1;
-    }
+    double alone[NCASES][MAX_ROUNDS], gpu[NCASES][MAX_ROUNDS], host[NCASES][MAX_ROUNDS], both[NCASES][MAX_ROUNDS];
     for (int r = 0; r < rounds; r++)
         for (size_t j = 0; j < NCASES; j++) {
             size_t k = (j + (size_t)r) % NCASES; /* rotate: no case always first */
@@ -291,10 +276,6 @@ int main(int argc, char **argv) {
         double shorter = a < g ? a : g;
         printf("%-30s %10.2f %10.2f %12.2f %10.2f %8.2f\n", CASES[k].name, a, g, h, b,
                shorter > 0 ? (g + a - b) / shorter : 0);
-        free(alone[k]);
-        free(gpu[k]);
-        free(host[k]);
-        free(both[k]);
     }
     printf("overlap 1: the growth hid under the queued GPU work; 0: growth and GPU work ran one after the other\n");
     growth_on_another_thread(rounds, st, src, dst);

@@ -55,6 +55,21 @@ static const design DESIGNS[] = {
     {"warm start from the default's peak", 0, 0, 0, 0, 0, true},
 };
 
+/* A replay of one design on `driver` (a warm start, where the design has one, to warm_bytes). */
+static dmm_replay_opts design_opts(const design *d, const char *driver, uint64_t warm_bytes) {
+    dmm_replay_opts o;
+    memset(&o, 0, sizeof o);
+    o.driver = driver;
+    o.samples = 16;
+    o.max_chunk_bytes = d->max_chunk_bytes;
+    o.handle_divisor = d->handle_divisor;
+    o.min_chunk_bytes = d->min_chunk_bytes;
+    o.floor_divisor = d->floor_divisor;
+    o.settle_permille = d->settle_permille;
+    o.warm_bytes = d->warm ? warm_bytes : 0;
+    return o;
+}
+
 /* The GPU lags of the lag sweep, in allocations (dmm_replay_opts.lag): from none to far behind. */
 static const uint64_t LAGS[] = {0, 16, 64, 128, 256, 512};
 #define NLAGS (sizeof LAGS / sizeof LAGS[0])
@@ -71,16 +86,7 @@ static void replay_designs_over_lags(const dmm_trace *t, uint64_t warm_bytes) {
     printf(" allocations):\n  %-46s %-41s %7s %7s %7s\n", "design", "ratio per lag", "median", "worst",
            "steady");
     for (size_t d = 0; d < sizeof DESIGNS / sizeof DESIGNS[0]; d++) {
-        dmm_replay_opts o;
-        memset(&o, 0, sizeof o);
-        o.driver = "host";
-        o.samples = 16;
-        o.max_chunk_bytes = DESIGNS[d].max_chunk_bytes;
-        o.handle_divisor = DESIGNS[d].handle_divisor;
-        o.min_chunk_bytes = DESIGNS[d].min_chunk_bytes;
-        o.floor_divisor = DESIGNS[d].floor_divisor;
-        o.settle_permille = DESIGNS[d].settle_permille;
-        o.warm_bytes = DESIGNS[d].warm ? warm_bytes : 0;
+        dmm_replay_opts o = design_opts(&DESIGNS[d], "host", warm_bytes);
         o.repeat = 4;
         double ratio[NLAGS], worst = 0;
         uint64_t steady = 0;
@@ -117,16 +123,7 @@ static void replay_designs(const dmm_trace *t, int runs, dmm_cuda_ref *ref, bool
            gpu ? "CUDA pool against cuMemAllocAsync, medians" : "host driver; no GPU, so no reference", "design", "ratio",
            "creates", "moves", "pool s", "in driver", "driver s", "ratio");
     for (size_t d = 0; d < sizeof DESIGNS / sizeof DESIGNS[0]; d++) {
-        dmm_replay_opts o;
-        memset(&o, 0, sizeof o);
-        o.driver = gpu ? "cuda" : "host";
-        o.samples = 16;
-        o.max_chunk_bytes = DESIGNS[d].max_chunk_bytes;
-        o.handle_divisor = DESIGNS[d].handle_divisor;
-        o.min_chunk_bytes = DESIGNS[d].min_chunk_bytes;
-        o.floor_divisor = DESIGNS[d].floor_divisor;
-        o.settle_permille = DESIGNS[d].settle_permille;
-        o.warm_bytes = DESIGNS[d].warm ? last_peak : 0;
+        dmm_replay_opts o = design_opts(&DESIGNS[d], gpu ? "cuda" : "host", last_peak);
         dmm_replay_result r, last;
         memset(&last, 0, sizeof last);
         int k;
