@@ -4,6 +4,9 @@ Trains GPT-2 small (20 steps, AdamW, bf16 autocast) and generates with a Llama-s
 from configs (no downloads), with fixed seeds and deterministic kernels; prints one RESULT line with
 the losses, the tokens and the allocator's peaks. With --bench it then serves `run <bytes> <default|side>`
 lines on stdin, timing torch.empty + del, so that the parent can interleave two allocators' runs.
+With DMM_MODELS_RECORD=DIR the native run also writes its training's allocation trace as
+DIR/models-train.trace.gz (dmm.trace.from_torch_snapshot), for `dmm replay` and `bench_replay --designs`:
+the workload whose peak a design tuned on other traces once raised.
 """
 
 import contextlib
@@ -18,6 +21,7 @@ from _common import emit  # noqa: E402
 from models import deterministic, generate, llama, prompt  # noqa: E402
 
 ALLOC = sys.argv[1]
+RECORD = os.environ.get("DMM_MODELS_RECORD") if ALLOC == "native" else None
 IS_DMM = ALLOC.startswith("dmm")  # dmm, or dmm-r<permille>: another pool retention (DMM_TORCH_RETAIN)
 if IS_DMM:
     import dmm.torch as dt
@@ -63,6 +67,8 @@ def train():
     data = torch.randint(0, cfg.vocab_size, (20, 8, 512), generator=torch.Generator().manual_seed(1))
     losses = []
     torch.cuda.synchronize()
+    if RECORD:
+        torch.cuda.memory._record_memory_history(context=None, max_entries=4_000_000)
     t0 = time.perf_counter()
     for i in range(20):
         x = data[i].cuda()
@@ -75,7 +81,20 @@ def train():
     torch.cuda.synchronize()
     res = {"losses": losses, "seconds": time.perf_counter() - t0}
     res.update(mem())
+    if RECORD:
+        write_trace(os.path.join(RECORD, "models-train.trace.gz"))
     return res
+
+
+def write_trace(path):
+    """The recorded history of device 0 as a dmm trace at `path` (recording stops)."""
+    import dmm.trace
+
+    snap = torch.cuda.memory._snapshot()
+    torch.cuda.memory._record_memory_history(enabled=None)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    dmm.trace.from_torch_snapshot(snap, path, device=0, workload="models-train",
+                                  native_peak_reserved=torch.cuda.max_memory_reserved())
 
 
 def gen_run():
