@@ -117,6 +117,23 @@ def reset(dt, torch):
         torch.cuda.reset_peak_memory_stats()
 
 
+def fresh_model(dt, torch, workload):
+    """The workload's model and step function, built with seed 0 after the cache was emptied, and the
+    cache emptied again after the build: the first step grows from the model's own memory."""
+    reset(dt, torch)
+    torch.manual_seed(0)
+    model, step = MAKERS[workload](torch)
+    torch.cuda.synchronize()
+    reset(dt, torch)
+    return model, step
+
+
+def since(counters, before):
+    """What each of counters() rose by since `before`."""
+    after = counters()
+    return {k: after[k] - before[k] for k in after}
+
+
 def training_step(torch, model, opt, inputs):
     """One bf16 AdamW training step of a transformers model; inputs(i) gives step i's keyword arguments,
     already on the GPU."""
@@ -210,11 +227,7 @@ def worker(mode, workloads, steps, record, regrow):
 
     out = {"mode": mode, "torch": torch.__version__, "workloads": {}}
     for w in workloads:
-        reset(dt, torch)
-        torch.manual_seed(0)
-        model, step = MAKERS[w](torch)
-        torch.cuda.synchronize()
-        reset(dt, torch)
+        model, step = fresh_model(dt, torch, w)
         warm = warm_start(dt, torch, mode, w)
         if record and mode == "native":
             torch.cuda.memory._record_memory_history(context=None, max_entries=4_000_000)
@@ -229,8 +242,7 @@ def worker(mode, workloads, steps, record, regrow):
             times.append((time.perf_counter() - t0) * 1e3)
             calls.append(driver_calls(dt) - c0)
             if i == 0:
-                after = counters()
-                first = {k: after[k] - before[k] for k in after}
+                first = since(counters, before)
         res = {"step_ms": times, "driver_calls": calls, "first_pool" if dt is not None else "first_torch": first}
         if warm is not None:
             res["warm"] = warm
@@ -258,18 +270,13 @@ def regrowths(dt, torch, workload, n, counters):
     process that drops a model and builds another. Returns each one's time and growth counters."""
     out = []
     for _ in range(n):
-        reset(dt, torch)  # the previous model is gone (the caller dropped it): its memory goes back too
-        torch.manual_seed(0)
-        model, step = MAKERS[workload](torch)
-        torch.cuda.synchronize()
-        reset(dt, torch)
+        model, step = fresh_model(dt, torch, workload)  # the caller dropped the previous one: its memory goes too
         before = counters()
         t0 = time.perf_counter()
         step(0)
         torch.cuda.synchronize()
         one = {"ms": (time.perf_counter() - t0) * 1e3}
-        after = counters()
-        one.update({k: after[k] - before[k] for k in after})
+        one.update(since(counters, before))
         out.append(one)
         del model, step
     return out
