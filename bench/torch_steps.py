@@ -9,7 +9,8 @@ dmm-h<MiB>x<D>[m<MIN>[f<F>]] with DMM_TORCH_HANDLES=<MiB << 20>,<D>,<MIN << 20>,
 a D-th of the request, at least MIN MiB or an F-th of the live peak; without m: no floor, e.g. dmm-h32x8 = the
 default before the 8 MiB floor; without f: a fixed floor, e.g. dmm-h32x8m8 = the default; dmm-h64x8m8f256 the
 rising floor measured against it);
-dmm-r<N> with DMM_TORCH_RETAIN=N (free memory kept mapped, permille of the live peak); dmm-w with a warm
+dmm-a<MiB> with DMM_TORCH_STOCK=<MiB << 20> (the stock thread keeps up to MiB, at most 1/64 of the live
+peak, committed ahead of the growth); dmm-r<N> with DMM_TORCH_RETAIN=N (free memory kept mapped, permille of the live peak); dmm-w with a warm
 start: before the first step the pool commits the physical peak of dmm-w's last run (dmm.torch.warm),
 the "last run" being one unmeasured dmm-w run made first (its cost is printed apart: it is paid before
 the first step).
@@ -65,8 +66,8 @@ def peaks(dt, torch):
 
 
 POOL_KEYS = ("grows", "chunks_committed", "chunks_moved", "chunks_aliased", "chunks_decommitted") + DRIVER_KEYS + (
-    "driver_ns", "slow_path_ns")
-TIME_KEYS = ("driver_ns", "slow_path_ns")
+    "driver_ns", "slow_path_ns", "stock_grows", "stock_ns")
+TIME_KEYS = ("driver_ns", "slow_path_ns", "stock_ns")
 
 
 def pool_counters(dt):
@@ -294,6 +295,8 @@ def env_for(mode):
         env["DMM_TORCH_SETTLE"] = mode[len("dmm-s"):]
     if mode.startswith("dmm-r"):  # dmm-r<permille>: another retention (DMM_TORCH_RETAIN; 1000: no moves at all)
         env["DMM_TORCH_RETAIN"] = mode[len("dmm-r"):]
+    if mode.startswith("dmm-a"):  # dmm-a<MiB>: a stock of MiB ahead of the growth (DMM_TORCH_STOCK)
+        env["DMM_TORCH_STOCK"] = str(int(mode[len("dmm-a"):]) << 20)
     if mode.startswith("dmm-h"):  # dmm-h<MiB>x<D>[m<MiB>[f<F>]]: other handles (DMM_TORCH_HANDLES=MAX,D,MIN,F)
         mib_, _, rest = mode[len("dmm-h"):].partition("x")
         div, _, rest = rest.partition("m")
@@ -382,9 +385,10 @@ def main():
             print(line)
             if m.startswith("dmm"):
                 fp = {k: statistics.median(x["first_pool"][k] for x in rs) for k in POOL_KEYS}
-                print("       %-10s first step: %s; %.1f ms on malloc's slow path, %.1f ms of it in driver calls "
-                      "(medians)" % ("", ", ".join("%s %d" % (k, fp[k]) for k in POOL_KEYS if k not in TIME_KEYS),
-                                     fp["slow_path_ns"] / 1e6, fp["driver_ns"] / 1e6))
+                print("       %-10s first step: %s; %.1f ms on malloc's slow path, %.1f ms in driver calls, %.1f ms "
+                      "in the stock thread (medians)" % (
+                          "", ", ".join("%s %d" % (k, fp[k]) for k in POOL_KEYS if k not in TIME_KEYS),
+                          fp["slow_path_ns"] / 1e6, fp["driver_ns"] / 1e6, fp["stock_ns"] / 1e6))
             else:
                 ft = {k: statistics.median(x["first_torch"][k] for x in rs) for k in ("segments_created",
                                                                                        "segments_freed")}
@@ -395,9 +399,10 @@ def main():
                 rg = statistics.median(g["ms"] for g in regrown)
                 if ref_regrowth is None:
                     ref_regrowth = rg
-                what = ("%d handles, %.1f ms in driver calls" % (
-                    statistics.median(g["driver_create"] for g in regrown),
-                    statistics.median(g["driver_ns"] for g in regrown) / 1e6) if m.startswith("dmm") else
+                what = ("%d handles, %.1f ms in driver calls, %.1f ms on malloc's slow path, %.1f ms in the stock "
+                        "thread" % tuple(statistics.median(g[k] for g in regrown) / (1 if k == "driver_create" else 1e6)
+                                         for k in ("driver_create", "driver_ns", "slow_path_ns", "stock_ns"))
+                        if m.startswith("dmm") else
                         "%d segments" % statistics.median(g["segments_created"] for g in regrown))
                 print("       %-10s regrowth: a fresh model's first step %.1f ms (%.3f; %d of them, %.0f-%.0f), "
                       "%s (medians)" % ("", rg, rg / ref_regrowth, len(regrown), min(g["ms"] for g in regrown),

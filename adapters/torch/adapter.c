@@ -176,6 +176,7 @@ dmm_status dmm__torch_create(dmm_driver *drv, const dmm_torch_ext *ext, dmm_gove
     pc.block_align = (size_t)c->block_align;
     pc.retain_permille = k.retain_permille;
     pc.settle_permille = k.settle_permille;
+    pc.stock_bytes = k.stock_bytes;
     if (k.max_chunk_bytes == 0) { /* the default: large handles for the interior of large requests only */
         pc.max_chunk_bytes = (32 * MIB + gran - 1) / gran * gran;
         pc.handle_divisor = k.handle_divisor ? k.handle_divisor : 8;

@@ -1,6 +1,7 @@
 /* adapters/torch/env.c — the environment variables of libdmm_torch.so, parsed into a dmm_torch_config.
  *
- * What it owns: the syntax of DMM_TORCH_POOL_VA, DMM_TORCH_RETAIN and DMM_TORCH_RESTORE_PIECE
+ * What it owns: the syntax of DMM_TORCH_POOL_VA, DMM_TORCH_RETAIN, DMM_TORCH_SETTLE, DMM_TORCH_HANDLES,
+ * DMM_TORCH_STOCK and DMM_TORCH_RESTORE_PIECE
  * (docs/torch.md), and the sentence a malformed one fails with.
  *
  * The idea: these knobs change how memory is laid out, so a typo must not silently become "the
@@ -69,6 +70,9 @@ static const char *num_why(num_result r) {
     "n / DIVISOR), the smallest handle that divisor cuts to (decimal bytes, a multiple of the granule) and " \
     "a divisor of the live peak that raises that floor as the pool grows, e.g. 134217728,4 or "              \
     "67108864,8,8388608,256; 0 = one granule per handle"
+#define STOCK_REMEDY                                                                               \
+    "the bytes the pool's stock thread keeps committed ahead of a growing pool, decimal (e.g. 268435456 for " \
+    "256 MiB, at most 1/64 of the live peak is used; 0 = no stock)"
 #define PIECE_REMEDY                                                                               \
     "MAX[,FIRST[,COPY]] in decimal bytes (e.g. 33554432, or 268435456,16777216, or 0 for one commit per "   \
     "segment)"
@@ -115,6 +119,10 @@ dmm_status dmm__torch_config_from_env(dmm_torch_config *cfg, dmm_torch_getenv_fn
                        HANDLES_REMEDY);
     }
 
+    const char *st = lookup(get, user, "DMM_TORCH_STOCK");
+    uint64_t stock = 0;
+    if (st != NULL && (r = parse_whole(st, &stock)) != NUM_OK) return bad("DMM_TORCH_STOCK", st, num_why(r), STOCK_REMEDY);
+
     const char *rp = lookup(get, user, "DMM_TORCH_RESTORE_PIECE");
     uint64_t piece[3] = {0, 0, 0};
     if (rp != NULL) {
@@ -147,6 +155,7 @@ dmm_status dmm__torch_config_from_env(dmm_torch_config *cfg, dmm_torch_getenv_fn
         cfg->min_chunk_bytes = handles[2];
         cfg->floor_divisor = (uint32_t)handles[3];
     }
+    if (st != NULL) cfg->stock_bytes = stock;
     if (rp != NULL) {
         cfg->restore_piece_bytes = piece[0] != 0 ? piece[0] : UINT64_MAX; /* 0 = one commit per segment */
         cfg->restore_first_bytes = piece[1];

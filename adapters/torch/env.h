@@ -10,7 +10,8 @@ typedef const char *(*dmm_torch_getenv_fn)(void *user, const char *name);
 
 /* Reads DMM_TORCH_POOL_VA (decimal bytes), DMM_TORCH_RETAIN and DMM_TORCH_SETTLE (decimal per mille,
  * 0..1000), DMM_TORCH_HANDLES (MAX[,DIVISOR[,MIN[,FLOOR_DIVISOR]]]: max_chunk_bytes, handle_divisor,
- * min_chunk_bytes, floor_divisor; MAX 0 = one granule per handle) and DMM_TORCH_RESTORE_PIECE
+ * min_chunk_bytes, floor_divisor; MAX 0 = one granule per handle), DMM_TORCH_STOCK (decimal bytes:
+ * stock_bytes) and DMM_TORCH_RESTORE_PIECE
  * (MAX[,FIRST[,COPY]], decimal bytes; MAX 0 = one commit per segment) through `get` into
  * cfg->pool_va_bytes, retain_permille, settle_permille, the handle fields and
  * restore_piece/first/copy_bytes. A variable that is unset or empty leaves its fields alone. A

@@ -76,6 +76,7 @@ typedef struct dmm_torch_config {
     uint64_t restore_piece_bytes;
     uint64_t restore_first_bytes; /* 0 = every piece the same; else the first piece, doubling up to the largest */
     uint64_t restore_copy_bytes;  /* 0 = one copy per piece; else each piece's copy in parts of this many bytes */
+    uint64_t stock_bytes; /* the pool's stock (dmm_pool_config stock_bytes): 0 = none, the default */
 } dmm_torch_config;
 
 /* Offload modes (the `mode` of dmm__torch_offload). */

@@ -157,6 +157,15 @@ typedef struct dmm_pool_config {
                                on the H200 it raised the peak of real GPT-2 training by 2.3 % (10,408
                                -> 10,650 MiB), so the torch adapter keeps a fixed floor
                                (docs/benchmarks.md). 0 = a fixed floor */
+    uint64_t stock_bytes;     /* > 0: a thread of the pool's own keeps up to this many bytes (rounded
+                               down to chunk_bytes, and at most 1/64 of the highest live bytes seen so
+                               far) committed right after the place where a growing pool last grew, so
+                               that the mallocs of a workload's growth (a training's first step: ~150
+                               growths, ~870 handles for GPT-2) find memory mapped instead of paying
+                               create + map + set-access on their own thread; a malloc that would grow
+                               first waits (at most 20 ms) for the stock being committed for its stream.
+                               Costs up to that much more memory, at the peak too (the retention limit
+                               rises by as much). 0 = no stock, no thread (the default) */
 } dmm_pool_config;
 
 /* Creates a pool over `mech` (not owned; must support virtual backing, else DMM_ERR_UNSUPPORTED) and
@@ -262,7 +271,9 @@ DMM_API dmm_status dmm_pool_warm(dmm_pool *pool, dmm_stream stream, uint64_t tar
                        "(a stream shared by threads, a stats read) or where membarrier is missing; 0 in "     \
                        "builds whose locks are the mutex alone (ThreadSanitizer)")                            \
     X(slow_path_ns, "nanoseconds mallocs spent on their slow path (poll, plan, moves, commits, retries), "   \
-                    "the driver calls in it included: what growth costs the allocating thread")
+                    "the driver calls in it included: what growth costs the allocating thread")           \
+    X(stock_grows, "growths the stock thread made ahead of the mallocs (stock_bytes > 0)")             \
+    X(stock_ns, "nanoseconds the stock thread spent in them: growth taken off the allocating threads")
 
 typedef struct dmm_pool_stats {
     uint32_t size; /* sizeof(dmm_pool_stats), set by the caller */

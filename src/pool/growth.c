@@ -193,6 +193,13 @@ static uint64_t live_peak_estimate(dmm_pool *p) {
     return s > mx ? s : mx;
 }
 
+/* The stock a growing pool keeps mapped ahead of its mallocs (stock.c): stock_bytes, at most the
+ * live peak / POOL_STOCK_SHARE (whole quanta; 0 below one quantum, and without a stock). */
+static uint64_t stock_target(const dmm_pool *p, uint64_t live_peak) {
+    uint64_t share = align_down_c(p, live_peak / POOL_STOCK_SHARE);
+    return share < p->stock_cap ? share : p->stock_cap;
+}
+
 /* a + b, or UINT64_MAX when that does not fit: a limit too large to state is no limit */
 static uint64_t add_saturated(uint64_t a, uint64_t b) {
     uint64_t sum;
@@ -211,7 +218,8 @@ static uint64_t permille_of(uint64_t x, uint32_t permille) {
 static uint64_t retention_limit(dmm_pool *p) {
     uint64_t peak = live_peak_estimate(p), learned = load_relaxed(&p->settled);
     uint64_t room = permille_of(peak, p->settle_permille - p->retain_permille);
-    return add_saturated(add_saturated(peak, permille_of(peak, p->retain_permille)), learned < room ? learned : room);
+    uint64_t limit = add_saturated(peak, permille_of(peak, p->retain_permille));
+    return add_saturated(add_saturated(limit, learned < room ? learned : room), stock_target(p, peak));
 }
 
 /* One malloc's growth, across its attempts. */
@@ -221,6 +229,7 @@ typedef struct growth {
     uint64_t n;       /* bytes, rounded to align */
     size_t requested; /* bytes as requested */
     uint64_t most;    /* > 0: a warm start's handle size (else handle_most) */
+    bool told;        /* a warm start or the stock: commits what it was told to, moves nothing */
     plan pl;
     tgtvec tv;  /* the window's COMMITTING pieces */
     size_t nt;
@@ -311,7 +320,7 @@ static dmm_status growth_carve(growth *g, uint64_t *want_more) {
     uint64_t committed = load_relaxed(&p->committed), twice = load_relaxed(&p->aliased_bytes), need = pl->k * p->chunk;
     uint64_t want = 0;
     committed -= twice < committed ? twice : committed; /* an aliased chunk's old place is no more memory */
-    if (committed + need > cap && g->most == 0) /* a warm start commits what it was told to */
+    if (committed + need > cap && !g->told) /* a warm start or the stock commits what it was told to */
         want = committed + need - cap < need ? committed + need - cap : need;
     g->sv.n = 0;
     uint64_t got = dmm__pool_carve_sources(p, h, want, pl->lo, pl->hi, g->tv.v, g->nt, p->can_alias, false, &g->sv);
@@ -361,7 +370,7 @@ static uint64_t handle_most(dmm_pool *p, uint64_t n) {
 static void growth_drive(growth *g) {
     dmm_pool *p = g->p;
     g->fail_j = SIZE_MAX;
-    add_relaxed(&p->grows, 1);
+    if (g->requested != 0) add_relaxed(&p->grows, 1); /* a malloc's or a warm start's (not the stock's) */
     for (size_t j = 0; j < g->nt && g->fail == DMM_OK; j++) {
         ptarget *t = &g->tv.v[j];
         uintptr_t cur = t->b->addr, end = cur + t->b->size;
@@ -455,6 +464,7 @@ dmm_status dmm__pool_warm_grow(dmm_pool *p, pheap *h, uint64_t n, uint64_t most)
     g.n = n;
     g.requested = (size_t)n;
     g.most = most;
+    g.told = true;
     g.fail_j = SIZE_MAX;
     if (dmm__pool_lost(p, "entering dmm_pool_warm")) return dmm__pool_malloc_refused(p, (size_t)n, h->stream);
     heap_lock(h);
@@ -473,7 +483,62 @@ dmm_status dmm__pool_warm_grow(dmm_pool *p, pheap *h, uint64_t n, uint64_t most)
     return s;
 }
 
-dmm_status dmm__pool_malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t requested, void **out) {
+/* The stock's plan (under the lock): [at, at + n) where `at` starts an UNMAPPED block (the VA right
+ * after a growth's window), n = the target less the FREE bytes that end at `at` (what is left of the
+ * window), in whole quanta, at most that block's bytes. False: no such block (another thread used or
+ * trimmed the place since), or enough is free there already. */
+static bool plan_stock(const dmm_pool *p, const pheap *h, uintptr_t at, uint64_t target, plan *pl) {
+    memset(pl, 0, sizeof *pl);
+    for (size_t r = 0; r < h->nruns; r++) {
+        if (at <= h->runs[r].lo || at >= h->runs[r].hi) continue; /* it extends a window: not at a run's ends */
+        for (pblock *b = h->runs[r].first; b != NULL; b = b->next) {
+            if (b->addr + b->size != at) continue;
+            pblock *u = b->next;
+            if (u == NULL || u->kind != BK_UNMAPPED) return false;
+            uint64_t have = b->kind == BK_FREE ? b->size : 0;
+            if (have >= target) return false;
+            uint64_t n = align_up_c(p, target - have);
+            if (n > u->size) n = u->size; /* UNMAPPED blocks are whole quanta */
+            pl->found = true;
+            pl->lo = at;
+            pl->hi = at + n;
+            pl->k = n / p->chunk;
+            pl->first = u;
+            return true;
+        }
+    }
+    return false;
+}
+
+uint64_t dmm__pool_stock_grow(dmm_pool *p, pheap *h, uintptr_t at) {
+    growth g;
+    memset(&g, 0, sizeof g);
+    g.p = p;
+    g.h = h;
+    g.told = true;
+    g.fail_j = SIZE_MAX;
+    if (dmm__pool_lost(p, "growing the stock")) return 0;
+    uint64_t target = stock_target(p, live_peak_estimate(p)), grown = 0;
+    heap_lock(h);
+    dmm__heap_quick_flush(h); /* the plan reads the free layout */
+    uint64_t want_more = 0;
+    bool go = target > 0 && plan_stock(p, h, at, target, &g.pl);
+    g.n = g.pl.hi - g.pl.lo; /* the handles are cut as for a malloc of that size */
+    dmm_status s = go ? growth_carve(&g, &want_more) : DMM_OK; /* no sources: want_more stays 0 */
+    heap_unlock(h);
+    if (go && s == DMM_OK) {
+        growth_drive(&g);
+        growth_fixup(&g);
+        for (size_t j = 0; j < g.nt; j++) grown += g.tv.v[j].done;
+    }
+    free(g.sv.v);
+    free(g.tv.v);
+    dmm_clear_error(); /* nobody waits for the stock: a failure only means the next malloc grows itself */
+    return grown;
+}
+
+dmm_status dmm__pool_malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t requested, void **out,
+                                 uintptr_t *grown_end) {
     static const char entering[] = "entering dmm_pool_malloc's slow path";
     const uint64_t t0 = dmm_now_ns();
     growth g;
@@ -483,6 +548,7 @@ dmm_status dmm__pool_malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t reque
     g.n = n;
     g.requested = requested;
     g.fail_j = SIZE_MAX;
+    *grown_end = 0;
     dmm_status s = DMM_OK;
     int attempt;
     for (attempt = 0; attempt < 16; attempt++) {
@@ -504,6 +570,9 @@ dmm_status dmm__pool_malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t reque
         growth_carve_others(&g, want_more);
         growth_drive(&g);
         growth_fixup(&g);
+        /* a growth that only added memory (nothing moved or aliased: the pool is still growing) ends
+         * where a stock would go next */
+        *grown_end = g.fail == DMM_OK && g.sv.n == 0 ? align_up_c(p, g.pl.hi) : 0;
     }
     if (attempt == 16)
         s = dmm_error_set(DMM_ERR_BUSY,

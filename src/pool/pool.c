@@ -211,6 +211,19 @@ dmm_status dmm_pool_create(dmm_mechanism *mech, dmm_driver *drv, const dmm_pool_
     }
     p->base = (uintptr_t)p->va.ptr;
     dmm_lock_init(&p->lock);
+    p->stock_cap = cfg != NULL && cfg->size >= offsetof(dmm_pool_config, stock_bytes) + sizeof cfg->stock_bytes
+                       ? align_down_c(p, c.stock_bytes) : 0;
+    if (p->stock_cap > 0 && !dmm__pool_stock_start(p)) {
+        dmm_error_kept cause = {0};
+        dmm__error_keep(&cause, dmm_last_status());
+        dmm_release_outcome o = dmm_mechanism_release(mech, &p->va); /* nothing was committed in it */
+        (void)o;
+        dmm_lock_destroy(&p->lock);
+        free(p->owner);
+        free(p->clen);
+        free(p);
+        return dmm_error_set(cause.status, "%s", dmm__error_kept_text(&cause));
+    }
     *out = p;
     return DMM_OK;
 }
@@ -321,7 +334,12 @@ static __attribute__((noinline)) dmm_status malloc_rest(dmm_pool *p, pheap *h, u
         return DMM_OK;
     }
     unlock_by(h, slot);
-    return dmm__pool_malloc_slow(p, h, n, bytes, out);
+    if (p->stock_cap == 0) return dmm__pool_malloc_slow(p, h, n, bytes, out, &(uintptr_t){0});
+    dmm__pool_stock_wait(p, h); /* the stock being committed for h may fit */
+    uintptr_t grown_end = 0;
+    dmm_status s = dmm__pool_malloc_slow(p, h, n, bytes, out, &grown_end);
+    dmm__pool_stock_post(p, h, grown_end);
+    return s;
 }
 
 static inline uint64_t round_to_align(const dmm_pool *p, size_t bytes) {
@@ -480,6 +498,7 @@ dmm_status dmm_pool_block_size(dmm_pool *p, const void *ptr, size_t *bytes) {
 /* Frees the pool's host memory; `driver`: also destroys its events first (never once the device is
  * lost: the context took them). */
 static void pool_free_all(dmm_pool *p, bool driver) {
+    dmm__pool_stock_stop(p);
     if (driver) dmm__pool_destroy_events(p);
     pheap *h = heaps_head(p);
     while (h != NULL) {
@@ -531,6 +550,7 @@ static dmm_status destroy_lost(dmm_pool *p, bool released) {
 
 dmm_status dmm_pool_destroy(dmm_pool *p) {
     if (p == NULL) return DMM_OK;
+    dmm__pool_stock_wait(p, NULL); /* no stock growth in flight from here on (none is posted: no malloc) */
     if (dmm__pool_lost(p, "entering dmm_pool_destroy")) return destroy_lost(p, false);
     for (pheap *h = heaps_head(p); h != NULL; h = heap_next(h)) {
         dmm__pool_poll(p, h);
@@ -578,6 +598,18 @@ dmm_status dmm_pool_destroy(dmm_pool *p) {
                              dmm__error_kept_text(&cause));
     dmm_clear_error();
     return DMM_OK;
+}
+
+/* ---- trim and empty_cache (regions.c does them), once the stock thread is still ---- */
+
+dmm_status dmm_pool_trim(dmm_pool *p, uint64_t target, uint64_t *released) {
+    if (p != NULL) dmm__pool_stock_wait(p, NULL);
+    return dmm__pool_trim(p, target, released);
+}
+
+dmm_status dmm_pool_empty_cache(dmm_pool *p, uint64_t *released) {
+    if (p != NULL) dmm__pool_stock_wait(p, NULL);
+    return dmm__pool_empty_cache(p, released);
 }
 
 /* ---- warm start (growth.c does the growth) ---- */

@@ -73,6 +73,8 @@ static void gather(dmm_pool *p, dmm_pool_stats *s) {
     s->events_pending = load_relaxed(&p->events_pending);
     s->chunks_poisoned = load_relaxed(&p->chunks_poisoned);
     s->slow_path_ns = load_relaxed(&p->slow_path_ns);
+    s->stock_grows = load_relaxed(&p->stock_grows);
+    s->stock_ns = load_relaxed(&p->stock_ns);
     dmm_stats ms;
     memset(&ms, 0, sizeof ms);
     ms.size = sizeof ms;

@@ -207,11 +207,11 @@ static dmm_status pool_trim(dmm_pool *p, uint64_t target, uint64_t *released, co
     return DMM_OK;
 }
 
-dmm_status dmm_pool_trim(dmm_pool *p, uint64_t target, uint64_t *released) {
+dmm_status dmm__pool_trim(dmm_pool *p, uint64_t target, uint64_t *released) {
     return pool_trim(p, target, released, "dmm_pool_trim", "entering dmm_pool_trim");
 }
 
-dmm_status dmm_pool_empty_cache(dmm_pool *p, uint64_t *released) {
+dmm_status dmm__pool_empty_cache(dmm_pool *p, uint64_t *released) {
     dmm_status s = pool_trim(p, 0, released, "dmm_pool_empty_cache", "entering dmm_pool_empty_cache");
     if (s != DMM_OK) return s;
     for (pheap *h = heaps_head(p); h != NULL; h = heap_next(h)) { /* empty runs give their VA back */

@@ -2,7 +2,8 @@
  * the pool's files offer each other. Never installed.
  *
  * The files, from the top down (a file calls only files below it; none calls back up):
- *   pool.c        the API: create/destroy, streams → heaps, malloc/free and the hot path
+ *   pool.c        the API: create/destroy, streams → heaps, malloc/free and the hot path, trim
+ *   stock.c       the stock thread (stock_bytes > 0): commits memory ahead of a growing pool's mallocs
  *   pool_stats.c  stats (gather, get, common, JSON) and the dmm_pool_check entry
  *   growth.c      malloc's slow path: growth planning, then plan → carve → drive → fix-up
  *   regions.c     VA regions (heaps take and shed them), trim and empty_cache
@@ -96,6 +97,10 @@ enum {
 /* The bounds of a heap's quick lists: memory parked unmerged stays small (it is free memory that
  * coalesces late, not memory held: every slow path merges it first), and the merge that an overflow
  * triggers stays bounded. Blocks above POOL_QUICK_MAX_BLOCK always merge at their free. */
+/* The stock (stock.c) is at most the live peak / this: what it may add to the peak is bounded by the
+ * pool's own size (1/64: 1.6 %), and a small pool keeps none. */
+#define POOL_STOCK_SHARE 64u
+
 #define POOL_QUICK_MAX_BLOCKS 64u
 #define POOL_QUICK_MAX_BYTES ((uint64_t)64 << 20)
 #define POOL_QUICK_MAX_BLOCK ((uint64_t)8 << 20)
@@ -217,6 +222,20 @@ typedef struct pheap {
     _Alignas(DMM_SHARING_BYTES) char end_[1]; /* pads the struct to whole line pairs (core.h) */
 } pheap;
 
+/* The stock thread's state (stock.c), under its own mutex `m`: at most one request pending (the
+ * latest growth's end: a newer one replaces it), at most one being grown (`busy`). */
+typedef struct pstock {
+    pthread_mutex_t m;
+    pthread_cond_t wake; /* the thread waits here for a request or stop */
+    pthread_cond_t idle; /* mallocs and trims wait here for a request to be done */
+    pthread_t thread;
+    bool running; /* started, not yet joined */
+    bool stop;
+    struct pheap *want; /* the pending request: grow this heap at want_at (NULL: none) */
+    uintptr_t want_at;
+    struct pheap *busy; /* the heap the thread grows now (NULL: idle) */
+} pstock;
+
 struct dmm_pool {
     /* Fixed at create (refusing: once): what every malloc and free reads (uid, refusing, va_bytes,
      * align, base, owner, region_shift) and the configuration. No field written after create shares
@@ -249,6 +268,7 @@ struct dmm_pool {
     uint32_t retain_permille;
     uint32_t settle_permille; /* the retention limit's ceiling (≥ retain_permille): see settled */
     bool can_alias; /* the mechanism fills the optional `alias` slot, and no_alias is off */
+    uint64_t stock_cap; /* stock_bytes: the most the stock thread keeps ahead (0: no stock, no thread) */
 
     /* written after create, from here on */
     _Alignas(DMM_SHARING_BYTES) dmm_lock lock; /* regions, heap creation, the event freelist, sampled peaks */
@@ -269,6 +289,8 @@ struct dmm_pool {
     _Atomic uint64_t grows, chunks_committed, chunks_decommitted, chunks_moved, chunks_aliased, trims,
         events_recorded, events_pending, chunks_poisoned, pending_now, pending_peak, pending_total;
     _Atomic uint64_t slow_path_ns; /* wall time of dmm__pool_malloc_slow, summed over threads */
+    _Atomic uint64_t stock_grows, stock_ns; /* the stock thread's growths and its time in them */
+    pstock stock;
 };
 
 /* The heap's lock (biased: the stream's usual thread takes it without a locked instruction). Every
@@ -497,10 +519,31 @@ void dmm__pool_destroy_events(dmm_pool *p);
 /* Gives heap h `n` more contiguous regions (under h's lock; takes the pool lock), preferring the
  * regions right after run `prefer`. False when the VA is exhausted (error set). */
 bool dmm__pool_grow_va(dmm_pool *p, pheap *h, size_t n, size_t prefer);
+/* dmm_pool_trim and dmm_pool_empty_cache (pool.c calls them once the stock thread is still). */
+dmm_status dmm__pool_trim(dmm_pool *p, uint64_t target, uint64_t *released);
+dmm_status dmm__pool_empty_cache(dmm_pool *p, uint64_t *released);
+
+/* ---- stock.c: the stock thread (no-ops without a stock) ---- */
+/* Starts the thread (at create, with stock_cap > 0); false: it could not start (error set). */
+bool dmm__pool_stock_start(dmm_pool *p);
+/* Stops and joins the thread (at destroy, before the heaps go). */
+void dmm__pool_stock_stop(dmm_pool *p);
+/* After a malloc on h grew memory ending at `at`: asks the thread to commit the stock there. */
+void dmm__pool_stock_post(dmm_pool *p, pheap *h, uintptr_t at);
+/* Before a malloc on h grows: waits (bounded) until the thread has done its request for h, if any,
+ * so that the malloc sees the stock. h NULL (a trim, destroy): drops the pending request and waits
+ * for the one in flight. Never waits on the thread itself. */
+void dmm__pool_stock_wait(dmm_pool *p, const pheap *h);
 
 /* ---- growth.c ---- */
-/* malloc of `n` bytes (rounded) when no mapped free block fits: poll, grow, move, alias. */
-dmm_status dmm__pool_malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t requested, void **out);
+/* malloc of `n` bytes (rounded) when no mapped free block fits: poll, grow, move, alias. *grown_end:
+ * where the last growth's window ended when it only added memory (the place for a stock), else 0. */
+dmm_status dmm__pool_malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t requested, void **out,
+                                 uintptr_t *grown_end);
+/* The stock thread's growth (stock.c): commits FREE memory on h from `at` (the end of a growth's
+ * window, if still unmapped) until stock_target bytes are free there; never moves, never waits.
+ * Returns the bytes committed (0: nothing to do, or it failed: the next malloc grows itself). */
+uint64_t dmm__pool_stock_grow(dmm_pool *p, pheap *h, uintptr_t at);
 /* growth.c: a warm start's one growth of `n` bytes (whole quanta) into h as FREE memory, in new handles
  * of at most `most` bytes (never moves: the retention limit does not apply to it). */
 dmm_status dmm__pool_warm_grow(dmm_pool *p, pheap *h, uint64_t n, uint64_t most);

@@ -8,16 +8,17 @@
  *     the whole config untouched (every byte);
  *   - an acceptance writes exactly the fields of the variables that are set, with the values an
  *     independent reading of the documented syntax gives (strict decimal, RETAIN and SETTLE ≤ 1000,
- *     HANDLES MAX[,DIVISOR ≤ 2^32 − 1[,MIN[,FLOOR_DIVISOR ≤ 2^32 − 1]]], RESTORE_PIECE MAX[,FIRST[,COPY]], MAX 0 = UINT64_MAX), and
+ *     HANDLES MAX[,DIVISOR ≤ 2^32 − 1[,MIN[,FLOOR_DIVISOR ≤ 2^32 − 1]]], RESTORE_PIECE MAX[,FIRST[,COPY]], MAX 0 = UINT64_MAX,
+ *     STOCK bytes), and
  *     refuses every value that reading refuses.
  */
 #include "fuzzkit.h"
 
 #include "../../adapters/torch/env.c"
 
-#define NVARS 5
-static const char *const names[NVARS] = {"DMM_TORCH_POOL_VA", "DMM_TORCH_RETAIN", "DMM_TORCH_SETTLE",
-                                         "DMM_TORCH_HANDLES", "DMM_TORCH_RESTORE_PIECE"};
+#define NVARS 6
+static const char *const names[NVARS] = {"DMM_TORCH_POOL_VA", "DMM_TORCH_RETAIN",        "DMM_TORCH_SETTLE",
+                                         "DMM_TORCH_HANDLES", "DMM_TORCH_RESTORE_PIECE", "DMM_TORCH_STOCK"};
 
 typedef struct fuzz_env {
     char *value[NVARS]; /* exact-size copies; NULL = unset */
@@ -83,7 +84,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int k = 0; k < NVARS; k++) {
         set[k] = e.value[k] != NULL && e.value[k][0] != '\0';
         if (!set[k]) continue;
-        static const int max_fields[NVARS] = {1, 1, 1, 4, 3};
+        static const int max_fields[NVARS] = {1, 1, 1, 4, 3, 1};
         int n = 0;
         bool good = fields(e.value[k], v[k], max_fields[k], &n);
         if ((k == 1 || k == 2) && good && v[k][0] > 1000) good = false;
@@ -123,6 +124,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             want.restore_first_bytes = v[4][1];
             want.restore_copy_bytes = v[4][2];
         }
+        if (set[5]) want.stock_bytes = v[5][0];
         FUZZ_ASSERT(memcmp(&c, &want, sizeof c) == 0, "the config is not what the values say");
     }
     for (int k = 0; k < NVARS; k++) free(e.value[k]);

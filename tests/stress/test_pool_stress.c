@@ -9,7 +9,8 @@
  * pool moving chunks all the time; a second run lets growth commit chunks of up to 16 MiB; a third
  * runs over the fault driver while the threads hold and release every event at random (fences
  * pending for stretches, as on a GPU), so that growth aliases fenced chunks of its own stream: an
- * old place handed out while its memory lives on elsewhere would break a pattern. At the end: every block freed, the invariant check passes, the
+ * old place handed out while its memory lives on elsewhere would break a pattern; a fourth adds the
+ * stock thread (stock_bytes), growing beside the threads and their trims. At the end: every block freed, the invariant check passes, the
  * pool's, the arena's and the driver's counts are back to zero. Run under TSan and ASan by
  * `make test`. Seed: DMM_STRESS_SEED (default 42).
  */
@@ -146,7 +147,7 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-static void run_mix(uint64_t max_chunk, bool flap) {
+static void run_mix(uint64_t max_chunk, bool flap, uint64_t stock) {
     shared sh;
     memset(&sh, 0, sizeof sh);
     const char *seed = getenv("DMM_STRESS_SEED");
@@ -167,6 +168,7 @@ static void run_mix(uint64_t max_chunk, bool flap) {
     pc.retain_permille = 1; /* keep it moving chunks */
     pc.settle_permille = 1; /* a fixed limit */
     pc.max_chunk_bytes = max_chunk;
+    pc.stock_bytes = stock;
     DMM_OK_OR_FAIL(dmm_pool_create(sh.arena, sh.drv, &pc, &sh.pool));
     sh.streams[0] = NULL;
     for (int i = 1; i < STREAMS; i++) DMM_OK_OR_FAIL(sh.drv->ops->stream_create(sh.drv, &sh.streams[i]));
@@ -189,11 +191,12 @@ static void run_mix(uint64_t max_chunk, bool flap) {
     memset(&ps, 0, sizeof ps);
     ps.size = sizeof ps;
     DMM_OK_OR_FAIL(dmm_pool_stats_get(sh.pool, &ps));
-    printf("max chunk %llu MiB, seed %llu: %llu mallocs, %llu frees (%llu on another stream), %llu trims; %llu grows, %llu chunks "
-           "committed, %llu moved, %llu aliased; peak committed %lld bytes, peak physical %lld\n",
-           (unsigned long long)(max_chunk >> 20), (unsigned long long)sh.seed, (unsigned long long)ps.mallocs, (unsigned long long)ps.frees,
+    printf("max chunk %llu MiB, stock %llu MiB, seed %llu: %llu mallocs, %llu frees (%llu on another stream), %llu trims; "
+           "%llu grows (%llu of the stock), %llu chunks committed, %llu moved, %llu aliased; peak committed %lld bytes, "
+           "peak physical %lld\n",
+           (unsigned long long)(max_chunk >> 20), (unsigned long long)(stock >> 20), (unsigned long long)sh.seed, (unsigned long long)ps.mallocs, (unsigned long long)ps.frees,
            (unsigned long long)ps.cross_stream_frees, (unsigned long long)atomic_load(&sh.trims),
-           (unsigned long long)ps.grows, (unsigned long long)ps.chunks_committed, (unsigned long long)ps.chunks_moved,
+           (unsigned long long)ps.grows, (unsigned long long)ps.stock_grows, (unsigned long long)ps.chunks_committed, (unsigned long long)ps.chunks_moved,
            (unsigned long long)ps.chunks_aliased,
            (long long)ps.committed_bytes.peak, (long long)ps.physical_bytes.peak);
     assert_int_equal(ps.mallocs, atomic_load(&sh.mallocs));
@@ -205,6 +208,7 @@ static void run_mix(uint64_t max_chunk, bool flap) {
     assert_int_equal(ps.physical_bytes.current, 0);
     assert_true(ps.chunks_moved > 0); /* the mix really moved memory between places */
     if (flap) assert_true(ps.chunks_aliased > 0); /* and aliased it */
+    if (stock) assert_true(ps.stock_grows > 0);   /* and the stock thread grew it beside the threads */
     DMM_OK_OR_FAIL(dmm_pool_destroy(sh.pool));
     dmm_stats as;
     memset(&as, 0, sizeof as);
@@ -223,19 +227,25 @@ static void run_mix(uint64_t max_chunk, bool flap) {
 /* every chunk one quantum (the default) */
 static void eight_threads_malloc_free_trim(void **state) {
     (void)state;
-    run_mix(0, false);
+    run_mix(0, false, 0);
 }
 
 /* chunks up to 16 MiB: growth by one handle per need, moves of whole chunks of several sizes */
 static void eight_threads_with_variable_chunks(void **state) {
     (void)state;
-    run_mix(16 * MIB, false);
+    run_mix(16 * MIB, false, 0);
 }
 
 /* events held and released at random: growth aliases fenced chunks of its own stream */
 static void eight_threads_with_pending_fences(void **state) {
     (void)state;
-    run_mix(0, true);
+    run_mix(0, true, 0);
+}
+
+/* with a stock: its thread grows, and its requests are dropped by trims and empty_caches, beside them */
+static void eight_threads_with_a_stock(void **state) {
+    (void)state;
+    run_mix(16 * MIB, true, 64 * MIB);
 }
 
 int main(void) {
@@ -243,6 +253,7 @@ int main(void) {
         cmocka_unit_test(eight_threads_malloc_free_trim),
         cmocka_unit_test(eight_threads_with_variable_chunks),
         cmocka_unit_test(eight_threads_with_pending_fences),
+        cmocka_unit_test(eight_threads_with_a_stock),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,7 @@
 /* tests/unit/test_torch_env.c — the torch adapter's environment variables (adapters/torch/env.c, compiled
  * into this test like test_torch_adapter.c compiles the adapter's core: no GPU, no cuda.h needed).
  *
- * What is proven: DMM_TORCH_POOL_VA, DMM_TORCH_RETAIN, DMM_TORCH_SETTLE, DMM_TORCH_HANDLES and
+ * What is proven: DMM_TORCH_POOL_VA, DMM_TORCH_RETAIN, DMM_TORCH_SETTLE, DMM_TORCH_HANDLES, DMM_TORCH_STOCK and
  * DMM_TORCH_RESTORE_PIECE read as documented (decimal bytes; per mille 0..1000; MAX[,DIVISOR[,MIN[,FLOOR_DIVISOR]]];
  * MAX[,FIRST[,COPY]] with MAX 0 = one commit per segment); unset and empty leave the config alone; every
  * malformed value (not a number, a sign, trailing characters, a suffix, hex, a number beyond 64 bits, RETAIN or
@@ -17,7 +17,7 @@
 #include "../../adapters/torch/env.c"
 
 typedef struct env {
-    const char *pool_va, *retain, *piece, *settle, *handles;
+    const char *pool_va, *retain, *piece, *settle, *handles, *stock;
 } env;
 
 static const char *get(void *user, const char *name) {
@@ -27,6 +27,7 @@ static const char *get(void *user, const char *name) {
     if (strcmp(name, "DMM_TORCH_RESTORE_PIECE") == 0) return e->piece;
     if (strcmp(name, "DMM_TORCH_SETTLE") == 0) return e->settle;
     if (strcmp(name, "DMM_TORCH_HANDLES") == 0) return e->handles;
+    if (strcmp(name, "DMM_TORCH_STOCK") == 0) return e->stock;
     fail_msg("unexpected variable %s", name);
     return NULL;
 }
@@ -43,7 +44,7 @@ static dmm_torch_config marked(void) {
 
 static void valid_values_are_read(void **state) {
     (void)state;
-    env e = {"68719476736", "20", "268435456,16777216,33554432", "150", "134217728,4,8388608,256"};
+    env e = {"68719476736", "20", "268435456,16777216,33554432", "150", "134217728,4,8388608,256", "268435456"};
     dmm_torch_config c = marked();
     DMM_OK_OR_FAIL(dmm__torch_config_from_env(&c, get, &e));
     assert_int_equal(c.pool_va_bytes, 68719476736ull);
@@ -53,13 +54,14 @@ static void valid_values_are_read(void **state) {
     assert_int_equal(c.handle_divisor, 4);
     assert_int_equal(c.min_chunk_bytes, 8388608ull);
     assert_int_equal(c.floor_divisor, 256);
+    assert_int_equal(c.stock_bytes, 268435456ull);
     assert_int_equal(c.restore_piece_bytes, 268435456ull);
     assert_int_equal(c.restore_first_bytes, 16777216ull);
     assert_int_equal(c.restore_copy_bytes, 33554432ull);
     assert_int_equal(c.limit_bytes, 0xA5A5A5A5A5A5A5A5ull); /* not an env field: untouched */
 
     /* the edges: 0 (the defaults), RETAIN 1000, UINT64_MAX, MAX 0 = one commit per segment */
-    env e2 = {"0", "1000", "0", "1000", "0"};
+    env e2 = {"0", "1000", "0", "1000", "0", NULL};
     c = marked();
     DMM_OK_OR_FAIL(dmm__torch_config_from_env(&c, get, &e2));
     assert_int_equal(c.pool_va_bytes, 0);
@@ -72,13 +74,13 @@ static void valid_values_are_read(void **state) {
     assert_int_equal(c.restore_piece_bytes, UINT64_MAX);
     assert_int_equal(c.restore_first_bytes, 0);
     assert_int_equal(c.restore_copy_bytes, 0);
-    env e3 = {"18446744073709551615", "0", "0,0,33554432", NULL, NULL};
+    env e3 = {"18446744073709551615", "0", "0,0,33554432", NULL, NULL, NULL};
     DMM_OK_OR_FAIL(dmm__torch_config_from_env(&c, get, &e3));
     assert_int_equal(c.pool_va_bytes, UINT64_MAX);
     assert_int_equal(c.retain_permille, 0);
     assert_int_equal(c.restore_piece_bytes, UINT64_MAX);
     assert_int_equal(c.restore_copy_bytes, 33554432ull);
-    env e4 = {NULL, NULL, "33554432", NULL, NULL};
+    env e4 = {NULL, NULL, "33554432", NULL, NULL, NULL};
     DMM_OK_OR_FAIL(dmm__torch_config_from_env(&c, get, &e4));
     assert_int_equal(c.restore_piece_bytes, 33554432ull);
     assert_int_equal(c.restore_first_bytes, 0);
@@ -88,7 +90,7 @@ static void valid_values_are_read(void **state) {
 static void unset_and_empty_leave_the_config_alone(void **state) {
     (void)state;
     const dmm_torch_config want = marked();
-    env unset = {NULL, NULL, NULL, NULL, NULL}, empty = {"", "", "", "", ""};
+    env unset = {NULL, NULL, NULL, NULL, NULL, NULL}, empty = {"", "", "", "", "", ""};
     dmm_torch_config c = marked();
     DMM_OK_OR_FAIL(dmm__torch_config_from_env(&c, get, &unset));
     assert_memory_equal(&c, &want, sizeof c);
@@ -107,46 +109,55 @@ static void malformed_values_fail_and_change_nothing(void **state) {
     (void)state;
     static const bad_case cases[] = {
         /* POOL_VA: each with valid neighbours, which must not be written either */
-        {{"abc", "20", "0", NULL, NULL}, "DMM_TORCH_POOL_VA", "'abc'", "not a decimal byte count"},
-        {{"64G", NULL, NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "'64G'", "not a decimal byte count"},
-        {{"123abc", NULL, NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "'123abc'", "not a decimal byte count"},
-        {{"-1", NULL, NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "'-1'", "no sign"},
-        {{"+5", NULL, NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "'+5'", "no sign"},
-        {{" 5", NULL, NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "' 5'", "spaces"},
-        {{"5 ", NULL, NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "'5 '", "spaces"},
-        {{"0x1000", NULL, NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "'0x1000'", "hex"},
-        {{"18446744073709551616", NULL, NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "'18446744073709551616'", "64 bits"},
-        {{"99999999999999999999999", NULL, NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "'99999999999999999999999'", "64 bits"},
+        {{"abc", "20", "0", NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "'abc'", "not a decimal byte count"},
+        {{"64G", NULL, NULL, NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "'64G'", "not a decimal byte count"},
+        {{"123abc", NULL, NULL, NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "'123abc'", "not a decimal byte count"},
+        {{"-1", NULL, NULL, NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "'-1'", "no sign"},
+        {{"+5", NULL, NULL, NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "'+5'", "no sign"},
+        {{" 5", NULL, NULL, NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "' 5'", "spaces"},
+        {{"5 ", NULL, NULL, NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "'5 '", "spaces"},
+        {{"0x1000", NULL, NULL, NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "'0x1000'", "hex"},
+        {{"18446744073709551616", NULL, NULL, NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "'18446744073709551616'",
+         "64 bits"},
+        {{"99999999999999999999999", NULL, NULL, NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "'99999999999999999999999'",
+         "64 bits"},
         /* RETAIN */
-        {{"4096", "abc", "0", NULL, NULL}, "DMM_TORCH_RETAIN", "'abc'", "0 to 1000"},
-        {{NULL, "1001", NULL, NULL, NULL}, "DMM_TORCH_RETAIN", "'1001'", "0 to 1000"},
-        {{NULL, "-1", NULL, NULL, NULL}, "DMM_TORCH_RETAIN", "'-1'", "0 to 1000"},
-        {{NULL, "20%", NULL, NULL, NULL}, "DMM_TORCH_RETAIN", "'20%'", "0 to 1000"},
-        {{NULL, "4294967316", NULL, NULL, NULL}, "DMM_TORCH_RETAIN", "'4294967316'", "0 to 1000"}, /* 2^32 + 20 */
-        {{NULL, "18446744073709551617", NULL, NULL, NULL}, "DMM_TORCH_RETAIN", "'18446744073709551617'", "0 to 1000"},
+        {{"4096", "abc", "0", NULL, NULL, NULL}, "DMM_TORCH_RETAIN", "'abc'", "0 to 1000"},
+        {{NULL, "1001", NULL, NULL, NULL, NULL}, "DMM_TORCH_RETAIN", "'1001'", "0 to 1000"},
+        {{NULL, "-1", NULL, NULL, NULL, NULL}, "DMM_TORCH_RETAIN", "'-1'", "0 to 1000"},
+        {{NULL, "20%", NULL, NULL, NULL, NULL}, "DMM_TORCH_RETAIN", "'20%'", "0 to 1000"},
+        {{NULL, "4294967316", NULL, NULL, NULL, NULL}, "DMM_TORCH_RETAIN", "'4294967316'", "0 to 1000"}, /* 2^32 + 20 */
+        {{NULL, "18446744073709551617", NULL, NULL, NULL, NULL}, "DMM_TORCH_RETAIN", "'18446744073709551617'",
+         "0 to 1000"},
         /* SETTLE */
-        {{NULL, NULL, NULL, "abc", NULL}, "DMM_TORCH_SETTLE", "'abc'", "0 to 1000"},
-        {{"4096", "20", "0", "1001", NULL}, "DMM_TORCH_SETTLE", "'1001'", "0 to 1000"},
-        {{NULL, NULL, NULL, "10%", NULL}, "DMM_TORCH_SETTLE", "'10%'", "0 to 1000"},
+        {{NULL, NULL, NULL, "abc", NULL, NULL}, "DMM_TORCH_SETTLE", "'abc'", "0 to 1000"},
+        {{"4096", "20", "0", "1001", NULL, NULL}, "DMM_TORCH_SETTLE", "'1001'", "0 to 1000"},
+        {{NULL, NULL, NULL, "10%", NULL, NULL}, "DMM_TORCH_SETTLE", "'10%'", "0 to 1000"},
         /* HANDLES */
-        {{NULL, NULL, NULL, NULL, "128M"}, "DMM_TORCH_HANDLES", "'128M'", HANDLES_SYNTAX},
-        {{NULL, NULL, NULL, NULL, "134217728,"}, "DMM_TORCH_HANDLES", "'134217728,'", HANDLES_SYNTAX},
-        {{NULL, NULL, NULL, NULL, "1,2,3,4,5"}, "DMM_TORCH_HANDLES", "'1,2,3,4,5'", HANDLES_SYNTAX},
-        {{NULL, NULL, NULL, NULL, "1,2,8M"}, "DMM_TORCH_HANDLES", "'1,2,8M'", HANDLES_SYNTAX},
-        {{"4096", "20", "0", "100", "1,4294967296"}, "DMM_TORCH_HANDLES", "'1,4294967296'", HANDLES_SYNTAX},
-        {{NULL, NULL, NULL, NULL, "1,2,3,4294967296"}, "DMM_TORCH_HANDLES", "'1,2,3,4294967296'", HANDLES_SYNTAX},
-        {{NULL, NULL, NULL, NULL, "1,2,3,"}, "DMM_TORCH_HANDLES", "'1,2,3,'", HANDLES_SYNTAX},
+        {{NULL, NULL, NULL, NULL, "128M", NULL}, "DMM_TORCH_HANDLES", "'128M'", HANDLES_SYNTAX},
+        {{NULL, NULL, NULL, NULL, "134217728,", NULL}, "DMM_TORCH_HANDLES", "'134217728,'", HANDLES_SYNTAX},
+        {{NULL, NULL, NULL, NULL, "1,2,3,4,5", NULL}, "DMM_TORCH_HANDLES", "'1,2,3,4,5'", HANDLES_SYNTAX},
+        {{NULL, NULL, NULL, NULL, "1,2,8M", NULL}, "DMM_TORCH_HANDLES", "'1,2,8M'", HANDLES_SYNTAX},
+        {{"4096", "20", "0", "100", "1,4294967296", NULL}, "DMM_TORCH_HANDLES", "'1,4294967296'", HANDLES_SYNTAX},
+        {{NULL, NULL, NULL, NULL, "1,2,3,4294967296", NULL}, "DMM_TORCH_HANDLES", "'1,2,3,4294967296'", HANDLES_SYNTAX},
+        {{NULL, NULL, NULL, NULL, "1,2,3,", NULL}, "DMM_TORCH_HANDLES", "'1,2,3,'", HANDLES_SYNTAX},
+        /* STOCK */
+        {{NULL, NULL, NULL, NULL, NULL, "256M"}, "DMM_TORCH_STOCK", "'256M'", "not a decimal byte count"},
+        {{"4096", "20", "0", "100", "0", "-1"}, "DMM_TORCH_STOCK", "'-1'", "not a decimal byte count"},
+        {{NULL, NULL, NULL, NULL, NULL, "18446744073709551616"}, "DMM_TORCH_STOCK", "'18446744073709551616'",
+         "does not fit in 64 bits"},
         /* RESTORE_PIECE */
-        {{"4096", "20", "x", NULL, NULL}, "DMM_TORCH_RESTORE_PIECE", "'x'", "field 1 ('x')"},
-        {{NULL, NULL, "32M", NULL, NULL}, "DMM_TORCH_RESTORE_PIECE", "'32M'", "field 1 ('32M')"},
-        {{NULL, NULL, "33554432,", NULL, NULL}, "DMM_TORCH_RESTORE_PIECE", "'33554432,'", "field 2 ('')"},
-        {{NULL, NULL, ",1", NULL, NULL}, "DMM_TORCH_RESTORE_PIECE", "',1'", "field 1 ('')"},
-        {{NULL, NULL, "1,,2", NULL, NULL}, "DMM_TORCH_RESTORE_PIECE", "'1,,2'", "field 2 ('')"},
-        {{NULL, NULL, "1;2", NULL, NULL}, "DMM_TORCH_RESTORE_PIECE", "'1;2'", "field 1 ('1;2')"},
-        {{NULL, NULL, "1, 2", NULL, NULL}, "DMM_TORCH_RESTORE_PIECE", "'1, 2'", "field 2 (' 2')"},
-        {{NULL, NULL, "1,2,-3", NULL, NULL}, "DMM_TORCH_RESTORE_PIECE", "'1,2,-3'", "field 3 ('-3')"},
-        {{NULL, NULL, "1,2,3,4", NULL, NULL}, "DMM_TORCH_RESTORE_PIECE", "'1,2,3,4'", "more than three fields"},
-        {{NULL, NULL, "1,99999999999999999999", NULL, NULL}, "DMM_TORCH_RESTORE_PIECE", "'1,99999999999999999999'",
+        {{"4096", "20", "x", NULL, NULL, NULL}, "DMM_TORCH_RESTORE_PIECE", "'x'", "field 1 ('x')"},
+        {{NULL, NULL, "32M", NULL, NULL, NULL}, "DMM_TORCH_RESTORE_PIECE", "'32M'", "field 1 ('32M')"},
+        {{NULL, NULL, "33554432,", NULL, NULL, NULL}, "DMM_TORCH_RESTORE_PIECE", "'33554432,'", "field 2 ('')"},
+        {{NULL, NULL, ",1", NULL, NULL, NULL}, "DMM_TORCH_RESTORE_PIECE", "',1'", "field 1 ('')"},
+        {{NULL, NULL, "1,,2", NULL, NULL, NULL}, "DMM_TORCH_RESTORE_PIECE", "'1,,2'", "field 2 ('')"},
+        {{NULL, NULL, "1;2", NULL, NULL, NULL}, "DMM_TORCH_RESTORE_PIECE", "'1;2'", "field 1 ('1;2')"},
+        {{NULL, NULL, "1, 2", NULL, NULL, NULL}, "DMM_TORCH_RESTORE_PIECE", "'1, 2'", "field 2 (' 2')"},
+        {{NULL, NULL, "1,2,-3", NULL, NULL, NULL}, "DMM_TORCH_RESTORE_PIECE", "'1,2,-3'", "field 3 ('-3')"},
+        {{NULL, NULL, "1,2,3,4", NULL, NULL, NULL}, "DMM_TORCH_RESTORE_PIECE", "'1,2,3,4'", "more than three fields"},
+        {{NULL, NULL, "1,99999999999999999999", NULL, NULL, NULL}, "DMM_TORCH_RESTORE_PIECE",
+         "'1,99999999999999999999'",
          "64 bits"},
     };
     const dmm_torch_config want = marked();
@@ -167,7 +178,7 @@ static void a_long_value_is_quoted_shortened(void **state) {
     memset(big, '7', sizeof big - 2);
     big[sizeof big - 2] = 'x';
     big[sizeof big - 1] = '\0';
-    env e = {big, NULL, NULL, NULL, NULL};
+    env e = {big, NULL, NULL, NULL, NULL, NULL};
     dmm_torch_config c = marked();
     assert_int_equal(dmm__torch_config_from_env(&c, get, &e), DMM_ERR_INVALID_ARGUMENT);
     dmm_test_error_mentions("DMM_TORCH_POOL_VA='7777", "...'", "unset it", NULL);

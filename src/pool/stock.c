@@ -1,0 +1,130 @@
+/* src/pool/stock.c — the stock thread: memory committed ahead of a growing pool's mallocs, off the
+ * threads that wait for it (DESIGN §4.9; the option: stock_bytes in include/dmm/pool.h).
+ *
+ * Why. A growth costs its thread one create + map + set-access per handle (~50 µs on the H200, the
+ * same for 2 MiB and 32 MiB), and a training's first step grows hundreds of times while its thread
+ * is the one enqueueing the GPU's work. Growth on another thread does not hold up the enqueueing one
+ * (bench_growth_load: "blocked" ≈ 0 for VMM handles). So after a malloc grew, this thread commits
+ * the next stock_target bytes right after the growth's window, as FREE memory, and the next mallocs
+ * of a pool that keeps growing find it mapped (a fit, or a window that needs fewer new handles).
+ *
+ * What it owns: the thread, and one request slot. A malloc that grew posts where its window ended
+ * (only a growth that moved and aliased nothing: the pool is still growing, not settling); a newer
+ * post replaces an older one. Before a malloc on a heap grows, it waits until the thread has done
+ * that heap's request, pending or in flight, so that it sees the stock instead of planning around
+ * COMMITTING pieces; a trim, empty_cache or destroy drops the pending request and waits for the one
+ * in flight, so that what it gives back is not grown again behind it. Every wait is bounded
+ * (STOCK_WAIT_NS): a thread that waits longer goes on as if there were no stock (concurrent growth
+ * is the pool's normal case), so no wait can deadlock, e.g. on a budget callback the stock thread
+ * runs. The growth itself is growth.c's (dmm__pool_stock_grow): the same plan → carve → drive →
+ * fix-up, under the heap's lock and outside it, with the same fault handling; a failure is dropped
+ * (the next malloc grows, and reports, itself).
+ *
+ * What it costs: the stock is at most stock_bytes and at most the live peak / POOL_STOCK_SHARE, and
+ * the retention limit rises by as much (so that a growth does not move the stock's chunks away): a
+ * pool may hold up to that much more than without a stock, at its peak too.
+ *
+ * Invariants: want, want_at, busy, stop and running change only under m; busy != NULL only on the
+ * thread, between taking a request and its end; the thread takes no lock of the pool's while it
+ * holds m, and nobody waits on `idle` while holding a heap's lock.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <time.h>
+
+#include "pool/types.h"
+
+#define STOCK_WAIT_NS ((uint64_t)20 * 1000 * 1000) /* 20 ms: far beyond one stock growth (~1 ms) */
+
+static void *stock_main(void *arg) {
+    dmm_pool *p = arg;
+    pstock *st = &p->stock;
+    pthread_mutex_lock(&st->m);
+    for (;;) {
+        while (!st->stop && st->want == NULL) pthread_cond_wait(&st->wake, &st->m);
+        if (st->stop) break;
+        pheap *h = st->want;
+        uintptr_t at = st->want_at;
+        st->want = NULL;
+        st->busy = h;
+        pthread_mutex_unlock(&st->m);
+        uint64_t t0 = dmm_now_ns();
+        if (dmm__pool_stock_grow(p, h, at) > 0) {
+            add_relaxed(&p->stock_grows, 1);
+            add_relaxed(&p->stock_ns, dmm_now_ns() - t0);
+        }
+        pthread_mutex_lock(&st->m);
+        st->busy = NULL;
+        pthread_cond_broadcast(&st->idle);
+    }
+    pthread_mutex_unlock(&st->m);
+    return NULL;
+}
+
+bool dmm__pool_stock_start(dmm_pool *p) {
+    pstock *st = &p->stock;
+    pthread_condattr_t ca;
+    pthread_mutex_init(&st->m, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the bounded waits below measure this clock */
+    pthread_cond_init(&st->wake, NULL);
+    pthread_cond_init(&st->idle, &ca);
+    pthread_condattr_destroy(&ca);
+    /* the thread takes no signal: the process's handlers run on its own threads */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int e = pthread_create(&st->thread, NULL, stock_main, p);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (e != 0) {
+        pthread_cond_destroy(&st->idle);
+        pthread_cond_destroy(&st->wake);
+        pthread_mutex_destroy(&st->m);
+        dmm_error_set(DMM_ERR_OUT_OF_MEMORY,
+                      "dmm_pool_create: starting the stock thread failed (error %d); create the pool with "
+                      "stock_bytes = 0 (no stock) or free some threads",
+                      e);
+        return false;
+    }
+    st->running = true;
+    return true;
+}
+
+void dmm__pool_stock_stop(dmm_pool *p) {
+    pstock *st = &p->stock;
+    if (!st->running) return;
+    pthread_mutex_lock(&st->m);
+    st->stop = true;
+    pthread_cond_signal(&st->wake);
+    pthread_mutex_unlock(&st->m);
+    pthread_join(st->thread, NULL);
+    st->running = false;
+    pthread_cond_destroy(&st->idle);
+    pthread_cond_destroy(&st->wake);
+    pthread_mutex_destroy(&st->m);
+}
+
+void dmm__pool_stock_post(dmm_pool *p, pheap *h, uintptr_t at) {
+    pstock *st = &p->stock;
+    if (!st->running || at == 0) return;
+    pthread_mutex_lock(&st->m);
+    st->want = h;
+    st->want_at = at;
+    pthread_cond_signal(&st->wake);
+    pthread_mutex_unlock(&st->m);
+}
+
+void dmm__pool_stock_wait(dmm_pool *p, const pheap *h) {
+    pstock *st = &p->stock;
+    if (!st->running || pthread_equal(pthread_self(), st->thread)) return;
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    uint64_t ns = (uint64_t)until.tv_nsec + STOCK_WAIT_NS;
+    until.tv_sec += (time_t)(ns / 1000000000u);
+    until.tv_nsec = (long)(ns % 1000000000u);
+    pthread_mutex_lock(&st->m);
+    if (h == NULL) st->want = NULL;
+    while ((st->busy != NULL && (h == NULL || st->busy == h)) || (h != NULL && st->want == h))
+        if (pthread_cond_timedwait(&st->idle, &st->m, &until) == ETIMEDOUT) break;
+    pthread_mutex_unlock(&st->m);
+}

@@ -1,0 +1,145 @@
+/* tests/unit/test_pool_stock.c — the pool's stock thread (stock_bytes, src/pool/stock.c), over the
+ * arena over the host driver (wrapped in the fault driver to count and fail calls).
+ *
+ * What is proven: after a malloc grew, the stock thread commits the stock right after the growth's
+ * window (the live peak / 64, at most stock_bytes), and the next malloc that fits is served from it
+ * with no driver call on its own thread, at the place the growth would have taken (without a stock
+ * the same malloc grows); a pool too small for one quantum of stock keeps none; empty_cache gives the
+ * stock back and nothing grows it again behind it, also with the thread's request still pending or in
+ * flight when it is called; a stock commit that fails leaves the pool as it
+ * was (checked, nothing committed, the next malloc grows itself); destroy stops the thread. Each wait
+ * for the thread is on its request (dmm__pool_stock_wait), not on time.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pool/types.h"
+#include "testkit.h"
+
+#define MIB ((size_t)1 << 20)
+
+typedef dmm_test_pool_fx fx;
+static void fx_close(fx *f) { dmm_test_pool_fx_close(f); }
+static dmm_pool_stats stats(fx *f) { return dmm_test_pool_stats(f->pool); }
+static void *xmalloc(fx *f, size_t bytes) { return dmm_test_pool_malloc(f->pool, bytes, NULL); }
+static void xfree(fx *f, void *p) { dmm_test_pool_free(f->pool, p, NULL); }
+static uint64_t calls(fx *f, dmm_driver_op op) { return dmm_fault_calls(f->drv, op); }
+
+/* The torch adapter's handles (≤ 32 MiB, ≤ 1/8 of the request, ≥ 8 MiB) with a stock of `stock` bytes. */
+static fx *fx_open_stock(uint64_t stock) {
+    dmm_pool_config pc;
+    memset(&pc, 0, sizeof pc);
+    pc.size = sizeof pc;
+    pc.max_chunk_bytes = 32 * MIB;
+    pc.handle_divisor = 8;
+    pc.min_chunk_bytes = 8 * MIB;
+    pc.stock_bytes = stock;
+    return dmm_test_pool_fx_open(&pc, 0);
+}
+
+/* Until the stock thread has done the request of the default stream's heap (the only heap here). */
+static void stock_done(fx *f) { dmm__pool_stock_wait(f->pool, heaps_head(f->pool)); }
+
+/* 960 MiB live in a run of 1 GiB (8 regions of 128 MiB): the window ends 64 MiB before the run's end,
+ * and the stock is 960 MiB / 64 = 15 MiB, rounded down to 14 MiB (7 quanta). */
+#define BIG (960 * MIB)
+#define STOCK (14 * MIB)
+
+static void a_growing_pool_finds_its_next_mallocs_in_the_stock(void **state) {
+    (void)state;
+    for (int with = 0; with < 2; with++) {
+        fx *f = fx_open_stock(with ? 64 * MIB : 0);
+        char *big = xmalloc(f, BIG);
+        stock_done(f);
+        dmm_pool_stats s = stats(f);
+        assert_int_equal(s.committed_bytes.current, BIG + (with ? STOCK : 0));
+        assert_int_equal(s.stock_grows, with ? 1 : 0);
+        assert_int_equal(s.grows, 1); /* the stock's growth is not a malloc's */
+        if (with) assert_true(s.stock_ns > 0);
+        uint64_t before = calls(f, DMM_OP_ANY), slow = s.slow_path_ns;
+        char *next = xmalloc(f, 8 * MIB);
+        assert_ptr_equal(next, big + BIG); /* where the growth would have put it */
+        memset(next, 7, 8 * MIB);          /* real memory */
+        s = stats(f);
+        if (with) {
+            assert_int_equal(calls(f, DMM_OP_ANY), before); /* no driver call on this thread */
+            assert_int_equal(s.slow_path_ns, slow);         /* nor a slow path */
+        } else {
+            assert_true(calls(f, DMM_OP_CREATE) > 0 && calls(f, DMM_OP_ANY) > before);
+        }
+        stock_done(f);
+        DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+        xfree(f, next);
+        xfree(f, big);
+        fx_close(f); /* destroy stops the thread */
+    }
+}
+
+static void a_small_pool_keeps_no_stock(void **state) {
+    (void)state;
+    fx *f = fx_open_stock((uint64_t)1 << 30);
+    char *p = xmalloc(f, 100 * MIB); /* 100 MiB / 64 is less than one 2 MiB quantum */
+    stock_done(f);
+    dmm_pool_stats s = stats(f);
+    assert_int_equal(s.stock_grows, 0);
+    assert_int_equal(s.committed_bytes.current, 100 * MIB);
+    xfree(f, p);
+    fx_close(f);
+}
+
+static void empty_cache_gives_the_stock_back_for_good(void **state) {
+    (void)state;
+    fx *f = fx_open_stock(64 * MIB);
+    char *big = xmalloc(f, BIG);
+    stock_done(f);
+    assert_int_equal(stats(f).committed_bytes.current, BIG + STOCK);
+    xfree(f, big);
+    uint64_t released = 0;
+    DMM_OK_OR_FAIL(dmm_pool_empty_cache(f->pool, &released));
+    assert_int_equal(released, BIG + STOCK);
+    stock_done(f);
+    dmm_pool_stats s = stats(f);
+    assert_int_equal(s.committed_bytes.current, 0);
+    assert_int_equal(s.stock_grows, 1);
+    /* the same with the request still pending or in flight: empty_cache drops it or waits for it, so
+     * nothing is committed behind it (without that wait this fails whenever the thread comes late) */
+    for (int round = 0; round < 20; round++) {
+        big = xmalloc(f, BIG);
+        xfree(f, big);
+        DMM_OK_OR_FAIL(dmm_pool_empty_cache(f->pool, NULL));
+        stock_done(f);
+        assert_int_equal(stats(f).committed_bytes.current, 0);
+    }
+    fx_close(f);
+}
+
+static void a_failed_stock_commit_changes_nothing(void **state) {
+    (void)state;
+    fx *f = fx_open_stock(64 * MIB);
+    /* the big malloc creates 30 handles of 32 MiB; the stock thread's first create fails */
+    DMM_OK_OR_FAIL(dmm_fault_plan(f->drv, DMM_OP_CREATE, 31, 1, DMM_ERR_OUT_OF_MEMORY));
+    char *big = xmalloc(f, BIG);
+    stock_done(f);
+    dmm_pool_stats s = stats(f);
+    assert_int_equal(s.stock_grows, 0);
+    assert_int_equal(s.committed_bytes.current, BIG);
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    /* the malloc's thread saw nothing of it; its next malloc grows itself, where the stock would be */
+    char *next = xmalloc(f, 8 * MIB);
+    assert_ptr_equal(next, big + BIG);
+    memset(next, 9, 8 * MIB);
+    stock_done(f);
+    xfree(f, next);
+    xfree(f, big);
+    fx_close(f);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(a_growing_pool_finds_its_next_mallocs_in_the_stock),
+        cmocka_unit_test(a_small_pool_keeps_no_stock),
+        cmocka_unit_test(empty_cache_gives_the_stock_back_for_good),
+        cmocka_unit_test(a_failed_stock_commit_changes_nothing),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
