@@ -241,6 +241,16 @@ typedef struct growth {
     uint64_t fail_len;
 } growth;
 
+/* A growth of `n` bytes on h for a malloc of `requested` bytes (0: the stock's), nothing planned yet. */
+static void growth_init(growth *g, dmm_pool *p, pheap *h, uint64_t n, size_t requested) {
+    memset(g, 0, sizeof *g);
+    g->p = p;
+    g->h = h;
+    g->n = n;
+    g->requested = requested;
+    g->fail_j = SIZE_MAX;
+}
+
 /* Under h's lock: takes a block that fits (true; *s = DMM_OK, or out of host memory), or reports the
  * last growth's failure when nothing fits (true); false: grow. */
 static bool growth_fit(growth *g, int attempt, void **out, dmm_status *s) {
@@ -458,14 +468,9 @@ static void growth_fixup(growth *g) {
 
 dmm_status dmm__pool_warm_grow(dmm_pool *p, pheap *h, uint64_t n, uint64_t most) {
     growth g;
-    memset(&g, 0, sizeof g);
-    g.p = p;
-    g.h = h;
-    g.n = n;
-    g.requested = (size_t)n;
+    growth_init(&g, p, h, n, (size_t)n);
     g.most = most;
     g.told = true;
-    g.fail_j = SIZE_MAX;
     if (dmm__pool_lost(p, "entering dmm_pool_warm")) return dmm__pool_malloc_refused(p, (size_t)n, h->stream);
     heap_lock(h);
     dmm__heap_quick_flush(h); /* the plan reads the free layout */
@@ -512,11 +517,8 @@ static bool plan_stock(const dmm_pool *p, const pheap *h, uintptr_t at, uint64_t
 
 uint64_t dmm__pool_stock_grow(dmm_pool *p, pheap *h, uintptr_t at) {
     growth g;
-    memset(&g, 0, sizeof g);
-    g.p = p;
-    g.h = h;
+    growth_init(&g, p, h, 0, 0);
     g.told = true;
-    g.fail_j = SIZE_MAX;
     if (dmm__pool_lost(p, "growing the stock")) return 0;
     uint64_t target = stock_target(p, live_peak_estimate(p)), grown = 0;
     heap_lock(h);
@@ -542,12 +544,7 @@ dmm_status dmm__pool_malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t reque
     static const char entering[] = "entering dmm_pool_malloc's slow path";
     const uint64_t t0 = dmm_now_ns();
     growth g;
-    memset(&g, 0, sizeof g);
-    g.p = p;
-    g.h = h;
-    g.n = n;
-    g.requested = requested;
-    g.fail_j = SIZE_MAX;
+    growth_init(&g, p, h, n, requested);
     *grown_end = 0;
     dmm_status s = DMM_OK;
     int attempt;

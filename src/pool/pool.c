@@ -216,8 +216,7 @@ dmm_status dmm_pool_create(dmm_mechanism *mech, dmm_driver *drv, const dmm_pool_
     if (p->stock_cap > 0 && !dmm__pool_stock_start(p)) {
         dmm_error_kept cause = {0};
         dmm__error_keep(&cause, dmm_last_status());
-        dmm_release_outcome o = dmm_mechanism_release(mech, &p->va); /* nothing was committed in it */
-        (void)o;
+        (void)dmm_mechanism_release(mech, &p->va); /* VA only, nothing committed in it */
         dmm_lock_destroy(&p->lock);
         free(p->owner);
         free(p->clen);
