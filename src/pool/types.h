@@ -97,10 +97,6 @@ enum {
 /* The bounds of a heap's quick lists: memory parked unmerged stays small (it is free memory that
  * coalesces late, not memory held: every slow path merges it first), and the merge that an overflow
  * triggers stays bounded. Blocks above POOL_QUICK_MAX_BLOCK always merge at their free. */
-/* The stock (stock.c) is at most the live peak / this: what it may add to the peak is bounded by the
- * pool's own size (1/64: 1.6 %), and a small pool keeps none. */
-#define POOL_STOCK_SHARE 64u
-
 #define POOL_QUICK_MAX_BLOCKS 64u
 #define POOL_QUICK_MAX_BYTES ((uint64_t)64 << 20)
 #define POOL_QUICK_MAX_BLOCK ((uint64_t)8 << 20)
@@ -109,6 +105,10 @@ enum {
  * hash walk and a merge loop, worth it only when repeats come. */
 #define POOL_QUICK_WASTE_LIMIT 32u
 #define POOL_QUICK_SKIP 512u
+
+/* The stock (stock.c) is at most the live peak / this: what it may add to the peak is bounded by the
+ * pool's own size (1/64: 1.6 %), and a small pool keeps none. */
+#define POOL_STOCK_SHARE 64u
 
 typedef struct pblock {
     uintptr_t addr;
