@@ -66,8 +66,8 @@ def peaks(dt, torch):
 
 
 POOL_KEYS = ("grows", "chunks_committed", "chunks_moved", "chunks_aliased", "chunks_decommitted") + DRIVER_KEYS + (
-    "driver_ns", "slow_path_ns", "stock_grows", "stock_ns")
-TIME_KEYS = ("driver_ns", "slow_path_ns", "stock_ns")
+    "driver_ns", "slow_path_ns", "stock_grows", "stock_ns", "stock_wait_ns")
+TIME_KEYS = ("driver_ns", "slow_path_ns", "stock_ns", "stock_wait_ns")
 
 
 def pool_counters(dt):
@@ -385,10 +385,11 @@ def main():
             print(line)
             if m.startswith("dmm"):
                 fp = {k: statistics.median(x["first_pool"][k] for x in rs) for k in POOL_KEYS}
-                print("       %-10s first step: %s; %.1f ms on malloc's slow path, %.1f ms in driver calls, %.1f ms "
-                      "in the stock thread (medians)" % (
+                print("       %-10s first step: %s; %.1f ms on malloc's slow path (%.1f of it waiting for the stock), "
+                      "%.1f ms in driver calls, %.1f ms in the stock thread (medians)" % (
                           "", ", ".join("%s %d" % (k, fp[k]) for k in POOL_KEYS if k not in TIME_KEYS),
-                          fp["slow_path_ns"] / 1e6, fp["driver_ns"] / 1e6, fp["stock_ns"] / 1e6))
+                          fp["slow_path_ns"] / 1e6, fp["stock_wait_ns"] / 1e6, fp["driver_ns"] / 1e6,
+                          fp["stock_ns"] / 1e6))
             else:
                 ft = {k: statistics.median(x["first_torch"][k] for x in rs) for k in ("segments_created",
                                                                                        "segments_freed")}
@@ -399,9 +400,11 @@ def main():
                 rg = statistics.median(g["ms"] for g in regrown)
                 if ref_regrowth is None:
                     ref_regrowth = rg
-                what = ("%d handles, %.1f ms in driver calls, %.1f ms on malloc's slow path, %.1f ms in the stock "
-                        "thread" % tuple(statistics.median(g[k] for g in regrown) / (1 if k == "driver_create" else 1e6)
-                                         for k in ("driver_create", "driver_ns", "slow_path_ns", "stock_ns"))
+                what = ("%d handles, %d malloc growths, %d stock growths, %.1f ms in driver calls, %.1f ms on "
+                        "malloc's slow path (%.1f of it waiting for the stock), %.1f ms in the stock thread" % tuple(
+                            statistics.median(g[k] for g in regrown) / (1e6 if k.endswith("_ns") else 1)
+                            for k in ("driver_create", "grows", "stock_grows", "driver_ns", "slow_path_ns",
+                                      "stock_wait_ns", "stock_ns"))
                         if m.startswith("dmm") else
                         "%d segments" % statistics.median(g["segments_created"] for g in regrown))
                 print("       %-10s regrowth: a fresh model's first step %.1f ms (%.3f; %d of them, %.0f-%.0f), "

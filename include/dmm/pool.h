@@ -272,10 +272,13 @@ DMM_API dmm_status dmm_pool_warm(dmm_pool *pool, dmm_stream stream, uint64_t tar
     X(lock_slow_paths, "heap lock acquisitions through the mutex, by a thread the lock is not biased to "  \
                        "(a stream shared by threads, a stats read) or where membarrier is missing; 0 in "     \
                        "builds whose locks are the mutex alone (ThreadSanitizer)")                            \
-    X(slow_path_ns, "nanoseconds mallocs spent on their slow path (poll, plan, moves, commits, retries), "   \
-                    "the driver calls in it included: what growth costs the allocating thread")           \
+    X(slow_path_ns, "nanoseconds mallocs spent on their slow path (poll, plan, moves, commits, retries, "   \
+                    "waits for the stock), the driver calls in it included: what growth costs the "         \
+                    "allocating thread")           \
     X(stock_grows, "growths the stock thread made ahead of the mallocs (stock_bytes > 0)")             \
-    X(stock_ns, "nanoseconds the stock thread spent in them: growth taken off the allocating threads")
+    X(stock_ns, "nanoseconds the stock thread spent in them: growth taken off the allocating threads")    \
+    X(stock_wait_ns, "nanoseconds mallocs waited for a stock being committed before they grew (in "       \
+                     "slow_path_ns too)")
 
 typedef struct dmm_pool_stats {
     uint32_t size; /* sizeof(dmm_pool_stats), set by the caller */

@@ -239,6 +239,7 @@ typedef struct growth {
     size_t fail_j;      /* the piece whose commit failed, at [fail_at, fail_at + fail_len) */
     uintptr_t fail_at;
     uint64_t fail_len;
+    uintptr_t stock_at; /* where the stock thread should commit next (0: nowhere): see malloc_slow */
 } growth;
 
 /* A growth of `n` bytes on h for a malloc of `requested` bytes (0: the stock's), nothing planned yet. */
@@ -260,6 +261,7 @@ static bool growth_fit(growth *g, int attempt, void **out, dmm_status *s) {
     if (b != NULL) {
         if (take(h, b, g->n, g->requested)) {
             h->grown_mallocs += attempt != 0;
+            if (g->stock_at == 0 && h->stock_end != 0) g->stock_at = dmm__pool_stock_refill_at(g->p, h, b);
             *out = (void *)b->addr;
             if (g->fail != DMM_OK) dmm_clear_error(); /* the failed commit is moot: another thread's memory fit */
             *s = DMM_OK;
@@ -488,11 +490,23 @@ dmm_status dmm__pool_warm_grow(dmm_pool *p, pheap *h, uint64_t n, uint64_t most)
     return s;
 }
 
+uintptr_t dmm__pool_stock_refill_at(dmm_pool *p, const pheap *h, const pblock *b) {
+    uintptr_t end = h->stock_end;
+    if (end == 0 || b->addr >= end) return 0;
+    uint64_t left; /* the FREE bytes the fit left right before the stock's end */
+    if (b->addr + b->size == end) left = 0;
+    else if (b->next != NULL && b->next->kind == BK_FREE && b->next->addr + b->next->size == end) left = b->next->size;
+    else return 0; /* the fit was not at the stock's end: the stock is as it was */
+    return left < stock_target(p, live_peak_estimate(p)) / 2 ? end : 0;
+}
+
 /* The stock's plan (under the lock): [at, at + n) where `at` starts an UNMAPPED block (the VA right
- * after a growth's window), n = the target less the FREE bytes that end at `at` (what is left of the
- * window), in whole quanta, at most that block's bytes. False: no such block (another thread used or
- * trimmed the place since), or enough is free there already. */
-static bool plan_stock(const dmm_pool *p, const pheap *h, uintptr_t at, uint64_t target, plan *pl) {
+ * after a growth's window or the last stock), n = the target less the FREE bytes that end at `at`
+ * (what is left there), in whole quanta, at most that block's bytes and at most what the retention
+ * limit leaves room for (a pool that stopped growing keeps no more than its limit). False: no such
+ * block (another thread used or trimmed the place since). k = 0: nothing to commit (enough is free
+ * there, or no room). */
+static bool plan_stock(dmm_pool *p, const pheap *h, uintptr_t at, uint64_t target, plan *pl) {
     memset(pl, 0, sizeof *pl);
     for (size_t r = 0; r < h->nruns; r++) {
         if (at <= h->runs[r].lo || at >= h->runs[r].hi) continue; /* it extends a window: not at a run's ends */
@@ -501,9 +515,13 @@ static bool plan_stock(const dmm_pool *p, const pheap *h, uintptr_t at, uint64_t
             pblock *u = b->next;
             if (u == NULL || u->kind != BK_UNMAPPED) return false;
             uint64_t have = b->kind == BK_FREE ? b->size : 0;
-            if (have >= target) return false;
-            uint64_t n = align_up_c(p, target - have);
+            uint64_t n = have < target ? align_up_c(p, target - have) : 0;
             if (n > u->size) n = u->size; /* UNMAPPED blocks are whole quanta */
+            uint64_t cap = retention_limit(p), committed = load_relaxed(&p->committed),
+                     twice = load_relaxed(&p->aliased_bytes);
+            committed -= twice < committed ? twice : committed;
+            uint64_t room = committed < cap ? align_down_c(p, cap - committed) : 0;
+            if (n > room) n = room;
             pl->found = true;
             pl->lo = at;
             pl->hi = at + n;
@@ -524,14 +542,18 @@ uint64_t dmm__pool_stock_grow(dmm_pool *p, pheap *h, uintptr_t at) {
     heap_lock(h);
     dmm__heap_quick_flush(h); /* the plan reads the free layout */
     uint64_t want_more = 0;
-    bool go = target > 0 && plan_stock(p, h, at, target, &g.pl);
+    bool found = target > 0 && plan_stock(p, h, at, target, &g.pl), go = found && g.pl.k > 0;
     g.n = g.pl.hi - g.pl.lo; /* the handles are cut as for a malloc of that size */
     dmm_status s = go ? growth_carve(&g, &want_more) : DMM_OK; /* no sources: want_more stays 0 */
+    if (!go) h->stock_end = found ? g.pl.hi : 0; /* enough there already: the stock ends at `at` */
     heap_unlock(h);
     if (go && s == DMM_OK) {
         growth_drive(&g);
         growth_fixup(&g);
         for (size_t j = 0; j < g.nt; j++) grown += g.tv.v[j].done;
+        heap_lock(h); /* the next refill goes where this stock ends, if all of it was committed */
+        h->stock_end = grown == g.n ? g.pl.hi : 0;
+        heap_unlock(h);
     }
     free(g.sv.v);
     free(g.tv.v);
@@ -540,12 +562,11 @@ uint64_t dmm__pool_stock_grow(dmm_pool *p, pheap *h, uintptr_t at) {
 }
 
 dmm_status dmm__pool_malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t requested, void **out,
-                                 uintptr_t *grown_end) {
+                                 uintptr_t *stock_at) {
     static const char entering[] = "entering dmm_pool_malloc's slow path";
     const uint64_t t0 = dmm_now_ns();
     growth g;
     growth_init(&g, p, h, n, requested);
-    *grown_end = 0;
     dmm_status s = DMM_OK;
     int attempt;
     for (attempt = 0; attempt < 16; attempt++) {
@@ -569,7 +590,7 @@ dmm_status dmm__pool_malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t reque
         growth_fixup(&g);
         /* a growth that only added memory (nothing moved or aliased: the pool is still growing) ends
          * where a stock would go next */
-        *grown_end = g.fail == DMM_OK && g.sv.n == 0 ? align_up_c(p, g.pl.hi) : 0;
+        g.stock_at = g.fail == DMM_OK && g.sv.n == 0 ? align_up_c(p, g.pl.hi) : 0;
     }
     if (attempt == 16)
         s = dmm_error_set(DMM_ERR_BUSY,
@@ -578,6 +599,7 @@ dmm_status dmm__pool_malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t reque
                           requested, h->stream);
     free(g.sv.v);
     free(g.tv.v);
+    *stock_at = g.stock_at;
     add_relaxed(&p->slow_path_ns, dmm_now_ns() - t0);
     return s;
 }

@@ -329,15 +329,20 @@ static __attribute__((noinline)) dmm_status malloc_rest(dmm_pool *p, pheap *h, u
     b = dmm__heap_bin_find(h, n);
     if (b != NULL && take(h, b, n, bytes)) {
         *out = (void *)b->addr;
+        uintptr_t stock_at = h->stock_end != 0 ? dmm__pool_stock_refill_at(p, h, b) : 0; /* 0 without a stock */
         unlock_by(h, slot);
+        dmm__pool_stock_post(p, h, stock_at);
         return DMM_OK;
     }
     unlock_by(h, slot);
-    if (p->stock_cap == 0) return dmm__pool_malloc_slow(p, h, n, bytes, out, &(uintptr_t){0});
-    dmm__pool_stock_wait(p, h); /* the stock being committed for h may fit */
-    uintptr_t grown_end = 0;
-    dmm_status s = dmm__pool_malloc_slow(p, h, n, bytes, out, &grown_end);
-    dmm__pool_stock_post(p, h, grown_end);
+    uint64_t waited = dmm__pool_stock_wait(p, h); /* the stock being committed for h may fit */
+    uintptr_t stock_at = 0;
+    dmm_status s = dmm__pool_malloc_slow(p, h, n, bytes, out, &stock_at);
+    dmm__pool_stock_post(p, h, stock_at);
+    if (waited > 0) {
+        add_relaxed(&p->stock_wait_ns, waited);
+        add_relaxed(&p->slow_path_ns, waited);
+    }
     return s;
 }
 

@@ -75,6 +75,7 @@ static void gather(dmm_pool *p, dmm_pool_stats *s) {
     s->slow_path_ns = load_relaxed(&p->slow_path_ns);
     s->stock_grows = load_relaxed(&p->stock_grows);
     s->stock_ns = load_relaxed(&p->stock_ns);
+    s->stock_wait_ns = load_relaxed(&p->stock_wait_ns);
     dmm_stats ms;
     memset(&ms, 0, sizeof ms);
     ms.size = sizeof ms;

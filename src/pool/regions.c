@@ -175,8 +175,12 @@ static dmm_status pool_trim(dmm_pool *p, uint64_t target, uint64_t *released, co
     for (pheap *h = heaps_head(p); h != NULL && !dmm__drv_lost(p->drv); h = heap_next(h)) {
         dmm__pool_poll(p, h); /* also when there is nothing to trim: cross-stream frees become reusable */
         uint64_t committed = load_relaxed(&p->committed);
-        if (committed <= target) continue;
         heap_lock(h);
+        h->stock_end = 0; /* what a trim gives back is not grown again before the pool grows (stock.c) */
+        if (committed <= target) {
+            heap_unlock(h);
+            continue;
+        }
         sv.n = 0;
         dmm__pool_carve_sources(p, h, committed - target, 0, 0, NULL, 0, false, false, &sv);
         heap_unlock(h);

@@ -114,17 +114,23 @@ void dmm__pool_stock_post(dmm_pool *p, pheap *h, uintptr_t at) {
     pthread_mutex_unlock(&st->m);
 }
 
-void dmm__pool_stock_wait(dmm_pool *p, const pheap *h) {
+/* Under m: whether a wait for h (NULL: for any heap's growth in flight) has something to wait for. */
+static bool stock_owes(const pstock *st, const pheap *h) {
+    return (st->busy != NULL && (h == NULL || st->busy == h)) || (h != NULL && st->want == h);
+}
+
+uint64_t dmm__pool_stock_wait(dmm_pool *p, const pheap *h) {
     pstock *st = &p->stock;
-    if (!st->running || pthread_equal(pthread_self(), st->thread)) return;
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    uint64_t ns = (uint64_t)until.tv_nsec + STOCK_WAIT_NS;
-    until.tv_sec += (time_t)(ns / 1000000000u);
-    until.tv_nsec = (long)(ns % 1000000000u);
+    if (!st->running || pthread_equal(pthread_self(), st->thread)) return 0;
+    uint64_t t0 = 0;
     pthread_mutex_lock(&st->m);
     if (h == NULL) st->want = NULL;
-    while ((st->busy != NULL && (h == NULL || st->busy == h)) || (h != NULL && st->want == h))
-        if (pthread_cond_timedwait(&st->idle, &st->m, &until) == ETIMEDOUT) break;
+    if (stock_owes(st, h)) {
+        t0 = dmm_now_ns(); /* CLOCK_MONOTONIC, as `idle` measures */
+        struct timespec until = {(time_t)((t0 + STOCK_WAIT_NS) / 1000000000u), (long)((t0 + STOCK_WAIT_NS) % 1000000000u)};
+        while (stock_owes(st, h))
+            if (pthread_cond_timedwait(&st->idle, &st->m, &until) == ETIMEDOUT) break;
+    }
     pthread_mutex_unlock(&st->m);
+    return t0 != 0 ? dmm_now_ns() - t0 : 0;
 }

@@ -216,6 +216,9 @@ typedef struct pheap {
     uint64_t committed; /* C × mapped chunks of this heap */
     uint64_t mallocs, frees, cross_frees;
     uint64_t grown_mallocs; /* mallocs that a growth served (the cached ones: mallocs - grown_mallocs) */
+    uintptr_t stock_end;    /* where the stock the stock thread last committed here ends (0: none, or a
+                               trim forgot it): a fit that leaves less than half the stock's target free
+                               before it asks for more there (stock.c) */
 
     pcand *scratch; /* slow-path candidate list */
     size_t capscratch;
@@ -290,6 +293,7 @@ struct dmm_pool {
         events_recorded, events_pending, chunks_poisoned, pending_now, pending_peak, pending_total;
     _Atomic uint64_t slow_path_ns; /* wall time of dmm__pool_malloc_slow, summed over threads */
     _Atomic uint64_t stock_grows, stock_ns; /* the stock thread's growths and its time in them */
+    _Atomic uint64_t stock_wait_ns;         /* mallocs' waits for it (also in slow_path_ns) */
     pstock stock;
 };
 
@@ -528,21 +532,26 @@ dmm_status dmm__pool_empty_cache(dmm_pool *p, uint64_t *released);
 bool dmm__pool_stock_start(dmm_pool *p);
 /* Stops and joins the thread (at destroy, before the heaps go). */
 void dmm__pool_stock_stop(dmm_pool *p);
-/* After a malloc on h grew memory ending at `at`: asks the thread to commit the stock there. */
+/* Asks the thread to commit h's stock at `at` (a malloc's stock_at; 0: nothing to ask; no lock held). */
 void dmm__pool_stock_post(dmm_pool *p, pheap *h, uintptr_t at);
 /* Before a malloc on h grows: waits (bounded) until the thread has done its request for h, if any,
  * so that the malloc sees the stock. h NULL (a trim, destroy): drops the pending request and waits
- * for the one in flight. Never waits on the thread itself. */
-void dmm__pool_stock_wait(dmm_pool *p, const pheap *h);
+ * for the one in flight. Never waits on the thread itself. Returns the nanoseconds it waited. */
+uint64_t dmm__pool_stock_wait(dmm_pool *p, const pheap *h);
 
 /* ---- growth.c ---- */
-/* malloc of `n` bytes (rounded) when no mapped free block fits: poll, grow, move, alias. *grown_end:
- * where the last growth's window ended when it only added memory (the place for a stock), else 0. */
+/* malloc of `n` bytes (rounded) when no mapped free block fits: poll, grow, move, alias. *stock_at:
+ * where the stock thread should commit next (dmm__pool_stock_post), else 0: the end of a growth's
+ * window when it only added memory, or dmm__pool_stock_refill_at's answer for the block it fitted. */
 dmm_status dmm__pool_malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t requested, void **out,
-                                 uintptr_t *grown_end);
+                                 uintptr_t *stock_at);
+/* Under h's lock, after a fit took block b: h's stock end when the fit left less than half the
+ * stock's target free before it (the stock runs low: commit more ahead), else 0. */
+uintptr_t dmm__pool_stock_refill_at(dmm_pool *p, const pheap *h, const pblock *b);
 /* The stock thread's growth (stock.c): commits FREE memory on h from `at` (the end of a growth's
- * window, if still unmapped) until stock_target bytes are free there; never moves, never waits.
- * Returns the bytes committed (0: nothing to do, or it failed: the next malloc grows itself). */
+ * window or of the last stock, if still unmapped) until stock_target bytes are free there, and
+ * makes that place h's stock_end; never moves, never waits. Returns the bytes committed (0: enough
+ * was there, nothing could be done, or it failed: the next malloc grows itself). */
 uint64_t dmm__pool_stock_grow(dmm_pool *p, pheap *h, uintptr_t at);
 /* growth.c: a warm start's one growth of `n` bytes (whole quanta) into h as FREE memory, in new handles
  * of at most `most` bytes (never moves: the retention limit does not apply to it). */

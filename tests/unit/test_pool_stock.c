@@ -4,7 +4,9 @@
  * What is proven: after a malloc grew, the stock thread commits the stock right after the growth's
  * window (the live peak / 64, at most stock_bytes), and the next malloc that fits is served from it
  * with no driver call on its own thread, at the place the growth would have taken (without a stock
- * the same malloc grows); a pool too small for one quantum of stock keeps none; empty_cache gives the
+ * the same malloc grows); a fit that leaves less than half the stock asks for more, so that mallocs
+ * that keep coming never grow on their own thread; the stock never takes the pool above its
+ * retention limit; a pool too small for one quantum of stock keeps none; empty_cache gives the
  * stock back and nothing grows it again behind it, also with the thread's request still pending or in
  * flight when it is called; a stock commit that fails leaves the pool as it
  * was (checked, nothing committed, the next malloc grows itself); destroy stops the thread. Each wait
@@ -25,8 +27,9 @@ static void *xmalloc(fx *f, size_t bytes) { return dmm_test_pool_malloc(f->pool,
 static void xfree(fx *f, void *p) { dmm_test_pool_free(f->pool, p, NULL); }
 static uint64_t calls(fx *f, dmm_driver_op op) { return dmm_fault_calls(f->drv, op); }
 
-/* The torch adapter's handles (≤ 32 MiB, ≤ 1/8 of the request, ≥ 8 MiB) with a stock of `stock` bytes. */
-static fx *fx_open_stock(uint64_t stock) {
+/* The torch adapter's handles (≤ 32 MiB, ≤ 1/8 of the request, ≥ 8 MiB) with a stock of `stock` bytes,
+ * and a retention limit of `retain` per mille (0: the default), fixed when given. */
+static fx *fx_open_stock_retain(uint64_t stock, uint32_t retain) {
     dmm_pool_config pc;
     memset(&pc, 0, sizeof pc);
     pc.size = sizeof pc;
@@ -34,8 +37,11 @@ static fx *fx_open_stock(uint64_t stock) {
     pc.handle_divisor = 8;
     pc.min_chunk_bytes = 8 * MIB;
     pc.stock_bytes = stock;
+    pc.retain_permille = retain;
+    pc.settle_permille = retain;
     return dmm_test_pool_fx_open(&pc, 0);
 }
+static fx *fx_open_stock(uint64_t stock) { return fx_open_stock_retain(stock, 0); }
 
 /* Until the stock thread has done the request of the default stream's heap (the only heap here). */
 static void stock_done(fx *f) { dmm__pool_stock_wait(f->pool, heaps_head(f->pool)); }
@@ -57,9 +63,9 @@ static void a_growing_pool_finds_its_next_mallocs_in_the_stock(void **state) {
         assert_int_equal(s.grows, 1); /* the stock's growth is not a malloc's */
         if (with) assert_true(s.stock_ns > 0);
         uint64_t before = calls(f, DMM_OP_ANY), slow = s.slow_path_ns;
-        char *next = xmalloc(f, 8 * MIB);
+        char *next = xmalloc(f, 6 * MIB); /* leaves 8 of the stock's 14 MiB: more than half, no refill */
         assert_ptr_equal(next, big + BIG); /* where the growth would have put it */
-        memset(next, 7, 8 * MIB);          /* real memory */
+        memset(next, 7, 6 * MIB);          /* real memory */
         s = stats(f);
         if (with) {
             assert_int_equal(calls(f, DMM_OP_ANY), before); /* no driver call on this thread */
@@ -73,6 +79,55 @@ static void a_growing_pool_finds_its_next_mallocs_in_the_stock(void **state) {
         xfree(f, big);
         fx_close(f); /* destroy stops the thread */
     }
+}
+
+static void a_stock_running_low_is_refilled_before_a_malloc_must_grow(void **state) {
+    (void)state;
+    fx *f = fx_open_stock(64 * MIB);
+    char *big = xmalloc(f, BIG);
+    stock_done(f);
+    char *next[8];
+    for (int i = 0; i < 8; i++) { /* 32 MiB in all, more than two stocks of 14 MiB */
+        uint64_t slow = stats(f).slow_path_ns;
+        next[i] = xmalloc(f, 4 * MIB);
+        assert_ptr_equal(next[i], big + BIG + (size_t)i * 4 * MIB); /* still where growth would put it */
+        memset(next[i], i, 4 * MIB);
+        dmm_pool_stats s = stats(f);
+        assert_int_equal(s.grows, 1);              /* only the big malloc grew on this thread */
+        assert_int_equal(s.slow_path_ns, slow);    /* every later one was a fit */
+        stock_done(f);                             /* the refill the fit asked for, if any */
+    }
+    dmm_pool_stats s = stats(f);
+    assert_true(s.stock_grows >= 3); /* the first stock, and at least two refills */
+    /* the stock is full again, no more: 14 MiB free right after the last malloc */
+    assert_int_equal(s.committed_bytes.current, BIG + 32 * MIB + STOCK);
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    for (int i = 0; i < 8; i++) xfree(f, next[i]);
+    xfree(f, big);
+    fx_close(f);
+}
+
+static void the_stock_stays_inside_the_retention_limit(void **state) {
+    (void)state;
+    fx *f = fx_open_stock_retain(64 * MIB, 1); /* limit: the live peak + 0.1 % + the stock */
+    char *a = xmalloc(f, BIG / 2);
+    stock_done(f);
+    char *b = xmalloc(f, BIG / 2); /* its window starts with a's stock: 480 MiB up to BIG */
+    stock_done(f);
+    assert_ptr_equal(b, a + BIG / 2);
+    assert_int_equal(stats(f).committed_bytes.current, BIG + STOCK); /* the limit, to the quantum */
+    uint64_t stocks = stats(f).stock_grows;
+    xfree(f, a); /* 480 MiB free: the pool has stopped growing */
+    char *c = xmalloc(f, 12 * MIB); /* best fit: the stock, leaving 2 MiB of it */
+    assert_ptr_equal(c, b + BIG / 2);
+    stock_done(f);
+    dmm_pool_stats s = stats(f);
+    assert_int_equal(s.stock_grows, stocks); /* a refill would take the pool above its limit */
+    assert_int_equal(s.committed_bytes.current, BIG + STOCK);
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    xfree(f, c);
+    xfree(f, b);
+    fx_close(f);
 }
 
 static void a_small_pool_keeps_no_stock(void **state) {
@@ -137,6 +192,8 @@ static void a_failed_stock_commit_changes_nothing(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(a_growing_pool_finds_its_next_mallocs_in_the_stock),
+        cmocka_unit_test(a_stock_running_low_is_refilled_before_a_malloc_must_grow),
+        cmocka_unit_test(the_stock_stays_inside_the_retention_limit),
         cmocka_unit_test(a_small_pool_keeps_no_stock),
         cmocka_unit_test(empty_cache_gives_the_stock_back_for_good),
         cmocka_unit_test(a_failed_stock_commit_changes_nothing),
