@@ -162,12 +162,15 @@ typedef struct dmm_pool_config {
                                far) committed right after the place where a growing pool last grew, so
                                that the mallocs of a workload's growth (a training's first step: ~150
                                growths, ~870 handles for GPT-2) find memory mapped instead of paying
-                               create + map + set-access on their own thread; a malloc that would grow
+                               create + map + set-access on their own thread; a fit that leaves less
+                               than half of it asks the thread for more, and a malloc that would grow
                                first waits (at most 20 ms) for the stock being committed for its stream.
                                Costs up to that much more memory, at the peak too (the retention limit
-                               rises by as much). 256 MiB on the H200, GPT-2 training's regrowth: the
-                               allocating thread's slow path 41 -> 20 ms, the step 100 -> 91 ms (native
-                               78), peak +58 MiB (+0.4 %). 0 = no stock, no thread (the default) */
+                               rises by as much; no stock takes the pool above it). 256 MiB on the
+                               H200, GPT-2 training's regrowth: 152 -> 17 growths on the allocating
+                               thread, the step 110 -> 99 ms (native 85), peak +62 MiB (+0.5 %); the
+                               mallocs then wait 21 ms for the stock thread, whose driver calls the
+                               driver serialises with theirs. 0 = no stock, no thread (the default) */
 } dmm_pool_config;
 
 /* Creates a pool over `mech` (not owned; must support virtual backing, else DMM_ERR_UNSUPPORTED) and

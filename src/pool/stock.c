@@ -8,12 +8,16 @@
  * the next stock_target bytes right after the growth's window, as FREE memory, and the next mallocs
  * of a pool that keeps growing find it mapped (a fit, or a window that needs fewer new handles).
  *
- * What it owns: the thread, and one request slot. A malloc that grew posts where its window ended
- * (only a growth that moved and aliased nothing: the pool is still growing, not settling); a newer
- * post replaces an older one. Before a malloc on a heap grows, it waits until the thread has done
- * that heap's request, pending or in flight, so that it sees the stock instead of planning around
- * COMMITTING pieces; a trim, empty_cache or destroy drops the pending request and waits for the one
- * in flight, so that what it gives back is not grown again behind it. Every wait is bounded
+ * What it owns: the thread, and one request slot. Two kinds of malloc post a request (a newer post
+ * replaces an older one): one that grew, where its window ended (only a growth that moved and
+ * aliased nothing: the pool is still growing, not settling), and one that fitted into the stock and
+ * left less than half the target free before the stock's end (the heap's stock_end, which each stock
+ * growth sets): the thread refills the stock while it is still there, so that mallocs that keep
+ * coming fit instead of growing on their own thread. Before a malloc on a heap grows, it waits until
+ * the thread has done that heap's request, pending or in flight, so that it sees the stock instead of
+ * planning around COMMITTING pieces (the wait is counted: stock_wait_ns); a trim, empty_cache or
+ * destroy drops the pending request and waits for the one in flight, and a trim forgets every heap's
+ * stock_end, so that what it gives back is not grown again behind it. Every wait is bounded
  * (STOCK_WAIT_NS): a thread that waits longer goes on as if there were no stock (concurrent growth
  * is the pool's normal case), so no wait can deadlock, e.g. on a budget callback the stock thread
  * runs. The growth itself is growth.c's (dmm__pool_stock_grow): the same plan → carve → drive →
@@ -22,7 +26,8 @@
  *
  * What it costs: the stock is at most stock_bytes and at most the live peak / POOL_STOCK_SHARE, and
  * the retention limit rises by as much (so that a growth does not move the stock's chunks away): a
- * pool may hold up to that much more than without a stock, at its peak too.
+ * pool may hold up to that much more than without a stock, at its peak too. No stock growth takes the
+ * pool above that limit: once a workload stops growing, its fits into the stock refill nothing more.
  *
  * Invariants: want, want_at, busy, stop and running change only under m; busy != NULL only on the
  * thread, between taking a request and its end; the thread takes no lock of the pool's while it
