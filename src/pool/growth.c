@@ -329,9 +329,7 @@ static dmm_status growth_carve(growth *g, uint64_t *want_more) {
     g->rec2 = dmm__heap_block_new(h); /* and for cutting out a chunk the failed commit left poisoned */
     /* the retention limit: move whole free chunks rather than grow beyond it */
     uint64_t cap = retention_limit(p);
-    uint64_t committed = load_relaxed(&p->committed), twice = load_relaxed(&p->aliased_bytes), need = pl->k * p->chunk;
-    uint64_t want = 0;
-    committed -= twice < committed ? twice : committed; /* an aliased chunk's old place is no more memory */
+    uint64_t committed = committed_once(p), need = pl->k * p->chunk, want = 0;
     if (committed + need > cap && !g->told) /* a warm start or the stock commits what it was told to */
         want = committed + need - cap < need ? committed + need - cap : need;
     g->sv.n = 0;
@@ -517,9 +515,7 @@ static bool plan_stock(dmm_pool *p, const pheap *h, uintptr_t at, uint64_t targe
             uint64_t have = b->kind == BK_FREE ? b->size : 0;
             uint64_t n = have < target ? align_up_c(p, target - have) : 0;
             if (n > u->size) n = u->size; /* UNMAPPED blocks are whole quanta */
-            uint64_t cap = retention_limit(p), committed = load_relaxed(&p->committed),
-                     twice = load_relaxed(&p->aliased_bytes);
-            committed -= twice < committed ? twice : committed;
+            uint64_t cap = retention_limit(p), committed = committed_once(p);
             uint64_t room = committed < cap ? align_down_c(p, cap - committed) : 0;
             if (n > room) n = room;
             pl->found = true;

@@ -618,12 +618,6 @@ dmm_status dmm_pool_empty_cache(dmm_pool *p, uint64_t *released) {
 
 /* ---- warm start (growth.c does the growth) ---- */
 
-/* The pool's committed bytes, an aliased chunk's old place not counted twice. */
-static uint64_t committed_once(const dmm_pool *p) {
-    uint64_t committed = load_relaxed(&p->committed), twice = load_relaxed(&p->aliased_bytes);
-    return committed - (twice < committed ? twice : committed);
-}
-
 dmm_status dmm_pool_warm(dmm_pool *p, dmm_stream stream, uint64_t target_bytes, uint64_t handle_bytes,
                          uint64_t *committed) {
     if (committed != NULL) *committed = 0;

@@ -132,7 +132,8 @@ uint64_t dmm__pool_stock_wait(dmm_pool *p, const pheap *h) {
     if (h == NULL) st->want = NULL;
     if (stock_owes(st, h)) {
         t0 = dmm_now_ns(); /* CLOCK_MONOTONIC, as `idle` measures */
-        struct timespec until = {(time_t)((t0 + STOCK_WAIT_NS) / 1000000000u), (long)((t0 + STOCK_WAIT_NS) % 1000000000u)};
+        uint64_t deadline = t0 + STOCK_WAIT_NS;
+        struct timespec until = {(time_t)(deadline / 1000000000u), (long)(deadline % 1000000000u)};
         while (stock_owes(st, h))
             if (pthread_cond_timedwait(&st->idle, &st->m, &until) == ETIMEDOUT) break;
     }

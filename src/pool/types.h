@@ -436,6 +436,12 @@ static inline void committed_add(dmm_pool *p, uint64_t v) {
     max_relaxed(&p->committed_peak, now);
 }
 
+/* The pool's committed bytes, an aliased chunk's old place not counted twice (it is no more memory). */
+static inline uint64_t committed_once(const dmm_pool *p) {
+    uint64_t committed = load_relaxed(&p->committed), twice = load_relaxed(&p->aliased_bytes);
+    return committed - (twice < committed ? twice : committed);
+}
+
 /* ---- loss.c: the pool's side of a device loss ----
  * The pool keeps no loss flag: it asks its driver (dmm__drv_lost), whose wrappers refuse every call
  * once the device is lost. What the pool adds is `refusing` (see struct dmm_pool) and the sentences. */

@@ -166,7 +166,8 @@ static void run_mix(uint64_t max_chunk, bool flap, uint64_t stock) {
     memset(&pc, 0, sizeof pc);
     pc.size = sizeof pc;
     pc.retain_permille = 1; /* keep it moving chunks */
-    pc.settle_permille = 1; /* a fixed limit */
+    pc.settle_permille = stock ? 100 : 1; /* a fixed limit; with a stock one that rises as chunks move, so
+                                             that the stock, which grows only inside the limit, finds room */
     pc.max_chunk_bytes = max_chunk;
     pc.stock_bytes = stock;
     DMM_OK_OR_FAIL(dmm_pool_create(sh.arena, sh.drv, &pc, &sh.pool));
