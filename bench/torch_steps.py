@@ -13,7 +13,7 @@ dmm-a<MiB> with DMM_TORCH_STOCK=<MiB << 20> (the stock thread keeps up to MiB, a
 peak, committed ahead of the growth); dmm-r<N> with DMM_TORCH_RETAIN=N (free memory kept mapped, permille of the live peak); dmm-w with a warm
 start: before the first step the pool commits the physical peak of dmm-w's last run (dmm.torch.warm),
 the "last run" being one unmeasured dmm-w run made first (its cost is printed apart: it is paid before
-the first step).
+the first step). Parts join with "+": dmm-a256+h256x2m8 is the stock and those handles together.
 
 Workloads (models built from configs, no downloads; random data; fixed shapes, so every step repeats):
   gpt2   GPT-2 small training, AdamW, bf16 autocast, batch 8 x 1,024 tokens
@@ -291,18 +291,20 @@ def env_for(mode):
     env["PYTHONUNBUFFERED"] = "1"
     if mode == "expandable":
         env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
-    if mode.startswith("dmm-s"):  # dmm-s<permille>: another settle limit (DMM_TORCH_SETTLE; 20 = fixed)
-        env["DMM_TORCH_SETTLE"] = mode[len("dmm-s"):]
-    if mode.startswith("dmm-r"):  # dmm-r<permille>: another retention (DMM_TORCH_RETAIN; 1000: no moves at all)
-        env["DMM_TORCH_RETAIN"] = mode[len("dmm-r"):]
-    if mode.startswith("dmm-a"):  # dmm-a<MiB>: a stock of MiB ahead of the growth (DMM_TORCH_STOCK)
-        env["DMM_TORCH_STOCK"] = str(int(mode[len("dmm-a"):]) << 20)
-    if mode.startswith("dmm-h"):  # dmm-h<MiB>x<D>[m<MiB>[f<F>]]: other handles (DMM_TORCH_HANDLES=MAX,D,MIN,F)
-        mib_, _, rest = mode[len("dmm-h"):].partition("x")
-        div, _, rest = rest.partition("m")
-        floor, _, floor_div = rest.partition("f")
-        env["DMM_TORCH_HANDLES"] = "%d,%s,%d,%s" % (int(mib_) << 20, div or "0", int(floor or "0") << 20,
-                                                    floor_div or "0")
+    for part in mode.split("+"):  # dmm-a256+h128x8m8: the stock and other handles together
+        part = part if part.startswith("dmm") else "dmm-" + part
+        if part.startswith("dmm-s"):  # dmm-s<permille>: another settle limit (DMM_TORCH_SETTLE; 20 = fixed)
+            env["DMM_TORCH_SETTLE"] = part[len("dmm-s"):]
+        if part.startswith("dmm-r"):  # dmm-r<permille>: another retention (DMM_TORCH_RETAIN; 1000: no moves at all)
+            env["DMM_TORCH_RETAIN"] = part[len("dmm-r"):]
+        if part.startswith("dmm-a"):  # dmm-a<MiB>: a stock of MiB ahead of the growth (DMM_TORCH_STOCK)
+            env["DMM_TORCH_STOCK"] = str(int(part[len("dmm-a"):]) << 20)
+        if part.startswith("dmm-h"):  # dmm-h<MiB>x<D>[m<MiB>[f<F>]]: other handles (DMM_TORCH_HANDLES=MAX,D,MIN,F)
+            mib_, _, rest = part[len("dmm-h"):].partition("x")
+            div, _, rest = rest.partition("m")
+            floor, _, floor_div = rest.partition("f")
+            env["DMM_TORCH_HANDLES"] = "%d,%s,%d,%s" % (int(mib_) << 20, div or "0", int(floor or "0") << 20,
+                                                        floor_div or "0")
     return env
 
 

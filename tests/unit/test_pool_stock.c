@@ -2,7 +2,7 @@
  * arena over the host driver (wrapped in the fault driver to count and fail calls).
  *
  * What is proven: after a malloc grew, the stock thread commits the stock right after the growth's
- * window (the live peak / 64, at most stock_bytes), and the next malloc that fits is served from it
+ * window (the live peak / 64, at most stock_bytes) as one handle, and the next malloc that fits is served from it
  * with no driver call on its own thread, at the place the growth would have taken (without a stock
  * the same malloc grows); a fit that leaves less than half the stock asks for more, so that mallocs
  * that keep coming never grow on their own thread; the stock never takes the pool above its
@@ -61,6 +61,7 @@ static void a_growing_pool_finds_its_next_mallocs_in_the_stock(void **state) {
         assert_int_equal(s.committed_bytes.current, BIG + (with ? STOCK : 0));
         assert_int_equal(s.stock_grows, with ? 1 : 0);
         assert_int_equal(s.grows, 1); /* the stock's growth is not a malloc's */
+        assert_int_equal(calls(f, DMM_OP_CREATE), 30 + (with ? 1 : 0)); /* 32 MiB handles, and the stock in one */
         if (with) assert_true(s.stock_ns > 0);
         uint64_t before = calls(f, DMM_OP_ANY), slow = s.slow_path_ns;
         char *next = xmalloc(f, 6 * MIB); /* leaves 8 of the stock's 14 MiB: more than half, no refill */
