@@ -165,12 +165,13 @@ typedef struct dmm_pool_config {
                                create + map + set-access on their own thread; a fit that leaves less
                                than half of it asks the thread for more, and a malloc that would grow
                                first waits (at most 20 ms) for the stock being committed for its stream.
-                               Costs up to that much more memory, at the peak too (the retention limit
-                               rises by as much; no stock takes the pool above it). 256 MiB on the
-                               H200, GPT-2 training's regrowth: 152 -> 17 growths on the allocating
-                               thread, the step 110 -> 99 ms (native 85), peak +62 MiB (+0.5 %); the
-                               mallocs then wait 21 ms for the stock thread, whose driver calls the
-                               driver serialises with theirs. 0 = no stock, no thread (the default) */
+                               Each stock growth is one handle (a handle costs the same for 2 MiB and
+                               256 MiB). Costs up to that much more memory, at the peak too (the
+                               retention limit rises by as much; no stock takes the pool above it).
+                               256 MiB on the H200, GPT-2 training's regrowth: 152 -> 16 growths on
+                               the allocating thread, 868 -> 241 handles, the step 123.5 -> 78.7 ms
+                               (native 81.7), peak +67 MiB (+0.5 %). 0 = no stock, no thread (the
+                               default) */
 } dmm_pool_config;
 
 /* Creates a pool over `mech` (not owned; must support virtual backing, else DMM_ERR_UNSUPPORTED) and
