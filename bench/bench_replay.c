@@ -11,7 +11,7 @@
  * --json writes the medians (with their MAD), ratios and driver calls for `dmm compare`; metric ids
  * are replay.<workload>.* (docs/benchmarks.md).
  * --designs also replays each trace under the pool designs of DESIGNS below (handle sizes, the
- * settle rule, a warm start from the first design's peak) and prints, per design, fragmentation (peak physical / peak live), handles created,
+ * settle rule, a warm start from the first design's peak, the stock) and prints, per design, fragmentation (peak physical / peak live), handles created,
  * and on a GPU the wall time against cuMemAllocAsync: the curve of speed against fragmentation that
  * issue 10's item 3 asks for where a trace cannot reach 1.0 x the driver at today's fragmentation;
  * then each design's fragmentation at six GPU lags (host, 4 repetitions), with its median, its worst
@@ -41,18 +41,20 @@ typedef struct design {
     uint32_t floor_divisor;   /* 0: a fixed floor; else it rises to the live peak / this */
     uint32_t settle_permille; /* 0: the pool's default; 20 (= the default retention): a fixed limit */
     bool warm;                /* a warm start (dmm_pool_warm) from the first design's peak physical: its "last run" */
+    uint64_t stock_bytes;     /* > 0: the stock thread (dmm_replay_opts.stock_bytes), synced after every malloc */
 } design;
 
 static const design DESIGNS[] = {
-    {"default: 2 MiB handles, settle 100", 0, 0, 0, 0, 0, false},
-    {"2 MiB handles, fixed limit (settle 20)", 0, 0, 0, 0, 20, false},
-    {"handles <= 32 MiB and <= n/8", 32ull << 20, 8, 0, 0, 0, false},
-    {"handles 8..32 MiB and <= n/8 (torch adapter)", 32ull << 20, 8, 8ull << 20, 0, 0, false},
-    {"8 MiB or live/256 .. 64 MiB, <= n/8", 64ull << 20, 8, 8ull << 20, 256, 0, false},
-    {"handles <= 128 MiB and <= n/4", 128ull << 20, 4, 0, 0, 0, false},
-    {"handles <= 1 GiB and <= n/2", 1ull << 30, 2, 0, 0, 0, false},
-    {"handles <= 1 GiB, whole requests", 1ull << 30, 1, 0, 0, 0, false},
-    {"warm start from the default's peak", 0, 0, 0, 0, 0, true},
+    {"default: 2 MiB handles, settle 100", 0, 0, 0, 0, 0, false, 0},
+    {"2 MiB handles, fixed limit (settle 20)", 0, 0, 0, 0, 20, false, 0},
+    {"handles <= 32 MiB and <= n/8", 32ull << 20, 8, 0, 0, 0, false, 0},
+    {"handles 8..32 MiB and <= n/8 (torch adapter)", 32ull << 20, 8, 8ull << 20, 0, 0, false, 0},
+    {"the torch adapter's, stock 256 MiB", 32ull << 20, 8, 8ull << 20, 0, 0, false, 256ull << 20},
+    {"8 MiB or live/256 .. 64 MiB, <= n/8", 64ull << 20, 8, 8ull << 20, 256, 0, false, 0},
+    {"handles <= 128 MiB and <= n/4", 128ull << 20, 4, 0, 0, 0, false, 0},
+    {"handles <= 1 GiB and <= n/2", 1ull << 30, 2, 0, 0, 0, false, 0},
+    {"handles <= 1 GiB, whole requests", 1ull << 30, 1, 0, 0, 0, false, 0},
+    {"warm start from the default's peak", 0, 0, 0, 0, 0, true, 0},
 };
 
 /* A replay of one design on `driver` (a warm start, where the design has one, to warm_bytes). */
@@ -67,6 +69,7 @@ static dmm_replay_opts design_opts(const design *d, const char *driver, uint64_t
     o.floor_divisor = d->floor_divisor;
     o.settle_permille = d->settle_permille;
     o.warm_bytes = d->warm ? warm_bytes : 0;
+    o.stock_bytes = d->stock_bytes;
     return o;
 }
 

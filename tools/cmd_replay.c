@@ -27,7 +27,7 @@ void dmm_usage_replay(FILE *f) {
     fprintf(f, "usage: dmm replay TRACE.gz [--driver host|cuda] [--granule BYTES] [--chunk BYTES]\n"
                "                  [--max-chunk BYTES] [--handle-div N] [--min-chunk BYTES] [--floor-div N]\n"
                "                  [--retain PERMILLE] [--settle PERMILLE] [--lag N] [--no-alias] [--repeat K]\n"
-               "                  [--warm BYTES] [--json[=FILE]] [--report FILE.html]\n\n"
+               "                  [--warm BYTES] [--stock BYTES] [--json[=FILE]] [--report FILE.html]\n\n"
                "Replays an allocation trace (# dmm-trace v1, gzip) through the dmm pool over an arena and\n"
                "prints peak live, physical and committed bytes, their ratio beside PyTorch's, driver calls\n"
                "by kind and per 1,000 allocations, and malloc/free latency percentiles.\n"
@@ -55,6 +55,8 @@ void dmm_usage_replay(FILE *f) {
                "               calls, aliases and moves of the last repetition alone: the steady state\n"
                "  --warm       a warm start: the pool first commits BYTES (e.g. the last run's peak) in\n"
                "               handles of up to 1 GiB, timed with the replay (default: none)\n"
+               "  --stock      the pool's stock thread keeps up to BYTES (at most 1/64 of the live peak)\n"
+               "               committed ahead of a growing pool, synced after every malloc (default: none)\n"
                "  --json       one JSON object instead of text; --json=FILE writes it to FILE (and the text\n"
                "               to the standard output)\n"
                "  --report     also write a self-contained HTML page with the timeline\n"
@@ -70,7 +72,7 @@ static const dmm_opt_range REPEAT = {1, 1000, false, "a number of repetitions", 
 
 enum {
     OPT_DRIVER = 256, OPT_GRANULE, OPT_CHUNK, OPT_MAX_CHUNK, OPT_HANDLE_DIV, OPT_MIN_CHUNK, OPT_FLOOR_DIV,
-    OPT_RETAIN, OPT_SETTLE, OPT_LAG, OPT_NO_ALIAS, OPT_REPEAT, OPT_WARM, OPT_JSON, OPT_REPORT,
+    OPT_RETAIN, OPT_SETTLE, OPT_LAG, OPT_NO_ALIAS, OPT_REPEAT, OPT_WARM, OPT_STOCK, OPT_JSON, OPT_REPORT,
 };
 
 static const struct option longs[] = {
@@ -87,6 +89,7 @@ static const struct option longs[] = {
     {"no-alias", no_argument, NULL, OPT_NO_ALIAS},
     {"repeat", required_argument, NULL, OPT_REPEAT},
     {"warm", required_argument, NULL, OPT_WARM},
+    {"stock", required_argument, NULL, OPT_STOCK},
     {"json", optional_argument, NULL, OPT_JSON},
     {"report", required_argument, NULL, OPT_REPORT},
     {"help", no_argument, NULL, 'h'},
@@ -127,6 +130,7 @@ static int parse(int argc, char **argv, replay_args *a) {
         case OPT_MIN_CHUNK: rc = dmm_cli_u64("replay", opt, optarg, &SIZE, &a->o.min_chunk_bytes); break;
         case OPT_LAG: rc = dmm_cli_u64("replay", opt, optarg, &LAG, &a->o.lag); break;
         case OPT_WARM: rc = dmm_cli_u64("replay", opt, optarg, &SIZE, &a->o.warm_bytes); break;
+        case OPT_STOCK: rc = dmm_cli_u64("replay", opt, optarg, &SIZE, &a->o.stock_bytes); break;
         case OPT_NO_ALIAS: a->o.no_alias = true; break;
         case OPT_HANDLE_DIV:
         case OPT_FLOOR_DIV:

@@ -18,6 +18,10 @@
  * whether the pool reached a steady state (none) or pays them every iteration; with --lag the fences
  * are pending as on a GPU, where a replay with every fence complete would hide the cost.
  *
+ * Stock (--stock BYTES): the pool's stock thread (stock_bytes), synced after every malloc, so that
+ * each stock growth is done before the next event: a stock that keeps up with the mallocs (on the
+ * H200 it mostly does, in one handle a growth), and the same layout in every run.
+ *
  * Warm start (--warm BYTES): the pool commits that much at once, in handles of up to 1 GiB, before the
  * first event (dmm_pool_warm), inside the timed loop: what a pool that knows the workload's last peak
  * would do, and what it costs.
@@ -302,6 +306,7 @@ int dmm_replay_run(const dmm_trace *t, const dmm_replay_opts *o, dmm_replay_resu
     pc.min_chunk_bytes = o->min_chunk_bytes;
     pc.floor_divisor = o->floor_divisor;
     pc.no_alias = o->no_alias ? 1u : 0u;
+    pc.stock_bytes = o->stock_bytes;
     if (dmm_pool_create(arena, drv, &pc, &pool) != DMM_OK) FAIL("creating the pool failed: %s", dmm_last_error());
 
     for (uint32_t i = 0; i < t->nstreams; i++) {
@@ -376,6 +381,11 @@ int dmm_replay_run(const dmm_trace *t, const dmm_replay_opts *o, dmm_replay_resu
                 }
                 if (s != DMM_OK)
                     FAIL("event %zu: malloc of %llu bytes failed: %s", i, (unsigned long long)e->bytes, dmm_last_error());
+                if (o->stock_bytes > 0) { /* BUSY: the thread is still at it after 20 ms; wait on */
+                    do s = dmm_pool_stock_sync(pool);
+                    while (s == DMM_ERR_BUSY);
+                    if (s != DMM_OK) FAIL("event %zu: syncing the stock failed: %s", i, dmm_last_error());
+                }
                 live += e->bytes;
                 if (live > window_max) window_max = live;
                 slot_stream[e->slot] = e->stream;

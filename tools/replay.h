@@ -34,6 +34,8 @@ typedef struct dmm_replay_opts {
                                  pool (the leftovers of one freed before the next); 0 or 1 = once */
     uint64_t warm_bytes;      /* > 0: a warm start (dmm_pool_warm) to this many committed bytes on the first
                                  allocation's stream, in the largest handles, inside the timed replay */
+    uint64_t stock_bytes;     /* > 0: the pool's stock (dmm_pool_config.stock_bytes), its thread synced
+                                 after every malloc (dmm_pool_stock_sync): as if it kept up, in a fixed order */
 } dmm_replay_opts;
 
 typedef struct dmm_replay_point {

@@ -68,11 +68,12 @@ void dmm_report_text(FILE *f, const char *path, const dmm_trace *t, const dmm_re
             dmm_replay_per_1k(r->calls_create, r->allocs), dmm_replay_per_1k(r->calls_map, r->allocs),
             dmm_replay_per_1k(r->calls_set_access, r->allocs), dmm_replay_per_1k(r->calls_unmap, r->allocs),
             dmm_replay_per_1k(r->calls_release, r->allocs));
-    fprintf(f, "  pool            %llu cached mallocs of %llu (%.2f%%), %llu grows, %llu chunks committed, %llu moved, "
-               "%llu aliased, %llu decommitted\n",
+    fprintf(f, "  pool            %llu cached mallocs of %llu (%.2f%%), %llu grows (and %llu of the stock), %llu chunks "
+               "committed, %llu moved, %llu aliased, %llu decommitted\n",
             (unsigned long long)r->pool.cached_mallocs, (unsigned long long)r->pool.mallocs,
             r->pool.mallocs ? 100.0 * (double)r->pool.cached_mallocs / (double)r->pool.mallocs : 0.0,
-            (unsigned long long)r->pool.grows, (unsigned long long)r->pool.chunks_committed,
+            (unsigned long long)r->pool.grows, (unsigned long long)r->pool.stock_grows,
+            (unsigned long long)r->pool.chunks_committed,
             (unsigned long long)r->pool.chunks_moved, (unsigned long long)r->pool.chunks_aliased,
             (unsigned long long)r->pool.chunks_decommitted);
     if (r->malloc_p50 > 0 || r->free_p50 > 0) {

@@ -220,6 +220,13 @@ DMM_API dmm_status dmm_pool_trim(dmm_pool *pool, uint64_t target_bytes, uint64_t
  * NULL) = bytes decommitted. */
 DMM_API dmm_status dmm_pool_empty_cache(dmm_pool *pool, uint64_t *released);
 
+/* Waits until the stock thread (stock_bytes) has done every request posted before the call, pending
+ * or in flight: at once without a stock. For replays and benchmarks that want the stock's work in a
+ * fixed order (`dmm replay --stock`); no malloc needs it. DMM_ERR_BUSY when the thread is still busy
+ * after 20 ms (call again; never from a budget callback, which the stock thread may be running);
+ * DMM_ERR_INVALID_ARGUMENT for a NULL pool. */
+DMM_API dmm_status dmm_pool_stock_sync(dmm_pool *pool);
+
 /* Warm start: a pool told a workload's steady state — e.g. its last run's committed peak (the stats'
  * committed_bytes.peak) — commits memory on `stream`'s heap until the pool's committed bytes reach
  * target_bytes, at once and in handles of up to handle_bytes (0 = DMM_POOL_WARM_HANDLE_BYTES; rounded

@@ -616,6 +616,15 @@ dmm_status dmm_pool_empty_cache(dmm_pool *p, uint64_t *released) {
     return dmm__pool_empty_cache(p, released);
 }
 
+dmm_status dmm_pool_stock_sync(dmm_pool *p) {
+    if (p == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_stock_sync: the pool is NULL");
+    if (!dmm__pool_stock_drain(p))
+        return dmm_error_set(DMM_ERR_BUSY,
+                             "dmm_pool_stock_sync: the stock thread was still committing after 20 ms; call again "
+                             "(not from a budget callback: the stock thread may be the one running it)");
+    return DMM_OK;
+}
+
 /* ---- warm start (growth.c does the growth) ---- */
 
 dmm_status dmm_pool_warm(dmm_pool *p, dmm_stream stream, uint64_t target_bytes, uint64_t handle_bytes,

@@ -17,7 +17,8 @@
  * growth sets): the thread refills the stock while it is still there, so that mallocs that keep
  * coming fit instead of growing on their own thread. Before a malloc on a heap grows, it waits until
  * the thread has done that heap's request, pending or in flight, so that it sees the stock instead of
- * planning around COMMITTING pieces (the wait is counted: stock_wait_ns); a trim, empty_cache or
+ * planning around COMMITTING pieces (the wait is counted: stock_wait_ns); dmm_pool_stock_sync waits
+ * for every request, pending or in flight; a trim, empty_cache or
  * destroy drops the pending request and waits for the one in flight, and a trim forgets every heap's
  * stock_end, so that what it gives back is not grown again behind it. Every wait is bounded
  * (STOCK_WAIT_NS): a thread that waits longer goes on as if there were no stock (concurrent growth
@@ -121,24 +122,46 @@ void dmm__pool_stock_post(dmm_pool *p, pheap *h, uintptr_t at) {
     pthread_mutex_unlock(&st->m);
 }
 
-/* Under m: whether a wait for h (NULL: for any heap's growth in flight) has something to wait for. */
-static bool stock_owes(const pstock *st, const pheap *h) {
-    return (st->busy != NULL && (h == NULL || st->busy == h)) || (h != NULL && st->want == h);
+/* What a wait waits for: h's request, pending or in flight (STOCK_FOR_HEAP), any growth in flight
+ * (STOCK_IN_FLIGHT: a trim, once it dropped the pending request), or every request (STOCK_ALL). */
+typedef enum { STOCK_FOR_HEAP, STOCK_IN_FLIGHT, STOCK_ALL } stock_wait_for;
+
+/* Under m: whether that wait still has something to wait for. */
+static bool stock_owes(const pstock *st, const pheap *h, stock_wait_for what) {
+    switch (what) {
+    case STOCK_FOR_HEAP: return st->busy == h || st->want == h;
+    case STOCK_IN_FLIGHT: return st->busy != NULL;
+    default: return st->busy != NULL || st->want != NULL;
+    }
 }
 
-uint64_t dmm__pool_stock_wait(dmm_pool *p, const pheap *h) {
+/* Waits (at most STOCK_WAIT_NS) until the thread owes nothing of `what`; never on the thread itself.
+ * Returns the nanoseconds it waited; *done (may be NULL) whether nothing is owed now. */
+static uint64_t stock_wait_for_it(dmm_pool *p, const pheap *h, stock_wait_for what, bool *done) {
     pstock *st = &p->stock;
+    if (done != NULL) *done = true;
     if (!st->running || pthread_equal(pthread_self(), st->thread)) return 0;
     uint64_t t0 = 0;
     pthread_mutex_lock(&st->m);
-    if (h == NULL) st->want = NULL;
-    if (stock_owes(st, h)) {
+    if (what == STOCK_IN_FLIGHT) st->want = NULL;
+    if (stock_owes(st, h, what)) {
         t0 = dmm_now_ns(); /* CLOCK_MONOTONIC, as `idle` measures */
         uint64_t deadline = t0 + STOCK_WAIT_NS;
         struct timespec until = {(time_t)(deadline / 1000000000u), (long)(deadline % 1000000000u)};
-        while (stock_owes(st, h))
+        while (stock_owes(st, h, what))
             if (pthread_cond_timedwait(&st->idle, &st->m, &until) == ETIMEDOUT) break;
     }
+    if (done != NULL) *done = !stock_owes(st, h, what);
     pthread_mutex_unlock(&st->m);
     return t0 != 0 ? dmm_now_ns() - t0 : 0;
+}
+
+uint64_t dmm__pool_stock_wait(dmm_pool *p, const pheap *h) {
+    return stock_wait_for_it(p, h, h != NULL ? STOCK_FOR_HEAP : STOCK_IN_FLIGHT, NULL);
+}
+
+bool dmm__pool_stock_drain(dmm_pool *p) {
+    bool done;
+    stock_wait_for_it(p, NULL, STOCK_ALL, &done);
+    return done;
 }

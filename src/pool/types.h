@@ -544,6 +544,9 @@ void dmm__pool_stock_post(dmm_pool *p, pheap *h, uintptr_t at);
  * so that the malloc sees the stock. h NULL (a trim, destroy): drops the pending request and waits
  * for the one in flight. Never waits on the thread itself. Returns the nanoseconds it waited. */
 uint64_t dmm__pool_stock_wait(dmm_pool *p, const pheap *h);
+/* Waits (bounded) until the thread has done every request, pending or in flight (dmm_pool_stock_sync);
+ * false: it was still busy at the bound. Never waits on the thread itself. */
+bool dmm__pool_stock_drain(dmm_pool *p);
 
 /* ---- growth.c ---- */
 /* malloc of `n` bytes (rounded) when no mapped free block fits: poll, grow, move, alias. *stock_at:

@@ -9,7 +9,8 @@
  * retention limit; a pool too small for one quantum of stock keeps none; empty_cache gives the
  * stock back and nothing grows it again behind it, also with the thread's request still pending or in
  * flight when it is called; a stock commit that fails leaves the pool as it
- * was (checked, nothing committed, the next malloc grows itself); destroy stops the thread. Each wait
+ * was (checked, nothing committed, the next malloc grows itself); dmm_pool_stock_sync waits for every
+ * request, pending or in flight, and drops none; destroy stops the thread. Each wait
  * for the thread is on its request (dmm__pool_stock_wait), not on time.
  */
 #include <stdlib.h>
@@ -190,6 +191,28 @@ static void a_failed_stock_commit_changes_nothing(void **state) {
     fx_close(f);
 }
 
+static void stock_sync_waits_for_every_request(void **state) {
+    (void)state;
+    assert_int_equal(dmm_pool_stock_sync(NULL), DMM_ERR_INVALID_ARGUMENT);
+    dmm_test_error_mentions("dmm_pool_stock_sync", "NULL", NULL);
+    fx *f = fx_open_stock(0);
+    DMM_OK_OR_FAIL(dmm_pool_stock_sync(f->pool)); /* no stock: nothing to wait for */
+    fx_close(f);
+    /* each round's request is still pending or in flight when sync is called: it waits for it, and
+     * drops nothing (as a trim would) */
+    f = fx_open_stock(64 * MIB);
+    for (int round = 0; round < 20; round++) {
+        char *big = xmalloc(f, BIG);
+        DMM_OK_OR_FAIL(dmm_pool_stock_sync(f->pool));
+        dmm_pool_stats s = stats(f);
+        assert_int_equal(s.committed_bytes.current, BIG + STOCK);
+        assert_int_equal(s.stock_grows, (uint64_t)round + 1);
+        xfree(f, big);
+        DMM_OK_OR_FAIL(dmm_pool_empty_cache(f->pool, NULL));
+    }
+    fx_close(f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(a_growing_pool_finds_its_next_mallocs_in_the_stock),
@@ -198,6 +221,7 @@ int main(void) {
         cmocka_unit_test(a_small_pool_keeps_no_stock),
         cmocka_unit_test(empty_cache_gives_the_stock_back_for_good),
         cmocka_unit_test(a_failed_stock_commit_changes_nothing),
+        cmocka_unit_test(stock_sync_waits_for_every_request),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

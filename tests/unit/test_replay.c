@@ -1,6 +1,7 @@
-/* tests/unit/test_replay.c — the replay tool's --repeat (tools/replay.c, compiled in here with the
- * trace reader): the trace taken as one iteration, replayed K times over one pool, the leftovers of
- * each repetition freed before the next, and the driver calls of the last repetition alone.
+/* tests/unit/test_replay.c — the replay tool's --repeat and --stock (tools/replay.c, compiled in here
+ * with the trace reader): the trace taken as one iteration, replayed K times over one pool, the
+ * leftovers of each repetition freed before the next, and the driver calls of the last repetition
+ * alone.
  *   - once: the "steady" counts are the whole run's;
  *   - a repeating workload whose memory the pool keeps mapped reaches a steady state with no
  *     driver call at all in its last repetition, and the totals count every repetition;
@@ -10,7 +11,9 @@
  *   - hostile sizes: a trace whose peak needs a reservation beyond 64 bits (above 2^58 bytes) is refused
  *     before anything is created (it hung above 2^63 and silently reserved 64 GiB from 2^58), and so is
  *     one whose peak needs more host-driver handles than the open-file limit allows;
- *   - --lag UINT64_MAX means "never" (a synchronize completes), not "at once" (the sum wrapped). */
+ *   - --lag UINT64_MAX means "never" (a synchronize completes), not "at once" (the sum wrapped);
+ *   - --stock: with the stock synced after every malloc, a pool that keeps growing in small steps
+ *     fits them into the stock instead of growing, the same way in every run. */
 #include "../../tools/replay.c"
 #include "../../tools/trace.c"
 
@@ -151,6 +154,41 @@ static void a_huge_lag_means_never_not_at_once(void **state) {
     assert_true(lag_done(&l, &e));
 }
 
+/* 256 MiB, then eight 1 MiB allocations: a pool that keeps growing, in small steps. */
+static void run_growing(uint64_t stock, dmm_replay_result *r) {
+    char text[512];
+    int n = snprintf(text, sizeof text, "# dmm-trace v1\n0 a 1 268435456 0\n");
+    for (int i = 0; i < 8; i++) n += snprintf(text + n, sizeof text - (size_t)n, "%d a %d 1048576 0\n", i + 1, i + 2);
+    dmm_trace t;
+    char err[512] = "";
+    assert_int_equal(dmm_trace_parse(text, strlen(text), &t, err, sizeof err), 0);
+    dmm_replay_opts o;
+    memset(&o, 0, sizeof o);
+    o.driver = "host";
+    o.stock_bytes = stock;
+    memset(r, 0, sizeof *r);
+    if (dmm_replay_run(&t, &o, r, err, sizeof err) != 0) fail_msg("replay: %s", err);
+    dmm_trace_free(&t);
+}
+
+static void with_a_stock_the_small_steps_fit_and_every_run_is_the_same(void **state) {
+    (void)state;
+    dmm_replay_result none, a, b;
+    run_growing(0, &none);
+    run_growing(64 << 20, &a); /* a stock of 256 MiB / 64 = 4 MiB, synced after every malloc */
+    run_growing(64 << 20, &b);
+    assert_int_equal(none.pool.stock_grows, 0);
+    assert_true(none.pool.grows > 1); /* without it the small steps grow */
+    assert_int_equal(a.pool.grows, 1); /* with it they fit: only the first allocation grew */
+    assert_true(a.pool.stock_grows >= 2); /* the stock, and refills as the steps used it */
+    assert_int_equal(a.pool.stock_grows, b.pool.stock_grows);
+    assert_int_equal(a.peak_physical_bytes, b.peak_physical_bytes);
+    assert_int_equal(a.calls_create, b.calls_create);
+    dmm_replay_result_free(&none);
+    dmm_replay_result_free(&a);
+    dmm_replay_result_free(&b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(sizes_whose_reservation_would_overflow_are_refused_at_once),
@@ -159,6 +197,7 @@ int main(void) {
         cmocka_unit_test(once_the_steady_counts_are_the_whole_run),
         cmocka_unit_test(a_repeating_step_reaches_a_steady_state_without_driver_calls),
         cmocka_unit_test(under_lag_the_repetitions_still_end_with_nothing_held),
+        cmocka_unit_test(with_a_stock_the_small_steps_fit_and_every_run_is_the_same),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
