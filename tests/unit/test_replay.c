@@ -33,18 +33,23 @@ static const char *const step = "# dmm-trace v1\n"
                                 "5 f 1\n"
                                 "6 f 3\n";
 
-static void run(uint32_t repeat, uint64_t lag, dmm_replay_result *r) {
+/* Replays the trace `text` on the host driver with `o` (its driver set here). */
+static void replay_text(const char *text, dmm_replay_opts o, dmm_replay_result *r) {
     dmm_trace t;
     char err[512] = "";
-    assert_int_equal(dmm_trace_parse(step, strlen(step), &t, err, sizeof err), 0);
-    dmm_replay_opts o;
-    memset(&o, 0, sizeof o);
+    assert_int_equal(dmm_trace_parse(text, strlen(text), &t, err, sizeof err), 0);
     o.driver = "host";
-    o.repeat = repeat;
-    o.lag = lag;
     memset(r, 0, sizeof *r);
     if (dmm_replay_run(&t, &o, r, err, sizeof err) != 0) fail_msg("replay: %s", err);
     dmm_trace_free(&t);
+}
+
+static void run(uint32_t repeat, uint64_t lag, dmm_replay_result *r) {
+    dmm_replay_opts o;
+    memset(&o, 0, sizeof o);
+    o.repeat = repeat;
+    o.lag = lag;
+    replay_text(step, o, r);
 }
 
 static void once_the_steady_counts_are_the_whole_run(void **state) {
@@ -159,16 +164,10 @@ static void run_growing(uint64_t stock, dmm_replay_result *r) {
     char text[512];
     int n = snprintf(text, sizeof text, "# dmm-trace v1\n0 a 1 268435456 0\n");
     for (int i = 0; i < 8; i++) n += snprintf(text + n, sizeof text - (size_t)n, "%d a %d 1048576 0\n", i + 1, i + 2);
-    dmm_trace t;
-    char err[512] = "";
-    assert_int_equal(dmm_trace_parse(text, strlen(text), &t, err, sizeof err), 0);
     dmm_replay_opts o;
     memset(&o, 0, sizeof o);
-    o.driver = "host";
     o.stock_bytes = stock;
-    memset(r, 0, sizeof *r);
-    if (dmm_replay_run(&t, &o, r, err, sizeof err) != 0) fail_msg("replay: %s", err);
-    dmm_trace_free(&t);
+    replay_text(text, o, r);
 }
 
 static void with_a_stock_the_small_steps_fit_and_every_run_is_the_same(void **state) {
