@@ -382,8 +382,9 @@ int dmm_replay_run(const dmm_trace *t, const dmm_replay_opts *o, dmm_replay_resu
                 if (s != DMM_OK)
                     FAIL("event %zu: malloc of %llu bytes failed: %s", i, (unsigned long long)e->bytes, dmm_last_error());
                 if (o->stock_bytes > 0) { /* BUSY: the thread is still at it after 20 ms; wait on */
-                    do s = dmm_pool_stock_sync(pool);
-                    while (s == DMM_ERR_BUSY);
+                    do {
+                        s = dmm_pool_stock_sync(pool);
+                    } while (s == DMM_ERR_BUSY);
                     if (s != DMM_OK) FAIL("event %zu: syncing the stock failed: %s", i, dmm_last_error());
                 }
                 live += e->bytes;
