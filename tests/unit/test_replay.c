@@ -160,14 +160,22 @@ static void a_huge_lag_means_never_not_at_once(void **state) {
 }
 
 /* 256 MiB, then eight 1 MiB allocations: a pool that keeps growing, in small steps. */
+static const char *const growing = "# dmm-trace v1\n"
+                                   "0 a 1 268435456 0\n"
+                                   "1 a 2 1048576 0\n"
+                                   "2 a 3 1048576 0\n"
+                                   "3 a 4 1048576 0\n"
+                                   "4 a 5 1048576 0\n"
+                                   "5 a 6 1048576 0\n"
+                                   "6 a 7 1048576 0\n"
+                                   "7 a 8 1048576 0\n"
+                                   "8 a 9 1048576 0\n";
+
 static void run_growing(uint64_t stock, dmm_replay_result *r) {
-    char text[512];
-    int n = snprintf(text, sizeof text, "# dmm-trace v1\n0 a 1 268435456 0\n");
-    for (int i = 0; i < 8; i++) n += snprintf(text + n, sizeof text - (size_t)n, "%d a %d 1048576 0\n", i + 1, i + 2);
     dmm_replay_opts o;
     memset(&o, 0, sizeof o);
     o.stock_bytes = stock;
-    replay_text(text, o, r);
+    replay_text(growing, o, r);
 }
 
 static void with_a_stock_the_small_steps_fit_and_every_run_is_the_same(void **state) {
