@@ -540,9 +540,10 @@ uint64_t dmm__pool_stock_grow(dmm_pool *p, pheap *h, uintptr_t at) {
     uint64_t want_more = 0;
     bool found = target > 0 && plan_stock(p, h, at, target, &g.pl), go = found && g.pl.k > 0;
     g.n = g.pl.hi - g.pl.lo;
-    g.most = g.n; /* one handle: a handle costs the same for 2 MiB and 256 MiB (DESIGN §6), and no malloc waits for
-                   * this one while it is cut finer (measured on the H200: GPT-2's regrowth 1.30 x native's time
-                   * with the stock in handles of <= 1/8 of it, 0.97 x in one) */
+    /* one handle: a handle costs the same for 2 MiB and 256 MiB (DESIGN §6), and the driver serialises
+     * this thread's calls with the mallocs', so the fewer the stock's handles the less they wait (GPT-2's
+     * regrowth on the H200: 1.30 x native's time with the stock in handles of <= 1/8 of it, 0.97 x in one) */
+    g.most = g.n;
     dmm_status s = go ? growth_carve(&g, &want_more) : DMM_OK; /* no sources: want_more stays 0 */
     if (!go) h->stock_end = found ? g.pl.hi : 0; /* enough there already: the stock ends at `at` */
     heap_unlock(h);
