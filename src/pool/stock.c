@@ -11,21 +11,20 @@
  * into 1/8s, the stock kept GPT-2's mallocs waiting 19 ms for it in a regrowth, in one handle 3 ms.
  *
  * What it owns: the thread, and one request slot. Two kinds of malloc post a request (a newer post
- * replaces an older one): one that grew, where its window ended (only a growth that moved and
- * aliased nothing: the pool is still growing, not settling), and one that fitted into the stock and
- * left less than half the target free before the stock's end (the heap's stock_end, which each stock
- * growth sets): the thread refills the stock while it is still there, so that mallocs that keep
- * coming fit instead of growing on their own thread. Before a malloc on a heap grows, it waits until
- * the thread has done that heap's request, pending or in flight, so that it sees the stock instead of
- * planning around COMMITTING pieces (the wait is counted: stock_wait_ns); dmm_pool_stock_sync waits
- * for every request, pending or in flight; a trim, empty_cache or
- * destroy drops the pending request and waits for the one in flight, and a trim forgets every heap's
- * stock_end, so that what it gives back is not grown again behind it. Every wait is bounded
- * (STOCK_WAIT_NS): a thread that waits longer goes on as if there were no stock (concurrent growth
- * is the pool's normal case), so no wait can deadlock, e.g. on a budget callback the stock thread
- * runs. The growth itself is growth.c's (dmm__pool_stock_grow): the same plan → carve → drive →
- * fix-up, under the heap's lock and outside it, with the same fault handling; a failure is dropped
- * (the next malloc grows, and reports, itself).
+ * replaces an older one): one that grew, where its window ended (only a growth that moved and aliased
+ * nothing: the pool is still growing, not settling), and one that fitted into the stock and left less
+ * than half the target free before the stock's end (the heap's stock_end, which each stock growth
+ * sets): the thread refills the stock while it is still there, so that mallocs that keep coming fit
+ * instead of growing on their own thread. Before a malloc on a heap grows, it waits until the thread
+ * has done that heap's request, pending or in flight, so that it sees the stock instead of planning
+ * around COMMITTING pieces (the wait is counted: stock_wait_ns); dmm_pool_stock_sync waits for every
+ * request, pending or in flight; a trim, empty_cache or destroy drops the pending request and waits for
+ * the one in flight, and a trim forgets every heap's stock_end, so that what it gives back is not grown
+ * again behind it. Every wait is bounded (STOCK_WAIT_NS): a thread that waits longer goes on as if
+ * there were no stock (concurrent growth is the pool's normal case), so no wait can deadlock, e.g. on a
+ * budget callback the stock thread runs. The growth itself is growth.c's (dmm__pool_stock_grow): the
+ * same plan → carve → drive → fix-up, under the heap's lock and outside it, with the same fault
+ * handling; a failure is dropped (the next malloc grows, and reports, itself).
  *
  * What it costs: the stock is at most stock_bytes and at most the live peak / POOL_STOCK_SHARE, and
  * the retention limit rises by as much (so that a growth does not move the stock's chunks away): a

@@ -182,7 +182,7 @@ static void with_a_stock_the_small_steps_fit_and_every_run_is_the_same(void **st
     (void)state;
     dmm_replay_result none, a, b;
     run_growing(0, &none);
-    run_growing(64 << 20, &a); /* a stock of 256 MiB / 64 = 4 MiB, synced after every malloc */
+    run_growing(64 << 20, &a); /* the stock: 256 MiB / 64 = 4 MiB, synced after every malloc */
     run_growing(64 << 20, &b);
     assert_int_equal(none.pool.stock_grows, 0);
     assert_true(none.pool.grows > 1); /* without it the small steps grow */
