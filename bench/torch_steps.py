@@ -9,7 +9,7 @@ dmm-h<MiB>x<D>[m<MIN>[f<F>]] with DMM_TORCH_HANDLES=<MiB << 20>,<D>,<MIN << 20>,
 a D-th of the request, at least MIN MiB or an F-th of the live peak; without m: no floor, e.g. dmm-h32x8 = the
 default before the 8 MiB floor; without f: a fixed floor, e.g. dmm-h32x8m8 = the default; dmm-h64x8m8f256 the
 rising floor measured against it);
-dmm-a<MiB> with DMM_TORCH_STOCK=<MiB << 20> (the stock thread keeps up to MiB, at most 1/64 of the live
+dmm-a<MiB> with DMM_TORCH_STOCK=<MiB << 20> (the stock thread keeps up to MiB, at most 1/128 of the live
 peak, committed ahead of the growth); dmm-r<N> with DMM_TORCH_RETAIN=N (free memory kept mapped, permille of the live peak); dmm-w with a warm
 start: before the first step the pool commits the physical peak of dmm-w's last run (dmm.torch.warm),
 the "last run" being one unmeasured dmm-w run made first (its cost is printed apart: it is paid before

@@ -55,7 +55,7 @@ void dmm_usage_replay(FILE *f) {
                "               calls, aliases and moves of the last repetition alone: the steady state\n"
                "  --warm       a warm start: the pool first commits BYTES (e.g. the last run's peak) in\n"
                "               handles of up to 1 GiB, timed with the replay (default: none)\n"
-               "  --stock      the pool's stock thread keeps up to BYTES (at most 1/64 of the live peak)\n"
+               "  --stock      the pool's stock thread keeps up to BYTES (at most 1/128 of the live peak)\n"
                "               committed ahead of a growing pool, synced after every malloc (default: none)\n"
                "  --json       one JSON object instead of text; --json=FILE writes it to FILE (and the text\n"
                "               to the standard output)\n"

@@ -72,7 +72,7 @@ static const char *num_why(num_result r) {
     "67108864,8,8388608,256; 0 = one granule per handle"
 #define STOCK_REMEDY                                                                               \
     "the bytes the pool's stock thread keeps committed ahead of a growing pool, decimal (e.g. 268435456 for " \
-    "256 MiB, at most 1/64 of the live peak is used; 0 = no stock)"
+    "256 MiB, at most 1/128 of the live peak is used; 0 = no stock)"
 #define PIECE_REMEDY                                                                               \
     "MAX[,FIRST[,COPY]] in decimal bytes (e.g. 33554432, or 268435456,16777216, or 0 for one commit per "   \
     "segment)"

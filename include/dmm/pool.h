@@ -158,7 +158,7 @@ typedef struct dmm_pool_config {
                                -> 10,650 MiB), so the torch adapter keeps a fixed floor
                                (docs/benchmarks.md). 0 = a fixed floor */
     uint64_t stock_bytes;     /* > 0: a thread of the pool's own keeps up to this many bytes (rounded
-                               down to chunk_bytes, and at most 1/64 of the highest live bytes seen so
+                               down to chunk_bytes, and at most 1/128 of the highest live bytes seen so
                                far) committed right after the place where a growing pool last grew, so
                                that the mallocs of a workload's growth (a training's first step: ~150
                                growths, ~870 handles for GPT-2) find memory mapped instead of paying

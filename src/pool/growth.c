@@ -588,9 +588,12 @@ dmm_status dmm__pool_malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t reque
         growth_carve_others(&g, want_more);
         growth_drive(&g);
         growth_fixup(&g);
-        /* a growth that only added memory (nothing moved or aliased: the pool is still growing) ends
-         * where a stock would go next */
-        g.stock_at = g.fail == DMM_OK && g.sv.n == 0 ? align_up_c(p, g.pl.hi) : 0;
+        /* a growth that only added memory (nothing moved or aliased: the pool is still growing) for a
+         * request no larger than the stock ends where a stock would go next. Not after a larger one: the
+         * VA after it is where the next, slightly larger request of its kind grows in place (GPT-2's
+         * logits), and a stock there, with small blocks carved from it, makes that one all new memory */
+        bool stockable = g.fail == DMM_OK && g.sv.n == 0 && n <= stock_target(p, live_peak_estimate(p));
+        g.stock_at = stockable ? align_up_c(p, g.pl.hi) : 0;
     }
     if (attempt == 16)
         s = dmm_error_set(DMM_ERR_BUSY,

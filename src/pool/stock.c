@@ -12,9 +12,10 @@
  *
  * What it owns: the thread, and one request slot. Two kinds of malloc post a request (a newer post
  * replaces an older one): one that grew, where its window ended (only a growth that moved and aliased
- * nothing: the pool is still growing, not settling), and one that fitted into the stock and left less
- * than half the target free before the stock's end (the heap's stock_end, which each stock growth
- * sets): the thread refills the stock while it is still there, so that mallocs that keep coming fit
+ * nothing, the pool still growing, not settling, and only for a request no larger than the stock: the
+ * VA after a large one is where the next of its kind grows in place), and one that fitted into the
+ * stock and left less than half the target free before the stock's end (the heap's stock_end, which
+ * each stock growth sets): the thread refills the stock while it is still there, so that mallocs that keep coming fit
  * instead of growing on their own thread. Before a malloc on a heap grows, it waits until the thread
  * has done that heap's request, pending or in flight, so that it sees the stock instead of planning
  * around COMMITTING pieces (the wait is counted: stock_wait_ns); dmm_pool_stock_sync waits for every
