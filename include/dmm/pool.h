@@ -168,10 +168,12 @@ typedef struct dmm_pool_config {
                                Each stock growth is one handle (a handle costs the same for 2 MiB and
                                256 MiB). Costs up to that much more memory, at the peak too (the
                                retention limit rises by as much; no stock takes the pool above it).
-                               256 MiB on the H200, GPT-2 training's regrowth: 152 -> 16 growths on
-                               the allocating thread, 868 -> 241 handles, the step 123.5 -> 78.7 ms
-                               (native 81.7), peak +67 MiB (+0.5 %). 0 = no stock, no thread (the
-                               default) */
+                               Only a growth for a request no larger than the stock posts one (the
+                               VA after a larger one is where the next of its kind grows). 256 MiB
+                               on the H200, GPT-2 training's regrowth: 152 -> 28 growths on the
+                               allocating thread, 868 -> 292 handles, the step 89.2 -> 68.8 ms
+                               (native 68.0) at the same peak; ViT's 68.8 -> 44.1 ms (native 46.4)
+                               at +3.5 % peak. 0 = no stock, no thread (the default) */
 } dmm_pool_config;
 
 /* Creates a pool over `mech` (not owned; must support virtual backing, else DMM_ERR_UNSUPPORTED) and
