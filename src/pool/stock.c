@@ -15,8 +15,8 @@
  * nothing, the pool still growing, not settling, and only for a request no larger than the stock: the
  * VA after a large one is where the next of its kind grows in place), and one that fitted into the
  * stock and left less than half the target free before the stock's end (the heap's stock_end, which
- * each stock growth sets): the thread refills the stock while it is still there, so that mallocs that keep coming fit
- * instead of growing on their own thread. Before a malloc on a heap grows, it waits until the thread
+ * each stock growth sets): the thread refills the stock while it is still there, so that mallocs that
+ * keep coming fit instead of growing on their own thread. Before a malloc on a heap grows, it waits until the thread
  * has done that heap's request, pending or in flight, so that it sees the stock instead of planning
  * around COMMITTING pieces (the wait is counted: stock_wait_ns); dmm_pool_stock_sync waits for every
  * request, pending or in flight; a trim, empty_cache or destroy drops the pending request and waits for

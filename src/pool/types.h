@@ -107,8 +107,8 @@ enum {
 #define POOL_QUICK_SKIP 512u
 
 /* The stock (stock.c) is at most the live peak / this: what it may add to the peak is bounded by the
- * pool's own size (1/128: 0.8 %), and a small pool keeps none. With 1/64 the replays of GPT-2's training
- * fragmented 0.02 more, and the H200's regrowth was no faster (docs/benchmarks.md). */
+ * pool's own size (1/128: 0.8 %), and a small pool keeps none. At 1/64 the replay of GPT-2's training
+ * in gpu/torch_models (models-train) fragmented 0.02 more (docs/benchmarks.md). */
 #define POOL_STOCK_SHARE 128u
 
 typedef struct pblock {

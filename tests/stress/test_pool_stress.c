@@ -173,8 +173,8 @@ static void run_mix(uint64_t max_chunk, bool flap, uint64_t stock) {
     DMM_OK_OR_FAIL(dmm_pool_create(sh.arena, sh.drv, &pc, &sh.pool));
     sh.streams[0] = NULL;
     for (int i = 1; i < STREAMS; i++) DMM_OK_OR_FAIL(sh.drv->ops->stream_create(sh.drv, &sh.streams[i]));
-    /* with a stock, 512 MiB held for the whole mix: a live peak whose 1/128 (the stock) is several quanta,
-     * more than the mix's largest request, so that the mix's growths post stocks */
+    /* with a stock, 512 MiB held for the whole mix: a live peak whose 1/128 (the stock, ~6 MiB) is larger
+     * than most of the mix's requests (512 B to 8 MiB), whose growths then post stocks */
     void *resident = NULL;
     if (stock) {
         DMM_OK_OR_FAIL(dmm_pool_malloc(sh.pool, 512 * MIB, NULL, &resident));
