@@ -3,15 +3,15 @@
  *
  * What is proven: after a malloc no larger than the stock grew, the stock thread commits the stock
  * right after the growth's window (the live peak / 128, at most stock_bytes) as one handle, and after a
- * larger one it commits none; the next malloc that fits is served from it with no driver call on its own thread, at the place the growth would have taken
- * (without a stock the same malloc grows); a fit that leaves less than half the stock asks for more, so
- * that mallocs that keep coming never grow on their own thread; the stock never takes the pool above
- * its retention limit; a pool too small for one quantum of stock keeps none; empty_cache gives the
- * stock back and nothing grows it again behind it, also with the thread's request still pending or in
- * flight when it is called; a stock commit that fails leaves the pool as it was (checked, nothing
- * committed, the next malloc grows itself); dmm_pool_stock_sync waits for every request, pending or in
- * flight, and drops none; destroy stops the thread. Each wait for the thread is on its request
- * (dmm__pool_stock_wait), not on time.
+ * larger one it commits none; the next malloc that fits is served from it with no driver call on its
+ * own thread, at the place the growth would have taken (without a stock the same malloc grows); a fit
+ * that leaves less than half the stock asks for more, so that mallocs that keep coming never grow on
+ * their own thread; the stock never takes the pool above its retention limit; a pool too small for one
+ * quantum of stock keeps none; empty_cache gives the stock back and nothing grows it again behind it,
+ * also with the thread's request still pending or in flight when it is called; a stock commit that
+ * fails leaves the pool as it was (checked, nothing committed, the next malloc grows itself);
+ * dmm_pool_stock_sync waits for every request, pending or in flight, and drops none; destroy stops the
+ * thread. Each wait for the thread is on its request (dmm__pool_stock_wait), not on time.
  */
 #include <stdlib.h>
 #include <string.h>
