@@ -66,7 +66,7 @@ def peaks(dt, torch):
 
 
 POOL_KEYS = ("grows", "chunks_committed", "chunks_moved", "chunks_aliased", "chunks_decommitted") + DRIVER_KEYS + (
-    "driver_ns", "slow_path_ns", "stock_grows", "stock_ns", "stock_wait_ns")
+    "driver_ns", "slow_path_ns", "stock_grows", "stock_ns", "stock_wait_ns", "layout_adopted", "layout_released")
 TIME_KEYS = ("driver_ns", "slow_path_ns", "stock_ns", "stock_wait_ns")
 
 
@@ -83,8 +83,8 @@ def torch_segments(torch):
             "segments_freed": int(st.get("segment.all.freed", 0))}
 
 
-def profile_path(workload):
-    return os.path.join(os.environ["DMM_STEPS_PROFILE_DIR"], "%s.profile" % workload)
+def profile_path(workload, kind="profile"):
+    return os.path.join(os.environ["DMM_STEPS_PROFILE_DIR"], "%s.%s" % (workload, kind))
 
 
 def warm_start(dt, torch, mode, workload):
@@ -94,6 +94,17 @@ def warm_start(dt, torch, mode, workload):
     another mode."""
     from dmm import profile
 
+    if mode == "dmm-L":  # the warm layout: the last run's handles, each at its place
+        path = profile_path(workload, "layout")
+        if not os.path.exists(path):
+            return None
+        with open(path) as f:
+            spans = json.load(f)
+        t0 = time.perf_counter()
+        committed = dt.warm_layout(spans)
+        torch.cuda.synchronize()
+        return {"target": sum(s[1] for s in spans), "committed": committed, "spans": len(spans),
+                "ms": (time.perf_counter() - t0) * 1e3}
     if mode != "dmm-w":
         return None
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
@@ -249,6 +260,9 @@ def worker(mode, workloads, steps, record, regrow):
             res["warm"] = warm
         if mode == "dmm-w" and warm is None:  # the priming run: its peak is the next runs' warm start
             dt.save_profile(profile_path(w))
+        if mode == "dmm-L" and warm is None:  # the priming run: its layout is the next runs' warm layout
+            with open(profile_path(w, "layout"), "w") as f:
+                json.dump(dt.layout(), f)
         res.update(peaks(dt, torch))
         if record and mode == "native":
             snap = torch.cuda.memory._snapshot()
@@ -258,7 +272,7 @@ def worker(mode, workloads, steps, record, regrow):
             res["pool"] = pool_counters(dt)
         out["workloads"][w] = res
         del model, step
-        if mode != "dmm-w":  # (a warm start's memory would be gone after the first empty_cache)
+        if mode not in ("dmm-w", "dmm-L"):  # (a warm start's memory would be gone after the first empty_cache)
             res["regrowth"] = regrowths(dt, torch, w, regrow, counters)
     print("RESULT " + json.dumps(out), flush=True)
 
@@ -339,14 +353,17 @@ def main():
         os.makedirs(a.record, exist_ok=True)
     modes = [m for m in a.modes.split(",") if m]
     runs = {m: [] for m in modes}
-    if "dmm-w" in modes:  # the warm start's "last run": one unmeasured run of its own first
+    for warm_mode in ("dmm-w", "dmm-L"):  # a warm start's "last run": one unmeasured run of its own first
+        if warm_mode not in modes:
+            continue
         import tempfile
 
-        os.environ["DMM_STEPS_PROFILE_DIR"] = tempfile.mkdtemp(prefix="torch_steps_")
-        p = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", "dmm-w", "--steps", str(a.steps),
-                            "--workloads", ",".join(workloads)], capture_output=True, text=True, env=env_for("dmm-w"))
+        os.environ.setdefault("DMM_STEPS_PROFILE_DIR", tempfile.mkdtemp(prefix="torch_steps_"))
+        p = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", warm_mode, "--steps", str(a.steps),
+                            "--workloads", ",".join(workloads)], capture_output=True, text=True,
+                           env=env_for(warm_mode))
         if p.returncode != 0:
-            print("the priming run of dmm-w failed (rc %d):\n%s" % (p.returncode, p.stderr[-3000:]))
+            print("the priming run of %s failed (rc %d):\n%s" % (warm_mode, p.returncode, p.stderr[-3000:]))
             sys.exit(1)
     for r in range(a.runs):
         order = modes[r % len(modes):] + modes[:r % len(modes)]  # rotate: no mode always first
@@ -412,10 +429,14 @@ def main():
                 print("       %-10s regrowth: a fresh model's first step %.1f ms (%.3f; %d of them, %.0f-%.0f), "
                       "%s (medians)" % ("", rg, rg / ref_regrowth, len(regrown), min(g["ms"] for g in regrown),
                                         max(g["ms"] for g in regrown), what))
-            if m == "dmm-w":
+            if m in ("dmm-w", "dmm-L"):
                 print("       %-10s warm start before the first step: %.1f ms, %.1f MiB committed (medians)" % (
                     "", statistics.median(x["warm"]["ms"] for x in rs),
                     statistics.median(x["warm"]["committed"] for x in rs) / 2**20))
+            if m == "dmm-L":
+                print("       %-10s warm layout: %d spans; the first step took %s of them, gave %s back unused" % (
+                    "", rs[0]["warm"]["spans"], "/".join(str(x["first_pool"].get("layout_adopted", 0)) for x in rs),
+                    "/".join(str(x["first_pool"].get("layout_released", 0)) for x in rs)))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(runs, f)

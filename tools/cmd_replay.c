@@ -27,7 +27,8 @@ void dmm_usage_replay(FILE *f) {
     fprintf(f, "usage: dmm replay TRACE.gz [--driver host|cuda] [--granule BYTES] [--chunk BYTES]\n"
                "                  [--max-chunk BYTES] [--handle-div N] [--min-chunk BYTES] [--floor-div N]\n"
                "                  [--retain PERMILLE] [--settle PERMILLE] [--lag N] [--no-alias] [--repeat K]\n"
-               "                  [--warm BYTES] [--stock BYTES] [--json[=FILE]] [--report FILE.html]\n\n"
+               "                  [--warm BYTES] [--warm-layout] [--stock BYTES] [--json[=FILE]]\n"
+               "                  [--report FILE.html]\n\n"
                "Replays an allocation trace (# dmm-trace v1, gzip) through the dmm pool over an arena and\n"
                "prints peak live, physical and committed bytes, their ratio beside PyTorch's, driver calls\n"
                "by kind and per 1,000 allocations, and malloc/free latency percentiles.\n"
@@ -55,6 +56,10 @@ void dmm_usage_replay(FILE *f) {
                "               calls, aliases and moves of the last repetition alone: the steady state\n"
                "  --warm       a warm start: the pool first commits BYTES (e.g. the last run's peak) in\n"
                "               handles of up to 1 GiB, timed with the replay (default: none)\n"
+               "  --warm-layout a warm start that keeps the layout: the trace is first replayed once,\n"
+               "               untimed, with the same options (the last run), and the handles that\n"
+               "               pool created for its growths are committed ahead, each at its place,\n"
+               "               timed with the replay; growths take them as they come (dmm_pool_warm_layout)\n"
                "  --stock      the pool's stock thread keeps up to BYTES (at most 1/128 of the live peak)\n"
                "               committed ahead of a growing pool, synced after every malloc (default: none)\n"
                "  --json       one JSON object instead of text; --json=FILE writes it to FILE (and the text\n"
@@ -72,7 +77,8 @@ static const dmm_opt_range REPEAT = {1, 1000, false, "a number of repetitions", 
 
 enum {
     OPT_DRIVER = 256, OPT_GRANULE, OPT_CHUNK, OPT_MAX_CHUNK, OPT_HANDLE_DIV, OPT_MIN_CHUNK, OPT_FLOOR_DIV,
-    OPT_RETAIN, OPT_SETTLE, OPT_LAG, OPT_NO_ALIAS, OPT_REPEAT, OPT_WARM, OPT_STOCK, OPT_JSON, OPT_REPORT,
+    OPT_RETAIN, OPT_SETTLE, OPT_LAG, OPT_NO_ALIAS, OPT_REPEAT, OPT_WARM, OPT_WARM_LAYOUT, OPT_STOCK, OPT_JSON,
+    OPT_REPORT,
 };
 
 static const struct option longs[] = {
@@ -89,6 +95,7 @@ static const struct option longs[] = {
     {"no-alias", no_argument, NULL, OPT_NO_ALIAS},
     {"repeat", required_argument, NULL, OPT_REPEAT},
     {"warm", required_argument, NULL, OPT_WARM},
+    {"warm-layout", no_argument, NULL, OPT_WARM_LAYOUT},
     {"stock", required_argument, NULL, OPT_STOCK},
     {"json", optional_argument, NULL, OPT_JSON},
     {"report", required_argument, NULL, OPT_REPORT},
@@ -132,6 +139,7 @@ static int parse(int argc, char **argv, replay_args *a) {
         case OPT_WARM: rc = dmm_cli_u64("replay", opt, optarg, &SIZE, &a->o.warm_bytes); break;
         case OPT_STOCK: rc = dmm_cli_u64("replay", opt, optarg, &SIZE, &a->o.stock_bytes); break;
         case OPT_NO_ALIAS: a->o.no_alias = true; break;
+        case OPT_WARM_LAYOUT: a->o.warm_layout = true; break;
         case OPT_HANDLE_DIV:
         case OPT_FLOOR_DIV:
         case OPT_RETAIN:

@@ -112,6 +112,9 @@ void dmm_replay_result_free(dmm_replay_result *r) {
     free(r->timeline);
     r->timeline = NULL;
     r->npoints = 0;
+    free(r->layout);
+    r->layout = NULL;
+    r->nlayout = 0;
 }
 
 /* ---- the lag driver: forwards everything to `inner`, but events complete `lag` allocations late ---- */
@@ -244,7 +247,27 @@ static dmm_status lag_driver_create(dmm_driver *inner, uint64_t lag, dmm_driver 
         goto out;                                                                                  \
     } while (0)
 
+static int replay_once(const dmm_trace *t, const dmm_replay_opts *o, const dmm_replay_result *last,
+                       dmm_replay_result *r, char *err, size_t errcap);
+
 int dmm_replay_run(const dmm_trace *t, const dmm_replay_opts *o, dmm_replay_result *r, char *err, size_t errcap) {
+    if (!o->warm_layout) return replay_once(t, o, NULL, r, err, errcap);
+    /* the warm layout's "last run": the same replay once, untimed; its pool's layout goes ahead */
+    dmm_replay_opts first = *o;
+    first.warm_layout = false;
+    first.repeat = 1;
+    first.time_ops = false;
+    first.warm_bytes = 0;
+    dmm_replay_result last;
+    if (replay_once(t, &first, NULL, &last, err, errcap) != 0) return -1;
+    int rc = replay_once(t, o, &last, r, err, errcap);
+    dmm_replay_result_free(&last);
+    return rc;
+}
+
+/* One replay; `last` (with o->warm_layout): the first pass, whose layout is committed ahead. */
+static int replay_once(const dmm_trace *t, const dmm_replay_opts *o, const dmm_replay_result *last,
+                       dmm_replay_result *r, char *err, size_t errcap) {
     memset(r, 0, sizeof *r);
     int rc = -1;
     dmm_driver *drv = NULL;
@@ -349,6 +372,17 @@ int dmm_replay_run(const dmm_trace *t, const dmm_replay_opts *o, dmm_replay_resu
             }
         if (dmm_pool_warm(pool, first, o->warm_bytes, 0, NULL) != DMM_OK)
             FAIL("the warm start of %llu bytes failed: %s", (unsigned long long)o->warm_bytes, dmm_last_error());
+    }
+    if (last != NULL) { /* timed too */
+        dmm_stream first = NULL;
+        for (size_t i = 0; i < t->n; i++)
+            if (t->ev[i].kind == DMM_TRACE_ALLOC) {
+                first = streams[t->ev[i].stream];
+                break;
+            }
+        r->warm_spans = last->nlayout;
+        if (dmm_pool_warm_layout(pool, first, last->layout, last->nlayout, &r->warm_ahead_bytes) != DMM_OK)
+            FAIL("the warm layout of %zu spans failed: %s", last->nlayout, dmm_last_error());
     }
     for (uint32_t rep = 0; rep < reps; rep++) {
         if (rep > 0) { /* the previous repetition's leftovers go, on the stream of their allocation */
@@ -459,6 +493,11 @@ int dmm_replay_run(const dmm_trace *t, const dmm_replay_opts *o, dmm_replay_resu
         percentiles(lat_f, nf, &r->free_p50, &r->free_p90, &r->free_p99, &r->free_max);
     }
     if (dmm_pool_check(pool) != DMM_OK) FAIL("the pool's invariant check failed after the replay: %s", dmm_last_error());
+    if (dmm_pool_layout(pool, NULL, 0, &r->nlayout) != DMM_OK) FAIL("reading the pool's layout failed: %s", dmm_last_error());
+    r->layout = calloc(r->nlayout ? r->nlayout : 1, sizeof *r->layout);
+    if (r->layout == NULL) FAIL("out of host memory for the pool's layout (%zu spans)", r->nlayout);
+    if (dmm_pool_layout(pool, r->layout, r->nlayout, &r->nlayout) != DMM_OK)
+        FAIL("reading the pool's layout failed: %s", dmm_last_error());
     rc = 0;
 out:
     if (pool != NULL && ptrs != NULL) {

@@ -36,6 +36,10 @@ typedef struct dmm_replay_opts {
                                  allocation's stream, in the largest handles, inside the timed replay */
     uint64_t stock_bytes;     /* > 0: the pool's stock (dmm_pool_config.stock_bytes), its thread synced
                                  after every malloc (dmm_pool_stock_sync): as if it kept up, in a fixed order */
+    bool warm_layout;         /* a warm layout (dmm_pool_warm_layout): the trace is first replayed once,
+                                 untimed, with the same options (its "last run"), and the layout that pool
+                                 grew through is committed ahead before the first event, inside the timed
+                                 replay */
 } dmm_replay_opts;
 
 typedef struct dmm_replay_point {
@@ -79,6 +83,12 @@ typedef struct dmm_replay_result {
     uint32_t repeat;               /* repetitions replayed (1 = once) */
     uint64_t steady_create, steady_map, steady_set_access, steady_unmap, steady_release;
     uint64_t steady_aliased, steady_moved, steady_grows;
+    /* the layout the pool grew through (dmm_pool_layout, read at the end), and with warm_layout what
+     * the warm layout committed ahead from the first pass's */
+    dmm_pool_span *layout;
+    size_t nlayout;
+    size_t warm_spans;
+    uint64_t warm_ahead_bytes;
 } dmm_replay_result;
 
 /* The largest peak of live bytes (and allocation) a replay takes: it reserves 32 × the peak, rounded up

@@ -76,6 +76,11 @@ void dmm_report_text(FILE *f, const char *path, const dmm_trace *t, const dmm_re
             (unsigned long long)r->pool.chunks_committed,
             (unsigned long long)r->pool.chunks_moved, (unsigned long long)r->pool.chunks_aliased,
             (unsigned long long)r->pool.chunks_decommitted);
+    if (r->warm_spans > 0)
+        fprintf(f, "  warm layout     %zu spans of the first pass, %.1f GiB committed ahead: growths took %llu, %llu "
+                   "given back unused\n",
+                r->warm_spans, (double)r->warm_ahead_bytes / (double)(1ull << 30),
+                (unsigned long long)r->pool.layout_adopted, (unsigned long long)r->pool.layout_released);
     if (r->malloc_p50 > 0 || r->free_p50 > 0) {
         fprintf(f, "  malloc latency  p50 %.0f ns, p90 %.0f ns, p99 %.0f ns, max %.1f us\n", r->malloc_p50,
                 r->malloc_p90, r->malloc_p99, r->malloc_max * 1e-3);

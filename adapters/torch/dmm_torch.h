@@ -65,6 +65,15 @@ DMM_TORCH_API int dmm_torch_empty_cache(int device, uint64_t *released);
  * last run's physical peak), at once and in handles of up to 1 GiB, so that the first step does not grow
  * in thousands of small handles. *committed (may be NULL) = bytes committed now. */
 DMM_TORCH_API int dmm_torch_warm(int device, uint64_t bytes, void *stream, uint64_t *committed);
+/* Warm layout (dmm_pool_layout, dmm_pool_warm_layout): the handles the device's pool created for its
+ * growths as (offset, bytes, heap) triples, flat in `spans3` (3 × cap numbers; *count = the spans;
+ * NULL: only the count; too small an array: an error, nothing written), and a later run's commit of
+ * such a layout ahead, each handle at its place, for the growths of `stream` to take: the first step
+ * then makes no driver call for them, at the first run's peak. *committed (may be NULL) = bytes
+ * committed ahead now. */
+DMM_TORCH_API int dmm_torch_layout(int device, uint64_t *spans3, size_t cap, size_t *count);
+DMM_TORCH_API int dmm_torch_warm_layout(int device, const uint64_t *spans3, size_t count, void *stream,
+                                        uint64_t *committed);
 
 /* Tag scopes of the calling thread: allocations in between go to the tag's segments. */
 DMM_TORCH_API int dmm_torch_tag_begin(const char *name);

@@ -344,6 +344,50 @@ int dmm_torch_warm(int device, uint64_t bytes, void *stream, uint64_t *committed
     return record(dmm_pool_warm(c->pool, (dmm_stream)stream, bytes, 0, committed));
 }
 
+int dmm_torch_layout(int device, uint64_t *spans3, size_t cap, size_t *count) {
+    if (count != NULL) *count = 0;
+    if (count == NULL || (spans3 == NULL && cap > 0))
+        return record(dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                                    "dmm_torch_layout: a count is required, and spans3 when cap is above 0"));
+    WITH_CTX(device);
+    dmm_pool_span *v = cap > 0 ? calloc(cap, sizeof *v) : NULL;
+    if (cap > 0 && v == NULL)
+        return record(dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm_torch_layout: out of host memory for %zu spans", cap));
+    dmm_status s = dmm_pool_layout(c->pool, v, cap, count);
+    for (size_t i = 0; s == DMM_OK && v != NULL && i < *count; i++) { /* no array: only the count */
+        spans3[3 * i] = v[i].offset;
+        spans3[3 * i + 1] = v[i].bytes;
+        spans3[3 * i + 2] = v[i].heap;
+    }
+    free(v);
+    return record(s);
+}
+
+int dmm_torch_warm_layout(int device, const uint64_t *spans3, size_t count, void *stream, uint64_t *committed) {
+    if (committed != NULL) *committed = 0;
+    if (spans3 == NULL && count > 0)
+        return record(dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_torch_warm_layout: spans3 are required when count "
+                                                              "is above 0"));
+    WITH_CTX(device);
+    dmm_pool_span *v = calloc(count ? count : 1, sizeof *v);
+    if (v == NULL)
+        return record(dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm_torch_warm_layout: out of host memory for %zu spans",
+                                    count));
+    for (size_t i = 0; i < count; i++) {
+        if (spans3[3 * i + 2] > UINT32_MAX) {
+            free(v);
+            return record(dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                                        "dmm_torch_warm_layout: span %zu names heap %llu, which no pool has; pass the "
+                                        "layout dmm_torch_layout gave (nothing changed)",
+                                        i, (unsigned long long)spans3[3 * i + 2]));
+        }
+        v[i] = (dmm_pool_span){spans3[3 * i], spans3[3 * i + 1], (uint32_t)spans3[3 * i + 2]};
+    }
+    dmm_status s = dmm_pool_warm_layout(c->pool, (dmm_stream)stream, v, count, committed);
+    free(v);
+    return record(s);
+}
+
 int dmm_torch_tag_begin(const char *name) { return record(dmm__torch_tag_begin(name)); }
 int dmm_torch_tag_end(void) { return record(dmm__torch_tag_end()); }
 

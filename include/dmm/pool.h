@@ -243,6 +243,42 @@ DMM_API dmm_status dmm_pool_stock_sync(dmm_pool *pool);
 DMM_API dmm_status dmm_pool_warm(dmm_pool *pool, dmm_stream stream, uint64_t target_bytes, uint64_t handle_bytes,
                                  uint64_t *committed);
 
+/* Warm layout: a warm start that costs no memory. A pool records where it created handles for its
+ * growths (its layout: the offset of each from the pool's VA base, and its bytes); a later run of the
+ * same workload, told that layout, commits those handles at once, each at its place and unmapped in
+ * the pool's eyes ("ahead"): the growths then plan exactly as the first run did, and a growth that
+ * would create a handle where one lies ahead takes it (and every other ahead handle lying wholly
+ * inside its chunk, committing new handles only for the gaps) without a driver call for them. The
+ * peak is the first run's (the same handles, committed earlier), the first iteration's growth makes
+ * no create, map or set-access for them, and nothing else changes: moves and aliases work as before.
+ * A growth that plans differently (fences that complete at other times, another workload) gives back
+ * the ahead handles reaching past its chunk before it commits; dmm_pool_trim and dmm_pool_empty_cache
+ * give back all that are left, first. Each stream's heap takes its own spans: call it once per
+ * stream, in the order the streams first allocated in the recorded run (one call for one stream).
+ *
+ * dmm_pool_layout: the spans the pool created for its growths, in address order, left out those
+ * that overlap an earlier one and those a trim gave back. *count = how many there are; up to `cap`
+ * are written to `spans` (spans NULL: only *count, DMM_OK); DMM_ERR_INVALID_ARGUMENT when an array
+ * is passed and cap is less than *count (nothing written; call again with a larger array). */
+typedef struct dmm_pool_span {
+    uint64_t offset; /* from the pool's VA base: a multiple of chunk_bytes */
+    uint64_t bytes;  /* a multiple of chunk_bytes, 1 to DMM_POOL_WARM_HANDLE_BYTES */
+    uint32_t heap;   /* the heap whose growth made it, in the order the pool made heaps (0: the first
+                        stream that allocated); a warm layout commits only its stream's heap's spans */
+} dmm_pool_span;
+DMM_API dmm_status dmm_pool_layout(dmm_pool *pool, dmm_pool_span *spans, size_t cap, size_t *count);
+
+/* dmm_pool_warm_layout: commits each span of `stream`'s heap (heap = that heap's place in the order
+ * the pool made heaps) ahead, one handle each, where that VA is still unmapped (spans over memory the
+ * pool holds are skipped: call it before the first iteration, after the model is loaded or before);
+ * the heap first extends its VA over its spans, as its growths would; other heaps' spans are left. The spans are untrusted (a file): each must be whole quanta inside the
+ * pool's VA, at most DMM_POOL_WARM_HANDLE_BYTES, none overlapping another; otherwise
+ * DMM_ERR_INVALID_ARGUMENT names the span and the fault, and nothing changed. *committed (may be
+ * NULL) = the bytes committed ahead now. A commit that fails (budget, driver) stops there: what was
+ * committed before it stays ahead, and its error is returned. */
+DMM_API dmm_status dmm_pool_warm_layout(dmm_pool *pool, dmm_stream stream, const dmm_pool_span *spans, size_t count,
+                                        uint64_t *committed);
+
 /* ---------------------------------------------------------------------------------------------- */
 /* Stats, declared once. Counts are {current, peak, total}; counters only go up (new ones are added
  * at the end, so that a caller's older, shorter struct reads the same fields).
@@ -291,7 +327,10 @@ DMM_API dmm_status dmm_pool_warm(dmm_pool *pool, dmm_stream stream, uint64_t tar
     X(stock_grows, "growths the stock thread made ahead of the mallocs (stock_bytes > 0)")             \
     X(stock_ns, "nanoseconds the stock thread spent in them: growth taken off the allocating threads")    \
     X(stock_wait_ns, "nanoseconds mallocs waited for a stock being committed before they grew (in "       \
-                     "slow_path_ns too)")
+                     "slow_path_ns too)")                                                                     \
+    X(layout_adopted, "handles a warm layout committed ahead that a growth took, with no driver call")       \
+    X(layout_released, "handles a warm layout committed ahead that were given back unused (a growth "         \
+                       "planned over them differently, a trim)")
 
 typedef struct dmm_pool_stats {
     uint32_t size; /* sizeof(dmm_pool_stats), set by the caller */

@@ -37,7 +37,7 @@ from ._lib import DmmError
 __all__ = [
     "DmmError", "enable", "is_enabled", "library_path", "memory_stats", "memory_stats_raw",
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
-    "reset_peak_memory_stats", "empty_cache", "warm", "warm_start", "save_profile", "snapshot", "set_limit",
+    "reset_peak_memory_stats", "empty_cache", "warm", "warm_start", "layout", "warm_layout", "save_profile", "snapshot", "set_limit",
     "last_error", "tag", "offload", "offload_wait", "restore", "release_host", "poll", "tag_info",
     "reserve_graph_memory", "graph", "capture_id", "release_graph", "now_ns", "record", "start_recording",
     "stop_recording", "torch_snapshot",
@@ -195,6 +195,42 @@ def warm(nbytes, device=None, stream=None):
     committed = ctypes.c_uint64(0)
     _lib.check(_lib.load().dmm_torch_warm(_device(device), int(nbytes), _stream(stream), ctypes.byref(committed)),
                "dmm.torch.warm")
+    return int(committed.value)
+
+
+def layout(device=None):
+    """The handles the pool created for its growths, as a list of (offset, bytes, heap) in address order
+    (dmm_pool_layout; heap: the stream's place in the order streams first allocated): what
+    warm_layout() commits ahead in a later run of the same workload. JSON-able."""
+    lib = _lib.load()
+    dev = _device(device)
+    count = ctypes.c_size_t(0)
+    _lib.check(lib.dmm_torch_layout(dev, None, 0, ctypes.byref(count)), "dmm.torch.layout")
+    while True:  # the pool may grow between the two calls: ask again with the new count
+        cap = count.value + 16
+        v = (ctypes.c_uint64 * (3 * cap))()
+        rc = lib.dmm_torch_layout(dev, v, cap, ctypes.byref(count))
+        if rc == 0:
+            return [[int(v[3 * i]), int(v[3 * i + 1]), int(v[3 * i + 2])] for i in range(count.value)]
+        if count.value <= cap:
+            _lib.check(rc, "dmm.torch.layout")
+
+
+def warm_layout(spans, device=None, stream=None):
+    """A warm start that keeps the last run's layout (dmm_pool_warm_layout): commits each (offset, bytes)
+    span of layout() from that run ahead, at its place, where the pool holds nothing yet; the growths of
+    the first step take them without a driver call, at the last run's peak. Call it before the first
+    step (after the model is loaded, or before). Returns the bytes committed ahead."""
+    spans = list(spans)
+    v = (ctypes.c_uint64 * (3 * len(spans) if spans else 1))()
+    for i, span in enumerate(spans):
+        if len(span) != 3 or any(type(x) is not int or x < 0 or x >= 1 << 64 for x in span):
+            raise ValueError("dmm.torch.warm_layout: span %d is %r, not (offset, bytes, heap) as layout() gives "
+                             "them; nothing was committed" % (i, span))
+        v[3 * i], v[3 * i + 1], v[3 * i + 2] = span
+    committed = ctypes.c_uint64(0)
+    _lib.check(_lib.load().dmm_torch_warm_layout(_device(device), v, len(spans), _stream(stream),
+                                                 ctypes.byref(committed)), "dmm.torch.warm_layout")
     return int(committed.value)
 
 

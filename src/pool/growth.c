@@ -396,14 +396,14 @@ static void growth_drive(growth *g) {
             dmm__pool_decommit_one(p, src);
             if (!dmm__pool_source_gone(src)) continue; /* its room is filled with new memory below */
             add_relaxed(&p->chunks_moved, 1);
-            dmm_status s = dmm__pool_commit_one(p, cur, src->bytes);
+            dmm_status s = dmm__pool_commit_one(p, cur, src->bytes, false);
             if (s != DMM_OK) growth_failed(g, s, j, cur, src->bytes);
             else cur += src->bytes;
         }
         uint64_t most = g->most ? g->most : handle_most(p, g->n);
         while (g->fail == DMM_OK && cur < end) {
             uint64_t len = end - cur < most ? end - cur : most;
-            dmm_status s = dmm__pool_commit_one(p, cur, len);
+            dmm_status s = dmm__pool_commit_one(p, cur, len, true);
             if (s != DMM_OK) growth_failed(g, s, j, cur, len);
             else cur += len;
         }

@@ -216,17 +216,70 @@ void dmm__pool_reap_aliased(dmm_pool *p, pheap *h) {
     }
 }
 
-/* Commits one chunk of `bytes` at `addr` (no heap lock held). */
-dmm_status dmm__pool_commit_one(dmm_pool *p, uintptr_t addr, uint64_t bytes) {
-    if (dmm__pool_lost(p, "committing a chunk")) return dmm__pool_lost_error(p, "pool: committing a chunk");
+/* One new handle of quanta [q, q + len) from the mechanism (no lock held). */
+static dmm_status commit_handle(dmm_pool *p, size_t q, uint64_t len) {
     uint64_t newly = 0;
-    dmm_range r = {(size_t)(addr - p->base), (size_t)bytes};
+    dmm_range r = {(size_t)((uint64_t)q * p->chunk), (size_t)(len * p->chunk)};
     dmm_status s = dmm_mechanism_commit(p->mech, &p->va, r, &newly);
     if (s == DMM_ERR_DEVICE_LOST) dmm__pool_notice_loss(p, "committing a chunk");
+    return s;
+}
+
+/* Commits `bytes` at `addr` (no heap lock held): one chunk, or, where a warm layout's handles lie
+ * ahead wholly inside it (fresh only, layout.c), those handles as they are and a new one for each
+ * gap between them. All or nothing: a failure puts what it took or made ahead (layout.c), so the
+ * span stays unmapped in the pool's eyes. fresh: new memory, which the layout records; not fresh: a
+ * moved chunk (the mechanism's cache hands the moved handle back). */
+dmm_status dmm__pool_commit_one(dmm_pool *p, uintptr_t addr, uint64_t bytes, bool fresh) {
+    if (dmm__pool_lost(p, "committing a chunk")) return dmm__pool_lost_error(p, "pool: committing a chunk");
+    size_t q0 = qidx(p, addr), q1 = q0 + (size_t)(bytes / p->chunk), nt = 0, n = 0;
+    layout_piece *taken = NULL, *all = NULL, one;
+    dmm_status s = dmm__pool_layout_take(p, addr, bytes, fresh, &taken, &nt);
     if (s != DMM_OK) return s;
-    p->clen[qidx(p, addr)] = (uint32_t)(bytes / p->chunk);
+    if (nt == 0) {
+        s = commit_handle(p, q0, q1 - q0);
+        if (s != DMM_OK) return s;
+        one = (layout_piece){q0, (uint32_t)(q1 - q0), false};
+        all = &one;
+        n = 1;
+    } else {
+        all = malloc((2 * nt + 1) * sizeof *all);
+        if (all == NULL) {
+            dmm__pool_layout_put_back(p, taken, nt);
+            free(taken);
+            return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "pool: out of host memory to commit a chunk");
+        }
+        size_t q = q0;
+        for (size_t i = 0; i <= nt && s == DMM_OK; i++) {
+            size_t next = i < nt ? taken[i].q : q1;
+            if (q < next) { /* the gap before the next ahead handle: a new one */
+                s = commit_handle(p, q, next - q);
+                if (s == DMM_OK) all[n++] = (layout_piece){q, (uint32_t)(next - q), false};
+            }
+            if (s == DMM_OK && i < nt) {
+                all[n++] = taken[i];
+                q = taken[i].q + taken[i].len;
+            }
+        }
+        if (s != DMM_OK) { /* what it holds goes ahead: the taken handles not reached yet too */
+            size_t reached = 0;
+            for (size_t i = 0; i < n; i++) reached += all[i].taken;
+            dmm__pool_layout_put_back(p, all, n);
+            dmm__pool_layout_put_back(p, taken + reached, nt - reached);
+            free(all);
+            free(taken);
+            return s;
+        }
+        free(taken);
+    }
+    for (size_t i = 0; i < n; i++) {
+        p->clen[all[i].q] = all[i].len;
+        add_relaxed(&p->chunks_committed, 1);
+        if (fresh) dmm__pool_layout_record(p, p->base + (uint64_t)all[i].q * p->chunk, (uint64_t)all[i].len * p->chunk);
+    }
     committed_add(p, bytes);
-    add_relaxed(&p->chunks_committed, 1);
+    add_relaxed(&p->layout.adopted, nt); /* counted once the commit holds: a failed one put them back */
+    if (nt > 0) free(all);
     return DMM_OK;
 }
 
@@ -236,7 +289,14 @@ dmm_status dmm__pool_commit_one(dmm_pool *p, uintptr_t addr, uint64_t bytes) {
 dmm_status dmm__pool_alias_one(dmm_pool *p, source *s, uintptr_t at) {
     dmm_range dst = {(size_t)(at - p->base), (size_t)s->bytes}, src = {(size_t)(s->b->addr - p->base), (size_t)s->bytes};
     if (dmm__pool_lost(p, "aliasing a chunk")) return DMM_ERR_DEVICE_LOST; /* the commit that follows says why */
-    dmm_status st = dmm_mechanism_alias(p->mech, &p->va, dst, src);
+    layout_piece *none = NULL;
+    size_t nnone = 0;
+    dmm_status st = dmm__pool_layout_take(p, at, s->bytes, false, &none, &nnone); /* a warm layout's handles there go back */
+    if (st != DMM_OK) {
+        dmm_clear_error();
+        return st;
+    }
+    st = dmm_mechanism_alias(p->mech, &p->va, dst, src);
     if (st == DMM_ERR_DEVICE_LOST) dmm__pool_notice_loss(p, "aliasing a chunk");
     if (st != DMM_OK) {
         dmm_clear_error();

@@ -199,8 +199,15 @@ dmm_status dmm_pool_create(dmm_mechanism *mech, dmm_driver *drv, const dmm_pool_
         free(p);
         return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm_pool_create: out of host memory for %zu regions", nr);
     }
+    if (!dmm__pool_layout_init(p)) {
+        free(p->owner);
+        free(p->clen);
+        free(p);
+        return dmm_last_status();
+    }
     s = dmm_mechanism_allocate_committed(mech, (size_t)va, (size_t)chunk, NULL, 0, &p->va);
     if (s != DMM_OK) {
+        dmm__pool_layout_fini(p);
         free(p->owner);
         free(p->clen);
         free(p);
@@ -218,6 +225,7 @@ dmm_status dmm_pool_create(dmm_mechanism *mech, dmm_driver *drv, const dmm_pool_
         dmm__error_keep(&cause, dmm_last_status());
         (void)dmm_mechanism_release(mech, &p->va); /* VA only, nothing committed in it */
         dmm_lock_destroy(&p->lock);
+        dmm__pool_layout_fini(p);
         free(p->owner);
         free(p->clen);
         free(p);
@@ -245,6 +253,7 @@ __attribute__((noinline)) static pheap *heap_find(dmm_pool *p, dmm_stream stream
                               stream);
                 return NULL;
             }
+            h->ordinal = (uint32_t)p->nheaps;
             atomic_store_explicit(&h->next_heap, heaps_head(p), memory_order_relaxed);
             atomic_store_explicit(&p->heaps, h, memory_order_release);
             p->nheaps++;
@@ -514,6 +523,7 @@ static void pool_free_all(dmm_pool *p, bool driver) {
     free(p->events);
     free(p->owner);
     free(p->clen);
+    dmm__pool_layout_fini(p);
     dmm_lock_destroy(&p->lock);
     free(p);
 }
@@ -659,4 +669,40 @@ dmm_status dmm_pool_warm(dmm_pool *p, dmm_stream stream, uint64_t target_bytes, 
     uint64_t after = committed_once(p);
     if (committed != NULL) *committed = after > before ? after - before : 0;
     return s;
+}
+
+/* ---- warm layout (layout.c commits it; the heap's VA is extended here, as a growth would) ---- */
+
+dmm_status dmm_pool_warm_layout(dmm_pool *p, dmm_stream stream, const dmm_pool_span *spans, size_t count,
+                                uint64_t *committed) {
+    if (committed != NULL) *committed = 0;
+    if (p == NULL || (spans == NULL && count > 0))
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "dmm_pool_warm_layout: pool %p, spans %p (count %zu): a pool is required, and spans "
+                             "when count is above 0",
+                             (void *)p, (const void *)spans, count);
+    uint64_t lo = 0, end = 0;
+    dmm_status s = dmm__pool_layout_check(p, spans, count, UINT32_MAX, &lo, &end); /* every span checked */
+    if (s != DMM_OK || count == 0) return s;
+    if (atomic_load_explicit(&p->refusing, memory_order_acquire) != NULL)
+        return dmm__pool_malloc_refused(p, (size_t)p->chunk, stream);
+    pheap *h = heap_for(p, stream);
+    if (h == NULL) return dmm_last_status();
+    (void)dmm__pool_layout_check(p, spans, count, h->ordinal, &lo, &end); /* where this heap's spans lie */
+    if (end == 0) return DMM_OK; /* none of them its heap's */
+    /* VA up to its last span's end: the run that holds its lowest span grows over them, as the first
+     * run's growths made it grow (a heap with no VA yet takes a new run, where its first growth would) */
+    heap_lock(h);
+    size_t run = SIZE_MAX;
+    for (size_t r = 0; r < h->nruns && run == SIZE_MAX; r++)
+        if (h->runs[r].lo <= p->base + lo && p->base + lo < h->runs[r].hi) run = r;
+    uintptr_t have = run != SIZE_MAX ? h->runs[run].hi
+                     : h->nruns == 0 ? p->base      /* a new run, from the lowest free VA as a first growth's */
+                                     : p->base + end; /* its runs lie elsewhere: only the spans in them count */
+    if (p->base + end > have) {
+        size_t regions = (size_t)((p->base + end - have + p->region - 1) >> p->region_shift);
+        if (!dmm__pool_grow_va(p, h, regions, run)) dmm_clear_error(); /* no VA there: only the spans it holds */
+    }
+    heap_unlock(h);
+    return dmm__pool_layout_warm(p, h, spans, count, committed);
 }

@@ -76,6 +76,8 @@ static void gather(dmm_pool *p, dmm_pool_stats *s) {
     s->stock_grows = load_relaxed(&p->stock_grows);
     s->stock_ns = load_relaxed(&p->stock_ns);
     s->stock_wait_ns = load_relaxed(&p->stock_wait_ns);
+    s->layout_adopted = load_relaxed(&p->layout.adopted);
+    s->layout_released = load_relaxed(&p->layout.released);
     dmm_stats ms;
     memset(&ms, 0, sizeof ms);
     ms.size = sizeof ms;

@@ -172,6 +172,8 @@ static dmm_status pool_trim(dmm_pool *p, uint64_t target, uint64_t *released, co
     dmm_error_kept fail = {0};
     uintptr_t where = 0;
     srcvec sv = {NULL, 0, 0};
+    /* a warm layout's handles not grown into yet are the first to go: nothing uses them */
+    if (dmm__pool_layout_release_all(p, &freed) != DMM_OK) dmm__error_keep(&fail, dmm_last_status());
     for (pheap *h = heaps_head(p); h != NULL && !dmm__drv_lost(p->drv); h = heap_next(h)) {
         dmm__pool_poll(p, h); /* also when there is nothing to trim: cross-stream frees become reusable */
         uint64_t committed = load_relaxed(&p->committed);
@@ -187,8 +189,10 @@ static dmm_status pool_trim(dmm_pool *p, uint64_t target, uint64_t *released, co
         for (size_t i = 0; i < sv.n; i++) {
             dmm__pool_decommit_one(p, &sv.v[i]);
             dmm_release_state st8 = dmm_release_state_of(&sv.v[i].o);
-            if (st8 == DMM_RELEASE_COMPLETE) freed += sv.v[i].o.unmapped_bytes;
-            else if (fail.status == DMM_OK) {
+            if (st8 == DMM_RELEASE_COMPLETE) {
+                freed += sv.v[i].o.unmapped_bytes;
+                dmm__pool_layout_forget(p, sv.v[i].b->addr, sv.v[i].bytes); /* given back: not grown through any more */
+            } else if (fail.status == DMM_OK) {
                 where = sv.v[i].b->addr;
                 dmm__error_keep(&fail, sv.v[i].o.failure != DMM_OK ? sv.v[i].o.failure : DMM_ERR_DRIVER);
             }

@@ -10,6 +10,8 @@
  *   fences.c      events: the event free list, fences, polls, cross-stream frees
  *   moves.c       chunks: commit, decommit and alias one chunk; the sources of moves and their fix-up;
  *                 reaping the old places of aliased chunks
+ *   layout.c      the layout grown through (recorded), and a warm layout's handles committed ahead
+ *                 of the growths that take them
  *   loss.c        the pool's side of a device loss (the loss itself is the driver's, src/driver/call.h)
  *   hot.h         the hot path's inline steps (take a block, count it live), above heap.c
  *   pool_check.c  the expensive invariant check of one heap
@@ -163,6 +165,7 @@ typedef struct pheap {
     struct dmm_pool *pool;
     unsigned align_shift; /* the pool's, kept here: the hot path reads no line of the pool's */
     dmm_stream stream;
+    uint32_t ordinal; /* the heap's place in the pool's creation order (0: the first): a layout's `heap` */
     struct pheap *_Atomic next_heap; /* the pool's list (prepend; never removed before destroy) */
 
     /* bins of FREE blocks: exact classes are LIFO, range classes sorted by (size, addr) */
@@ -240,6 +243,24 @@ typedef struct pstock {
     struct pheap *busy; /* the heap the thread grows now (NULL: idle) */
 } pstock;
 
+/* The pool's layout (layout.c), under its own mutex `m` (never held across a mechanism call):
+ * `grown` records where the pool created handles for its growths, `ahead` holds the handles a warm
+ * layout committed before the growths that take them. Both are per quantum: the length (in quanta)
+ * of the span starting there, 0 = none; an `ahead` entry with LAYOUT_BUSY set is being released by
+ * one thread, and a thread that meets it waits on `done`. */
+#define LAYOUT_BUSY ((uint32_t)1 << 31)
+typedef struct playout {
+    pthread_mutex_t m;
+    pthread_cond_t done; /* a release of `ahead` entries finished */
+    uint32_t *grown;     /* NULL: out of host memory at create (nothing is recorded) */
+    uint32_t *grown_heap; /* per `grown` entry: the ordinal of the heap whose growth made it */
+    uint32_t *ahead;     /* NULL until the first warm layout */
+    uint32_t most;       /* the longest span either table ever held, in quanta: how far back an overlap starts */
+    _Atomic uint64_t entries;    /* `ahead` entries, busy ones included (0: commits skip the mutex) */
+    _Atomic uint64_t ahead_bytes; /* their bytes, busy ones left out */
+    _Atomic uint64_t adopted, released; /* ahead handles a growth took, and those given back unused */
+} playout;
+
 struct dmm_pool {
     /* Fixed at create (refusing: once): what every malloc and free reads (uid, refusing, va_bytes,
      * align, base, owner, region_shift) and the configuration. No field written after create shares
@@ -296,6 +317,7 @@ struct dmm_pool {
     _Atomic uint64_t stock_grows, stock_ns; /* the stock thread's growths and its time in them */
     _Atomic uint64_t stock_wait_ns;         /* mallocs' waits for it (also in slow_path_ns) */
     pstock stock;
+    playout layout; /* layout.c: the handles grown through, and those a warm layout committed ahead */
 };
 
 /* The heap's lock (biased: the stream's usual thread takes it without a locked instruction). Every
@@ -507,8 +529,10 @@ uint64_t dmm__pool_carve_sources(dmm_pool *p, pheap *h, uint64_t want, uintptr_t
 /* Decommits one source chunk (no heap lock held). Once the device is lost: FAILED with
  * DMM_ERR_DEVICE_LOST, without a call. */
 void dmm__pool_decommit_one(dmm_pool *p, source *s);
-/* Commits one chunk of `bytes` at `addr` (no heap lock held). */
-dmm_status dmm__pool_commit_one(dmm_pool *p, uintptr_t addr, uint64_t bytes);
+/* Commits one chunk of `bytes` at `addr` (no heap lock held): `fresh` for new memory (a handle a warm
+ * layout committed there ahead is taken as it is, and the pool's layout records it), false for a
+ * moved chunk (the mechanism's cache hands the moved handle back). */
+dmm_status dmm__pool_commit_one(dmm_pool *p, uintptr_t addr, uint64_t bytes, bool fresh);
 /* Maps alias source s a second time at `at` (no heap lock held); a failure changes nothing. */
 dmm_status dmm__pool_alias_one(dmm_pool *p, source *s, uintptr_t at);
 /* Puts the sources from `from` on back into their heaps (taking each heap's lock in turn). */
@@ -533,6 +557,41 @@ bool dmm__pool_grow_va(dmm_pool *p, pheap *h, size_t n, size_t prefer);
 /* dmm_pool_trim and dmm_pool_empty_cache (pool.c calls them once the stock thread is still). */
 dmm_status dmm__pool_trim(dmm_pool *p, uint64_t target, uint64_t *released);
 dmm_status dmm__pool_empty_cache(dmm_pool *p, uint64_t *released);
+
+/* ---- layout.c: the layout grown through, and a warm layout's handles committed ahead ---- */
+/* At create: the tables and the mutex (false: out of host memory, error set). At destroy: frees them. */
+bool dmm__pool_layout_init(dmm_pool *p);
+void dmm__pool_layout_fini(dmm_pool *p);
+/* A run of quanta [q, q + len): an ahead handle a fresh commit took, or a piece it committed. */
+typedef struct layout_piece {
+    size_t q;
+    uint32_t len;
+    bool taken; /* an ahead handle taken (else a handle the commit made) */
+} layout_piece;
+/* Before a commit (fresh) or an alias (not fresh) at [addr, addr + bytes) (no lock held): every ahead
+ * handle overlapping the span is given back first, except, for a fresh commit, those lying wholly
+ * inside it, which it takes: *pieces (malloc'ed, the caller frees; NULL when none) lists them in
+ * address order, *n of them. An error: a give-back failed (the sentence says which), nothing taken. */
+dmm_status dmm__pool_layout_take(dmm_pool *p, uintptr_t addr, uint64_t bytes, bool fresh, layout_piece **pieces,
+                                 size_t *n);
+/* A fresh commit that failed after it took ahead handles or made some of its pieces: each goes (back)
+ * ahead, so that nothing it holds is lost to the pool (no lock held). */
+void dmm__pool_layout_put_back(dmm_pool *p, const layout_piece *pieces, size_t n);
+/* After a fresh commit: records the handle as grown through, unless it overlaps one recorded before. */
+void dmm__pool_layout_record(dmm_pool *p, uintptr_t addr, uint64_t bytes);
+/* After a trim gave [addr, addr + bytes) back: the grown spans there are forgotten. */
+void dmm__pool_layout_forget(dmm_pool *p, uintptr_t addr, uint64_t bytes);
+/* A trim's first step: gives every ahead handle back (no lock held). *released += the bytes given
+ * back; an error keeps the handle (the sentence says which). */
+dmm_status dmm__pool_layout_release_all(dmm_pool *p, uint64_t *released);
+/* dmm_pool_warm_layout's check of its untrusted spans (nothing changes): DMM_OK and *lo, *end = where
+ * the spans of heap `ordinal` begin and end (both 0: none), or DMM_ERR_INVALID_ARGUMENT with a sentence
+ * naming the span and the fault. */
+dmm_status dmm__pool_layout_check(const dmm_pool *p, const dmm_pool_span *spans, size_t count, uint32_t ordinal,
+                                  uint64_t *lo, uint64_t *end);
+/* dmm_pool_warm_layout on heap h (checked spans; pool.c found the heap and gave it the VA). */
+dmm_status dmm__pool_layout_warm(dmm_pool *p, pheap *h, const dmm_pool_span *spans, size_t count,
+                                 uint64_t *committed);
 
 /* ---- stock.c: the stock thread (no-ops without a stock) ---- */
 /* Starts the thread (at create, with stock_cap > 0); false: it could not start (error set). */

@@ -9,8 +9,9 @@
  *   - a block of B freed on A (a cross-stream free) is not handed back to B.
  * Then A is let go and synchronized: X holds the pattern (the copy ran into mapped memory: an unmap
  * under it would have faulted the context), trim now releases X's chunks, and the cross-stream block
- * is reused by B. No device or stream synchronize is made by the pool. Exit 77 (skipped) without a
- * GPU or CUDA driver. */
+ * is reused by B. No device or stream synchronize is made by the pool. Also: the hot path makes no
+ * driver call, and a warm layout's handles are taken by the same growths, with no call, as memory the
+ * device writes and reads. Exit 77 (skipped) without a GPU or CUDA driver. */
 #include <dlfcn.h>
 #include <stdatomic.h>
 #include <time.h>
@@ -169,11 +170,77 @@ static void the_hot_path_makes_no_driver_call_on_the_gpu(void **state) {
     kit_census_zero(g_cuda);
 }
 
+/* A warm layout over the real driver: the first pool's growth handles, committed ahead in a second
+ * pool, are taken by the same growths with no create, map or set-access, and the memory is the
+ * device's to write and read (an API copy, which checks access when it is queued, runs into it). */
+static void a_warm_layout_serves_the_same_growths_on_the_gpu(void **state) {
+    (void)state;
+    static const size_t sizes[] = {300 * MIB, 40 * MIB, 100 * MIB, 10 * MIB, 64 * MIB};
+    enum { N = sizeof sizes / sizeof sizes[0] };
+    dmm_pool_span *spans = NULL;
+    size_t n = 0;
+    for (int run = 0; run < 2; run++) {
+        dmm_driver *f = NULL;
+        DMM_OK_OR_FAIL(dmm_fault_driver_create(g_cuda, &f));
+        dmm_arena_config ac = kit_config(16 * GIB, 0, 0, NULL);
+        dmm_mechanism *arena = NULL;
+        DMM_OK_OR_FAIL(dmm_arena_create(f, &ac, &arena));
+        dmm_pool_config pc;
+        memset(&pc, 0, sizeof pc);
+        pc.size = sizeof pc;
+        pc.max_chunk_bytes = 32 * MIB; /* the torch adapter's handles */
+        pc.handle_divisor = 8;
+        pc.min_chunk_bytes = 8 * MIB;
+        dmm_pool *pool = NULL;
+        DMM_OK_OR_FAIL(dmm_pool_create(arena, f, &pc, &pool));
+        dmm_stream s = NULL;
+        DMM_OK_OR_FAIL(f->ops->stream_create(f, &s));
+        uint64_t ahead = 0;
+        if (run == 1) {
+            DMM_OK_OR_FAIL(dmm_pool_warm_layout(pool, s, spans, n, &ahead));
+            uint64_t want = 0;
+            for (size_t i = 0; i < n; i++) want += spans[i].bytes;
+            assert_int_equal(ahead, want);
+        }
+        uint64_t creates = dmm_fault_calls(f, DMM_OP_CREATE), access = dmm_fault_calls(f, DMM_OP_SET_ACCESS);
+        void *p[N];
+        for (int i = 0; i < N; i++) DMM_OK_OR_FAIL(dmm_pool_malloc(pool, sizes[i], s, &p[i]));
+        if (run == 0) {
+            DMM_OK_OR_FAIL(dmm_pool_layout(pool, NULL, 0, &n));
+            assert_true(n > N);
+            spans = calloc(n, sizeof *spans);
+            assert_non_null(spans);
+            DMM_OK_OR_FAIL(dmm_pool_layout(pool, spans, n, &n));
+        } else {
+            assert_int_equal(dmm_fault_calls(f, DMM_OP_CREATE), creates);
+            assert_int_equal(dmm_fault_calls(f, DMM_OP_SET_ACCESS), access);
+            assert_int_equal(pstats(pool).layout_adopted, n);
+            for (int i = 0; i < N; i++) { /* the ends of every block: written and read through the API */
+                unsigned char *pat = kit_pattern((uint64_t)i + 1, 1 * MIB);
+                kit_put(f, (uintptr_t)p[i], pat, 1 * MIB);
+                kit_put(f, (uintptr_t)p[i] + sizes[i] - 1 * MIB, pat, 1 * MIB);
+                kit_expect(f, (uintptr_t)p[i], pat, 1 * MIB, "a block in handles taken from the layout (start)");
+                kit_expect(f, (uintptr_t)p[i] + sizes[i] - 1 * MIB, pat, 1 * MIB, "the same block (end)");
+                free(pat);
+            }
+        }
+        for (int i = 0; i < N; i++) DMM_OK_OR_FAIL(dmm_pool_free(pool, p[i], s));
+        DMM_OK_OR_FAIL(f->ops->stream_synchronize(f, s));
+        destroy_when_idle(pool);
+        DMM_OK_OR_FAIL(dmm_mechanism_destroy(arena));
+        DMM_OK_OR_FAIL(f->ops->stream_destroy(f, s));
+        dmm_driver_destroy(f);
+        kit_census_zero(g_cuda);
+    }
+    free(spans);
+}
+
 int main(void) {
     g_cuda = kit_cuda_open_or_skip("test_pool_gpu");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(freed_memory_waits_for_the_work_on_its_stream),
         cmocka_unit_test(the_hot_path_makes_no_driver_call_on_the_gpu),
+        cmocka_unit_test(a_warm_layout_serves_the_same_growths_on_the_gpu),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     atomic_store(&g_release, 1);

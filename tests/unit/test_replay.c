@@ -13,7 +13,9 @@
  *     one whose peak needs more host-driver handles than the open-file limit allows;
  *   - --lag UINT64_MAX means "never" (a synchronize completes), not "at once" (the sum wrapped);
  *   - --stock: with the stock synced after every malloc, a pool that keeps growing in small steps
- *     fits them into the stock instead of growing, the same way in every run. */
+ *     fits them into the stock instead of growing, the same way in every run;
+ *   - --warm-layout: the first pass's handles, committed ahead, are each taken by the growth that
+ *     made it in the first pass (none created twice, the same peak and layout). */
 #include "../../tools/replay.c"
 #include "../../tools/trace.c"
 
@@ -198,6 +200,32 @@ static void with_a_stock_the_small_steps_fit_and_every_run_is_the_same(void **st
     dmm_replay_result_free(&b);
 }
 
+/* --warm-layout: the handles the first pass created are committed ahead and every growth takes its
+ * own, so no handle is created twice, and the peak is the cold run's. */
+static void with_a_warm_layout_every_growth_takes_the_first_pass_handle(void **state) {
+    (void)state;
+    dmm_replay_opts o;
+    memset(&o, 0, sizeof o);
+    o.max_chunk_bytes = 8 << 20; /* handles larger than one quantum: the layout has sizes to match */
+    dmm_replay_result cold, warm;
+    replay_text(growing, o, &cold);
+    o.warm_layout = true;
+    replay_text(growing, o, &warm);
+    assert_true(cold.nlayout > 2);
+    assert_int_equal(warm.warm_spans, cold.nlayout);
+    assert_int_equal(warm.pool.layout_adopted, cold.nlayout);
+    assert_int_equal(warm.pool.layout_released, 0);
+    assert_int_equal(warm.calls_create, cold.calls_create); /* ahead, then taken: each handle made once */
+    assert_int_equal(warm.peak_physical_bytes, cold.peak_physical_bytes);
+    assert_int_equal(warm.nlayout, cold.nlayout); /* and the warm run's own layout is the same again */
+    for (size_t i = 0; i < cold.nlayout; i++) {
+        assert_int_equal(warm.layout[i].offset, cold.layout[i].offset);
+        assert_int_equal(warm.layout[i].bytes, cold.layout[i].bytes);
+    }
+    dmm_replay_result_free(&cold);
+    dmm_replay_result_free(&warm);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(sizes_whose_reservation_would_overflow_are_refused_at_once),
@@ -207,6 +235,7 @@ int main(void) {
         cmocka_unit_test(a_repeating_step_reaches_a_steady_state_without_driver_calls),
         cmocka_unit_test(under_lag_the_repetitions_still_end_with_nothing_held),
         cmocka_unit_test(with_a_stock_the_small_steps_fit_and_every_run_is_the_same),
+        cmocka_unit_test(with_a_warm_layout_every_growth_takes_the_first_pass_handle),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
