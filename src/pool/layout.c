@@ -23,6 +23,7 @@
  * commit may climb the governor's reclaim ladder, whose trim comes back here). `grown` spans never
  * overlap each other.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -276,6 +277,42 @@ dmm_status dmm__pool_layout_release_all(dmm_pool *p, uint64_t *released) {
                       : dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "pool: out of host memory to give a warm layout's handles back");
     free(at);
     return s;
+}
+
+const char *dmm__pool_layout_invariants(dmm_pool *p) {
+    static _Thread_local char why[160];
+    playout *l = &p->layout;
+    if (l->ahead == NULL) return NULL;
+    uint64_t entries = 0, bytes = 0;
+    size_t nq = quanta(p), covered_until = 0; /* the end of the last entry or chunk seen, in quanta */
+    const char *bad = NULL;
+    pthread_mutex_lock(&l->m);
+    for (size_t q = 0; q < nq && bad == NULL; q++) {
+        uint32_t len = l->ahead[q] & ~LAYOUT_BUSY;
+        if (len != 0) {
+            entries++;
+            if ((l->ahead[q] & LAYOUT_BUSY) == 0) bytes += (uint64_t)len * p->chunk;
+        }
+        if ((len != 0 || p->clen[q] != 0) && q < covered_until) {
+            snprintf(why, sizeof why, "the %s at quantum %zu lies inside an ahead handle or a chunk before it",
+                     len != 0 ? "ahead handle" : "chunk", q);
+            bad = why;
+        }
+        if (len != 0 && p->clen[q] != 0) {
+            snprintf(why, sizeof why, "quantum %zu starts both an ahead handle and a chunk", q);
+            bad = why;
+        }
+        uint32_t c = p->clen[q] > len ? p->clen[q] : len;
+        if (c != 0 && q + c > covered_until) covered_until = q + c;
+    }
+    if (bad == NULL && (entries != load_relaxed(&l->entries) || bytes != load_relaxed(&l->ahead_bytes))) {
+        snprintf(why, sizeof why, "%llu entries of %llu bytes, counted as %llu of %llu", (unsigned long long)entries,
+                 (unsigned long long)bytes, (unsigned long long)load_relaxed(&l->entries),
+                 (unsigned long long)load_relaxed(&l->ahead_bytes));
+        bad = why;
+    }
+    pthread_mutex_unlock(&l->m);
+    return bad;
 }
 
 /* ---- dmm_pool_layout and the warm layout ---- */

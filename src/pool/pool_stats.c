@@ -177,5 +177,7 @@ dmm_status dmm_pool_check(dmm_pool *p) {
                              "dmm_pool_check: the heaps hold %llu bytes of aliased old places but the pool counts %llu "
                              "(call the check while no other thread uses the pool)",
                              (unsigned long long)twice, (unsigned long long)load_relaxed(&p->aliased_bytes));
+    const char *bad = dmm__pool_layout_invariants(p);
+    if (bad != NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_check: the warm layout: %s", bad);
     return DMM_OK;
 }

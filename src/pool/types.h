@@ -584,6 +584,10 @@ void dmm__pool_layout_forget(dmm_pool *p, uintptr_t addr, uint64_t bytes);
 /* A trim's first step: gives every ahead handle back (no lock held). *released += the bytes given
  * back; an error keeps the handle (the sentence says which). */
 dmm_status dmm__pool_layout_release_all(dmm_pool *p, uint64_t *released);
+/* dmm_pool_check's look at the layout (no other thread using the pool): NULL when every ahead entry
+ * lies over no chunk of the pool's (clen) nor another entry, and the counts are their sums; else a
+ * sentence fragment (static per thread). */
+const char *dmm__pool_layout_invariants(dmm_pool *p);
 /* dmm_pool_warm_layout's check of its untrusted spans (nothing changes): DMM_OK and *lo, *end = where
  * the spans of heap `ordinal` begin and end (both 0: none), or DMM_ERR_INVALID_ARGUMENT with a sentence
  * naming the span and the fault. */

@@ -555,28 +555,33 @@ static void a_warm_layout_refuses_bad_spans_and_changes_nothing(void **state) {
 static void spans_over_held_memory_are_skipped_and_a_second_warm_layout_commits_nothing(void **state) {
     (void)state;
     fx *f = fx_open_with(0, 0);
-    char *a = xmalloc(f, 4 * C); /* the pool holds [0, 4C) */
+    char *a = xmalloc(f, 4 * C); /* the pool holds [0, 4C) live */
     assert_int_equal(offset_of(f, a), 0);
-    /* [0, C) and [2C, 3C) are held; [3C, 5C) is held in part; [8C, 10C) and [12C, 13C) are not */
-    static const dmm_pool_span spans[] = {{0, C, 0}, {2 * C, C, 0}, {3 * C, 2 * C, 0}, {8 * C, 2 * C, 0}, {12 * C, C, 0}};
+    char *b = xmalloc(f, 2 * C); /* and [4C, 6C) free, mapped */
+    assert_int_equal(offset_of(f, b), 4 * C);
+    xfree(f, b);
+    /* [0, C) and [2C, 3C) are held; [3C, 5C) is held in part; [5C, 6C) is free but mapped; [8C, 10C) and
+     * [12C, 13C) are unmapped */
+    static const dmm_pool_span spans[] = {{0, C, 0}, {2 * C, C, 0}, {3 * C, 2 * C, 0}, {5 * C, C, 0}, {8 * C, 2 * C, 0},
+                                          {12 * C, C, 0}};
     uint64_t got = 0, creates = calls(f, DMM_OP_CREATE);
     dmm_pool_stats s0 = stats(f);
-    DMM_OK_OR_FAIL(dmm_pool_warm_layout(f->pool, NULL, spans, 5, &got));
+    DMM_OK_OR_FAIL(dmm_pool_warm_layout(f->pool, NULL, spans, 6, &got));
     assert_int_equal(got, 3 * C);
     assert_int_equal(calls(f, DMM_OP_CREATE) - creates, 2);
     dmm_pool_stats s = stats(f);
     assert_int_equal(s.physical_bytes.current, s0.physical_bytes.current + (int64_t)(3 * C));
-    assert_int_equal(s.committed_bytes.current, 4 * C);
+    assert_int_equal(s.committed_bytes.current, 6 * C);
     DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
     /* again: all of it is held or ahead now */
     uint64_t before = calls(f, DMM_OP_ANY);
     got = 1;
-    DMM_OK_OR_FAIL(dmm_pool_warm_layout(f->pool, NULL, spans, 5, &got));
+    DMM_OK_OR_FAIL(dmm_pool_warm_layout(f->pool, NULL, spans, 6, &got));
     assert_int_equal(got, 0);
     assert_int_equal(calls(f, DMM_OP_ANY), before);
     assert_int_equal(stats(f).physical_bytes.current, s.physical_bytes.current);
     /* the handles ahead are no part of the layout until a growth takes them */
-    assert_int_equal(count_of(f), 4);
+    assert_int_equal(count_of(f), 6); /* a: 4 handles of C, b: 2 */
     DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
     xfree(f, a);
     fx_close(f);
