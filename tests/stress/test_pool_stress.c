@@ -10,7 +10,10 @@
  * runs over the fault driver while the threads hold and release every event at random (fences
  * pending for stretches, as on a GPU), so that growth aliases fenced chunks of its own stream: an
  * old place handed out while its memory lives on elsewhere would break a pattern; a fourth adds the
- * stock thread (stock_bytes), growing beside the threads and their trims. At the end: every block freed, the invariant check passes, the
+ * stock thread (stock_bytes), growing beside the threads and their trims; a fifth runs the mix again
+ * over the layout the first pass of it grew through (dmm_pool_warm_layout), committed ahead before the
+ * threads start and again by the threads now and then on their own streams, so that growths take and
+ * give back handles ahead while trims give them back too. At the end: every block freed, the invariant check passes, the
  * pool's, the arena's and the driver's counts are back to zero. Run under TSan and ASan by
  * `make test`. Seed: DMM_STRESS_SEED (default 42).
  */
@@ -36,6 +39,8 @@ typedef struct shared {
     dmm_mechanism *arena;
     dmm_pool *pool;
     dmm_stream streams[STREAMS];
+    const dmm_pool_span *warm; /* a warm layout the threads commit ahead again now and then */
+    size_t nwarm;
     uint64_t seed;
     _Atomic uint64_t errors, mallocs, frees, cross, trims;
 } shared;
@@ -102,6 +107,12 @@ static void *worker(void *arg) {
             if (dmm_pool_empty_cache(sh->pool, NULL) != DMM_OK) atomic_fetch_add(&sh->errors, 1);
         } else if (what < 17 && sh->flap) {
             if (dmm_fault_hold_events(sh->drv, (r >> 40) % 4 != 0) != DMM_OK) atomic_fetch_add(&sh->errors, 1);
+        } else if (what >= 17 && what < 20 && sh->warm != NULL) {
+            dmm_status s = dmm_pool_warm_layout(sh->pool, mine, sh->warm, sh->nwarm, NULL);
+            if (s != DMM_OK) {
+                fprintf(stderr, "thread %d: warm layout failed: %s\n", a->id, dmm_last_error());
+                atomic_fetch_add(&sh->errors, 1);
+            }
         } else if (live[k].p != NULL) {
             if (!verify(&live[k])) {
                 fprintf(stderr, "thread %d: block %p of %zu bytes lost its pattern\n", a->id, (void *)live[k].p,
@@ -147,9 +158,14 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-static void run_mix(uint64_t max_chunk, bool flap, uint64_t stock) {
+/* One mix; `warm`: a layout committed ahead first and by the threads now and then; *layout (may be
+ * NULL): the layout the pool grew through, read after the threads are done (malloc'ed). */
+static void run_mix_over(uint64_t max_chunk, bool flap, uint64_t stock, const dmm_pool_span *warm, size_t nwarm,
+                         dmm_pool_span **layout, size_t *nlayout) {
     shared sh;
     memset(&sh, 0, sizeof sh);
+    sh.warm = warm;
+    sh.nwarm = nwarm;
     const char *seed = getenv("DMM_STRESS_SEED");
     sh.seed = seed != NULL ? strtoull(seed, NULL, 10) : 42;
     sh.flap = flap;
@@ -175,6 +191,7 @@ static void run_mix(uint64_t max_chunk, bool flap, uint64_t stock) {
     for (int i = 1; i < STREAMS; i++) DMM_OK_OR_FAIL(sh.drv->ops->stream_create(sh.drv, &sh.streams[i]));
     /* with a stock, 512 MiB held for the whole mix: a live peak whose 1/128 (the stock, ~6 MiB) is larger
      * than most of the mix's requests (512 B to 8 MiB), whose growths then post stocks */
+    if (warm != NULL) DMM_OK_OR_FAIL(dmm_pool_warm_layout(sh.pool, NULL, warm, nwarm, NULL));
     void *resident = NULL;
     if (stock) {
         DMM_OK_OR_FAIL(dmm_pool_malloc(sh.pool, 512 * MIB, NULL, &resident));
@@ -194,6 +211,12 @@ static void run_mix(uint64_t max_chunk, bool flap, uint64_t stock) {
     }
     assert_int_equal(atomic_load(&sh.errors), 0);
     assert_int_equal(atomic_load(&sh.mallocs), atomic_load(&sh.frees));
+    if (layout != NULL) {
+        DMM_OK_OR_FAIL(dmm_pool_layout(sh.pool, NULL, 0, nlayout));
+        *layout = calloc(*nlayout ? *nlayout : 1, sizeof **layout);
+        assert_non_null(*layout);
+        DMM_OK_OR_FAIL(dmm_pool_layout(sh.pool, *layout, *nlayout, nlayout));
+    }
 
     if (flap) DMM_OK_OR_FAIL(dmm_fault_hold_events(sh.drv, false)); /* the work is done */
     for (int i = 0; i < 3; i++) /* also makes the cross-stream frees reusable and the old places go */
@@ -205,12 +228,13 @@ static void run_mix(uint64_t max_chunk, bool flap, uint64_t stock) {
     DMM_OK_OR_FAIL(dmm_pool_stats_get(sh.pool, &ps));
     printf("max chunk %llu MiB, stock %llu MiB, seed %llu: %llu mallocs, %llu frees (%llu on another stream), %llu trims; "
            "%llu grows (%llu of the stock), %llu chunks committed, %llu moved, %llu aliased; peak committed %lld bytes, "
-           "peak physical %lld\n",
+           "peak physical %lld; warm layout of %zu spans: %llu taken, %llu given back\n",
            (unsigned long long)(max_chunk >> 20), (unsigned long long)(stock >> 20), (unsigned long long)sh.seed, (unsigned long long)ps.mallocs, (unsigned long long)ps.frees,
            (unsigned long long)ps.cross_stream_frees, (unsigned long long)atomic_load(&sh.trims),
            (unsigned long long)ps.grows, (unsigned long long)ps.stock_grows, (unsigned long long)ps.chunks_committed, (unsigned long long)ps.chunks_moved,
            (unsigned long long)ps.chunks_aliased,
-           (long long)ps.committed_bytes.peak, (long long)ps.physical_bytes.peak);
+           (long long)ps.committed_bytes.peak, (long long)ps.physical_bytes.peak, nwarm,
+           (unsigned long long)ps.layout_adopted, (unsigned long long)ps.layout_released);
     assert_int_equal(ps.mallocs, atomic_load(&sh.mallocs));
     assert_int_equal(ps.allocations.current, 0);
     assert_int_equal(ps.allocated_bytes.current, 0);
@@ -221,6 +245,8 @@ static void run_mix(uint64_t max_chunk, bool flap, uint64_t stock) {
     assert_true(ps.chunks_moved > 0); /* the mix really moved memory between places */
     if (flap) assert_true(ps.chunks_aliased > 0); /* and aliased it */
     if (stock) assert_true(ps.stock_grows > 0);   /* and the stock thread grew it beside the threads */
+    if (warm != NULL) /* the growths took handles ahead, and growths or trims gave others back */
+        assert_true(ps.layout_adopted > 0 && ps.layout_released > 0);
     DMM_OK_OR_FAIL(dmm_pool_destroy(sh.pool));
     dmm_stats as;
     memset(&as, 0, sizeof as);
@@ -234,6 +260,10 @@ static void run_mix(uint64_t max_chunk, bool flap, uint64_t stock) {
     dmm_test_census_zero(sh.drv);
     if (flap) dmm_driver_destroy(sh.drv);
     dmm_driver_destroy(sh.host);
+}
+
+static void run_mix(uint64_t max_chunk, bool flap, uint64_t stock) {
+    run_mix_over(max_chunk, flap, stock, NULL, 0, NULL, NULL);
 }
 
 /* every chunk one quantum (the default) */
@@ -260,12 +290,25 @@ static void eight_threads_with_a_stock(void **state) {
     run_mix(16 * MIB, true, 64 * MIB);
 }
 
+/* over a warm layout: the first pass's layout ahead, taken, given back and committed again by the
+ * threads while they grow, trim and empty the cache */
+static void eight_threads_over_a_warm_layout(void **state) {
+    (void)state;
+    dmm_pool_span *layout = NULL;
+    size_t n = 0;
+    run_mix_over(16 * MIB, true, 0, NULL, 0, &layout, &n);
+    assert_true(n > 0);
+    run_mix_over(16 * MIB, true, 0, layout, n, NULL, NULL);
+    free(layout);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(eight_threads_malloc_free_trim),
         cmocka_unit_test(eight_threads_with_variable_chunks),
         cmocka_unit_test(eight_threads_with_pending_fences),
         cmocka_unit_test(eight_threads_with_a_stock),
+        cmocka_unit_test(eight_threads_over_a_warm_layout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
