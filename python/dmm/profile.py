@@ -1,14 +1,19 @@
-"""The warm-start profile: one small JSON file that remembers how much physical memory a workload held at
-its peak on a device, so that its next run commits that much before its first step
-(dmm.torch.warm_start) instead of growing through it in many small handles.
+"""The warm-start profile: one JSON file that remembers how a workload grew on a device — its physical
+peak and the layout its pool grew through — so that its next run commits that memory before its first
+step (dmm.torch.warm_start) instead of growing through it in many small handles.
 
-    {"dmm_profile": 1, "device": "NVIDIA H200", "device_bytes": 150754820096,
-     "peak_physical_bytes": 14021951488}
+    {"dmm_profile": 2, "device": "NVIDIA H200", "device_bytes": 150754820096,
+     "peak_physical_bytes": 14021951488, "layout": [[0, 25165824, 0], [25165824, 8388608, 0], ...]}
+
+layout: the pool's handles as dmm.torch.layout() gives them ([offset, bytes, heap]); a warm start
+commits each ahead at its own place (dmm.torch.warm_layout: the last run's peak, no more). A version 1
+profile (no layout) is still read: its warm start commits the peak in large handles (dmm.torch.warm).
 
 The file is untrusted (it outlives the process that wrote it, and anyone may edit it): read() checks
 every field and refuses, with a ValueError that names the file, the field and what to do, a file
 that is not exactly this shape, one written on another kind of device, or one whose peak does not fit
-the device. A refusal changes nothing. write() replaces the file whole or leaves it as it was.
+the device (the layout's entries are checked here for shape, and by the pool for every value). A
+refusal changes nothing. write() replaces the file whole or leaves it as it was.
 Pure Python: no torch, no GPU.
 """
 
@@ -17,9 +22,9 @@ import os
 
 from . import _files
 
-VERSION = 1
-MAX_FILE_BYTES = 64 << 10  # a profile is ~150 bytes; anything this large is not one
-FIELDS = ("dmm_profile", "device", "device_bytes", "peak_physical_bytes")
+VERSION = 2
+MAX_FILE_BYTES = 16 << 20  # a profile with a layout is ~40 bytes a handle: 16 MiB is ~400,000 handles
+FIELDS = ("dmm_profile", "device", "device_bytes", "peak_physical_bytes")  # version 1; 2 adds "layout"
 
 
 def _refuse(path, what):
@@ -38,6 +43,18 @@ def read(path, device_name, device_bytes):
     """The peak physical bytes the profile at `path` holds for this device, or None when there is no
     file yet. device_name and device_bytes describe the device it is read for (the name and total
     memory torch reports); a profile written on another kind of device is refused."""
+    obj = _load(path, device_name, device_bytes)
+    return None if obj is None else obj["peak_physical_bytes"]
+
+
+def read_layout(path, device_name, device_bytes):
+    """The layout the profile at `path` holds (a list of [offset, bytes, heap]), or None when there is no
+    file yet or it holds none (version 1). Refuses what read() refuses."""
+    obj = _load(path, device_name, device_bytes)
+    return None if obj is None else obj.get("layout")
+
+
+def _load(path, device_name, device_bytes):
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_FILE_BYTES + 1)
@@ -53,14 +70,16 @@ def read(path, device_name, device_bytes):
         raise _refuse(path, "it is not JSON (%s)" % e) from None
     if not isinstance(obj, dict):
         raise _refuse(path, "it holds a %s, not a JSON object" % type(obj).__name__)
-    missing = [k for k in FIELDS if k not in obj]
-    extra = sorted(k for k in obj if k not in FIELDS)
+    version = obj.get("dmm_profile")
+    if type(version) is not int or version not in (1, VERSION):
+        raise _refuse(path, "dmm_profile is %r; this dmm reads versions 1 and %d" % (version, VERSION))
+    fields = FIELDS + (("layout",) if version == 2 else ())
+    missing = [k for k in fields if k not in obj]
+    extra = sorted(k for k in obj if k not in fields)
     if missing or extra:
         wrong = ["missing: " + ", ".join(missing)] if missing else []
         wrong += ["unknown: " + ", ".join(extra)] if extra else []
-        raise _refuse(path, "its fields are not %s (%s)" % (", ".join(FIELDS), "; ".join(wrong)))
-    if type(obj["dmm_profile"]) is not int or obj["dmm_profile"] != VERSION:
-        raise _refuse(path, "dmm_profile is %r; this dmm reads version %d" % (obj["dmm_profile"], VERSION))
+        raise _refuse(path, "its fields are not %s (%s)" % (", ".join(fields), "; ".join(wrong)))
     if not isinstance(obj["device"], str):
         raise _refuse(path, "device is %r, not a device name" % (obj["device"],))
     dev_bytes, peak = _whole(path, obj, "device_bytes"), _whole(path, obj, "peak_physical_bytes")
@@ -69,13 +88,25 @@ def read(path, device_name, device_bytes):
                       % (obj["device"], dev_bytes, device_name, device_bytes))
     if peak == 0 or peak > device_bytes:
         raise _refuse(path, "peak_physical_bytes %d is not between 1 and the device's %d bytes" % (peak, device_bytes))
-    return peak
+    if version == 2:
+        layout = obj["layout"]
+        if not isinstance(layout, list):
+            raise _refuse(path, "layout is a %s, not a list of [offset, bytes, heap]" % type(layout).__name__)
+        for i, span in enumerate(layout):
+            if (not isinstance(span, list) or len(span) != 3
+                    or any(type(x) is not int or x < 0 or x >= 1 << 64 for x in span)):
+                raise _refuse(path, "layout entry %d is %r, not [offset, bytes, heap] of whole numbers" % (i, span))
+    return obj
 
 
-def write(path, device_name, device_bytes, peak_physical_bytes):
-    """Writes the profile whole (beside `path`, then renamed over it). OSError propagates."""
-    text = json.dumps({"dmm_profile": VERSION, "device": device_name, "device_bytes": int(device_bytes),
-                       "peak_physical_bytes": int(peak_physical_bytes)}) + "\n"
+def write(path, device_name, device_bytes, peak_physical_bytes, layout=None):
+    """Writes the profile whole (beside `path`, then renamed over it): version 2 with `layout` (a list
+    of [offset, bytes, heap], dmm.torch.layout()), version 1 without. OSError propagates."""
+    obj = {"dmm_profile": VERSION if layout is not None else 1, "device": device_name,
+           "device_bytes": int(device_bytes), "peak_physical_bytes": int(peak_physical_bytes)}
+    if layout is not None:
+        obj["layout"] = [[int(x) for x in span] for span in layout]
+    text = json.dumps(obj, separators=(",", ":")) + "\n"
 
     def fill(tmp):
         with open(tmp, "w") as f:

@@ -241,13 +241,15 @@ def _device_kind(dev):
 
 
 def save_profile(path, device=None):
-    """Writes the warm-start profile at `path` (dmm/profile.py: the device and this process's physical
-    peak, memory_stats_raw()["physical_bytes"]["peak"]) whole, now. Returns the peak written."""
+    """Writes the warm-start profile at `path` (dmm/profile.py: the device, this process's physical peak,
+    memory_stats_raw()["physical_bytes"]["peak"], and the layout its pool grew through, layout()) whole,
+    now. Returns the peak written."""
     dev = _device(device)
     name, total = _device_kind(dev)
     peak = int(memory_stats_raw(dev)["physical_bytes"]["peak"])
+    spans = layout(dev)
     try:
-        profile.write(path, name, total, peak)
+        profile.write(path, name, total, peak, spans)
     except OSError as e:
         raise DmmError("dmm.torch.save_profile: writing %s failed (%s); pass a path in a folder you can write"
                        % (path, e.strerror)) from None
@@ -268,19 +270,23 @@ def _save_profiles_at_exit():
 
 def warm_start(path, device=None, stream=None):
     """A warm start from this workload's last run, in one line: reads the profile at `path` (absent on
-    the first run) and, where it holds a peak, commits that much at once (warm()), so the first step
-    is served from mapped memory; at exit the profile is written again with this run's physical peak.
-    Call it after the model is loaded, before the first step. Returns the bytes committed now (0 on a
-    first run). A profile written on another kind of device, or not a profile at all, raises
-    ValueError naming the file and the field, and nothing is committed. The peak only grows with the
-    workload: delete the file when the workload changes (a larger batch, another model)."""
+    the first run) and commits the last run's memory at once, so the first step is served from mapped
+    memory: its layout, each handle ahead at its own place (warm_layout(): the last run's peak, no more),
+    or, from a profile without one, its peak in large handles (warm()). At exit the profile is written
+    again from this run. Call it after the model is loaded, before the first step. Returns the bytes
+    committed now (0 on a first run). A profile written on another kind of device, or not a profile at
+    all, raises ValueError naming the file and the field, and nothing is committed. Delete the file when
+    the workload changes (a larger batch, another model): its layout and peak are the last run's."""
     dev = _device(device)
     name, total = _device_kind(dev)
     peak = profile.read(path, name, total)
+    spans = profile.read_layout(path, name, total) if peak else None
     with _profiles_lock:
         if not _profiles:
             atexit.register(_save_profiles_at_exit)
         _profiles.add((os.fspath(path), dev))
+    if spans:
+        return warm_layout(spans, dev, stream)
     return warm(peak, dev, stream) if peak else 0
 
 

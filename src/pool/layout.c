@@ -2,8 +2,8 @@
  * warm layout's handles committed ahead of the growths that take them (DESIGN §4.9; pool.h, "Warm
  * layout").
  *
- * What it owns: the two per-quantum tables of p->layout (types.h: `grown`, `ahead`), their mutex,
- * and the mechanism calls that commit ahead and give ahead handles back.
+ * What it owns: the per-quantum tables of p->layout (types.h: `grown` with `grown_heap`, `ahead`),
+ * their mutex, and the mechanism calls that commit ahead and give ahead handles back.
  *
  * The idea. A workload that repeats its run (a training job started again, a server restarted)
  * grows through the same handles at the same offsets each time. The first run's growth is ~870
@@ -12,8 +12,10 @@
  * region places blocks differently and holds ~4 % more than growing as needed did. A warm layout
  * commits the first run's own handles at their own places instead, and leaves them unmapped in the
  * heaps' eyes: every plan, move and alias is the first run's, and where a growth commits a fresh
- * handle of exactly an ahead span, commit_one takes that handle (moves.c). Same handles, same peak,
- * no driver call for them in the first iteration.
+ * chunk, commit_one (moves.c) takes every ahead handle lying wholly inside it and creates only the
+ * gaps. Same handles, same peak, no driver call for them in the first iteration. What is ahead and not
+ * taken goes back when a commit or alias overlaps it, or at the next trim. Each handle is recorded
+ * with its heap's place in the order heaps were made, so that a stream's heap takes its own.
  *
  * Invariants: an `ahead` entry is a handle the mechanism holds committed in the pool's VA over VA
  * the pool's blocks call UNMAPPED (or COMMITTING by the one thread that is about to take it), and

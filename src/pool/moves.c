@@ -10,7 +10,8 @@
  * what was just taken from it, so physical memory may pass the retention limit by up to one chunk
  * per heap — the sub-chunk slack of a stream's partly used memory, which no move can avoid.
  * Carving merges the heap's parked (QUICK) blocks first, so that trim, empty_cache and moves see all
- * of its free memory. Reaping: the old
+ * of its free memory. A commit or alias first asks layout.c about a warm layout's handles ahead in its
+ * span (a fresh commit takes those wholly inside; the rest go back before it maps). Reaping: the old
  * place of an aliased chunk is decommitted once a completed fence covers its last free.
  *
  * The idea. A chunk is taken out of its heap (DECOMMITTING) under the heap's lock, then the call runs

@@ -2,13 +2,15 @@
 checked without a GPU: the profile module directly, and dmm.torch over a stand-in `torch` module (a
 device's name and total memory) with warm() and the stats replaced by recorders (they need a GPU).
 
-What is proven: no file reads as None; a written profile reads back its peak, the file is replaced
-whole and no temporary is left; every hostile file (not JSON, not an object, a missing or unknown
-field, another version, a bool, float, string or negative number, a zero peak or one above the
-device, another device's name or size, a file too large, bytes that are not UTF-8) is refused with
-a ValueError naming the file and what was wrong, and the file is left as it was; warm_start commits
-nothing on a first run and the profile's peak on the next, refuses a bad profile before committing,
-and the exit hook writes this run's physical peak; save_profile's failure names the path.
+What is proven: no file reads as None; a written profile reads back its peak (and its layout: version
+2; a version 1 file has none), the file is replaced whole and no temporary is left; every hostile file
+(not JSON, not an object, a missing or unknown field, another version, a bool, float, string or
+negative number, a zero peak or one above the device, another device's name or size, a file too
+large, bytes that are not UTF-8, a layout that is not a list of [offset, bytes, heap] whole numbers)
+is refused with a ValueError naming the file and what was wrong, and the file is left as it was;
+warm_start commits nothing on a first run, the profile's layout on the next (warm_layout), a version
+1 profile's peak (warm), refuses a bad profile before committing, and the exit hook writes this
+run's physical peak and layout; save_profile's failure names the path.
 Exit 0 = all held, 1 = a check failed.
 """
 
@@ -36,6 +38,11 @@ check(profile.read(path, DEV, TOTAL) == 13 << 30, "a written profile reads back 
 profile.write(path, DEV, TOTAL, 14 << 30)
 check(profile.read(path, DEV, TOTAL) == 14 << 30, "writing again replaces the profile")
 check(os.listdir(work) == ["gpt2.profile"], "no temporary file is left beside it (%s)" % os.listdir(work))
+check(profile.read_layout(path, DEV, TOTAL) is None, "a profile written without a layout is version 1: none")
+LAYOUT = [[0, 24 << 20, 0], [24 << 20, 8 << 20, 0], [1 << 40, 2 << 20, 1]]
+profile.write(path, DEV, TOTAL, 14 << 30, LAYOUT)
+check(profile.read(path, DEV, TOTAL) == 14 << 30 and profile.read_layout(path, DEV, TOTAL) == LAYOUT,
+      "a profile written with a layout reads back its peak and its layout")
 ok, msg = raises(OSError, lambda: profile.write(os.path.join(work, "no-such-dir", "p"), DEV, TOTAL, 1))
 check(ok and os.listdir(work) == ["gpt2.profile"], "a write into a missing folder raises OSError and leaves nothing")
 
@@ -59,7 +66,14 @@ HOSTILE = [
     (b" " * (profile.MAX_FILE_BYTES + 1), "larger than"),
     (with_(device_bytes=KeyError), "missing: device_bytes"),
     (with_(extra=1), "unknown: extra"),
-    (with_(dmm_profile=2), "dmm_profile is 2"),
+    (with_(dmm_profile=3), "dmm_profile is 3"),
+    (with_(dmm_profile=2), "missing: layout"),
+    (with_(dmm_profile=2, layout={"0": 1}), "layout is a dict"),
+    (with_(dmm_profile=2, layout=[[0, 1]]), "layout entry 0 is [0, 1]"),
+    (with_(dmm_profile=2, layout=[[0, 1, 0], [0, -1, 0]]), "layout entry 1 is [0, -1, 0]"),
+    (with_(dmm_profile=2, layout=[[0, True, 0]]), "layout entry 0 is [0, True, 0]"),
+    (with_(dmm_profile=2, layout=[[0, 1 << 64, 0]]), "layout entry 0"),
+    (with_(dmm_profile=2, layout=[[0, 1.5, 0]]), "layout entry 0"),
     (with_(dmm_profile=True), "dmm_profile is True"),
     (with_(device=7), "device is 7"),
     (with_(device_bytes=-1), "device_bytes is -1"),
@@ -88,15 +102,22 @@ sys.modules["torch"] = torch
 
 import dmm.torch as dt  # noqa: E402
 
-warmed = []
+warmed, laid = [], []
 peak = {"bytes": 12 << 30}
 dt.warm = lambda nbytes, device=None, stream=None: warmed.append((nbytes, device)) or nbytes
+dt.warm_layout = lambda spans, device=None, stream=None: laid.append((spans, device)) or sum(s[1] for s in spans)
+dt.layout = lambda device=None: LAYOUT
 dt.memory_stats_raw = lambda device=None: {"physical_bytes": {"peak": peak["bytes"]}}
 os.unlink(path)
-check(dt.warm_start(path) == 0 and warmed == [], "warm_start on a first run commits nothing")
+check(dt.warm_start(path) == 0 and warmed == [] and laid == [], "warm_start on a first run commits nothing")
 dt._save_profiles_at_exit()  # what atexit runs
-check(profile.read(path, DEV, TOTAL) == 12 << 30, "at exit the profile holds this run's physical peak")
-check(dt.warm_start(path) == 12 << 30 and warmed == [(12 << 30, 0)], "the next run commits the profile's peak")
+check(profile.read(path, DEV, TOTAL) == 12 << 30 and profile.read_layout(path, DEV, TOTAL) == LAYOUT,
+      "at exit the profile holds this run's physical peak and layout")
+check(dt.warm_start(path) == 34 << 20 and laid == [(LAYOUT, 0)] and warmed == [],
+      "the next run commits the profile's layout ahead")
+profile.write(path, DEV, TOTAL, 12 << 30)  # a version 1 profile, from before layouts
+check(dt.warm_start(path) == 12 << 30 and warmed == [(12 << 30, 0)] and len(laid) == 1,
+      "a profile without a layout: the next run commits its peak")
 with open(path, "w") as f:
     f.write('{"dmm_profile": 1}')
 ok, msg = raises(ValueError, lambda: dt.warm_start(path), path, "missing")
