@@ -13,7 +13,10 @@ dmm-a<MiB> with DMM_TORCH_STOCK=<MiB << 20> (the stock thread keeps up to MiB, a
 peak, committed ahead of the growth); dmm-r<N> with DMM_TORCH_RETAIN=N (free memory kept mapped, permille of the live peak); dmm-w with a warm
 start: before the first step the pool commits the physical peak of dmm-w's last run (dmm.torch.warm),
 the "last run" being one unmeasured dmm-w run made first (its cost is printed apart: it is paid before
-the first step). Parts join with "+": dmm-a256+h256x2m8 is the stock and those handles together.
+the first step); dmm-L with a warm layout: before the first step the pool commits, each at its own place,
+the handles dmm-L's last run grew through (dmm.torch.layout and warm_layout: what dmm.torch.warm_start
+does), and the first step's share of them taken is printed. Parts join with "+": dmm-a256+h256x2m8 is
+the stock and those handles together.
 
 Workloads (models built from configs, no downloads; random data; fixed shapes, so every step repeats):
   gpt2   GPT-2 small training, AdamW, bf16 autocast, batch 8 x 1,024 tokens
@@ -24,7 +27,7 @@ A step's time is wall time from its start to a synchronize after it (what the us
 --regrowths K adds, in each process after its steps, K more first steps, each of a fresh model after the
 cache was emptied: a growth from the model's memory again without CUDA's lazy initialisation, which the
 process's real first step also pays (the allocator's share of that step, K samples per process; not in
-dmm-w, whose warm start the first emptied cache undoes).
+dmm-w and dmm-L, whose warm start the first emptied cache undoes).
 
 Prints per workload and mode: the first step (median over runs), the steady step (median over runs of
 each run's median of steps 3..S), peak physical (dmm: every physical handle it holds; torch: peak
