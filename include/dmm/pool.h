@@ -246,7 +246,8 @@ DMM_API dmm_status dmm_pool_warm(dmm_pool *pool, dmm_stream stream, uint64_t tar
 /* Warm layout: a warm start that costs no memory. A pool records where it created handles for its
  * growths (its layout: the offset of each from the pool's VA base, and its bytes); a later run of the
  * same workload, told that layout, commits those handles at once, each at its place and unmapped in
- * the pool's eyes ("ahead"): the growths then plan exactly as the first run did, and a growth that
+ * the pool's eyes ("ahead"): the growths then plan as the first run did (where the fences complete
+ * as they did then: a plan reads which old places were reaped), and a growth that
  * would create a handle where one lies ahead takes it (and every other ahead handle lying wholly
  * inside its chunk, committing new handles only for the gaps) without a driver call for them. The
  * peak is the first run's (the same handles, committed earlier), the first iteration's growth makes
@@ -271,11 +272,12 @@ DMM_API dmm_status dmm_pool_layout(dmm_pool *pool, dmm_pool_span *spans, size_t 
 /* dmm_pool_warm_layout: commits each span of `stream`'s heap (heap = that heap's place in the order
  * the pool made heaps) ahead, one handle each, where that VA is still unmapped (spans over memory the
  * pool holds are skipped: call it before the first iteration, after the model is loaded or before);
- * the heap first extends its VA over its spans, as its growths would; other heaps' spans are left. The spans are untrusted (a file): each must be whole quanta inside the
- * pool's VA, at most DMM_POOL_WARM_HANDLE_BYTES, none overlapping another; otherwise
- * DMM_ERR_INVALID_ARGUMENT names the span and the fault, and nothing changed. *committed (may be
- * NULL) = the bytes committed ahead now. A commit that fails (budget, driver) stops there: what was
- * committed before it stays ahead, and its error is returned. */
+ * the heap first extends its VA over its spans, as its growths would; other heaps' spans are left.
+ * The spans are untrusted (a file): each must be whole quanta inside the pool's VA, at most
+ * DMM_POOL_WARM_HANDLE_BYTES, none overlapping another; otherwise DMM_ERR_INVALID_ARGUMENT names the
+ * span and the fault, and nothing changed. *committed (may be NULL) = the bytes committed ahead now.
+ * A commit that fails (budget, driver) stops there: what was committed before it stays ahead, and
+ * its error is returned. */
 DMM_API dmm_status dmm_pool_warm_layout(dmm_pool *pool, dmm_stream stream, const dmm_pool_span *spans, size_t count,
                                         uint64_t *committed);
 
