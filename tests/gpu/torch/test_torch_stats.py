@@ -10,9 +10,9 @@
     process allocates again once memory is freed (in a child process: a refusal must not kill it);
   - a CUDA graph capture with no graph memory reserved fails with a sentence naming the remedy,
     without mapping anything, and the process keeps working (child process);
-  - warm_start(path): a first run commits nothing and writes its physical peak to the profile at
-    exit; the next run commits that peak before its first allocation, which then makes no driver
-    call (two child processes).
+  - warm_start(path): a first run commits nothing and writes its physical peak and layout to the
+    profile at exit; the next run commits that layout ahead (no more than the last run's peak) before
+    its first allocation, which then takes those handles and creates none (two child processes).
 
 Prints every number. Exit 0 = all held, 1 = something did not, 77 = no torch/GPU.
 """
@@ -189,7 +189,8 @@ with tempfile.TemporaryDirectory() as tmp:
     w1, w2 = warm_line(first), warm_line(second)
     check(w1 is not None and w1[0] == 0 and w1[1] > 0, "warm_start: a first run commits nothing and grows (%s)" % w1)
     check(w2 is not None and w1 is not None and 0 < w2[0] <= w1[2] and w2[1] == 0,
-          "warm_start: the next run commits the last run's peak up front, and its allocation creates no handle "
+          "warm_start: the next run commits the last run's layout up front (at most its peak), and its allocation "
+          "creates no handle "
           "(%s)" % w2)
 
 print("RESULT stats: %d failure(s)" % len(failures))
