@@ -8,8 +8,9 @@ processes (an allocator is chosen once per process):
      native peak reserved, and <= expandable segments' peak. Not the mapped bytes: while the pool moves
      a chunk under a pending fence, one handle is mapped at two places for a while (an alias), which
      counts twice on the mapped axis but is the same device memory;
-  3. torch.empty + del from Python: dmm's median <= native's, runs interleaved between two live
-     processes (1 MiB on the default stream; also a side stream, where dmm asks the capture status).
+  3. torch.empty + del from Python, runs interleaved between two live processes (1 MiB on the default
+     stream; also a side stream, where dmm asks the capture status): the medians and their ratio are
+     printed, never asserted (a time is a benchmark's number, not a test's: bench/torch_steps.py).
 
 Prints every number. Exit 0 = all held, 1 = something did not, 77 = no torch/transformers/GPU.
 """
@@ -109,8 +110,6 @@ for s in ("default", "side"):
     mn, md = statistics.median(times[("native", s)]), statistics.median(times[("dmm", s)])
     print("torch.empty(1 MiB)+del, %s stream: native median %.0f ns, dmm median %.0f ns (ratio %.3f); native runs %s; dmm runs %s" % (
         s, mn, md, md / mn, ["%.0f" % x for x in times[("native", s)]], ["%.0f" % x for x in times[("dmm", s)]]))
-    if s == "default":
-        check(md <= mn, "torch.empty+del median: dmm %.0f ns <= native %.0f ns" % (md, mn))
 
 print("RESULT models: %d failure(s)" % len(failures))
 sys.exit(1 if failures else 0)
