@@ -108,7 +108,7 @@ static int run_model(const char *path, uint64_t limit, uint64_t runs, uint64_t b
     struct OrtSession *s = NULL;
     struct OrtAllocator *def = NULL;
     dmm_host_driver_config hc = {sizeof hc, 64 << 10};
-    dmm_device hostdev = {DMM_TIER_HOST, 0};
+    dmm_device_id hostdev = {DMM_TIER_HOST, 0};
     if (dmm_host_driver_create(&hc, &host) != DMM_OK || dmm_governor_create(NULL, &g) != DMM_OK ||
         (limit && dmm_governor_set_limit(g, hostdev, DMM_AXIS_OWNED, limit) != DMM_OK)) {
         fprintf(stderr, "dmm ort: %s\n", dmm_last_error());

@@ -244,7 +244,7 @@ static struct OrtStatus *ort_shrink(struct OrtAllocator *self) {
 }
 
 /* The holder's reclaim: the first rung (cached free memory) trims both pools. */
-static uint64_t reclaim(void *user, dmm_device device, dmm_reclaim_step step, uint64_t wanted) {
+static uint64_t reclaim(void *user, dmm_device_id device, dmm_reclaim_step step, uint64_t wanted) {
     (void)device;
     (void)wanted;
     if (step != DMM_RECLAIM_CACHED) return 0;

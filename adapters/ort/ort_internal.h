@@ -55,7 +55,7 @@ struct dmm_ort_allocator {
     dmm_driver *drv;
     dmm_governor *gov;
     dmm_holder *holder;
-    dmm_device dev;
+    dmm_device_id dev;
     struct OrtMemoryInfo *info; /* created through the runtime; released at destroy */
     dmm_ort_pool pools[DMM_ORT_POOLS];
     uint64_t pool_va;            /* each pool's VA: the largest request */

@@ -57,7 +57,7 @@ static inline uint64_t ld(_Atomic uint64_t *x) { return dmm__torch_get(x); }
 static inline void inc(_Atomic uint64_t *x, uint64_t v) { dmm__torch_bump(x, v); }
 
 /* ---- the accounting hook: count, then forward to the governor ---- */
-static dmm_status acct_charge(void *user, dmm_device device, dmm_axis axis, uint64_t bytes) {
+static dmm_status acct_charge(void *user, dmm_device_id device, dmm_axis axis, uint64_t bytes) {
     tctx *c = user;
     if (c->inner.charge != NULL) {
         dmm_status s = c->inner.charge(c->inner.user, device, axis, bytes);
@@ -67,7 +67,7 @@ static dmm_status acct_charge(void *user, dmm_device device, dmm_axis axis, uint
     return DMM_OK;
 }
 
-static void acct_refund(void *user, dmm_device device, dmm_axis axis, uint64_t bytes) {
+static void acct_refund(void *user, dmm_device_id device, dmm_axis axis, uint64_t bytes) {
     tctx *c = user;
     dmm__torch_count_sub(axis == DMM_AXIS_MAPPED ? &c->mapped : &c->owned, bytes);
     if (c->inner.refund != NULL) c->inner.refund(c->inner.user, device, axis, bytes);
@@ -152,7 +152,7 @@ dmm_status dmm__torch_create(dmm_driver *drv, const dmm_torch_ext *ext, dmm_gove
     }
     s = dmm_lease_reserve(c->holder, c->dev, DMM_ROLE_WORKSPACE, 0, 0, &c->lease);
     if (s != DMM_OK) goto fail;
-    dmm_device host = {DMM_TIER_HOST, 0};
+    dmm_device_id host = {DMM_TIER_HOST, 0};
     s = dmm_lease_reserve(c->holder, host, DMM_ROLE_WEIGHTS, 0, 0, &c->host_lease);
     if (s != DMM_OK) goto fail;
     s = dmm_governor_accounting(gov, c->lease, &c->inner);

@@ -131,7 +131,7 @@ static dmm_release_outcome pv_release(void *impl, const dmm_allocation *a) {
     return o;
 }
 
-static dmm_device pv_device(void *impl) { return dmm_mechanism_device(PV(impl)->arena); }
+static dmm_device_id pv_device(void *impl) { return dmm_mechanism_device(PV(impl)->arena); }
 
 static dmm_status pv_stats(void *impl, dmm_stats *out) { return dmm_mechanism_stats(PV(impl)->arena, out); }
 

@@ -276,7 +276,7 @@ typedef struct torch_class {
 struct tctx {
     dmm_driver *drv;         /* not owned; its latch says whether the device is lost */
     dmm_torch_ext ext;
-    dmm_device dev;
+    dmm_device_id dev;
     uint64_t granule, pool_va, tag_va, block_align;
     uint64_t reserve;        /* the arena's VA reservation (≤ 2^63): no request above it is served */
     uint64_t restore_piece, restore_first, restore_copy; /* dmm_torch_config's restore_*_bytes */

@@ -37,10 +37,10 @@ typedef enum dmm_tier {
     DMM_TIER_DISK = 2,   /* slowest; the last step of demotion */
 } dmm_tier;
 
-typedef struct dmm_device {
+typedef struct dmm_device_id {
     dmm_tier tier;
     int32_t index; /* e.g. the CUDA ordinal; 0 for the host */
-} dmm_device;
+} dmm_device_id;
 
 /* A physical memory handle (CUmemGenericAllocationHandle, or the host driver's memfd record). */
 typedef uint64_t dmm_phys;
@@ -147,7 +147,7 @@ typedef struct dmm_driver_latch {
 /* The head of every driver object. */
 struct dmm_driver {
     const dmm_driver_ops *ops;
-    dmm_device device;
+    dmm_device_id device;
     dmm_driver_latch latch; /* zero at creation; see dmm_driver_lost() */
 };
 

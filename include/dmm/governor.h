@@ -1,6 +1,6 @@
 /* dmm/governor.h — one budget per tier, leases by holder and role, and the reclaim ladder (docs/guide.md).
  *
- * Tiers. A tier is a dmm_device: (DMM_TIER_DEVICE, GPU index), (DMM_TIER_HOST, 0), (DMM_TIER_DISK, 0).
+ * Tiers. A tier is a dmm_device_id: (DMM_TIER_DEVICE, GPU index), (DMM_TIER_HOST, 0), (DMM_TIER_DISK, 0).
  * The host and disk tiers exist from creation and are unlimited; a GPU tier is added with
  * dmm_governor_add_device() (limit = the driver's free memory at that moment × the margin,
  * DMM_GOVERNOR_DEFAULT_MARGIN_PERMILLE = 950 ‰ unless the config says otherwise) or with
@@ -97,7 +97,7 @@ DMM_API const char *dmm_reclaim_step_name(dmm_reclaim_step step);
  * own locks at that moment (the accounting hook does not forbid it), so a callback must never BLOCK on
  * a lock a charging thread may hold: take such locks with a try-lock and return 0 when they are busy.
  * Otherwise two holders growing at once on one tier can deadlock, each asking the other. */
-typedef uint64_t (*dmm_reclaim_fn)(void *user, dmm_device device, dmm_reclaim_step step, uint64_t bytes_wanted);
+typedef uint64_t (*dmm_reclaim_fn)(void *user, dmm_device_id device, dmm_reclaim_step step, uint64_t bytes_wanted);
 
 typedef struct dmm_governor_config {
     uint32_t size;                   /* sizeof(dmm_governor_config) */
@@ -116,7 +116,7 @@ DMM_API dmm_status dmm_governor_add_device(dmm_governor *g, dmm_driver *driver);
 
 /* Sets the limit of one axis of a tier, creating the tier (both axes unlimited) if it is new.
  * DMM_UNLIMITED removes the limit. Lowering a limit below what is used revokes nothing. */
-DMM_API dmm_status dmm_governor_set_limit(dmm_governor *g, dmm_device device, dmm_axis axis, uint64_t limit);
+DMM_API dmm_status dmm_governor_set_limit(dmm_governor *g, dmm_device_id device, dmm_axis axis, uint64_t limit);
 
 /* One tier's counters, read consistently (under the governor's lock). Arrays are indexed by dmm_axis. */
 typedef struct dmm_tier_usage {
@@ -129,7 +129,7 @@ typedef struct dmm_tier_usage {
     uint32_t leases;       /* live leases on this tier */
 } dmm_tier_usage;
 
-DMM_API dmm_status dmm_governor_tier_usage(dmm_governor *g, dmm_device device, dmm_tier_usage *out);
+DMM_API dmm_status dmm_governor_tier_usage(dmm_governor *g, dmm_device_id device, dmm_tier_usage *out);
 
 /* ---- holders ---- */
 typedef struct dmm_holder_config {
@@ -150,7 +150,7 @@ DMM_API dmm_status dmm_governor_holder_unregister(dmm_holder *h);
 /* ---- leases ---- */
 /* Takes a lease for `role` on `device` charged with (owned, mapped) bytes (both or neither; 0 is fine:
  * an empty lease, e.g. for dmm_governor_accounting). Climbs the reclaim ladder if it does not fit. */
-DMM_API dmm_status dmm_lease_reserve(dmm_holder *h, dmm_device device, dmm_role role, uint64_t owned,
+DMM_API dmm_status dmm_lease_reserve(dmm_holder *h, dmm_device_id device, dmm_role role, uint64_t owned,
                                      uint64_t mapped, dmm_lease_id *out);
 /* Charges (owned, mapped) more to a live lease; ladder, refusal and overflow as for reserve. */
 DMM_API dmm_status dmm_lease_grow(dmm_governor *g, dmm_lease_id lease, uint64_t owned, uint64_t mapped);

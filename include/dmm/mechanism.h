@@ -46,7 +46,7 @@ typedef struct dmm_allocation {
     size_t align;
     uint64_t id;
     dmm_mechanism *mechanism;
-    dmm_device device;
+    dmm_device_id device;
 } dmm_allocation;
 
 typedef enum dmm_release_state {
@@ -139,7 +139,7 @@ typedef struct dmm_mechanism_ops {
     const char *name; /* "arena", "eager", … */
     dmm_status (*allocate)(void *impl, size_t bytes, size_t align, dmm_allocation *out);
     dmm_release_outcome (*release)(void *impl, const dmm_allocation *a);
-    dmm_device (*device)(void *impl);
+    dmm_device_id (*device)(void *impl);
     /* Fills stats (optional: NULL = the mechanism keeps none). */
     dmm_status (*stats)(void *impl, dmm_stats *out);
     /* Destroys impl; refused (DMM_ERR_BUSY) while it still owns memory it can give back. */
@@ -159,7 +159,7 @@ DMM_API dmm_status dmm_mechanism_create(const dmm_mechanism_ops *ops, void *impl
 DMM_API dmm_status dmm_mechanism_destroy(dmm_mechanism *m);
 
 DMM_API const char *dmm_mechanism_name(const dmm_mechanism *m);
-DMM_API dmm_device dmm_mechanism_device(const dmm_mechanism *m);
+DMM_API dmm_device_id dmm_mechanism_device(const dmm_mechanism *m);
 /* Bit set of dmm_capability. */
 DMM_API uint32_t dmm_mechanism_capabilities(const dmm_mechanism *m);
 /* The implementation object (for the mechanism's own typed helpers, e.g. dmm_arena_check). */
@@ -201,8 +201,8 @@ typedef enum dmm_axis {
 
 typedef struct dmm_accounting {
     void *user;
-    dmm_status (*charge)(void *user, dmm_device device, dmm_axis axis, uint64_t bytes);
-    void (*refund)(void *user, dmm_device device, dmm_axis axis, uint64_t bytes);
+    dmm_status (*charge)(void *user, dmm_device_id device, dmm_axis axis, uint64_t bytes);
+    void (*refund)(void *user, dmm_device_id device, dmm_axis axis, uint64_t bytes);
 } dmm_accounting;
 
 /* ---------------------------------------------------------------------------------------------- */

@@ -32,7 +32,7 @@ typedef struct dmm_prefix {
     uint64_t bytes;           /* the prefix's size: whole granules */
     uint64_t id;              /* generation: from the mechanism's counter, never reused */
     dmm_mechanism *mechanism; /* the mechanism that holds it; only its allocations can map it */
-    dmm_device device;
+    dmm_device_id device;
 } dmm_prefix;
 
 /* The capability table (mechanism.h's `shared_mapping` slot). Every slot is required. */

@@ -39,7 +39,7 @@ struct dmm_export {
     uint32_t nchunks;                             /* handles, in address order: 1 … DMM_EXPORT_MAX_CHUNKS */
     uint64_t bytes;                               /* Σ chunk_bytes: the imported allocation's size */
     uint64_t granule;                             /* the exporter's driver granularity */
-    dmm_device device;                            /* the exporter's device */
+    dmm_device_id device;                            /* the exporter's device */
     uint32_t access;                              /* the most an importer may map with (a dmm_access) */
     uint8_t token[DMM_EXPORT_TOKEN_BYTES];        /* random (getrandom), names this export */
     uint64_t chunk_bytes[DMM_EXPORT_MAX_CHUNKS];  /* each a whole number of granules */

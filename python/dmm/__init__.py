@@ -17,4 +17,4 @@ dmm.torch calls that use it. docs/torch.md has the whole story.
 from ._lib import DmmError, library_path
 
 __all__ = ["DmmError", "library_path"]
-__version__ = "0.1.0"
+__version__ = "0.2.0"

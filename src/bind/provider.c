@@ -27,7 +27,7 @@
 struct dmm_provider {
     dmm_lock lock;
     char name[64];
-    dmm_device device;
+    dmm_device_id device;
     dmm_mechanism *mech;
     bool owns_mech;    /* created by the provider (the default) */
     bool replaced;     /* the one replacement has happened */
@@ -35,7 +35,7 @@ struct dmm_provider {
     atomic_bool in_use;
 };
 
-static bool same_device(dmm_device a, dmm_device b) { return a.tier == b.tier && a.index == b.index; }
+static bool same_device(dmm_device_id a, dmm_device_id b) { return a.tier == b.tier && a.index == b.index; }
 
 static const char *tier_word(dmm_tier t) {
     return t == DMM_TIER_DEVICE ? "device" : t == DMM_TIER_HOST ? "host" : t == DMM_TIER_DISK ? "disk" : "?";
@@ -62,7 +62,7 @@ dmm_status dmm_provider_create(dmm_driver *driver, const dmm_provider_config *cf
                              "dmm_provider_create: provider '%s' has neither a driver nor a mechanism; pass the "
                              "driver of its device (or a mechanism in the config)",
                              name);
-    dmm_device device = given != NULL ? dmm_mechanism_device(given) : driver->device;
+    dmm_device_id device = given != NULL ? dmm_mechanism_device(given) : driver->device;
     if (given != NULL && driver != NULL && !same_device(driver->device, device))
         return dmm_error_set(DMM_ERR_WRONG_DEVICE,
                              "dmm_provider_create: provider '%s': the mechanism '%s' is on %s:%d but the driver on "
@@ -165,7 +165,7 @@ dmm_status dmm_provider_replace_mechanism(dmm_provider *p, dmm_mechanism *m) {
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
                              "dmm_provider_replace_mechanism: provider %p, mechanism %p: pass both", (void *)p,
                              (void *)m);
-    dmm_device md = dmm_mechanism_device(m);
+    dmm_device_id md = dmm_mechanism_device(m);
     if (!same_device(md, p->device))
         return dmm_error_set(DMM_ERR_WRONG_DEVICE,
                              "dmm_provider_replace_mechanism: provider '%s' is bound to %s:%d, and mechanism '%s' is "
@@ -223,8 +223,8 @@ dmm_mechanism *dmm_provider_mechanism(dmm_provider *p) {
     return m;
 }
 
-dmm_device dmm_provider_device(const dmm_provider *p) {
-    return p != NULL ? p->device : (dmm_device){DMM_TIER_DEVICE, -1};
+dmm_device_id dmm_provider_device(const dmm_provider *p) {
+    return p != NULL ? p->device : (dmm_device_id){DMM_TIER_DEVICE, -1};
 }
 
 const char *dmm_provider_name(const dmm_provider *p) { return p != NULL ? p->name : "(null provider)"; }

@@ -856,7 +856,7 @@ dmm_status dmm_host_driver_create(const dmm_host_driver_config *cfg, dmm_driver 
     if (h == NULL)
         return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm_host_driver_create: out of memory for the driver object");
     h->base.ops = &host_ops;
-    h->base.device = (dmm_device){DMM_TIER_HOST, 0};
+    h->base.device = (dmm_device_id){DMM_TIER_HOST, 0};
     h->granularity = gran;
     h->page = page;
     dmm_lock_init(&h->lock);

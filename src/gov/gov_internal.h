@@ -18,7 +18,7 @@
 #define HOLDER_NAME_MAX 64
 
 typedef struct tier {
-    dmm_device device;
+    dmm_device_id device;
     uint64_t limit[2]; /* per dmm_axis; DMM_UNLIMITED = none */
     uint64_t used[2];
     uint64_t peak[2];
@@ -87,18 +87,18 @@ static inline const char *dmm__gov_tier_name(dmm_tier t) {
 
 static inline const char *dmm__gov_axis_name(int axis) { return axis == DMM_AXIS_MAPPED ? "mapped" : "owned"; }
 
-static inline int dmm__gov_device_cmp(dmm_device a, dmm_device b) {
+static inline int dmm__gov_device_cmp(dmm_device_id a, dmm_device_id b) {
     if (a.tier != b.tier) return (int)a.tier < (int)b.tier ? -1 : 1;
     if (a.index != b.index) return a.index < b.index ? -1 : 1;
     return 0;
 }
 
-static inline bool dmm__gov_device_valid(dmm_device d) {
+static inline bool dmm__gov_device_valid(dmm_device_id d) {
     return (d.tier == DMM_TIER_DEVICE || d.tier == DMM_TIER_HOST || d.tier == DMM_TIER_DISK) && d.index >= 0;
 }
 
 /* The tier of device d, or NULL (under the lock). */
-tier *dmm__gov_tier_find(const dmm_governor *g, dmm_device d);
+tier *dmm__gov_tier_find(const dmm_governor *g, dmm_device_id d);
 
 /* The live lease with this id, or NULL (under the lock). */
 static inline lease *dmm__gov_lease_find(const dmm_governor *g, dmm_lease_id id) {
@@ -121,7 +121,7 @@ typedef struct charge_req {
     lease *fresh;            /* a new lease not yet in the map (reserve), else NULL */
     uint64_t add[2];
     bool bound;              /* through accounting: counts toward the lease's bound bytes */
-    const dmm_device *expect; /* accounting: the device the mechanism charges */
+    const dmm_device_id *expect; /* accounting: the device the mechanism charges */
     /* captured under the lock for the sentence */
     tier *tier;
     dmm_holder *holder; /* valid only under the lock of the attempt that set it */

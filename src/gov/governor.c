@@ -60,14 +60,14 @@ const char *dmm_reclaim_step_name(dmm_reclaim_step step) {
 /* ---------------------------------------------------------------------------------------------- */
 /* tiers */
 
-tier *dmm__gov_tier_find(const dmm_governor *g, dmm_device d) {
+tier *dmm__gov_tier_find(const dmm_governor *g, dmm_device_id d) {
     for (size_t i = 0; i < g->ntiers; i++)
         if (dmm__gov_device_cmp(g->tiers[i]->device, d) == 0) return g->tiers[i];
     return NULL;
 }
 
 /* Under the lock. NULL when memory ran out. */
-static tier *tier_find_or_add(dmm_governor *g, dmm_device d) {
+static tier *tier_find_or_add(dmm_governor *g, dmm_device_id d) {
     tier *t = dmm__gov_tier_find(g, d);
     if (t != NULL) return t;
     if (g->ntiers == g->tiers_cap) {
@@ -122,7 +122,7 @@ dmm_status dmm_governor_create(const dmm_governor_config *cfg, dmm_governor **ou
     g->margin_permille = margin;
     g->next_lease_id = 1;
     g->c.size = sizeof g->c;
-    dmm_device host = {DMM_TIER_HOST, 0}, disk = {DMM_TIER_DISK, 0};
+    dmm_device_id host = {DMM_TIER_HOST, 0}, disk = {DMM_TIER_DISK, 0};
     if (tier_find_or_add(g, host) == NULL || tier_find_or_add(g, disk) == NULL) {
         g->holders = NULL;
         dmm_governor_destroy(g);
@@ -159,14 +159,14 @@ dmm_status dmm_governor_destroy(dmm_governor *g) {
     return DMM_OK;
 }
 
-static dmm_status set_limit_locked(dmm_governor *g, dmm_device device, dmm_axis axis, uint64_t limit) {
+static dmm_status set_limit_locked(dmm_governor *g, dmm_device_id device, dmm_axis axis, uint64_t limit) {
     tier *t = tier_find_or_add(g, device);
     if (t == NULL) return DMM_ERR_OUT_OF_MEMORY;
     t->limit[axis] = limit;
     return DMM_OK;
 }
 
-dmm_status dmm_governor_set_limit(dmm_governor *g, dmm_device device, dmm_axis axis, uint64_t limit) {
+dmm_status dmm_governor_set_limit(dmm_governor *g, dmm_device_id device, dmm_axis axis, uint64_t limit) {
     if (g == NULL || !dmm__gov_device_valid(device) || (axis != DMM_AXIS_OWNED && axis != DMM_AXIS_MAPPED))
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
                              "dmm_governor_set_limit: governor %p, tier %d index %d, axis %d: pass a governor, "
@@ -232,7 +232,7 @@ static void usage_of(const tier *t, dmm_tier_usage *u) {
     u->leases = t->leases;
 }
 
-dmm_status dmm_governor_tier_usage(dmm_governor *g, dmm_device device, dmm_tier_usage *out) {
+dmm_status dmm_governor_tier_usage(dmm_governor *g, dmm_device_id device, dmm_tier_usage *out) {
     if (g == NULL || out == NULL)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_governor_tier_usage: governor %p, out %p: pass both",
                              (void *)g, (void *)out);

@@ -43,7 +43,7 @@ static void apply_refund_locked(dmm_governor *g, lease *l, const uint64_t sub[2]
 /* ---------------------------------------------------------------------------------------------- */
 /* leases */
 
-dmm_status dmm_lease_reserve(dmm_holder *h, dmm_device device, dmm_role role, uint64_t owned, uint64_t mapped,
+dmm_status dmm_lease_reserve(dmm_holder *h, dmm_device_id device, dmm_role role, uint64_t owned, uint64_t mapped,
                              dmm_lease_id *out) {
     if (h == NULL || out == NULL || (unsigned)role >= DMM_ROLE_COUNT || !dmm__gov_device_valid(device))
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
@@ -171,7 +171,7 @@ dmm_status dmm_lease_usage(dmm_governor *g, dmm_lease_id id, uint64_t *owned, ui
 /* ---------------------------------------------------------------------------------------------- */
 /* the accounting hook */
 
-static dmm_status acct_charge(void *user, dmm_device device, dmm_axis axis, uint64_t bytes) {
+static dmm_status acct_charge(void *user, dmm_device_id device, dmm_axis axis, uint64_t bytes) {
     binding *b = user;
     if (axis != DMM_AXIS_OWNED && axis != DMM_AXIS_MAPPED)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "governor accounting charge: axis %d is neither owned "
@@ -181,7 +181,7 @@ static dmm_status acct_charge(void *user, dmm_device device, dmm_axis axis, uint
     return dmm__gov_charge(b->g, &r);
 }
 
-static void acct_refund(void *user, dmm_device device, dmm_axis axis, uint64_t bytes) {
+static void acct_refund(void *user, dmm_device_id device, dmm_axis axis, uint64_t bytes) {
     binding *b = user;
     dmm_governor *g = b->g;
     if (bytes == 0) return;

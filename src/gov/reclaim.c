@@ -122,7 +122,7 @@ dmm_status dmm__gov_charge(dmm_governor *g, charge_req *r) {
                 h->pins++;
                 ask[n++] = h;
             }
-        dmm_device device = r->tier->device;
+        dmm_device_id device = r->tier->device;
         dmm_lock_release(&g->lock);
         laddered = n > 0;
         for (int step = 0; step < DMM_RECLAIM_STEP_COUNT && a == ATTEMPT_SHORT; step++)
@@ -144,7 +144,7 @@ dmm_status dmm__gov_charge(dmm_governor *g, charge_req *r) {
     }
     if (a == ATTEMPT_SHORT) g->c.refusals++;
     const char *holder = r->holder_name[0] != '\0' ? r->holder_name : "?";
-    dmm_device device = r->tier != NULL ? r->tier->device : (dmm_device){DMM_TIER_DEVICE, -1};
+    dmm_device_id device = r->tier != NULL ? r->tier->device : (dmm_device_id){DMM_TIER_DEVICE, -1};
     uint64_t available = r->limit > r->used ? r->limit - r->used : 0;
     dmm_lock_release(&g->lock);
 

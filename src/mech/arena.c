@@ -239,7 +239,7 @@ static dmm_status arena_mapped_bytes_for_ranges(void *impl, const dmm_allocation
     return s;
 }
 
-static dmm_device arena_device(void *impl) { return A(impl)->device; }
+static dmm_device_id arena_device(void *impl) { return A(impl)->device; }
 
 static dmm_status arena_stats(void *impl, dmm_stats *out) {
     dmm_arena *a = A(impl);

@@ -148,7 +148,7 @@ typedef struct arena_pot {
 typedef struct dmm_arena {
     dmm_lock lock; /* one per arena, held across the driver calls of one operation */
     dmm_driver *drv;
-    dmm_device device;
+    dmm_device_id device;
     char where[48]; /* "arena on device 0", for sentences */
     dmm_accounting acct;
     bool has_acct;

@@ -87,7 +87,7 @@ static void rec_remove(eager *e, size_t i) {
 /* Charges both axes, or neither. */
 static dmm_status charge(eager *e, uint64_t bytes) {
     if (!e->has_acct) return DMM_OK;
-    dmm_device dev = e->driver->device;
+    dmm_device_id dev = e->driver->device;
     dmm_status s = e->acct.charge(e->acct.user, dev, DMM_AXIS_OWNED, bytes);
     if (s != DMM_OK) return s;
     s = e->acct.charge(e->acct.user, dev, DMM_AXIS_MAPPED, bytes);
@@ -97,7 +97,7 @@ static dmm_status charge(eager *e, uint64_t bytes) {
 
 static void refund(eager *e, uint64_t bytes) {
     if (!e->has_acct) return;
-    dmm_device dev = e->driver->device;
+    dmm_device_id dev = e->driver->device;
     e->acct.refund(e->acct.user, dev, DMM_AXIS_MAPPED, bytes);
     e->acct.refund(e->acct.user, dev, DMM_AXIS_OWNED, bytes);
 }
@@ -254,7 +254,7 @@ static dmm_release_outcome eager_release(void *impl, const dmm_allocation *a) {
     return dmm__outcome_complete(r.bytes, r.driver_bytes);
 }
 
-static dmm_device eager_device(void *impl) { return ((eager *)impl)->driver->device; }
+static dmm_device_id eager_device(void *impl) { return ((eager *)impl)->driver->device; }
 
 static dmm_status eager_stats(void *impl, dmm_stats *out) {
     eager *e = impl;

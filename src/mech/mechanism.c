@@ -126,8 +126,8 @@ dmm_status dmm_mechanism_destroy(dmm_mechanism *m) {
 
 const char *dmm_mechanism_name(const dmm_mechanism *m) { return m != NULL ? NAME(m) : "(null mechanism)"; }
 
-dmm_device dmm_mechanism_device(const dmm_mechanism *m) {
-    if (m == NULL) return (dmm_device){DMM_TIER_DEVICE, -1};
+dmm_device_id dmm_mechanism_device(const dmm_mechanism *m) {
+    if (m == NULL) return (dmm_device_id){DMM_TIER_DEVICE, -1};
     return m->ops->device(m->impl);
 }
 
@@ -137,7 +137,7 @@ void *dmm_mechanism_impl(const dmm_mechanism *m) { return m != NULL ? m->impl : 
 
 /* ---- shared checks ---- */
 
-static bool same_device(dmm_device a, dmm_device b) { return a.tier == b.tier && a.index == b.index; }
+static bool same_device(dmm_device_id a, dmm_device_id b) { return a.tier == b.tier && a.index == b.index; }
 
 /* m and a are usable and a belongs to m. `op` names the public call for the sentence. */
 static dmm_status check_allocation(const dmm_mechanism *m, const dmm_allocation *a, const char *op) {
@@ -150,7 +150,7 @@ static dmm_status check_allocation(const dmm_mechanism *m, const dmm_allocation 
                              "'%s' (%p); release it through the mechanism that made it",
                              op, a->ptr, a->bytes, (unsigned long long)a->id, (void *)a->mechanism, NAME(m),
                              (const void *)m);
-    dmm_device d = m->ops->device(m->impl);
+    dmm_device_id d = m->ops->device(m->impl);
     if (!same_device(a->device, d))
         return dmm_error_set(DMM_ERR_WRONG_DEVICE,
                              "%s: the allocation at %p (id %llu) says device (tier %d, index %d) but mechanism "
@@ -403,7 +403,7 @@ dmm_status dmm_import(dmm_mechanism *m, const dmm_export *ex, dmm_access access,
  * another device) is refused here, before the implementation could read it as its own. */
 static dmm_status check_prefix(const dmm_mechanism *m, const dmm_prefix *p, const char *op) {
     if (p == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: the prefix is NULL", op);
-    dmm_device d = m->ops->device(m->impl);
+    dmm_device_id d = m->ops->device(m->impl);
     if (!same_device(p->device, d))
         return dmm_error_set(DMM_ERR_WRONG_DEVICE,
                              "%s: prefix id %llu (%llu bytes) lives on device (tier %d, index %d) but mechanism "

@@ -64,7 +64,7 @@ typedef struct pmech {
     void *impl;                         /* the plugin's object */
     dmm_plugin_mechanism_ops pops;      /* zeroed local copy of the plugin's table */
     dmm_plugin_virtual_backing_ops pvb; /* zeroed local copy, when present */
-    dmm_device device;                  /* asked once, at creation; the driver's */
+    dmm_device_id device;                  /* asked once, at creation; the driver's */
     dmm_lock lock;                      /* guards `issued` (a leaf: nothing is called under it) */
     dmm_u64map issued;                  /* id → pmech_issued *: allocations handed out, not released */
     char name[DMM__PLUGIN_NAME_BYTES];  /* bounded copy of the plugin table's name */
@@ -357,7 +357,7 @@ static dmm_release_outcome pm_release(void *impl, const dmm_allocation *a) {
     return o;
 }
 
-static dmm_device pm_device(void *impl) { return ((pmech *)impl)->device; }
+static dmm_device_id pm_device(void *impl) { return ((pmech *)impl)->device; }
 
 static dmm_status pm_stats(void *impl, dmm_stats *out) {
     pmech *pm = impl;
@@ -750,7 +750,7 @@ dmm_status dmm_plugin_mechanism_create(dmm_plugin *p, const char *kind, dmm_driv
                               "driver's device",
                               op, p->name, p->path, kind, (int)tier, (int)index, (int)driver->device.tier,
                               (int)driver->device.index);
-        pm->device = (dmm_device){(dmm_tier)tier, index};
+        pm->device = (dmm_device_id){(dmm_tier)tier, index};
     }
     if (s == DMM_OK) {
         build_host_table(pm);

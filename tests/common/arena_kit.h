@@ -52,7 +52,7 @@ typedef struct kit_tally {
     _Atomic int64_t owned_limit; /* 0 = none */
 } kit_tally;
 
-static inline dmm_status kit_charge(void *user, dmm_device dev, dmm_axis axis, uint64_t bytes) {
+static inline dmm_status kit_charge(void *user, dmm_device_id dev, dmm_axis axis, uint64_t bytes) {
     (void)dev;
     kit_tally *t = user;
     if (atomic_load(&t->refuse))
@@ -65,7 +65,7 @@ static inline dmm_status kit_charge(void *user, dmm_device dev, dmm_axis axis, u
     return DMM_OK;
 }
 
-static inline void kit_refund(void *user, dmm_device dev, dmm_axis axis, uint64_t bytes) {
+static inline void kit_refund(void *user, dmm_device_id dev, dmm_axis axis, uint64_t bytes) {
     (void)dev;
     kit_tally *t = user;
     atomic_fetch_sub(axis == DMM_AXIS_OWNED ? &t->owned : &t->mapped, (int64_t)bytes);

@@ -45,7 +45,7 @@ typedef struct world {
     dmm_holder *arena_holder, *other;
     dmm_lease_id arena_lease;
     dmm_accounting acct;
-    dmm_device dev;
+    dmm_device_id dev;
     dmm_mechanism *arena;
     uint64_t arena_chunk_limit; /* 0: the arena's default (1 GiB) */
     dmm_pool_config pc;
@@ -151,7 +151,7 @@ static void conserved(world *w, const char *what) {
 
 /* ---- the world ---- */
 
-static uint64_t reclaim(void *user, dmm_device device, dmm_reclaim_step step, uint64_t wanted) {
+static uint64_t reclaim(void *user, dmm_device_id device, dmm_reclaim_step step, uint64_t wanted) {
     world *w = user;
     (void)device, (void)wanted;
     uint64_t released = 0;

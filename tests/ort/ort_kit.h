@@ -17,7 +17,7 @@
 
 #define KIB ((uint64_t)1 << 10)
 #define MIB ((uint64_t)1 << 20)
-static const dmm_device KIT_HOST = {DMM_TIER_HOST, 0};
+static const dmm_device_id KIT_HOST = {DMM_TIER_HOST, 0};
 
 /* The runtime: $DMM_ORT_LIB, else the build's default (.ort/). Skipped, never passed, when absent. */
 static inline dmm_ort_runtime *kit_ort_open_or_skip(const char *test) {

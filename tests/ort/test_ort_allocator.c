@@ -122,7 +122,7 @@ typedef struct other {
     uint64_t released;
 } other;
 
-static uint64_t other_reclaim(void *user, dmm_device device, dmm_reclaim_step step, uint64_t wanted) {
+static uint64_t other_reclaim(void *user, dmm_device_id device, dmm_reclaim_step step, uint64_t wanted) {
     (void)device;
     (void)wanted;
     other *o = user;

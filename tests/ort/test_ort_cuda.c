@@ -24,7 +24,7 @@ static void the_device_allocator_and_gpu_external_run_over_cuda(void **state) {
     dmm_ort_runtime *rt = kit_ort_open_or_skip("test_ort_cuda");
     dmm_governor *g = NULL;
     DMM_OK_OR_FAIL(dmm_governor_create(NULL, &g));
-    dmm_device dev = {DMM_TIER_DEVICE, 0};
+    dmm_device_id dev = {DMM_TIER_DEVICE, 0};
     DMM_OK_OR_FAIL(dmm_governor_set_limit(g, dev, DMM_AXIS_OWNED, 8ull << 30));
 
     /* the device allocator's memory info */

@@ -15,7 +15,7 @@
 #define ITERATIONS 6000
 #define LIVE 4
 
-static const dmm_device DEV0 = {DMM_TIER_DEVICE, 0};
+static const dmm_device_id DEV0 = {DMM_TIER_DEVICE, 0};
 static const uint64_t LIMIT_OWNED = 64 * MiB;
 static const uint64_t LIMIT_MAPPED = 48 * MiB;
 
@@ -55,7 +55,7 @@ static void note(worker *w, dmm_status s) {
 }
 
 /* Another thread's ladder asks this worker to give back its cache. */
-static uint64_t give_cache(void *user, dmm_device device, dmm_reclaim_step step, uint64_t wanted) {
+static uint64_t give_cache(void *user, dmm_device_id device, dmm_reclaim_step step, uint64_t wanted) {
     (void)device;
     (void)wanted;
     worker *w = user;

@@ -703,7 +703,7 @@ typedef struct reentrant_hook {
     int reentered;
 } reentrant_hook;
 
-static dmm_status reentrant_charge(void *user, dmm_device dev, dmm_axis axis, uint64_t bytes) {
+static dmm_status reentrant_charge(void *user, dmm_device_id dev, dmm_axis axis, uint64_t bytes) {
     reentrant_hook *h = user;
     if (h->armed) { /* "reclaim": release another allocation of the same arena, from inside the charge */
         h->armed = false;
@@ -714,7 +714,7 @@ static dmm_status reentrant_charge(void *user, dmm_device dev, dmm_axis axis, ui
     return kit_charge(&h->tally, dev, axis, bytes);
 }
 
-static void reentrant_refund(void *user, dmm_device dev, dmm_axis axis, uint64_t bytes) {
+static void reentrant_refund(void *user, dmm_device_id dev, dmm_axis axis, uint64_t bytes) {
     kit_refund(&((reentrant_hook *)user)->tally, dev, axis, bytes);
 }
 
@@ -765,7 +765,7 @@ typedef struct taking_hook {
     bool armed, inside;
 } taking_hook;
 
-static dmm_status taking_charge(void *user, dmm_device dev, dmm_axis axis, uint64_t bytes) {
+static dmm_status taking_charge(void *user, dmm_device_id dev, dmm_axis axis, uint64_t bytes) {
     taking_hook *h = user;
     dmm_status s = kit_charge(&h->tally, dev, axis, bytes);
     if (s != DMM_OK || !h->armed || h->inside) return s;
@@ -780,7 +780,7 @@ static dmm_status taking_charge(void *user, dmm_device dev, dmm_axis axis, uint6
     return DMM_OK;
 }
 
-static void taking_refund(void *user, dmm_device dev, dmm_axis axis, uint64_t bytes) {
+static void taking_refund(void *user, dmm_device_id dev, dmm_axis axis, uint64_t bytes) {
     kit_refund(&((taking_hook *)user)->tally, dev, axis, bytes);
 }
 

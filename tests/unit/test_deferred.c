@@ -55,9 +55,9 @@ static dmm_release_outcome rec_log(rec *r, const dmm_allocation *a, uint32_t kin
 static dmm_release_outcome rec_release(void *impl, const dmm_allocation *a) {
     return rec_log(impl, a, DMM_DEFERRED_RELEASE, a->bytes);
 }
-static dmm_device rec_device(void *impl) {
+static dmm_device_id rec_device(void *impl) {
     (void)impl;
-    dmm_device d = {DMM_TIER_HOST, 0};
+    dmm_device_id d = {DMM_TIER_HOST, 0};
     return d;
 }
 static dmm_status rec_destroy(void *impl) {

@@ -18,7 +18,7 @@ typedef struct ledger {
     int charges, refunds;
 } ledger;
 
-static dmm_status ledger_charge(void *user, dmm_device dev, dmm_axis axis, uint64_t bytes) {
+static dmm_status ledger_charge(void *user, dmm_device_id dev, dmm_axis axis, uint64_t bytes) {
     (void)dev;
     ledger *l = user;
     uint64_t *used = axis == DMM_AXIS_OWNED ? &l->owned : &l->mapped;
@@ -31,7 +31,7 @@ static dmm_status ledger_charge(void *user, dmm_device dev, dmm_axis axis, uint6
     return DMM_OK;
 }
 
-static void ledger_refund(void *user, dmm_device dev, dmm_axis axis, uint64_t bytes) {
+static void ledger_refund(void *user, dmm_device_id dev, dmm_axis axis, uint64_t bytes) {
     (void)dev;
     ledger *l = user;
     uint64_t *used = axis == DMM_AXIS_OWNED ? &l->owned : &l->mapped;
@@ -413,7 +413,7 @@ static void test_address_reused_during_release(void **state) {
     static one_block blk;
     memset(&blk, 0, sizeof blk);
     blk.base.ops = &one_block_ops;
-    blk.base.device = (dmm_device){DMM_TIER_HOST, 0};
+    blk.base.device = (dmm_device_id){DMM_TIER_HOST, 0};
     dmm_mechanism *m = NULL;
     DMM_OK_OR_FAIL(dmm_eager_create(&blk.base, NULL, &m));
     dmm_allocation a;
@@ -443,7 +443,7 @@ static void test_misaligned_driver_counts_its_leak(void **state) {
     static one_block blk;
     memset(&blk, 0, sizeof blk);
     blk.base.ops = &one_block_ops;
-    blk.base.device = (dmm_device){DMM_TIER_HOST, 0};
+    blk.base.device = (dmm_device_id){DMM_TIER_HOST, 0};
     blk.offset = 16;
     dmm_mechanism *m = NULL;
     DMM_OK_OR_FAIL(dmm_eager_create(&blk.base, NULL, &m));

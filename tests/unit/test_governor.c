@@ -11,9 +11,9 @@
 #define MiB (1024ull * 1024ull)
 #define GiB (1024ull * MiB)
 
-static const dmm_device DEV0 = {DMM_TIER_DEVICE, 0};
-static const dmm_device DEV1 = {DMM_TIER_DEVICE, 1};
-static const dmm_device HOST = {DMM_TIER_HOST, 0};
+static const dmm_device_id DEV0 = {DMM_TIER_DEVICE, 0};
+static const dmm_device_id DEV1 = {DMM_TIER_DEVICE, 1};
+static const dmm_device_id HOST = {DMM_TIER_HOST, 0};
 
 static char *snapshot(dmm_governor *g) {
     size_t need = 0;
@@ -25,7 +25,7 @@ static char *snapshot(dmm_governor *g) {
     return buf;
 }
 
-static dmm_tier_usage usage(dmm_governor *g, dmm_device d) {
+static dmm_tier_usage usage(dmm_governor *g, dmm_device_id d) {
     dmm_tier_usage u;
     memset(&u, 0, sizeof u);
     u.size = sizeof u;
@@ -237,7 +237,7 @@ typedef struct fake {
     bool lie;                  /* reports `gives` without refunding anything */
 } fake;
 
-static uint64_t fake_reclaim(void *user, dmm_device device, dmm_reclaim_step step, uint64_t wanted) {
+static uint64_t fake_reclaim(void *user, dmm_device_id device, dmm_reclaim_step step, uint64_t wanted) {
     fake *f = user;
     assert_int_equal(device.tier, DMM_TIER_DEVICE);
     assert_true(ncalls < 64);
@@ -326,7 +326,7 @@ typedef struct nasty {
     dmm_status unregister_status;
 } nasty;
 
-static uint64_t nasty_reclaim(void *user, dmm_device device, dmm_reclaim_step step, uint64_t wanted) {
+static uint64_t nasty_reclaim(void *user, dmm_device_id device, dmm_reclaim_step step, uint64_t wanted) {
     (void)device;
     (void)wanted;
     nasty *n = user;
@@ -414,7 +414,7 @@ static void holders_and_tiers(void **state) {
     DMM_OK_OR_FAIL(dmm_governor_create(&cfg, &g));
     /* host and disk exist and are unlimited; device:0 does not exist yet */
     assert_true(usage(g, HOST).limit[0] == DMM_UNLIMITED);
-    dmm_device disk = {DMM_TIER_DISK, 0};
+    dmm_device_id disk = {DMM_TIER_DISK, 0};
     assert_true(usage(g, disk).limit[1] == DMM_UNLIMITED);
     dmm_tier_usage u = {.size = sizeof u};
     assert_int_equal(dmm_governor_tier_usage(g, DEV0, &u), DMM_ERR_WRONG_DEVICE);
@@ -491,7 +491,7 @@ typedef struct pool_holder {
     int calls[DMM_RECLAIM_STEP_COUNT];
 } pool_holder;
 
-static uint64_t pool_reclaim(void *user, dmm_device device, dmm_reclaim_step step, uint64_t wanted) {
+static uint64_t pool_reclaim(void *user, dmm_device_id device, dmm_reclaim_step step, uint64_t wanted) {
     (void)device;
     pool_holder *ph = user;
     ph->calls[step]++;

@@ -42,9 +42,9 @@ static dmm_release_outcome toy_release(void *impl, const dmm_allocation *a) {
     dmm_release_outcome o = {DMM_RELEASE_COMPLETE, a->bytes, a->bytes, 0, DMM_OK, 0};
     return o;
 }
-static dmm_device toy_device(void *impl) {
+static dmm_device_id toy_device(void *impl) {
     (void)impl;
-    return (dmm_device){DMM_TIER_DEVICE, 3};
+    return (dmm_device_id){DMM_TIER_DEVICE, 3};
 }
 static dmm_status toy_commit(void *impl, const dmm_allocation *a, dmm_range r, uint64_t *newly) {
     (void)a;

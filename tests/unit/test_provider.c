@@ -56,7 +56,7 @@ static int teardown(void **state) {
     return c.handles == 0 && c.eager_bytes == 0 && c.mapped_bytes == 0 && c.reserved_bytes == 0 ? 0 : -1;
 }
 
-static novmm novmm_for(dmm_device dev) {
+static novmm novmm_for(dmm_device_id dev) {
     novmm n = {{.ops = &novmm_ops, .device = dev}, host};
     return n;
 }
@@ -137,7 +137,7 @@ static void replacement_refused_for_another_device(void **state) {
     (void)state;
     dmm_provider *p = NULL;
     DMM_OK_OR_FAIL(dmm_provider_create(host, NULL, &p));
-    novmm nv = novmm_for((dmm_device){DMM_TIER_DEVICE, 3});
+    novmm nv = novmm_for((dmm_device_id){DMM_TIER_DEVICE, 3});
     dmm_mechanism *other = NULL;
     DMM_OK_OR_FAIL(dmm_eager_create(&nv.base, NULL, &other));
     dmm_mechanism *first = dmm_provider_mechanism(p);

@@ -63,7 +63,7 @@ static void stats_json_lists_every_stat(void **state) {
 static void version_matches_header(void **state) {
     (void)state;
     assert_int_equal(dmm_version(), DMM_VERSION_NUMBER);
-    assert_string_equal(dmm_version_string(), "0.1.0");
+    assert_string_equal(dmm_version_string(), "0.2.0");
 }
 
 static int log_count;
