@@ -21,6 +21,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "dmm/device.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -109,16 +111,7 @@ DMM_TORCH_API void dmm_torch_set_capture_check(int on);
  * only the file's lock held. A failure while recording (a write, host memory) never reaches malloc
  * or free: stop returns it, with the counts so far. A process that exits while recording leaves a
  * truncated file (the reader says so): stop first. */
-typedef struct dmm_torch_record_stats {
-    uint32_t size;              /* sizeof(dmm_torch_record_stats), set by the caller */
-    uint64_t allocations;       /* allocation events written */
-    uint64_t frees;             /* free events written */
-    uint64_t untracked_frees;   /* frees of blocks allocated before the recording began (not written) */
-    uint64_t live_bytes;        /* bytes of recorded blocks still live at stop */
-    uint64_t peak_live_bytes;   /* the trace's peak live bytes (what `dmm replay` computes from it) */
-    uint64_t streams;           /* distinct stream ids in the trace */
-    uint64_t streams_folded;    /* allocations on streams beyond the 64th, written as stream 63 */
-} dmm_torch_record_stats;
+typedef dmm_device_record_stats dmm_torch_record_stats; /* dmm/device.h */
 DMM_TORCH_API int dmm_torch_record_start(int device, const char *path, const char *workload);
 DMM_TORCH_API int dmm_torch_record_stop(int device, dmm_torch_record_stats *out);
 

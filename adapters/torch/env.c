@@ -1,4 +1,4 @@
-/* adapters/torch/env.c — the environment variables of libdmm_torch.so, parsed into a dmm_torch_config.
+/* adapters/torch/env.c — the environment variables of libdmm_torch.so, parsed into a dmm_device_config.
  *
  * What it owns: the syntax of DMM_TORCH_POOL_VA, DMM_TORCH_RETAIN, DMM_TORCH_SETTLE, DMM_TORCH_HANDLES,
  * DMM_TORCH_STOCK and DMM_TORCH_RESTORE_PIECE
@@ -82,7 +82,7 @@ static const char *lookup(dmm_torch_getenv_fn get, void *user, const char *name)
     return v != NULL && v[0] != '\0' ? v : NULL;
 }
 
-dmm_status dmm__torch_config_from_env(dmm_torch_config *cfg, dmm_torch_getenv_fn get, void *user) {
+dmm_status dmm__device_config_from_env(dmm_device_config *cfg, dmm_torch_getenv_fn get, void *user) {
     if (cfg == NULL || get == NULL)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: reading the environment needs a config and a lookup");
     num_result r;

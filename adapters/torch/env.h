@@ -1,9 +1,9 @@
-/* adapters/torch/env.h — the environment variables of libdmm_torch.so, read into a dmm_torch_config.
+/* adapters/torch/env.h — the environment variables of libdmm_torch.so, read into a dmm_device_config.
  * Internal to libdmm_torch.so and its tests (tests/unit/test_torch_env.c compiles env.c in). */
 #ifndef DMM_TORCH_ENV_H
 #define DMM_TORCH_ENV_H
 
-#include "types.h"
+#include "dmm/device.h"
 
 /* Looks a variable up: its value, or NULL when it is not set (getenv, or a test's table). */
 typedef const char *(*dmm_torch_getenv_fn)(void *user, const char *name);
@@ -20,6 +20,6 @@ typedef const char *(*dmm_torch_getenv_fn)(void *user, const char *name);
  * of RESTORE_PIECE) gives
  * DMM_ERR_INVALID_ARGUMENT with a sentence naming the variable, its value and what to set, and leaves
  * *cfg untouched. Pure: no state, no allocation. */
-dmm_status dmm__torch_config_from_env(dmm_torch_config *cfg, dmm_torch_getenv_fn get, void *user);
+dmm_status dmm__device_config_from_env(dmm_device_config *cfg, dmm_torch_getenv_fn get, void *user);
 
 #endif /* DMM_TORCH_ENV_H */

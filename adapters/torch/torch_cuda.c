@@ -17,14 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "adapter.h"
-#include "blocks.h"
+#include "device/device_internal.h"
 #include "dmm_torch.h"
 #include "driver/cuda_decl.h"
 #include "dmm/ipc.h"
 #include "env.h"
-#include "imports.h"
-#include "stream_uses.h"
 
 #define MAX_DEVICES 64
 
@@ -147,7 +144,7 @@ static dmm_status ext_stream_wait(void *user, dmm_stream waiter, dmm_event event
 
 /* ---- contexts ---- */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static tctx *_Atomic g_ctx[MAX_DEVICES];
+static dmm_device *_Atomic g_ctx[MAX_DEVICES];
 static dev_ext g_ext[MAX_DEVICES];
 static dmm_governor *g_gov;
 static uint64_t g_limit[MAX_DEVICES]; /* limits set before the device's first use */
@@ -173,18 +170,18 @@ static const char *env_get(void *user, const char *name) {
     return getenv(name);
 }
 
-static tctx *create_slow(int device) {
+static dmm_device *create_slow(int device) {
     pthread_mutex_lock(&g_mu);
-    tctx *c = atomic_load_explicit(&g_ctx[device], memory_order_acquire);
+    dmm_device *c = atomic_load_explicit(&g_ctx[device], memory_order_acquire);
     if (c != NULL) {
         pthread_mutex_unlock(&g_mu);
         return c;
     }
     /* The environment first: a malformed knob fails this call before anything is loaded or created. */
-    dmm_torch_config cfg;
+    dmm_device_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.size = sizeof cfg;
-    dmm_status s = dmm__torch_config_from_env(&cfg, env_get, NULL);
+    dmm_status s = dmm__device_config_from_env(&cfg, env_get, NULL);
     if (s != DMM_OK) {
         pthread_mutex_unlock(&g_mu);
         record(s);
@@ -206,11 +203,11 @@ static tctx *create_slow(int device) {
     dmm_driver *drv = NULL;
     if (s == DMM_OK) s = dmm_cuda_driver_create(device, &drv);
     if (s == DMM_OK) {
-        dmm_torch_ext x = {e, ext_capture, ext_host_alloc, ext_host_free, ext_stream_wait};
+        dmm_device_ext x = {e, ext_capture, ext_host_alloc, ext_host_free, ext_stream_wait};
         cfg.limit_bytes = g_limit[device] ? g_limit[device] : g_limit_all;
-        s = dmm__torch_create(drv, &x, g_gov, &cfg, &c);
+        s = dmm_device_create(drv, &x, g_gov, &cfg, &c);
         if (s != DMM_OK) dmm_driver_destroy(drv);
-        else if (g_track_all || g_track[device]) dmm__torch_blocks_track(c);
+        else if (g_track_all || g_track[device]) dmm_device_track_blocks(c);
     }
     if (s == DMM_OK) atomic_store_explicit(&g_ctx[device], c, memory_order_release);
     pthread_mutex_unlock(&g_mu);
@@ -218,23 +215,23 @@ static tctx *create_slow(int device) {
     return c;
 }
 
-static tctx *ctx_for(int device) {
+static dmm_device *ctx_for(int device) {
     if (device < 0 || device >= MAX_DEVICES) {
         record(dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: device %d is out of range (0..%d)", device,
                              MAX_DEVICES - 1));
         return NULL;
     }
-    tctx *c = atomic_load_explicit(&g_ctx[device], memory_order_acquire);
+    dmm_device *c = atomic_load_explicit(&g_ctx[device], memory_order_acquire);
     return c != NULL ? c : create_slow(device);
 }
 
 /* ---- the allocator pair ---- */
 void *dmm_torch_malloc_nothrow(ssize_t size, int device, void *stream) {
     if (size <= 0) return NULL;
-    tctx *c = ctx_for(device);
+    dmm_device *c = ctx_for(device);
     if (c == NULL) return NULL;
     void *p = NULL;
-    dmm_status s = dmm__torch_malloc(c, (size_t)size, (dmm_stream)stream, &p);
+    dmm_status s = dmm_device_malloc(c, (size_t)size, (dmm_stream)stream, &p);
     if (s != DMM_OK) {
         record(s);
         return NULL;
@@ -248,14 +245,14 @@ void *dmm_torch_malloc(ssize_t size, int device, void *stream) { return dmm_torc
 
 void dmm_torch_free(void *ptr, ssize_t size, int device, void *stream) {
     if (ptr == NULL) return;
-    tctx *c = ctx_for(device);
+    dmm_device *c = ctx_for(device);
     if (c == NULL) return;
-    dmm_status s = dmm__torch_free(c, ptr, size > 0 ? (size_t)size : 0, (dmm_stream)stream);
+    dmm_status s = dmm_device_free(c, ptr, size > 0 ? (size_t)size : 0, (dmm_stream)stream);
     if (s != DMM_OK) record(s);
 }
 
 void dmm_torch_record_stream(void *ptr, void *stream) {
-    dmm_status s = dmm__torch_uses_add(ptr, (dmm_stream)stream);
+    dmm_status s = dmm_device_record_stream(ptr, (dmm_stream)stream);
     if (s != DMM_OK) record(s);
 }
 
@@ -276,7 +273,7 @@ int dmm_torch_last_status(void) {
 }
 
 #define WITH_CTX(device)                                                                           \
-    tctx *c = ctx_for(device);                                                                     \
+    dmm_device *c = ctx_for(device);                                                                     \
     if (c == NULL) return dmm_torch_last_status()
 
 int dmm_torch_set_limit(int device, uint64_t bytes) {
@@ -286,9 +283,9 @@ int dmm_torch_set_limit(int device, uint64_t bytes) {
         memset(g_limit, 0, sizeof g_limit); /* the latest call wins, also for devices not used yet */
         pthread_mutex_unlock(&g_mu);
         for (int i = 0; i < MAX_DEVICES; i++) {
-            tctx *c = atomic_load_explicit(&g_ctx[i], memory_order_acquire);
+            dmm_device *c = atomic_load_explicit(&g_ctx[i], memory_order_acquire);
             if (c != NULL) {
-                int s = record(dmm__torch_set_limit(c, bytes));
+                int s = record(dmm_device_set_limit(c, bytes));
                 if (s != 0) return s;
             }
         }
@@ -298,20 +295,20 @@ int dmm_torch_set_limit(int device, uint64_t bytes) {
     /* under g_mu, which create_slow holds while it reads g_limit: a context created meanwhile gets the
      * limit either way (from g_limit, or from the call below) */
     pthread_mutex_lock(&g_mu);
-    tctx *c = atomic_load_explicit(&g_ctx[device], memory_order_acquire);
+    dmm_device *c = atomic_load_explicit(&g_ctx[device], memory_order_acquire);
     if (c == NULL) g_limit[device] = bytes;
     pthread_mutex_unlock(&g_mu);
-    return c == NULL ? 0 : record(dmm__torch_set_limit(c, bytes));
+    return c == NULL ? 0 : record(dmm_device_set_limit(c, bytes));
 }
 
 int dmm_torch_stats_json(int device, char *buf, size_t cap, size_t *needed) {
     WITH_CTX(device);
-    return record(dmm__torch_stats_json(c, buf, cap, needed));
+    return record(dmm_device_stats_json(c, buf, cap, needed));
 }
 
 int dmm_torch_snapshot_json(int device, char *buf, size_t cap, size_t *needed) {
     WITH_CTX(device);
-    return record(dmm__torch_snapshot_json(c, buf, cap, needed));
+    return record(dmm_device_snapshot_json(c, buf, cap, needed));
 }
 
 int dmm_torch_devices(uint64_t *mask) {
@@ -325,17 +322,17 @@ int dmm_torch_devices(uint64_t *mask) {
 
 int dmm_torch_reset_peaks(int device) {
     WITH_CTX(device);
-    return record(dmm__torch_reset_peaks(c));
+    return record(dmm_device_reset_peaks(c));
 }
 
 int dmm_torch_reset_accumulated(int device) {
     WITH_CTX(device);
-    return record(dmm__torch_reset_accumulated(c));
+    return record(dmm_device_reset_accumulated(c));
 }
 
 int dmm_torch_empty_cache(int device, uint64_t *released) {
     WITH_CTX(device);
-    return record(dmm__torch_empty_cache(c, released));
+    return record(dmm_device_empty_cache(c, released));
 }
 
 int dmm_torch_warm(int device, uint64_t bytes, void *stream, uint64_t *committed) {
@@ -388,42 +385,42 @@ int dmm_torch_warm_layout(int device, const uint64_t *spans3, size_t count, void
     return record(s);
 }
 
-int dmm_torch_tag_begin(const char *name) { return record(dmm__torch_tag_begin(name)); }
-int dmm_torch_tag_end(void) { return record(dmm__torch_tag_end()); }
+int dmm_torch_tag_begin(const char *name) { return record(dmm_device_tag_begin(name)); }
+int dmm_torch_tag_end(void) { return record(dmm_device_tag_end()); }
 
 int dmm_torch_offload(int device, const char *tag, int mode, void *stream) {
     WITH_CTX(device);
-    return record(dmm__torch_offload(c, tag, mode, (dmm_stream)stream));
+    return record(dmm_device_offload(c, tag, mode, (dmm_stream)stream));
 }
 
 int dmm_torch_offload_wait(int device, const char *tag) {
     WITH_CTX(device);
-    return record(dmm__torch_offload_wait(c, tag));
+    return record(dmm_device_offload_wait(c, tag));
 }
 
 int dmm_torch_restore(int device, const char *tag, void *stream) {
     WITH_CTX(device);
-    return record(dmm__torch_restore(c, tag, (dmm_stream)stream));
+    return record(dmm_device_restore(c, tag, (dmm_stream)stream));
 }
 
 int dmm_torch_release_host(int device, const char *tag) {
     WITH_CTX(device);
-    return record(dmm__torch_release_host(c, tag));
+    return record(dmm_device_release_host(c, tag));
 }
 
 int dmm_torch_poll(int device, uint64_t *queued) {
     WITH_CTX(device);
-    return record(dmm__torch_poll(c, queued));
+    return record(dmm_device_poll(c, queued));
 }
 
 int dmm_torch_graph_reserve(int device, uint64_t bytes, void *stream) {
     WITH_CTX(device);
-    return record(dmm__torch_graph_reserve(c, bytes, (dmm_stream)stream));
+    return record(dmm_device_graph_reserve(c, bytes, (dmm_stream)stream));
 }
 
 int dmm_torch_graph_release(int device, uint64_t capture_id, void *stream) {
     WITH_CTX(device);
-    return record(dmm__torch_graph_release(c, capture_id, (dmm_stream)stream));
+    return record(dmm_device_graph_release(c, capture_id, (dmm_stream)stream));
 }
 
 int dmm_torch_capture_id(void *stream, uint64_t *id) {
@@ -438,12 +435,12 @@ int dmm_torch_capture_id(void *stream, uint64_t *id) {
 
 int dmm_torch_record_start(int device, const char *path, const char *workload) {
     WITH_CTX(device);
-    return record(dmm__torch_record_start(c, path, workload));
+    return record(dmm_device_record_start(c, path, workload));
 }
 
-int dmm_torch_record_stop(int device, dmm_torch_record_stats *out) {
+int dmm_torch_record_stop(int device, dmm_device_record_stats *out) {
     WITH_CTX(device);
-    return record(dmm__torch_record_stop(c, out));
+    return record(dmm_device_record_stop(c, out));
 }
 
 int dmm_torch_track_blocks(int device) {
@@ -452,8 +449,8 @@ int dmm_torch_track_blocks(int device) {
     if (device < 0) g_track_all = true;
     else g_track[device] = true;
     for (int i = 0; i < MAX_DEVICES; i++) {
-        tctx *c = atomic_load_explicit(&g_ctx[i], memory_order_acquire);
-        if (c != NULL && (device < 0 || i == device)) dmm__torch_blocks_track(c);
+        dmm_device *c = atomic_load_explicit(&g_ctx[i], memory_order_acquire);
+        if (c != NULL && (device < 0 || i == device)) dmm_device_track_blocks(c);
     }
     pthread_mutex_unlock(&g_mu);
     return 0;
@@ -461,20 +458,20 @@ int dmm_torch_track_blocks(int device) {
 
 int dmm_torch_history(int device, uint64_t max_entries) {
     WITH_CTX(device);
-    return record(dmm__torch_history(c, max_entries));
+    return record(dmm_device_history(c, max_entries));
 }
 
-void dmm_torch_set_capture_check(int on) { dmm__torch_set_capture_check(on != 0); }
+void dmm_torch_set_capture_check(int on) { dmm_device_set_capture_check(on != 0); }
 
-uint64_t dmm_torch_now_ns(void) { return dmm__torch_now_ns(); }
+uint64_t dmm_torch_now_ns(void) { return dmm__device_now_ns(); }
 
 /* ---- regions of a holder process (dmm hold) ---- */
 /* One connection per call: a named region outlives it (only DMM_IPC_PRIVATE ones die with it). */
 static int hold_map(int device, dmm_ipc_client *cl, dmm_status s, dmm_export *ex, bool writable, void **ptr,
                     uint64_t *bytes) {
     if (s == DMM_OK) {
-        tctx *c = ctx_for(device);
-        s = c != NULL ? dmm__torch_import(c, ex, writable, ptr) : (dmm_status)dmm_torch_last_status();
+        dmm_device *c = ctx_for(device);
+        s = c != NULL ? dmm_device_import(c, ex, writable, ptr) : (dmm_status)dmm_torch_last_status();
         if (s == DMM_OK && bytes != NULL) *bytes = ex->bytes;
     }
     dmm_export_close(ex);
@@ -513,7 +510,7 @@ int dmm_torch_hold_attach(int device, const char *socket, const char *name, cons
 
 int dmm_torch_hold_detach(int device, void *ptr) {
     WITH_CTX(device);
-    return record(dmm__torch_unimport(c, ptr));
+    return record(dmm_device_unimport(c, ptr));
 }
 
 int dmm_torch_hold_drop(const char *socket, const char *name, const uint8_t *token) {

@@ -15,5 +15,6 @@
 #include "dmm/provider.h"
 #include "dmm/deferred.h"
 #include "dmm/plugin.h"
+#include "dmm/device.h"
 
 #endif /* DMM_DMM_H */

@@ -18,7 +18,7 @@ typedef struct kit_torch_fx {
     dmm_driver *host, *fault; /* fault: NULL, or the fault driver over host that the context uses */
     dmm_driver *drv;          /* what the context and the streams are over: host, or fault */
     dmm_governor *gov;
-    tctx *c; /* NULL once a test destroyed it itself */
+    dmm_device *c; /* NULL once a test destroyed it itself */
     dmm_stream s1, s2;
 } kit_torch_fx;
 
@@ -29,9 +29,9 @@ static inline void kit_torch_fx_open(kit_torch_fx *f, bool over_fault, uint64_t 
     if (over_fault) DMM_OK_OR_FAIL(dmm_fault_driver_create(f->host, &f->fault));
     f->drv = over_fault ? f->fault : f->host;
     DMM_OK_OR_FAIL(dmm_governor_create(NULL, &f->gov));
-    dmm_torch_ext x = kit_torch_ext();
-    dmm_torch_config k = kit_torch_config(limit);
-    DMM_OK_OR_FAIL(dmm__torch_create(f->drv, &x, f->gov, &k, &f->c));
+    dmm_device_ext x = kit_torch_ext();
+    dmm_device_config k = kit_torch_config(limit);
+    DMM_OK_OR_FAIL(dmm_device_create(f->drv, &x, f->gov, &k, &f->c));
     DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &f->s1));
     DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &f->s2));
 }
@@ -39,7 +39,7 @@ static inline void kit_torch_fx_open(kit_torch_fx *f, bool over_fault, uint64_t 
 /* Destroys the context (unless the test did), the streams, the governor and the drivers, asserting
  * each worked and that the host driver holds nothing. The test's own checks come before. */
 static inline void kit_torch_fx_close(kit_torch_fx *f) {
-    if (f->c != NULL) DMM_OK_OR_FAIL(dmm__torch_destroy(f->c));
+    if (f->c != NULL) DMM_OK_OR_FAIL(dmm_device_destroy(f->c));
     f->c = NULL;
     DMM_OK_OR_FAIL(f->drv->ops->stream_destroy(f->drv, f->s1));
     DMM_OK_OR_FAIL(f->drv->ops->stream_destroy(f->drv, f->s2));
@@ -52,7 +52,7 @@ static inline void kit_torch_fx_close(kit_torch_fx *f) {
 /* A block that must be handed out: not NULL, 512-aligned like torch's own. */
 static inline void *kit_torch_malloc(kit_torch_fx *f, size_t bytes, dmm_stream s) {
     void *p = NULL;
-    DMM_OK_OR_FAIL(dmm__torch_malloc(f->c, bytes, s, &p));
+    DMM_OK_OR_FAIL(dmm_device_malloc(f->c, bytes, s, &p));
     assert_non_null(p);
     assert_int_equal((uintptr_t)p % 512, 0);
     return p;
@@ -60,15 +60,15 @@ static inline void *kit_torch_malloc(kit_torch_fx *f, size_t bytes, dmm_stream s
 
 /* Its free, which must be accepted. */
 static inline void kit_torch_free(kit_torch_fx *f, void *p, size_t bytes, dmm_stream s) {
-    DMM_OK_OR_FAIL(dmm__torch_free(f->c, p, bytes, s));
+    DMM_OK_OR_FAIL(dmm_device_free(f->c, p, bytes, s));
 }
 
 /* The recorder's stop, which must work, and the stats it gives back. */
-static inline dmm_torch_record_stats kit_torch_record_stop(kit_torch_fx *f) {
-    dmm_torch_record_stats st;
+static inline dmm_device_record_stats kit_torch_record_stop(kit_torch_fx *f) {
+    dmm_device_record_stats st;
     memset(&st, 0, sizeof st);
     st.size = sizeof st;
-    DMM_OK_OR_FAIL(dmm__torch_record_stop(f->c, &st));
+    DMM_OK_OR_FAIL(dmm_device_record_stop(f->c, &st));
     return st;
 }
 

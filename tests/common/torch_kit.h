@@ -39,16 +39,16 @@ static void kit_host_free(void *user, void *p) {
 }
 
 /* The extras, with the capture switch off and the counters at zero. */
-static inline dmm_torch_ext kit_torch_ext(void) {
+static inline dmm_device_ext kit_torch_ext(void) {
     memset(&kit_cap, 0, sizeof kit_cap);
     kit_host_allocs = kit_host_frees = 0;
-    dmm_torch_ext x = {NULL, kit_capture_status, kit_host_alloc, kit_host_free, NULL};
+    dmm_device_ext x = {NULL, kit_capture_status, kit_host_alloc, kit_host_free, NULL};
     return x;
 }
 
 /* A small context: 1 GiB of pool VA in an 8 GiB reservation, 256 MiB tag segments, `limit` (0: none). */
-static inline dmm_torch_config kit_torch_config(uint64_t limit) {
-    dmm_torch_config k;
+static inline dmm_device_config kit_torch_config(uint64_t limit) {
+    dmm_device_config k;
     memset(&k, 0, sizeof k);
     k.size = sizeof k;
     k.pool_va_bytes = (uint64_t)1 << 30;

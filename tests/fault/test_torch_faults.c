@@ -25,19 +25,9 @@
 
 #include "testkit.h"
 
-#include "../../adapters/torch/adapter.c"
-#include "../../adapters/torch/blocks.c"
-#include "../../adapters/torch/context.c"
-#include "../../adapters/torch/graphs.c"
-#include "../../adapters/torch/history.c"
-#include "../../adapters/torch/jobs.c"
-#include "../../adapters/torch/offload.c"
-#include "../../adapters/torch/poolview.c"
-#include "../../adapters/torch/record.c"
-#include "../../adapters/torch/segment.c"
-#include "../../adapters/torch/imports.c"
-#include "../../adapters/torch/stream_uses.c"
-#include "../../adapters/torch/tags.c"
+#include "device/device_internal.h"
+
+#define MIB ((uint64_t)1 << 20)
 
 #include "torch_kit.h"
 
@@ -53,7 +43,7 @@ typedef struct blk {
 typedef struct fx {
     dmm_driver *host, *drv;
     dmm_governor *gov;
-    tctx *c; /* NULL once destroyed */
+    dmm_device *c; /* NULL once destroyed */
     dmm_stream s1;
     blk b[MAX_LIVE];
     bool contents_gone; /* the tag was discarded */
@@ -70,9 +60,9 @@ static void fx_open(fx *f) {
     DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &f->host));
     DMM_OK_OR_FAIL(dmm_fault_driver_create(f->host, &f->drv));
     DMM_OK_OR_FAIL(dmm_governor_create(NULL, &f->gov));
-    dmm_torch_ext x = kit_torch_ext();
-    dmm_torch_config k = kit_torch_config(0);
-    DMM_OK_OR_FAIL(dmm__torch_create(f->drv, &x, f->gov, &k, &f->c));
+    dmm_device_ext x = kit_torch_ext();
+    dmm_device_config k = kit_torch_config(0);
+    DMM_OK_OR_FAIL(dmm_device_create(f->drv, &x, f->gov, &k, &f->c));
     DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &f->s1));
 }
 
@@ -80,9 +70,9 @@ static int fx_malloc(fx *f, size_t bytes, bool tagged) {
     for (int i = 0; i < MAX_LIVE; i++)
         if (!f->b[i].live) {
             void *p = NULL;
-            if (tagged) DMM_OK_OR_FAIL(dmm__torch_tag_begin(TAG));
-            DMM_OK_OR_FAIL(dmm__torch_malloc(f->c, bytes, f->s1, &p));
-            if (tagged) DMM_OK_OR_FAIL(dmm__torch_tag_end());
+            if (tagged) DMM_OK_OR_FAIL(dmm_device_tag_begin(TAG));
+            DMM_OK_OR_FAIL(dmm_device_malloc(f->c, bytes, f->s1, &p));
+            if (tagged) DMM_OK_OR_FAIL(dmm_device_tag_end());
             blk *b = &f->b[i];
             b->p = p;
             b->bytes = bytes;
@@ -97,7 +87,7 @@ static int fx_malloc(fx *f, size_t bytes, bool tagged) {
 }
 
 static void fx_free(fx *f, int i) {
-    DMM_OK_OR_FAIL(dmm__torch_free(f->c, f->b[i].p, f->b[i].bytes, f->s1));
+    DMM_OK_OR_FAIL(dmm_device_free(f->c, f->b[i].p, f->b[i].bytes, f->s1));
     f->b[i].live = false;
 }
 
@@ -107,13 +97,13 @@ static int nlive(const fx *f) {
     return n;
 }
 
-static ttag *tag_of(fx *f) {
-    int id = dmm__torch_tag_find(TAG);
+static device_tag *tag_of(fx *f) {
+    int id = dmm__device_tag_find(TAG);
     return id >= 0 ? &f->c->tags[id] : NULL;
 }
 
 static bool tag_resident(fx *f) {
-    ttag *t = tag_of(f);
+    device_tag *t = tag_of(f);
     return t == NULL || t->state == TAG_RESIDENT;
 }
 
@@ -138,7 +128,7 @@ static dmm_driver_census census(fx *f) {
 
 /* The equalities every step keeps. */
 static void conserved(fx *f, const char *what) {
-    tctx *c = f->c;
+    dmm_device *c = f->c;
     if (dmm_arena_check(c->arena) != DMM_OK) fail_msg("%s: dmm_arena_check: %s", what, dmm_last_error());
     if (dmm_pool_check(c->pool) != DMM_OK) fail_msg("%s: dmm_pool_check: %s", what, dmm_last_error());
     dmm_driver_census cen = census(f);
@@ -154,26 +144,26 @@ static void conserved(fx *f, const char *what) {
     tu.size = sizeof tu;
     DMM_OK_OR_FAIL(dmm_governor_tier_usage(c->gov, c->dev, &tu)); /* the host driver's device is the host
                                                                       tier: it holds the pinned copies too */
-    if (cen.mapped_bytes != (uint64_t)as.mapped_bytes.current || cen.mapped_bytes != ld(&c->mapped.cur) ||
+    if (cen.mapped_bytes != (uint64_t)as.mapped_bytes.current || cen.mapped_bytes != dmm__device_get(&c->mapped.cur) ||
         cen.mapped_bytes != mapped || cen.mapped_bytes + hmapped != tu.used[DMM_AXIS_MAPPED] ||
-        cen.handle_bytes != (uint64_t)as.owned_bytes.current || cen.handle_bytes != ld(&c->owned.cur) ||
+        cen.handle_bytes != (uint64_t)as.owned_bytes.current || cen.handle_bytes != dmm__device_get(&c->owned.cur) ||
         cen.handle_bytes != owned || cen.handle_bytes + howned != tu.used[DMM_AXIS_OWNED])
         fail_msg("%s: mapped: census %llu, arena %lld, hook %llu, lease %llu, tier %llu; owned: census %llu, arena "
                  "%lld, hook %llu, lease %llu, tier %llu",
                  what, (unsigned long long)cen.mapped_bytes, (long long)as.mapped_bytes.current,
-                 (unsigned long long)ld(&c->mapped.cur), (unsigned long long)mapped,
+                 (unsigned long long)dmm__device_get(&c->mapped.cur), (unsigned long long)mapped,
                  (unsigned long long)tu.used[DMM_AXIS_MAPPED], (unsigned long long)cen.handle_bytes,
-                 (long long)as.owned_bytes.current, (unsigned long long)ld(&c->owned.cur), (unsigned long long)owned,
+                 (long long)as.owned_bytes.current, (unsigned long long)dmm__device_get(&c->owned.cur), (unsigned long long)owned,
                  (unsigned long long)tu.used[DMM_AXIS_OWNED]);
     if (howned != c->host_bytes || hmapped != c->host_bytes)
         fail_msg("%s: the host lease holds %llu / %llu bytes, the pinned copies %llu", what, (unsigned long long)howned,
                  (unsigned long long)hmapped, (unsigned long long)c->host_bytes);
-    if (ld(&c->blocks.cur) != (uint64_t)nlive(f))
-        fail_msg("%s: the adapter counts %llu live blocks, the test %d", what, (unsigned long long)ld(&c->blocks.cur),
+    if (dmm__device_get(&c->blocks.cur) != (uint64_t)nlive(f))
+        fail_msg("%s: the adapter counts %llu live blocks, the test %d", what, (unsigned long long)dmm__device_get(&c->blocks.cur),
                  nlive(f));
-    ttag *t = tag_of(f);
+    device_tag *t = tag_of(f);
     if (t != NULL && (t->state == TAG_OFFLOADING) != (t->pending > 0))
-        fail_msg("%s: the tag is %s with %u segment(s) pending", what, dmm__torch_tag_state_name(t->state), (unsigned)t->pending);
+        fail_msg("%s: the tag is %s with %u segment(s) pending", what, dmm__device_tag_state_name(t->state), (unsigned)t->pending);
 }
 
 /* With the plan cleared: the tag comes back (same addresses, same bytes unless discarded), an offload
@@ -181,10 +171,10 @@ static void conserved(fx *f, const char *what) {
 static void works_again(fx *f, const char *what) {
     DMM_OK_OR_FAIL(dmm_fault_clear(f->drv));
     DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, false));
-    ttag *t = tag_of(f);
+    device_tag *t = tag_of(f);
     if (t != NULL) {
-        (void)dmm__torch_offload_wait(f->c, TAG); /* a failure it reports was checked by the step */
-        dmm_status s = dmm__torch_restore(f->c, TAG, f->s1);
+        (void)dmm_device_offload_wait(f->c, TAG); /* a failure it reports was checked by the step */
+        dmm_status s = dmm_device_restore(f->c, TAG, f->s1);
         dmm_stats as;
         memset(&as, 0, sizeof as);
         as.size = sizeof as;
@@ -209,22 +199,22 @@ static void works_again(fx *f, const char *what) {
             assert_int_equal(t->state, TAG_RESIDENT);
             contents_intact(f, true);
             conserved(f, "after the restore that follows");
-            DMM_OK_OR_FAIL(dmm__torch_offload(f->c, TAG, DMM_TORCH_TO_HOST, f->s1));
-            DMM_OK_OR_FAIL(dmm__torch_offload_wait(f->c, TAG));
-            DMM_OK_OR_FAIL(dmm__torch_restore(f->c, TAG, f->s1));
+            DMM_OK_OR_FAIL(dmm_device_offload(f->c, TAG, DMM_DEVICE_TO_HOST, f->s1));
+            DMM_OK_OR_FAIL(dmm_device_offload_wait(f->c, TAG));
+            DMM_OK_OR_FAIL(dmm_device_restore(f->c, TAG, f->s1));
             contents_intact(f, true);
         }
     }
     int p = fx_malloc(f, 3 * MIB, false);
-    DMM_OK_OR_FAIL(dmm__torch_graph_reserve(f->c, 4 * MIB, f->s1));
+    DMM_OK_OR_FAIL(dmm_device_graph_reserve(f->c, 4 * MIB, f->s1));
     kit_cap.stream = f->s1;
     kit_cap.id = 77;
     void *g = NULL;
-    DMM_OK_OR_FAIL(dmm__torch_malloc(f->c, 1 * MIB, f->s1, &g));
+    DMM_OK_OR_FAIL(dmm_device_malloc(f->c, 1 * MIB, f->s1, &g));
     memset(g, 1, 1 * MIB);
     kit_cap.stream = NULL;
-    DMM_OK_OR_FAIL(dmm__torch_free(f->c, g, 1 * MIB, f->s1));
-    DMM_OK_OR_FAIL(dmm__torch_graph_release(f->c, 77, f->s1));
+    DMM_OK_OR_FAIL(dmm_device_free(f->c, g, 1 * MIB, f->s1));
+    DMM_OK_OR_FAIL(dmm_device_graph_release(f->c, 77, f->s1));
     fx_free(f, p);
     conserved(f, "after working again");
 }
@@ -235,10 +225,10 @@ static void fx_close(fx *f) {
     if (f->c != NULL) {
         for (int i = 0; i < MAX_LIVE; i++)
             if (f->b[i].live) fx_free(f, i);
-        DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, NULL));
-        DMM_OK_OR_FAIL(dmm__torch_poll(f->c, NULL));
+        DMM_OK_OR_FAIL(dmm_device_empty_cache(f->c, NULL));
+        DMM_OK_OR_FAIL(dmm_device_poll(f->c, NULL));
         conserved(f, "before the teardown");
-        DMM_OK_OR_FAIL(dmm__torch_destroy(f->c));
+        DMM_OK_OR_FAIL(dmm_device_destroy(f->c));
         f->c = NULL;
     }
     DMM_OK_OR_FAIL(f->drv->ops->stream_destroy(f->drv, f->s1));
@@ -259,7 +249,7 @@ typedef struct before {
 
 static uint64_t graph_bytes(fx *f) {
     uint64_t n = 0;
-    for (gseg *g = f->c->graphs; g != NULL; g = g->next) n += g->seg.a.bytes;
+    for (graph_segment *g = f->c->graphs; g != NULL; g = g->next) n += g->seg.a.bytes;
     return n;
 }
 
@@ -326,22 +316,22 @@ static void setup_two_piece_tag(fx *f) { setup_tag(f, 66 * MIB); } /* 64 MiB + t
 static void setup_offloading(fx *f) { /* the decommits are queued behind a held event */
     setup_small_tag(f);
     DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, true));
-    DMM_OK_OR_FAIL(dmm__torch_offload(f->c, TAG, DMM_TORCH_TO_HOST, f->s1));
+    DMM_OK_OR_FAIL(dmm_device_offload(f->c, TAG, DMM_DEVICE_TO_HOST, f->s1));
     assert_int_equal(tag_of(f)->state, TAG_OFFLOADING);
     DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, false));
 }
 
 static void setup_offloaded(fx *f) {
     setup_small_tag(f);
-    DMM_OK_OR_FAIL(dmm__torch_offload(f->c, TAG, DMM_TORCH_TO_HOST, f->s1));
-    DMM_OK_OR_FAIL(dmm__torch_offload_wait(f->c, TAG));
+    DMM_OK_OR_FAIL(dmm_device_offload(f->c, TAG, DMM_DEVICE_TO_HOST, f->s1));
+    DMM_OK_OR_FAIL(dmm_device_offload_wait(f->c, TAG));
     assert_int_equal(tag_of(f)->state, TAG_OFFLOADED);
 }
 
 static void setup_two_piece_offloaded(fx *f) {
     setup_two_piece_tag(f);
-    DMM_OK_OR_FAIL(dmm__torch_offload(f->c, TAG, DMM_TORCH_TO_HOST, f->s1));
-    DMM_OK_OR_FAIL(dmm__torch_offload_wait(f->c, TAG));
+    DMM_OK_OR_FAIL(dmm_device_offload(f->c, TAG, DMM_DEVICE_TO_HOST, f->s1));
+    DMM_OK_OR_FAIL(dmm_device_offload_wait(f->c, TAG));
 }
 
 /* cached pool chunks, an emptied tag segment and an idle graph segment (its graph captured and
@@ -351,14 +341,14 @@ static void setup_cached(fx *f) {
     int p = fx_malloc(f, 6 * MIB, false);
     for (int i = 0; i < 3; i++) fx_free(f, i);
     fx_free(f, p);
-    DMM_OK_OR_FAIL(dmm__torch_graph_reserve(f->c, 4 * MIB, f->s1));
+    DMM_OK_OR_FAIL(dmm_device_graph_reserve(f->c, 4 * MIB, f->s1));
     kit_cap.stream = f->s1;
     kit_cap.id = 9;
     void *g = NULL;
-    DMM_OK_OR_FAIL(dmm__torch_malloc(f->c, 1 * MIB, f->s1, &g));
+    DMM_OK_OR_FAIL(dmm_device_malloc(f->c, 1 * MIB, f->s1, &g));
     kit_cap.stream = NULL;
-    DMM_OK_OR_FAIL(dmm__torch_free(f->c, g, 1 * MIB, f->s1));
-    DMM_OK_OR_FAIL(dmm__torch_graph_release(f->c, 9, f->s1));
+    DMM_OK_OR_FAIL(dmm_device_free(f->c, g, 1 * MIB, f->s1));
+    DMM_OK_OR_FAIL(dmm_device_graph_release(f->c, 9, f->s1));
 }
 
 static void setup_nothing(fx *f) { (void)f; }
@@ -369,16 +359,16 @@ static void setup_all_freed(fx *f) {
 }
 
 /* ---- operations and their promises ---- */
-static dmm_status op_offload_host(fx *f) { return dmm__torch_offload(f->c, TAG, DMM_TORCH_TO_HOST, f->s1); }
+static dmm_status op_offload_host(fx *f) { return dmm_device_offload(f->c, TAG, DMM_DEVICE_TO_HOST, f->s1); }
 
 static dmm_status op_offload_discard(fx *f) {
-    dmm_status s = dmm__torch_offload(f->c, TAG, DMM_TORCH_DISCARD, f->s1);
+    dmm_status s = dmm_device_offload(f->c, TAG, DMM_DEVICE_DISCARD, f->s1);
     if (s == DMM_OK || !tag_resident(f)) f->contents_gone = true;
     return s;
 }
 
 static void honest_offload(fx *f, dmm_status s, const before *b) {
-    ttag *t = tag_of(f);
+    device_tag *t = tag_of(f);
     if (s == DMM_OK) {
         assert_true(t->state == TAG_OFFLOADING || t->state == TAG_OFFLOADED);
         return;
@@ -392,15 +382,15 @@ static void honest_offload(fx *f, dmm_status s, const before *b) {
     }
 }
 
-static dmm_status op_offload_wait(fx *f) { return dmm__torch_offload_wait(f->c, TAG); }
+static dmm_status op_offload_wait(fx *f) { return dmm_device_offload_wait(f->c, TAG); }
 
 static void honest_offload_wait(fx *f, dmm_status s, const before *b) {
     (void)b;
-    ttag *t = tag_of(f);
+    device_tag *t = tag_of(f);
     if (s == DMM_OK) {
         assert_int_equal(t->state, TAG_OFFLOADED);
         assert_int_equal(t->failure, DMM_OK);
-        for (tseg *g = t->segs; g != NULL; g = g->next) {
+        for (tag_segment *g = t->segs; g != NULL; g = g->next) {
             uint64_t committed = 1;
             DMM_OK_OR_FAIL(dmm_mechanism_committed_bytes(f->c->arena, &g->seg.a, &committed));
             assert_int_equal(committed, 0); /* really off the device */
@@ -411,11 +401,11 @@ static void honest_offload_wait(fx *f, dmm_status s, const before *b) {
     assert_true(t->state == TAG_OFFLOADING || t->state == TAG_OFFLOADED);
 }
 
-static dmm_status op_restore(fx *f) { return dmm__torch_restore(f->c, TAG, f->s1); }
+static dmm_status op_restore(fx *f) { return dmm_device_restore(f->c, TAG, f->s1); }
 
 static void honest_restore(fx *f, dmm_status s, const before *b) {
     (void)b;
-    ttag *t = tag_of(f);
+    device_tag *t = tag_of(f);
     if (s == DMM_OK) {
         assert_int_equal(t->state, TAG_RESIDENT);
         contents_intact(f, true);
@@ -423,26 +413,26 @@ static void honest_restore(fx *f, dmm_status s, const before *b) {
     }
     dmm_test_error_mentions("restore of tag", "call restore again", NULL);
     assert_int_equal(t->state, TAG_OFFLOADED); /* never called resident when it is not */
-    for (tseg *g = t->segs; g != NULL; g = g->next) assert_true(g->restored <= g->seg.committed);
+    for (tag_segment *g = t->segs; g != NULL; g = g->next) assert_true(g->restored <= g->seg.committed);
 }
 
-static dmm_status op_empty_cache(fx *f) { return dmm__torch_empty_cache(f->c, NULL); }
+static dmm_status op_empty_cache(fx *f) { return dmm_device_empty_cache(f->c, NULL); }
 
 static void honest_empty_cache(fx *f, dmm_status s, const before *b) {
     (void)s;
     (void)b;
     /* the live pool block stays (contents checked by the sweep); what is left goes at the next clean call */
     DMM_OK_OR_FAIL(dmm_fault_clear(f->drv));
-    DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, NULL));
-    DMM_OK_OR_FAIL(dmm__torch_poll(f->c, NULL));
+    DMM_OK_OR_FAIL(dmm_device_empty_cache(f->c, NULL));
+    DMM_OK_OR_FAIL(dmm_device_poll(f->c, NULL));
     conserved(f, "after a clean empty_cache");
     dmm_pool_stats ps;
     memset(&ps, 0, sizeof ps);
     ps.size = sizeof ps;
     DMM_OK_OR_FAIL(dmm_pool_stats_get(f->c->pool, &ps));
     uint64_t tag_live = 0, tag_committed = 0, g_live = 0, g_committed = 0;
-    dmm__torch_tags_totals_locked(f->c, &tag_live, &tag_committed);
-    dmm__torch_graphs_totals_locked(f->c, &g_live, &g_committed);
+    dmm__device_tags_totals_locked(f->c, &tag_live, &tag_committed);
+    dmm__device_graphs_totals_locked(f->c, &g_live, &g_committed);
     dmm_stats as;
     memset(&as, 0, sizeof as);
     as.size = sizeof as;
@@ -453,7 +443,7 @@ static void honest_empty_cache(fx *f, dmm_status s, const before *b) {
     if (as.poisoned_chunks == 0) assert_int_equal(census(f).mapped_bytes, (uint64_t)ps.committed_bytes.current);
 }
 
-static dmm_status op_graph_reserve(fx *f) { return dmm__torch_graph_reserve(f->c, 6 * MIB, f->s1); }
+static dmm_status op_graph_reserve(fx *f) { return dmm_device_graph_reserve(f->c, 6 * MIB, f->s1); }
 
 static void honest_graph_reserve(fx *f, dmm_status s, const before *b) {
     if (s == DMM_OK) {
@@ -462,12 +452,12 @@ static void honest_graph_reserve(fx *f, dmm_status s, const before *b) {
         kit_cap.id = 5;
         uint64_t calls = dmm_fault_calls(f->drv, DMM_OP_ANY);
         void *p = NULL;
-        DMM_OK_OR_FAIL(dmm__torch_malloc(f->c, 5 * MIB, f->s1, &p));
+        DMM_OK_OR_FAIL(dmm_device_malloc(f->c, 5 * MIB, f->s1, &p));
         memset(p, 2, 5 * MIB);
         assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_ANY), calls);
         kit_cap.stream = NULL;
-        DMM_OK_OR_FAIL(dmm__torch_free(f->c, p, 5 * MIB, f->s1));
-        DMM_OK_OR_FAIL(dmm__torch_graph_release(f->c, 5, f->s1));
+        DMM_OK_OR_FAIL(dmm_device_free(f->c, p, 5 * MIB, f->s1));
+        DMM_OK_OR_FAIL(dmm_device_graph_release(f->c, 5, f->s1));
         return;
     }
     dmm_test_error_mentions("graph memory", NULL);
@@ -482,7 +472,7 @@ static void honest_graph_reserve(fx *f, dmm_status s, const before *b) {
 
 static dmm_status op_malloc_pool(fx *f) {
     void *p = NULL;
-    dmm_status s = dmm__torch_malloc(f->c, 9 * MIB, f->s1, &p);
+    dmm_status s = dmm_device_malloc(f->c, 9 * MIB, f->s1, &p);
     if (s == DMM_OK) {
         int i = 0;
         while (f->b[i].live) i++;
@@ -496,9 +486,9 @@ static dmm_status op_malloc_pool(fx *f) {
 
 static dmm_status op_malloc_tag(fx *f) {
     void *p = NULL;
-    DMM_OK_OR_FAIL(dmm__torch_tag_begin(TAG));
-    dmm_status s = dmm__torch_malloc(f->c, 5 * MIB, f->s1, &p);
-    DMM_OK_OR_FAIL(dmm__torch_tag_end());
+    DMM_OK_OR_FAIL(dmm_device_tag_begin(TAG));
+    dmm_status s = dmm_device_malloc(f->c, 5 * MIB, f->s1, &p);
+    DMM_OK_OR_FAIL(dmm_device_tag_end());
     if (s == DMM_OK) {
         int i = 0;
         while (f->b[i].live) i++;
@@ -516,7 +506,7 @@ static void honest_malloc(fx *f, dmm_status s, const before *b) {
 }
 
 static dmm_status op_destroy(fx *f) {
-    dmm_status s = dmm__torch_destroy(f->c);
+    dmm_status s = dmm_device_destroy(f->c);
     if (s == DMM_OK) f->c = NULL;
     return s;
 }
@@ -533,7 +523,7 @@ static void honest_destroy(fx *f, dmm_status s, const before *b) {
     /* refused late (the pool went, the arena could not): the one call left resumes and finishes */
     dmm_test_error_mentions("call destroy again", NULL);
     DMM_OK_OR_FAIL(dmm_fault_clear(f->drv));
-    DMM_OK_OR_FAIL(dmm__torch_destroy(f->c));
+    DMM_OK_OR_FAIL(dmm_device_destroy(f->c));
     f->c = NULL;
     late_destroys++;
 }

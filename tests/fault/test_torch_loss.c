@@ -7,12 +7,12 @@
  * emptied tag segment and an idle graph segment queued for release behind held events; a graph
  * segment with a live capture block. Then the events are let go (without the loss every queued
  * request would run at the next poll) and the loss strikes; the first call that meets it is, by
- * variant, the deferred queue's event query (dmm__torch_poll), another user of the arena (the pool's
+ * variant, the deferred queue's event query (dmm_device_poll), another user of the arena (the pool's
  * own growth), or the adapter's own driver call (graph_release's event). Then:
  *   - every adapter call that would reach the driver returns DMM_ERR_DEVICE_LOST with a sentence;
  *     stats still answer; frees are accepted (pool, tag and graph blocks);
  *   - destroy before the confirmation: DMM_ERR_DEVICE_LOST, nothing changed (still queued);
- *   - the confirmation (dmm__torch_confirm_lost, or dmm_arena_confirm_context_terminated directly)
+ *   - the confirmation (dmm_device_confirm_lost, or dmm_arena_confirm_context_terminated directly)
  *     takes every queued request back unrun (queued = 0), the offloaded tag is OFFLOADED with the
  *     failure DEVICE_LOST; destroy then succeeds with blocks still live;
  *   - the driver saw NO call after the one that found the loss (dmm_fault_calls), through the
@@ -25,19 +25,9 @@
 
 #include "testkit.h"
 
-#include "../../adapters/torch/adapter.c"
-#include "../../adapters/torch/blocks.c"
-#include "../../adapters/torch/context.c"
-#include "../../adapters/torch/graphs.c"
-#include "../../adapters/torch/history.c"
-#include "../../adapters/torch/jobs.c"
-#include "../../adapters/torch/offload.c"
-#include "../../adapters/torch/poolview.c"
-#include "../../adapters/torch/record.c"
-#include "../../adapters/torch/segment.c"
-#include "../../adapters/torch/imports.c"
-#include "../../adapters/torch/stream_uses.c"
-#include "../../adapters/torch/tags.c"
+#include "device/device_internal.h"
+
+#define MIB ((uint64_t)1 << 20)
 
 #include "torch_kit.h"
 
@@ -46,16 +36,16 @@ static const char *OFF = "loss-offloaded", *RES = "loss-resident", *EMPTY = "los
 typedef struct fx {
     dmm_driver *host, *drv;
     dmm_governor *gov;
-    tctx *c;
+    dmm_device *c;
     dmm_stream s1;
     void *pool[3], *off[3], *res, *gblk;
 } fx;
 
 static void *tmalloc(fx *f, const char *tag, size_t bytes) {
     void *p = NULL;
-    if (tag != NULL) DMM_OK_OR_FAIL(dmm__torch_tag_begin(tag));
-    DMM_OK_OR_FAIL(dmm__torch_malloc(f->c, bytes, f->s1, &p));
-    if (tag != NULL) DMM_OK_OR_FAIL(dmm__torch_tag_end());
+    if (tag != NULL) DMM_OK_OR_FAIL(dmm_device_tag_begin(tag));
+    DMM_OK_OR_FAIL(dmm_device_malloc(f->c, bytes, f->s1, &p));
+    if (tag != NULL) DMM_OK_OR_FAIL(dmm_device_tag_end());
     memset(p, 0x5a, bytes);
     return p;
 }
@@ -64,7 +54,7 @@ static void *capture_malloc(fx *f, uint64_t id, size_t bytes) {
     kit_cap.stream = f->s1;
     kit_cap.id = id;
     void *p = NULL;
-    DMM_OK_OR_FAIL(dmm__torch_malloc(f->c, bytes, f->s1, &p));
+    DMM_OK_OR_FAIL(dmm_device_malloc(f->c, bytes, f->s1, &p));
     kit_cap.stream = NULL;
     return p;
 }
@@ -74,9 +64,9 @@ static void fx_open(fx *f) {
     DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &f->host));
     DMM_OK_OR_FAIL(dmm_fault_driver_create(f->host, &f->drv));
     DMM_OK_OR_FAIL(dmm_governor_create(NULL, &f->gov));
-    dmm_torch_ext x = kit_torch_ext();
-    dmm_torch_config k = kit_torch_config(0);
-    DMM_OK_OR_FAIL(dmm__torch_create(f->drv, &x, f->gov, &k, &f->c));
+    dmm_device_ext x = kit_torch_ext();
+    dmm_device_config k = kit_torch_config(0);
+    DMM_OK_OR_FAIL(dmm_device_create(f->drv, &x, f->gov, &k, &f->c));
     DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &f->s1));
 }
 
@@ -85,26 +75,26 @@ static void fx_busy(fx *f) {
     f->pool[0] = tmalloc(f, NULL, 2 * MIB);
     f->pool[1] = tmalloc(f, NULL, 5000);
     f->pool[2] = tmalloc(f, NULL, 6 * MIB);
-    DMM_OK_OR_FAIL(dmm__torch_free(f->c, f->pool[2], 6 * MIB, f->s1)); /* cached */
+    DMM_OK_OR_FAIL(dmm_device_free(f->c, f->pool[2], 6 * MIB, f->s1)); /* cached */
     f->pool[2] = NULL;
     f->off[0] = tmalloc(f, OFF, 1 * MIB);
     f->off[1] = tmalloc(f, OFF, 3 * MIB + 100);
     f->off[2] = tmalloc(f, OFF, 5000);
     f->res = tmalloc(f, RES, 2 * MIB);
     void *e = tmalloc(f, EMPTY, 1 * MIB);
-    DMM_OK_OR_FAIL(dmm__torch_free(f->c, e, 1 * MIB, f->s1)); /* its segment is empty */
+    DMM_OK_OR_FAIL(dmm_device_free(f->c, e, 1 * MIB, f->s1)); /* its segment is empty */
     /* graphs: A holds capture 77's live block; B was capture 78's, released and idle behind its event */
-    DMM_OK_OR_FAIL(dmm__torch_graph_reserve(f->c, 4 * MIB, f->s1));
+    DMM_OK_OR_FAIL(dmm_device_graph_reserve(f->c, 4 * MIB, f->s1));
     f->gblk = capture_malloc(f, 77, 1 * MIB);
-    DMM_OK_OR_FAIL(dmm__torch_graph_reserve(f->c, 4 * MIB, f->s1));
+    DMM_OK_OR_FAIL(dmm_device_graph_reserve(f->c, 4 * MIB, f->s1));
     void *g = capture_malloc(f, 78, 1 * MIB);
-    DMM_OK_OR_FAIL(dmm__torch_free(f->c, g, 1 * MIB, f->s1));
+    DMM_OK_OR_FAIL(dmm_device_free(f->c, g, 1 * MIB, f->s1));
     DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, true));
-    DMM_OK_OR_FAIL(dmm__torch_graph_release(f->c, 78, f->s1));
-    DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, NULL)); /* the empty tag segment and B: queued */
-    DMM_OK_OR_FAIL(dmm__torch_offload(f->c, OFF, DMM_TORCH_TO_HOST, f->s1));
-    assert_int_equal(f->c->tags[dmm__torch_tag_find(OFF)].state, TAG_OFFLOADING);
-    assert_true(ld(&f->c->queued) >= 3); /* a decommit, a tag segment's release, a graph segment's release */
+    DMM_OK_OR_FAIL(dmm_device_graph_release(f->c, 78, f->s1));
+    DMM_OK_OR_FAIL(dmm_device_empty_cache(f->c, NULL)); /* the empty tag segment and B: queued */
+    DMM_OK_OR_FAIL(dmm_device_offload(f->c, OFF, DMM_DEVICE_TO_HOST, f->s1));
+    assert_int_equal(f->c->tags[dmm__device_tag_find(OFF)].state, TAG_OFFLOADING);
+    assert_true(dmm__device_get(&f->c->queued) >= 3); /* a decommit, a tag segment's release, a graph segment's release */
     assert_true(kit_host_allocs > 0);
     DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, false)); /* complete now: only the loss keeps them queued */
 }
@@ -130,78 +120,78 @@ static void run_loss(int variant, bool confirm_on_arena) {
     fx f;
     fx_open(&f);
     fx_busy(&f);
-    uint64_t queued = ld(&f.c->queued);
+    uint64_t queued = dmm__device_get(&f.c->queued);
     DMM_OK_OR_FAIL(dmm_fault_plan(f.drv, DMM_OP_ANY, 1, UINT32_MAX, DMM_ERR_DEVICE_LOST));
     uint64_t before = dmm_fault_calls(f.drv, DMM_OP_ANY);
     /* the first call that meets the loss */
     if (variant == BY_QUEUE) {
-        expect_lost(dmm__torch_poll(f.c, NULL), "the poll that finds the loss");
+        expect_lost(dmm_device_poll(f.c, NULL), "the poll that finds the loss");
     } else if (variant == BY_POOL) {
         void *p = NULL;
         dmm_status s = dmm_pool_malloc(f.c->pool, 64 * MIB, f.s1, &p); /* growth: the arena's calls */
         assert_int_equal(s, DMM_ERR_DEVICE_LOST);
         assert_null(p);
     } else {
-        expect_lost(dmm__torch_graph_release(f.c, 77, f.s1), "the graph_release that finds the loss");
+        expect_lost(dmm_device_graph_release(f.c, 77, f.s1), "the graph_release that finds the loss");
     }
     uint64_t calls = dmm_fault_calls(f.drv, DMM_OP_ANY);
     if (calls <= before) fail_msg("%s made no driver call", variant_name[variant]);
-    assert_true(dmm__torch_lost(f.c));
+    assert_true(dmm__device_lost(f.c));
 
     /* the battery: no driver call, DEVICE_LOST with a sentence */
     uint64_t q = 99;
-    expect_lost(dmm__torch_poll(f.c, &q), "poll");
+    expect_lost(dmm_device_poll(f.c, &q), "poll");
     assert_int_equal(q, queued); /* nothing ran, nothing was dropped */
     uint64_t released = 99;
-    expect_lost(dmm__torch_empty_cache(f.c, &released), "empty_cache");
+    expect_lost(dmm_device_empty_cache(f.c, &released), "empty_cache");
     assert_int_equal(released, 0);
-    expect_lost(dmm__torch_offload(f.c, RES, DMM_TORCH_TO_HOST, f.s1), "offload of a resident tag");
-    expect_lost(dmm__torch_offload_wait(f.c, OFF), "offload_wait");
-    expect_lost(dmm__torch_restore(f.c, OFF, f.s1), "restore");
-    expect_lost(dmm__torch_release_host(f.c, RES), "release_host");
-    expect_lost(dmm__torch_graph_reserve(f.c, 8 * MIB, f.s1), "graph_reserve");
-    expect_lost(dmm__torch_graph_release(f.c, 77, f.s1), "graph_release");
+    expect_lost(dmm_device_offload(f.c, RES, DMM_DEVICE_TO_HOST, f.s1), "offload of a resident tag");
+    expect_lost(dmm_device_offload_wait(f.c, OFF), "offload_wait");
+    expect_lost(dmm_device_restore(f.c, OFF, f.s1), "restore");
+    expect_lost(dmm_device_release_host(f.c, RES), "release_host");
+    expect_lost(dmm_device_graph_reserve(f.c, 8 * MIB, f.s1), "graph_reserve");
+    expect_lost(dmm_device_graph_release(f.c, 77, f.s1), "graph_release");
     void *p = NULL;
-    assert_int_equal(dmm__torch_malloc(f.c, 64 * MIB, f.s1, &p), DMM_ERR_DEVICE_LOST); /* needs growth */
+    assert_int_equal(dmm_device_malloc(f.c, 64 * MIB, f.s1, &p), DMM_ERR_DEVICE_LOST); /* needs growth */
     assert_null(p);
-    DMM_OK_OR_FAIL(dmm__torch_tag_begin(RES));
-    assert_int_equal(dmm__torch_malloc(f.c, 64 * MIB, f.s1, &p), DMM_ERR_DEVICE_LOST); /* a new tag segment */
-    DMM_OK_OR_FAIL(dmm__torch_tag_end());
+    DMM_OK_OR_FAIL(dmm_device_tag_begin(RES));
+    assert_int_equal(dmm_device_malloc(f.c, 64 * MIB, f.s1, &p), DMM_ERR_DEVICE_LOST); /* a new tag segment */
+    DMM_OK_OR_FAIL(dmm_device_tag_end());
     assert_null(p);
     char buf[16384];
     size_t need = 0;
-    DMM_OK_OR_FAIL(dmm__torch_stats_json(f.c, buf, sizeof buf, &need)); /* stats still answer */
+    DMM_OK_OR_FAIL(dmm_device_stats_json(f.c, buf, sizeof buf, &need)); /* stats still answer */
     /* frees are bookkeeping: a pool block, the resident tag's block, the capture's block */
-    DMM_OK_OR_FAIL(dmm__torch_free(f.c, f.pool[0], 2 * MIB, f.s1));
-    DMM_OK_OR_FAIL(dmm__torch_free(f.c, f.res, 2 * MIB, f.s1));
-    DMM_OK_OR_FAIL(dmm__torch_free(f.c, f.gblk, 1 * MIB, f.s1));
+    DMM_OK_OR_FAIL(dmm_device_free(f.c, f.pool[0], 2 * MIB, f.s1));
+    DMM_OK_OR_FAIL(dmm_device_free(f.c, f.res, 2 * MIB, f.s1));
+    DMM_OK_OR_FAIL(dmm_device_free(f.c, f.gblk, 1 * MIB, f.s1));
     /* destroy before the confirmation: refused, nothing changed */
-    assert_int_equal(dmm__torch_destroy(f.c), DMM_ERR_DEVICE_LOST);
+    assert_int_equal(dmm_device_destroy(f.c), DMM_ERR_DEVICE_LOST);
     dmm_test_error_mentions("destroy", "lost", "confirm", "nothing changed", NULL);
-    assert_int_equal(ld(&f.c->queued), queued);
+    assert_int_equal(dmm__device_get(&f.c->queued), queued);
     calls_unchanged(&f, calls, "the battery");
 
     /* the confirmation: queue taken back, tags marked */
     if (confirm_on_arena) {
         DMM_OK_OR_FAIL(dmm_arena_confirm_context_terminated(f.c->arena)); /* destroy does the rest */
     } else {
-        DMM_OK_OR_FAIL(dmm__torch_confirm_lost(f.c));
-        assert_int_equal(ld(&f.c->queued), 0);
+        DMM_OK_OR_FAIL(dmm_device_confirm_lost(f.c));
+        assert_int_equal(dmm__device_get(&f.c->queued), 0);
         size_t n = 99;
         DMM_OK_OR_FAIL(dmm_deferred_pending(f.c->q, &n));
         assert_int_equal(n, 0);
-        ttag *t = &f.c->tags[dmm__torch_tag_find(OFF)];
+        device_tag *t = &f.c->tags[dmm__device_tag_find(OFF)];
         assert_int_equal(t->state, TAG_OFFLOADED);
         assert_int_equal(t->pending, 0);
         assert_int_equal(t->failure, DMM_ERR_DEVICE_LOST);
-        expect_lost(dmm__torch_restore(f.c, OFF, f.s1), "restore after the confirmation");
-        expect_lost(dmm__torch_poll(f.c, NULL), "poll after the confirmation");
-        DMM_OK_OR_FAIL(dmm__torch_free(f.c, f.off[0], 1 * MIB, f.s1)); /* still bookkeeping */
+        expect_lost(dmm_device_restore(f.c, OFF, f.s1), "restore after the confirmation");
+        expect_lost(dmm_device_poll(f.c, NULL), "poll after the confirmation");
+        DMM_OK_OR_FAIL(dmm_device_free(f.c, f.off[0], 1 * MIB, f.s1)); /* still bookkeeping */
     }
     calls_unchanged(&f, calls, "the confirmation");
     /* destroy: with blocks still live (a pool block, two of the offloaded tag's) */
-    assert_true(ld(&f.c->blocks.cur) > 0);
-    DMM_OK_OR_FAIL(dmm__torch_destroy(f.c));
+    assert_true(dmm__device_get(&f.c->blocks.cur) > 0);
+    DMM_OK_OR_FAIL(dmm_device_destroy(f.c));
     f.c = NULL;
     calls_unchanged(&f, calls, "the destroy");
     assert_int_equal(kit_host_frees, kit_host_allocs); /* every pinned copy went back */
@@ -236,20 +226,20 @@ static void no_loss_no_confirmation(void **state) {
     fx f;
     fx_open(&f);
     fx_busy(&f);
-    assert_false(dmm__torch_lost(f.c));
-    assert_int_equal(dmm__torch_confirm_lost(f.c), DMM_ERR_INVALID_ARGUMENT);
+    assert_false(dmm__device_lost(f.c));
+    assert_int_equal(dmm_device_confirm_lost(f.c), DMM_ERR_INVALID_ARGUMENT);
     dmm_test_error_mentions("not lost", NULL);
-    DMM_OK_OR_FAIL(dmm__torch_offload_wait(f.c, OFF));
-    DMM_OK_OR_FAIL(dmm__torch_restore(f.c, OFF, f.s1));
-    DMM_OK_OR_FAIL(dmm__torch_graph_release(f.c, 77, f.s1));
-    DMM_OK_OR_FAIL(dmm__torch_free(f.c, f.pool[0], 2 * MIB, f.s1));
-    DMM_OK_OR_FAIL(dmm__torch_free(f.c, f.pool[1], 5000, f.s1));
-    for (int i = 0; i < 3; i++) DMM_OK_OR_FAIL(dmm__torch_free(f.c, f.off[i], 1, f.s1));
-    DMM_OK_OR_FAIL(dmm__torch_free(f.c, f.res, 2 * MIB, f.s1));
-    DMM_OK_OR_FAIL(dmm__torch_free(f.c, f.gblk, 1 * MIB, f.s1));
-    DMM_OK_OR_FAIL(dmm__torch_empty_cache(f.c, NULL));
-    DMM_OK_OR_FAIL(dmm__torch_poll(f.c, NULL));
-    DMM_OK_OR_FAIL(dmm__torch_destroy(f.c));
+    DMM_OK_OR_FAIL(dmm_device_offload_wait(f.c, OFF));
+    DMM_OK_OR_FAIL(dmm_device_restore(f.c, OFF, f.s1));
+    DMM_OK_OR_FAIL(dmm_device_graph_release(f.c, 77, f.s1));
+    DMM_OK_OR_FAIL(dmm_device_free(f.c, f.pool[0], 2 * MIB, f.s1));
+    DMM_OK_OR_FAIL(dmm_device_free(f.c, f.pool[1], 5000, f.s1));
+    for (int i = 0; i < 3; i++) DMM_OK_OR_FAIL(dmm_device_free(f.c, f.off[i], 1, f.s1));
+    DMM_OK_OR_FAIL(dmm_device_free(f.c, f.res, 2 * MIB, f.s1));
+    DMM_OK_OR_FAIL(dmm_device_free(f.c, f.gblk, 1 * MIB, f.s1));
+    DMM_OK_OR_FAIL(dmm_device_empty_cache(f.c, NULL));
+    DMM_OK_OR_FAIL(dmm_device_poll(f.c, NULL));
+    DMM_OK_OR_FAIL(dmm_device_destroy(f.c));
     assert_int_equal(kit_host_frees, kit_host_allocs);
     DMM_OK_OR_FAIL(f.drv->ops->stream_destroy(f.drv, f.s1));
     DMM_OK_OR_FAIL(dmm_governor_destroy(f.gov));

@@ -92,12 +92,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         ok = ok && good;
     }
 
-    dmm_torch_config c, before;
+    dmm_device_config c, before;
     memset(&c, 0x5A, sizeof c);
     c.size = sizeof c;
     memcpy(&before, &c, sizeof c);
     dmm_clear_error();
-    dmm_status s = dmm__torch_config_from_env(&c, fuzz_getenv, &e);
+    dmm_status s = dmm__device_config_from_env(&c, fuzz_getenv, &e);
     if (s != DMM_OK) {
         FUZZ_ASSERT(s == DMM_ERR_INVALID_ARGUMENT, "refused with %s", dmm_status_str(s));
         FUZZ_ASSERT(!ok, "a valid environment was refused: %s", dmm_last_error());
@@ -108,7 +108,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FUZZ_ASSERT(named && strstr(msg, "unset it") != NULL, "the sentence names no set variable: %s", msg);
     } else {
         FUZZ_ASSERT(ok, "an invalid environment was accepted");
-        dmm_torch_config want;
+        dmm_device_config want;
         memcpy(&want, &before, sizeof want);
         if (set[0]) want.pool_va_bytes = v[0][0];
         if (set[1]) want.retain_permille = (uint32_t)v[1][0];

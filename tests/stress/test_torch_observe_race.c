@@ -16,19 +16,7 @@
 
 #include "testkit.h"
 
-#include "../../adapters/torch/adapter.c"
-#include "../../adapters/torch/blocks.c"
-#include "../../adapters/torch/context.c"
-#include "../../adapters/torch/graphs.c"
-#include "../../adapters/torch/history.c"
-#include "../../adapters/torch/jobs.c"
-#include "../../adapters/torch/offload.c"
-#include "../../adapters/torch/poolview.c"
-#include "../../adapters/torch/record.c"
-#include "../../adapters/torch/segment.c"
-#include "../../adapters/torch/imports.c"
-#include "../../adapters/torch/stream_uses.c"
-#include "../../adapters/torch/tags.c"
+#include "device/device_internal.h"
 #include "../../tools/trace.c"
 
 #include "torch_kit.h"
@@ -36,7 +24,7 @@
 enum { WORKERS = 6, ROUNDS = 20000, SLOTS = 16 };
 
 typedef struct shared {
-    tctx *c;
+    dmm_device *c;
     dmm_driver *host;
     _Atomic int done, failures;
 } shared;
@@ -52,22 +40,22 @@ static void *work(void *u) {
     worker *w = u;
     void *p[SLOTS] = {0};
     size_t sz[SLOTS] = {0};
-    if (w->tagged && dmm__torch_tag_begin("kv") != DMM_OK) atomic_fetch_add(&w->sh->failures, 1);
+    if (w->tagged && dmm_device_tag_begin("kv") != DMM_OK) atomic_fetch_add(&w->sh->failures, 1);
     for (int i = 0; i < ROUNDS; i++) {
         int k = (int)(rand_r(&w->seed) % SLOTS);
         if (p[k] != NULL) {
-            if (dmm__torch_free(w->sh->c, p[k], sz[k], w->stream) != DMM_OK) atomic_fetch_add(&w->sh->failures, 1);
+            if (dmm_device_free(w->sh->c, p[k], sz[k], w->stream) != DMM_OK) atomic_fetch_add(&w->sh->failures, 1);
             p[k] = NULL;
         } else {
             sz[k] = rand_r(&w->seed) % 16 == 0 ? ((size_t)1 << 20) * (1 + rand_r(&w->seed) % 3)
                                                : 512 * (size_t)(1 + rand_r(&w->seed) % 64);
-            if (dmm__torch_malloc(w->sh->c, sz[k], w->stream, &p[k]) != DMM_OK) atomic_fetch_add(&w->sh->failures, 1);
+            if (dmm_device_malloc(w->sh->c, sz[k], w->stream, &p[k]) != DMM_OK) atomic_fetch_add(&w->sh->failures, 1);
         }
     }
     for (int k = 0; k < SLOTS; k++)
-        if (p[k] != NULL && dmm__torch_free(w->sh->c, p[k], sz[k], w->stream) != DMM_OK)
+        if (p[k] != NULL && dmm_device_free(w->sh->c, p[k], sz[k], w->stream) != DMM_OK)
             atomic_fetch_add(&w->sh->failures, 1);
-    if (w->tagged) (void)dmm__torch_tag_end();
+    if (w->tagged) (void)dmm_device_tag_end();
     return NULL;
 }
 
@@ -77,11 +65,11 @@ static void *observe(void *u) {
     char *buf = malloc(cap);
     for (int i = 0; !atomic_load(&sh->done); i++) {
         size_t need = 0;
-        dmm_status s = dmm__torch_snapshot_json(sh->c, buf, cap, &need);
+        dmm_status s = dmm_device_snapshot_json(sh->c, buf, cap, &need);
         if (s != DMM_OK && need < cap) atomic_fetch_add(&sh->failures, 1); /* (too small is fine) */
         dmm_clear_error();
-        if (i % 8 == 0) (void)dmm__torch_empty_cache(sh->c, NULL);
-        if (i % 16 == 0) (void)dmm__torch_history(sh->c, i % 32 == 0 ? 0 : 512);
+        if (i % 8 == 0) (void)dmm_device_empty_cache(sh->c, NULL);
+        if (i % 16 == 0) (void)dmm_device_history(sh->c, i % 32 == 0 ? 0 : 512);
     }
     free(buf);
     return NULL;
@@ -94,17 +82,17 @@ static void observers_race_with_the_allocator(void **state) {
     dmm_governor *gov = NULL;
     DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &sh.host));
     DMM_OK_OR_FAIL(dmm_governor_create(NULL, &gov));
-    dmm_torch_ext x = kit_torch_ext();
+    dmm_device_ext x = kit_torch_ext();
     x.capture_status = NULL; /* no stream captures (the kit's switch counts its queries unlocked) */
-    dmm_torch_config k = kit_torch_config(0);
-    DMM_OK_OR_FAIL(dmm__torch_create(sh.host, &x, gov, &k, &sh.c));
-    dmm__torch_blocks_track(sh.c);
+    dmm_device_config k = kit_torch_config(0);
+    DMM_OK_OR_FAIL(dmm_device_create(sh.host, &x, gov, &k, &sh.c));
+    dmm_device_track_blocks(sh.c);
     char path[] = "/tmp/dmm-test-observe-XXXXXX";
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     close(fd);
-    DMM_OK_OR_FAIL(dmm__torch_record_start(sh.c, path, "race"));
-    DMM_OK_OR_FAIL(dmm__torch_history(sh.c, 1024));
+    DMM_OK_OR_FAIL(dmm_device_record_start(sh.c, path, "race"));
+    DMM_OK_OR_FAIL(dmm_device_history(sh.c, 1024));
     worker w[WORKERS];
     pthread_t th[WORKERS], obs;
     for (int i = 0; i < WORKERS; i++) {
@@ -118,10 +106,10 @@ static void observers_race_with_the_allocator(void **state) {
     pthread_join(obs, NULL);
     assert_int_equal(atomic_load(&sh.failures), 0);
 
-    dmm_torch_record_stats st;
+    dmm_device_record_stats st;
     memset(&st, 0, sizeof st);
     st.size = sizeof st;
-    DMM_OK_OR_FAIL(dmm__torch_record_stop(sh.c, &st));
+    DMM_OK_OR_FAIL(dmm_device_record_stop(sh.c, &st));
     dmm_trace t;
     char err[512] = "";
     if (dmm_trace_load(path, &t, err, sizeof err) != 0) fail_msg("the trace does not load: %s", err);
@@ -132,21 +120,21 @@ static void observers_race_with_the_allocator(void **state) {
     dmm_trace_free(&t);
     unlink(path);
 
-    DMM_OK_OR_FAIL(dmm__torch_empty_cache(sh.c, NULL));
+    DMM_OK_OR_FAIL(dmm_device_empty_cache(sh.c, NULL));
     dmm_pool_stats ps = dmm_test_pool_stats(sh.c->pool);
     uint64_t *runs = NULL;
     bool exact = false;
-    size_t n = dmm__torch_poolview_runs(sh.c, &runs, &exact);
+    size_t n = dmm__device_poolview_runs(sh.c, &runs, &exact);
     uint64_t committed = 0;
     for (size_t i = 0; i < n; i++) committed += runs[2 * i + 1];
     free(runs);
     assert_true(exact);
     assert_int_equal(committed, ps.committed_bytes.current);
-    torch_block_at *b = NULL;
-    assert_int_equal(dmm__torch_blocks_collect(sh.c, &b), 0);
+    device_block_at *b = NULL;
+    assert_int_equal(dmm__device_blocks_collect(sh.c, &b), 0);
     free(b);
 
-    DMM_OK_OR_FAIL(dmm__torch_destroy(sh.c));
+    DMM_OK_OR_FAIL(dmm_device_destroy(sh.c));
     for (int i = 0; i < WORKERS; i++) DMM_OK_OR_FAIL(sh.host->ops->stream_destroy(sh.host, w[i].stream));
     DMM_OK_OR_FAIL(dmm_governor_destroy(gov));
     dmm_test_census_zero(sh.host);

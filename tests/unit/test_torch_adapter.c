@@ -23,19 +23,7 @@
 
 #include "testkit.h"
 
-#include "../../adapters/torch/adapter.c"
-#include "../../adapters/torch/blocks.c"
-#include "../../adapters/torch/context.c"
-#include "../../adapters/torch/graphs.c"
-#include "../../adapters/torch/history.c"
-#include "../../adapters/torch/jobs.c"
-#include "../../adapters/torch/offload.c"
-#include "../../adapters/torch/poolview.c"
-#include "../../adapters/torch/record.c"
-#include "../../adapters/torch/segment.c"
-#include "../../adapters/torch/imports.c"
-#include "../../adapters/torch/stream_uses.c"
-#include "../../adapters/torch/tags.c"
+#include "device/device_internal.h"
 
 #include "torch_kit.h"
 
@@ -54,8 +42,8 @@ static dmm_driver_census census(fx *f) { return kit_census(f->host); }
 
 static void fx_close(fx *f) {
     DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, false));
-    assert_int_equal(ld(&f->c->blocks.cur), 0);
-    assert_int_equal(ld(&f->c->alloc_bytes.cur), 0);
+    assert_int_equal(dmm__device_get(&f->c->blocks.cur), 0);
+    assert_int_equal(dmm__device_get(&f->c->alloc_bytes.cur), 0);
     kit_torch_fx_close(f);
     free(f);
 }
@@ -73,7 +61,7 @@ static bool in_pool(fx *f, void *p) {
 static char *stats(fx *f) {
     static char buf[1 << 16];
     size_t need = 0;
-    DMM_OK_OR_FAIL(dmm__torch_stats_json(f->c, buf, sizeof buf, &need));
+    DMM_OK_OR_FAIL(dmm_device_stats_json(f->c, buf, sizeof buf, &need));
     return buf;
 }
 
@@ -96,30 +84,30 @@ static void routing_and_stats(void **state) {
     void *a = xmalloc(f, 1000, f->s1);    /* 1024 */
     void *b = xmalloc(f, 3 * MIB, f->s1); /* 3 MiB */
     void *z = NULL;
-    DMM_OK_OR_FAIL(dmm__torch_malloc(f->c, 0, f->s1, &z));
+    DMM_OK_OR_FAIL(dmm_device_malloc(f->c, 0, f->s1, &z));
     assert_null(z); /* torch's own allocator returns NULL for 0 bytes too */
     assert_true(in_pool(f, a) && in_pool(f, b));
-    assert_int_equal(ld(&f->c->alloc_bytes.cur), 1024 + 3 * MIB);
-    assert_int_equal(ld(&f->c->req_bytes.cur), 1000 + 3 * MIB);
-    assert_int_equal(ld(&f->c->blocks.cur), 2);
+    assert_int_equal(dmm__device_get(&f->c->alloc_bytes.cur), 1024 + 3 * MIB);
+    assert_int_equal(dmm__device_get(&f->c->req_bytes.cur), 1000 + 3 * MIB);
+    assert_int_equal(dmm__device_get(&f->c->blocks.cur), 2);
     dmm_pool_stats ps;
     memset(&ps, 0, sizeof ps);
     ps.size = sizeof ps;
     DMM_OK_OR_FAIL(dmm_pool_stats_get(f->c->pool, &ps));
-    assert_int_equal(ps.allocated_bytes.current, ld(&f->c->alloc_bytes.cur)); /* the pool agrees */
-    assert_int_equal(ld(&f->c->mapped.cur), ps.committed_bytes.current);  /* committed = what the hook saw */
+    assert_int_equal(ps.allocated_bytes.current, dmm__device_get(&f->c->alloc_bytes.cur)); /* the pool agrees */
+    assert_int_equal(dmm__device_get(&f->c->mapped.cur), ps.committed_bytes.current);  /* committed = what the hook saw */
     assert_non_null(strstr(stats(f), "\"allocated_bytes\":{\"current\":3146752,\"peak\":3146752"));
     xfree(f, b, 3 * MIB, f->s1);
-    assert_int_equal(ld(&f->c->alloc_bytes.peak), 1024 + 3 * MIB);
-    DMM_OK_OR_FAIL(dmm__torch_reset_peaks(f->c));
-    assert_int_equal(ld(&f->c->alloc_bytes.peak), 1024);
+    assert_int_equal(dmm__device_get(&f->c->alloc_bytes.peak), 1024 + 3 * MIB);
+    DMM_OK_OR_FAIL(dmm_device_reset_peaks(f->c));
+    assert_int_equal(dmm__device_get(&f->c->alloc_bytes.peak), 1024);
     /* a pointer of nobody's is refused, changing nothing */
     char local[16];
-    assert_int_equal(dmm__torch_free(f->c, local, 16, f->s1), DMM_ERR_UNKNOWN_ALLOCATION);
+    assert_int_equal(dmm_device_free(f->c, local, 16, f->s1), DMM_ERR_UNKNOWN_ALLOCATION);
     dmm_test_error_mentions("not a live allocation", NULL);
-    assert_int_equal(ld(&f->c->blocks.cur), 1);
+    assert_int_equal(dmm__device_get(&f->c->blocks.cur), 1);
     /* destroy is refused while a block is live */
-    assert_int_equal(dmm__torch_destroy(f->c), DMM_ERR_BUSY);
+    assert_int_equal(dmm_device_destroy(f->c), DMM_ERR_BUSY);
     xfree(f, a, 1000, f->s1);
     fx_close(f);
 }
@@ -129,25 +117,25 @@ static void tags_offload_restore(void **state) {
     fx *f = fx_open(0);
     size_t sz[3] = {1 * MIB, 3 * MIB + 100, 5000};
     void *w[3];
-    DMM_OK_OR_FAIL(dmm__torch_tag_begin("weights"));
+    DMM_OK_OR_FAIL(dmm_device_tag_begin("weights"));
     for (int i = 0; i < 3; i++) {
         w[i] = xmalloc(f, sz[i], f->s1);
         fill(w[i], sz[i], (unsigned)i + 1);
     }
-    DMM_OK_OR_FAIL(dmm__torch_tag_end());
+    DMM_OK_OR_FAIL(dmm_device_tag_end());
     void *act = xmalloc(f, 2 * MIB, f->s1); /* outside the scope: the pool */
     assert_true(in_pool(f, act));
     for (int i = 0; i < 3; i++) assert_false(in_pool(f, w[i]));
-    assert_int_equal(ld(&f->c->tag_mallocs), 3);
+    assert_int_equal(dmm__device_get(&f->c->tag_mallocs), 3);
     uint64_t mapped0 = census(f).mapped_bytes;
 
     /* offload while the work before the event is still "running": nothing is unmapped */
     DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, true));
     uint64_t unmaps0 = dmm_fault_calls(f->drv, DMM_OP_UNMAP);
-    DMM_OK_OR_FAIL(dmm__torch_offload(f->c, "weights", DMM_TORCH_TO_HOST, f->s1));
-    assert_int_equal(f->c->tags[dmm__torch_tag_find("weights")].state, TAG_OFFLOADING);
+    DMM_OK_OR_FAIL(dmm_device_offload(f->c, "weights", DMM_DEVICE_TO_HOST, f->s1));
+    assert_int_equal(f->c->tags[dmm__device_tag_find("weights")].state, TAG_OFFLOADING);
     uint64_t queued = 0;
-    DMM_OK_OR_FAIL(dmm__torch_poll(f->c, &queued));
+    DMM_OK_OR_FAIL(dmm_device_poll(f->c, &queued));
     assert_int_equal(queued, 1);
     assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_UNMAP), unmaps0);
     assert_int_equal(census(f).mapped_bytes, mapped0);
@@ -155,15 +143,15 @@ static void tags_offload_restore(void **state) {
     assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_EVENT_SYNCHRONIZE), 0);
     /* allocating in an offloading tag is refused */
     void *p = NULL;
-    DMM_OK_OR_FAIL(dmm__torch_tag_begin("weights"));
-    assert_int_equal(dmm__torch_malloc(f->c, 100, f->s1, &p), DMM_ERR_BUSY);
+    DMM_OK_OR_FAIL(dmm_device_tag_begin("weights"));
+    assert_int_equal(dmm_device_malloc(f->c, 100, f->s1, &p), DMM_ERR_BUSY);
     dmm_test_error_mentions("weights", "restore", NULL);
-    DMM_OK_OR_FAIL(dmm__torch_tag_end());
+    DMM_OK_OR_FAIL(dmm_device_tag_end());
     /* the event completes: the next poll decommits, and the tag's memory leaves the device */
     DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, false));
-    DMM_OK_OR_FAIL(dmm__torch_poll(f->c, &queued));
+    DMM_OK_OR_FAIL(dmm_device_poll(f->c, &queued));
     assert_int_equal(queued, 0);
-    ttag *t = &f->c->tags[dmm__torch_tag_find("weights")];
+    device_tag *t = &f->c->tags[dmm__device_tag_find("weights")];
     assert_int_equal(t->state, TAG_OFFLOADED);
     assert_true(dmm_fault_calls(f->drv, DMM_OP_UNMAP) > unmaps0);
     uint64_t committed = t->segs->seg.committed;
@@ -171,23 +159,23 @@ static void tags_offload_restore(void **state) {
     assert_int_equal(census(f).mapped_bytes, mapped0 - committed);
     assert_non_null(strstr(stats(f), "\"state\":\"offloaded\""));
     /* restore: the same addresses, the same contents */
-    DMM_OK_OR_FAIL(dmm__torch_restore(f->c, "weights", f->s1));
+    DMM_OK_OR_FAIL(dmm_device_restore(f->c, "weights", f->s1));
     assert_int_equal(t->state, TAG_RESIDENT);
     assert_int_equal(census(f).mapped_bytes, mapped0);
     for (int i = 0; i < 3; i++) assert_true(same(w[i], sz[i], (unsigned)i + 1));
     /* a second cycle reuses the pinned copies */
     uint64_t host = f->c->host_bytes;
-    DMM_OK_OR_FAIL(dmm__torch_offload(f->c, "weights", DMM_TORCH_TO_HOST, f->s1));
-    DMM_OK_OR_FAIL(dmm__torch_offload_wait(f->c, "weights"));
+    DMM_OK_OR_FAIL(dmm_device_offload(f->c, "weights", DMM_DEVICE_TO_HOST, f->s1));
+    DMM_OK_OR_FAIL(dmm_device_offload_wait(f->c, "weights"));
     assert_int_equal(f->c->host_bytes, host);
-    DMM_OK_OR_FAIL(dmm__torch_restore(f->c, "weights", f->s1));
+    DMM_OK_OR_FAIL(dmm_device_restore(f->c, "weights", f->s1));
     for (int i = 0; i < 3; i++) assert_true(same(w[i], sz[i], (unsigned)i + 1));
-    DMM_OK_OR_FAIL(dmm__torch_release_host(f->c, "weights"));
+    DMM_OK_OR_FAIL(dmm_device_release_host(f->c, "weights"));
     assert_int_equal(f->c->host_bytes, 0);
     /* the snapshot lists every tagged block */
     static char snap[1 << 16];
     size_t need = 0;
-    DMM_OK_OR_FAIL(dmm__torch_snapshot_json(f->c, snap, sizeof snap, &need));
+    DMM_OK_OR_FAIL(dmm_device_snapshot_json(f->c, snap, sizeof snap, &need));
     char addr[64];
     snprintf(addr, sizeof addr, "[%llu,%llu,%llu]", (unsigned long long)(uintptr_t)w[2], 5120ull, 5000ull);
     assert_non_null(strstr(snap, addr));
@@ -195,7 +183,7 @@ static void tags_offload_restore(void **state) {
     xfree(f, act, 2 * MIB, f->s1);
     /* the emptied segment goes back at empty_cache */
     uint64_t released = 0;
-    DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, &released));
+    DMM_OK_OR_FAIL(dmm_device_empty_cache(f->c, &released));
     assert_true(released >= committed);
     assert_null(t->segs);
     assert_int_equal(census(f).mapped_bytes, 0);
@@ -203,24 +191,24 @@ static void tags_offload_restore(void **state) {
 }
 
 /* Tag "big" with one block of n bytes (*t: the tag). */
-static unsigned char *big_block(fx *f, size_t n, ttag **t) {
-    DMM_OK_OR_FAIL(dmm__torch_tag_begin("big"));
+static unsigned char *big_block(fx *f, size_t n, device_tag **t) {
+    DMM_OK_OR_FAIL(dmm_device_tag_begin("big"));
     unsigned char *w = xmalloc(f, n, f->s1);
-    DMM_OK_OR_FAIL(dmm__torch_tag_end());
-    *t = &f->c->tags[dmm__torch_tag_find("big")];
+    DMM_OK_OR_FAIL(dmm_device_tag_end());
+    *t = &f->c->tags[dmm__device_tag_find("big")];
     return w;
 }
 
 /* Tag "big" offloaded to the host, its copies and decommits done. */
 static void offload_big(fx *f) {
-    DMM_OK_OR_FAIL(dmm__torch_offload(f->c, "big", DMM_TORCH_TO_HOST, f->s1));
-    DMM_OK_OR_FAIL(dmm__torch_offload_wait(f->c, "big"));
+    DMM_OK_OR_FAIL(dmm_device_offload(f->c, "big", DMM_DEVICE_TO_HOST, f->s1));
+    DMM_OK_OR_FAIL(dmm_device_offload_wait(f->c, "big"));
 }
 
 /* Restores tag "big", which ends resident after exactly `creates` handles made and `copies` copies. */
-static void restore_big_counting(fx *f, const ttag *t, uint64_t creates, uint64_t copies) {
+static void restore_big_counting(fx *f, const device_tag *t, uint64_t creates, uint64_t copies) {
     uint64_t creates0 = dmm_fault_calls(f->drv, DMM_OP_CREATE), copies0 = dmm_fault_calls(f->drv, DMM_OP_COPY);
-    DMM_OK_OR_FAIL(dmm__torch_restore(f->c, "big", f->s1));
+    DMM_OK_OR_FAIL(dmm_device_restore(f->c, "big", f->s1));
     assert_int_equal(t->state, TAG_RESIDENT);
     assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_CREATE) - creates0, creates);
     assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_COPY) - copies0, copies);
@@ -238,14 +226,14 @@ static void assert_marked(const unsigned char *w, const size_t *at, int n, unsig
 /* Frees tag "big"'s block of n bytes and empties the cache (its segment goes back). */
 static void free_big(fx *f, void *w, size_t n) {
     xfree(f, w, n, f->s1);
-    DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, NULL));
+    DMM_OK_OR_FAIL(dmm_device_empty_cache(f->c, NULL));
 }
 
 static void restore_in_pieces(void **state) {
     (void)state;
     fx *f = fx_open(0);
     size_t n = 130 * MIB; /* five pieces of 32 MiB (the last one 2 MiB): each committed, then copied */
-    ttag *t = NULL;
+    device_tag *t = NULL;
     unsigned char *w = big_block(f, n, &t);
     size_t at[5] = {0, 32 * MIB - 1, 64 * MIB, 100 * MIB + 3, n - 1};
     mark_at(w, at, 5, 0xA0);
@@ -254,12 +242,12 @@ static void restore_in_pieces(void **state) {
     /* the third piece's commit fails (also when retried after a trim): two pieces stay restored, the
      * tag stays offloaded */
     DMM_OK_OR_FAIL(dmm_fault_plan(f->drv, DMM_OP_CREATE, 3, 2, DMM_ERR_OUT_OF_MEMORY));
-    assert_int_not_equal(dmm__torch_restore(f->c, "big", f->s1), DMM_OK);
+    assert_int_not_equal(dmm_device_restore(f->c, "big", f->s1), DMM_OK);
     dmm_test_error_mentions("restore of tag 'big'", "call restore again", NULL);
     assert_int_equal(t->state, TAG_OFFLOADED);
     assert_int_equal(t->segs->restored, 64 * MIB);
     DMM_OK_OR_FAIL(dmm_fault_clear(f->drv));
-    DMM_OK_OR_FAIL(dmm__torch_restore(f->c, "big", f->s1)); /* continues with the third piece */
+    DMM_OK_OR_FAIL(dmm_device_restore(f->c, "big", f->s1)); /* continues with the third piece */
     assert_int_equal(t->state, TAG_RESIDENT);
     assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_MAP) - maps0, 5);
     assert_marked(w, at, 5, 0xA0);
@@ -273,7 +261,7 @@ static void restore_in_pieces(void **state) {
 typedef struct big_tag {
     size_t n;          /* 130 MiB */
     unsigned char *w;  /* its one block, a pattern every 4 KiB */
-    ttag *t;           /* tag "big" */
+    device_tag *t;           /* tag "big" */
     uint64_t mapped0;  /* the census's mapped bytes with it resident */
     uint64_t committed; /* its segment's committed bytes */
 } big_tag;
@@ -284,7 +272,7 @@ static big_tag offload_fixture(fx *f) {
     b.w = big_block(f, b.n, &b.t);
     for (size_t i = 0; i < b.n; i += 4096) b.w[i] = (unsigned char)(i / 4096 * 7);
     offload_big(f);
-    DMM_OK_OR_FAIL(dmm__torch_restore(f->c, "big", f->s1));
+    DMM_OK_OR_FAIL(dmm_device_restore(f->c, "big", f->s1));
     b.mapped0 = census(f).mapped_bytes;
     b.committed = b.t->segs->seg.committed;
     return b;
@@ -299,7 +287,7 @@ static bool fixture_intact(const big_tag *b) {
 /* The end of each offload test: restore brings the tag back resident, mapped as before, its contents
  * intact; then it is freed and the fixture closed. */
 static void restore_intact_and_close(fx *f, const big_tag *b) {
-    DMM_OK_OR_FAIL(dmm__torch_restore(f->c, "big", f->s1));
+    DMM_OK_OR_FAIL(dmm_device_restore(f->c, "big", f->s1));
     assert_int_equal(b->t->state, TAG_RESIDENT);
     assert_int_equal(census(f).mapped_bytes, b->mapped0);
     assert_true(fixture_intact(b));
@@ -311,13 +299,13 @@ static void offload_in_pieces(void **state) {
     (void)state;
     fx *f = fx_open(0);
     big_tag b = offload_fixture(f);
-    ttag *t = b.t;
+    device_tag *t = b.t;
     DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, true));
     uint64_t unmaps0 = dmm_fault_calls(f->drv, DMM_OP_UNMAP), releases0 = dmm_fault_calls(f->drv, DMM_OP_RELEASE);
     uint64_t records0 = dmm_fault_calls(f->drv, DMM_OP_EVENT_RECORD), copies0 = dmm_fault_calls(f->drv, DMM_OP_COPY);
-    DMM_OK_OR_FAIL(dmm__torch_offload(f->c, "big", DMM_TORCH_TO_HOST, f->s1));
+    DMM_OK_OR_FAIL(dmm_device_offload(f->c, "big", DMM_DEVICE_TO_HOST, f->s1));
     uint64_t queued = 0;
-    DMM_OK_OR_FAIL(dmm__torch_poll(f->c, &queued));
+    DMM_OK_OR_FAIL(dmm_device_poll(f->c, &queued));
     assert_int_equal(queued, 3);
     assert_int_equal(t->segs->jobs_left, 3);
     assert_non_null(strstr(stats(f), "\"pending_decommits\":3,"));
@@ -326,7 +314,7 @@ static void offload_in_pieces(void **state) {
     assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_UNMAP), unmaps0);
     assert_int_equal(census(f).mapped_bytes, b.mapped0);
     DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, false));
-    DMM_OK_OR_FAIL(dmm__torch_offload_wait(f->c, "big"));
+    DMM_OK_OR_FAIL(dmm_device_offload_wait(f->c, "big"));
     assert_int_equal(t->state, TAG_OFFLOADED);
     assert_int_equal(t->failure, DMM_OK);
     assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_UNMAP) - unmaps0, 5);
@@ -346,8 +334,8 @@ static void offload_piece_fails(void **state) {
         fx *f = fx_open(0);
         big_tag b = offload_fixture(f);
         DMM_OK_OR_FAIL(dmm_fault_plan(f->drv, DMM_OP_UNMAP, 3, sticky ? UINT32_MAX : 1, DMM_ERR_DRIVER));
-        DMM_OK_OR_FAIL(dmm__torch_offload(f->c, "big", DMM_TORCH_TO_HOST, f->s1));
-        dmm_status s = dmm__torch_offload_wait(f->c, "big");
+        DMM_OK_OR_FAIL(dmm_device_offload(f->c, "big", DMM_DEVICE_TO_HOST, f->s1));
+        dmm_status s = dmm_device_offload_wait(f->c, "big");
         assert_int_equal(b.t->state, TAG_OFFLOADED);
         if (!sticky) {
             DMM_OK_OR_FAIL(s);
@@ -371,22 +359,22 @@ static void restore_refused_while_decommits_are_queued(void **state) {
     (void)state;
     fx *f = fx_open(0);
     big_tag b = offload_fixture(f);
-    ttag *t = b.t;
+    device_tag *t = b.t;
     DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, true));
-    DMM_OK_OR_FAIL(dmm__torch_offload(f->c, "big", DMM_TORCH_TO_HOST, f->s1));
+    DMM_OK_OR_FAIL(dmm_device_offload(f->c, "big", DMM_DEVICE_TO_HOST, f->s1));
     assert_int_equal(t->state, TAG_OFFLOADING);
-    assert_int_not_equal(dmm__torch_restore(f->c, "big", f->s1), DMM_OK);
+    assert_int_not_equal(dmm_device_restore(f->c, "big", f->s1), DMM_OK);
     dmm_test_error_mentions("restore of tag 'big'", "queued", NULL);
     assert_int_equal(t->state, TAG_OFFLOADING);
     assert_int_equal(t->segs->jobs_left, 3);
     assert_int_equal(census(f).mapped_bytes, b.mapped0);
     DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, false));
-    DMM_OK_OR_FAIL(dmm__torch_poll(f->c, NULL));
+    DMM_OK_OR_FAIL(dmm_device_poll(f->c, NULL));
     assert_int_equal(t->state, TAG_OFFLOADED);
     restore_intact_and_close(f, &b);
 }
 
-/* dmm_torch_config's restore knobs: pieces growing from 16 MiB up to 64 MiB (16 + 32 + 64 + 18 MiB for
+/* dmm_device_config's restore knobs: pieces growing from 16 MiB up to 64 MiB (16 + 32 + 64 + 18 MiB for
  * 130 MiB: four commits), each copied in parts of 8 MiB (2 + 4 + 8 + 3 = 17 copies); contents intact. */
 static void restore_pieces_knob(void **state) {
     (void)state;
@@ -395,7 +383,7 @@ static void restore_pieces_knob(void **state) {
     f->c->restore_first = 16 * MIB;
     f->c->restore_copy = 8 * MIB;
     size_t n = 130 * MIB;
-    ttag *t = NULL;
+    device_tag *t = NULL;
     unsigned char *w = big_block(f, n, &t);
     size_t at[6] = {0, 16 * MIB - 1, 16 * MIB, 48 * MIB, 112 * MIB + 5, n - 1};
     mark_at(w, at, 6, 0xB0);
@@ -406,7 +394,7 @@ static void restore_pieces_knob(void **state) {
     fx_close(f);
 }
 
-/* Restore knobs at the edge of 64 bits (dmm_torch_config, or DMM_TORCH_RESTORE_PIECE, which accepts
+/* Restore knobs at the edge of 64 bits (dmm_device_config, or DMM_TORCH_RESTORE_PIECE, which accepts
  * any 64-bit value): a copy part so large that stepping past a piece wrapped around, and a first
  * piece so large that rounding it to the granule wrapped to 0, made restore copy again and again or
  * loop forever. Both mean "no smaller unit": 32 MiB pieces, one copy each; contents intact. */
@@ -414,7 +402,7 @@ static void restore_knobs_near_uint64_max(void **state) {
     (void)state;
     fx *f = fx_open(0);
     size_t n = 130 * MIB; /* five pieces of 32 MiB (the last one 2 MiB) */
-    ttag *t = NULL;
+    device_tag *t = NULL;
     unsigned char *w = big_block(f, n, &t);
     size_t at[5] = {0, 32 * MIB - 1, 64 * MIB, 100 * MIB + 3, n - 1};
     mark_at(w, at, 5, 0xC0);
@@ -432,17 +420,17 @@ static void restore_knobs_near_uint64_max(void **state) {
 static void discard(void **state) {
     (void)state;
     fx *f = fx_open(0);
-    DMM_OK_OR_FAIL(dmm__torch_tag_begin("kv"));
+    DMM_OK_OR_FAIL(dmm_device_tag_begin("kv"));
     void *k = xmalloc(f, 6 * MIB, f->s1);
-    DMM_OK_OR_FAIL(dmm__torch_tag_end());
+    DMM_OK_OR_FAIL(dmm_device_tag_end());
     uint64_t mapped0 = census(f).mapped_bytes;
-    DMM_OK_OR_FAIL(dmm__torch_offload(f->c, "kv", DMM_TORCH_DISCARD, f->s1));
-    DMM_OK_OR_FAIL(dmm__torch_offload_wait(f->c, "kv"));
+    DMM_OK_OR_FAIL(dmm_device_offload(f->c, "kv", DMM_DEVICE_DISCARD, f->s1));
+    DMM_OK_OR_FAIL(dmm_device_offload_wait(f->c, "kv"));
     assert_true(census(f).mapped_bytes <= mapped0 - 6 * MIB);
     assert_int_equal(f->c->host_bytes, 0); /* nothing copied */
-    assert_int_equal(dmm__torch_offload(f->c, "kv", DMM_TORCH_TO_HOST, f->s1), DMM_ERR_BUSY);
-    assert_int_equal(dmm__torch_offload(f->c, "nope", DMM_TORCH_TO_HOST, f->s1), DMM_ERR_INVALID_ARGUMENT);
-    DMM_OK_OR_FAIL(dmm__torch_restore(f->c, "kv", f->s1));
+    assert_int_equal(dmm_device_offload(f->c, "kv", DMM_DEVICE_TO_HOST, f->s1), DMM_ERR_BUSY);
+    assert_int_equal(dmm_device_offload(f->c, "nope", DMM_DEVICE_TO_HOST, f->s1), DMM_ERR_INVALID_ARGUMENT);
+    DMM_OK_OR_FAIL(dmm_device_restore(f->c, "kv", f->s1));
     memset(k, 1, 6 * MIB); /* mapped again */
     xfree(f, k, 6 * MIB, f->s1);
     fx_close(f);
@@ -458,17 +446,17 @@ static void capture_uses_reserved_memory_only(void **state) {
     /* nothing reserved: refused with the remedy, and no driver call at all */
     uint64_t calls0 = dmm_fault_calls(f->drv, DMM_OP_ANY);
     void *p = NULL;
-    assert_int_equal(dmm__torch_malloc(f->c, 1 * MIB, f->s2, &p), DMM_ERR_OUT_OF_MEMORY);
+    assert_int_equal(dmm_device_malloc(f->c, 1 * MIB, f->s2, &p), DMM_ERR_OUT_OF_MEMORY);
     dmm_test_error_mentions("capture 7", "reserve_graph_memory", NULL);
     assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_ANY), calls0);
-    assert_int_equal(ld(&f->c->capture_refusals), 1);
+    assert_int_equal(dmm__device_get(&f->c->capture_refusals), 1);
     /* reserving during the capture is refused too */
-    assert_int_equal(dmm__torch_graph_reserve(f->c, 4 * MIB, f->s2), DMM_ERR_BUSY);
+    assert_int_equal(dmm_device_graph_reserve(f->c, 4 * MIB, f->s2), DMM_ERR_BUSY);
     kit_cap.stream = NULL;
-    DMM_OK_OR_FAIL(dmm__torch_graph_reserve(f->c, 4 * MIB, f->s2));
+    DMM_OK_OR_FAIL(dmm_device_graph_reserve(f->c, 4 * MIB, f->s2));
     /* torch.cuda.graph empties the cache between dmm.torch.graph's reserve and the capture: the
      * reservation stays for the capture */
-    DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, NULL));
+    DMM_OK_OR_FAIL(dmm_device_empty_cache(f->c, NULL));
     assert_non_null(f->c->graphs);
     kit_cap.stream = f->s2;
     calls0 = dmm_fault_calls(f->drv, DMM_OP_ANY);
@@ -479,7 +467,7 @@ static void capture_uses_reserved_memory_only(void **state) {
     void *g3 = xmalloc(f, 1 * MIB, f->s2); /* reused inside the same capture */
     assert_ptr_equal(g3, g2);
     assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_ANY), calls0); /* no map, no event, nothing */
-    assert_int_equal(ld(&f->c->capture_mallocs), 3);
+    assert_int_equal(dmm__device_get(&f->c->capture_mallocs), 3);
     /* the capture ends; its segment stays the graph's */
     kit_cap.stream = NULL;
     void *e2 = xmalloc(f, 1 * MIB, f->s2);
@@ -487,27 +475,27 @@ static void capture_uses_reserved_memory_only(void **state) {
     xfree(f, g3, 1 * MIB, f->s2);
     kit_cap.stream = f->s2;
     kit_cap.id = 8; /* another capture cannot take graph 7's memory */
-    assert_int_equal(dmm__torch_malloc(f->c, 1 * MIB, f->s2, &p), DMM_ERR_OUT_OF_MEMORY);
+    assert_int_equal(dmm_device_malloc(f->c, 1 * MIB, f->s2, &p), DMM_ERR_OUT_OF_MEMORY);
     kit_cap.stream = NULL;
     /* graph 7 is released: its segment is idle once its last block is freed and its event completed */
-    DMM_OK_OR_FAIL(dmm__torch_graph_release(f->c, 7, f->s2));
+    DMM_OK_OR_FAIL(dmm_device_graph_release(f->c, 7, f->s2));
     xfree(f, g1, 1 * MIB, f->s2);
-    DMM_OK_OR_FAIL(dmm__torch_graph_reserve(f->c, 4 * MIB, f->s2)); /* sweeps: reuses the idle one */
+    DMM_OK_OR_FAIL(dmm_device_graph_reserve(f->c, 4 * MIB, f->s2)); /* sweeps: reuses the idle one */
     assert_int_equal(f->c->graphs->next, NULL);
     kit_cap.stream = f->s2;
     void *g4 = xmalloc(f, 1 * MIB, f->s2);
     assert_false(in_pool(f, g4));
     xfree(f, g4, 1 * MIB, f->s2);
     kit_cap.stream = NULL;
-    DMM_OK_OR_FAIL(dmm__torch_graph_release(f->c, 8, f->s2));
+    DMM_OK_OR_FAIL(dmm_device_graph_release(f->c, 8, f->s2));
     xfree(f, e2, 1 * MIB, f->s2);
     uint64_t released = 0;
-    DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, &released));
+    DMM_OK_OR_FAIL(dmm_device_empty_cache(f->c, &released));
     assert_null(f->c->graphs); /* taken by a capture and released: not reserved any more */
     assert_int_equal(census(f).mapped_bytes, 0);
     /* a reservation no capture took goes at the destroy */
-    DMM_OK_OR_FAIL(dmm__torch_graph_reserve(f->c, 4 * MIB, f->s2));
-    DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, NULL));
+    DMM_OK_OR_FAIL(dmm_device_graph_reserve(f->c, 4 * MIB, f->s2));
+    DMM_OK_OR_FAIL(dmm_device_empty_cache(f->c, NULL));
     assert_int_equal(census(f).mapped_bytes, 4 * MIB);
     fx_close(f);
 }
@@ -517,22 +505,22 @@ static void budget_refuses_and_recovers(void **state) {
     fx *f = fx_open(8 * MIB);
     void *a = xmalloc(f, 6 * MIB, f->s1);
     void *b = NULL;
-    assert_int_equal(dmm__torch_malloc(f->c, 4 * MIB, f->s1, &b), DMM_ERR_BUDGET);
+    assert_int_equal(dmm_device_malloc(f->c, 4 * MIB, f->s1, &b), DMM_ERR_BUDGET);
     dmm_test_error_mentions("4194304 bytes", NULL);
-    assert_int_equal(ld(&f->c->ooms), 1);
-    assert_int_equal(ld(&f->c->retries), 1);
+    assert_int_equal(dmm__device_get(&f->c->ooms), 1);
+    assert_int_equal(dmm__device_get(&f->c->retries), 1);
     assert_non_null(strstr(stats(f), "\"limit\":8388608"));
     xfree(f, a, 6 * MIB, f->s1);
     b = xmalloc(f, 4 * MIB, f->s1);
     /* a tagged allocation is under the same budget */
-    DMM_OK_OR_FAIL(dmm__torch_tag_begin("weights"));
+    DMM_OK_OR_FAIL(dmm_device_tag_begin("weights"));
     void *w = NULL;
-    assert_int_equal(dmm__torch_malloc(f->c, 6 * MIB, f->s1, &w), DMM_ERR_BUDGET);
-    DMM_OK_OR_FAIL(dmm__torch_tag_end());
+    assert_int_equal(dmm_device_malloc(f->c, 6 * MIB, f->s1, &w), DMM_ERR_BUDGET);
+    DMM_OK_OR_FAIL(dmm_device_tag_end());
     xfree(f, b, 4 * MIB, f->s1);
-    DMM_OK_OR_FAIL(dmm__torch_set_limit(f->c, 0));
+    DMM_OK_OR_FAIL(dmm_device_set_limit(f->c, 0));
     assert_non_null(strstr(stats(f), "\"limit\":null"));
-    DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, NULL));
+    DMM_OK_OR_FAIL(dmm_device_empty_cache(f->c, NULL));
     fx_close(f);
 }
 
@@ -548,17 +536,17 @@ static void a_leaked_tag_growth_is_not_retried(void **state) {
     fx *f = fx_open(0);
     const char *tname[2] = {"leak-fresh", "leak-live"};
     for (int live = 0; live < 2; live++) {
-        DMM_OK_OR_FAIL(dmm__torch_tag_begin(tname[live]));
+        DMM_OK_OR_FAIL(dmm_device_tag_begin(tname[live]));
         void *w = NULL;
         if (live) {
             w = xmalloc(f, 1 * MIB, f->s1); /* commits [0, 2 MiB) of the segment */
             fill(w, 1 * MIB, 9);
         }
-        ttag *t = &f->c->tags[dmm__torch_tag_find(tname[live])];
+        device_tag *t = &f->c->tags[dmm__device_tag_find(tname[live])];
         DMM_OK_OR_FAIL(dmm_fault_plan(f->drv, DMM_OP_SET_ACCESS, 1, 1, DMM_ERR_DRIVER));
         DMM_OK_OR_FAIL(dmm_fault_plan(f->drv, DMM_OP_UNMAP, 1, 1, DMM_ERR_DRIVER));
         void *p = NULL;
-        assert_int_equal(dmm__torch_malloc(f->c, 3 * MIB, f->s1, &p), DMM_ERR_DRIVER);
+        assert_int_equal(dmm_device_malloc(f->c, 3 * MIB, f->s1, &p), DMM_ERR_DRIVER);
         dmm_test_error_mentions(tname[live], "could not fully undo", NULL);
         assert_null(p);
         DMM_OK_OR_FAIL(dmm_fault_clear(f->drv));
@@ -569,7 +557,7 @@ static void a_leaked_tag_growth_is_not_retried(void **state) {
         assert_int_equal(as.rollback_leaks, (uint64_t)live + 1);
         assert_int_equal(as.poisoned_chunks, (uint64_t)live + 1);
         DMM_OK_OR_FAIL(dmm_arena_check(f->c->arena));
-        tseg *first = t->segs;
+        tag_segment *first = t->segs;
         assert_non_null(first);
         /* every later growth works, and none is over the poisoned chunk */
         void *q[4];
@@ -587,16 +575,16 @@ static void a_leaked_tag_growth_is_not_retried(void **state) {
                         (char *)small + 100 * KIB <= (char *)first->seg.a.ptr + first->seg.committed);
             assert_true(same(w, 1 * MIB, 9));
         }
-        DMM_OK_OR_FAIL(dmm__torch_tag_end());
+        DMM_OK_OR_FAIL(dmm_device_tag_end());
         for (int i = 0; i < 4; i++) assert_true(same(q[i], 3 * MIB, (unsigned)i + 20));
-        assert_int_equal(census(f).mapped_bytes, ld(&f->c->mapped.cur));
+        assert_int_equal(census(f).mapped_bytes, dmm__device_get(&f->c->mapped.cur));
         for (int i = 0; i < 4; i++) xfree(f, q[i], 3 * MIB, f->s1);
         if (live) {
             xfree(f, small, 100 * KIB, f->s1);
             xfree(f, w, 1 * MIB, f->s1);
         }
         /* the segments, the poisoned one too, go back once empty */
-        DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, NULL));
+        DMM_OK_OR_FAIL(dmm_device_empty_cache(f->c, NULL));
         assert_null(t->segs);
         DMM_OK_OR_FAIL(dmm_arena_check(f->c->arena));
     }
@@ -621,28 +609,28 @@ static void imports_map_another_arena_s_region(void **state) {
     fill(a.ptr, 4 * MIB, 7);
     dmm_export ex;
     DMM_OK_OR_FAIL(dmm_export_range(holder, &a, (dmm_range){0, 4 * MIB}, DMM_ACCESS_READ, &ex));
-    uint64_t owned0 = ld(&f->c->owned.cur), mapped0 = ld(&f->c->mapped.cur);
+    uint64_t owned0 = dmm__device_get(&f->c->owned.cur), mapped0 = dmm__device_get(&f->c->mapped.cur);
     void *p = NULL, *q = NULL;
-    DMM_OK_OR_FAIL(dmm__torch_import(f->c, &ex, false, &p));
-    DMM_OK_OR_FAIL(dmm__torch_import(f->c, &ex, false, &q)); /* a second mapping of the same region */
+    DMM_OK_OR_FAIL(dmm_device_import(f->c, &ex, false, &p));
+    DMM_OK_OR_FAIL(dmm_device_import(f->c, &ex, false, &q)); /* a second mapping of the same region */
     dmm_export_close(&ex);
     assert_ptr_not_equal(p, a.ptr);
     assert_ptr_not_equal(p, q);
     assert_true(same(p, 4 * MIB, 7));
     ((volatile unsigned char *)a.ptr)[100] = 0x5a; /* the holder writes: the importer sees it */
     assert_int_equal(((volatile unsigned char *)p)[100], 0x5a);
-    assert_int_equal(ld(&f->c->mapped.cur), mapped0 + 8 * MIB);
-    assert_int_equal(ld(&f->c->owned.cur), owned0);
+    assert_int_equal(dmm__device_get(&f->c->mapped.cur), mapped0 + 8 * MIB);
+    assert_int_equal(dmm__device_get(&f->c->owned.cur), owned0);
     dmm_stats st;
     memset(&st, 0, sizeof st);
     st.size = sizeof st;
     DMM_OK_OR_FAIL(dmm_mechanism_stats(f->c->arena, &st));
     assert_int_equal(st.imported_bytes.current, 8 * MIB);
-    assert_int_equal(dmm__torch_unimport(f->c, (char *)p + 4096), DMM_ERR_UNKNOWN_ALLOCATION);
+    assert_int_equal(dmm_device_unimport(f->c, (char *)p + 4096), DMM_ERR_UNKNOWN_ALLOCATION);
     dmm_test_error_mentions("not the address of a region", "nothing changed", NULL);
-    DMM_OK_OR_FAIL(dmm__torch_unimport(f->c, p));
-    assert_int_equal(ld(&f->c->mapped.cur), mapped0 + 4 * MIB);
-    assert_int_equal(dmm__torch_unimport(f->c, p), DMM_ERR_UNKNOWN_ALLOCATION); /* twice: refused */
+    DMM_OK_OR_FAIL(dmm_device_unimport(f->c, p));
+    assert_int_equal(dmm__device_get(&f->c->mapped.cur), mapped0 + 4 * MIB);
+    assert_int_equal(dmm_device_unimport(f->c, p), DMM_ERR_UNKNOWN_ALLOCATION); /* twice: refused */
     dmm_release_outcome o = dmm_mechanism_release(holder, &a);
     assert_int_equal(o.state, DMM_RELEASE_COMPLETE);
     assert_int_equal(o.exported_bytes, 4 * MIB);
@@ -671,9 +659,9 @@ static void record_stream_holds_a_block_back(void **state) {
     void *q = xmalloc(f, 64 * KIB, f->s1);
     assert_ptr_equal(q, p);
     /* used on s2 too: freed on s1, it waits for s2's event, and the next malloc gets another block */
-    DMM_OK_OR_FAIL(dmm__torch_uses_add(q, f->s2));
-    DMM_OK_OR_FAIL(dmm__torch_uses_add(q, f->s2)); /* a repeat changes nothing */
-    DMM_OK_OR_FAIL(dmm__torch_uses_add(q, f->s1)); /* nor the block's own stream */
+    DMM_OK_OR_FAIL(dmm_device_record_stream(q, f->s2));
+    DMM_OK_OR_FAIL(dmm_device_record_stream(q, f->s2)); /* a repeat changes nothing */
+    DMM_OK_OR_FAIL(dmm_device_record_stream(q, f->s1)); /* nor the block's own stream */
     uint64_t cross0 = cross_stream_frees(f), syncs0 = dmm_fault_calls(f->drv, DMM_OP_STREAM_SYNCHRONIZE);
     xfree(f, q, 64 * KIB, f->s1);
     assert_int_equal(cross_stream_frees(f), cross0 + 1);
@@ -683,25 +671,25 @@ static void record_stream_holds_a_block_back(void **state) {
     /* its entry left with the free: the block handed out again at that address starts with none */
     dmm_stream *uses = NULL;
     size_t n = 0;
-    assert_false(dmm__torch_uses_take(q, f->s1, &uses, &n));
+    assert_false(dmm__device_uses_take(q, f->s1, &uses, &n));
     assert_null(uses);
     /* used on two other streams (s2 and the default one): freed on the first after it was ordered after
      * the second (these extras have no stream wait: the second is synchronized) */
-    DMM_OK_OR_FAIL(dmm__torch_uses_add(r, f->s2));
-    DMM_OK_OR_FAIL(dmm__torch_uses_add(r, NULL));
+    DMM_OK_OR_FAIL(dmm_device_record_stream(r, f->s2));
+    DMM_OK_OR_FAIL(dmm_device_record_stream(r, NULL));
     xfree(f, r, 64 * KIB, f->s1);
     assert_int_equal(cross_stream_frees(f), cross0 + 2);
     assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_STREAM_SYNCHRONIZE), syncs0 + 1);
     /* a tag block orders its own stream as well */
-    DMM_OK_OR_FAIL(dmm__torch_tag_begin("kv"));
+    DMM_OK_OR_FAIL(dmm_device_tag_begin("kv"));
     void *t = xmalloc(f, 64 * KIB, f->s1);
-    DMM_OK_OR_FAIL(dmm__torch_tag_end());
-    DMM_OK_OR_FAIL(dmm__torch_uses_add(t, f->s2));
+    DMM_OK_OR_FAIL(dmm_device_tag_end());
+    DMM_OK_OR_FAIL(dmm_device_record_stream(t, f->s2));
     xfree(f, t, 64 * KIB, f->s1);
     assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_STREAM_SYNCHRONIZE), syncs0 + 2);
     DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, false));
     uint64_t queued = 0;
-    DMM_OK_OR_FAIL(dmm__torch_poll(f->c, &queued));
+    DMM_OK_OR_FAIL(dmm_device_poll(f->c, &queued));
     fx_close(f);
 }
 
@@ -712,14 +700,14 @@ static void empty_cache_trims(void **state) {
     for (int i = 0; i < 16; i++) p[i] = xmalloc(f, (size_t)(i + 1) * 300 * KIB, i % 2 ? f->s1 : f->s2);
     void *keep = xmalloc(f, 100, f->s1);
     for (int i = 0; i < 16; i++) xfree(f, p[i], (size_t)(i + 1) * 300 * KIB, i % 2 ? f->s1 : f->s2);
-    assert_true(ld(&f->c->mapped.cur) > 8 * MIB);
+    assert_true(dmm__device_get(&f->c->mapped.cur) > 8 * MIB);
     uint64_t released = 0;
-    DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, &released));
+    DMM_OK_OR_FAIL(dmm_device_empty_cache(f->c, &released));
     assert_true(released > 0);
     /* what is left: the one handle of the one live block (a growth's piece, at most the 8 MiB floor) */
-    uint64_t left = ld(&f->c->mapped.cur);
+    uint64_t left = dmm__device_get(&f->c->mapped.cur);
     assert_true(left >= 2 * MIB && left <= 8 * MIB && left % (2 * MIB) == 0);
-    assert_int_equal(ld(&f->c->owned.cur), left); /* the handle cache was drained too */
+    assert_int_equal(dmm__device_get(&f->c->owned.cur), left); /* the handle cache was drained too */
     xfree(f, keep, 100, f->s1);
     fx_close(f);
 }
@@ -730,24 +718,24 @@ static void empty_cache_trims(void **state) {
 static void empty_cache_counts_queued_segments(void **state) {
     (void)state;
     fx *f = fx_open(0);
-    DMM_OK_OR_FAIL(dmm__torch_tag_begin("queued-release"));
+    DMM_OK_OR_FAIL(dmm_device_tag_begin("queued-release"));
     void *w = xmalloc(f, 3 * MIB, f->s1);
-    DMM_OK_OR_FAIL(dmm__torch_tag_end());
-    ttag *t = &f->c->tags[dmm__torch_tag_find("queued-release")];
+    DMM_OK_OR_FAIL(dmm_device_tag_end());
+    device_tag *t = &f->c->tags[dmm__device_tag_find("queued-release")];
     uint64_t committed = t->segs->seg.committed;
     xfree(f, w, 3 * MIB, f->s1);
     uint64_t mapped0 = census(f).mapped_bytes;
     DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, true));
     uint64_t released = 0;
-    DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, &released));
+    DMM_OK_OR_FAIL(dmm_device_empty_cache(f->c, &released));
     assert_int_equal(released, committed); /* queued, not gone: */
     assert_int_equal(census(f).mapped_bytes, mapped0);
     assert_null(t->segs);
     uint64_t queued = 0;
-    DMM_OK_OR_FAIL(dmm__torch_poll(f->c, &queued));
+    DMM_OK_OR_FAIL(dmm_device_poll(f->c, &queued));
     assert_int_equal(queued, 1);
     DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, false));
-    DMM_OK_OR_FAIL(dmm__torch_poll(f->c, &queued));
+    DMM_OK_OR_FAIL(dmm_device_poll(f->c, &queued));
     assert_int_equal(queued, 0);
     assert_int_equal(census(f).mapped_bytes, mapped0 - committed);
     fx_close(f);
@@ -755,68 +743,68 @@ static void empty_cache_counts_queued_segments(void **state) {
 
 static void tag_scopes(void **state) {
     (void)state;
-    while (dmm__torch_tag_current() >= 0) dmm__torch_tag_end();
-    assert_int_equal(dmm__torch_tag_end(), DMM_ERR_INVALID_ARGUMENT);
-    assert_int_equal(dmm__torch_tag_begin(""), DMM_ERR_INVALID_ARGUMENT);
+    while (dmm__device_tag_current() >= 0) dmm_device_tag_end();
+    assert_int_equal(dmm_device_tag_end(), DMM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(dmm_device_tag_begin(""), DMM_ERR_INVALID_ARGUMENT);
     char longname[100];
     memset(longname, 'x', sizeof longname - 1);
     longname[99] = '\0';
-    assert_int_equal(dmm__torch_tag_begin(longname), DMM_ERR_INVALID_ARGUMENT);
-    DMM_OK_OR_FAIL(dmm__torch_tag_begin("a"));
-    DMM_OK_OR_FAIL(dmm__torch_tag_begin("b"));
-    assert_int_equal(dmm__torch_tag_current(), dmm__torch_tag_find("b"));
-    DMM_OK_OR_FAIL(dmm__torch_tag_end());
-    assert_int_equal(dmm__torch_tag_current(), dmm__torch_tag_find("a"));
-    DMM_OK_OR_FAIL(dmm__torch_tag_end());
-    assert_int_equal(dmm__torch_tag_current(), -1);
+    assert_int_equal(dmm_device_tag_begin(longname), DMM_ERR_INVALID_ARGUMENT);
+    DMM_OK_OR_FAIL(dmm_device_tag_begin("a"));
+    DMM_OK_OR_FAIL(dmm_device_tag_begin("b"));
+    assert_int_equal(dmm__device_tag_current(), dmm__device_tag_find("b"));
+    DMM_OK_OR_FAIL(dmm_device_tag_end());
+    assert_int_equal(dmm__device_tag_current(), dmm__device_tag_find("a"));
+    DMM_OK_OR_FAIL(dmm_device_tag_end());
+    assert_int_equal(dmm__device_tag_current(), -1);
 }
 
 /* A tag name is the caller's text: the stats and the snapshot escape it, so that they stay JSON. */
 static void tag_names_are_escaped_in_json(void **state) {
     (void)state;
     fx *f = fx_open(0);
-    DMM_OK_OR_FAIL(dmm__torch_tag_begin("say \"hi\" \\ \t"));
+    DMM_OK_OR_FAIL(dmm_device_tag_begin("say \"hi\" \\ \t"));
     void *p = xmalloc(f, 4096, f->s1);
-    DMM_OK_OR_FAIL(dmm__torch_tag_end());
+    DMM_OK_OR_FAIL(dmm_device_tag_end());
     const char *want = "\"say \\\"hi\\\" \\\\ \\u0009\":{";
     assert_non_null(strstr(stats(f), want));
     static char snap[1 << 16];
     size_t need = 0;
-    DMM_OK_OR_FAIL(dmm__torch_snapshot_json(f->c, snap, sizeof snap, &need));
+    DMM_OK_OR_FAIL(dmm_device_snapshot_json(f->c, snap, sizeof snap, &need));
     assert_non_null(strstr(snap, want));
     assert_int_equal(need, strlen(snap));
     xfree(f, p, 4096, f->s1);
-    DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, NULL));
+    DMM_OK_OR_FAIL(dmm_device_empty_cache(f->c, NULL));
     fx_close(f);
 }
 
 static void segment_first_fit_coalesces(void **state) {
     (void)state;
-    torch_segment sa;
+    device_segment sa;
     memset(&sa, 0, sizeof sa);
-    assert_true(place_init(&sa, 10000));
+    assert_true(dmm__device_segment_place(&sa, 10000));
     uint64_t o[4];
-    for (int i = 0; i < 4; i++) assert_true(dmm__torch_segment_take(&sa, 1000, 900, &o[i]));
+    for (int i = 0; i < 4; i++) assert_true(dmm__device_segment_take(&sa, 1000, 900, &o[i]));
     assert_int_equal(o[3], 3000);
-    assert_int_equal(dmm__torch_segment_high(&sa), 4000);
+    assert_int_equal(dmm__device_segment_high(&sa), 4000);
     uint64_t len = 0, req = 0;
-    assert_true(dmm__torch_segment_give(&sa, o[1], &len, &req));
+    assert_true(dmm__device_segment_give(&sa, o[1], &len, &req));
     assert_int_equal(len, 1000);
     assert_int_equal(req, 900);
-    assert_false(dmm__torch_segment_give(&sa, o[1], NULL, NULL)); /* a second free is refused */
-    assert_true(dmm__torch_segment_give(&sa, o[2], NULL, NULL));
+    assert_false(dmm__device_segment_give(&sa, o[1], NULL, NULL)); /* a second free is refused */
+    assert_true(dmm__device_segment_give(&sa, o[2], NULL, NULL));
     uint64_t x = 0;
-    assert_true(dmm__torch_segment_take(&sa, 2000, 2000, &x)); /* the two freed spans coalesced */
+    assert_true(dmm__device_segment_take(&sa, 2000, 2000, &x)); /* the two freed spans coalesced */
     assert_int_equal(x, 1000);
-    assert_false(dmm__torch_segment_take(&sa, 7000, 7000, &x));
-    assert_true(dmm__torch_segment_give(&sa, o[0], NULL, NULL));
-    assert_true(dmm__torch_segment_give(&sa, o[3], NULL, NULL));
-    assert_true(dmm__torch_segment_give(&sa, 1000, NULL, NULL));
+    assert_false(dmm__device_segment_take(&sa, 7000, 7000, &x));
+    assert_true(dmm__device_segment_give(&sa, o[0], NULL, NULL));
+    assert_true(dmm__device_segment_give(&sa, o[3], NULL, NULL));
+    assert_true(dmm__device_segment_give(&sa, 1000, NULL, NULL));
     assert_int_equal(sa.count, 0);
     assert_true(sa.free.n > 0);
     assert_int_equal(sa.free.v[0].len, 10000); /* one span again */
     assert_int_equal(sa.free.n, 1);
-    dmm__torch_segment_close(&sa);
+    dmm__device_segment_close(&sa);
 }
 
 static void sizes_beyond_the_reservation_are_refused_and_change_nothing(void **state) {
@@ -826,12 +814,12 @@ static void sizes_beyond_the_reservation_are_refused_and_change_nothing(void **s
     dmm_governor *gov = NULL;
     DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &host));
     DMM_OK_OR_FAIL(dmm_governor_create(NULL, &gov));
-    dmm_torch_ext x = kit_torch_ext();
-    dmm_torch_config k = kit_torch_config(0);
+    dmm_device_ext x = kit_torch_ext();
+    dmm_device_config k = kit_torch_config(0);
     k.reserve_bytes = 0;                         /* 4 x the pool's VA */
     k.pool_va_bytes = ((uint64_t)1 << 62) + 4096; /* 4 x that wraps to 16 KiB */
-    tctx *c = (tctx *)&c;
-    assert_int_equal(dmm__torch_create(host, &x, gov, &k, &c), DMM_ERR_INVALID_ARGUMENT);
+    dmm_device *c = (dmm_device *)&c;
+    assert_int_equal(dmm_device_create(host, &x, gov, &k, &c), DMM_ERR_INVALID_ARGUMENT);
     assert_null(c);
     dmm_test_error_mentions("pool VA of 4611686018427392000 bytes", "DMM_TORCH_POOL_VA", "at most 2305843009213693952", NULL);
     dmm_test_census_zero(host);
@@ -842,18 +830,18 @@ static void sizes_beyond_the_reservation_are_refused_and_change_nothing(void **s
     fx *f = fx_open(0);
     uint64_t calls0 = dmm_fault_calls(f->drv, DMM_OP_ANY);
     void *p = (void *)&p;
-    assert_int_equal(dmm__torch_malloc(f->c, SIZE_MAX - 100, f->s1, &p), DMM_ERR_OUT_OF_MEMORY);
+    assert_int_equal(dmm_device_malloc(f->c, SIZE_MAX - 100, f->s1, &p), DMM_ERR_OUT_OF_MEMORY);
     assert_null(p);
     dmm_test_error_mentions("18446744073709551515 bytes", "more than the", "bytes of address space", NULL);
-    DMM_OK_OR_FAIL(dmm__torch_tag_begin("huge"));
+    DMM_OK_OR_FAIL(dmm_device_tag_begin("huge"));
     p = (void *)&p;
-    assert_int_equal(dmm__torch_malloc(f->c, SIZE_MAX - 100, f->s1, &p), DMM_ERR_OUT_OF_MEMORY); /* a tag's */
-    DMM_OK_OR_FAIL(dmm__torch_tag_end());
+    assert_int_equal(dmm_device_malloc(f->c, SIZE_MAX - 100, f->s1, &p), DMM_ERR_OUT_OF_MEMORY); /* a tag's */
+    DMM_OK_OR_FAIL(dmm_device_tag_end());
     assert_null(p);
-    assert_int_equal(dmm__torch_graph_reserve(f->c, UINT64_MAX - 100, f->s1), DMM_ERR_OUT_OF_MEMORY);
+    assert_int_equal(dmm_device_graph_reserve(f->c, UINT64_MAX - 100, f->s1), DMM_ERR_OUT_OF_MEMORY);
     dmm_test_error_mentions("graph memory", "more than the", NULL);
     assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_ANY), calls0);
-    assert_int_equal(ld(&f->c->blocks.cur), 0);
+    assert_int_equal(dmm__device_get(&f->c->blocks.cur), 0);
     fx_close(f);
 }
 

@@ -18,19 +18,7 @@
 
 #include "testkit.h"
 
-#include "../../adapters/torch/adapter.c"
-#include "../../adapters/torch/blocks.c"
-#include "../../adapters/torch/context.c"
-#include "../../adapters/torch/graphs.c"
-#include "../../adapters/torch/history.c"
-#include "../../adapters/torch/jobs.c"
-#include "../../adapters/torch/offload.c"
-#include "../../adapters/torch/poolview.c"
-#include "../../adapters/torch/record.c"
-#include "../../adapters/torch/segment.c"
-#include "../../adapters/torch/imports.c"
-#include "../../adapters/torch/stream_uses.c"
-#include "../../adapters/torch/tags.c"
+#include "device/device_internal.h"
 #include "../../tools/trace.c"
 
 #include "torch_kit.h"
@@ -57,14 +45,14 @@ static void fx_free(fx *f) {
 }
 
 static void fx_close(fx *f) {
-    assert_false(dmm__torch_recording(f->base.c));
-    assert_int_equal(ld(&f->base.c->blocks.cur), 0);
+    assert_false(dmm__device_recording(f->base.c));
+    assert_int_equal(dmm__device_get(&f->base.c->blocks.cur), 0);
     fx_free(f);
 }
 
 static void *xmalloc(fx *f, size_t bytes, dmm_stream s) { return kit_torch_malloc(&f->base, bytes, s); }
 static void xfree(fx *f, void *p, size_t bytes, dmm_stream s) { kit_torch_free(&f->base, p, bytes, s); }
-static dmm_torch_record_stats stop(fx *f) { return kit_torch_record_stop(&f->base); }
+static dmm_device_record_stats stop(fx *f) { return kit_torch_record_stop(&f->base); }
 
 static void load(const char *path, dmm_trace *t) {
     char err[512] = "";
@@ -73,7 +61,7 @@ static void load(const char *path, dmm_trace *t) {
 
 /* Loads the recorded trace, which must say what the recorder's stop did: its workload, an event for
  * each allocation and each free counted, the same peak and streams. */
-static void load_matching(const fx *f, const dmm_torch_record_stats *st, const char *workload, dmm_trace *t) {
+static void load_matching(const fx *f, const dmm_device_record_stats *st, const char *workload, dmm_trace *t) {
     load(f->path, t);
     assert_string_equal(t->workload, workload);
     assert_int_equal(t->allocs, st->allocations);
@@ -86,8 +74,8 @@ static void load_matching(const fx *f, const dmm_torch_record_stats *st, const c
 static void a_recording_replays_through_the_trace_reader(void **state) {
     (void)state;
     fx *f = fx_open();
-    DMM_OK_OR_FAIL(dmm__torch_record_start(f->base.c, f->path, "unit-sequence"));
-    assert_true(dmm__torch_recording(f->base.c));
+    DMM_OK_OR_FAIL(dmm_device_record_start(f->base.c, f->path, "unit-sequence"));
+    assert_true(dmm__device_recording(f->base.c));
     /* live: 1024 → 1024+512 → +(3 MiB) → ... the test's own running sum */
     uint64_t live = 0, peak = 0;
 #define LIVE(d) (live += (uint64_t)(d), peak = live > peak ? live : peak)
@@ -97,9 +85,9 @@ static void a_recording_replays_through_the_trace_reader(void **state) {
     LIVE(512);
     void *c = xmalloc(f, (size_t)3 << 20, f->base.s2); /* 3 MiB */
     LIVE(3u << 20);
-    DMM_OK_OR_FAIL(dmm__torch_tag_begin("weights"));
+    DMM_OK_OR_FAIL(dmm_device_tag_begin("weights"));
     void *w = xmalloc(f, 5000, NULL); /* 5120, in a tag segment */
-    DMM_OK_OR_FAIL(dmm__torch_tag_end());
+    DMM_OK_OR_FAIL(dmm_device_tag_end());
     LIVE(5120);
     xfree(f, c, (size_t)3 << 20, f->base.s2);
     LIVE(-(int64_t)(3u << 20));
@@ -111,8 +99,8 @@ static void a_recording_replays_through_the_trace_reader(void **state) {
     LIVE(-512);
     xfree(f, w, 5000, NULL);
     LIVE(-5120);
-    dmm_torch_record_stats st = stop(f);
-    assert_false(dmm__torch_recording(f->base.c));
+    dmm_device_record_stats st = stop(f);
+    assert_false(dmm__device_recording(f->base.c));
     assert_int_equal(st.allocations, 5);
     assert_int_equal(st.frees, 4);
     assert_int_equal(st.untracked_frees, 0);
@@ -148,11 +136,11 @@ static void frees_of_blocks_from_before_the_recording_are_left_out(void **state)
     (void)state;
     fx *f = fx_open();
     void *old = xmalloc(f, 4096, NULL);
-    DMM_OK_OR_FAIL(dmm__torch_record_start(f->base.c, f->path, NULL));
+    DMM_OK_OR_FAIL(dmm_device_record_start(f->base.c, f->path, NULL));
     void *p = xmalloc(f, 4096, f->base.s1);
     xfree(f, old, 4096, NULL);
     xfree(f, p, 4096, f->base.s1);
-    dmm_torch_record_stats st = stop(f);
+    dmm_device_record_stats st = stop(f);
     assert_int_equal(st.allocations, 1);
     assert_int_equal(st.frees, 1);
     assert_int_equal(st.untracked_frees, 1);
@@ -165,7 +153,7 @@ static void frees_of_blocks_from_before_the_recording_are_left_out(void **state)
     /* stopped: the next malloc and free are not recorded, and stop again is refused */
     p = xmalloc(f, 512, NULL);
     xfree(f, p, 512, NULL);
-    assert_int_equal(dmm__torch_record_stop(f->base.c, NULL), DMM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(dmm_device_record_stop(f->base.c, NULL), DMM_ERR_INVALID_ARGUMENT);
     dmm_test_error_mentions("not recording", NULL);
     fx_close(f);
 }
@@ -174,25 +162,25 @@ static void a_bad_path_fails_at_start_and_changes_nothing(void **state) {
     (void)state;
     fx *f = fx_open();
     const char *bad = "/tmp/dmm-test-record-no-such-folder/x/run.trace.gz";
-    assert_int_equal(dmm__torch_record_start(f->base.c, bad, NULL), DMM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(dmm_device_record_start(f->base.c, bad, NULL), DMM_ERR_INVALID_ARGUMENT);
     dmm_test_error_mentions("cannot open", bad, "No such file or directory", "nothing was started", NULL);
-    assert_false(dmm__torch_recording(f->base.c));
+    assert_false(dmm__device_recording(f->base.c));
     assert_int_equal(access("/tmp/dmm-test-record-no-such-folder", F_OK), -1);
-    assert_int_equal(dmm__torch_record_start(f->base.c, "", NULL), DMM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(dmm_device_record_start(f->base.c, "", NULL), DMM_ERR_INVALID_ARGUMENT);
     dmm_test_error_mentions("path is empty", NULL);
-    assert_int_equal(dmm__torch_record_start(f->base.c, f->path, "two\nlines"), DMM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(dmm_device_record_start(f->base.c, f->path, "two\nlines"), DMM_ERR_INVALID_ARGUMENT);
     dmm_test_error_mentions("one line", NULL);
-    assert_false(dmm__torch_recording(f->base.c));
+    assert_false(dmm__device_recording(f->base.c));
     void *p = xmalloc(f, 512, NULL);
     xfree(f, p, 512, NULL);
     /* a second start while one records is BUSY and keeps the first */
-    DMM_OK_OR_FAIL(dmm__torch_record_start(f->base.c, f->path, NULL));
-    assert_int_equal(dmm__torch_record_start(f->base.c, "/tmp/dmm-test-record-other.gz", NULL), DMM_ERR_BUSY);
+    DMM_OK_OR_FAIL(dmm_device_record_start(f->base.c, f->path, NULL));
+    assert_int_equal(dmm_device_record_start(f->base.c, "/tmp/dmm-test-record-other.gz", NULL), DMM_ERR_BUSY);
     dmm_test_error_mentions("already recording", f->path, NULL);
     assert_int_equal(access("/tmp/dmm-test-record-other.gz", F_OK), -1);
     p = xmalloc(f, 512, NULL);
     xfree(f, p, 512, NULL);
-    dmm_torch_record_stats st = stop(f);
+    dmm_device_record_stats st = stop(f);
     assert_int_equal(st.allocations, 1);
     fx_close(f);
 }
@@ -201,21 +189,21 @@ static void a_failing_disk_never_reaches_malloc_and_stop_says_so(void **state) {
     (void)state;
     if (access("/dev/full", W_OK) != 0) skip();
     fx *f = fx_open();
-    DMM_OK_OR_FAIL(dmm__torch_record_start(f->base.c, "/dev/full", "full"));
+    DMM_OK_OR_FAIL(dmm_device_record_start(f->base.c, "/dev/full", "full"));
     /* enough events to fill a buffer several times: every write fails, no malloc or free does */
     for (int i = 0; i < 200000; i++) {
         void *p = xmalloc(f, 512 + (size_t)(i % 64) * 512, i % 2 ? f->base.s1 : NULL);
         xfree(f, p, 512, i % 2 ? f->base.s1 : NULL);
     }
-    dmm_torch_record_stats st;
+    dmm_device_record_stats st;
     memset(&st, 0, sizeof st);
     st.size = sizeof st;
-    assert_int_equal(dmm__torch_record_stop(f->base.c, &st), DMM_ERR_DRIVER);
+    assert_int_equal(dmm_device_record_stop(f->base.c, &st), DMM_ERR_DRIVER);
     dmm_test_error_mentions("incomplete", "/dev/full", NULL);
     assert_true(st.allocations > 0);
-    assert_false(dmm__torch_recording(f->base.c));
+    assert_false(dmm__device_recording(f->base.c));
     /* a fresh recording works afterwards */
-    DMM_OK_OR_FAIL(dmm__torch_record_start(f->base.c, f->path, NULL));
+    DMM_OK_OR_FAIL(dmm_device_record_start(f->base.c, f->path, NULL));
     void *p = xmalloc(f, 512, NULL);
     xfree(f, p, 512, NULL);
     st = stop(f);
@@ -240,15 +228,15 @@ static void *work(void *u) {
     for (int i = 0; i < ROUNDS; i++) {
         int k = (int)(rand_r(&w->seed) % 8);
         if (held[k] != NULL) {
-            if (dmm__torch_free(w->f->base.c, held[k], sizes[k], w->s) != DMM_OK) return (void *)1;
+            if (dmm_device_free(w->f->base.c, held[k], sizes[k], w->s) != DMM_OK) return (void *)1;
             held[k] = NULL;
         } else {
             sizes[k] = 512 + (size_t)(rand_r(&w->seed) % 256) * 512;
-            if (dmm__torch_malloc(w->f->base.c, sizes[k], w->s, &held[k]) != DMM_OK) return (void *)1;
+            if (dmm_device_malloc(w->f->base.c, sizes[k], w->s, &held[k]) != DMM_OK) return (void *)1;
         }
     }
     for (int k = 0; k < 8; k++)
-        if (held[k] != NULL && dmm__torch_free(w->f->base.c, held[k], sizes[k], w->s) != DMM_OK) return (void *)1;
+        if (held[k] != NULL && dmm_device_free(w->f->base.c, held[k], sizes[k], w->s) != DMM_OK) return (void *)1;
     return NULL;
 }
 
@@ -257,7 +245,7 @@ static void threads_record_one_valid_trace(void **state) {
     fx *f = fx_open();
     dmm_stream streams[THREADS];
     for (int i = 0; i < THREADS; i++) DMM_OK_OR_FAIL(f->base.host->ops->stream_create(f->base.host, &streams[i]));
-    DMM_OK_OR_FAIL(dmm__torch_record_start(f->base.c, f->path, "threads"));
+    DMM_OK_OR_FAIL(dmm_device_record_start(f->base.c, f->path, "threads"));
     pthread_t th[THREADS];
     worker w[THREADS];
     for (int i = 0; i < THREADS; i++) {
@@ -269,7 +257,7 @@ static void threads_record_one_valid_trace(void **state) {
         pthread_join(th[i], &rc);
         assert_null(rc);
     }
-    dmm_torch_record_stats st = stop(f);
+    dmm_device_record_stats st = stop(f);
     assert_int_equal(st.allocations, st.frees);
     assert_true(st.allocations > (uint64_t)THREADS * ROUNDS / 4);
     assert_int_equal(st.live_bytes, 0);
@@ -277,7 +265,7 @@ static void threads_record_one_valid_trace(void **state) {
     dmm_trace t;
     load_matching(f, &st, "threads", &t); /* ids increasing, every free after its allocation: else the reader refuses */
     dmm_trace_free(&t);
-    DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->base.c, NULL)); /* the heaps' last fences are polled */
+    DMM_OK_OR_FAIL(dmm_device_empty_cache(f->base.c, NULL)); /* the heaps' last fences are polled */
     for (int i = 0; i < THREADS; i++) DMM_OK_OR_FAIL(f->base.host->ops->stream_destroy(f->base.host, streams[i]));
     fx_close(f);
 }
@@ -285,10 +273,10 @@ static void threads_record_one_valid_trace(void **state) {
 static void destroy_stops_a_recording_still_on(void **state) {
     (void)state;
     fx *f = fx_open();
-    DMM_OK_OR_FAIL(dmm__torch_record_start(f->base.c, f->path, NULL));
+    DMM_OK_OR_FAIL(dmm_device_record_start(f->base.c, f->path, NULL));
     void *p = xmalloc(f, 512, NULL);
     xfree(f, p, 512, NULL);
-    DMM_OK_OR_FAIL(dmm__torch_destroy(f->base.c)); /* the file is closed whole */
+    DMM_OK_OR_FAIL(dmm_device_destroy(f->base.c)); /* the file is closed whole */
     f->base.c = NULL;
     dmm_trace t;
     load(f->path, &t);

@@ -19,19 +19,7 @@
 
 #include "testkit.h"
 
-#include "../../adapters/torch/adapter.c"
-#include "../../adapters/torch/blocks.c"
-#include "../../adapters/torch/context.c"
-#include "../../adapters/torch/graphs.c"
-#include "../../adapters/torch/history.c"
-#include "../../adapters/torch/jobs.c"
-#include "../../adapters/torch/offload.c"
-#include "../../adapters/torch/poolview.c"
-#include "../../adapters/torch/record.c"
-#include "../../adapters/torch/segment.c"
-#include "../../adapters/torch/imports.c"
-#include "../../adapters/torch/stream_uses.c"
-#include "../../adapters/torch/tags.c"
+#include "device/device_internal.h"
 
 #include "torch_kit.h"
 
@@ -42,7 +30,7 @@ typedef kit_torch_fx fx;
 static fx *fx_open_with(bool fault, bool track) {
     fx *f = malloc(sizeof *f);
     kit_torch_fx_open(f, fault, 0);
-    if (track) dmm__torch_blocks_track(f->c); /* from the start: every pool block is in the table */
+    if (track) dmm_device_track_blocks(f->c); /* from the start: every pool block is in the table */
     return f;
 }
 
@@ -50,8 +38,8 @@ static fx *fx_open(void) { return fx_open_with(false, true); }
 static fx *fx_open_over_fault(void) { return fx_open_with(true, true); }
 
 static void fx_close(fx *f) {
-    assert_int_equal(ld(&f->c->blocks.cur), 0);
-    DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, NULL));
+    assert_int_equal(dmm__device_get(&f->c->blocks.cur), 0);
+    DMM_OK_OR_FAIL(dmm_device_empty_cache(f->c, NULL));
     kit_torch_fx_close(f);
     free(f);
 }
@@ -64,7 +52,7 @@ static void check_pool_layout(fx *f) {
     dmm_pool_stats ps = dmm_test_pool_stats(f->c->pool);
     uint64_t *runs = NULL;
     bool exact = false;
-    size_t n = dmm__torch_poolview_runs(f->c, &runs, &exact);
+    size_t n = dmm__device_poolview_runs(f->c, &runs, &exact);
     assert_true(n != SIZE_MAX);
     assert_true(exact);
     uint64_t committed = 0;
@@ -74,8 +62,8 @@ static void check_pool_layout(fx *f) {
         if (i > 0) assert_true(runs[2 * i - 2] + runs[2 * i - 1] < runs[2 * i]); /* sorted, coalesced */
     }
     assert_int_equal(committed, ps.committed_bytes.current);
-    torch_block_at *b = NULL;
-    size_t nb = dmm__torch_blocks_collect(f->c, &b);
+    device_block_at *b = NULL;
+    size_t nb = dmm__device_blocks_collect(f->c, &b);
     assert_true(nb != SIZE_MAX);
     assert_int_equal(nb, ps.allocations.current);
     uint64_t bytes = 0;
@@ -114,7 +102,7 @@ static void the_pool_view_follows_growth_frees_trims_and_moves(void **state) {
             st[k] = (int)(rand_r(&seed) % 3);
             p[k] = xmalloc(f, sz[k], streams[st[k]]);
         }
-        if (round % 37 == 36) DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, NULL));
+        if (round % 37 == 36) DMM_OK_OR_FAIL(dmm_device_empty_cache(f->c, NULL));
         check_pool_layout(f);
     }
     dmm_pool_stats ps = dmm_test_pool_stats(f->c->pool);
@@ -131,21 +119,21 @@ static void a_refused_free_leaves_the_table_and_the_trace_true(void **state) {
     void *a = xmalloc(f, 4096, f->s1);
     char trace[64];
     kit_temp_file(trace, "dmm-test-snapshot-trace");
-    DMM_OK_OR_FAIL(dmm__torch_record_start(f->c, trace, NULL));
+    DMM_OK_OR_FAIL(dmm_device_record_start(f->c, trace, NULL));
     void *r = xmalloc(f, 2048, f->s1);
     /* a free on another stream records an event; when that fails, the pool refuses and the block stays live */
     DMM_OK_OR_FAIL(dmm_fault_plan(f->drv, DMM_OP_EVENT_RECORD, 1, 2, DMM_ERR_DRIVER));
-    assert_int_equal(dmm__torch_free(f->c, a, 4096, f->s2), DMM_ERR_DRIVER);
-    assert_int_equal(dmm__torch_free(f->c, r, 2048, f->s2), DMM_ERR_DRIVER);
+    assert_int_equal(dmm_device_free(f->c, a, 4096, f->s2), DMM_ERR_DRIVER);
+    assert_int_equal(dmm_device_free(f->c, r, 2048, f->s2), DMM_ERR_DRIVER);
     DMM_OK_OR_FAIL(dmm_fault_clear(f->drv));
     check_pool_layout(f); /* the table still holds both */
-    torch_block b;
-    assert_true(dmm__torch_blocks_take(f->c, a, &b));
+    device_block b;
+    assert_true(dmm__device_blocks_take(f->c, a, &b));
     assert_int_equal(b.len, 4096);
     assert_ptr_equal(b.stream, f->s1);
-    dmm__torch_blocks_add(f->c, a, b.len, b.req, b.stream);
+    dmm__device_blocks_add(f->c, a, b.len, b.req, b.stream);
     xfree(f, r, 2048, f->s1);
-    dmm_torch_record_stats st = kit_torch_record_stop(f);
+    dmm_device_record_stats st = kit_torch_record_stop(f);
     /* r: allocated, freed (refused), allocated again under a new id, freed; a: from before, not in it */
     assert_int_equal(st.allocations, 2);
     assert_int_equal(st.frees, 2);
@@ -162,12 +150,12 @@ static char *snapshot_json(fx *f);
 static void tracking_is_off_until_asked_and_counts_what_came_before(void **state) {
     (void)state;
     fx *f = fx_open_with(false, false);
-    assert_false(dmm__torch_blocks_tracking(f->c));
+    assert_false(dmm__device_blocks_tracking(f->c));
     void *a = xmalloc(f, 4096, NULL);
     char *js = snapshot_json(f);
     assert_non_null(strstr(js, "\"block_tracking\":false,\"pool_blocks_untracked\":1,\"pool_blocks\":[]"));
     free(js);
-    dmm__torch_blocks_track(f->c);
+    dmm_device_track_blocks(f->c);
     void *b = xmalloc(f, 4096, NULL);
     js = snapshot_json(f);
     assert_non_null(strstr(js, "\"block_tracking\":true,\"pool_blocks_untracked\":1,"));
@@ -183,33 +171,33 @@ static void tracking_is_off_until_asked_and_counts_what_came_before(void **state
 
 static char *snapshot_json(fx *f) {
     size_t need = 0;
-    assert_int_equal(dmm__torch_snapshot_json(f->c, NULL, 0, &need), DMM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(dmm_device_snapshot_json(f->c, NULL, 0, &need), DMM_ERR_INVALID_ARGUMENT);
     dmm_clear_error();
     char *buf = malloc(need + 1);
-    DMM_OK_OR_FAIL(dmm__torch_snapshot_json(f->c, buf, need + 1, &need));
+    DMM_OK_OR_FAIL(dmm_device_snapshot_json(f->c, buf, need + 1, &need));
     return buf;
 }
 
 static void the_snapshot_json_lays_out_pool_tags_and_graphs(void **state) {
     (void)state;
     fx *f = fx_open();
-    assert_int_equal(dmm__torch_history(f->c, ((uint64_t)1 << 26) + 1), DMM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(dmm_device_history(f->c, ((uint64_t)1 << 26) + 1), DMM_ERR_INVALID_ARGUMENT);
     dmm_test_error_mentions("ask for fewer", NULL);
-    DMM_OK_OR_FAIL(dmm__torch_history(f->c, 4096));
+    DMM_OK_OR_FAIL(dmm_device_history(f->c, 4096));
     void *big = xmalloc(f, (size_t)8 << 20, NULL); /* mapped, freed and unmapped: map and unmap events */
     xfree(f, big, (size_t)8 << 20, NULL);
-    DMM_OK_OR_FAIL(dmm__torch_empty_cache(f->c, NULL));
+    DMM_OK_OR_FAIL(dmm_device_empty_cache(f->c, NULL));
     void *a = xmalloc(f, 1000, NULL);
     void *b = xmalloc(f, (size_t)3 << 20, f->s1);
     void *gap = xmalloc(f, 8192, f->s1);
     void *c = xmalloc(f, 5000, f->s1);
     assert_true((uintptr_t)gap < (uintptr_t)c);
     xfree(f, gap, 8192, f->s1); /* a hole between live blocks */
-    DMM_OK_OR_FAIL(dmm__torch_tag_begin("weights"));
+    DMM_OK_OR_FAIL(dmm_device_tag_begin("weights"));
     void *w1 = xmalloc(f, (size_t)1 << 20, NULL);
     void *w2 = xmalloc(f, 700, NULL);
-    DMM_OK_OR_FAIL(dmm__torch_tag_end());
-    DMM_OK_OR_FAIL(dmm__torch_graph_reserve(f->c, (uint64_t)4 << 20, f->s2));
+    DMM_OK_OR_FAIL(dmm_device_tag_end());
+    DMM_OK_OR_FAIL(dmm_device_graph_reserve(f->c, (uint64_t)4 << 20, f->s2));
     kit_cap.stream = f->s2;
     kit_cap.id = 9;
     void *g = xmalloc(f, 3000, f->s2);
@@ -246,7 +234,7 @@ static void the_snapshot_json_lays_out_pool_tags_and_graphs(void **state) {
     }
     free(js);
     xfree(f, g, 3000, f->s2);
-    DMM_OK_OR_FAIL(dmm__torch_graph_release(f->c, 9, f->s2));
+    DMM_OK_OR_FAIL(dmm_device_graph_release(f->c, 9, f->s2));
     xfree(f, w1, (size_t)1 << 20, NULL);
     xfree(f, w2, 700, NULL);
     xfree(f, a, 1000, NULL);

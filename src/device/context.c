@@ -1,4 +1,4 @@
-/* adapters/torch/context.c — the context floor: counts with resettable peaks, the clock, and the
+/* src/device/context.c — the context floor: counts with resettable peaks, the clock, and the
  * device-loss questions every floor above asks.
  *
  * What it owns: nothing but these answers (and the sentence that refuses a request above the reservation). Device loss has one owner, the driver (src/driver/call.h):
@@ -6,57 +6,57 @@
  * every later call is refused without reaching the driver. So the adapter keeps no loss flag: it asks
  * the driver before its slow paths, and refuses with a sentence of its own that says what to do.
  *
- * Invariants: a tcount's peak ≥ cur at every add (a reset lowers the peak to cur).
+ * Invariants: a device_count's peak ≥ cur at every add (a reset lowers the peak to cur).
  */
 #include <time.h>
 
 #include "context.h"
 #include "driver/call.h"
 
-void dmm__torch_count_add(tcount *t, uint64_t v) {
+void dmm__device_count_add(device_count *t, uint64_t v) {
     uint64_t now = atomic_fetch_add_explicit(&t->cur, v, memory_order_relaxed) + v;
-    dmm__torch_bump(&t->total, v);
-    uint64_t p = dmm__torch_get(&t->peak);
+    dmm__device_bump(&t->total, v);
+    uint64_t p = dmm__device_get(&t->peak);
     while (now > p && !atomic_compare_exchange_weak_explicit(&t->peak, &p, now, memory_order_relaxed,
                                                              memory_order_relaxed)) {
     }
 }
 
-void dmm__torch_count_sub(tcount *t, uint64_t v) { dmm__torch_drop(&t->cur, v); }
+void dmm__device_count_sub(device_count *t, uint64_t v) { dmm__device_drop(&t->cur, v); }
 
-void dmm__torch_count_reset(tcount *t) {
-    atomic_store_explicit(&t->peak, dmm__torch_get(&t->cur), memory_order_relaxed);
+void dmm__device_count_reset(device_count *t) {
+    atomic_store_explicit(&t->peak, dmm__device_get(&t->cur), memory_order_relaxed);
 }
 
-uint64_t dmm__torch_now_ns(void) {
+uint64_t dmm__device_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-bool dmm__torch_lost(const tctx *c) { return dmm__drv_lost(c->drv); }
+bool dmm__device_lost(const dmm_device *c) { return dmm__drv_lost(c->drv); }
 
-bool dmm__torch_terminated(const tctx *c) { return dmm__drv_terminated(c->drv); }
+bool dmm__device_terminated(const dmm_device *c) { return dmm__drv_terminated(c->drv); }
 
-dmm_status dmm__torch_capturing(const tctx *c, dmm_stream stream, bool *capturing, uint64_t *id) {
+dmm_status dmm__device_capturing(const dmm_device *c, dmm_stream stream, bool *capturing, uint64_t *id) {
     *capturing = false;
     *id = 0;
     if (stream == NULL || c->ext.capture_status == NULL) return DMM_OK;
     return c->ext.capture_status(c->ext.user, stream, capturing, id);
 }
 
-dmm_status dmm__torch_refuse_lost(tctx *c, const char *op) {
-    if (!dmm__torch_lost(c)) return DMM_OK;
+dmm_status dmm__device_refuse_lost(dmm_device *c, const char *op) {
+    if (!dmm__device_lost(c)) return DMM_OK;
     return dmm_error_set(DMM_ERR_DEVICE_LOST,
-                         "dmm torch: %s on device %d refused: the device is lost (a driver call reported a sticky "
+                         "dmm device: %s on device %d refused: the device is lost (a driver call reported a sticky "
                          "context error), so nothing is asked of the driver any more; free what you hold, tear "
-                         "the context down, then confirm (dmm__torch_confirm_lost) and destroy",
+                         "the context down, then confirm (dmm_device_confirm_lost) and destroy",
                          op, (int)c->dev.index);
 }
 
-dmm_status dmm__torch_too_large(const tctx *c, uint64_t bytes, const char *what) {
+dmm_status dmm__device_too_large(const dmm_device *c, uint64_t bytes, const char *what) {
     return dmm_error_set(DMM_ERR_OUT_OF_MEMORY,
-                         "dmm torch: %s %llu bytes on device %d refused: more than the %llu bytes of address space "
+                         "dmm device: %s %llu bytes on device %d refused: more than the %llu bytes of address space "
                          "the adapter reserved for the device (4 x DMM_TORCH_POOL_VA), so nothing could hold it; "
                          "nothing was allocated",
                          what, (unsigned long long)bytes, (int)c->dev.index, (unsigned long long)c->reserve);

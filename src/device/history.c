@@ -1,4 +1,4 @@
-/* adapters/torch/history.c — the pool's recent events: a ring, on only when asked for.
+/* src/device/history.c — the pool's recent events: a ring, on only when asked for.
  *
  * What it owns: while on, a ring of the last N events of the pool in PyTorch's trace vocabulary —
  * a block handed out (alloc) or freed (free), a range of the pool's VA mapped (segment_map) or
@@ -20,28 +20,28 @@
 
 #define HISTORY_MAX ((uint64_t)1 << 26)
 
-void dmm__torch_history_init(tctx *c) { pthread_mutex_init(&c->hist.mu, NULL); }
+void dmm__device_history_init(dmm_device *c) { pthread_mutex_init(&c->hist.mu, NULL); }
 
-void dmm__torch_history_fini(tctx *c) {
+void dmm__device_history_fini(dmm_device *c) {
     free(c->hist.ring);
     c->hist.ring = NULL;
     pthread_mutex_destroy(&c->hist.mu);
 }
 
-dmm_status dmm__torch_history(tctx *c, uint64_t max_entries) {
+dmm_status dmm_device_history(dmm_device *c, uint64_t max_entries) {
     if (max_entries > HISTORY_MAX)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
-                             "dmm torch: a history of %llu events is more than the %llu kept at most (%llu MiB of "
+                             "dmm device: a history of %llu events is more than the %llu kept at most (%llu MiB of "
                              "host memory); ask for fewer",
                              (unsigned long long)max_entries, (unsigned long long)HISTORY_MAX,
-                             (unsigned long long)(HISTORY_MAX * sizeof(torch_event) >> 20));
-    torch_event *ring = NULL;
+                             (unsigned long long)(HISTORY_MAX * sizeof(history_event) >> 20));
+    history_event *ring = NULL;
     if (max_entries > 0 && (ring = calloc((size_t)max_entries, sizeof *ring)) == NULL)
         return dmm_error_set(DMM_ERR_OUT_OF_MEMORY,
-                             "dmm torch: out of host memory for a history of %llu events; nothing changed",
+                             "dmm device: out of host memory for a history of %llu events; nothing changed",
                              (unsigned long long)max_entries);
-    if (max_entries > 0) dmm__torch_blocks_track(c); /* the block events come with the table */
-    torch_history *h = &c->hist;
+    if (max_entries > 0) dmm_device_track_blocks(c); /* the block events come with the table */
+    device_history *h = &c->hist;
     pthread_mutex_lock(&h->mu);
     free(h->ring);
     h->ring = ring;
@@ -53,13 +53,13 @@ dmm_status dmm__torch_history(tctx *c, uint64_t max_entries) {
     return DMM_OK;
 }
 
-void dmm__torch_history_add(tctx *c, uint32_t action, uint64_t addr, uint64_t size, dmm_stream stream) {
-    torch_history *h = &c->hist;
-    if (!dmm__torch_history_on(c)) return;
-    uint64_t t = dmm__torch_now_ns() / 1000;
+void dmm__device_history_add(dmm_device *c, uint32_t action, uint64_t addr, uint64_t size, dmm_stream stream) {
+    device_history *h = &c->hist;
+    if (!dmm__device_history_on(c)) return;
+    uint64_t t = dmm__device_now_ns() / 1000;
     pthread_mutex_lock(&h->mu);
     if (h->cap > 0) {
-        h->ring[h->head] = (torch_event){addr, size, (uint64_t)(uintptr_t)stream, t, action};
+        h->ring[h->head] = (history_event){addr, size, (uint64_t)(uintptr_t)stream, t, action};
         h->head = (h->head + 1) % h->cap;
         if (h->count < h->cap) h->count++;
         else h->dropped++;
@@ -67,13 +67,13 @@ void dmm__torch_history_add(tctx *c, uint32_t action, uint64_t addr, uint64_t si
     pthread_mutex_unlock(&h->mu);
 }
 
-void dmm__torch_history_json(tctx *c, dmm_json *j) {
-    torch_history *h = &c->hist;
+void dmm__device_history_json(dmm_device *c, dmm_json *j) {
+    device_history *h = &c->hist;
     pthread_mutex_lock(&h->mu);
     dmm__json_put(j, "\"history\":{\"on\":%s,\"dropped\":%llu,\"events\":[", h->cap > 0 ? "true" : "false",
                   (unsigned long long)h->dropped);
     for (size_t k = 0; k < h->count; k++) {
-        const torch_event *e = &h->ring[(h->head + h->cap - h->count + k) % h->cap];
+        const history_event *e = &h->ring[(h->head + h->cap - h->count + k) % h->cap];
         dmm__json_put(j, "%s[%u,%llu,%llu,%llu,%llu]", k ? "," : "", e->action, (unsigned long long)e->addr,
                       (unsigned long long)e->size, (unsigned long long)e->stream, (unsigned long long)e->t_us);
     }

@@ -1,13 +1,13 @@
-/* adapters/torch/types.h — the torch adapter's data: one device context and everything it holds.
- * Internal to libdmm_torch.so and its tests; the ground floor every file of the adapter stands on.
+/* src/device/types.h — the device front's data: one dmm_device and everything it holds.
+ * Internal; the ground floor every file of src/device stands on.
  *
- * The core is written over any dmm_driver plus a small table of extras (`dmm_torch_ext`) that the
+ * The core is written over any dmm_driver plus a small table of extras (`dmm_device_ext`) that the
  * driver contract does not have: the capture status of a stream, and pinned host memory. The CUDA
  * entry points (torch_cuda.c) fill the extras from libcuda; the host unit test fills them with malloc
  * and a capture switch of its own, so every decision of the adapter runs on a machine without a GPU.
  *
  * The floors, each calling only those below it:
- *   adapter.c   routing of malloc/free (capture → graphs, a tag → tags, else the pool), the API, stats
+ *   device.c    routing of malloc/free (capture → graphs, a tag → tags, else the pool), the API, stats
  *   graphs.c    graph segments: memory mapped before a capture, the only memory a capture is served from
  *   offload.c   offload (copy, event, deferred decommit) and restore of a tag
  *   tags.c      tag names and scopes, tagged allocations in tag segments
@@ -15,7 +15,7 @@
  *               blocks), its release now or behind an event — what tag and graph segments share
  *   jobs.c      the deferred queue: our requests, polled and taken back; each job's own finish
  *   context.c   counts, the clock, and device loss (asked of the driver: it latches the first loss)
- * Beside them, called by adapter.c only: record.c, the recorder (a trace of every malloc and free);
+ * Beside them, called by device.c only: record.c, the recorder (a trace of every malloc and free);
  * blocks.c, the pool's live blocks; poolview.c, the mechanism the pool sees (the arena, watched);
  * history.c, the pool's recent events; stream_uses.c, the blocks torch's record_stream holds back;
  * imports.c, regions of a holder process (dmm hold) mapped into the arena.
@@ -25,8 +25,8 @@
  * lock held; the pool view's lock is taken with no adapter lock held, and around arena calls only;
  * the history's lock is a leaf (taken under the view's).
  */
-#ifndef DMM_TORCH_TYPES_H
-#define DMM_TORCH_TYPES_H
+#ifndef DMM_DEVICE_TYPES_H
+#define DMM_DEVICE_TYPES_H
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -37,9 +37,10 @@
 #include "core/spans.h"
 #include "core/u64map.h"
 #include "dmm/dmm.h"
+#include "dmm/device.h"
 
 /* ---- extras beyond the driver contract ---- */
-typedef struct dmm_torch_ext {
+typedef struct dmm_device_ext {
     void *user;
     /* *capturing = true while `stream` captures a CUDA graph; *id = the capture's id (0 = unknown).
      * NULL slot: streams never capture. */
@@ -50,60 +51,30 @@ typedef struct dmm_torch_ext {
     /* `waiter` waits (on the device) for `event`, for blocks used on several streams (stream_uses.c).
      * NULL slot: the other streams are synchronized instead. */
     dmm_status (*stream_wait)(void *user, dmm_stream waiter, dmm_event event);
-} dmm_torch_ext;
-
-typedef struct dmm_torch_config {
-    uint32_t size;              /* sizeof(dmm_torch_config) */
-    uint64_t pool_va_bytes;     /* VA of the pool; 0 = the device's total memory rounded up to a power of two */
-    uint64_t reserve_bytes;     /* the arena's VA reservation; 0 = 4 × pool_va_bytes */
-    uint64_t tag_segment_bytes; /* VA of one tag segment; 0 = pool_va_bytes / 2 */
-    uint64_t cache_limit_bytes; /* the arena's handle cache; 0 = 8 MiB */
-    uint64_t limit_bytes;       /* the device's budget (owned bytes); 0 = unlimited */
-    uint32_t retain_permille;   /* the pool's retention (dmm_pool_config); 0 = the pool's default */
-    uint32_t settle_permille;   /* the pool's retention ceiling (dmm_pool_config); 0 = the pool's default */
-    /* the pool's handles (dmm_pool_config max_chunk_bytes, handle_divisor, min_chunk_bytes,
-     * floor_divisor): 0 = the adapter's default, handles of up to 32 MiB and at most an 8th of the
-     * request but at least 8 MiB (measured on the H200: GPT-2's first training step 957 -> 682 ms, its
-     * second 125 -> 62 ms, the same peak, with the 8th; the 8 MiB floor then cut its handles 1,402 ->
-     * 933; docs/benchmarks.md); UINT64_MAX = one granule */
-    uint64_t max_chunk_bytes;
-    uint32_t handle_divisor;  /* 0 = the default (8 with the default max_chunk_bytes, else none) */
-    uint64_t min_chunk_bytes; /* 0 = the default (8 MiB with the default max_chunk_bytes, else one granule) */
-    uint32_t floor_divisor;   /* 0 = none: a fixed floor (64 MiB / 8 / 8 MiB / 256 raised gpu/torch_models'
-                                 peaks 2-3 % above native's on the H200, docs/benchmarks.md) */
-    /* restore's pieces (offload.c restore_piece): 0 = the default; UINT64_MAX = one commit per segment;
-     * else the largest piece, rounded up to the granule */
-    uint64_t restore_piece_bytes;
-    uint64_t restore_first_bytes; /* 0 = every piece the same; else the first piece, doubling up to the largest */
-    uint64_t restore_copy_bytes;  /* 0 = one copy per piece; else each piece's copy in parts of this many bytes */
-    uint64_t stock_bytes; /* the pool's stock (dmm_pool_config stock_bytes): 0 = none, the default */
-} dmm_torch_config;
-
-/* Offload modes (the `mode` of dmm__torch_offload). */
-enum { DMM_TORCH_TO_HOST = 0, DMM_TORCH_DISCARD = 1 };
+} dmm_device_ext;
 
 /* Largest number of distinct tag names per process, and of nested tag scopes per thread. */
-#define DMM_TORCH_MAX_TAGS 32
-#define DMM_TORCH_TAG_DEPTH 8
-#define DMM_TORCH_TAG_NAME 64
+#define DMM_DEVICE_MAX_TAGS 32
+#define DMM_DEVICE_TAG_DEPTH 8
+#define DMM_DEVICE_TAG_NAME 64
 /* Most pieces one segment's offload is cut into (each: a copy, an event, a queued decommit). */
-#define DMM_TORCH_OFFLOAD_PIECES 16
+#define DMM_DEVICE_OFFLOAD_PIECES 16
 
-typedef struct tctx tctx;
+typedef struct dmm_device dmm_device;
 
 /* ---- jobs: our requests in the deferred queue (jobs.c) ---- */
-typedef enum torch_job_end {
-    TORCH_JOB_RAN = 0,        /* the queue ran it: status DMM_OK (COMPLETE) or DMM_ERR_QUARANTINED */
-    TORCH_JOB_FAILED = 1,     /* it FAILED (nothing changed) and was taken out: status = the failure */
-    TORCH_JOB_TAKEN_BACK = 2, /* taken back unrun after a confirmed loss: no driver call may follow */
-} torch_job_end;
+typedef enum device_job_end {
+    DEVICE_JOB_RAN = 0,        /* the queue ran it: status DMM_OK (COMPLETE) or DMM_ERR_QUARANTINED */
+    DEVICE_JOB_FAILED = 1,     /* it FAILED (nothing changed) and was taken out: status = the failure */
+    DEVICE_JOB_TAKEN_BACK = 2, /* taken back unrun after a confirmed loss: no driver call may follow */
+} device_job_end;
 
-typedef struct tjob tjob;
+typedef struct device_job device_job;
 /* Called once, when the job leaves the queue (ctx.lock held by the poller); the job is freed after. */
-typedef void (*torch_job_finish)(tctx *c, tjob *j, torch_job_end how, dmm_status status);
+typedef void (*device_job_finish)(dmm_device *c, device_job *j, device_job_end how, dmm_status status);
 
-struct tjob {
-    torch_job_finish finish;
+struct device_job {
+    device_job_finish finish;
     void *owner; /* the segment (tag or graph) the job works on */
     dmm_event ev; /* the job's own event, destroyed after its finish (none after a loss); NULL = none */
     bool last;    /* a decommit covering the whole segment (its failure is the segment's) */
@@ -112,7 +83,7 @@ struct tjob {
 /* ---- segments (segment.c) ---- */
 /* One live block of a segment: its offset, rounded and requested sizes. */
 
-typedef struct torch_segment {
+typedef struct device_segment {
     dmm_allocation a;    /* an allocation of the arena: VA only (tags) or committed in full (graphs) */
     uint64_t committed;  /* [0, committed) is backed (while resident) */
     dmm_spans free;      /* the free spans of [0, a.bytes), coalesced */
@@ -120,16 +91,16 @@ typedef struct torch_segment {
     dmm_u64map reqs;     /* offset → requested bytes (the same offsets as lens) */
     size_t count;        /* live blocks */
     uint64_t live_bytes; /* Σ live len */
-} torch_segment;
+} device_segment;
 
 /* ---- tags (tags.c, offload.c) ---- */
 enum { SEG_RESIDENT = 0, SEG_PENDING = 1, SEG_OFFLOADED = 2 };
 enum { TAG_RESIDENT = 0, TAG_OFFLOADING = 1, TAG_OFFLOADED = 2 };
 
-typedef struct tseg {
-    struct tseg *next;
+typedef struct tag_segment {
+    struct tag_segment *next;
     int tag;                 /* the tag's id */
-    torch_segment seg;       /* VA-only; [0, seg.committed) backed while resident */
+    device_segment seg;       /* VA-only; [0, seg.committed) backed while resident */
     uint64_t restored;       /* while OFFLOADED: [0, restored) is mapped again (a restore in progress) */
     int state;               /* SEG_* */
     void *host;              /* pinned copy (offload to host) */
@@ -139,15 +110,15 @@ typedef struct tseg {
     dmm_stream last_stream;  /* the stream of the last free (gates the segment's release) */
     /* offload pieces: piece_ev[k] is recorded after piece k's copy and gates the decommit of [0, end of
      * piece k); the last piece's decommit covers [0, committed) */
-    dmm_event piece_ev[DMM_TORCH_OFFLOAD_PIECES];
+    dmm_event piece_ev[DMM_DEVICE_OFFLOAD_PIECES];
     uint32_t jobs_queued;    /* decommits the last offload queued */
     uint32_t jobs_left;      /* of those, still in the queue (SEG_PENDING ⇔ jobs_left > 0) */
-} tseg;
+} tag_segment;
 
-typedef struct ttag {
+typedef struct device_tag {
     int state;               /* TAG_* */
     int mode;                /* of the last offload */
-    tseg *segs;
+    tag_segment *segs;
     dmm_event ev;            /* recorded after the offload's copies */
     uint32_t pending;        /* segments with decommits queued */
     uint64_t offloads, restores;
@@ -156,17 +127,17 @@ typedef struct ttag {
      * context's polls when it began); frozen here when it ends */
     uint64_t pending_polls, polls_mark;
     dmm_status failure;      /* a segment's last decommit failed, or one was quarantined: memory stays mapped */
-} ttag;
+} device_tag;
 
 /* ---- graphs (graphs.c) ---- */
-typedef struct gseg {
-    struct gseg *next;
-    torch_segment seg;       /* fully committed before any capture */
+typedef struct graph_segment {
+    struct graph_segment *next;
+    device_segment seg;       /* fully committed before any capture */
     uint64_t capture_id;     /* the capture that owns it; 0 = idle */
     bool released;           /* the owner's graph is gone: idle once nothing is live */
     bool reserved;           /* idle and promised to the next capture by a reserve: trims keep it */
     dmm_event ev;            /* recorded at the release: the segment is reusable once it completed */
-} gseg;
+} graph_segment;
 
 /* ---- the pool's live blocks (blocks.c) ---- */
 /* The pool keeps its blocks to itself; once block tracking is on, the adapter keeps their addresses,
@@ -174,28 +145,28 @@ typedef struct gseg {
  * blocks are in their segments already). Sharded by address, one lock each, so threads on their own
  * streams rarely meet. Off by default: it costs an adapter malloc/free pair 35-75 ns (measured on the
  * host driver: 40 → 75-115 ns). */
-#define DMM_TORCH_BLOCK_SHARDS 64
+#define DMM_DEVICE_BLOCK_SHARDS 64
 
-typedef struct torch_block {
+typedef struct device_block {
     uint64_t len;      /* rounded bytes; 0 marks a free record */
     uint64_t req;      /* requested bytes; in a free record: the next free record's index + 1 (0: none) */
     dmm_stream stream; /* the stream it was allocated on */
-} torch_block;
+} device_block;
 
-typedef struct torch_block_shard {
+typedef struct device_block_shard {
     _Alignas(128) pthread_mutex_t mu; /* a shard per line pair (the array comes from aligned_alloc) */
     dmm_u64map at;                    /* address → index in recs */
-    torch_block *recs;
+    device_block *recs;
     size_t n, cap;                    /* records used (live or free) and allocated */
     size_t free_head;                 /* the first free record's index + 1 (0: none) */
-} torch_block_shard;
+} device_block_shard;
 
 /* ---- the pool's mechanism, watched (poolview.c) ---- */
 /* The pool is created over a mechanism that forwards every call to the arena and keeps, on the side,
  * which granules of the pool's VA are committed: the pool's segments in a snapshot. */
-typedef struct torch_poolview {
+typedef struct device_poolview {
     dmm_mechanism *arena;   /* not owned */
-    tctx *c;                /* its context (for the history's map and unmap events) */
+    dmm_device *c;                /* its context (for the history's map and unmap events) */
     uint64_t granule;
     pthread_mutex_t mu;     /* the fields below; taken after the arena's calls return (or around a resync) */
     bool have;              /* the pool's VA allocation is known */
@@ -203,36 +174,36 @@ typedef struct torch_poolview {
     uintptr_t base;         /* the pool's VA allocation */
     uint64_t bytes;
     dmm_spans committed;    /* committed ranges of it, offsets from base, whole granules */
-} torch_poolview;
+} device_poolview;
 
 /* ---- the pool's recent events (history.c) ---- */
 /* While on, a ring of the pool's last events in PyTorch's trace vocabulary, for device_traces of a
  * snapshot in PyTorch's layout: blocks handed out and freed, chunks mapped and unmapped. */
-enum { TORCH_EV_ALLOC = 0, TORCH_EV_FREE = 1, TORCH_EV_MAP = 2, TORCH_EV_UNMAP = 3 };
+enum { DEVICE_EV_ALLOC = 0, DEVICE_EV_FREE = 1, DEVICE_EV_MAP = 2, DEVICE_EV_UNMAP = 3 };
 
-typedef struct torch_event {
+typedef struct history_event {
     uint64_t addr, size; /* a block: its address and rounded size; a map or unmap: its range */
     uint64_t stream;     /* a block's stream (0 for maps and unmaps: the pool's runs are shared by streams) */
     uint64_t t_us;       /* CLOCK_MONOTONIC in µs */
-    uint32_t action;     /* TORCH_EV_* */
-} torch_event;
+    uint32_t action;     /* DEVICE_EV_* */
+} history_event;
 
-typedef struct torch_history {
+typedef struct device_history {
     _Atomic int on;      /* read without the lock by the hooks */
     pthread_mutex_t mu;  /* a leaf */
-    torch_event *ring;   /* cap entries; the oldest at (head + cap - count) % cap */
+    history_event *ring;   /* cap entries; the oldest at (head + cap - count) % cap */
     size_t cap, head, count;
     uint64_t dropped;    /* events the ring let go of (the oldest) since it was turned on */
-} torch_history;
+} device_history;
 
 /* ---- the recorder (record.c) ---- */
 struct gzFile_s; /* zlib's gzFile, without zlib.h here */
 
 /* Distinct stream ids a trace may carry (the reader's limit, tools/trace.h): the default stream is
  * 0, the others 1..63 in order of first use; later streams share id 63 (counted in streams_folded). */
-#define DMM_TORCH_RECORD_STREAMS 64
+#define DMM_DEVICE_RECORD_STREAMS 64
 
-typedef struct torch_recorder {
+typedef struct device_recorder {
     _Atomic int active;        /* 1 while recording: written under mu, read without it by the hooks */
     _Atomic int broken;        /* a write failed: events are no longer formatted (the file is lost) */
     pthread_mutex_t mu;        /* the events: ids, maps, counts, the buffer being filled */
@@ -248,38 +219,38 @@ typedef struct torch_recorder {
     bool default_used;         /* an allocation on the default stream (id 0) was recorded */
     uint64_t live, peak;       /* Σ bytes of live recorded blocks, and its maximum */
     uint64_t allocs, frees, untracked_frees, folded;
-    dmm_stream streams[DMM_TORCH_RECORD_STREAMS]; /* streams[k] has id k; streams[0] = NULL (default) */
+    dmm_stream streams[DMM_DEVICE_RECORD_STREAMS]; /* streams[k] has id k; streams[0] = NULL (default) */
     uint32_t nstreams;
     dmm_status failure;        /* the first failure (mu): host memory */
     char why[512];             /* its sentence */
     dmm_status write_failure;  /* the first failed write (file_mu) */
     char write_why[512];
-} torch_recorder;
+} device_recorder;
 
-typedef struct timport timport; /* imports.c */
+typedef struct device_import device_import; /* imports.c */
 
 /* ---- the context ---- */
 /* A count with a resettable peak. */
-typedef struct tcount {
+typedef struct device_count {
     _Atomic uint64_t cur, peak, total;
-} tcount;
+} device_count;
 
 /* The counts of one of torch's size classes (its stats' large_pool / small_pool): blocks whose rounded
  * size is above 1 MiB are large, the others small, as in torch's caching allocator. */
-#define TORCH_SMALL_BYTES ((uint64_t)1 << 20)
-enum { TORCH_CLASS_LARGE = 0, TORCH_CLASS_SMALL = 1 };
-typedef struct torch_class {
-    tcount alloc_bytes, req_bytes, blocks;
+#define DEVICE_SMALL_BYTES ((uint64_t)1 << 20)
+enum { DEVICE_CLASS_LARGE = 0, DEVICE_CLASS_SMALL = 1 };
+typedef struct size_class {
+    device_count alloc_bytes, req_bytes, blocks;
     _Atomic uint64_t freed_bytes, req_freed, frees;
-} torch_class;
+} size_class;
 
-struct tctx {
+struct dmm_device {
     dmm_driver *drv;         /* not owned; its latch says whether the device is lost */
-    dmm_torch_ext ext;
+    dmm_device_ext ext;
     dmm_device_id dev;
     uint64_t granule, pool_va, tag_va, block_align;
     uint64_t reserve;        /* the arena's VA reservation (≤ 2^63): no request above it is served */
-    uint64_t restore_piece, restore_first, restore_copy; /* dmm_torch_config's restore_*_bytes */
+    uint64_t restore_piece, restore_first, restore_copy; /* dmm_device_config's restore_*_bytes */
 
     dmm_governor *gov;       /* not owned */
     dmm_holder *holder;
@@ -290,30 +261,30 @@ struct tctx {
 
     dmm_mechanism *arena;
     dmm_mechanism *view;     /* over the arena, for the pool only (poolview.c); owns pv */
-    torch_poolview *pv;
-    torch_history hist;      /* off unless dmm__torch_history (history.c) */
+    device_poolview *pv;
+    device_history hist;      /* off unless dmm_device_history (history.c) */
     dmm_pool *pool;
     dmm_deferred *q;
 
     /* counted by the hook: what the arena has mapped (= committed) and owns, with resettable peaks */
-    tcount mapped, owned;
+    device_count mapped, owned;
     /* counted by malloc/free across pool, tags and graphs: rounded bytes, requested bytes, blocks; and the
-     * same by torch's size classes, by_class[TORCH_CLASS_LARGE / _SMALL] (rounded size > / ≤ 1 MiB) */
-    tcount alloc_bytes, req_bytes, blocks;
-    torch_class by_class[2];
+     * same by torch's size classes, by_class[DEVICE_CLASS_LARGE / _SMALL] (rounded size > / ≤ 1 MiB) */
+    device_count alloc_bytes, req_bytes, blocks;
+    size_class by_class[2];
     _Atomic uint64_t freed_bytes, req_freed, frees, ooms, retries, capture_mallocs, capture_refusals, tag_mallocs;
     _Atomic uint64_t queued; /* our jobs in the deferred queue */
 
     pthread_mutex_t lock;    /* tags, graphs, polls of the queue */
     uint64_t polls;          /* polls that found jobs queued (ctx.lock) */
     bool jobs_taken_back;    /* after a confirmed loss: every job was taken back unrun (ctx.lock) */
-    ttag tags[DMM_TORCH_MAX_TAGS];
-    gseg *graphs;
+    device_tag tags[DMM_DEVICE_MAX_TAGS];
+    graph_segment *graphs;
     uint64_t host_bytes;     /* Σ pinned copies */
-    torch_recorder rec;      /* off unless dmm__torch_record_start (record.c); its own locks, leaves */
-    torch_block_shard *pool_blocks; /* DMM_TORCH_BLOCK_SHARDS shards (blocks.c); their locks are leaves */
-    timport *imports;               /* regions of a holder process mapped here (imports.c; ctx.lock) */
+    device_recorder rec;      /* off unless dmm_device_record_start (record.c); its own locks, leaves */
+    device_block_shard *pool_blocks; /* DMM_DEVICE_BLOCK_SHARDS shards (blocks.c); their locks are leaves */
+    device_import *imports;               /* regions of a holder process mapped here (imports.c; ctx.lock) */
     _Atomic int track_blocks;       /* 1 once block tracking is on (never off again): the table is kept */
 };
 
-#endif /* DMM_TORCH_TYPES_H */
+#endif /* DMM_DEVICE_TYPES_H */

@@ -1,4 +1,4 @@
-/* adapters/torch/segment.c — one segment: what tag segments and graph segments have in common.
+/* src/device/segment.c — one segment: what tag segments and graph segments have in common.
  *
  * What it owns: a segment's arena allocation (VA only, or committed in full), the placement of blocks
  * inside it, and giving it back — now, or behind an event through the jobs floor. Tags (tags.c) grow
@@ -26,25 +26,25 @@
 /* ---- the live blocks: offset → len and offset → req, two maps of the core's one u64 map ---- */
 
 /* Promises a slot in both maps (so that recording a block cannot fail halfway); false: none. */
-static bool blocks_promise(torch_segment *s) {
+static bool blocks_promise(device_segment *s) {
     if (!dmm__u64map_reserve(&s->lens, 1)) return false;
     if (dmm__u64map_reserve(&s->reqs, 1)) return true;
     dmm__u64map_unreserve(&s->lens, 1);
     return false;
 }
 
-static void blocks_unpromise(torch_segment *s) {
+static void blocks_unpromise(device_segment *s) {
     dmm__u64map_unreserve(&s->lens, 1);
     dmm__u64map_unreserve(&s->reqs, 1);
 }
 
 /* ---- placement ---- */
-static bool place_init(torch_segment *s, uint64_t bytes) {
+bool dmm__device_segment_place(device_segment *s, uint64_t bytes) {
     dmm__spans_init(&s->free);
     return dmm__spans_reserve(&s->free, 1) && dmm__spans_insert(&s->free, 0, bytes);
 }
 
-bool dmm__torch_segment_take(torch_segment *s, uint64_t len, uint64_t req, uint64_t *off) {
+bool dmm__device_segment_take(device_segment *s, uint64_t len, uint64_t req, uint64_t *off) {
     if (len == 0 || !blocks_promise(s)) return false;
     uint64_t at = 0;
     if (!dmm__spans_reserve(&s->free, 1) || !dmm__spans_take_first_fit(&s->free, 0, len, 1, &at)) {
@@ -59,7 +59,7 @@ bool dmm__torch_segment_take(torch_segment *s, uint64_t len, uint64_t req, uint6
     return true;
 }
 
-bool dmm__torch_segment_give(torch_segment *s, uint64_t off, uint64_t *len, uint64_t *req) {
+bool dmm__device_segment_give(device_segment *s, uint64_t off, uint64_t *len, uint64_t *req) {
     if (!dmm__spans_reserve(&s->free, 1)) return false; /* first, so that a failure changes nothing */
     uint64_t blen = 0, breq = 0;
     if (!dmm__u64map_remove(&s->lens, off, &blen)) return false;
@@ -72,14 +72,14 @@ bool dmm__torch_segment_give(torch_segment *s, uint64_t off, uint64_t *len, uint
     return true;
 }
 
-bool dmm__torch_segment_holds(const torch_segment *s, const void *ptr, uint64_t *off) {
+bool dmm__device_segment_holds(const device_segment *s, const void *ptr, uint64_t *off) {
     uintptr_t p = (uintptr_t)ptr, b = (uintptr_t)s->a.ptr;
     if (p < b || p >= b + s->a.bytes) return false;
     if (off != NULL) *off = p - b;
     return true;
 }
 
-uint64_t dmm__torch_segment_high(const torch_segment *s) {
+uint64_t dmm__device_segment_high(const device_segment *s) {
     uint64_t hi = 0, off, len;
     size_t at = 0;
     while (dmm__u64map_next(&s->lens, &at, &off, &len))
@@ -87,7 +87,7 @@ uint64_t dmm__torch_segment_high(const torch_segment *s) {
     return hi;
 }
 
-void dmm__torch_segment_each(const torch_segment *s, void (*fn)(void *u, uint64_t off, uint64_t len, uint64_t req),
+void dmm__device_segment_each(const device_segment *s, void (*fn)(void *u, uint64_t off, uint64_t len, uint64_t req),
                              void *u) {
     uint64_t off, len, req = 0;
     size_t at = 0;
@@ -110,18 +110,18 @@ static void put_block(void *u, uint64_t off, uint64_t len, uint64_t req) {
     b->first = false;
 }
 
-void dmm__torch_segment_json_blocks(const torch_segment *s, dmm_json *j) {
+void dmm__device_segment_json_blocks(const device_segment *s, dmm_json *j) {
     json_blocks b = {j, (uintptr_t)s->a.ptr, true};
-    dmm__torch_segment_each(s, put_block, &b);
+    dmm__device_segment_each(s, put_block, &b);
 }
 
 /* ---- the allocation ---- */
-dmm_status dmm__torch_segment_open(tctx *c, torch_segment *s, uint64_t bytes, bool commit, const char *kind,
+dmm_status dmm__device_segment_open(dmm_device *c, device_segment *s, uint64_t bytes, bool commit, const char *kind,
                                    const char *fmt, ...) {
     memset(s, 0, sizeof *s);
-    if (!place_init(s, bytes)) {
-        dmm__torch_segment_close(s);
-        return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm torch: out of host memory for %s", kind);
+    if (!dmm__device_segment_place(s, bytes)) {
+        dmm__device_segment_close(s);
+        return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: out of host memory for %s", kind);
     }
     dmm_status st;
     if (!commit) {
@@ -139,30 +139,30 @@ dmm_status dmm__torch_segment_open(tctx *c, torch_segment *s, uint64_t bytes, bo
         va_start(ap, fmt);
         vsnprintf(what, sizeof what, fmt, ap);
         va_end(ap);
-        dmm__error_wrap(st, "dmm torch: reserving %llu bytes of %s failed", (unsigned long long)bytes, what);
-        dmm__torch_segment_close(s);
+        dmm__error_wrap(st, "dmm device: reserving %llu bytes of %s failed", (unsigned long long)bytes, what);
+        dmm__device_segment_close(s);
         return st;
     }
     s->committed = commit ? bytes : 0;
     return DMM_OK;
 }
 
-void dmm__torch_segment_close(torch_segment *s) {
+void dmm__device_segment_close(device_segment *s) {
     dmm__spans_fini(&s->free);
     dmm__u64map_fini(&s->lens);
     dmm__u64map_fini(&s->reqs);
     memset(s, 0, sizeof *s);
 }
 
-bool dmm__torch_segment_release(tctx *c, torch_segment *s) {
+bool dmm__device_segment_release(dmm_device *c, device_segment *s) {
     dmm_release_outcome o = dmm_mechanism_release(c->arena, &s->a);
     return dmm_release_state_of(&o) != DMM_RELEASE_FAILED;
 }
 
-dmm_status dmm__torch_segment_release_behind(tctx *c, torch_segment *s, dmm_event ev, torch_job_finish finish,
+dmm_status dmm__device_segment_release_behind(dmm_device *c, device_segment *s, dmm_event ev, device_job_finish finish,
                                              void *owner) {
-    tjob *j = dmm__torch_job_new(finish, owner);
-    if (j == NULL) return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm torch: out of host memory queueing a release");
+    device_job *j = dmm__device_job_new(finish, owner);
+    if (j == NULL) return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: out of host memory queueing a release");
     j->ev = ev;
     dmm_deferred_request r;
     memset(&r, 0, sizeof r);
@@ -172,7 +172,7 @@ dmm_status dmm__torch_segment_release_behind(tctx *c, torch_segment *s, dmm_even
     r.allocation = s->a;
     r.n_events = 1;
     r.events[0] = ev;
-    dmm_status st = dmm__torch_job_queue(c, &r, j);
+    dmm_status st = dmm__device_job_queue(c, &r, j);
     if (st != DMM_OK) free(j);
     return st;
 }

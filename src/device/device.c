@@ -1,4 +1,4 @@
-/* adapters/torch/adapter.c — one device's allocator behind torch's CUDAPluggableAllocator.
+/* src/device/device.c — the device front (dmm/device.h): one device's allocator, under every adapter.
  *
  * What it owns: the stack driver → arena → pool of one device, its lease with the governor, and the
  * routing of every malloc and free:
@@ -19,7 +19,7 @@
  * (= committed: pool chunks, tag and graph segments) and owned (plus the handle cache) with peaks that
  * reset_peaks can lower; a malloc refused for budget or memory trims the pool and retries once.
  *
- * Device loss (adapter.h): the driver is the one place that knows (it latches the first loss any call
+ * Device loss (dmm/device.h): the driver is the one place that knows (it latches the first loss any call
  * over it reported: the pool's, the arena's, the deferred queue's or ours); the slow paths ask it
  * first (context.c) and make no driver call once it is lost; confirm_lost takes the jobs back unrun
  * (jobs.c), and destroy then goes without a driver call, freeing every host structure (events are not
@@ -35,7 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "adapter.h"
+#include "device_internal.h"
 #include "driver/call.h"
 #include "blocks.h"
 #include "history.h"
@@ -47,44 +47,44 @@
 
 #define MIB ((uint64_t)1 << 20)
 #define GIB ((uint64_t)1 << 30)
-#define TORCH_MAX_RESERVE ((uint64_t)1 << 63) /* reserve ≤ 2^63: a request ≤ reserve rounds up without wrapping */
+#define DEVICE_MAX_RESERVE ((uint64_t)1 << 63) /* reserve ≤ 2^63: a request ≤ reserve rounds up without wrapping */
 
 static _Atomic int capture_check = 1;
 
-void dmm__torch_set_capture_check(bool on) { atomic_store_explicit(&capture_check, on ? 1 : 0, memory_order_relaxed); }
+void dmm_device_set_capture_check(bool on) { atomic_store_explicit(&capture_check, on ? 1 : 0, memory_order_relaxed); }
 
-static inline uint64_t ld(_Atomic uint64_t *x) { return dmm__torch_get(x); }
-static inline void inc(_Atomic uint64_t *x, uint64_t v) { dmm__torch_bump(x, v); }
+static inline uint64_t ld(_Atomic uint64_t *x) { return dmm__device_get(x); }
+static inline void inc(_Atomic uint64_t *x, uint64_t v) { dmm__device_bump(x, v); }
 
 /* ---- the accounting hook: count, then forward to the governor ---- */
 static dmm_status acct_charge(void *user, dmm_device_id device, dmm_axis axis, uint64_t bytes) {
-    tctx *c = user;
+    dmm_device *c = user;
     if (c->inner.charge != NULL) {
         dmm_status s = c->inner.charge(c->inner.user, device, axis, bytes);
         if (s != DMM_OK) return s;
     }
-    dmm__torch_count_add(axis == DMM_AXIS_MAPPED ? &c->mapped : &c->owned, bytes);
+    dmm__device_count_add(axis == DMM_AXIS_MAPPED ? &c->mapped : &c->owned, bytes);
     return DMM_OK;
 }
 
 static void acct_refund(void *user, dmm_device_id device, dmm_axis axis, uint64_t bytes) {
-    tctx *c = user;
-    dmm__torch_count_sub(axis == DMM_AXIS_MAPPED ? &c->mapped : &c->owned, bytes);
+    dmm_device *c = user;
+    dmm__device_count_sub(axis == DMM_AXIS_MAPPED ? &c->mapped : &c->owned, bytes);
     if (c->inner.refund != NULL) c->inner.refund(c->inner.user, device, axis, bytes);
 }
 
 /* ---- create / destroy ---- */
-dmm_status dmm__torch_create(dmm_driver *drv, const dmm_torch_ext *ext, dmm_governor *gov,
-                             const dmm_torch_config *cfg, tctx **out) {
+dmm_status dmm_device_create(dmm_driver *drv, const dmm_device_ext *ext, dmm_governor *gov,
+                             const dmm_device_config *cfg, dmm_device **out) {
     if (drv == NULL || gov == NULL || out == NULL)
-        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: creating a device context needs a driver, a "
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm device: creating a device context needs a driver, a "
                                                        "governor and an output pointer");
     *out = NULL;
-    dmm_torch_config k;
+    dmm_device_config k;
     memset(&k, 0, sizeof k);
     if (cfg != NULL) memcpy(&k, cfg, cfg->size < sizeof k ? cfg->size : sizeof k);
-    tctx *c = calloc(1, sizeof *c);
-    if (c == NULL) return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm torch: out of host memory");
+    dmm_device *c = calloc(1, sizeof *c);
+    if (c == NULL) return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: out of host memory");
     c->drv = drv;
     if (ext != NULL) c->ext = *ext;
     c->dev = drv->device;
@@ -95,7 +95,7 @@ dmm_status dmm__torch_create(dmm_driver *drv, const dmm_torch_ext *ext, dmm_gove
     if (s != DMM_OK || gran == 0) {
         free(c);
         return dmm_error_set(s != DMM_OK ? s : DMM_ERR_UNSUPPORTED,
-                             "dmm torch: device %d has no virtual memory management (driver '%s'); the adapter "
+                             "dmm device: device %d has no virtual memory management (driver '%s'); the adapter "
                              "needs it to map memory under stable addresses",
                              (int)drv->device.index, drv->ops->name);
     }
@@ -108,34 +108,34 @@ dmm_status dmm__torch_create(dmm_driver *drv, const dmm_torch_ext *ext, dmm_gove
         if (!dmm_pow2_up(total, &pool_va)) pool_va = UINT64_MAX; /* refused below */
     }
     if (pool_va < 64 * gran) pool_va = 64 * gran;
-    uint64_t reserve = k.reserve_bytes ? k.reserve_bytes : 4 * (pool_va <= TORCH_MAX_RESERVE / 4 ? pool_va : 0);
-    if (pool_va > TORCH_MAX_RESERVE / 4 && k.reserve_bytes == 0) {
+    uint64_t reserve = k.reserve_bytes ? k.reserve_bytes : 4 * (pool_va <= DEVICE_MAX_RESERVE / 4 ? pool_va : 0);
+    if (pool_va > DEVICE_MAX_RESERVE / 4 && k.reserve_bytes == 0) {
         free(c);
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
-                             "dmm torch: a pool VA of %llu bytes on device %d is too large: the adapter reserves 4 x "
+                             "dmm device: a pool VA of %llu bytes on device %d is too large: the adapter reserves 4 x "
                              "it, and 64 bits hold a pool VA of at most %llu (2^61); set DMM_TORCH_POOL_VA (the "
                              "config's pool_va_bytes) to the device's memory or less, or 0 for that; nothing was "
                              "created",
                              (unsigned long long)pool_va, (int)drv->device.index,
-                             (unsigned long long)(TORCH_MAX_RESERVE / 4));
+                             (unsigned long long)(DEVICE_MAX_RESERVE / 4));
     }
-    if (reserve > TORCH_MAX_RESERVE) {
+    if (reserve > DEVICE_MAX_RESERVE) {
         free(c);
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
-                             "dmm torch: a reservation of %llu bytes on device %d is above %llu (2^63), the most the "
+                             "dmm device: a reservation of %llu bytes on device %d is above %llu (2^63), the most the "
                              "adapter's sizes are checked for; pass a smaller reserve_bytes; nothing was created",
                              (unsigned long long)reserve, (int)drv->device.index,
-                             (unsigned long long)TORCH_MAX_RESERVE);
+                             (unsigned long long)DEVICE_MAX_RESERVE);
     }
     c->pool_va = pool_va;
     c->reserve = reserve;
     c->tag_va = k.tag_segment_bytes ? k.tag_segment_bytes : pool_va / 2;
-    c->tag_va = dmm__torch_round_granule(c, c->tag_va);
+    c->tag_va = dmm__device_round_granule(c, c->tag_va);
     c->restore_piece = k.restore_piece_bytes;
     c->restore_first = k.restore_first_bytes;
     c->restore_copy = k.restore_copy_bytes;
 
-    dmm__torch_history_init(c); /* (from here on, failures go to `fail`, which undoes it) */
+    dmm__device_history_init(c); /* (from here on, failures go to `fail`, which undoes it) */
     dmm_holder_config hc = {sizeof hc, "torch", 0, NULL, NULL};
     s = dmm_governor_holder_register(gov, &hc, &c->holder);
     if (s != DMM_OK) goto fail;
@@ -188,25 +188,25 @@ dmm_status dmm__torch_create(dmm_driver *drv, const dmm_torch_ext *ext, dmm_gove
         pc.min_chunk_bytes = k.min_chunk_bytes;
         pc.floor_divisor = k.floor_divisor;
     }
-    s = dmm__torch_poolview_open(c);
+    s = dmm__device_poolview_open(c);
     if (s != DMM_OK) goto fail;
-    s = dmm__torch_blocks_open(c);
+    s = dmm__device_blocks_open(c);
     if (s != DMM_OK) goto fail;
     s = dmm_pool_create(c->view, drv, &pc, &c->pool);
     if (s != DMM_OK) goto fail;
-    s = dmm__torch_jobs_open(c);
+    s = dmm__device_jobs_open(c);
     if (s != DMM_OK) goto fail;
     pthread_mutex_init(&c->lock, NULL);
-    dmm__torch_record_init(c);
+    dmm__device_record_init(c);
     *out = c;
     return DMM_OK;
 fail:
-    dmm__error_wrap(s, "dmm torch: setting up device %d failed", (int)drv->device.index);
+    dmm__error_wrap(s, "dmm device: setting up device %d failed", (int)drv->device.index);
     if (c->pool != NULL) dmm_pool_destroy(c->pool);
     if (c->view != NULL) dmm_mechanism_destroy(c->view);
-    dmm__torch_blocks_close(c);
+    dmm__device_blocks_close(c);
     if (c->arena != NULL) dmm_mechanism_destroy(c->arena);
-    dmm__torch_history_fini(c);
+    dmm__device_history_fini(c);
     if (c->host_lease) dmm_lease_release(gov, c->host_lease);
     if (c->lease) dmm_lease_release(gov, c->lease);
     if (c->holder != NULL) dmm_governor_holder_unregister(c->holder);
@@ -217,76 +217,76 @@ fail:
 /* ---- device loss ---- */
 /* ctx.lock held; the context is lost and confirmed terminated. Takes every job back unrun and marks
  * the tags; no driver call (the events the jobs name went with the context). */
-static void confirm_lost_locked(tctx *c) {
+static void confirm_lost_locked(dmm_device *c) {
     if (c->jobs_taken_back) return;
-    dmm__torch_jobs_take_back_locked(c);
-    dmm__torch_tags_mark_lost(c);
+    dmm__device_jobs_take_back_locked(c);
+    dmm__device_tags_mark_lost(c);
 }
 
-dmm_status dmm__torch_confirm_lost(tctx *c) {
-    if (c == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: confirm_lost of a NULL context");
+dmm_status dmm_device_confirm_lost(dmm_device *c) {
+    if (c == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm device: confirm_lost of a NULL context");
     pthread_mutex_lock(&c->lock);
-    if (!dmm__torch_lost(c)) {
+    if (!dmm__device_lost(c)) {
         pthread_mutex_unlock(&c->lock);
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
-                             "dmm torch: confirm_lost on device %d refused: the device was not lost, so there is "
+                             "dmm device: confirm_lost on device %d refused: the device was not lost, so there is "
                              "nothing to discharge; free everything and destroy the context normally",
                              (int)c->dev.index);
     }
-    dmm_status s = dmm__torch_terminated(c) ? DMM_OK : dmm_arena_confirm_context_terminated(c->arena);
+    dmm_status s = dmm__device_terminated(c) ? DMM_OK : dmm_arena_confirm_context_terminated(c->arena);
     if (s == DMM_OK) confirm_lost_locked(c);
     pthread_mutex_unlock(&c->lock);
     return s;
 }
 
 /* The pool's view and the table of its blocks, once the pool is gone (skipped once done). */
-static dmm_status destroy_view(tctx *c) {
+static dmm_status destroy_view(dmm_device *c) {
     if (c->view != NULL) {
         dmm_status s = dmm_mechanism_destroy(c->view);
         if (s != DMM_OK) return s;
         c->view = NULL;
         c->pv = NULL;
     }
-    dmm__torch_blocks_close(c);
+    dmm__device_blocks_close(c);
     return DMM_OK;
 }
 
 /* The rest of a destroy once the pool is gone (both destroys end here): the jobs, the view, the arena,
  * then every host structure. Each step that can fail is skipped once done, so a destroy that fails here
  * leaves a context that can only be destroyed again, and that call resumes. */
-static dmm_status destroy_after_pool(tctx *c) {
-    dmm_status s = dmm__torch_jobs_close(c);
+static dmm_status destroy_after_pool(dmm_device *c) {
+    dmm_status s = dmm__device_jobs_close(c);
     if (s != DMM_OK) return s;
     s = destroy_view(c);
     if (s != DMM_OK) return s;
     s = dmm_mechanism_destroy(c->arena);
     if (s != DMM_OK)
-        return dmm__error_wrap(s, "dmm torch: destroying device %d: its pool is gone but the arena could not be "
+        return dmm__error_wrap(s, "dmm device: destroying device %d: its pool is gone but the arena could not be "
                                   "destroyed (%s); call destroy again (the only call this context still takes)",
                                (int)c->dev.index, dmm_status_str(s));
     dmm_lease_release(c->gov, c->host_lease);
     dmm_lease_release(c->gov, c->lease);
     dmm_governor_holder_unregister(c->holder);
-    dmm__torch_record_fini(c);
-    dmm__torch_history_fini(c);
+    dmm__device_record_fini(c);
+    dmm__device_history_fini(c);
     pthread_mutex_destroy(&c->lock);
     free(c);
     return DMM_OK;
 }
 
 /* destroy after a loss: refused until confirmed; then everything goes without a driver call. */
-static dmm_status destroy_lost_locked(tctx *c) {
-    if (!dmm__torch_terminated(c)) {
+static dmm_status destroy_lost_locked(dmm_device *c) {
+    if (!dmm__device_terminated(c)) {
         pthread_mutex_unlock(&c->lock);
         return dmm_error_set(DMM_ERR_DEVICE_LOST,
-                             "dmm torch: destroying device %d refused: the device is lost and the context was not "
-                             "confirmed terminated; tear it down, call dmm__torch_confirm_lost, then destroy "
+                             "dmm device: destroying device %d refused: the device is lost and the context was not "
+                             "confirmed terminated; tear it down, call dmm_device_confirm_lost, then destroy "
                              "again; nothing changed",
                              (int)c->dev.index);
     }
     confirm_lost_locked(c);
-    dmm__torch_tags_drop_lost(c);
-    dmm__torch_graphs_drop_lost(c);
+    dmm__device_tags_drop_lost(c);
+    dmm__device_graphs_drop_lost(c);
     pthread_mutex_unlock(&c->lock);
     dmm_status s = c->pool != NULL ? dmm_pool_destroy(c->pool) : DMM_OK; /* forgets live blocks */
     if (s != DMM_OK) return s;
@@ -294,35 +294,35 @@ static dmm_status destroy_lost_locked(tctx *c) {
     return destroy_after_pool(c);
 }
 
-dmm_status dmm__torch_destroy(tctx *c) {
+dmm_status dmm_device_destroy(dmm_device *c) {
     if (c == NULL) return DMM_OK;
     pthread_mutex_lock(&c->lock);
-    dmm__torch_jobs_poll_locked(c);
-    if (c->jobs_taken_back || dmm__torch_lost(c)) return destroy_lost_locked(c); /* unlocks */
+    dmm__device_jobs_poll_locked(c);
+    if (c->jobs_taken_back || dmm__device_lost(c)) return destroy_lost_locked(c); /* unlocks */
     uint64_t live = ld(&c->blocks.cur), queued = ld(&c->queued);
     if (live > 0 || queued > 0) {
         pthread_mutex_unlock(&c->lock);
         return dmm_error_set(DMM_ERR_BUSY,
-                             "dmm torch: device %d still has %llu live block(s) and %llu queued decommit(s); free "
+                             "dmm device: device %d still has %llu live block(s) and %llu queued decommit(s); free "
                              "them (and let the streams finish) first; nothing changed",
                              (int)c->dev.index, (unsigned long long)live, (unsigned long long)queued);
     }
     /* Tag and graph segments go first; one whose release FAILED (nothing changed) stays, one whose
      * release waits behind its event (a released graph's last replay) stays queued, and the destroy
      * stops there with the context intact (and usable): call it again. */
-    dmm__torch_imports_fini(c);
-    dmm__torch_tags_fini(c);
-    (void)dmm__torch_graphs_fini_locked(c);
-    dmm__torch_jobs_poll_locked(c);
+    dmm__device_imports_fini(c);
+    dmm__device_tags_fini(c);
+    (void)dmm__device_graphs_fini_locked(c);
+    dmm__device_jobs_poll_locked(c);
     size_t kept = 0;
-    for (int i = 0; i < DMM_TORCH_MAX_TAGS; i++)
-        for (tseg *g = c->tags[i].segs; g != NULL; g = g->next) kept++;
-    for (gseg *g = c->graphs; g != NULL; g = g->next) kept++;
+    for (int i = 0; i < DMM_DEVICE_MAX_TAGS; i++)
+        for (tag_segment *g = c->tags[i].segs; g != NULL; g = g->next) kept++;
+    for (graph_segment *g = c->graphs; g != NULL; g = g->next) kept++;
     queued = ld(&c->queued);
     pthread_mutex_unlock(&c->lock);
     if (kept > 0 || queued > 0)
         return dmm_error_set(DMM_ERR_BUSY,
-                             "dmm torch: destroying device %d: %zu tag or graph segment(s) could not be released "
+                             "dmm device: destroying device %d: %zu tag or graph segment(s) could not be released "
                              "(the driver failed and nothing changed for them) and %llu release(s) wait behind work "
                              "still running on their streams; the context is intact: let the streams finish and call "
                              "destroy again",
@@ -336,54 +336,54 @@ dmm_status dmm__torch_destroy(tctx *c) {
 }
 
 /* ---- polls ---- */
-dmm_status dmm__torch_poll(tctx *c, uint64_t *queued) {
+dmm_status dmm_device_poll(dmm_device *c, uint64_t *queued) {
     pthread_mutex_lock(&c->lock);
-    dmm_status s = c->jobs_taken_back ? dmm__torch_refuse_lost(c, "poll") : dmm__torch_jobs_poll_locked(c);
+    dmm_status s = c->jobs_taken_back ? dmm__device_refuse_lost(c, "poll") : dmm__device_jobs_poll_locked(c);
     if (queued != NULL) *queued = ld(&c->queued);
     pthread_mutex_unlock(&c->lock);
     return s;
 }
 
 /* ---- malloc / free ---- */
-static torch_class *class_of(tctx *c, uint64_t len) {
-    return &c->by_class[len <= TORCH_SMALL_BYTES ? TORCH_CLASS_SMALL : TORCH_CLASS_LARGE];
+static size_class *class_of(dmm_device *c, uint64_t len) {
+    return &c->by_class[len <= DEVICE_SMALL_BYTES ? DEVICE_CLASS_SMALL : DEVICE_CLASS_LARGE];
 }
 
-static void count_malloc(tctx *c, uint64_t len, size_t req) {
-    torch_class *k = class_of(c, len);
-    dmm__torch_count_add(&c->alloc_bytes, len);
-    dmm__torch_count_add(&c->req_bytes, req);
-    dmm__torch_count_add(&c->blocks, 1);
-    dmm__torch_count_add(&k->alloc_bytes, len);
-    dmm__torch_count_add(&k->req_bytes, req);
-    dmm__torch_count_add(&k->blocks, 1);
+static void count_malloc(dmm_device *c, uint64_t len, size_t req) {
+    size_class *k = class_of(c, len);
+    dmm__device_count_add(&c->alloc_bytes, len);
+    dmm__device_count_add(&c->req_bytes, req);
+    dmm__device_count_add(&c->blocks, 1);
+    dmm__device_count_add(&k->alloc_bytes, len);
+    dmm__device_count_add(&k->req_bytes, req);
+    dmm__device_count_add(&k->blocks, 1);
 }
 
-static void count_free(tctx *c, uint64_t len, uint64_t req) {
-    torch_class *k = class_of(c, len);
-    dmm__torch_count_sub(&c->alloc_bytes, len);
-    dmm__torch_count_sub(&c->req_bytes, req);
-    dmm__torch_count_sub(&c->blocks, 1);
+static void count_free(dmm_device *c, uint64_t len, uint64_t req) {
+    size_class *k = class_of(c, len);
+    dmm__device_count_sub(&c->alloc_bytes, len);
+    dmm__device_count_sub(&c->req_bytes, req);
+    dmm__device_count_sub(&c->blocks, 1);
     inc(&c->freed_bytes, len);
     inc(&c->req_freed, req);
     inc(&c->frees, 1);
-    dmm__torch_count_sub(&k->alloc_bytes, len);
-    dmm__torch_count_sub(&k->req_bytes, req);
-    dmm__torch_count_sub(&k->blocks, 1);
+    dmm__device_count_sub(&k->alloc_bytes, len);
+    dmm__device_count_sub(&k->req_bytes, req);
+    dmm__device_count_sub(&k->blocks, 1);
     inc(&k->freed_bytes, len);
     inc(&k->req_freed, req);
     inc(&k->frees, 1);
 }
 
 /* A pool malloc refused for budget or memory: give back what the pool caches, then try once more. */
-static dmm_status pool_retry(tctx *c, size_t bytes, dmm_stream stream, void **out, dmm_status first) {
+static dmm_status pool_retry(dmm_device *c, size_t bytes, dmm_stream stream, void **out, dmm_status first) {
     if (first != DMM_ERR_BUDGET && first != DMM_ERR_OUT_OF_MEMORY) return first;
     dmm_error_kept first_try = {0}; /* the sentence names both tries, and the second overwrites the first */
     dmm__error_keep(&first_try, first);
     inc(&c->retries, 1);
     pthread_mutex_lock(&c->lock);
-    dmm__torch_jobs_poll_locked(c);
-    (void)dmm__torch_graphs_trim_locked(c);
+    dmm__device_jobs_poll_locked(c);
+    (void)dmm__device_graphs_trim_locked(c);
     pthread_mutex_unlock(&c->lock);
     uint64_t released = 0;
     (void)dmm_pool_empty_cache(c->pool, &released);
@@ -391,123 +391,123 @@ static dmm_status pool_retry(tctx *c, size_t bytes, dmm_stream stream, void **ou
     if (s == DMM_OK) return DMM_OK;
     inc(&c->ooms, 1);
     return dmm__error_wrap(s,
-                           "dmm torch: allocating %zu bytes on device %d (stream %p) failed, also after giving back "
+                           "dmm device: allocating %zu bytes on device %d (stream %p) failed, also after giving back "
                            "%llu cached bytes (first try: %.767s)", /* (cut: the second try's cause follows) */
                            bytes, (int)c->dev.index, stream, (unsigned long long)released,
                            dmm__error_kept_text(&first_try));
 }
 
-/* The routing of a malloc (the file's opening); dmm__torch_malloc records what it served. */
-static dmm_status route_malloc(tctx *c, size_t bytes, dmm_stream stream, void **out) {
+/* The routing of a malloc (the file's opening); dmm_device_malloc records what it served. */
+static dmm_status route_malloc(dmm_device *c, size_t bytes, dmm_stream stream, void **out) {
     *out = NULL;
     if (bytes == 0) return DMM_OK;
     if (bytes > c->reserve) /* no route could serve it, and its rounding up (tags, graphs) would wrap */
-        return dmm__torch_too_large(c, bytes, "allocating");
+        return dmm__device_too_large(c, bytes, "allocating");
     if (stream != NULL && c->ext.capture_status != NULL && atomic_load_explicit(&capture_check, memory_order_relaxed)) {
         bool capturing = false;
         uint64_t id = 0;
-        dmm_status s = dmm__torch_capturing(c, stream, &capturing, &id);
+        dmm_status s = dmm__device_capturing(c, stream, &capturing, &id);
         if (s != DMM_OK) return s;
         if (capturing) {
-            s = dmm__torch_graph_malloc(c, bytes, stream, id, out);
+            s = dmm__device_graph_malloc(c, bytes, stream, id, out);
             if (s != DMM_OK) return s;
-            count_malloc(c, dmm__torch_round_block(c, bytes), bytes);
+            count_malloc(c, dmm__device_round_block(c, bytes), bytes);
             return DMM_OK;
         }
     }
-    int tag = dmm__torch_tag_current();
+    int tag = dmm__device_tag_current();
     if (tag >= 0) {
-        dmm_status s = dmm__torch_tag_malloc(c, tag, bytes, out);
+        dmm_status s = dmm__device_tag_malloc(c, tag, bytes, out);
         if (s != DMM_OK) return s;
         inc(&c->tag_mallocs, 1);
-        count_malloc(c, dmm__torch_round_block(c, bytes), bytes);
+        count_malloc(c, dmm__device_round_block(c, bytes), bytes);
         return DMM_OK;
     }
     if (ld(&c->queued) > 0 && pthread_mutex_trylock(&c->lock) == 0) {
-        dmm__torch_jobs_poll_locked(c);
+        dmm__device_jobs_poll_locked(c);
         pthread_mutex_unlock(&c->lock);
         dmm_clear_error();
     }
     dmm_status s = dmm_pool_malloc(c->pool, bytes, stream, out);
     if (s != DMM_OK) s = pool_retry(c, bytes, stream, out, s);
     if (s != DMM_OK) return s;
-    if (dmm__torch_blocks_tracking(c)) {
-        dmm__torch_blocks_add(c, *out, dmm__torch_round_block(c, bytes), bytes, stream);
-        dmm__torch_history_add(c, TORCH_EV_ALLOC, (uint64_t)(uintptr_t)*out, dmm__torch_round_block(c, bytes),
+    if (dmm__device_blocks_tracking(c)) {
+        dmm__device_blocks_add(c, *out, dmm__device_round_block(c, bytes), bytes, stream);
+        dmm__device_history_add(c, DEVICE_EV_ALLOC, (uint64_t)(uintptr_t)*out, dmm__device_round_block(c, bytes),
                                stream);
     }
-    count_malloc(c, dmm__torch_round_block(c, bytes), bytes);
+    count_malloc(c, dmm__device_round_block(c, bytes), bytes);
     return DMM_OK;
 }
 
-dmm_status dmm__torch_malloc(tctx *c, size_t bytes, dmm_stream stream, void **out) {
+dmm_status dmm_device_malloc(dmm_device *c, size_t bytes, dmm_stream stream, void **out) {
     dmm_status s = route_malloc(c, bytes, stream, out);
-    if (s == DMM_OK && *out != NULL && dmm__torch_recording(c))
-        dmm__torch_record_alloc(c, *out, dmm__torch_round_block(c, bytes), stream);
+    if (s == DMM_OK && *out != NULL && dmm__device_recording(c))
+        dmm__device_record_alloc(c, *out, dmm__device_round_block(c, bytes), stream);
     return s;
 }
 
 /* A block torch recorded on other streams (record_stream) is freed on the first of them, after it was
  * made to wait for the others (stream_uses.c): the pool then holds it back behind an event there. A
  * tag block orders its own stream too. */
-static dmm_status free_routed(tctx *c, void *ptr, size_t bytes, dmm_stream stream, dmm_stream own, bool uses) {
+static dmm_status free_routed(dmm_device *c, void *ptr, size_t bytes, dmm_stream stream, dmm_stream own, bool uses) {
     /* the trace and the table of pool blocks let go of the block before the pool does: once the pool
      * has it, another thread may get the same address and record it first */
-    bool recorded = dmm__torch_recording(c) && dmm__torch_record_free(c, ptr);
-    torch_block b;
-    bool tracked = dmm__torch_blocks_tracking(c) && dmm__torch_blocks_take(c, ptr, &b);
-    if (tracked) dmm__torch_history_add(c, TORCH_EV_FREE, (uint64_t)(uintptr_t)ptr, b.len, b.stream);
+    bool recorded = dmm__device_recording(c) && dmm__device_record_free(c, ptr);
+    device_block b;
+    bool tracked = dmm__device_blocks_tracking(c) && dmm__device_blocks_take(c, ptr, &b);
+    if (tracked) dmm__device_history_add(c, DEVICE_EV_FREE, (uint64_t)(uintptr_t)ptr, b.len, b.stream);
     dmm_status s = dmm_pool_free(c->pool, ptr, stream);
     if (s == DMM_OK) {
-        count_free(c, dmm__torch_round_block(c, bytes), bytes);
+        count_free(c, dmm__device_round_block(c, bytes), bytes);
         return DMM_OK;
     }
     if (tracked) { /* the pool refused the free of a live block (nothing changed): it is live again */
-        dmm__torch_blocks_add(c, ptr, b.len, b.req, b.stream);
-        dmm__torch_history_add(c, TORCH_EV_ALLOC, (uint64_t)(uintptr_t)ptr, b.len, b.stream);
-        if (recorded) dmm__torch_record_alloc(c, ptr, b.len, b.stream); /* in the trace: under a new id */
+        dmm__device_blocks_add(c, ptr, b.len, b.req, b.stream);
+        dmm__device_history_add(c, DEVICE_EV_ALLOC, (uint64_t)(uintptr_t)ptr, b.len, b.stream);
+        if (recorded) dmm__device_record_alloc(c, ptr, b.len, b.stream); /* in the trace: under a new id */
     }
     if (s != DMM_ERR_UNKNOWN_ALLOCATION) return s;
-    if (uses) dmm__torch_stream_wait(c, stream, own);
+    if (uses) dmm__device_stream_wait(c, stream, own);
     uint64_t len = 0, req = 0;
     pthread_mutex_lock(&c->lock);
-    s = dmm__torch_tag_free_locked(c, ptr, stream, &len, &req);
-    if (s == DMM_ERR_UNKNOWN_ALLOCATION) s = dmm__torch_graph_free_locked(c, ptr, &len, &req);
+    s = dmm__device_tag_free_locked(c, ptr, stream, &len, &req);
+    if (s == DMM_ERR_UNKNOWN_ALLOCATION) s = dmm__device_graph_free_locked(c, ptr, &len, &req);
     pthread_mutex_unlock(&c->lock);
     if (s == DMM_OK) {
         count_free(c, len, req);
         return DMM_OK;
     }
     return dmm_error_set(s,
-                         "dmm torch: free of %p (%zu bytes) on device %d: not a live allocation of this adapter "
+                         "dmm device: free of %p (%zu bytes) on device %d: not a live allocation of this adapter "
                          "(pool, tag or graph segment); nothing changed",
                          ptr, bytes, (int)c->dev.index);
 }
 
-dmm_status dmm__torch_free(tctx *c, void *ptr, size_t bytes, dmm_stream stream) {
+dmm_status dmm_device_free(dmm_device *c, void *ptr, size_t bytes, dmm_stream stream) {
     if (ptr == NULL) return DMM_OK;
     dmm_stream *uses = NULL;
     size_t nuses = 0;
-    if (!dmm__torch_uses_any() || !dmm__torch_uses_take(ptr, stream, &uses, &nuses))
+    if (!dmm__device_uses_any() || !dmm__device_uses_take(ptr, stream, &uses, &nuses))
         return free_routed(c, ptr, bytes, stream, stream, false);
-    for (size_t i = 1; i < nuses; i++) dmm__torch_stream_wait(c, uses[0], uses[i]);
+    for (size_t i = 1; i < nuses; i++) dmm__device_stream_wait(c, uses[0], uses[i]);
     dmm_status s = free_routed(c, ptr, bytes, uses[0], stream, true);
     free(uses);
     return s;
 }
 
 /* ---- empty_cache, peaks, limit ---- */
-dmm_status dmm__torch_empty_cache(tctx *c, uint64_t *released) {
+dmm_status dmm_device_empty_cache(dmm_device *c, uint64_t *released) {
     uint64_t freed = 0;
     if (released != NULL) *released = 0;
-    dmm_status ls = dmm__torch_lock_and_poll(c, "empty_cache");
+    dmm_status ls = dmm__device_lock_and_poll(c, "empty_cache");
     if (ls != DMM_OK) return ls;
-    if (dmm__torch_tags_trim_locked(c, &freed) == DMM_ERR_DEVICE_LOST) { /* an empty segment's event found the loss */
+    if (dmm__device_tags_trim_locked(c, &freed) == DMM_ERR_DEVICE_LOST) { /* an empty segment's event found the loss */
         pthread_mutex_unlock(&c->lock);
-        return dmm__torch_refuse_lost(c, "empty_cache");
+        return dmm__device_refuse_lost(c, "empty_cache");
     }
-    freed += dmm__torch_graphs_trim_locked(c);
-    dmm__torch_jobs_poll_locked(c);
+    freed += dmm__device_graphs_trim_locked(c);
+    dmm__device_jobs_poll_locked(c);
     pthread_mutex_unlock(&c->lock);
     uint64_t pool_freed = 0, again = 0;
     dmm_status s = dmm_pool_empty_cache(c->pool, &pool_freed);
@@ -518,16 +518,16 @@ dmm_status dmm__torch_empty_cache(tctx *c, uint64_t *released) {
     return s;
 }
 
-dmm_status dmm__torch_reset_peaks(tctx *c) {
-    dmm__torch_count_reset(&c->mapped);
-    dmm__torch_count_reset(&c->owned);
-    dmm__torch_count_reset(&c->alloc_bytes);
-    dmm__torch_count_reset(&c->req_bytes);
-    dmm__torch_count_reset(&c->blocks);
+dmm_status dmm_device_reset_peaks(dmm_device *c) {
+    dmm__device_count_reset(&c->mapped);
+    dmm__device_count_reset(&c->owned);
+    dmm__device_count_reset(&c->alloc_bytes);
+    dmm__device_count_reset(&c->req_bytes);
+    dmm__device_count_reset(&c->blocks);
     for (int k = 0; k < 2; k++) {
-        dmm__torch_count_reset(&c->by_class[k].alloc_bytes);
-        dmm__torch_count_reset(&c->by_class[k].req_bytes);
-        dmm__torch_count_reset(&c->by_class[k].blocks);
+        dmm__device_count_reset(&c->by_class[k].alloc_bytes);
+        dmm__device_count_reset(&c->by_class[k].req_bytes);
+        dmm__device_count_reset(&c->by_class[k].blocks);
     }
     return DMM_OK;
 }
@@ -536,8 +536,8 @@ dmm_status dmm__torch_reset_peaks(tctx *c) {
  * (num_ooms, num_alloc_retries) start again from 0; current values and peaks stay. */
 static void zero(_Atomic uint64_t *x) { atomic_store_explicit(x, 0, memory_order_relaxed); }
 
-dmm_status dmm__torch_reset_accumulated(tctx *c) {
-    tcount *counts[] = {&c->alloc_bytes, &c->req_bytes, &c->blocks, &c->by_class[0].alloc_bytes,
+dmm_status dmm_device_reset_accumulated(dmm_device *c) {
+    device_count *counts[] = {&c->alloc_bytes, &c->req_bytes, &c->blocks, &c->by_class[0].alloc_bytes,
                         &c->by_class[0].req_bytes, &c->by_class[0].blocks, &c->by_class[1].alloc_bytes,
                         &c->by_class[1].req_bytes, &c->by_class[1].blocks};
     for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) zero(&counts[i]->total);
@@ -554,15 +554,15 @@ dmm_status dmm__torch_reset_accumulated(tctx *c) {
     return DMM_OK;
 }
 
-dmm_status dmm__torch_set_limit(tctx *c, uint64_t bytes) {
+dmm_status dmm_device_set_limit(dmm_device *c, uint64_t bytes) {
     dmm_status s = dmm_governor_set_limit(c->gov, c->dev, DMM_AXIS_OWNED, bytes ? bytes : DMM_UNLIMITED);
     if (s != DMM_OK) return s;
-    if (bytes != 0 && ld(&c->owned.cur) > bytes) (void)dmm__torch_empty_cache(c, NULL);
+    if (bytes != 0 && ld(&c->owned.cur) > bytes) (void)dmm_device_empty_cache(c, NULL);
     return DMM_OK;
 }
 
 /* ---- JSON ---- */
-static void put_count(dmm_json *j, const char *name, tcount *t, bool with_total, uint64_t freed) {
+static void put_count(dmm_json *j, const char *name, device_count *t, bool with_total, uint64_t freed) {
     dmm__json_put(j, "\"%s\":{\"current\":%llu,\"peak\":%llu", name, (unsigned long long)ld(&t->cur),
                   (unsigned long long)ld(&t->peak));
     if (with_total)
@@ -571,8 +571,8 @@ static void put_count(dmm_json *j, const char *name, tcount *t, bool with_total,
 }
 
 /* The snapshot's pool: its committed runs (the segments) and its live blocks, both in address order. */
-static void put_pool_layout(tctx *c, dmm_json *j, const uint64_t *runs, size_t nruns, bool exact,
-                            const torch_block_at *b, size_t nb, uint64_t pool_live) {
+static void put_pool_layout(dmm_device *c, dmm_json *j, const uint64_t *runs, size_t nruns, bool exact,
+                            const device_block_at *b, size_t nb, uint64_t pool_live) {
     /* live pool blocks the table lacks: those from before tracking began, or left out for want of host
      * memory (read a moment apart from the table: approximate while other threads allocate) */
     uint64_t untracked = pool_live > nb ? pool_live - nb : 0;
@@ -581,7 +581,7 @@ static void put_pool_layout(tctx *c, dmm_json *j, const uint64_t *runs, size_t n
         dmm__json_put(j, "%s[%llu,%llu]", i ? "," : "", (unsigned long long)runs[2 * i],
                       (unsigned long long)runs[2 * i + 1]);
     dmm__json_put(j, "],\"block_tracking\":%s,\"pool_blocks_untracked\":%llu,\"pool_blocks\":[",
-                  dmm__torch_blocks_tracking(c) ? "true" : "false", (unsigned long long)untracked);
+                  dmm__device_blocks_tracking(c) ? "true" : "false", (unsigned long long)untracked);
     for (size_t i = 0; i < nb; i++)
         dmm__json_put(j, "%s[%llu,%llu,%llu,%llu]", i ? "," : "", (unsigned long long)b[i].addr,
                       (unsigned long long)b[i].b.len, (unsigned long long)b[i].b.req,
@@ -590,9 +590,9 @@ static void put_pool_layout(tctx *c, dmm_json *j, const uint64_t *runs, size_t n
 }
 
 /* The JSON object of the stats (and, with `snapshot`, every block and segment: the snapshot). */
-static dmm_status write_json(tctx *c, char *buf, size_t cap, size_t *needed, bool snapshot) {
+static dmm_status write_json(dmm_device *c, char *buf, size_t cap, size_t *needed, bool snapshot) {
     if (needed == NULL || (buf == NULL && cap > 0))
-        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: stats JSON needs `needed` (and a buffer when cap > 0)");
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm device: stats JSON needs `needed` (and a buffer when cap > 0)");
     dmm_json j = {buf, cap, 0};
     dmm_pool_stats ps;
     memset(&ps, 0, sizeof ps);
@@ -611,16 +611,16 @@ static dmm_status write_json(tctx *c, char *buf, size_t cap, size_t *needed, boo
     if (s != DMM_OK) return s;
     /* the pool's segments and blocks (snapshot), read before ctx.lock: their locks are taken alone */
     uint64_t *runs = NULL;
-    torch_block_at *pblocks = NULL;
+    device_block_at *pblocks = NULL;
     size_t nruns = 0, nblocks = 0;
     bool exact = false;
     if (snapshot) {
-        nruns = dmm__torch_poolview_runs(c, &runs, &exact);
-        nblocks = dmm__torch_blocks_collect(c, &pblocks);
+        nruns = dmm__device_poolview_runs(c, &runs, &exact);
+        nblocks = dmm__device_blocks_collect(c, &pblocks);
         if (nruns == SIZE_MAX || nblocks == SIZE_MAX) {
             free(runs);
             free(pblocks);
-            return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm torch: out of host memory for the snapshot of device %d's "
+            return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: out of host memory for the snapshot of device %d's "
                                                         "pool; nothing was written",
                                  (int)c->dev.index);
         }
@@ -632,11 +632,11 @@ static dmm_status write_json(tctx *c, char *buf, size_t cap, size_t *needed, boo
     dmm_clear_error();
 
     pthread_mutex_lock(&c->lock);
-    dmm__torch_jobs_poll_locked(c);
+    dmm__device_jobs_poll_locked(c);
     dmm_clear_error();
     uint64_t tag_live = 0, tag_committed = 0, g_live = 0, g_committed = 0;
-    dmm__torch_tags_totals_locked(c, &tag_live, &tag_committed);
-    dmm__torch_graphs_totals_locked(c, &g_live, &g_committed);
+    dmm__device_tags_totals_locked(c, &tag_live, &tag_committed);
+    dmm__device_graphs_totals_locked(c, &g_live, &g_committed);
     dmm__json_put(&j, "{\"device\":%d,", (int)c->dev.index);
     put_count(&j, "allocated_bytes", &c->alloc_bytes, true, ld(&c->freed_bytes));
     dmm__json_put(&j, ",");
@@ -645,8 +645,8 @@ static dmm_status write_json(tctx *c, char *buf, size_t cap, size_t *needed, boo
     put_count(&j, "allocation", &c->blocks, true, ld(&c->frees));
     dmm__json_put(&j, ",\"by_class\":{");
     for (int k = 0; k < 2; k++) {
-        torch_class *t = &c->by_class[k];
-        dmm__json_put(&j, "%s\"%s\":{", k ? "," : "", k == TORCH_CLASS_SMALL ? "small_pool" : "large_pool");
+        size_class *t = &c->by_class[k];
+        dmm__json_put(&j, "%s\"%s\":{", k ? "," : "", k == DEVICE_CLASS_SMALL ? "small_pool" : "large_pool");
         put_count(&j, "allocated_bytes", &t->alloc_bytes, true, ld(&t->freed_bytes));
         dmm__json_put(&j, ",");
         put_count(&j, "requested_bytes", &t->req_bytes, true, ld(&t->req_freed));
@@ -678,25 +678,25 @@ static dmm_status write_json(tctx *c, char *buf, size_t cap, size_t *needed, boo
                   (unsigned long long)tag_live, (unsigned long long)tag_committed, (unsigned long long)g_live,
                   (unsigned long long)g_committed);
     dmm__json_put(&j, "\"pool\":%s,\"arena\":%s,\"tags\":", pj, aj);
-    dmm__torch_tags_json_locked(c, &j, snapshot);
+    dmm__device_tags_json_locked(c, &j, snapshot);
     dmm__json_put(&j, ",\"graphs\":");
-    dmm__torch_graphs_json_locked(c, &j, snapshot);
+    dmm__device_graphs_json_locked(c, &j, snapshot);
     if (snapshot) {
         put_pool_layout(c, &j, runs, nruns, exact, pblocks, nblocks, ps.allocations.current);
         dmm__json_put(&j, ",");
-        dmm__torch_history_json(c, &j); /* (its lock is a leaf) */
+        dmm__device_history_json(c, &j); /* (its lock is a leaf) */
     }
     dmm__json_put(&j, "}");
     pthread_mutex_unlock(&c->lock);
     free(runs);
     free(pblocks);
-    return dmm__json_finish(&j, needed, "dmm torch stats JSON");
+    return dmm__json_finish(&j, needed, "dmm device stats JSON");
 }
 
-dmm_status dmm__torch_stats_json(tctx *c, char *buf, size_t cap, size_t *needed) {
+dmm_status dmm_device_stats_json(dmm_device *c, char *buf, size_t cap, size_t *needed) {
     return write_json(c, buf, cap, needed, false);
 }
 
-dmm_status dmm__torch_snapshot_json(tctx *c, char *buf, size_t cap, size_t *needed) {
+dmm_status dmm_device_snapshot_json(dmm_device *c, char *buf, size_t cap, size_t *needed) {
     return write_json(c, buf, cap, needed, true);
 }

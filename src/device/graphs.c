@@ -1,7 +1,7 @@
-/* adapters/torch/graphs.c — the memory CUDA graph captures are served from (DESIGN §4.10).
+/* src/device/graphs.c — the memory CUDA graph captures are served from (DESIGN §4.10).
  *
  * What it owns: graph segments, each one segment (segment.c) committed in full OUTSIDE any capture
- * (dmm__torch_graph_reserve), and the blocks captures place in them.
+ * (dmm_device_graph_reserve), and the blocks captures place in them.
  *
  * Why not the pool: during a capture nothing may map, unmap or set access, and no event may be
  * queried (each would invalidate the capture), so a capture can only use memory that is mapped
@@ -10,7 +10,7 @@
  * the same addresses later. So a capture takes an idle segment for itself (by capture id); blocks
  * freed during the capture are reused by that capture only (stream order inside the graph makes that
  * safe); after the capture the segment stays the graph's — whatever is freed — until the graph is
- * released (dmm__torch_graph_release, called by the Python wrapper when the graph object dies). A
+ * released (dmm_device_graph_release, called by the Python wrapper when the graph object dies). A
  * capture that finds no room fails with a sentence that says how to reserve, instead of mapping.
  * A reserve promises its segment to the next capture: trims (empty_cache, the retry after a refusal)
  * keep it until a capture takes it, since torch.cuda.graph itself empties the cache between
@@ -30,41 +30,41 @@
 #include "jobs.h"
 #include "segment.h"
 
-dmm_status dmm__torch_graph_malloc(tctx *c, size_t bytes, dmm_stream stream, uint64_t capture_id, void **out) {
-    uint64_t len = dmm__torch_round_block(c, bytes);
+dmm_status dmm__device_graph_malloc(dmm_device *c, size_t bytes, dmm_stream stream, uint64_t capture_id, void **out) {
+    uint64_t len = dmm__device_round_block(c, bytes);
     if (capture_id == 0) {
-        dmm__torch_bump(&c->capture_refusals, 1);
+        dmm__device_bump(&c->capture_refusals, 1);
         return dmm_error_set(DMM_ERR_UNSUPPORTED,
-                             "dmm torch: allocating %zu bytes on stream %p while a CUDA graph capture is under way "
+                             "dmm device: allocating %zu bytes on stream %p while a CUDA graph capture is under way "
                              "that the driver would not name (another stream captures in global mode); allocate on "
                              "the capturing stream, or outside the capture",
                              bytes, stream);
     }
     pthread_mutex_lock(&c->lock);
     uint64_t off = 0, reserved = 0, mine_free = 0;
-    gseg *g = NULL;
-    for (gseg *x = c->graphs; x != NULL && g == NULL; x = x->next) {
+    graph_segment *g = NULL;
+    for (graph_segment *x = c->graphs; x != NULL && g == NULL; x = x->next) {
         reserved += x->seg.a.bytes;
         if (x->capture_id == capture_id && !x->released) {
             mine_free += x->seg.a.bytes - x->seg.live_bytes;
-            if (dmm__torch_segment_take(&x->seg, len, bytes, &off)) g = x;
+            if (dmm__device_segment_take(&x->seg, len, bytes, &off)) g = x;
         }
     }
-    for (gseg *x = c->graphs; x != NULL && g == NULL; x = x->next)
+    for (graph_segment *x = c->graphs; x != NULL && g == NULL; x = x->next)
         if (x->capture_id == 0 && x->ev == NULL && x->seg.count == 0 &&
-            dmm__torch_segment_take(&x->seg, len, bytes, &off)) {
+            dmm__device_segment_take(&x->seg, len, bytes, &off)) {
             x->capture_id = capture_id;
             x->reserved = false;
             g = x;
         }
     if (g == NULL) {
         uint64_t idle = 0;
-        for (gseg *x = c->graphs; x != NULL; x = x->next)
+        for (graph_segment *x = c->graphs; x != NULL; x = x->next)
             if (x->capture_id == 0 && x->ev == NULL) idle += x->seg.a.bytes;
         pthread_mutex_unlock(&c->lock);
-        dmm__torch_bump(&c->capture_refusals, 1);
+        dmm__device_bump(&c->capture_refusals, 1);
         return dmm_error_set(DMM_ERR_OUT_OF_MEMORY,
-                             "dmm torch: CUDA graph capture %llu on stream %p (device %d) asked for %zu bytes, but a "
+                             "dmm device: CUDA graph capture %llu on stream %p (device %d) asked for %zu bytes, but a "
                              "capture can only use memory mapped before it began, and none is free for it (%llu "
                              "bytes reserved for graphs, %llu free in this capture's segments, %llu in idle "
                              "segments); mapping now would invalidate the capture, so nothing was mapped: reserve "
@@ -74,16 +74,16 @@ dmm_status dmm__torch_graph_malloc(tctx *c, size_t bytes, dmm_stream stream, uin
                              (unsigned long long)reserved, (unsigned long long)mine_free, (unsigned long long)idle);
     }
     pthread_mutex_unlock(&c->lock);
-    dmm__torch_bump(&c->capture_mallocs, 1);
+    dmm__device_bump(&c->capture_mallocs, 1);
     *out = (char *)g->seg.a.ptr + off;
     return DMM_OK;
 }
 
-dmm_status dmm__torch_graph_free_locked(tctx *c, void *ptr, uint64_t *len, uint64_t *req) {
-    for (gseg *g = c->graphs; g != NULL; g = g->next) {
+dmm_status dmm__device_graph_free_locked(dmm_device *c, void *ptr, uint64_t *len, uint64_t *req) {
+    for (graph_segment *g = c->graphs; g != NULL; g = g->next) {
         uint64_t off = 0;
-        if (!dmm__torch_segment_holds(&g->seg, ptr, &off)) continue;
-        if (!dmm__torch_segment_give(&g->seg, off, len, req)) return DMM_ERR_UNKNOWN_ALLOCATION;
+        if (!dmm__device_segment_holds(&g->seg, ptr, &off)) continue;
+        if (!dmm__device_segment_give(&g->seg, off, len, req)) return DMM_ERR_UNKNOWN_ALLOCATION;
         if (g->released && g->seg.count == 0) {
             g->capture_id = 0;
             g->released = false;
@@ -93,31 +93,31 @@ dmm_status dmm__torch_graph_free_locked(tctx *c, void *ptr, uint64_t *len, uint6
     return DMM_ERR_UNKNOWN_ALLOCATION;
 }
 
-dmm_status dmm__torch_graph_reserve(tctx *c, uint64_t bytes, dmm_stream stream) {
+dmm_status dmm_device_graph_reserve(dmm_device *c, uint64_t bytes, dmm_stream stream) {
     if (bytes == 0) return DMM_OK;
-    if (bytes > c->reserve) return dmm__torch_too_large(c, bytes, "reserving graph memory of"); /* (rounding wraps) */
+    if (bytes > c->reserve) return dmm__device_too_large(c, bytes, "reserving graph memory of"); /* (rounding wraps) */
     bool capturing = false;
     uint64_t id = 0;
-    dmm_status s = dmm__torch_capturing(c, stream, &capturing, &id);
+    dmm_status s = dmm__device_capturing(c, stream, &capturing, &id);
     if (s != DMM_OK) return s;
     if (capturing)
-        return dmm_error_set(DMM_ERR_BUSY, "dmm torch: reserving graph memory during a capture (stream %p) would "
+        return dmm_error_set(DMM_ERR_BUSY, "dmm device: reserving graph memory during a capture (stream %p) would "
                                            "invalidate it; reserve before the capture begins",
                              stream);
-    uint64_t len = dmm__torch_round_granule(c, bytes);
-    if ((s = dmm__torch_lock_and_poll(c, "graph reserve")) != DMM_OK) return s;
-    dmm__torch_graphs_sweep_locked(c);
-    for (gseg *x = c->graphs; x != NULL; x = x->next)
+    uint64_t len = dmm__device_round_granule(c, bytes);
+    if ((s = dmm__device_lock_and_poll(c, "graph reserve")) != DMM_OK) return s;
+    dmm__device_graphs_sweep_locked(c);
+    for (graph_segment *x = c->graphs; x != NULL; x = x->next)
         if (x->capture_id == 0 && x->ev == NULL && x->seg.a.bytes >= len) { /* an idle one is large enough */
             x->reserved = true;
             pthread_mutex_unlock(&c->lock);
             dmm_clear_error();
             return DMM_OK;
         }
-    gseg *g = calloc(1, sizeof *g);
-    s = g != NULL ? dmm__torch_segment_open(c, &g->seg, len, true, "a graph segment",
+    graph_segment *g = calloc(1, sizeof *g);
+    s = g != NULL ? dmm__device_segment_open(c, &g->seg, len, true, "a graph segment",
                                                        "graph memory on device %d", (int)c->dev.index)
-                             : dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm torch: out of host memory for a graph segment");
+                             : dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: out of host memory for a graph segment");
     if (s != DMM_OK) {
         free(g);
         pthread_mutex_unlock(&c->lock);
@@ -131,13 +131,13 @@ dmm_status dmm__torch_graph_reserve(tctx *c, uint64_t bytes, dmm_stream stream) 
     return DMM_OK;
 }
 
-dmm_status dmm__torch_graph_release(tctx *c, uint64_t capture_id, dmm_stream stream) {
-    if (capture_id == 0) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: graph release of capture id 0");
-    dmm_status ls = dmm__torch_refuse_lost(c, "graph release");
+dmm_status dmm_device_graph_release(dmm_device *c, uint64_t capture_id, dmm_stream stream) {
+    if (capture_id == 0) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm device: graph release of capture id 0");
+    dmm_status ls = dmm__device_refuse_lost(c, "graph release");
     if (ls != DMM_OK) return ls;
     pthread_mutex_lock(&c->lock);
     dmm_status s = DMM_OK;
-    for (gseg *g = c->graphs; g != NULL; g = g->next) {
+    for (graph_segment *g = c->graphs; g != NULL; g = g->next) {
         if (g->capture_id != capture_id) continue;
         /* the graph's last replay may still run on `stream`: the segment is reusable behind this event */
         if (g->ev == NULL) s = dmm__drv_event_create(c->drv, &g->ev);
@@ -148,22 +148,22 @@ dmm_status dmm__torch_graph_release(tctx *c, uint64_t capture_id, dmm_stream str
     }
     pthread_mutex_unlock(&c->lock);
     if (s == DMM_ERR_DEVICE_LOST)
-        return dmm__error_wrap(s, "dmm torch: graph release of capture %llu on device %d: the device is lost (no "
+        return dmm__error_wrap(s, "dmm device: graph release of capture %llu on device %d: the device is lost (no "
                                   "driver call from now on)",
                                (unsigned long long)capture_id, (int)c->dev.index);
     return s;
 }
 
 /* The finish of an idle segment's queued release: gone, back in service, or dropped after a loss. */
-static void gseg_release_finished(tctx *c, tjob *j, torch_job_end how, dmm_status status) {
+static void gseg_release_finished(dmm_device *c, device_job *j, device_job_end how, dmm_status status) {
     (void)status;
-    gseg *g = j->owner;
-    if (how == TORCH_JOB_FAILED) { /* not released: back in service */
+    graph_segment *g = j->owner;
+    if (how == DEVICE_JOB_FAILED) { /* not released: back in service */
         g->next = c->graphs;
         c->graphs = g;
         return;
     }
-    dmm__torch_segment_close(&g->seg);
+    dmm__device_segment_close(&g->seg);
     free(g);
 }
 
@@ -173,12 +173,12 @@ typedef enum { SWEEP_ONLY, TRIM_UNRESERVED, TRIM_ALL } sweep_mode;
  * segments back to the arena (behind their event, through the queue), except, for TRIM_UNRESERVED,
  * one a reserve promised to the next capture: torch.cuda.graph itself empties the cache between
  * dmm.torch.graph's reserve and the capture. */
-static uint64_t sweep_locked(tctx *c, sweep_mode mode) {
+static uint64_t sweep_locked(dmm_device *c, sweep_mode mode) {
     uint64_t freed = 0;
     if (c->jobs_taken_back) return 0; /* (before: the callers refuse a lost device) */
-    gseg **pp = &c->graphs;
+    graph_segment **pp = &c->graphs;
     while (*pp != NULL) {
-        gseg *g = *pp;
+        graph_segment *g = *pp;
         bool idle = g->capture_id == 0 && g->seg.count == 0;
         if (idle && g->ev != NULL && dmm__drv_event_query(c->drv, g->ev) == DMM_OK) {
             (void)dmm__drv_event_destroy(c->drv, g->ev);
@@ -189,17 +189,17 @@ static uint64_t sweep_locked(tctx *c, sweep_mode mode) {
             continue;
         }
         if (g->ev == NULL) { /* never used since, or its event completed: release now */
-            if (!dmm__torch_segment_release(c, &g->seg)) {
+            if (!dmm__device_segment_release(c, &g->seg)) {
                 pp = &g->next;
                 continue;
             }
             freed += g->seg.a.bytes;
             *pp = g->next;
-            dmm__torch_segment_close(&g->seg);
+            dmm__device_segment_close(&g->seg);
             free(g);
             continue;
         }
-        if (dmm__torch_segment_release_behind(c, &g->seg, g->ev, gseg_release_finished, g) != DMM_OK) {
+        if (dmm__device_segment_release_behind(c, &g->seg, g->ev, gseg_release_finished, g) != DMM_OK) {
             pp = &g->next;
             continue;
         }
@@ -211,24 +211,24 @@ static uint64_t sweep_locked(tctx *c, sweep_mode mode) {
     return freed;
 }
 
-uint64_t dmm__torch_graphs_trim_locked(tctx *c) { return sweep_locked(c, TRIM_UNRESERVED); }
+uint64_t dmm__device_graphs_trim_locked(dmm_device *c) { return sweep_locked(c, TRIM_UNRESERVED); }
 
-uint64_t dmm__torch_graphs_fini_locked(tctx *c) { return sweep_locked(c, TRIM_ALL); }
+uint64_t dmm__device_graphs_fini_locked(dmm_device *c) { return sweep_locked(c, TRIM_ALL); }
 
-void dmm__torch_graphs_sweep_locked(tctx *c) { (void)sweep_locked(c, SWEEP_ONLY); }
+void dmm__device_graphs_sweep_locked(dmm_device *c) { (void)sweep_locked(c, SWEEP_ONLY); }
 
-void dmm__torch_graphs_drop_lost(tctx *c) {
+void dmm__device_graphs_drop_lost(dmm_device *c) {
     while (c->graphs != NULL) {
-        gseg *g = c->graphs;
+        graph_segment *g = c->graphs;
         c->graphs = g->next;
-        dmm__torch_segment_close(&g->seg);
+        dmm__device_segment_close(&g->seg);
         free(g); /* its event went with the context */
     }
 }
 
-void dmm__torch_graphs_json_locked(tctx *c, dmm_json *j, bool blocks) {
+void dmm__device_graphs_json_locked(dmm_device *c, dmm_json *j, bool blocks) {
     uint64_t n = 0, reserved = 0, live = 0, idle = 0, largest_idle = 0, owned = 0;
-    for (gseg *g = c->graphs; g != NULL; g = g->next) {
+    for (graph_segment *g = c->graphs; g != NULL; g = g->next) {
         n++;
         reserved += g->seg.a.bytes;
         live += g->seg.live_bytes;
@@ -244,11 +244,11 @@ void dmm__torch_graphs_json_locked(tctx *c, dmm_json *j, bool blocks) {
                   (unsigned long long)largest_idle, (unsigned long long)owned);
     if (blocks) { /* the snapshot: every segment (committed in full) and its blocks [address, bytes, requested] */
         dmm__json_put(j, ",\"segment_list\":[");
-        for (gseg *g = c->graphs; g != NULL; g = g->next) {
+        for (graph_segment *g = c->graphs; g != NULL; g = g->next) {
             dmm__json_put(j, "%s{\"address\":%llu,\"bytes\":%llu,\"capture_id\":%llu,\"blocks\":[",
                           g == c->graphs ? "" : ",", (unsigned long long)(uintptr_t)g->seg.a.ptr,
                           (unsigned long long)g->seg.a.bytes, (unsigned long long)g->capture_id);
-            dmm__torch_segment_json_blocks(&g->seg, j);
+            dmm__device_segment_json_blocks(&g->seg, j);
             dmm__json_put(j, "]}");
         }
         dmm__json_put(j, "]");
@@ -256,9 +256,9 @@ void dmm__torch_graphs_json_locked(tctx *c, dmm_json *j, bool blocks) {
     dmm__json_put(j, "}");
 }
 
-void dmm__torch_graphs_totals_locked(tctx *c, uint64_t *live, uint64_t *committed) {
+void dmm__device_graphs_totals_locked(dmm_device *c, uint64_t *live, uint64_t *committed) {
     *live = *committed = 0;
-    for (gseg *g = c->graphs; g != NULL; g = g->next) {
+    for (graph_segment *g = c->graphs; g != NULL; g = g->next) {
         *live += g->seg.live_bytes;
         *committed += g->seg.committed;
     }

@@ -1,4 +1,4 @@
-/* adapters/torch/record.c — the recorder: the allocations and frees one device's adapter serves,
+/* src/device/record.c — the recorder: the allocations and frees one device serves,
  * streamed into a gzip file as a dmm trace (`# dmm-trace v1`; the format: docs/trace-format.md; the
  * reader: tools/trace.c, which `dmm replay` uses).
  *
@@ -23,7 +23,7 @@
  *
  * Invariants (mu): active ⇒ gz, path, buf are set and used < BUF_CAP; |ids| = |bytes| = live recorded
  * blocks; live = Σ bytes of them; peak = max over the file of live; allocs − frees = |ids|;
- * next_id = allocs + 1; streams[0] = NULL and nstreams ≤ DMM_TORCH_RECORD_STREAMS.
+ * next_id = allocs + 1; streams[0] = NULL and nstreams ≤ DMM_DEVICE_RECORD_STREAMS.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -38,16 +38,16 @@
 #define FLUSH_AT ((size_t)1 << 20)     /* a buffer is compressed once it holds this much text */
 #define BUF_CAP (FLUSH_AT + 256)         /* room for the line that passes FLUSH_AT */
 
-void dmm__torch_record_init(tctx *c) {
+void dmm__device_record_init(dmm_device *c) {
     pthread_mutex_init(&c->rec.mu, NULL);
     pthread_mutex_init(&c->rec.file_mu, NULL);
 }
 
-bool dmm__torch_recording(tctx *c) { return atomic_load_explicit(&c->rec.active, memory_order_relaxed) != 0; }
+bool dmm__device_recording(dmm_device *c) { return atomic_load_explicit(&c->rec.active, memory_order_relaxed) != 0; }
 
 /* The recording's first failure (mu held); later ones are dropped (the first is the cause). */
-static void rec_fail(torch_recorder *r, dmm_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void rec_fail(torch_recorder *r, dmm_status s, const char *fmt, ...) {
+static void rec_fail(device_recorder *r, dmm_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void rec_fail(device_recorder *r, dmm_status s, const char *fmt, ...) {
     if (r->failure != DMM_OK) return;
     r->failure = s;
     va_list ap;
@@ -57,7 +57,7 @@ static void rec_fail(torch_recorder *r, dmm_status s, const char *fmt, ...) {
 }
 
 /* Writes n bytes to the file (file_mu held); a failure is kept and stops later writes. */
-static void rec_write(torch_recorder *r, const char *text, size_t n) {
+static void rec_write(device_recorder *r, const char *text, size_t n) {
     if (r->write_failure != DMM_OK || n == 0) return;
     if (gzwrite(r->gz, text, (unsigned)n) == (int)n) return;
     int zerr = Z_OK;
@@ -70,7 +70,7 @@ static void rec_write(torch_recorder *r, const char *text, size_t n) {
 
 /* Appends a line (mu held); when the buffer passes FLUSH_AT, writes it out and lets go of mu. Returns
  * with mu released either way. */
-static void rec_put_and_unlock(torch_recorder *r, const char *line, int n) {
+static void rec_put_and_unlock(device_recorder *r, const char *line, int n) {
     if (n > 0 && (size_t)n < BUF_CAP - r->used) {
         memcpy(r->buf + r->used, line, (size_t)n);
         r->used += (size_t)n;
@@ -91,8 +91,8 @@ static void rec_put_and_unlock(torch_recorder *r, const char *line, int n) {
     pthread_mutex_unlock(&r->file_mu);
 }
 
-static uint64_t rec_time_us(torch_recorder *r) {
-    uint64_t now = dmm__torch_now_ns();
+static uint64_t rec_time_us(device_recorder *r) {
+    uint64_t now = dmm__device_now_ns();
     if (!r->started) {
         r->started = true;
         r->t0_ns = now;
@@ -100,23 +100,23 @@ static uint64_t rec_time_us(torch_recorder *r) {
     return now > r->t0_ns ? (now - r->t0_ns) / 1000 : 0;
 }
 
-static uint32_t rec_stream_id(torch_recorder *r, dmm_stream s) {
+static uint32_t rec_stream_id(device_recorder *r, dmm_stream s) {
     if (s == NULL) {
         r->default_used = true;
         return 0;
     }
     for (uint32_t k = 1; k < r->nstreams; k++)
         if (r->streams[k] == s) return k;
-    if (r->nstreams < DMM_TORCH_RECORD_STREAMS) {
+    if (r->nstreams < DMM_DEVICE_RECORD_STREAMS) {
         r->streams[r->nstreams] = s;
         return r->nstreams++;
     }
     r->folded++;
-    return DMM_TORCH_RECORD_STREAMS - 1;
+    return DMM_DEVICE_RECORD_STREAMS - 1;
 }
 
 /* Takes mu when the recording is on and healthy; false (nothing held) otherwise. */
-static bool rec_enter(torch_recorder *r) {
+static bool rec_enter(device_recorder *r) {
     if (!atomic_load_explicit(&r->active, memory_order_relaxed)) return false;
     pthread_mutex_lock(&r->mu);
     if (r->active && r->failure == DMM_OK && !atomic_load_explicit(&r->broken, memory_order_relaxed)) return true;
@@ -124,8 +124,8 @@ static bool rec_enter(torch_recorder *r) {
     return false;
 }
 
-void dmm__torch_record_alloc(tctx *c, const void *ptr, uint64_t bytes, dmm_stream stream) {
-    torch_recorder *r = &c->rec;
+void dmm__device_record_alloc(dmm_device *c, const void *ptr, uint64_t bytes, dmm_stream stream) {
+    device_recorder *r = &c->rec;
     if (!rec_enter(r)) return;
     uint64_t key = (uint64_t)(uintptr_t)ptr;
     if (!dmm__u64map_reserve(&r->ids, 1) || !dmm__u64map_reserve(&r->bytes, 1)) {
@@ -148,8 +148,8 @@ void dmm__torch_record_alloc(tctx *c, const void *ptr, uint64_t bytes, dmm_strea
     rec_put_and_unlock(r, line, n);
 }
 
-bool dmm__torch_record_free(tctx *c, const void *ptr) {
-    torch_recorder *r = &c->rec;
+bool dmm__device_record_free(dmm_device *c, const void *ptr) {
+    device_recorder *r = &c->rec;
     if (!rec_enter(r)) return false;
     uint64_t key = (uint64_t)(uintptr_t)ptr, id = 0, bytes = 0;
     if (!dmm__u64map_remove(&r->ids, key, &id)) { /* allocated before the recording began */
@@ -167,7 +167,7 @@ bool dmm__torch_record_free(tctx *c, const void *ptr) {
 }
 
 /* Frees what the recording holds and zeroes its state (the locks stay; both held, or the context going). */
-static void rec_clear(torch_recorder *r) {
+static void rec_clear(device_recorder *r) {
     free(r->buf);
     free(r->spare);
     free(r->path);
@@ -187,21 +187,21 @@ static void rec_clear(torch_recorder *r) {
     r->why[0] = r->write_why[0] = '\0';
 }
 
-dmm_status dmm__torch_record_start(tctx *c, const char *path, const char *workload) {
-    torch_recorder *r = &c->rec;
+dmm_status dmm_device_record_start(dmm_device *c, const char *path, const char *workload) {
+    device_recorder *r = &c->rec;
     if (path == NULL || path[0] == '\0')
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
-                             "dmm torch: record: the trace's path is empty; pass the file to write (e.g. "
+                             "dmm device: record: the trace's path is empty; pass the file to write (e.g. "
                              "'run.trace.gz')");
     if (workload != NULL && (strlen(workload) > 200 || strpbrk(workload, "\r\n") != NULL))
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
-                             "dmm torch: record: the workload name must be one line of at most 200 characters "
+                             "dmm device: record: the workload name must be one line of at most 200 characters "
                              "(it goes into the header line '# workload: ...'); nothing was started");
     pthread_mutex_lock(&r->mu);
     if (r->active) {
         pthread_mutex_unlock(&r->mu);
         return dmm_error_set(DMM_ERR_BUSY,
-                             "dmm torch: record: device %d is already recording to '%s'; stop that recording "
+                             "dmm device: record: device %d is already recording to '%s'; stop that recording "
                              "first (one trace per device at a time); nothing changed",
                              (int)c->dev.index, r->path);
     }
@@ -211,7 +211,7 @@ dmm_status dmm__torch_record_start(tctx *c, const char *path, const char *worklo
     if (r->buf == NULL || r->spare == NULL || r->path == NULL) {
         rec_clear(r);
         pthread_mutex_unlock(&r->mu);
-        return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm torch: record: out of host memory for the trace's "
+        return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: record: out of host memory for the trace's "
                                                     "buffers (2 MiB); nothing was started");
     }
     errno = 0;
@@ -221,7 +221,7 @@ dmm_status dmm__torch_record_start(tctx *c, const char *path, const char *worklo
         rec_clear(r);
         pthread_mutex_unlock(&r->mu);
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
-                             "dmm torch: record: cannot open '%s' for writing: %s; give a file in a folder that "
+                             "dmm device: record: cannot open '%s' for writing: %s; give a file in a folder that "
                              "exists and is writable; nothing was started",
                              path, e != 0 ? strerror(e) : "zlib could not open it");
     }
@@ -239,9 +239,9 @@ dmm_status dmm__torch_record_start(tctx *c, const char *path, const char *worklo
     return DMM_OK;
 }
 
-static void fill_stats(const torch_recorder *r, dmm_torch_record_stats *out) {
+static void fill_stats(const device_recorder *r, dmm_device_record_stats *out) {
     if (out == NULL || out->size < sizeof(uint32_t)) return;
-    dmm_torch_record_stats k;
+    dmm_device_record_stats k;
     memset(&k, 0, sizeof k);
     k.size = out->size < sizeof k ? out->size : (uint32_t)sizeof k;
     k.allocations = r->allocs;
@@ -254,13 +254,13 @@ static void fill_stats(const torch_recorder *r, dmm_torch_record_stats *out) {
     memcpy(out, &k, k.size);
 }
 
-dmm_status dmm__torch_record_stop(tctx *c, dmm_torch_record_stats *out) {
-    torch_recorder *r = &c->rec;
+dmm_status dmm_device_record_stop(dmm_device *c, dmm_device_record_stats *out) {
+    device_recorder *r = &c->rec;
     pthread_mutex_lock(&r->mu);
     if (!r->active) {
         pthread_mutex_unlock(&r->mu);
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
-                             "dmm torch: record stop: device %d is not recording (start a recording first)",
+                             "dmm device: record stop: device %d is not recording (start a recording first)",
                              (int)c->dev.index);
     }
     atomic_store_explicit(&r->active, 0, memory_order_relaxed);
@@ -285,12 +285,12 @@ dmm_status dmm__torch_record_stop(tctx *c, dmm_torch_record_stats *out) {
     dmm_status s = DMM_OK;
     if (r->failure != DMM_OK)
         s = dmm_error_set(r->failure,
-                          "dmm torch: record: the trace '%s' is incomplete: %s; the %llu allocations and %llu frees "
+                          "dmm device: record: the trace '%s' is incomplete: %s; the %llu allocations and %llu frees "
                           "before that are in it (a valid trace, shorter than the run)",
                           r->path, r->why, (unsigned long long)r->allocs, (unsigned long long)r->frees);
     else if (r->write_failure != DMM_OK)
         s = dmm_error_set(r->write_failure,
-                          "dmm torch: record: the trace is incomplete: %s; free space or choose another file "
+                          "dmm device: record: the trace is incomplete: %s; free space or choose another file "
                           "and record again",
                           r->write_why);
     rec_clear(r);
@@ -299,9 +299,9 @@ dmm_status dmm__torch_record_stop(tctx *c, dmm_torch_record_stats *out) {
     return s;
 }
 
-void dmm__torch_record_fini(tctx *c) {
-    if (dmm__torch_recording(c)) {
-        (void)dmm__torch_record_stop(c, NULL);
+void dmm__device_record_fini(dmm_device *c) {
+    if (dmm__device_recording(c)) {
+        (void)dmm_device_record_stop(c, NULL);
         dmm_clear_error();
     }
     pthread_mutex_destroy(&c->rec.mu);

@@ -1,4 +1,4 @@
-/* adapters/torch/tags.c — tag names and scopes, and tagged allocations in tag segments (DESIGN §4.11).
+/* src/device/tags.c — tag names and scopes, and tagged allocations in tag segments (DESIGN §4.11).
  *
  * What it owns: the tag names of the process, each thread's stack of tag scopes, and per device the
  * tag segments: VA-only segments (segment.c) whose low end [0, committed) is backed. Allocations made
@@ -27,10 +27,10 @@
 
 /* ---- names and scopes ---- */
 static pthread_mutex_t names_mu = PTHREAD_MUTEX_INITIALIZER;
-static char names[DMM_TORCH_MAX_TAGS][DMM_TORCH_TAG_NAME];
+static char names[DMM_DEVICE_MAX_TAGS][DMM_DEVICE_TAG_NAME];
 static int nnames;
 
-static _Thread_local int tl_stack[DMM_TORCH_TAG_DEPTH];
+static _Thread_local int tl_stack[DMM_DEVICE_TAG_DEPTH];
 static _Thread_local int tl_depth;
 
 static int intern(const char *name) {
@@ -38,7 +38,7 @@ static int intern(const char *name) {
     int id = -1;
     for (int i = 0; i < nnames; i++)
         if (strcmp(names[i], name) == 0) id = i;
-    if (id < 0 && nnames < DMM_TORCH_MAX_TAGS) {
+    if (id < 0 && nnames < DMM_DEVICE_MAX_TAGS) {
         id = nnames++;
         snprintf(names[id], sizeof names[id], "%s", name);
     }
@@ -46,7 +46,7 @@ static int intern(const char *name) {
     return id;
 }
 
-int dmm__torch_tag_find(const char *name) {
+int dmm__device_tag_find(const char *name) {
     if (name == NULL) return -1;
     pthread_mutex_lock(&names_mu);
     int id = -1;
@@ -56,42 +56,42 @@ int dmm__torch_tag_find(const char *name) {
     return id;
 }
 
-const char *dmm__torch_tag_name(int id) { return id >= 0 && id < DMM_TORCH_MAX_TAGS ? names[id] : "?"; }
+const char *dmm__device_tag_name(int id) { return id >= 0 && id < DMM_DEVICE_MAX_TAGS ? names[id] : "?"; }
 
-dmm_status dmm__torch_tag_begin(const char *name) {
+dmm_status dmm_device_tag_begin(const char *name) {
     size_t n = name != NULL ? strlen(name) : 0;
-    if (n == 0 || n >= DMM_TORCH_TAG_NAME)
-        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: a tag name must have 1 to %d characters",
-                             DMM_TORCH_TAG_NAME - 1);
-    if (tl_depth >= DMM_TORCH_TAG_DEPTH)
-        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: tag scopes nest at most %d deep on one thread",
-                             DMM_TORCH_TAG_DEPTH);
+    if (n == 0 || n >= DMM_DEVICE_TAG_NAME)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm device: a tag name must have 1 to %d characters",
+                             DMM_DEVICE_TAG_NAME - 1);
+    if (tl_depth >= DMM_DEVICE_TAG_DEPTH)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm device: tag scopes nest at most %d deep on one thread",
+                             DMM_DEVICE_TAG_DEPTH);
     int id = intern(name);
     if (id < 0)
-        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: tag '%s' would be the %dth tag name of the "
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm device: tag '%s' would be the %dth tag name of the "
                                                        "process; at most %d exist; reuse a name",
-                             name, DMM_TORCH_MAX_TAGS + 1, DMM_TORCH_MAX_TAGS);
+                             name, DMM_DEVICE_MAX_TAGS + 1, DMM_DEVICE_MAX_TAGS);
     tl_stack[tl_depth++] = id;
     return DMM_OK;
 }
 
-dmm_status dmm__torch_tag_end(void) {
+dmm_status dmm_device_tag_end(void) {
     if (tl_depth == 0)
-        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: tag end without a tag begin on this thread");
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm device: tag end without a tag begin on this thread");
     tl_depth--;
     return DMM_OK;
 }
 
-int dmm__torch_tag_current(void) { return tl_depth > 0 ? tl_stack[tl_depth - 1] : -1; }
+int dmm__device_tag_current(void) { return tl_depth > 0 ? tl_stack[tl_depth - 1] : -1; }
 
-const char *dmm__torch_tag_state_name(int s) {
+const char *dmm__device_tag_state_name(int s) {
     return s == TAG_RESIDENT ? "resident" : s == TAG_OFFLOADING ? "offloading" : "offloaded";
 }
 
-ttag *dmm__torch_tag_lookup(tctx *c, const char *name, const char *op, int *id_out) {
-    int id = dmm__torch_tag_find(name);
+device_tag *dmm__device_tag_lookup(dmm_device *c, const char *name, const char *op, int *id_out) {
+    int id = dmm__device_tag_find(name);
     if (id < 0) {
-        dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: %s: no allocation was ever made in tag '%s'", op,
+        dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm device: %s: no allocation was ever made in tag '%s'", op,
                       name != NULL ? name : "(null)");
         return NULL;
     }
@@ -99,21 +99,21 @@ ttag *dmm__torch_tag_lookup(tctx *c, const char *name, const char *op, int *id_o
     return &c->tags[id];
 }
 
-uint64_t dmm__torch_tag_pending_polls(const tctx *c, const ttag *t) {
+uint64_t dmm__device_tag_pending_polls(const dmm_device *c, const device_tag *t) {
     return t->state == TAG_OFFLOADING ? c->polls - t->polls_mark : t->pending_polls;
 }
 
 /* ---- allocation ---- */
-static uint64_t step_for(const tctx *c, uint64_t committed) {
+static uint64_t step_for(const dmm_device *c, uint64_t committed) {
     uint64_t st = committed / 16;
     if (st > 64 * MIB) st = 64 * MIB;
     if (st < c->granule) st = c->granule;
-    return dmm__torch_round_granule(c, st);
+    return dmm__device_round_granule(c, st);
 }
 
 /* Where a growth of the segment to back [0, end) commits up to (end > committed). */
-static uint64_t grow_target(const tctx *c, const tseg *g, uint64_t end) {
-    uint64_t target = dmm__torch_round_granule(c, end);
+static uint64_t grow_target(const dmm_device *c, const tag_segment *g, uint64_t end) {
+    uint64_t target = dmm__device_round_granule(c, end);
     uint64_t stepped = g->seg.committed + step_for(c, g->seg.committed);
     if (stepped > target) target = stepped;
     if (target > g->seg.a.bytes) target = g->seg.a.bytes;
@@ -126,7 +126,7 @@ static uint64_t grow_target(const tctx *c, const tseg *g, uint64_t end) {
  * is never tried again: the block goes to another segment, or a fresh one (the segment keeps serving
  * from its committed prefix, and goes back at empty_cache once empty). Asked only when a malloc needs
  * growth, over the range that growth would commit (at most one step or the request). */
-static bool growth_poisoned(tctx *c, const tseg *g, uint64_t end) {
+static bool growth_poisoned(dmm_device *c, const tag_segment *g, uint64_t end) {
     if (end <= g->seg.committed) return false;
     uint64_t target = grow_target(c, g, end);
     bool q = false;
@@ -138,7 +138,7 @@ static bool growth_poisoned(tctx *c, const tseg *g, uint64_t end) {
 }
 
 /* Backs [0, end) of the segment; a failure changes nothing (but a failed undo: growth_poisoned). */
-static dmm_status grow_commit(tctx *c, tseg *g, uint64_t end) {
+static dmm_status grow_commit(dmm_device *c, tag_segment *g, uint64_t end) {
     if (end <= g->seg.committed) return DMM_OK;
     uint64_t target = grow_target(c, g, end);
     dmm_range r = {(size_t)g->seg.committed, (size_t)(target - g->seg.committed)};
@@ -148,8 +148,8 @@ static dmm_status grow_commit(tctx *c, tseg *g, uint64_t end) {
         /* the pool's cached chunks first; then the exact size, without the step */
         (void)dmm_pool_empty_cache(c->pool, NULL);
         s = dmm_mechanism_commit(c->arena, &g->seg.a, r, &newly);
-        if (s != DMM_OK && target > dmm__torch_round_granule(c, end)) {
-            target = dmm__torch_round_granule(c, end);
+        if (s != DMM_OK && target > dmm__device_round_granule(c, end)) {
+            target = dmm__device_round_granule(c, end);
             r.bytes = (size_t)(target - g->seg.committed);
             s = dmm_mechanism_commit(c->arena, &g->seg.a, r, &newly);
         }
@@ -159,37 +159,37 @@ static dmm_status grow_commit(tctx *c, tseg *g, uint64_t end) {
     return DMM_OK;
 }
 
-dmm_status dmm__torch_tag_malloc(tctx *c, int tag, size_t bytes, void **out) {
-    uint64_t len = dmm__torch_round_block(c, bytes);
+dmm_status dmm__device_tag_malloc(dmm_device *c, int tag, size_t bytes, void **out) {
+    uint64_t len = dmm__device_round_block(c, bytes);
     pthread_mutex_lock(&c->lock);
-    ttag *t = &c->tags[tag];
+    device_tag *t = &c->tags[tag];
     if (t->state != TAG_RESIDENT) {
         pthread_mutex_unlock(&c->lock);
         return dmm_error_set(DMM_ERR_BUSY,
-                             "dmm torch: allocating %zu bytes in tag '%s' on device %d refused: the tag is %s; "
+                             "dmm device: allocating %zu bytes in tag '%s' on device %d refused: the tag is %s; "
                              "restore it (dmm.torch.restore) before allocating in it",
-                             bytes, dmm__torch_tag_name(tag), (int)c->dev.index, dmm__torch_tag_state_name(t->state));
+                             bytes, dmm__device_tag_name(tag), (int)c->dev.index, dmm__device_tag_state_name(t->state));
     }
-    tseg *g = NULL, **tail = &t->segs;
+    tag_segment *g = NULL, **tail = &t->segs;
     uint64_t off = 0;
-    for (tseg *x = t->segs; x != NULL; x = x->next) {
-        if (dmm__torch_segment_take(&x->seg, len, bytes, &off)) {
+    for (tag_segment *x = t->segs; x != NULL; x = x->next) {
+        if (dmm__device_segment_take(&x->seg, len, bytes, &off)) {
             if (!growth_poisoned(c, x, off + len)) {
                 g = x;
                 break;
             }
-            dmm__torch_segment_give(&x->seg, off, NULL, NULL); /* its growth would fail forever: the next segment */
+            dmm__device_segment_give(&x->seg, off, NULL, NULL); /* its growth would fail forever: the next segment */
         }
         tail = &x->next;
     }
     dmm_status s = DMM_OK;
     if (g == NULL) {
         uint64_t va = c->tag_va;
-        if (va < len) va = dmm__torch_round_granule(c, len);
+        if (va < len) va = dmm__device_round_granule(c, len);
         g = calloc(1, sizeof *g);
-        s = g != NULL ? dmm__torch_segment_open(c, &g->seg, va, false, "a tag segment", "VA for a segment of tag '%s'",
-                                                dmm__torch_tag_name(tag))
-                      : dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm torch: out of host memory for a tag segment");
+        s = g != NULL ? dmm__device_segment_open(c, &g->seg, va, false, "a tag segment", "VA for a segment of tag '%s'",
+                                                dmm__device_tag_name(tag))
+                      : dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: out of host memory for a tag segment");
         if (s != DMM_OK) {
             free(g);
             pthread_mutex_unlock(&c->lock);
@@ -197,15 +197,15 @@ dmm_status dmm__torch_tag_malloc(tctx *c, int tag, size_t bytes, void **out) {
         }
         g->tag = tag;
         *tail = g;
-        (void)dmm__torch_segment_take(&g->seg, len, bytes, &off); /* the segment is empty and large enough */
+        (void)dmm__device_segment_take(&g->seg, len, bytes, &off); /* the segment is empty and large enough */
     }
     s = grow_commit(c, g, off + len);
     if (s != DMM_OK) {
-        dmm__error_wrap(s, "dmm torch: allocating %zu bytes in tag '%s' on device %d failed", bytes,
-                        dmm__torch_tag_name(tag), (int)c->dev.index);
-        dmm__torch_segment_give(&g->seg, off, NULL, NULL);
+        dmm__error_wrap(s, "dmm device: allocating %zu bytes in tag '%s' on device %d failed", bytes,
+                        dmm__device_tag_name(tag), (int)c->dev.index);
+        dmm__device_segment_give(&g->seg, off, NULL, NULL);
         pthread_mutex_unlock(&c->lock);
-        dmm__torch_bump(&c->ooms, 1);
+        dmm__device_bump(&c->ooms, 1);
         return s;
     }
     pthread_mutex_unlock(&c->lock);
@@ -213,12 +213,12 @@ dmm_status dmm__torch_tag_malloc(tctx *c, int tag, size_t bytes, void **out) {
     return DMM_OK;
 }
 
-dmm_status dmm__torch_tag_free_locked(tctx *c, void *ptr, dmm_stream stream, uint64_t *len, uint64_t *req) {
-    for (int i = 0; i < DMM_TORCH_MAX_TAGS; i++)
-        for (tseg *g = c->tags[i].segs; g != NULL; g = g->next) {
+dmm_status dmm__device_tag_free_locked(dmm_device *c, void *ptr, dmm_stream stream, uint64_t *len, uint64_t *req) {
+    for (int i = 0; i < DMM_DEVICE_MAX_TAGS; i++)
+        for (tag_segment *g = c->tags[i].segs; g != NULL; g = g->next) {
             uint64_t off = 0;
-            if (!dmm__torch_segment_holds(&g->seg, ptr, &off)) continue;
-            if (!dmm__torch_segment_give(&g->seg, off, len, req)) return DMM_ERR_UNKNOWN_ALLOCATION;
+            if (!dmm__device_segment_holds(&g->seg, ptr, &off)) continue;
+            if (!dmm__device_segment_give(&g->seg, off, len, req)) return DMM_ERR_UNKNOWN_ALLOCATION;
             g->last_stream = stream; /* an emptied segment is released only behind an event on it */
             return DMM_OK;
         }
@@ -226,7 +226,7 @@ dmm_status dmm__torch_tag_free_locked(tctx *c, void *ptr, dmm_stream stream, uin
 }
 
 /* ---- giving segments back ---- */
-void dmm__torch_tseg_host_drop(tctx *c, tseg *g) {
+void dmm__device_tseg_host_drop(dmm_device *c, tag_segment *g) {
     if (g->host == NULL) return;
     c->ext.host_free(c->ext.user, g->host);
     (void)dmm_lease_shrink(c->gov, c->host_lease, g->host_bytes, g->host_bytes);
@@ -235,41 +235,41 @@ void dmm__torch_tseg_host_drop(tctx *c, tseg *g) {
     g->host_bytes = 0;
 }
 
-void dmm__torch_tseg_free(tctx *c, tseg *g) {
-    dmm__torch_tseg_host_drop(c, g);
-    for (int k = 0; k < DMM_TORCH_OFFLOAD_PIECES; k++)
+void dmm__device_tseg_free(dmm_device *c, tag_segment *g) {
+    dmm__device_tseg_host_drop(c, g);
+    for (int k = 0; k < DMM_DEVICE_OFFLOAD_PIECES; k++)
         if (g->piece_ev[k] != NULL) (void)dmm__drv_event_destroy(c->drv, g->piece_ev[k]);
-    dmm__torch_segment_close(&g->seg);
+    dmm__device_segment_close(&g->seg);
     free(g);
 }
 
-void dmm__torch_tseg_free_lost(tctx *c, tseg *g) {
-    dmm__torch_tseg_host_drop(c, g);
-    dmm__torch_segment_close(&g->seg);
+void dmm__device_tseg_free_lost(dmm_device *c, tag_segment *g) {
+    dmm__device_tseg_host_drop(c, g);
+    dmm__device_segment_close(&g->seg);
     free(g);
 }
 
 /* The finish of an empty segment's queued release: gone, back in service, or dropped after a loss. */
-static void tseg_release_finished(tctx *c, tjob *j, torch_job_end how, dmm_status status) {
+static void tseg_release_finished(dmm_device *c, device_job *j, device_job_end how, dmm_status status) {
     (void)status;
-    tseg *g = j->owner;
-    if (how == TORCH_JOB_RAN) {
-        dmm__torch_tseg_free(c, g);
-    } else if (how == TORCH_JOB_FAILED) { /* not released: the empty segment goes back to its tag, in service */
+    tag_segment *g = j->owner;
+    if (how == DEVICE_JOB_RAN) {
+        dmm__device_tseg_free(c, g);
+    } else if (how == DEVICE_JOB_FAILED) { /* not released: the empty segment goes back to its tag, in service */
         g->next = c->tags[g->tag].segs;
         c->tags[g->tag].segs = g;
     } else {
-        dmm__torch_tseg_free_lost(c, g); /* out of its tag already */
+        dmm__device_tseg_free_lost(c, g); /* out of its tag already */
     }
 }
 
-dmm_status dmm__torch_tags_trim_locked(tctx *c, uint64_t *freed) {
-    for (int i = 0; i < DMM_TORCH_MAX_TAGS; i++) {
-        ttag *t = &c->tags[i];
+dmm_status dmm__device_tags_trim_locked(dmm_device *c, uint64_t *freed) {
+    for (int i = 0; i < DMM_DEVICE_MAX_TAGS; i++) {
+        device_tag *t = &c->tags[i];
         if (t->state != TAG_RESIDENT) continue;
-        tseg **pp = &t->segs;
+        tag_segment **pp = &t->segs;
         while (*pp != NULL) {
-            tseg *g = *pp;
+            tag_segment *g = *pp;
             if (g->seg.count > 0 || g->state != SEG_RESIDENT) {
                 pp = &g->next;
                 continue;
@@ -278,7 +278,7 @@ dmm_status dmm__torch_tags_trim_locked(tctx *c, uint64_t *freed) {
             dmm_status s = dmm__drv_event_create(c->drv, &ev);
             if (s == DMM_OK) s = dmm__drv_event_record(c->drv, ev, g->last_stream);
             if (s == DMM_ERR_DEVICE_LOST) return s; /* the loss: no further call */
-            if (s == DMM_OK) s = dmm__torch_segment_release_behind(c, &g->seg, ev, tseg_release_finished, g);
+            if (s == DMM_OK) s = dmm__device_segment_release_behind(c, &g->seg, ev, tseg_release_finished, g);
             if (s != DMM_OK) {
                 if (ev != NULL) (void)dmm__drv_event_destroy(c->drv, ev);
                 pp = &g->next;
@@ -291,18 +291,18 @@ dmm_status dmm__torch_tags_trim_locked(tctx *c, uint64_t *freed) {
     return DMM_OK;
 }
 
-void dmm__torch_tags_fini(tctx *c) {
-    for (int i = 0; i < DMM_TORCH_MAX_TAGS; i++) {
-        ttag *t = &c->tags[i];
-        tseg **pp = &t->segs;
+void dmm__device_tags_fini(dmm_device *c) {
+    for (int i = 0; i < DMM_DEVICE_MAX_TAGS; i++) {
+        device_tag *t = &c->tags[i];
+        tag_segment **pp = &t->segs;
         while (*pp != NULL) {
-            tseg *g = *pp;
-            if (!dmm__torch_segment_release(c, &g->seg)) { /* FAILED, nothing changed: it stays the tag's */
+            tag_segment *g = *pp;
+            if (!dmm__device_segment_release(c, &g->seg)) { /* FAILED, nothing changed: it stays the tag's */
                 pp = &g->next;
                 continue;
             }
             *pp = g->next;
-            dmm__torch_tseg_free(c, g);
+            dmm__device_tseg_free(c, g);
         }
         if (t->segs != NULL) continue; /* destroy reports it and may be called again */
         if (t->ev != NULL) (void)dmm__drv_event_destroy(c->drv, t->ev);
@@ -310,44 +310,44 @@ void dmm__torch_tags_fini(tctx *c) {
     }
 }
 
-/* ---- after a confirmed device loss (adapter.h): no driver call; the events went with the context ---- */
-void dmm__torch_tags_mark_lost(tctx *c) {
-    for (int i = 0; i < DMM_TORCH_MAX_TAGS; i++) {
-        ttag *t = &c->tags[i];
+/* ---- after a confirmed device loss (dmm/device.h): no driver call; the events went with the context ---- */
+void dmm__device_tags_mark_lost(dmm_device *c) {
+    for (int i = 0; i < DMM_DEVICE_MAX_TAGS; i++) {
+        device_tag *t = &c->tags[i];
         if (t->segs == NULL) continue;
-        for (tseg *g = t->segs; g != NULL; g = g->next) { /* nothing is mapped any more */
+        for (tag_segment *g = t->segs; g != NULL; g = g->next) { /* nothing is mapped any more */
             g->state = SEG_OFFLOADED;
             g->restored = 0;
             g->jobs_left = 0;
         }
-        t->pending_polls = dmm__torch_tag_pending_polls(c, t);
+        t->pending_polls = dmm__device_tag_pending_polls(c, t);
         t->state = TAG_OFFLOADED;
         t->pending = 0;
         t->failure = DMM_ERR_DEVICE_LOST;
     }
 }
 
-void dmm__torch_tags_drop_lost(tctx *c) {
-    for (int i = 0; i < DMM_TORCH_MAX_TAGS; i++) {
-        ttag *t = &c->tags[i];
+void dmm__device_tags_drop_lost(dmm_device *c) {
+    for (int i = 0; i < DMM_DEVICE_MAX_TAGS; i++) {
+        device_tag *t = &c->tags[i];
         while (t->segs != NULL) {
-            tseg *g = t->segs;
+            tag_segment *g = t->segs;
             t->segs = g->next;
-            dmm__torch_tseg_free_lost(c, g);
+            dmm__device_tseg_free_lost(c, g);
         }
         memset(t, 0, sizeof *t); /* its event went with the context */
     }
 }
 
 /* ---- JSON ---- */
-void dmm__torch_tags_json_locked(tctx *c, dmm_json *j, bool blocks) {
+void dmm__device_tags_json_locked(dmm_device *c, dmm_json *j, bool blocks) {
     dmm__json_put(j, "{");
     bool first = true;
-    for (int i = 0; i < DMM_TORCH_MAX_TAGS; i++) {
-        ttag *t = &c->tags[i];
+    for (int i = 0; i < DMM_DEVICE_MAX_TAGS; i++) {
+        device_tag *t = &c->tags[i];
         if (t->segs == NULL && t->offloads == 0) continue;
         uint64_t live = 0, nblocks = 0, committed = 0, mapped = 0, host = 0, decommit_ns = 0, nsegs = 0, queued = 0;
-        for (tseg *g = t->segs; g != NULL; g = g->next) {
+        for (tag_segment *g = t->segs; g != NULL; g = g->next) {
             nsegs++;
             queued += g->state == SEG_PENDING ? g->jobs_left : 0;
             live += g->seg.live_bytes;
@@ -358,33 +358,33 @@ void dmm__torch_tags_json_locked(tctx *c, dmm_json *j, bool blocks) {
             if (g->decommit_ns > decommit_ns) decommit_ns = g->decommit_ns;
         }
         dmm__json_put(j, "%s", first ? "" : ",");
-        dmm__json_string(j, dmm__torch_tag_name(i)); /* the caller's text: escaped */
+        dmm__json_string(j, dmm__device_tag_name(i)); /* the caller's text: escaped */
         dmm__json_put(j,
                       ":{\"state\":\"%s\",\"mode\":\"%s\",\"segments\":%llu,\"live_blocks\":%llu,"
                       "\"live_bytes\":%llu,\"committed_bytes\":%llu,\"mapped_bytes\":%llu,\"host_bytes\":%llu,"
                       "\"offloads\":%llu,\"restores\":%llu,\"offload_call_ns\":%llu,\"offload_done_ns\":%llu,"
                       "\"last_decommit_ns\":%llu,\"restore_ns\":%llu,\"pending_decommits\":%llu,\"pending_polls\":%llu,"
                       "\"failure\":\"%s\"",
-                      dmm__torch_tag_state_name(t->state),
-                      t->mode == DMM_TORCH_DISCARD ? "discard" : "host", (unsigned long long)nsegs,
+                      dmm__device_tag_state_name(t->state),
+                      t->mode == DMM_DEVICE_DISCARD ? "discard" : "host", (unsigned long long)nsegs,
                       (unsigned long long)nblocks, (unsigned long long)live, (unsigned long long)committed,
                       (unsigned long long)mapped, (unsigned long long)host, (unsigned long long)t->offloads,
                       (unsigned long long)t->restores, (unsigned long long)t->offload_call_ns,
                       (unsigned long long)t->offload_done_ns, (unsigned long long)decommit_ns,
                       (unsigned long long)t->restore_ns, (unsigned long long)queued,
-                      (unsigned long long)dmm__torch_tag_pending_polls(c, t),
+                      (unsigned long long)dmm__device_tag_pending_polls(c, t),
                       t->failure == DMM_OK ? "" : dmm_status_str(t->failure));
         if (blocks) {
             dmm__json_put(j, ",\"segment_list\":[");
             bool fs = true;
-            for (tseg *g = t->segs; g != NULL; g = g->next) {
+            for (tag_segment *g = t->segs; g != NULL; g = g->next) {
                 dmm__json_put(j,
                               "%s{\"address\":%llu,\"va_bytes\":%llu,\"committed_bytes\":%llu,"
                               "\"mapped_bytes\":%llu,\"blocks\":[",
                               fs ? "" : ",", (unsigned long long)(uintptr_t)g->seg.a.ptr,
                               (unsigned long long)g->seg.a.bytes, (unsigned long long)g->seg.committed,
                               (unsigned long long)(g->state != SEG_OFFLOADED ? g->seg.committed : g->restored));
-                dmm__torch_segment_json_blocks(&g->seg, j);
+                dmm__device_segment_json_blocks(&g->seg, j);
                 dmm__json_put(j, "]}");
                 fs = false;
             }
@@ -396,10 +396,10 @@ void dmm__torch_tags_json_locked(tctx *c, dmm_json *j, bool blocks) {
     dmm__json_put(j, "}");
 }
 
-void dmm__torch_tags_totals_locked(tctx *c, uint64_t *live, uint64_t *committed) {
+void dmm__device_tags_totals_locked(dmm_device *c, uint64_t *live, uint64_t *committed) {
     *live = *committed = 0;
-    for (int i = 0; i < DMM_TORCH_MAX_TAGS; i++)
-        for (tseg *g = c->tags[i].segs; g != NULL; g = g->next) {
+    for (int i = 0; i < DMM_DEVICE_MAX_TAGS; i++)
+        for (tag_segment *g = c->tags[i].segs; g != NULL; g = g->next) {
             *live += g->seg.live_bytes;
             *committed += g->state != SEG_OFFLOADED ? g->seg.committed : g->restored;
         }

@@ -1,7 +1,7 @@
-/* adapters/torch/poolview.c — the mechanism the pool sees: every call goes to the arena, and the
+/* src/device/poolview.c — the mechanism the pool sees: every call goes to the arena, and the
  * committed granules of the pool's VA are kept on the side (the pool's segments in a snapshot).
  *
- * What it owns: the view's ops table, its state (torch_poolview: the pool's VA allocation and a span
+ * What it owns: the view's ops table, its state (device_poolview: the pool's VA allocation and a span
  * set of its committed ranges), and the translation of the pool's allocation handles (stamped with the
  * view by dmm_mechanism_allocate) back to the arena's before each forwarded call.
  *
@@ -25,40 +25,40 @@
 #include "history.h"
 #include "poolview.h"
 
-static torch_poolview *PV(void *impl) { return impl; }
+static device_poolview *PV(void *impl) { return impl; }
 
-static dmm_allocation to_arena(const torch_poolview *v, const dmm_allocation *a) {
+static dmm_allocation to_arena(const device_poolview *v, const dmm_allocation *a) {
     dmm_allocation x = *a;
     x.mechanism = v->arena;
     return x;
 }
 
-static bool mine(const torch_poolview *v, const dmm_allocation *a) {
+static bool mine(const device_poolview *v, const dmm_allocation *a) {
     return v->have && (uintptr_t)a->ptr == v->base && a->bytes == v->bytes;
 }
 
-static uint64_t down(const torch_poolview *v, uint64_t x) { return x / v->granule * v->granule; }
-static uint64_t up(const torch_poolview *v, uint64_t x) { return (x + v->granule - 1) / v->granule * v->granule; }
+static uint64_t down(const device_poolview *v, uint64_t x) { return x / v->granule * v->granule; }
+static uint64_t up(const device_poolview *v, uint64_t x) { return (x + v->granule - 1) / v->granule * v->granule; }
 
 /* The history's events for the change of [lo, hi) to `on` (mu held): a map for each piece that was not
  * committed, an unmap for each that was. */
-static void history_of_change(torch_poolview *v, uint64_t lo, uint64_t hi, bool on) {
-    if (v->c == NULL || !dmm__torch_history_on(v->c)) return;
+static void history_of_change(device_poolview *v, uint64_t lo, uint64_t hi, bool on) {
+    if (v->c == NULL || !dmm__device_history_on(v->c)) return;
     uint64_t at = lo;
     for (size_t i = 0; i < v->committed.n && at < hi; i++) {
         uint64_t a = v->committed.v[i].off, b = a + v->committed.v[i].len;
         if (b <= at) continue;
         if (a >= hi) break;
-        if (a > at && on) dmm__torch_history_add(v->c, TORCH_EV_MAP, v->base + at, a - at, NULL);
+        if (a > at && on) dmm__device_history_add(v->c, DEVICE_EV_MAP, v->base + at, a - at, NULL);
         uint64_t s = a > at ? a : at, e = b < hi ? b : hi;
-        if (!on) dmm__torch_history_add(v->c, TORCH_EV_UNMAP, v->base + s, e - s, NULL);
+        if (!on) dmm__device_history_add(v->c, DEVICE_EV_UNMAP, v->base + s, e - s, NULL);
         at = e;
     }
-    if (at < hi && on) dmm__torch_history_add(v->c, TORCH_EV_MAP, v->base + at, hi - at, NULL);
+    if (at < hi && on) dmm__device_history_add(v->c, DEVICE_EV_MAP, v->base + at, hi - at, NULL);
 }
 
 /* [lo, hi) is committed (on) or not (mu held); whole granules. */
-static void mark(torch_poolview *v, uint64_t lo, uint64_t hi, bool on) {
+static void mark(device_poolview *v, uint64_t lo, uint64_t hi, bool on) {
     if (lo >= hi) return;
     if (!dmm__spans_reserve(&v->committed, 2)) {
         v->inexact = true;
@@ -70,7 +70,7 @@ static void mark(torch_poolview *v, uint64_t lo, uint64_t hi, bool on) {
 }
 
 /* Committed bytes of [lo, hi) on record (mu held). */
-static uint64_t committed_in(const torch_poolview *v, uint64_t lo, uint64_t hi) {
+static uint64_t committed_in(const device_poolview *v, uint64_t lo, uint64_t hi) {
     uint64_t n = 0;
     for (size_t i = 0; i < v->committed.n; i++) {
         uint64_t a = v->committed.v[i].off, b = a + v->committed.v[i].len;
@@ -81,7 +81,7 @@ static uint64_t committed_in(const torch_poolview *v, uint64_t lo, uint64_t hi) 
 }
 
 /* Asks the arena, granule by granule, what of [lo, hi) is mapped (mu held). */
-static void resync(torch_poolview *v, const dmm_allocation *x, uint64_t lo, uint64_t hi) {
+static void resync(device_poolview *v, const dmm_allocation *x, uint64_t lo, uint64_t hi) {
     for (uint64_t g = lo; g < hi; g += v->granule) {
         dmm_range r = {(size_t)g, (size_t)v->granule};
         uint64_t need = 0;
@@ -94,7 +94,7 @@ static void resync(torch_poolview *v, const dmm_allocation *x, uint64_t lo, uint
     }
 }
 
-static void track_commit(torch_poolview *v, const dmm_allocation *a, dmm_range r) {
+static void track_commit(device_poolview *v, const dmm_allocation *a, dmm_range r) {
     pthread_mutex_lock(&v->mu);
     if (mine(v, a)) mark(v, down(v, r.offset), up(v, (uint64_t)r.offset + r.bytes), true);
     pthread_mutex_unlock(&v->mu);
@@ -102,7 +102,7 @@ static void track_commit(torch_poolview *v, const dmm_allocation *a, dmm_range r
 
 /* ---- the mechanism ---- */
 static dmm_status pv_allocate(void *impl, size_t bytes, size_t align, dmm_allocation *out) {
-    torch_poolview *v = PV(impl);
+    device_poolview *v = PV(impl);
     dmm_status s = dmm_mechanism_allocate(v->arena, bytes, align, out);
     if (s != DMM_OK) return s;
     pthread_mutex_lock(&v->mu);
@@ -118,7 +118,7 @@ static dmm_status pv_allocate(void *impl, size_t bytes, size_t align, dmm_alloca
 }
 
 static dmm_release_outcome pv_release(void *impl, const dmm_allocation *a) {
-    torch_poolview *v = PV(impl);
+    device_poolview *v = PV(impl);
     dmm_allocation x = to_arena(v, a);
     dmm_release_outcome o = dmm_mechanism_release(v->arena, &x);
     pthread_mutex_lock(&v->mu);
@@ -136,7 +136,7 @@ static dmm_device_id pv_device(void *impl) { return dmm_mechanism_device(PV(impl
 static dmm_status pv_stats(void *impl, dmm_stats *out) { return dmm_mechanism_stats(PV(impl)->arena, out); }
 
 static dmm_status pv_destroy(void *impl) {
-    torch_poolview *v = PV(impl);
+    device_poolview *v = PV(impl);
     dmm__spans_fini(&v->committed);
     pthread_mutex_destroy(&v->mu);
     free(v);
@@ -145,7 +145,7 @@ static dmm_status pv_destroy(void *impl) {
 
 static dmm_status pv_allocate_committed(void *impl, size_t bytes, size_t align, const dmm_range *ranges, size_t n,
                                         dmm_allocation *out) {
-    torch_poolview *v = PV(impl);
+    device_poolview *v = PV(impl);
     dmm_status s = dmm_mechanism_allocate_committed(v->arena, bytes, align, ranges, n, out);
     if (s != DMM_OK) return s;
     pthread_mutex_lock(&v->mu);
@@ -163,7 +163,7 @@ static dmm_status pv_allocate_committed(void *impl, size_t bytes, size_t align, 
 }
 
 static dmm_status pv_commit(void *impl, const dmm_allocation *a, dmm_range range, uint64_t *newly) {
-    torch_poolview *v = PV(impl);
+    device_poolview *v = PV(impl);
     dmm_allocation x = to_arena(v, a);
     dmm_status s = dmm_mechanism_commit(v->arena, &x, range, newly);
     if (s == DMM_OK) track_commit(v, a, range);
@@ -171,7 +171,7 @@ static dmm_status pv_commit(void *impl, const dmm_allocation *a, dmm_range range
 }
 
 static dmm_release_outcome pv_decommit(void *impl, const dmm_allocation *a, dmm_range range) {
-    torch_poolview *v = PV(impl);
+    device_poolview *v = PV(impl);
     dmm_allocation x = to_arena(v, a);
     dmm_release_outcome o = dmm_mechanism_decommit(v->arena, &x, range);
     dmm_release_state st = dmm_release_state_of(&o);
@@ -190,20 +190,20 @@ static dmm_release_outcome pv_decommit(void *impl, const dmm_allocation *a, dmm_
 }
 
 static dmm_status pv_committed_bytes(void *impl, const dmm_allocation *a, uint64_t *bytes) {
-    torch_poolview *v = PV(impl);
+    device_poolview *v = PV(impl);
     dmm_allocation x = to_arena(v, a);
     return dmm_mechanism_committed_bytes(v->arena, &x, bytes);
 }
 
 static dmm_status pv_mapped_bytes_for_ranges(void *impl, const dmm_allocation *a, const dmm_range *ranges, size_t n,
                                              uint64_t *bytes) {
-    torch_poolview *v = PV(impl);
+    device_poolview *v = PV(impl);
     dmm_allocation x = to_arena(v, a);
     return dmm_mechanism_mapped_bytes_for_ranges(v->arena, &x, ranges, n, bytes);
 }
 
 static dmm_status pv_alias(void *impl, const dmm_allocation *a, dmm_range dst, dmm_range src) {
-    torch_poolview *v = PV(impl);
+    device_poolview *v = PV(impl);
     dmm_allocation x = to_arena(v, a);
     dmm_status s = dmm_mechanism_alias(v->arena, &x, dst, src);
     if (s == DMM_OK) track_commit(v, a, dst);
@@ -239,9 +239,9 @@ static const dmm_mechanism_ops pv_ops = {
     &pv_vb_ops, NULL, NULL,
 };
 
-dmm_status dmm__torch_poolview_open(tctx *c) {
-    torch_poolview *v = calloc(1, sizeof *v);
-    if (v == NULL) return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm torch: out of host memory for the pool's view");
+dmm_status dmm__device_poolview_open(dmm_device *c) {
+    device_poolview *v = calloc(1, sizeof *v);
+    if (v == NULL) return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: out of host memory for the pool's view");
     v->arena = c->arena;
     v->c = c;
     v->granule = c->granule;
@@ -256,8 +256,8 @@ dmm_status dmm__torch_poolview_open(tctx *c) {
     return DMM_OK;
 }
 
-size_t dmm__torch_poolview_runs(tctx *c, uint64_t **runs, bool *exact) {
-    torch_poolview *v = c->pv;
+size_t dmm__device_poolview_runs(dmm_device *c, uint64_t **runs, bool *exact) {
+    device_poolview *v = c->pv;
     *runs = NULL;
     pthread_mutex_lock(&v->mu);
     *exact = !v->inexact;

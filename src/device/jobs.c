@@ -1,4 +1,4 @@
-/* adapters/torch/jobs.c — the jobs floor: the adapter's deferred work, polled and taken back.
+/* src/device/jobs.c — the jobs floor: the device's deferred work, polled and taken back.
  *
  * What it owns: the context's deferred queue (dmm/deferred.h) and the jobs in it — decommits of an
  * offload's pieces and releases of segments, each gated by events. A job carries its own finish
@@ -21,48 +21,48 @@
 #include "jobs.h"
 
 /* Ends a job that left the queue. */
-static void job_end(tctx *c, tjob *j, torch_job_end how, dmm_status status) {
-    dmm__torch_drop(&c->queued, 1);
+static void job_end(dmm_device *c, device_job *j, device_job_end how, dmm_status status) {
+    dmm__device_drop(&c->queued, 1);
     j->finish(c, j, how, status);
-    if (j->ev != NULL && how != TORCH_JOB_TAKEN_BACK) (void)dmm__drv_event_destroy(c->drv, j->ev);
+    if (j->ev != NULL && how != DEVICE_JOB_TAKEN_BACK) (void)dmm__drv_event_destroy(c->drv, j->ev);
     free(j);
 }
 
 /* on_done of the deferred queue (runs inside a poll, ctx.lock held by the poller). */
 static void job_done(void *user, const dmm_deferred_request *r, const dmm_release_outcome *o) {
-    job_end(user, r->user, TORCH_JOB_RAN,
+    job_end(user, r->user, DEVICE_JOB_RAN,
             dmm_release_state_of(o) == DMM_RELEASE_COMPLETE ? DMM_OK : DMM_ERR_QUARANTINED);
 }
 
-dmm_status dmm__torch_jobs_open(tctx *c) {
+dmm_status dmm__device_jobs_open(dmm_device *c) {
     dmm_deferred_config dc = {sizeof dc, c->drv, 4096, job_done, c};
     return dmm_deferred_create(&dc, &c->q);
 }
 
-dmm_status dmm__torch_jobs_close(tctx *c) {
+dmm_status dmm__device_jobs_close(dmm_device *c) {
     dmm_status s = c->q != NULL ? dmm_deferred_destroy(c->q) : DMM_OK;
     if (s == DMM_OK) c->q = NULL;
     return s;
 }
 
-tjob *dmm__torch_job_new(torch_job_finish finish, void *owner) {
-    tjob *j = calloc(1, sizeof *j);
+device_job *dmm__device_job_new(device_job_finish finish, void *owner) {
+    device_job *j = calloc(1, sizeof *j);
     if (j == NULL) return NULL;
     j->finish = finish;
     j->owner = owner;
     return j;
 }
 
-dmm_status dmm__torch_job_queue(tctx *c, dmm_deferred_request *r, tjob *j) {
+dmm_status dmm__device_job_queue(dmm_device *c, dmm_deferred_request *r, device_job *j) {
     r->user = j;
     dmm_status s = dmm_deferred_enqueue(c->q, r);
-    if (s == DMM_OK) dmm__torch_bump(&c->queued, 1);
+    if (s == DMM_OK) dmm__device_bump(&c->queued, 1);
     return s;
 }
 
-dmm_status dmm__torch_jobs_poll_locked(tctx *c) {
+dmm_status dmm__device_jobs_poll_locked(dmm_device *c) {
     dmm_status result = DMM_OK;
-    if (dmm__torch_get(&c->queued) == 0) return DMM_OK;
+    if (dmm__device_get(&c->queued) == 0) return DMM_OK;
     for (int round = 0; round < 4; round++) {
         size_t ran = 0;
         dmm_status s = dmm_deferred_poll(c->q, &ran);
@@ -72,38 +72,38 @@ dmm_status dmm__torch_jobs_poll_locked(tctx *c) {
         }
         /* lost: the queue asks nothing more of the driver; its requests wait for confirm_lost */
         if (s == DMM_ERR_DEVICE_LOST)
-            return dmm__error_wrap(s, "dmm torch: polling the queue of device %d: the device is lost; the queue asks "
+            return dmm__error_wrap(s, "dmm device: polling the queue of device %d: the device is lost; the queue asks "
                                       "the driver nothing more and its requests wait for the confirmation",
                                    (int)c->dev.index);
         /* The head failed (a FAILED decommit changed nothing, or its event cannot be asked): take it out so
          * that the queue moves on; its finish puts the memory back in service (a segment: restore maps it
          * again). */
         dmm_status failed =
-            dmm__error_wrap(s, "dmm torch: a queued decommit or release failed and was taken out of the queue");
+            dmm__error_wrap(s, "dmm device: a queued decommit or release failed and was taken out of the queue");
         dmm_deferred_request r;
         if (dmm_deferred_take(c->q, &r) != DMM_OK) break;
-        job_end(c, r.user, TORCH_JOB_FAILED, s);
+        job_end(c, r.user, DEVICE_JOB_FAILED, s);
         result = failed;
     }
     c->polls++;
     return result;
 }
 
-dmm_status dmm__torch_lock_and_poll(tctx *c, const char *op) {
-    dmm_status s = dmm__torch_refuse_lost(c, op);
+dmm_status dmm__device_lock_and_poll(dmm_device *c, const char *op) {
+    dmm_status s = dmm__device_refuse_lost(c, op);
     if (s != DMM_OK) return s;
     pthread_mutex_lock(&c->lock);
-    if (dmm__torch_jobs_poll_locked(c) == DMM_ERR_DEVICE_LOST) { /* this poll found the loss */
+    if (dmm__device_jobs_poll_locked(c) == DMM_ERR_DEVICE_LOST) { /* this poll found the loss */
         pthread_mutex_unlock(&c->lock);
-        return dmm__torch_refuse_lost(c, op);
+        return dmm__device_refuse_lost(c, op);
     }
     return DMM_OK;
 }
 
-void dmm__torch_jobs_take_back_locked(tctx *c) {
+void dmm__device_jobs_take_back_locked(dmm_device *c) {
     if (c->jobs_taken_back) return;
     dmm_deferred_request r;
-    while (dmm_deferred_take(c->q, &r) == DMM_OK) job_end(c, r.user, TORCH_JOB_TAKEN_BACK, DMM_ERR_DEVICE_LOST);
+    while (dmm_deferred_take(c->q, &r) == DMM_OK) job_end(c, r.user, DEVICE_JOB_TAKEN_BACK, DMM_ERR_DEVICE_LOST);
     dmm_clear_error(); /* take's "empty" ends the loop */
     c->jobs_taken_back = true;
 }

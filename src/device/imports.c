@@ -1,4 +1,4 @@
-/* adapters/torch/imports.c — regions of another process (a holder: dmm hold) mapped into this
+/* src/device/imports.c — regions of another process (a holder: dmm hold) mapped into this
  * device's arena, for tensors over them (dmm.torch.attach).
  *
  * What it owns: the list of this context's imports (dmm/share.h's dmm_import into c->arena), under
@@ -13,15 +13,15 @@
 
 #include "imports.h"
 
-struct timport {
+struct device_import {
     dmm_allocation a;
-    struct timport *next;
+    struct device_import *next;
 };
 
-dmm_status dmm__torch_import(tctx *c, const dmm_export *ex, bool writable, void **ptr) {
-    timport *im = calloc(1, sizeof *im);
+dmm_status dmm_device_import(dmm_device *c, const dmm_export *ex, bool writable, void **ptr) {
+    device_import *im = calloc(1, sizeof *im);
     if (im == NULL)
-        return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm torch: out of host memory for an import on device %d",
+        return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: out of host memory for an import on device %d",
                              (int)c->dev.index);
     dmm_status s = dmm_import(c->arena, ex, writable ? DMM_ACCESS_READ_WRITE : DMM_ACCESS_READ, &im->a);
     if (s != DMM_OK) {
@@ -36,16 +36,16 @@ dmm_status dmm__torch_import(tctx *c, const dmm_export *ex, bool writable, void 
     return DMM_OK;
 }
 
-dmm_status dmm__torch_unimport(tctx *c, void *ptr) {
+dmm_status dmm_device_unimport(dmm_device *c, void *ptr) {
     pthread_mutex_lock(&c->lock);
-    timport **at = &c->imports;
+    device_import **at = &c->imports;
     while (*at != NULL && (*at)->a.ptr != ptr) at = &(*at)->next;
     if (*at == NULL) {
         pthread_mutex_unlock(&c->lock);
-        return dmm_error_set(DMM_ERR_UNKNOWN_ALLOCATION, "dmm torch: %p is not the address of a region this "
+        return dmm_error_set(DMM_ERR_UNKNOWN_ALLOCATION, "dmm device: %p is not the address of a region this "
                              "process attached on device %d; nothing changed", ptr, (int)c->dev.index);
     }
-    timport *im = *at;
+    device_import *im = *at;
     dmm_release_outcome o = dmm_mechanism_release(c->arena, &im->a);
     dmm_release_state st = dmm_release_state_of(&o);
     if (st == DMM_RELEASE_COMPLETE) *at = im->next;
@@ -55,15 +55,15 @@ dmm_status dmm__torch_unimport(tctx *c, void *ptr) {
         return DMM_OK;
     }
     return dmm_error_set(st == DMM_RELEASE_FAILED ? o.failure : DMM_ERR_QUARANTINED,
-                         "dmm torch: detaching the region at %p on device %d: its release was %s (%s); %s", ptr,
+                         "dmm device: detaching the region at %p on device %d: its release was %s (%s); %s", ptr,
                          (int)c->dev.index, dmm_release_state_str(o.state), dmm_status_str(o.failure),
                          st == DMM_RELEASE_FAILED ? "nothing changed: detach again"
                                                   : "what could not be unmapped stays accounted: detach again");
 }
 
-void dmm__torch_imports_fini(tctx *c) {
+void dmm__device_imports_fini(dmm_device *c) {
     while (c->imports != NULL) {
-        timport *im = c->imports;
+        device_import *im = c->imports;
         c->imports = im->next;
         (void)dmm_mechanism_release(c->arena, &im->a);
         free(im);

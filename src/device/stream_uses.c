@@ -1,4 +1,4 @@
-/* adapters/torch/stream_uses.c — blocks used on streams other than their own (torch's record_stream).
+/* src/device/stream_uses.c — blocks used on streams other than their own (torch's record_stream).
  *
  * torch calls record_stream(ptr, stream) when a tensor allocated on one stream is used by work on
  * another (a copy stream, NCCL's stream in torch.distributed); the allocator must not hand the block
@@ -6,7 +6,7 @@
  * recorded for it (a pointer names one block of one device, so one table serves every device), under
  * its own lock (a leaf), and the ordering of one stream after another.
  *
- * At the free (adapter.c), the block is freed on the first recorded stream — the pool's cross-stream
+ * At the free (device.c), the block is freed on the first recorded stream — the pool's cross-stream
  * free then holds it back behind an event there, and the block's own stream needs nothing (its later
  * work is ordered after its earlier work) — after that stream was made to wait for each other recorded
  * stream's queued work. Tag blocks order their own stream too (their segment may leave the device
@@ -37,14 +37,14 @@ static _Atomic int uses_seen; /* 1 once any block was recorded */
 
 static uint64_t key_of(void *p) { return (uint64_t)(uintptr_t)p; }
 
-bool dmm__torch_uses_any(void) { return atomic_load_explicit(&uses_seen, memory_order_relaxed) != 0; }
+bool dmm__device_uses_any(void) { return atomic_load_explicit(&uses_seen, memory_order_relaxed) != 0; }
 
 static dmm_status no_memory(void *ptr, dmm_stream stream) {
-    return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm torch: record_stream(%p, stream %p): out of host memory for "
+    return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: record_stream(%p, stream %p): out of host memory for "
                          "the entry; the block is not held back for that stream", ptr, (void *)stream);
 }
 
-dmm_status dmm__torch_uses_add(void *ptr, dmm_stream stream) {
+dmm_status dmm_device_record_stream(void *ptr, dmm_stream stream) {
     if (ptr == NULL) return DMM_OK; /* torch records the empty tensor's NULL too: nothing to hold back */
     pthread_mutex_lock(&uses_mu);
     uint64_t v = 0;
@@ -84,7 +84,7 @@ dmm_status dmm__torch_uses_add(void *ptr, dmm_stream stream) {
     return DMM_OK;
 }
 
-bool dmm__torch_uses_take(void *ptr, dmm_stream own, dmm_stream **streams, size_t *n) {
+bool dmm__device_uses_take(void *ptr, dmm_stream own, dmm_stream **streams, size_t *n) {
     *streams = NULL;
     *n = 0;
     uint64_t v = 0;
@@ -107,7 +107,7 @@ bool dmm__torch_uses_take(void *ptr, dmm_stream own, dmm_stream **streams, size_
     return true;
 }
 
-void dmm__torch_stream_wait(tctx *c, dmm_stream waiter, dmm_stream on) {
+void dmm__device_stream_wait(dmm_device *c, dmm_stream waiter, dmm_stream on) {
     if (waiter == on) return;
     if (c->ext.stream_wait != NULL) {
         dmm_event ev = NULL;

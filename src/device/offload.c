@@ -1,11 +1,11 @@
-/* adapters/torch/offload.c — a tag leaves the device and comes back (DESIGN §4.11).
+/* src/device/offload.c — a tag leaves the device and comes back (DESIGN §4.11).
  *
  * What it owns: offload, its wait, restore and release_host of a tag, and the finish of the
  * decommits an offload queues (jobs.c).
  *
  * Offload (to host or discard): copies [0, highest live end) of each segment into pinned host memory
  * on the caller's stream — ordered after the work queued there that reads the tensors — in up to
- * DMM_TORCH_OFFLOAD_PIECES pieces, each followed by its own event, and enqueues per piece the
+ * DMM_DEVICE_OFFLOAD_PIECES pieces, each followed by its own event, and enqueues per piece the
  * decommit of [0, end of that piece) in the deferred queue, gated by that event (the last piece's
  * covers the whole committed range). It returns at once: no stream or device synchronize, and no
  * unmap runs before the first event completed, i.e. before every kernel queued ahead of it (the ones
@@ -31,20 +31,19 @@
 #include "context.h"
 #include "driver/call.h"
 #include "jobs.h"
-#include "offload.h"
 #include "segment.h"
 #include "tags.h"
 
 #define MIB ((uint64_t)1 << 20)
 
-static dmm_status refuse_capturing(tctx *c, const char *op, const char *tag, dmm_stream stream) {
+static dmm_status refuse_capturing(dmm_device *c, const char *op, const char *tag, dmm_stream stream) {
     bool capturing = false;
     uint64_t id = 0;
-    dmm_status s = dmm__torch_capturing(c, stream, &capturing, &id);
+    dmm_status s = dmm__device_capturing(c, stream, &capturing, &id);
     if (s != DMM_OK) return s;
     if (capturing)
         return dmm_error_set(DMM_ERR_BUSY,
-                             "dmm torch: %s of tag '%s' refused: stream %p is capturing a CUDA graph, and mapping "
+                             "dmm device: %s of tag '%s' refused: stream %p is capturing a CUDA graph, and mapping "
                              "or unmapping memory now would invalidate the capture; call it after the capture",
                              op, tag, stream);
     return DMM_OK;
@@ -54,17 +53,17 @@ static dmm_status refuse_capturing(tctx *c, const char *op, const char *tag, dmm
 /* It left the queue: ran (`failure` = DMM_OK, or DMM_ERR_QUARANTINED) or was taken out after it FAILED
  * (`failure` = its status), or was taken back unrun after a confirmed loss. The segment is offloaded
  * once its last one left. */
-static void decommit_finished(tctx *c, tjob *j, torch_job_end how, dmm_status failure) {
-    tseg *g = j->owner;
-    ttag *t = &c->tags[g->tag];
-    if (how == TORCH_JOB_TAKEN_BACK) { /* no driver call: the tags are marked lost next */
+static void decommit_finished(dmm_device *c, device_job *j, device_job_end how, dmm_status failure) {
+    tag_segment *g = j->owner;
+    device_tag *t = &c->tags[g->tag];
+    if (how == DEVICE_JOB_TAKEN_BACK) { /* no driver call: the tags are marked lost next */
         if (g->jobs_left > 0 && --g->jobs_left > 0) return;
         g->state = SEG_OFFLOADED;
         g->restored = 0;
         if (t->pending > 0) t->pending--;
         return;
     }
-    g->decommit_ns = dmm__torch_now_ns();
+    g->decommit_ns = dmm__device_now_ns();
     /* a failed piece changed nothing and the later pieces' ranges cover it again: only the last counts,
      * and any quarantine */
     if (failure != DMM_OK && (j->last || failure == DMM_ERR_QUARANTINED)) t->failure = failure;
@@ -81,45 +80,45 @@ static void decommit_finished(tctx *c, tjob *j, torch_job_end how, dmm_status fa
     }
 }
 
-/* The unit of an offload's copy: at least 64 MiB, at most DMM_TORCH_OFFLOAD_PIECES pieces per segment.
+/* The unit of an offload's copy: at least 64 MiB, at most DMM_DEVICE_OFFLOAD_PIECES pieces per segment.
  * Piece k's decommit runs while the copy engine still drains piece k+1, so the unmaps and handle
  * releases (~45 µs per handle on an H200) hide behind the copy instead of following it. */
-static uint64_t offload_piece(const tctx *c, uint64_t saved) {
-    uint64_t p = (saved + DMM_TORCH_OFFLOAD_PIECES - 1) / DMM_TORCH_OFFLOAD_PIECES;
+static uint64_t offload_piece(const dmm_device *c, uint64_t saved) {
+    uint64_t p = (saved + DMM_DEVICE_OFFLOAD_PIECES - 1) / DMM_DEVICE_OFFLOAD_PIECES;
     if (p < 64 * MIB) p = 64 * MIB;
-    return dmm__torch_round_granule(c, p);
+    return dmm__device_round_granule(c, p);
 }
 
 /* Pieces of a segment with `saved` bytes to copy (one, copying nothing, when discarded). */
 static uint64_t pieces_of(uint64_t saved, uint64_t piece) { return saved == 0 ? 1 : (saved + piece - 1) / piece; }
 
-dmm_status dmm__torch_offload(tctx *c, const char *name, int mode, dmm_stream stream) {
-    if (mode != DMM_TORCH_TO_HOST && mode != DMM_TORCH_DISCARD)
-        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: offload mode %d is neither host (0) nor discard (1)",
+dmm_status dmm_device_offload(dmm_device *c, const char *name, int mode, dmm_stream stream) {
+    if (mode != DMM_DEVICE_TO_HOST && mode != DMM_DEVICE_DISCARD)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm device: offload mode %d is neither host (0) nor discard (1)",
                              mode);
-    if (mode == DMM_TORCH_TO_HOST && (c->ext.host_alloc == NULL || c->ext.host_free == NULL))
-        return dmm_error_set(DMM_ERR_UNSUPPORTED, "dmm torch: offload to host needs pinned host memory, which this "
+    if (mode == DMM_DEVICE_TO_HOST && (c->ext.host_alloc == NULL || c->ext.host_free == NULL))
+        return dmm_error_set(DMM_ERR_UNSUPPORTED, "dmm device: offload to host needs pinned host memory, which this "
                                                   "driver does not provide");
     int id = -1;
-    ttag *t = dmm__torch_tag_lookup(c, name, "offload", &id);
+    device_tag *t = dmm__device_tag_lookup(c, name, "offload", &id);
     if (t == NULL) return dmm_last_status();
     dmm_status s = refuse_capturing(c, "offload", name, stream);
-    if (s == DMM_OK) s = dmm__torch_lock_and_poll(c, "offload");
+    if (s == DMM_OK) s = dmm__device_lock_and_poll(c, "offload");
     if (s != DMM_OK) return s;
     dmm_clear_error();
     if (t->state != TAG_RESIDENT) {
         pthread_mutex_unlock(&c->lock);
-        return dmm_error_set(DMM_ERR_BUSY, "dmm torch: offload of tag '%s' refused: it is already %s; restore it first",
-                             name, dmm__torch_tag_state_name(t->state));
+        return dmm_error_set(DMM_ERR_BUSY, "dmm device: offload of tag '%s' refused: it is already %s; restore it first",
+                             name, dmm__device_tag_state_name(t->state));
     }
-    t->offload_call_ns = dmm__torch_now_ns();
+    t->offload_call_ns = dmm__device_now_ns();
     if (t->ev == NULL && (s = dmm__drv_event_create(c->drv, &t->ev)) != DMM_OK) goto fail;
     /* 1: every pinned copy exists before any copy starts (a refusal changes nothing on the device) */
-    for (tseg *g = t->segs; g != NULL; g = g->next) {
-        uint64_t hi = dmm__torch_segment_high(&g->seg);
-        g->saved_bytes = mode == DMM_TORCH_TO_HOST ? hi : 0;
+    for (tag_segment *g = t->segs; g != NULL; g = g->next) {
+        uint64_t hi = dmm__device_segment_high(&g->seg);
+        g->saved_bytes = mode == DMM_DEVICE_TO_HOST ? hi : 0;
         if (g->saved_bytes == 0 || g->host_bytes >= g->saved_bytes) continue;
-        dmm__torch_tseg_host_drop(c, g);
+        dmm__device_tseg_host_drop(c, g);
         s = dmm_lease_grow(c->gov, c->host_lease, hi, hi);
         if (s != DMM_OK) goto fail;
         s = c->ext.host_alloc(c->ext.user, (size_t)hi, &g->host);
@@ -133,7 +132,7 @@ dmm_status dmm__torch_offload(tctx *c, const char *name, int mode, dmm_stream st
     }
     /* 2: the copies in pieces, each followed by its event; all ordered after the work already queued on
      * the stream; the tag's event after the last (restore and release_host order on it) */
-    for (tseg *g = t->segs; g != NULL; g = g->next) {
+    for (tag_segment *g = t->segs; g != NULL; g = g->next) {
         if (g->seg.committed == 0) continue;
         uint64_t piece = offload_piece(c, g->saved_bytes), n = pieces_of(g->saved_bytes, piece);
         for (uint64_t k = 0; k < n; k++) {
@@ -153,14 +152,14 @@ dmm_status dmm__torch_offload(tctx *c, const char *name, int mode, dmm_stream st
     t->pending_polls = 0;
     t->mode = mode;
     t->offloads++;
-    for (tseg *g = t->segs; g != NULL && s == DMM_OK; g = g->next) {
+    for (tag_segment *g = t->segs; g != NULL && s == DMM_OK; g = g->next) {
         g->jobs_queued = g->jobs_left = 0;
         if (g->seg.committed == 0) continue;
         uint64_t piece = offload_piece(c, g->saved_bytes), n = pieces_of(g->saved_bytes, piece);
         for (uint64_t k = 0; k < n; k++) {
-            tjob *j = dmm__torch_job_new(decommit_finished, g);
+            device_job *j = dmm__device_job_new(decommit_finished, g);
             if (j == NULL) {
-                s = dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm torch: out of host memory queueing a decommit");
+                s = dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: out of host memory queueing a decommit");
                 break;
             }
             j->last = k + 1 == n;
@@ -174,7 +173,7 @@ dmm_status dmm__torch_offload(tctx *c, const char *name, int mode, dmm_stream st
             r.range.bytes = (size_t)(j->last ? g->seg.committed : (k + 1) * piece);
             r.n_events = 1;
             r.events[0] = g->piece_ev[k];
-            s = dmm__torch_job_queue(c, &r, j);
+            s = dmm__device_job_queue(c, &r, j);
             if (s != DMM_OK) {
                 free(j);
                 break;
@@ -192,23 +191,23 @@ dmm_status dmm__torch_offload(tctx *c, const char *name, int mode, dmm_stream st
         t->polls_mark = c->polls;
     } else {
         t->state = TAG_OFFLOADED;
-        t->offload_done_ns = dmm__torch_now_ns();
+        t->offload_done_ns = dmm__device_now_ns();
     }
     if (s != DMM_OK) { /* some segments stay resident: the tag is offloaded in part; restore brings all back */
         dmm_error_kept why = {0}; /* the poll below sets errors of its own */
         dmm__error_keep(&why, s);
-        dmm__torch_jobs_poll_locked(c);
+        dmm__device_jobs_poll_locked(c);
         pthread_mutex_unlock(&c->lock);
-        return dmm_error_set(s, "dmm torch: offload of tag '%s' queued only part of its segments (restore it and "
+        return dmm_error_set(s, "dmm device: offload of tag '%s' queued only part of its segments (restore it and "
                                 "retry): %s",
                              name, dmm__error_kept_text(&why));
     }
-    dmm__torch_jobs_poll_locked(c); /* the event may already be complete */
+    dmm__device_jobs_poll_locked(c); /* the event may already be complete */
     pthread_mutex_unlock(&c->lock);
     dmm_clear_error();
     return DMM_OK;
 fail:
-    dmm__error_wrap(s, "dmm torch: offload of tag '%s' on device %d failed before anything was decommitted (the tag "
+    dmm__error_wrap(s, "dmm device: offload of tag '%s' on device %d failed before anything was decommitted (the tag "
                        "stays resident)",
                     name, (int)c->dev.index);
     pthread_mutex_unlock(&c->lock);
@@ -216,8 +215,8 @@ fail:
 }
 
 /* The event of the tag's first decommit still queued (segments drain in queue order), or NULL. */
-static dmm_event next_decommit_event(const ttag *t) {
-    for (const tseg *g = t->segs; g != NULL; g = g->next)
+static dmm_event next_decommit_event(const device_tag *t) {
+    for (const tag_segment *g = t->segs; g != NULL; g = g->next)
         if (g->state == SEG_PENDING && g->jobs_left > 0) return g->piece_ev[g->jobs_queued - g->jobs_left];
     return NULL;
 }
@@ -225,9 +224,9 @@ static dmm_event next_decommit_event(const ttag *t) {
 /* Waits (ctx.lock held) until the tag has no decommit queued: the host waits on the tag's own piece
  * events, one after the other, and decommits each piece as soon as its copy ended; never on a stream
  * or the device. */
-static dmm_status wait_locked(tctx *c, ttag *t) {
+static dmm_status wait_locked(dmm_device *c, device_tag *t) {
     while (t->pending > 0) {
-        if (dmm__torch_jobs_poll_locked(c) == DMM_ERR_DEVICE_LOST) return DMM_ERR_DEVICE_LOST; /* ask nothing more */
+        if (dmm__device_jobs_poll_locked(c) == DMM_ERR_DEVICE_LOST) return DMM_ERR_DEVICE_LOST; /* ask nothing more */
         if (t->pending == 0) break;
         dmm_event ev = next_decommit_event(t);
         dmm_status s = ev != NULL ? dmm__drv_event_query(c->drv, ev) : DMM_OK;
@@ -244,17 +243,17 @@ static dmm_status wait_locked(tctx *c, ttag *t) {
     return t->failure;
 }
 
-dmm_status dmm__torch_offload_wait(tctx *c, const char *name) {
-    ttag *t = dmm__torch_tag_lookup(c, name, "offload wait", NULL);
+dmm_status dmm_device_offload_wait(dmm_device *c, const char *name) {
+    device_tag *t = dmm__device_tag_lookup(c, name, "offload wait", NULL);
     if (t == NULL) return dmm_last_status();
-    dmm_status ls = dmm__torch_refuse_lost(c, "offload wait");
+    dmm_status ls = dmm__device_refuse_lost(c, "offload wait");
     if (ls != DMM_OK) return ls;
     pthread_mutex_lock(&c->lock);
     dmm_status s = wait_locked(c, t);
     pthread_mutex_unlock(&c->lock);
-    if (s == DMM_ERR_DEVICE_LOST) return dmm__torch_refuse_lost(c, "offload wait");
+    if (s == DMM_ERR_DEVICE_LOST) return dmm__device_refuse_lost(c, "offload wait");
     if (s != DMM_OK)
-        return dmm_error_set(s, "dmm torch: the offload of tag '%s' did not decommit all of its segments (%s); they "
+        return dmm_error_set(s, "dmm device: the offload of tag '%s' did not decommit all of its segments (%s); they "
                                 "stay mapped with their contents",
                              name, dmm_status_str(s));
     return DMM_OK;
@@ -268,30 +267,30 @@ dmm_status dmm__torch_offload_wait(tctx *c, const char *name) {
  * when a restore follows: with it, restore_variants.py measured (medians of 9, 1.6 GiB of Llama
  * weights) 99.4 % for 208 MiB pieces, 100.2 % for 32 MiB, 100.0 % for 16 MiB, 98.5 % for 8 MiB (there
  * the ~55 µs of create + map + access per piece catches up with the copy); a restore call took 0.6,
- * 2.8, 5.2 and 15 ms. dmm_torch_config may override it (restore_piece_bytes; UINT64_MAX = one commit
+ * 2.8, 5.2 and 15 ms. dmm_device_config may override it (restore_piece_bytes; UINT64_MAX = one commit
  * per segment) and make the pieces grow (restore_first_bytes: the first piece, doubling up to the
  * largest). */
-static uint64_t restore_piece(const tctx *c, uint64_t committed) {
+static uint64_t restore_piece(const dmm_device *c, uint64_t committed) {
     uint64_t p = 32 * MIB;
     if (c->restore_piece != 0) p = c->restore_piece;
     if (p > committed) p = committed;
-    return dmm__torch_round_granule(c, p);
+    return dmm__device_round_granule(c, p);
 }
 
 /* The piece that starts at `off` (the size of the pieces before it decides it when they grow). */
-static uint64_t restore_piece_at(const tctx *c, uint64_t committed, uint64_t off) {
+static uint64_t restore_piece_at(const dmm_device *c, uint64_t committed, uint64_t off) {
     uint64_t max = restore_piece(c, committed);
     if (c->restore_first == 0 || c->restore_first >= max) return max; /* (rounding a huge one up would wrap) */
-    uint64_t p = dmm__torch_round_granule(c, c->restore_first);
+    uint64_t p = dmm__device_round_granule(c, c->restore_first);
     while (p < max && p <= off) p *= 2; /* pieces first, 2 first, 4 first, ...: piece k starts at (2^k - 1) first */
     return p < max ? p : max;
 }
 
-dmm_status dmm__torch_restore(tctx *c, const char *name, dmm_stream stream) {
-    ttag *t = dmm__torch_tag_lookup(c, name, "restore", NULL);
+dmm_status dmm_device_restore(dmm_device *c, const char *name, dmm_stream stream) {
+    device_tag *t = dmm__device_tag_lookup(c, name, "restore", NULL);
     if (t == NULL) return dmm_last_status();
     dmm_status s = refuse_capturing(c, "restore", name, stream);
-    if (s == DMM_OK) s = dmm__torch_lock_and_poll(c, "restore");
+    if (s == DMM_OK) s = dmm__device_lock_and_poll(c, "restore");
     if (s != DMM_OK) return s;
     if (t->state == TAG_RESIDENT) {
         pthread_mutex_unlock(&c->lock);
@@ -301,14 +300,14 @@ dmm_status dmm__torch_restore(tctx *c, const char *name, dmm_stream stream) {
     s = wait_locked(c, t); /* what a failed decommit left mapped: committing it again is a no-op */
     if (s != DMM_OK && t->pending > 0) {
         /* the wait itself failed with decommits still queued: they would unmap a tag called resident */
-        dmm__error_wrap(s, "dmm torch: restore of tag '%s' on device %d refused: %u segment(s) still have decommits "
+        dmm__error_wrap(s, "dmm device: restore of tag '%s' on device %d refused: %u segment(s) still have decommits "
                            "queued; nothing was restored: call restore again once the copies ended; waiting for its "
                            "offload's copies failed",
                         name, (int)c->dev.index, (unsigned)t->pending);
         pthread_mutex_unlock(&c->lock);
         return s;
     }
-    for (tseg *g = t->segs; g != NULL; g = g->next) {
+    for (tag_segment *g = t->segs; g != NULL; g = g->next) {
         if (g->state != SEG_OFFLOADED) continue;
         /* piece by piece: the driver maps piece k+1 while the copy engine fills piece k */
         while (g->restored < g->seg.committed) {
@@ -324,7 +323,7 @@ dmm_status dmm__torch_restore(tctx *c, const char *name, dmm_stream stream) {
             if (s != DMM_OK) goto fail;
             uint64_t cend = g->saved_bytes < off + len ? g->saved_bytes : off + len;
             uint64_t part = c->restore_copy != 0 ? c->restore_copy : len;
-            for (uint64_t at = off, n = 0; t->mode == DMM_TORCH_TO_HOST && at < cend; at += n) { /* (+= part may wrap) */
+            for (uint64_t at = off, n = 0; t->mode == DMM_DEVICE_TO_HOST && at < cend; at += n) { /* (+= part may wrap) */
                 n = cend - at < part ? cend - at : part;
                 if ((s = dmm__drv_copy(c->drv, (uintptr_t)g->seg.a.ptr + at, (uintptr_t)g->host + at, (size_t)n, stream)) !=
                     DMM_OK)
@@ -338,33 +337,33 @@ dmm_status dmm__torch_restore(tctx *c, const char *name, dmm_stream stream) {
     if (t->ev != NULL && (s = dmm__drv_event_record(c->drv, t->ev, stream)) != DMM_OK) goto fail;
     t->state = TAG_RESIDENT;
     t->restores++;
-    t->restore_ns = dmm__torch_now_ns();
+    t->restore_ns = dmm__device_now_ns();
     pthread_mutex_unlock(&c->lock);
     dmm_clear_error();
     return DMM_OK;
 fail:
-    dmm__error_wrap(s, "dmm torch: restore of tag '%s' on device %d stopped (segments restored so far stay restored; "
+    dmm__error_wrap(s, "dmm device: restore of tag '%s' on device %d stopped (segments restored so far stay restored; "
                        "call restore again to continue)",
                     name, (int)c->dev.index);
     pthread_mutex_unlock(&c->lock);
     return s;
 }
 
-dmm_status dmm__torch_release_host(tctx *c, const char *name) {
-    ttag *t = dmm__torch_tag_lookup(c, name, "release_host", NULL);
+dmm_status dmm_device_release_host(dmm_device *c, const char *name) {
+    device_tag *t = dmm__device_tag_lookup(c, name, "release_host", NULL);
     if (t == NULL) return dmm_last_status();
-    dmm_status ls = dmm__torch_refuse_lost(c, "release_host");
+    dmm_status ls = dmm__device_refuse_lost(c, "release_host");
     if (ls != DMM_OK) return ls;
     pthread_mutex_lock(&c->lock);
     if (t->state != TAG_RESIDENT) {
         pthread_mutex_unlock(&c->lock);
-        return dmm_error_set(DMM_ERR_BUSY, "dmm torch: the host copies of tag '%s' hold its contents while it is %s; "
+        return dmm_error_set(DMM_ERR_BUSY, "dmm device: the host copies of tag '%s' hold its contents while it is %s; "
                                            "restore it first",
-                             name, dmm__torch_tag_state_name(t->state));
+                             name, dmm__device_tag_state_name(t->state));
     }
     dmm_status s = t->ev != NULL ? dmm__drv_event_synchronize(c->drv, t->ev) : DMM_OK;
     if (s == DMM_OK)
-        for (tseg *g = t->segs; g != NULL; g = g->next) dmm__torch_tseg_host_drop(c, g);
+        for (tag_segment *g = t->segs; g != NULL; g = g->next) dmm__device_tseg_host_drop(c, g);
     pthread_mutex_unlock(&c->lock);
     return s;
 }

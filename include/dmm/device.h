@@ -1,0 +1,172 @@
+/* dmm/device.h — the device front: one object per device that every framework adapter sits on.
+ *
+ * A dmm_device owns the choice made once for a device — its driver, an arena (one VA reservation), a
+ * pool over it, a lease with a governor, a deferred-release queue — and offers, framework-neutral, what
+ * every serving engine needs whatever its framework:
+ *   - malloc / free on a stream, routed: a stream that captures a CUDA graph is served from graph
+ *     segments mapped before the capture; a thread inside a tag scope from the tag's segments (so the
+ *     tag can sleep and wake at the same addresses); everything else from the pool (no driver call on
+ *     its hot path);
+ *   - stream-use fences (a block used on other streams is handed out again only after their work);
+ *   - tags: offload to pinned host memory or discard, restore at the same addresses;
+ *   - graph-capture pools: memory reserved before a capture, released when the graph goes;
+ *   - regions of a holder process (dmm hold) mapped into the device's address space;
+ *   - block tracking and a history of recent events, a recorder of traces, stats and snapshots (JSON).
+ * An adapter (adapters/torch, adapters/ort, …) only translates its framework's allocator interface
+ * onto these calls; docs/device.md shows how one is written.
+ *
+ * Statuses are dmm_status codes; a failure's sentence is the thread's last error (dmm_last_error).
+ *
+ * Device loss: once a driver call of the device reported DMM_ERR_DEVICE_LOST, the driver latched it
+ * (dmm_driver_lost) and the device makes no driver call any more: offload, offload_wait, restore,
+ * release_host, empty_cache, graph_reserve, graph_release and poll return DMM_ERR_DEVICE_LOST with a
+ * sentence, malloc is refused, frees are accepted as bookkeeping, destroy is refused until
+ * dmm_device_confirm_lost (called once the caller tore the driver's context down), after which destroy
+ * goes without a driver call, blocks still live.
+ *
+ * Thread contract: thread-safe. The hot path (a pool malloc/free) takes no device lock. Don't call
+ * anything but malloc/free while a stream captures a CUDA graph (stats and polls query events).
+ */
+#ifndef DMM_DEVICE_H
+#define DMM_DEVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dmm/driver.h"
+#include "dmm/governor.h"
+#include "dmm/share.h"
+#include "dmm/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dmm_device dmm_device;
+
+/* The device's configuration; every 0 is a default. Read min(size, sizeof) bytes. */
+typedef struct dmm_device_config {
+    uint32_t size;              /* sizeof(dmm_device_config) */
+    uint64_t pool_va_bytes;     /* VA of the pool; 0 = the device's total memory rounded up to a power of two */
+    uint64_t reserve_bytes;     /* the arena's VA reservation; 0 = 4 × pool_va_bytes */
+    uint64_t tag_segment_bytes; /* VA of one tag segment; 0 = pool_va_bytes / 2 */
+    uint64_t cache_limit_bytes; /* the arena's handle cache; 0 = 8 MiB */
+    uint64_t limit_bytes;       /* the device's budget (owned bytes); 0 = unlimited */
+    uint32_t retain_permille;   /* the pool's retention (dmm_pool_config); 0 = the pool's default */
+    uint32_t settle_permille;   /* the pool's retention ceiling (dmm_pool_config); 0 = the pool's default */
+    /* the pool's handles (dmm_pool_config max_chunk_bytes, handle_divisor, min_chunk_bytes,
+     * floor_divisor): 0 = the device's default, handles of up to 32 MiB and at most an 8th of the
+     * request but at least 8 MiB (measured on the H200: GPT-2's first training step 957 -> 682 ms, its
+     * second 125 -> 62 ms, the same peak, with the 8th; the 8 MiB floor then cut its handles 1,402 ->
+     * 933; docs/benchmarks.md); UINT64_MAX = one granule */
+    uint64_t max_chunk_bytes;
+    uint32_t handle_divisor;  /* 0 = the default (8 with the default max_chunk_bytes, else none) */
+    uint64_t min_chunk_bytes; /* 0 = the default (8 MiB with the default max_chunk_bytes, else one granule) */
+    uint32_t floor_divisor;   /* 0 = none: a fixed floor (64 MiB / 8 / 8 MiB / 256 raised gpu/torch_models'
+                                 peaks 2-3 % above native's on the H200, docs/benchmarks.md) */
+    /* restore's pieces: 0 = the default; UINT64_MAX = one commit per segment; else the largest piece,
+     * rounded up to the granule */
+    uint64_t restore_piece_bytes;
+    uint64_t restore_first_bytes; /* 0 = every piece the same; else the first piece, doubling up to the largest */
+    uint64_t restore_copy_bytes;  /* 0 = one copy per piece; else each piece's copy in parts of this many bytes */
+    uint64_t stock_bytes; /* the pool's stock (dmm_pool_config stock_bytes): 0 = none, the default */
+} dmm_device_config;
+
+/* ---- life ---- */
+/* BUSY (nothing changed) while anything is live or queued; see "Device loss" above. */
+DMM_API dmm_status dmm_device_destroy(dmm_device *dev);
+/* After a loss, once the driver's context is torn down: refunds what the arena held, takes every queued
+ * release back unrun, marks every tag offloaded (contents gone, pinned copies kept). INVALID_ARGUMENT
+ * when the device was not lost. */
+DMM_API dmm_status dmm_device_confirm_lost(dmm_device *dev);
+
+/* ---- allocation ---- */
+/* A block of `bytes` (rounded up to 512, torch's rounding) usable on `stream`; 0 bytes gives NULL. A
+ * request refused for budget or memory gives back what the pool caches and tries once more. */
+DMM_API dmm_status dmm_device_malloc(dmm_device *dev, size_t bytes, dmm_stream stream, void **out);
+/* Frees a block of this device (its requested `bytes`; `stream`: where it was last used). A pointer the
+ * device does not know is refused, nothing changed. */
+DMM_API dmm_status dmm_device_free(dmm_device *dev, void *ptr, size_t bytes, dmm_stream stream);
+/* Work queued on `stream` may use the block at `ptr` until it is freed (a stream-use fence): the block
+ * is handed out again only after that work. The table is process-wide (a pointer names one block). */
+DMM_API dmm_status dmm_device_record_stream(void *ptr, dmm_stream stream);
+/* Gives back the pool's free chunks, empty tag segments and idle graph segments but reserved ones,
+ * behind events (never a wait). *released (optional) = bytes that left the mapping or are queued to. */
+DMM_API dmm_status dmm_device_empty_cache(dmm_device *dev, uint64_t *released);
+/* Runs the releases whose events completed; *queued (optional) = releases still waiting. Never waits. */
+DMM_API dmm_status dmm_device_poll(dmm_device *dev, uint64_t *queued);
+/* The device's budget of owned bytes (0 = unlimited); lowering it below what is owned empties the cache. */
+DMM_API dmm_status dmm_device_set_limit(dmm_device *dev, uint64_t bytes);
+/* Whether malloc asks a non-default stream's capture status (default on; process-wide). */
+DMM_API void dmm_device_set_capture_check(bool on);
+
+/* ---- tags: sleep / wake ---- */
+/* Tag scopes of the calling thread (nested up to 8; names interned per process, at most 32): a malloc
+ * inside one is served from the tag's own segments. */
+DMM_API dmm_status dmm_device_tag_begin(const char *name);
+DMM_API dmm_status dmm_device_tag_end(void);
+enum { DMM_DEVICE_TO_HOST = 0, DMM_DEVICE_DISCARD = 1 }; /* the `mode` of dmm_device_offload */
+/* Copies the tag's memory to pinned host memory (TO_HOST) or not (DISCARD), then decommits it behind
+ * an event: the call returns at once; every address stays reserved. */
+DMM_API dmm_status dmm_device_offload(dmm_device *dev, const char *tag, int mode, dmm_stream stream);
+/* Blocks until the tag's offload has decommitted (waits on the offload's own event only). */
+DMM_API dmm_status dmm_device_offload_wait(dmm_device *dev, const char *tag);
+/* Maps the tag's memory again at the same addresses and copies the saved contents back, on `stream`. */
+DMM_API dmm_status dmm_device_restore(dmm_device *dev, const char *tag, dmm_stream stream);
+/* Gives back the tag's pinned copies. */
+DMM_API dmm_status dmm_device_release_host(dmm_device *dev, const char *tag);
+
+/* ---- graph-capture pools ---- */
+/* Maps `bytes` now (outside any capture) for the next capture to be served from. */
+DMM_API dmm_status dmm_device_graph_reserve(dmm_device *dev, uint64_t bytes, dmm_stream stream);
+/* The graph of capture `capture_id` is gone: its memory becomes reusable once an event recorded now on
+ * `stream` (where its last replay ran) completed. */
+DMM_API dmm_status dmm_device_graph_release(dmm_device *dev, uint64_t capture_id, dmm_stream stream);
+
+/* ---- regions of another process ---- */
+/* Maps `ex` (its descriptors stay the caller's) into the device's address space, read-only unless
+ * `writable`; charges the mapped axis only (the exporter owns the memory). */
+DMM_API dmm_status dmm_device_import(dmm_device *dev, const dmm_export *ex, bool writable, void **ptr);
+/* Unmaps the region imported at `ptr`. */
+DMM_API dmm_status dmm_device_unimport(dmm_device *dev, void *ptr);
+
+/* ---- observation ---- */
+/* Block tracking: from now on every pool block's address, sizes and stream are kept for snapshots (35-75
+ * ns more per malloc/free pair); never turned off again. */
+DMM_API void dmm_device_track_blocks(dmm_device *dev);
+/* Keeps the last `max_entries` events (blocks handed out and freed, ranges mapped and unmapped) for the
+ * snapshot's history; 0 = off. At most 2^26. Turns block tracking on. */
+DMM_API dmm_status dmm_device_history(dmm_device *dev, uint64_t max_entries);
+
+/* The recorder: every malloc and free the device serves, written as a dmm trace (gzip,
+ * docs/trace-format.md). */
+typedef struct dmm_device_record_stats {
+    uint32_t size;              /* sizeof(dmm_device_record_stats), set by the caller */
+    uint64_t allocations;       /* allocation events written */
+    uint64_t frees;             /* free events written */
+    uint64_t untracked_frees;   /* frees of blocks allocated before the recording began (not written) */
+    uint64_t live_bytes;        /* bytes of recorded blocks still live at stop */
+    uint64_t peak_live_bytes;   /* the trace's peak live bytes (what `dmm replay` computes from it) */
+    uint64_t streams;           /* distinct stream ids in the trace */
+    uint64_t streams_folded;    /* allocations on streams beyond the 64th, written as stream 63 */
+} dmm_device_record_stats;
+/* Opens `path` (gzip) and records from now on; `workload` (may be NULL) goes into the header. BUSY when a
+ * recording is on. */
+DMM_API dmm_status dmm_device_record_start(dmm_device *dev, const char *path, const char *workload);
+/* Ends the recording; *out (optional, out->size set) gets its counts, also when it failed. */
+DMM_API dmm_status dmm_device_record_stop(dmm_device *dev, dmm_device_record_stats *out);
+
+/* Stats as one JSON object (keys: docs/torch.md); the snapshot adds every block and segment. *needed
+ * = the length without the NUL; a too-small buffer gives INVALID_ARGUMENT and the length needed. */
+DMM_API dmm_status dmm_device_stats_json(dmm_device *dev, char *buf, size_t cap, size_t *needed);
+DMM_API dmm_status dmm_device_snapshot_json(dmm_device *dev, char *buf, size_t cap, size_t *needed);
+/* Peaks back to the current values. */
+DMM_API dmm_status dmm_device_reset_peaks(dmm_device *dev);
+/* Totals (allocated, freed) and the oom / retry counters back to 0; currents and peaks stay. */
+DMM_API dmm_status dmm_device_reset_accumulated(dmm_device *dev);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DMM_DEVICE_H */

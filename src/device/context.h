@@ -1,0 +1,49 @@
+/* src/device/context.h — the context floor of the device front: counts, the clock, device loss.
+ * Internal. */
+#ifndef DMM_DEVICE_CONTEXT_H
+#define DMM_DEVICE_CONTEXT_H
+
+#include "core/core.h"
+#include "types.h"
+
+/* Relaxed atomics of the counters (statistics: no ordering needed). */
+static inline uint64_t dmm__device_get(_Atomic uint64_t *x) { return atomic_load_explicit(x, memory_order_relaxed); }
+static inline void dmm__device_bump(_Atomic uint64_t *x, uint64_t v) {
+    atomic_fetch_add_explicit(x, v, memory_order_relaxed);
+}
+static inline void dmm__device_drop(_Atomic uint64_t *x, uint64_t v) {
+    atomic_fetch_sub_explicit(x, v, memory_order_relaxed);
+}
+
+void dmm__device_count_add(device_count *t, uint64_t v); /* cur, total and peak */
+void dmm__device_count_sub(device_count *t, uint64_t v);
+void dmm__device_count_reset(device_count *t); /* peak = cur */
+
+/* CLOCK_MONOTONIC in ns (the clock of the *_ns stats). */
+uint64_t dmm__device_now_ns(void);
+
+/* Device loss (dmm/device.h "Device loss"). Whether the device was lost: asked of the driver, which
+ * latched the first DMM_ERR_DEVICE_LOST any call over it reported (the pool's, the arena's, the
+ * deferred queue's or ours); no driver call, the last error untouched. */
+bool dmm__device_lost(const dmm_device *c);
+/* Whether the lost context was confirmed torn down (dmm_arena_confirm_context_terminated). */
+bool dmm__device_terminated(const dmm_device *c);
+/* DMM_OK, or DMM_ERR_DEVICE_LOST with a sentence naming `op`, when the device was lost. */
+dmm_status dmm__device_refuse_lost(dmm_device *c, const char *op);
+
+/* Whether `stream` captures a CUDA graph (ext.capture_status; never for the NULL stream, nor without
+ * the slot); *id = the capture's id (0 = unknown). */
+dmm_status dmm__device_capturing(const dmm_device *c, dmm_stream stream, bool *capturing, uint64_t *id);
+
+/* DMM_ERR_OUT_OF_MEMORY for a request above the reservation (`what`: "allocating", ...): nothing changes. */
+dmm_status dmm__device_too_large(const dmm_device *c, uint64_t bytes, const char *what);
+
+/* Rounds a request up to the block alignment (torch's 512 bytes), and a length up to the granule. */
+static inline uint64_t dmm__device_round_block(const dmm_device *c, uint64_t bytes) {
+    return (bytes + c->block_align - 1) & ~(c->block_align - 1);
+}
+static inline uint64_t dmm__device_round_granule(const dmm_device *c, uint64_t bytes) {
+    return (bytes + c->granule - 1) / c->granule * c->granule;
+}
+
+#endif /* DMM_DEVICE_CONTEXT_H */

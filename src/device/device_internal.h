@@ -1,0 +1,32 @@
+/* src/device/device_internal.h — the device front's inside (include/dmm/device.h is its outside), for
+ * its own files, the adapters built on it and the tests.
+ *
+ * One dmm_device per device (types.h: the data; its floors, each over the ones below: context.c,
+ * jobs.c, segment.c, tags.c, offload.c, graphs.c, and device.c on top; beside them blocks.c,
+ * history.c, poolview.c, record.c, stream_uses.c, imports.c). This header gathers the floors' headers
+ * and adds what is not public yet: the creation over a driver and its extras.
+ *
+ * Lock order: dev.lock → (pool → arena → driver). The hot path (pool malloc/free) takes no dev lock.
+ */
+#ifndef DMM_DEVICE_INTERNAL_H
+#define DMM_DEVICE_INTERNAL_H
+
+#include "blocks.h"
+#include "context.h"
+#include "graphs.h"
+#include "history.h"
+#include "imports.h"
+#include "jobs.h"
+#include "poolview.h"
+#include "record.h"
+#include "segment.h"
+#include "stream_uses.h"
+#include "tags.h"
+#include "types.h"
+
+/* A device over `drv` (not owned: destroy it after the device) and the extras `ext` beyond the driver
+ * contract (may be NULL: no capture, no pinned memory), charged to a lease of `gov` (not owned). */
+dmm_status dmm_device_create(dmm_driver *drv, const dmm_device_ext *ext, dmm_governor *gov,
+                             const dmm_device_config *cfg, dmm_device **out);
+
+#endif /* DMM_DEVICE_INTERNAL_H */

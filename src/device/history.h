@@ -1,0 +1,19 @@
+/* src/device/history.h — the pool's recent events, for device_traces in PyTorch's layout. Internal. */
+#ifndef DMM_DEVICE_HISTORY_H
+#define DMM_DEVICE_HISTORY_H
+
+#include "core/json.h"
+#include "types.h"
+
+void dmm__device_history_init(dmm_device *c);
+void dmm__device_history_fini(dmm_device *c);
+/* An event (cheap when off: one relaxed load). */
+void dmm__device_history_add(dmm_device *c, uint32_t action, uint64_t addr, uint64_t size, dmm_stream stream);
+static inline bool dmm__device_history_on(dmm_device *c) {
+    return atomic_load_explicit(&c->hist.on, memory_order_relaxed) != 0;
+}
+/* Appends `"history":{"on":…,"dropped":…,"events":[[action,addr,size,stream,t_us],…]}` (oldest first;
+ * action 0 alloc, 1 free, 2 map, 3 unmap). */
+void dmm__device_history_json(dmm_device *c, dmm_json *j);
+
+#endif /* DMM_DEVICE_HISTORY_H */

@@ -1,0 +1,12 @@
+/* src/device/imports.h — regions of another process (a holder: dmm hold) mapped into this
+ * device's arena. Internal. */
+#ifndef DMM_DEVICE_IMPORTS_H
+#define DMM_DEVICE_IMPORTS_H
+
+#include "dmm/share.h"
+#include "types.h"
+
+/* Unmaps every import (for destroy; ctx.lock held). */
+void dmm__device_imports_fini(dmm_device *c);
+
+#endif /* DMM_DEVICE_IMPORTS_H */
