@@ -1,151 +1,33 @@
-/* adapters/torch/torch_cuda.c — the exported entry points of libdmm_torch.so over the CUDA driver.
+/* adapters/torch/torch_cuda.c — the exported entry points of libdmm_torch.so: PyTorch's pluggable
+ * allocator interface translated onto the device front (dmm/device.h) over the cuda driver.
  *
- * What it owns: one adapter context per CUDA device (created on its first use, never destroyed: torch
- * frees tensors until the process ends), the process-wide governor, the last failure's sentence, and
- * the CUDA entry points the driver contract lacks, resolved with dlsym from the same libcuda.so.1 the
- * cuda driver opened: cuStreamIsCapturing and cuStreamGetCaptureInfo (graph safety), cuMemHostAlloc /
- * cuMemFreeHost (pinned copies for offload), and the primary context to make current for them. Their
- * types and signatures are dmm's own (src/driver/cuda_decl.h): no CUDA toolkit is needed to build.
+ * What it owns: one dmm_device per CUDA device (created on its first use, never destroyed: torch frees
+ * tensors until the process ends), the process-wide governor, and the last failure's sentence (torch
+ * gives an allocator no way to return one). Everything the device needs of CUDA beyond memory (capture
+ * status, pinned host memory, stream waits) is an optional slot of the cuda driver: this file opens no
+ * library of its own.
  *
  * The trade-off: the per-device slot is read with one acquire load on every call, and a context is
  * created under a global lock once; after that no entry point takes a global lock except to record a
  * failure.
  */
-#include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "device/device_internal.h"
+#include "dmm/device.h"
+#include "dmm/pool.h"
 #include "dmm_torch.h"
-#include "driver/cuda_decl.h"
 #include "dmm/ipc.h"
 #include "env.h"
 
 #define MAX_DEVICES 64
 
-/* ---- CUDA extras ---- */
-static struct {
-    pthread_once_t once;
-    bool ok;
-    char why[256];
-    dmm_cuStreamIsCapturing_fn *is_capturing;
-    dmm_cuStreamGetCaptureInfo_v3_fn *info_v3; /* optional: drivers of CUDA 12.3 and later */
-    dmm_cuStreamGetCaptureInfo_v2_fn *info_v2; /* optional: the fallback of older drivers */
-    dmm_cuMemHostAlloc_fn *host_alloc;
-    dmm_cuMemFreeHost_fn *host_free;
-    dmm_cuDevicePrimaryCtxRetain_fn *ctx_retain;
-    dmm_cuCtxSetCurrent_fn *ctx_set;
-    dmm_cuDeviceGet_fn *device_get;
-    dmm_cuGetErrorName_fn *error_name;
-    dmm_cuStreamWaitEvent_fn *stream_wait; /* for record_stream on several streams; without it: synchronize */
-} cux = {.once = PTHREAD_ONCE_INIT};
-
-static void *sym(void *lib, const char *name) { return lib != NULL ? dlsym(lib, name) : NULL; }
-
-/* A data pointer to a function pointer: memcpy keeps ISO C quiet; POSIX guarantees the sizes. */
-#define LOAD(field, name)                                                                          \
-    do {                                                                                           \
-        void *p_ = sym(lib, name);                                                                 \
-        memcpy(&cux.field, &p_, sizeof p_);                                                        \
-    } while (0)
-
-static void cux_load(void) {
-    const char *path = getenv("DMM_CUDA_LIBRARY");
-    if (path == NULL || path[0] == '\0') path = "libcuda.so.1";
-    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (lib == NULL) {
-        const char *e = dlerror();
-        snprintf(cux.why, sizeof cux.why, "dlopen(\"%s\") failed: %s", path, e != NULL ? e : "?");
-        return;
-    }
-    LOAD(is_capturing, "cuStreamIsCapturing");
-    LOAD(info_v3, "cuStreamGetCaptureInfo_v3");
-    LOAD(info_v2, "cuStreamGetCaptureInfo_v2");
-    LOAD(host_alloc, "cuMemHostAlloc");
-    LOAD(host_free, "cuMemFreeHost");
-    LOAD(ctx_retain, "cuDevicePrimaryCtxRetain");
-    LOAD(ctx_set, "cuCtxSetCurrent");
-    LOAD(device_get, "cuDeviceGet");
-    LOAD(error_name, "cuGetErrorName");
-    LOAD(stream_wait, "cuStreamWaitEvent");
-    if (cux.is_capturing == NULL || cux.host_alloc == NULL || cux.host_free == NULL || cux.ctx_retain == NULL ||
-        cux.ctx_set == NULL || cux.device_get == NULL) {
-        snprintf(cux.why, sizeof cux.why, "%s lacks cuStreamIsCapturing, cuMemHostAlloc or the context calls", path);
-        return;
-    }
-    cux.ok = true; /* never dlclose'd, like the cuda driver's own handle */
-}
-
-static const char *cu_err(dmm_cu_result r) {
-    const char *s = NULL;
-    if (cux.error_name == NULL || cux.error_name(r, &s) != DMM_CUDA_SUCCESS || s == NULL) return "CUDA_ERROR_?";
-    return s;
-}
-
-typedef struct dev_ext {
-    int ordinal;
-    dmm_cu_context ctx;
-} dev_ext;
-
-static dmm_status ext_capture(void *user, dmm_stream stream, bool *capturing, uint64_t *id) {
-    (void)user;
-    dmm_cu_stream_capture_status st = DMM_CU_STREAM_CAPTURE_STATUS_NONE;
-    dmm_cu_result r = cux.is_capturing((dmm_cu_stream)stream, &st);
-    *capturing = false;
-    *id = 0;
-    if (r == DMM_CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) { /* the legacy stream while another captures: don't map */
-        *capturing = true;
-        return DMM_OK;
-    }
-    if (r != DMM_CUDA_SUCCESS)
-        return dmm_error_set(DMM_ERR_DRIVER, "dmm torch: cuStreamIsCapturing(stream %p) failed with %s (%d)", stream,
-                             cu_err(r), (int)r);
-    if (st == DMM_CU_STREAM_CAPTURE_STATUS_NONE) return DMM_OK;
-    *capturing = true;
-    uint64_t cid = 0;
-    dmm_cu_stream_capture_status st2 = st;
-    if (cux.info_v3 != NULL) r = cux.info_v3((dmm_cu_stream)stream, &st2, &cid, NULL, NULL, NULL, NULL);
-    else if (cux.info_v2 != NULL) r = cux.info_v2((dmm_cu_stream)stream, &st2, &cid, NULL, NULL, NULL);
-    else r = DMM_CUDA_ERROR_NOT_SUPPORTED;
-    if (r == DMM_CUDA_SUCCESS) *id = cid;
-    return DMM_OK;
-}
-
-static dmm_status ext_host_alloc(void *user, size_t bytes, void **out) {
-    dev_ext *e = user;
-    dmm_cu_result r = cux.ctx_set(e->ctx);
-    if (r == DMM_CUDA_SUCCESS) r = cux.host_alloc(out, bytes, DMM_CU_MEMHOSTALLOC_PORTABLE);
-    if (r == DMM_CUDA_ERROR_OUT_OF_MEMORY)
-        return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm torch: cuMemHostAlloc of %zu bytes: out of pinned host memory",
-                             bytes);
-    if (r != DMM_CUDA_SUCCESS)
-        return dmm_error_set(DMM_ERR_DRIVER, "dmm torch: cuMemHostAlloc of %zu bytes failed with %s (%d)", bytes,
-                             cu_err(r), (int)r);
-    return DMM_OK;
-}
-
-static void ext_host_free(void *user, void *p) {
-    dev_ext *e = user;
-    if (cux.ctx_set(e->ctx) == DMM_CUDA_SUCCESS) (void)cux.host_free(p);
-}
-
-static dmm_status ext_stream_wait(void *user, dmm_stream waiter, dmm_event event) {
-    (void)user;
-    if (cux.stream_wait == NULL)
-        return dmm_error_set(DMM_ERR_UNSUPPORTED, "dmm torch: this libcuda has no cuStreamWaitEvent");
-    dmm_cu_result r = cux.stream_wait((dmm_cu_stream)waiter, (dmm_cu_event)event, 0);
-    if (r != DMM_CUDA_SUCCESS)
-        return dmm_error_set(DMM_ERR_DRIVER, "dmm torch: cuStreamWaitEvent(stream %p) failed with %s (%d)",
-                             (void *)waiter, cu_err(r), (int)r);
-    return DMM_OK;
-}
-
 /* ---- contexts ---- */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static dmm_device *_Atomic g_ctx[MAX_DEVICES];
-static dev_ext g_ext[MAX_DEVICES];
 static dmm_governor *g_gov;
 static uint64_t g_limit[MAX_DEVICES]; /* limits set before the device's first use */
 static uint64_t g_limit_all;
@@ -187,25 +69,12 @@ static dmm_device *create_slow(int device) {
         record(s);
         return NULL;
     }
-    pthread_once(&cux.once, cux_load);
-    if (!cux.ok) s = dmm_error_set(DMM_ERR_UNSUPPORTED, "dmm torch: no CUDA driver: %s", cux.why);
-    if (s == DMM_OK && g_gov == NULL) s = dmm_governor_create(NULL, &g_gov);
-    dev_ext *e = &g_ext[device];
-    if (s == DMM_OK && e->ctx == NULL) {
-        dmm_cu_device dev = 0;
-        dmm_cu_result r = cux.device_get(&dev, device);
-        if (r == DMM_CUDA_SUCCESS) r = cux.ctx_retain(&e->ctx, dev);
-        if (r != DMM_CUDA_SUCCESS)
-            s = dmm_error_set(DMM_ERR_DRIVER, "dmm torch: retaining the primary context of device %d failed with %s",
-                              device, cu_err(r));
-        e->ordinal = device;
-    }
+    if (g_gov == NULL) s = dmm_governor_create(NULL, &g_gov);
     dmm_driver *drv = NULL;
     if (s == DMM_OK) s = dmm_cuda_driver_create(device, &drv);
     if (s == DMM_OK) {
-        dmm_device_ext x = {e, ext_capture, ext_host_alloc, ext_host_free, ext_stream_wait};
         cfg.limit_bytes = g_limit[device] ? g_limit[device] : g_limit_all;
-        s = dmm_device_create(drv, &x, g_gov, &cfg, &c);
+        s = dmm_device_create(drv, g_gov, &cfg, &c);
         if (s != DMM_OK) dmm_driver_destroy(drv);
         else if (g_track_all || g_track[device]) dmm_device_track_blocks(c);
     }
@@ -338,7 +207,7 @@ int dmm_torch_empty_cache(int device, uint64_t *released) {
 int dmm_torch_warm(int device, uint64_t bytes, void *stream, uint64_t *committed) {
     if (committed != NULL) *committed = 0;
     WITH_CTX(device);
-    return record(dmm_pool_warm(c->pool, (dmm_stream)stream, bytes, 0, committed));
+    return record(dmm_pool_warm(dmm_device_pool(c), (dmm_stream)stream, bytes, 0, committed));
 }
 
 int dmm_torch_layout(int device, uint64_t *spans3, size_t cap, size_t *count) {
@@ -350,7 +219,7 @@ int dmm_torch_layout(int device, uint64_t *spans3, size_t cap, size_t *count) {
     dmm_pool_span *v = cap > 0 ? calloc(cap, sizeof *v) : NULL;
     if (cap > 0 && v == NULL)
         return record(dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm_torch_layout: out of host memory for %zu spans", cap));
-    dmm_status s = dmm_pool_layout(c->pool, v, cap, count);
+    dmm_status s = dmm_pool_layout(dmm_device_pool(c), v, cap, count);
     for (size_t i = 0; s == DMM_OK && v != NULL && i < *count; i++) { /* no array: only the count */
         spans3[3 * i] = v[i].offset;
         spans3[3 * i + 1] = v[i].bytes;
@@ -380,7 +249,7 @@ int dmm_torch_warm_layout(int device, const uint64_t *spans3, size_t count, void
         }
         v[i] = (dmm_pool_span){spans3[3 * i], spans3[3 * i + 1], (uint32_t)spans3[3 * i + 2]};
     }
-    dmm_status s = dmm_pool_warm_layout(c->pool, (dmm_stream)stream, v, count, committed);
+    dmm_status s = dmm_pool_warm_layout(dmm_device_pool(c), (dmm_stream)stream, v, count, committed);
     free(v);
     return record(s);
 }
@@ -426,11 +295,12 @@ int dmm_torch_graph_release(int device, uint64_t capture_id, void *stream) {
 int dmm_torch_capture_id(void *stream, uint64_t *id) {
     if (id == NULL) return record(dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: capture_id: id is NULL"));
     *id = 0;
-    pthread_once(&cux.once, cux_load);
-    if (!cux.ok) return record(dmm_error_set(DMM_ERR_UNSUPPORTED, "dmm torch: no CUDA driver: %s", cux.why));
-    if (stream == NULL) return 0;
+    /* any device's driver answers for any stream (the query names the stream, not a context) */
+    dmm_device *c = NULL;
+    for (int i = 0; i < MAX_DEVICES && c == NULL; i++) c = atomic_load_explicit(&g_ctx[i], memory_order_acquire);
+    if (c == NULL && (c = ctx_for(0)) == NULL) return dmm_torch_last_status();
     bool capturing = false;
-    return record(ext_capture(NULL, (dmm_stream)stream, &capturing, id));
+    return record(dmm_device_capture_status(c, (dmm_stream)stream, &capturing, id));
 }
 
 int dmm_torch_record_start(int device, const char *path, const char *workload) {
@@ -463,7 +333,7 @@ int dmm_torch_history(int device, uint64_t max_entries) {
 
 void dmm_torch_set_capture_check(int on) { dmm_device_set_capture_check(on != 0); }
 
-uint64_t dmm_torch_now_ns(void) { return dmm__device_now_ns(); }
+uint64_t dmm_torch_now_ns(void) { return dmm_device_clock_ns(); }
 
 /* ---- regions of a holder process (dmm hold) ---- */
 /* One connection per call: a named region outlives it (only DMM_IPC_PRIVATE ones die with it). */

@@ -36,6 +36,7 @@
 
 #include "dmm/driver.h"
 #include "dmm/governor.h"
+#include "dmm/pool.h"
 #include "dmm/share.h"
 #include "dmm/status.h"
 
@@ -74,6 +75,13 @@ typedef struct dmm_device_config {
 } dmm_device_config;
 
 /* ---- life ---- */
+/* A device over `drv` (not owned: destroy it after the device), charged to a lease of `gov` (not owned;
+ * its limit for the device's tier is set from cfg->limit_bytes). The driver needs virtual memory
+ * management (UNSUPPORTED otherwise). What the device uses of the driver beyond memory are its optional
+ * slots: stream_capture_status (absent: no stream captures), host_alloc / host_free (absent: no offload
+ * to host), stream_wait_event (absent: a block used on several streams synchronizes them). */
+DMM_API dmm_status dmm_device_create(dmm_driver *drv, dmm_governor *gov, const dmm_device_config *cfg,
+                                     dmm_device **out);
 /* BUSY (nothing changed) while anything is live or queued; see "Device loss" above. */
 DMM_API dmm_status dmm_device_destroy(dmm_device *dev);
 /* After a loss, once the driver's context is torn down: refunds what the arena held, takes every queued
@@ -118,6 +126,9 @@ DMM_API dmm_status dmm_device_restore(dmm_device *dev, const char *tag, dmm_stre
 DMM_API dmm_status dmm_device_release_host(dmm_device *dev, const char *tag);
 
 /* ---- graph-capture pools ---- */
+/* Whether `stream` is capturing a graph now (the driver's stream_capture_status; never for the default
+ * stream, nor for a driver without the slot); *id = the capture's id (0 = unknown). */
+DMM_API dmm_status dmm_device_capture_status(dmm_device *dev, dmm_stream stream, bool *capturing, uint64_t *id);
 /* Maps `bytes` now (outside any capture) for the next capture to be served from. */
 DMM_API dmm_status dmm_device_graph_reserve(dmm_device *dev, uint64_t bytes, dmm_stream stream);
 /* The graph of capture `capture_id` is gone: its memory becomes reusable once an event recorded now on
@@ -161,6 +172,11 @@ DMM_API dmm_status dmm_device_record_stop(dmm_device *dev, dmm_device_record_sta
  * = the length without the NUL; a too-small buffer gives INVALID_ARGUMENT and the length needed. */
 DMM_API dmm_status dmm_device_stats_json(dmm_device *dev, char *buf, size_t cap, size_t *needed);
 DMM_API dmm_status dmm_device_snapshot_json(dmm_device *dev, char *buf, size_t cap, size_t *needed);
+/* The clock of the stats' *_ns values (CLOCK_MONOTONIC, in ns). */
+DMM_API uint64_t dmm_device_clock_ns(void);
+/* The device's pool (dmm/pool.h), for the pool's own calls: warm start, layout, warm layout. Owned by
+ * the device. */
+DMM_API dmm_pool *dmm_device_pool(dmm_device *dev);
 /* Peaks back to the current values. */
 DMM_API dmm_status dmm_device_reset_peaks(dmm_device *dev);
 /* Totals (allocated, freed) and the oom / retry counters back to 0; currents and peaks stay. */

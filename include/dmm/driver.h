@@ -134,6 +134,21 @@ typedef struct dmm_driver_ops {
      * keeps its own reference); releasing the handle drops this process's reference only: the memory
      * lives while any process holds a handle or mapping of it. */
     dmm_status (*import_handle)(dmm_driver *d, int fd, size_t bytes, dmm_access access, dmm_phys *handle);
+
+    /* --- beyond memory (optional, like the sharing slots: NULL, or beyond `size`, = absent), what a
+     * device front needs of its driver besides memory; the library calls them through the same funnel as
+     * every other op, so a device loss they report is latched too. --- */
+    /* *capturing = whether `stream` is capturing a graph now (CUDA graphs: map, unmap and set-access
+     * would invalidate the capture), *id = the capture's id (0 = unknown). Absent: streams never
+     * capture (host: its streams are synchronous tokens). */
+    dmm_status (*stream_capture_status)(dmm_driver *d, dmm_stream stream, bool *capturing, uint64_t *id);
+    /* Host memory that copies to and from the device reach at full speed (CUDA: page-locked,
+     * cuMemHostAlloc; host: ordinary memory), and its release. */
+    dmm_status (*host_alloc)(dmm_driver *d, size_t bytes, void **out);
+    dmm_status (*host_free)(dmm_driver *d, void *ptr);
+    /* Work queued on `waiter` from now on waits, on the device, for `event` (cuStreamWaitEvent; host:
+     * every event is complete when recorded). Absent: the caller synchronizes instead. */
+    dmm_status (*stream_wait_event)(dmm_driver *d, dmm_stream waiter, dmm_event event);
 } dmm_driver_ops;
 
 /* The device-loss latch of a driver object: dmm's own, at the one funnel through which the library
@@ -189,6 +204,7 @@ typedef enum dmm_driver_op {
     DMM_OP_STREAM_CREATE, DMM_OP_STREAM_DESTROY, DMM_OP_EVENT_CREATE, DMM_OP_EVENT_DESTROY,
     DMM_OP_EVENT_RECORD, DMM_OP_EVENT_QUERY, DMM_OP_EVENT_SYNCHRONIZE, DMM_OP_COPY,
     DMM_OP_STREAM_SYNCHRONIZE, DMM_OP_MEM_INFO, DMM_OP_EXPORT, DMM_OP_IMPORT,
+    DMM_OP_CAPTURE_STATUS, DMM_OP_HOST_ALLOC, DMM_OP_HOST_FREE, DMM_OP_STREAM_WAIT_EVENT,
     DMM_OP_COUNT /* create_exportable counts (and fails) as DMM_OP_CREATE */
 } dmm_driver_op;
 
@@ -212,6 +228,11 @@ DMM_API uint64_t dmm_fault_injected(dmm_driver *fault);
 /* While held, every event_query reports DMM_ERR_BUSY and event_synchronize DMM_ERR_BUSY, as if the
  * work before every event were still running: a CPU test of event gating. */
 DMM_API dmm_status dmm_fault_hold_events(dmm_driver *fault, bool hold);
+/* A graph capture on the fault driver, for CPU tests of capture safety: from now on the fault
+ * driver's stream_capture_status reports `stream` capturing with capture id `capture_id` (0 ends it;
+ * one capture at a time). Other streams are asked of the inner driver (absent there: not capturing).
+ * Calls to stream_capture_status count as DMM_OP_CAPTURE_STATUS and can be failed by a plan. */
+DMM_API dmm_status dmm_fault_capture(dmm_driver *fault, dmm_stream stream, uint64_t capture_id);
 
 /* ---------------------------------------------------------------------------------------------- */
 /* cuda: libcuda.so.1 through dlopen, the primary context of device `ordinal`. Returns

@@ -28,7 +28,7 @@ void dmm__device_count_reset(device_count *t) {
     atomic_store_explicit(&t->peak, dmm__device_get(&t->cur), memory_order_relaxed);
 }
 
-uint64_t dmm__device_now_ns(void) {
+uint64_t dmm_device_clock_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
@@ -38,11 +38,11 @@ bool dmm__device_lost(const dmm_device *c) { return dmm__drv_lost(c->drv); }
 
 bool dmm__device_terminated(const dmm_device *c) { return dmm__drv_terminated(c->drv); }
 
-dmm_status dmm__device_capturing(const dmm_device *c, dmm_stream stream, bool *capturing, uint64_t *id) {
+dmm_status dmm_device_capture_status(dmm_device *c, dmm_stream stream, bool *capturing, uint64_t *id) {
     *capturing = false;
     *id = 0;
-    if (stream == NULL || c->ext.capture_status == NULL) return DMM_OK;
-    return c->ext.capture_status(c->ext.user, stream, capturing, id);
+    if (stream == NULL || !dmm__drv_can_capture(c->drv)) return DMM_OK;
+    return dmm__drv_capture_status(c->drv, stream, capturing, id);
 }
 
 dmm_status dmm__device_refuse_lost(dmm_device *c, const char *op) {

@@ -19,9 +19,6 @@ void dmm__device_count_add(device_count *t, uint64_t v); /* cur, total and peak 
 void dmm__device_count_sub(device_count *t, uint64_t v);
 void dmm__device_count_reset(device_count *t); /* peak = cur */
 
-/* CLOCK_MONOTONIC in ns (the clock of the *_ns stats). */
-uint64_t dmm__device_now_ns(void);
-
 /* Device loss (dmm/device.h "Device loss"). Whether the device was lost: asked of the driver, which
  * latched the first DMM_ERR_DEVICE_LOST any call over it reported (the pool's, the arena's, the
  * deferred queue's or ours); no driver call, the last error untouched. */
@@ -31,9 +28,6 @@ bool dmm__device_terminated(const dmm_device *c);
 /* DMM_OK, or DMM_ERR_DEVICE_LOST with a sentence naming `op`, when the device was lost. */
 dmm_status dmm__device_refuse_lost(dmm_device *c, const char *op);
 
-/* Whether `stream` captures a CUDA graph (ext.capture_status; never for the NULL stream, nor without
- * the slot); *id = the capture's id (0 = unknown). */
-dmm_status dmm__device_capturing(const dmm_device *c, dmm_stream stream, bool *capturing, uint64_t *id);
 
 /* DMM_ERR_OUT_OF_MEMORY for a request above the reservation (`what`: "allocating", ...): nothing changes. */
 dmm_status dmm__device_too_large(const dmm_device *c, uint64_t bytes, const char *what);

@@ -74,7 +74,7 @@ static void acct_refund(void *user, dmm_device_id device, dmm_axis axis, uint64_
 }
 
 /* ---- create / destroy ---- */
-dmm_status dmm_device_create(dmm_driver *drv, const dmm_device_ext *ext, dmm_governor *gov,
+dmm_status dmm_device_create(dmm_driver *drv, dmm_governor *gov,
                              const dmm_device_config *cfg, dmm_device **out) {
     if (drv == NULL || gov == NULL || out == NULL)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm device: creating a device context needs a driver, a "
@@ -86,8 +86,8 @@ dmm_status dmm_device_create(dmm_driver *drv, const dmm_device_ext *ext, dmm_gov
     dmm_device *c = calloc(1, sizeof *c);
     if (c == NULL) return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: out of host memory");
     c->drv = drv;
-    if (ext != NULL) c->ext = *ext;
     c->dev = drv->device;
+    c->can_capture = dmm__drv_can_capture(drv);
     c->gov = gov;
     c->block_align = 512; /* torch's own rounding, so that sizes and alignments match the native allocator */
     size_t gran = 0;
@@ -403,10 +403,10 @@ static dmm_status route_malloc(dmm_device *c, size_t bytes, dmm_stream stream, v
     if (bytes == 0) return DMM_OK;
     if (bytes > c->reserve) /* no route could serve it, and its rounding up (tags, graphs) would wrap */
         return dmm__device_too_large(c, bytes, "allocating");
-    if (stream != NULL && c->ext.capture_status != NULL && atomic_load_explicit(&capture_check, memory_order_relaxed)) {
+    if (stream != NULL && c->can_capture && atomic_load_explicit(&capture_check, memory_order_relaxed)) {
         bool capturing = false;
         uint64_t id = 0;
-        dmm_status s = dmm__device_capturing(c, stream, &capturing, &id);
+        dmm_status s = dmm_device_capture_status(c, stream, &capturing, &id);
         if (s != DMM_OK) return s;
         if (capturing) {
             s = dmm__device_graph_malloc(c, bytes, stream, id, out);
@@ -700,3 +700,5 @@ dmm_status dmm_device_stats_json(dmm_device *c, char *buf, size_t cap, size_t *n
 dmm_status dmm_device_snapshot_json(dmm_device *c, char *buf, size_t cap, size_t *needed) {
     return write_json(c, buf, cap, needed, true);
 }
+
+dmm_pool *dmm_device_pool(dmm_device *c) { return c->pool; }

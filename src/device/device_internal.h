@@ -3,8 +3,7 @@
  *
  * One dmm_device per device (types.h: the data; its floors, each over the ones below: context.c,
  * jobs.c, segment.c, tags.c, offload.c, graphs.c, and device.c on top; beside them blocks.c,
- * history.c, poolview.c, record.c, stream_uses.c, imports.c). This header gathers the floors' headers
- * and adds what is not public yet: the creation over a driver and its extras.
+ * history.c, poolview.c, record.c, stream_uses.c, imports.c). This header gathers the floors' headers.
  *
  * Lock order: dev.lock → (pool → arena → driver). The hot path (pool malloc/free) takes no dev lock.
  */
@@ -24,9 +23,5 @@
 #include "tags.h"
 #include "types.h"
 
-/* A device over `drv` (not owned: destroy it after the device) and the extras `ext` beyond the driver
- * contract (may be NULL: no capture, no pinned memory), charged to a lease of `gov` (not owned). */
-dmm_status dmm_device_create(dmm_driver *drv, const dmm_device_ext *ext, dmm_governor *gov,
-                             const dmm_device_config *cfg, dmm_device **out);
 
 #endif /* DMM_DEVICE_INTERNAL_H */

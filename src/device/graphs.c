@@ -98,7 +98,7 @@ dmm_status dmm_device_graph_reserve(dmm_device *c, uint64_t bytes, dmm_stream st
     if (bytes > c->reserve) return dmm__device_too_large(c, bytes, "reserving graph memory of"); /* (rounding wraps) */
     bool capturing = false;
     uint64_t id = 0;
-    dmm_status s = dmm__device_capturing(c, stream, &capturing, &id);
+    dmm_status s = dmm_device_capture_status(c, stream, &capturing, &id);
     if (s != DMM_OK) return s;
     if (capturing)
         return dmm_error_set(DMM_ERR_BUSY, "dmm device: reserving graph memory during a capture (stream %p) would "

@@ -56,7 +56,7 @@ dmm_status dmm_device_history(dmm_device *c, uint64_t max_entries) {
 void dmm__device_history_add(dmm_device *c, uint32_t action, uint64_t addr, uint64_t size, dmm_stream stream) {
     device_history *h = &c->hist;
     if (!dmm__device_history_on(c)) return;
-    uint64_t t = dmm__device_now_ns() / 1000;
+    uint64_t t = dmm_device_clock_ns() / 1000;
     pthread_mutex_lock(&h->mu);
     if (h->cap > 0) {
         h->ring[h->head] = (history_event){addr, size, (uint64_t)(uintptr_t)stream, t, action};

@@ -39,7 +39,7 @@
 static dmm_status refuse_capturing(dmm_device *c, const char *op, const char *tag, dmm_stream stream) {
     bool capturing = false;
     uint64_t id = 0;
-    dmm_status s = dmm__device_capturing(c, stream, &capturing, &id);
+    dmm_status s = dmm_device_capture_status(c, stream, &capturing, &id);
     if (s != DMM_OK) return s;
     if (capturing)
         return dmm_error_set(DMM_ERR_BUSY,
@@ -63,7 +63,7 @@ static void decommit_finished(dmm_device *c, device_job *j, device_job_end how, 
         if (t->pending > 0) t->pending--;
         return;
     }
-    g->decommit_ns = dmm__device_now_ns();
+    g->decommit_ns = dmm_device_clock_ns();
     /* a failed piece changed nothing and the later pieces' ranges cover it again: only the last counts,
      * and any quarantine */
     if (failure != DMM_OK && (j->last || failure == DMM_ERR_QUARANTINED)) t->failure = failure;
@@ -96,7 +96,7 @@ dmm_status dmm_device_offload(dmm_device *c, const char *name, int mode, dmm_str
     if (mode != DMM_DEVICE_TO_HOST && mode != DMM_DEVICE_DISCARD)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm device: offload mode %d is neither host (0) nor discard (1)",
                              mode);
-    if (mode == DMM_DEVICE_TO_HOST && (c->ext.host_alloc == NULL || c->ext.host_free == NULL))
+    if (mode == DMM_DEVICE_TO_HOST && !dmm__drv_can_host_alloc(c->drv))
         return dmm_error_set(DMM_ERR_UNSUPPORTED, "dmm device: offload to host needs pinned host memory, which this "
                                                   "driver does not provide");
     int id = -1;
@@ -111,7 +111,7 @@ dmm_status dmm_device_offload(dmm_device *c, const char *name, int mode, dmm_str
         return dmm_error_set(DMM_ERR_BUSY, "dmm device: offload of tag '%s' refused: it is already %s; restore it first",
                              name, dmm__device_tag_state_name(t->state));
     }
-    t->offload_call_ns = dmm__device_now_ns();
+    t->offload_call_ns = dmm_device_clock_ns();
     if (t->ev == NULL && (s = dmm__drv_event_create(c->drv, &t->ev)) != DMM_OK) goto fail;
     /* 1: every pinned copy exists before any copy starts (a refusal changes nothing on the device) */
     for (tag_segment *g = t->segs; g != NULL; g = g->next) {
@@ -121,7 +121,7 @@ dmm_status dmm_device_offload(dmm_device *c, const char *name, int mode, dmm_str
         dmm__device_tseg_host_drop(c, g);
         s = dmm_lease_grow(c->gov, c->host_lease, hi, hi);
         if (s != DMM_OK) goto fail;
-        s = c->ext.host_alloc(c->ext.user, (size_t)hi, &g->host);
+        s = dmm__drv_host_alloc(c->drv, (size_t)hi, &g->host);
         if (s != DMM_OK) {
             g->host = NULL;
             (void)dmm_lease_shrink(c->gov, c->host_lease, hi, hi);
@@ -191,7 +191,7 @@ dmm_status dmm_device_offload(dmm_device *c, const char *name, int mode, dmm_str
         t->polls_mark = c->polls;
     } else {
         t->state = TAG_OFFLOADED;
-        t->offload_done_ns = dmm__device_now_ns();
+        t->offload_done_ns = dmm_device_clock_ns();
     }
     if (s != DMM_OK) { /* some segments stay resident: the tag is offloaded in part; restore brings all back */
         dmm_error_kept why = {0}; /* the poll below sets errors of its own */
@@ -337,7 +337,7 @@ dmm_status dmm_device_restore(dmm_device *c, const char *name, dmm_stream stream
     if (t->ev != NULL && (s = dmm__drv_event_record(c->drv, t->ev, stream)) != DMM_OK) goto fail;
     t->state = TAG_RESIDENT;
     t->restores++;
-    t->restore_ns = dmm__device_now_ns();
+    t->restore_ns = dmm_device_clock_ns();
     pthread_mutex_unlock(&c->lock);
     dmm_clear_error();
     return DMM_OK;

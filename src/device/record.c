@@ -92,7 +92,7 @@ static void rec_put_and_unlock(device_recorder *r, const char *line, int n) {
 }
 
 static uint64_t rec_time_us(device_recorder *r) {
-    uint64_t now = dmm__device_now_ns();
+    uint64_t now = dmm_device_clock_ns();
     if (!r->started) {
         r->started = true;
         r->t0_ns = now;

@@ -109,11 +109,11 @@ bool dmm__device_uses_take(void *ptr, dmm_stream own, dmm_stream **streams, size
 
 void dmm__device_stream_wait(dmm_device *c, dmm_stream waiter, dmm_stream on) {
     if (waiter == on) return;
-    if (c->ext.stream_wait != NULL) {
+    if (dmm__drv_can_wait_event(c->drv)) {
         dmm_event ev = NULL;
         dmm_status s = dmm__drv_event_create(c->drv, &ev);
         if (s == DMM_OK) s = dmm__drv_event_record(c->drv, ev, on);
-        if (s == DMM_OK) s = c->ext.stream_wait(c->ext.user, waiter, ev);
+        if (s == DMM_OK) s = dmm__drv_stream_wait_event(c->drv, waiter, ev);
         if (ev != NULL) (void)dmm__drv_event_destroy(c->drv, ev); /* legal once the wait is queued */
         if (s == DMM_OK) return;
     }

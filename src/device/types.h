@@ -1,10 +1,11 @@
 /* src/device/types.h — the device front's data: one dmm_device and everything it holds.
  * Internal; the ground floor every file of src/device stands on.
  *
- * The core is written over any dmm_driver plus a small table of extras (`dmm_device_ext`) that the
- * driver contract does not have: the capture status of a stream, and pinned host memory. The CUDA
- * entry points (torch_cuda.c) fill the extras from libcuda; the host unit test fills them with malloc
- * and a capture switch of its own, so every decision of the adapter runs on a machine without a GPU.
+ * The device is written over any dmm_driver; what it needs beyond memory are optional slots of the
+ * driver (a stream's capture status, host memory for copies, a stream waiting for an event), called
+ * through the driver's funnel (src/driver/call.h). The cuda driver fills them from libcuda; the host
+ * driver has host memory and no captures; the fault driver makes a stream capture on purpose
+ * (dmm_fault_capture), so every decision of the device runs on a machine without a GPU.
  *
  * The floors, each calling only those below it:
  *   device.c    routing of malloc/free (capture → graphs, a tag → tags, else the pool), the API, stats
@@ -38,20 +39,6 @@
 #include "core/u64map.h"
 #include "dmm/dmm.h"
 #include "dmm/device.h"
-
-/* ---- extras beyond the driver contract ---- */
-typedef struct dmm_device_ext {
-    void *user;
-    /* *capturing = true while `stream` captures a CUDA graph; *id = the capture's id (0 = unknown).
-     * NULL slot: streams never capture. */
-    dmm_status (*capture_status)(void *user, dmm_stream stream, bool *capturing, uint64_t *id);
-    /* Page-locked host memory for offload copies (NULL slots: offload to host is unsupported). */
-    dmm_status (*host_alloc)(void *user, size_t bytes, void **out);
-    void (*host_free)(void *user, void *p);
-    /* `waiter` waits (on the device) for `event`, for blocks used on several streams (stream_uses.c).
-     * NULL slot: the other streams are synchronized instead. */
-    dmm_status (*stream_wait)(void *user, dmm_stream waiter, dmm_event event);
-} dmm_device_ext;
 
 /* Largest number of distinct tag names per process, and of nested tag scopes per thread. */
 #define DMM_DEVICE_MAX_TAGS 32
@@ -246,7 +233,7 @@ typedef struct size_class {
 
 struct dmm_device {
     dmm_driver *drv;         /* not owned; its latch says whether the device is lost */
-    dmm_device_ext ext;
+    bool can_capture;        /* the driver tells a capturing stream (its stream_capture_status slot) */
     dmm_device_id dev;
     uint64_t granule, pool_va, tag_va, block_align;
     uint64_t reserve;        /* the arena's VA reservation (≤ 2^63): no request above it is served */

@@ -164,6 +164,32 @@ static inline dmm_status dmm__drv_import(dmm_driver *d, int fd, size_t bytes, dm
     return dmm__drv_done(d, DMM_OP_IMPORT, d->ops->import_handle(d, fd, bytes, access, handle));
 }
 
+/* The slots beyond memory. Whether `d` can tell a capturing stream (absent: streams never capture). */
+static inline bool dmm__drv_can_capture(const dmm_driver *d) { return DMM__DRV_HAS(d, stream_capture_status); }
+static inline dmm_status dmm__drv_capture_status(dmm_driver *d, dmm_stream stream, bool *capturing, uint64_t *id) {
+    DMM__DRV_GUARD_LATE(d, DMM_OP_CAPTURE_STATUS, stream_capture_status);
+    return dmm__drv_done(d, DMM_OP_CAPTURE_STATUS, d->ops->stream_capture_status(d, stream, capturing, id));
+}
+/* Whether `d` has host memory for copies (host_alloc and host_free both present). */
+static inline bool dmm__drv_can_host_alloc(const dmm_driver *d) {
+    return DMM__DRV_HAS(d, host_alloc) && DMM__DRV_HAS(d, host_free);
+}
+static inline dmm_status dmm__drv_host_alloc(dmm_driver *d, size_t bytes, void **out) {
+    DMM__DRV_GUARD_LATE(d, DMM_OP_HOST_ALLOC, host_alloc);
+    return dmm__drv_done(d, DMM_OP_HOST_ALLOC, d->ops->host_alloc(d, bytes, out));
+}
+/* The one call made after a loss too: host memory is given back whether or not the device lives (the
+ * driver's answer still latches a loss it reports). */
+static inline dmm_status dmm__drv_host_free(dmm_driver *d, void *ptr) {
+    if (!DMM__DRV_HAS(d, host_free)) return dmm__drv_absent(d, DMM_OP_HOST_FREE);
+    return dmm__drv_done(d, DMM_OP_HOST_FREE, d->ops->host_free(d, ptr));
+}
+static inline bool dmm__drv_can_wait_event(const dmm_driver *d) { return DMM__DRV_HAS(d, stream_wait_event); }
+static inline dmm_status dmm__drv_stream_wait_event(dmm_driver *d, dmm_stream waiter, dmm_event event) {
+    DMM__DRV_GUARD_LATE(d, DMM_OP_STREAM_WAIT_EVENT, stream_wait_event);
+    return dmm__drv_done(d, DMM_OP_STREAM_WAIT_EVENT, d->ops->stream_wait_event(d, waiter, event));
+}
+
 #undef DMM__DRV_GUARD_LATE
 #undef DMM__DRV_HAS
 #undef DMM__DRV_GUARD

@@ -102,7 +102,9 @@ static void op_destroy(dmm_driver *d) {
     .event_destroy = dmm__cuda_event_destroy, .event_record = dmm__cuda_event_record,               \
     .event_query = dmm__cuda_event_query, .event_synchronize = dmm__cuda_event_synchronize,         \
     .copy = dmm__cuda_copy, .stream_synchronize = dmm__cuda_stream_synchronize,                     \
-    .mem_info = op_mem_info, .census = op_census, .destroy = op_destroy
+    .mem_info = op_mem_info, .census = op_census, .destroy = op_destroy,                            \
+    .stream_capture_status = dmm__cuda_stream_capture_status, .host_alloc = dmm__cuda_host_alloc,   \
+    .host_free = dmm__cuda_host_free, .stream_wait_event = dmm__cuda_stream_wait_event
 
 const dmm_driver_ops dmm__cuda_ops_vmm = {
     .size = sizeof(dmm_driver_ops),

@@ -32,6 +32,8 @@ static const struct {
 
 static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
 dmm_cu_api dmm__cu;             /* valid when cu_ready */
+dmm_cuStreamGetCaptureInfo_v3_fn *dmm__cu_capture_info_v3; /* optional: drivers of CUDA 12.3 and later */
+dmm_cuStreamGetCaptureInfo_v2_fn *dmm__cu_capture_info_v2; /* optional: the fallback of older drivers */
 static bool cu_ready;           /* library loaded, every symbol found, cuInit succeeded */
 static char cu_reason[512];     /* why not, when !cu_ready */
 static int cu_driver_version;   /* cuDriverGetVersion, when cu_ready */
@@ -74,6 +76,9 @@ static void cu_load(void) {
         memcpy((char *)&api + cu_symbols[i].offset, &sym, sizeof sym);
     }
     dmm__cu = api; /* error names are usable from here on, also in the sentences below */
+    void *v3 = dlsym(lib, "cuStreamGetCaptureInfo_v3"), *v2 = dlsym(lib, "cuStreamGetCaptureInfo_v2");
+    memcpy(&dmm__cu_capture_info_v3, &v3, sizeof v3);
+    memcpy(&dmm__cu_capture_info_v2, &v2, sizeof v2);
     dmm_cu_result r = dmm__cu.cuInit(0);
     if (r != DMM_CUDA_SUCCESS) {
         snprintf(cu_reason, sizeof cu_reason, "cuInit(0) failed with %s (%d): %s", dmm__cu_name(r), (int)r,

@@ -208,18 +208,17 @@ typedef struct dmm_cu_mem_access_desc { /* CUmemAccessDesc */
     X(cuEventQuery, cuEventQuery, (dmm_cu_event event))                                                    \
     X(cuEventSynchronize, cuEventSynchronize, (dmm_cu_event event))                                        \
     X(cuMemcpyAsync, cuMemcpyAsync,                                                                        \
-      (dmm_cu_deviceptr dst, dmm_cu_deviceptr src, size_t bytes, dmm_cu_stream stream))
-
-/* The others': the torch adapter (capture status, pinned host memory, a stream waiting for another's
- * event for record_stream), the CUDA reference of the
- * tools, the benchmarks and the GPU tests (a kernel that faults, a host function that holds a
- * stream). Each user resolves the ones it needs. */
-#define DMM_CU_OTHER_ENTRY_POINTS(X)                                                                       \
-    X(cuCtxGetCurrent, cuCtxGetCurrent, (dmm_cu_context *context))                                         \
+      (dmm_cu_deviceptr dst, dmm_cu_deviceptr src, size_t bytes, dmm_cu_stream stream))                    \
     X(cuStreamIsCapturing, cuStreamIsCapturing,                                                            \
       (dmm_cu_stream stream, dmm_cu_stream_capture_status *status))                                        \
     X(cuMemHostAlloc, cuMemHostAlloc, (void **ptr, size_t bytes, unsigned int flags))                      \
     X(cuMemFreeHost, cuMemFreeHost, (void *ptr))                                                           \
+    X(cuStreamWaitEvent, cuStreamWaitEvent, (dmm_cu_stream stream, dmm_cu_event event, unsigned int flags))
+
+/* The others': the CUDA reference of the tools, the benchmarks and the GPU tests (a kernel that faults, a host function that holds a
+ * stream). Each user resolves the ones it needs. */
+#define DMM_CU_OTHER_ENTRY_POINTS(X)                                                                       \
+    X(cuCtxGetCurrent, cuCtxGetCurrent, (dmm_cu_context *context))                                         \
     X(cuMemAllocAsync, cuMemAllocAsync, (dmm_cu_deviceptr *ptr, size_t bytes, dmm_cu_stream stream))       \
     X(cuMemFreeAsync, cuMemFreeAsync, (dmm_cu_deviceptr ptr, dmm_cu_stream stream))                        \
     X(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool, (dmm_cu_mem_pool *pool, dmm_cu_device device)) \
@@ -234,11 +233,10 @@ typedef struct dmm_cu_mem_access_desc { /* CUmemAccessDesc */
       (dmm_cu_function function, unsigned int grid_x, unsigned int grid_y, unsigned int grid_z,            \
        unsigned int block_x, unsigned int block_y, unsigned int block_z, unsigned int shared_bytes,        \
        dmm_cu_stream stream, void **params, void **extra))                                                 \
-    X(cuLaunchHostFunc, cuLaunchHostFunc, (dmm_cu_stream stream, dmm_cu_host_fn fn, void *user))          \
-    X(cuStreamWaitEvent, cuStreamWaitEvent, (dmm_cu_stream stream, dmm_cu_event event, unsigned int flags))
+    X(cuLaunchHostFunc, cuLaunchHostFunc, (dmm_cu_stream stream, dmm_cu_host_fn fn, void *user))
 
-/* cuStreamGetCaptureInfo's two ABIs, each named by its version because the torch adapter asks for
- * both: _v3 (with edge data; cuda.h 12.3 and later declare it, 13.0 binds the documented name to it)
+/* cuStreamGetCaptureInfo's two ABIs, each named by its version because the cuda driver asks for both
+ * (optional: a capture's id is 0 without either): _v3 (with edge data; cuda.h 12.3 and later declare it, 13.0 binds the documented name to it)
  * and _v2 (cuda.h 12.x declares it, 13.0 no longer does; drivers older than 12.3 have only this one). */
 #define DMM_CU_CAPTURE_INFO_V3(X)                                                                          \
     X(cuStreamGetCaptureInfo_v3, cuStreamGetCaptureInfo_v3,                                                \

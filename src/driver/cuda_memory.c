@@ -360,3 +360,26 @@ dmm_status dmm__cuda_free(dmm_driver *d, uintptr_t ptr, size_t bytes) {
         return dmm__cuda_fail(c, r, "cuMemFree", "ptr=0x%llx, bytes=%zu", (unsigned long long)ptr, bytes);
     return DMM_OK;
 }
+
+/* ---- pinned host memory (portable: usable with every context) ---- */
+dmm_status dmm__cuda_host_alloc(dmm_driver *d, size_t bytes, void **out) {
+    cuda_driver *c = as_cuda(d);
+    if (out == NULL || bytes == 0)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "cuda host_alloc(%zu bytes): needs bytes > 0 and an output "
+                                                       "pointer", bytes);
+    dmm_status s = dmm__cuda_enter(c, "cuMemHostAlloc");
+    if (s != DMM_OK) return s;
+    dmm_cu_result r = dmm__cu.cuMemHostAlloc(out, bytes, DMM_CU_MEMHOSTALLOC_PORTABLE);
+    if (r != DMM_CUDA_SUCCESS) return dmm__cuda_fail(c, r, "cuMemHostAlloc", "bytes=%zu, flags=PORTABLE", bytes);
+    return DMM_OK;
+}
+
+dmm_status dmm__cuda_host_free(dmm_driver *d, void *ptr) {
+    cuda_driver *c = as_cuda(d);
+    if (ptr == NULL) return DMM_OK;
+    dmm_status s = dmm__cuda_enter(c, "cuMemFreeHost");
+    if (s != DMM_OK) return s;
+    dmm_cu_result r = dmm__cu.cuMemFreeHost(ptr);
+    if (r != DMM_CUDA_SUCCESS) return dmm__cuda_fail(c, r, "cuMemFreeHost", "ptr=%p", ptr);
+    return DMM_OK;
+}

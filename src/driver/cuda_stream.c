@@ -3,6 +3,8 @@
  * device is lost, else the primary context made current) and maps a failure through dmm__cuda_fail.
  * CUDA_ERROR_NOT_READY from an event query is DMM_ERR_BUSY, not a failure.
  * Streams are created non-blocking and events without timing (the pool only orders and polls).
+ * The capture query and the event wait make no context current: both name their stream, and the
+ * capture query runs on every malloc of a device front on a non-default stream.
  */
 #include "driver/cuda_types.h"
 
@@ -105,5 +107,38 @@ dmm_status dmm__cuda_stream_synchronize(dmm_driver *d, dmm_stream stream) {
     if (s != DMM_OK) return s;
     dmm_cu_result r = dmm__cu.cuStreamSynchronize((dmm_cu_stream)stream);
     if (r != DMM_CUDA_SUCCESS) return dmm__cuda_fail(c, r, "cuStreamSynchronize", "stream=%p", stream);
+    return DMM_OK;
+}
+
+dmm_status dmm__cuda_stream_capture_status(dmm_driver *d, dmm_stream stream, bool *capturing, uint64_t *id) {
+    cuda_driver *c = as_cuda(d);
+    if (capturing == NULL || id == NULL)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "cuda stream_capture_status: capturing and id are required");
+    *capturing = false;
+    *id = 0;
+    if (dmm__cuda_is_lost(c)) return dmm__cuda_lost_error(c, "cuStreamIsCapturing");
+    dmm_cu_stream_capture_status st = DMM_CU_STREAM_CAPTURE_STATUS_NONE;
+    dmm_cu_result r = dmm__cu.cuStreamIsCapturing((dmm_cu_stream)stream, &st);
+    if (r == DMM_CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) { /* the legacy stream while another captures: don't map */
+        *capturing = true;
+        return DMM_OK;
+    }
+    if (r != DMM_CUDA_SUCCESS) return dmm__cuda_fail(c, r, "cuStreamIsCapturing", "stream=%p", stream);
+    if (st == DMM_CU_STREAM_CAPTURE_STATUS_NONE) return DMM_OK;
+    *capturing = true;
+    uint64_t cid = 0;
+    if (dmm__cu_capture_info_v3 != NULL) r = dmm__cu_capture_info_v3((dmm_cu_stream)stream, &st, &cid, NULL, NULL, NULL, NULL);
+    else if (dmm__cu_capture_info_v2 != NULL) r = dmm__cu_capture_info_v2((dmm_cu_stream)stream, &st, &cid, NULL, NULL, NULL);
+    else r = DMM_CUDA_ERROR_NOT_SUPPORTED;
+    if (r == DMM_CUDA_SUCCESS) *id = cid; /* else the id stays unknown (0): the capture is still reported */
+    return DMM_OK;
+}
+
+dmm_status dmm__cuda_stream_wait_event(dmm_driver *d, dmm_stream waiter, dmm_event event) {
+    cuda_driver *c = as_cuda(d);
+    if (event == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "cuda stream_wait_event: event is NULL");
+    if (dmm__cuda_is_lost(c)) return dmm__cuda_lost_error(c, "cuStreamWaitEvent");
+    dmm_cu_result r = dmm__cu.cuStreamWaitEvent((dmm_cu_stream)waiter, (dmm_cu_event)event, 0);
+    if (r != DMM_CUDA_SUCCESS) return dmm__cuda_fail(c, r, "cuStreamWaitEvent", "stream=%p, event=%p", waiter, event);
     return DMM_OK;
 }

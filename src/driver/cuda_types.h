@@ -32,6 +32,11 @@ typedef struct dmm_cu_api {
 /* The entry points; valid once dmm__cu_ready() or dmm__cu_require() said yes. */
 extern dmm_cu_api dmm__cu;
 
+/* Optional entry points, NULL where the library lacks them: cuStreamGetCaptureInfo's two ABIs (the id
+ * of a capture; cuda_decl.h). */
+extern dmm_cuStreamGetCaptureInfo_v3_fn *dmm__cu_capture_info_v3;
+extern dmm_cuStreamGetCaptureInfo_v2_fn *dmm__cu_capture_info_v2;
+
 /* Loads libcuda once per process (DMM_CUDA_LIBRARY overrides the path); whether it is usable. */
 bool dmm__cu_ready(void);
 /* DMM_OK when the library is usable; else UNSUPPORTED with "<op>(ordinal=N): no CUDA driver: <reason>". */
@@ -101,6 +106,9 @@ dmm_status dmm__cuda_create(dmm_driver *d, size_t bytes, dmm_phys *handle);
 dmm_status dmm__cuda_create_with(cuda_driver *c, const char *op, size_t bytes, const dmm_cu_mem_allocation_prop *prop,
                                  const char *what, dmm_phys *handle);
 dmm_status dmm__cuda_release(dmm_driver *d, dmm_phys handle);
+/* pinned host memory (cuda_memory.c) */
+dmm_status dmm__cuda_host_alloc(dmm_driver *d, size_t bytes, void **out);
+dmm_status dmm__cuda_host_free(dmm_driver *d, void *ptr);
 /* ---- sharing ops (cuda_share.c) ---- */
 dmm_status dmm__cuda_create_exportable(dmm_driver *d, size_t bytes, dmm_phys *handle);
 dmm_status dmm__cuda_export(dmm_driver *d, dmm_phys handle, dmm_access access, int *fd);
@@ -121,6 +129,10 @@ dmm_status dmm__cuda_event_query(dmm_driver *d, dmm_event event);
 dmm_status dmm__cuda_event_synchronize(dmm_driver *d, dmm_event event);
 dmm_status dmm__cuda_copy(dmm_driver *d, uintptr_t dst, uintptr_t src, size_t bytes, dmm_stream stream);
 dmm_status dmm__cuda_stream_synchronize(dmm_driver *d, dmm_stream stream);
+/* Whether a stream captures a graph (no context switch: asked on every malloc of a device front on a
+ * non-default stream), and a stream waiting for an event. */
+dmm_status dmm__cuda_stream_capture_status(dmm_driver *d, dmm_stream stream, bool *capturing, uint64_t *id);
+dmm_status dmm__cuda_stream_wait_event(dmm_driver *d, dmm_stream waiter, dmm_event event);
 
 /* ---- devices (cuda_device.c) ---- */
 /* Looks the device up: UNSUPPORTED without a driver or devices, INVALID_ARGUMENT for a bad ordinal. */

@@ -34,6 +34,10 @@ const char *dmm_driver_op_name(dmm_driver_op op) {
     case DMM_OP_MEM_INFO: return "mem_info";
     case DMM_OP_EXPORT: return "export";
     case DMM_OP_IMPORT: return "import";
+    case DMM_OP_CAPTURE_STATUS: return "stream_capture_status";
+    case DMM_OP_HOST_ALLOC: return "host_alloc";
+    case DMM_OP_HOST_FREE: return "host_free";
+    case DMM_OP_STREAM_WAIT_EVENT: return "stream_wait_event";
     case DMM_OP_COUNT: break;
     }
     return "unknown op";

@@ -8,10 +8,13 @@
  * always forwarded and never counted: it reports what the inner driver really holds.
  *
  * Each instance has its own ops table: a slot is NULL exactly where the inner driver's is, so a
- * wrapped driver without VMM still reads as one without VMM.
+ * wrapped driver without VMM still reads as one without VMM. The one exception is
+ * stream_capture_status, always present: dmm_fault_capture makes a stream capture a graph on any inner
+ * driver, so that capture safety is tested on the host; other streams are asked of the inner driver.
  *
  * Invariants (under `lock`): calls[op] = calls of op since creation (failed ones included);
- * calls[ANY] = Σ calls[op] over op ∉ {granularity}; injected = calls failed on purpose.
+ * calls[ANY] = Σ calls[op] over op ∉ {granularity, capture_status} (queries, not memory ops);
+ * injected = calls failed on purpose; capture_stream ≠ NULL ⇔ capture_id ≠ 0.
  * A plan made when calls[op] = c with (nth, repeat) fails calls c+nth … c+nth+repeat-1.
  *
  * Locking: one mutex guards plans and counters; the inner driver is called outside it.
@@ -41,6 +44,8 @@ typedef struct fault_driver {
     uint64_t calls[DMM_OP_COUNT];
     uint64_t injected;
     bool hold_events;
+    dmm_stream capture_stream; /* the stream dmm_fault_capture made capture (NULL: none) */
+    uint64_t capture_id;       /* its capture id */
 } fault_driver;
 
 static fault_driver *F(dmm_driver *d) { return (fault_driver *)d; }
@@ -66,14 +71,15 @@ static bool plan_hits(const fault_plan *p, uint64_t n, uint64_t *rel) {
 static dmm_status fault_enter(fault_driver *f, dmm_driver_op op) {
     dmm_lock_acquire(&f->lock);
     uint64_t n = ++f->calls[op];
-    uint64_t nany = op == DMM_OP_GRANULARITY ? 0 : ++f->calls[DMM_OP_ANY];
+    bool query = op == DMM_OP_GRANULARITY || op == DMM_OP_CAPTURE_STATUS;
+    uint64_t nany = query ? 0 : ++f->calls[DMM_OP_ANY];
     uint64_t rel = 0;
     fault_plan hit;
     dmm_driver_op hit_op = op;
     bool fail = plan_hits(&f->plans[op], n, &rel);
     if (fail) {
         hit = f->plans[op];
-    } else if (op != DMM_OP_GRANULARITY && plan_hits(&f->plans[DMM_OP_ANY], nany, &rel)) {
+    } else if (!query && plan_hits(&f->plans[DMM_OP_ANY], nany, &rel)) {
         fail = true;
         hit = f->plans[DMM_OP_ANY];
         hit_op = DMM_OP_ANY;
@@ -203,6 +209,34 @@ static dmm_status f_import_handle(dmm_driver *d, int fd, size_t bytes, dmm_acces
     ENTER(DMM_OP_IMPORT);
     return in->ops->import_handle(in, fd, bytes, access, handle);
 }
+static bool has_late(const dmm_driver_ops *o, size_t offset) {
+    return o->size >= offset + sizeof(void (*)(void));
+}
+static dmm_status f_stream_capture_status(dmm_driver *d, dmm_stream stream, bool *capturing, uint64_t *id) {
+    ENTER(DMM_OP_CAPTURE_STATUS);
+    dmm_lock_acquire(&f->lock);
+    bool ours = f->capture_stream != NULL && stream == f->capture_stream;
+    uint64_t cid = f->capture_id;
+    dmm_lock_release(&f->lock);
+    *capturing = ours;
+    *id = ours ? cid : 0;
+    if (ours || !has_late(in->ops, offsetof(dmm_driver_ops, stream_capture_status)) ||
+        in->ops->stream_capture_status == NULL)
+        return DMM_OK;
+    return in->ops->stream_capture_status(in, stream, capturing, id);
+}
+static dmm_status f_host_alloc(dmm_driver *d, size_t bytes, void **out) {
+    ENTER(DMM_OP_HOST_ALLOC);
+    return in->ops->host_alloc(in, bytes, out);
+}
+static dmm_status f_host_free(dmm_driver *d, void *ptr) {
+    ENTER(DMM_OP_HOST_FREE);
+    return in->ops->host_free(in, ptr);
+}
+static dmm_status f_stream_wait_event(dmm_driver *d, dmm_stream waiter, dmm_event event) {
+    ENTER(DMM_OP_STREAM_WAIT_EVENT);
+    return in->ops->stream_wait_event(in, waiter, event);
+}
 static dmm_status f_census(dmm_driver *d, dmm_driver_census *out) {
     dmm_driver *in = F(d)->inner;
     return in->ops->census(in, out);
@@ -244,12 +278,15 @@ static void build_ops(dmm_driver_ops *o, const dmm_driver_ops *in) {
     SLOT(census);
 #undef SLOT
     /* the sharing slots, present where the inner table is recent enough to have them */
-#define LATE_SLOT(s)                                                                                          \
-    o->s = in->size >= offsetof(dmm_driver_ops, s) + sizeof(void (*)(void)) && in->s ? f_##s : NULL
+#define LATE_SLOT(s) o->s = has_late(in, offsetof(dmm_driver_ops, s)) && in->s ? f_##s : NULL
     LATE_SLOT(create_exportable);
     LATE_SLOT(export_handle);
     LATE_SLOT(import_handle);
+    LATE_SLOT(host_alloc);
+    LATE_SLOT(host_free);
+    LATE_SLOT(stream_wait_event);
 #undef LATE_SLOT
+    o->stream_capture_status = f_stream_capture_status; /* always: dmm_fault_capture */
     o->destroy = f_destroy;
 }
 
@@ -331,6 +368,22 @@ dmm_status dmm_fault_hold_events(dmm_driver *fault, bool hold) {
                              (void *)fault);
     dmm_lock_acquire(&f->lock);
     f->hold_events = hold;
+    dmm_lock_release(&f->lock);
+    return DMM_OK;
+}
+
+dmm_status dmm_fault_capture(dmm_driver *fault, dmm_stream stream, uint64_t capture_id) {
+    fault_driver *f = as_fault(fault);
+    if (f == NULL)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_fault_capture: %p is not a fault driver", (void *)fault);
+    if ((stream == NULL) != (capture_id == 0))
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "dmm_fault_capture: stream %p with capture id %llu refused: a capture needs a stream "
+                             "other than the default one and an id above 0; pass NULL and 0 to end it",
+                             stream, (unsigned long long)capture_id);
+    dmm_lock_acquire(&f->lock);
+    f->capture_stream = stream;
+    f->capture_id = capture_id;
     dmm_lock_release(&f->lock);
     return DMM_OK;
 }

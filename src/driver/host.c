@@ -800,6 +800,30 @@ static void host_destroy(dmm_driver *d) {
     free(h);
 }
 
+/* Host memory for copies: ordinary memory (every copy of this driver runs on the CPU at once). */
+static dmm_status host_host_alloc(dmm_driver *d, size_t bytes, void **out) {
+    (void)d;
+    if (out == NULL || bytes == 0)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "host driver host_alloc(%zu bytes): needs bytes > 0 and an "
+                                                       "output pointer", bytes);
+    *out = malloc(bytes);
+    if (*out == NULL)
+        return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "host driver host_alloc: no host memory for %zu bytes", bytes);
+    return DMM_OK;
+}
+static dmm_status host_host_free(dmm_driver *d, void *ptr) {
+    (void)d;
+    free(ptr);
+    return DMM_OK;
+}
+/* Streams are synchronous: every event recorded has completed, so a wait orders nothing more. */
+static dmm_status host_stream_wait_event(dmm_driver *d, dmm_stream waiter, dmm_event event) {
+    (void)d;
+    (void)waiter;
+    if (event == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "host driver stream_wait_event: event is NULL");
+    return DMM_OK;
+}
+
 static const dmm_driver_ops host_ops = {
     .size = sizeof(dmm_driver_ops),
     .name = "host",
@@ -828,6 +852,9 @@ static const dmm_driver_ops host_ops = {
     .create_exportable = host_create, /* every memfd can be passed to another process */
     .export_handle = host_export,
     .import_handle = host_import,
+    .host_alloc = host_host_alloc,
+    .host_free = host_host_free,
+    .stream_wait_event = host_stream_wait_event,
 };
 
 dmm_status dmm_host_driver_create(const dmm_host_driver_config *cfg, dmm_driver **out) {

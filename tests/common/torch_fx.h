@@ -15,23 +15,25 @@
 #include "testkit.h"
 
 typedef struct kit_torch_fx {
-    dmm_driver *host, *fault; /* fault: NULL, or the fault driver over host that the context uses */
-    dmm_driver *drv;          /* what the context and the streams are over: host, or fault */
+    dmm_driver *host, *fault; /* the fault driver over host that the device uses (transparent unless
+                                 a test plans failures or a capture) */
+    dmm_driver *drv;          /* what the device and the streams are over: the fault driver */
     dmm_governor *gov;
     dmm_device *c; /* NULL once a test destroyed it itself */
     dmm_stream s1, s2;
 } kit_torch_fx;
 
-/* A context under a budget of `limit` bytes (0: none), over the fault driver when over_fault. */
+/* A device under a budget of `limit` bytes (0: none), over the fault driver over the host driver
+ * (over_fault: the test plans failures; either way the fault driver is there for its capture switch). */
 static inline void kit_torch_fx_open(kit_torch_fx *f, bool over_fault, uint64_t limit) {
+    (void)over_fault;
     memset(f, 0, sizeof *f);
     DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &f->host));
-    if (over_fault) DMM_OK_OR_FAIL(dmm_fault_driver_create(f->host, &f->fault));
-    f->drv = over_fault ? f->fault : f->host;
+    DMM_OK_OR_FAIL(dmm_fault_driver_create(f->host, &f->fault));
+    f->drv = f->fault;
     DMM_OK_OR_FAIL(dmm_governor_create(NULL, &f->gov));
-    dmm_device_ext x = kit_torch_ext();
     dmm_device_config k = kit_torch_config(limit);
-    DMM_OK_OR_FAIL(dmm_device_create(f->drv, &x, f->gov, &k, &f->c));
+    DMM_OK_OR_FAIL(dmm_device_create(f->drv, f->gov, &k, &f->c));
     DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &f->s1));
     DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &f->s2));
 }
@@ -45,7 +47,7 @@ static inline void kit_torch_fx_close(kit_torch_fx *f) {
     DMM_OK_OR_FAIL(f->drv->ops->stream_destroy(f->drv, f->s2));
     DMM_OK_OR_FAIL(dmm_governor_destroy(f->gov));
     dmm_test_census_zero(f->host);
-    if (f->fault != NULL) dmm_driver_destroy(f->fault);
+    dmm_driver_destroy(f->fault);
     dmm_driver_destroy(f->host);
 }
 

@@ -1,6 +1,6 @@
-/* tests/common/torch_kit.h — the host side of the torch adapter's tests (unit and fault): the extras
- * the CUDA entry points would give the core (a capture switch, pinned host memory from malloc, both
- * counted) and the context's configuration. Include after the adapter's sources (adapter.h).
+/* tests/common/torch_kit.h — the host side of the device front's tests (unit and fault): the capture
+ * switch (the fault driver's dmm_fault_capture), the count of host copies it made and gave back, and
+ * the device's configuration. Include after the device's headers (device/device_internal.h).
  * Header-only, static. */
 #ifndef DMM_TORCH_KIT_H
 #define DMM_TORCH_KIT_H
@@ -8,45 +8,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The stream that "captures" (NULL: none) and its capture id; queries counts the capture checks. */
-static struct {
-    dmm_stream stream;
-    uint64_t id;
-    uint64_t queries;
-} kit_cap;
-static int kit_host_allocs, kit_host_frees; /* pinned copies made and given back */
-
-static dmm_status kit_capture_status(void *user, dmm_stream stream, bool *capturing, uint64_t *id) {
-    (void)user;
-    kit_cap.queries++;
-    *capturing = kit_cap.stream != NULL && stream == kit_cap.stream;
-    *id = *capturing ? kit_cap.id : 0;
-    return DMM_OK;
+/* From now on `stream` of the fault driver `fault` captures graph `id` (NULL, 0: the capture ends). */
+static inline void kit_capture(dmm_driver *fault, dmm_stream stream, uint64_t id) {
+    DMM_OK_OR_FAIL(dmm_fault_capture(fault, stream, id));
 }
 
-static dmm_status kit_host_alloc(void *user, size_t bytes, void **out) {
-    (void)user;
-    *out = malloc(bytes);
-    if (*out == NULL) return DMM_ERR_OUT_OF_MEMORY;
-    kit_host_allocs++;
-    return DMM_OK;
-}
+/* Host copies (host_alloc) the device asked of the fault driver, and those it gave back (host_free). */
+static inline uint64_t kit_host_allocs(dmm_driver *fault) { return dmm_fault_calls(fault, DMM_OP_HOST_ALLOC); }
+static inline uint64_t kit_host_frees(dmm_driver *fault) { return dmm_fault_calls(fault, DMM_OP_HOST_FREE); }
 
-static void kit_host_free(void *user, void *p) {
-    (void)user;
-    kit_host_frees++;
-    free(p);
-}
-
-/* The extras, with the capture switch off and the counters at zero. */
-static inline dmm_device_ext kit_torch_ext(void) {
-    memset(&kit_cap, 0, sizeof kit_cap);
-    kit_host_allocs = kit_host_frees = 0;
-    dmm_device_ext x = {NULL, kit_capture_status, kit_host_alloc, kit_host_free, NULL};
-    return x;
-}
-
-/* A small context: 1 GiB of pool VA in an 8 GiB reservation, 256 MiB tag segments, `limit` (0: none). */
+/* A small device: 1 GiB of pool VA in an 8 GiB reservation, 256 MiB tag segments, `limit` (0: none). */
 static inline dmm_device_config kit_torch_config(uint64_t limit) {
     dmm_device_config k;
     memset(&k, 0, sizeof k);

@@ -60,9 +60,8 @@ static void fx_open(fx *f) {
     DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &f->host));
     DMM_OK_OR_FAIL(dmm_fault_driver_create(f->host, &f->drv));
     DMM_OK_OR_FAIL(dmm_governor_create(NULL, &f->gov));
-    dmm_device_ext x = kit_torch_ext();
     dmm_device_config k = kit_torch_config(0);
-    DMM_OK_OR_FAIL(dmm_device_create(f->drv, &x, f->gov, &k, &f->c));
+    DMM_OK_OR_FAIL(dmm_device_create(f->drv, f->gov, &k, &f->c));
     DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &f->s1));
 }
 
@@ -207,12 +206,11 @@ static void works_again(fx *f, const char *what) {
     }
     int p = fx_malloc(f, 3 * MIB, false);
     DMM_OK_OR_FAIL(dmm_device_graph_reserve(f->c, 4 * MIB, f->s1));
-    kit_cap.stream = f->s1;
-    kit_cap.id = 77;
+    kit_capture(f->drv, f->s1, 77);
     void *g = NULL;
     DMM_OK_OR_FAIL(dmm_device_malloc(f->c, 1 * MIB, f->s1, &g));
     memset(g, 1, 1 * MIB);
-    kit_cap.stream = NULL;
+    kit_capture(f->drv, NULL, 0);
     DMM_OK_OR_FAIL(dmm_device_free(f->c, g, 1 * MIB, f->s1));
     DMM_OK_OR_FAIL(dmm_device_graph_release(f->c, 77, f->s1));
     fx_free(f, p);
@@ -342,11 +340,10 @@ static void setup_cached(fx *f) {
     for (int i = 0; i < 3; i++) fx_free(f, i);
     fx_free(f, p);
     DMM_OK_OR_FAIL(dmm_device_graph_reserve(f->c, 4 * MIB, f->s1));
-    kit_cap.stream = f->s1;
-    kit_cap.id = 9;
+    kit_capture(f->drv, f->s1, 9);
     void *g = NULL;
     DMM_OK_OR_FAIL(dmm_device_malloc(f->c, 1 * MIB, f->s1, &g));
-    kit_cap.stream = NULL;
+    kit_capture(f->drv, NULL, 0);
     DMM_OK_OR_FAIL(dmm_device_free(f->c, g, 1 * MIB, f->s1));
     DMM_OK_OR_FAIL(dmm_device_graph_release(f->c, 9, f->s1));
 }
@@ -448,14 +445,13 @@ static dmm_status op_graph_reserve(fx *f) { return dmm_device_graph_reserve(f->c
 static void honest_graph_reserve(fx *f, dmm_status s, const before *b) {
     if (s == DMM_OK) {
         assert_int_equal(graph_bytes(f), b->graph_bytes + 6 * MIB);
-        kit_cap.stream = f->s1; /* served from it, without a driver call */
-        kit_cap.id = 5;
+        kit_capture(f->drv, f->s1, 5); /* served from it, without a driver call */
         uint64_t calls = dmm_fault_calls(f->drv, DMM_OP_ANY);
         void *p = NULL;
         DMM_OK_OR_FAIL(dmm_device_malloc(f->c, 5 * MIB, f->s1, &p));
         memset(p, 2, 5 * MIB);
         assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_ANY), calls);
-        kit_cap.stream = NULL;
+        kit_capture(f->drv, NULL, 0);
         DMM_OK_OR_FAIL(dmm_device_free(f->c, p, 5 * MIB, f->s1));
         DMM_OK_OR_FAIL(dmm_device_graph_release(f->c, 5, f->s1));
         return;

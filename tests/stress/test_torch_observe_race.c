@@ -82,10 +82,8 @@ static void observers_race_with_the_allocator(void **state) {
     dmm_governor *gov = NULL;
     DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &sh.host));
     DMM_OK_OR_FAIL(dmm_governor_create(NULL, &gov));
-    dmm_device_ext x = kit_torch_ext();
-    x.capture_status = NULL; /* no stream captures (the kit's switch counts its queries unlocked) */
     dmm_device_config k = kit_torch_config(0);
-    DMM_OK_OR_FAIL(dmm_device_create(sh.host, &x, gov, &k, &sh.c));
+    DMM_OK_OR_FAIL(dmm_device_create(sh.host, gov, &k, &sh.c));
     dmm_device_track_blocks(sh.c);
     char path[] = "/tmp/dmm-test-observe-XXXXXX";
     int fd = mkstemp(path);

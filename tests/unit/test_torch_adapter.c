@@ -441,8 +441,7 @@ static void capture_uses_reserved_memory_only(void **state) {
     fx *f = fx_open(0);
     void *eager = xmalloc(f, 1 * MIB, f->s2); /* the capture stream's heap may exist already */
     xfree(f, eager, 1 * MIB, f->s2);
-    kit_cap.stream = f->s2;
-    kit_cap.id = 7;
+    kit_capture(f->fault, f->s2, 7);
     /* nothing reserved: refused with the remedy, and no driver call at all */
     uint64_t calls0 = dmm_fault_calls(f->drv, DMM_OP_ANY);
     void *p = NULL;
@@ -452,13 +451,13 @@ static void capture_uses_reserved_memory_only(void **state) {
     assert_int_equal(dmm__device_get(&f->c->capture_refusals), 1);
     /* reserving during the capture is refused too */
     assert_int_equal(dmm_device_graph_reserve(f->c, 4 * MIB, f->s2), DMM_ERR_BUSY);
-    kit_cap.stream = NULL;
+    kit_capture(f->fault, NULL, 0);
     DMM_OK_OR_FAIL(dmm_device_graph_reserve(f->c, 4 * MIB, f->s2));
     /* torch.cuda.graph empties the cache between dmm.torch.graph's reserve and the capture: the
      * reservation stays for the capture */
     DMM_OK_OR_FAIL(dmm_device_empty_cache(f->c, NULL));
     assert_non_null(f->c->graphs);
-    kit_cap.stream = f->s2;
+    kit_capture(f->fault, f->s2, 7);
     calls0 = dmm_fault_calls(f->drv, DMM_OP_ANY);
     void *g1 = xmalloc(f, 1 * MIB, f->s2);
     void *g2 = xmalloc(f, 1 * MIB, f->s2);
@@ -469,24 +468,23 @@ static void capture_uses_reserved_memory_only(void **state) {
     assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_ANY), calls0); /* no map, no event, nothing */
     assert_int_equal(dmm__device_get(&f->c->capture_mallocs), 3);
     /* the capture ends; its segment stays the graph's */
-    kit_cap.stream = NULL;
+    kit_capture(f->fault, NULL, 0);
     void *e2 = xmalloc(f, 1 * MIB, f->s2);
     assert_true(in_pool(f, e2));
     xfree(f, g3, 1 * MIB, f->s2);
-    kit_cap.stream = f->s2;
-    kit_cap.id = 8; /* another capture cannot take graph 7's memory */
+    kit_capture(f->fault, f->s2, 8); /* another capture cannot take graph 7's memory */
     assert_int_equal(dmm_device_malloc(f->c, 1 * MIB, f->s2, &p), DMM_ERR_OUT_OF_MEMORY);
-    kit_cap.stream = NULL;
+    kit_capture(f->fault, NULL, 0);
     /* graph 7 is released: its segment is idle once its last block is freed and its event completed */
     DMM_OK_OR_FAIL(dmm_device_graph_release(f->c, 7, f->s2));
     xfree(f, g1, 1 * MIB, f->s2);
     DMM_OK_OR_FAIL(dmm_device_graph_reserve(f->c, 4 * MIB, f->s2)); /* sweeps: reuses the idle one */
     assert_int_equal(f->c->graphs->next, NULL);
-    kit_cap.stream = f->s2;
+    kit_capture(f->fault, f->s2, 8);
     void *g4 = xmalloc(f, 1 * MIB, f->s2);
     assert_false(in_pool(f, g4));
     xfree(f, g4, 1 * MIB, f->s2);
-    kit_cap.stream = NULL;
+    kit_capture(f->fault, NULL, 0);
     DMM_OK_OR_FAIL(dmm_device_graph_release(f->c, 8, f->s2));
     xfree(f, e2, 1 * MIB, f->s2);
     uint64_t released = 0;
@@ -674,19 +672,24 @@ static void record_stream_holds_a_block_back(void **state) {
     assert_false(dmm__device_uses_take(q, f->s1, &uses, &n));
     assert_null(uses);
     /* used on two other streams (s2 and the default one): freed on the first after it was ordered after
-     * the second (these extras have no stream wait: the second is synchronized) */
+     * the second, through the driver's stream wait (no synchronize) */
+    uint64_t waits0 = dmm_fault_calls(f->drv, DMM_OP_STREAM_WAIT_EVENT);
     DMM_OK_OR_FAIL(dmm_device_record_stream(r, f->s2));
     DMM_OK_OR_FAIL(dmm_device_record_stream(r, NULL));
     xfree(f, r, 64 * KIB, f->s1);
     assert_int_equal(cross_stream_frees(f), cross0 + 2);
-    assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_STREAM_SYNCHRONIZE), syncs0 + 1);
-    /* a tag block orders its own stream as well */
+    assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_STREAM_WAIT_EVENT), waits0 + 1);
+    assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_STREAM_SYNCHRONIZE), syncs0);
+    /* a tag block orders its own stream as well; a stream wait that fails falls back to synchronizing */
     DMM_OK_OR_FAIL(dmm_device_tag_begin("kv"));
     void *t = xmalloc(f, 64 * KIB, f->s1);
     DMM_OK_OR_FAIL(dmm_device_tag_end());
     DMM_OK_OR_FAIL(dmm_device_record_stream(t, f->s2));
+    DMM_OK_OR_FAIL(dmm_fault_plan(f->drv, DMM_OP_STREAM_WAIT_EVENT, 1, 1, DMM_ERR_DRIVER));
     xfree(f, t, 64 * KIB, f->s1);
-    assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_STREAM_SYNCHRONIZE), syncs0 + 2);
+    assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_STREAM_WAIT_EVENT), waits0 + 2);
+    assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_STREAM_SYNCHRONIZE), syncs0 + 1);
+    DMM_OK_OR_FAIL(dmm_fault_clear(f->drv));
     DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, false));
     uint64_t queued = 0;
     DMM_OK_OR_FAIL(dmm_device_poll(f->c, &queued));
@@ -814,12 +817,11 @@ static void sizes_beyond_the_reservation_are_refused_and_change_nothing(void **s
     dmm_governor *gov = NULL;
     DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &host));
     DMM_OK_OR_FAIL(dmm_governor_create(NULL, &gov));
-    dmm_device_ext x = kit_torch_ext();
     dmm_device_config k = kit_torch_config(0);
     k.reserve_bytes = 0;                         /* 4 x the pool's VA */
     k.pool_va_bytes = ((uint64_t)1 << 62) + 4096; /* 4 x that wraps to 16 KiB */
     dmm_device *c = (dmm_device *)&c;
-    assert_int_equal(dmm_device_create(host, &x, gov, &k, &c), DMM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(dmm_device_create(host, gov, &k, &c), DMM_ERR_INVALID_ARGUMENT);
     assert_null(c);
     dmm_test_error_mentions("pool VA of 4611686018427392000 bytes", "DMM_TORCH_POOL_VA", "at most 2305843009213693952", NULL);
     dmm_test_census_zero(host);

@@ -198,10 +198,9 @@ static void the_snapshot_json_lays_out_pool_tags_and_graphs(void **state) {
     void *w2 = xmalloc(f, 700, NULL);
     DMM_OK_OR_FAIL(dmm_device_tag_end());
     DMM_OK_OR_FAIL(dmm_device_graph_reserve(f->c, (uint64_t)4 << 20, f->s2));
-    kit_cap.stream = f->s2;
-    kit_cap.id = 9;
+    kit_capture(f->fault, f->s2, 9);
     void *g = xmalloc(f, 3000, f->s2);
-    kit_cap.stream = NULL;
+    kit_capture(f->fault, NULL, 0);
     check_pool_layout(f);
     char *js = snapshot_json(f);
     assert_non_null(strstr(js, "\"pool_map_exact\":true"));
