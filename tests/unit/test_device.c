@@ -1,0 +1,260 @@
+/* tests/unit/test_device.c — the device front (dmm/device.h) driven directly, with no framework and
+ * through its public header only, as an adapter would use it: blocks on two streams; a tag put to
+ * sleep and woken with its contents kept, at the same addresses; a tag discarded and woken (mapped
+ * again, writable); a graph-capture pool (a capture served from memory mapped before it, with no
+ * driver call); a region exported by another process, received over a socket and imported.
+ *
+ * The device runs over the fault driver over the host driver: the fault driver is transparent here but
+ * for its capture switch (dmm_fault_capture) and its call counters. Every test ends with the device
+ * destroyed and the host driver's census at zero.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "testkit.h"
+
+#include "dmm/device.h"
+#include "dmm/dmm.h"
+
+#define MIB ((uint64_t)1 << 20)
+
+typedef struct fx {
+    dmm_driver *host, *fault;
+    dmm_governor *gov;
+    dmm_device *dev;
+    dmm_stream s1, s2;
+} fx;
+
+static void fx_open(fx *f) {
+    memset(f, 0, sizeof *f);
+    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &f->host));
+    DMM_OK_OR_FAIL(dmm_fault_driver_create(f->host, &f->fault));
+    DMM_OK_OR_FAIL(dmm_governor_create(NULL, &f->gov));
+    dmm_device_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.size = sizeof cfg;
+    cfg.pool_va_bytes = 1024 * MIB;
+    cfg.reserve_bytes = 8192 * MIB;
+    cfg.tag_segment_bytes = 256 * MIB;
+    DMM_OK_OR_FAIL(dmm_device_create(f->fault, f->gov, &cfg, &f->dev));
+    DMM_OK_OR_FAIL(f->fault->ops->stream_create(f->fault, &f->s1));
+    DMM_OK_OR_FAIL(f->fault->ops->stream_create(f->fault, &f->s2));
+}
+
+static void fx_close(fx *f) {
+    DMM_OK_OR_FAIL(dmm_device_destroy(f->dev));
+    DMM_OK_OR_FAIL(f->fault->ops->stream_destroy(f->fault, f->s1));
+    DMM_OK_OR_FAIL(f->fault->ops->stream_destroy(f->fault, f->s2));
+    DMM_OK_OR_FAIL(dmm_governor_destroy(f->gov));
+    dmm_test_census_zero(f->host);
+    dmm_driver_destroy(f->fault);
+    dmm_driver_destroy(f->host);
+}
+
+static void fill(void *p, size_t n, unsigned seed) {
+    for (size_t i = 0; i < n; i++) ((unsigned char *)p)[i] = (unsigned char)(seed * 31u + i * 7u + (i >> 13));
+}
+
+static bool same(const void *p, size_t n, unsigned seed) {
+    for (size_t i = 0; i < n; i++)
+        if (((const unsigned char *)p)[i] != (unsigned char)(seed * 31u + i * 7u + (i >> 13))) return false;
+    return true;
+}
+
+/* The value of `"key":{"current":N` in the device's stats JSON. */
+static uint64_t stat_current(fx *f, const char *key) {
+    static char buf[1 << 16];
+    size_t need = 0;
+    DMM_OK_OR_FAIL(dmm_device_stats_json(f->dev, buf, sizeof buf, &need));
+    char pat[96];
+    snprintf(pat, sizeof pat, "\"%s\":{\"current\":", key);
+    const char *at = strstr(buf, pat);
+    assert_non_null(at);
+    return strtoull(at + strlen(pat), NULL, 10);
+}
+
+static void blocks_on_two_streams(void **state) {
+    (void)state;
+    fx f;
+    fx_open(&f);
+    void *a = NULL, *b = NULL;
+    DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, 3 * MIB, f.s1, &a));
+    DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, 5 * MIB, f.s2, &b));
+    assert_non_null(a);
+    assert_non_null(b);
+    fill(a, 3 * MIB, 1);
+    fill(b, 5 * MIB, 2);
+    assert_true(same(a, 3 * MIB, 1) && same(b, 5 * MIB, 2));
+    assert_int_equal(stat_current(&f, "allocation"), 2);
+    assert_int_equal(stat_current(&f, "allocated_bytes"), 8 * MIB);
+    DMM_OK_OR_FAIL(dmm_device_record_stream(a, f.s2)); /* used on s2 too: handed out again after s2's work */
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, a, 3 * MIB, f.s1));
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, b, 5 * MIB, f.s2));
+    assert_int_equal(dmm_device_free(f.dev, b, 5 * MIB, f.s2), DMM_ERR_UNKNOWN_ALLOCATION); /* twice: refused */
+    assert_int_equal(stat_current(&f, "allocation"), 0);
+    DMM_OK_OR_FAIL(dmm_device_empty_cache(f.dev, NULL));
+    fx_close(&f);
+}
+
+static void a_tag_sleeps_and_wakes_with_its_contents(void **state) {
+    (void)state;
+    fx f;
+    fx_open(&f);
+    void *w[3];
+    DMM_OK_OR_FAIL(dmm_device_tag_begin("weights"));
+    for (int i = 0; i < 3; i++) {
+        DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, 4 * MIB, f.s1, &w[i]));
+        fill(w[i], 4 * MIB, 10u + (unsigned)i);
+    }
+    DMM_OK_OR_FAIL(dmm_device_tag_end());
+    uint64_t mapped = stat_current(&f, "reserved_bytes");
+    DMM_OK_OR_FAIL(dmm_device_offload(f.dev, "weights", DMM_DEVICE_TO_HOST, f.s1));
+    DMM_OK_OR_FAIL(dmm_device_offload_wait(f.dev, "weights"));
+    assert_true(stat_current(&f, "reserved_bytes") + 12 * MIB <= mapped); /* the tag left the device */
+    assert_true(dmm_fault_calls(f.fault, DMM_OP_HOST_ALLOC) > 0);         /* through the driver's host copies */
+    DMM_OK_OR_FAIL(dmm_device_restore(f.dev, "weights", f.s1));
+    for (int i = 0; i < 3; i++) assert_true(same(w[i], 4 * MIB, 10u + (unsigned)i)); /* same addresses, same bytes */
+    DMM_OK_OR_FAIL(dmm_device_release_host(f.dev, "weights"));
+    for (int i = 0; i < 3; i++) DMM_OK_OR_FAIL(dmm_device_free(f.dev, w[i], 4 * MIB, f.s1));
+    DMM_OK_OR_FAIL(dmm_device_empty_cache(f.dev, NULL));
+    assert_int_equal(dmm_fault_calls(f.fault, DMM_OP_HOST_FREE), dmm_fault_calls(f.fault, DMM_OP_HOST_ALLOC));
+    fx_close(&f);
+}
+
+static void a_discarded_tag_wakes_mapped_and_writable(void **state) {
+    (void)state;
+    fx f;
+    fx_open(&f);
+    void *kv = NULL;
+    DMM_OK_OR_FAIL(dmm_device_tag_begin("kv"));
+    DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, 6 * MIB, f.s1, &kv));
+    DMM_OK_OR_FAIL(dmm_device_tag_end());
+    fill(kv, 6 * MIB, 3);
+    uint64_t host_allocs = dmm_fault_calls(f.fault, DMM_OP_HOST_ALLOC);
+    DMM_OK_OR_FAIL(dmm_device_offload(f.dev, "kv", DMM_DEVICE_DISCARD, f.s1));
+    DMM_OK_OR_FAIL(dmm_device_offload_wait(f.dev, "kv"));
+    assert_int_equal(dmm_fault_calls(f.fault, DMM_OP_HOST_ALLOC), host_allocs); /* nothing copied */
+    /* allocating in a tag that sleeps is refused with a sentence, nothing changed */
+    void *p = NULL;
+    DMM_OK_OR_FAIL(dmm_device_tag_begin("kv"));
+    assert_int_not_equal(dmm_device_malloc(f.dev, 1 * MIB, f.s1, &p), DMM_OK);
+    DMM_OK_OR_FAIL(dmm_device_tag_end());
+    assert_null(p);
+    DMM_OK_OR_FAIL(dmm_device_restore(f.dev, "kv", f.s1));
+    fill(kv, 6 * MIB, 4); /* mapped again at the same address: writable, contents undefined until written */
+    assert_true(same(kv, 6 * MIB, 4));
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, kv, 6 * MIB, f.s1));
+    DMM_OK_OR_FAIL(dmm_device_empty_cache(f.dev, NULL));
+    fx_close(&f);
+}
+
+static void a_capture_is_served_from_its_pool_without_a_driver_call(void **state) {
+    (void)state;
+    fx f;
+    fx_open(&f);
+    void *p = NULL;
+    /* without memory reserved, a capture is refused with a sentence naming the remedy */
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, f.s2, 7));
+    bool capturing = false;
+    uint64_t id = 0;
+    DMM_OK_OR_FAIL(dmm_device_capture_status(f.dev, f.s2, &capturing, &id));
+    assert_true(capturing);
+    assert_int_equal(id, 7);
+    assert_int_equal(dmm_device_malloc(f.dev, 1 * MIB, f.s2, &p), DMM_ERR_OUT_OF_MEMORY);
+    dmm_test_error_mentions("capture 7", NULL);
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, NULL, 0));
+    /* reserved before the capture: the capture's blocks come from it, with no driver call at all */
+    DMM_OK_OR_FAIL(dmm_device_graph_reserve(f.dev, 4 * MIB, f.s2));
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, f.s2, 7));
+    uint64_t calls = dmm_fault_calls(f.fault, DMM_OP_ANY);
+    void *g1 = NULL, *g2 = NULL;
+    DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, 1 * MIB, f.s2, &g1));
+    DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, 2 * MIB, f.s2, &g2));
+    fill(g1, 1 * MIB, 5);
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, g2, 2 * MIB, f.s2));
+    assert_int_equal(dmm_fault_calls(f.fault, DMM_OP_ANY), calls);
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, NULL, 0));
+    /* the graph goes: its memory is reusable once its last block is freed */
+    DMM_OK_OR_FAIL(dmm_device_graph_release(f.dev, 7, f.s2));
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, g1, 1 * MIB, f.s2));
+    DMM_OK_OR_FAIL(dmm_device_empty_cache(f.dev, NULL));
+    fx_close(&f);
+}
+
+/* The child: its own host driver and arena; exports 4 MiB filled with seed 21 over `sock`, then, told
+ * to, writes byte 100 and says so; exits 0 when all went well. */
+static int exporter(int sock) {
+    dmm_driver *host = NULL;
+    dmm_mechanism *arena = NULL;
+    dmm_arena_config ac;
+    memset(&ac, 0, sizeof ac);
+    ac.size = sizeof ac;
+    ac.reserve_bytes = 64 * MIB;
+    if (dmm_host_driver_create(NULL, &host) != DMM_OK || dmm_arena_create(host, &ac, &arena) != DMM_OK) return 1;
+    dmm_allocation a;
+    if (dmm_mechanism_allocate(arena, 4 * MIB, 2 * MIB, &a) != DMM_OK) return 2;
+    fill(a.ptr, 4 * MIB, 21);
+    dmm_export ex;
+    if (dmm_export_range(arena, &a, (dmm_range){0, 4 * MIB}, DMM_ACCESS_READ, &ex) != DMM_OK) return 3;
+    if (dmm_ipc_send_export(sock, &ex) != DMM_OK) return 4;
+    dmm_export_close(&ex);
+    char c = 0;
+    if (read(sock, &c, 1) != 1) return 5;
+    ((volatile unsigned char *)a.ptr)[100] = 0xa5;
+    if (write(sock, "w", 1) != 1) return 6;
+    if (read(sock, &c, 1) != 1) return 7; /* the parent has read it */
+    if (dmm_mechanism_release(arena, &a).state != DMM_RELEASE_COMPLETE) return 8;
+    if (dmm_mechanism_destroy(arena) != DMM_OK) return 9;
+    dmm_driver_destroy(host);
+    return 0;
+}
+
+static void a_region_of_another_process_is_imported(void **state) {
+    (void)state;
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(sv[0]);
+        _exit(exporter(sv[1]));
+    }
+    close(sv[1]);
+    fx f;
+    fx_open(&f);
+    dmm_export ex;
+    dmm_export_init(&ex);
+    DMM_OK_OR_FAIL(dmm_ipc_recv_export(sv[0], &ex));
+    void *p = NULL;
+    DMM_OK_OR_FAIL(dmm_device_import(f.dev, &ex, false, &p));
+    dmm_export_close(&ex);
+    assert_true(same(p, 4 * MIB, 21)); /* the other process's bytes */
+    assert_int_equal(write(sv[0], "g", 1), 1);
+    char c = 0;
+    assert_int_equal(read(sv[0], &c, 1), 1);
+    assert_int_equal(((volatile unsigned char *)p)[100], 0xa5); /* its later write shows here */
+    DMM_OK_OR_FAIL(dmm_device_unimport(f.dev, p));
+    assert_int_equal(dmm_device_unimport(f.dev, p), DMM_ERR_UNKNOWN_ALLOCATION);
+    assert_int_equal(write(sv[0], "d", 1), 1);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    close(sv[0]);
+    fx_close(&f);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(blocks_on_two_streams),
+        cmocka_unit_test(a_tag_sleeps_and_wakes_with_its_contents),
+        cmocka_unit_test(a_discarded_tag_wakes_mapped_and_writable),
+        cmocka_unit_test(a_capture_is_served_from_its_pool_without_a_driver_call),
+        cmocka_unit_test(a_region_of_another_process_is_imported),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
