@@ -3,8 +3,9 @@
  *   dmm ort MODEL.onnx [--limit BYTES] [--runs N] [--batch N] [--max-input-bytes SIZE]
  *       reads the model whole, within --max-input-bytes (default 2 GiB, protobuf's own ceiling for one
  *       message: no single-file ONNX model is larger; input_file.h refuses a larger file unread and an
- *       endless input where it passes the bound), then opens ONNX Runtime ($DMM_ORT_LIB, else libonnxruntime.so.1), registers a dmm allocator (host
- *       driver, one governor whose host limit is --limit) on the environment, creates the session with
+ *       endless input where it passes the bound), then opens ONNX Runtime ($DMM_ORT_LIB, else
+ *       libonnxruntime.so.1), registers a dmm allocator (host driver, one governor whose host limit is
+ *       --limit) on the environment, creates the session with
  *       session.use_env_allocators = 1, runs it N times (default 4) on deterministic pseudo-random
  *       inputs, and prints dmm's stats beside the ones ONNX Runtime reads (AllocatorGetStats).
  *       The model's inputs must be float tensors; a symbolic dimension takes --batch (default 1).
