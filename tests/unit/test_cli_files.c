@@ -381,6 +381,9 @@ static void an_endless_trace_ends_with_a_sentence(void **state) {
     dmm_test_tool_run_args(&r, "replay", "--help", NULL);
     dmm_test_tool_expect(&r, 0, "--max-input-bytes", NULL);
     dmm_test_tool_expect(&r, 0, "--max-records", NULL);
+    dmm_test_tool_run_args(&r, "--help", NULL);
+    dmm_test_tool_expect(&r, 0, "--max-input-bytes SIZE", NULL);
+    dmm_test_tool_expect(&r, 0, "--max-records N", NULL);
     scratch_close(&s);
 }
 
