@@ -5,6 +5,10 @@ Each hostile file is converted in a child interpreter (`python3 -m dmm.trace con
 from_torch_snapshot), so that a crash shows here as a failure with its signal instead of ending this
 test; the child's time limit (120 s) is only a safety net for a conversion that would not end, and no
 check is on a time. What is proven:
+  - the scan itself (dmm._pickle_scan): every plain-data pickle of random shape, protocols 0 to 5,
+    passes at its exact nesting and is refused one level below (the depth is counted, not guessed),
+    and comes back byte for byte; one that pickle writes as a call (a set below protocol 4, a bytearray
+    below 5, bytes below 3) is refused as code, as the unpickler's find_class refused it before;
   - depth: a tuple nested 200,000 deep used as a dict key (it crashed the unpickler with SIGSEGV), one
     used as an address (RecursionError), a list nested as deep, and a normal snapshot under a
     --max-depth below its own nesting, are refused with TraceError's sentence naming the bound and the
@@ -23,8 +27,10 @@ Exit 0 = all held, 1 = a check failed.
 """
 
 import gzip
+import io
 import os
 import pickle
+import random
 import shutil
 import subprocess
 import sys
@@ -72,8 +78,77 @@ def write_pickle(path, obj):
         pickle.dump(obj, f, protocol=4)
 
 
+def nesting(v):
+    if isinstance(v, (list, tuple, set, frozenset)):
+        return 1 + max((nesting(x) for x in v), default=0)
+    if isinstance(v, dict):
+        return 1 + max((max(nesting(k), nesting(x)) for k, x in v.items()), default=0)
+    return 0
+
+
+def random_plain(rnd, levels):
+    if levels == 0 or rnd.random() < 0.2:
+        return rnd.choice([None, True, False, 0, 255, 65536, -2 ** 31, 2 ** 63, -10 ** 40, 1.5, float("inf"), "",
+                           "x" * 300, "\u00e9\n", b"", b"b" * 300, bytearray(b"ab")])
+    n = rnd.randint(0, 4)
+    kind = rnd.choice(["list", "tuple", "dict", "set", "frozenset"])
+    if kind == "list":
+        return [random_plain(rnd, levels - 1) for _ in range(n)]
+    if kind == "tuple":
+        return tuple(random_plain(rnd, levels - 1) for _ in range(n))
+    if kind == "dict":
+        return {rnd.choice([str(i), i, (i,)]): random_plain(rnd, levels - 1) for i in range(n)}
+    return {(i, "x") for i in range(n)} if kind == "set" else frozenset(range(n))
+
+
+def pickled_as_a_call(v, proto):
+    """Whether pickle writes v (or something in it) as a call: a bytearray below protocol 5, a set or a
+    frozenset below 4, bytes below 3."""
+    if isinstance(v, bytearray):
+        return proto < 5
+    if isinstance(v, bytes):
+        return proto < 3
+    if isinstance(v, set) and proto < 4:
+        return True
+    if isinstance(v, frozenset) and proto < 4:
+        return True
+    if isinstance(v, (list, tuple, set, frozenset)):
+        return any(pickled_as_a_call(x, proto) for x in v)
+    if isinstance(v, dict):
+        return any(pickled_as_a_call(k, proto) or pickled_as_a_call(x, proto) for k, x in v.items())
+    return False
+
+
+def scan_counts_depth_exactly():
+    from dmm import _pickle_scan as ps
+    rnd = random.Random(35)
+    wrong = []
+    for _ in range(400):
+        value = random_plain(rnd, rnd.randint(0, 7))
+        depth = nesting(value)
+        for proto in range(6):
+            data = pickle.dumps(value, protocol=proto)
+            try:
+                if ps.read_plain_pickle(io.BytesIO(data), 1 << 30, max(depth, 1)) != data:
+                    wrong.append("protocol %d: not the same bytes back" % proto)
+            except ps.ScanError as e:
+                if e.kind != "code" or not pickled_as_a_call(value, proto):
+                    wrong.append("protocol %d, depth %d: %s" % (proto, depth, e))
+                continue
+            if depth >= 2:
+                try:
+                    ps.read_plain_pickle(io.BytesIO(data), 1 << 30, depth - 1)
+                    wrong.append("protocol %d: depth %d accepted under a bound of %d" % (proto, depth, depth - 1))
+                except ps.ScanError as e:
+                    if e.kind != "depth":
+                        wrong.append("protocol %d: %s" % (proto, e))
+    check(not wrong, "the scan passes plain pickles of protocols 0-5 at their depth and refuses them one below "
+          "(%d wrong: %s)" % (len(wrong), wrong[:3]))
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="dmm-test-trace-hostile-")
+    scan_counts_depth_exactly()
     out = os.path.join(tmp, "out.trace.gz")
 
     def at(name):
