@@ -189,10 +189,13 @@ class _Scan:
                     pos += 9
                 elif op == 0x80:  # PROTO
                     pos += 2
-                elif op == 0x30:  # POP
-                    if not stack:
+                elif op == 0x30:  # POP: the top value, or the mark itself when none is above it (as pickle does)
+                    if marks and marks[-1] == len(stack):
+                        marks.pop()
+                    elif stack:
+                        stack.pop()
+                    else:
                         raise ScanError("its opcode stream is malformed (POP on an empty stack, at byte %d)" % pos)
-                    stack.pop()
                     pos += 1
                 elif op == 0x31:  # POP_MARK
                     if not marks:
