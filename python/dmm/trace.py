@@ -1,7 +1,7 @@
 """dmm traces (`# dmm-trace v1`, gzip; docs/trace-format.md) from PyTorch's memory snapshots.
 
     python3 -m dmm.trace convert SNAPSHOT.pickle OUT.trace.gz [--device N] [--workload NAME]
-                                 [--max-input-bytes SIZE] [--max-depth N]
+                                 [--max-input-bytes SIZE] [--max-depth N] [--max-records N]
 
     import dmm.trace
     dmm.trace.from_torch_snapshot("snap.pickle", "run.trace.gz")     # or the dict _snapshot() returns
@@ -17,7 +17,8 @@ Pure Python, no torch needed. A snapshot file is untrusted input. Before it is u
 stream is checked (dmm._pickle_scan): plain data only (dicts, lists, strings, numbers: every class or
 function a pickle names is refused, so loading one cannot run code), nested at most MAX_DEPTH deep (a
 deeper one could crash the unpickler: PyTorch's nest about 6), at most MAX_INPUT_BYTES long (an
-endless input ends there); both bounds are arguments and flags. The conversion is iterative and linear
+endless input ends there); the trace it makes has at most MAX_RECORDS event lines (a pickle references
+one event for two bytes); the bounds are arguments and flags. The conversion is iterative and linear
 in the pickle: containers the pickle shares (one list referenced by many entries) are counted once, and
 no value is ever printed whole (a sentence describes it: its type, its size, a short prefix). Every
 number is checked for its type, range and finiteness: addresses and sizes are whole numbers from 0 to
@@ -41,6 +42,7 @@ __all__ = ["TraceError", "load_torch_snapshot", "from_torch_snapshot", "write_tr
 _MAX_STREAMS = 64  # distinct stream ids a trace may carry (the reader's limit, tools/trace.h)
 MAX_INPUT_BYTES = 4 << 30  # the largest snapshot pickle read by default (--max-input-bytes)
 MAX_DEPTH = 100  # the deepest nesting a snapshot pickle may have by default (--max-depth); PyTorch's: ~6
+MAX_RECORDS = 100000000  # the most event lines a trace gets by default (--max-records): dmm replay's default
 _U64 = 1 << 64  # addresses and sizes are below this (the trace's fields are 64-bit)
 _I64 = 1 << 63  # times and counts are below this
 _ALLOC, _FREE_REQ, _FREE_DONE = "alloc", "free_requested", "free_completed"
@@ -242,7 +244,8 @@ def _segment_end_totals(snap, device, where, rounded):
 
 
 def from_torch_snapshot(snapshot, out_path, device=None, workload=None, native_peak_allocated=None,
-                        native_peak_reserved=None, round_to=512, max_input_bytes=None, max_depth=None):
+                        native_peak_reserved=None, round_to=512, max_input_bytes=None, max_depth=None,
+                        max_records=None):
     """Converts a PyTorch memory snapshot (the dict, or the path of its pickle) into a dmm trace at
     `out_path`. device: the device whose trace to take (default: the only one with allocations).
     Sizes: PyTorch's history records each request; it becomes `round_to` (512) bytes granularity, the
@@ -250,10 +253,13 @@ def from_torch_snapshot(snapshot, out_path, device=None, workload=None, native_p
     one; a history cannot say). The header's native_peak_allocated / native_peak_reserved are peaks
     over the recorded window, worked out from the events (sizes counted as above) and the snapshot's
     final segments (blocks live before the window included), unless given. max_input_bytes and
-    max_depth bound a pickle read from a path (load_torch_snapshot). Returns a dict of what was written
+    max_depth bound a pickle read from a path (load_torch_snapshot); max_records (default MAX_RECORDS,
+    what `dmm replay` reads by default) the trace's event lines: a pickle references one event dict
+    for two bytes, so this bounds the conversion's memory too. Returns a dict of what was written
     (allocations, frees, untracked_frees: frees of blocks allocated before the history began, left out;
     peak_live_bytes: the trace's own, what `dmm replay` computes; streams; the two native peaks; device;
     path). TraceError, and nothing written, for any malformed input."""
+    max_records = _bound(max_records, "max_records", MAX_RECORDS)
     if not _whole(round_to, 1, 1 << 32):
         raise TraceError("round_to must be a whole number of bytes from 1 to 2^32 - 1 (512: PyTorch's and dmm's "
                          "rounding), not %s" % (_show(round_to),))
@@ -297,6 +303,10 @@ def from_torch_snapshot(snapshot, out_path, device=None, workload=None, native_p
     net_seg = 0
     seg_curve = [0]
     for i, e in enumerate(traces[dev]):
+        if len(lines) > max_records:
+            raise TraceError("%s: device %d's events make more than %d trace records (at device_traces[%d][%d]), "
+                             "the most this conversion writes (max_records=N, or --max-records N, raises the bound; "
+                             "`dmm replay --max-records` reads such a trace)" % (where, dev, max_records, dev, i))
         at = "%s: device_traces[%d][%d]" % (where, dev, i)
         if not isinstance(e, dict):
             raise TraceError("%s is %s, not a dict" % (at, _show(e)))
@@ -371,6 +381,9 @@ def from_torch_snapshot(snapshot, out_path, device=None, workload=None, native_p
                 net_alloc -= rounded(size)
                 alloc_curve.append(net_alloc)
 
+    if len(lines) > max_records:
+        raise TraceError("%s: device %d's events make more than %d trace records, the most this conversion writes "
+                         "(max_records=N, or --max-records N, raises the bound)" % (where, dev, max_records))
     if allocs == 0:
         raise TraceError("%s: device %d has no 'alloc' events; was torch.cuda.memory._record_memory_history() "
                          "on while the workload ran?" % (where, dev))
@@ -403,7 +416,7 @@ def from_torch_snapshot(snapshot, out_path, device=None, workload=None, native_p
 
 
 _USAGE = """usage: python3 -m dmm.trace convert SNAPSHOT.pickle OUT.trace.gz [--device N] [--workload NAME]
-                                        [--max-input-bytes SIZE] [--max-depth N]
+                                        [--max-input-bytes SIZE] [--max-depth N] [--max-records N]
 
 Converts a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot after _record_memory_history)
 into a dmm trace for `dmm replay`. The pickle is checked, then loaded as plain data only (no code runs).
@@ -412,6 +425,8 @@ into a dmm trace for `dmm replay`. The pickle is checked, then loaded as plain d
   --max-input-bytes SIZE   the largest snapshot read (default 4G; K, M, G suffixes); a larger or
                            endless input is refused
   --max-depth N            the deepest nesting the pickle may have (default 100; PyTorch's is ~6)
+  --max-records N          the most event lines the trace may get (default 100000000, what
+                           dmm replay reads by default)
 Exit 0 done, 1 the snapshot could not be converted, 2 bad usage."""
 
 _SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -435,7 +450,8 @@ def main(argv=None):
     if args[0] != "convert":
         print("dmm.trace: unknown command '%s' (known: convert)\n\n%s" % (args[0], _USAGE), file=sys.stderr)
         return 2
-    pos, opts = [], {"--device": None, "--workload": None, "--max-input-bytes": None, "--max-depth": None}
+    pos, opts = [], {"--device": None, "--workload": None, "--max-input-bytes": None, "--max-depth": None,
+                     "--max-records": None}
     it = iter(args[1:])
     for a in it:
         if a in opts:
@@ -456,7 +472,8 @@ def main(argv=None):
     numbers = {}
     for opt, sizes, what, example in (("--device", False, "a device number", "0, 1, ..."),
                                       ("--max-input-bytes", True, "a size in bytes", "8G"),
-                                      ("--max-depth", False, "a whole number of levels", "200")):
+                                      ("--max-depth", False, "a whole number of levels", "200"),
+                                      ("--max-records", False, "a whole number of records", "200000000")):
         text = opts[opt]
         if text is None:
             numbers[opt] = None
@@ -469,7 +486,8 @@ def main(argv=None):
         numbers[opt] = value
     try:
         r = from_torch_snapshot(pos[0], pos[1], device=numbers["--device"], workload=opts["--workload"],
-                                max_input_bytes=numbers["--max-input-bytes"], max_depth=numbers["--max-depth"])
+                                max_input_bytes=numbers["--max-input-bytes"], max_depth=numbers["--max-depth"],
+                                max_records=numbers["--max-records"])
     except TraceError as e:
         print("dmm.trace convert: %s" % e, file=sys.stderr)
         return 1

@@ -15,7 +15,8 @@ check is on a time. What is proven:
     flag; the normal one converts with the default;
   - work linear in the pickle: 100,000 segments that share one list of 100,000 blocks, and 100,000
     devices that share one event list (under a megabyte each, 10^10 steps when walked per reference),
-    convert, with the totals the shared lists imply;
+    convert, with the totals the shared lists imply; one event referenced 100,000 times ends at
+    --max-records;
   - numbers: a NaN, an infinite, a negative and a 5,000-digit time, a 5,000-digit size and address, a
     stream beyond 64 bits, a bool where a size goes, a segment whose blocks are no list, totals beyond
     64 bits: each a TraceError naming the entry and the range, never ValueError, OverflowError or
@@ -197,6 +198,10 @@ def main():
     rc, err = convert(at("shared-devices.pickle"), out, "--device", "7")
     check(rc == 0, "%d devices sharing one list of %d events (a %d-byte pickle) convert (exit %s %s)"
           % (n, n, os.path.getsize(at("shared-devices.pickle")), rc, err[:200]))
+    # one event dict referenced 100,000 times (two bytes each): the records bound holds the trace's size
+    write_pickle(at("repeated.pickle"), {"device_traces": [[ev("alloc", 4096, 512, 1)] * n]})
+    refused("one event referenced %d times, under --max-records 1000" % n, at("repeated.pickle"), out,
+            ["more than 1000 trace records", "--max-records"], "--max-records", "1000")
 
     # ---- numbers: every one checked for type, range and finiteness
     big = 10 ** 5000
