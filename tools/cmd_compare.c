@@ -1,4 +1,5 @@
-/* tools/cmd_compare.c — `dmm compare OLD.json NEW.json [--threshold-floor PCT] [--k K]`: the
+/* tools/cmd_compare.c — `dmm compare OLD.json NEW.json [--threshold-floor PCT] [--k K]
+ * [--max-input-bytes SIZE]`: the
  * comparator of two builds' bench results (DESIGN §8; the rule is in compare.h, the format and the
  * calibration in docs/benchmarks.md). Exit 0: nothing WORSE; 1: something WORSE; 2: bad input or
  * usage, with one sentence naming the file and the problem.
@@ -12,25 +13,31 @@
 #include "compare.h"
 
 void dmm_usage_compare(FILE *f) {
-    fprintf(f, "usage: dmm compare OLD.json NEW.json [--threshold-floor PCT] [--k K]\n\n"
+    fprintf(f, "usage: dmm compare OLD.json NEW.json [--threshold-floor PCT] [--k K] [--max-input-bytes SIZE]\n\n"
                "Compares two results of one bench (written by bench_* --json FILE). A metric is WORSE when its\n"
                "median moved in the worse direction by more than max(K x noise, floor), where noise is\n"
                "1.4826 x sqrt((mad_old/median_old)^2 + (mad_new/median_new)^2). Defaults: K = %g, floor = %g %%.\n"
                "  --threshold-floor PCT  the floor in per cent, from 0 to 1e9 (e.g. 5)\n"
                "  --k K                  the noise multiple, from 0 to 1e9 (e.g. 3)\n"
+               "  --max-input-bytes SIZE the most a result file may hold (default %dM; a larger or endless\n"
+               "                         input is refused; up to 1G)\n"
                "Options take --opt VALUE or --opt=VALUE. Exit 0 when nothing is WORSE, 1 when something is, 2 on\n"
-               "bad input (a file above %d MiB is not a bench result).\n",
+               "bad input.\n",
             DMM_CMP_DEFAULT_K, 100 * DMM_CMP_DEFAULT_FLOOR, DMM_BENCH_MAX_FILE >> 20);
 }
 
 int dmm_cmd_compare(int argc, char **argv) {
-    enum { OPT_FLOOR = 256, OPT_K };
+    enum { OPT_FLOOR = 256, OPT_K, OPT_MAX_INPUT_BYTES };
+    /* the JSON reader's tree takes up to ~30 times the text: 1 GiB of text is the most worth allowing */
+    static const dmm_opt_range INPUT_BYTES = {1, (uint64_t)1 << 30, true, "a size in bytes", "16M"};
     static const struct option longs[] = {{"threshold-floor", required_argument, NULL, OPT_FLOOR},
                                           {"k", required_argument, NULL, OPT_K},
+                                          {"max-input-bytes", required_argument, NULL, OPT_MAX_INPUT_BYTES},
                                           {"help", no_argument, NULL, 'h'},
                                           {NULL, 0, NULL, 0}};
     dmm_cmp_opts o = {DMM_CMP_DEFAULT_K, DMM_CMP_DEFAULT_FLOOR};
     double pct = 100 * DMM_CMP_DEFAULT_FLOOR;
+    uint64_t max_bytes = DMM_BENCH_MAX_FILE;
     dmm_cli_getopt_reset();
     int c;
     while ((c = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
@@ -39,6 +46,7 @@ int dmm_cmd_compare(int argc, char **argv) {
         case 'h': dmm_usage_compare(stdout); return 0;
         case OPT_FLOOR: rc = dmm_cli_real("compare", "--threshold-floor", optarg, 0, 1e9, &pct); break;
         case OPT_K: rc = dmm_cli_real("compare", "--k", optarg, 0, 1e9, &o.k); break;
+        case OPT_MAX_INPUT_BYTES: rc = dmm_cli_u64("compare", "--max-input-bytes", optarg, &INPUT_BYTES, &max_bytes); break;
         default: return dmm_cli_bad_option("compare", c, argv);
         }
         if (rc != 0) return rc;
@@ -53,11 +61,11 @@ int dmm_cmd_compare(int argc, char **argv) {
     const char *files[2] = {argv[optind], argv[optind + 1]};
     char err[1024];
     dmm_bench_file a, b;
-    if (dmm_bench_load(files[0], &a, err, sizeof err) != 0) {
+    if (dmm_bench_load_bounded(files[0], max_bytes, &a, err, sizeof err) != 0) {
         fprintf(stderr, "dmm compare: %s\n", err);
         return 2;
     }
-    if (dmm_bench_load(files[1], &b, err, sizeof err) != 0) {
+    if (dmm_bench_load_bounded(files[1], max_bytes, &b, err, sizeof err) != 0) {
         fprintf(stderr, "dmm compare: %s\n", err);
         dmm_bench_file_free(&a);
         return 2;

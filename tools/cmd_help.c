@@ -38,6 +38,11 @@ static void usage(FILE *f) {
     fprintf(f, "usage: dmm COMMAND [ARGS]      (dmm COMMAND --help: its options)\n"
                "       dmm --help | --version\n\ncommands:\n");
     for (size_t i = 0; i < NCOMMANDS; i++) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\nEvery input has a bound that a flag raises: --max-input-bytes SIZE (replay: text after\n"
+               "decompression, default 4G; ort: the model, 2G; compare: a result, 4M) and --max-records N (replay,\n"
+               "default 100000000); an endless or larger input ends with an error. Output files: a regular file is\n"
+               "written beside and renamed into place when the work succeeded, a device, FIFO or terminal in\n"
+               "place; nothing else is created, cut or removed.\n");
 }
 
 void dmm_cli_getopt_reset(void) {

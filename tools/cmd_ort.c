@@ -1,18 +1,24 @@
 /* tools/cmd_ort.c — `dmm ort`: run an ONNX model on dmm's allocator and show both sides' stats.
  *
- *   dmm ort MODEL.onnx [--limit BYTES] [--runs N] [--batch N]
- *       opens ONNX Runtime ($DMM_ORT_LIB, else libonnxruntime.so.1), registers a dmm allocator (host
- *       driver, one governor whose host limit is --limit) on the environment, creates the session with
+ *   dmm ort MODEL.onnx [--limit BYTES] [--runs N] [--batch N] [--max-input-bytes SIZE]
+ *       reads the model whole, within --max-input-bytes (default 2 GiB, protobuf's own ceiling for one
+ *       message: no single-file ONNX model is larger; input_file.h refuses a larger file unread and an
+ *       endless input where it passes the bound), then opens ONNX Runtime ($DMM_ORT_LIB, else
+ *       libonnxruntime.so.1), registers a dmm allocator (host driver, one governor whose host limit is
+ *       --limit) on the environment, creates the session with
  *       session.use_env_allocators = 1, runs it N times (default 4) on deterministic pseudo-random
  *       inputs, and prints dmm's stats beside the ones ONNX Runtime reads (AllocatorGetStats).
  *       The model's inputs must be float tensors; a symbolic dimension takes --batch (default 1).
  *   dmm ort --write-model FILE [--batch N]
  *       writes dmm's own dense test model (tools/onnx_model.h: 256 → 512 → 512, MatMul-Add-Relu × 2;
- *       --batch 0, the default here, makes the batch symbolic), so there is a model to run.
+ *       --batch 0, the default here, makes the batch symbolic), so there is a model to run; FILE is
+ *       written as every output of the tool is (output_file.h: a temporary renamed into place, or a
+ *       device or FIFO in place).
  *
  * Exit 0 done; 1 ONNX Runtime or dmm failed (the sentence says which and why: a Run over --limit fails
  * here, with dmm's sentence); 2 bad usage.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,10 +26,15 @@
 
 #include "../adapters/ort/ort_internal.h"
 #include "commands.h"
+#include "input_file.h"
 #include "onnx_model.h"
 
+/* The largest model read by default: protobuf's ceiling for one message (2 GiB); a bigger ONNX model
+ * keeps its weights as external data, which this command does not read. */
+#define DMM_ORT_MODEL_MAX_BYTES ((uint64_t)2 << 30)
+
 void dmm_usage_ort(FILE *f) {
-    fprintf(f, "usage: dmm ort MODEL.onnx [--limit BYTES] [--runs N] [--batch N]\n"
+    fprintf(f, "usage: dmm ort MODEL.onnx [--limit BYTES] [--runs N] [--batch N] [--max-input-bytes SIZE]\n"
                "       dmm ort --write-model FILE [--batch N]\n\n"
                "Runs an ONNX model with ONNX Runtime ($DMM_ORT_LIB, else libonnxruntime.so.1; scripts/ort.sh\n"
                "fetches one into .ort/) on dmm's allocator (session.use_env_allocators=1), on pseudo-random\n"
@@ -32,49 +43,39 @@ void dmm_usage_ort(FILE *f) {
                "  --runs N        Runs (1..100000), default 4\n"
                "  --batch N       the size of symbolic dimensions (1..65536), default 1; with --write-model:\n"
                "                  the model's batch (0 = symbolic, the default)\n"
-               "  --write-model FILE  write dmm's dense test model (MatMul-Add-Relu) and exit\n");
+               "  --max-input-bytes SIZE  the largest model file read (default 2G, protobuf's ceiling; a\n"
+               "                  larger or endless input is refused before ONNX Runtime sees it)\n"
+               "  --write-model FILE  write dmm's dense test model (MatMul-Add-Relu) and exit; a regular FILE\n"
+               "                  is written beside and renamed into place, a device or FIFO in place\n");
 }
 
 static int write_model(const char *path, uint64_t batch) {
     dmm_onnx_model_desc d = {256, 512, 2, (uint32_t)batch, 1};
     uint8_t *bytes = NULL;
     size_t len = 0;
-    char err[256];
+    char err[1024];
     if (dmm_onnx_model_write(&d, &bytes, &len, err, sizeof err) != 0) {
         fprintf(stderr, "dmm ort: %s\n", err);
         return 1;
     }
-    FILE *f = fopen(path, "wb");
-    if (f == NULL || fwrite(bytes, 1, len, f) != len || fclose(f) != 0) {
-        fprintf(stderr, "dmm ort: cannot write the model to '%s'; choose a writable path\n", path);
+    dmm_output_file out;
+    if (dmm_output_open("--write-model", path, NULL, 0, &out, err, sizeof err) != 0) {
+        fprintf(stderr, "dmm ort: %s\n", err);
         free(bytes);
+        return 2;
+    }
+    bool ok = fwrite(bytes, 1, len, out.f) == len;
+    int e = errno;
+    free(bytes);
+    if (dmm_output_close(&out, ok, err, sizeof err) != 0 || !ok) {
+        if (ok) fprintf(stderr, "dmm ort: %s\n", err);
+        else fprintf(stderr, "dmm ort: writing the model to %s failed (%s); a regular file is as it was\n", path,
+                     strerror(e));
         return 1;
     }
-    free(bytes);
     printf("dmm ort: wrote %s (%zu bytes): X [%s, 256] -> MatMul-Add-Relu x 2 -> Y [%s, 512]\n", path, len,
            batch ? "fixed" : "batch", batch ? "fixed" : "batch");
     return 0;
-}
-
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) return NULL;
-    char *buf = NULL;
-    size_t cap = 0, n = 0;
-    for (;;) {
-        if (n == cap) {
-            cap = cap ? cap * 2 : 1 << 20;
-            char *q = realloc(buf, cap);
-            if (q == NULL) break;
-            buf = q;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    fclose(f);
-    *len = n;
-    return buf;
 }
 
 /* ONNX Runtime's status as a printed sentence; returns 1 (the exit code) when st is an error. */
@@ -85,12 +86,13 @@ static int ort_failed(dmm_ort_runtime *rt, struct OrtStatus *st, const char *wha
     return 1;
 }
 
-static int run_model(const char *path, uint64_t limit, uint64_t runs, uint64_t batch) {
+static int run_model(const char *path, uint64_t limit, uint64_t runs, uint64_t batch, uint64_t max_model) {
     size_t len = 0;
-    char *model = read_file(path, &len);
-    if (model == NULL) {
-        fprintf(stderr, "dmm ort: cannot read '%s'; give the path of an .onnx file (dmm ort --write-model FILE "
-                        "writes one)\n", path);
+    char *model = NULL, err[1024];
+    dmm_input_bound bound = {max_model, "an ONNX model", "--max-input-bytes"};
+    if (dmm_input_read(path, &bound, &model, &len, err, sizeof err) != 0) {
+        fprintf(stderr, "dmm ort: model %s Give the path of an .onnx file (dmm ort --write-model FILE writes one).\n",
+                err);
         return 2;
     }
     dmm_ort_runtime *rt = NULL;
@@ -258,12 +260,14 @@ int dmm_cmd_ort(int argc, char **argv) {
     static const struct option opts[] = {
         {"limit", required_argument, NULL, 'l'}, {"runs", required_argument, NULL, 'r'},
         {"batch", required_argument, NULL, 'b'}, {"write-model", required_argument, NULL, 'w'},
+        {"max-input-bytes", required_argument, NULL, 'm'},
         {"help", no_argument, NULL, 'h'},       {NULL, 0, NULL, 0},
     };
     static const dmm_opt_range LIMIT = {1, (uint64_t)1 << 62, true, "a size in bytes", "64M"};
     static const dmm_opt_range RUNS = {1, 100000, false, "a number of Runs", "4"};
     static const dmm_opt_range BATCH = {0, 65536, false, "a dimension", "8"};
-    uint64_t limit = 0, runs = 4, batch = 1;
+    static const dmm_opt_range MODEL_BYTES = {1, (uint64_t)1 << 40, true, "a size in bytes", "4G"};
+    uint64_t limit = 0, runs = 4, batch = 1, max_model = DMM_ORT_MODEL_MAX_BYTES;
     bool batch_given = false;
     const char *write = NULL;
     dmm_cli_getopt_reset();
@@ -274,6 +278,7 @@ int dmm_cmd_ort(int argc, char **argv) {
         case 'r': if (dmm_cli_u64("ort", "--runs", optarg, &RUNS, &runs)) return 2; break;
         case 'b': if (dmm_cli_u64("ort", "--batch", optarg, &BATCH, &batch)) return 2; batch_given = true; break;
         case 'w': write = optarg; break;
+        case 'm': if (dmm_cli_u64("ort", "--max-input-bytes", optarg, &MODEL_BYTES, &max_model)) return 2; break;
         case 'h': dmm_usage_ort(stdout); return 0;
         default: return dmm_cli_bad_option("ort", c, argv);
         }
@@ -293,5 +298,5 @@ int dmm_cmd_ort(int argc, char **argv) {
         fprintf(stderr, "dmm ort: --batch 0 is for --write-model (a symbolic batch); to run, give 1..65536\n");
         return 2;
     }
-    return run_model(argv[optind], limit, runs, batch);
+    return run_model(argv[optind], limit, runs, batch, max_model);
 }

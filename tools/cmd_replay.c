@@ -4,9 +4,10 @@
  * --json, and as an HTML page with --report).
  *
  * Order of work: options (every numeric one through the one parser, commands.h), then the output
- * files opened (an unwritable --report or --json=FILE fails before anything is read), then the trace,
- * then dmm_replay_check (sizes the replay cannot take fail before any driver call), then the replay.
- * A replay that fails leaves no output file behind.
+ * files opened (output_file.h: an unwritable --report or --json=FILE fails before anything is read),
+ * then the trace, within --max-input-bytes of text and --max-records events (trace.h: an endless input
+ * ends there), then dmm_replay_check (sizes the replay cannot take fail before any driver call), then
+ * the replay. A replay that fails leaves every output as it was.
  *
  * On the host driver the replay maps real memfd memory but never touches it, so RSS stays small;
  * it does hold one file descriptor per physical chunk, so the command raises its soft open-file
@@ -28,7 +29,7 @@ void dmm_usage_replay(FILE *f) {
                "                  [--max-chunk BYTES] [--handle-div N] [--min-chunk BYTES] [--floor-div N]\n"
                "                  [--retain PERMILLE] [--settle PERMILLE] [--lag N] [--no-alias] [--repeat K]\n"
                "                  [--warm BYTES] [--warm-layout] [--stock BYTES] [--json[=FILE]]\n"
-               "                  [--report FILE.html]\n\n"
+               "                  [--report FILE.html] [--max-input-bytes SIZE] [--max-records N]\n\n"
                "Replays an allocation trace (# dmm-trace v1, gzip) through the dmm pool over an arena and\n"
                "prints peak live, physical and committed bytes, their ratio beside PyTorch's, driver calls\n"
                "by kind and per 1,000 allocations, and malloc/free latency percentiles.\n"
@@ -65,7 +66,13 @@ void dmm_usage_replay(FILE *f) {
                "  --json       one JSON object instead of text; --json=FILE writes it to FILE (and the text\n"
                "               to the standard output)\n"
                "  --report     also write a self-contained HTML page with the timeline\n"
-               "Options take --opt VALUE or --opt=VALUE. Output files are opened before the replay starts.\n"
+               "  --max-input-bytes  the most text the trace may hold, after decompression (default 4G); an\n"
+               "               endless or larger input ends there with an error\n"
+               "  --max-records the most events (lines that are not comments) the trace may hold (default\n"
+               "               100000000); an endless or longer input ends there with an error\n"
+               "Options take --opt VALUE or --opt=VALUE. Output files are opened before the replay starts: a\n"
+               "regular file is written beside its target and renamed into place when the replay succeeded; a\n"
+               "device, FIFO or terminal is written in place; nothing else is created, cut or removed.\n"
                "Exit 0 done, 1 the trace or the replay failed, 2 bad usage.\n");
 }
 
@@ -74,11 +81,13 @@ static const dmm_opt_range PERMILLE = {0, UINT32_MAX, false, "a whole number of 
 static const dmm_opt_range DIVISOR = {0, UINT32_MAX, false, "a whole divisor", "4"};
 static const dmm_opt_range LAG = {0, UINT64_MAX, false, "a number of allocations", "64"};
 static const dmm_opt_range REPEAT = {1, 1000, false, "a number of repetitions", "4"};
+static const dmm_opt_range INPUT_BYTES = {1, (uint64_t)1 << 50, true, "a size in bytes", "8G"};
+static const dmm_opt_range RECORDS = {1, (uint64_t)1 << 32, false, "a number of events", "200000000"};
 
 enum {
     OPT_DRIVER = 256, OPT_GRANULE, OPT_CHUNK, OPT_MAX_CHUNK, OPT_HANDLE_DIV, OPT_MIN_CHUNK, OPT_FLOOR_DIV,
     OPT_RETAIN, OPT_SETTLE, OPT_LAG, OPT_NO_ALIAS, OPT_REPEAT, OPT_WARM, OPT_WARM_LAYOUT, OPT_STOCK, OPT_JSON,
-    OPT_REPORT,
+    OPT_REPORT, OPT_MAX_INPUT_BYTES, OPT_MAX_RECORDS,
 };
 
 static const struct option longs[] = {
@@ -99,6 +108,8 @@ static const struct option longs[] = {
     {"stock", required_argument, NULL, OPT_STOCK},
     {"json", optional_argument, NULL, OPT_JSON},
     {"report", required_argument, NULL, OPT_REPORT},
+    {"max-input-bytes", required_argument, NULL, OPT_MAX_INPUT_BYTES},
+    {"max-records", required_argument, NULL, OPT_MAX_RECORDS},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -114,6 +125,7 @@ typedef struct replay_args {
     dmm_replay_opts o;
     const char *path, *report, *json_path; /* json_path: --json=FILE (NULL: stdout or no JSON) */
     bool json;
+    dmm_trace_limits limits; /* --max-input-bytes, --max-records (0: the defaults) */
 } replay_args;
 
 /* 0 with *a filled; -1 after --help (printed); 2 after a sentence. */
@@ -161,6 +173,10 @@ static int parse(int argc, char **argv, replay_args *a) {
             a->json_path = optarg;
             break;
         case OPT_REPORT: a->report = optarg; break;
+        case OPT_MAX_INPUT_BYTES:
+            rc = dmm_cli_u64("replay", opt, optarg, &INPUT_BYTES, &a->limits.max_text_bytes);
+            break;
+        case OPT_MAX_RECORDS: rc = dmm_cli_u64("replay", opt, optarg, &RECORDS, &a->limits.max_records); break;
         default: return dmm_cli_bad_option("replay", c, argv);
         }
         if (rc != 0) return rc;
@@ -209,11 +225,16 @@ int dmm_cmd_replay(int argc, char **argv) {
     if (rc != 0) return rc < 0 ? 0 : rc;
     char err[1024];
     const char *inputs[1] = {a.path};
-    dmm_opt_out report = {NULL, NULL, false}, json = {a.json ? stdout : NULL, "-", false};
-    if ((a.report != NULL && dmm_opt_output("--report", a.report, inputs, 1, &report, err, sizeof err) != 0) ||
-        (a.json_path != NULL && dmm_opt_output("--json", a.json_path, inputs, 1, &json, err, sizeof err) != 0)) {
+    dmm_output_file report, json;
+    memset(&report, 0, sizeof report);
+    memset(&json, 0, sizeof json);
+    json.f = a.json ? stdout : NULL; /* --json alone: the standard output */
+    json.opt = "--json";
+    json.path = "-";
+    if ((a.report != NULL && dmm_output_open("--report", a.report, inputs, 1, &report, err, sizeof err) != 0) ||
+        (a.json_path != NULL && dmm_output_open("--json", a.json_path, inputs, 1, &json, err, sizeof err) != 0)) {
         fprintf(stderr, "dmm replay: %s\n", err);
-        dmm_opt_output_close(&report, false, NULL, 0);
+        dmm_output_close(&report, false, NULL, 0);
         return 2;
     }
     bool host = strcmp(a.o.driver, "host") == 0;
@@ -229,7 +250,8 @@ int dmm_cmd_replay(int argc, char **argv) {
     dmm_replay_result r;
     memset(&r, 0, sizeof r);
     bool ok = false;
-    if (dmm_trace_load(a.path, &t, err, sizeof err) != 0 || dmm_replay_check(&t, &a.o, NULL, err, sizeof err) != 0) {
+    if (dmm_trace_load_limited(a.path, &a.limits, &t, err, sizeof err) != 0 ||
+        dmm_replay_check(&t, &a.o, NULL, err, sizeof err) != 0) {
         fprintf(stderr, "dmm replay: %s\n", err);
     } else {
         if (host) warn_open_files(&t, &a.o);
@@ -247,9 +269,9 @@ int dmm_cmd_replay(int argc, char **argv) {
         }
     }
     rc = ok ? 0 : 1;
-    dmm_opt_out *outs[2] = {&report, &json};
+    dmm_output_file *outs[2] = {&report, &json};
     for (int i = 0; i < 2; i++)
-        if (outs[i]->f != NULL && outs[i]->f != stdout && dmm_opt_output_close(outs[i], ok, err, sizeof err) != 0 && ok) {
+        if (dmm_output_close(outs[i], ok, err, sizeof err) != 0 && ok) {
             fprintf(stderr, "dmm replay: %s\n", err);
             rc = 1;
         }

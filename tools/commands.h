@@ -5,7 +5,8 @@
  * Every command parses its options with getopt_long (--opt VALUE and --opt=VALUE; unambiguous
  * prefixes too), answers -h/--help on stdout with exit 0, and returns the process exit code: 0 done,
  * 1 the work failed, 2 bad usage or input (one sentence on stderr, naming what was wrong and how to
- * fix it). Output files are opened before the work starts (options.h).
+ * fix it). Output files are opened before the work starts (output_file.h); every input is read
+ * within a bound that a flag raises (--max-input-bytes, --max-records: input_limits.h).
  */
 #ifndef DMM_TOOLS_COMMANDS_H
 #define DMM_TOOLS_COMMANDS_H
@@ -14,6 +15,7 @@
 #include <stdio.h>
 
 #include "options.h"
+#include "output_file.h"
 
 typedef struct dmm_command {
     const char *name;

@@ -6,19 +6,20 @@
  * drift a little between runs even when the batches agree with each other).
  * Trade-off: MAD, not standard deviation: one descheduled batch does not widen the threshold.
  * Cost: n log n in the metrics (a sorted index for lookups, one sort for repeated names), and a file of
- * at most DMM_BENCH_MAX_FILE bytes, so a crafted file costs neither hours nor gigabytes.
+ * at most DMM_BENCH_MAX_FILE bytes (unless --max-input-bytes raises it), so a crafted file costs neither
+ * hours nor gigabytes.
  * Invariants: every row has exactly one verdict; count[v] = the rows with verdict v; a file whose
  * shape is not a bench result is refused as a whole (nothing half-read is compared).
  */
 #include "compare.h"
 
-#include <errno.h>
 #include <math.h> /* macros only (isinf, INFINITY): no libm */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "err_text.h"
+#include "input_file.h"
 #include "json_read.h"
 
 void dmm_bench_file_free(dmm_bench_file *f) {
@@ -155,39 +156,19 @@ int dmm_bench_parse(const char *text, size_t len, const char *what, dmm_bench_fi
     return rc;
 }
 
-int dmm_bench_load(const char *path, dmm_bench_file *out, char *err, size_t errcap) {
+int dmm_bench_load_bounded(const char *path, uint64_t max_bytes, dmm_bench_file *out, char *err, size_t errcap) {
     memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) return dmm_tool_err(err, errcap, "%s: cannot open it: %s.", path, strerror(errno));
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (buf == NULL) {
-            fclose(f);
-            return dmm_tool_err(err, errcap, "%s: out of memory reading it.", path);
-        }
-        len += fread(buf + len, 1, cap - len, f);
-        if (len < cap) break;
-        if (cap >= DMM_BENCH_MAX_FILE) { /* the reader's tree takes up to ~30 x the text */
-            free(buf);
-            fclose(f);
-            return dmm_tool_err(err, errcap, "%s: larger than %d MiB, the most a bench result may be (they are a few "
-                         "kilobytes): not a bench result.", path, DMM_BENCH_MAX_FILE >> 20);
-        }
-        char *nb = realloc(buf, cap * 2);
-        if (nb == NULL) free(buf);
-        buf = nb;
-        cap *= 2;
-    }
-    bool bad = ferror(f) != 0;
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return dmm_tool_err(err, errcap, "%s: reading it failed.", path);
-    }
+    dmm_input_bound bound = {max_bytes, "a bench result", "--max-input-bytes"};
+    char *buf = NULL;
+    size_t len = 0;
+    if (dmm_input_read(path, &bound, &buf, &len, err, errcap) != 0) return -1;
     int rc = dmm_bench_parse(buf, len, path, out, err, errcap);
     free(buf);
     return rc;
+}
+
+int dmm_bench_load(const char *path, dmm_bench_file *out, char *err, size_t errcap) {
+    return dmm_bench_load_bounded(path, DMM_BENCH_MAX_FILE, out, err, errcap);
 }
 
 const char *dmm_cmp_verdict_str(dmm_cmp_verdict v) {

@@ -15,6 +15,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #define DMM_CMP_DEFAULT_K 3.0
@@ -41,11 +42,15 @@ typedef struct dmm_bench_file {
 /* Reads one bench result from text[0..len); `what` names it in errors (the file's path). 0, or -1
  * with one sentence in err naming `what` and the problem (with the line and column where known). */
 int dmm_bench_parse(const char *text, size_t len, const char *what, dmm_bench_file *out, char *err, size_t errcap);
-/* The largest bench result file dmm_bench_load reads (bench results are a few kilobytes). */
+/* The largest bench result file dmm_bench_load reads by default (bench results are a few kilobytes;
+ * the JSON reader's tree takes up to ~30 times the text, so the bound is also one on memory). */
 #define DMM_BENCH_MAX_FILE (4 << 20)
 
-/* The same from a file of at most DMM_BENCH_MAX_FILE bytes. */
+/* The same from a file of at most DMM_BENCH_MAX_FILE bytes (input_file.h: a larger regular file is
+ * refused unread, an endless one where it passes the bound). */
 int dmm_bench_load(const char *path, dmm_bench_file *out, char *err, size_t errcap);
+/* The same from a file of at most max_bytes (dmm compare --max-input-bytes). */
+int dmm_bench_load_bounded(const char *path, uint64_t max_bytes, dmm_bench_file *out, char *err, size_t errcap);
 void dmm_bench_file_free(dmm_bench_file *f);
 
 typedef enum dmm_cmp_verdict {

@@ -1,23 +1,16 @@
-/* tools/options.c — the numeric options and output files of the dmm tool (contract: options.h).
+/* tools/options.c — the numeric options of the dmm tool (contract: options.h).
  *
  * Idea: one scanner reads the text exactly — the digits before and after the point as integers, and
  * the suffix as a multiplier — so a value is never routed through a double on its way to an integer
  * (strtod took "nan", "1e3", "0x10" and " 2M", and a cast of NaN is undefined). The whole-number
  * path then checks the multiplication and that the fraction makes whole units; the real path divides.
- * Outputs are opened without truncation and cut to their written length at a successful close, so a
- * run that fails leaves an existing file untouched and a new one removed.
  * Invariants: a result is written only on success; every refusal is one sentence of the form
  * "OPT wants WHAT from MIN to MAX (e.g. EXAMPLE), not 'TEXT': REASON".
  */
 #include "options.h"
 
-#include <errno.h>
-#include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include "err_text.h"
 
 #define SHOWN 40 /* characters of a value quoted in a sentence */
 
@@ -114,45 +107,3 @@ int dmm_opt_real(const char *opt, const char *text, double min, double max, doub
     return 0;
 }
 
-
-int dmm_opt_output(const char *opt, const char *path, const char *const *inputs, size_t ninputs, dmm_opt_out *out,
-                   char *err, size_t errcap) {
-    memset(out, 0, sizeof *out);
-    out->path = path;
-    if (strcmp(path, "-") == 0) {
-        out->f = stdout;
-        return 0;
-    }
-    struct stat ps, is;
-    bool existed = stat(path, &ps) == 0;
-    for (size_t i = 0; existed && i < ninputs; i++)
-        if (inputs[i] != NULL && stat(inputs[i], &is) == 0 && is.st_dev == ps.st_dev && is.st_ino == ps.st_ino)
-            return dmm_tool_err(err, errcap, "%s %s is the input %s: writing it would destroy it; name another file", opt,
-                           path, inputs[i]);
-    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0666); /* no O_TRUNC: close cuts it, once it succeeded */
-    if (fd >= 0 && (out->f = fdopen(fd, "w")) == NULL) close(fd);
-    if (out->f == NULL)
-        return dmm_tool_err(err, errcap, "%s %s cannot be written (%s); nothing was done: name a file in a writable folder",
-                       opt, path, strerror(errno));
-    out->created = !existed;
-    return 0;
-}
-
-int dmm_opt_output_close(dmm_opt_out *o, bool ok, char *err, size_t errcap) {
-    if (o->f == NULL) return 0;
-    FILE *f = o->f;
-    o->f = NULL;
-    if (f == stdout) {
-        if (fflush(f) == 0 && !ferror(f)) return 0;
-        return ok ? dmm_tool_err(err, errcap, "writing to the standard output failed: %s", strerror(errno)) : -1;
-    }
-    int e = 0;
-    if (ok) {
-        long end = fflush(f) == 0 ? ftell(f) : -1;
-        if (end < 0 || ferror(f) || ftruncate(fileno(f), (off_t)end) != 0) e = errno ? errno : EIO;
-    }
-    if (fclose(f) != 0 && e == 0) e = errno ? errno : EIO;
-    if (ok && e == 0) return 0;
-    if (o->created || (ok && e != 0)) remove(o->path); /* no half-written result */
-    return ok ? dmm_tool_err(err, errcap, "writing %s failed (%s); it was removed", o->path, strerror(e)) : -1;
-}

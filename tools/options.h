@@ -1,4 +1,4 @@
-/* tools/options.h — the one parser of the dmm tool's numeric options, and its output files.
+/* tools/options.h — the one parser of the dmm tool's numeric options.
  *
  * Every numeric option of every subcommand goes through dmm_opt_u64 (whole numbers: counts, per
  * mille, sizes) or dmm_opt_real (compare's K and floor), both over one scanner: decimal digits, an
@@ -7,9 +7,7 @@
  * never a silent 0 or a truncation. A size must come out a whole number of bytes ("1.5K" is 1536;
  * "1.3" is refused). The sentence names the option, the value as given, what was wrong, and the range.
  *
- * Output files are opened before the work starts, so that an unwritable path fails at once instead
- * of after a long replay, and a path that is one of the inputs is refused (writing it would destroy
- * it); they are cut to what was written only when the work succeeded.
+ * The output files the options name are output_file.h's.
  *
  * Pure: errors go into the caller's buffer; nothing here prints or exits. Thread contract: none
  * needed (no globals).
@@ -20,7 +18,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 
 typedef struct dmm_opt_range {
     uint64_t min, max; /* inclusive */
@@ -35,24 +32,5 @@ int dmm_opt_u64(const char *opt, const char *text, const dmm_opt_range *r, uint6
 
 /* The same for a real number (digits and a fraction, no suffix) from min to max. */
 int dmm_opt_real(const char *opt, const char *text, double min, double max, double *out, char *err, size_t errcap);
-
-/* An output file opened before the work. */
-typedef struct dmm_opt_out {
-    FILE *f;         /* stdout for "-" */
-    const char *path;
-    bool created;    /* it did not exist before: a failure removes it */
-} dmm_opt_out;
-
-/* Opens `path` (the value of option `opt`; "-" = the standard output) for writing, before the work,
- * without truncating it yet (a failed run leaves an existing file as it was). 0, or -1 with a sentence
- * in err when it cannot be written, or when it is the same file as one of inputs[0..ninputs). */
-int dmm_opt_output(const char *opt, const char *path, const char *const *inputs, size_t ninputs, dmm_opt_out *out,
-                   char *err, size_t errcap);
-
-/* Closes it. ok = the work succeeded and wrote its result: then what was written is the whole file
- * (an older, longer content cut off), and 0, or -1 with a sentence when writing failed (a full disk
- * shows here). A file this run created is removed when either failed; one that existed is kept as it
- * was when the work failed, and removed when the writing failed (half-written). */
-int dmm_opt_output_close(dmm_opt_out *o, bool ok, char *err, size_t errcap);
 
 #endif /* DMM_TOOLS_OPTIONS_H */

@@ -11,8 +11,13 @@
  * allocation it frees. Peak live bytes are computed here, from the trace alone, so that every
  * replay compares against the same number.
  *
+ * Bounds (trace.h, dmm_trace_limits): the text read is counted as zlib hands it over, and the loader
+ * asks for no more than one byte past the bound, so an endless input (/dev/zero, a pipe that never
+ * closes) or a gzip bomb ends at the bound with a sentence; event lines are counted before an event is
+ * stored. Reading on after a refused line (to blame a cut stream instead) is bounded too.
  * Invariants: every line fed is at most DMM_TRACE_MAX_LINE bytes (a longer one is refused), and the
- * loader's window holds at most one unfinished line. After a successful parse: allocs + frees = n; every free's slot < allocs and names an
+ * loader's window holds at most one unfinished line; text_bytes ≤ max_text_bytes + 1 and n ≤
+ * max_records at all times. After a successful parse: allocs + frees = n; every free's slot < allocs and names an
  * allocation freed exactly once; live(t) = Σ bytes(alloc) − Σ bytes(free) ≥ 0; peak_live_bytes =
  * max_t live(t).
  *
@@ -99,6 +104,8 @@ typedef struct trace_reader {
     size_t lineno;         /* of the line fed last */
     int seen_magic;
     const char *path; /* the file's, for errors; NULL for text in memory */
+    uint64_t max_text_bytes, max_records; /* the reading's bounds (never 0) */
+    uint64_t text_bytes;                  /* of text read so far */
     char *err;
     size_t errcap;
 } trace_reader;
@@ -136,11 +143,15 @@ static long find_slot(const parse_state *ps, size_t n, uint64_t id) {
     return lo < n && ps->ids[lo] == id ? (long)lo : -1;
 }
 
-static void reader_init(trace_reader *r, dmm_trace *t, const char *path, char *err, size_t errcap) {
+static void reader_init(trace_reader *r, dmm_trace *t, const char *path, const dmm_trace_limits *limits, char *err,
+                        size_t errcap) {
     memset(t, 0, sizeof *t);
     memset(r, 0, sizeof *r);
     r->t = t;
     r->path = path;
+    r->max_text_bytes = limits != NULL && limits->max_text_bytes != 0 ? limits->max_text_bytes
+                                                                      : DMM_TRACE_DEFAULT_MAX_TEXT_BYTES;
+    r->max_records = limits != NULL && limits->max_records != 0 ? limits->max_records : DMM_TRACE_DEFAULT_MAX_RECORDS;
     r->err = err;
     r->errcap = errcap;
 }
@@ -178,6 +189,11 @@ static int reader_line(trace_reader *r, const char *s, const char *lend) {
         return reader_err(r,
                          "line %zu: expected 'a <id> <bytes> <stream>' or 'f <id>' with a positive id, found '%.*s'",
                          lineno, (int)(e - s > 60 ? 60 : e - s), s);
+    if ((uint64_t)t->n >= r->max_records)
+        return reader_err(r, "line %zu: more than %llu records (event lines), the most this reading takes; a longer "
+                             "trace needs a higher bound (dmm replay --max-records=N), an endless input (a device, a "
+                             "pipe that never closes) is not a trace",
+                          lineno, (unsigned long long)r->max_records);
     if (t->n == ps->evcap) {
         size_t nc = ps->evcap ? ps->evcap * 2 : 4096;
         if (GROW(t->ev, nc) != 0) goto oom;
@@ -280,13 +296,27 @@ static int reader_lines(trace_reader *r, const char *p, const char *end, const c
     return 0;
 }
 
-int dmm_trace_parse(const char *text, size_t len, dmm_trace *t, char *err, size_t errcap) {
+/* The sentence for text beyond the bound. */
+static int too_much_text(trace_reader *r) {
+    return reader_err(r, "more than %llu bytes of text (after decompression; %zu whole lines read), the most this "
+                         "reading takes; a larger trace needs a higher bound (dmm replay --max-input-bytes=SIZE), an "
+                         "endless input (a device, a pipe that never closes) is not a trace",
+                      (unsigned long long)r->max_text_bytes, r->lineno);
+}
+
+int dmm_trace_parse_limited(const char *text, size_t len, const dmm_trace_limits *limits, dmm_trace *t, char *err,
+                            size_t errcap) {
     trace_reader r;
-    reader_init(&r, t, NULL, err, errcap);
+    reader_init(&r, t, NULL, limits, err, errcap);
+    if ((uint64_t)len > r.max_text_bytes) return reader_end(&r, too_much_text(&r));
     const char *rest = text, *end = text + len;
     int rc = reader_lines(&r, text, end, &rest);
     if (rc == 0 && rest < end) rc = reader_line(&r, rest, end); /* the last line, without its '\n' */
     return reader_end(&r, rc);
+}
+
+int dmm_trace_parse(const char *text, size_t len, dmm_trace *t, char *err, size_t errcap) {
+    return dmm_trace_parse_limited(text, len, NULL, t, err, errcap);
 }
 
 #ifndef DMM_TRACE_NO_ZLIB
@@ -316,10 +346,16 @@ static int gz_state(gzFile f, int n, const char **msg) {
 }
 
 /* A line read wrong: if the rest of the stream is truncated or corrupt, that is the likelier cause, so
- * the sentence says it first and quotes the line's after it; else the line's sentence stands. */
+ * the sentence says it first and quotes the line's after it; else the line's sentence stands. The rest
+ * is read up to BLAME_MAX bytes and never past the text bound: an input that goes on keeps the line's
+ * sentence. */
+#define BLAME_MAX ((uint64_t)16 << 20)
 static int blame_stream(trace_reader *r, gzFile f, char *buf, size_t cap) {
-    int n;
-    while ((n = gzread(f, buf, (unsigned)cap)) > 0) continue;
+    uint64_t left = r->max_text_bytes > r->text_bytes ? r->max_text_bytes - r->text_bytes : 0;
+    if (left > BLAME_MAX) left = BLAME_MAX;
+    int n = 0;
+    while (left > 0 && (n = gzread(f, buf, (unsigned)(left < cap ? left : cap))) > 0) left -= (uint64_t)n;
+    if (left == 0) return -1; /* it goes on: the line's sentence stands */
     const char *zmsg = NULL;
     int zerr = gz_state(f, n, &zmsg);
     if (zerr == Z_OK || r->err == NULL || r->errcap == 0) return zerr == Z_OK ? -1 : gz_fail(r, f, zerr, zmsg);
@@ -332,9 +368,9 @@ static int blame_stream(trace_reader *r, gzFile f, char *buf, size_t cap) {
     return -1;
 }
 
-int dmm_trace_load(const char *path, dmm_trace *t, char *err, size_t errcap) {
+int dmm_trace_load_limited(const char *path, const dmm_trace_limits *limits, dmm_trace *t, char *err, size_t errcap) {
     trace_reader r;
-    reader_init(&r, t, path, err, errcap);
+    reader_init(&r, t, path, limits, err, errcap);
     gzFile f = gzopen(path, "rb");
     if (f == NULL)
         return dmm_tool_err(err, errcap, "cannot open trace '%s': %s", path, errno ? strerror(errno) : "zlib failed");
@@ -351,11 +387,16 @@ int dmm_trace_load(const char *path, dmm_trace *t, char *err, size_t errcap) {
     size_t held = 0; /* bytes of an unfinished line at buf[0]: at most DMM_TRACE_MAX_LINE */
     int rc = 0;
     for (;;) {
-        int n = gzread(f, buf + held, (unsigned)ask);
+        uint64_t room = r.max_text_bytes - r.text_bytes + 1; /* one byte past the bound tells that it goes on */
+        int n = gzread(f, buf + held, (unsigned)(room < ask ? room : ask));
         const char *zmsg = NULL;
         int zerr = gz_state(f, n, &zmsg);
         if (zerr != Z_OK) { /* before the unfinished line: a cut mid-line blames the cut */
             rc = gz_fail(&r, f, zerr, zmsg);
+            break;
+        }
+        if (n > 0 && (r.text_bytes += (uint64_t)n) > r.max_text_bytes) {
+            rc = too_much_text(&r);
             break;
         }
         if (n == 0) { /* the end of a complete stream */
@@ -377,5 +418,9 @@ int dmm_trace_load(const char *path, dmm_trace *t, char *err, size_t errcap) {
     if (rc == 0 && zc != Z_OK) /* (an unfinished stream was seen above already) */
         rc = reader_err(&r, "reading the file failed when closing it (zlib error %d)", zc);
     return reader_end(&r, rc);
+}
+
+int dmm_trace_load(const char *path, dmm_trace *t, char *err, size_t errcap) {
+    return dmm_trace_load_limited(path, NULL, t, err, errcap);
 }
 #endif

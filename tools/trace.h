@@ -47,11 +47,27 @@ typedef struct dmm_trace {
 /* The longest line a trace may have (a header comment included); a longer one is refused. */
 #define DMM_TRACE_MAX_LINE 65536
 
+/* The bounds of one reading (DESIGN §4.17: every input has one, and a flag raises it): the bytes of
+ * text read (after decompression: a small gzip file may inflate to any size, and a device or a pipe
+ * may never end) and the records (event lines; header comments count as bytes only). A reading that
+ * would pass either ends with a sentence naming the bound and `dmm replay`'s flag that raises it. The
+ * defaults are some 200 times the largest trace shipped (llama-generate: 18 MB, 865,000 events); at
+ * the record bound the events take ~3 GiB of memory. */
+#define DMM_TRACE_DEFAULT_MAX_TEXT_BYTES ((uint64_t)4 << 30)
+#define DMM_TRACE_DEFAULT_MAX_RECORDS ((uint64_t)100000000)
+typedef struct dmm_trace_limits {
+    uint64_t max_text_bytes; /* 0: DMM_TRACE_DEFAULT_MAX_TEXT_BYTES */
+    uint64_t max_records;    /* 0: DMM_TRACE_DEFAULT_MAX_RECORDS */
+} dmm_trace_limits;
+
 /* Parses trace text that is already in memory (`len` bytes, need not be NUL-terminated; any bytes:
  * the entry point for fuzzing). Returns 0, or -1 with a sentence in err (file line number, what is
  * wrong). `out` is zeroed first; free it with dmm_trace_free() also after a failure. Memory: the
  * events and four small per-allocation tables, nothing per byte of text. */
 int dmm_trace_parse(const char *text, size_t len, dmm_trace *out, char *err, size_t errcap);
+/* The same within `limits` (NULL: the defaults; so is dmm_trace_parse). */
+int dmm_trace_parse_limited(const char *text, size_t len, const dmm_trace_limits *limits, dmm_trace *out, char *err,
+                            size_t errcap);
 
 #ifndef DMM_TRACE_NO_ZLIB
 /* Reads a trace file, gzip-compressed or plain (zlib reads both), streaming: the text passes through a
@@ -60,6 +76,10 @@ int dmm_trace_parse(const char *text, size_t len, dmm_trace *out, char *err, siz
  * stops early (a recorder killed mid-run, a cut or missing trailer) or compressed data that is invalid
  * is an error that says so, with the compressed byte offset and the lines read, never a shorter trace. */
 int dmm_trace_load(const char *path, dmm_trace *out, char *err, size_t errcap);
+/* The same within `limits` (NULL: the defaults; so is dmm_trace_load). A line refused mid-stream makes
+ * the loader read on to see whether the stream is cut (then the cut is blamed): at most 16 MiB more,
+ * and never past the text bound, so an endless input ends. */
+int dmm_trace_load_limited(const char *path, const dmm_trace_limits *limits, dmm_trace *out, char *err, size_t errcap);
 #endif
 
 void dmm_trace_free(dmm_trace *t);

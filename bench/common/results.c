@@ -5,7 +5,9 @@
  * bench_results_add, and at the end bench_results_finish serializes everything once: a first pass
  * with no buffer measures the length (dmm__json_* keep counting past the end), a second fills it.
  * Trade-off: metrics are held in memory until the end (a few hundred at most), so a bench that
- * crashes halfway writes nothing rather than a truncated file.
+ * crashes halfway writes nothing rather than a truncated file. The file is written as every output of
+ * the tools is (tools/output_file.h): a temporary created exclusively beside a regular file and renamed
+ * over it, a device or FIFO in place, nothing else created, cut or removed.
  * Invariants: every number written is finite; every string goes through dmm__json_string.
  */
 #include "results.h"
@@ -18,6 +20,7 @@
 
 #include "core/json.h"
 #include "dmm/dmm.h"
+#include "../../tools/output_file.h" /* (also compiled into tests/unit/test_compare.c) */
 
 typedef struct result_metric {
     char name[128];
@@ -127,17 +130,20 @@ int bench_results_finish(bench_results *r, const char *path) {
         dmm_json sizing = {NULL, 0, 0};
         write_all(r, &sizing);
         char *buf = malloc(sizing.len + 1);
-        FILE *f = buf != NULL ? fopen(path, "w") : NULL;
-        if (f == NULL) {
-            fprintf(stderr, "%s: cannot write the JSON results (%s).\n", path,
-                    buf == NULL ? "out of memory" : "cannot open the file");
+        char err[1024] = "out of memory";
+        dmm_output_file out;
+        if (buf == NULL || dmm_output_open("--json", path, NULL, 0, &out, err, sizeof err) != 0) {
+            fprintf(stderr, "%s: cannot write the JSON results: %s.\n", path, err);
             rc = -1;
         } else {
             dmm_json o = {buf, sizing.len + 1, 0};
             write_all(r, &o);
-            if (fwrite(buf, 1, o.len, f) != o.len) rc = -1;
-            if (fclose(f) != 0) rc = -1;
-            if (rc != 0) fprintf(stderr, "%s: writing the JSON results failed (disk full?).\n", path);
+            bool written = fwrite(buf, 1, o.len, out.f) == o.len;
+            if (dmm_output_close(&out, written, err, sizeof err) != 0 || !written) {
+                fprintf(stderr, "%s: writing the JSON results failed: %s.\n", path,
+                        written ? err : "the write failed (disk full?)");
+                rc = -1;
+            }
         }
         free(buf);
     }

@@ -12,24 +12,47 @@ profile (no layout) is still read: its warm start commits the peak in large hand
 The file is untrusted (it outlives the process that wrote it, and anyone may edit it): read() checks
 every field and refuses, with a ValueError that names the file, the field and what to do, a file
 that is not exactly this shape, one written on another kind of device, or one whose peak does not fit
-the device (the layout's entries are checked here for shape, and by the pool for every value). A
-refusal changes nothing. write() replaces the file whole or leaves it as it was.
+the device (the layout's entries are checked here for shape, and by the pool for every value). Before
+it is parsed the text is scanned for its nesting (a profile nests 3 deep; one nested deeper than
+MAX_DEPTH is refused, so that json's recursive parser never meets a file that would exhaust it) and
+its size is bounded (MAX_FILE_BYTES). ValueError is the one error a bad file raises. A refusal changes
+nothing. write() replaces the file whole or leaves it as it was, through a temporary created
+exclusively (dmm._files: never through a name someone planted).
 Pure Python: no torch, no GPU.
 """
 
 import json
 import os
+import re
 
 from . import _files
 
 VERSION = 2
 MAX_FILE_BYTES = 16 << 20  # a profile with a layout is ~40 bytes a handle: 16 MiB is ~400,000 handles
+MAX_DEPTH = 32  # a profile nests 3 deep: {"layout": [[offset, bytes, heap], ...]}
 FIELDS = ("dmm_profile", "device", "device_bytes", "peak_physical_bytes")  # version 1; 2 adds "layout"
+# JSON strings (whole, escapes included) and the brackets outside them: the tokens that nest
+_NESTING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.S)
 
 
 def _refuse(path, what):
     return ValueError("dmm profile %s: %s; delete the file (the next run writes a new one) or pass another path"
                       % (path, what))
+
+
+def _nesting_within(data, most):
+    """Whether the JSON text `data` nests at most `most` deep, found iteratively in one pass (strings are
+    skipped whole, so their brackets do not count)."""
+    depth = 0
+    for m in _NESTING.finditer(data):
+        c = data[m.start()]
+        if c == 0x5B or c == 0x7B:  # [ {
+            depth += 1
+            if depth > most:
+                return False
+        elif c == 0x5D or c == 0x7D:  # ] }
+            depth -= 1
+    return True
 
 
 def _whole(path, obj, field):
@@ -64,9 +87,11 @@ def _load(path, device_name, device_bytes):
         raise _refuse(path, "it cannot be read (%s)" % e.strerror) from None
     if len(data) > MAX_FILE_BYTES:
         raise _refuse(path, "it is larger than %d bytes, so not a profile" % MAX_FILE_BYTES)
+    if not _nesting_within(data, MAX_DEPTH):
+        raise _refuse(path, "it nests more than %d deep, and a profile nests 3: not a profile" % MAX_DEPTH)
     try:
         obj = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise _refuse(path, "it is not JSON (%s)" % e) from None
     if not isinstance(obj, dict):
         raise _refuse(path, "it holds a %s, not a JSON object" % type(obj).__name__)
@@ -108,8 +133,7 @@ def write(path, device_name, device_bytes, peak_physical_bytes, layout=None):
         obj["layout"] = [[int(x) for x in span] for span in layout]
     text = json.dumps(obj, separators=(",", ":")) + "\n"
 
-    def fill(tmp):
-        with open(tmp, "w") as f:
-            f.write(text)
+    def fill(f):
+        f.write(text.encode("utf-8"))
 
     _files.write_whole(os.fspath(path), fill)

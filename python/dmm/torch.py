@@ -349,9 +349,8 @@ def dump_snapshot(path, device=None):
                        "file" % folder)
     data = pickle.dumps(torch_snapshot(device), protocol=4)
 
-    def write(tmp):
-        with open(tmp, "wb") as f:
-            f.write(data)
+    def write(f):
+        f.write(data)
 
     try:
         _files.write_whole(p, write)

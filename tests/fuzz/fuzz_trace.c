@@ -6,7 +6,9 @@
  *   - an accepted trace keeps the reader's invariants (trace.c's opening): allocs + frees = n; every
  *     free names an earlier allocation of its slot, freed once, with its bytes and stream; live ≥ 0;
  *     peak_live, max_bytes, total_alloc_bytes and duration are what the events say; streams dense;
- *   - it round-trips: written back as a v1 trace (ids = slot + 1) it parses to the same events.
+ *   - it round-trips: written back as a v1 trace (ids = slot + 1) it parses to the same events;
+ *   - the bounds (dmm_trace_limits) are exact: an accepted text is accepted again within {its length,
+ *     its events} and refused, naming the flag that raises it, one byte or one record below either.
  * Plain text is not also run through the loader: each load allocates the loader's 4 MiB buffer,
  * which slows the harness a hundredfold; the gzip inputs cover the loader.
  */
@@ -113,6 +115,30 @@ static int load_bytes(const uint8_t *data, size_t size, dmm_trace *t, char *err,
     return rc;
 }
 
+/* The bounds, as properties of an accepted plain text of `size` bytes and t->n events. */
+static void check_bounds(const char *text, size_t size, const dmm_trace *t) {
+    dmm_trace u;
+    char err[512] = "";
+    dmm_trace_limits exact = {size ? size : 1, t->n ? t->n : 1};
+    FUZZ_ASSERT(dmm_trace_parse_limited(text, size, &exact, &u, err, sizeof err) == 0 && u.n == t->n,
+                "refused within its own length %zu and events %zu: %s", size, t->n, err);
+    dmm_trace_free(&u);
+    if (size > 1) {
+        dmm_trace_limits shorter = {size - 1, 0};
+        FUZZ_ASSERT(dmm_trace_parse_limited(text, size, &shorter, &u, err, sizeof err) == -1 && u.ev == NULL &&
+                        strstr(err, "bytes of text") != NULL && strstr(err, "--max-input-bytes=SIZE") != NULL,
+                    "a text of %zu bytes within a bound of %zu: '%s'", size, size - 1, err);
+        dmm_trace_free(&u);
+    }
+    if (t->n > 1) {
+        dmm_trace_limits fewer = {0, t->n - 1};
+        FUZZ_ASSERT(dmm_trace_parse_limited(text, size, &fewer, &u, err, sizeof err) == -1 && u.ev == NULL &&
+                        strstr(err, "records") != NULL && strstr(err, "--max-records=N") != NULL,
+                    "%zu events within a bound of %zu: '%s'", t->n, t->n - 1, err);
+        dmm_trace_free(&u);
+    }
+}
+
 static void check_refused(const dmm_trace *t, const char *err) {
     FUZZ_ASSERT(t->ev == NULL && t->n == 0, "a refused trace keeps %zu events", t->n);
     FUZZ_ASSERT(err[0] != '\0', "a refusal without a sentence");
@@ -129,6 +155,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     } else {
         char *text = fuzz_exact_copy(data, size);
         rc = dmm_trace_parse(text, size, &t, err, sizeof err);
+        if (rc == 0) check_bounds(text, size, &t);
         free(text);
     }
     if (rc != 0) {

@@ -7,7 +7,12 @@ What is proven: no file reads as None; a written profile reads back its peak (an
 (not JSON, not an object, a missing or unknown field, another version, a bool, float, string or
 negative number, a zero peak or one above the device, another device's name or size, a file too
 large, bytes that are not UTF-8, a layout that is not a list of [offset, bytes, heap] whole numbers)
-is refused with a ValueError naming the file and what was wrong, and the file is left as it was;
+is refused with a ValueError naming the file and what was wrong, and the file is left as it was; so is
+a file nested 100,000 deep (issue 35 item 15: json's parser once escaped with RecursionError), also
+inside an otherwise good profile; writing never goes through a name planted beside the profile (item
+16: a link at the old temporary's name, "PATH.tmp-PID", once received the profile and overwrote what it
+pointed to), replaces a link's file and keeps the link, gives a new file 0666 less the umask and a
+replaced one its old mode, writes a FIFO in place and leaves no temporary;
 warm_start commits nothing on a first run, the profile's layout on the next (warm_layout), a version
 1 profile's peak (warm), refuses a bad profile before committing, and the exit hook writes this
 run's physical peak and layout; save_profile's failure names the path.
@@ -19,6 +24,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -84,6 +90,10 @@ HOSTILE = [
     (with_(peak_physical_bytes=TOTAL + 1), "is not between 1 and the device's"),
     (with_(device="NVIDIA A100"), "written on a NVIDIA A100"),
     (with_(device_bytes=TOTAL // 2), "this device is a NVIDIA H200 with %d bytes" % TOTAL),
+    (b"[" * 100000 + b"]" * 100000, "nests more than 32 deep"),
+    (with_(dmm_profile=2, layout=[[0, 1, 0]])[:-1] + b', "x": ' + b"[" * 100000 + b"]" * 100000 + b"}",
+     "nests more than 32 deep"),
+    (b'{"device": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[", "dmm_profile": 3}', "dmm_profile is 3"),  # in a string
 ]
 for data, fragment in HOSTILE:
     with open(path, "wb") as f:
@@ -92,6 +102,51 @@ for data, fragment in HOSTILE:
     with open(path, "rb") as f:
         kept = f.read() == data
     check(ok and kept, "refused, the file untouched: %s" % msg[:160])
+
+# ---- writing never goes through a name someone planted (item 16) ----
+victim = os.path.join(work, "victim")
+with open(victim, "w") as f:
+    f.write("someone else's file")
+planted = "%s.tmp-%d" % (path, os.getpid())  # the temporary's name before issue 35: predictable
+os.symlink(victim, planted)
+profile.write(path, DEV, TOTAL, 11 << 30)
+with open(victim) as f:
+    check(f.read() == "someone else's file", "a link planted at the old temporary name leads nowhere: the file it "
+          "points to is untouched")
+check(os.path.islink(planted) and profile.read(path, DEV, TOTAL) == 11 << 30,
+      "the planted link is left as it was, and the profile is written")
+os.unlink(planted)
+os.unlink(victim)
+os.chmod(path, 0o604)
+profile.write(path, DEV, TOTAL, 10 << 30)
+mode = os.stat(path).st_mode & 0o777
+check(mode == 0o604, "a replaced profile keeps its mode (%o)" % mode)
+link = os.path.join(work, "link.profile")
+os.symlink("gpt2.profile", link)
+profile.write(link, DEV, TOTAL, 9 << 30)
+check(os.path.islink(link) and profile.read(path, DEV, TOTAL) == 9 << 30,
+      "writing through a link replaces the file it names and keeps the link")
+os.unlink(link)
+fresh = os.path.join(work, "fresh.profile")
+old_mask = os.umask(0o027)
+try:
+    profile.write(fresh, DEV, TOTAL, 8 << 30)
+finally:
+    os.umask(old_mask)
+check(os.stat(fresh).st_mode & 0o777 == 0o640, "a new profile is 0666 less the umask (%o)"
+      % (os.stat(fresh).st_mode & 0o777))
+os.unlink(fresh)
+fifo = os.path.join(work, "profile.fifo")
+os.mkfifo(fifo)
+got = []
+reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()), daemon=True)
+reader.start()
+profile.write(fifo, DEV, TOTAL, 7 << 30)
+reader.join(30)
+check(got and b'"peak_physical_bytes":7516192768' in got[0] and os.path.exists(fifo) and not os.path.isfile(fifo),
+      "a FIFO is written in place and stays a FIFO")
+os.unlink(fifo)
+check(sorted(os.listdir(work)) == ["gpt2.profile"], "no temporary is left beside it (%s)" % os.listdir(work))
 
 # ---- dmm.torch.warm_start and save_profile, over a stand-in torch ----
 torch = types.ModuleType("torch")

@@ -1,6 +1,8 @@
 /* tests/unit/test_cli.c — the dmm tool's command line: the one numeric-option parser (tools/options.c,
  * compiled in here) and the built tool itself (build/tools/dmm, found beside this test's folder, run
- * in a child process; the tool cases are skipped when it was not built).
+ * in a child process by tests/common/tool_kit.c; the tool cases are skipped when it was not built).
+ * What the tool does with output files that are not regular and with endless inputs is
+ * test_cli_files.c's.
  *
  * What is proven: numeric options refuse trailing junk, signs, exponents, hex, NaN, fractions that are
  * not whole units, values beyond 64 bits or their range, each in a sentence naming the option, the
@@ -13,17 +15,13 @@
  */
 #include "../../tools/options.c"
 
-#include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "testkit.h"
-
-extern char **environ;
+#include "tool_kit.h"
 
 static const dmm_opt_range SIZES = {1, (uint64_t)1 << 63, true, "a size in bytes", "2M"};
 static const dmm_opt_range COUNT = {1, 1000, false, "a number of repetitions", "4"};
@@ -118,76 +116,19 @@ static void junk_signs_and_overflow_are_refused_naming_the_option(void **state) 
 
 /* ---- the built tool ---- */
 
-static char tool[4200];
+/* The runner is tests/common/tool_kit.h's, under the short names these tests use. */
+typedef dmm_test_tool_run run_out;
+#define run_tool(r, ...) dmm_test_tool_run_args((r), __VA_ARGS__)
+#define expect dmm_test_tool_expect
+#define find_tool dmm_test_tool_find
 
-/* build/tools/dmm, from this test's own path (build/tests/unit_test_cli); false when absent. */
-static bool find_tool(void) {
-    char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) return false;
-    self[n] = '\0';
-    char *slash = strrchr(self, '/');
-    if (slash == NULL) return false;
-    *slash = '\0';
-    snprintf(tool, sizeof tool, "%s/../tools/dmm", self);
-    return access(tool, X_OK) == 0;
-}
-
-typedef struct run_out {
-    int rc;
-    char out[1 << 16], err[1 << 14];
-} run_out;
-
+/* A file's content into buf (NUL-terminated), then the file removed. */
 static void slurp(const char *path, char *buf, size_t cap) {
     FILE *f = fopen(path, "rb");
     size_t n = f != NULL ? fread(buf, 1, cap - 1, f) : 0;
     buf[n] = '\0';
     if (f != NULL) fclose(f);
     unlink(path);
-}
-
-/* Runs the tool with the NULL-terminated arguments, with a time limit (a hang is a failure). */
-static void run_tool(run_out *r, const char *first, ...) {
-    char *argv[32];
-    int argc = 0;
-    argv[argc++] = tool;
-    va_list ap;
-    va_start(ap, first);
-    for (const char *a = first; a != NULL && argc < 31; a = va_arg(ap, const char *)) argv[argc++] = (char *)a;
-    va_end(ap);
-    argv[argc] = NULL;
-    char out_path[] = "/tmp/dmm-test-cli-out-XXXXXX", err_path[] = "/tmp/dmm-test-cli-err-XXXXXX";
-    int fo = mkstemp(out_path), fe = mkstemp(err_path);
-    assert_true(fo >= 0 && fe >= 0);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fo, 1);
-    posix_spawn_file_actions_adddup2(&fa, fe, 2);
-    pid_t pid;
-    assert_int_equal(posix_spawn(&pid, tool, &fa, NULL, argv, environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
-    close(fo);
-    close(fe);
-    int status = 0;
-    for (int waited = 0;; waited++) {
-        pid_t w = waitpid(pid, &status, WNOHANG);
-        if (w == pid) break;
-        if (waited == 600) { /* 60 s */
-            kill(pid, SIGKILL);
-            waitpid(pid, &status, 0);
-            fail_msg("dmm %s ... did not finish within 60 s", first);
-        }
-        usleep(100 * 1000);
-    }
-    r->rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    slurp(out_path, r->out, sizeof r->out);
-    slurp(err_path, r->err, sizeof r->err);
-}
-
-static void expect(const run_out *r, int rc, const char *in_out, const char *in_err) {
-    if (r->rc != rc || (in_out != NULL && strstr(r->out, in_out) == NULL) || (in_err != NULL && strstr(r->err, in_err) == NULL))
-        fail_msg("rc %d (wanted %d)\nstdout: %.600s\nstderr: %.600s\nwanted stdout '%s', stderr '%s'", r->rc, rc, r->out,
-                 r->err, in_out ? in_out : "", in_err ? in_err : "");
 }
 
 #define NEED_TOOL()                                                                                \

@@ -18,6 +18,8 @@ static int counted_strcmp(const char *a, const char *b) {
 #undef strcmp
 #define strcmp(a, b) counted_strcmp((a), (b))
 #include "../../tools/compare.c"
+#include "../../tools/input_file.c"
+#include "../../tools/output_file.c"
 #include "../../tools/json_read.c"
 #undef strcmp
 #include "../../bench/common/results.c"

@@ -6,7 +6,9 @@
  * that says "truncated" with the compressed offset, never a shorter trace (the loader once took zlib's
  * short read for the end of the file); a damaged one says "corrupt"; a line longer than
  * DMM_TRACE_MAX_LINE is refused; and the loader streams: 64 MiB of text cost no allocation above its
- * 1 MiB window (the malloc and realloc of trace.c are counted here). */
+ * 1 MiB window (the malloc and realloc of trace.c are counted here). Bounds: the text and record bounds
+ * hold to the byte and the record, in memory and from a file, and every shipped trace fits the defaults
+ * (the endless inputs themselves are test_cli_files.c's, through the tool). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,6 +216,55 @@ static void a_long_line_is_refused_and_a_big_text_is_streamed(void **state) {
     dmm_trace_free(&t);
 }
 
+/* The bounds of a reading (trace.h, dmm_trace_limits): exactly what they say, in memory and from a
+ * file, and every trace the project ships fits the defaults. */
+static void the_bounds_hold_exactly_and_the_shipped_traces_fit_the_defaults(void **state) {
+    (void)state;
+    const char *text = "# dmm-trace v1\n# workload: tiny\n0 a 1 1024 0\n5 a 2 2048 7\n9 f 1\n12 a 5 512 0\n20 f 2\n";
+    size_t len = strlen(text);
+    char path[64], err[512] = "";
+    write_file(path, text, len);
+    dmm_trace t;
+    for (int from_file = 0; from_file < 2; from_file++) {
+        struct {
+            dmm_trace_limits limits;
+            const char *refusal; /* NULL: accepted */
+        } cases[] = {
+            {{len, 5}, NULL},
+            {{0, 0}, NULL}, /* the defaults */
+            {{len - 1, 0}, "bytes of text"},
+            {{0, 4}, "more than 4 records"},
+            {{1, 1}, "more than 1 bytes of text"},
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            err[0] = '\0';
+            int rc = from_file ? dmm_trace_load_limited(path, &cases[i].limits, &t, err, sizeof err)
+                               : dmm_trace_parse_limited(text, len, &cases[i].limits, &t, err, sizeof err);
+            if (cases[i].refusal == NULL) {
+                if (rc != 0) fail_msg("case %zu (%s): %s", i, from_file ? "file" : "memory", err);
+                assert_int_equal(t.n, 5);
+            } else {
+                if (rc == 0 || strstr(err, cases[i].refusal) == NULL)
+                    fail_msg("case %zu (%s): rc %d, '%s'; wanted '%s'", i, from_file ? "file" : "memory", rc, err,
+                             cases[i].refusal);
+                assert_null(t.ev);
+                if (strstr(err, strstr(cases[i].refusal, "records") ? "--max-records=N" : "--max-input-bytes=SIZE") == NULL)
+                    fail_msg("the sentence names no flag that raises the bound: %s", err);
+            }
+            dmm_trace_free(&t);
+        }
+    }
+    unlink(path);
+    const char *shipped[] = {"bert-dynamic", "gpt2-steps", "gpt2-train", "models-train", "vit-steps"};
+    for (size_t i = 0; i < sizeof shipped / sizeof shipped[0]; i++) {
+        char p[512];
+        snprintf(p, sizeof p, DMM_SOURCE_DIR "/data/traces/%s.trace.gz", shipped[i]);
+        if (dmm_trace_load_limited(p, NULL, &t, err, sizeof err) != 0) fail_msg("%s: %s", shipped[i], err);
+        assert_true(t.n > 0);
+        dmm_trace_free(&t);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(a_cut_gzip_trace_is_an_error_that_says_truncated),
@@ -221,6 +272,7 @@ int main(void) {
         cmocka_unit_test(a_small_trace_is_read_and_resolved),
         cmocka_unit_test(malformed_traces_are_refused_with_their_line),
         cmocka_unit_test(the_real_gpt2_trace_reads_as_its_readme_says),
+        cmocka_unit_test(the_bounds_hold_exactly_and_the_shipped_traces_fit_the_defaults),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
