@@ -427,7 +427,7 @@ static void growth_fixup(growth *g) {
     dmm_pool *p = g->p;
     pheap *h = g->h;
     bool poisoned = false;
-    if (g->fail_j != SIZE_MAX && dmm_mechanism_has_slot(p->mech, "is_quarantined") &&
+    if (g->fail_j != SIZE_MAX && dmm_mechanism_has_slot(p->mech, DMM_SLOT_IS_QUARANTINED) &&
         dmm_mechanism_is_quarantined(p->mech, (const void *)g->fail_at, (size_t)g->fail_len, &poisoned) != DMM_OK) {
         poisoned = false;
         g->fail = dmm__error_wrap(g->fail, "pool malloc of %zu bytes on stream %p: committing memory for it failed, "

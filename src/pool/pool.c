@@ -187,7 +187,7 @@ dmm_status dmm_pool_create(dmm_mechanism *mech, dmm_driver *drv, const dmm_pool_
     p->retain_permille = c.retain_permille ? c.retain_permille : 20;
     p->settle_permille = c.settle_permille ? c.settle_permille : 100;
     if (p->settle_permille < p->retain_permille) p->settle_permille = p->retain_permille;
-    p->can_alias = !c.no_alias && dmm_mechanism_has_slot(mech, "alias"); /* a capability, not a probe */
+    p->can_alias = !c.no_alias && dmm_mechanism_has_slot(mech, DMM_SLOT_ALIAS); /* a capability, not a probe */
     dmm_clear_error();
     p->uid = atomic_fetch_add_explicit(&pool_uids, 1, memory_order_relaxed);
     p->owner = calloc(p->nregions, sizeof *p->owner);
