@@ -16,7 +16,6 @@
  *   every allocation made through the provider has a.mechanism == mech.
  * Lock order: provider → mechanism (a replacement consults the mechanism's stats under the lock).
  */
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,7 +131,7 @@ dmm_status dmm_provider_destroy(dmm_provider *p) {
 
 /* Under the lock: why the current mechanism can no longer be replaced, or NULL. */
 static const char *in_use_reason(dmm_provider *p, char *buf, size_t cap) {
-    if (atomic_load_explicit(&p->in_use, memory_order_acquire)) {
+    if (dmm_atomic_load_acquire(&p->in_use)) {
         snprintf(buf, cap, "it has served an allocation through this provider");
         return buf;
     }
@@ -216,7 +215,7 @@ dmm_status dmm_provider_replace_mechanism(dmm_provider *p, dmm_mechanism *m) {
 
 dmm_mechanism *dmm_provider_mechanism(dmm_provider *p) {
     if (p == NULL) return NULL;
-    if (atomic_load_explicit(&p->in_use, memory_order_acquire)) return p->mech;
+    if (dmm_atomic_load_acquire(&p->in_use)) return p->mech;
     dmm_lock_acquire(&p->lock);
     dmm_mechanism *m = p->mech;
     dmm_lock_release(&p->lock);
@@ -230,12 +229,12 @@ dmm_device_id dmm_provider_device(const dmm_provider *p) {
 const char *dmm_provider_name(const dmm_provider *p) { return p != NULL ? p->name : "(null provider)"; }
 
 bool dmm_provider_in_use(dmm_provider *p) {
-    return p != NULL && atomic_load_explicit(&p->in_use, memory_order_acquire);
+    return p != NULL && dmm_atomic_load_acquire(&p->in_use);
 }
 
 /* The mechanism to allocate from; before first use it is pinned by inflight. */
 static dmm_mechanism *begin_allocation(dmm_provider *p, bool *pinned) {
-    if (atomic_load_explicit(&p->in_use, memory_order_acquire)) {
+    if (dmm_atomic_load_acquire(&p->in_use)) {
         *pinned = false;
         return p->mech;
     }
@@ -251,7 +250,7 @@ static void end_allocation(dmm_provider *p, bool pinned, dmm_status s) {
     if (!pinned) return;
     dmm_lock_acquire(&p->lock);
     p->inflight--;
-    if (s == DMM_OK) atomic_store_explicit(&p->in_use, true, memory_order_release);
+    if (s == DMM_OK) dmm_atomic_store_release(&p->in_use, true);
     dmm_lock_release(&p->lock);
 }
 

@@ -1,5 +1,6 @@
 /* src/core/core.h — internal helpers shared by every layer: logging, locks, atomics with the
- * memory order in their names, checked arithmetic, and stats updates. Never installed.
+ * memory order in their names (core/atomics.h, included here), checked arithmetic, and stats
+ * updates. Never installed.
  *
  * Lock order (outermost first): pool → provider → arena → driver-internal. No callback is called
  * and no wait happens under a lock that others need for bookkeeping.
@@ -9,11 +10,11 @@
 
 #include <pthread.h>
 #include <time.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/atomics.h"
 #include "dmm/stats.h"
 #include "dmm/status.h"
 
@@ -75,27 +76,6 @@ static inline void dmm_lock_init(dmm_lock *l) { pthread_mutex_init(&l->m, NULL);
 static inline void dmm_lock_destroy(dmm_lock *l) { pthread_mutex_destroy(&l->m); }
 static inline void dmm_lock_acquire(dmm_lock *l) { pthread_mutex_lock(&l->m); }
 static inline void dmm_lock_release(dmm_lock *l) { pthread_mutex_unlock(&l->m); }
-
-/* ---- atomics: the order is in the name ---- */
-static inline uint64_t dmm_atomic_load_acquire(const _Atomic uint64_t *p) {
-    return atomic_load_explicit(p, memory_order_acquire);
-}
-static inline uint64_t dmm_atomic_load_relaxed(const _Atomic uint64_t *p) {
-    return atomic_load_explicit(p, memory_order_relaxed);
-}
-static inline void dmm_atomic_store_release(_Atomic uint64_t *p, uint64_t v) {
-    atomic_store_explicit(p, v, memory_order_release);
-}
-static inline uint64_t dmm_atomic_add_relaxed(_Atomic uint64_t *p, uint64_t v) {
-    return atomic_fetch_add_explicit(p, v, memory_order_relaxed);
-}
-static inline uint64_t dmm_atomic_add_acq_rel(_Atomic uint64_t *p, uint64_t v) {
-    return atomic_fetch_add_explicit(p, v, memory_order_acq_rel);
-}
-static inline bool dmm_atomic_cas_acq_rel(_Atomic uint64_t *p, uint64_t *expected, uint64_t desired) {
-    return atomic_compare_exchange_strong_explicit(p, expected, desired, memory_order_acq_rel,
-                                                   memory_order_acquire);
-}
 
 /* ---- checked arithmetic ---- */
 /* A monotonic clock in nanoseconds (for time spent in driver calls: a vDSO read, no system call). */

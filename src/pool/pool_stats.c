@@ -32,9 +32,9 @@ static void gather(dmm_pool *p, dmm_pool_stats *s) {
         s->allocations.current += (int64_t)h->live_blocks;
         s->allocations.total += (int64_t)h->mallocs; /* every malloc made one live block */
         if (h->live_peak_blocks > maxblocks) maxblocks = h->live_peak_blocks;
-        sumlive += load_relaxed(&h->live_bytes);
+        sumlive += dmm_atomic_load_relaxed(&h->live_bytes);
         s->allocated_bytes.total += (int64_t)h->live_total;
-        if (load_relaxed(&h->live_peak) > maxlive) maxlive = load_relaxed(&h->live_peak);
+        if (dmm_atomic_load_relaxed(&h->live_peak) > maxlive) maxlive = dmm_atomic_load_relaxed(&h->live_peak);
         sumreq += h->requested_bytes;
         s->requested_bytes.total += (int64_t)h->requested_total;
         if (h->requested_peak > maxreq) maxreq = h->requested_peak;
@@ -45,39 +45,40 @@ static void gather(dmm_pool *p, dmm_pool_stats *s) {
         s->lock_slow_paths += h->lock.slow; /* written under the lock's mutex by a holder: we hold the lock */
         heap_unlock(h);
     }
-    max_relaxed(&p->sampled_live_peak, sumlive);
-    max_relaxed(&p->sampled_requested_peak, sumreq);
-    uint64_t lp = load_relaxed(&p->sampled_live_peak), rp = load_relaxed(&p->sampled_requested_peak);
+    dmm_atomic_max_relaxed(&p->sampled_live_peak, sumlive);
+    dmm_atomic_max_relaxed(&p->sampled_requested_peak, sumreq);
+    uint64_t lp = dmm_atomic_load_relaxed(&p->sampled_live_peak);
+    uint64_t rp = dmm_atomic_load_relaxed(&p->sampled_requested_peak);
     s->allocated_bytes.current = (int64_t)sumlive;
     s->allocated_bytes.peak = (int64_t)(lp > maxlive ? lp : maxlive);
     s->requested_bytes.current = (int64_t)sumreq;
     s->requested_bytes.peak = (int64_t)(rp > maxreq ? rp : maxreq);
     s->allocations.peak = (int64_t)maxblocks;
     if (s->allocations.peak < s->allocations.current) s->allocations.peak = s->allocations.current;
-    s->committed_bytes.current = (int64_t)load_relaxed(&p->committed);
-    s->committed_bytes.peak = (int64_t)load_relaxed(&p->committed_peak);
-    s->committed_bytes.total = (int64_t)load_relaxed(&p->committed_total);
-    s->pending_blocks.current = (int64_t)load_relaxed(&p->pending_now);
-    s->pending_blocks.peak = (int64_t)load_relaxed(&p->pending_peak);
-    s->pending_blocks.total = (int64_t)load_relaxed(&p->pending_total);
+    s->committed_bytes.current = (int64_t)dmm_atomic_load_relaxed(&p->committed);
+    s->committed_bytes.peak = (int64_t)dmm_atomic_load_relaxed(&p->committed_peak);
+    s->committed_bytes.total = (int64_t)dmm_atomic_load_relaxed(&p->committed_total);
+    s->pending_blocks.current = (int64_t)dmm_atomic_load_relaxed(&p->pending_now);
+    s->pending_blocks.peak = (int64_t)dmm_atomic_load_relaxed(&p->pending_peak);
+    s->pending_blocks.total = (int64_t)dmm_atomic_load_relaxed(&p->pending_total);
     dmm_lock_acquire(&p->lock);
     s->heaps.current = s->heaps.peak = s->heaps.total = (int64_t)p->nheaps;
     dmm_lock_release(&p->lock);
-    s->grows = load_relaxed(&p->grows);
-    s->chunks_committed = load_relaxed(&p->chunks_committed);
-    s->chunks_decommitted = load_relaxed(&p->chunks_decommitted);
-    s->chunks_moved = load_relaxed(&p->chunks_moved);
-    s->chunks_aliased = load_relaxed(&p->chunks_aliased);
-    s->trims = load_relaxed(&p->trims);
-    s->events_recorded = load_relaxed(&p->events_recorded);
-    s->events_pending = load_relaxed(&p->events_pending);
-    s->chunks_poisoned = load_relaxed(&p->chunks_poisoned);
-    s->slow_path_ns = load_relaxed(&p->slow_path_ns);
-    s->stock_grows = load_relaxed(&p->stock_grows);
-    s->stock_ns = load_relaxed(&p->stock_ns);
-    s->stock_wait_ns = load_relaxed(&p->stock_wait_ns);
-    s->layout_adopted = load_relaxed(&p->layout.adopted);
-    s->layout_released = load_relaxed(&p->layout.released);
+    s->grows = dmm_atomic_load_relaxed(&p->grows);
+    s->chunks_committed = dmm_atomic_load_relaxed(&p->chunks_committed);
+    s->chunks_decommitted = dmm_atomic_load_relaxed(&p->chunks_decommitted);
+    s->chunks_moved = dmm_atomic_load_relaxed(&p->chunks_moved);
+    s->chunks_aliased = dmm_atomic_load_relaxed(&p->chunks_aliased);
+    s->trims = dmm_atomic_load_relaxed(&p->trims);
+    s->events_recorded = dmm_atomic_load_relaxed(&p->events_recorded);
+    s->events_pending = dmm_atomic_load_relaxed(&p->events_pending);
+    s->chunks_poisoned = dmm_atomic_load_relaxed(&p->chunks_poisoned);
+    s->slow_path_ns = dmm_atomic_load_relaxed(&p->slow_path_ns);
+    s->stock_grows = dmm_atomic_load_relaxed(&p->stock_grows);
+    s->stock_ns = dmm_atomic_load_relaxed(&p->stock_ns);
+    s->stock_wait_ns = dmm_atomic_load_relaxed(&p->stock_wait_ns);
+    s->layout_adopted = dmm_atomic_load_relaxed(&p->layout.adopted);
+    s->layout_released = dmm_atomic_load_relaxed(&p->layout.released);
     dmm_stats ms;
     memset(&ms, 0, sizeof ms);
     ms.size = sizeof ms;
@@ -167,16 +168,16 @@ dmm_status dmm_pool_check(dmm_pool *p) {
         if (bad != NULL)
             return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_check: heap of stream %p: %s", h->stream, bad);
     }
-    if (sum != load_relaxed(&p->committed))
+    if (sum != dmm_atomic_load_relaxed(&p->committed))
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
                              "dmm_pool_check: the heaps hold %llu committed bytes but the pool counts %llu (call the "
                              "check while no other thread uses the pool)",
-                             (unsigned long long)sum, (unsigned long long)load_relaxed(&p->committed));
-    if (twice != load_relaxed(&p->aliased_bytes))
+                             (unsigned long long)sum, (unsigned long long)dmm_atomic_load_relaxed(&p->committed));
+    if (twice != dmm_atomic_load_relaxed(&p->aliased_bytes))
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
                              "dmm_pool_check: the heaps hold %llu bytes of aliased old places but the pool counts %llu "
                              "(call the check while no other thread uses the pool)",
-                             (unsigned long long)twice, (unsigned long long)load_relaxed(&p->aliased_bytes));
+                             (unsigned long long)twice, (unsigned long long)dmm_atomic_load_relaxed(&p->aliased_bytes));
     const char *bad = dmm__pool_layout_invariants(p);
     if (bad != NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_check: the warm layout: %s", bad);
     return DMM_OK;

@@ -99,8 +99,8 @@ static void conserved(env *e, const char *what) {
     if (e->p == NULL) {
         dmm_driver_census c = kit_census(e->fault);
         if (c.reserved_bytes || c.handles || c.mapped_bytes) fail_msg("%s: no provider, but the driver holds memory", what);
-        assert_int_equal(atomic_load(&e->tally.owned), 0);
-        assert_int_equal(atomic_load(&e->tally.mapped), 0);
+        assert_int_equal(dmm_atomic_load_seq_cst(&e->tally.owned), 0);
+        assert_int_equal(dmm_atomic_load_seq_cst(&e->tally.mapped), 0);
         return;
     }
     if (dmm_arena_check(mech(e)) != DMM_OK) fail_msg("%s: dmm_arena_check: %s", what, dmm_last_error());

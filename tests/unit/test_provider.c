@@ -2,10 +2,10 @@
  * VMM, else eager) or replaced once before first use; replacement refused for another device, after an
  * allocation, or while the mechanism holds memory; allocations stay bound to their mechanism. */
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/atomics.h"
 #include "testkit.h"
 
 #define MiB (1024ull * 1024ull)
@@ -284,7 +284,7 @@ typedef struct racer {
 
 static void *race_allocate(void *arg) {
     racer *r = arg;
-    while (atomic_load(r->go) == 0) {
+    while (dmm_atomic_load_seq_cst(r->go) == 0) {
     }
     r->s = dmm_provider_allocate(r->p, 4096, 0, &r->a);
     return NULL;
@@ -306,7 +306,7 @@ static void replacement_races_first_allocations(void **state) {
             r[i] = (racer){p, &go, {0}, DMM_OK};
             assert_int_equal(pthread_create(&t[i], NULL, race_allocate, &r[i]), 0);
         }
-        atomic_store(&go, 1);
+        dmm_atomic_store_seq_cst(&go, 1);
         dmm_status s = dmm_provider_replace_mechanism(p, fresh);
         for (int i = 0; i < RACERS; i++) pthread_join(t[i], NULL);
         dmm_mechanism *expect = s == DMM_OK ? fresh : old;
