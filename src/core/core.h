@@ -116,7 +116,18 @@ static inline void dmm_count_add(dmm_count *c, int64_t v) {
 }
 static inline void dmm_count_sub(dmm_count *c, int64_t v) { c->current -= v; }
 
-/* Copies min(dst->size, sizeof *src) bytes of a stats struct into a caller's (possibly older or
+/* Version-tolerant copy-out of any stats struct whose first field is `uint32_t size` (dmm_stats,
+ * dmm_pool_stats, …), in two steps so that a refused call gathers nothing:
+ *   dmm__stats_out_check: the caller's struct is non-NULL and its size at least min_size (the first
+ *     published version's), else DMM_ERR_INVALID_ARGUMENT / DMM_ERR_SHORT_STRUCT with a sentence
+ *     naming `what` (the call) and `type` (the struct) and this build's size, type_size;
+ *   dmm__stats_out_copy: copies min(dst's size, src_size) bytes of src into dst, zeroes dst beyond
+ *     src_size (a newer caller's fields this build does not know), and keeps dst's size. */
+dmm_status dmm__stats_out_check(const void *dst, size_t min_size, size_t type_size, const char *type,
+                                const char *what);
+void dmm__stats_out_copy(const void *src, size_t src_size, void *dst);
+
+/* Both steps for a dmm_stats: min(dst->size, sizeof *src) bytes into a caller's (possibly older or
  * newer) struct; DMM_ERR_SHORT_STRUCT if dst->size is below the first version's size. */
 dmm_status dmm__stats_copy_out(const dmm_stats *src, dmm_stats *dst);
 

@@ -2,13 +2,15 @@
  * and the dmm_pool_check entry.
  *
  * What it owns: gathering the heaps' counts (under each heap's lock in turn) and the pool's atomic
- * counters into one dmm_pool_stats, its copy-out to a caller's struct of any size, the shared
- * dmm_stats shape, the JSON form, and the check of the pool-wide sums behind dmm_pool_check (the
+ * counters into one dmm_pool_stats, the shared dmm_stats shape, the JSON form's field table, and
+ * the check of the pool-wide sums behind dmm_pool_check (the
  * heaps' own invariants are pool_check.c's).
  *
  * The idea: counts that one heap keeps exactly (its live bytes and peak) are summed; peaks across
  * heaps are sampled (at every growth, trim and stats call) and never reported below any single
  * heap's peak. physical_bytes and the driver_* counters are the mechanism's own stats, read here.
+ * Writing them out is shared with every stats struct: the copy-out to a caller's struct of any size
+ * (dmm__stats_out_check / _copy, src/core/stats.c) and the JSON writer (dmm__json_stats, core/json.h).
  *
  * Invariants checked: Σ heap.committed = p.committed and Σ ALIASED sizes = p.aliased_bytes (exact
  * while no other thread uses the pool). The check merges every heap's parked (QUICK) blocks, after
@@ -99,18 +101,12 @@ static void gather(dmm_pool *p, dmm_pool_stats *s) {
 dmm_status dmm_pool_stats_get(dmm_pool *p, dmm_pool_stats *out) {
     if (p == NULL || out == NULL)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_stats_get: pool and out are required");
-    uint32_t want = out->size;
-    if (want < POOL_STATS_MIN_SIZE)
-        return dmm_error_set(DMM_ERR_SHORT_STRUCT,
-                             "dmm_pool_stats_get: the output struct's size is %u bytes; set .size = "
-                             "sizeof(dmm_pool_stats) (%zu in this build)",
-                             want, sizeof(dmm_pool_stats));
+    dmm_status st = dmm__stats_out_check(out, POOL_STATS_MIN_SIZE, sizeof(dmm_pool_stats), "dmm_pool_stats",
+                                         "dmm_pool_stats_get");
+    if (st != DMM_OK) return st; /* before gathering: a refused call samples no peak */
     dmm_pool_stats s;
     gather(p, &s);
-    size_t n = want < sizeof s ? want : sizeof s;
-    memcpy(out, &s, n);
-    if (want > sizeof s) memset((char *)out + sizeof s, 0, want - sizeof s);
-    out->size = want;
+    dmm__stats_out_copy(&s, sizeof s, out);
     return DMM_OK;
 }
 
