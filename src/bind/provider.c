@@ -15,13 +15,16 @@
  *   replaced ≤ 1; inflight > 0 ⇒ no replacement; owns_mech ⇒ mech was created here and is destroyed here;
  *   every allocation made through the provider has a.mechanism == mech.
  * Lock order: provider → mechanism (a replacement consults the mechanism's stats under the lock).
+ *
+ * Exports: the calls of dmm/provider.h; the name and in-use queries are internal
+ * (bind/provider_internal.h), for the tests.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bind/provider_internal.h"
 #include "core/core.h"
-#include "dmm/provider.h"
 
 struct dmm_provider {
     dmm_lock lock;
@@ -222,13 +225,9 @@ dmm_mechanism *dmm_provider_mechanism(dmm_provider *p) {
     return m;
 }
 
-dmm_device_id dmm_provider_device(const dmm_provider *p) {
-    return p != NULL ? p->device : (dmm_device_id){DMM_TIER_DEVICE, -1};
-}
+const char *dmm__provider_name(const dmm_provider *p) { return p != NULL ? p->name : "(null provider)"; }
 
-const char *dmm_provider_name(const dmm_provider *p) { return p != NULL ? p->name : "(null provider)"; }
-
-bool dmm_provider_in_use(dmm_provider *p) {
+bool dmm__provider_in_use(dmm_provider *p) {
     return p != NULL && dmm_atomic_load_acquire(&p->in_use);
 }
 

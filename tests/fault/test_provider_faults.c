@@ -19,6 +19,7 @@
  * poisoned VA, and everything tears down to a zero census and a zero tally. The loop stops when the
  * operation makes fewer than n driver calls. */
 #include "arena_kit.h"
+#include "bind/provider_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,7 +122,7 @@ static snapshot snap(env *e) {
     x.c = kit_census(e->fault);
     if (e->p == NULL) return x;
     x.s = kit_stats(mech(e));
-    x.in_use = dmm_provider_in_use(e->p);
+    x.in_use = dmm__provider_in_use(e->p);
     for (int i = 0; i < MAX_LIVE; i++)
         if (e->is_live[i]) DMM_OK_OR_FAIL(dmm_mechanism_committed_bytes(mech(e), &e->live[i], &x.committed[i]));
     return x;
@@ -330,7 +331,7 @@ static void honest(env *e, const sweep_case *k, const result *r, const snapshot 
     if (r->status == DMM_OK) {
         if (k->run == op_allocate || k->run == op_allocate_committed) {
             assert_int_equal(a.s.allocations.current, b->s.allocations.current + 1);
-            assert_true(dmm_provider_in_use(e->p));
+            assert_true(dmm__provider_in_use(e->p));
         }
         return;
     }
