@@ -25,6 +25,13 @@
 
 #define POOL_STATS_MIN_SIZE (offsetof(dmm_pool_stats, allocations) + sizeof(dmm_count))
 
+/* The counters of dmm_pool_stats that the pool keeps pool-wide, as relaxed atomics of dmm_pool under
+ * the same names (the others are the heaps' sums or the mechanism's). */
+#define POOL_ATOMIC_COUNTERS(X)                                                                         \
+    X(grows) X(chunks_committed) X(chunks_decommitted) X(chunks_moved) X(chunks_aliased) X(trims)           \
+    X(events_recorded) X(events_pending) X(chunks_poisoned) X(slow_path_ns) X(stock_grows) X(stock_ns)      \
+    X(stock_wait_ns)
+
 static void gather(dmm_pool *p, dmm_pool_stats *s) {
     memset(s, 0, sizeof *s);
     s->size = sizeof *s;
@@ -66,19 +73,9 @@ static void gather(dmm_pool *p, dmm_pool_stats *s) {
     dmm_lock_acquire(&p->lock);
     s->heaps.current = s->heaps.peak = s->heaps.total = (int64_t)p->nheaps;
     dmm_lock_release(&p->lock);
-    s->grows = dmm_atomic_load_relaxed(&p->grows);
-    s->chunks_committed = dmm_atomic_load_relaxed(&p->chunks_committed);
-    s->chunks_decommitted = dmm_atomic_load_relaxed(&p->chunks_decommitted);
-    s->chunks_moved = dmm_atomic_load_relaxed(&p->chunks_moved);
-    s->chunks_aliased = dmm_atomic_load_relaxed(&p->chunks_aliased);
-    s->trims = dmm_atomic_load_relaxed(&p->trims);
-    s->events_recorded = dmm_atomic_load_relaxed(&p->events_recorded);
-    s->events_pending = dmm_atomic_load_relaxed(&p->events_pending);
-    s->chunks_poisoned = dmm_atomic_load_relaxed(&p->chunks_poisoned);
-    s->slow_path_ns = dmm_atomic_load_relaxed(&p->slow_path_ns);
-    s->stock_grows = dmm_atomic_load_relaxed(&p->stock_grows);
-    s->stock_ns = dmm_atomic_load_relaxed(&p->stock_ns);
-    s->stock_wait_ns = dmm_atomic_load_relaxed(&p->stock_wait_ns);
+#define POOL_COUNTER_READ(name) s->name = dmm_atomic_load_relaxed(&p->name);
+    POOL_ATOMIC_COUNTERS(POOL_COUNTER_READ)
+#undef POOL_COUNTER_READ
     s->layout_adopted = dmm_atomic_load_relaxed(&p->layout.adopted);
     s->layout_released = dmm_atomic_load_relaxed(&p->layout.released);
     dmm_stats ms;
