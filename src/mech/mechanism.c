@@ -317,12 +317,13 @@ static const struct {
     [DMM_SLOT_IMPORT] = {offsetof(dmm_virtual_backing_ops, import), "import"},
 };
 #define OPTIONAL_SLOT_COUNT (sizeof optional_slots / sizeof optional_slots[0])
+_Static_assert(OPTIONAL_SLOT_COUNT == DMM_SLOT_IMPORT + 1, "a row of optional_slots for every dmm_optional_slot");
 
 /* Whether m's virtual-backing table fills the optional slot: false where the table is absent,
  * shorter than the slot (an older table) or leaves it NULL, and for a number outside the enum. */
 static bool has_optional_slot(const dmm_mechanism *m, dmm_optional_slot slot) {
     const dmm_virtual_backing_ops *vb = m != NULL ? m->ops->virtual_backing : NULL;
-    if (vb == NULL || (size_t)slot >= OPTIONAL_SLOT_COUNT) return false;
+    if (vb == NULL || (size_t)slot >= OPTIONAL_SLOT_COUNT || optional_slots[slot].name == NULL) return false;
     size_t offset = optional_slots[slot].offset;
     if (vb->size < offset + sizeof(void (*)(void))) return false;
     const void *filled;
