@@ -32,12 +32,12 @@
  * there is no CUDA driver or GPU.
  */
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "core/atomics.h"
 #include "dmm/dmm.h"
 #include "libcuda.h"
 #include "results.h"
@@ -145,7 +145,7 @@ typedef struct grower {
 static void *grow_thread(void *arg) {
     grower *g = arg;
     CU(cu.ctx_set(g->ctx));
-    while (atomic_load(&g->go) == 0) {
+    while (dmm_atomic_load_seq_cst(&g->go) == 0) {
     }
     double t0 = now_ms();
     grow(g->c);
@@ -176,7 +176,7 @@ static void growth_on_another_thread(int rounds, dmm_cu_stream st, dmm_cu_device
                 fprintf(stderr, "bench_growth_load: pthread_create failed\n");
                 exit(1);
             }
-            atomic_store(&g.go, 1);
+            dmm_atomic_store_seq_cst(&g.go, 1);
             with[k][r] = enqueue_small(st, src, dst);
             pthread_join(th, NULL);
             grown[k][r] = g.ms;

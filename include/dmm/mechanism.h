@@ -185,9 +185,20 @@ DMM_API dmm_status dmm_mechanism_alias(dmm_mechanism *m, const dmm_allocation *a
 DMM_API dmm_status dmm_mechanism_is_quarantined(dmm_mechanism *m, const void *ptr, size_t bytes, bool *out);
 DMM_API dmm_status dmm_mechanism_drain_cache(dmm_mechanism *m);
 DMM_API dmm_status dmm_mechanism_reservation(dmm_mechanism *m, uintptr_t *va, uint64_t *bytes);
-/* Whether m has the optional virtual-backing slot `slot` ("alias", "is_quarantined", "drain_cache",
- * "reservation", "export_range", "import"); false for an unknown name or a mechanism without virtual backing. */
-DMM_API bool dmm_mechanism_has_slot(const dmm_mechanism *m, const char *slot);
+/* The optional slots of dmm_virtual_backing_ops, by name: what a layer above asks for with
+ * dmm_mechanism_has_slot (a capability, never a test for a particular mechanism). Frozen numbers. */
+typedef enum dmm_optional_slot {
+    DMM_SLOT_ALIAS = 0,          /* dmm_virtual_backing_ops.alias → dmm_mechanism_alias */
+    DMM_SLOT_IS_QUARANTINED = 1, /* .is_quarantined → dmm_mechanism_is_quarantined */
+    DMM_SLOT_DRAIN_CACHE = 2,    /* .drain_cache → dmm_mechanism_drain_cache */
+    DMM_SLOT_RESERVATION = 3,    /* .reservation → dmm_mechanism_reservation */
+    DMM_SLOT_EXPORT_RANGE = 4,   /* .export_range → dmm_export_range (dmm/share.h) */
+    DMM_SLOT_IMPORT = 5,         /* .import → dmm_import (dmm/share.h) */
+} dmm_optional_slot;
+
+/* Whether m has the optional virtual-backing slot `slot`; false for a value outside dmm_optional_slot,
+ * a NULL mechanism or a mechanism without virtual backing. */
+DMM_API bool dmm_mechanism_has_slot(const dmm_mechanism *m, dmm_optional_slot slot);
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Accounting: how a mechanism charges a budget (dmm_governor_accounting makes one for a lease). Two axes:

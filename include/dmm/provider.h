@@ -57,12 +57,10 @@ DMM_API dmm_status dmm_provider_destroy(dmm_provider *p);
 DMM_API dmm_status dmm_provider_replace_mechanism(dmm_provider *p, dmm_mechanism *m);
 
 /* The current mechanism (valid until the provider is destroyed or the mechanism replaced); use it for
- * capability calls (commit, decommit, stats). NULL for p == NULL. */
+ * capability calls (commit, decommit, stats) and for the provider's device
+ * (dmm_mechanism_device(dmm_provider_mechanism(p)): a provider's mechanism is always of its device).
+ * NULL for p == NULL. */
 DMM_API dmm_mechanism *dmm_provider_mechanism(dmm_provider *p);
-DMM_API dmm_device_id dmm_provider_device(const dmm_provider *p);
-DMM_API const char *dmm_provider_name(const dmm_provider *p);
-/* Whether the mechanism is now fixed (it has served an allocation through this provider). */
-DMM_API bool dmm_provider_in_use(dmm_provider *p);
 
 DMM_API dmm_status dmm_provider_allocate(dmm_provider *p, size_t bytes, size_t align, dmm_allocation *out);
 /* Virtual backing through the provider's mechanism (DMM_ERR_UNSUPPORTED where it has none). */

@@ -15,14 +15,16 @@
  *   replaced ≤ 1; inflight > 0 ⇒ no replacement; owns_mech ⇒ mech was created here and is destroyed here;
  *   every allocation made through the provider has a.mechanism == mech.
  * Lock order: provider → mechanism (a replacement consults the mechanism's stats under the lock).
+ *
+ * Exports: the calls of dmm/provider.h; the name and in-use queries are internal
+ * (bind/provider_internal.h), for the tests.
  */
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bind/provider_internal.h"
 #include "core/core.h"
-#include "dmm/provider.h"
 
 struct dmm_provider {
     dmm_lock lock;
@@ -132,7 +134,7 @@ dmm_status dmm_provider_destroy(dmm_provider *p) {
 
 /* Under the lock: why the current mechanism can no longer be replaced, or NULL. */
 static const char *in_use_reason(dmm_provider *p, char *buf, size_t cap) {
-    if (atomic_load_explicit(&p->in_use, memory_order_acquire)) {
+    if (dmm_atomic_load_acquire(&p->in_use)) {
         snprintf(buf, cap, "it has served an allocation through this provider");
         return buf;
     }
@@ -216,26 +218,22 @@ dmm_status dmm_provider_replace_mechanism(dmm_provider *p, dmm_mechanism *m) {
 
 dmm_mechanism *dmm_provider_mechanism(dmm_provider *p) {
     if (p == NULL) return NULL;
-    if (atomic_load_explicit(&p->in_use, memory_order_acquire)) return p->mech;
+    if (dmm_atomic_load_acquire(&p->in_use)) return p->mech;
     dmm_lock_acquire(&p->lock);
     dmm_mechanism *m = p->mech;
     dmm_lock_release(&p->lock);
     return m;
 }
 
-dmm_device_id dmm_provider_device(const dmm_provider *p) {
-    return p != NULL ? p->device : (dmm_device_id){DMM_TIER_DEVICE, -1};
-}
+const char *dmm__provider_name(const dmm_provider *p) { return p != NULL ? p->name : "(null provider)"; }
 
-const char *dmm_provider_name(const dmm_provider *p) { return p != NULL ? p->name : "(null provider)"; }
-
-bool dmm_provider_in_use(dmm_provider *p) {
-    return p != NULL && atomic_load_explicit(&p->in_use, memory_order_acquire);
+bool dmm__provider_in_use(dmm_provider *p) {
+    return p != NULL && dmm_atomic_load_acquire(&p->in_use);
 }
 
 /* The mechanism to allocate from; before first use it is pinned by inflight. */
 static dmm_mechanism *begin_allocation(dmm_provider *p, bool *pinned) {
-    if (atomic_load_explicit(&p->in_use, memory_order_acquire)) {
+    if (dmm_atomic_load_acquire(&p->in_use)) {
         *pinned = false;
         return p->mech;
     }
@@ -251,7 +249,7 @@ static void end_allocation(dmm_provider *p, bool pinned, dmm_status s) {
     if (!pinned) return;
     dmm_lock_acquire(&p->lock);
     p->inflight--;
-    if (s == DMM_OK) atomic_store_explicit(&p->in_use, true, memory_order_release);
+    if (s == DMM_OK) dmm_atomic_store_release(&p->in_use, true);
     dmm_lock_release(&p->lock);
 }
 

@@ -37,7 +37,7 @@ enum {
 enum { MODE_PLAIN = 0, MODE_REVOKED = 1 };
 
 void dmm_biased_lock_init(dmm_biased_lock *l) {
-    atomic_store_explicit(&l->bias, 0, memory_order_relaxed);
+    dmm_atomic_store_relaxed(&l->bias, 0);
     l->run = 0;
     l->revokes = 0;
     l->last = NULL;
@@ -79,7 +79,7 @@ static dmm_bias_thread *g_free;    /* records of exited threads (under g_free_mu
 static void record_put(void *rec) {
     dmm_bias_thread *r = rec;
     dmm__bias_self = NULL; /* a later destructor that takes a lock gets a record again */
-    atomic_fetch_add_explicit(&r->epoch, 1, memory_order_relaxed); /* its locks' owner is gone */
+    dmm_atomic_add_relaxed(&r->epoch, 1); /* its locks' owner is gone */
     pthread_mutex_lock(&g_free_mu);
     r->next_free = g_free;
     g_free = r;
@@ -95,27 +95,27 @@ static void setup(void) {
     if (syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0) != 0) return;
     g_global = (mask & MEMBARRIER_CMD_GLOBAL) != 0;
     if (pthread_key_create(&g_key, record_put) != 0) return; /* records could not be given back */
-    atomic_store_explicit(&g_key_made, true, memory_order_release);
+    dmm_atomic_store_release(&g_key_made, true);
     g_membarrier = true;
 }
 
 /* At unload (dlclose of the library): no exiting thread may call record_put once its code is gone.
  * The records of threads still alive are then never given back (they leak, as the library goes). */
 __attribute__((destructor)) static void unload(void) {
-    if (atomic_load_explicit(&g_key_made, memory_order_acquire)) pthread_key_delete(g_key);
+    if (dmm_atomic_load_acquire(&g_key_made)) pthread_key_delete(g_key);
 }
 
 static bool available(void) {
     pthread_once(&g_once, setup);
-    return g_membarrier && !atomic_load_explicit(&g_forced_off, memory_order_relaxed);
+    return g_membarrier && !dmm_atomic_load_relaxed(&g_forced_off);
 }
 
 bool dmm__biased_lock_available(void) { return available(); }
 
-void dmm__biased_lock_force_mutex(bool on) { atomic_store_explicit(&g_forced_off, on, memory_order_relaxed); }
+void dmm__biased_lock_force_mutex(bool on) { dmm_atomic_store_relaxed(&g_forced_off, on); }
 
 bool dmm__biased_lock_biased_to_me(dmm_biased_lock *l) {
-    uintptr_t b = atomic_load_explicit(&l->bias, memory_order_acquire);
+    uintptr_t b = dmm_atomic_load_acquire(&l->bias);
     return dmm__bias_self != NULL && b == (uintptr_t)dmm__bias_self;
 }
 
@@ -131,10 +131,10 @@ static dmm_bias_thread *record_get(void) {
     if (r == NULL) {
         r = aligned_alloc(DMM_SHARING_BYTES, DMM_SHARING_BYTES); /* only its thread writes it: nothing shares its lines */
         if (r == NULL) return NULL;
-        atomic_store_explicit(&r->epoch, 0, memory_order_relaxed);
+        dmm_atomic_store_relaxed(&r->epoch, 0);
     }
-    atomic_store_explicit(&r->inside[0], NULL, memory_order_relaxed);
-    atomic_store_explicit(&r->inside[1], NULL, memory_order_relaxed);
+    dmm_atomic_store_relaxed(&r->inside[0], NULL);
+    dmm_atomic_store_relaxed(&r->inside[1], NULL);
     r->next_free = NULL;
     if (pthread_setspecific(g_key, r) != 0) { /* could not be given back at exit: keep it unused */
         record_put(r);
@@ -145,8 +145,8 @@ static dmm_bias_thread *record_get(void) {
 }
 
 static bool holds(const dmm_bias_thread *o, const dmm_biased_lock *l) {
-    return atomic_load_explicit((struct dmm_biased_lock *_Atomic *)&o->inside[0], memory_order_acquire) == l ||
-           atomic_load_explicit((struct dmm_biased_lock *_Atomic *)&o->inside[1], memory_order_acquire) == l;
+    return dmm_atomic_load_acquire((struct dmm_biased_lock *_Atomic *)&o->inside[0]) == l ||
+           dmm_atomic_load_acquire((struct dmm_biased_lock *_Atomic *)&o->inside[1]) == l;
 }
 
 /* A full barrier on every running thread of the process, and in this one. After the registration the
@@ -164,12 +164,12 @@ static void barrier_everywhere(void) {
 /* Under m: revokes the owner's bias (its fast path backs off from now on); true once the owner is
  * out. `may_wait` false: gives up (and restores the bias) instead of waiting for an owner inside. */
 static bool revoke_owner(dmm_biased_lock *l, uintptr_t b, bool may_wait) {
-    atomic_store_explicit(&l->bias, b | 1, memory_order_relaxed);
+    dmm_atomic_store_relaxed(&l->bias, b | 1);
     barrier_everywhere(); /* the owner's store of its slot is visible to the loads below from here on */
     const dmm_bias_thread *o = (const dmm_bias_thread *)b;
     for (unsigned spins = 0; holds(o, l); spins++) {
         if (!may_wait) {
-            atomic_store_explicit(&l->bias, b, memory_order_release);
+            dmm_atomic_store_release(&l->bias, b);
             return false;
         }
         if (spins >= 64) sched_yield(); /* the owner's critical section is short, unless it was preempted */
@@ -198,7 +198,7 @@ static void taken(dmm_biased_lock *l, const dmm_bias_thread *me, uintptr_t b, ui
 void dmm__biased_lock_acquire_slow(dmm_biased_lock *l) {
     dmm_bias_thread *me = record_get();
     pthread_mutex_lock(&l->m);
-    uintptr_t b = atomic_load_explicit(&l->bias, memory_order_relaxed); /* only m's holder changes it */
+    uintptr_t b = dmm_atomic_load_relaxed(&l->bias); /* only m's holder changes it */
     bool other = b != 0 && b != (uintptr_t)me;
     if (other) (void)revoke_owner(l, b, true);
     taken(l, me, b, other ? MODE_REVOKED : MODE_PLAIN);
@@ -207,7 +207,7 @@ void dmm__biased_lock_acquire_slow(dmm_biased_lock *l) {
 bool dmm__biased_lock_try_slow(dmm_biased_lock *l) {
     dmm_bias_thread *me = record_get();
     if (pthread_mutex_trylock(&l->m) != 0) return false;
-    uintptr_t b = atomic_load_explicit(&l->bias, memory_order_relaxed);
+    uintptr_t b = dmm_atomic_load_relaxed(&l->bias);
     bool other = b != 0 && b != (uintptr_t)me;
     if (other && !revoke_owner(l, b, false)) {
         pthread_mutex_unlock(&l->m);
@@ -223,8 +223,7 @@ void dmm__biased_lock_release_slow(dmm_biased_lock *l) {
     bool mine = me != NULL && me == l->last;
     if (l->mode == MODE_REVOKED) {
         /* the owner's thread exited (the epoch of the record the lock is biased to moved on) */
-        bool gone = atomic_load_explicit(&((const dmm_bias_thread *)(b & ~(uintptr_t)1))->epoch,
-                                         memory_order_relaxed) != l->bias_epoch;
+        bool gone = dmm_atomic_load_relaxed(&((const dmm_bias_thread *)(b & ~(uintptr_t)1))->epoch) != l->bias_epoch;
         if (mine && (gone || l->run >= REBIAS_AFTER) && available()) nb = (uintptr_t)me; /* owner idle or gone: move */
         else if (l->revokes >= UNBIAS_AFTER) { /* shared: the mutex alone */
             nb = 0;
@@ -236,9 +235,9 @@ void dmm__biased_lock_release_slow(dmm_biased_lock *l) {
     if (nb != b) {
         l->revokes = 0;
         l->run = 0;
-        if (nb != 0) l->bias_epoch = atomic_load_explicit(&me->epoch, memory_order_relaxed);
+        if (nb != 0) l->bias_epoch = dmm_atomic_load_relaxed(&me->epoch);
     }
-    if (l->mode == MODE_REVOKED || nb != b) atomic_store_explicit(&l->bias, nb, memory_order_release);
+    if (l->mode == MODE_REVOKED || nb != b) dmm_atomic_store_release(&l->bias, nb);
     pthread_mutex_unlock(&l->m);
 }
 

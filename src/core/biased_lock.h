@@ -51,9 +51,10 @@
 #define DMM_BIASED_LOCK_H
 
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+
+#include "core/atomics.h"
 
 #if defined(__SANITIZE_THREAD__) || !defined(__linux__)
 #define DMM_BIASED_LOCK_MUTEX_ONLY 1
@@ -107,17 +108,17 @@ static inline dmm_biased_slot *dmm_biased_lock_try_owner(dmm_biased_lock *l) {
     return NULL;
 #else
     dmm_bias_thread *me = dmm__bias_self;
-    uintptr_t b = atomic_load_explicit(&l->bias, memory_order_relaxed);
+    uintptr_t b = dmm_atomic_load_relaxed(&l->bias);
     if (__builtin_expect(me == NULL || b != (uintptr_t)me, 0)) return NULL;
     dmm_biased_slot *slot = &me->inside[0];
-    if (atomic_load_explicit(slot, memory_order_relaxed) != NULL) {
+    if (dmm_atomic_load_relaxed(slot) != NULL) {
         slot = &me->inside[1];
-        if (atomic_load_explicit(slot, memory_order_relaxed) != NULL) return NULL;
+        if (dmm_atomic_load_relaxed(slot) != NULL) return NULL;
     }
-    atomic_store_explicit(slot, l, memory_order_relaxed);
-    atomic_signal_fence(memory_order_seq_cst); /* the store stays before the load; membarrier does the rest */
-    if (__builtin_expect(atomic_load_explicit(&l->bias, memory_order_acquire) != b, 0)) {
-        atomic_store_explicit(slot, NULL, memory_order_relaxed); /* revoked: the mutex path */
+    dmm_atomic_store_relaxed(slot, l);
+    dmm_atomic_signal_fence_seq_cst(); /* the store stays before the load; membarrier does the rest */
+    if (__builtin_expect(dmm_atomic_load_acquire(&l->bias) != b, 0)) {
+        dmm_atomic_store_relaxed(slot, NULL); /* revoked: the mutex path */
         return NULL;
     }
     l->run = 0; /* the owner took it: another thread's run of revocations starts over */
@@ -127,7 +128,7 @@ static inline dmm_biased_slot *dmm_biased_lock_try_owner(dmm_biased_lock *l) {
 
 /* Releases a lock taken through dmm_biased_lock_try_owner's slot. */
 static inline void dmm_biased_lock_release_slot(dmm_biased_slot *slot) {
-    atomic_store_explicit(slot, NULL, memory_order_release);
+    dmm_atomic_store_release(slot, NULL);
 }
 
 /* The owner's way in: true when this thread now holds l. */
@@ -157,12 +158,12 @@ static inline void dmm_biased_lock_release(dmm_biased_lock *l) {
 #else
     dmm_bias_thread *me = dmm__bias_self;
     if (__builtin_expect(me != NULL, 1)) {
-        if (atomic_load_explicit(&me->inside[0], memory_order_relaxed) == l) {
-            atomic_store_explicit(&me->inside[0], NULL, memory_order_release);
+        if (dmm_atomic_load_relaxed(&me->inside[0]) == l) {
+            dmm_atomic_store_release(&me->inside[0], NULL);
             return;
         }
-        if (atomic_load_explicit(&me->inside[1], memory_order_relaxed) == l) {
-            atomic_store_explicit(&me->inside[1], NULL, memory_order_release);
+        if (dmm_atomic_load_relaxed(&me->inside[1]) == l) {
+            dmm_atomic_store_release(&me->inside[1], NULL);
             return;
         }
     }

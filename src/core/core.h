@@ -1,5 +1,6 @@
 /* src/core/core.h — internal helpers shared by every layer: logging, locks, atomics with the
- * memory order in their names, checked arithmetic, and stats updates. Never installed.
+ * memory order in their names (core/atomics.h, included here), checked arithmetic, and stats
+ * updates. Never installed.
  *
  * Lock order (outermost first): pool → provider → arena → driver-internal. No callback is called
  * and no wait happens under a lock that others need for bookkeeping.
@@ -9,11 +10,11 @@
 
 #include <pthread.h>
 #include <time.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/atomics.h"
 #include "dmm/stats.h"
 #include "dmm/status.h"
 
@@ -76,27 +77,6 @@ static inline void dmm_lock_destroy(dmm_lock *l) { pthread_mutex_destroy(&l->m);
 static inline void dmm_lock_acquire(dmm_lock *l) { pthread_mutex_lock(&l->m); }
 static inline void dmm_lock_release(dmm_lock *l) { pthread_mutex_unlock(&l->m); }
 
-/* ---- atomics: the order is in the name ---- */
-static inline uint64_t dmm_atomic_load_acquire(const _Atomic uint64_t *p) {
-    return atomic_load_explicit(p, memory_order_acquire);
-}
-static inline uint64_t dmm_atomic_load_relaxed(const _Atomic uint64_t *p) {
-    return atomic_load_explicit(p, memory_order_relaxed);
-}
-static inline void dmm_atomic_store_release(_Atomic uint64_t *p, uint64_t v) {
-    atomic_store_explicit(p, v, memory_order_release);
-}
-static inline uint64_t dmm_atomic_add_relaxed(_Atomic uint64_t *p, uint64_t v) {
-    return atomic_fetch_add_explicit(p, v, memory_order_relaxed);
-}
-static inline uint64_t dmm_atomic_add_acq_rel(_Atomic uint64_t *p, uint64_t v) {
-    return atomic_fetch_add_explicit(p, v, memory_order_acq_rel);
-}
-static inline bool dmm_atomic_cas_acq_rel(_Atomic uint64_t *p, uint64_t *expected, uint64_t desired) {
-    return atomic_compare_exchange_strong_explicit(p, expected, desired, memory_order_acq_rel,
-                                                   memory_order_acquire);
-}
-
 /* ---- checked arithmetic ---- */
 /* A monotonic clock in nanoseconds (for time spent in driver calls: a vDSO read, no system call). */
 static inline uint64_t dmm_now_ns(void) {
@@ -136,7 +116,18 @@ static inline void dmm_count_add(dmm_count *c, int64_t v) {
 }
 static inline void dmm_count_sub(dmm_count *c, int64_t v) { c->current -= v; }
 
-/* Copies min(dst->size, sizeof *src) bytes of a stats struct into a caller's (possibly older or
+/* Version-tolerant copy-out of any stats struct whose first field is `uint32_t size` (dmm_stats,
+ * dmm_pool_stats, …), in two steps so that a refused call gathers nothing:
+ *   dmm__stats_out_check: the caller's struct is non-NULL and its size at least min_size (the first
+ *     published version's), else DMM_ERR_INVALID_ARGUMENT / DMM_ERR_SHORT_STRUCT with a sentence
+ *     naming `what` (the call) and `type` (the struct) and this build's size, type_size;
+ *   dmm__stats_out_copy: copies min(dst's size, src_size) bytes of src into dst, zeroes dst beyond
+ *     src_size (a newer caller's fields this build does not know), and keeps dst's size. */
+dmm_status dmm__stats_out_check(const void *dst, size_t min_size, size_t type_size, const char *type,
+                                const char *what);
+void dmm__stats_out_copy(const void *src, size_t src_size, void *dst);
+
+/* Both steps for a dmm_stats: min(dst->size, sizeof *src) bytes into a caller's (possibly older or
  * newer) struct; DMM_ERR_SHORT_STRUCT if dst->size is below the first version's size. */
 dmm_status dmm__stats_copy_out(const dmm_stats *src, dmm_stats *dst);
 

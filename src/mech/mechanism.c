@@ -9,7 +9,9 @@
  * allocation, "does this allocation belong to me", "do I have this capability") and leaves the
  * allocation's identity (ptr, bytes, align, id against the live record) to the implementation.
  * After an implementation's allocate succeeds, the wrapper stamps out->mechanism and out->device,
- * so an implementation never needs to know its wrapper (src/mech/mech_internal.h).
+ * so an implementation never needs to know its wrapper (src/mech/mech_internal.h). The optional
+ * virtual-backing slots are asked for by number (dmm_optional_slot): one table maps each number to
+ * its place in the ops table and its name, so a lookup is an index, never a string compare.
  *
  * Invariants: caps has DMM_CAP_VIRTUAL_BACKING ⇔ ops->virtual_backing != NULL (with all its slots),
  * DMM_CAP_SHARED_MAPPING ⇔ ops->shared_mapping != NULL (with all its slots);
@@ -301,37 +303,45 @@ dmm_status dmm_mechanism_mapped_bytes_for_ranges(dmm_mechanism *m, const dmm_all
 
 /* ---- the optional virtual-backing slots ---- */
 
-/* The slot at `offset` of m's virtual-backing table, or NULL where the table is absent, shorter
- * than the slot (an older table) or leaves it NULL. */
-static const void *vb_slot(const dmm_mechanism *m, size_t offset) {
-    const dmm_virtual_backing_ops *vb = m != NULL ? m->ops->virtual_backing : NULL;
-    if (vb == NULL || vb->size < offset + sizeof(void (*)(void))) return NULL;
-    const void *slot;
-    memcpy(&slot, (const char *)vb + offset, sizeof slot);
-    return slot;
-}
-#define VB_OPTIONAL(m, field) (vb_slot((m), offsetof(dmm_virtual_backing_ops, field)) != NULL)
+/* Each optional slot's place in dmm_virtual_backing_ops and its name (for sentences), by its
+ * dmm_optional_slot number: one table, so a slot added to the enum is added here once. */
+static const struct {
+    size_t offset;
+    const char *name;
+} optional_slots[] = {
+    [DMM_SLOT_ALIAS] = {offsetof(dmm_virtual_backing_ops, alias), "alias"},
+    [DMM_SLOT_IS_QUARANTINED] = {offsetof(dmm_virtual_backing_ops, is_quarantined), "is_quarantined"},
+    [DMM_SLOT_DRAIN_CACHE] = {offsetof(dmm_virtual_backing_ops, drain_cache), "drain_cache"},
+    [DMM_SLOT_RESERVATION] = {offsetof(dmm_virtual_backing_ops, reservation), "reservation"},
+    [DMM_SLOT_EXPORT_RANGE] = {offsetof(dmm_virtual_backing_ops, export_range), "export_range"},
+    [DMM_SLOT_IMPORT] = {offsetof(dmm_virtual_backing_ops, import), "import"},
+};
+#define OPTIONAL_SLOT_COUNT (sizeof optional_slots / sizeof optional_slots[0])
+_Static_assert(OPTIONAL_SLOT_COUNT == DMM_SLOT_IMPORT + 1, "a row of optional_slots for every dmm_optional_slot");
 
-static dmm_status optional_absent(const dmm_mechanism *m, const char *slot, const char *op) {
+/* Whether m's virtual-backing table fills the optional slot: false where the table is absent,
+ * shorter than the slot (an older table) or leaves it NULL, and for a number outside the enum. */
+static bool has_optional_slot(const dmm_mechanism *m, dmm_optional_slot slot) {
+    const dmm_virtual_backing_ops *vb = m != NULL ? m->ops->virtual_backing : NULL;
+    if (vb == NULL || (size_t)slot >= OPTIONAL_SLOT_COUNT || optional_slots[slot].name == NULL) return false;
+    size_t offset = optional_slots[slot].offset;
+    if (vb->size < offset + sizeof(void (*)(void))) return false;
+    const void *filled;
+    memcpy(&filled, (const char *)vb + offset, sizeof filled);
+    return filled != NULL;
+}
+
+static dmm_status optional_absent(const dmm_mechanism *m, dmm_optional_slot slot, const char *op) {
     if (m == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: the mechanism is NULL", op);
     return dmm_error_set(DMM_ERR_UNSUPPORTED, "%s: mechanism '%s' has no virtual-backing slot '%s'", op,
-                         dmm_mechanism_name(m), slot);
+                         dmm_mechanism_name(m), optional_slots[slot].name);
 }
 
-bool dmm_mechanism_has_slot(const dmm_mechanism *m, const char *slot) {
-    if (slot == NULL) return false;
-    if (strcmp(slot, "alias") == 0) return VB_OPTIONAL(m, alias);
-    if (strcmp(slot, "is_quarantined") == 0) return VB_OPTIONAL(m, is_quarantined);
-    if (strcmp(slot, "drain_cache") == 0) return VB_OPTIONAL(m, drain_cache);
-    if (strcmp(slot, "reservation") == 0) return VB_OPTIONAL(m, reservation);
-    if (strcmp(slot, "export_range") == 0) return VB_OPTIONAL(m, export_range);
-    if (strcmp(slot, "import") == 0) return VB_OPTIONAL(m, import);
-    return false;
-}
+bool dmm_mechanism_has_slot(const dmm_mechanism *m, dmm_optional_slot slot) { return has_optional_slot(m, slot); }
 
 dmm_status dmm_mechanism_alias(dmm_mechanism *m, const dmm_allocation *a, dmm_range dst, dmm_range src) {
     static const char op[] = "dmm_mechanism_alias";
-    if (!VB_OPTIONAL(m, alias)) return optional_absent(m, "alias", op);
+    if (!has_optional_slot(m, DMM_SLOT_ALIAS)) return optional_absent(m, DMM_SLOT_ALIAS, op);
     dmm_status s = check_allocation(m, a, op);
     if (s != DMM_OK) return s;
     return m->ops->virtual_backing->alias(m->impl, a, dst, src);
@@ -339,18 +349,20 @@ dmm_status dmm_mechanism_alias(dmm_mechanism *m, const dmm_allocation *a, dmm_ra
 
 dmm_status dmm_mechanism_is_quarantined(dmm_mechanism *m, const void *ptr, size_t bytes, bool *out) {
     static const char op[] = "dmm_mechanism_is_quarantined";
-    if (!VB_OPTIONAL(m, is_quarantined)) return optional_absent(m, "is_quarantined", op);
+    if (!has_optional_slot(m, DMM_SLOT_IS_QUARANTINED)) return optional_absent(m, DMM_SLOT_IS_QUARANTINED, op);
     if (out == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
     return m->ops->virtual_backing->is_quarantined(m->impl, ptr, bytes, out);
 }
 
 dmm_status dmm_mechanism_drain_cache(dmm_mechanism *m) {
-    if (!VB_OPTIONAL(m, drain_cache)) return optional_absent(m, "drain_cache", "dmm_mechanism_drain_cache");
+    if (!has_optional_slot(m, DMM_SLOT_DRAIN_CACHE))
+        return optional_absent(m, DMM_SLOT_DRAIN_CACHE, "dmm_mechanism_drain_cache");
     return m->ops->virtual_backing->drain_cache(m->impl);
 }
 
 dmm_status dmm_mechanism_reservation(dmm_mechanism *m, uintptr_t *va, uint64_t *bytes) {
-    if (!VB_OPTIONAL(m, reservation)) return optional_absent(m, "reservation", "dmm_mechanism_reservation");
+    if (!has_optional_slot(m, DMM_SLOT_RESERVATION))
+        return optional_absent(m, DMM_SLOT_RESERVATION, "dmm_mechanism_reservation");
     return m->ops->virtual_backing->reservation(m->impl, va, bytes);
 }
 
@@ -359,8 +371,8 @@ dmm_status dmm_mechanism_reservation(dmm_mechanism *m, uintptr_t *va, uint64_t *
 dmm_status dmm_export_range(dmm_mechanism *m, const dmm_allocation *a, dmm_range range, dmm_access access,
                             dmm_export *out) {
     static const char op[] = "dmm_export_range";
-    if (!VB_OPTIONAL(m, export_range))
-        return m == NULL ? optional_absent(m, "export_range", op)
+    if (!has_optional_slot(m, DMM_SLOT_EXPORT_RANGE))
+        return m == NULL ? optional_absent(m, DMM_SLOT_EXPORT_RANGE, op)
                          : dmm_error_set(DMM_ERR_UNSUPPORTED,
                                          "%s: mechanism '%s' cannot export memory to other processes (no "
                                          "virtual-backing slot 'export_range'); allocate what you share from an "
@@ -378,8 +390,8 @@ dmm_status dmm_export_range(dmm_mechanism *m, const dmm_allocation *a, dmm_range
 
 dmm_status dmm_import(dmm_mechanism *m, const dmm_export *ex, dmm_access access, dmm_allocation *out) {
     static const char op[] = "dmm_import";
-    if (!VB_OPTIONAL(m, import))
-        return m == NULL ? optional_absent(m, "import", op)
+    if (!has_optional_slot(m, DMM_SLOT_IMPORT))
+        return m == NULL ? optional_absent(m, DMM_SLOT_IMPORT, op)
                          : dmm_error_set(DMM_ERR_UNSUPPORTED,
                                          "%s: mechanism '%s' cannot import another process's memory (no "
                                          "virtual-backing slot 'import'); import into an arena",

@@ -71,7 +71,7 @@ void dmm__pool_poll(dmm_pool *p, pheap *h) {
             dmm_status q = dmm__drv_event_query(p->drv, b->ev); /* once lost: refused, no call */
             b->requested = q == DMM_OK; /* a PENDING block's `requested` is free to hold the answer */
             if (q == DMM_ERR_DEVICE_LOST) dmm__pool_notice_loss(p, "querying a cross-stream free's event");
-            else if (q != DMM_OK) add_relaxed(&p->events_pending, 1);
+            else if (q != DMM_OK) dmm_atomic_add_relaxed(&p->events_pending, 1);
         }
         dmm_clear_error();
         /* Completed events go back to the free list before the heap lock is taken: event_put may
@@ -91,7 +91,7 @@ void dmm__pool_poll(dmm_pool *p, pheap *h) {
                 b->lnext = b->lprev = NULL;
                 b->seq = ++h->free_seq;
                 dmm__heap_make_free(h, b);
-                sub_relaxed(&p->pending_now, 1);
+                dmm_atomic_sub_relaxed(&p->pending_now, 1);
             } else {
                 dmm__heap_list_push(&h->pending, b);
                 h->npending++;
@@ -131,7 +131,7 @@ static void heap_fence(dmm_pool *p, pheap *h) {
             if (rs == DMM_OK) rs = dmm__drv_event_record(p->drv, h->fence, h->stream);
             if (rs == DMM_OK) {
                 recorded = true;
-                add_relaxed(&p->events_recorded, 1);
+                dmm_atomic_add_relaxed(&p->events_recorded, 1);
             } else if (rs == DMM_ERR_DEVICE_LOST) {
                 dmm__pool_notice_loss(p, "recording a stream's fence");
             }
@@ -139,7 +139,7 @@ static void heap_fence(dmm_pool *p, pheap *h) {
         if (recorded && !dmm__drv_lost(p->drv)) {
             fq = dmm__drv_event_query(p->drv, h->fence);
             if (fq == DMM_ERR_DEVICE_LOST) dmm__pool_notice_loss(p, "querying a stream's fence");
-            else if (fq != DMM_OK) add_relaxed(&p->events_pending, 1);
+            else if (fq != DMM_OK) dmm_atomic_add_relaxed(&p->events_pending, 1);
         }
         dmm_clear_error();
         heap_lock(h);
@@ -195,10 +195,10 @@ dmm_status dmm__pool_free_cross(dmm_pool *p, pheap *h, pblock *b, dmm_stream str
     h->frees++;
     h->cross_frees++;
     heap_unlock(h);
-    add_relaxed(&p->events_recorded, 1);
-    uint64_t now = atomic_fetch_add_explicit(&p->pending_now, 1, memory_order_relaxed) + 1;
-    add_relaxed(&p->pending_total, 1);
-    max_relaxed(&p->pending_peak, now);
+    dmm_atomic_add_relaxed(&p->events_recorded, 1);
+    uint64_t now = dmm_atomic_add_relaxed(&p->pending_now, 1) + 1;
+    dmm_atomic_add_relaxed(&p->pending_total, 1);
+    dmm_atomic_max_relaxed(&p->pending_peak, now);
     return DMM_OK;
 }
 

@@ -184,12 +184,12 @@ static bool plan_fresh(const dmm_pool *p, const pheap *h, uint64_t n, bool allow
 static uint64_t live_peak_estimate(dmm_pool *p) {
     uint64_t sum = 0, mx = 0;
     for (pheap *g = heaps_head(p); g != NULL; g = heap_next(g)) {
-        sum += load_relaxed(&g->live_bytes);
-        uint64_t pk = load_relaxed(&g->live_peak);
+        sum += dmm_atomic_load_relaxed(&g->live_bytes);
+        uint64_t pk = dmm_atomic_load_relaxed(&g->live_peak);
         if (pk > mx) mx = pk;
     }
-    max_relaxed(&p->sampled_live_peak, sum);
-    uint64_t s = load_relaxed(&p->sampled_live_peak);
+    dmm_atomic_max_relaxed(&p->sampled_live_peak, sum);
+    uint64_t s = dmm_atomic_load_relaxed(&p->sampled_live_peak);
     return s > mx ? s : mx;
 }
 
@@ -216,7 +216,7 @@ static uint64_t permille_of(uint64_t x, uint32_t permille) {
 /* The retention limit: (1 + retain/1000) × the live peak, plus what re-mapping taught it (settled),
  * at most (1 + settle/1000) × the live peak (saturated at UINT64_MAX: no limit). */
 static uint64_t retention_limit(dmm_pool *p) {
-    uint64_t peak = live_peak_estimate(p), learned = load_relaxed(&p->settled);
+    uint64_t peak = live_peak_estimate(p), learned = dmm_atomic_load_relaxed(&p->settled);
     uint64_t room = permille_of(peak, p->settle_permille - p->retain_permille);
     uint64_t limit = add_saturated(peak, permille_of(peak, p->retain_permille));
     return add_saturated(add_saturated(limit, learned < room ? learned : room), stock_target(p, peak));
@@ -380,7 +380,7 @@ static uint64_t handle_most(dmm_pool *p, uint64_t n) {
 static void growth_drive(growth *g) {
     dmm_pool *p = g->p;
     g->fail_j = SIZE_MAX;
-    if (g->requested != 0) add_relaxed(&p->grows, 1); /* a malloc's or a warm start's (not the stock's) */
+    if (g->requested != 0) dmm_atomic_add_relaxed(&p->grows, 1); /* a malloc's or a warm start's (not the stock's) */
     for (size_t j = 0; j < g->nt && g->fail == DMM_OK; j++) {
         ptarget *t = &g->tv.v[j];
         uintptr_t cur = t->b->addr, end = cur + t->b->size;
@@ -395,7 +395,7 @@ static void growth_drive(growth *g) {
             }
             dmm__pool_decommit_one(p, src);
             if (!dmm__pool_source_gone(src)) continue; /* its room is filled with new memory below */
-            add_relaxed(&p->chunks_moved, 1);
+            dmm_atomic_add_relaxed(&p->chunks_moved, 1);
             dmm_status s = dmm__pool_commit_one(p, cur, src->bytes, false);
             if (s != DMM_OK) growth_failed(g, s, j, cur, src->bytes);
             else cur += src->bytes;
@@ -414,7 +414,7 @@ static void growth_drive(growth *g) {
     for (size_t i = 0; i < g->sv.n; i++)
         if (g->sv.v[i].aliased || (g->sv.v[i].role == SRC_MOVE && dmm__pool_source_gone(&g->sv.v[i])))
             remapped += g->sv.v[i].bytes;
-    if (remapped > 0) add_relaxed(&p->settled, remapped);
+    if (remapped > 0) dmm_atomic_add_relaxed(&p->settled, remapped);
 }
 
 /* fix-up: committed parts become FREE (merging with their neighbours), the rest UNMAPPED; sources never
@@ -427,7 +427,7 @@ static void growth_fixup(growth *g) {
     dmm_pool *p = g->p;
     pheap *h = g->h;
     bool poisoned = false;
-    if (g->fail_j != SIZE_MAX && dmm_mechanism_has_slot(p->mech, "is_quarantined") &&
+    if (g->fail_j != SIZE_MAX && dmm_mechanism_has_slot(p->mech, DMM_SLOT_IS_QUARANTINED) &&
         dmm_mechanism_is_quarantined(p->mech, (const void *)g->fail_at, (size_t)g->fail_len, &poisoned) != DMM_OK) {
         poisoned = false;
         g->fail = dmm__error_wrap(g->fail, "pool malloc of %zu bytes on stream %p: committing memory for it failed, "
@@ -449,7 +449,7 @@ static void growth_fixup(growth *g) {
                 p->clen[qidx(p, g->fail_at)] = (uint32_t)(g->fail_len / p->chunk);
                 h->committed += g->fail_len;
                 committed_add(p, g->fail_len);
-                add_relaxed(&p->chunks_poisoned, 1);
+                dmm_atomic_add_relaxed(&p->chunks_poisoned, 1);
                 rest = after;
             }
             if (rest != NULL) dmm__heap_make_unmapped(h, rest);
@@ -603,6 +603,6 @@ dmm_status dmm__pool_malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t reque
     free(g.sv.v);
     free(g.tv.v);
     *stock_at = g.stock_at;
-    add_relaxed(&p->slow_path_ns, dmm_now_ns() - t0);
+    dmm_atomic_add_relaxed(&p->slow_path_ns, dmm_now_ns() - t0);
     return s;
 }

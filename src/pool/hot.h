@@ -22,10 +22,10 @@ static inline void count_live(pheap *h, pblock *b, uint64_t requested) {
     h->requested_bytes += requested;
     h->requested_total += requested;
     if (h->requested_bytes > h->requested_peak) h->requested_peak = h->requested_bytes;
-    uint64_t lb = load_relaxed(&h->live_bytes) + b->size;
-    store_relaxed(&h->live_bytes, lb);
+    uint64_t lb = dmm_atomic_load_relaxed(&h->live_bytes) + b->size;
+    dmm_atomic_store_relaxed(&h->live_bytes, lb);
     h->live_total += b->size;
-    if (lb > load_relaxed(&h->live_peak)) store_relaxed(&h->live_peak, lb);
+    if (lb > dmm_atomic_load_relaxed(&h->live_peak)) dmm_atomic_store_relaxed(&h->live_peak, lb);
 }
 
 /* Hands out the front `n` bytes of FREE block b (under the lock). False: out of host memory. */

@@ -115,11 +115,11 @@ static dmm_status give_back(dmm_pool *p, size_t *at, size_t n, uint64_t *release
         uint32_t len = l->ahead[q] & ~LAYOUT_BUSY;
         if (at[i] & GONE) {
             l->ahead[q] = 0;
-            atomic_fetch_sub_explicit(&l->entries, 1, memory_order_release);
-            add_relaxed(&l->released, 1);
+            dmm_atomic_sub_release(&l->entries, 1);
+            dmm_atomic_add_relaxed(&l->released, 1);
         } else {
             l->ahead[q] = len; /* FAILED, nothing changed: still ahead */
-            add_relaxed(&l->ahead_bytes, (uint64_t)len * p->chunk);
+            dmm_atomic_add_relaxed(&l->ahead_bytes, (uint64_t)len * p->chunk);
         }
     }
     pthread_cond_broadcast(&l->done);
@@ -166,7 +166,7 @@ static bool claim(playout *l, const dmm_pool *p, size_t q0, size_t q1, bool spar
         (*at)[(*n)++] = q;
     }
     for (size_t i = 0; i < *n; i++) {
-        sub_relaxed(&l->ahead_bytes, (uint64_t)l->ahead[(*at)[i]] * p->chunk);
+        dmm_atomic_sub_relaxed(&l->ahead_bytes, (uint64_t)l->ahead[(*at)[i]] * p->chunk);
         l->ahead[(*at)[i]] |= LAYOUT_BUSY;
     }
     return true;
@@ -177,7 +177,7 @@ dmm_status dmm__pool_layout_take(dmm_pool *p, uintptr_t addr, uint64_t bytes, bo
     playout *l = &p->layout;
     *pieces = NULL;
     *n = 0;
-    if (atomic_load_explicit(&l->entries, memory_order_acquire) == 0) return DMM_OK;
+    if (dmm_atomic_load_acquire(&l->entries) == 0) return DMM_OK;
     size_t q0 = qidx(p, addr), q1 = q0 + (size_t)(bytes / p->chunk);
     size_t *at = NULL, nat = 0;
     dmm_status s = DMM_OK;
@@ -218,8 +218,8 @@ dmm_status dmm__pool_layout_take(dmm_pool *p, uintptr_t addr, uint64_t bytes, bo
         }
         for (size_t i = 0; i < *n; i++) { /* (none is busy: the loop above waited them out) */
             l->ahead[(*pieces)[i].q] = 0;
-            atomic_fetch_sub_explicit(&l->entries, 1, memory_order_release);
-            sub_relaxed(&l->ahead_bytes, (uint64_t)(*pieces)[i].len * p->chunk);
+            dmm_atomic_sub_release(&l->entries, 1);
+            dmm_atomic_sub_relaxed(&l->ahead_bytes, (uint64_t)(*pieces)[i].len * p->chunk);
         }
     }
     pthread_mutex_unlock(&l->m);
@@ -236,8 +236,8 @@ void dmm__pool_layout_put_back(dmm_pool *p, const layout_piece *pieces, size_t n
         if (l->ahead == NULL) break; /* out of host memory: the pieces stay committed, the pool's VA unmapped */
         l->ahead[pieces[i].q] = pieces[i].len;
         note_most(l, pieces[i].len);
-        atomic_fetch_add_explicit(&l->entries, 1, memory_order_release);
-        add_relaxed(&l->ahead_bytes, (uint64_t)pieces[i].len * p->chunk);
+        dmm_atomic_add_release(&l->entries, 1);
+        dmm_atomic_add_relaxed(&l->ahead_bytes, (uint64_t)pieces[i].len * p->chunk);
     }
     pthread_mutex_unlock(&l->m);
 }
@@ -248,7 +248,7 @@ void dmm__pool_layout_record(dmm_pool *p, uintptr_t addr, uint64_t bytes) {
     size_t q0 = qidx(p, addr);
     uint32_t len = (uint32_t)(bytes / p->chunk);
     pthread_mutex_lock(&l->m);
-    const pheap *h = atomic_load_explicit(&p->owner[(addr - p->base) >> p->region_shift], memory_order_acquire);
+    const pheap *h = dmm_atomic_load_acquire(&p->owner[(addr - p->base) >> p->region_shift]);
     if (first_overlap(l, l->grown, q0, q0 + len, 0) == SIZE_MAX) {
         l->grown[q0] = len;
         l->grown_heap[q0] = h != NULL ? h->ordinal : 0;
@@ -269,7 +269,7 @@ void dmm__pool_layout_forget(dmm_pool *p, uintptr_t addr, uint64_t bytes) {
 
 dmm_status dmm__pool_layout_release_all(dmm_pool *p, uint64_t *released) {
     playout *l = &p->layout;
-    if (atomic_load_explicit(&l->entries, memory_order_acquire) == 0) return DMM_OK;
+    if (dmm_atomic_load_acquire(&l->entries) == 0) return DMM_OK;
     size_t *at = NULL, n = 0;
     bool busy = false;
     pthread_mutex_lock(&l->m);
@@ -307,10 +307,11 @@ const char *dmm__pool_layout_invariants(dmm_pool *p) {
         uint32_t c = p->clen[q] > len ? p->clen[q] : len;
         if (c != 0 && q + c > covered_until) covered_until = q + c;
     }
-    if (bad == NULL && (entries != load_relaxed(&l->entries) || bytes != load_relaxed(&l->ahead_bytes))) {
+    if (bad == NULL && (entries != dmm_atomic_load_relaxed(&l->entries) ||
+                        bytes != dmm_atomic_load_relaxed(&l->ahead_bytes))) {
         snprintf(why, sizeof why, "%llu entries of %llu bytes, counted as %llu of %llu", (unsigned long long)entries,
-                 (unsigned long long)bytes, (unsigned long long)load_relaxed(&l->entries),
-                 (unsigned long long)load_relaxed(&l->ahead_bytes));
+                 (unsigned long long)bytes, (unsigned long long)dmm_atomic_load_relaxed(&l->entries),
+                 (unsigned long long)dmm_atomic_load_relaxed(&l->ahead_bytes));
         bad = why;
     }
     pthread_mutex_unlock(&l->m);
@@ -458,8 +459,8 @@ dmm_status dmm__pool_layout_warm(dmm_pool *p, pheap *h, const dmm_pool_span *spa
         uint32_t len = (uint32_t)(spans[i].bytes / p->chunk);
         l->ahead[qidx(p, p->base + spans[i].offset)] = len;
         note_most(l, len);
-        atomic_fetch_add_explicit(&l->entries, 1, memory_order_release);
-        add_relaxed(&l->ahead_bytes, spans[i].bytes);
+        dmm_atomic_add_release(&l->entries, 1);
+        dmm_atomic_add_relaxed(&l->ahead_bytes, spans[i].bytes);
         done += spans[i].bytes;
     }
     pthread_mutex_unlock(&l->m);

@@ -25,8 +25,7 @@
 void dmm__pool_notice_loss(dmm_pool *p, const char *where) {
     dmm__drv_latch(p->drv, where); /* a mechanism's report the driver did not see; no-op once latched */
     const char *none = NULL;
-    if (!atomic_compare_exchange_strong_explicit(&p->refusing, &none, where, memory_order_acq_rel,
-                                                 memory_order_acquire))
+    if (!dmm_atomic_cas_strong_acq_rel(&p->refusing, &none, where))
         return; /* noticed before */
     dmm__log(DMM_LOG_WARN,
              "pool %p: the device was lost (first seen at %s; the pool noticed it while %s); the pool makes no more "
@@ -35,7 +34,7 @@ void dmm__pool_notice_loss(dmm_pool *p, const char *where) {
 }
 
 dmm_status dmm__pool_lost_error(const dmm_pool *p, const char *op) {
-    const char *where = atomic_load_explicit(&p->refusing, memory_order_acquire);
+    const char *where = dmm_atomic_load_acquire(&p->refusing);
     return dmm_error_set(DMM_ERR_DEVICE_LOST,
                          "%s: refused without a driver call: the pool's device was lost (the pool noticed it while %s; "
                          "first seen at %s); its memory is gone and the pool serves nothing more. Free what is live if "

@@ -128,8 +128,8 @@ void dmm__pool_decommit_one(dmm_pool *p, source *s) {
     if (s->o.failure == DMM_ERR_DEVICE_LOST) dmm__pool_notice_loss(p, "decommitting a free chunk");
     if (dmm__pool_source_gone(s) || (dmm_release_state_of(&s->o) == DMM_RELEASE_QUARANTINED && s->o.unmapped_bytes == s->bytes)) {
         p->clen[qidx(p, s->b->addr)] = 0;
-        sub_relaxed(&p->committed, s->bytes);
-        if (dmm__pool_source_gone(s)) add_relaxed(&p->chunks_decommitted, 1);
+        dmm_atomic_sub_relaxed(&p->committed, s->bytes);
+        if (dmm__pool_source_gone(s)) dmm_atomic_add_relaxed(&p->chunks_decommitted, 1);
     }
 }
 
@@ -156,7 +156,7 @@ static void source_fixup(dmm_pool *p, source *s) {
         b->kind = BK_POISONED;
         b->requested = s->o.unmapped_bytes < s->bytes; /* still mapped? */
         if (!b->requested) h->committed -= s->bytes;
-        add_relaxed(&p->chunks_poisoned, 1);
+        dmm_atomic_add_relaxed(&p->chunks_poisoned, 1);
     } else if (s->role == SRC_OLD) {
         b->kind = BK_ALIASED; /* FAILED: still mapped, still the old place; the next poll tries again */
         dmm__heap_list_push(&h->aliased, b);
@@ -165,7 +165,7 @@ static void source_fixup(dmm_pool *p, source *s) {
     } else {
         dmm__heap_make_free(h, b); /* FAILED (or nothing to unmap): still mapped, still free */
     }
-    if (s->role == SRC_OLD) sub_relaxed(&p->aliased_bytes, s->bytes);
+    if (s->role == SRC_OLD) dmm_atomic_sub_relaxed(&p->aliased_bytes, s->bytes);
 }
 
 void dmm__pool_sources_fixup(dmm_pool *p, srcvec *sv, size_t from) {
@@ -275,11 +275,11 @@ dmm_status dmm__pool_commit_one(dmm_pool *p, uintptr_t addr, uint64_t bytes, boo
     }
     for (size_t i = 0; i < n; i++) {
         p->clen[all[i].q] = all[i].len;
-        add_relaxed(&p->chunks_committed, 1);
+        dmm_atomic_add_relaxed(&p->chunks_committed, 1);
         if (fresh) dmm__pool_layout_record(p, p->base + (uint64_t)all[i].q * p->chunk, (uint64_t)all[i].len * p->chunk);
     }
     committed_add(p, bytes);
-    add_relaxed(&p->layout.adopted, nt); /* counted once the commit holds: a failed one put them back */
+    dmm_atomic_add_relaxed(&p->layout.adopted, nt); /* counted once the commit holds: a failed one put them back */
     if (nt > 0) free(all);
     return DMM_OK;
 }
@@ -306,8 +306,8 @@ dmm_status dmm__pool_alias_one(dmm_pool *p, source *s, uintptr_t at) {
     s->aliased = true;
     p->clen[qidx(p, at)] = (uint32_t)(s->bytes / p->chunk);
     committed_add(p, s->bytes);
-    add_relaxed(&p->aliased_bytes, s->bytes);
-    add_relaxed(&p->chunks_committed, 1);
-    add_relaxed(&p->chunks_aliased, 1);
+    dmm_atomic_add_relaxed(&p->aliased_bytes, s->bytes);
+    dmm_atomic_add_relaxed(&p->chunks_committed, 1);
+    dmm_atomic_add_relaxed(&p->chunks_aliased, 1);
     return DMM_OK;
 }

@@ -187,9 +187,9 @@ dmm_status dmm_pool_create(dmm_mechanism *mech, dmm_driver *drv, const dmm_pool_
     p->retain_permille = c.retain_permille ? c.retain_permille : 20;
     p->settle_permille = c.settle_permille ? c.settle_permille : 100;
     if (p->settle_permille < p->retain_permille) p->settle_permille = p->retain_permille;
-    p->can_alias = !c.no_alias && dmm_mechanism_has_slot(mech, "alias"); /* a capability, not a probe */
+    p->can_alias = !c.no_alias && dmm_mechanism_has_slot(mech, DMM_SLOT_ALIAS); /* a capability, not a probe */
     dmm_clear_error();
-    p->uid = atomic_fetch_add_explicit(&pool_uids, 1, memory_order_relaxed);
+    p->uid = dmm_atomic_add_relaxed(&pool_uids, 1);
     p->owner = calloc(p->nregions, sizeof *p->owner);
     p->clen = calloc((size_t)(va / chunk), sizeof *p->clen); /* untouched pages cost nothing */
     if (p->owner == NULL || p->clen == NULL) {
@@ -254,8 +254,8 @@ __attribute__((noinline)) static pheap *heap_find(dmm_pool *p, dmm_stream stream
                 return NULL;
             }
             h->ordinal = (uint32_t)p->nheaps;
-            atomic_store_explicit(&h->next_heap, heaps_head(p), memory_order_relaxed);
-            atomic_store_explicit(&p->heaps, h, memory_order_release);
+            dmm_atomic_store_relaxed(&h->next_heap, heaps_head(p));
+            dmm_atomic_store_release(&p->heaps, h);
             p->nheaps++;
         }
         dmm_lock_release(&p->lock);
@@ -277,7 +277,7 @@ static inline pheap *heap_for(dmm_pool *p, dmm_stream stream) {
 /* The heap whose VA holds `addr`, or NULL. */
 static inline pheap *heap_of_addr(const dmm_pool *p, uintptr_t addr) {
     if (addr < p->base || addr - p->base >= p->va_bytes) return NULL;
-    return atomic_load_explicit(&p->owner[(addr - p->base) >> p->region_shift], memory_order_acquire);
+    return dmm_atomic_load_acquire(&p->owner[(addr - p->base) >> p->region_shift]);
 }
 
 /* The hot path (dmm_pool_malloc, dmm_pool_free) is the pair's common case only, inline: the thread's
@@ -349,8 +349,8 @@ static __attribute__((noinline)) dmm_status malloc_rest(dmm_pool *p, pheap *h, u
     dmm_status s = dmm__pool_malloc_slow(p, h, n, bytes, out, &stock_at);
     dmm__pool_stock_post(p, h, stock_at);
     if (waited > 0) {
-        add_relaxed(&p->stock_wait_ns, waited);
-        add_relaxed(&p->slow_path_ns, waited);
+        dmm_atomic_add_relaxed(&p->stock_wait_ns, waited);
+        dmm_atomic_add_relaxed(&p->slow_path_ns, waited);
     }
     return s;
 }
@@ -374,7 +374,7 @@ dmm_status dmm_pool_malloc(dmm_pool *p, size_t bytes, dmm_stream stream, void **
      * its rounding neither overflows nor passes it */
     if (__builtin_expect(p == NULL || out == NULL || bytes - 1 >= p->va_bytes, 0))
         return malloc_refused_args(p, bytes, out);
-    if (__builtin_expect(atomic_load_explicit(&p->refusing, memory_order_acquire) != NULL, 0))
+    if (__builtin_expect(dmm_atomic_load_acquire(&p->refusing) != NULL, 0))
         return dmm__pool_malloc_refused(p, bytes, stream); /* cached too: pool.h */
     if (__builtin_expect(tl_cache.pool != p || tl_cache.uid != p->uid || tl_cache.stream != stream, 0))
         return malloc_locking(p, bytes, stream, out);
@@ -393,7 +393,7 @@ dmm_status dmm_pool_malloc(dmm_pool *p, size_t bytes, dmm_stream stream, void **
 static inline void uncount_live(pheap *h, const pblock *b) {
     h->live_blocks--;
     h->requested_bytes -= b->requested;
-    store_relaxed(&h->live_bytes, load_relaxed(&h->live_bytes) - b->size);
+    dmm_atomic_store_relaxed(&h->live_bytes, dmm_atomic_load_relaxed(&h->live_bytes) - b->size);
 }
 
 __attribute__((noinline, cold)) static dmm_status free_refused(const dmm_pool *p, const void *ptr) {
@@ -654,7 +654,7 @@ dmm_status dmm_pool_warm(dmm_pool *p, dmm_stream stream, uint64_t target_bytes, 
     uint64_t most = handle_bytes ? handle_bytes : DMM_POOL_WARM_HANDLE_BYTES;
     most = most < p->chunk ? p->chunk : most / p->chunk * p->chunk;
     uint64_t target = (target_bytes + p->chunk - 1) / p->chunk * p->chunk; /* ≤ va_bytes: a multiple of chunk */
-    if (atomic_load_explicit(&p->refusing, memory_order_acquire) != NULL)
+    if (dmm_atomic_load_acquire(&p->refusing) != NULL)
         return dmm__pool_malloc_refused(p, (size_t)target, stream);
     pheap *h = heap_for(p, stream);
     if (h == NULL) return dmm_last_status();
@@ -684,7 +684,7 @@ dmm_status dmm_pool_warm_layout(dmm_pool *p, dmm_stream stream, const dmm_pool_s
     uint64_t lo = 0, end = 0;
     dmm_status s = dmm__pool_layout_check(p, spans, count, UINT32_MAX, &lo, &end); /* every span checked */
     if (s != DMM_OK || count == 0) return s;
-    if (atomic_load_explicit(&p->refusing, memory_order_acquire) != NULL)
+    if (dmm_atomic_load_acquire(&p->refusing) != NULL)
         return dmm__pool_malloc_refused(p, (size_t)p->chunk, stream);
     pheap *h = heap_for(p, stream);
     if (h == NULL) return dmm_last_status();

@@ -191,9 +191,9 @@ const char *dmm__heap_check_locked(const pheap *h) {
     if (nlive + nquick != h->hcount || nlive != h->live_blocks)
         BAD("%llu live and %llu quick blocks, %zu in the hash, live counter %llu", (unsigned long long)nlive,
             (unsigned long long)nquick, h->hcount, (unsigned long long)h->live_blocks);
-    if (live_bytes != atomic_load_explicit(&h->live_bytes, memory_order_relaxed))
+    if (live_bytes != dmm_atomic_load_relaxed(&h->live_bytes))
         BAD("live blocks sum to %llu bytes but the counter says %llu", (unsigned long long)live_bytes,
-            (unsigned long long)atomic_load_explicit(&h->live_bytes, memory_order_relaxed));
+            (unsigned long long)dmm_atomic_load_relaxed(&h->live_bytes));
     if (chunk_bytes != h->committed)
         BAD("the chunks under the heap's blocks hold %llu bytes but the heap counts %llu committed bytes",
             (unsigned long long)chunk_bytes, (unsigned long long)h->committed);

@@ -2,13 +2,15 @@
  * and the dmm_pool_check entry.
  *
  * What it owns: gathering the heaps' counts (under each heap's lock in turn) and the pool's atomic
- * counters into one dmm_pool_stats, its copy-out to a caller's struct of any size, the shared
- * dmm_stats shape, the JSON form, and the check of the pool-wide sums behind dmm_pool_check (the
+ * counters into one dmm_pool_stats, the shared dmm_stats shape, the JSON form's field table, and
+ * the check of the pool-wide sums behind dmm_pool_check (the
  * heaps' own invariants are pool_check.c's).
  *
  * The idea: counts that one heap keeps exactly (its live bytes and peak) are summed; peaks across
  * heaps are sampled (at every growth, trim and stats call) and never reported below any single
  * heap's peak. physical_bytes and the driver_* counters are the mechanism's own stats, read here.
+ * Writing them out is shared with every stats struct: the copy-out to a caller's struct of any size
+ * (dmm__stats_out_check / _copy, src/core/stats.c) and the JSON writer (dmm__json_stats, core/json.h).
  *
  * Invariants checked: Σ heap.committed = p.committed and Σ ALIASED sizes = p.aliased_bytes (exact
  * while no other thread uses the pool). The check merges every heap's parked (QUICK) blocks, after
@@ -23,6 +25,13 @@
 
 #define POOL_STATS_MIN_SIZE (offsetof(dmm_pool_stats, allocations) + sizeof(dmm_count))
 
+/* The counters of dmm_pool_stats that the pool keeps pool-wide, as relaxed atomics of dmm_pool under
+ * the same names (the others are the heaps' sums or the mechanism's). */
+#define POOL_ATOMIC_COUNTERS(X)                                                                         \
+    X(grows) X(chunks_committed) X(chunks_decommitted) X(chunks_moved) X(chunks_aliased) X(trims)           \
+    X(events_recorded) X(events_pending) X(chunks_poisoned) X(slow_path_ns) X(stock_grows) X(stock_ns)      \
+    X(stock_wait_ns)
+
 static void gather(dmm_pool *p, dmm_pool_stats *s) {
     memset(s, 0, sizeof *s);
     s->size = sizeof *s;
@@ -32,9 +41,9 @@ static void gather(dmm_pool *p, dmm_pool_stats *s) {
         s->allocations.current += (int64_t)h->live_blocks;
         s->allocations.total += (int64_t)h->mallocs; /* every malloc made one live block */
         if (h->live_peak_blocks > maxblocks) maxblocks = h->live_peak_blocks;
-        sumlive += load_relaxed(&h->live_bytes);
+        sumlive += dmm_atomic_load_relaxed(&h->live_bytes);
         s->allocated_bytes.total += (int64_t)h->live_total;
-        if (load_relaxed(&h->live_peak) > maxlive) maxlive = load_relaxed(&h->live_peak);
+        if (dmm_atomic_load_relaxed(&h->live_peak) > maxlive) maxlive = dmm_atomic_load_relaxed(&h->live_peak);
         sumreq += h->requested_bytes;
         s->requested_bytes.total += (int64_t)h->requested_total;
         if (h->requested_peak > maxreq) maxreq = h->requested_peak;
@@ -45,39 +54,30 @@ static void gather(dmm_pool *p, dmm_pool_stats *s) {
         s->lock_slow_paths += h->lock.slow; /* written under the lock's mutex by a holder: we hold the lock */
         heap_unlock(h);
     }
-    max_relaxed(&p->sampled_live_peak, sumlive);
-    max_relaxed(&p->sampled_requested_peak, sumreq);
-    uint64_t lp = load_relaxed(&p->sampled_live_peak), rp = load_relaxed(&p->sampled_requested_peak);
+    dmm_atomic_max_relaxed(&p->sampled_live_peak, sumlive);
+    dmm_atomic_max_relaxed(&p->sampled_requested_peak, sumreq);
+    uint64_t lp = dmm_atomic_load_relaxed(&p->sampled_live_peak);
+    uint64_t rp = dmm_atomic_load_relaxed(&p->sampled_requested_peak);
     s->allocated_bytes.current = (int64_t)sumlive;
     s->allocated_bytes.peak = (int64_t)(lp > maxlive ? lp : maxlive);
     s->requested_bytes.current = (int64_t)sumreq;
     s->requested_bytes.peak = (int64_t)(rp > maxreq ? rp : maxreq);
     s->allocations.peak = (int64_t)maxblocks;
     if (s->allocations.peak < s->allocations.current) s->allocations.peak = s->allocations.current;
-    s->committed_bytes.current = (int64_t)load_relaxed(&p->committed);
-    s->committed_bytes.peak = (int64_t)load_relaxed(&p->committed_peak);
-    s->committed_bytes.total = (int64_t)load_relaxed(&p->committed_total);
-    s->pending_blocks.current = (int64_t)load_relaxed(&p->pending_now);
-    s->pending_blocks.peak = (int64_t)load_relaxed(&p->pending_peak);
-    s->pending_blocks.total = (int64_t)load_relaxed(&p->pending_total);
+    s->committed_bytes.current = (int64_t)dmm_atomic_load_relaxed(&p->committed);
+    s->committed_bytes.peak = (int64_t)dmm_atomic_load_relaxed(&p->committed_peak);
+    s->committed_bytes.total = (int64_t)dmm_atomic_load_relaxed(&p->committed_total);
+    s->pending_blocks.current = (int64_t)dmm_atomic_load_relaxed(&p->pending_now);
+    s->pending_blocks.peak = (int64_t)dmm_atomic_load_relaxed(&p->pending_peak);
+    s->pending_blocks.total = (int64_t)dmm_atomic_load_relaxed(&p->pending_total);
     dmm_lock_acquire(&p->lock);
     s->heaps.current = s->heaps.peak = s->heaps.total = (int64_t)p->nheaps;
     dmm_lock_release(&p->lock);
-    s->grows = load_relaxed(&p->grows);
-    s->chunks_committed = load_relaxed(&p->chunks_committed);
-    s->chunks_decommitted = load_relaxed(&p->chunks_decommitted);
-    s->chunks_moved = load_relaxed(&p->chunks_moved);
-    s->chunks_aliased = load_relaxed(&p->chunks_aliased);
-    s->trims = load_relaxed(&p->trims);
-    s->events_recorded = load_relaxed(&p->events_recorded);
-    s->events_pending = load_relaxed(&p->events_pending);
-    s->chunks_poisoned = load_relaxed(&p->chunks_poisoned);
-    s->slow_path_ns = load_relaxed(&p->slow_path_ns);
-    s->stock_grows = load_relaxed(&p->stock_grows);
-    s->stock_ns = load_relaxed(&p->stock_ns);
-    s->stock_wait_ns = load_relaxed(&p->stock_wait_ns);
-    s->layout_adopted = load_relaxed(&p->layout.adopted);
-    s->layout_released = load_relaxed(&p->layout.released);
+#define POOL_COUNTER_READ(name) s->name = dmm_atomic_load_relaxed(&p->name);
+    POOL_ATOMIC_COUNTERS(POOL_COUNTER_READ)
+#undef POOL_COUNTER_READ
+    s->layout_adopted = dmm_atomic_load_relaxed(&p->layout.adopted);
+    s->layout_released = dmm_atomic_load_relaxed(&p->layout.released);
     dmm_stats ms;
     memset(&ms, 0, sizeof ms);
     ms.size = sizeof ms;
@@ -98,18 +98,12 @@ static void gather(dmm_pool *p, dmm_pool_stats *s) {
 dmm_status dmm_pool_stats_get(dmm_pool *p, dmm_pool_stats *out) {
     if (p == NULL || out == NULL)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_stats_get: pool and out are required");
-    uint32_t want = out->size;
-    if (want < POOL_STATS_MIN_SIZE)
-        return dmm_error_set(DMM_ERR_SHORT_STRUCT,
-                             "dmm_pool_stats_get: the output struct's size is %u bytes; set .size = "
-                             "sizeof(dmm_pool_stats) (%zu in this build)",
-                             want, sizeof(dmm_pool_stats));
+    dmm_status st = dmm__stats_out_check(out, POOL_STATS_MIN_SIZE, sizeof(dmm_pool_stats), "dmm_pool_stats",
+                                         "dmm_pool_stats_get");
+    if (st != DMM_OK) return st; /* before gathering: a refused call samples no peak */
     dmm_pool_stats s;
     gather(p, &s);
-    size_t n = want < sizeof s ? want : sizeof s;
-    memcpy(out, &s, n);
-    if (want > sizeof s) memset((char *)out + sizeof s, 0, want - sizeof s);
-    out->size = want;
+    dmm__stats_out_copy(&s, sizeof s, out);
     return DMM_OK;
 }
 
@@ -167,16 +161,16 @@ dmm_status dmm_pool_check(dmm_pool *p) {
         if (bad != NULL)
             return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_check: heap of stream %p: %s", h->stream, bad);
     }
-    if (sum != load_relaxed(&p->committed))
+    if (sum != dmm_atomic_load_relaxed(&p->committed))
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
                              "dmm_pool_check: the heaps hold %llu committed bytes but the pool counts %llu (call the "
                              "check while no other thread uses the pool)",
-                             (unsigned long long)sum, (unsigned long long)load_relaxed(&p->committed));
-    if (twice != load_relaxed(&p->aliased_bytes))
+                             (unsigned long long)sum, (unsigned long long)dmm_atomic_load_relaxed(&p->committed));
+    if (twice != dmm_atomic_load_relaxed(&p->aliased_bytes))
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
                              "dmm_pool_check: the heaps hold %llu bytes of aliased old places but the pool counts %llu "
                              "(call the check while no other thread uses the pool)",
-                             (unsigned long long)twice, (unsigned long long)load_relaxed(&p->aliased_bytes));
+                             (unsigned long long)twice, (unsigned long long)dmm_atomic_load_relaxed(&p->aliased_bytes));
     const char *bad = dmm__pool_layout_invariants(p);
     if (bad != NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_check: the warm layout: %s", bad);
     return DMM_OK;

@@ -34,7 +34,7 @@ static size_t heap_shed_empty_runs(dmm_pool *p, pheap *g) {
         dmm__heap_block_put(g, b);
         size_t r0 = (size_t)((r->lo - p->base) >> p->region_shift), n = (size_t)((r->hi - r->lo) >> p->region_shift);
         dmm_lock_acquire(&p->lock);
-        for (size_t k = 0; k < n; k++) atomic_store_explicit(&p->owner[r0 + k], NULL, memory_order_release);
+        for (size_t k = 0; k < n; k++) dmm_atomic_store_release(&p->owner[r0 + k], NULL);
         dmm_lock_release(&p->lock);
         freed += n;
         g->runs[i] = g->runs[--g->nruns];
@@ -67,7 +67,7 @@ bool dmm__pool_grow_va(dmm_pool *p, pheap *h, size_t n, size_t prefer) {
         /* 1: right after one of h's runs (`prefer` when it is one and has room) */
         if (prefer < h->nruns) {
             size_t r0 = (size_t)((h->runs[prefer].hi - p->base) >> p->region_shift), k = 0;
-            while (k < n && r0 + k < p->nregions && atomic_load_explicit(&p->owner[r0 + k], memory_order_relaxed) == NULL)
+            while (k < n && r0 + k < p->nregions && dmm_atomic_load_relaxed(&p->owner[r0 + k]) == NULL)
                 k++;
             if (k == n) {
                 at = r0;
@@ -77,7 +77,7 @@ bool dmm__pool_grow_va(dmm_pool *p, pheap *h, size_t n, size_t prefer) {
         for (size_t i = 0; i < h->nruns && at == p->nregions; i++) {
             size_t r0 = (size_t)((h->runs[i].hi - p->base) >> p->region_shift);
             size_t k = 0;
-            while (k < n && r0 + k < p->nregions && atomic_load_explicit(&p->owner[r0 + k], memory_order_relaxed) == NULL) k++;
+            while (k < n && r0 + k < p->nregions && dmm_atomic_load_relaxed(&p->owner[r0 + k]) == NULL) k++;
             if (k == n) {
                 at = r0;
                 extend = &h->runs[i];
@@ -89,12 +89,12 @@ bool dmm__pool_grow_va(dmm_pool *p, pheap *h, size_t n, size_t prefer) {
             size_t best_len = 0, best_at = p->nregions;
             size_t i = 0;
             while (i < p->nregions) {
-                if (atomic_load_explicit(&p->owner[i], memory_order_relaxed) != NULL) {
+                if (dmm_atomic_load_relaxed(&p->owner[i]) != NULL) {
                     i++;
                     continue;
                 }
                 size_t j = i;
-                while (j < p->nregions && atomic_load_explicit(&p->owner[j], memory_order_relaxed) == NULL) j++;
+                while (j < p->nregions && dmm_atomic_load_relaxed(&p->owner[j]) == NULL) j++;
                 size_t len = j - i;
                 if (len >= n && len > best_len) {
                     best_len = len;
@@ -118,7 +118,7 @@ bool dmm__pool_grow_va(dmm_pool *p, pheap *h, size_t n, size_t prefer) {
         }
         if (at == p->nregions) {
             size_t used = 0;
-            for (size_t i = 0; i < p->nregions; i++) used += atomic_load_explicit(&p->owner[i], memory_order_relaxed) != NULL;
+            for (size_t i = 0; i < p->nregions; i++) used += dmm_atomic_load_relaxed(&p->owner[i]) != NULL;
             dmm_lock_release(&p->lock);
             dmm_error_set(DMM_ERR_OUT_OF_MEMORY,
                           "pool: the VA is exhausted: stream %p needs %zu more region(s) of %llu bytes and %zu of %zu are "
@@ -127,7 +127,7 @@ bool dmm__pool_grow_va(dmm_pool *p, pheap *h, size_t n, size_t prefer) {
                           h->stream, n, (unsigned long long)p->region, used, p->nregions);
             return false;
         }
-        for (size_t k = 0; k < n; k++) atomic_store_explicit(&p->owner[at + k], h, memory_order_release);
+        for (size_t k = 0; k < n; k++) dmm_atomic_store_release(&p->owner[at + k], h);
         dmm_lock_release(&p->lock);
 
         uintptr_t lo = p->base + ((uint64_t)at << p->region_shift);
@@ -165,7 +165,7 @@ static dmm_status pool_trim(dmm_pool *p, uint64_t target, uint64_t *released, co
     if (released != NULL) *released = 0;
     if (p == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: the pool is NULL", op);
     if (dmm__pool_lost(p, entering)) return dmm__pool_lost_error(p, op);
-    add_relaxed(&p->trims, 1);
+    dmm_atomic_add_relaxed(&p->trims, 1);
     uint64_t freed = 0;
     /* the first failure, kept: the decommits and polls that follow it (the trim goes on) set and clear
      * errors of their own before it is reported */
@@ -176,7 +176,7 @@ static dmm_status pool_trim(dmm_pool *p, uint64_t target, uint64_t *released, co
     if (dmm__pool_layout_release_all(p, &freed) != DMM_OK) dmm__error_keep(&fail, dmm_last_status());
     for (pheap *h = heaps_head(p); h != NULL && !dmm__drv_lost(p->drv); h = heap_next(h)) {
         dmm__pool_poll(p, h); /* also when there is nothing to trim: cross-stream frees become reusable */
-        uint64_t committed = load_relaxed(&p->committed);
+        uint64_t committed = dmm_atomic_load_relaxed(&p->committed);
         heap_lock(h);
         h->stock_end = 0; /* what a trim gives back is not grown again before the pool grows (stock.c) */
         if (committed <= target) {

@@ -58,8 +58,8 @@ static void *stock_main(void *arg) {
         pthread_mutex_unlock(&st->m);
         uint64_t t0 = dmm_now_ns();
         if (dmm__pool_stock_grow(p, h, at) > 0) {
-            add_relaxed(&p->stock_grows, 1);
-            add_relaxed(&p->stock_ns, dmm_now_ns() - t0);
+            dmm_atomic_add_relaxed(&p->stock_grows, 1);
+            dmm_atomic_add_relaxed(&p->stock_ns, dmm_now_ns() - t0);
         }
         pthread_mutex_lock(&st->m);
         st->busy = NULL;

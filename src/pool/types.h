@@ -426,23 +426,12 @@ pblock *dmm__heap_carve(pheap *h, pblock *b, uintptr_t addr, uint64_t len, uint8
 /* Under h->lock: NULL when every invariant holds, else a sentence fragment (static per thread). */
 const char *dmm__heap_check_locked(const pheap *h);
 
-/* ---- counters: relaxed atomics (statistics and mirrors others read without a lock) ---- */
-static inline uint64_t load_relaxed(const _Atomic uint64_t *x) { return atomic_load_explicit(x, memory_order_relaxed); }
-static inline void store_relaxed(_Atomic uint64_t *x, uint64_t v) { atomic_store_explicit(x, v, memory_order_relaxed); }
-static inline void add_relaxed(_Atomic uint64_t *x, uint64_t v) { atomic_fetch_add_explicit(x, v, memory_order_relaxed); }
-static inline void sub_relaxed(_Atomic uint64_t *x, uint64_t v) { atomic_fetch_sub_explicit(x, v, memory_order_relaxed); }
-static inline void max_relaxed(_Atomic uint64_t *x, uint64_t v) {
-    uint64_t cur = load_relaxed(x);
-    while (v > cur && !atomic_compare_exchange_weak_explicit(x, &cur, v, memory_order_relaxed, memory_order_relaxed)) {
-    }
-}
-
 /* The pool's heaps, newest first (a heap is never removed before destroy). */
 static inline pheap *heaps_head(const dmm_pool *p) {
-    return atomic_load_explicit((pheap *_Atomic *)&p->heaps, memory_order_acquire);
+    return dmm_atomic_load_acquire((pheap *_Atomic *)&p->heaps);
 }
 static inline pheap *heap_next(const pheap *h) {
-    return atomic_load_explicit((pheap *_Atomic *)&h->next_heap, memory_order_acquire);
+    return dmm_atomic_load_acquire((pheap *_Atomic *)&h->next_heap);
 }
 
 /* ---- chunks: one physical handle each, a whole number of quanta (Q = p->chunk) ----
@@ -454,14 +443,15 @@ static inline uint64_t align_up_c(const dmm_pool *p, uint64_t x) { return (x + p
 static inline size_t qidx(const dmm_pool *p, uintptr_t addr) { return (size_t)((addr - p->base) / p->chunk); }
 
 static inline void committed_add(dmm_pool *p, uint64_t v) {
-    uint64_t now = atomic_fetch_add_explicit(&p->committed, v, memory_order_relaxed) + v;
-    add_relaxed(&p->committed_total, v);
-    max_relaxed(&p->committed_peak, now);
+    uint64_t now = dmm_atomic_add_relaxed(&p->committed, v) + v;
+    dmm_atomic_add_relaxed(&p->committed_total, v);
+    dmm_atomic_max_relaxed(&p->committed_peak, now);
 }
 
 /* The pool's committed bytes, an aliased chunk's old place not counted twice (it is no more memory). */
 static inline uint64_t committed_once(const dmm_pool *p) {
-    uint64_t committed = load_relaxed(&p->committed), twice = load_relaxed(&p->aliased_bytes);
+    uint64_t committed = dmm_atomic_load_relaxed(&p->committed);
+    uint64_t twice = dmm_atomic_load_relaxed(&p->aliased_bytes);
     return committed - (twice < committed ? twice : committed);
 }
 

@@ -4,11 +4,11 @@
 #ifndef DMM_ARENA_KIT_H
 #define DMM_ARENA_KIT_H
 
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/atomics.h"
 #include "testkit.h"
 
 static inline dmm_driver_census kit_census(dmm_driver *d) {
@@ -55,21 +55,22 @@ typedef struct kit_tally {
 static inline dmm_status kit_charge(void *user, dmm_device_id dev, dmm_axis axis, uint64_t bytes) {
     (void)dev;
     kit_tally *t = user;
-    if (atomic_load(&t->refuse))
+    if (dmm_atomic_load_seq_cst(&t->refuse))
         return dmm_error_set(DMM_ERR_BUDGET, "test budget: refusing %llu bytes on purpose",
                              (unsigned long long)bytes);
-    if (axis == DMM_AXIS_OWNED && t->owned_limit && atomic_load(&t->owned) + (int64_t)bytes > t->owned_limit)
+    if (axis == DMM_AXIS_OWNED && t->owned_limit &&
+        dmm_atomic_load_seq_cst(&t->owned) + (int64_t)bytes > t->owned_limit)
         return dmm_error_set(DMM_ERR_BUDGET, "test budget: owned limit %lld reached", (long long)t->owned_limit);
-    atomic_fetch_add(axis == DMM_AXIS_OWNED ? &t->owned : &t->mapped, (int64_t)bytes);
-    atomic_fetch_add(&t->charges, 1);
+    dmm_atomic_add_seq_cst(axis == DMM_AXIS_OWNED ? &t->owned : &t->mapped, (int64_t)bytes);
+    dmm_atomic_add_seq_cst(&t->charges, 1);
     return DMM_OK;
 }
 
 static inline void kit_refund(void *user, dmm_device_id dev, dmm_axis axis, uint64_t bytes) {
     (void)dev;
     kit_tally *t = user;
-    atomic_fetch_sub(axis == DMM_AXIS_OWNED ? &t->owned : &t->mapped, (int64_t)bytes);
-    atomic_fetch_add(&t->refunds, 1);
+    dmm_atomic_sub_seq_cst(axis == DMM_AXIS_OWNED ? &t->owned : &t->mapped, (int64_t)bytes);
+    dmm_atomic_add_seq_cst(&t->refunds, 1);
 }
 
 static inline dmm_accounting kit_accounting(kit_tally *t) {
@@ -80,14 +81,14 @@ static inline dmm_accounting kit_accounting(kit_tally *t) {
 /* The tally equals the arena's owned and mapped stats (what it charged = what it holds). */
 static inline void kit_tally_matches(const kit_tally *t, dmm_mechanism *m) {
     dmm_stats s = kit_stats(m);
-    assert_int_equal(atomic_load(&t->owned), s.owned_bytes.current);
-    assert_int_equal(atomic_load(&t->mapped), s.mapped_bytes.current);
+    assert_int_equal(dmm_atomic_load_seq_cst(&t->owned), s.owned_bytes.current);
+    assert_int_equal(dmm_atomic_load_seq_cst(&t->mapped), s.mapped_bytes.current);
 }
 
 /* Everything charged was refunded. */
 static inline void kit_tally_zero(const kit_tally *t) {
-    assert_int_equal(atomic_load(&t->owned), 0);
-    assert_int_equal(atomic_load(&t->mapped), 0);
+    assert_int_equal(dmm_atomic_load_seq_cst(&t->owned), 0);
+    assert_int_equal(dmm_atomic_load_seq_cst(&t->mapped), 0);
 }
 
 /* What a fault sweep compares around one step: the driver's census, the arena's stats, the tally. */
@@ -101,8 +102,8 @@ static inline kit_snapshot kit_snap(dmm_driver *d, dmm_mechanism *m, const kit_t
     kit_snapshot x;
     x.c = kit_census(d);
     x.s = kit_stats(m);
-    x.owned = atomic_load(&t->owned);
-    x.mapped = atomic_load(&t->mapped);
+    x.owned = dmm_atomic_load_seq_cst(&t->owned);
+    x.mapped = dmm_atomic_load_seq_cst(&t->mapped);
     return x;
 }
 
@@ -207,8 +208,8 @@ static inline void kit_lost_confirm_destroy(dmm_driver *d, dmm_mechanism *m, con
     KIT_CHECK(m);
     kit_stats_match_census(m, d);
     assert_int_equal(dmm_fault_calls(d, DMM_OP_ANY), calls);
-    assert_int_equal(atomic_load(&t->owned), owned);
-    assert_int_equal(atomic_load(&t->mapped), mapped);
+    assert_int_equal(dmm_atomic_load_seq_cst(&t->owned), owned);
+    assert_int_equal(dmm_atomic_load_seq_cst(&t->mapped), mapped);
     DMM_OK_OR_FAIL(dmm_arena_confirm_context_terminated(m));
     kit_tally_zero(t);
     dmm_stats s = kit_stats(m);

@@ -112,7 +112,7 @@ typedef enum mode { ONCE, STICKY, LOST } mode;
 /* Every op of a lost arena reports DEVICE_LOST and makes no driver call; nothing is refunded. */
 static void lost_battery(env *e) {
     uint64_t calls = dmm_fault_calls(e->fault, DMM_OP_ANY);
-    int64_t owned = atomic_load(&e->tally.owned), mapped = atomic_load(&e->tally.mapped);
+    int64_t owned = dmm_atomic_load_seq_cst(&e->tally.owned), mapped = dmm_atomic_load_seq_cst(&e->tally.mapped);
     dmm_allocation x;
     assert_int_equal(dmm_mechanism_allocate(e->m, 4096, 0, &x), DMM_ERR_DEVICE_LOST);
     dmm_test_error_mentions("lost its device", "dmm_arena_confirm_context_terminated", NULL);
@@ -454,7 +454,7 @@ static void failed_unmap_poisons_the_chunk(void **state) {
     assert_int_equal(s.committed_bytes.current, 0);
     assert_int_equal(s.releases_quarantined, 1);
     assert_int_equal(kit_census(e.fault).mapped_bytes, 2 * MIB); /* really still mapped */
-    assert_int_equal(atomic_load(&e.tally.mapped), 2 * MIB);      /* and still charged */
+    assert_int_equal(dmm_atomic_load_seq_cst(&e.tally.mapped), 2 * MIB);      /* and still charged */
     bool q = false;
     DMM_OK_OR_FAIL(dmm_arena_is_quarantined(e.m, a.ptr, a.bytes, &q));
     assert_true(q);
@@ -480,7 +480,7 @@ static void failed_handle_release_quarantines_the_handle(void **state) {
     env_init(&e, 0, 0);
     dmm_allocation a;
     DMM_OK_OR_FAIL(dmm_mechanism_allocate(e.m, 2 * MIB, 0, &a));
-    uint64_t refunds = atomic_load(&e.tally.refunds);
+    uint64_t refunds = dmm_atomic_load_seq_cst(&e.tally.refunds);
     DMM_OK_OR_FAIL(dmm_fault_plan(e.fault, DMM_OP_RELEASE, 1, 1, DMM_ERR_DRIVER));
     snapshot before = snap(&e);
     dmm_release_outcome o = dmm_mechanism_release(e.m, &a);
@@ -490,9 +490,9 @@ static void failed_handle_release_quarantines_the_handle(void **state) {
     result r = {true, DMM_OK, o, false};
     honest(&e, &r, &before, false);
     /* mapped refunded exactly once, owned kept */
-    assert_int_equal(atomic_load(&e.tally.refunds), refunds + 1);
-    assert_int_equal(atomic_load(&e.tally.mapped), 0);
-    assert_int_equal(atomic_load(&e.tally.owned), 2 * MIB);
+    assert_int_equal(dmm_atomic_load_seq_cst(&e.tally.refunds), refunds + 1);
+    assert_int_equal(dmm_atomic_load_seq_cst(&e.tally.mapped), 0);
+    assert_int_equal(dmm_atomic_load_seq_cst(&e.tally.owned), 2 * MIB);
     dmm_stats s = kit_stats(e.m);
     assert_int_equal(s.quarantined_handles, 1);
     assert_int_equal(s.quarantined_bytes, 2 * MIB);

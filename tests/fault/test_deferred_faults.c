@@ -123,11 +123,12 @@ static void conserved_lost(env *e, const char *what, bool lost) {
     if (dmm_arena_check(e->m) != DMM_OK) fail_msg("%s: dmm_arena_check: %s", what, dmm_last_error());
     kit_stats_match_census(e->m, e->fault);
     dmm_stats s = kit_stats(e->m);
-    int64_t to = atomic_load(&e->tally.owned), tm = atomic_load(&e->tally.mapped);
+    int64_t to = dmm_atomic_load_seq_cst(&e->tally.owned), tm = dmm_atomic_load_seq_cst(&e->tally.mapped);
     if (lost ? to < s.owned_bytes.current || tm < s.mapped_bytes.current
              : to != s.owned_bytes.current || tm != s.mapped_bytes.current)
         fail_msg("%s: the tally (owned %lld, mapped %lld) differs from the arena's stats (owned %lld, mapped %lld)", what,
-                 (long long)atomic_load(&e->tally.owned), (long long)atomic_load(&e->tally.mapped),
+                 (long long)dmm_atomic_load_seq_cst(&e->tally.owned),
+                 (long long)dmm_atomic_load_seq_cst(&e->tally.mapped),
                  (long long)s.owned_bytes.current, (long long)s.mapped_bytes.current);
 }
 
@@ -174,7 +175,7 @@ static const char *mode_name[] = {"one", "sticky", "device-lost"};
  * the requests are handed back unrun; confirm discharges the arena. */
 static void lost_end(env *e, int ran) {
     uint64_t calls = dmm_fault_calls(e->fault, DMM_OP_ANY) - dmm_fault_calls(e->fault, DMM_OP_EVENT_QUERY);
-    int64_t owned = atomic_load(&e->tally.owned), mapped = atomic_load(&e->tally.mapped);
+    int64_t owned = dmm_atomic_load_seq_cst(&e->tally.owned), mapped = dmm_atomic_load_seq_cst(&e->tally.mapped);
     size_t n = 9, left = pending(e);
     assert_int_equal(left, (size_t)(NREQ - ran));
     if (left > 0) {
@@ -189,14 +190,14 @@ static void lost_end(env *e, int ran) {
             assert_int_equal(o.state, DMM_RELEASE_FAILED);
             assert_int_equal(o.failure, DMM_ERR_DEVICE_LOST);
             calls = dmm_fault_calls(e->fault, DMM_OP_ANY) - dmm_fault_calls(e->fault, DMM_OP_EVENT_QUERY);
-            owned = atomic_load(&e->tally.owned);
-            mapped = atomic_load(&e->tally.mapped);
+            owned = dmm_atomic_load_seq_cst(&e->tally.owned);
+            mapped = dmm_atomic_load_seq_cst(&e->tally.mapped);
             break;
         }
     if (left > 0) assert_int_equal(dmm_deferred_poll(e->q, &n), DMM_ERR_DEVICE_LOST);
     assert_int_equal(dmm_fault_calls(e->fault, DMM_OP_ANY) - dmm_fault_calls(e->fault, DMM_OP_EVENT_QUERY), calls);
-    assert_int_equal(atomic_load(&e->tally.owned), owned); /* nothing refunded */
-    assert_int_equal(atomic_load(&e->tally.mapped), mapped);
+    assert_int_equal(dmm_atomic_load_seq_cst(&e->tally.owned), owned); /* nothing refunded */
+    assert_int_equal(dmm_atomic_load_seq_cst(&e->tally.mapped), mapped);
     for (int k = ran; k < NREQ; k++) { /* handed back unrun, in order */
         dmm_deferred_request r;
         DMM_OK_OR_FAIL(dmm_deferred_take(e->q, &r));

@@ -173,7 +173,7 @@ static void loss_seen_by_a_request_outcome(void **state) {
     assert_int_equal((uintptr_t)r.user, 2);
     DMM_OK_OR_FAIL(dmm_deferred_destroy(e.q));
     DMM_OK_OR_FAIL(dmm_mechanism_destroy(e.m));
-    assert_int_equal(atomic_load(&e.tally.owned), 0);
+    assert_int_equal(dmm_atomic_load_seq_cst(&e.tally.owned), 0);
     dmm_driver_destroy(e.fault);
     dmm_driver_destroy(e.host);
 }

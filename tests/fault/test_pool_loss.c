@@ -248,8 +248,8 @@ static bool lost_battery(env *e, uint64_t calls, bool free_all, const char *what
     if (dmm_fault_calls(e->fault, DMM_OP_ANY) != calls)
         fail_msg("%s: %llu driver calls were made after the loss", what,
                  (unsigned long long)(dmm_fault_calls(e->fault, DMM_OP_ANY) - calls));
-    const int64_t owned = atomic_load(&e->tally.owned), mapped = atomic_load(&e->tally.mapped);
-    const uint64_t refunds = atomic_load(&e->tally.refunds);
+    const int64_t owned = dmm_atomic_load_seq_cst(&e->tally.owned), mapped = dmm_atomic_load_seq_cst(&e->tally.mapped);
+    const uint64_t refunds = dmm_atomic_load_seq_cst(&e->tally.refunds);
     pool_consistent(e, what);
     dmm_pool_stats before = pstats(e);
 
@@ -307,9 +307,9 @@ static bool lost_battery(env *e, uint64_t calls, bool free_all, const char *what
 
     /* no driver call, no refund: the arena refunds nothing before the confirmation */
     assert_int_equal(dmm_fault_calls(e->fault, DMM_OP_ANY), calls);
-    assert_int_equal(atomic_load(&e->tally.owned), owned);
-    assert_int_equal(atomic_load(&e->tally.mapped), mapped);
-    assert_int_equal(atomic_load(&e->tally.refunds), refunds);
+    assert_int_equal(dmm_atomic_load_seq_cst(&e->tally.owned), owned);
+    assert_int_equal(dmm_atomic_load_seq_cst(&e->tally.mapped), mapped);
+    assert_int_equal(dmm_atomic_load_seq_cst(&e->tally.refunds), refunds);
 
     /* the context is torn down: confirm, then the pool goes, then the arena, without a driver call */
     DMM_OK_OR_FAIL(dmm_arena_confirm_context_terminated(e->arena));
@@ -445,8 +445,8 @@ static void destroy_after_the_confirmation_forgets_what_is_live(void **state) {
     DMM_OK_OR_FAIL(dmm_pool_destroy(e.pool));
     DMM_OK_OR_FAIL(dmm_mechanism_destroy(e.arena));
     assert_int_equal(dmm_fault_calls(e.fault, DMM_OP_ANY), calls0 + 1);
-    assert_int_equal(atomic_load(&e.tally.owned), 0);
-    assert_int_equal(atomic_load(&e.tally.mapped), 0);
+    assert_int_equal(dmm_atomic_load_seq_cst(&e.tally.owned), 0);
+    assert_int_equal(dmm_atomic_load_seq_cst(&e.tally.mapped), 0);
     dmm_driver_destroy(e.fault);
     dmm_driver_destroy(e.host);
 }

@@ -108,7 +108,7 @@ typedef enum mode { ONCE, STICKY, LOST } mode;
 /* A lost arena answers every call DEVICE_LOST without a driver call; confirm discharges it all. */
 static void lost_battery(env *e) {
     uint64_t calls = dmm_fault_calls(e->fault, DMM_OP_ANY);
-    int64_t owned = atomic_load(&e->tally.owned), mapped = atomic_load(&e->tally.mapped);
+    int64_t owned = dmm_atomic_load_seq_cst(&e->tally.owned), mapped = dmm_atomic_load_seq_cst(&e->tally.mapped);
     dmm_allocation *live[] = {e->owner_live ? &e->owner : NULL, e->s1_live ? &e->s1 : NULL,
                               e->s2_live ? &e->s2 : NULL};
     for (size_t i = 0; i < 3; i++) {
@@ -376,7 +376,7 @@ static void a_failed_handle_release_quarantines_the_prefix_handle(void **state) 
     e.p_live = false;
     result r = {true, DMM_OK, o, false};
     honest(&e, &r, &before, false);
-    assert_int_equal(atomic_load(&e.tally.owned), 2 * MIB);
+    assert_int_equal(dmm_atomic_load_seq_cst(&e.tally.owned), 2 * MIB);
     assert_int_equal(kit_stats(e.m).quarantined_handles, 1);
     assert_int_equal(kit_census(e.fault).handles, 1);
     /* every release failing changes nothing: FAILED, the prefix stays live */

@@ -19,6 +19,7 @@
  * poisoned VA, and everything tears down to a zero census and a zero tally. The loop stops when the
  * operation makes fewer than n driver calls. */
 #include "arena_kit.h"
+#include "bind/provider_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,8 +100,8 @@ static void conserved(env *e, const char *what) {
     if (e->p == NULL) {
         dmm_driver_census c = kit_census(e->fault);
         if (c.reserved_bytes || c.handles || c.mapped_bytes) fail_msg("%s: no provider, but the driver holds memory", what);
-        assert_int_equal(atomic_load(&e->tally.owned), 0);
-        assert_int_equal(atomic_load(&e->tally.mapped), 0);
+        assert_int_equal(dmm_atomic_load_seq_cst(&e->tally.owned), 0);
+        assert_int_equal(dmm_atomic_load_seq_cst(&e->tally.mapped), 0);
         return;
     }
     if (dmm_arena_check(mech(e)) != DMM_OK) fail_msg("%s: dmm_arena_check: %s", what, dmm_last_error());
@@ -121,7 +122,7 @@ static snapshot snap(env *e) {
     x.c = kit_census(e->fault);
     if (e->p == NULL) return x;
     x.s = kit_stats(mech(e));
-    x.in_use = dmm_provider_in_use(e->p);
+    x.in_use = dmm__provider_in_use(e->p);
     for (int i = 0; i < MAX_LIVE; i++)
         if (e->is_live[i]) DMM_OK_OR_FAIL(dmm_mechanism_committed_bytes(mech(e), &e->live[i], &x.committed[i]));
     return x;
@@ -330,7 +331,7 @@ static void honest(env *e, const sweep_case *k, const result *r, const snapshot 
     if (r->status == DMM_OK) {
         if (k->run == op_allocate || k->run == op_allocate_committed) {
             assert_int_equal(a.s.allocations.current, b->s.allocations.current + 1);
-            assert_true(dmm_provider_in_use(e->p));
+            assert_true(dmm__provider_in_use(e->p));
         }
         return;
     }

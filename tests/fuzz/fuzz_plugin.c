@@ -167,7 +167,7 @@ static bool step(mech *x, uint8_t op) {
         if (a != NULL) {
             s = dmm_mechanism_alias(x->m, a, a_range(a->bytes), a_range(a->bytes));
             check_status(s, "dmm_mechanism_alias");
-            if (!dmm_mechanism_has_slot(x->m, "alias"))
+            if (!dmm_mechanism_has_slot(x->m, DMM_SLOT_ALIAS))
                 FUZZ_ASSERT(s == DMM_ERR_UNSUPPORTED, "alias without the slot: %s", dmm_status_str(s));
         }
         return true;
@@ -175,14 +175,14 @@ static bool step(mech *x, uint8_t op) {
         bool q = false;
         s = dmm_mechanism_is_quarantined(x->m, a ? a->ptr : (void *)4096, a ? a->bytes : 1, &q);
         check_status(s, "dmm_mechanism_is_quarantined");
-        if (!dmm_mechanism_has_slot(x->m, "is_quarantined"))
+        if (!dmm_mechanism_has_slot(x->m, DMM_SLOT_IS_QUARANTINED))
             FUZZ_ASSERT(s == DMM_ERR_UNSUPPORTED, "is_quarantined without the slot: %s", dmm_status_str(s));
         return true;
     }
     case 11:
         s = dmm_mechanism_drain_cache(x->m);
         check_status(s, "dmm_mechanism_drain_cache");
-        if (!dmm_mechanism_has_slot(x->m, "drain_cache"))
+        if (!dmm_mechanism_has_slot(x->m, DMM_SLOT_DRAIN_CACHE))
             FUZZ_ASSERT(s == DMM_ERR_UNSUPPORTED, "drain_cache without the slot: %s", dmm_status_str(s));
         return true;
     case 12: {
@@ -190,7 +190,7 @@ static bool step(mech *x, uint8_t op) {
         uint64_t bytes = 0;
         s = dmm_mechanism_reservation(x->m, &va, &bytes);
         check_status(s, "dmm_mechanism_reservation");
-        if (!dmm_mechanism_has_slot(x->m, "reservation"))
+        if (!dmm_mechanism_has_slot(x->m, DMM_SLOT_RESERVATION))
             FUZZ_ASSERT(s == DMM_ERR_UNSUPPORTED, "reservation without the slot: %s", dmm_status_str(s));
         return true;
     }

@@ -160,7 +160,7 @@ static void failed_unmap_poisons_the_chunk(void **state) {
     assert_int_equal(s.poisoned_bytes, 2 * MIB);
     /* CUDA really still maps the poisoned chunk, and it stays charged */
     assert_int_equal(kit_census(g_cuda).mapped_bytes, 2 * MIB);
-    assert_int_equal(atomic_load(&e.tally.mapped), 2 * MIB);
+    assert_int_equal(dmm_atomic_load_seq_cst(&e.tally.mapped), 2 * MIB);
     kit_stats_match_census(e.m, e.fault);
     bool q = false;
     DMM_OK_OR_FAIL(dmm_arena_is_quarantined(e.m, b.ptr, b.bytes, &q));
@@ -236,7 +236,7 @@ static void eager_mechanism_over_cuda(void **state) {
     dmm_release_outcome o = dmm_mechanism_release(m, &a);
     assert_int_equal(o.state, DMM_RELEASE_COMPLETE);
     assert_int_equal(dmm_mechanism_release(m, &a).state, DMM_RELEASE_FAILED); /* twice: refused */
-    assert_int_equal(atomic_load(&t.owned) + atomic_load(&t.mapped), 0);
+    assert_int_equal(dmm_atomic_load_seq_cst(&t.owned) + dmm_atomic_load_seq_cst(&t.mapped), 0);
     DMM_OK_OR_FAIL(dmm_mechanism_destroy(m));
     kit_census_zero(g_cuda);
     free(p);

@@ -13,9 +13,9 @@
  * driver call, and a warm layout's handles are taken by the same growths, with no call, as memory the
  * device writes and reads. Exit 77 (skipped) without a GPU or CUDA driver. */
 #include <dlfcn.h>
-#include <stdatomic.h>
 #include <time.h>
 
+#include "core/atomics.h"
 #include "cuda_kit.h"
 #include "driver/cuda_decl.h"
 
@@ -25,7 +25,7 @@ static atomic_int g_release;
 static void hold_stream(void *user) {
     (void)user;
     struct timespec ts = {0, 100 * 1000};
-    for (int i = 0; i < 300000 && !atomic_load(&g_release); i++) nanosleep(&ts, NULL); /* at most ~30 s */
+    for (int i = 0; i < 300000 && !dmm_atomic_load_seq_cst(&g_release); i++) nanosleep(&ts, NULL); /* at most ~30 s */
 }
 
 /* The streams are idle: the events after their last frees complete within moments; destroy refuses
@@ -82,7 +82,7 @@ static void freed_memory_waits_for_the_work_on_its_stream(void **state) {
     DMM_OK_OR_FAIL(dmm_pool_malloc(pool, n, a, &x));
     DMM_OK_OR_FAIL(dmm_pool_malloc(pool, MIB, b, &z));
     /* A: blocked host function, then the copy into X, then our own event */
-    atomic_store(&g_release, 0);
+    dmm_atomic_store_seq_cst(&g_release, 0);
     assert_int_equal(launch(a, hold_stream, NULL), DMM_CUDA_SUCCESS);
     DMM_OK_OR_FAIL(f->ops->copy(f, (uintptr_t)x, src, n, a));
     dmm_event done = NULL;
@@ -112,7 +112,7 @@ static void freed_memory_waits_for_the_work_on_its_stream(void **state) {
         fail_msg("%s", "stream A finished while it was held: the test proves nothing");
 
     /* let A go */
-    atomic_store(&g_release, 1);
+    dmm_atomic_store_seq_cst(&g_release, 1);
     DMM_OK_OR_FAIL(g_cuda->ops->event_synchronize(g_cuda, done)); /* the test waits; the pool never did */
     assert_int_equal(dmm_fault_calls(f, DMM_OP_STREAM_SYNCHRONIZE) + dmm_fault_calls(f, DMM_OP_EVENT_SYNCHRONIZE),
                      syncs0);
@@ -243,7 +243,7 @@ int main(void) {
         cmocka_unit_test(a_warm_layout_serves_the_same_growths_on_the_gpu),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    atomic_store(&g_release, 1);
+    dmm_atomic_store_seq_cst(&g_release, 1);
     dmm_driver_destroy(g_cuda);
     return rc;
 }

@@ -32,9 +32,10 @@ static void *racer(void *arg) {
         pthread_barrier_wait(&r->start);
         dmm_allocation mine = r->target; /* every thread holds its own copy of the value */
         dmm_release_outcome o = dmm_mechanism_release(r->m, &mine);
-        if (o.state == DMM_RELEASE_COMPLETE) atomic_fetch_add(&r->complete, 1);
-        else if (o.state == DMM_RELEASE_FAILED && o.failure == DMM_ERR_UNKNOWN_ALLOCATION) atomic_fetch_add(&r->failed, 1);
-        else atomic_fetch_add(&r->other, 1);
+        if (o.state == DMM_RELEASE_COMPLETE) dmm_atomic_add_seq_cst(&r->complete, 1);
+        else if (o.state == DMM_RELEASE_FAILED && o.failure == DMM_ERR_UNKNOWN_ALLOCATION)
+            dmm_atomic_add_seq_cst(&r->failed, 1);
+        else dmm_atomic_add_seq_cst(&r->other, 1);
         pthread_barrier_wait(&r->done);
     }
     return NULL;
@@ -57,17 +58,17 @@ static void eight_threads_release_one_allocation(void **state) {
     for (int i = 0; i < r.rounds; i++) {
         DMM_OK_OR_FAIL(dmm_mechanism_allocate(r.m, 6 * MIB - 4096 * (size_t)(i % 3), 0, &r.target)); /* 3 chunks */
         uint64_t unmaps = dmm_fault_calls(fault, DMM_OP_UNMAP), releases = dmm_fault_calls(fault, DMM_OP_RELEASE);
-        int complete = atomic_load(&r.complete);
+        int complete = dmm_atomic_load_seq_cst(&r.complete);
         pthread_barrier_wait(&r.start);
         pthread_barrier_wait(&r.done);
-        assert_int_equal(atomic_load(&r.complete), complete + 1);
+        assert_int_equal(dmm_atomic_load_seq_cst(&r.complete), complete + 1);
         assert_int_equal(dmm_fault_calls(fault, DMM_OP_UNMAP), unmaps + 3);
         assert_int_equal(dmm_fault_calls(fault, DMM_OP_RELEASE), releases + 3);
     }
     for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
-    assert_int_equal(atomic_load(&r.complete), r.rounds);
-    assert_int_equal(atomic_load(&r.failed), r.rounds * (THREADS - 1));
-    assert_int_equal(atomic_load(&r.other), 0);
+    assert_int_equal(dmm_atomic_load_seq_cst(&r.complete), r.rounds);
+    assert_int_equal(dmm_atomic_load_seq_cst(&r.failed), r.rounds * (THREADS - 1));
+    assert_int_equal(dmm_atomic_load_seq_cst(&r.other), 0);
     dmm_stats s = kit_stats(r.m);
     assert_int_equal(s.releases_complete, r.rounds);
     assert_int_equal(s.releases_failed, r.rounds * (THREADS - 1));
@@ -169,7 +170,7 @@ static bool release_held(mix *x, held *h) {
     }
     if (st == DMM_RELEASE_QUARANTINED) {
         if (!x->faults && !h->quarantined) fail_msg("release QUARANTINED without faults: %s", dmm_last_error());
-        atomic_fetch_add(&x->quarantined, 1);
+        dmm_atomic_add_seq_cst(&x->quarantined, 1);
     }
     return true;
 }
@@ -185,14 +186,14 @@ static void *mixer(void *arg) {
         if (x->faults && rnd(&w->seed) % 40 == 0)
             dmm_fault_plan(x->fault, DMM_OP_ANY, 1 + rnd(&w->seed) % 6, 1, DMM_ERR_DRIVER);
         uint64_t r = rnd(&w->seed) % 100;
-        atomic_fetch_add(&x->ops, 1);
+        dmm_atomic_add_seq_cst(&x->ops, 1);
         if ((r < 30 && n < MAXH) || n == 0) { /* allocate, committed */
             size_t bytes = 16 + (size_t)(rnd(&w->seed) % (r < 20 ? 64 * KIB : 5 * MIB));
             held *p = &h[n];
             memset(p, 0, sizeof *p);
             if (dmm_mechanism_allocate(x->m, bytes, (size_t)1 << (rnd(&w->seed) % 13), &p->a) != DMM_OK) {
                 if (!x->faults) fail_msg("allocate failed without faults: %s", dmm_last_error());
-                atomic_fetch_add(&x->failures, 1);
+                dmm_atomic_add_seq_cst(&x->failures, 1);
                 continue;
             }
             reg_add(&x->reg, &p->a);
@@ -244,7 +245,7 @@ static void *mixer(void *arg) {
             ((volatile char *)p->a.ptr)[src.offset] = 3;
             dmm_status s = dmm_arena_alias(x->m, &p->a, dst, src);
             if (s == DMM_OK) {
-                atomic_fetch_add(&x->aliases, 1);
+                dmm_atomic_add_seq_cst(&x->aliases, 1);
                 if (((volatile char *)p->a.ptr)[dst.offset] != 3) fail_msg("%s", "an alias does not show its source's bytes");
             } else if (s != DMM_ERR_INVALID_ARGUMENT && (!x->faults || (s != DMM_ERR_DRIVER && s != DMM_ERR_QUARANTINED))) {
                 fail_msg("alias: %s", dmm_last_error());
@@ -302,12 +303,13 @@ static void run_mix(bool faults, unsigned seed) {
         DMM_OK_OR_FAIL(dmm_arena_free_spans(x.m, &spans));
         assert_int_equal(spans, 1);
     }
-    assert_true(atomic_load(&x.aliases) > 0);
+    assert_true(dmm_atomic_load_seq_cst(&x.aliases) > 0);
     print_message("  mix%s: %llu ops, %llu aliases, %llu failed allocations, %llu quarantined releases, %llu injected "
                   "faults, %llu poisoned chunks, %llu quarantined handles, peak committed %lld MiB\n",
-                  faults ? " with faults" : "", (unsigned long long)atomic_load(&x.ops),
-                  (unsigned long long)atomic_load(&x.aliases),
-                  (unsigned long long)atomic_load(&x.failures), (unsigned long long)atomic_load(&x.quarantined),
+                  faults ? " with faults" : "", (unsigned long long)dmm_atomic_load_seq_cst(&x.ops),
+                  (unsigned long long)dmm_atomic_load_seq_cst(&x.aliases),
+                  (unsigned long long)dmm_atomic_load_seq_cst(&x.failures),
+                  (unsigned long long)dmm_atomic_load_seq_cst(&x.quarantined),
                   (unsigned long long)dmm_fault_injected(fault), (unsigned long long)s.poisoned_chunks,
                   (unsigned long long)s.quarantined_handles, (long long)(s.committed_bytes.peak >> 20));
     DMM_OK_OR_FAIL(dmm_mechanism_destroy(x.m));
@@ -315,8 +317,8 @@ static void run_mix(bool faults, unsigned seed) {
     assert_int_equal(cs.handles, 0);
     assert_int_equal(cs.mapped_bytes, 0);
     assert_int_equal(cs.reserved_bytes, 0);
-    assert_int_equal(atomic_load(&tally.owned), 0);
-    assert_int_equal(atomic_load(&tally.mapped), 0);
+    assert_int_equal(dmm_atomic_load_seq_cst(&tally.owned), 0);
+    assert_int_equal(dmm_atomic_load_seq_cst(&tally.mapped), 0);
     free(x.reg.v);
     pthread_mutex_destroy(&x.reg.lock);
     dmm_driver_destroy(fault);

@@ -3,11 +3,11 @@
  * while a monitor thread reads the tier and must never see used > limit on either axis. At the end
  * everything is released and used = 0. Seeded, so a failure replays; run under TSan by `make test`. */
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/atomics.h"
 #include "testkit.h"
 
 #define MiB (1024ull * 1024ull)
@@ -60,10 +60,10 @@ static uint64_t give_cache(void *user, dmm_device_id device, dmm_reclaim_step st
     (void)wanted;
     worker *w = user;
     if (step != DMM_RECLAIM_CACHED) return 0;
-    uint64_t n = atomic_exchange(&w->cache_bytes, 0);
+    uint64_t n = dmm_atomic_exchange_seq_cst(&w->cache_bytes, 0);
     if (n == 0) return 0;
     if (dmm_lease_shrink(w->g, w->cache, n, 0) != DMM_OK) return 0;
-    atomic_fetch_add(&reclaim_given, n);
+    dmm_atomic_add_seq_cst(&reclaim_given, n);
     return n;
 }
 
@@ -96,7 +96,8 @@ static void *work(void *arg) {
             break;
         }
         case 3: /* fill the cache */
-            if (dmm_lease_grow(w->g, w->cache, bytes / 2, 0) == DMM_OK) atomic_fetch_add(&w->cache_bytes, bytes / 2);
+            if (dmm_lease_grow(w->g, w->cache, bytes / 2, 0) == DMM_OK)
+                dmm_atomic_add_seq_cst(&w->cache_bytes, bytes / 2);
             break;
         case 4: /* a mechanism's charge and refund through the accounting hook */
             if ((r >> 12) & 1) {
@@ -111,7 +112,7 @@ static void *work(void *arg) {
             }
             break;
         default: { /* drop some of its own cache */
-            uint64_t n = atomic_exchange(&w->cache_bytes, 0);
+            uint64_t n = dmm_atomic_exchange_seq_cst(&w->cache_bytes, 0);
             if (n) note(w, dmm_lease_shrink(w->g, w->cache, n, 0));
             break;
         }
@@ -125,24 +126,24 @@ static void sample(dmm_governor *g) {
     memset(&u, 0, sizeof u);
     u.size = sizeof u;
     if (dmm_governor_tier_usage(g, DEV0, &u) != DMM_OK) {
-        atomic_fetch_add(&violations, 1);
+        dmm_atomic_add_seq_cst(&violations, 1);
         return;
     }
     {
         for (int x = 0; x < 2; x++)
             if (u.used[x] > u.limit[x] || u.used[x] + u.available[x] != u.limit[x] || u.peak[x] > u.limit[x]) {
-                if (atomic_fetch_add(&violations, 1) == 0)
+                if (dmm_atomic_add_seq_cst(&violations, 1) == 0)
                     snprintf(violation_msg, sizeof violation_msg,
                              "axis %d: used %llu, available %llu, peak %llu, limit %llu", x,
                              (unsigned long long)u.used[x], (unsigned long long)u.available[x],
                              (unsigned long long)u.peak[x], (unsigned long long)u.limit[x]);
             }
-        atomic_fetch_add(&samples, 1);
+        dmm_atomic_add_seq_cst(&samples, 1);
     }
 }
 
 static void *monitor(void *arg) {
-    while (!atomic_load(&done)) sample(arg);
+    while (!dmm_atomic_load_seq_cst(&done)) sample(arg);
     return NULL;
 }
 
@@ -165,16 +166,16 @@ static void eight_threads_at_the_limit(void **state) {
         DMM_OK_OR_FAIL(dmm_lease_reserve(w[i].holder, DEV0, DMM_ROLE_KV_CACHE, 0, 0, &w[i].acct_lease));
         DMM_OK_OR_FAIL(dmm_governor_accounting(g, w[i].acct_lease, &w[i].acct));
     }
-    atomic_store(&done, false);
+    dmm_atomic_store_seq_cst(&done, false);
     pthread_t mon, t[THREADS];
     assert_int_equal(pthread_create(&mon, NULL, monitor, g), 0);
     for (int i = 0; i < THREADS; i++) assert_int_equal(pthread_create(&t[i], NULL, work, &w[i]), 0);
     for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
-    atomic_store(&done, true);
+    dmm_atomic_store_seq_cst(&done, true);
     pthread_join(mon, NULL);
     sample(g); /* and once more after the last worker's last change */
 
-    if (atomic_load(&violations) != 0) fail_msg("the monitor saw used > limit: %s", violation_msg);
+    if (dmm_atomic_load_seq_cst(&violations) != 0) fail_msg("the monitor saw used > limit: %s", violation_msg);
     uint64_t refusals = 0, granted = 0;
     for (int i = 0; i < THREADS; i++) {
         if (w[i].unexpected) fail_msg("worker %d: unexpected status: %s", i, w[i].unexpected_msg);
@@ -182,17 +183,17 @@ static void eight_threads_at_the_limit(void **state) {
         granted += w[i].granted;
     }
     print_message("refusals %llu, granted %llu, samples %llu, given back %llu\n", (unsigned long long)refusals,
-                  (unsigned long long)granted, (unsigned long long)atomic_load(&samples),
-                  (unsigned long long)atomic_load(&reclaim_given));
+                  (unsigned long long)granted, (unsigned long long)dmm_atomic_load_seq_cst(&samples),
+                  (unsigned long long)dmm_atomic_load_seq_cst(&reclaim_given));
     /* The limit was really reached (refusals) and really worked under (grants), the ladder really ran. */
     assert_true(refusals > 100);
     assert_true(granted > 1000);
-    assert_true(atomic_load(&samples) > 0);
+    assert_true(dmm_atomic_load_seq_cst(&samples) > 0);
     dmm_governor_counters c = {.size = sizeof c};
     DMM_OK_OR_FAIL(dmm_governor_counters_get(g, &c));
     assert_true(c.reclaim_calls[DMM_RECLAIM_CACHED] > 0);
     assert_int_equal(c.stray_refunds, 0);
-    assert_true(atomic_load(&reclaim_given) > 0);
+    assert_true(dmm_atomic_load_seq_cst(&reclaim_given) > 0);
 
     /* Tear down: every byte comes back, used = 0 on both axes. */
     for (int i = 0; i < THREADS; i++) {

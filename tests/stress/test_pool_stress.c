@@ -19,11 +19,11 @@
  * zero. Run under TSan and ASan by `make test`. Seed: DMM_STRESS_SEED (default 42).
  */
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/atomics.h"
 #include "testkit.h"
 
 #define THREADS 8
@@ -102,35 +102,35 @@ static void *worker(void *arg) {
         if (what < 6) {
             uint64_t target = (rnd(&x) % 64) * MIB;
             dmm_status s = dmm_pool_trim(sh->pool, target, NULL);
-            if (s != DMM_OK) atomic_fetch_add(&sh->errors, 1);
-            atomic_fetch_add(&sh->trims, 1);
+            if (s != DMM_OK) dmm_atomic_add_seq_cst(&sh->errors, 1);
+            dmm_atomic_add_seq_cst(&sh->trims, 1);
         } else if (what < 7) {
-            if (dmm_pool_empty_cache(sh->pool, NULL) != DMM_OK) atomic_fetch_add(&sh->errors, 1);
+            if (dmm_pool_empty_cache(sh->pool, NULL) != DMM_OK) dmm_atomic_add_seq_cst(&sh->errors, 1);
         } else if (what < 17 && sh->flap) {
-            if (dmm_fault_hold_events(sh->drv, (r >> 40) % 4 != 0) != DMM_OK) atomic_fetch_add(&sh->errors, 1);
+            if (dmm_fault_hold_events(sh->drv, (r >> 40) % 4 != 0) != DMM_OK) dmm_atomic_add_seq_cst(&sh->errors, 1);
         } else if (what >= 17 && what < 20 && sh->warm != NULL) {
             dmm_status s = dmm_pool_warm_layout(sh->pool, mine, sh->warm, sh->nwarm, NULL);
             if (s != DMM_OK) {
                 fprintf(stderr, "thread %d: warm layout failed: %s\n", a->id, dmm_last_error());
-                atomic_fetch_add(&sh->errors, 1);
+                dmm_atomic_add_seq_cst(&sh->errors, 1);
             }
         } else if (live[k].p != NULL) {
             if (!verify(&live[k])) {
                 fprintf(stderr, "thread %d: block %p of %zu bytes lost its pattern\n", a->id, (void *)live[k].p,
                         live[k].bytes);
-                atomic_fetch_add(&sh->errors, 1);
+                dmm_atomic_add_seq_cst(&sh->errors, 1);
             }
             dmm_stream on = mine;
             if ((r >> 20) % 10 == 0) { /* free on another stream: its event gates the reuse */
                 on = sh->streams[(a->id + 1 + (int)((r >> 24) % (STREAMS - 1))) % STREAMS];
-                atomic_fetch_add(&sh->cross, 1);
+                dmm_atomic_add_seq_cst(&sh->cross, 1);
             }
             if (dmm_pool_free(sh->pool, live[k].p, on) != DMM_OK) {
                 fprintf(stderr, "thread %d: free failed: %s\n", a->id, dmm_last_error());
-                atomic_fetch_add(&sh->errors, 1);
+                dmm_atomic_add_seq_cst(&sh->errors, 1);
             }
             live[k].p = NULL;
-            atomic_fetch_add(&sh->frees, 1);
+            dmm_atomic_add_seq_cst(&sh->frees, 1);
         } else {
             /* log-uniform 512 B .. 4 MiB, plus a random tail */
             size_t bytes = (size_t)512 << ((r >> 12) % 14);
@@ -140,21 +140,21 @@ static void *worker(void *arg) {
             dmm_status s = dmm_pool_malloc(sh->pool, bytes, mine, &p);
             if (s != DMM_OK) {
                 fprintf(stderr, "thread %d: malloc of %zu failed: %s\n", a->id, bytes, dmm_last_error());
-                atomic_fetch_add(&sh->errors, 1);
+                dmm_atomic_add_seq_cst(&sh->errors, 1);
                 continue;
             }
             live[k].p = p;
             live[k].bytes = bytes;
             live[k].tag = ((uint64_t)a->id << 56) ^ (++serial << 20) ^ 0x5A5A5A5A;
             stamp(&live[k]);
-            atomic_fetch_add(&sh->mallocs, 1);
+            dmm_atomic_add_seq_cst(&sh->mallocs, 1);
         }
     }
     for (int k = 0; k < LIVE; k++)
         if (live[k].p != NULL) {
-            if (!verify(&live[k])) atomic_fetch_add(&sh->errors, 1);
-            if (dmm_pool_free(sh->pool, live[k].p, mine) != DMM_OK) atomic_fetch_add(&sh->errors, 1);
-            atomic_fetch_add(&sh->frees, 1);
+            if (!verify(&live[k])) dmm_atomic_add_seq_cst(&sh->errors, 1);
+            if (dmm_pool_free(sh->pool, live[k].p, mine) != DMM_OK) dmm_atomic_add_seq_cst(&sh->errors, 1);
+            dmm_atomic_add_seq_cst(&sh->frees, 1);
         }
     return NULL;
 }
@@ -200,7 +200,7 @@ static void run_mix_over(uint64_t max_chunk, bool flap, uint64_t stock, size_t r
     void *resident = NULL;
     if (resident_bytes) {
         DMM_OK_OR_FAIL(dmm_pool_malloc(sh.pool, resident_bytes, NULL, &resident));
-        atomic_fetch_add(&sh.mallocs, 1);
+        dmm_atomic_add_seq_cst(&sh.mallocs, 1);
     }
     if (stock) {
         void *small = NULL;
@@ -210,8 +210,8 @@ static void run_mix_over(uint64_t max_chunk, bool flap, uint64_t stock, size_t r
         }
         DMM_OK_OR_FAIL(s);
         DMM_OK_OR_FAIL(dmm_pool_free(sh.pool, small, NULL));
-        atomic_fetch_add(&sh.mallocs, 1);
-        atomic_fetch_add(&sh.frees, 1);
+        dmm_atomic_add_seq_cst(&sh.mallocs, 1);
+        dmm_atomic_add_seq_cst(&sh.frees, 1);
     }
     if (stock || warm != NULL) {
         dmm_pool_stats first;
@@ -231,10 +231,10 @@ static void run_mix_over(uint64_t max_chunk, bool flap, uint64_t stock, size_t r
     for (int i = 0; i < THREADS; i++) pthread_join(args[i].th, NULL);
     if (resident != NULL) {
         DMM_OK_OR_FAIL(dmm_pool_free(sh.pool, resident, NULL));
-        atomic_fetch_add(&sh.frees, 1);
+        dmm_atomic_add_seq_cst(&sh.frees, 1);
     }
-    assert_int_equal(atomic_load(&sh.errors), 0);
-    assert_int_equal(atomic_load(&sh.mallocs), atomic_load(&sh.frees));
+    assert_int_equal(dmm_atomic_load_seq_cst(&sh.errors), 0);
+    assert_int_equal(dmm_atomic_load_seq_cst(&sh.mallocs), dmm_atomic_load_seq_cst(&sh.frees));
     if (layout != NULL) {
         DMM_OK_OR_FAIL(dmm_pool_layout(sh.pool, NULL, 0, nlayout));
         *layout = calloc(*nlayout ? *nlayout : 1, sizeof **layout);
@@ -254,12 +254,12 @@ static void run_mix_over(uint64_t max_chunk, bool flap, uint64_t stock, size_t r
            "%llu grows (%llu of the stock), %llu chunks committed, %llu moved, %llu aliased; peak committed %lld bytes, "
            "peak physical %lld; warm layout of %zu spans: %llu taken, %llu given back\n",
            (unsigned long long)(max_chunk >> 20), (unsigned long long)(stock >> 20), (unsigned long long)sh.seed, (unsigned long long)ps.mallocs, (unsigned long long)ps.frees,
-           (unsigned long long)ps.cross_stream_frees, (unsigned long long)atomic_load(&sh.trims),
+           (unsigned long long)ps.cross_stream_frees, (unsigned long long)dmm_atomic_load_seq_cst(&sh.trims),
            (unsigned long long)ps.grows, (unsigned long long)ps.stock_grows, (unsigned long long)ps.chunks_committed, (unsigned long long)ps.chunks_moved,
            (unsigned long long)ps.chunks_aliased,
            (long long)ps.committed_bytes.peak, (long long)ps.physical_bytes.peak, nwarm,
            (unsigned long long)ps.layout_adopted, (unsigned long long)ps.layout_released);
-    assert_int_equal(ps.mallocs, atomic_load(&sh.mallocs));
+    assert_int_equal(ps.mallocs, dmm_atomic_load_seq_cst(&sh.mallocs));
     assert_int_equal(ps.allocations.current, 0);
     assert_int_equal(ps.allocated_bytes.current, 0);
     assert_int_equal(ps.requested_bytes.current, 0);

@@ -39,14 +39,14 @@ static void *work(void *arg) {
         for (int i = 0; i < ITERS; i++) {
             if (w->id < 3 && i == ITERS / 2) {
                 dmm_release_outcome o = dmm_prefix_release(sh->m, &p);
-                if (o.state == DMM_RELEASE_COMPLETE) atomic_fetch_add(&sh->rel_complete, 1);
+                if (o.state == DMM_RELEASE_COMPLETE) dmm_atomic_add_seq_cst(&sh->rel_complete, 1);
                 else if (o.state == DMM_RELEASE_FAILED && o.failure == DMM_ERR_UNKNOWN_ALLOCATION)
-                    atomic_fetch_add(&sh->rel_failed, 1);
-                else atomic_fetch_add(&sh->rel_other, 1);
+                    dmm_atomic_add_seq_cst(&sh->rel_failed, 1);
+                else dmm_atomic_add_seq_cst(&sh->rel_other, 1);
             }
             dmm_allocation t;
             if (dmm_mechanism_allocate_committed(sh->m, 8 * MIB, 0, NULL, 0, &t) != DMM_OK) {
-                atomic_fetch_add(&sh->other, 1);
+                dmm_atomic_add_seq_cst(&sh->other, 1);
                 continue;
             }
             size_t off = (size_t)((w->id + i) % 2) * 2 * MIB;
@@ -55,18 +55,18 @@ static void *work(void *arg) {
                 const unsigned char *q = (const unsigned char *)t.ptr + off;
                 bool ok = true;
                 for (size_t k = 0; k < PB; k += 65521) ok &= q[k] == pat(sh->seed, k);
-                atomic_fetch_add(ok ? &sh->mapped : &sh->other, 1);
+                dmm_atomic_add_seq_cst(ok ? &sh->mapped : &sh->other, 1);
             } else if (s == DMM_ERR_UNKNOWN_ALLOCATION) {
-                atomic_fetch_add(&sh->refused, 1);
+                dmm_atomic_add_seq_cst(&sh->refused, 1);
             } else {
-                atomic_fetch_add(&sh->other, 1);
+                dmm_atomic_add_seq_cst(&sh->other, 1);
             }
             if (i % 3 == 0 && s == DMM_OK) {
                 dmm_release_outcome o = dmm_mechanism_decommit(sh->m, &t, (dmm_range){off, PB});
-                if (o.state != DMM_RELEASE_COMPLETE) atomic_fetch_add(&sh->other, 1);
+                if (o.state != DMM_RELEASE_COMPLETE) dmm_atomic_add_seq_cst(&sh->other, 1);
             }
-            if (i % 4 == 1 && dmm_arena_check(sh->m) != DMM_OK) atomic_fetch_add(&sh->other, 1);
-            if (dmm_mechanism_release(sh->m, &t).state != DMM_RELEASE_COMPLETE) atomic_fetch_add(&sh->other, 1);
+            if (i % 4 == 1 && dmm_arena_check(sh->m) != DMM_OK) dmm_atomic_add_seq_cst(&sh->other, 1);
+            if (dmm_mechanism_release(sh->m, &t).state != DMM_RELEASE_COMPLETE) dmm_atomic_add_seq_cst(&sh->other, 1);
         }
         pthread_barrier_wait(&sh->done);
     }
@@ -98,14 +98,14 @@ static void threads_share_and_release_a_prefix(void **state) {
         sh.seed = (unsigned)round;
         for (size_t k = 0; k < PB; k++) ((unsigned char *)owner.ptr)[k] = pat(sh.seed, k);
         DMM_OK_OR_FAIL(dmm_prefix_create(sh.m, &owner, (dmm_range){0, PB}, &sh.p));
-        int complete = atomic_load(&sh.rel_complete);
+        int complete = dmm_atomic_load_seq_cst(&sh.rel_complete);
         pthread_barrier_wait(&sh.start);
         dmm_release_outcome o = dmm_mechanism_release(sh.m, &owner); /* while the sharers work */
         assert_int_equal(o.state, DMM_RELEASE_COMPLETE);
         pthread_barrier_wait(&sh.done);
-        assert_int_equal(atomic_load(&sh.rel_complete), complete + 1);
-        assert_int_equal(atomic_load(&sh.other), 0);
-        assert_int_equal(atomic_load(&sh.rel_other), 0);
+        assert_int_equal(dmm_atomic_load_seq_cst(&sh.rel_complete), complete + 1);
+        assert_int_equal(dmm_atomic_load_seq_cst(&sh.other), 0);
+        assert_int_equal(dmm_atomic_load_seq_cst(&sh.rel_other), 0);
         KIT_CHECK(sh.m);
         kit_stats_match_census(sh.m, host);
         kit_tally_matches(&tally, sh.m);
@@ -116,13 +116,14 @@ static void threads_share_and_release_a_prefix(void **state) {
     for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
     print_message("  %d commits mapped the prefix, %d were refused after its release; %d racing prefix releases "
                   "failed cleanly\n",
-                  atomic_load(&sh.mapped), atomic_load(&sh.refused), atomic_load(&sh.rel_failed));
-    assert_int_equal(atomic_load(&sh.rel_failed), ROUNDS * 2);
-    assert_true(atomic_load(&sh.mapped) > 0);
+                  dmm_atomic_load_seq_cst(&sh.mapped), dmm_atomic_load_seq_cst(&sh.refused),
+                  dmm_atomic_load_seq_cst(&sh.rel_failed));
+    assert_int_equal(dmm_atomic_load_seq_cst(&sh.rel_failed), ROUNDS * 2);
+    assert_true(dmm_atomic_load_seq_cst(&sh.mapped) > 0);
     DMM_OK_OR_FAIL(dmm_arena_drain_cache(sh.m));
     DMM_OK_OR_FAIL(dmm_mechanism_destroy(sh.m));
-    assert_int_equal(atomic_load(&tally.owned), 0);
-    assert_int_equal(atomic_load(&tally.mapped), 0);
+    assert_int_equal(dmm_atomic_load_seq_cst(&tally.owned), 0);
+    assert_int_equal(dmm_atomic_load_seq_cst(&tally.mapped), 0);
     dmm_driver_census cz = kit_census(host);
     assert_int_equal(cz.handles, 0);
     assert_int_equal(cz.mapped_bytes, 0);

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/atomics.h"
 #include "testkit.h"
 
 #include "device/device_internal.h"
@@ -40,21 +41,23 @@ static void *work(void *u) {
     worker *w = u;
     void *p[SLOTS] = {0};
     size_t sz[SLOTS] = {0};
-    if (w->tagged && dmm_device_tag_begin("kv") != DMM_OK) atomic_fetch_add(&w->sh->failures, 1);
+    if (w->tagged && dmm_device_tag_begin("kv") != DMM_OK) dmm_atomic_add_seq_cst(&w->sh->failures, 1);
     for (int i = 0; i < ROUNDS; i++) {
         int k = (int)(rand_r(&w->seed) % SLOTS);
         if (p[k] != NULL) {
-            if (dmm_device_free(w->sh->c, p[k], sz[k], w->stream) != DMM_OK) atomic_fetch_add(&w->sh->failures, 1);
+            if (dmm_device_free(w->sh->c, p[k], sz[k], w->stream) != DMM_OK)
+                dmm_atomic_add_seq_cst(&w->sh->failures, 1);
             p[k] = NULL;
         } else {
             sz[k] = rand_r(&w->seed) % 16 == 0 ? ((size_t)1 << 20) * (1 + rand_r(&w->seed) % 3)
                                                : 512 * (size_t)(1 + rand_r(&w->seed) % 64);
-            if (dmm_device_malloc(w->sh->c, sz[k], w->stream, &p[k]) != DMM_OK) atomic_fetch_add(&w->sh->failures, 1);
+            if (dmm_device_malloc(w->sh->c, sz[k], w->stream, &p[k]) != DMM_OK)
+                dmm_atomic_add_seq_cst(&w->sh->failures, 1);
         }
     }
     for (int k = 0; k < SLOTS; k++)
         if (p[k] != NULL && dmm_device_free(w->sh->c, p[k], sz[k], w->stream) != DMM_OK)
-            atomic_fetch_add(&w->sh->failures, 1);
+            dmm_atomic_add_seq_cst(&w->sh->failures, 1);
     if (w->tagged) (void)dmm_device_tag_end();
     return NULL;
 }
@@ -63,10 +66,10 @@ static void *observe(void *u) {
     shared *sh = u;
     size_t cap = 1 << 20;
     char *buf = malloc(cap);
-    for (int i = 0; !atomic_load(&sh->done); i++) {
+    for (int i = 0; !dmm_atomic_load_seq_cst(&sh->done); i++) {
         size_t need = 0;
         dmm_status s = dmm_device_snapshot_json(sh->c, buf, cap, &need);
-        if (s != DMM_OK && need < cap) atomic_fetch_add(&sh->failures, 1); /* (too small is fine) */
+        if (s != DMM_OK && need < cap) dmm_atomic_add_seq_cst(&sh->failures, 1); /* (too small is fine) */
         dmm_clear_error();
         if (i % 8 == 0) (void)dmm_device_empty_cache(sh->c, NULL);
         if (i % 16 == 0) (void)dmm_device_history(sh->c, i % 32 == 0 ? 0 : 512);
@@ -100,9 +103,9 @@ static void observers_race_with_the_allocator(void **state) {
     assert_int_equal(pthread_create(&obs, NULL, observe, &sh), 0);
     for (int i = 0; i < WORKERS; i++) assert_int_equal(pthread_create(&th[i], NULL, work, &w[i]), 0);
     for (int i = 0; i < WORKERS; i++) pthread_join(th[i], NULL);
-    atomic_store(&sh.done, 1);
+    dmm_atomic_store_seq_cst(&sh.done, 1);
     pthread_join(obs, NULL);
-    assert_int_equal(atomic_load(&sh.failures), 0);
+    assert_int_equal(dmm_atomic_load_seq_cst(&sh.failures), 0);
 
     dmm_device_record_stats st;
     memset(&st, 0, sizeof st);

@@ -35,8 +35,8 @@ static void fx_end(fixture *f) {
     dmm_stats s = kit_stats(f->m);
     assert_int_equal(s.allocations.current, 0);
     DMM_OK_OR_FAIL(dmm_mechanism_destroy(f->m));
-    assert_int_equal(atomic_load(&f->tally.owned), 0);
-    assert_int_equal(atomic_load(&f->tally.mapped), 0);
+    assert_int_equal(dmm_atomic_load_seq_cst(&f->tally.owned), 0);
+    assert_int_equal(dmm_atomic_load_seq_cst(&f->tally.mapped), 0);
     dmm_test_census_zero(f->host);
     dmm_driver_destroy(f->host);
     free(f);
@@ -417,8 +417,8 @@ static void alias_maps_the_same_memory_twice_and_owns_it_once(void **state) {
     assert_int_equal(s.handles.current, 2);
     assert_int_equal(s.owned_bytes.current, 6 * MIB);
     assert_int_equal(s.mapped_bytes.current, 12 * MIB); /* mapped may exceed owned */
-    assert_int_equal(atomic_load(&f->tally.owned), 6 * MIB);
-    assert_int_equal(atomic_load(&f->tally.mapped), 12 * MIB);
+    assert_int_equal(dmm_atomic_load_seq_cst(&f->tally.owned), 6 * MIB);
+    assert_int_equal(dmm_atomic_load_seq_cst(&f->tally.mapped), 12 * MIB);
     dmm_driver_census c = kit_census(f->host);
     assert_int_equal(c.handle_bytes, 6 * MIB);
     assert_int_equal(c.mapped_bytes, 12 * MIB);
@@ -531,11 +531,11 @@ static void alias_refuses_what_it_cannot_do_and_changes_nothing(void **state) {
     dmm_test_error_mentions("not an arena", NULL);
     DMM_OK_OR_FAIL(dmm_mechanism_destroy(eager));
     /* a budget that refuses the mapping */
-    atomic_store(&f->tally.refuse, 1);
+    dmm_atomic_store_seq_cst(&f->tally.refuse, 1);
     assert_int_equal(dmm_arena_alias(f->m, &a, (dmm_range){12 * MIB, 2 * MIB}, (dmm_range){8 * MIB, 2 * MIB}),
                      DMM_ERR_BUDGET);
     dmm_test_error_mentions("dmm_arena_alias", "mapped axis", NULL);
-    atomic_store(&f->tally.refuse, 0);
+    dmm_atomic_store_seq_cst(&f->tally.refuse, 0);
     step(f);
     dmm_stats s = kit_stats(f->m);
     assert_int_equal(s.driver_map, s0.driver_map);
@@ -610,7 +610,7 @@ static void error_sentences_name_op_values_and_remedy(void **state) {
     (void)state;
     fixture *f = fx_new(1 * GIB, 0, 0);
     /* budget: the hook refuses; nothing changes */
-    atomic_store(&f->tally.refuse, 1);
+    dmm_atomic_store_seq_cst(&f->tally.refuse, 1);
     dmm_allocation a;
     assert_int_equal(dmm_mechanism_allocate(f->m, 3 * MIB, 0, &a), DMM_ERR_BUDGET);
     dmm_test_error_mentions("arena allocate", "accounting hook refused", "4.0 MiB", "owned", "arena on host 0",
@@ -622,7 +622,7 @@ static void error_sentences_name_op_values_and_remedy(void **state) {
     size_t spans = 0;
     DMM_OK_OR_FAIL(dmm_arena_free_spans(f->m, &spans));
     assert_int_equal(spans, 1);
-    atomic_store(&f->tally.refuse, 0);
+    dmm_atomic_store_seq_cst(&f->tally.refuse, 0);
 
     /* argument */
     dmm_allocation b = alloc_ok(f, 4096);
@@ -747,8 +747,8 @@ static void charge_runs_outside_the_lock_and_replans(void **state) {
     assert_int_equal(o.state, DMM_RELEASE_COMPLETE);
     assert_int_equal(o.unmapped_bytes, 4 * MIB);
     DMM_OK_OR_FAIL(dmm_mechanism_destroy(h.m));
-    assert_int_equal(atomic_load(&h.tally.owned), 0);
-    assert_int_equal(atomic_load(&h.tally.mapped), 0);
+    assert_int_equal(dmm_atomic_load_seq_cst(&h.tally.owned), 0);
+    assert_int_equal(dmm_atomic_load_seq_cst(&h.tally.mapped), 0);
     dmm_driver_destroy(host);
     alarm(0);
 }
@@ -813,8 +813,8 @@ static void a_commit_keeps_planning_while_the_arena_changes(void **state) {
     for (int i = 0; i < h.ntaken; i++)
         assert_int_equal(dmm_mechanism_release(h.m, &h.taken[i]).state, DMM_RELEASE_COMPLETE);
     DMM_OK_OR_FAIL(dmm_mechanism_destroy(h.m));
-    assert_int_equal(atomic_load(&h.tally.owned), 0);
-    assert_int_equal(atomic_load(&h.tally.mapped), 0);
+    assert_int_equal(dmm_atomic_load_seq_cst(&h.tally.owned), 0);
+    assert_int_equal(dmm_atomic_load_seq_cst(&h.tally.mapped), 0);
     dmm_driver_destroy(host);
     alarm(0);
 }

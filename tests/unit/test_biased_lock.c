@@ -12,11 +12,11 @@
  */
 #include <pthread.h>
 #include <sched.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "core/atomics.h"
 #include "core/biased_lock.h"
 #include "testkit.h"
 
@@ -67,11 +67,11 @@ typedef struct handoff {
 
 static void *other_thread(void *arg) {
     handoff *h = arg;
-    atomic_store(&h->tried_while_held, dmm_biased_lock_try(h->l) ? 2 : 1);
-    if (atomic_load(&h->tried_while_held) == 2) dmm_biased_lock_release(h->l);
-    atomic_store(&h->trying, 1);
+    dmm_atomic_store_seq_cst(&h->tried_while_held, dmm_biased_lock_try(h->l) ? 2 : 1);
+    if (dmm_atomic_load_seq_cst(&h->tried_while_held) == 2) dmm_biased_lock_release(h->l);
+    dmm_atomic_store_seq_cst(&h->trying, 1);
     dmm_biased_lock_acquire(h->l);
-    atomic_store(&h->got, 1);
+    dmm_atomic_store_seq_cst(&h->got, 1);
     h->seen = g_counter;
     dmm_biased_lock_release(h->l);
     /* the owner stays away: a run of acquisitions moves the bias here */
@@ -100,10 +100,10 @@ static void another_thread_waits_for_the_owner_then_may_take_the_bias(void **sta
     g_counter = 1000;
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, other_thread, &h), 0);
-    while (atomic_load(&h.trying) == 0) sleep_ms(1);
+    while (dmm_atomic_load_seq_cst(&h.trying) == 0) sleep_ms(1);
     sleep_ms(50);
-    assert_int_equal(atomic_load(&h.tried_while_held), 1); /* try refused while the owner held it */
-    assert_int_equal(atomic_load(&h.got), 0);              /* and acquire waits */
+    assert_int_equal(dmm_atomic_load_seq_cst(&h.tried_while_held), 1); /* try refused while the owner held it */
+    assert_int_equal(dmm_atomic_load_seq_cst(&h.got), 0);              /* and acquire waits */
     g_counter = 4242;
     dmm_biased_lock_release(&l);
     assert_int_equal(pthread_join(th, NULL), 0);
@@ -141,8 +141,8 @@ static void *hold_a_record(void *arg) {
     recycler *r = arg;
     dmm_biased_lock_acquire(&r->other);
     dmm_biased_lock_release(&r->other);
-    atomic_store(&r->ready, 1);
-    while (atomic_load(&r->done) == 0) sleep_ms(1);
+    dmm_atomic_store_seq_cst(&r->ready, 1);
+    while (dmm_atomic_load_seq_cst(&r->done) == 0) sleep_ms(1);
     return NULL;
 }
 
@@ -160,7 +160,7 @@ static void a_lock_whose_owner_exited_moves_at_the_first_revocation(void **state
     memset(&r, 0, sizeof r);
     dmm_biased_lock_init(&r.other);
     assert_int_equal(pthread_create(&b, NULL, hold_a_record, &r), 0);
-    while (atomic_load(&r.ready) == 0) sleep_ms(1);
+    while (dmm_atomic_load_seq_cst(&r.ready) == 0) sleep_ms(1);
     dmm_biased_lock_acquire(&l); /* one revocation */
     dmm_biased_lock_release(&l);
     assert_true(dmm__biased_lock_biased_to_me(&l)); /* moved at once, not after REBIAS_AFTER */
@@ -168,7 +168,7 @@ static void a_lock_whose_owner_exited_moves_at_the_first_revocation(void **state
     dmm_biased_lock_acquire(&l);
     dmm_biased_lock_release(&l);
     assert_int_equal(l.slow, slow); /* and the fast path from now on */
-    atomic_store(&r.done, 1);
+    dmm_atomic_store_seq_cst(&r.done, 1);
     assert_int_equal(pthread_join(b, NULL), 0);
     dmm_biased_lock_destroy(&r.other);
     dmm_biased_lock_destroy(&l);
@@ -246,11 +246,11 @@ static void without_membarrier_no_lock_is_biased_and_the_mutex_excludes(void **s
     assert_false(dmm__biased_lock_biased_to_me(&l));
 #ifndef DMM_BIASED_LOCK_MUTEX_ONLY
     assert_int_equal(l.slow, 1000); /* every acquisition through the mutex */
-    assert_int_equal(atomic_load(&l.bias), 0);
+    assert_int_equal(dmm_atomic_load_seq_cst(&l.bias), 0);
 #endif
     run_crowd(&l);
 #ifndef DMM_BIASED_LOCK_MUTEX_ONLY
-    assert_int_equal(atomic_load(&l.bias), 0);
+    assert_int_equal(dmm_atomic_load_seq_cst(&l.bias), 0);
 #endif
     dmm_biased_lock_destroy(&l);
     dmm__biased_lock_force_mutex(false);

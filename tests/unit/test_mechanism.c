@@ -303,9 +303,9 @@ static void test_optional_virtual_backing_slots(void **state) {
     dmm_mechanism *m = new_toy(&t);
     dmm_allocation a;
     DMM_OK_OR_FAIL(dmm_mechanism_allocate_committed(m, 65536, 0, NULL, 0, &a));
-    const char *slots[] = {"alias", "is_quarantined", "drain_cache", "reservation"};
+    const dmm_optional_slot slots[] = {DMM_SLOT_ALIAS, DMM_SLOT_IS_QUARANTINED, DMM_SLOT_DRAIN_CACHE,
+                                       DMM_SLOT_RESERVATION};
     for (size_t i = 0; i < 4; i++) assert_false(dmm_mechanism_has_slot(m, slots[i]));
-    assert_false(dmm_mechanism_has_slot(m, "no such slot"));
     assert_int_equal(dmm_mechanism_alias(m, &a, (dmm_range){32768, 4096}, (dmm_range){0, 4096}), DMM_ERR_UNSUPPORTED);
     dmm_test_error_mentions("dmm_mechanism_alias", "'toy'", "'alias'", NULL);
     bool q = true;
@@ -352,12 +352,13 @@ static void test_optional_virtual_backing_slots(void **state) {
     assert_int_equal(dmm_mechanism_drain_cache(e), DMM_ERR_UNSUPPORTED);
     dmm_test_error_mentions("'eager'", "'drain_cache'", NULL);
     DMM_OK_OR_FAIL(dmm_mechanism_destroy(e));
-    assert_false(dmm_mechanism_has_slot(NULL, "alias"));
+    assert_false(dmm_mechanism_has_slot(NULL, DMM_SLOT_ALIAS));
     assert_int_equal(dmm_mechanism_drain_cache(NULL), DMM_ERR_INVALID_ARGUMENT);
 
     dmm_mechanism *ar = NULL;
     DMM_OK_OR_FAIL(dmm_arena_create(host, NULL, &ar));
     for (size_t i = 0; i < 4; i++) assert_true(dmm_mechanism_has_slot(ar, slots[i]));
+    assert_false(dmm_mechanism_has_slot(ar, (dmm_optional_slot)99)); /* no such slot, even where all are */
     uintptr_t rva = 0, ava = 0;
     uint64_t rbytes = 0, abytes = 0;
     DMM_OK_OR_FAIL(dmm_mechanism_reservation(ar, &rva, &rbytes));

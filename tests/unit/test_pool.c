@@ -969,6 +969,26 @@ static void stats_are_json_and_the_common_shape(void **state) {
     memset(&small, 0, sizeof small);
     small.size = 4;
     assert_int_equal(dmm_pool_stats_get(f->pool, &small), DMM_ERR_SHORT_STRUCT);
+    /* a newer caller's struct: this build's stats, its tail zeroed, its size kept */
+    struct {
+        dmm_pool_stats known;
+        uint64_t newer[2];
+    } big;
+    memset(&big, 0xff, sizeof big);
+    big.known.size = (uint32_t)sizeof big;
+    DMM_OK_OR_FAIL(dmm_pool_stats_get(f->pool, &big.known));
+    assert_int_equal(big.known.size, sizeof big);
+    assert_int_equal(big.known.committed_bytes.current, C);
+    assert_int_equal(big.newer[0], 0);
+    assert_int_equal(big.newer[1], 0);
+    /* an older caller's struct (the first version's size): its bytes only, the rest untouched */
+    dmm_pool_stats old;
+    memset(&old, 0xff, sizeof old);
+    old.size = (uint32_t)(offsetof(dmm_pool_stats, allocations) + sizeof(dmm_count));
+    DMM_OK_OR_FAIL(dmm_pool_stats_get(f->pool, &old));
+    assert_int_equal(old.size, offsetof(dmm_pool_stats, allocations) + sizeof(dmm_count));
+    assert_int_equal(old.allocations.current, 1);
+    assert_int_equal((uint64_t)old.allocated_bytes.current, UINT64_MAX);
     xfree(f, p, NULL);
     fx_close(f);
 }

@@ -195,7 +195,7 @@ static void a_plugin_that_fills_the_slots_aliases_a_free_chunk_as_the_arena_does
     assert_int_equal(arena.releases_after, 0); /* the memory lives on at y */
 
     f = fx_open(OVER_PLUGIN_ALIAS, NULL, 0);
-    assert_true(dmm_mechanism_has_slot(f->mech, "alias"));
+    assert_true(dmm_mechanism_has_slot(f->mech, DMM_SLOT_ALIAS));
     uint64_t aliases = plugin_slot_calls(f, "alias");
     seen plugin = alias_scenario(f);
     aliases = plugin_slot_calls(f, "alias") - aliases;
@@ -331,7 +331,7 @@ static void a_minor_0_plugin_never_aliases_and_the_pool_still_works(void **state
     assert_int_equal(arena.byte_old, 0x11); /* another memory: x1's old bytes stay */
 
     f = fx_open(OVER_PLUGIN_MINOR0, NULL, 0);
-    assert_false(dmm_mechanism_has_slot(f->mech, "alias"));
+    assert_false(dmm_mechanism_has_slot(f->mech, DMM_SLOT_ALIAS));
     uint64_t creates = calls(f, DMM_OP_CREATE);
     seen plugin = alias_scenario(f);
     assert_true(calls(f, DMM_OP_CREATE) > creates);

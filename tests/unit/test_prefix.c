@@ -39,8 +39,8 @@ static void fx_end(fixture *f) {
     KIT_CHECK(f->m);
     assert_int_equal(kit_stats(f->m).allocations.current, 0);
     DMM_OK_OR_FAIL(dmm_mechanism_destroy(f->m));
-    assert_int_equal(atomic_load(&f->tally.owned), 0);
-    assert_int_equal(atomic_load(&f->tally.mapped), 0);
+    assert_int_equal(dmm_atomic_load_seq_cst(&f->tally.owned), 0);
+    assert_int_equal(dmm_atomic_load_seq_cst(&f->tally.mapped), 0);
     dmm_test_census_zero(f->host);
     dmm_driver_destroy(f->host);
     free(f);
@@ -141,8 +141,8 @@ static void sharers_read_the_owners_bytes_from_one_physical_copy(void **state) {
     dmm_driver_census c = kit_census(f->host); /* making a prefix creates and charges nothing */
     assert_int_equal(c.handles, c0.handles);
     assert_int_equal(c.mapped_bytes, c0.mapped_bytes);
-    assert_int_equal(atomic_load(&f->tally.owned), 8 * MIB);
-    assert_int_equal(atomic_load(&f->tally.mapped), 8 * MIB);
+    assert_int_equal(dmm_atomic_load_seq_cst(&f->tally.owned), 8 * MIB);
+    assert_int_equal(dmm_atomic_load_seq_cst(&f->tally.mapped), 8 * MIB);
 
     s1 = va_only(f, 6 * MIB);
     s2 = va_only(f, 10 * MIB);
@@ -164,8 +164,8 @@ static void sharers_read_the_owners_bytes_from_one_physical_copy(void **state) {
     assert_int_equal(s.driver_create, s0.driver_create);
     assert_int_equal(s.owned_bytes.current, 8 * MIB);
     assert_int_equal(s.mapped_bytes.current, 20 * MIB); /* mapped exceeds owned */
-    assert_int_equal(atomic_load(&f->tally.owned), 8 * MIB);
-    assert_int_equal(atomic_load(&f->tally.mapped), 20 * MIB);
+    assert_int_equal(dmm_atomic_load_seq_cst(&f->tally.owned), 8 * MIB);
+    assert_int_equal(dmm_atomic_load_seq_cst(&f->tally.mapped), 20 * MIB);
     uint64_t committed = 0;
     DMM_OK_OR_FAIL(dmm_mechanism_committed_bytes(f->m, &s2, &committed));
     assert_int_equal(committed, 6 * MIB);
@@ -242,7 +242,7 @@ static void memory_goes_exactly_when_the_last_holder_goes(void **state) {
             if (c.handles != expect)
                 fail_msg("order %s after %c: %llu handles, expected %llu", orders[i], *k,
                          (unsigned long long)c.handles, (unsigned long long)expect);
-            assert_int_equal(atomic_load(&f->tally.owned), (int64_t)(expect * 2 * MIB));
+            assert_int_equal(dmm_atomic_load_seq_cst(&f->tally.owned), (int64_t)(expect * 2 * MIB));
             if (s_live) expect_pattern(sharer.ptr, 6 * MIB, orders[i]);
             if (p_live && !o_live && !s_live) {
                 /* parked: nobody maps it, the prefix holds it; a new sharer still sees the bytes */
@@ -256,8 +256,8 @@ static void memory_goes_exactly_when_the_last_holder_goes(void **state) {
                 assert_int_equal(kit_census(f->host).handles, 3);
             }
         }
-        assert_int_equal(atomic_load(&f->tally.mapped), 0);
-        assert_int_equal(atomic_load(&f->tally.owned), 0);
+        assert_int_equal(dmm_atomic_load_seq_cst(&f->tally.mapped), 0);
+        assert_int_equal(dmm_atomic_load_seq_cst(&f->tally.owned), 0);
         fx_end(f);
     }
 }
@@ -298,8 +298,8 @@ static snapshot snap(fixture *f) {
     KIT_CHECK(f->m);
     x.c = kit_census(f->host);
     x.s = kit_stats(f->m);
-    x.owned = atomic_load(&f->tally.owned);
-    x.mapped = atomic_load(&f->tally.mapped);
+    x.owned = dmm_atomic_load_seq_cst(&f->tally.owned);
+    x.mapped = dmm_atomic_load_seq_cst(&f->tally.mapped);
     return x;
 }
 
@@ -389,10 +389,10 @@ static void every_refusal_names_the_problem_and_changes_nothing(void **state) {
 
     /* a budget that refuses the mapping */
     snapshot b = snap(f);
-    atomic_store(&f->tally.refuse, 1);
+    dmm_atomic_store_seq_cst(&f->tally.refuse, 1);
     assert_int_equal(dmm_prefix_commit(f->m, &p, &t, 0), DMM_ERR_BUDGET);
     dmm_test_error_mentions("dmm_prefix_commit", "mapped axis", NULL);
-    atomic_store(&f->tally.refuse, 0);
+    dmm_atomic_store_seq_cst(&f->tally.refuse, 0);
     same(f, &b, "refused budget");
 
     /* prefix_create refusals */
@@ -459,7 +459,7 @@ static void every_refusal_names_the_problem_and_changes_nothing(void **state) {
     assert_int_equal(dmm_prefix_release(m2, &foreign).state, DMM_RELEASE_COMPLETE);
     KIT_CHECK(m2);
     DMM_OK_OR_FAIL(dmm_mechanism_destroy(m2));
-    assert_int_equal(atomic_load(&tally2.owned), 0);
+    assert_int_equal(dmm_atomic_load_seq_cst(&tally2.owned), 0);
     dmm_driver_destroy(host2);
     fx_end(f);
 }

@@ -2,10 +2,11 @@
  * VMM, else eager) or replaced once before first use; replacement refused for another device, after an
  * allocation, or while the mechanism holds memory; allocations stay bound to their mechanism. */
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bind/provider_internal.h"
+#include "core/atomics.h"
 #include "testkit.h"
 
 #define MiB (1024ull * 1024ull)
@@ -70,8 +71,8 @@ static void default_is_arena_with_vmm_else_eager(void **state) {
     DMM_OK_OR_FAIL(dmm_provider_create(host, &cfg, &p));
     assert_string_equal(dmm_mechanism_name(dmm_provider_mechanism(p)), "arena");
     assert_true(dmm_mechanism_capabilities(dmm_provider_mechanism(p)) & DMM_CAP_VIRTUAL_BACKING);
-    assert_string_equal(dmm_provider_name(p), "ep");
-    assert_int_equal(dmm_provider_device(p).tier, DMM_TIER_HOST);
+    assert_string_equal(dmm__provider_name(p), "ep");
+    assert_int_equal(dmm_mechanism_device(dmm_provider_mechanism(p)).tier, DMM_TIER_HOST);
     dmm_allocation a;
     DMM_OK_OR_FAIL(dmm_provider_allocate(p, 3 * MiB, 0, &a));
     assert_ptr_equal(a.mechanism, dmm_provider_mechanism(p));
@@ -85,7 +86,7 @@ static void default_is_arena_with_vmm_else_eager(void **state) {
     novmm nv = novmm_for(host->device);
     DMM_OK_OR_FAIL(dmm_provider_create(&nv.base, NULL, &p));
     assert_string_equal(dmm_mechanism_name(dmm_provider_mechanism(p)), "eager");
-    assert_string_equal(dmm_provider_name(p), "provider");
+    assert_string_equal(dmm__provider_name(p), "provider");
     DMM_OK_OR_FAIL(dmm_provider_allocate(p, 1000, 0, &a));
     assert_int_equal(dmm_provider_allocate_committed(p, 4096, 0, NULL, 0, &a), DMM_ERR_UNSUPPORTED);
     o = dmm_provider_release(p, &a);
@@ -99,13 +100,13 @@ static void replacement_allowed_before_use(void **state) {
     DMM_OK_OR_FAIL(dmm_provider_create(host, NULL, &p));
     dmm_mechanism *eager = NULL;
     DMM_OK_OR_FAIL(dmm_eager_create(host, NULL, &eager));
-    assert_false(dmm_provider_in_use(p));
+    assert_false(dmm__provider_in_use(p));
     DMM_OK_OR_FAIL(dmm_provider_replace_mechanism(p, eager)); /* the default arena is destroyed */
     assert_ptr_equal(dmm_provider_mechanism(p), eager);
     dmm_allocation a;
     DMM_OK_OR_FAIL(dmm_provider_allocate(p, 4096, 0, &a));
     assert_ptr_equal(a.mechanism, eager);
-    assert_true(dmm_provider_in_use(p));
+    assert_true(dmm__provider_in_use(p));
     assert_int_equal(dmm_provider_release(p, &a).state, DMM_RELEASE_COMPLETE);
     DMM_OK_OR_FAIL(dmm_provider_destroy(p)); /* the caller's mechanism survives */
     DMM_OK_OR_FAIL(dmm_mechanism_allocate(eager, 64, 0, &a));
@@ -167,7 +168,7 @@ static void replacement_only_once_and_not_of_a_used_mechanism(void **state) {
     dmm_provider *p = NULL;
     dmm_provider_config cfg = {.size = sizeof cfg, .name = "session", .mechanism = e1};
     DMM_OK_OR_FAIL(dmm_provider_create(NULL, &cfg, &p));
-    assert_int_equal(dmm_provider_device(p).tier, DMM_TIER_HOST);
+    assert_int_equal(dmm_mechanism_device(dmm_provider_mechanism(p)).tier, DMM_TIER_HOST);
     /* e1 served an allocation directly (not through the provider): its stats say so. */
     dmm_allocation a;
     DMM_OK_OR_FAIL(dmm_mechanism_allocate(e1, 128, 0, &a));
@@ -284,7 +285,7 @@ typedef struct racer {
 
 static void *race_allocate(void *arg) {
     racer *r = arg;
-    while (atomic_load(r->go) == 0) {
+    while (dmm_atomic_load_seq_cst(r->go) == 0) {
     }
     r->s = dmm_provider_allocate(r->p, 4096, 0, &r->a);
     return NULL;
@@ -306,7 +307,7 @@ static void replacement_races_first_allocations(void **state) {
             r[i] = (racer){p, &go, {0}, DMM_OK};
             assert_int_equal(pthread_create(&t[i], NULL, race_allocate, &r[i]), 0);
         }
-        atomic_store(&go, 1);
+        dmm_atomic_store_seq_cst(&go, 1);
         dmm_status s = dmm_provider_replace_mechanism(p, fresh);
         for (int i = 0; i < RACERS; i++) pthread_join(t[i], NULL);
         dmm_mechanism *expect = s == DMM_OK ? fresh : old;
