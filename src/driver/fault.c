@@ -13,7 +13,8 @@
  * driver, so that capture safety is tested on the host; other streams are asked of the inner driver.
  *
  * Invariants (under `lock`): calls[op] = calls of op since creation (failed ones included);
- * calls[ANY] = Σ calls[op] over op ∉ {granularity, capture_status} (queries, not memory ops);
+ * calls[ANY] = Σ calls[op] over op ∉ {granularity, capture_status, host_free} (queries, and host
+ * memory given back, which a plan for ANY never fails: it is freed after a device loss too);
  * injected = calls failed on purpose; capture_stream ≠ NULL ⇔ capture_id ≠ 0.
  * A plan made when calls[op] = c with (nth, repeat) fails calls c+nth … c+nth+repeat-1.
  *
@@ -71,7 +72,8 @@ static bool plan_hits(const fault_plan *p, uint64_t n, uint64_t *rel) {
 static dmm_status fault_enter(fault_driver *f, dmm_driver_op op) {
     dmm_lock_acquire(&f->lock);
     uint64_t n = ++f->calls[op];
-    bool query = op == DMM_OP_GRANULARITY || op == DMM_OP_CAPTURE_STATUS;
+    /* not memory ops of the device: a query, a capture query, host memory given back (after a loss too) */
+    bool query = op == DMM_OP_GRANULARITY || op == DMM_OP_CAPTURE_STATUS || op == DMM_OP_HOST_FREE;
     uint64_t nany = query ? 0 : ++f->calls[DMM_OP_ANY];
     uint64_t rel = 0;
     fault_plan hit;
