@@ -215,8 +215,8 @@ DMM_API dmm_status dmm_fault_driver_create(dmm_driver *inner, dmm_driver **out);
 
 /* Plans: from now on, the `nth` (1-based) call of `op` (counted from this call; DMM_OP_ANY counts
  * every op except census, granularity, stream_capture_status and host_free) fails with `code`, and so
- * do the `repeat - 1` calls of that op after it (repeat = UINT32_MAX: every call from then on: a sticky failure). Replaces any plan for
- * that op. DMM_ERR_DEVICE_LOST as `code` models a sticky context error. */
+ * do the `repeat - 1` calls of that op after it (repeat = UINT32_MAX: every call from then on: a
+ * sticky failure). Replaces any plan for that op. DMM_ERR_DEVICE_LOST as `code` models a sticky context error. */
 DMM_API dmm_status dmm_fault_plan(dmm_driver *fault, dmm_driver_op op, uint64_t nth, uint32_t repeat,
                                   dmm_status code);
 /* Removes every plan (counters stay). */
