@@ -162,6 +162,17 @@ DMM_API dmm_status dmm_lease_shrink(dmm_governor *g, dmm_lease_id lease, uint64_
 DMM_API dmm_status dmm_lease_release(dmm_governor *g, dmm_lease_id lease);
 /* The lease's bytes per axis (either pointer may be NULL). */
 DMM_API dmm_status dmm_lease_usage(dmm_governor *g, dmm_lease_id lease, uint64_t *owned, uint64_t *mapped);
+/* A lease's bytes per axis ([DMM_AXIS_OWNED], [DMM_AXIS_MAPPED]) now, at their peak, and charged in all,
+ * whoever charged them (by hand or through the accounting hook). */
+typedef struct dmm_lease_stats {
+    uint32_t size;        /* sizeof(dmm_lease_stats), set by the caller */
+    uint64_t used[2];     /* now */
+    uint64_t peak[2];     /* the most since the lease was made or its peak was last reset */
+    uint64_t charged[2];  /* every byte ever charged (saturating at UINT64_MAX): used + refunded */
+} dmm_lease_stats;
+DMM_API dmm_status dmm_lease_stats_get(dmm_governor *g, dmm_lease_id lease, dmm_lease_stats *out);
+/* The lease's peaks back to its current bytes (torch.cuda.reset_peak_memory_stats). */
+DMM_API dmm_status dmm_lease_reset_peak(dmm_governor *g, dmm_lease_id lease);
 
 /* Fills *out with an accounting hook whose charges and refunds go to `lease` (both axes), for
  * dmm_arena_config.accounting / dmm_eager_config.accounting. A charge for a device other than the

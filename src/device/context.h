@@ -19,6 +19,10 @@ void dmm__device_count_add(device_count *t, uint64_t v); /* cur, total and peak 
 void dmm__device_count_sub(device_count *t, uint64_t v);
 void dmm__device_count_reset(device_count *t); /* peak = cur */
 
+/* What the arena has mapped (= committed) and owns now: the device's lease, as the governor counts it. */
+uint64_t dmm__device_mapped(dmm_device *c);
+uint64_t dmm__device_owned(dmm_device *c);
+
 /* Device loss (dmm/device.h "Device loss"). Whether the device was lost: asked of the driver, which
  * latched the first DMM_ERR_DEVICE_LOST any call over it reported (the pool's, the arena's, the
  * deferred queue's or ours); no driver call, the last error untouched. */

@@ -15,9 +15,10 @@
  * stream cannot capture, so eager work on it pays nothing), bought so that every capture is served
  * from already-mapped memory without a begin/end hook from torch (its pluggable path has none).
  *
- * Accounting: the arena charges the governor through our hook, which counts what is mapped
- * (= committed: pool chunks, tag and graph segments) and owned (plus the handle cache) with peaks that
- * reset_peaks can lower; a malloc refused for budget or memory trims the pool and retries once.
+ * Accounting: the arena charges the device's lease through the governor's own hook (nothing of ours in
+ * between); the lease's stats are what is mapped (= committed: pool chunks, tag and graph segments) and
+ * owned (plus the handle cache), with peaks that reset_peaks lowers. A malloc refused for budget or
+ * memory trims the pool and retries once.
  *
  * Device loss (dmm/device.h): the driver is the one place that knows (it latches the first loss any call
  * over it reported: the pool's, the arena's, the deferred queue's or ours); the slow paths ask it
@@ -28,8 +29,8 @@
  * Invariants: reserve ≤ 2^63 and every request served is ≤ reserve, so that rounding it up to the
  * block alignment or the granule never wraps (a larger one is refused at the entry);
  * alloc_bytes.cur = Σ live blocks' rounded sizes over pool, tags and graphs;
- * blocks.cur = their number; mapped.cur = bytes the arena mapped for us; queued = our requests in
- * the deferred queue.
+ * blocks.cur = their number; the lease's mapped bytes = bytes the arena mapped for us; queued = our
+ * requests in the deferred queue.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,22 +57,16 @@ void dmm_device_set_capture_check(bool on) { atomic_store_explicit(&capture_chec
 static inline uint64_t ld(_Atomic uint64_t *x) { return dmm__device_get(x); }
 static inline void inc(_Atomic uint64_t *x, uint64_t v) { dmm__device_bump(x, v); }
 
-/* ---- the accounting hook: count, then forward to the governor ---- */
-static dmm_status acct_charge(void *user, dmm_device_id device, dmm_axis axis, uint64_t bytes) {
-    dmm_device *c = user;
-    if (c->inner.charge != NULL) {
-        dmm_status s = c->inner.charge(c->inner.user, device, axis, bytes);
-        if (s != DMM_OK) return s;
-    }
-    dmm__device_count_add(axis == DMM_AXIS_MAPPED ? &c->mapped : &c->owned, bytes);
-    return DMM_OK;
+/* ---- what the arena mapped and owns: the lease's bytes, as the governor counts them ---- */
+static dmm_lease_stats lease_stats(dmm_device *c) {
+    dmm_lease_stats st = {.size = sizeof st};
+    if (dmm_lease_stats_get(c->gov, c->lease, &st) != DMM_OK) dmm_clear_error(); /* the lease lives as long as c */
+    return st;
 }
 
-static void acct_refund(void *user, dmm_device_id device, dmm_axis axis, uint64_t bytes) {
-    dmm_device *c = user;
-    dmm__device_count_sub(axis == DMM_AXIS_MAPPED ? &c->mapped : &c->owned, bytes);
-    if (c->inner.refund != NULL) c->inner.refund(c->inner.user, device, axis, bytes);
-}
+uint64_t dmm__device_mapped(dmm_device *c) { return lease_stats(c).used[DMM_AXIS_MAPPED]; }
+
+uint64_t dmm__device_owned(dmm_device *c) { return lease_stats(c).used[DMM_AXIS_OWNED]; }
 
 /* ---- create / destroy ---- */
 dmm_status dmm_device_create(dmm_driver *drv, dmm_governor *gov,
@@ -155,18 +150,15 @@ dmm_status dmm_device_create(dmm_driver *drv, dmm_governor *gov,
     dmm_device_id host = {DMM_TIER_HOST, 0};
     s = dmm_lease_reserve(c->holder, host, DMM_ROLE_WEIGHTS, 0, 0, &c->host_lease);
     if (s != DMM_OK) goto fail;
-    s = dmm_governor_accounting(gov, c->lease, &c->inner);
+    s = dmm_governor_accounting(gov, c->lease, &c->accounting);
     if (s != DMM_OK) goto fail;
-    c->acct.user = c;
-    c->acct.charge = acct_charge;
-    c->acct.refund = acct_refund;
 
     dmm_arena_config ac;
     memset(&ac, 0, sizeof ac);
     ac.size = sizeof ac;
     ac.reserve_bytes = reserve;
     ac.cache_limit_bytes = k.cache_limit_bytes ? k.cache_limit_bytes : 8 * MIB;
-    ac.accounting = &c->acct;
+    ac.accounting = &c->accounting; /* the governor's own hook: the arena charges the lease directly */
     s = dmm_arena_create(drv, &ac, &c->arena);
     if (s != DMM_OK) goto fail;
     dmm_pool_config pc;
@@ -519,8 +511,7 @@ dmm_status dmm_device_empty_cache(dmm_device *c, uint64_t *released) {
 }
 
 dmm_status dmm_device_reset_peaks(dmm_device *c) {
-    dmm__device_count_reset(&c->mapped);
-    dmm__device_count_reset(&c->owned);
+    (void)dmm_lease_reset_peak(c->gov, c->lease);
     dmm__device_count_reset(&c->alloc_bytes);
     dmm__device_count_reset(&c->req_bytes);
     dmm__device_count_reset(&c->blocks);
@@ -557,7 +548,7 @@ dmm_status dmm_device_reset_accumulated(dmm_device *c) {
 dmm_status dmm_device_set_limit(dmm_device *c, uint64_t bytes) {
     dmm_status s = dmm_governor_set_limit(c->gov, c->dev, DMM_AXIS_OWNED, bytes ? bytes : DMM_UNLIMITED);
     if (s != DMM_OK) return s;
-    if (bytes != 0 && ld(&c->owned.cur) > bytes) (void)dmm_device_empty_cache(c, NULL);
+    if (bytes != 0 && dmm__device_owned(c) > bytes) (void)dmm_device_empty_cache(c, NULL);
     return DMM_OK;
 }
 
@@ -567,6 +558,16 @@ static void put_count(dmm_json *j, const char *name, device_count *t, bool with_
                   (unsigned long long)ld(&t->peak));
     if (with_total)
         dmm__json_put(j, ",\"allocated\":%llu,\"freed\":%llu", (unsigned long long)ld(&t->total), (unsigned long long)freed);
+    dmm__json_put(j, "}");
+}
+
+/* An axis of the lease as a count: what the arena mapped (reserved_bytes, with its totals) or owns. */
+static void put_lease_axis(dmm_json *j, const char *name, const dmm_lease_stats *ls, dmm_axis x, bool with_total) {
+    dmm__json_put(j, "\"%s\":{\"current\":%llu,\"peak\":%llu", name, (unsigned long long)ls->used[x],
+                  (unsigned long long)ls->peak[x]);
+    if (with_total)
+        dmm__json_put(j, ",\"allocated\":%llu,\"freed\":%llu", (unsigned long long)ls->charged[x],
+                      (unsigned long long)(ls->charged[x] - ls->used[x]));
     dmm__json_put(j, "}");
 }
 
@@ -608,6 +609,9 @@ static dmm_status write_json(dmm_device *c, char *buf, size_t cap, size_t *neede
     memset(&tu, 0, sizeof tu);
     tu.size = sizeof tu;
     s = dmm_governor_tier_usage(c->gov, c->dev, &tu);
+    if (s != DMM_OK) return s;
+    dmm_lease_stats ls = {.size = sizeof ls};
+    s = dmm_lease_stats_get(c->gov, c->lease, &ls);
     if (s != DMM_OK) return s;
     /* the pool's segments and blocks (snapshot), read before ctx.lock: their locks are taken alone */
     uint64_t *runs = NULL;
@@ -655,9 +659,9 @@ static dmm_status write_json(dmm_device *c, char *buf, size_t cap, size_t *neede
         dmm__json_put(&j, "}");
     }
     dmm__json_put(&j, "},");
-    put_count(&j, "reserved_bytes", &c->mapped, true, ld(&c->mapped.total) - ld(&c->mapped.cur));
+    put_lease_axis(&j, "reserved_bytes", &ls, DMM_AXIS_MAPPED, true);
     dmm__json_put(&j, ",");
-    put_count(&j, "physical_bytes", &c->owned, false, 0);
+    put_lease_axis(&j, "physical_bytes", &ls, DMM_AXIS_OWNED, false);
     dmm__json_put(&j,
                   ",\"num_alloc_retries\":%llu,\"num_ooms\":%llu,\"num_device_alloc\":%llu,\"num_device_free\":%llu,"
                   "\"capture_mallocs\":%llu,\"capture_refusals\":%llu,\"tag_mallocs\":%llu,\"queued\":%llu,"

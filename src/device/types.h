@@ -241,10 +241,9 @@ struct dmm_device {
 
     dmm_governor *gov;       /* not owned */
     dmm_holder *holder;
-    dmm_lease_id lease;      /* device: charged by the arena through `acct` */
+    dmm_lease_id lease;      /* device: charged by the arena through `accounting` (its stats: mapped, owned) */
     dmm_lease_id host_lease; /* host tier: the pinned copies */
-    dmm_accounting inner;    /* the governor's hook for `lease` */
-    dmm_accounting acct;     /* ours: counts, then forwards to `inner` */
+    dmm_accounting accounting; /* the governor's hook for `lease`, handed to the arena */
 
     dmm_mechanism *arena;
     dmm_mechanism *view;     /* over the arena, for the pool only (poolview.c); owns pv */
@@ -253,8 +252,8 @@ struct dmm_device {
     dmm_pool *pool;
     dmm_deferred *q;
 
-    /* counted by the hook: what the arena has mapped (= committed) and owns, with resettable peaks */
-    device_count mapped, owned;
+    /* what the arena has mapped (= committed) and owns is the lease's, counted by the governor
+     * (dmm_lease_stats_get, with resettable peaks; dmm__device_mapped / _owned) */
     /* counted by malloc/free across pool, tags and graphs: rounded bytes, requested bytes, blocks; and the
      * same by torch's size classes, by_class[DEVICE_CLASS_LARGE / _SMALL] (rounded size > / ≤ 1 MiB) */
     device_count alloc_bytes, req_bytes, blocks;

@@ -33,6 +33,8 @@ typedef struct lease {
     dmm_role role;
     uint64_t used[2];
     uint64_t bound[2];        /* the part of used charged through dmm_governor_accounting */
+    uint64_t peak[2];         /* the most used since the lease was made or dmm_lease_reset_peak */
+    uint64_t charged[2];      /* every byte ever charged (saturating): used + what was refunded */
     struct lease *prev, *next; /* in the holder's list */
 } lease;
 

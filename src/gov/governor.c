@@ -19,6 +19,7 @@
  * Invariants (per tier t and axis x, whenever the lock is free):
  *   t.used[x] = Σ_{live leases l on t} l.used[x] = Σ_role t.role_used[role][x]
  *   l.bound[x] ≤ l.used[x]                       (bytes a mechanism charged through accounting)
+ *   l.used[x] ≤ l.peak[x] and l.used[x] ≤ l.charged[x] (the lease's stats: dmm_lease_stats_get)
  *   t.used[x] ≤ t.limit[x] unless the limit was lowered below it (nothing is ever revoked)
  *   t.peak[x] ≥ t.used[x];  no counter wraps: every increase is checked on t.used, which bounds the rest
  *   a lease id is in leases_by_id ⇔ the lease is live; ids come from a 64-bit counter and are never reused

@@ -168,6 +168,43 @@ dmm_status dmm_lease_usage(dmm_governor *g, dmm_lease_id id, uint64_t *owned, ui
     return DMM_OK;
 }
 
+dmm_status dmm_lease_stats_get(dmm_governor *g, dmm_lease_id id, dmm_lease_stats *out) {
+    if (g == NULL || out == NULL)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_lease_stats_get: the governor and out must be non-NULL");
+    if (out->size < sizeof *out)
+        return dmm_error_set(DMM_ERR_SHORT_STRUCT, "dmm_lease_stats_get: out->size is %u; set it to "
+                                                   "sizeof(dmm_lease_stats) (%zu) before the call",
+                             (unsigned)out->size, sizeof *out);
+    dmm_lock_acquire(&g->lock);
+    const lease *l = dmm__gov_lease_find(g, id);
+    dmm_lease_stats st = {.size = (uint32_t)sizeof st};
+    if (l != NULL)
+        for (int x = 0; x < 2; x++) {
+            st.used[x] = l->used[x];
+            st.peak[x] = l->peak[x];
+            st.charged[x] = l->charged[x];
+        }
+    dmm_lock_release(&g->lock);
+    if (l == NULL)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_lease_stats_get: lease %llu is not live in this governor",
+                             (unsigned long long)id);
+    memcpy(out, &st, sizeof st);
+    return DMM_OK;
+}
+
+dmm_status dmm_lease_reset_peak(dmm_governor *g, dmm_lease_id id) {
+    if (g == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_lease_reset_peak: the governor is NULL");
+    dmm_lock_acquire(&g->lock);
+    lease *l = dmm__gov_lease_find(g, id);
+    if (l != NULL)
+        for (int x = 0; x < 2; x++) l->peak[x] = l->used[x];
+    dmm_lock_release(&g->lock);
+    if (l == NULL)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_lease_reset_peak: lease %llu is not live in this governor",
+                             (unsigned long long)id);
+    return DMM_OK;
+}
+
 /* ---------------------------------------------------------------------------------------------- */
 /* the accounting hook */
 

@@ -96,6 +96,8 @@ static attempt attempt_locked(dmm_governor *g, charge_req *r) {
         if (t->used[x] > t->peak[x]) t->peak[x] = t->used[x];
         t->role_used[l->role][x] += r->add[x];
         l->used[x] += r->add[x];
+        if (l->used[x] > l->peak[x]) l->peak[x] = l->used[x];
+        l->charged[x] = l->charged[x] + r->add[x] < l->charged[x] ? UINT64_MAX : l->charged[x] + r->add[x];
         if (r->bound) l->bound[x] += r->add[x];
     }
     g->c.charges++;

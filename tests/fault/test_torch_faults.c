@@ -143,16 +143,16 @@ static void conserved(fx *f, const char *what) {
     tu.size = sizeof tu;
     DMM_OK_OR_FAIL(dmm_governor_tier_usage(c->gov, c->dev, &tu)); /* the host driver's device is the host
                                                                       tier: it holds the pinned copies too */
-    if (cen.mapped_bytes != (uint64_t)as.mapped_bytes.current || cen.mapped_bytes != dmm__device_get(&c->mapped.cur) ||
+    if (cen.mapped_bytes != (uint64_t)as.mapped_bytes.current || cen.mapped_bytes != dmm__device_mapped(c) ||
         cen.mapped_bytes != mapped || cen.mapped_bytes + hmapped != tu.used[DMM_AXIS_MAPPED] ||
-        cen.handle_bytes != (uint64_t)as.owned_bytes.current || cen.handle_bytes != dmm__device_get(&c->owned.cur) ||
+        cen.handle_bytes != (uint64_t)as.owned_bytes.current || cen.handle_bytes != dmm__device_owned(c) ||
         cen.handle_bytes != owned || cen.handle_bytes + howned != tu.used[DMM_AXIS_OWNED])
         fail_msg("%s: mapped: census %llu, arena %lld, hook %llu, lease %llu, tier %llu; owned: census %llu, arena "
                  "%lld, hook %llu, lease %llu, tier %llu",
                  what, (unsigned long long)cen.mapped_bytes, (long long)as.mapped_bytes.current,
-                 (unsigned long long)dmm__device_get(&c->mapped.cur), (unsigned long long)mapped,
+                 (unsigned long long)dmm__device_mapped(c), (unsigned long long)mapped,
                  (unsigned long long)tu.used[DMM_AXIS_MAPPED], (unsigned long long)cen.handle_bytes,
-                 (long long)as.owned_bytes.current, (unsigned long long)dmm__device_get(&c->owned.cur), (unsigned long long)owned,
+                 (long long)as.owned_bytes.current, (unsigned long long)dmm__device_owned(c), (unsigned long long)owned,
                  (unsigned long long)tu.used[DMM_AXIS_OWNED]);
     if (howned != c->host_bytes || hmapped != c->host_bytes)
         fail_msg("%s: the host lease holds %llu / %llu bytes, the pinned copies %llu", what, (unsigned long long)howned,

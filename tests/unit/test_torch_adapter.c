@@ -95,7 +95,7 @@ static void routing_and_stats(void **state) {
     ps.size = sizeof ps;
     DMM_OK_OR_FAIL(dmm_pool_stats_get(f->c->pool, &ps));
     assert_int_equal(ps.allocated_bytes.current, dmm__device_get(&f->c->alloc_bytes.cur)); /* the pool agrees */
-    assert_int_equal(dmm__device_get(&f->c->mapped.cur), ps.committed_bytes.current);  /* committed = what the hook saw */
+    assert_int_equal(dmm__device_mapped(f->c), ps.committed_bytes.current);  /* committed = what the hook saw */
     assert_non_null(strstr(stats(f), "\"allocated_bytes\":{\"current\":3146752,\"peak\":3146752"));
     xfree(f, b, 3 * MIB, f->s1);
     assert_int_equal(dmm__device_get(&f->c->alloc_bytes.peak), 1024 + 3 * MIB);
@@ -575,7 +575,7 @@ static void a_leaked_tag_growth_is_not_retried(void **state) {
         }
         DMM_OK_OR_FAIL(dmm_device_tag_end());
         for (int i = 0; i < 4; i++) assert_true(same(q[i], 3 * MIB, (unsigned)i + 20));
-        assert_int_equal(census(f).mapped_bytes, dmm__device_get(&f->c->mapped.cur));
+        assert_int_equal(census(f).mapped_bytes, dmm__device_mapped(f->c));
         for (int i = 0; i < 4; i++) xfree(f, q[i], 3 * MIB, f->s1);
         if (live) {
             xfree(f, small, 100 * KIB, f->s1);
@@ -607,7 +607,7 @@ static void imports_map_another_arena_s_region(void **state) {
     fill(a.ptr, 4 * MIB, 7);
     dmm_export ex;
     DMM_OK_OR_FAIL(dmm_export_range(holder, &a, (dmm_range){0, 4 * MIB}, DMM_ACCESS_READ, &ex));
-    uint64_t owned0 = dmm__device_get(&f->c->owned.cur), mapped0 = dmm__device_get(&f->c->mapped.cur);
+    uint64_t owned0 = dmm__device_owned(f->c), mapped0 = dmm__device_mapped(f->c);
     void *p = NULL, *q = NULL;
     DMM_OK_OR_FAIL(dmm_device_import(f->c, &ex, false, &p));
     DMM_OK_OR_FAIL(dmm_device_import(f->c, &ex, false, &q)); /* a second mapping of the same region */
@@ -617,8 +617,8 @@ static void imports_map_another_arena_s_region(void **state) {
     assert_true(same(p, 4 * MIB, 7));
     ((volatile unsigned char *)a.ptr)[100] = 0x5a; /* the holder writes: the importer sees it */
     assert_int_equal(((volatile unsigned char *)p)[100], 0x5a);
-    assert_int_equal(dmm__device_get(&f->c->mapped.cur), mapped0 + 8 * MIB);
-    assert_int_equal(dmm__device_get(&f->c->owned.cur), owned0);
+    assert_int_equal(dmm__device_mapped(f->c), mapped0 + 8 * MIB);
+    assert_int_equal(dmm__device_owned(f->c), owned0);
     dmm_stats st;
     memset(&st, 0, sizeof st);
     st.size = sizeof st;
@@ -627,7 +627,7 @@ static void imports_map_another_arena_s_region(void **state) {
     assert_int_equal(dmm_device_unimport(f->c, (char *)p + 4096), DMM_ERR_UNKNOWN_ALLOCATION);
     dmm_test_error_mentions("not the address of a region", "nothing changed", NULL);
     DMM_OK_OR_FAIL(dmm_device_unimport(f->c, p));
-    assert_int_equal(dmm__device_get(&f->c->mapped.cur), mapped0 + 4 * MIB);
+    assert_int_equal(dmm__device_mapped(f->c), mapped0 + 4 * MIB);
     assert_int_equal(dmm_device_unimport(f->c, p), DMM_ERR_UNKNOWN_ALLOCATION); /* twice: refused */
     dmm_release_outcome o = dmm_mechanism_release(holder, &a);
     assert_int_equal(o.state, DMM_RELEASE_COMPLETE);
@@ -703,14 +703,14 @@ static void empty_cache_trims(void **state) {
     for (int i = 0; i < 16; i++) p[i] = xmalloc(f, (size_t)(i + 1) * 300 * KIB, i % 2 ? f->s1 : f->s2);
     void *keep = xmalloc(f, 100, f->s1);
     for (int i = 0; i < 16; i++) xfree(f, p[i], (size_t)(i + 1) * 300 * KIB, i % 2 ? f->s1 : f->s2);
-    assert_true(dmm__device_get(&f->c->mapped.cur) > 8 * MIB);
+    assert_true(dmm__device_mapped(f->c) > 8 * MIB);
     uint64_t released = 0;
     DMM_OK_OR_FAIL(dmm_device_empty_cache(f->c, &released));
     assert_true(released > 0);
     /* what is left: the one handle of the one live block (a growth's piece, at most the 8 MiB floor) */
-    uint64_t left = dmm__device_get(&f->c->mapped.cur);
+    uint64_t left = dmm__device_mapped(f->c);
     assert_true(left >= 2 * MIB && left <= 8 * MIB && left % (2 * MIB) == 0);
-    assert_int_equal(dmm__device_get(&f->c->owned.cur), left); /* the handle cache was drained too */
+    assert_int_equal(dmm__device_owned(f->c), left); /* the handle cache was drained too */
     xfree(f, keep, 100, f->s1);
     fx_close(f);
 }
