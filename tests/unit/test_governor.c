@@ -47,6 +47,40 @@ static dmm_governor *governor_with_device(uint64_t limit) {
     return g;
 }
 
+/* A lease's stats: now, the peak (lowered by a reset to now), and everything charged, by hand or hook. */
+static void lease_stats_count_peaks_and_totals(void **state) {
+    (void)state;
+    dmm_governor *g = governor_with_device(64 * MiB);
+    dmm_holder *h = holder(g, "device", 0, NULL, NULL);
+    dmm_lease_id l = 0;
+    DMM_OK_OR_FAIL(dmm_lease_reserve(h, DEV0, DMM_ROLE_WORKSPACE, 2 * MiB, 2 * MiB, &l));
+    dmm_accounting acct;
+    DMM_OK_OR_FAIL(dmm_governor_accounting(g, l, &acct));
+    DMM_OK_OR_FAIL(acct.charge(acct.user, DEV0, DMM_AXIS_MAPPED, 8 * MiB));
+    acct.refund(acct.user, DEV0, DMM_AXIS_MAPPED, 6 * MiB);
+    dmm_lease_stats st = {.size = sizeof st};
+    DMM_OK_OR_FAIL(dmm_lease_stats_get(g, l, &st));
+    assert_int_equal(st.used[DMM_AXIS_MAPPED], 4 * MiB);
+    assert_int_equal(st.peak[DMM_AXIS_MAPPED], 10 * MiB);
+    assert_int_equal(st.charged[DMM_AXIS_MAPPED], 10 * MiB);
+    assert_int_equal(st.used[DMM_AXIS_OWNED], 2 * MiB);
+    assert_int_equal(st.peak[DMM_AXIS_OWNED], 2 * MiB);
+    DMM_OK_OR_FAIL(dmm_lease_reset_peak(g, l));
+    DMM_OK_OR_FAIL(dmm_lease_stats_get(g, l, &st));
+    assert_int_equal(st.peak[DMM_AXIS_MAPPED], 4 * MiB);  /* lowered to now */
+    assert_int_equal(st.charged[DMM_AXIS_MAPPED], 10 * MiB); /* totals stay */
+    /* refused, nothing changed: a short struct, a lease that is not live */
+    dmm_lease_stats short_st = {.size = 4};
+    assert_int_equal(dmm_lease_stats_get(g, l, &short_st), DMM_ERR_SHORT_STRUCT);
+    assert_int_equal(dmm_lease_stats_get(g, l + 1000, &st), DMM_ERR_INVALID_ARGUMENT);
+    dmm_test_error_mentions("not live", NULL);
+    assert_int_equal(dmm_lease_reset_peak(g, l + 1000), DMM_ERR_INVALID_ARGUMENT);
+    acct.refund(acct.user, DEV0, DMM_AXIS_MAPPED, 2 * MiB);
+    DMM_OK_OR_FAIL(dmm_lease_release(g, l));
+    DMM_OK_OR_FAIL(dmm_governor_holder_unregister(h));
+    DMM_OK_OR_FAIL(dmm_governor_destroy(g));
+}
+
 /* ---------------------------------------------------------------------------------------------- */
 
 static void leases_reserve_grow_shrink_release(void **state) {
@@ -601,6 +635,7 @@ int main(void) {
         cmocka_unit_test(ladder_asks_in_order_and_grants),
         cmocka_unit_test(charges_inside_a_callback_do_not_recurse),
         cmocka_unit_test(accounting_charges_and_refunds_a_lease),
+        cmocka_unit_test(lease_stats_count_peaks_and_totals),
         cmocka_unit_test(holders_and_tiers),
         cmocka_unit_test(many_leases),
         cmocka_unit_test(pool_trim_is_the_first_rung),
