@@ -6,8 +6,9 @@
  * governor counts it once); its release is honest like any other (dmm_release_outcome), and the
  * physical memory stays with the holder.
  *
- * Invariants (ctx.lock): every entry is a live import of c->arena, listed once; an entry leaves the
- * list only when its release was COMPLETE (a QUARANTINED one stays, to be released again).
+ * Invariants (dev.lock): every entry is a live import of c->arena, listed once; an entry is out of the
+ * list only while one unimport releases it (no driver call under the lock), and stays out only when
+ * that release was COMPLETE (a FAILED or QUARANTINED one goes back, to be released again).
  */
 #include <stdlib.h>
 
@@ -37,23 +38,27 @@ dmm_status dmm_device_import(dmm_device *c, const dmm_export *ex, bool writable,
 }
 
 dmm_status dmm_device_unimport(dmm_device *c, void *ptr) {
+    /* taken out of the list under the lock, released without it (the unmap is a driver call), put back
+     * when the release did not complete: a racing unimport of the same region finds nothing */
     pthread_mutex_lock(&c->lock);
     device_import **at = &c->imports;
     while (*at != NULL && (*at)->a.ptr != ptr) at = &(*at)->next;
-    if (*at == NULL) {
-        pthread_mutex_unlock(&c->lock);
+    device_import *im = *at;
+    if (im != NULL) *at = im->next;
+    pthread_mutex_unlock(&c->lock);
+    if (im == NULL)
         return dmm_error_set(DMM_ERR_UNKNOWN_ALLOCATION, "dmm device: %p is not the address of a region this "
                              "process attached on device %d; nothing changed", ptr, (int)c->dev.index);
-    }
-    device_import *im = *at;
     dmm_release_outcome o = dmm_mechanism_release(c->arena, &im->a);
     dmm_release_state st = dmm_release_state_of(&o);
-    if (st == DMM_RELEASE_COMPLETE) *at = im->next;
-    pthread_mutex_unlock(&c->lock);
     if (st == DMM_RELEASE_COMPLETE) {
         free(im);
         return DMM_OK;
     }
+    pthread_mutex_lock(&c->lock);
+    im->next = c->imports;
+    c->imports = im;
+    pthread_mutex_unlock(&c->lock);
     return dmm_error_set(st == DMM_RELEASE_FAILED ? o.failure : DMM_ERR_QUARANTINED,
                          "dmm device: detaching the region at %p on device %d: its release was %s (%s); %s", ptr,
                          (int)c->dev.index, dmm_release_state_str(o.state), dmm_status_str(o.failure),
