@@ -52,22 +52,22 @@ static void event_put(dmm_pool *p, dmm_event ev) {
     dmm_lock_release(&p->lock);
 }
 
-static void heap_fence(dmm_pool *p, pheap *h);
+static void heap_fence(dmm_pool *p, pool_heap *h);
 
 /* Polls the heap's pending cross-stream frees, then its fence, recording a new fence when frees
  * happened since the last one (the frees that completed pending blocks included), then decommits the
  * old places of aliased chunks that a completed fence covers. Driver calls run outside the heap
  * lock: the pending list (and the old places) are taken out while they run. Never waits. */
-void dmm__pool_poll(dmm_pool *p, pheap *h) {
+void dmm__pool_poll(dmm_pool *p, pool_heap *h) {
     if (dmm__pool_lost(p, "polling a stream's events")) return; /* nothing completes any more, and nothing is asked */
     /* 1: cross-stream frees whose event completed become free blocks */
     heap_lock(h);
-    pblock *list = h->pending;
+    pool_block *list = h->pending;
     h->pending = NULL;
     h->npending = 0;
     heap_unlock(h);
     if (list != NULL) {
-        for (pblock *b = list; b != NULL; b = b->lnext) {
+        for (pool_block *b = list; b != NULL; b = b->lnext) {
             dmm_status q = dmm__drv_event_query(p->drv, b->ev); /* once lost: refused, no call */
             b->requested = q == DMM_OK; /* a PENDING block's `requested` is free to hold the answer */
             if (q == DMM_ERR_DEVICE_LOST) dmm__pool_notice_loss(p, "querying a cross-stream free's event");
@@ -77,15 +77,15 @@ void dmm__pool_poll(dmm_pool *p, pheap *h) {
         /* Completed events go back to the free list before the heap lock is taken: event_put may
          * have to destroy one (no room for it), a driver call that must not run under the heap lock.
          * The blocks are held by this poller, so nobody else reads their ev meanwhile. */
-        for (pblock *b = list; b != NULL; b = b->lnext)
+        for (pool_block *b = list; b != NULL; b = b->lnext)
             if (b->requested) {
                 event_put(p, b->ev);
                 b->ev = NULL;
             }
         heap_lock(h);
-        pblock *b = list;
+        pool_block *b = list;
         while (b != NULL) {
-            pblock *n = b->lnext;
+            pool_block *n = b->lnext;
             if (b->requested) {
                 b->requested = 0;
                 b->lnext = b->lprev = NULL;
@@ -107,7 +107,7 @@ void dmm__pool_poll(dmm_pool *p, pheap *h) {
 /* The heap's fence: records one when frees happened since the last, or queries the recorded one; a
  * recorded fence found complete is followed at once by the next (when frees happened since), so
  * that every poll moves safe_seq on, not every second one. */
-static void heap_fence(dmm_pool *p, pheap *h) {
+static void heap_fence(dmm_pool *p, pool_heap *h) {
     for (int round = 0; round < 2 && !dmm__drv_lost(p->drv); round++) {
         enum { NONE, RECORD, QUERY } action = NONE;
         uint64_t s = 0;
@@ -157,7 +157,7 @@ static void heap_fence(dmm_pool *p, pheap *h) {
 }
 
 /* The cross-stream free: record an event on `stream` and park the block until it completes. */
-dmm_status dmm__pool_free_cross(dmm_pool *p, pheap *h, pblock *b, dmm_stream stream) {
+dmm_status dmm__pool_free_cross(dmm_pool *p, pool_heap *h, pool_block *b, dmm_stream stream) {
     dmm_event ev = NULL;
     dmm_status s = event_get(p, &ev);
     if (s == DMM_OK) {
@@ -204,7 +204,7 @@ dmm_status dmm__pool_free_cross(dmm_pool *p, pheap *h, pblock *b, dmm_stream str
 
 
 void dmm__pool_destroy_events(dmm_pool *p) {
-    for (pheap *h = heaps_head(p); h != NULL; h = heap_next(h))
+    for (pool_heap *h = heaps_head(p); h != NULL; h = heap_next(h))
         if (h->fence != NULL) dmm__drv_event_destroy(p->drv, h->fence);
     for (size_t i = 0; i < p->nevents; i++) dmm__drv_event_destroy(p->drv, p->events[i]);
 }

@@ -55,7 +55,7 @@
 typedef struct plan {
     uintptr_t lo, hi;
     uint64_t k;    /* chunks to commit */
-    pblock *first; /* the gap's first block */
+    pool_block *first; /* the gap's first block */
     bool found;
     size_t extend_run;       /* extend_regions > 0: first extend this run by that many regions */
     uint64_t extend_regions;
@@ -67,9 +67,9 @@ typedef struct tgtvec {
 } tgtvec;
 
 /* Unmapped chunks inside [x, e) over the gap first..last. */
-static uint64_t window_cost(const dmm_pool *p, const pblock *first, const pblock *last, uintptr_t x, uintptr_t e) {
+static uint64_t window_cost(const dmm_pool *p, const pool_block *first, const pool_block *last, uintptr_t x, uintptr_t e) {
     uint64_t k = 0;
-    for (const pblock *b = first;; b = b->next) {
+    for (const pool_block *b = first;; b = b->next) {
         if (b->addr >= e) break;
         if (b->kind == BK_UNMAPPED) {
             uintptr_t a = x > b->addr ? x : b->addr, z = e < b->addr + b->size ? e : b->addr + b->size;
@@ -80,9 +80,9 @@ static uint64_t window_cost(const dmm_pool *p, const pblock *first, const pblock
     return k;
 }
 
-static void plan_gap(const dmm_pool *p, const pblock *first, const pblock *last, uint64_t n, plan *best) {
+static void plan_gap(const dmm_pool *p, const pool_block *first, const pool_block *last, uint64_t n, plan *best) {
     uintptr_t glo = first->addr, ghi = last->addr + last->size;
-    for (const pblock *b = first;; b = b->next) {
+    for (const pool_block *b = first;; b = b->next) {
         uintptr_t cand[2] = {b->addr, b->addr + b->size >= glo + n ? b->addr + b->size - n : 0};
         for (int i = 0; i < 2; i++) {
             uintptr_t x = cand[i];
@@ -94,7 +94,7 @@ static void plan_gap(const dmm_pool *p, const pblock *first, const pblock *last,
                 best->lo = x;
                 best->hi = x + n;
                 best->k = k;
-                best->first = (pblock *)(uintptr_t)first;
+                best->first = (pool_block *)(uintptr_t)first;
             }
         }
         if (b == last) break;
@@ -104,14 +104,14 @@ static void plan_gap(const dmm_pool *p, const pblock *first, const pblock *last,
 /* The growth needing the fewest new chunks to make a free block of `n` bytes (under the lock). A
  * run's tail counts as unbounded: when the cheapest place is the end of a run whose VA is too short,
  * the plan asks for that run to be extended first (extend_regions > 0). */
-static bool plan_growth(const dmm_pool *p, const pheap *h, uint64_t n, bool allow_extend, plan *best) {
+static bool plan_growth(const dmm_pool *p, const pool_heap *h, uint64_t n, bool allow_extend, plan *best) {
     memset(best, 0, sizeof *best);
     const uint64_t C = p->chunk;
     for (size_t r = 0; r < h->nruns; r++) {
-        const pblock *first = NULL, *prevb = NULL;
+        const pool_block *first = NULL, *prevb = NULL;
         uint64_t total = 0;
         bool any_unmapped = false;
-        for (const pblock *b = h->runs[r].first;; prevb = b, b = b->next) {
+        for (const pool_block *b = h->runs[r].first;; prevb = b, b = b->next) {
             bool gapish = b != NULL && (b->kind == BK_FREE || b->kind == BK_UNMAPPED);
             if (gapish) {
                 if (first == NULL) {
@@ -152,10 +152,10 @@ static bool plan_growth(const dmm_pool *p, const pheap *h, uint64_t n, bool allo
 /* A warm start's plan (under the lock): `n` bytes of unmapped VA only — the lowest unmapped block of
  * at least n bytes; else, with allow_extend, the run whose unmapped tail is nearest n, extended first.
  * (plan_growth would take the cheapest window, and a free block already mapped costs nothing.) */
-static bool plan_fresh(const dmm_pool *p, const pheap *h, uint64_t n, bool allow_extend, plan *best) {
+static bool plan_fresh(const dmm_pool *p, const pool_heap *h, uint64_t n, bool allow_extend, plan *best) {
     memset(best, 0, sizeof *best);
     for (size_t r = 0; r < h->nruns; r++)
-        for (pblock *b = h->runs[r].first; b != NULL; b = b->next)
+        for (pool_block *b = h->runs[r].first; b != NULL; b = b->next)
             if (b->kind == BK_UNMAPPED && b->size >= n && (!best->found || b->addr < best->lo)) {
                 best->found = true;
                 best->lo = b->addr;
@@ -166,7 +166,7 @@ static bool plan_fresh(const dmm_pool *p, const pheap *h, uint64_t n, bool allow
     if (best->found || !allow_extend) return best->found;
     uint64_t fewest = UINT64_MAX;
     for (size_t r = 0; r < h->nruns; r++) {
-        const pblock *tail = h->runs[r].first;
+        const pool_block *tail = h->runs[r].first;
         while (tail != NULL && tail->next != NULL) tail = tail->next;
         uint64_t missing = n - (tail != NULL && tail->kind == BK_UNMAPPED ? tail->size : 0);
         if (missing < fewest) {
@@ -183,7 +183,7 @@ static bool plan_fresh(const dmm_pool *p, const pheap *h, uint64_t n, bool allow
 /* The highest live bytes the pool has seen (sampled across heaps; exact for one heap). */
 static uint64_t live_peak_estimate(dmm_pool *p) {
     uint64_t sum = 0, mx = 0;
-    for (pheap *g = heaps_head(p); g != NULL; g = heap_next(g)) {
+    for (pool_heap *g = heaps_head(p); g != NULL; g = heap_next(g)) {
         sum += dmm_atomic_load_relaxed(&g->live_bytes);
         uint64_t pk = dmm_atomic_load_relaxed(&g->live_peak);
         if (pk > mx) mx = pk;
@@ -225,7 +225,7 @@ static uint64_t retention_limit(dmm_pool *p) {
 /* One malloc's growth, across its attempts. */
 typedef struct growth {
     dmm_pool *p;
-    pheap *h;
+    pool_heap *h;
     uint64_t n;       /* bytes, rounded to align */
     size_t requested; /* bytes as requested */
     uint64_t most;    /* > 0: a warm start's handle size (else handle_most) */
@@ -234,7 +234,7 @@ typedef struct growth {
     tgtvec tv;  /* the window's COMMITTING pieces */
     size_t nt;
     srcvec sv;  /* the chunks moved or aliased into them */
-    pblock *rec, *rec2; /* records held privately for the fix-up's splits */
+    pool_block *rec, *rec2; /* records held privately for the fix-up's splits */
     dmm_status fail;    /* the last drive's failed commit (its sentence is the thread's last error) */
     size_t fail_j;      /* the piece whose commit failed, at [fail_at, fail_at + fail_len) */
     uintptr_t fail_at;
@@ -243,7 +243,7 @@ typedef struct growth {
 } growth;
 
 /* A growth of `n` bytes on h for a malloc of `requested` bytes (0: the stock's), nothing planned yet. */
-static void growth_init(growth *g, dmm_pool *p, pheap *h, uint64_t n, size_t requested) {
+static void growth_init(growth *g, dmm_pool *p, pool_heap *h, uint64_t n, size_t requested) {
     memset(g, 0, sizeof *g);
     g->p = p;
     g->h = h;
@@ -255,9 +255,9 @@ static void growth_init(growth *g, dmm_pool *p, pheap *h, uint64_t n, size_t req
 /* Under h's lock: takes a block that fits (true; *s = DMM_OK, or out of host memory), or reports the
  * last growth's failure when nothing fits (true); false: grow. */
 static bool growth_fit(growth *g, int attempt, void **out, dmm_status *s) {
-    pheap *h = g->h;
+    pool_heap *h = g->h;
     dmm__heap_quick_flush(h); /* the plan below reads the free layout: the parked blocks merge first */
-    pblock *b = dmm__heap_bin_find(h, g->n);
+    pool_block *b = dmm__heap_bin_find(h, g->n);
     if (b != NULL) {
         if (take(h, b, g->n, g->requested)) {
             h->grown_mallocs += attempt != 0;
@@ -300,7 +300,7 @@ static dmm_status growth_plan(growth *g) {
  * sources still wanted from other heaps in *want_more. */
 static dmm_status growth_carve(growth *g, uint64_t *want_more) {
     dmm_pool *p = g->p;
-    pheap *h = g->h;
+    pool_heap *h = g->h;
     const plan *pl = &g->pl;
     *want_more = 0;
     g->nt = 0;
@@ -313,7 +313,7 @@ static dmm_status growth_carve(growth *g, uint64_t *want_more) {
     }
     if (!dmm__heap_reserve_blocks(h, 2 * (size_t)pl->k + 2))
         return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "pool malloc of %zu bytes: out of host memory", g->requested);
-    for (pblock *x = pl->first, *nx; x != NULL && x->addr < pl->hi; x = nx) {
+    for (pool_block *x = pl->first, *nx; x != NULL && x->addr < pl->hi; x = nx) {
         nx = x->next;
         if (x->kind != BK_UNMAPPED || x->addr + x->size <= pl->lo) continue;
         uintptr_t a = align_down_c(p, pl->lo > x->addr ? pl->lo : x->addr);
@@ -341,7 +341,7 @@ static dmm_status growth_carve(growth *g, uint64_t *want_more) {
 /* carve, continued (no lock held): sources from other heaps, one lock at a time. */
 static void growth_carve_others(growth *g, uint64_t want) {
     uint64_t got = 0;
-    for (pheap *o = heaps_head(g->p); o != NULL && got < want; o = heap_next(o)) {
+    for (pool_heap *o = heaps_head(g->p); o != NULL && got < want; o = heap_next(o)) {
         if (o == g->h) continue;
         dmm__pool_poll(g->p, o); /* its fence decides which of its free chunks may move */
         heap_lock(o);
@@ -425,7 +425,7 @@ static void growth_drive(growth *g) {
  * failed does). Asked outside every pool lock, like every mechanism call. */
 static void growth_fixup(growth *g) {
     dmm_pool *p = g->p;
-    pheap *h = g->h;
+    pool_heap *h = g->h;
     bool poisoned = false;
     if (g->fail_j != SIZE_MAX && dmm_mechanism_has_slot(p->mech, DMM_SLOT_IS_QUARANTINED) &&
         dmm_mechanism_is_quarantined(p->mech, (const void *)g->fail_at, (size_t)g->fail_len, &poisoned) != DMM_OK) {
@@ -438,12 +438,12 @@ static void growth_fixup(growth *g) {
     dmm__heap_block_put(h, g->rec); /* back to the spares: a split below takes it */
     dmm__heap_block_put(h, g->rec2);
     for (size_t j = 0; j < g->nt; j++) {
-        pblock *t = g->tv.v[j].b;
+        pool_block *t = g->tv.v[j].b;
         uint64_t done = g->tv.v[j].done;
         if (done < t->size) {
-            pblock *rest = done > 0 ? dmm__heap_split(h, t, done) : t;
+            pool_block *rest = done > 0 ? dmm__heap_split(h, t, done) : t;
             if (poisoned && j == g->fail_j && rest->addr == g->fail_at && rest->size >= g->fail_len) {
-                pblock *after = rest->size > g->fail_len ? dmm__heap_split(h, rest, g->fail_len) : NULL;
+                pool_block *after = rest->size > g->fail_len ? dmm__heap_split(h, rest, g->fail_len) : NULL;
                 rest->kind = BK_POISONED; /* out of use forever; requested = 1: still mapped */
                 rest->requested = 1;
                 p->clen[qidx(p, g->fail_at)] = (uint32_t)(g->fail_len / p->chunk);
@@ -466,7 +466,7 @@ static void growth_fixup(growth *g) {
     dmm__pool_sources_fixup(p, &g->sv, 0);
 }
 
-dmm_status dmm__pool_warm_grow(dmm_pool *p, pheap *h, uint64_t n, uint64_t most) {
+dmm_status dmm__pool_warm_grow(dmm_pool *p, pool_heap *h, uint64_t n, uint64_t most) {
     growth g;
     growth_init(&g, p, h, n, (size_t)n);
     g.most = most;
@@ -488,7 +488,7 @@ dmm_status dmm__pool_warm_grow(dmm_pool *p, pheap *h, uint64_t n, uint64_t most)
     return s;
 }
 
-uintptr_t dmm__pool_stock_refill_at(dmm_pool *p, const pheap *h, const pblock *b) {
+uintptr_t dmm__pool_stock_refill_at(dmm_pool *p, const pool_heap *h, const pool_block *b) {
     uintptr_t end = h->stock_end;
     if (end == 0 || b->addr >= end) return 0;
     uint64_t left; /* the FREE bytes the fit left right before the stock's end */
@@ -504,13 +504,13 @@ uintptr_t dmm__pool_stock_refill_at(dmm_pool *p, const pheap *h, const pblock *b
  * limit leaves room for (a pool that stopped growing keeps no more than its limit). False: no such
  * block (another thread used or trimmed the place since). k = 0: nothing to commit (enough is free
  * there, or no room). */
-static bool plan_stock(dmm_pool *p, const pheap *h, uintptr_t at, uint64_t target, plan *pl) {
+static bool plan_stock(dmm_pool *p, const pool_heap *h, uintptr_t at, uint64_t target, plan *pl) {
     memset(pl, 0, sizeof *pl);
     for (size_t r = 0; r < h->nruns; r++) {
         if (at <= h->runs[r].lo || at >= h->runs[r].hi) continue; /* it extends a window: not at a run's ends */
-        for (pblock *b = h->runs[r].first; b != NULL; b = b->next) {
+        for (pool_block *b = h->runs[r].first; b != NULL; b = b->next) {
             if (b->addr + b->size != at) continue;
-            pblock *u = b->next;
+            pool_block *u = b->next;
             if (u == NULL || u->kind != BK_UNMAPPED) return false;
             uint64_t have = b->kind == BK_FREE ? b->size : 0;
             uint64_t n = have < target ? align_up_c(p, target - have) : 0;
@@ -529,7 +529,7 @@ static bool plan_stock(dmm_pool *p, const pheap *h, uintptr_t at, uint64_t targe
     return false;
 }
 
-uint64_t dmm__pool_stock_grow(dmm_pool *p, pheap *h, uintptr_t at) {
+uint64_t dmm__pool_stock_grow(dmm_pool *p, pool_heap *h, uintptr_t at) {
     growth g;
     growth_init(&g, p, h, 0, 0);
     g.told = true;
@@ -561,7 +561,7 @@ uint64_t dmm__pool_stock_grow(dmm_pool *p, pheap *h, uintptr_t at) {
     return grown;
 }
 
-dmm_status dmm__pool_malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t requested, void **out,
+dmm_status dmm__pool_malloc_slow(dmm_pool *p, pool_heap *h, uint64_t n, size_t requested, void **out,
                                  uintptr_t *stock_at) {
     static const char entering[] = "entering dmm_pool_malloc's slow path";
     const uint64_t t0 = dmm_now_ns();

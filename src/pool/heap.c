@@ -39,9 +39,9 @@ static void *table_alloc(size_t bytes, bool zeroed) {
     if (t != NULL && zeroed) memset(t, 0, bytes);
     return t;
 }
-_Static_assert(sizeof(pblock) * (SLAB_BLOCKS + 1) % DMM_SHARING_BYTES == 0, "a slab is whole line pairs");
+_Static_assert(sizeof(pool_block) * (SLAB_BLOCKS + 1) % DMM_SHARING_BYTES == 0, "a slab is whole line pairs");
 
-bool dmm__heap_init(pheap *h, struct dmm_pool *p, dmm_stream stream) {
+bool dmm__heap_init(pool_heap *h, struct dmm_pool *p, dmm_stream stream) {
     memset(h, 0, sizeof *h);
     h->pool = p;
     h->align_shift = p->align_shift;
@@ -54,7 +54,7 @@ bool dmm__heap_init(pheap *h, struct dmm_pool *p, dmm_stream stream) {
     return true;
 }
 
-void dmm__heap_fini(pheap *h) {
+void dmm__heap_fini(pool_heap *h) {
     pslab *s = h->slabs;
     while (s != NULL) {
         pslab *n = s->next;
@@ -68,13 +68,13 @@ void dmm__heap_fini(pheap *h) {
 }
 
 /* ---- block records ---- */
-static bool refill(pheap *h) {
+static bool refill(pool_heap *h) {
     /* one allocation: the slab header, then SLAB_BLOCKS records */
-    pslab *s = table_alloc(sizeof(pblock) * (SLAB_BLOCKS + 1), false);
+    pslab *s = table_alloc(sizeof(pool_block) * (SLAB_BLOCKS + 1), false);
     if (s == NULL) return false;
     s->next = h->slabs;
     h->slabs = s;
-    pblock *v = (pblock *)(void *)s + 1;
+    pool_block *v = (pool_block *)(void *)s + 1;
     for (size_t i = 0; i < SLAB_BLOCKS; i++) {
         v[i].lnext = h->spare;
         h->spare = &v[i];
@@ -82,9 +82,9 @@ static bool refill(pheap *h) {
     return true;
 }
 
-bool dmm__heap_reserve_blocks(pheap *h, size_t n) {
+bool dmm__heap_reserve_blocks(pool_heap *h, size_t n) {
     size_t have = 0;
-    for (pblock *b = h->spare; b != NULL && have < n; b = b->lnext) have++;
+    for (pool_block *b = h->spare; b != NULL && have < n; b = b->lnext) have++;
     while (have < n) {
         if (!refill(h)) return false;
         have += SLAB_BLOCKS;
@@ -92,38 +92,38 @@ bool dmm__heap_reserve_blocks(pheap *h, size_t n) {
     return true;
 }
 
-pblock *dmm__heap_block_new(pheap *h) {
+pool_block *dmm__heap_block_new(pool_heap *h) {
     if (h->spare == NULL && !refill(h)) return NULL;
-    pblock *b = h->spare;
+    pool_block *b = h->spare;
     h->spare = b->lnext;
     memset(b, 0, sizeof *b);
     return b;
 }
 
-void dmm__heap_block_put(pheap *h, pblock *b) {
+void dmm__heap_block_put(pool_heap *h, pool_block *b) {
     b->kind = 0;
     b->lnext = h->spare;
     h->spare = b;
 }
 
 /* ---- bins ---- */
-static inline void bit_set(pheap *h, uint32_t c) {
+static inline void bit_set(pool_heap *h, uint32_t c) {
     h->binmap[c / 64] |= (uint64_t)1 << (c % 64);
     h->binsum |= (uint64_t)1 << (c / 64);
 }
-static inline void bit_clear(pheap *h, uint32_t c) {
+static inline void bit_clear(pool_heap *h, uint32_t c) {
     h->binmap[c / 64] &= ~((uint64_t)1 << (c % 64));
     if (h->binmap[c / 64] == 0) h->binsum &= ~((uint64_t)1 << (c / 64));
 }
 
-void dmm__heap_bin_insert(pheap *h, pblock *b) {
+void dmm__heap_bin_insert(pool_heap *h, pool_block *b) {
     uint32_t c = pool_bin_of(b->size >> h->pool->align_shift);
     b->bin = (uint16_t)c;
     b->kind = BK_FREE;
-    pblock **head = &h->bins[c];
+    pool_block **head = &h->bins[c];
     if (c >= POOL_EXACT_BINS) {
         /* sorted by (size, addr): walk to the first block that must follow b */
-        pblock *prev = NULL, *x = *head;
+        pool_block *prev = NULL, *x = *head;
         while (x != NULL && (x->size < b->size || (x->size == b->size && x->addr < b->addr))) {
             prev = x;
             x = x->lnext;
@@ -142,7 +142,7 @@ void dmm__heap_bin_insert(pheap *h, pblock *b) {
     bit_set(h, c);
 }
 
-void dmm__heap_bin_remove(pheap *h, pblock *b) {
+void dmm__heap_bin_remove(pool_heap *h, pool_block *b) {
     uint32_t c = b->bin;
     if (b->lprev != NULL) b->lprev->lnext = b->lnext;
     else h->bins[c] = b->lnext;
@@ -151,7 +151,7 @@ void dmm__heap_bin_remove(pheap *h, pblock *b) {
     if (h->bins[c] == NULL) bit_clear(h, c);
 }
 
-static uint32_t next_nonempty(const pheap *h, uint32_t c) {
+static uint32_t next_nonempty(const pool_heap *h, uint32_t c) {
     if (c >= POOL_NBINS) return POOL_NBINS;
     uint32_t w = c / 64;
     uint64_t m = h->binmap[w] & (~(uint64_t)0 << (c % 64));
@@ -163,12 +163,12 @@ static uint32_t next_nonempty(const pheap *h, uint32_t c) {
     return w * 64 + (uint32_t)__builtin_ctzll(h->binmap[w]);
 }
 
-pblock *dmm__heap_bin_find(const pheap *h, uint64_t bytes) {
+pool_block *dmm__heap_bin_find(const pool_heap *h, uint64_t bytes) {
     uint32_t c = pool_bin_of(bytes >> h->pool->align_shift);
     if (c < POOL_EXACT_BINS) {
         if (h->bins[c] != NULL) return h->bins[c];
     } else {
-        for (pblock *x = h->bins[c]; x != NULL; x = x->lnext)
+        for (pool_block *x = h->bins[c]; x != NULL; x = x->lnext)
             if (x->size >= bytes) return x;
     }
     c = next_nonempty(h, c + 1);
@@ -176,14 +176,14 @@ pblock *dmm__heap_bin_find(const pheap *h, uint64_t bytes) {
 }
 
 /* ---- plain lists (unmapped, pending) ---- */
-void dmm__heap_list_push(pblock **head, pblock *b) {
+void dmm__heap_list_push(pool_block **head, pool_block *b) {
     b->lprev = NULL;
     b->lnext = *head;
     if (*head != NULL) (*head)->lprev = b;
     *head = b;
 }
 
-void dmm__heap_list_remove(pblock **head, pblock *b) {
+void dmm__heap_list_remove(pool_block **head, pool_block *b) {
     if (b->lprev != NULL) b->lprev->lnext = b->lnext;
     else *head = b->lnext;
     if (b->lnext != NULL) b->lnext->lprev = b->lprev;
@@ -192,19 +192,19 @@ void dmm__heap_list_remove(pblock **head, pblock *b) {
 
 /* ---- the live-block hash (its lookups: types.h) ---- */
 
-static bool hash_grow(pheap *h) {
+static bool hash_grow(pool_heap *h) {
     size_t nb = (h->hmask + 1) * 4;
-    if (nb > SIZE_MAX / sizeof(pblock *)) return false;
-    pblock **t = table_alloc(nb * sizeof *t, true);
+    if (nb > SIZE_MAX / sizeof(pool_block *)) return false;
+    pool_block **t = table_alloc(nb * sizeof *t, true);
     if (t == NULL) return false;
-    pblock **old = h->hash;
+    pool_block **old = h->hash;
     size_t oldn = h->hmask + 1;
     h->hash = t;
     h->hmask = nb - 1;
     for (size_t i = 0; i < oldn; i++) {
-        pblock *b = old[i];
+        pool_block *b = old[i];
         while (b != NULL) {
-            pblock *n = b->lnext;
+            pool_block *n = b->lnext;
             size_t k = heap_hash_of(h, b->addr);
             b->lnext = t[k];
             t[k] = b;
@@ -215,7 +215,7 @@ static bool hash_grow(pheap *h) {
     return true;
 }
 
-bool dmm__heap_hash_insert(pheap *h, pblock *b) {
+bool dmm__heap_hash_insert(pool_heap *h, pool_block *b) {
     if (h->hcount >= h->hmask + 1 && !hash_grow(h) && h->hcount >= 4 * (h->hmask + 1)) return false;
     size_t k = heap_hash_of(h, b->addr);
     b->lnext = h->hash[k];
@@ -225,9 +225,9 @@ bool dmm__heap_hash_insert(pheap *h, pblock *b) {
     return true;
 }
 
-pblock *dmm__heap_hash_remove(pheap *h, uintptr_t addr) {
-    pblock **pp = &h->hash[heap_hash_of(h, addr)];
-    for (pblock *b = *pp; b != NULL; pp = &b->lnext, b = b->lnext)
+pool_block *dmm__heap_hash_remove(pool_heap *h, uintptr_t addr) {
+    pool_block **pp = &h->hash[heap_hash_of(h, addr)];
+    for (pool_block *b = *pp; b != NULL; pp = &b->lnext, b = b->lnext)
         if (b->addr == addr) {
             *pp = b->lnext;
             b->lnext = NULL;
@@ -238,8 +238,8 @@ pblock *dmm__heap_hash_remove(pheap *h, uintptr_t addr) {
 }
 
 /* ---- splitting, carving, merging ---- */
-pblock *dmm__heap_split(pheap *h, pblock *b, uint64_t at) {
-    pblock *r = dmm__heap_block_new(h);
+pool_block *dmm__heap_split(pool_heap *h, pool_block *b, uint64_t at) {
+    pool_block *r = dmm__heap_block_new(h);
     if (r == NULL) return NULL; /* callers reserve first, so this does not happen */
     r->addr = b->addr + at;
     r->size = b->size - at;
@@ -254,8 +254,8 @@ pblock *dmm__heap_split(pheap *h, pblock *b, uint64_t at) {
 }
 
 /* Absorbs b->next into b (both out of every list). */
-static void absorb_next(pheap *h, pblock *b) {
-    pblock *n = b->next;
+static void absorb_next(pool_heap *h, pool_block *b) {
+    pool_block *n = b->next;
     b->size += n->size;
     if (n->seq > b->seq) b->seq = n->seq;
     b->next = n->next;
@@ -263,10 +263,10 @@ static void absorb_next(pheap *h, pblock *b) {
     dmm__heap_block_put(h, n);
 }
 
-pblock *dmm__heap_make_free(pheap *h, pblock *b) {
+pool_block *dmm__heap_make_free(pool_heap *h, pool_block *b) {
     b->kind = BK_FREE;
     if (b->prev != NULL && b->prev->kind == BK_FREE) {
-        pblock *p = b->prev;
+        pool_block *p = b->prev;
         dmm__heap_bin_remove(h, p);
         absorb_next(h, p);
         b = p;
@@ -282,11 +282,11 @@ pblock *dmm__heap_make_free(pheap *h, pblock *b) {
     return b;
 }
 
-pblock *dmm__heap_make_unmapped(pheap *h, pblock *b) {
+pool_block *dmm__heap_make_unmapped(pool_heap *h, pool_block *b) {
     b->kind = BK_UNMAPPED;
     b->seq = 0;
     if (b->prev != NULL && b->prev->kind == BK_UNMAPPED) {
-        pblock *p = b->prev;
+        pool_block *p = b->prev;
         dmm__heap_list_remove(&h->unmapped, p);
         absorb_next(h, p);
         b = p;
@@ -299,21 +299,21 @@ pblock *dmm__heap_make_unmapped(pheap *h, pblock *b) {
     return b;
 }
 
-static void relist(pheap *h, pblock *b) {
+static void relist(pool_heap *h, pool_block *b) {
     if (b->kind == BK_FREE) dmm__heap_bin_insert(h, b);
     else dmm__heap_list_push(&h->unmapped, b);
 }
 
-pblock *dmm__heap_carve(pheap *h, pblock *b, uintptr_t addr, uint64_t len, uint8_t kind) {
+pool_block *dmm__heap_carve(pool_heap *h, pool_block *b, uintptr_t addr, uint64_t len, uint8_t kind) {
     if (b->kind == BK_FREE) dmm__heap_bin_remove(h, b);
     else dmm__heap_list_remove(&h->unmapped, b);
-    pblock *mid = b;
+    pool_block *mid = b;
     if (addr > b->addr) {
         mid = dmm__heap_split(h, b, addr - b->addr);
         relist(h, b);
     }
     if (mid->size > len) {
-        pblock *after = dmm__heap_split(h, mid, len);
+        pool_block *after = dmm__heap_split(h, mid, len);
         relist(h, after);
     }
     mid->kind = kind;
@@ -321,10 +321,10 @@ pblock *dmm__heap_carve(pheap *h, pblock *b, uintptr_t addr, uint64_t len, uint8
 }
 
 /* ---- quick lists (push and pop: hot.h) ---- */
-void dmm__heap_quick_flush(pheap *h) {
+void dmm__heap_quick_flush(pool_heap *h) {
     /* the hot block first goes to its list's head, where it stands in the order: the merges below
      * then insert into the bins in the order they did before there was a hot block */
-    pblock *hot = h->hot;
+    pool_block *hot = h->hot;
     if (hot != NULL && hot->kind == BK_QUICK) {
         hot->qnext = h->quick[hot->bin];
         h->quick[hot->bin] = hot;
@@ -334,11 +334,11 @@ void dmm__heap_quick_flush(pheap *h) {
     for (uint32_t w = 0; w < POOL_BINWORDS && h->nquick > 0; w++) {
         while (h->quickmap[w] != 0) {
             uint32_t c = w * 64 + (uint32_t)__builtin_ctzll(h->quickmap[w]);
-            pblock *b = h->quick[c];
+            pool_block *b = h->quick[c];
             h->quick[c] = NULL;
             h->quickmap[w] &= h->quickmap[w] - 1;
             while (b != NULL) {
-                pblock *n = b->qnext;
+                pool_block *n = b->qnext;
                 b->qnext = NULL;
                 (void)dmm__heap_hash_remove(h, b->addr);
                 h->nquick--;

@@ -16,7 +16,7 @@
 
 #include "pool/types.h"
 
-static inline void count_live(pheap *h, pblock *b, uint64_t requested) {
+static inline void count_live(pool_heap *h, pool_block *b, uint64_t requested) {
     h->live_blocks++;
     if (h->live_blocks > h->live_peak_blocks) h->live_peak_blocks = h->live_blocks;
     h->requested_bytes += requested;
@@ -29,10 +29,10 @@ static inline void count_live(pheap *h, pblock *b, uint64_t requested) {
 }
 
 /* Hands out the front `n` bytes of FREE block b (under the lock). False: out of host memory. */
-static inline bool take(pheap *h, pblock *b, uint64_t n, uint64_t requested) {
+static inline bool take(pool_heap *h, pool_block *b, uint64_t n, uint64_t requested) {
     dmm__heap_bin_remove(h, b);
     if (b->size > n) {
-        pblock *r = dmm__heap_split(h, b, n);
+        pool_block *r = dmm__heap_split(h, b, n);
         if (r != NULL) dmm__heap_bin_insert(h, r); /* no record: hand the whole block out */
     }
     b->kind = BK_LIVE;
@@ -48,13 +48,13 @@ static inline bool take(pheap *h, pblock *b, uint64_t n, uint64_t requested) {
 }
 
 /* Whether LIVE block b could be parked without merging the parked ones first (the bounds). */
-static inline bool quick_room(const pheap *h, const pblock *b) {
+static inline bool quick_room(const pool_heap *h, const pool_block *b) {
     return b->size <= POOL_QUICK_MAX_BLOCK && h->nquick < POOL_QUICK_MAX_BLOCKS &&
            h->quick_bytes + b->size <= POOL_QUICK_MAX_BYTES;
 }
 
 /* Puts QUICK block b at the head of its quick list. */
-static inline void quick_list_push(pheap *h, pblock *b) {
+static inline void quick_list_push(pool_heap *h, pool_block *b) {
     uint32_t c = b->bin; /* a LIVE block's bin is its size's class (take, quick_pop): kept while QUICK */
     b->qnext = h->quick[c];
     h->quick[c] = b;
@@ -65,8 +65,8 @@ static inline void quick_list_push(pheap *h, pblock *b) {
  * as the heap's hot block (types.h, hot): the block parked before it, if still parked, goes to the
  * head of its quick list, so that hot and lists together stay last-in first-out per class;
  * quick_room(h, b) holds. */
-static inline void quick_park(pheap *h, pblock *b) {
-    pblock *last = h->hot;
+static inline void quick_park(pool_heap *h, pool_block *b) {
+    pool_block *last = h->hot;
     if (last != NULL && last->kind == BK_QUICK) quick_list_push(h, last);
     b->kind = BK_QUICK;
     h->hot = b;
@@ -80,7 +80,7 @@ static inline void quick_park(pheap *h, pblock *b) {
 
 /* Parks b as quick_park does (true), merging the parked blocks first when it would pass the bounds;
  * false (nothing changed) when b is too big to park. */
-static inline bool quick_push(pheap *h, pblock *b) {
+static inline bool quick_push(pool_heap *h, pool_block *b) {
     if (b->size > POOL_QUICK_MAX_BLOCK) return false;
     if (!quick_room(h, b)) dmm__heap_quick_flush(h);
     quick_park(h, b);
@@ -89,15 +89,15 @@ static inline bool quick_push(pheap *h, pblock *b) {
 
 /* Whether the hot block is parked with exactly `n` bytes (then it is the last parked block of its
  * class, and quick_pop would take it). */
-static inline bool quick_hot_fits(const pheap *h, uint64_t n) {
-    const pblock *b = h->hot;
+static inline bool quick_hot_fits(const pool_heap *h, uint64_t n) {
+    const pool_block *b = h->hot;
     return b != NULL && b->kind == BK_QUICK && b->size == n;
 }
 
 /* Takes the hot block, parked (quick_hot_fits): still in the hash, still QUICK, still h->hot (as a
  * hint for its free); the caller makes it LIVE. */
-static inline pblock *quick_take_hot(pheap *h) {
-    pblock *b = h->hot;
+static inline pool_block *quick_take_hot(pool_heap *h) {
+    pool_block *b = h->hot;
     h->nquick--;
     h->quick_bytes -= b->size;
     return b;
@@ -106,9 +106,9 @@ static inline pblock *quick_take_hot(pheap *h) {
 /* Takes the last parked block of its class if it has exactly `n` bytes (still in the hash, still
  * QUICK: the caller makes it LIVE), or NULL: the hot block when it is parked in that class (it is the
  * class's last), else the head of the class's quick list. */
-static inline pblock *quick_pop(pheap *h, uint64_t n) {
+static inline pool_block *quick_pop(pool_heap *h, uint64_t n) {
     uint32_t c = pool_bin_of(n >> h->align_shift);
-    pblock *b = h->hot;
+    pool_block *b = h->hot;
     if (b != NULL && b->kind == BK_QUICK && b->bin == c) return b->size == n ? quick_take_hot(h) : NULL;
     b = h->quick[c];
     if (b == NULL || b->size != n) return NULL;

@@ -248,7 +248,7 @@ void dmm__pool_layout_record(dmm_pool *p, uintptr_t addr, uint64_t bytes) {
     size_t q0 = qidx(p, addr);
     uint32_t len = (uint32_t)(bytes / p->chunk);
     pthread_mutex_lock(&l->m);
-    const pheap *h = dmm_atomic_load_acquire(&p->owner[(addr - p->base) >> p->region_shift]);
+    const pool_heap *h = dmm_atomic_load_acquire(&p->owner[(addr - p->base) >> p->region_shift]);
     if (first_overlap(l, l->grown, q0, q0 + len, 0) == SIZE_MAX) {
         l->grown[q0] = len;
         l->grown_heap[q0] = h != NULL ? h->ordinal : 0;
@@ -398,17 +398,17 @@ dmm_status dmm__pool_layout_check(const dmm_pool *p, const dmm_pool_span *spans,
 }
 
 /* The UNMAPPED block of h that holds [a, a + len) whole, or NULL (under h's lock). */
-static pblock *unmapped_holding(const pheap *h, uintptr_t a, uint64_t len) {
+static pool_block *unmapped_holding(const pool_heap *h, uintptr_t a, uint64_t len) {
     for (size_t r = 0; r < h->nruns; r++) {
         if (a < h->runs[r].lo || a + len > h->runs[r].hi) continue;
-        for (pblock *b = h->runs[r].first; b != NULL && b->addr <= a; b = b->next)
+        for (pool_block *b = h->runs[r].first; b != NULL && b->addr <= a; b = b->next)
             if (a + len <= b->addr + b->size) return b->kind == BK_UNMAPPED ? b : NULL;
         return NULL;
     }
     return NULL;
 }
 
-dmm_status dmm__pool_layout_warm(dmm_pool *p, pheap *h, const dmm_pool_span *spans, size_t count,
+dmm_status dmm__pool_layout_warm(dmm_pool *p, pool_heap *h, const dmm_pool_span *spans, size_t count,
                                  uint64_t *committed) {
     playout *l = &p->layout;
     if (count == 0) return DMM_OK;
@@ -416,7 +416,7 @@ dmm_status dmm__pool_layout_warm(dmm_pool *p, pheap *h, const dmm_pool_span *spa
     if (l->ahead == NULL) l->ahead = calloc(quanta(p), sizeof *l->ahead);
     bool table = l->ahead != NULL;
     pthread_mutex_unlock(&l->m);
-    pblock **carved = calloc(count, sizeof *carved);
+    pool_block **carved = calloc(count, sizeof *carved);
     if (!table || carved == NULL) {
         free(carved);
         return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm_pool_warm_layout: out of host memory for its tables");
@@ -433,7 +433,7 @@ dmm_status dmm__pool_layout_warm(dmm_pool *p, pheap *h, const dmm_pool_span *spa
         if (spans[i].heap != h->ordinal) continue; /* another stream's: its own heap grows there */
         uintptr_t a = p->base + spans[i].offset;
         size_t q0 = qidx(p, a), q1 = q0 + (size_t)(spans[i].bytes / p->chunk);
-        pblock *b = unmapped_holding(h, a, spans[i].bytes);
+        pool_block *b = unmapped_holding(h, a, spans[i].bytes);
         if (b != NULL && first_overlap(l, l->ahead, q0, q1, 0) == SIZE_MAX) /* not ahead already */
             carved[i] = dmm__heap_carve(h, b, a, spans[i].bytes, BK_COMMITTING);
     }

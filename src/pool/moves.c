@@ -45,7 +45,7 @@ static int by_age(const void *a, const void *b) {
  * those behind a completed fence, still come first and move. `keep_newest` (a growth of another
  * heap): h keeps its newest candidate (the last in that order), the chunk its own stream reuses
  * next. Returns the bytes carved. */
-uint64_t dmm__pool_carve_sources(dmm_pool *p, pheap *h, uint64_t want, uintptr_t ex_lo, uintptr_t ex_hi, ptarget *tg,
+uint64_t dmm__pool_carve_sources(dmm_pool *p, pool_heap *h, uint64_t want, uintptr_t ex_lo, uintptr_t ex_hi, ptarget *tg,
                               size_t nt, bool alias_ok, bool keep_newest, srcvec *out) {
     if (want == 0) return 0;
     dmm__heap_quick_flush(h); /* parked blocks are free memory too, once merged */
@@ -53,7 +53,7 @@ uint64_t dmm__pool_carve_sources(dmm_pool *p, pheap *h, uint64_t want, uintptr_t
     size_t nc = 0;
     for (uint32_t c = 0; c < POOL_NBINS; c++) {
         if ((h->binmap[c / 64] >> (c % 64) & 1) == 0) continue;
-        for (pblock *b = h->bins[c]; b != NULL; b = b->lnext) {
+        for (pool_block *b = h->bins[c]; b != NULL; b = b->lnext) {
             if ((b->seq > h->safe_seq && !alias_ok) || (b->addr < ex_hi && b->addr + b->size > ex_lo)) continue;
             size_t q = qidx(p, align_up_c(p, b->addr)), qend = qidx(p, align_down_c(p, b->addr + b->size));
             while (q < qend) {
@@ -96,10 +96,10 @@ uint64_t dmm__pool_carve_sources(dmm_pool *p, pheap *h, uint64_t want, uintptr_t
             if (piece == SIZE_MAX) continue;
         }
         /* earlier carves split the block: the piece holding this chunk follows the original record */
-        pblock *b = c->b;
+        pool_block *b = c->b;
         while (b != NULL && b->addr + b->size <= c->addr) b = b->next;
         if (b == NULL || b->kind != BK_FREE || b->addr > c->addr || b->addr + b->size < c->addr + c->bytes) continue;
-        pblock *mid = dmm__heap_carve(h, b, c->addr, c->bytes, BK_DECOMMITTING);
+        pool_block *mid = dmm__heap_carve(h, b, c->addr, c->bytes, BK_DECOMMITTING);
         if (tg != NULL) tg[piece].room -= c->bytes;
         source *s = &out->v[out->n++];
         memset(s, 0, sizeof *s);
@@ -135,8 +135,8 @@ void dmm__pool_decommit_one(dmm_pool *p, source *s) {
 
 /* Puts a decommitted, aliased (or untouched) source back into its heap (under that heap's lock). */
 static void source_fixup(dmm_pool *p, source *s) {
-    pheap *h = s->h;
-    pblock *b = s->b;
+    pool_heap *h = s->h;
+    pool_block *b = s->b;
     if (s->role == SRC_ALIAS) {
         if (s->aliased) { /* the old place: mapped until a completed fence covers its last free */
             b->kind = BK_ALIASED;
@@ -169,7 +169,7 @@ static void source_fixup(dmm_pool *p, source *s) {
 }
 
 void dmm__pool_sources_fixup(dmm_pool *p, srcvec *sv, size_t from) {
-    pheap *locked = NULL;
+    pool_heap *locked = NULL;
     for (size_t i = from; i < sv->n; i++) {
         if (sv->v[i].h != locked) {
             if (locked != NULL) heap_unlock(locked);
@@ -184,11 +184,11 @@ void dmm__pool_sources_fixup(dmm_pool *p, srcvec *sv, size_t from) {
 /* Decommits the old places of aliased chunks whose last free a completed fence covers: the memory
  * lives on where it was aliased to, and nothing queued on the stream can use the old place any more.
  * The VA comes back UNMAPPED; a decommit that failed leaves the block ALIASED, tried again next poll. */
-void dmm__pool_reap_aliased(dmm_pool *p, pheap *h) {
+void dmm__pool_reap_aliased(dmm_pool *p, pool_heap *h) {
     if (dmm__pool_lost(p, "reaping the old places of aliased chunks")) return;
-    pblock *list = NULL;
+    pool_block *list = NULL;
     heap_lock(h);
-    for (pblock *b = h->aliased, *n; b != NULL; b = n) {
+    for (pool_block *b = h->aliased, *n; b != NULL; b = n) {
         n = b->lnext;
         if (b->seq > h->safe_seq) continue;
         dmm__heap_list_remove(&h->aliased, b);
@@ -199,7 +199,7 @@ void dmm__pool_reap_aliased(dmm_pool *p, pheap *h) {
     }
     heap_unlock(h);
     while (list != NULL) {
-        pblock *b = list;
+        pool_block *b = list;
         list = b->lnext;
         b->lnext = NULL;
         source s;

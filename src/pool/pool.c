@@ -73,7 +73,7 @@ typedef struct tl_heap_cache {
     const dmm_pool *pool;
     uint64_t uid;
     dmm_stream stream;
-    pheap *heap;
+    pool_heap *heap;
 } tl_heap_cache;
 static _Thread_local tl_heap_cache tl_cache;
 
@@ -236,8 +236,8 @@ dmm_status dmm_pool_create(dmm_mechanism *mech, dmm_driver *drv, const dmm_pool_
 }
 
 /* The heap of `stream` when the thread's cache does not hold it: found, or created on first use. */
-__attribute__((noinline)) static pheap *heap_find(dmm_pool *p, dmm_stream stream) {
-    pheap *h;
+__attribute__((noinline)) static pool_heap *heap_find(dmm_pool *p, dmm_stream stream) {
+    pool_heap *h;
     for (h = heaps_head(p); h != NULL; h = heap_next(h))
         if (h->stream == stream) break;
     if (h == NULL) {
@@ -268,14 +268,14 @@ __attribute__((noinline)) static pheap *heap_find(dmm_pool *p, dmm_stream stream
 }
 
 /* The heap of `stream` (NULL: out of host memory, error set). */
-static inline pheap *heap_for(dmm_pool *p, dmm_stream stream) {
+static inline pool_heap *heap_for(dmm_pool *p, dmm_stream stream) {
     if (__builtin_expect(tl_cache.pool == p && tl_cache.uid == p->uid && tl_cache.stream == stream, 1))
         return tl_cache.heap;
     return heap_find(p, stream);
 }
 
 /* The heap whose VA holds `addr`, or NULL. */
-static inline pheap *heap_of_addr(const dmm_pool *p, uintptr_t addr) {
+static inline pool_heap *heap_of_addr(const dmm_pool *p, uintptr_t addr) {
     if (addr < p->base || addr - p->base >= p->va_bytes) return NULL;
     return dmm_atomic_load_acquire(&p->owner[(addr - p->base) >> p->region_shift]);
 }
@@ -298,7 +298,7 @@ __attribute__((noinline, cold)) static dmm_status malloc_refused_args(const dmm_
 }
 
 /* A malloc served by parked block b (an exact repeat: no bin, split or hash work; h's lock held). */
-static inline void quick_hit(pheap *h, pblock *b, size_t bytes) {
+static inline void quick_hit(pool_heap *h, pool_block *b, size_t bytes) {
     h->quick_wasted = 0;
     b->kind = BK_LIVE;
     b->requested = bytes;
@@ -307,16 +307,16 @@ static inline void quick_hit(pheap *h, pblock *b, size_t bytes) {
 }
 
 /* Releases h's lock, taken through the hot path's slot (non-NULL) or heap_lock (NULL). */
-static inline void unlock_by(pheap *h, dmm_biased_slot *slot) {
+static inline void unlock_by(pool_heap *h, dmm_biased_slot *slot) {
     if (slot != NULL) dmm_biased_lock_release_slot(slot);
     else heap_unlock(h);
 }
 
 /* malloc past the hot block: a quick list, else best fit in the bins, else the slow path (h's lock
  * held, taken either way: `slot` is the hot path's, or NULL; released). */
-static __attribute__((noinline)) dmm_status malloc_rest(dmm_pool *p, pheap *h, uint64_t n, size_t bytes, void **out,
+static __attribute__((noinline)) dmm_status malloc_rest(dmm_pool *p, pool_heap *h, uint64_t n, size_t bytes, void **out,
                                                         dmm_biased_slot *slot) {
-    pblock *b = h->nquick > 0 ? quick_pop(h, n) : NULL; /* none parked: no size class to compute */
+    pool_block *b = h->nquick > 0 ? quick_pop(h, n) : NULL; /* none parked: no size class to compute */
     if (b != NULL) {
         quick_hit(h, b, bytes);
         unlock_by(h, slot);
@@ -363,7 +363,7 @@ static inline uint64_t round_to_align(const dmm_pool *p, size_t bytes) {
  * stream's heap found (or made), its lock taken by any path. */
 static __attribute__((noinline)) dmm_status malloc_locking(dmm_pool *p, size_t bytes, dmm_stream stream, void **out) {
     uint64_t n = round_to_align(p, bytes);
-    pheap *h = heap_for(p, stream);
+    pool_heap *h = heap_for(p, stream);
     if (__builtin_expect(h == NULL, 0)) return dmm_last_status();
     heap_lock(h);
     return malloc_rest(p, h, n, bytes, out, NULL);
@@ -378,19 +378,19 @@ dmm_status dmm_pool_malloc(dmm_pool *p, size_t bytes, dmm_stream stream, void **
         return dmm__pool_malloc_refused(p, bytes, stream); /* cached too: pool.h */
     if (__builtin_expect(tl_cache.pool != p || tl_cache.uid != p->uid || tl_cache.stream != stream, 0))
         return malloc_locking(p, bytes, stream, out);
-    pheap *h = tl_cache.heap;
+    pool_heap *h = tl_cache.heap;
     dmm_biased_slot *slot = dmm_biased_lock_try_owner(&h->lock);
     if (__builtin_expect(slot == NULL, 0)) return malloc_locking(p, bytes, stream, out);
     uint64_t n = round_to_align(p, bytes);
     if (__builtin_expect(!quick_hot_fits(h, n), 0)) return malloc_rest(p, h, n, bytes, out, slot);
-    pblock *b = quick_take_hot(h); /* the exact repeat of the last free: no list, bin, split or hash work */
+    pool_block *b = quick_take_hot(h); /* the exact repeat of the last free: no list, bin, split or hash work */
     quick_hit(h, b, bytes);
     dmm_biased_lock_release_slot(slot);
     *out = (void *)b->addr;
     return DMM_OK;
 }
 
-static inline void uncount_live(pheap *h, const pblock *b) {
+static inline void uncount_live(pool_heap *h, const pool_block *b) {
     h->live_blocks--;
     h->requested_bytes -= b->requested;
     dmm_atomic_store_relaxed(&h->live_bytes, dmm_atomic_load_relaxed(&h->live_bytes) - b->size);
@@ -408,12 +408,12 @@ __attribute__((noinline, cold)) static dmm_status free_refused(const dmm_pool *p
 
 /* Whether LIVE block b, freed on `stream`, parks without further work: on its heap's own stream,
  * parking on, and room to park it (quick_room). */
-static inline bool parks_at_once(const pheap *h, const pblock *b, dmm_stream stream) {
+static inline bool parks_at_once(const pool_heap *h, const pool_block *b, dmm_stream stream) {
     return stream == h->stream && h->quick_skip == 0 && quick_room(h, b);
 }
 
 /* The own-stream free of LIVE block b that parks at once (h's lock held). */
-static inline void free_park(pheap *h, pblock *b) {
+static inline void free_park(pool_heap *h, pool_block *b) {
     uncount_live(h, b);
     b->seq = ++h->free_seq;
     h->frees++;
@@ -423,11 +423,11 @@ static inline void free_park(pheap *h, pblock *b) {
 /* free past the quick lists (h's lock held, taken either way; released): a refusal, a block parked
  * after the parked ones merged (the bounds), one too big to park, or a free on another stream.
  * `link`: heap_hash_link's, or NULL (not looked up yet, or nothing found); `slot`: as malloc_rest's. */
-static __attribute__((noinline)) dmm_status free_rest(dmm_pool *p, pheap *h, pblock **link, const void *ptr,
+static __attribute__((noinline)) dmm_status free_rest(dmm_pool *p, pool_heap *h, pool_block **link, const void *ptr,
                                                       dmm_stream stream, dmm_biased_slot *slot) {
     h->reach_known = NULL; /* the free layout may change from here on (types.h) */
     if (link == NULL) link = heap_hash_link(h, (uintptr_t)ptr);
-    pblock *b = link != NULL ? *link : NULL;
+    pool_block *b = link != NULL ? *link : NULL;
     if (b == NULL || b->kind != BK_LIVE) { /* QUICK: freed already */
         unlock_by(h, slot);
         return free_refused(p, ptr);
@@ -461,10 +461,10 @@ static __attribute__((noinline)) dmm_status free_rest(dmm_pool *p, pheap *h, pbl
 }
 
 /* The whole free of ptr in heap h (which owns its region), for every case the hot path leaves. */
-static __attribute__((noinline)) dmm_status free_locking(dmm_pool *p, pheap *h, const void *ptr, dmm_stream stream) {
+static __attribute__((noinline)) dmm_status free_locking(dmm_pool *p, pool_heap *h, const void *ptr, dmm_stream stream) {
     heap_lock(h);
-    pblock **link = heap_hash_link(h, (uintptr_t)ptr);
-    pblock *b = link != NULL ? *link : NULL;
+    pool_block **link = heap_hash_link(h, (uintptr_t)ptr);
+    pool_block *b = link != NULL ? *link : NULL;
     if (b == NULL || b->kind != BK_LIVE || !parks_at_once(h, b, stream))
         return free_rest(p, h, link, ptr, stream, NULL);
     free_park(h, b);
@@ -474,12 +474,12 @@ static __attribute__((noinline)) dmm_status free_locking(dmm_pool *p, pheap *h, 
 
 dmm_status dmm_pool_free(dmm_pool *p, void *ptr, dmm_stream stream) {
     if (__builtin_expect(p == NULL || ptr == NULL, 0)) return free_refused(p, ptr);
-    pheap *h = heap_of_addr(p, (uintptr_t)ptr);
+    pool_heap *h = heap_of_addr(p, (uintptr_t)ptr);
     if (__builtin_expect(h == NULL, 0)) return free_refused(p, ptr);
     dmm_biased_slot *slot = dmm_biased_lock_try_owner(&h->lock);
     if (__builtin_expect(slot == NULL, 0)) return free_locking(p, h, ptr, stream);
     /* the hot block, taken back by the last malloc, is the repeat's; else the hash says */
-    pblock *b = h->hot, **link = NULL;
+    pool_block *b = h->hot, **link = NULL;
     if (__builtin_expect(b == NULL || b->addr != (uintptr_t)ptr || b->kind != BK_LIVE, 0)) {
         link = heap_hash_link(h, (uintptr_t)ptr);
         b = link != NULL ? *link : NULL;
@@ -495,10 +495,10 @@ dmm_status dmm_pool_free(dmm_pool *p, void *ptr, dmm_stream stream) {
 dmm_status dmm_pool_block_size(dmm_pool *p, const void *ptr, size_t *bytes) {
     if (p == NULL || ptr == NULL || bytes == NULL)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_block_size: pool, ptr and bytes are required");
-    pheap *h = heap_of_addr(p, (uintptr_t)ptr);
+    pool_heap *h = heap_of_addr(p, (uintptr_t)ptr);
     if (h != NULL) {
         heap_lock(h);
-        pblock *b = dmm__heap_hash_find(h, (uintptr_t)ptr);
+        pool_block *b = dmm__heap_hash_find(h, (uintptr_t)ptr);
         if (b != NULL && b->kind != BK_LIVE) b = NULL; /* QUICK: freed */
         if (b != NULL) *bytes = (size_t)b->size;
         heap_unlock(h);
@@ -513,9 +513,9 @@ dmm_status dmm_pool_block_size(dmm_pool *p, const void *ptr, size_t *bytes) {
 static void pool_free_all(dmm_pool *p, bool driver) {
     dmm__pool_stock_stop(p);
     if (driver) dmm__pool_destroy_events(p);
-    pheap *h = heaps_head(p);
+    pool_heap *h = heaps_head(p);
     while (h != NULL) {
-        pheap *n = heap_next(h);
+        pool_heap *n = heap_next(h);
         dmm__heap_fini(h);
         free(h);
         h = n;
@@ -546,7 +546,7 @@ static dmm_status destroy_lost(dmm_pool *p, bool released) {
                                "dmm_arena_confirm_context_terminated() on the arena, then destroy the pool again",
                                dmm__drv_lost_why(p->drv));
     uint64_t live = 0, pend = 0;
-    for (pheap *h = heaps_head(p); h != NULL; h = heap_next(h)) {
+    for (pool_heap *h = heaps_head(p); h != NULL; h = heap_next(h)) {
         heap_lock(h);
         live += h->live_blocks;
         pend += h->npending;
@@ -566,7 +566,7 @@ dmm_status dmm_pool_destroy(dmm_pool *p) {
     if (p == NULL) return DMM_OK;
     dmm__pool_stock_wait(p, NULL); /* no stock growth in flight from here on (none is posted: no malloc) */
     if (dmm__pool_lost(p, "entering dmm_pool_destroy")) return destroy_lost(p, false);
-    for (pheap *h = heaps_head(p); h != NULL; h = heap_next(h)) {
+    for (pool_heap *h = heaps_head(p); h != NULL; h = heap_next(h)) {
         dmm__pool_poll(p, h);
         dmm__pool_poll(p, h); /* a fence recorded by the first poll may be complete at once */
         if (dmm__pool_lost(p, "entering dmm_pool_destroy")) return destroy_lost(p, false);
@@ -656,7 +656,7 @@ dmm_status dmm_pool_warm(dmm_pool *p, dmm_stream stream, uint64_t target_bytes, 
     uint64_t target = (target_bytes + p->chunk - 1) / p->chunk * p->chunk; /* ≤ va_bytes: a multiple of chunk */
     if (dmm_atomic_load_acquire(&p->refusing) != NULL)
         return dmm__pool_malloc_refused(p, (size_t)target, stream);
-    pheap *h = heap_for(p, stream);
+    pool_heap *h = heap_for(p, stream);
     if (h == NULL) return dmm_last_status();
     uint64_t before = committed_once(p);
     dmm_status s = DMM_OK;
@@ -686,7 +686,7 @@ dmm_status dmm_pool_warm_layout(dmm_pool *p, dmm_stream stream, const dmm_pool_s
     if (s != DMM_OK || count == 0) return s;
     if (dmm_atomic_load_acquire(&p->refusing) != NULL)
         return dmm__pool_malloc_refused(p, (size_t)p->chunk, stream);
-    pheap *h = heap_for(p, stream);
+    pool_heap *h = heap_for(p, stream);
     if (h == NULL) return dmm_last_status();
     (void)dmm__pool_layout_check(p, spans, count, h->ordinal, &lo, &end); /* where this heap's spans lie */
     if (end == 0) return DMM_OK; /* none of them its heap's */

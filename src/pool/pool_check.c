@@ -13,7 +13,7 @@ static _Thread_local char why[256];
         return why;                                                                                \
     } while (0)
 
-static bool maps_its_chunks(uint8_t kind, const pblock *b) {
+static bool maps_its_chunks(uint8_t kind, const pool_block *b) {
     switch (kind) {
     case BK_LIVE:
     case BK_QUICK:
@@ -26,7 +26,7 @@ static bool maps_its_chunks(uint8_t kind, const pblock *b) {
     }
 }
 
-const char *dmm__heap_check_locked(const pheap *h) {
+const char *dmm__heap_check_locked(const pool_heap *h) {
     const dmm_pool *p = h->pool;
     const uint64_t Q = p->chunk;
     uint64_t nfree = 0, nunmapped = 0, nlive = 0, npending = 0, naliased = 0, live_bytes = 0, chunk_bytes = 0;
@@ -34,9 +34,9 @@ const char *dmm__heap_check_locked(const pheap *h) {
     for (size_t r = 0; r < h->nruns; r++) {
         const prun *run = &h->runs[r];
         uintptr_t at = run->lo;
-        const pblock *prev = NULL;
+        const pool_block *prev = NULL;
         size_t covered = (size_t)((run->lo - p->base) / Q); /* quanta below this are covered by chunks seen */
-        for (const pblock *b = run->first; b != NULL; prev = b, b = b->next) {
+        for (const pool_block *b = run->first; b != NULL; prev = b, b = b->next) {
             if (b->addr != at) BAD("block at %#llx follows a block ending at %#llx", (unsigned long long)b->addr,
                                    (unsigned long long)at);
             if (b->prev != prev) BAD("block at %#llx has a wrong prev link", (unsigned long long)b->addr);
@@ -126,8 +126,8 @@ const char *dmm__heap_check_locked(const pheap *h) {
     for (uint32_t c = 0; c < POOL_NBINS; c++) {
         bool bit = (h->binmap[c / 64] >> (c % 64)) & 1;
         if (bit != (h->bins[c] != NULL)) BAD("bin %u's bitmap bit disagrees with its list", c);
-        const pblock *prev = NULL;
-        for (const pblock *b = h->bins[c]; b != NULL; prev = b, b = b->lnext) {
+        const pool_block *prev = NULL;
+        for (const pool_block *b = h->bins[c]; b != NULL; prev = b, b = b->lnext) {
             inbins++;
             if (b->kind != BK_FREE || b->bin != c) BAD("bin %u holds a block that is not free in that bin", c);
             if (b->lprev != prev) BAD("bin %u has a wrong back link", c);
@@ -144,7 +144,7 @@ const char *dmm__heap_check_locked(const pheap *h) {
     for (uint32_t c = 0; c < POOL_NBINS; c++) {
         bool bit = (h->quickmap[c / 64] >> (c % 64)) & 1;
         if (bit != (h->quick[c] != NULL)) BAD("quick list %u's bitmap bit disagrees with its list", c);
-        for (const pblock *b = h->quick[c]; b != NULL; b = b->qnext) {
+        for (const pool_block *b = h->quick[c]; b != NULL; b = b->qnext) {
             inquick++;
             if (b == h->hot) BAD("the hot block at %#llx is on quick list %u too", (unsigned long long)b->addr, c);
             inquick_bytes += b->size;
@@ -166,14 +166,14 @@ const char *dmm__heap_check_locked(const pheap *h) {
         BAD("the quick lists hold %zu blocks of %llu bytes, above their bounds", h->nquick,
             (unsigned long long)h->quick_bytes);
     uint64_t inlist = 0;
-    for (const pblock *b = h->unmapped; b != NULL; b = b->lnext) {
+    for (const pool_block *b = h->unmapped; b != NULL; b = b->lnext) {
         inlist++;
         if (b->kind != BK_UNMAPPED) BAD("the unmapped list holds a block of kind %u", b->kind);
     }
     if (inlist != nunmapped) BAD("%llu unmapped blocks but %llu in the list", (unsigned long long)nunmapped,
                                  (unsigned long long)inlist);
     uint64_t inpending = 0;
-    for (const pblock *b = h->pending; b != NULL; b = b->lnext) {
+    for (const pool_block *b = h->pending; b != NULL; b = b->lnext) {
         inpending++;
         if (b->kind != BK_PENDING) BAD("the pending list holds a block of kind %u", b->kind);
     }
@@ -181,7 +181,7 @@ const char *dmm__heap_check_locked(const pheap *h) {
         BAD("%llu pending blocks, %llu in the list, counter %zu", (unsigned long long)npending,
             (unsigned long long)inpending, h->npending);
     uint64_t inaliased = 0;
-    for (const pblock *b = h->aliased; b != NULL; b = b->lnext) {
+    for (const pool_block *b = h->aliased; b != NULL; b = b->lnext) {
         inaliased++;
         if (b->kind != BK_ALIASED) BAD("the aliased list holds a block of kind %u", b->kind);
     }

@@ -36,7 +36,7 @@ static void gather(dmm_pool *p, dmm_pool_stats *s) {
     memset(s, 0, sizeof *s);
     s->size = sizeof *s;
     uint64_t maxlive = 0, maxreq = 0, maxblocks = 0, sumlive = 0, sumreq = 0;
-    for (pheap *h = heaps_head(p); h != NULL; h = heap_next(h)) {
+    for (pool_heap *h = heaps_head(p); h != NULL; h = heap_next(h)) {
         heap_lock(h);
         s->allocations.current += (int64_t)h->live_blocks;
         s->allocations.total += (int64_t)h->mallocs; /* every malloc made one live block */
@@ -148,7 +148,7 @@ dmm_status dmm_pool_stats_json(const dmm_pool_stats *s, char *buf, size_t cap, s
 dmm_status dmm_pool_check(dmm_pool *p) {
     if (p == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_check: the pool is NULL");
     uint64_t sum = 0, twice = 0;
-    for (pheap *h = heaps_head(p); h != NULL; h = heap_next(h)) {
+    for (pool_heap *h = heaps_head(p); h != NULL; h = heap_next(h)) {
         heap_lock(h);
         const char *bad = dmm__heap_check_locked(h); /* with its parked blocks as they are, */
         if (bad == NULL && h->nquick > 0) {           /* then merged (pool.h: the check merges them) */
@@ -156,7 +156,7 @@ dmm_status dmm_pool_check(dmm_pool *p) {
             bad = dmm__heap_check_locked(h);
         }
         sum += h->committed;
-        for (const pblock *b = h->aliased; b != NULL; b = b->lnext) twice += b->size;
+        for (const pool_block *b = h->aliased; b != NULL; b = b->lnext) twice += b->size;
         heap_unlock(h);
         if (bad != NULL)
             return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_check: heap of stream %p: %s", h->stream, bad);

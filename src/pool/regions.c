@@ -21,11 +21,11 @@
 
 /* Gives back the regions of g's runs that hold nothing but one UNMAPPED block (under g's lock; takes
  * the pool lock). Returns the number of regions given back. */
-static size_t heap_shed_empty_runs(dmm_pool *p, pheap *g) {
+static size_t heap_shed_empty_runs(dmm_pool *p, pool_heap *g) {
     size_t freed = 0;
     for (size_t i = 0; i < g->nruns;) {
         prun *r = &g->runs[i];
-        pblock *b = r->first;
+        pool_block *b = r->first;
         if (b->kind != BK_UNMAPPED || b->next != NULL) {
             i++;
             continue;
@@ -45,7 +45,7 @@ static size_t heap_shed_empty_runs(dmm_pool *p, pheap *g) {
 /* Gives heap h `n` more contiguous regions (under h's lock; takes the pool lock). Prefers the regions
  * right after one of h's runs (the run grows), else the lowest free run of regions that leaves the
  * most room after other heaps. False when the VA is exhausted (error set). */
-bool dmm__pool_grow_va(dmm_pool *p, pheap *h, size_t n, size_t prefer) {
+bool dmm__pool_grow_va(dmm_pool *p, pool_heap *h, size_t n, size_t prefer) {
     if (h->nruns == h->caprun) {
         size_t nc = h->caprun ? h->caprun * 2 : 4;
         prun *nr = realloc(h->runs, nc * sizeof *nr);
@@ -108,7 +108,7 @@ bool dmm__pool_grow_va(dmm_pool *p, pheap *h, size_t n, size_t prefer) {
             /* the VA is taken: runs that hold nothing (of this heap, and of others that are not busy) go back */
             dmm_lock_release(&p->lock);
             size_t shed = heap_shed_empty_runs(p, h);
-            for (pheap *g = heaps_head(p); g != NULL; g = heap_next(g)) {
+            for (pool_heap *g = heaps_head(p); g != NULL; g = heap_next(g)) {
                 if (g == h || !heap_trylock(g)) continue;
                 shed += heap_shed_empty_runs(p, g);
                 heap_unlock(g);
@@ -133,14 +133,14 @@ bool dmm__pool_grow_va(dmm_pool *p, pheap *h, size_t n, size_t prefer) {
         uintptr_t lo = p->base + ((uint64_t)at << p->region_shift);
         uint64_t len = (uint64_t)n << p->region_shift;
         if (extend != NULL) {
-            pblock *last = extend->first;
+            pool_block *last = extend->first;
             while (last->next != NULL) last = last->next;
             extend->hi += len;
             if (last->kind == BK_UNMAPPED) {
                 last->size += len;
                 return true;
             }
-            pblock *b = dmm__heap_block_new(h);
+            pool_block *b = dmm__heap_block_new(h);
             b->addr = lo;
             b->size = len;
             b->prev = last;
@@ -148,7 +148,7 @@ bool dmm__pool_grow_va(dmm_pool *p, pheap *h, size_t n, size_t prefer) {
             dmm__heap_make_unmapped(h, b);
             return true;
         }
-        pblock *b = dmm__heap_block_new(h);
+        pool_block *b = dmm__heap_block_new(h);
         b->addr = lo;
         b->size = len;
         dmm__heap_make_unmapped(h, b);
@@ -174,7 +174,7 @@ static dmm_status pool_trim(dmm_pool *p, uint64_t target, uint64_t *released, co
     srcvec sv = {NULL, 0, 0};
     /* a warm layout's handles not grown into yet are the first to go: nothing uses them */
     if (dmm__pool_layout_release_all(p, &freed) != DMM_OK) dmm__error_keep(&fail, dmm_last_status());
-    for (pheap *h = heaps_head(p); h != NULL && !dmm__drv_lost(p->drv); h = heap_next(h)) {
+    for (pool_heap *h = heaps_head(p); h != NULL && !dmm__drv_lost(p->drv); h = heap_next(h)) {
         dmm__pool_poll(p, h); /* also when there is nothing to trim: cross-stream frees become reusable */
         uint64_t committed = dmm_atomic_load_relaxed(&p->committed);
         heap_lock(h);
@@ -222,7 +222,7 @@ dmm_status dmm__pool_trim(dmm_pool *p, uint64_t target, uint64_t *released) {
 dmm_status dmm__pool_empty_cache(dmm_pool *p, uint64_t *released) {
     dmm_status s = pool_trim(p, 0, released, "dmm_pool_empty_cache", "entering dmm_pool_empty_cache");
     if (s != DMM_OK) return s;
-    for (pheap *h = heaps_head(p); h != NULL; h = heap_next(h)) { /* empty runs give their VA back */
+    for (pool_heap *h = heaps_head(p); h != NULL; h = heap_next(h)) { /* empty runs give their VA back */
         heap_lock(h);
         heap_shed_empty_runs(p, h);
         heap_unlock(h);

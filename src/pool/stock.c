@@ -51,7 +51,7 @@ static void *stock_main(void *arg) {
     for (;;) {
         while (!st->stop && st->want == NULL) pthread_cond_wait(&st->wake, &st->m);
         if (st->stop) break;
-        pheap *h = st->want;
+        pool_heap *h = st->want;
         uintptr_t at = st->want_at;
         st->want = NULL;
         st->busy = h;
@@ -112,7 +112,7 @@ void dmm__pool_stock_stop(dmm_pool *p) {
     pthread_mutex_destroy(&st->m);
 }
 
-void dmm__pool_stock_post(dmm_pool *p, pheap *h, uintptr_t at) {
+void dmm__pool_stock_post(dmm_pool *p, pool_heap *h, uintptr_t at) {
     pstock *st = &p->stock;
     if (!st->running || at == 0) return;
     pthread_mutex_lock(&st->m);
@@ -127,7 +127,7 @@ void dmm__pool_stock_post(dmm_pool *p, pheap *h, uintptr_t at) {
 typedef enum { STOCK_FOR_HEAP, STOCK_IN_FLIGHT, STOCK_ALL } stock_wait_for;
 
 /* Under m: whether that wait still has something to wait for. */
-static bool stock_owes(const pstock *st, const pheap *h, stock_wait_for what) {
+static bool stock_owes(const pstock *st, const pool_heap *h, stock_wait_for what) {
     switch (what) {
     case STOCK_FOR_HEAP: return st->busy == h || st->want == h;
     case STOCK_IN_FLIGHT: return st->busy != NULL;
@@ -137,7 +137,7 @@ static bool stock_owes(const pstock *st, const pheap *h, stock_wait_for what) {
 
 /* Waits (at most STOCK_WAIT_NS) until the thread owes nothing of `what`; never on the thread itself.
  * Returns the nanoseconds it waited; *done (may be NULL) whether nothing is owed now. */
-static uint64_t stock_wait_for_it(dmm_pool *p, const pheap *h, stock_wait_for what, bool *done) {
+static uint64_t stock_wait_for_it(dmm_pool *p, const pool_heap *h, stock_wait_for what, bool *done) {
     pstock *st = &p->stock;
     if (done != NULL) *done = true;
     if (!st->running || pthread_equal(pthread_self(), st->thread)) return 0;
@@ -156,7 +156,7 @@ static uint64_t stock_wait_for_it(dmm_pool *p, const pheap *h, stock_wait_for wh
     return t0 != 0 ? dmm_now_ns() - t0 : 0;
 }
 
-uint64_t dmm__pool_stock_wait(dmm_pool *p, const pheap *h) {
+uint64_t dmm__pool_stock_wait(dmm_pool *p, const pool_heap *h) {
     return stock_wait_for_it(p, h, h != NULL ? STOCK_FOR_HEAP : STOCK_IN_FLIGHT, NULL);
 }
 

@@ -113,24 +113,24 @@ enum {
  * in gpu/torch_models (models-train) fragmented 0.02 more (docs/benchmarks.md). */
 #define POOL_STOCK_SHARE 128u
 
-typedef struct pblock {
+typedef struct pool_block {
     uintptr_t addr;
     uint64_t size;
-    struct pblock *prev, *next;   /* address neighbours inside the run (NULL at the run's ends) */
-    struct pblock *lnext, *lprev; /* bin / unmapped / pending list links; lnext = hash chain when LIVE */
+    struct pool_block *prev, *next;   /* address neighbours inside the run (NULL at the run's ends) */
+    struct pool_block *lnext, *lprev; /* bin / unmapped / pending list links; lnext = hash chain when LIVE */
     uint64_t seq;                 /* FREE: highest free_seq merged in; PENDING: free_seq at the free */
     uint64_t requested;           /* LIVE: bytes as requested */
     union {
         dmm_event ev;             /* PENDING: the event recorded on the freeing stream */
-        struct pblock *qnext;     /* QUICK: the next block of its quick list */
+        struct pool_block *qnext;     /* QUICK: the next block of its quick list */
     };
     uint16_t bin;                 /* FREE: its bin; LIVE: bin_of(size); QUICK: its quick list (the same) */
     uint8_t kind;
-} pblock;
+} pool_block;
 
 typedef struct prun {
     uintptr_t lo, hi; /* whole regions */
-    pblock *first;    /* the block at lo (never merged into a predecessor, so stable) */
+    pool_block *first;    /* the block at lo (never merged into a predecessor, so stable) */
 } prun;
 
 typedef struct pslab {
@@ -139,7 +139,7 @@ typedef struct pslab {
 
 /* A whole free chunk that could be decommitted, or aliased (slow path scratch). */
 typedef struct pcand {
-    pblock *b; /* the FREE block that held it when listed */
+    pool_block *b; /* the FREE block that held it when listed */
     uintptr_t addr;
     uint64_t bytes;
     uint64_t seq;
@@ -149,7 +149,7 @@ typedef struct pcand {
 /* A piece of a growth: an unmapped range carved out as COMMITTING, to be filled with moved chunks
  * and then new ones. */
 typedef struct ptarget {
-    pblock *b;     /* COMMITTING */
+    pool_block *b;     /* COMMITTING */
     uint64_t room; /* bytes not yet promised to moved chunks */
     uint64_t done; /* bytes committed so far, from its start */
     uint64_t seq;  /* the highest seq of the chunks aliased into it (0: none): its free blocks' seq */
@@ -157,7 +157,7 @@ typedef struct ptarget {
 
 typedef enum fence_state { FENCE_IDLE = 0, FENCE_BUSY = 1, FENCE_RECORDED = 2 } fence_state;
 
-typedef struct pheap {
+typedef struct pool_heap {
     /* the heap's lock, biased to the thread that uses the stream (core/biased_lock.h); heaps are
      * aligned to line pairs (DMM_SHARING_BYTES): threads on distinct streams share no line, nor a
      * line's prefetch partner */
@@ -166,29 +166,29 @@ typedef struct pheap {
     unsigned align_shift; /* the pool's, kept here: the hot path reads no line of the pool's */
     dmm_stream stream;
     uint32_t ordinal; /* the heap's place in the pool's creation order (0: the first): a layout's `heap` */
-    struct pheap *_Atomic next_heap; /* the pool's list (prepend; never removed before destroy) */
+    struct pool_heap *_Atomic next_heap; /* the pool's list (prepend; never removed before destroy) */
 
     /* bins of FREE blocks: exact classes are LIFO, range classes sorted by (size, addr) */
-    pblock *bins[POOL_NBINS];
+    pool_block *bins[POOL_NBINS];
     uint64_t binmap[POOL_BINWORDS];
     uint64_t binsum; /* bit w: binmap[w] != 0 */
 
-    pblock *unmapped; /* UNMAPPED blocks (unordered) */
-    pblock *pending;  /* PENDING blocks whose event is recorded (unordered) */
+    pool_block *unmapped; /* UNMAPPED blocks (unordered) */
+    pool_block *pending;  /* PENDING blocks whose event is recorded (unordered) */
     size_t npending;
-    pblock *aliased;  /* ALIASED blocks: old places waiting for their fence (unordered) */
+    pool_block *aliased;  /* ALIASED blocks: old places waiting for their fence (unordered) */
     size_t naliased;
 
-    pblock **hash; /* LIVE and QUICK blocks by address (chained through lnext) */
+    pool_block **hash; /* LIVE and QUICK blocks by address (chained through lnext) */
     size_t hmask, hcount;
 
     /* the last parked block, on no quick list while QUICK (its class's last: quick[bin]'s head in all
      * but storage, so that a repeat's malloc and free touch no list); once taken back a hint for its
      * free (a LIVE block of this heap at that address is the one the hash would find); any other
      * kind: stale, meaning nothing. Only a park sets it */
-    pblock *hot;
+    pool_block *hot;
     /* QUICK blocks, per size class (LIFO through qnext): exact repeats skip bins, splits and the hash */
-    pblock *quick[POOL_NBINS];
+    pool_block *quick[POOL_NBINS];
     uint64_t quickmap[POOL_BINWORDS];
     size_t nquick;
     uint64_t quick_bytes;
@@ -197,11 +197,11 @@ typedef struct pheap {
      * (its park walked its neighbours), as long as nothing but the hot path's pops and parks ran
      * since (heap_lock, heap_trylock, the hot path's fall-backs and the flush clear it): its re-park
      * skips the walk */
-    const pblock *reach_known;
+    const pool_block *reach_known;
     uint32_t quick_wasted; /* parked blocks merged by misses since the last quick hit */
     uint32_t quick_skip;   /* frees still to merge at once (no parking): the stream does not repeat */
 
-    pblock *spare; /* unused block records */
+    pool_block *spare; /* unused block records */
     pslab *slabs;
 
     prun *runs;
@@ -227,7 +227,7 @@ typedef struct pheap {
     pcand *scratch; /* slow-path candidate list */
     size_t capscratch;
     _Alignas(DMM_SHARING_BYTES) char end_[1]; /* pads the struct to whole line pairs (core.h) */
-} pheap;
+} pool_heap;
 
 /* The stock thread's state (stock.c), under its own mutex `m`: at most one request pending (the
  * latest growth's end: a newer one replaces it), at most one being grown (`busy`). */
@@ -238,9 +238,9 @@ typedef struct pstock {
     pthread_t thread;
     bool running; /* started, not yet joined */
     bool stop;
-    struct pheap *want; /* the pending request: grow this heap at want_at (NULL: none) */
+    struct pool_heap *want; /* the pending request: grow this heap at want_at (NULL: none) */
     uintptr_t want_at;
-    struct pheap *busy; /* the heap the thread grows now (NULL: idle) */
+    struct pool_heap *busy; /* the heap the thread grows now (NULL: idle) */
 } pstock;
 
 /* The pool's layout (layout.c), under its own mutex `m` (never held across a mechanism call):
@@ -276,7 +276,7 @@ struct dmm_pool {
     uintptr_t base;
     uint64_t va_bytes;
     uint64_t align;
-    pheap *_Atomic *owner; /* per region: the heap that owns it, or NULL (the entries change, not the table) */
+    pool_heap *_Atomic *owner; /* per region: the heap that owns it, or NULL (the entries change, not the table) */
     unsigned region_shift;
     unsigned align_shift;
     dmm_mechanism *mech;
@@ -297,7 +297,7 @@ struct dmm_pool {
 
     /* written after create, from here on */
     _Alignas(DMM_SHARING_BYTES) dmm_lock lock; /* regions, heap creation, the event freelist, sampled peaks */
-    struct pheap *_Atomic heaps;
+    struct pool_heap *_Atomic heaps;
     size_t nheaps;
 
     dmm_event *events; /* recycled events for cross-stream frees */
@@ -324,12 +324,12 @@ struct dmm_pool {
  * holder but the hot path's quick pops and parks may change the free layout: heap_lock and
  * heap_trylock forget reach_known (the hot path takes the lock through its slot, pool.c, and
  * forgets it in its fall-backs). */
-static inline void heap_lock(pheap *h) {
+static inline void heap_lock(pool_heap *h) {
     dmm_biased_lock_acquire(&h->lock);
     h->reach_known = NULL;
 }
-static inline void heap_unlock(pheap *h) { dmm_biased_lock_release(&h->lock); }
-static inline bool heap_trylock(pheap *h) {
+static inline void heap_unlock(pool_heap *h) { dmm_biased_lock_release(&h->lock); }
+static inline bool heap_trylock(pool_heap *h) {
     if (!dmm_biased_lock_try(&h->lock)) return false;
     h->reach_known = NULL;
     return true;
@@ -342,96 +342,96 @@ static inline uint32_t pool_bin_of(uint64_t units) {
     return POOL_EXACT_BINS + (fl - 6u) * 16u + (uint32_t)((units >> (fl - 4u)) & 15u);
 }
 
-bool dmm__heap_init(pheap *h, struct dmm_pool *p, dmm_stream stream);
-void dmm__heap_fini(pheap *h);
+bool dmm__heap_init(pool_heap *h, struct dmm_pool *p, dmm_stream stream);
+void dmm__heap_fini(pool_heap *h);
 
 /* A block record (NULL when out of host memory and no spare is left). */
-pblock *dmm__heap_block_new(pheap *h);
-void dmm__heap_block_put(pheap *h, pblock *b);
+pool_block *dmm__heap_block_new(pool_heap *h);
+void dmm__heap_block_put(pool_heap *h, pool_block *b);
 /* Makes sure `n` records are spare, so that a sequence of splits cannot fail halfway. */
-bool dmm__heap_reserve_blocks(pheap *h, size_t n);
+bool dmm__heap_reserve_blocks(pool_heap *h, size_t n);
 
-void dmm__heap_bin_insert(pheap *h, pblock *b);
-void dmm__heap_bin_remove(pheap *h, pblock *b);
+void dmm__heap_bin_insert(pool_heap *h, pool_block *b);
+void dmm__heap_bin_remove(pool_heap *h, pool_block *b);
 /* The smallest FREE block of at least `bytes` (lowest address among equal sizes within range
  * classes), or NULL. */
-pblock *dmm__heap_bin_find(const pheap *h, uint64_t bytes);
+pool_block *dmm__heap_bin_find(const pool_heap *h, uint64_t bytes);
 
-void dmm__heap_list_push(pblock **head, pblock *b);
-void dmm__heap_list_remove(pblock **head, pblock *b);
+void dmm__heap_list_push(pool_block **head, pool_block *b);
+void dmm__heap_list_remove(pool_block **head, pool_block *b);
 
-bool dmm__heap_hash_insert(pheap *h, pblock *b); /* false: out of host memory growing the table */
-pblock *dmm__heap_hash_remove(pheap *h, uintptr_t addr);
+bool dmm__heap_hash_insert(pool_heap *h, pool_block *b); /* false: out of host memory growing the table */
+pool_block *dmm__heap_hash_remove(pool_heap *h, uintptr_t addr);
 
 /* The live-block hash's lookups, inline for the hot path (the table is heap.c's). */
-static inline size_t heap_hash_of(const pheap *h, uintptr_t addr) {
+static inline size_t heap_hash_of(const pool_heap *h, uintptr_t addr) {
     uint64_t x = (uint64_t)(addr >> h->align_shift) * 0x9E3779B97F4A7C15ull;
     return (size_t)(x ^ (x >> 29)) & h->hmask;
 }
 /* The link that points at the block at addr (LIVE or QUICK), or NULL: *link is the block, and
  * heap_hash_unlink takes it out without a second walk. */
-static inline pblock **heap_hash_link(pheap *h, uintptr_t addr) {
-    for (pblock **pp = &h->hash[heap_hash_of(h, addr)]; *pp != NULL; pp = &(*pp)->lnext)
+static inline pool_block **heap_hash_link(pool_heap *h, uintptr_t addr) {
+    for (pool_block **pp = &h->hash[heap_hash_of(h, addr)]; *pp != NULL; pp = &(*pp)->lnext)
         if ((*pp)->addr == addr) return pp;
     return NULL;
 }
-static inline void heap_hash_unlink(pheap *h, pblock **link) {
-    pblock *b = *link;
+static inline void heap_hash_unlink(pool_heap *h, pool_block **link) {
+    pool_block *b = *link;
     *link = b->lnext;
     b->lnext = NULL;
     h->hcount--;
 }
-static inline pblock *dmm__heap_hash_find(const pheap *h, uintptr_t addr) {
-    for (pblock *b = h->hash[heap_hash_of(h, addr)]; b != NULL; b = b->lnext)
+static inline pool_block *dmm__heap_hash_find(const pool_heap *h, uintptr_t addr) {
+    for (pool_block *b = h->hash[heap_hash_of(h, addr)]; b != NULL; b = b->lnext)
         if (b->addr == addr) return b;
     return NULL;
 }
 
 /* The bytes of the maximal sequence of FREE and QUICK blocks around b (b's own included): what a
  * merge of every QUICK block would make of b's neighbourhood. */
-static inline uint64_t heap_free_run_bytes(const pblock *b) {
+static inline uint64_t heap_free_run_bytes(const pool_block *b) {
     uint64_t sum = b->size;
-    for (const pblock *x = b->prev; x != NULL && (x->kind == BK_FREE || x->kind == BK_QUICK); x = x->prev)
+    for (const pool_block *x = b->prev; x != NULL && (x->kind == BK_FREE || x->kind == BK_QUICK); x = x->prev)
         sum += x->size;
-    for (const pblock *x = b->next; x != NULL && (x->kind == BK_FREE || x->kind == BK_QUICK); x = x->next)
+    for (const pool_block *x = b->next; x != NULL && (x->kind == BK_FREE || x->kind == BK_QUICK); x = x->next)
         sum += x->size;
     return sum;
 }
 
 /* Raises h's quick_reach to the free run around b (b is QUICK, or FREE next to a QUICK block). */
-static inline void heap_note_reach(pheap *h, const pblock *b) {
+static inline void heap_note_reach(pool_heap *h, const pool_block *b) {
     uint64_t reach = heap_free_run_bytes(b);
     if (reach > h->quick_reach) h->quick_reach = reach;
 }
 
 /* Merges every QUICK block back: out of the hash, FREE (seq kept), coalesced with its neighbours. */
-void dmm__heap_quick_flush(pheap *h);
+void dmm__heap_quick_flush(pool_heap *h);
 
 /* Splits b at b->addr + at (0 < at < size): b keeps the front, the returned record (same kind,
  * seq, not in any list) the back. Needs a spare record. */
-pblock *dmm__heap_split(pheap *h, pblock *b, uint64_t at);
+pool_block *dmm__heap_split(pool_heap *h, pool_block *b, uint64_t at);
 
 /* Turns a block that is in no list into FREE (seq kept) and merges it with FREE neighbours;
  * returns the merged block (in its bin). */
-pblock *dmm__heap_make_free(pheap *h, pblock *b);
+pool_block *dmm__heap_make_free(pool_heap *h, pool_block *b);
 /* Turns a block that is in no list into UNMAPPED and merges it with UNMAPPED neighbours. */
-pblock *dmm__heap_make_unmapped(pheap *h, pblock *b);
+pool_block *dmm__heap_make_unmapped(pool_heap *h, pool_block *b);
 
 /* Carves [addr, addr+len) out of block b (FREE or UNMAPPED, which must contain it): b leaves its
  * list, the pieces before and after go back to it, and the middle record (in no list) is returned
  * with kind `kind`. Needs two spare records. */
-pblock *dmm__heap_carve(pheap *h, pblock *b, uintptr_t addr, uint64_t len, uint8_t kind);
+pool_block *dmm__heap_carve(pool_heap *h, pool_block *b, uintptr_t addr, uint64_t len, uint8_t kind);
 
 /* ---- pool_check.c ---- */
 /* Under h->lock: NULL when every invariant holds, else a sentence fragment (static per thread). */
-const char *dmm__heap_check_locked(const pheap *h);
+const char *dmm__heap_check_locked(const pool_heap *h);
 
 /* The pool's heaps, newest first (a heap is never removed before destroy). */
-static inline pheap *heaps_head(const dmm_pool *p) {
-    return dmm_atomic_load_acquire((pheap *_Atomic *)&p->heaps);
+static inline pool_heap *heaps_head(const dmm_pool *p) {
+    return dmm_atomic_load_acquire((pool_heap *_Atomic *)&p->heaps);
 }
-static inline pheap *heap_next(const pheap *h) {
-    return dmm_atomic_load_acquire((pheap *_Atomic *)&h->next_heap);
+static inline pool_heap *heap_next(const pool_heap *h) {
+    return dmm_atomic_load_acquire((pool_heap *_Atomic *)&h->next_heap);
 }
 
 /* ---- chunks: one physical handle each, a whole number of quanta (Q = p->chunk) ----
@@ -481,8 +481,8 @@ typedef enum source_role {
 } source_role;
 
 typedef struct source {
-    pheap *h;
-    pblock *b;      /* a DECOMMITTING block of exactly one chunk */
+    pool_heap *h;
+    pool_block *b;      /* a DECOMMITTING block of exactly one chunk */
     uint64_t bytes; /* its size */
     size_t piece;   /* growth: the target piece it moves into */
     uint64_t seq;   /* the block's seq when carved */
@@ -514,7 +514,7 @@ static inline bool dmm__pool_source_gone(const source *s) {
  * too, to be aliased. `keep_newest` (a growth of another heap): h keeps the free chunk its own
  * stream reuses next (the newest), so that streams in use do not take each other's last chunk in
  * turn. Returns the bytes carved. */
-uint64_t dmm__pool_carve_sources(dmm_pool *p, pheap *h, uint64_t want, uintptr_t ex_lo, uintptr_t ex_hi,
+uint64_t dmm__pool_carve_sources(dmm_pool *p, pool_heap *h, uint64_t want, uintptr_t ex_lo, uintptr_t ex_hi,
                                  ptarget *tg, size_t nt, bool alias_ok, bool keep_newest, srcvec *out);
 /* Decommits one source chunk (no heap lock held). Once the device is lost: FAILED with
  * DMM_ERR_DEVICE_LOST, without a call. */
@@ -528,22 +528,22 @@ dmm_status dmm__pool_alias_one(dmm_pool *p, source *s, uintptr_t at);
 /* Puts the sources from `from` on back into their heaps (taking each heap's lock in turn). */
 void dmm__pool_sources_fixup(dmm_pool *p, srcvec *sv, size_t from);
 /* Decommits the old places of h's aliased chunks that a completed fence covers (no lock held). */
-void dmm__pool_reap_aliased(dmm_pool *p, pheap *h);
+void dmm__pool_reap_aliased(dmm_pool *p, pool_heap *h);
 
 /* ---- fences.c: events ---- */
 /* Polls h's pending cross-stream frees and its fence, then reaps its aliased old places. Never
  * waits; no lock held by the caller. */
-void dmm__pool_poll(dmm_pool *p, pheap *h);
+void dmm__pool_poll(dmm_pool *p, pool_heap *h);
 /* The cross-stream free of block b (PENDING, out of the hash; no lock held): records an event on
  * `stream` and parks the block until it completes. */
-dmm_status dmm__pool_free_cross(dmm_pool *p, pheap *h, pblock *b, dmm_stream stream);
+dmm_status dmm__pool_free_cross(dmm_pool *p, pool_heap *h, pool_block *b, dmm_stream stream);
 /* Destroys every heap's fence and the recycled events (driver calls; at destroy). */
 void dmm__pool_destroy_events(dmm_pool *p);
 
 /* ---- regions.c ---- */
 /* Gives heap h `n` more contiguous regions (under h's lock; takes the pool lock), preferring the
  * regions right after run `prefer`. False when the VA is exhausted (error set). */
-bool dmm__pool_grow_va(dmm_pool *p, pheap *h, size_t n, size_t prefer);
+bool dmm__pool_grow_va(dmm_pool *p, pool_heap *h, size_t n, size_t prefer);
 /* dmm_pool_trim and dmm_pool_empty_cache (pool.c calls them once the stock thread is still). */
 dmm_status dmm__pool_trim(dmm_pool *p, uint64_t target, uint64_t *released);
 dmm_status dmm__pool_empty_cache(dmm_pool *p, uint64_t *released);
@@ -584,7 +584,7 @@ const char *dmm__pool_layout_invariants(dmm_pool *p);
 dmm_status dmm__pool_layout_check(const dmm_pool *p, const dmm_pool_span *spans, size_t count, uint32_t ordinal,
                                   uint64_t *lo, uint64_t *end);
 /* dmm_pool_warm_layout on heap h (checked spans; pool.c found the heap and gave it the VA). */
-dmm_status dmm__pool_layout_warm(dmm_pool *p, pheap *h, const dmm_pool_span *spans, size_t count,
+dmm_status dmm__pool_layout_warm(dmm_pool *p, pool_heap *h, const dmm_pool_span *spans, size_t count,
                                  uint64_t *committed);
 
 /* ---- stock.c: the stock thread (no-ops without a stock) ---- */
@@ -593,11 +593,11 @@ bool dmm__pool_stock_start(dmm_pool *p);
 /* Stops and joins the thread (at destroy, before the heaps go). */
 void dmm__pool_stock_stop(dmm_pool *p);
 /* Asks the thread to commit h's stock at `at` (a malloc's stock_at; 0: nothing to ask; no lock held). */
-void dmm__pool_stock_post(dmm_pool *p, pheap *h, uintptr_t at);
+void dmm__pool_stock_post(dmm_pool *p, pool_heap *h, uintptr_t at);
 /* Before a malloc on h grows: waits (bounded) until the thread has done its request for h, if any,
  * so that the malloc sees the stock. h NULL (a trim, destroy): drops the pending request and waits
  * for the one in flight. Never waits on the thread itself. Returns the nanoseconds it waited. */
-uint64_t dmm__pool_stock_wait(dmm_pool *p, const pheap *h);
+uint64_t dmm__pool_stock_wait(dmm_pool *p, const pool_heap *h);
 /* Waits (bounded) until the thread has done every request, pending or in flight (dmm_pool_stock_sync);
  * false: it was still busy at the bound. Never waits on the thread itself. */
 bool dmm__pool_stock_drain(dmm_pool *p);
@@ -606,18 +606,18 @@ bool dmm__pool_stock_drain(dmm_pool *p);
 /* malloc of `n` bytes (rounded) when no mapped free block fits: poll, grow, move, alias. *stock_at:
  * where the stock thread should commit next (dmm__pool_stock_post), else 0: the end of a growth's
  * window when it only added memory, or dmm__pool_stock_refill_at's answer for the block it fitted. */
-dmm_status dmm__pool_malloc_slow(dmm_pool *p, pheap *h, uint64_t n, size_t requested, void **out,
+dmm_status dmm__pool_malloc_slow(dmm_pool *p, pool_heap *h, uint64_t n, size_t requested, void **out,
                                  uintptr_t *stock_at);
 /* Under h's lock, after a fit took block b: h's stock end when the fit left less than half the
  * stock's target free before it (the stock runs low: commit more ahead), else 0. */
-uintptr_t dmm__pool_stock_refill_at(dmm_pool *p, const pheap *h, const pblock *b);
+uintptr_t dmm__pool_stock_refill_at(dmm_pool *p, const pool_heap *h, const pool_block *b);
 /* The stock thread's growth (stock.c): commits FREE memory on h from `at` (the end of a growth's
  * window or of the last stock, if still unmapped) until stock_target bytes are free there, and
  * makes that place h's stock_end; never moves, never waits. Returns the bytes committed (0: enough
  * was there, nothing could be done, or it failed: the next malloc grows itself). */
-uint64_t dmm__pool_stock_grow(dmm_pool *p, pheap *h, uintptr_t at);
+uint64_t dmm__pool_stock_grow(dmm_pool *p, pool_heap *h, uintptr_t at);
 /* growth.c: a warm start's one growth of `n` bytes (whole quanta) into h as FREE memory, in new handles
  * of at most `most` bytes (never moves: the retention limit does not apply to it). */
-dmm_status dmm__pool_warm_grow(dmm_pool *p, pheap *h, uint64_t n, uint64_t most);
+dmm_status dmm__pool_warm_grow(dmm_pool *p, pool_heap *h, uint64_t n, uint64_t most);
 
 #endif /* DMM_POOL_TYPES_H */

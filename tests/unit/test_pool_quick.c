@@ -37,23 +37,23 @@ static void xfree(fx *f, void *p, dmm_stream s) { dmm_test_pool_free(f->pool, p,
 static uint64_t calls(fx *f) { return dmm_fault_calls(f->drv, DMM_OP_ANY); }
 
 /* The heap of `stream` (it must exist). */
-static pheap *heap_of(fx *f, dmm_stream stream) {
-    for (pheap *h = heaps_head(f->pool); h != NULL; h = heap_next(h))
+static pool_heap *heap_of(fx *f, dmm_stream stream) {
+    for (pool_heap *h = heaps_head(f->pool); h != NULL; h = heap_next(h))
         if (h->stream == stream) return h;
     fail_msg("no heap for stream %p", stream);
     return NULL;
 }
 
 /* dmm__heap_check_locked on h (the pool's check would merge the parked blocks after checking). */
-static void check_heap(pheap *h) {
+static void check_heap(pool_heap *h) {
     heap_lock(h);
     const char *why = dmm__heap_check_locked(h);
     heap_unlock(h);
     if (why != NULL) fail_msg("heap check: %s", why);
 }
 
-static uint8_t kind_at(pheap *h, const void *p) {
-    const pblock *b = dmm__heap_hash_find(h, (uintptr_t)p);
+static uint8_t kind_at(pool_heap *h, const void *p) {
+    const pool_block *b = dmm__heap_hash_find(h, (uintptr_t)p);
     return b != NULL ? b->kind : 0;
 }
 
@@ -61,7 +61,7 @@ static void an_exact_repeat_takes_the_parked_block_back_without_a_driver_call(vo
     (void)state;
     fx *f = fx_open(4 * C);
     char *a = xmalloc(f, 64 * KIB, NULL);
-    pheap *h = heap_of(f, NULL);
+    pool_heap *h = heap_of(f, NULL);
     xfree(f, a, NULL);
     assert_int_equal(h->nquick, 1); /* parked, unmerged, still in the hash */
     assert_int_equal(h->quick_bytes, 64 * KIB);
@@ -101,7 +101,7 @@ static void a_miss_is_placed_as_if_the_parked_blocks_were_merged(void **state) {
     char *b[3];
     for (int i = 0; i < 3; i++) b[i] = xmalloc(f, MIB / 2, NULL);
     xfree(f, b[1], NULL);
-    pheap *h = heap_of(f, NULL);
+    pool_heap *h = heap_of(f, NULL);
     assert_int_equal(h->nquick, 1);
     /* 256 KiB: best fit among the free 512 KiB blocks, lowest address first: b1's place, as it would be
      * had b1 merged at its free (not the free tail, which the bins alone would offer) */
@@ -129,7 +129,7 @@ static void a_repeat_recounts_its_reach_after_a_neighbour_turns_free(void **stat
     fx *f = fx_open(4 * C);
     char *a = xmalloc(f, 64 * KIB, NULL);
     char *big = xmalloc(f, POOL_QUICK_MAX_BLOCK + 512, NULL); /* too big to park: merged at its free */
-    pheap *h = heap_of(f, NULL);
+    pool_heap *h = heap_of(f, NULL);
     for (int i = 0; i < 3; i++) { /* repeats: parked, taken back, parked again */
         xfree(f, a, NULL);
         assert_ptr_equal(xmalloc(f, 64 * KIB, NULL), a);
@@ -155,7 +155,7 @@ static void the_last_parked_block_is_still_its_class_last(void **state) {
     fx *f = fx_open(4 * C);
     char *keep = xmalloc(f, 4096, NULL); /* something live below, so that nothing here starts a run */
     char *a = xmalloc(f, 64 * KIB, NULL), *b = xmalloc(f, 64 * KIB, NULL), *c = xmalloc(f, 8 * KIB, NULL);
-    pheap *h = heap_of(f, NULL);
+    pool_heap *h = heap_of(f, NULL);
     xfree(f, a, NULL);
     xfree(f, b, NULL); /* b hot, a on its list */
     assert_ptr_equal(h->hot, dmm__heap_hash_find(h, (uintptr_t)b));
@@ -194,7 +194,7 @@ static void a_parked_block_is_refused_like_any_freed_one(void **state) {
     char *a = xmalloc(f, 4096, NULL);
     char *keep = xmalloc(f, 4096, NULL);
     xfree(f, a, NULL);
-    pheap *h = heap_of(f, NULL);
+    pool_heap *h = heap_of(f, NULL);
     assert_int_equal(kind_at(h, a), BK_QUICK);
     dmm_pool_stats s0 = stats(f);
     assert_int_equal(dmm_pool_free(f->pool, a, NULL), DMM_ERR_UNKNOWN_ALLOCATION); /* double free */
@@ -222,7 +222,7 @@ static void stats_count_a_parked_block_as_free_exactly(void **state) {
     for (int i = 0; i < 3; i++) p[i] = xmalloc(f, req[i], NULL);
     xfree(f, p[0], NULL);
     xfree(f, p[2], NULL);
-    pheap *h = heap_of(f, NULL);
+    pool_heap *h = heap_of(f, NULL);
     assert_int_equal(h->nquick, 2);
     dmm_pool_stats s = stats(f);
     assert_int_equal(h->nquick, 2); /* reading the stats merged nothing */
@@ -271,7 +271,7 @@ static void a_growth_plans_over_the_parked_blocks_merged(void **state) {
     char *y = xmalloc(f, 256 * KIB, NULL);
     assert_ptr_equal(y, x + 3 * MIB / 2);
     xfree(f, y, NULL);
-    pheap *h = heap_of(f, NULL);
+    pool_heap *h = heap_of(f, NULL);
     assert_int_equal(h->nquick, 1);
     /* 1 MiB fits nowhere mapped: a growth of one chunk, its window starting where the free run does
      * once y is merged (at y, the lowest place of the cheapest windows), not after y */
@@ -292,7 +292,7 @@ static void trim_and_empty_cache_decommit_parked_chunks(void **state) {
     fx *f = fx_open(0);
     char *a = xmalloc(f, C, NULL), *b = xmalloc(f, C, NULL); /* a chunk each */
     xfree(f, a, NULL);
-    pheap *h = heap_of(f, NULL);
+    pool_heap *h = heap_of(f, NULL);
     assert_int_equal(h->nquick, 1);
     uint64_t released = 0, total = 0;
     for (int i = 0; i < 4 && total < C; i++) { /* the first poll records the fence after a's free */
@@ -323,7 +323,7 @@ static void the_check_checks_the_quick_lists_then_merges_them(void **state) {
     xfree(f, b[1], NULL);
     xfree(f, b[3], NULL);
     xfree(f, b[2], NULL);
-    pheap *h = heap_of(f, NULL);
+    pool_heap *h = heap_of(f, NULL);
     assert_int_equal(h->nquick, 3);
     /* a broken count is caught (the check reads the lists as they are) */
     h->quick_bytes += 512;
@@ -334,7 +334,7 @@ static void the_check_checks_the_quick_lists_then_merges_them(void **state) {
     DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
     assert_int_equal(h->nquick, 0);
     assert_int_equal(h->hcount, 1);
-    const pblock *m = dmm__heap_bin_find(h, 3 * MIB / 2); /* b[1..3] coalesced into one free block */
+    const pool_block *m = dmm__heap_bin_find(h, 3 * MIB / 2); /* b[1..3] coalesced into one free block */
     assert_non_null(m);
     assert_int_equal(m->addr, (uintptr_t)b[1]);
     assert_int_equal(m->size, 3 * MIB / 2);
@@ -350,7 +350,7 @@ static void a_cross_stream_free_is_never_parked_and_still_waits_for_its_event(vo
     DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &a));
     DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &b));
     char *x = xmalloc(f, MIB, a), *y = xmalloc(f, MIB, a);
-    pheap *h = heap_of(f, a);
+    pool_heap *h = heap_of(f, a);
     DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, true)); /* work on b "still runs" */
     xfree(f, x, b);                                       /* waits for b's event */
     xfree(f, y, a);                                       /* parked: a's own stream */
@@ -381,7 +381,7 @@ static void the_bounds_keep_parked_memory_small(void **state) {
     enum { N = 100 };
     char *p[N];
     for (int i = 0; i < N; i++) p[i] = xmalloc(f, 4096 + 512 * (size_t)i, NULL); /* distinct sizes */
-    pheap *h = heap_of(f, NULL);
+    pool_heap *h = heap_of(f, NULL);
     size_t most = 0;
     for (int i = 0; i < N; i++) {
         xfree(f, p[i], NULL);
@@ -412,7 +412,7 @@ static void a_stream_that_does_not_repeat_stops_parking_for_a_while(void **state
     (void)state;
     fx *f = fx_open(4 * C);
     char *x = xmalloc(f, 8 * KIB, NULL);
-    pheap *h = heap_of(f, NULL);
+    pool_heap *h = heap_of(f, NULL);
     /* every free parked, every malloc another size: each miss merges the block parked for nothing */
     unsigned rounds = 0;
     while (h->quick_skip == 0 && rounds < 1000) {
