@@ -174,6 +174,12 @@ typedef struct dmm_pool_config {
                                allocating thread, 868 -> 292 handles, the step 89.2 -> 68.8 ms
                                (native 68.0) at the same peak; ViT's 68.8 -> 44.1 ms (native 46.4)
                                at +3.5 % peak. 0 = no stock, no thread (the default) */
+    /* Optional (NULL: none): told of every range of the pool's VA the pool mapped (mapped = true: a
+     * commit, an alias's destination) or unmapped (a decommit that let all of it go), right after the
+     * mechanism did it, from the thread that did it, with no pool lock held; it must not call the pool.
+     * The device front's history of ranges mapped and unmapped is made of these. */
+    void (*on_map)(void *user, uintptr_t addr, uint64_t bytes, bool mapped);
+    void *on_map_user;
 } dmm_pool_config;
 
 /* Creates a pool over `mech` (not owned; must support virtual backing, else DMM_ERR_UNSUPPORTED) and
@@ -268,6 +274,14 @@ typedef struct dmm_pool_span {
                         stream that allocated); a warm layout commits only its stream's heap's spans */
 } dmm_pool_span;
 DMM_API dmm_status dmm_pool_layout(dmm_pool *pool, dmm_pool_span *spans, size_t cap, size_t *count);
+
+/* What of its VA the pool has mapped now: every chunk under blocks handed out, free, waiting for their
+ * event, being decommitted, aliased or poisoned, and a warm layout's handles lying ahead, as coalesced
+ * ranges in address order: ranges[2i] = an address, ranges[2i + 1] = its bytes. *count = how many
+ * ranges there are; up to `cap` are written (ranges NULL: only *count); DMM_ERR_INVALID_ARGUMENT when an
+ * array is passed and cap is less than *count (nothing written). Each heap is read under its own lock:
+ * while other threads allocate, the answer is a moment's, not one instant's. */
+DMM_API dmm_status dmm_pool_committed(dmm_pool *pool, uint64_t *ranges, size_t cap, size_t *count);
 
 /* dmm_pool_warm_layout: commits each span of `stream`'s heap (heap = that heap's place in the order
  * the pool made heaps) ahead, one handle each, where that VA is still unmapped (spans over memory the

@@ -41,7 +41,6 @@
 #include "blocks.h"
 #include "history.h"
 #include "jobs.h"
-#include "poolview.h"
 #include "record.h"
 #include "imports.h"
 #include "stream_uses.h"
@@ -67,6 +66,11 @@ static dmm_lease_stats lease_stats(dmm_device *c) {
 uint64_t dmm__device_mapped(dmm_device *c) { return lease_stats(c).used[DMM_AXIS_MAPPED]; }
 
 uint64_t dmm__device_owned(dmm_device *c) { return lease_stats(c).used[DMM_AXIS_OWNED]; }
+
+/* The pool's observer: a range of its VA mapped or unmapped, for the history (cheap when it is off). */
+static void pool_mapped(void *user, uintptr_t addr, uint64_t bytes, bool mapped) {
+    dmm__device_history_add(user, mapped ? DEVICE_EV_MAP : DEVICE_EV_UNMAP, (uint64_t)addr, bytes, NULL);
+}
 
 /* ---- create / destroy ---- */
 dmm_status dmm_device_create(dmm_driver *drv, dmm_governor *gov,
@@ -180,11 +184,11 @@ dmm_status dmm_device_create(dmm_driver *drv, dmm_governor *gov,
         pc.min_chunk_bytes = k.min_chunk_bytes;
         pc.floor_divisor = k.floor_divisor;
     }
-    s = dmm__device_poolview_open(c);
-    if (s != DMM_OK) goto fail;
+    pc.on_map = pool_mapped; /* the history's map and unmap events */
+    pc.on_map_user = c;
     s = dmm__device_blocks_open(c);
     if (s != DMM_OK) goto fail;
-    s = dmm_pool_create(c->view, drv, &pc, &c->pool);
+    s = dmm_pool_create(c->arena, drv, &pc, &c->pool);
     if (s != DMM_OK) goto fail;
     s = dmm__device_jobs_open(c);
     if (s != DMM_OK) goto fail;
@@ -195,7 +199,6 @@ dmm_status dmm_device_create(dmm_driver *drv, dmm_governor *gov,
 fail:
     dmm__error_wrap(s, "dmm device: setting up device %d failed", (int)drv->device.index);
     if (c->pool != NULL) dmm_pool_destroy(c->pool);
-    if (c->view != NULL) dmm_mechanism_destroy(c->view);
     dmm__device_blocks_close(c);
     if (c->arena != NULL) dmm_mechanism_destroy(c->arena);
     dmm__device_history_fini(c);
@@ -231,26 +234,13 @@ dmm_status dmm_device_confirm_lost(dmm_device *c) {
     return s;
 }
 
-/* The pool's view and the table of its blocks, once the pool is gone (skipped once done). */
-static dmm_status destroy_view(dmm_device *c) {
-    if (c->view != NULL) {
-        dmm_status s = dmm_mechanism_destroy(c->view);
-        if (s != DMM_OK) return s;
-        c->view = NULL;
-        c->pv = NULL;
-    }
-    dmm__device_blocks_close(c);
-    return DMM_OK;
-}
-
-/* The rest of a destroy once the pool is gone (both destroys end here): the jobs, the view, the arena,
+/* The rest of a destroy once the pool is gone (both destroys end here): the jobs, the blocks' table, the arena,
  * then every host structure. Each step that can fail is skipped once done, so a destroy that fails here
  * leaves a context that can only be destroyed again, and that call resumes. */
 static dmm_status destroy_after_pool(dmm_device *c) {
     dmm_status s = dmm__device_jobs_close(c);
     if (s != DMM_OK) return s;
-    s = destroy_view(c);
-    if (s != DMM_OK) return s;
+    dmm__device_blocks_close(c);
     s = dmm_mechanism_destroy(c->arena);
     if (s != DMM_OK)
         return dmm__error_wrap(s, "dmm device: destroying device %d: its pool is gone but the arena could not be "
@@ -571,13 +561,37 @@ static void put_lease_axis(dmm_json *j, const char *name, const dmm_lease_stats 
     dmm__json_put(j, "}");
 }
 
+/* The pool's committed ranges (dmm_pool_committed) in a new array: *n pairs of address and bytes. */
+static dmm_status pool_runs(dmm_device *c, uint64_t **runs, size_t *n) {
+    *runs = NULL;
+    for (int tries = 0; tries < 8; tries++) { /* the count can grow between the two calls */
+        size_t count = 0;
+        dmm_status s = dmm_pool_committed(c->pool, NULL, 0, &count);
+        if (s != DMM_OK) return s;
+        uint64_t *v = malloc((count + 16) * 2 * sizeof *v);
+        if (v == NULL)
+            return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: out of host memory for the snapshot of device "
+                                                        "%d's pool; nothing was written", (int)c->dev.index);
+        s = dmm_pool_committed(c->pool, v, count + 16, n);
+        if (s == DMM_OK) {
+            *runs = v;
+            return DMM_OK;
+        }
+        free(v);
+        if (s != DMM_ERR_INVALID_ARGUMENT) return s;
+        dmm_clear_error();
+    }
+    return dmm_error_set(DMM_ERR_BUSY, "dmm device: the pool of device %d kept growing while its snapshot was taken; "
+                                       "take it again", (int)c->dev.index);
+}
+
 /* The snapshot's pool: its committed runs (the segments) and its live blocks, both in address order. */
-static void put_pool_layout(dmm_device *c, dmm_json *j, const uint64_t *runs, size_t nruns, bool exact,
+static void put_pool_layout(dmm_device *c, dmm_json *j, const uint64_t *runs, size_t nruns,
                             const device_block_at *b, size_t nb, uint64_t pool_live) {
     /* live pool blocks the table lacks: those from before tracking began, or left out for want of host
      * memory (read a moment apart from the table: approximate while other threads allocate) */
     uint64_t untracked = pool_live > nb ? pool_live - nb : 0;
-    dmm__json_put(j, ",\"pool_map_exact\":%s,\"pool_segments\":[", exact ? "true" : "false");
+    dmm__json_put(j, ",\"pool_map_exact\":true,\"pool_segments\":["); /* the pool's own answer */
     for (size_t i = 0; i < nruns; i++)
         dmm__json_put(j, "%s[%llu,%llu]", i ? "," : "", (unsigned long long)runs[2 * i],
                       (unsigned long long)runs[2 * i + 1]);
@@ -617,11 +631,11 @@ static dmm_status write_json(dmm_device *c, char *buf, size_t cap, size_t *neede
     uint64_t *runs = NULL;
     device_block_at *pblocks = NULL;
     size_t nruns = 0, nblocks = 0;
-    bool exact = false;
     if (snapshot) {
-        nruns = dmm__device_poolview_runs(c, &runs, &exact);
+        s = pool_runs(c, &runs, &nruns);
+        if (s != DMM_OK) return s;
         nblocks = dmm__device_blocks_collect(c, &pblocks);
-        if (nruns == SIZE_MAX || nblocks == SIZE_MAX) {
+        if (nblocks == SIZE_MAX) {
             free(runs);
             free(pblocks);
             return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: out of host memory for the snapshot of device %d's "
@@ -686,7 +700,7 @@ static dmm_status write_json(dmm_device *c, char *buf, size_t cap, size_t *neede
     dmm__json_put(&j, ",\"graphs\":");
     dmm__device_graphs_json_locked(c, &j, snapshot);
     if (snapshot) {
-        put_pool_layout(c, &j, runs, nruns, exact, pblocks, nblocks, ps.allocations.current);
+        put_pool_layout(c, &j, runs, nruns, pblocks, nblocks, ps.allocations.current);
         dmm__json_put(&j, ",");
         dmm__device_history_json(c, &j); /* (its lock is a leaf) */
     }

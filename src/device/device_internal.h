@@ -3,7 +3,7 @@
  *
  * One dmm_device per device (types.h: the data; its floors, each over the ones below: context.c,
  * jobs.c, segment.c, tags.c, offload.c, graphs.c, and device.c on top; beside them blocks.c,
- * history.c, poolview.c, record.c, stream_uses.c, imports.c). This header gathers the floors' headers.
+ * history.c, record.c, stream_uses.c, imports.c). This header gathers the floors' headers.
  *
  * Lock order: dev.lock → (pool → arena → driver). The hot path (pool malloc/free) takes no dev lock.
  */
@@ -16,7 +16,6 @@
 #include "history.h"
 #include "imports.h"
 #include "jobs.h"
-#include "poolview.h"
 #include "record.h"
 #include "segment.h"
 #include "stream_uses.h"

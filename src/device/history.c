@@ -3,8 +3,8 @@
  * What it owns: while on, a ring of the last N events of the pool in PyTorch's trace vocabulary —
  * a block handed out (alloc) or freed (free), a range of the pool's VA mapped (segment_map) or
  * unmapped (segment_unmap) — which a snapshot in PyTorch's layout turns into device_traces. The
- * adapter's malloc and free add the block events, the pool's view (poolview.c) the map events at the
- * moment its map changes, so the order of the ring is the order of the pool's state changes: replayed
+ * device's malloc and free add the block events, the pool's observer (dmm_pool_config.on_map) the map
+ * events at the moment its map changes, so the order of the ring is the order of the pool's state changes: replayed
  * backwards from the snapshot's segments (as PyTorch's viewer does), every freed block lies in a
  * mapped range. Tag and graph memory have no events (their segments appear as they are at the end).
  *

@@ -17,14 +17,13 @@
  *   jobs.c      the deferred queue: our requests, polled and taken back; each job's own finish
  *   context.c   counts, the clock, and device loss (asked of the driver: it latches the first loss)
  * Beside them, called by device.c only: record.c, the recorder (a trace of every malloc and free);
- * blocks.c, the pool's live blocks; poolview.c, the mechanism the pool sees (the arena, watched);
+ * blocks.c, the pool's live blocks;
  * history.c, the pool's recent events; stream_uses.c, the blocks torch's record_stream holds back;
  * imports.c, regions of a holder process (dmm hold) mapped into the arena.
  *
  * Lock order: ctx.lock → (pool → arena → driver). The hot path (pool malloc/free) takes no ctx lock.
  * The recorder's locks (rec.mu → rec.file_mu) and the block shards' are leaves, taken with no other
- * lock held; the pool view's lock is taken with no adapter lock held, and around arena calls only;
- * the history's lock is a leaf (taken under the view's).
+ * lock held; the history's lock is a leaf (the pool's observer takes it with no pool lock held).
  */
 #ifndef DMM_DEVICE_TYPES_H
 #define DMM_DEVICE_TYPES_H
@@ -148,21 +147,6 @@ typedef struct device_block_shard {
     size_t free_head;                 /* the first free record's index + 1 (0: none) */
 } device_block_shard;
 
-/* ---- the pool's mechanism, watched (poolview.c) ---- */
-/* The pool is created over a mechanism that forwards every call to the arena and keeps, on the side,
- * which granules of the pool's VA are committed: the pool's segments in a snapshot. */
-typedef struct device_poolview {
-    dmm_mechanism *arena;   /* not owned */
-    dmm_device *c;                /* its context (for the history's map and unmap events) */
-    uint64_t granule;
-    pthread_mutex_t mu;     /* the fields below; taken after the arena's calls return (or around a resync) */
-    bool have;              /* the pool's VA allocation is known */
-    bool inexact;           /* host memory ran short once, or a second allocation appeared: not exact */
-    uintptr_t base;         /* the pool's VA allocation */
-    uint64_t bytes;
-    dmm_spans committed;    /* committed ranges of it, offsets from base, whole granules */
-} device_poolview;
-
 /* ---- the pool's recent events (history.c) ---- */
 /* While on, a ring of the pool's last events in PyTorch's trace vocabulary, for device_traces of a
  * snapshot in PyTorch's layout: blocks handed out and freed, chunks mapped and unmapped. */
@@ -246,8 +230,6 @@ struct dmm_device {
     dmm_accounting accounting; /* the governor's hook for `lease`, handed to the arena */
 
     dmm_mechanism *arena;
-    dmm_mechanism *view;     /* over the arena, for the pool only (poolview.c); owns pv */
-    device_poolview *pv;
     device_history hist;      /* off unless dmm_device_history (history.c) */
     dmm_pool *pool;
     dmm_deferred *q;

@@ -98,7 +98,7 @@ static dmm_status give_back(dmm_pool *p, size_t *at, size_t n, uint64_t *release
             if (first == DMM_OK) dmm__error_keep(&fail, first = dmm__pool_lost_error(p, "pool"));
             continue;
         }
-        dmm_release_outcome o = dmm_mechanism_decommit(p->mech, &p->va, r);
+        dmm_release_outcome o = dmm__pool_map_decommit(p, r);
         if (o.failure == DMM_ERR_DEVICE_LOST) dmm__pool_notice_loss(p, "giving a warm layout's handle back");
         dmm_release_state st = dmm_release_state_of(&o);
         if (st != DMM_RELEASE_FAILED) at[i] |= GONE; /* QUARANTINED: the mechanism keeps it out of use */
@@ -447,7 +447,7 @@ dmm_status dmm__pool_layout_warm(dmm_pool *p, pool_heap *h, const dmm_pool_span 
         uint64_t newly = 0;
         dmm_range r = {(size_t)spans[i].offset, (size_t)spans[i].bytes};
         s = dmm__pool_lost(p, "committing a warm layout") ? dmm__pool_lost_error(p, "dmm_pool_warm_layout")
-                                                          : dmm_mechanism_commit(p->mech, &p->va, r, &newly);
+                                                          : dmm__pool_map_commit(p, r, &newly);
         if (s == DMM_ERR_DEVICE_LOST) dmm__pool_notice_loss(p, "committing a warm layout");
         if (s != DMM_OK) failed_at = i;
     }

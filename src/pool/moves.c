@@ -124,7 +124,7 @@ void dmm__pool_decommit_one(dmm_pool *p, source *s) {
                                      dmm__pool_lost_error(p, "pool: decommitting a free chunk"), 0};
         return;
     }
-    s->o = dmm_mechanism_decommit(p->mech, &p->va, r);
+    s->o = dmm__pool_map_decommit(p, r);
     if (s->o.failure == DMM_ERR_DEVICE_LOST) dmm__pool_notice_loss(p, "decommitting a free chunk");
     if (dmm__pool_source_gone(s) || (dmm_release_state_of(&s->o) == DMM_RELEASE_QUARANTINED && s->o.unmapped_bytes == s->bytes)) {
         p->clen[qidx(p, s->b->addr)] = 0;
@@ -221,7 +221,7 @@ void dmm__pool_reap_aliased(dmm_pool *p, pool_heap *h) {
 static dmm_status commit_handle(dmm_pool *p, size_t q, uint64_t len) {
     uint64_t newly = 0;
     dmm_range r = {(size_t)((uint64_t)q * p->chunk), (size_t)(len * p->chunk)};
-    dmm_status s = dmm_mechanism_commit(p->mech, &p->va, r, &newly);
+    dmm_status s = dmm__pool_map_commit(p, r, &newly);
     if (s == DMM_ERR_DEVICE_LOST) dmm__pool_notice_loss(p, "committing a chunk");
     return s;
 }
@@ -297,7 +297,7 @@ dmm_status dmm__pool_alias_one(dmm_pool *p, source *s, uintptr_t at) {
         dmm_clear_error();
         return st;
     }
-    st = dmm_mechanism_alias(p->mech, &p->va, dst, src);
+    st = dmm__pool_map_alias(p, dst, src);
     if (st == DMM_ERR_DEVICE_LOST) dmm__pool_notice_loss(p, "aliasing a chunk");
     if (st != DMM_OK) {
         dmm_clear_error();

@@ -188,6 +188,10 @@ dmm_status dmm_pool_create(dmm_mechanism *mech, dmm_driver *drv, const dmm_pool_
     p->settle_permille = c.settle_permille ? c.settle_permille : 100;
     if (p->settle_permille < p->retain_permille) p->settle_permille = p->retain_permille;
     p->can_alias = !c.no_alias && dmm_mechanism_has_slot(mech, DMM_SLOT_ALIAS); /* a capability, not a probe */
+    if (cfg != NULL && cfg->size >= offsetof(dmm_pool_config, on_map_user) + sizeof cfg->on_map_user) {
+        p->on_map = c.on_map;
+        p->on_map_user = c.on_map_user;
+    }
     dmm_clear_error();
     p->uid = dmm_atomic_add_relaxed(&pool_uids, 1);
     p->owner = calloc(p->nregions, sizeof *p->owner);

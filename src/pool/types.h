@@ -12,6 +12,8 @@
  *                 reaping the old places of aliased chunks
  *   layout.c      the layout grown through (recorded), and a warm layout's handles committed ahead
  *                 of the growths that take them
+ *   mapping.c     the one way the files above map and unmap the pool's VA (an observer is told of each
+ *                 change), and what is mapped now (dmm_pool_committed)
  *   loss.c        the pool's side of a device loss (the loss itself is the driver's, src/driver/call.h)
  *   hot.h         the hot path's inline steps (take a block, count it live), above heap.c
  *   pool_check.c  the expensive invariant check of one heap
@@ -293,6 +295,8 @@ struct dmm_pool {
     uint32_t retain_permille;
     uint32_t settle_permille; /* the retention limit's ceiling (≥ retain_permille): see settled */
     bool can_alias; /* the mechanism fills the optional `alias` slot, and no_alias is off */
+    void (*on_map)(void *user, uintptr_t addr, uint64_t bytes, bool mapped); /* dmm_pool_config's observer */
+    void *on_map_user;
     uint64_t stock_cap; /* stock_bytes: the most the stock thread keeps ahead (0: no stock, no thread) */
 
     /* written after create, from here on */
@@ -421,6 +425,11 @@ pool_block *dmm__heap_make_unmapped(pool_heap *h, pool_block *b);
  * list, the pieces before and after go back to it, and the middle record (in no list) is returned
  * with kind `kind`. Needs two spare records. */
 pool_block *dmm__heap_carve(pool_heap *h, pool_block *b, uintptr_t addr, uint64_t len, uint8_t kind);
+
+/* ---- mapping.c: the pool's one way to map and unmap its VA (each change told to the observer) ---- */
+dmm_status dmm__pool_map_commit(dmm_pool *p, dmm_range r, uint64_t *newly);
+dmm_release_outcome dmm__pool_map_decommit(dmm_pool *p, dmm_range r);
+dmm_status dmm__pool_map_alias(dmm_pool *p, dmm_range dst, dmm_range src);
 
 /* ---- pool_check.c ---- */
 /* Under h->lock: NULL when every invariant holds, else a sentence fragment (static per thread). */

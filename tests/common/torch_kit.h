@@ -17,6 +17,15 @@ static inline void kit_capture(dmm_driver *fault, dmm_stream stream, uint64_t id
 static inline uint64_t kit_host_allocs(dmm_driver *fault) { return dmm_fault_calls(fault, DMM_OP_HOST_ALLOC); }
 static inline uint64_t kit_host_frees(dmm_driver *fault) { return dmm_fault_calls(fault, DMM_OP_HOST_FREE); }
 
+/* The pool's committed ranges (dmm_pool_committed, which must work) in a new array of *n pairs. */
+static inline uint64_t *kit_pool_runs(dmm_device *c, size_t *n) {
+    DMM_OK_OR_FAIL(dmm_pool_committed(dmm_device_pool(c), NULL, 0, n));
+    uint64_t *runs = calloc(2 * *n + 2, sizeof *runs);
+    assert_non_null(runs);
+    DMM_OK_OR_FAIL(dmm_pool_committed(dmm_device_pool(c), runs, *n + 1, n));
+    return runs;
+}
+
 /* A small device: 1 GiB of pool VA in an 8 GiB reservation, 256 MiB tag segments, `limit` (0: none). */
 static inline dmm_device_config kit_torch_config(uint64_t limit) {
     dmm_device_config k;

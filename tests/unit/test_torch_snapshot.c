@@ -1,7 +1,8 @@
-/* tests/unit/test_torch_snapshot.c — what the torch adapter's snapshot lays out (adapters/torch/poolview.c,
- * blocks.c, the snapshot JSON of adapter.c) over the host driver.
+/* tests/unit/test_torch_snapshot.c — what the device front's snapshot lays out (the pool's committed
+ * ranges, dmm_pool_committed; src/device/blocks.c; the snapshot JSON of src/device/device.c) over the
+ * host driver.
  *
- * What is proven: the pool view's committed runs sum to the pool's own committed bytes and every live
+ * What is proven: the pool's committed ranges sum to the pool's own committed bytes and every live
  * pool block lies inside one run, after growth, frees, trims and moves of 300 seeded rounds on three
  * streams; the table of pool blocks holds exactly the pool's live blocks (count and bytes) once tracking is on,
  * is empty while it is off, and a snapshot counts the blocks from before it as untracked; a free the
@@ -47,14 +48,11 @@ static void fx_close(fx *f) {
 static void *xmalloc(fx *f, size_t bytes, dmm_stream s) { return kit_torch_malloc(f, bytes, s); }
 static void xfree(fx *f, void *p, size_t bytes, dmm_stream s) { kit_torch_free(f, p, bytes, s); }
 
-/* The view's runs against the pool's own stats, and the table's blocks against both. */
+/* The pool's committed ranges against its own stats, and the table's blocks against both. */
 static void check_pool_layout(fx *f) {
     dmm_pool_stats ps = dmm_test_pool_stats(f->c->pool);
-    uint64_t *runs = NULL;
-    bool exact = false;
-    size_t n = dmm__device_poolview_runs(f->c, &runs, &exact);
-    assert_true(n != SIZE_MAX);
-    assert_true(exact);
+    size_t n = 0;
+    uint64_t *runs = kit_pool_runs(f->c, &n);
     uint64_t committed = 0;
     for (size_t i = 0; i < n; i++) {
         committed += runs[2 * i + 1];
