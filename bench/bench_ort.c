@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../adapters/ort/ort_internal.h"
+#include "dmm_ort.h"
 #include "onnx_model.h"
 
 static double now_ns(void) {
@@ -36,35 +36,38 @@ static double median(double *v, int n) {
 }
 
 static int die(dmm_ort_runtime *rt, struct OrtStatus *st, const char *what) {
+    const dmm_ort_calls *api = dmm_ort_runtime_calls(rt);
     if (st == NULL) return 0;
-    fprintf(stderr, "bench_ort: %s: %s\n", what, rt->GetErrorMessage(st));
+    fprintf(stderr, "bench_ort: %s: %s\n", what, api->GetErrorMessage(st));
     exit(1);
 }
 
 static struct OrtSession *session(dmm_ort_runtime *rt, struct OrtEnv *env, const uint8_t *m, size_t len, int dmm) {
+    const dmm_ort_calls *api = dmm_ort_runtime_calls(rt);
     struct OrtSessionOptions *so = NULL;
     struct OrtSession *s = NULL;
-    die(rt, rt->CreateSessionOptions(&so), "CreateSessionOptions");
-    die(rt, rt->SetIntraOpNumThreads(so, 1), "SetIntraOpNumThreads");
+    die(rt, api->CreateSessionOptions(&so), "CreateSessionOptions");
+    die(rt, api->SetIntraOpNumThreads(so, 1), "SetIntraOpNumThreads");
     if (dmm && dmm_ort_session_options_use_dmm(rt, so) != DMM_OK) {
         fprintf(stderr, "bench_ort: %s\n", dmm_last_error());
         exit(1);
     }
-    die(rt, rt->CreateSessionFromArray(env, m, len, so, &s), "CreateSessionFromArray");
-    rt->ReleaseSessionOptions(so);
+    die(rt, api->CreateSessionFromArray(env, m, len, so, &s), "CreateSessionFromArray");
+    api->ReleaseSessionOptions(so);
     return s;
 }
 
 static double run_ns(dmm_ort_runtime *rt, struct OrtSession *s, struct OrtValue *in, int samples) {
+    const dmm_ort_calls *api = dmm_ort_runtime_calls(rt);
     const char *in_names[] = {"X"}, *out_names[] = {"Y"};
     const struct OrtValue *ins[] = {in};
     double *v = malloc((size_t)samples * sizeof *v);
     for (int k = -5; k < samples; k++) {
         struct OrtValue *out = NULL;
         double t0 = now_ns();
-        die(rt, rt->Run(s, NULL, in_names, ins, 1, out_names, 1, &out), "Run");
+        die(rt, api->Run(s, NULL, in_names, ins, 1, out_names, 1, &out), "Run");
         double t1 = now_ns();
-        rt->ReleaseValue(out);
+        api->ReleaseValue(out);
         if (k >= 0) v[k] = t1 - t0;
     }
     double m = median(v, samples);
@@ -88,6 +91,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_ort: %s\n", dmm_last_error());
         return 1;
     }
+    const dmm_ort_calls *api = dmm_ort_runtime_calls(rt);
     dmm_host_driver_config hc = {sizeof hc, 64 << 10};
     dmm_driver *host = NULL;
     dmm_governor *g = NULL;
@@ -99,7 +103,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     struct OrtEnv *env = NULL;
-    die(rt, rt->CreateEnv(DMM_ORT_LOG_ERROR, "bench", &env), "CreateEnv");
+    die(rt, api->CreateEnv(DMM_ORT_LOG_ERROR, "bench", &env), "CreateEnv");
     dmm_onnx_model_desc d = {256, 512, 2, 8, 1};
     uint8_t *m = NULL;
     size_t len = 0;
@@ -107,9 +111,9 @@ int main(int argc, char **argv) {
     if (dmm_onnx_model_write(&d, &m, &len, err, sizeof err) != 0) return 1;
     struct OrtSession *own = session(rt, env, m, len, 0);
     struct OrtMemoryInfo *cpu = NULL;
-    die(rt, rt->CreateCpuMemoryInfo(DMM_ORT_ARENA_ALLOCATOR, DMM_ORT_MEM_DEFAULT, &cpu), "CreateCpuMemoryInfo");
+    die(rt, api->CreateCpuMemoryInfo(DMM_ORT_ARENA_ALLOCATOR, DMM_ORT_MEM_DEFAULT, &cpu), "CreateCpuMemoryInfo");
     struct OrtAllocator *ort = NULL;
-    die(rt, rt->CreateAllocator(own, cpu, &ort), "CreateAllocator on a session without dmm");
+    die(rt, api->CreateAllocator(own, cpu, &ort), "CreateAllocator on a session without dmm");
     struct OrtAllocator *mine = dmm_ort_allocator_ort(a);
     printf("bench_ort: ONNX Runtime %s (API %u); medians of %d batches of %d pairs, cached\n",
            dmm_ort_runtime_version(rt), dmm_ort_runtime_api_version(rt), samples, batch);
@@ -127,8 +131,8 @@ int main(int argc, char **argv) {
             double t1 = now_ns();
             for (int b = 0; b < batch; b++) {
                 void *p = NULL;
-                (void)rt->AllocatorAlloc(ort, n, &p);
-                (void)rt->AllocatorFree(ort, p);
+                (void)api->AllocatorAlloc(ort, n, &p);
+                (void)api->AllocatorFree(ort, p);
             }
             double t2 = now_ns();
             if (k >= 0) {
@@ -152,19 +156,19 @@ int main(int argc, char **argv) {
     for (size_t k = 0; k < nx; k++) x[k] = dmm_onnx_model_weight(3, 9, k);
     int64_t shape[2] = {d.batch, d.in};
     struct OrtValue *in = NULL;
-    die(rt, rt->CreateTensorWithDataAsOrtValue(cpu, x, nx * sizeof *x, shape, 2, DMM_ORT_TENSOR_FLOAT, &in), "input");
+    die(rt, api->CreateTensorWithDataAsOrtValue(cpu, x, nx * sizeof *x, shape, 2, DMM_ORT_TENSOR_FLOAT, &in), "input");
     int runs = samples;
     double r_own = run_ns(rt, own, in, runs), r_dmm = run_ns(rt, on_dmm, in, runs);
     printf("Run of the small model (batch 8, 256 -> 512 -> 512), median of %d: dmm %.1f us, ORT's own %.1f us, "
            "ratio %.2f\n", runs, r_dmm / 1e3, r_own / 1e3, r_dmm / r_own);
-    rt->ReleaseValue(in);
+    api->ReleaseValue(in);
     free(x);
-    rt->ReleaseSession(on_dmm);
-    rt->ReleaseAllocator(ort);
-    rt->ReleaseMemoryInfo(cpu);
-    rt->ReleaseSession(own);
+    api->ReleaseSession(on_dmm);
+    api->ReleaseAllocator(ort);
+    api->ReleaseMemoryInfo(cpu);
+    api->ReleaseSession(own);
     (void)dmm_ort_allocator_unregister(a, env);
-    rt->ReleaseEnv(env);
+    api->ReleaseEnv(env);
     free(m);
     if (dmm_ort_allocator_destroy(a) != DMM_OK) fprintf(stderr, "bench_ort: %s\n", dmm_last_error());
     dmm_governor_destroy(g);

@@ -24,7 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../adapters/ort/ort_internal.h"
+#include "core/core.h"
+#include "dmm_ort.h"
 #include "commands.h"
 #include "input_file.h"
 #include "onnx_model.h"
@@ -80,9 +81,10 @@ static int write_model(const char *path, uint64_t batch) {
 
 /* ONNX Runtime's status as a printed sentence; returns 1 (the exit code) when st is an error. */
 static int ort_failed(dmm_ort_runtime *rt, struct OrtStatus *st, const char *what) {
+    const dmm_ort_calls *api = dmm_ort_runtime_calls(rt);
     if (st == NULL) return 0;
-    fprintf(stderr, "dmm ort: %s failed: %s\n", what, rt->GetErrorMessage(st));
-    rt->ReleaseStatus(st);
+    fprintf(stderr, "dmm ort: %s failed: %s\n", what, api->GetErrorMessage(st));
+    api->ReleaseStatus(st);
     return 1;
 }
 
@@ -101,6 +103,7 @@ static int run_model(const char *path, uint64_t limit, uint64_t runs, uint64_t b
         free(model);
         return 1;
     }
+    const dmm_ort_calls *api = dmm_ort_runtime_calls(rt);
     int rc = 1;
     dmm_driver *host = NULL;
     dmm_governor *g = NULL;
@@ -121,21 +124,21 @@ static int run_model(const char *path, uint64_t limit, uint64_t runs, uint64_t b
         fprintf(stderr, "%s\n", dmm_last_error());
         goto out;
     }
-    if (ort_failed(rt, rt->CreateEnv(DMM_ORT_LOG_FATAL, "dmm", &env), "CreateEnv")) goto out;
+    if (ort_failed(rt, api->CreateEnv(DMM_ORT_LOG_FATAL, "dmm", &env), "CreateEnv")) goto out;
     if (dmm_ort_allocator_register(a, env) != DMM_OK) {
         fprintf(stderr, "%s\n", dmm_last_error());
         goto out;
     }
-    if (ort_failed(rt, rt->CreateSessionOptions(&so), "CreateSessionOptions")) goto out;
+    if (ort_failed(rt, api->CreateSessionOptions(&so), "CreateSessionOptions")) goto out;
     if (dmm_ort_session_options_use_dmm(rt, so) != DMM_OK) {
         fprintf(stderr, "%s\n", dmm_last_error());
         goto out;
     }
-    if (ort_failed(rt, rt->CreateSessionFromArray(env, model, len, so, &s), "creating the session")) goto out;
-    if (ort_failed(rt, rt->GetAllocatorWithDefaultOptions(&def), "GetAllocatorWithDefaultOptions")) goto out;
+    if (ort_failed(rt, api->CreateSessionFromArray(env, model, len, so, &s), "creating the session")) goto out;
+    if (ort_failed(rt, api->GetAllocatorWithDefaultOptions(&def), "GetAllocatorWithDefaultOptions")) goto out;
     size_t nin = 0, nout = 0;
-    if (ort_failed(rt, rt->SessionGetInputCount(s, &nin), "SessionGetInputCount") ||
-        ort_failed(rt, rt->SessionGetOutputCount(s, &nout), "SessionGetOutputCount"))
+    if (ort_failed(rt, api->SessionGetInputCount(s, &nin), "SessionGetInputCount") ||
+        ort_failed(rt, api->SessionGetOutputCount(s, &nout), "SessionGetOutputCount"))
         goto out;
     if (nin == 0 || nin > 16 || nout == 0 || nout > 16) {
         fprintf(stderr, "dmm ort: the model has %zu inputs and %zu outputs; dmm ort runs models with 1..16 of each\n",
@@ -146,28 +149,28 @@ static int run_model(const char *path, uint64_t limit, uint64_t runs, uint64_t b
     struct OrtValue *ins[16] = {0};
     float *bufs[16] = {0};
     struct OrtMemoryInfo *cpu = NULL;
-    int bad = ort_failed(rt, rt->CreateCpuMemoryInfo(DMM_ORT_DEVICE_ALLOCATOR, DMM_ORT_MEM_DEFAULT, &cpu), "memory info");
+    int bad = ort_failed(rt, api->CreateCpuMemoryInfo(DMM_ORT_DEVICE_ALLOCATOR, DMM_ORT_MEM_DEFAULT, &cpu), "memory info");
     for (size_t i = 0; !bad && i < nin; i++) {
         struct OrtTypeInfo *ti = NULL;
         const struct OrtTensorTypeAndShapeInfo *tsi = NULL;
         int et = 0;
         size_t rank = 0;
         int64_t dims[8];
-        bad = ort_failed(rt, rt->SessionGetInputName(s, i, def, &in_names[i]), "SessionGetInputName") ||
-              ort_failed(rt, rt->SessionGetInputTypeInfo(s, i, &ti), "SessionGetInputTypeInfo") ||
-              ort_failed(rt, rt->CastTypeInfoToTensorInfo(ti, &tsi), "CastTypeInfoToTensorInfo");
+        bad = ort_failed(rt, api->SessionGetInputName(s, i, def, &in_names[i]), "SessionGetInputName") ||
+              ort_failed(rt, api->SessionGetInputTypeInfo(s, i, &ti), "SessionGetInputTypeInfo") ||
+              ort_failed(rt, api->CastTypeInfoToTensorInfo(ti, &tsi), "CastTypeInfoToTensorInfo");
         if (!bad && tsi == NULL) {
             fprintf(stderr, "dmm ort: input %zu is not a tensor; dmm ort feeds float tensors only\n", i);
             bad = 1;
         }
-        if (!bad) bad = ort_failed(rt, rt->GetTensorElementType(tsi, &et), "GetTensorElementType") ||
-                        ort_failed(rt, rt->GetDimensionsCount(tsi, &rank), "GetDimensionsCount");
+        if (!bad) bad = ort_failed(rt, api->GetTensorElementType(tsi, &et), "GetTensorElementType") ||
+                        ort_failed(rt, api->GetDimensionsCount(tsi, &rank), "GetDimensionsCount");
         if (!bad && (et != DMM_ORT_TENSOR_FLOAT || rank > 8)) {
             fprintf(stderr, "dmm ort: input '%s' is of element type %d and rank %zu; dmm ort feeds float tensors of "
                             "rank 0..8 only\n", in_names[i], et, rank);
             bad = 1;
         }
-        if (!bad) bad = ort_failed(rt, rt->GetDimensions(tsi, dims, rank), "GetDimensions");
+        if (!bad) bad = ort_failed(rt, api->GetDimensions(tsi, dims, rank), "GetDimensions");
         size_t count = 1;
         for (size_t k = 0; !bad && k < rank; k++) {
             if (dims[k] <= 0) dims[k] = (int64_t)batch;
@@ -182,21 +185,21 @@ static int run_model(const char *path, uint64_t limit, uint64_t runs, uint64_t b
             if (bufs[i] == NULL) bad = 1;
             for (size_t k = 0; !bad && k < count; k++) bufs[i][k] = dmm_onnx_model_weight(42, (uint32_t)i, k) * 8.0f;
             if (!bad)
-                bad = ort_failed(rt, rt->CreateTensorWithDataAsOrtValue(cpu, bufs[i], count * sizeof(float), dims, rank,
+                bad = ort_failed(rt, api->CreateTensorWithDataAsOrtValue(cpu, bufs[i], count * sizeof(float), dims, rank,
                                                                         DMM_ORT_TENSOR_FLOAT, &ins[i]),
                                  "creating an input");
         }
-        if (ti != NULL) rt->ReleaseTypeInfo(ti);
+        if (ti != NULL) api->ReleaseTypeInfo(ti);
     }
     for (size_t i = 0; !bad && i < nout; i++)
-        bad = ort_failed(rt, rt->SessionGetOutputName(s, i, def, &out_names[i]), "SessionGetOutputName");
+        bad = ort_failed(rt, api->SessionGetOutputName(s, i, def, &out_names[i]), "SessionGetOutputName");
     uint64_t done = 0;
     for (; !bad && done < runs; done++) {
         struct OrtValue *outs[16] = {0};
-        struct OrtStatus *st = rt->Run(s, NULL, (const char *const *)in_names, (const struct OrtValue *const *)ins, nin,
+        struct OrtStatus *st = api->Run(s, NULL, (const char *const *)in_names, (const struct OrtValue *const *)ins, nin,
                                        (const char *const *)out_names, nout, outs);
         for (size_t i = 0; i < nout; i++)
-            if (outs[i] != NULL) rt->ReleaseValue(outs[i]);
+            if (outs[i] != NULL) api->ReleaseValue(outs[i]);
         if (st != NULL) {
             char what[64];
             snprintf(what, sizeof what, "Run %llu", (unsigned long long)done + 1);
@@ -207,46 +210,46 @@ static int run_model(const char *path, uint64_t limit, uint64_t runs, uint64_t b
         dmm_ort_stats ds = {.size = sizeof ds};
         struct OrtKeyValuePairs *kv = NULL;
         bad = dmm_ort_allocator_stats(a, &ds) != DMM_OK ||
-              ort_failed(rt, rt->AllocatorGetStats(dmm_ort_allocator_ort(a), &kv), "AllocatorGetStats");
+              ort_failed(rt, api->AllocatorGetStats(dmm_ort_allocator_ort(a), &kv), "AllocatorGetStats");
         if (!bad) {
             char b1[32], b2[32], b3[32];
             printf("dmm ort: %s, ONNX Runtime %s (API %u), %llu run(s)\n", path, dmm_ort_runtime_version(rt),
                    dmm_ort_runtime_api_version(rt), (unsigned long long)done);
             printf("%-34s %-22s %s\n", "dmm", "", "ONNX Runtime (GetStats)");
             printf("%-34s %-22llu NumReserves %s\n", "reserves (weights pool mallocs)", (unsigned long long)ds.reserves,
-                   rt->GetKeyValue(kv, "NumReserves"));
+                   api->GetKeyValue(kv, "NumReserves"));
             printf("%-34s %-22llu NumAllocs %s\n", "allocs + reserves", (unsigned long long)(ds.allocs + ds.reserves),
-                   rt->GetKeyValue(kv, "NumAllocs"));
+                   api->GetKeyValue(kv, "NumAllocs"));
             printf("%-34s %-22s InUse %s\n", "bytes in use", dmm__fmt_bytes(ds.in_use, b1, sizeof b1),
-                   rt->GetKeyValue(kv, "InUse"));
+                   api->GetKeyValue(kv, "InUse"));
             printf("%-34s %-22s MaxInUse %s\n", "peak in use (sum of pool peaks)",
-                   dmm__fmt_bytes(ds.max_in_use, b2, sizeof b2), rt->GetKeyValue(kv, "MaxInUse"));
+                   dmm__fmt_bytes(ds.max_in_use, b2, sizeof b2), api->GetKeyValue(kv, "MaxInUse"));
             printf("%-34s %-22s MaxAllocSize %s\n", "largest request", dmm__fmt_bytes(ds.max_alloc, b3, sizeof b3),
-                   rt->GetKeyValue(kv, "MaxAllocSize"));
-            const char *lim = rt->GetKeyValue(kv, "Limit");
+                   api->GetKeyValue(kv, "MaxAllocSize"));
+            const char *lim = api->GetKeyValue(kv, "Limit");
             printf("%-34s %-22s Limit %s\n", "governor host limit", limit ? "set" : "none", lim ? lim : "(none)");
             printf("%-34s weights %s, runs %s\n", "committed",
                    dmm__fmt_bytes((uint64_t)ds.weights.committed_bytes.current, b1, sizeof b1),
                    dmm__fmt_bytes((uint64_t)ds.run.committed_bytes.current, b2, sizeof b2));
             printf("%-34s %llu refused, %llu bad frees\n", "refusals", (unsigned long long)ds.refusals,
                    (unsigned long long)ds.bad_frees);
-            rt->ReleaseKeyValuePairs(kv);
+            api->ReleaseKeyValuePairs(kv);
             rc = 0;
         }
     }
     for (size_t i = 0; i < 16; i++) {
-        if (ins[i] != NULL) rt->ReleaseValue(ins[i]);
+        if (ins[i] != NULL) api->ReleaseValue(ins[i]);
         free(bufs[i]);
-        if (in_names[i] != NULL) (void)rt->AllocatorFree(def, in_names[i]);
-        if (out_names[i] != NULL) (void)rt->AllocatorFree(def, out_names[i]);
+        if (in_names[i] != NULL) (void)api->AllocatorFree(def, in_names[i]);
+        if (out_names[i] != NULL) (void)api->AllocatorFree(def, out_names[i]);
     }
-    if (cpu != NULL) rt->ReleaseMemoryInfo(cpu);
+    if (cpu != NULL) api->ReleaseMemoryInfo(cpu);
 out:
-    if (s != NULL) rt->ReleaseSession(s);
-    if (so != NULL) rt->ReleaseSessionOptions(so);
+    if (s != NULL) api->ReleaseSession(s);
+    if (so != NULL) api->ReleaseSessionOptions(so);
     if (env != NULL) {
         if (a != NULL) (void)dmm_ort_allocator_unregister(a, env);
-        rt->ReleaseEnv(env);
+        api->ReleaseEnv(env);
     }
     if (a != NULL && dmm_ort_allocator_destroy(a) != DMM_OK) fprintf(stderr, "%s\n", dmm_last_error());
     if (g != NULL) (void)dmm_governor_destroy(g);

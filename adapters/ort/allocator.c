@@ -134,7 +134,7 @@ void *dmm__ort_c_reserve(struct OrtAllocator *self, size_t bytes) {
 void *dmm__ort_c_alloc_on_stream(struct OrtAllocator *self, size_t bytes, struct OrtSyncStream *stream) {
     dmm_ort_allocator *a = of(self);
     dmm_stream handle = NULL;
-    if (stream != NULL && a->rt->SyncStream_GetHandle != NULL) handle = a->rt->SyncStream_GetHandle(stream);
+    if (stream != NULL && a->rt->calls.SyncStream_GetHandle != NULL) handle = a->rt->calls.SyncStream_GetHandle(stream);
     return serve(a, DMM_ORT_POOL_RUN, bytes, handle, "AllocOnStream");
 }
 
@@ -204,7 +204,7 @@ static const struct OrtMemoryInfo *ort_info(const struct OrtAllocator *self) { r
 static void add_u64(dmm_ort_runtime *rt, struct OrtKeyValuePairs *kv, const char *key, uint64_t v) {
     char text[32];
     snprintf(text, sizeof text, "%llu", (unsigned long long)v);
-    rt->AddKeyValuePair(kv, key, text);
+    rt->calls.AddKeyValuePair(kv, key, text);
 }
 
 static struct OrtStatus *ort_get_stats(const struct OrtAllocator *self, struct OrtKeyValuePairs **out) {
@@ -217,7 +217,7 @@ static struct OrtStatus *ort_get_stats(const struct OrtAllocator *self, struct O
     st.size = sizeof st;
     if (dmm_ort_allocator_stats(a, &st) != DMM_OK) return dmm__ort_make_status(rt, DMM_ORT_FAIL, dmm_last_error());
     struct OrtKeyValuePairs *kv = NULL;
-    rt->CreateKeyValuePairs(&kv);
+    rt->calls.CreateKeyValuePairs(&kv);
     if (kv == NULL) return dmm__ort_make_status(rt, DMM_ORT_FAIL, "dmm ort: GetStats: ONNX Runtime made no key-value pairs");
     dmm_tier_usage tu;
     memset(&tu, 0, sizeof tu);
@@ -385,11 +385,11 @@ dmm_status dmm_ort_allocator_create(dmm_ort_runtime *rt, dmm_driver *driver, dmm
     dmm__u64map_init(&a->streams);
 
     if (a->dev.tier == DMM_TIER_DEVICE)
-        s = dmm__ort_status(rt, rt->CreateMemoryInfo(DMM_ORT_NAME_CUDA, DMM_ORT_DEVICE_ALLOCATOR, (int)a->dev.index,
+        s = dmm__ort_status(rt, rt->calls.CreateMemoryInfo(DMM_ORT_NAME_CUDA, DMM_ORT_DEVICE_ALLOCATOR, (int)a->dev.index,
                                                      DMM_ORT_MEM_DEFAULT, &a->info),
                             DMM_ERR_INVALID_ARGUMENT, "dmm ort: creating the memory info of device memory");
     else
-        s = dmm__ort_status(rt, rt->CreateCpuMemoryInfo(DMM_ORT_DEVICE_ALLOCATOR, DMM_ORT_MEM_DEFAULT, &a->info),
+        s = dmm__ort_status(rt, rt->calls.CreateCpuMemoryInfo(DMM_ORT_DEVICE_ALLOCATOR, DMM_ORT_MEM_DEFAULT, &a->info),
                             DMM_ERR_INVALID_ARGUMENT, "dmm ort: creating the memory info of CPU memory");
     if (s != DMM_OK) goto fail;
     dmm_holder_config hc = {sizeof hc, a->name, k.priority, reclaim, a};
@@ -406,7 +406,7 @@ dmm_status dmm_ort_allocator_create(dmm_ort_runtime *rt, dmm_driver *driver, dmm
     a->ort.Free = ort_free;
     a->ort.Info = ort_info;
     if (v >= DMM_ORT_ALLOCATOR_V_RESERVE) a->ort.Reserve = throwing ? dmm__ort_throwing_reserve : dmm__ort_c_reserve;
-    if (v >= DMM_ORT_ALLOCATOR_V_STATS && rt->CreateKeyValuePairs != NULL && rt->AddKeyValuePair != NULL)
+    if (v >= DMM_ORT_ALLOCATOR_V_STATS && rt->calls.CreateKeyValuePairs != NULL && rt->calls.AddKeyValuePair != NULL)
         a->ort.GetStats = ort_get_stats;
     if (v >= DMM_ORT_ALLOCATOR_V_ON_STREAM)
         a->ort.AllocOnStream = throwing ? dmm__ort_throwing_alloc_on_stream : dmm__ort_c_alloc_on_stream;
@@ -421,7 +421,7 @@ fail:
         dmm__error_keep(&kept, s);
         for (int i = DMM_ORT_POOLS - 1; i >= 0; i--) close_pool(a, &a->pools[i]);
         if (a->holder != NULL) (void)dmm_governor_holder_unregister(a->holder);
-        if (a->info != NULL) rt->ReleaseMemoryInfo(a->info);
+        if (a->info != NULL) rt->calls.ReleaseMemoryInfo(a->info);
         dmm__u64map_fini(&a->streams);
         pthread_mutex_destroy(&a->streams_lock);
         pthread_mutex_destroy(&a->error_lock);
@@ -464,7 +464,7 @@ dmm_status dmm_ort_allocator_destroy(dmm_ort_allocator *a) {
     }
     dmm_status s = dmm_governor_holder_unregister(a->holder);
     if (s != DMM_OK && first == DMM_OK) first = s;
-    a->rt->ReleaseMemoryInfo(a->info);
+    a->rt->calls.ReleaseMemoryInfo(a->info);
     dmm__u64map_fini(&a->streams);
     pthread_mutex_destroy(&a->streams_lock);
     pthread_mutex_destroy(&a->error_lock);
@@ -475,13 +475,13 @@ dmm_status dmm_ort_allocator_destroy(dmm_ort_allocator *a) {
 dmm_status dmm_ort_allocator_register(dmm_ort_allocator *a, struct OrtEnv *env) {
     if (a == NULL || env == NULL)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm ort: registering needs an allocator and an OrtEnv");
-    return dmm__ort_status(a->rt, a->rt->RegisterAllocator(env, &a->ort), DMM_ERR_INVALID_ARGUMENT,
+    return dmm__ort_status(a->rt, a->rt->calls.RegisterAllocator(env, &a->ort), DMM_ERR_INVALID_ARGUMENT,
                            "dmm ort: RegisterAllocator of dmm's allocator refused");
 }
 
 dmm_status dmm_ort_allocator_unregister(dmm_ort_allocator *a, struct OrtEnv *env) {
     if (a == NULL || env == NULL)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm ort: unregistering needs an allocator and an OrtEnv");
-    return dmm__ort_status(a->rt, a->rt->UnregisterAllocator(env, a->info), DMM_ERR_INVALID_ARGUMENT,
+    return dmm__ort_status(a->rt, a->rt->calls.UnregisterAllocator(env, a->info), DMM_ERR_INVALID_ARGUMENT,
                            "dmm ort: UnregisterAllocator of dmm's allocator refused");
 }

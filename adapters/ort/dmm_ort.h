@@ -4,7 +4,7 @@
  * Three objects:
  *   - dmm_ort_runtime: libonnxruntime.so.1 opened at run time (dlopen, OrtGetApiBase, the newest API
  *     version the library grants up to the one dmm knows); the adapter calls only the OrtApi slots it
- *     declares itself (adapters/ort/ort_abi.h), each only when the granted version has it. No link-time
+ *     declares itself (adapters/ort/dmm_ort_abi.h), each only when the granted version has it. No link-time
  *     dependency on ONNX Runtime, no ONNX Runtime header needed;
  *   - dmm_ort_allocator: one OrtAllocator (the struct ONNX Runtime calls) over two dmm pools on one
  *     driver (host for CPU memory, cuda for device memory): `Reserve` (what a session allocates while
@@ -45,6 +45,7 @@
 #include "dmm/governor.h"
 #include "dmm/pool.h"
 #include "dmm/status.h"
+#include "dmm_ort_abi.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -75,6 +76,9 @@ DMM_API uint32_t dmm_ort_runtime_api_version(const dmm_ort_runtime *rt);
 DMM_API const char *dmm_ort_runtime_version(const dmm_ort_runtime *rt);
 /* The OrtApi table (const OrtApi *) for a caller that drives ONNX Runtime itself. */
 DMM_API const void *dmm_ort_runtime_api(const dmm_ort_runtime *rt);
+/* The same, as the slots dmm resolved by name (dmm_ort_abi.h): for a caller written against dmm's
+ * declaration of the ABI instead of ONNX Runtime's headers (the dmm tool, the benchmarks). */
+DMM_API const dmm_ort_calls *dmm_ort_runtime_calls(const dmm_ort_runtime *rt);
 
 /* Adds to `options` what makes a session use the allocators registered on its environment:
  * session.use_env_allocators = 1, and session.use_device_allocator_for_initializers = 1 (initializers

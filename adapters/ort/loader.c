@@ -1,7 +1,7 @@
 /* adapters/ort/loader.c — ONNX Runtime opened at run time, as the CUDA driver opens libcuda.
  *
  * What it owns: the dlopen handle, the OrtApi table the library granted, and the slot pointers read
- * from it (ort_abi.h says which slot is which function and since which API version).
+ * from it (dmm_dmm_ort_abi.h says which slot is which function and since which API version).
  *
  * The idea: OrtGetApiBase()->GetApi(v) hands out the table of version v, or NULL when the library does
  * not support v. The adapter asks for the newest version it knows (DMM_ORT_API_KNOWN) and walks down to
@@ -94,8 +94,8 @@ dmm_status dmm_ort_runtime_open(const char *path, dmm_ort_runtime **out) {
     const char *missing = NULL;
 #define DMM_ORT_SLOT_READ(name, slot, version, ret, params)                                                   \
     if ((version) <= v) {                                                                                     \
-        read_slot(api, (slot), &rt->name, sizeof rt->name);                                                   \
-        if (rt->name == NULL && (version) <= DMM_ORT_API_OLDEST && missing == NULL) missing = #name;          \
+        read_slot(api, (slot), &rt->calls.name, sizeof rt->calls.name);                                       \
+        if (rt->calls.name == NULL && (version) <= DMM_ORT_API_OLDEST && missing == NULL) missing = #name;    \
     }
     DMM_ORT_SLOTS(DMM_ORT_SLOT_READ)
 #undef DMM_ORT_SLOT_READ
@@ -125,28 +125,30 @@ uint32_t dmm_ort_runtime_api_version(const dmm_ort_runtime *rt) { return rt != N
 const char *dmm_ort_runtime_version(const dmm_ort_runtime *rt) { return rt != NULL ? rt->version : ""; }
 const void *dmm_ort_runtime_api(const dmm_ort_runtime *rt) { return rt != NULL ? rt->api : NULL; }
 
+const dmm_ort_calls *dmm_ort_runtime_calls(const dmm_ort_runtime *rt) { return rt != NULL ? &rt->calls : NULL; }
+
 dmm_status dmm__ort_status(const dmm_ort_runtime *rt, struct OrtStatus *st, dmm_status code, const char *what) {
     if (st == NULL) return DMM_OK;
-    const char *msg = rt->GetErrorMessage(st);
-    int ortcode = rt->GetErrorCode(st);
+    const char *msg = rt->calls.GetErrorMessage(st);
+    int ortcode = rt->calls.GetErrorCode(st);
     dmm_status s = dmm_error_set(code, "%s: ONNX Runtime said (code %d): %s", what, ortcode,
                                  msg != NULL ? msg : "(no message)");
-    rt->ReleaseStatus(st);
+    rt->calls.ReleaseStatus(st);
     return s;
 }
 
 struct OrtStatus *dmm__ort_make_status(const dmm_ort_runtime *rt, int code, const char *msg) {
-    return rt->CreateStatus(code, msg != NULL ? msg : "dmm ort: failed");
+    return rt->calls.CreateStatus(code, msg != NULL ? msg : "dmm ort: failed");
 }
 
 dmm_status dmm_ort_session_options_use_dmm(dmm_ort_runtime *rt, struct OrtSessionOptions *options) {
     if (rt == NULL || options == NULL)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
                              "dmm ort: dmm_ort_session_options_use_dmm needs a runtime and session options");
-    dmm_status s = dmm__ort_status(rt, rt->AddSessionConfigEntry(options, DMM_ORT_KEY_USE_ENV_ALLOCATORS, "1"),
+    dmm_status s = dmm__ort_status(rt, rt->calls.AddSessionConfigEntry(options, DMM_ORT_KEY_USE_ENV_ALLOCATORS, "1"),
                                    DMM_ERR_INVALID_ARGUMENT, "dmm ort: setting " DMM_ORT_KEY_USE_ENV_ALLOCATORS "=1");
     if (s != DMM_OK) return s;
-    return dmm__ort_status(rt, rt->AddSessionConfigEntry(options, DMM_ORT_KEY_INITIALIZERS_ON_DEVICE_ALLOCATOR, "1"),
+    return dmm__ort_status(rt, rt->calls.AddSessionConfigEntry(options, DMM_ORT_KEY_INITIALIZERS_ON_DEVICE_ALLOCATOR, "1"),
                            DMM_ERR_INVALID_ARGUMENT,
                            "dmm ort: setting " DMM_ORT_KEY_INITIALIZERS_ON_DEVICE_ALLOCATOR "=1");
 }

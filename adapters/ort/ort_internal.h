@@ -16,7 +16,7 @@
 #include "core/u64map.h"
 #include "dmm/arena.h"
 #include "dmm_ort.h"
-#include "ort_abi.h"
+#include "dmm_ort_abi.h"
 
 struct dmm_ort_runtime {
     void *dl;                       /* dlopen handle */
@@ -25,9 +25,7 @@ struct dmm_ort_runtime {
     uint32_t api_version;           /* the version granted (DMM_ORT_API_OLDEST..DMM_ORT_API_KNOWN) */
     char version[32];               /* GetVersionString(), copied */
     char path[512];                 /* what was opened */
-#define DMM_ORT_SLOT_FIELD(name, slot, version, ret, params) dmm_ort_fn_##name name;
-    DMM_ORT_SLOTS(DMM_ORT_SLOT_FIELD)
-#undef DMM_ORT_SLOT_FIELD
+    dmm_ort_calls calls;            /* the resolved slots (dmm_ort_runtime_calls) */
 };
 
 /* ONNX Runtime's OrtStatus → dmm: NULL is DMM_OK; otherwise `code` with "<what>: ONNX Runtime said: <its

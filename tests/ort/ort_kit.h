@@ -41,10 +41,10 @@ static inline dmm_ort_runtime *kit_ort_open_or_skip(const char *test) {
     do {                                                                                                       \
         struct OrtStatus *st_ = (call);                                                                        \
         if (st_ != NULL) {                                                                                     \
-            const char *m_ = (rt)->GetErrorMessage(st_);                                                        \
+            const char *m_ = (rt)->calls.GetErrorMessage(st_);                                                        \
             char copy_[1024];                                                                                  \
             snprintf(copy_, sizeof copy_, "%s", m_ != NULL ? m_ : "?");                                        \
-            (rt)->ReleaseStatus(st_);                                                                          \
+            (rt)->calls.ReleaseStatus(st_);                                                                          \
             fail_msg("%s failed: %s", #call, copy_);                                                           \
         }                                                                                                      \
     } while (0)
@@ -52,17 +52,17 @@ static inline dmm_ort_runtime *kit_ort_open_or_skip(const char *test) {
 /* A failed call's status `st` (released here): ONNX Runtime's sentence into err, or, where err is NULL,
  * the test fails naming `what`. */
 static inline void kit_ort_error(dmm_ort_runtime *rt, struct OrtStatus *st, const char *what, char *err, size_t cap) {
-    const char *m = rt->GetErrorMessage(st);
+    const char *m = rt->calls.GetErrorMessage(st);
     char copy[1024];
     snprintf(copy, sizeof copy, "%s", m != NULL ? m : "?");
-    rt->ReleaseStatus(st);
+    rt->calls.ReleaseStatus(st);
     if (err == NULL) fail_msg("%s failed: %s", what, copy);
     snprintf(err, cap, "%s", copy);
 }
 
 static inline struct OrtEnv *kit_env(dmm_ort_runtime *rt) {
     struct OrtEnv *env = NULL;
-    ORT_OK(rt, rt->CreateEnv(DMM_ORT_LOG_ERROR, "dmm-test", &env));
+    ORT_OK(rt, rt->calls.CreateEnv(DMM_ORT_LOG_ERROR, "dmm-test", &env));
     return env;
 }
 
@@ -110,7 +110,7 @@ static inline kit_world kit_world_open(const char *test, const char *name) {
 
 static inline void kit_world_drop_allocator(kit_world *w) {
     DMM_OK_OR_FAIL(dmm_ort_allocator_unregister(w->a, w->env));
-    w->rt->ReleaseEnv(w->env);
+    w->rt->calls.ReleaseEnv(w->env);
     w->env = NULL;
     DMM_OK_OR_FAIL(dmm_ort_allocator_destroy(w->a));
     w->a = NULL;
@@ -127,8 +127,8 @@ static inline void kit_world_close(kit_world *w) {
 
 static inline struct OrtSessionOptions *kit_options(dmm_ort_runtime *rt, bool use_dmm) {
     struct OrtSessionOptions *so = NULL;
-    ORT_OK(rt, rt->CreateSessionOptions(&so));
-    ORT_OK(rt, rt->SetIntraOpNumThreads(so, 1));
+    ORT_OK(rt, rt->calls.CreateSessionOptions(&so));
+    ORT_OK(rt, rt->calls.SetIntraOpNumThreads(so, 1));
     if (use_dmm) DMM_OK_OR_FAIL(dmm_ort_session_options_use_dmm(rt, so));
     return so;
 }
@@ -142,8 +142,8 @@ static inline struct OrtSession *kit_session(dmm_ort_runtime *rt, struct OrtEnv 
     if (dmm_onnx_model_write(d, &model, &len, e, sizeof e) != 0) fail_msg("%s", e);
     struct OrtSessionOptions *so = kit_options(rt, use_dmm);
     struct OrtSession *s = NULL;
-    struct OrtStatus *st = rt->CreateSessionFromArray(env, model, len, so, &s);
-    rt->ReleaseSessionOptions(so);
+    struct OrtStatus *st = rt->calls.CreateSessionFromArray(env, model, len, so, &s);
+    rt->calls.ReleaseSessionOptions(so);
     free(model);
     if (st != NULL) {
         kit_ort_error(rt, st, "CreateSessionFromArray", err, cap);
@@ -160,36 +160,36 @@ static inline float kit_input(uint64_t seed, uint64_t k) { return dmm_onnx_model
 static inline int kit_run(dmm_ort_runtime *rt, struct OrtSession *s, const dmm_onnx_model_desc *d, uint32_t batch,
                           uint64_t seed, float *y, char *err, size_t cap) {
     struct OrtMemoryInfo *mi = NULL;
-    ORT_OK(rt, rt->CreateCpuMemoryInfo(DMM_ORT_DEVICE_ALLOCATOR, DMM_ORT_MEM_DEFAULT, &mi));
+    ORT_OK(rt, rt->calls.CreateCpuMemoryInfo(DMM_ORT_DEVICE_ALLOCATOR, DMM_ORT_MEM_DEFAULT, &mi));
     size_t n = (size_t)batch * d->in;
     float *x = malloc(n * sizeof *x);
     assert_non_null(x);
     for (size_t k = 0; k < n; k++) x[k] = kit_input(seed, k);
     int64_t shape[2] = {batch, d->in};
     struct OrtValue *in = NULL, *out = NULL;
-    ORT_OK(rt, rt->CreateTensorWithDataAsOrtValue(mi, x, n * sizeof *x, shape, 2, DMM_ORT_TENSOR_FLOAT, &in));
+    ORT_OK(rt, rt->calls.CreateTensorWithDataAsOrtValue(mi, x, n * sizeof *x, shape, 2, DMM_ORT_TENSOR_FLOAT, &in));
     const char *in_names[] = {"X"}, *out_names[] = {"Y"};
     const struct OrtValue *ins[] = {in};
-    struct OrtStatus *st = rt->Run(s, NULL, in_names, ins, 1, out_names, 1, &out);
+    struct OrtStatus *st = rt->calls.Run(s, NULL, in_names, ins, 1, out_names, 1, &out);
     int rc = 0;
     if (st != NULL) {
         kit_ort_error(rt, st, "Run", err, cap);
         rc = -1;
     } else {
         struct OrtTensorTypeAndShapeInfo *ti = NULL;
-        ORT_OK(rt, rt->GetTensorTypeAndShape(out, &ti));
+        ORT_OK(rt, rt->calls.GetTensorTypeAndShape(out, &ti));
         size_t count = 0;
-        ORT_OK(rt, rt->GetTensorShapeElementCount(ti, &count));
-        rt->ReleaseTensorTypeAndShapeInfo(ti);
+        ORT_OK(rt, rt->calls.GetTensorShapeElementCount(ti, &count));
+        rt->calls.ReleaseTensorTypeAndShapeInfo(ti);
         assert_int_equal(count, (size_t)batch * d->hidden);
         void *data = NULL;
-        ORT_OK(rt, rt->GetTensorMutableData(out, &data));
+        ORT_OK(rt, rt->calls.GetTensorMutableData(out, &data));
         if (y != NULL) memcpy(y, data, count * sizeof(float));
-        rt->ReleaseValue(out);
+        rt->calls.ReleaseValue(out);
     }
-    rt->ReleaseValue(in);
+    rt->calls.ReleaseValue(in);
     free(x);
-    rt->ReleaseMemoryInfo(mi);
+    rt->calls.ReleaseMemoryInfo(mi);
     return rc;
 }
 

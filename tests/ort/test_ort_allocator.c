@@ -23,7 +23,7 @@ static uint64_t committed(dmm_ort_allocator *a) {
 }
 
 static uint64_t kv_u64(dmm_ort_runtime *rt, struct OrtKeyValuePairs *kv, const char *key) {
-    const char *v = rt->GetKeyValue(kv, key);
+    const char *v = rt->calls.GetKeyValue(kv, key);
     if (v == NULL) fail_msg("GetStats has no key '%s'", key);
     return strtoull(v, NULL, 10);
 }
@@ -47,7 +47,7 @@ static void sixteen_runs_of_varying_shape_hold_a_plateau(void **state) {
     }
     /* GetStats through ONNX Runtime's AllocatorGetStats (OrtApi slot 319) = dmm's stats */
     struct OrtKeyValuePairs *kv = NULL;
-    ORT_OK(rt, rt->AllocatorGetStats(dmm_ort_allocator_ort(a), &kv));
+    ORT_OK(rt, rt->calls.AllocatorGetStats(dmm_ort_allocator_ort(a), &kv));
     dmm_ort_stats st = kit_stats(a);
     assert_int_equal(kv_u64(rt, kv, "InUse"), st.in_use);
     assert_int_equal(kv_u64(rt, kv, "NumAllocs"), st.allocs + st.reserves);
@@ -59,8 +59,8 @@ static void sixteen_runs_of_varying_shape_hold_a_plateau(void **state) {
     assert_int_equal(kv_u64(rt, kv, "NumArenaExtensions"), st.weights.grows + st.run.grows);
     assert_true(st.allocs >= 16);
     assert_true(st.in_use > 0); /* the initializers */
-    rt->ReleaseKeyValuePairs(kv);
-    rt->ReleaseSession(s);
+    rt->calls.ReleaseKeyValuePairs(kv);
+    rt->calls.ReleaseSession(s);
     assert_int_equal(kit_stats(a).in_use, 0);
     kit_world_close(&w);
 }
@@ -77,7 +77,7 @@ static void a_run_over_the_limit_fails_and_the_next_one_succeeds(void **state) {
     assert_non_null(want);
     assert_non_null(got);
     assert_int_equal(kit_run(rt, own, &mlp, mlp.batch, 5, want, NULL, 0), 0);
-    rt->ReleaseSession(own);
+    rt->calls.ReleaseSession(own);
 
     struct OrtSession *s = kit_session(rt, w.env, &mlp, true, NULL, 0);
     dmm_tier_usage tu = {.size = sizeof tu};
@@ -107,7 +107,7 @@ static void a_run_over_the_limit_fails_and_the_next_one_succeeds(void **state) {
     DMM_OK_OR_FAIL(dmm_governor_set_limit(g, KIT_HOST, DMM_AXIS_OWNED, limit + 64 * MIB));
     assert_int_equal(kit_run(rt, s, &mlp, mlp.batch, 5, got, NULL, 0), 0);
     assert_memory_equal(got, want, n * sizeof *got);
-    rt->ReleaseSession(s);
+    rt->calls.ReleaseSession(s);
     free(want);
     free(got);
     kit_world_close(&w);
@@ -206,10 +206,10 @@ static void two_sessions_and_another_pool_share_one_governor(void **state) {
     assert_non_null(strstr(json, "\"session-2\""));
     assert_non_null(strstr(json, "\"other-pool\""));
 
-    rt->ReleaseSession(s1);
-    rt->ReleaseSession(s2);
+    rt->calls.ReleaseSession(s1);
+    rt->calls.ReleaseSession(s2);
     DMM_OK_OR_FAIL(dmm_ort_allocator_unregister(a2, env));
-    rt->ReleaseEnv(env);
+    rt->calls.ReleaseEnv(env);
     DMM_OK_OR_FAIL(dmm_ort_allocator_destroy(a1));
     DMM_OK_OR_FAIL(dmm_ort_allocator_destroy(a2));
     DMM_OK_OR_FAIL(dmm_pool_destroy(o.pool));

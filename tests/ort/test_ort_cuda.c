@@ -36,8 +36,8 @@ static void the_device_allocator_and_gpu_external_run_over_cuda(void **state) {
     const struct OrtMemoryInfo *mi = dmm_ort_allocator_ort(a)->Info(dmm_ort_allocator_ort(a));
     const char *name = NULL;
     int id = -1;
-    ORT_OK(rt, rt->MemoryInfoGetName(mi, &name));
-    ORT_OK(rt, rt->MemoryInfoGetId(mi, &id));
+    ORT_OK(rt, rt->calls.MemoryInfoGetName(mi, &name));
+    ORT_OK(rt, rt->calls.MemoryInfoGetId(mi, &id));
     assert_string_equal(name, DMM_ORT_NAME_CUDA);
     assert_int_equal(id, 0);
 

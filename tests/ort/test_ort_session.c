@@ -56,8 +56,8 @@ static void a_session_with_env_allocators_runs_through_dmm(void **state) {
         assert_true(st1.allocs > st0.allocs);
         assert_memory_equal(got, want, n * sizeof *got); /* bit for bit */
     }
-    rt->ReleaseSession(s);
-    rt->ReleaseSession(own);
+    rt->calls.ReleaseSession(s);
+    rt->calls.ReleaseSession(own);
     dmm_ort_stats end = kit_stats(a);
     assert_int_equal(end.in_use, 0);
     assert_int_equal(end.weights.allocations.current + end.run.allocations.current, 0);

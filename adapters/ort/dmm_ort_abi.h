@@ -1,4 +1,4 @@
-/* adapters/ort/ort_abi.h — dmm's own declaration of the part of ONNX Runtime's C ABI the adapter uses.
+/* adapters/ort/dmm_ort_abi.h — dmm's own declaration of the part of ONNX Runtime's C ABI the adapter uses.
  * Internal to libdmm_ort (never installed); no ONNX Runtime header is included or copied.
  *
  * What it owns: the facts of the ABI, written down once:
@@ -202,5 +202,14 @@ typedef void (*dmm_ort_logging_fn)(void *param, int severity, const char *catego
 #define DMM_ORT_SLOT_TYPEDEF(name, slot, version, ret, params) typedef ret(*dmm_ort_fn_##name) params;
 DMM_ORT_SLOTS(DMM_ORT_SLOT_TYPEDEF)
 #undef DMM_ORT_SLOT_TYPEDEF
+
+/* The slots an open runtime resolved (dmm_ort_runtime_calls), by name: ort->CreateEnv(...). A slot of an
+ * API version above the one ONNX Runtime granted is NULL; the required ones (version ≤
+ * DMM_ORT_API_OLDEST) never are. */
+typedef struct dmm_ort_calls {
+#define DMM_ORT_SLOT_FIELD(name, slot, version, ret, params) dmm_ort_fn_##name name;
+    DMM_ORT_SLOTS(DMM_ORT_SLOT_FIELD)
+#undef DMM_ORT_SLOT_FIELD
+} dmm_ort_calls;
 
 #endif /* DMM_ORT_ABI_H */
