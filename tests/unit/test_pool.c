@@ -410,6 +410,85 @@ static void trim_decommits_whole_free_chunks_down_to_the_target(void **state) {
     fx_close(f);
 }
 
+/* The observer of dmm_pool_config.on_map: the mapped bytes it was told of, net. */
+typedef struct map_tally {
+    int64_t net;
+    uint64_t maps, unmaps;
+} map_tally;
+static void tally_map(void *user, uintptr_t addr, uint64_t bytes, bool mapped) {
+    map_tally *t = user;
+    assert_true(addr != 0 && bytes % C == 0);
+    t->net += mapped ? (int64_t)bytes : -(int64_t)bytes;
+    if (mapped) t->maps++;
+    else t->unmaps++;
+}
+
+/* The committed ranges, in a new array (*n of them), and their sum. */
+static uint64_t *committed_ranges(fx *f, size_t *n, uint64_t *sum) {
+    DMM_OK_OR_FAIL(dmm_pool_committed(f->pool, NULL, 0, n));
+    uint64_t *v = calloc(2 * *n + 2, sizeof *v);
+    assert_non_null(v);
+    DMM_OK_OR_FAIL(dmm_pool_committed(f->pool, v, *n + 1, n));
+    *sum = 0;
+    for (size_t i = 0; i < *n; i++) {
+        *sum += v[2 * i + 1];
+        if (i > 0) assert_true(v[2 * i - 2] + v[2 * i - 1] < v[2 * i]); /* in order, coalesced */
+    }
+    return v;
+}
+
+static void the_pool_says_what_it_mapped(void **state) {
+    (void)state;
+    map_tally t = {0};
+    dmm_pool_config pc = {.size = sizeof pc, .on_map = tally_map, .on_map_user = &t};
+    fx *f = fx_open(&pc, 0);
+    dmm_stream s2 = NULL;
+    DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &s2));
+    char *a = xmalloc(f, 3 * C, NULL), *b = xmalloc(f, C, s2), *c = xmalloc(f, 5 * C, NULL);
+    xfree(f, a, NULL);
+    size_t n = 0;
+    uint64_t sum = 0;
+    uint64_t *v = committed_ranges(f, &n, &sum);
+    assert_true(n >= 2); /* two heaps' regions */
+    assert_int_equal(sum, stats(f).committed_bytes.current);
+    assert_int_equal((uint64_t)t.net, sum); /* the observer saw every map */
+    assert_true(t.maps > 0 && t.unmaps == 0);
+    /* the live blocks lie inside the ranges */
+    const char *live[2] = {b, c};
+    const uint64_t len[2] = {C, 5 * C};
+    for (int k = 0; k < 2; k++) {
+        bool inside = false;
+        for (size_t i = 0; i < n; i++)
+            inside |= (uintptr_t)live[k] >= v[2 * i] && (uintptr_t)live[k] + len[k] <= v[2 * i] + v[2 * i + 1];
+        assert_true(inside);
+    }
+    free(v);
+    /* an array too small: refused, nothing written */
+    uint64_t small[2] = {7, 7};
+    assert_int_equal(dmm_pool_committed(f->pool, small, 1, &n), DMM_ERR_INVALID_ARGUMENT);
+    dmm_test_error_mentions("larger", NULL);
+    assert_int_equal(small[0], 7);
+    /* a trim unmaps, and says so */
+    uint64_t released = 0;
+    DMM_OK_OR_FAIL(dmm_pool_trim(f->pool, 0, &released));
+    assert_true(released > 0 && t.unmaps > 0);
+    v = committed_ranges(f, &n, &sum);
+    assert_int_equal(sum, stats(f).committed_bytes.current);
+    assert_int_equal((uint64_t)t.net, sum);
+    free(v);
+    xfree(f, b, s2);
+    xfree(f, c, NULL);
+    DMM_OK_OR_FAIL(f->drv->ops->stream_synchronize(f->drv, s2));
+    DMM_OK_OR_FAIL(dmm_pool_empty_cache(f->pool, &released));
+    DMM_OK_OR_FAIL(dmm_pool_empty_cache(f->pool, &released));
+    v = committed_ranges(f, &n, &sum);
+    assert_int_equal(n, 0);
+    assert_int_equal(t.net, 0);
+    free(v);
+    DMM_OK_OR_FAIL(f->drv->ops->stream_destroy(f->drv, s2));
+    fx_close(f);
+}
+
 /* ---- streams and events ---- */
 static void a_block_freed_on_another_stream_waits_for_its_event(void **state) {
     (void)state;
@@ -1030,6 +1109,7 @@ int main(void) {
         cmocka_unit_test(unknown_and_double_frees_change_nothing),
         cmocka_unit_test(destroy_is_refused_while_blocks_are_live),
         cmocka_unit_test(trim_decommits_whole_free_chunks_down_to_the_target),
+        cmocka_unit_test(the_pool_says_what_it_mapped),
         cmocka_unit_test(a_block_freed_on_another_stream_waits_for_its_event),
         cmocka_unit_test(completed_cross_stream_events_are_recycled),
         cmocka_unit_test(trim_and_moves_leave_a_chunk_mapped_until_its_stream_event_completes),
