@@ -23,6 +23,8 @@ static const dmm_command commands[] = {
      "compare two bench results (bench_* --json): WORSE / same / better per metric"},
     {"hold", dmm_cmd_hold, dmm_usage_hold,
      "keep named regions of memory alive for other processes to attach (docs/ipc.md)"},
+    {"options", dmm_cmd_options, dmm_usage_options,
+     "every option of dmm: the environment variables and these commands' flags (--markdown: docs/options.md)"},
     {"version", dmm_cmd_version, dmm_usage_version, "print the library version (also: dmm --version)"},
     {"help", dmm_cmd_help, dmm_usage_help, "this list, or a command's help: dmm help COMMAND"},
 };
@@ -72,6 +74,20 @@ int dmm_cli_u64(const char *cmd, const char *opt, const char *text, const dmm_op
 int dmm_cli_real(const char *cmd, const char *opt, const char *text, double min, double max, double *out) {
     char err[512];
     if (dmm_opt_real(opt, text, min, max, out, err, sizeof err) == 0) return 0;
+    fprintf(stderr, "dmm %s: %s\n", cmd, err);
+    return 2;
+}
+
+int dmm_cli_flag_u64(const char *cmd, dmm_option_id id, const char *text, uint64_t *out) {
+    char err[512];
+    if (dmm_opt_flag_u64(id, text, out, err, sizeof err) == 0) return 0;
+    fprintf(stderr, "dmm %s: %s\n", cmd, err);
+    return 2;
+}
+
+int dmm_cli_flag_real(const char *cmd, dmm_option_id id, const char *text, double *out) {
+    char err[512];
+    if (dmm_opt_flag_real(id, text, out, err, sizeof err) == 0) return 0;
     fprintf(stderr, "dmm %s: %s\n", cmd, err);
     return 2;
 }
