@@ -40,11 +40,16 @@ static void usage(FILE *f) {
     fprintf(f, "usage: dmm COMMAND [ARGS]      (dmm COMMAND --help: its options)\n"
                "       dmm --help | --version\n\ncommands:\n");
     for (size_t i = 0; i < NCOMMANDS; i++) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
-    fprintf(f, "\nEvery input has a bound that a flag raises: --max-input-bytes SIZE (replay: text after\n"
-               "decompression, default 4G; ort: the model, 2G; compare: a result, 4M) and --max-records N (replay,\n"
-               "default 100000000); an endless or larger input ends with an error. Output files: a regular file is\n"
-               "written beside and renamed into place when the work succeeded, a device, FIFO or terminal in\n"
-               "place; nothing else is created, cut or removed.\n");
+    /* the bounds' defaults from the option table */
+    const dmm_option *rb = dmm__option(DMM_OPTION_REPLAY_MAX_INPUT_BYTES), *ob = dmm__option(DMM_OPTION_ORT_MAX_INPUT_BYTES),
+                     *cb = dmm__option(DMM_OPTION_COMPARE_MAX_INPUT_BYTES), *rr = dmm__option(DMM_OPTION_REPLAY_MAX_RECORDS);
+    fprintf(f, "\nEvery input has a bound that a flag raises: %s %s (replay: text after decompression,\n"
+               "default %s; ort: the model, %s; compare: a result, %s) and %s %s\n"
+               "(replay, default %s); an endless or larger input ends with an error. Output files: a regular\n"
+               "file is written beside and renamed into place when the work succeeded, a device, FIFO or terminal\n"
+               "in place; nothing else is created, cut or removed. Sizes take K, M, G or T (64G, 512MiB);\n"
+               "dmm options lists every option and environment variable.\n",
+            rb->flag, rb->value, rb->fallback, ob->fallback, cb->fallback, rr->flag, rr->value, rr->fallback);
 }
 
 void dmm_cli_getopt_reset(void) {
@@ -61,20 +66,6 @@ int dmm_cli_bad_option(const char *cmd, int c, char *const *argv) {
         fprintf(stderr, "dmm %s: unknown option '-%c' (dmm %s --help lists the options)\n", cmd, optopt, cmd);
     else
         fprintf(stderr, "dmm %s: unknown or ambiguous option '%s' (dmm %s --help lists the options)\n", cmd, arg, cmd);
-    return 2;
-}
-
-int dmm_cli_u64(const char *cmd, const char *opt, const char *text, const dmm_opt_range *r, uint64_t *out) {
-    char err[512];
-    if (dmm_opt_u64(opt, text, r, out, err, sizeof err) == 0) return 0;
-    fprintf(stderr, "dmm %s: %s\n", cmd, err);
-    return 2;
-}
-
-int dmm_cli_real(const char *cmd, const char *opt, const char *text, double min, double max, double *out) {
-    char err[512];
-    if (dmm_opt_real(opt, text, min, max, out, err, sizeof err) == 0) return 0;
-    fprintf(stderr, "dmm %s: %s\n", cmd, err);
     return 2;
 }
 

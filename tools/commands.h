@@ -53,10 +53,8 @@ int dmm_cli_no_arguments(const char *cmd, int argc, char **argv, void (*usage_of
 /* The sentence for getopt_long's '?' (unknown or ambiguous option) or ':' (missing value) at argv;
  * returns 2. */
 int dmm_cli_bad_option(const char *cmd, int c, char *const *argv);
-/* dmm_opt_u64 / dmm_opt_real, with the refusal printed as "dmm CMD: ..."; 0, or 2 (the exit code). */
-int dmm_cli_u64(const char *cmd, const char *opt, const char *text, const dmm_opt_range *r, uint64_t *out);
-int dmm_cli_real(const char *cmd, const char *opt, const char *text, double min, double max, double *out);
-/* The same for the flag of option-table row `id` (its name and range from the row). */
+/* dmm_opt_flag_u64 / dmm_opt_flag_real for the flag of option-table row `id` (its name and range from the
+ * row), with the refusal printed as "dmm CMD: ..."; 0, or 2 (the exit code). */
 int dmm_cli_flag_u64(const char *cmd, dmm_option_id id, const char *text, uint64_t *out);
 int dmm_cli_flag_real(const char *cmd, dmm_option_id id, const char *text, double *out);
 /* The flags of `command` ("dmm replay") from the option table, one per row in the table's order, as a
