@@ -57,52 +57,50 @@ static int parse(int argc, char **argv, replay_args *a) {
     dmm_cli_longs("dmm replay", longs, sizeof longs / sizeof longs[0]);
     dmm_cli_getopt_reset();
     int c;
+    /* where each numeric flag's value goes (the 32-bit fields' rows have ranges within 32 bits) */
+    const struct {
+        dmm_option_id id;
+        uint64_t *u64;
+        uint32_t *u32;
+    } numbers[] = {
+        {DMM_OPTION_REPLAY_GRANULE, &a->o.granule, NULL},
+        {DMM_OPTION_REPLAY_CHUNK, &a->o.chunk_bytes, NULL},
+        {DMM_OPTION_REPLAY_MAX_CHUNK, &a->o.max_chunk_bytes, NULL},
+        {DMM_OPTION_REPLAY_HANDLE_DIV, NULL, &a->o.handle_divisor},
+        {DMM_OPTION_REPLAY_MIN_CHUNK, &a->o.min_chunk_bytes, NULL},
+        {DMM_OPTION_REPLAY_FLOOR_DIV, NULL, &a->o.floor_divisor},
+        {DMM_OPTION_REPLAY_RETAIN, NULL, &a->o.retain_permille},
+        {DMM_OPTION_REPLAY_SETTLE, NULL, &a->o.settle_permille},
+        {DMM_OPTION_REPLAY_LAG, &a->o.lag, NULL},
+        {DMM_OPTION_REPLAY_REPEAT, NULL, &a->o.repeat},
+        {DMM_OPTION_REPLAY_WARM, &a->o.warm_bytes, NULL},
+        {DMM_OPTION_REPLAY_STOCK, &a->o.stock_bytes, NULL},
+        {DMM_OPTION_REPLAY_MAX_INPUT_BYTES, &a->limits.max_text_bytes, NULL},
+        {DMM_OPTION_REPLAY_MAX_RECORDS, &a->limits.max_records, NULL},
+    };
     while ((c = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
-        uint64_t v = 0;
-        int rc = 0;
-        dmm_option_id id = (dmm_option_id)(c - DMM_CLI_FLAG(0));
+        bool number = false;
+        for (size_t i = 0; i < sizeof numbers / sizeof numbers[0] && !number; i++) {
+            if (c != DMM_CLI_FLAG(numbers[i].id)) continue;
+            number = true;
+            uint64_t v = 0;
+            if (dmm_cli_flag_u64("replay", numbers[i].id, optarg, &v) != 0) return 2;
+            if (numbers[i].u64 != NULL) *numbers[i].u64 = v;
+            else *numbers[i].u32 = (uint32_t)v;
+        }
+        if (number) continue;
         switch (c) {
         case 'h': dmm_usage_replay(stdout); return -1;
         case DMM_CLI_FLAG(DMM_OPTION_REPLAY_DRIVER): a->o.driver = optarg; break;
-        case DMM_CLI_FLAG(DMM_OPTION_REPLAY_GRANULE): rc = dmm_cli_flag_u64("replay", id, optarg, &a->o.granule); break;
-        case DMM_CLI_FLAG(DMM_OPTION_REPLAY_CHUNK): rc = dmm_cli_flag_u64("replay", id, optarg, &a->o.chunk_bytes); break;
-        case DMM_CLI_FLAG(DMM_OPTION_REPLAY_MAX_CHUNK):
-            rc = dmm_cli_flag_u64("replay", id, optarg, &a->o.max_chunk_bytes);
-            break;
-        case DMM_CLI_FLAG(DMM_OPTION_REPLAY_MIN_CHUNK):
-            rc = dmm_cli_flag_u64("replay", id, optarg, &a->o.min_chunk_bytes);
-            break;
-        case DMM_CLI_FLAG(DMM_OPTION_REPLAY_LAG): rc = dmm_cli_flag_u64("replay", id, optarg, &a->o.lag); break;
-        case DMM_CLI_FLAG(DMM_OPTION_REPLAY_WARM): rc = dmm_cli_flag_u64("replay", id, optarg, &a->o.warm_bytes); break;
-        case DMM_CLI_FLAG(DMM_OPTION_REPLAY_STOCK): rc = dmm_cli_flag_u64("replay", id, optarg, &a->o.stock_bytes); break;
         case DMM_CLI_FLAG(DMM_OPTION_REPLAY_NO_ALIAS): a->o.no_alias = true; break;
         case DMM_CLI_FLAG(DMM_OPTION_REPLAY_WARM_LAYOUT): a->o.warm_layout = true; break;
-        case DMM_CLI_FLAG(DMM_OPTION_REPLAY_HANDLE_DIV):
-        case DMM_CLI_FLAG(DMM_OPTION_REPLAY_FLOOR_DIV):
-        case DMM_CLI_FLAG(DMM_OPTION_REPLAY_RETAIN):
-        case DMM_CLI_FLAG(DMM_OPTION_REPLAY_SETTLE):
-        case DMM_CLI_FLAG(DMM_OPTION_REPLAY_REPEAT): /* each at most 2^32 - 1 (its row's range) */
-            rc = dmm_cli_flag_u64("replay", id, optarg, &v);
-            if (id == DMM_OPTION_REPLAY_HANDLE_DIV) a->o.handle_divisor = (uint32_t)v;
-            else if (id == DMM_OPTION_REPLAY_FLOOR_DIV) a->o.floor_divisor = (uint32_t)v;
-            else if (id == DMM_OPTION_REPLAY_RETAIN) a->o.retain_permille = (uint32_t)v;
-            else if (id == DMM_OPTION_REPLAY_SETTLE) a->o.settle_permille = (uint32_t)v;
-            else a->o.repeat = (uint32_t)v;
-            break;
         case DMM_CLI_FLAG(DMM_OPTION_REPLAY_JSON):
             a->json = true;
             a->json_path = optarg;
             break;
         case DMM_CLI_FLAG(DMM_OPTION_REPLAY_REPORT): a->report = optarg; break;
-        case DMM_CLI_FLAG(DMM_OPTION_REPLAY_MAX_INPUT_BYTES):
-            rc = dmm_cli_flag_u64("replay", id, optarg, &a->limits.max_text_bytes);
-            break;
-        case DMM_CLI_FLAG(DMM_OPTION_REPLAY_MAX_RECORDS):
-            rc = dmm_cli_flag_u64("replay", id, optarg, &a->limits.max_records);
-            break;
         default: return dmm_cli_bad_option("replay", c, argv);
         }
-        if (rc != 0) return rc;
     }
     if (optind == argc) {
         dmm_usage_replay(stderr);

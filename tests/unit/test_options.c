@@ -63,6 +63,10 @@ static void rows_agree_with_the_headers_that_use_them(void **state) {
     assert_string_equal(dmm__option(DMM_OPTION_COMPARE_THRESHOLD_FLOOR)->fallback, text);
     snprintf(text, sizeof text, "%dM", DMM_BENCH_MAX_FILE >> 20);
     assert_string_equal(dmm__option(DMM_OPTION_COMPARE_MAX_INPUT_BYTES)->fallback, text);
+    /* the flags that land in 32-bit fields (replay's divisors, per mille and repetitions) stay within 32 bits */
+    const dmm_option_id narrow[] = {DMM_OPTION_REPLAY_HANDLE_DIV, DMM_OPTION_REPLAY_FLOOR_DIV, DMM_OPTION_REPLAY_RETAIN,
+                                    DMM_OPTION_REPLAY_SETTLE, DMM_OPTION_REPLAY_REPEAT};
+    for (size_t i = 0; i < sizeof narrow / sizeof narrow[0]; i++) assert_true(dmm__option(narrow[i])->max <= UINT32_MAX);
 }
 
 static void the_environment_is_read_through_the_table(void **state) {
