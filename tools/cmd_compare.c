@@ -16,25 +16,16 @@ void dmm_usage_compare(FILE *f) {
     fprintf(f, "usage: dmm compare OLD.json NEW.json [--threshold-floor PCT] [--k K] [--max-input-bytes SIZE]\n\n"
                "Compares two results of one bench (written by bench_* --json FILE). A metric is WORSE when its\n"
                "median moved in the worse direction by more than max(K x noise, floor), where noise is\n"
-               "1.4826 x sqrt((mad_old/median_old)^2 + (mad_new/median_new)^2). Defaults: K = %g, floor = %g %%.\n"
-               "  --threshold-floor PCT  the floor in per cent, from 0 to 1e9 (e.g. 5)\n"
-               "  --k K                  the noise multiple, from 0 to 1e9 (e.g. 3)\n"
-               "  --max-input-bytes SIZE the most a result file may hold (default %dM; a larger or endless\n"
-               "                         input is refused; up to 1G)\n"
-               "Options take --opt VALUE or --opt=VALUE. Exit 0 when nothing is WORSE, 1 when something is, 2 on\n"
-               "bad input.\n",
-            DMM_CMP_DEFAULT_K, 100 * DMM_CMP_DEFAULT_FLOOR, DMM_BENCH_MAX_FILE >> 20);
+               "1.4826 x sqrt((mad_old/median_old)^2 + (mad_new/median_new)^2).\n");
+    dmm_cli_print_flags(f, "dmm compare");
+    fprintf(f, "Options take --opt VALUE or --opt=VALUE. Exit 0 when nothing is WORSE, 1 when something is, 2 on\n"
+               "bad input.\n");
 }
 
 int dmm_cmd_compare(int argc, char **argv) {
-    enum { OPT_FLOOR = 256, OPT_K, OPT_MAX_INPUT_BYTES };
-    /* the JSON reader's tree takes up to ~30 times the text: 1 GiB of text is the most worth allowing */
-    static const dmm_opt_range INPUT_BYTES = {1, (uint64_t)1 << 30, true, "a size in bytes", "16M"};
-    static const struct option longs[] = {{"threshold-floor", required_argument, NULL, OPT_FLOOR},
-                                          {"k", required_argument, NULL, OPT_K},
-                                          {"max-input-bytes", required_argument, NULL, OPT_MAX_INPUT_BYTES},
-                                          {"help", no_argument, NULL, 'h'},
-                                          {NULL, 0, NULL, 0}};
+    /* (the JSON reader's tree takes up to ~30 times the text: 1 GiB of text is the most --max-input-bytes allows) */
+    struct option longs[8];
+    dmm_cli_longs("dmm compare", longs, sizeof longs / sizeof longs[0]);
     dmm_cmp_opts o = {DMM_CMP_DEFAULT_K, DMM_CMP_DEFAULT_FLOOR};
     double pct = 100 * DMM_CMP_DEFAULT_FLOOR;
     uint64_t max_bytes = DMM_BENCH_MAX_FILE;
@@ -44,9 +35,13 @@ int dmm_cmd_compare(int argc, char **argv) {
         int rc = 0;
         switch (c) {
         case 'h': dmm_usage_compare(stdout); return 0;
-        case OPT_FLOOR: rc = dmm_cli_real("compare", "--threshold-floor", optarg, 0, 1e9, &pct); break;
-        case OPT_K: rc = dmm_cli_real("compare", "--k", optarg, 0, 1e9, &o.k); break;
-        case OPT_MAX_INPUT_BYTES: rc = dmm_cli_u64("compare", "--max-input-bytes", optarg, &INPUT_BYTES, &max_bytes); break;
+        case DMM_CLI_FLAG(DMM_OPTION_COMPARE_THRESHOLD_FLOOR):
+            rc = dmm_cli_flag_real("compare", DMM_OPTION_COMPARE_THRESHOLD_FLOOR, optarg, &pct);
+            break;
+        case DMM_CLI_FLAG(DMM_OPTION_COMPARE_K): rc = dmm_cli_flag_real("compare", DMM_OPTION_COMPARE_K, optarg, &o.k); break;
+        case DMM_CLI_FLAG(DMM_OPTION_COMPARE_MAX_INPUT_BYTES):
+            rc = dmm_cli_flag_u64("compare", DMM_OPTION_COMPARE_MAX_INPUT_BYTES, optarg, &max_bytes);
+            break;
         default: return dmm_cli_bad_option("compare", c, argv);
         }
         if (rc != 0) return rc;

@@ -23,6 +23,8 @@ static const dmm_command commands[] = {
      "compare two bench results (bench_* --json): WORSE / same / better per metric"},
     {"hold", dmm_cmd_hold, dmm_usage_hold,
      "keep named regions of memory alive for other processes to attach (docs/ipc.md)"},
+    {"options", dmm_cmd_options, dmm_usage_options,
+     "every option of dmm: the environment variables and these commands' flags (--markdown: docs/options.md)"},
     {"version", dmm_cmd_version, dmm_usage_version, "print the library version (also: dmm --version)"},
     {"help", dmm_cmd_help, dmm_usage_help, "this list, or a command's help: dmm help COMMAND"},
 };
@@ -38,11 +40,16 @@ static void usage(FILE *f) {
     fprintf(f, "usage: dmm COMMAND [ARGS]      (dmm COMMAND --help: its options)\n"
                "       dmm --help | --version\n\ncommands:\n");
     for (size_t i = 0; i < NCOMMANDS; i++) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
-    fprintf(f, "\nEvery input has a bound that a flag raises: --max-input-bytes SIZE (replay: text after\n"
-               "decompression, default 4G; ort: the model, 2G; compare: a result, 4M) and --max-records N (replay,\n"
-               "default 100000000); an endless or larger input ends with an error. Output files: a regular file is\n"
-               "written beside and renamed into place when the work succeeded, a device, FIFO or terminal in\n"
-               "place; nothing else is created, cut or removed.\n");
+    /* the bounds' defaults from the option table */
+    const dmm_option *rb = dmm__option(DMM_OPTION_REPLAY_MAX_INPUT_BYTES), *ob = dmm__option(DMM_OPTION_ORT_MAX_INPUT_BYTES),
+                     *cb = dmm__option(DMM_OPTION_COMPARE_MAX_INPUT_BYTES), *rr = dmm__option(DMM_OPTION_REPLAY_MAX_RECORDS);
+    fprintf(f, "\nEvery input has a bound that a flag raises: %s %s (replay: text after decompression,\n"
+               "default %s; ort: the model, %s; compare: a result, %s) and %s %s\n"
+               "(replay, default %s); an endless or larger input ends with an error. Output files: a regular\n"
+               "file is written beside and renamed into place when the work succeeded, a device, FIFO or terminal\n"
+               "in place; nothing else is created, cut or removed. Sizes take K, M, G or T (64G, 512MiB);\n"
+               "dmm options lists every option and environment variable.\n",
+            rb->flag, rb->value, rb->fallback, ob->fallback, cb->fallback, rr->flag, rr->value, rr->fallback);
 }
 
 void dmm_cli_getopt_reset(void) {
@@ -62,16 +69,16 @@ int dmm_cli_bad_option(const char *cmd, int c, char *const *argv) {
     return 2;
 }
 
-int dmm_cli_u64(const char *cmd, const char *opt, const char *text, const dmm_opt_range *r, uint64_t *out) {
+int dmm_cli_flag_u64(const char *cmd, dmm_option_id id, const char *text, uint64_t *out) {
     char err[512];
-    if (dmm_opt_u64(opt, text, r, out, err, sizeof err) == 0) return 0;
+    if (dmm_opt_flag_u64(id, text, out, err, sizeof err) == 0) return 0;
     fprintf(stderr, "dmm %s: %s\n", cmd, err);
     return 2;
 }
 
-int dmm_cli_real(const char *cmd, const char *opt, const char *text, double min, double max, double *out) {
+int dmm_cli_flag_real(const char *cmd, dmm_option_id id, const char *text, double *out) {
     char err[512];
-    if (dmm_opt_real(opt, text, min, max, out, err, sizeof err) == 0) return 0;
+    if (dmm_opt_flag_real(id, text, out, err, sizeof err) == 0) return 0;
     fprintf(stderr, "dmm %s: %s\n", cmd, err);
     return 2;
 }

@@ -16,12 +16,9 @@
 
 void dmm_usage_hold(FILE *f) {
     fprintf(f, "usage: dmm hold --socket PATH [--limit BYTES] [--cuda N]\n\n"
-               "Keeps named regions of memory alive for the processes that attach them (docs/ipc.md).\n"
-               "  --socket PATH   where to listen: a directory that you own and no one else may write\n"
-               "                  (e.g. $XDG_RUNTIME_DIR/dmm.sock); the socket is made mode 0600\n"
-               "  --limit BYTES   the most the regions may hold together, e.g. 64G (default: no limit)\n"
-               "  --cuda N        keep the regions in the memory of CUDA device N (default: host memory)\n"
-               "Serves only your own uid. Stops on SIGINT or SIGTERM, dropping every region. Exit 0 after a\n"
+               "Keeps named regions of memory alive for the processes that attach them (docs/ipc.md).\n");
+    dmm_cli_print_flags(f, "dmm hold");
+    fprintf(f, "Serves only your own uid. Stops on SIGINT or SIGTERM, dropping every region. Exit 0 after a\n"
                "stop, 1 when it could not start or serve, 2 on bad usage.\n");
 }
 
@@ -42,25 +39,19 @@ static void print_log(void *user, dmm_log_level level, const char *message) {
 }
 
 int dmm_cmd_hold(int argc, char **argv) {
-    enum { OPT_SOCKET = 256, OPT_LIMIT, OPT_CUDA };
-    static const struct option longs[] = {{"socket", required_argument, NULL, OPT_SOCKET},
-                                          {"limit", required_argument, NULL, OPT_LIMIT},
-                                          {"cuda", required_argument, NULL, OPT_CUDA},
-                                          {"help", no_argument, NULL, 'h'},
-                                          {NULL, 0, NULL, 0}};
+    struct option longs[8];
+    dmm_cli_longs("dmm hold", longs, sizeof longs / sizeof longs[0]);
     const char *path = NULL;
     uint64_t limit = 0, cuda = UINT64_MAX;
-    dmm_opt_range lr = {1, UINT64_MAX / 2, true, "a size in bytes", "64G"};
-    dmm_opt_range cr = {0, 1023, false, "a CUDA device ordinal", "0"};
     dmm_cli_getopt_reset();
     int c;
     while ((c = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
         int rc = 0;
         switch (c) {
         case 'h': dmm_usage_hold(stdout); return 0;
-        case OPT_SOCKET: path = optarg; break;
-        case OPT_LIMIT: rc = dmm_cli_u64("hold", "--limit", optarg, &lr, &limit); break;
-        case OPT_CUDA: rc = dmm_cli_u64("hold", "--cuda", optarg, &cr, &cuda); break;
+        case DMM_CLI_FLAG(DMM_OPTION_HOLD_SOCKET): path = optarg; break;
+        case DMM_CLI_FLAG(DMM_OPTION_HOLD_LIMIT): rc = dmm_cli_flag_u64("hold", DMM_OPTION_HOLD_LIMIT, optarg, &limit); break;
+        case DMM_CLI_FLAG(DMM_OPTION_HOLD_CUDA): rc = dmm_cli_flag_u64("hold", DMM_OPTION_HOLD_CUDA, optarg, &cuda); break;
         default: return dmm_cli_bad_option("hold", c, argv);
         }
         if (rc != 0) return rc;

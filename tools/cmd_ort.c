@@ -39,15 +39,8 @@ void dmm_usage_ort(FILE *f) {
                "       dmm ort --write-model FILE [--batch N]\n\n"
                "Runs an ONNX model with ONNX Runtime ($DMM_ORT_LIB, else libonnxruntime.so.1; scripts/ort.sh\n"
                "fetches one into .ort/) on dmm's allocator (session.use_env_allocators=1), on pseudo-random\n"
-               "float inputs, and prints dmm's stats beside ONNX Runtime's view of them (GetStats).\n"
-               "  --limit BYTES   the governor's host limit (e.g. 64M); default none\n"
-               "  --runs N        Runs (1..100000), default 4\n"
-               "  --batch N       the size of symbolic dimensions (1..65536), default 1; with --write-model:\n"
-               "                  the model's batch (0 = symbolic, the default)\n"
-               "  --max-input-bytes SIZE  the largest model file read (default 2G, protobuf's ceiling; a\n"
-               "                  larger or endless input is refused before ONNX Runtime sees it)\n"
-               "  --write-model FILE  write dmm's dense test model (MatMul-Add-Relu) and exit; a regular FILE\n"
-               "                  is written beside and renamed into place, a device or FIFO in place\n");
+               "float inputs, and prints dmm's stats beside ONNX Runtime's view of them (GetStats).\n");
+    dmm_cli_print_flags(f, "dmm ort");
 }
 
 static int write_model(const char *path, uint64_t batch) {
@@ -260,28 +253,26 @@ out:
 }
 
 int dmm_cmd_ort(int argc, char **argv) {
-    static const struct option opts[] = {
-        {"limit", required_argument, NULL, 'l'}, {"runs", required_argument, NULL, 'r'},
-        {"batch", required_argument, NULL, 'b'}, {"write-model", required_argument, NULL, 'w'},
-        {"max-input-bytes", required_argument, NULL, 'm'},
-        {"help", no_argument, NULL, 'h'},       {NULL, 0, NULL, 0},
-    };
-    static const dmm_opt_range LIMIT = {1, (uint64_t)1 << 62, true, "a size in bytes", "64M"};
-    static const dmm_opt_range RUNS = {1, 100000, false, "a number of Runs", "4"};
-    static const dmm_opt_range BATCH = {0, 65536, false, "a dimension", "8"};
-    static const dmm_opt_range MODEL_BYTES = {1, (uint64_t)1 << 40, true, "a size in bytes", "4G"};
+    struct option opts[10];
+    dmm_cli_longs("dmm ort", opts, sizeof opts / sizeof opts[0]);
     uint64_t limit = 0, runs = 4, batch = 1, max_model = DMM_ORT_MODEL_MAX_BYTES;
     bool batch_given = false;
     const char *write = NULL;
     dmm_cli_getopt_reset();
     int c;
     while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        dmm_option_id id = (dmm_option_id)(c - DMM_CLI_FLAG(0));
         switch (c) {
-        case 'l': if (dmm_cli_u64("ort", "--limit", optarg, &LIMIT, &limit)) return 2; break;
-        case 'r': if (dmm_cli_u64("ort", "--runs", optarg, &RUNS, &runs)) return 2; break;
-        case 'b': if (dmm_cli_u64("ort", "--batch", optarg, &BATCH, &batch)) return 2; batch_given = true; break;
-        case 'w': write = optarg; break;
-        case 'm': if (dmm_cli_u64("ort", "--max-input-bytes", optarg, &MODEL_BYTES, &max_model)) return 2; break;
+        case DMM_CLI_FLAG(DMM_OPTION_ORT_LIMIT): if (dmm_cli_flag_u64("ort", id, optarg, &limit)) return 2; break;
+        case DMM_CLI_FLAG(DMM_OPTION_ORT_RUNS): if (dmm_cli_flag_u64("ort", id, optarg, &runs)) return 2; break;
+        case DMM_CLI_FLAG(DMM_OPTION_ORT_BATCH):
+            if (dmm_cli_flag_u64("ort", id, optarg, &batch)) return 2;
+            batch_given = true;
+            break;
+        case DMM_CLI_FLAG(DMM_OPTION_ORT_WRITE_MODEL): write = optarg; break;
+        case DMM_CLI_FLAG(DMM_OPTION_ORT_MAX_INPUT_BYTES):
+            if (dmm_cli_flag_u64("ort", id, optarg, &max_model)) return 2;
+            break;
         case 'h': dmm_usage_ort(stdout); return 0;
         default: return dmm_cli_bad_option("ort", c, argv);
         }

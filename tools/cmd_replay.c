@@ -32,93 +32,13 @@ void dmm_usage_replay(FILE *f) {
                "                  [--report FILE.html] [--max-input-bytes SIZE] [--max-records N]\n\n"
                "Replays an allocation trace (# dmm-trace v1, gzip) through the dmm pool over an arena and\n"
                "prints peak live, physical and committed bytes, their ratio beside PyTorch's, driver calls\n"
-               "by kind and per 1,000 allocations, and malloc/free latency percentiles.\n"
-               "  --driver     host (default: mmap + memfd, real memory never touched) or cuda\n"
-               "  --granule    host driver granularity (default 2 MiB); sizes take K/M/G suffixes (2M, 1.5G),\n"
-               "               from 1 byte to 2^63\n"
-               "  --chunk      pool commit quantum (default: the granule)\n"
-               "  --max-chunk  largest chunk a growth commits as one handle (default: the quantum;\n"
-               "               larger: fewer driver calls, more fragmentation)\n"
-               "  --handle-div with --max-chunk: a growth for n bytes commits handles of at most n / N\n"
-               "               (only large requests get large handles; default 0: up to --max-chunk)\n"
-               "  --min-chunk  with --handle-div: the smallest handle the divisor cuts to (a multiple of the\n"
-               "               quantum, at most --max-chunk; default: the quantum)\n"
-               "  --floor-div  with --handle-div: the floor rises to the live peak / N (up to --max-chunk;\n"
-               "               default 0: a fixed floor)\n"
-               "  --retain     memory kept mapped while free, in permille of the live peak (default 20)\n"
-               "  --settle     the most the retention limit rises while the pool keeps re-mapping memory,\n"
-               "               in permille of the live peak (default 100; at or below --retain: fixed)\n"
-               "  --lag        host driver: every event completes only N allocations after it was recorded,\n"
-               "               as on a GPU where the CPU runs ahead of the work (default 0: at once)\n"
-               "  --no-alias   the pool never aliases fenced chunks of the requesting stream (it waits or\n"
-               "               grows instead): the behaviour before aliases, for comparison\n"
-               "  --repeat     the trace as one iteration, replayed K times (1 to 1000) over the same pool\n"
-               "               (each repetition's leftovers freed before the next); also prints the driver\n"
-               "               calls, aliases and moves of the last repetition alone: the steady state\n"
-               "  --warm       a warm start: the pool first commits BYTES (e.g. the last run's peak) in\n"
-               "               handles of up to 1 GiB, timed with the replay (default: none)\n"
-               "  --warm-layout a warm start that keeps the layout: the trace is first replayed once,\n"
-               "               untimed, with the same options (the last run), and the handles that\n"
-               "               pool created for its growths are committed ahead, each at its place,\n"
-               "               timed with the replay; growths take them as they come (dmm_pool_warm_layout)\n"
-               "  --stock      the pool's stock thread keeps up to BYTES (at most 1/128 of the live peak)\n"
-               "               committed ahead of a growing pool, synced after every malloc (default: none)\n"
-               "  --json       one JSON object instead of text; --json=FILE writes it to FILE (and the text\n"
-               "               to the standard output)\n"
-               "  --report     also write a self-contained HTML page with the timeline\n"
-               "  --max-input-bytes  the most text the trace may hold, after decompression (default 4G); an\n"
-               "               endless or larger input ends there with an error\n"
-               "  --max-records the most events (lines that are not comments) the trace may hold (default\n"
-               "               100000000); an endless or longer input ends there with an error\n"
-               "Options take --opt VALUE or --opt=VALUE. Output files are opened before the replay starts: a\n"
-               "regular file is written beside its target and renamed into place when the replay succeeded; a\n"
-               "device, FIFO or terminal is written in place; nothing else is created, cut or removed.\n"
+               "by kind and per 1,000 allocations, and malloc/free latency percentiles.\n");
+    dmm_cli_print_flags(f, "dmm replay");
+    fprintf(f, "Sizes take K, M, G or T (2M, 1.5G, 512MiB). Options take --opt VALUE or --opt=VALUE. Output\n"
+               "files are opened before the replay starts: a regular file is written beside its target and\n"
+               "renamed into place when the replay succeeded; a device, FIFO or terminal is written in place;\n"
+               "nothing else is created, cut or removed.\n"
                "Exit 0 done, 1 the trace or the replay failed, 2 bad usage.\n");
-}
-
-static const dmm_opt_range SIZE = {1, (uint64_t)1 << 63, true, "a size in bytes", "2097152 or 2M"};
-static const dmm_opt_range PERMILLE = {0, UINT32_MAX, false, "a whole number of per mille", "20 = 2 %"};
-static const dmm_opt_range DIVISOR = {0, UINT32_MAX, false, "a whole divisor", "4"};
-static const dmm_opt_range LAG = {0, UINT64_MAX, false, "a number of allocations", "64"};
-static const dmm_opt_range REPEAT = {1, 1000, false, "a number of repetitions", "4"};
-static const dmm_opt_range INPUT_BYTES = {1, (uint64_t)1 << 50, true, "a size in bytes", "8G"};
-static const dmm_opt_range RECORDS = {1, (uint64_t)1 << 32, false, "a number of events", "200000000"};
-
-enum {
-    OPT_DRIVER = 256, OPT_GRANULE, OPT_CHUNK, OPT_MAX_CHUNK, OPT_HANDLE_DIV, OPT_MIN_CHUNK, OPT_FLOOR_DIV,
-    OPT_RETAIN, OPT_SETTLE, OPT_LAG, OPT_NO_ALIAS, OPT_REPEAT, OPT_WARM, OPT_WARM_LAYOUT, OPT_STOCK, OPT_JSON,
-    OPT_REPORT, OPT_MAX_INPUT_BYTES, OPT_MAX_RECORDS,
-};
-
-static const struct option longs[] = {
-    {"driver", required_argument, NULL, OPT_DRIVER},
-    {"granule", required_argument, NULL, OPT_GRANULE},
-    {"chunk", required_argument, NULL, OPT_CHUNK},
-    {"max-chunk", required_argument, NULL, OPT_MAX_CHUNK},
-    {"handle-div", required_argument, NULL, OPT_HANDLE_DIV},
-    {"min-chunk", required_argument, NULL, OPT_MIN_CHUNK},
-    {"floor-div", required_argument, NULL, OPT_FLOOR_DIV},
-    {"retain", required_argument, NULL, OPT_RETAIN},
-    {"settle", required_argument, NULL, OPT_SETTLE},
-    {"lag", required_argument, NULL, OPT_LAG},
-    {"no-alias", no_argument, NULL, OPT_NO_ALIAS},
-    {"repeat", required_argument, NULL, OPT_REPEAT},
-    {"warm", required_argument, NULL, OPT_WARM},
-    {"warm-layout", no_argument, NULL, OPT_WARM_LAYOUT},
-    {"stock", required_argument, NULL, OPT_STOCK},
-    {"json", optional_argument, NULL, OPT_JSON},
-    {"report", required_argument, NULL, OPT_REPORT},
-    {"max-input-bytes", required_argument, NULL, OPT_MAX_INPUT_BYTES},
-    {"max-records", required_argument, NULL, OPT_MAX_RECORDS},
-    {"help", no_argument, NULL, 'h'},
-    {NULL, 0, NULL, 0},
-};
-
-/* The option being parsed, as typed ("--chunk"), for the sentences. */
-static const char *opt_name(int c) {
-    for (const struct option *o = longs; o->name != NULL; o++)
-        if (o->val == c) return o->name;
-    return "?";
 }
 
 typedef struct replay_args {
@@ -133,53 +53,54 @@ static int parse(int argc, char **argv, replay_args *a) {
     memset(a, 0, sizeof *a);
     a->o.driver = "host";
     a->o.time_ops = true;
+    struct option longs[DMM_OPTION_COUNT_ + 2];
+    dmm_cli_longs("dmm replay", longs, sizeof longs / sizeof longs[0]);
     dmm_cli_getopt_reset();
     int c;
+    /* where each numeric flag's value goes (the 32-bit fields' rows have ranges within 32 bits) */
+    const struct {
+        dmm_option_id id;
+        uint64_t *u64;
+        uint32_t *u32;
+    } numbers[] = {
+        {DMM_OPTION_REPLAY_GRANULE, &a->o.granule, NULL},
+        {DMM_OPTION_REPLAY_CHUNK, &a->o.chunk_bytes, NULL},
+        {DMM_OPTION_REPLAY_MAX_CHUNK, &a->o.max_chunk_bytes, NULL},
+        {DMM_OPTION_REPLAY_HANDLE_DIV, NULL, &a->o.handle_divisor},
+        {DMM_OPTION_REPLAY_MIN_CHUNK, &a->o.min_chunk_bytes, NULL},
+        {DMM_OPTION_REPLAY_FLOOR_DIV, NULL, &a->o.floor_divisor},
+        {DMM_OPTION_REPLAY_RETAIN, NULL, &a->o.retain_permille},
+        {DMM_OPTION_REPLAY_SETTLE, NULL, &a->o.settle_permille},
+        {DMM_OPTION_REPLAY_LAG, &a->o.lag, NULL},
+        {DMM_OPTION_REPLAY_REPEAT, NULL, &a->o.repeat},
+        {DMM_OPTION_REPLAY_WARM, &a->o.warm_bytes, NULL},
+        {DMM_OPTION_REPLAY_STOCK, &a->o.stock_bytes, NULL},
+        {DMM_OPTION_REPLAY_MAX_INPUT_BYTES, &a->limits.max_text_bytes, NULL},
+        {DMM_OPTION_REPLAY_MAX_RECORDS, &a->limits.max_records, NULL},
+    };
     while ((c = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
-        char opt[32];
-        snprintf(opt, sizeof opt, "--%s", opt_name(c));
-        uint64_t v = 0;
-        int rc = 0;
+        bool number = false;
+        for (size_t i = 0; i < sizeof numbers / sizeof numbers[0] && !number; i++) {
+            if (c != DMM_CLI_FLAG(numbers[i].id)) continue;
+            number = true;
+            uint64_t v = 0;
+            if (dmm_cli_flag_u64("replay", numbers[i].id, optarg, &v) != 0) return 2;
+            if (numbers[i].u64 != NULL) *numbers[i].u64 = v;
+            else *numbers[i].u32 = (uint32_t)v;
+        }
+        if (number) continue;
         switch (c) {
         case 'h': dmm_usage_replay(stdout); return -1;
-        case OPT_DRIVER: a->o.driver = optarg; break;
-        case OPT_GRANULE: rc = dmm_cli_u64("replay", opt, optarg, &SIZE, &a->o.granule); break;
-        case OPT_CHUNK: rc = dmm_cli_u64("replay", opt, optarg, &SIZE, &a->o.chunk_bytes); break;
-        case OPT_MAX_CHUNK: rc = dmm_cli_u64("replay", opt, optarg, &SIZE, &a->o.max_chunk_bytes); break;
-        case OPT_MIN_CHUNK: rc = dmm_cli_u64("replay", opt, optarg, &SIZE, &a->o.min_chunk_bytes); break;
-        case OPT_LAG: rc = dmm_cli_u64("replay", opt, optarg, &LAG, &a->o.lag); break;
-        case OPT_WARM: rc = dmm_cli_u64("replay", opt, optarg, &SIZE, &a->o.warm_bytes); break;
-        case OPT_STOCK: rc = dmm_cli_u64("replay", opt, optarg, &SIZE, &a->o.stock_bytes); break;
-        case OPT_NO_ALIAS: a->o.no_alias = true; break;
-        case OPT_WARM_LAYOUT: a->o.warm_layout = true; break;
-        case OPT_HANDLE_DIV:
-        case OPT_FLOOR_DIV:
-        case OPT_RETAIN:
-        case OPT_SETTLE:
-        case OPT_REPEAT:
-            rc = dmm_cli_u64("replay", opt, optarg,
-                             c == OPT_HANDLE_DIV || c == OPT_FLOOR_DIV ? &DIVISOR
-                             : c == OPT_REPEAT                          ? &REPEAT
-                                                                        : &PERMILLE,
-                             &v);
-            if (c == OPT_HANDLE_DIV) a->o.handle_divisor = (uint32_t)v;
-            else if (c == OPT_FLOOR_DIV) a->o.floor_divisor = (uint32_t)v;
-            else if (c == OPT_RETAIN) a->o.retain_permille = (uint32_t)v;
-            else if (c == OPT_SETTLE) a->o.settle_permille = (uint32_t)v;
-            else a->o.repeat = (uint32_t)v;
-            break;
-        case OPT_JSON:
+        case DMM_CLI_FLAG(DMM_OPTION_REPLAY_DRIVER): a->o.driver = optarg; break;
+        case DMM_CLI_FLAG(DMM_OPTION_REPLAY_NO_ALIAS): a->o.no_alias = true; break;
+        case DMM_CLI_FLAG(DMM_OPTION_REPLAY_WARM_LAYOUT): a->o.warm_layout = true; break;
+        case DMM_CLI_FLAG(DMM_OPTION_REPLAY_JSON):
             a->json = true;
             a->json_path = optarg;
             break;
-        case OPT_REPORT: a->report = optarg; break;
-        case OPT_MAX_INPUT_BYTES:
-            rc = dmm_cli_u64("replay", opt, optarg, &INPUT_BYTES, &a->limits.max_text_bytes);
-            break;
-        case OPT_MAX_RECORDS: rc = dmm_cli_u64("replay", opt, optarg, &RECORDS, &a->limits.max_records); break;
+        case DMM_CLI_FLAG(DMM_OPTION_REPLAY_REPORT): a->report = optarg; break;
         default: return dmm_cli_bad_option("replay", c, argv);
         }
-        if (rc != 0) return rc;
     }
     if (optind == argc) {
         dmm_usage_replay(stderr);

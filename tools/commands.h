@@ -11,6 +11,7 @@
 #ifndef DMM_TOOLS_COMMANDS_H
 #define DMM_TOOLS_COMMANDS_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -34,6 +35,7 @@ int dmm_cmd_replay(int argc, char **argv);
 int dmm_cmd_compare(int argc, char **argv);
 int dmm_cmd_ort(int argc, char **argv);
 int dmm_cmd_hold(int argc, char **argv);
+int dmm_cmd_options(int argc, char **argv);
 void dmm_usage_version(FILE *f);
 void dmm_usage_help(FILE *f);
 void dmm_usage_info(FILE *f);
@@ -41,6 +43,7 @@ void dmm_usage_replay(FILE *f);
 void dmm_usage_compare(FILE *f);
 void dmm_usage_ort(FILE *f);
 void dmm_usage_hold(FILE *f);
+void dmm_usage_options(FILE *f);
 
 /* Resets getopt for a fresh scan of a command's argv (a test runs several commands in one process). */
 void dmm_cli_getopt_reset(void);
@@ -50,8 +53,19 @@ int dmm_cli_no_arguments(const char *cmd, int argc, char **argv, void (*usage_of
 /* The sentence for getopt_long's '?' (unknown or ambiguous option) or ':' (missing value) at argv;
  * returns 2. */
 int dmm_cli_bad_option(const char *cmd, int c, char *const *argv);
-/* dmm_opt_u64 / dmm_opt_real, with the refusal printed as "dmm CMD: ..."; 0, or 2 (the exit code). */
-int dmm_cli_u64(const char *cmd, const char *opt, const char *text, const dmm_opt_range *r, uint64_t *out);
-int dmm_cli_real(const char *cmd, const char *opt, const char *text, double min, double max, double *out);
+/* dmm_opt_flag_u64 / dmm_opt_flag_real for the flag of option-table row `id` (its name and range from the
+ * row), with the refusal printed as "dmm CMD: ..."; 0, or 2 (the exit code). */
+int dmm_cli_flag_u64(const char *cmd, dmm_option_id id, const char *text, uint64_t *out);
+int dmm_cli_flag_real(const char *cmd, dmm_option_id id, const char *text, double *out);
+/* The flags of `command` ("dmm replay") from the option table, one per row in the table's order, as a
+ * --help lists them: "  --flag VALUE  description (default: X)", wrapped at 100 columns (cmd_options.c). */
+void dmm_cli_print_flags(FILE *f, const char *command);
+/* getopt_long's table for `command` built from the option table: one entry per flag row of the command
+ * (val DMM_CLI_FLAG(id); a SWITCH takes no value, a value written "[=...]" an optional one), then
+ * "help" ('h') and the terminator; cap ≥ the command's rows + 2. Returns the entries before the
+ * terminator. */
+#define DMM_CLI_FLAG(id) (256 + (int)(id))
+struct option;
+size_t dmm_cli_longs(const char *command, struct option *longs, size_t cap);
 
 #endif

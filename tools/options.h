@@ -1,11 +1,13 @@
-/* tools/options.h — the one parser of the dmm tool's numeric options.
+/* tools/options.h — the numeric options of the dmm tool, over dmm's one grammar of numbers.
  *
  * Every numeric option of every subcommand goes through dmm_opt_u64 (whole numbers: counts, per
- * mille, sizes) or dmm_opt_real (compare's K and floor), both over one scanner: decimal digits, an
- * optional fraction, and for sizes a K/M/G suffix (binary: K = 1024; "KiB", "Ki" and "KB" spell the
- * same). Nothing else: no sign, spaces, exponent, hex or trailing characters, so a typo is an error,
- * never a silent 0 or a truncation. A size must come out a whole number of bytes ("1.5K" is 1536;
- * "1.3" is refused). The sentence names the option, the value as given, what was wrong, and the range.
+ * mille, sizes) or dmm_opt_real (compare's K and floor), both over src/core/options.h's scanner:
+ * decimal digits, for sizes an optional fraction and a unit K, M, G or T in either case (binary: K =
+ * 1024; "KiB", "Ki" and "KB" spell the same). Nothing else: no sign, spaces, exponent, hex or trailing
+ * characters, so a typo is an error, never a silent 0 or a truncation. A size must come out a whole
+ * number of bytes ("1.5K" is 1536; "1.3" is refused); a whole number takes no fraction. The sentence
+ * names the option, the value as given, what was wrong, and the range. The flags are rows of dmm's
+ * option table (src/core/options.h): dmm_opt_flag_u64 and dmm_opt_flag_real take the range from the row.
  *
  * The output files the options name are output_file.h's.
  *
@@ -18,6 +20,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "core/options.h"
 
 typedef struct dmm_opt_range {
     uint64_t min, max; /* inclusive */
@@ -32,5 +36,10 @@ int dmm_opt_u64(const char *opt, const char *text, const dmm_opt_range *r, uint6
 
 /* The same for a real number (digits and a fraction, no suffix) from min to max. */
 int dmm_opt_real(const char *opt, const char *text, double min, double max, double *out, char *err, size_t errcap);
+
+/* The same for the flag of table row `id` (a flag of kind BYTES, COUNT or PERMILLE; REAL): its name,
+ * range, what and example come from the row. */
+int dmm_opt_flag_u64(dmm_option_id id, const char *text, uint64_t *out, char *err, size_t errcap);
+int dmm_opt_flag_real(dmm_option_id id, const char *text, double *out, char *err, size_t errcap);
 
 #endif /* DMM_TOOLS_OPTIONS_H */

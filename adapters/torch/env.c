@@ -1,18 +1,21 @@
 /* adapters/torch/env.c — the environment variables of libdmm_torch.so, parsed into a dmm_device_config.
  *
- * What it owns: the syntax of DMM_TORCH_POOL_VA, DMM_TORCH_RETAIN, DMM_TORCH_SETTLE, DMM_TORCH_HANDLES,
- * DMM_TORCH_STOCK and DMM_TORCH_RESTORE_PIECE
- * (docs/torch.md), and the sentence a malformed one fails with.
+ * What it owns: which DMM_TORCH_* variable fills which field of the config, and the sentence a malformed
+ * one fails with. The variables themselves (names, kinds, defaults, descriptions) are rows of dmm's one
+ * option table (src/core/options.h, docs/options.md), and every number goes through its one grammar
+ * (dmm__number_read): DMM_TORCH_POOL_VA, DMM_TORCH_STOCK and the sizes among the fields of
+ * DMM_TORCH_HANDLES and DMM_TORCH_RESTORE_PIECE take units (64G, 512MiB, 1.5G, or plain bytes as
+ * before); DMM_TORCH_RETAIN, DMM_TORCH_SETTLE and the divisors are whole numbers.
  *
  * The idea: these knobs change how memory is laid out, so a typo must not silently become "the
  * default" (strtoull's 0): the first entry point that creates a device context fails with a sentence
  * naming the variable, its value and a valid setting, and nothing is created. The parser is a pure
  * function over a lookup callback, so a host unit test drives it without a GPU or the real
- * environment.
+ * environment (the library passes dmm__option_env_named, the table's reader).
  *
- * The trade-off: strict decimal only (no sign, spaces, suffixes or hex; docs/torch.md promises plain
- * bytes), so "64G" or " 20" are refused rather than guessed at. An empty value counts as unset (the
- * measurement scripts pass "" for "the default").
+ * The trade-off: every variable is one list of comma-separated numbers (a single value is a list of
+ * one), so the five share one loop and one sentence; a field's position says whether it is a size or
+ * a whole number. An empty value counts as unset (the measurement scripts pass "" for "the default").
  *
  * Invariants: on failure *cfg is unchanged; on success only the fields of the variables that are
  * set (non-empty) are written.
@@ -21,145 +24,107 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/options.h"
 #include "env.h"
 
-typedef enum num_result { NUM_OK, NUM_NOT_DECIMAL, NUM_TOO_BIG } num_result;
+#define SHOWN 64   /* characters of a value quoted in a sentence */
+#define MAX_FIELDS 4
 
-/* One decimal number at *s (digits only); on success *s moves past it. */
-static num_result parse_u64(const char **s, uint64_t *out) {
-    const char *p = *s;
-    if (*p < '0' || *p > '9') return NUM_NOT_DECIMAL;
-    uint64_t v = 0;
-    for (; *p >= '0' && *p <= '9'; p++) {
-        unsigned d = (unsigned)(*p - '0');
-        if (v > (UINT64_MAX - d) / 10) return NUM_TOO_BIG;
-        v = v * 10 + d;
+/* What each field of a variable is: a size (units allowed) or a whole number up to max. */
+typedef struct field_rule {
+    bool bytes;
+    uint64_t max;
+} field_rule;
+
+typedef struct variable_rule {
+    dmm_option_id id;
+    int fields; /* at most this many */
+    field_rule field[MAX_FIELDS];
+} variable_rule;
+
+enum { POOL_VA, RETAIN, SETTLE, HANDLES, STOCK, RESTORE_PIECE, VARIABLES };
+
+static const variable_rule rules[VARIABLES] = {
+    [POOL_VA] = {DMM_OPTION_TORCH_POOL_VA, 1, {{true, UINT64_MAX}}},
+    [RETAIN] = {DMM_OPTION_TORCH_RETAIN, 1, {{false, 1000}}},
+    [SETTLE] = {DMM_OPTION_TORCH_SETTLE, 1, {{false, 1000}}},
+    [HANDLES] = {DMM_OPTION_TORCH_HANDLES, 4, {{true, UINT64_MAX}, {false, UINT32_MAX}, {true, UINT64_MAX}, {false, UINT32_MAX}}},
+    [STOCK] = {DMM_OPTION_TORCH_STOCK, 1, {{true, UINT64_MAX}}},
+    [RESTORE_PIECE] = {DMM_OPTION_TORCH_RESTORE_PIECE, 3, {{true, UINT64_MAX}, {true, UINT64_MAX}, {true, UINT64_MAX}}},
+};
+
+#define SIZE_GRAMMAR "digits and an optional unit K, M, G or T, e.g. 64G or 512MiB; no sign, spaces or hex"
+
+static dmm_status bad(const dmm_option *o, const char *value, const char *why) {
+    return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                         "dmm torch: %s='%.*s%s' %s; set it to %s, e.g. %s, or unset it for the default (%s). %s: %s",
+                         o->env, SHOWN, value, strlen(value) > SHOWN ? "..." : "", why, o->value, o->example,
+                         o->fallback, o->env, o->description);
+}
+
+/* Reads `value` by rule r into v[0 .. r->fields) (zeros where a field is absent); DMM_OK or the refusal. */
+static dmm_status read_variable(const variable_rule *r, const char *value, uint64_t *v) {
+    static const char *const counted[] = {"one", "two", "three", "four"};
+    const dmm_option *o = dmm__option(r->id);
+    char reason[128], why[320];
+    const char *p = value;
+    for (int n = 0;; n++) {
+        if (n == r->fields) {
+            snprintf(why, sizeof why, "has more than %s field%s", counted[r->fields - 1], r->fields > 1 ? "s" : "");
+            break;
+        }
+        size_t len = strcspn(p, ",");
+        if (r->fields == 1) len = strlen(p); /* a single value: a comma is just a wrong character */
+        const field_rule *f = &r->field[n];
+        const char *no = dmm__number_read(p, len, f->bytes, &v[n], reason, sizeof reason);
+        if (no == NULL && v[n] > f->max) {
+            snprintf(reason, sizeof reason, "it is above the most, %llu", (unsigned long long)f->max);
+            no = reason;
+        }
+        if (no != NULL) {
+            if (r->fields > 1)
+                snprintf(why, sizeof why, "is not %s (%s): field %d ('%.*s%s'): %s", o->value, o->what, n + 1,
+                         len < 32 ? (int)len : 32, p, len > 32 ? "..." : "", no);
+            else if (f->bytes) snprintf(why, sizeof why, "is not a size (" SIZE_GRAMMAR "): %s", no);
+            else snprintf(why, sizeof why, "is not %s", o->what);
+            break;
+        }
+        p += len;
+        if (*p == '\0') return DMM_OK;
+        p++; /* the comma */
     }
-    *s = p;
-    *out = v;
-    return NUM_OK;
-}
-
-/* The whole string is one decimal number. */
-static num_result parse_whole(const char *s, uint64_t *out) {
-    num_result r = parse_u64(&s, out);
-    return r == NUM_OK && *s != '\0' ? NUM_NOT_DECIMAL : r;
-}
-
-#define SHOWN 64 /* characters of a value quoted in a sentence */
-
-static dmm_status bad(const char *name, const char *value, const char *why, const char *remedy) {
-    return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: %s='%.*s%s' %s; set it to %s or unset it", name, SHOWN,
-                         value, strlen(value) > SHOWN ? "..." : "", why, remedy);
-}
-
-static const char *num_why(num_result r) {
-    return r == NUM_TOO_BIG ? "is not a byte count: it does not fit in 64 bits"
-                            : "is not a decimal byte count (digits only: no sign, spaces, suffix or hex)";
-}
-
-#define POOL_VA_REMEDY                                                                             \
-    "a decimal number of bytes (e.g. 68719476736 for 64 GiB; 0 = the device memory rounded up to a power of two)"
-#define RETAIN_REMEDY "the pool's retention in per mille of the live peak (e.g. 20 = 2 %; 0 = the pool's default)"
-#define SETTLE_REMEDY                                                                              \
-    "how far the pool's retention may rise while it keeps re-mapping memory, in per mille of the live peak " \
-    "(e.g. 100 = 10 %; 0 = the pool's default; at or below the retention: never)"
-#define HANDLES_REMEDY                                                                             \
-    "MAX[,DIVISOR[,MIN[,FLOOR_DIVISOR]]]: the pool's largest physical handle in decimal bytes, a multiple "  \
-    "of the granule, optionally a divisor (a growth for n bytes then commits handles of at most "            \
-    "n / DIVISOR), the smallest handle that divisor cuts to (decimal bytes, a multiple of the granule) and " \
-    "a divisor of the live peak that raises that floor as the pool grows, e.g. 134217728,4 or "              \
-    "67108864,8,8388608,256; 0 = one granule per handle"
-#define STOCK_REMEDY                                                                               \
-    "the bytes the pool's stock thread keeps committed ahead of a growing pool, decimal (e.g. 268435456 for " \
-    "256 MiB, at most 1/128 of the live peak is used; 0 = no stock)"
-#define PIECE_REMEDY                                                                               \
-    "MAX[,FIRST[,COPY]] in decimal bytes (e.g. 33554432, or 268435456,16777216, or 0 for one commit per "   \
-    "segment)"
-
-static const char *lookup(dmm_torch_getenv_fn get, void *user, const char *name) {
-    const char *v = get(user, name);
-    return v != NULL && v[0] != '\0' ? v : NULL;
+    return bad(o, value, why);
 }
 
 dmm_status dmm__device_config_from_env(dmm_device_config *cfg, dmm_torch_getenv_fn get, void *user) {
     if (cfg == NULL || get == NULL)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: reading the environment needs a config and a lookup");
-    num_result r;
-
-    const char *va = lookup(get, user, "DMM_TORCH_POOL_VA");
-    uint64_t pool_va = 0;
-    if (va != NULL && (r = parse_whole(va, &pool_va)) != NUM_OK)
-        return bad("DMM_TORCH_POOL_VA", va, num_why(r), POOL_VA_REMEDY);
-
-    const char *keep = lookup(get, user, "DMM_TORCH_RETAIN");
-    uint64_t retain = 0;
-    if (keep != NULL && ((r = parse_whole(keep, &retain)) != NUM_OK || retain > 1000))
-        return bad("DMM_TORCH_RETAIN", keep, "is not a whole number from 0 to 1000", RETAIN_REMEDY);
-
-    const char *settle = lookup(get, user, "DMM_TORCH_SETTLE");
-    uint64_t settle_pm = 0;
-    if (settle != NULL && ((r = parse_whole(settle, &settle_pm)) != NUM_OK || settle_pm > 1000))
-        return bad("DMM_TORCH_SETTLE", settle, "is not a whole number from 0 to 1000", SETTLE_REMEDY);
-
-    const char *hs = lookup(get, user, "DMM_TORCH_HANDLES");
-    uint64_t handles[4] = {0, 0, 0, 0};
-    if (hs != NULL) {
-        const char *p = hs;
-        r = parse_u64(&p, &handles[0]);
-        for (int n = 1; n < 4 && r == NUM_OK && *p == ','; n++) {
-            p++;
-            r = parse_u64(&p, &handles[n]);
-        }
-        if (r == NUM_OK && *p != '\0') r = NUM_NOT_DECIMAL;
-        if (r != NUM_OK || handles[1] > UINT32_MAX || handles[3] > UINT32_MAX)
-            return bad("DMM_TORCH_HANDLES", hs,
-                       "is not MAX[,DIVISOR[,MIN[,FLOOR_DIVISOR]]] (decimal bytes, a whole divisor, decimal bytes, "
-                       "a whole divisor)",
-                       HANDLES_REMEDY);
-    }
-
-    const char *st = lookup(get, user, "DMM_TORCH_STOCK");
-    uint64_t stock = 0;
-    if (st != NULL && (r = parse_whole(st, &stock)) != NUM_OK) return bad("DMM_TORCH_STOCK", st, num_why(r), STOCK_REMEDY);
-
-    const char *rp = lookup(get, user, "DMM_TORCH_RESTORE_PIECE");
-    uint64_t piece[3] = {0, 0, 0};
-    if (rp != NULL) {
-        const char *p = rp;
-        for (int n = 0;; n++) {
-            if (n == 3) return bad("DMM_TORCH_RESTORE_PIECE", rp, "has more than three fields", PIECE_REMEDY);
-            const char *field = p;
-            r = parse_u64(&p, &piece[n]);
-            if (r == NUM_OK && *p != '\0' && *p != ',') r = NUM_NOT_DECIMAL; /* trailing characters */
-            if (r != NUM_OK) {
-                char why[160];
-                int len = (int)strcspn(field, ",");
-                snprintf(why, sizeof why, "is not MAX[,FIRST[,COPY]]: field %d ('%.*s%s') %s", n + 1,
-                         len < 32 ? len : 32, field, len > 32 ? "..." : "",
-                         r == NUM_TOO_BIG ? "does not fit in 64 bits" : "is not a decimal byte count");
-                return bad("DMM_TORCH_RESTORE_PIECE", rp, why, PIECE_REMEDY);
-            }
-            if (*p == '\0') break;
-            p++; /* the comma */
-        }
+    const char *text[VARIABLES];
+    uint64_t v[VARIABLES][MAX_FIELDS];
+    memset(v, 0, sizeof v);
+    for (int i = 0; i < VARIABLES; i++) {
+        text[i] = get(user, dmm__option(rules[i].id)->env);
+        if (text[i] != NULL && text[i][0] == '\0') text[i] = NULL; /* empty = unset */
+        if (text[i] == NULL) continue;
+        dmm_status s = read_variable(&rules[i], text[i], v[i]);
+        if (s != DMM_OK) return s;
     }
 
     /* every value is valid: only now write */
-    if (va != NULL) cfg->pool_va_bytes = pool_va;
-    if (keep != NULL) cfg->retain_permille = (uint32_t)retain;
-    if (settle != NULL) cfg->settle_permille = (uint32_t)settle_pm;
-    if (hs != NULL) {
-        cfg->max_chunk_bytes = handles[0] != 0 ? handles[0] : UINT64_MAX; /* 0 = one granule */
-        cfg->handle_divisor = (uint32_t)handles[1];
-        cfg->min_chunk_bytes = handles[2];
-        cfg->floor_divisor = (uint32_t)handles[3];
+    if (text[POOL_VA] != NULL) cfg->pool_va_bytes = v[POOL_VA][0];
+    if (text[RETAIN] != NULL) cfg->retain_permille = (uint32_t)v[RETAIN][0];
+    if (text[SETTLE] != NULL) cfg->settle_permille = (uint32_t)v[SETTLE][0];
+    if (text[HANDLES] != NULL) {
+        cfg->max_chunk_bytes = v[HANDLES][0] != 0 ? v[HANDLES][0] : UINT64_MAX; /* 0 = one granule */
+        cfg->handle_divisor = (uint32_t)v[HANDLES][1];
+        cfg->min_chunk_bytes = v[HANDLES][2];
+        cfg->floor_divisor = (uint32_t)v[HANDLES][3];
     }
-    if (st != NULL) cfg->stock_bytes = stock;
-    if (rp != NULL) {
-        cfg->restore_piece_bytes = piece[0] != 0 ? piece[0] : UINT64_MAX; /* 0 = one commit per segment */
-        cfg->restore_first_bytes = piece[1];
-        cfg->restore_copy_bytes = piece[2];
+    if (text[STOCK] != NULL) cfg->stock_bytes = v[STOCK][0];
+    if (text[RESTORE_PIECE] != NULL) {
+        cfg->restore_piece_bytes = v[RESTORE_PIECE][0] != 0 ? v[RESTORE_PIECE][0] : UINT64_MAX; /* 0 = one commit per segment */
+        cfg->restore_first_bytes = v[RESTORE_PIECE][1];
+        cfg->restore_copy_bytes = v[RESTORE_PIECE][2];
     }
     return DMM_OK;
 }

@@ -17,6 +17,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/options.h"
 #include "dmm/status.h"
 #include "dmm_torch.h"
 
@@ -25,7 +26,7 @@
 #endif
 
 static bool throw_on_failure() {
-    const char *e = std::getenv("DMM_TORCH_OOM");
+    const char *e = dmm__option_env(DMM_OPTION_TORCH_OOM); /* unset or empty: NULL */
     return e == nullptr || std::strcmp(e, "null") != 0;
 }
 

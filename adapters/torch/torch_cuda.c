@@ -21,6 +21,7 @@
 #include "dmm/pool.h"
 #include "dmm_torch.h"
 #include "dmm/ipc.h"
+#include "core/options.h"
 #include "env.h"
 
 #define MAX_DEVICES 64
@@ -47,11 +48,6 @@ static int record(dmm_status s) {
     return (int)s;
 }
 
-static const char *env_get(void *user, const char *name) {
-    (void)user;
-    return getenv(name);
-}
-
 static dmm_device *create_slow(int device) {
     pthread_mutex_lock(&g_mu);
     dmm_device *c = atomic_load_explicit(&g_ctx[device], memory_order_acquire);
@@ -63,7 +59,7 @@ static dmm_device *create_slow(int device) {
     dmm_device_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.size = sizeof cfg;
-    dmm_status s = dmm__device_config_from_env(&cfg, env_get, NULL);
+    dmm_status s = dmm__device_config_from_env(&cfg, dmm__option_env_named, NULL);
     if (s != DMM_OK) {
         pthread_mutex_unlock(&g_mu);
         record(s);

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/options.h"
 #include "driver/cuda_types.h"
 
 /* The exported names (cuda_decl.h): the ABI versions that cuda.h binds the documented names to. */
@@ -53,8 +54,8 @@ const char *dmm__cu_text(dmm_cu_result r) {
 }
 
 static void cu_load(void) {
-    const char *path = getenv("DMM_CUDA_LIBRARY"); /* for tests and unusual installs */
-    if (path == NULL || path[0] == '\0') path = "libcuda.so.1";
+    const char *path = dmm__option_env(DMM_OPTION_CUDA_LIBRARY); /* for tests and unusual installs */
+    if (path == NULL) path = "libcuda.so.1";
     void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (lib == NULL) {
         const char *e = dlerror();

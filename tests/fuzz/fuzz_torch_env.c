@@ -7,7 +7,8 @@
  *   - a refusal is DMM_ERR_INVALID_ARGUMENT with a sentence naming a variable that is set, and leaves
  *     the whole config untouched (every byte);
  *   - an acceptance writes exactly the fields of the variables that are set, with the values an
- *     independent reading of the documented syntax gives (strict decimal, RETAIN and SETTLE ≤ 1000,
+ *     independent reading of the documented syntax gives (sizes: digits, a fraction of whole bytes and a
+ *     binary unit K/M/G/T[i][B] in either case; whole numbers: digits; RETAIN and SETTLE ≤ 1000,
  *     HANDLES MAX[,DIVISOR ≤ 2^32 − 1[,MIN[,FLOOR_DIVISOR ≤ 2^32 − 1]]], RESTORE_PIECE MAX[,FIRST[,COPY]], MAX 0 = UINT64_MAX,
  *     STOCK bytes), and
  *     refuses every value that reading refuses.
@@ -36,20 +37,54 @@ static const char *fuzz_getenv(void *user, const char *name) {
     return NULL;
 }
 
-/* The oracle: up to `max` comma-separated strict decimals; false for anything else. */
-static bool fields(const char *s, uint64_t *v, int max, int *n) {
-    *n = 0;
-    for (;;) {
-        if (*n == max || *s < '0' || *s > '9') return false;
-        uint64_t x = 0;
-        for (; *s >= '0' && *s <= '9'; s++) {
-            uint64_t d = (uint64_t)(*s - '0');
-            if (x > (UINT64_MAX - d) / 10) return false;
-            x = x * 10 + d;
+/* The oracle, written apart from src/core/options.c in 128-bit arithmetic: one field of [s, end) as a
+ * whole number (digits only) or, when `bytes`, a size: digits, optionally '.' and 1 to 9 digits, optionally
+ * a unit K/M/G/T in either case followed by an optional i/I and an optional b/B; the value must be whole
+ * bytes and fit in 64 bits. */
+__extension__ typedef unsigned __int128 wide;
+static bool field(const char *s, const char *end, bool bytes, uint64_t *out) {
+    wide whole = 0, frac = 0, scale = 1, unit = 1;
+    const char *p = s;
+    for (; p < end && *p >= '0' && *p <= '9'; p++) {
+        whole = whole * 10 + (wide)(*p - '0');
+        if (whole > UINT64_MAX) return false;
+    }
+    if (p == s) return false;
+    if (bytes && p < end && *p == '.') {
+        const char *q = ++p;
+        for (; p < end && *p >= '0' && *p <= '9'; p++) {
+            frac = frac * 10 + (wide)(*p - '0');
+            scale *= 10;
         }
-        v[(*n)++] = x;
-        if (*s == '\0') return true;
-        if (*s++ != ',') return false;
+        if (p == q || p - q > 9) return false;
+    }
+    if (bytes && p < end) {
+        const char *units = "KMGT", *u = NULL;
+        for (int i = 0; i < 4; i++)
+            if (*p == units[i] || *p == units[i] + ('a' - 'A')) u = units + i;
+        if (u != NULL) {
+            unit = (wide)1 << (10 * (u - units + 1));
+            p++;
+            if (p < end && (*p == 'i' || *p == 'I')) p++;
+            if (p < end && (*p == 'b' || *p == 'B')) p++;
+        }
+    }
+    if (p != end) return false;
+    if ((frac * unit) % scale != 0) return false;
+    wide v = whole * unit + frac * unit / scale;
+    if (v > UINT64_MAX) return false;
+    *out = (uint64_t)v;
+    return true;
+}
+
+/* Up to `max` comma-separated fields, field i a size when bytes[i]; false for anything else. */
+static bool fields(const char *s, uint64_t *v, int max, const bool *bytes) {
+    for (int n = 0;; n++) {
+        if (n == max) return false;
+        const char *end = s + strcspn(s, ",");
+        if (!field(s, end, bytes[n], &v[n])) return false;
+        if (*end == '\0') return true;
+        s = end + 1;
     }
 }
 
@@ -85,8 +120,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         set[k] = e.value[k] != NULL && e.value[k][0] != '\0';
         if (!set[k]) continue;
         static const int max_fields[NVARS] = {1, 1, 1, 4, 3, 1};
-        int n = 0;
-        bool good = fields(e.value[k], v[k], max_fields[k], &n);
+        static const bool bytes[NVARS][4] = {
+            {true}, {false}, {false}, {true, false, true, false}, {true, true, true}, {true}};
+        bool good = fields(e.value[k], v[k], max_fields[k], bytes[k]);
         if ((k == 1 || k == 2) && good && v[k][0] > 1000) good = false;
         if (k == 3 && good && (v[k][1] > UINT32_MAX || v[k][3] > UINT32_MAX)) good = false;
         ok = ok && good;

@@ -2,10 +2,12 @@
  * into this test like test_torch_adapter.c compiles the adapter's core: no GPU, no cuda.h needed).
  *
  * What is proven: DMM_TORCH_POOL_VA, DMM_TORCH_RETAIN, DMM_TORCH_SETTLE, DMM_TORCH_HANDLES, DMM_TORCH_STOCK and
- * DMM_TORCH_RESTORE_PIECE read as documented (decimal bytes; per mille 0..1000; MAX[,DIVISOR[,MIN[,FLOOR_DIVISOR]]];
+ * DMM_TORCH_RESTORE_PIECE read as documented (docs/options.md: sizes as plain bytes exactly as before, or with
+ * a binary unit: 64G, 64GiB, 64gb, 512MiB, 1.5G; per mille 0..1000; MAX[,DIVISOR[,MIN[,FLOOR_DIVISOR]]];
  * MAX[,FIRST[,COPY]] with MAX 0 = one commit per segment); unset and empty leave the config alone; every
- * malformed value (not a number, a sign, trailing characters, a suffix, hex, a number beyond 64 bits, RETAIN or
- * SETTLE above 1000, a divisor beyond 32 bits, a bad or extra field) fails with
+ * malformed value (not a number, a sign, trailing characters, an unknown unit or one on a whole number, a
+ * fraction that is not whole bytes, hex, a number beyond 64 bits, RETAIN or SETTLE above 1000, a divisor
+ * beyond 32 bits, a bad or extra field) fails with
  * DMM_ERR_INVALID_ARGUMENT and a sentence naming the variable, its value and "unset it", and leaves
  * the whole config untouched, even the fields of the other, valid variables.
  */
@@ -87,6 +89,38 @@ static void valid_values_are_read(void **state) {
     assert_int_equal(c.restore_copy_bytes, 0);
 }
 
+static void sizes_take_binary_units(void **state) {
+    (void)state;
+    static const struct {
+        const char *text;
+        uint64_t want;
+    } sizes[] = {
+        {"64G", 64ull << 30},   {"64GiB", 64ull << 30}, {"64gb", 64ull << 30},  {"64Gi", 64ull << 30},
+        {"512MiB", 512ull << 20}, {"512m", 512ull << 20}, {"512M", 512ull << 20}, {"8k", 8192},
+        {"1T", 1ull << 40},     {"1.5G", 3ull << 29},   {"0.5K", 512},          {"4096", 4096},
+        {"0G", 0},              {"16777215T", 16777215ull << 40},
+    };
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        env e = {sizes[i].text, NULL, NULL, NULL, NULL, sizes[i].text};
+        dmm_device_config c = marked();
+        dmm_status s = dmm__device_config_from_env(&c, get, &e);
+        if (s != DMM_OK) fail_msg("'%s': %s", sizes[i].text, dmm_last_error());
+        if (c.pool_va_bytes != sizes[i].want || c.stock_bytes != sizes[i].want)
+            fail_msg("'%s' read as %llu", sizes[i].text, (unsigned long long)c.pool_va_bytes);
+    }
+    /* the sizes among the fields of the lists take units too; the divisors stay whole numbers */
+    env e = {NULL, NULL, "256M,16M,32MiB", NULL, "128M,4,8M,256", NULL};
+    dmm_device_config c = marked();
+    DMM_OK_OR_FAIL(dmm__device_config_from_env(&c, get, &e));
+    assert_int_equal(c.max_chunk_bytes, 128ull << 20);
+    assert_int_equal(c.handle_divisor, 4);
+    assert_int_equal(c.min_chunk_bytes, 8ull << 20);
+    assert_int_equal(c.floor_divisor, 256);
+    assert_int_equal(c.restore_piece_bytes, 256ull << 20);
+    assert_int_equal(c.restore_first_bytes, 16ull << 20);
+    assert_int_equal(c.restore_copy_bytes, 32ull << 20);
+}
+
 static void unset_and_empty_leave_the_config_alone(void **state) {
     (void)state;
     const dmm_device_config want = marked();
@@ -109,9 +143,18 @@ static void malformed_values_fail_and_change_nothing(void **state) {
     (void)state;
     static const bad_case cases[] = {
         /* POOL_VA: each with valid neighbours, which must not be written either */
-        {{"abc", "20", "0", NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "'abc'", "not a decimal byte count"},
-        {{"64G", NULL, NULL, NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "'64G'", "not a decimal byte count"},
-        {{"123abc", NULL, NULL, NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "'123abc'", "not a decimal byte count"},
+        {{"abc", "20", "0", NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "'abc'", "is not a size"},
+        {{"64Q", NULL, NULL, NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "'64Q'", "'Q' follows the number"},
+        {{"64 G", NULL, NULL, NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "'64 G'", "' G' follows the number"},
+        {{"64GG", NULL, NULL, NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "'64GG'", "'G' follows the number"},
+        {{"64iB", NULL, NULL, NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "'64iB'", "'iB' follows the number"},
+        {{"64E", NULL, NULL, NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "'64E'", "sizes take K, M, G or T"},
+        {{"G", NULL, NULL, NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "'G'", "does not start with a digit"},
+        {{"1.3", NULL, NULL, NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "'1.3'", "not a whole number of bytes"},
+        {{"1.G", NULL, NULL, NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "'1.G'", "a digit must follow the decimal point"},
+        {{"16777216T", NULL, NULL, NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "'16777216T'", "64 bits"},
+        {{"0x10M", NULL, NULL, NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "'0x10M'", "hex"},
+        {{"123abc", NULL, NULL, NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "'123abc'", "is not a size"},
         {{"-1", NULL, NULL, NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "'-1'", "no sign"},
         {{"+5", NULL, NULL, NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "'+5'", "no sign"},
         {{" 5", NULL, NULL, NULL, NULL, NULL}, "DMM_TORCH_POOL_VA", "' 5'", "spaces"},
@@ -129,26 +172,31 @@ static void malformed_values_fail_and_change_nothing(void **state) {
         {{NULL, "4294967316", NULL, NULL, NULL, NULL}, "DMM_TORCH_RETAIN", "'4294967316'", "0 to 1000"}, /* 2^32 + 20 */
         {{NULL, "18446744073709551617", NULL, NULL, NULL, NULL}, "DMM_TORCH_RETAIN", "'18446744073709551617'",
          "0 to 1000"},
+        {{NULL, "1K", NULL, NULL, NULL, NULL}, "DMM_TORCH_RETAIN", "'1K'", "0 to 1000"}, /* no units on per mille */
+        {{NULL, "2.5", NULL, NULL, NULL, NULL}, "DMM_TORCH_RETAIN", "'2.5'", "0 to 1000"},
         /* SETTLE */
         {{NULL, NULL, NULL, "abc", NULL, NULL}, "DMM_TORCH_SETTLE", "'abc'", "0 to 1000"},
         {{"4096", "20", "0", "1001", NULL, NULL}, "DMM_TORCH_SETTLE", "'1001'", "0 to 1000"},
         {{NULL, NULL, NULL, "10%", NULL, NULL}, "DMM_TORCH_SETTLE", "'10%'", "0 to 1000"},
         /* HANDLES */
-        {{NULL, NULL, NULL, NULL, "128M", NULL}, "DMM_TORCH_HANDLES", "'128M'", HANDLES_SYNTAX},
+        {{NULL, NULL, NULL, NULL, "128Q", NULL}, "DMM_TORCH_HANDLES", "'128Q'", HANDLES_SYNTAX},
+        {{NULL, NULL, NULL, NULL, "128M,4K", NULL}, "DMM_TORCH_HANDLES", "'128M,4K'", "field 2 ('4K')"}, /* a divisor */
+        {{NULL, NULL, NULL, NULL, "128M,4,8M,2.5", NULL}, "DMM_TORCH_HANDLES", "'128M,4,8M,2.5'", "field 4 ('2.5')"},
         {{NULL, NULL, NULL, NULL, "134217728,", NULL}, "DMM_TORCH_HANDLES", "'134217728,'", HANDLES_SYNTAX},
         {{NULL, NULL, NULL, NULL, "1,2,3,4,5", NULL}, "DMM_TORCH_HANDLES", "'1,2,3,4,5'", HANDLES_SYNTAX},
-        {{NULL, NULL, NULL, NULL, "1,2,8M", NULL}, "DMM_TORCH_HANDLES", "'1,2,8M'", HANDLES_SYNTAX},
+        {{NULL, NULL, NULL, NULL, "1,2,8Mx", NULL}, "DMM_TORCH_HANDLES", "'1,2,8Mx'", "field 3 ('8Mx')"},
         {{"4096", "20", "0", "100", "1,4294967296", NULL}, "DMM_TORCH_HANDLES", "'1,4294967296'", HANDLES_SYNTAX},
         {{NULL, NULL, NULL, NULL, "1,2,3,4294967296", NULL}, "DMM_TORCH_HANDLES", "'1,2,3,4294967296'", HANDLES_SYNTAX},
         {{NULL, NULL, NULL, NULL, "1,2,3,", NULL}, "DMM_TORCH_HANDLES", "'1,2,3,'", HANDLES_SYNTAX},
         /* STOCK */
-        {{NULL, NULL, NULL, NULL, NULL, "256M"}, "DMM_TORCH_STOCK", "'256M'", "not a decimal byte count"},
-        {{"4096", "20", "0", "100", "0", "-1"}, "DMM_TORCH_STOCK", "'-1'", "not a decimal byte count"},
+        {{NULL, NULL, NULL, NULL, NULL, "256Mi B"}, "DMM_TORCH_STOCK", "'256Mi B'", "is not a size"},
+        {{"4096", "20", "0", "100", "0", "-1"}, "DMM_TORCH_STOCK", "'-1'", "it is negative"},
         {{NULL, NULL, NULL, NULL, NULL, "18446744073709551616"}, "DMM_TORCH_STOCK", "'18446744073709551616'",
          "does not fit in 64 bits"},
         /* RESTORE_PIECE */
         {{"4096", "20", "x", NULL, NULL, NULL}, "DMM_TORCH_RESTORE_PIECE", "'x'", "field 1 ('x')"},
-        {{NULL, NULL, "32M", NULL, NULL, NULL}, "DMM_TORCH_RESTORE_PIECE", "'32M'", "field 1 ('32M')"},
+        {{NULL, NULL, "32X", NULL, NULL, NULL}, "DMM_TORCH_RESTORE_PIECE", "'32X'", "field 1 ('32X')"},
+        {{NULL, NULL, "32M,1.5", NULL, NULL, NULL}, "DMM_TORCH_RESTORE_PIECE", "'32M,1.5'", "not a whole number of bytes"},
         {{NULL, NULL, "33554432,", NULL, NULL, NULL}, "DMM_TORCH_RESTORE_PIECE", "'33554432,'", "field 2 ('')"},
         {{NULL, NULL, ",1", NULL, NULL, NULL}, "DMM_TORCH_RESTORE_PIECE", "',1'", "field 1 ('')"},
         {{NULL, NULL, "1,,2", NULL, NULL, NULL}, "DMM_TORCH_RESTORE_PIECE", "'1,,2'", "field 2 ('')"},
@@ -190,6 +238,7 @@ static void a_long_value_is_quoted_shortened(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(valid_values_are_read),
+        cmocka_unit_test(sizes_take_binary_units),
         cmocka_unit_test(unset_and_empty_leave_the_config_alone),
         cmocka_unit_test(malformed_values_fail_and_change_nothing),
         cmocka_unit_test(a_long_value_is_quoted_shortened),
