@@ -33,7 +33,7 @@ bool dmm_test_tool_find(void) {
 
 const char *dmm_test_tool_path(void) { return tool; }
 
-static void slurp(const char *path, char *buf, size_t cap) {
+void dmm_test_slurp(const char *path, char *buf, size_t cap) {
     FILE *f = fopen(path, "rb");
     size_t n = f != NULL ? fread(buf, 1, cap - 1, f) : 0;
     buf[n] = '\0';
@@ -76,8 +76,8 @@ void dmm_test_tool_run_argv(dmm_test_tool_run *r, int stdout_fd, const char *con
         usleep(100 * 1000);
     }
     r->rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    slurp(out_path, r->out, sizeof r->out);
-    slurp(err_path, r->err, sizeof r->err);
+    dmm_test_slurp(out_path, r->out, sizeof r->out);
+    dmm_test_slurp(err_path, r->err, sizeof r->err);
 }
 
 void dmm_test_tool_run_args(dmm_test_tool_run *r, const char *first, ...) {

@@ -6,6 +6,7 @@
 #define DMM_TEST_TOOL_KIT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 /* build/tools/dmm, found from this test's own path (build/tests/<test>); false when it was not built
  * (DMM_BUILD_TOOLS=OFF: the caller skips). */
@@ -23,6 +24,8 @@ void dmm_test_tool_run_argv(dmm_test_tool_run *r, int stdout_fd, const char *con
 /* The same with the arguments listed, NULL last, and the output captured. */
 void dmm_test_tool_run_args(dmm_test_tool_run *r, const char *first, ...);
 
+/* A file's content into buf (NUL-terminated, at most cap - 1 bytes), then the file removed. */
+void dmm_test_slurp(const char *path, char *buf, size_t cap);
 /* Fails, printing both streams, unless the run exited rc and its stdout / stderr hold the fragments
  * given (NULL: anything). */
 void dmm_test_tool_expect(const dmm_test_tool_run *r, int rc, const char *in_out, const char *in_err);

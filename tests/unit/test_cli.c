@@ -122,14 +122,7 @@ typedef dmm_test_tool_run run_out;
 #define expect dmm_test_tool_expect
 #define find_tool dmm_test_tool_find
 
-/* A file's content into buf (NUL-terminated), then the file removed. */
-static void slurp(const char *path, char *buf, size_t cap) {
-    FILE *f = fopen(path, "rb");
-    size_t n = f != NULL ? fread(buf, 1, cap - 1, f) : 0;
-    buf[n] = '\0';
-    if (f != NULL) fclose(f);
-    unlink(path);
-}
+#define slurp dmm_test_slurp
 
 #define NEED_TOOL()                                                                                \
     do {                                                                                           \
