@@ -34,6 +34,7 @@ static uint64_t g_limit[MAX_DEVICES]; /* limits set before the device's first us
 static uint64_t g_limit_all;
 static bool g_track[MAX_DEVICES]; /* block tracking asked for before the device's first use */
 static bool g_track_all;
+static bool g_no_capture_check; /* dmm_torch_set_capture_check(0): also for devices not used yet */
 
 static pthread_mutex_t err_mu = PTHREAD_MUTEX_INITIALIZER;
 static char g_err[2048];
@@ -73,6 +74,7 @@ static dmm_device *create_slow(int device) {
         s = dmm_device_create(drv, g_gov, &cfg, &c);
         if (s != DMM_OK) dmm_driver_destroy(drv);
         else if (g_track_all || g_track[device]) dmm_device_track_blocks(c);
+        if (s == DMM_OK && g_no_capture_check) dmm_device_set_capture_check(c, false);
     }
     if (s == DMM_OK) atomic_store_explicit(&g_ctx[device], c, memory_order_release);
     pthread_mutex_unlock(&g_mu);
@@ -327,7 +329,15 @@ int dmm_torch_history(int device, uint64_t max_entries) {
     return record(dmm_device_history(c, max_entries));
 }
 
-void dmm_torch_set_capture_check(int on) { dmm_device_set_capture_check(on != 0); }
+void dmm_torch_set_capture_check(int on) { /* every device, also those not used yet */
+    pthread_mutex_lock(&g_mu);
+    g_no_capture_check = on == 0;
+    for (int i = 0; i < MAX_DEVICES; i++) {
+        dmm_device *c = atomic_load_explicit(&g_ctx[i], memory_order_acquire);
+        if (c != NULL) dmm_device_set_capture_check(c, on != 0);
+    }
+    pthread_mutex_unlock(&g_mu);
+}
 
 uint64_t dmm_torch_now_ns(void) { return dmm_device_clock_ns(); }
 

@@ -106,8 +106,9 @@ DMM_API dmm_status dmm_device_empty_cache(dmm_device *dev, uint64_t *released);
 DMM_API dmm_status dmm_device_poll(dmm_device *dev, uint64_t *queued);
 /* The device's budget of owned bytes (0 = unlimited); lowering it below what is owned empties the cache. */
 DMM_API dmm_status dmm_device_set_limit(dmm_device *dev, uint64_t bytes);
-/* Whether malloc asks a non-default stream's capture status (default on; process-wide). */
-DMM_API void dmm_device_set_capture_check(bool on);
+/* Whether malloc asks a non-default stream's capture status (default on). Off saves that query on every
+ * malloc on a side stream, for a framework that never captures graphs. */
+DMM_API void dmm_device_set_capture_check(dmm_device *dev, bool on);
 
 /* ---- tags: sleep / wake ---- */
 /* Tag scopes of the calling thread (nested up to 8; names interned per process, at most 32): a malloc

@@ -49,9 +49,9 @@
 #define GIB ((uint64_t)1 << 30)
 #define DEVICE_MAX_RESERVE ((uint64_t)1 << 63) /* reserve ≤ 2^63: a request ≤ reserve rounds up without wrapping */
 
-static _Atomic int capture_check = 1;
-
-void dmm_device_set_capture_check(bool on) { atomic_store_explicit(&capture_check, on ? 1 : 0, memory_order_relaxed); }
+void dmm_device_set_capture_check(dmm_device *c, bool on) {
+    if (c != NULL) atomic_store_explicit(&c->capture_check, on ? 1 : 0, memory_order_relaxed);
+}
 
 static inline uint64_t ld(_Atomic uint64_t *x) { return dmm__device_get(x); }
 static inline void inc(_Atomic uint64_t *x, uint64_t v) { dmm__device_bump(x, v); }
@@ -87,6 +87,7 @@ dmm_status dmm_device_create(dmm_driver *drv, dmm_governor *gov,
     c->drv = drv;
     c->dev = drv->device;
     c->can_capture = dmm__drv_can_capture(drv);
+    atomic_init(&c->capture_check, 1);
     c->gov = gov;
     c->block_align = 512; /* torch's own rounding, so that sizes and alignments match the native allocator */
     size_t gran = 0;
@@ -385,7 +386,7 @@ static dmm_status route_malloc(dmm_device *c, size_t bytes, dmm_stream stream, v
     if (bytes == 0) return DMM_OK;
     if (bytes > c->reserve) /* no route could serve it, and its rounding up (tags, graphs) would wrap */
         return dmm__device_too_large(c, bytes, "allocating");
-    if (stream != NULL && c->can_capture && atomic_load_explicit(&capture_check, memory_order_relaxed)) {
+    if (stream != NULL && c->can_capture && atomic_load_explicit(&c->capture_check, memory_order_relaxed)) {
         bool capturing = false;
         uint64_t id = 0;
         dmm_status s = dmm_device_capture_status(c, stream, &capturing, &id);

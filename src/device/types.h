@@ -218,6 +218,7 @@ typedef struct size_class {
 struct dmm_device {
     dmm_driver *drv;         /* not owned; its latch says whether the device is lost */
     bool can_capture;        /* the driver tells a capturing stream (its stream_capture_status slot) */
+    _Atomic int capture_check; /* 1: malloc asks a non-default stream's capture status (dmm_device_set_capture_check) */
     dmm_device_id dev;
     uint64_t granule, pool_va, tag_va, block_align;
     uint64_t reserve;        /* the arena's VA reservation (≤ 2^63): no request above it is served */
