@@ -270,6 +270,7 @@ static dmm_status destroy_lost_locked(dmm_device *c) {
     confirm_lost_locked(c);
     dmm__device_tags_drop_lost(c);
     dmm__device_graphs_drop_lost(c);
+    dmm__device_imports_drop_lost(c);
     pthread_mutex_unlock(&c->lock);
     dmm_status s = c->pool != NULL ? dmm_pool_destroy(c->pool) : DMM_OK; /* forgets live blocks */
     if (s != DMM_OK) return s;
@@ -290,14 +291,13 @@ dmm_status dmm_device_destroy(dmm_device *c) {
                              "them (and let the streams finish) first; nothing changed",
                              (int)c->dev.index, (unsigned long long)live, (unsigned long long)queued);
     }
-    /* Tag and graph segments go first; one whose release FAILED (nothing changed) stays, one whose
-     * release waits behind its event (a released graph's last replay) stays queued, and the destroy
-     * stops there with the context intact (and usable): call it again. */
-    dmm__device_imports_fini(c);
+    /* Imports, tag and graph segments go first; one whose release FAILED (nothing changed) stays, one
+     * whose release waits behind its event (a released graph's last replay) stays queued, and the
+     * destroy stops there with the context intact (and usable): call it again. */
+    size_t kept = dmm__device_imports_fini(c);
     dmm__device_tags_fini(c);
     (void)dmm__device_graphs_fini_locked(c);
     dmm__device_jobs_poll_locked(c);
-    size_t kept = 0;
     for (int i = 0; i < DMM_DEVICE_MAX_TAGS; i++)
         for (tag_segment *g = c->tags[i].segs; g != NULL; g = g->next) kept++;
     for (graph_segment *g = c->graphs; g != NULL; g = g->next) kept++;
@@ -305,7 +305,7 @@ dmm_status dmm_device_destroy(dmm_device *c) {
     pthread_mutex_unlock(&c->lock);
     if (kept > 0 || queued > 0)
         return dmm_error_set(DMM_ERR_BUSY,
-                             "dmm device: destroying device %d: %zu tag or graph segment(s) could not be released "
+                             "dmm device: destroying device %d: %zu import(s), tag or graph segment(s) could not be released "
                              "(the driver failed and nothing changed for them) and %llu release(s) wait behind work "
                              "still running on their streams; the context is intact: let the streams finish and call "
                              "destroy again",

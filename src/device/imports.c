@@ -7,8 +7,9 @@
  * physical memory stays with the holder.
  *
  * Invariants (dev.lock): every entry is a live import of c->arena, listed once; an entry is out of the
- * list only while one unimport releases it (no driver call under the lock), and stays out only when
- * that release was COMPLETE (a FAILED or QUARANTINED one goes back, to be released again).
+ * list only while one unimport releases it (no driver call under the lock), and goes back only when
+ * that release FAILED (nothing changed); COMPLETE and QUARANTINED ones are gone (the arena forgets a
+ * quarantined allocation: its range is never handed out again).
  */
 #include <stdlib.h>
 
@@ -51,26 +52,50 @@ dmm_status dmm_device_unimport(dmm_device *c, void *ptr) {
                              "process attached on device %d; nothing changed", ptr, (int)c->dev.index);
     dmm_release_outcome o = dmm_mechanism_release(c->arena, &im->a);
     dmm_release_state st = dmm_release_state_of(&o);
+    if (st == DMM_RELEASE_QUARANTINED) { /* the arena let go of the record: nothing left to detach */
+        free(im);
+        return dmm_error_set(DMM_ERR_QUARANTINED,
+                             "dmm device: detaching the region at %p on device %d: its release was QUARANTINED "
+                             "(%s): what could not be unmapped stays accounted and that range is never handed out "
+                             "again; the region is detached",
+                             ptr, (int)c->dev.index, dmm_status_str(o.failure));
+    }
     if (st == DMM_RELEASE_COMPLETE) {
         free(im);
         return DMM_OK;
     }
-    pthread_mutex_lock(&c->lock);
+    pthread_mutex_lock(&c->lock); /* FAILED: nothing changed, the region is attached as before */
     im->next = c->imports;
     c->imports = im;
     pthread_mutex_unlock(&c->lock);
-    return dmm_error_set(st == DMM_RELEASE_FAILED ? o.failure : DMM_ERR_QUARANTINED,
-                         "dmm device: detaching the region at %p on device %d: its release was %s (%s); %s", ptr,
-                         (int)c->dev.index, dmm_release_state_str(o.state), dmm_status_str(o.failure),
-                         st == DMM_RELEASE_FAILED ? "nothing changed: detach again"
-                                                  : "what could not be unmapped stays accounted: detach again");
+    return dmm_error_set(o.failure != DMM_OK ? o.failure : DMM_ERR_DRIVER,
+                         "dmm device: detaching the region at %p on device %d failed (%s); nothing changed: detach "
+                         "again",
+                         ptr, (int)c->dev.index, dmm_status_str(o.failure));
 }
 
-void dmm__device_imports_fini(dmm_device *c) {
+size_t dmm__device_imports_fini(dmm_device *c) {
+    size_t kept = 0;
+    device_import **at = &c->imports;
+    while (*at != NULL) {
+        device_import *im = *at;
+        dmm_release_outcome o = dmm_mechanism_release(c->arena, &im->a);
+        if (dmm_release_state_of(&o) == DMM_RELEASE_FAILED) { /* still mapped: kept, the destroy stops */
+            dmm_clear_error();
+            at = &im->next;
+            kept++;
+            continue;
+        }
+        *at = im->next;
+        free(im);
+    }
+    return kept;
+}
+
+void dmm__device_imports_drop_lost(dmm_device *c) {
     while (c->imports != NULL) {
         device_import *im = c->imports;
         c->imports = im->next;
-        (void)dmm_mechanism_release(c->arena, &im->a);
-        free(im);
+        free(im); /* the arena's confirmation discharged its mapping */
     }
 }

@@ -626,6 +626,13 @@ static void imports_map_another_arena_s_region(void **state) {
     assert_int_equal(st.imported_bytes.current, 8 * MIB);
     assert_int_equal(dmm_device_unimport(f->c, (char *)p + 4096), DMM_ERR_UNKNOWN_ALLOCATION);
     dmm_test_error_mentions("not the address of a region", "nothing changed", NULL);
+    /* an unmap that fails: the release FAILED, nothing changed, the region is attached as before */
+    DMM_OK_OR_FAIL(dmm_fault_plan(f->drv, DMM_OP_UNMAP, 1, 1, DMM_ERR_DRIVER));
+    assert_int_equal(dmm_device_unimport(f->c, p), DMM_ERR_DRIVER);
+    dmm_test_error_mentions("nothing changed", "detach again", NULL);
+    assert_int_equal(dmm__device_mapped(f->c), mapped0 + 8 * MIB);
+    assert_int_equal(((volatile unsigned char *)p)[100], 0x5a); /* still mapped */
+    DMM_OK_OR_FAIL(dmm_fault_clear(f->drv));
     DMM_OK_OR_FAIL(dmm_device_unimport(f->c, p));
     assert_int_equal(dmm__device_mapped(f->c), mapped0 + 4 * MIB);
     assert_int_equal(dmm_device_unimport(f->c, p), DMM_ERR_UNKNOWN_ALLOCATION); /* twice: refused */
