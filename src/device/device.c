@@ -445,12 +445,15 @@ static dmm_status free_routed(dmm_device *c, void *ptr, size_t bytes, dmm_stream
         count_free(c, dmm__device_round_block(c, bytes), bytes);
         return DMM_OK;
     }
-    if (tracked) { /* the pool refused the free of a live block (nothing changed): it is live again */
-        dmm__device_blocks_add(c, ptr, b.len, b.req, b.stream);
-        dmm__device_history_add(c, DEVICE_EV_ALLOC, (uint64_t)(uintptr_t)ptr, b.len, b.stream);
-        if (recorded) dmm__device_record_alloc(c, ptr, b.len, b.stream); /* in the trace: under a new id */
+    if (s != DMM_ERR_UNKNOWN_ALLOCATION) { /* the pool refused the free of a live block (nothing changed) */
+        if (tracked) {                     /* it is live again, in the table and the history */
+            dmm__device_blocks_add(c, ptr, b.len, b.req, b.stream);
+            dmm__device_history_add(c, DEVICE_EV_ALLOC, (uint64_t)(uintptr_t)ptr, b.len, b.stream);
+        }
+        if (recorded) /* and in the trace, under a new id */
+            dmm__device_record_alloc(c, ptr, tracked ? b.len : dmm__device_round_block(c, bytes), tracked ? b.stream : own);
+        return s;
     }
-    if (s != DMM_ERR_UNKNOWN_ALLOCATION) return s;
     if (uses) dmm__device_stream_wait(c, stream, own);
     uint64_t len = 0, req = 0;
     pthread_mutex_lock(&c->lock);
@@ -475,6 +478,12 @@ dmm_status dmm_device_free(dmm_device *c, void *ptr, size_t bytes, dmm_stream st
         return free_routed(c, ptr, bytes, stream, stream, false);
     for (size_t i = 1; i < nuses; i++) dmm__device_stream_wait(c, uses[0], uses[i]);
     dmm_status s = free_routed(c, ptr, bytes, uses[0], stream, true);
+    if (s != DMM_OK) { /* refused, nothing changed: the block keeps its recorded streams (the waits are harmless) */
+        dmm_error_kept why = {0};
+        dmm__error_keep(&why, s);
+        for (size_t i = 0; i < nuses; i++) (void)dmm_device_record_stream(ptr, uses[i]);
+        s = dmm__error_restore(&why);
+    }
     free(uses);
     return s;
 }

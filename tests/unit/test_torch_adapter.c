@@ -593,6 +593,26 @@ static void a_leaked_tag_growth_is_not_retried(void **state) {
  * imported into the adapter's arena: the same bytes at another address, the holder's writes seen,
  * MAPPED charged and counted imported, OWNED not; an address no import starts at is refused; detach
  * unmaps it; an import left attached goes with the context's destroy (the census ends at zero). */
+/* A free the pool refuses (its cross-stream event fails) changes nothing: the block keeps the streams
+ * record_stream gave it. */
+static void a_refused_free_keeps_the_block_s_streams(void **state) {
+    (void)state;
+    fx *f = fx_open(0);
+    void *q = xmalloc(f, 64 * KIB, f->s1);
+    DMM_OK_OR_FAIL(dmm_device_record_stream(q, f->s2));
+    DMM_OK_OR_FAIL(dmm_fault_plan(f->drv, DMM_OP_EVENT_RECORD, 1, UINT32_MAX, DMM_ERR_DRIVER));
+    assert_int_not_equal(dmm_device_free(f->c, q, 64 * KIB, f->s1), DMM_OK);
+    DMM_OK_OR_FAIL(dmm_fault_clear(f->drv));
+    dmm_stream *uses = NULL;
+    size_t n = 0;
+    assert_true(dmm__device_uses_take(q, f->s1, &uses, &n));
+    assert_int_equal(n, 1);
+    assert_ptr_equal(uses[0], f->s2);
+    free(uses);
+    xfree(f, q, 64 * KIB, f->s1);
+    fx_close(f);
+}
+
 static void imports_map_another_arena_s_region(void **state) {
     (void)state;
     fx *f = fx_open(0);
@@ -870,6 +890,7 @@ int main(void) {
         cmocka_unit_test(budget_refuses_and_recovers),
         cmocka_unit_test(a_leaked_tag_growth_is_not_retried),
         cmocka_unit_test(record_stream_holds_a_block_back),
+        cmocka_unit_test(a_refused_free_keeps_the_block_s_streams),
         cmocka_unit_test(imports_map_another_arena_s_region),
         cmocka_unit_test(empty_cache_trims),
         cmocka_unit_test(empty_cache_counts_queued_segments),
