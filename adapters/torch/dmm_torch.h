@@ -96,8 +96,9 @@ DMM_TORCH_API int dmm_torch_poll(int device, uint64_t *queued);
 DMM_TORCH_API int dmm_torch_graph_reserve(int device, uint64_t bytes, void *stream);
 /* The graph of capture `capture_id` is gone; its memory is reusable behind an event on `stream`. */
 DMM_TORCH_API int dmm_torch_graph_release(int device, uint64_t capture_id, void *stream);
-/* The id of the capture `stream` is in (0 when it is not capturing). */
-DMM_TORCH_API int dmm_torch_capture_id(void *stream, uint64_t *id);
+/* The id of the capture `stream` of `device` is in (0 when it is not capturing; the NULL stream never
+ * captures). Callable inside a capture. */
+DMM_TORCH_API int dmm_torch_capture_id(int device, void *stream, uint64_t *id);
 /* Whether malloc asks the capture status of non-default streams (default 1). */
 DMM_TORCH_API void dmm_torch_set_capture_check(int on);
 

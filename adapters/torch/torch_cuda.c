@@ -290,13 +290,11 @@ int dmm_torch_graph_release(int device, uint64_t capture_id, void *stream) {
     return record(dmm_device_graph_release(c, capture_id, (dmm_stream)stream));
 }
 
-int dmm_torch_capture_id(void *stream, uint64_t *id) {
+int dmm_torch_capture_id(int device, void *stream, uint64_t *id) {
     if (id == NULL) return record(dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: capture_id: id is NULL"));
     *id = 0;
-    /* any device's driver answers for any stream (the query names the stream, not a context) */
-    dmm_device *c = NULL;
-    for (int i = 0; i < MAX_DEVICES && c == NULL; i++) c = atomic_load_explicit(&g_ctx[i], memory_order_acquire);
-    if (c == NULL && (c = ctx_for(0)) == NULL) return dmm_torch_last_status();
+    if (stream == NULL) return 0; /* the legacy default stream never captures */
+    WITH_CTX(device);
     bool capturing = false;
     return record(dmm_device_capture_status(c, (dmm_stream)stream, &capturing, id));
 }

@@ -558,10 +558,11 @@ def reserve_graph_memory(nbytes, device=None, stream=None):
                "dmm.torch.reserve_graph_memory")
 
 
-def capture_id(stream=None):
-    """The id of the capture `stream` is in (0 when it is not capturing)."""
+def capture_id(stream=None, device=None):
+    """The id of the capture `stream` (of `device`) is in (0 when it is not capturing)."""
     cid = ctypes.c_uint64(0)
-    _lib.check(_lib.load().dmm_torch_capture_id(_stream(stream), ctypes.byref(cid)), "dmm.torch.capture_id")
+    _lib.check(_lib.load().dmm_torch_capture_id(_device(device), _stream(stream), ctypes.byref(cid)),
+               "dmm.torch.capture_id")
     return int(cid.value)
 
 
@@ -590,7 +591,7 @@ def graph(cuda_graph, reserve_bytes=256 << 20, **kwargs):
     reserve_graph_memory(reserve_bytes, dev)
     cid = 0
     with torch.cuda.graph(cuda_graph, **kwargs):
-        cid = capture_id(torch.cuda.current_stream())
+        cid = capture_id(torch.cuda.current_stream(), dev)
         yield cuda_graph
     if cid:
         try:
