@@ -229,8 +229,8 @@ DMM_API uint64_t dmm_fault_injected(dmm_driver *fault);
  * work before every event were still running: a CPU test of event gating. */
 DMM_API dmm_status dmm_fault_hold_events(dmm_driver *fault, bool hold);
 /* A graph capture on the fault driver, for CPU tests of capture safety: from now on the fault
- * driver's stream_capture_status reports `stream` capturing with capture id `capture_id` (0 ends it;
- * one capture at a time). Other streams are asked of the inner driver (absent there: not capturing).
+ * driver's stream_capture_status reports `stream` capturing with capture id `capture_id`; (NULL, 0)
+ * ends it. One capture at a time: a second is refused with DMM_ERR_BUSY until the first ended. Other streams are asked of the inner driver (absent there: not capturing).
  * Calls to stream_capture_status count as DMM_OP_CAPTURE_STATUS and can be failed by a plan. */
 DMM_API dmm_status dmm_fault_capture(dmm_driver *fault, dmm_stream stream, uint64_t capture_id);
 

@@ -377,9 +377,9 @@ dmm_status dmm__cuda_host_alloc(dmm_driver *d, size_t bytes, void **out) {
 dmm_status dmm__cuda_host_free(dmm_driver *d, void *ptr) {
     cuda_driver *c = as_cuda(d);
     if (ptr == NULL) return DMM_OK;
-    dmm_status s = dmm__cuda_enter(c, "cuMemFreeHost");
-    if (s != DMM_OK) return s;
-    dmm_cu_result r = dmm__cu.cuMemFreeHost(ptr);
+    /* also after a loss (call.h: host memory goes back whether or not the device lives), so no enter */
+    dmm_cu_result r = dmm__cu.cuCtxSetCurrent(c->ctx);
+    if (r == DMM_CUDA_SUCCESS) r = dmm__cu.cuMemFreeHost(ptr);
     if (r != DMM_CUDA_SUCCESS) return dmm__cuda_fail(c, r, "cuMemFreeHost", "ptr=%p", ptr);
     return DMM_OK;
 }

@@ -222,9 +222,7 @@ static dmm_status f_stream_capture_status(dmm_driver *d, dmm_stream stream, bool
     dmm_lock_release(&f->lock);
     *capturing = ours;
     *id = ours ? cid : 0;
-    if (ours || !has_late(in->ops, offsetof(dmm_driver_ops, stream_capture_status)) ||
-        in->ops->stream_capture_status == NULL)
-        return DMM_OK;
+    if (ours || in->ops->stream_capture_status == NULL) return DMM_OK; /* create checked the table's size */
     return in->ops->stream_capture_status(in, stream, capturing, id);
 }
 static dmm_status f_host_alloc(dmm_driver *d, size_t bytes, void **out) {
@@ -384,8 +382,17 @@ dmm_status dmm_fault_capture(dmm_driver *fault, dmm_stream stream, uint64_t capt
                              "other than the default one and an id above 0; pass NULL and 0 to end it",
                              stream, (unsigned long long)capture_id);
     dmm_lock_acquire(&f->lock);
-    f->capture_stream = stream;
-    f->capture_id = capture_id;
+    bool busy = stream != NULL && f->capture_stream != NULL;
+    dmm_stream on = f->capture_stream;
+    if (!busy) {
+        f->capture_stream = stream;
+        f->capture_id = capture_id;
+    }
     dmm_lock_release(&f->lock);
+    if (busy)
+        return dmm_error_set(DMM_ERR_BUSY,
+                             "dmm_fault_capture: stream %p is capturing already (one capture at a time); end it "
+                             "with (NULL, 0) first; nothing changed",
+                             on);
     return DMM_OK;
 }

@@ -164,6 +164,37 @@ static void test_hold_events(void **state) {
     DMM_OK_OR_FAIL(f->ops->event_destroy(f, e));
 }
 
+/* The capture switch: one stream captures (its id reported), others and the default one do not; a
+ * second capture is refused while one is on; the queries count as their own op, not as ANY. */
+static void test_a_capture_on_purpose(void **state) {
+    fixture *fx = *state;
+    dmm_driver *f = fx->fault;
+    dmm_stream s1 = NULL, s2 = NULL;
+    DMM_OK_OR_FAIL(f->ops->stream_create(f, &s1));
+    DMM_OK_OR_FAIL(f->ops->stream_create(f, &s2));
+    bool capturing = true;
+    uint64_t id = 9;
+    DMM_OK_OR_FAIL(f->ops->stream_capture_status(f, s1, &capturing, &id)); /* the host driver has no captures */
+    assert_false(capturing);
+    assert_int_equal(id, 0);
+    DMM_OK_OR_FAIL(dmm_fault_capture(f, s1, 42));
+    DMM_OK_OR_FAIL(f->ops->stream_capture_status(f, s1, &capturing, &id));
+    assert_true(capturing);
+    assert_int_equal(id, 42);
+    DMM_OK_OR_FAIL(f->ops->stream_capture_status(f, s2, &capturing, &id));
+    assert_false(capturing);
+    assert_int_equal(dmm_fault_capture(f, s2, 43), DMM_ERR_BUSY);
+    dmm_test_error_mentions("one capture at a time", NULL);
+    assert_int_equal(dmm_fault_capture(f, s2, 0), DMM_ERR_INVALID_ARGUMENT);
+    DMM_OK_OR_FAIL(dmm_fault_capture(f, NULL, 0));
+    DMM_OK_OR_FAIL(f->ops->stream_capture_status(f, s1, &capturing, &id));
+    assert_false(capturing);
+    assert_int_equal(dmm_fault_calls(f, DMM_OP_CAPTURE_STATUS), 4);
+    assert_int_equal(dmm_fault_calls(f, DMM_OP_ANY), 2); /* the two stream_create calls only */
+    DMM_OK_OR_FAIL(f->ops->stream_destroy(f, s1));
+    DMM_OK_OR_FAIL(f->ops->stream_destroy(f, s2));
+}
+
 static void test_bad_plans_and_names(void **state) {
     fixture *fx = *state;
     dmm_driver *f = fx->fault;
@@ -243,6 +274,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_sticky_and_clear, setup, teardown),
         cmocka_unit_test_setup_teardown(test_any_counts_all_but_granularity_and_census, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hold_events, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_capture_on_purpose, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_plans_and_names, setup, teardown),
         cmocka_unit_test_setup_teardown(test_absent_slots_stay_absent, setup, teardown),
         cmocka_unit_test_setup_teardown(test_threads_count_exactly, setup, teardown),
