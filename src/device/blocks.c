@@ -80,7 +80,9 @@ untracked:
     pthread_mutex_unlock(&sh->mu);
 }
 
-void dmm_device_track_blocks(dmm_device *c) { atomic_store_explicit(&c->track_blocks, 1, memory_order_relaxed); }
+void dmm_device_track_blocks(dmm_device *c) {
+    if (c != NULL) atomic_store_explicit(&c->track_blocks, 1, memory_order_relaxed);
+}
 
 bool dmm__device_blocks_take(dmm_device *c, const void *ptr, device_block *out) {
     device_block_shard *sh = shard_of(c, ptr);

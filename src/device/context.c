@@ -39,6 +39,7 @@ bool dmm__device_lost(const dmm_device *c) { return dmm__drv_lost(c->drv); }
 bool dmm__device_terminated(const dmm_device *c) { return dmm__drv_terminated(c->drv); }
 
 dmm_status dmm_device_capture_status(dmm_device *c, dmm_stream stream, bool *capturing, uint64_t *id) {
+    if (c == NULL || capturing == NULL || id == NULL) return dmm__device_null("dmm_device_capture_status", "a device and outputs for capturing and id");
     *capturing = false;
     *id = 0;
     if (stream == NULL || !dmm__drv_can_capture(c->drv)) return DMM_OK;
@@ -60,4 +61,8 @@ dmm_status dmm__device_too_large(const dmm_device *c, uint64_t bytes, const char
                          "the adapter reserved for the device (4 x DMM_TORCH_POOL_VA), so nothing could hold it; "
                          "nothing was allocated",
                          what, (unsigned long long)bytes, (int)c->dev.index, (unsigned long long)c->reserve);
+}
+
+dmm_status dmm__device_null(const char *op, const char *needs) {
+    return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: needs %s (a NULL was passed); nothing changed", op, needs);
 }

@@ -19,6 +19,9 @@ void dmm__device_count_add(device_count *t, uint64_t v); /* cur, total and peak 
 void dmm__device_count_sub(device_count *t, uint64_t v);
 void dmm__device_count_reset(device_count *t); /* peak = cur */
 
+/* DMM_ERR_INVALID_ARGUMENT for a public call `op` given a NULL where it `needs` something. */
+dmm_status dmm__device_null(const char *op, const char *needs);
+
 /* What the arena has mapped (= committed) and owns now: the device's lease, as the governor counts it. */
 uint64_t dmm__device_mapped(dmm_device *c);
 uint64_t dmm__device_owned(dmm_device *c);

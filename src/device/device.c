@@ -46,6 +46,8 @@
 #include "stream_uses.h"
 
 #define MIB ((uint64_t)1 << 20)
+/* The size of dmm_device_config's first version (0.2.0): every field up to stock_bytes. */
+#define DEVICE_CONFIG_MIN_SIZE (offsetof(dmm_device_config, stock_bytes) + sizeof(uint64_t))
 #define GIB ((uint64_t)1 << 30)
 #define DEVICE_MAX_RESERVE ((uint64_t)1 << 63) /* reserve ≤ 2^63: a request ≤ reserve rounds up without wrapping */
 
@@ -81,6 +83,11 @@ dmm_status dmm_device_create(dmm_driver *drv, dmm_governor *gov,
     *out = NULL;
     dmm_device_config k;
     memset(&k, 0, sizeof k);
+    if (cfg != NULL && cfg->size < DEVICE_CONFIG_MIN_SIZE)
+        return dmm_error_set(DMM_ERR_SHORT_STRUCT,
+                             "dmm_device_create: the config's size is %u bytes, less than the %zu of its first "
+                             "version; set .size = sizeof(dmm_device_config) (%zu); nothing was created",
+                             cfg->size, (size_t)DEVICE_CONFIG_MIN_SIZE, sizeof(dmm_device_config));
     if (cfg != NULL) memcpy(&k, cfg, cfg->size < sizeof k ? cfg->size : sizeof k);
     dmm_device *c = calloc(1, sizeof *c);
     if (c == NULL) return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: out of host memory");
@@ -320,6 +327,7 @@ dmm_status dmm_device_destroy(dmm_device *c) {
 
 /* ---- polls ---- */
 dmm_status dmm_device_poll(dmm_device *c, uint64_t *queued) {
+    if (c == NULL) return dmm__device_null("dmm_device_poll", "a device");
     pthread_mutex_lock(&c->lock);
     dmm_status s = c->jobs_taken_back ? dmm__device_refuse_lost(c, "poll") : dmm__device_jobs_poll_locked(c);
     if (queued != NULL) *queued = ld(&c->queued);
@@ -424,6 +432,7 @@ static dmm_status route_malloc(dmm_device *c, size_t bytes, dmm_stream stream, v
 }
 
 dmm_status dmm_device_malloc(dmm_device *c, size_t bytes, dmm_stream stream, void **out) {
+    if (c == NULL || out == NULL) return dmm__device_null("dmm_device_malloc", "a device and an output pointer");
     dmm_status s = route_malloc(c, bytes, stream, out);
     if (s == DMM_OK && *out != NULL && dmm__device_recording(c))
         dmm__device_record_alloc(c, *out, dmm__device_round_block(c, bytes), stream);
@@ -471,6 +480,7 @@ static dmm_status free_routed(dmm_device *c, void *ptr, size_t bytes, dmm_stream
 }
 
 dmm_status dmm_device_free(dmm_device *c, void *ptr, size_t bytes, dmm_stream stream) {
+    if (c == NULL) return dmm__device_null("dmm_device_free", "a device");
     if (ptr == NULL) return DMM_OK;
     dmm_stream *uses = NULL;
     size_t nuses = 0;
@@ -490,6 +500,7 @@ dmm_status dmm_device_free(dmm_device *c, void *ptr, size_t bytes, dmm_stream st
 
 /* ---- empty_cache, peaks, limit ---- */
 dmm_status dmm_device_empty_cache(dmm_device *c, uint64_t *released) {
+    if (c == NULL) return dmm__device_null("dmm_device_empty_cache", "a device");
     uint64_t freed = 0;
     if (released != NULL) *released = 0;
     dmm_status ls = dmm__device_lock_and_poll(c, "empty_cache");
@@ -511,6 +522,7 @@ dmm_status dmm_device_empty_cache(dmm_device *c, uint64_t *released) {
 }
 
 dmm_status dmm_device_reset_peaks(dmm_device *c) {
+    if (c == NULL) return dmm__device_null("dmm_device_reset_peaks", "a device");
     (void)dmm_lease_reset_peak(c->gov, c->lease);
     dmm__device_count_reset(&c->alloc_bytes);
     dmm__device_count_reset(&c->req_bytes);
@@ -528,6 +540,7 @@ dmm_status dmm_device_reset_peaks(dmm_device *c) {
 static void zero(_Atomic uint64_t *x) { atomic_store_explicit(x, 0, memory_order_relaxed); }
 
 dmm_status dmm_device_reset_accumulated(dmm_device *c) {
+    if (c == NULL) return dmm__device_null("dmm_device_reset_accumulated", "a device");
     device_count *counts[] = {&c->alloc_bytes, &c->req_bytes, &c->blocks, &c->by_class[0].alloc_bytes,
                         &c->by_class[0].req_bytes, &c->by_class[0].blocks, &c->by_class[1].alloc_bytes,
                         &c->by_class[1].req_bytes, &c->by_class[1].blocks};
@@ -546,6 +559,7 @@ dmm_status dmm_device_reset_accumulated(dmm_device *c) {
 }
 
 dmm_status dmm_device_set_limit(dmm_device *c, uint64_t bytes) {
+    if (c == NULL) return dmm__device_null("dmm_device_set_limit", "a device");
     dmm_status s = dmm_governor_set_limit(c->gov, c->dev, DMM_AXIS_OWNED, bytes ? bytes : DMM_UNLIMITED);
     if (s != DMM_OK) return s;
     if (bytes != 0 && dmm__device_owned(c) > bytes) (void)dmm_device_empty_cache(c, NULL);
@@ -722,11 +736,13 @@ static dmm_status write_json(dmm_device *c, char *buf, size_t cap, size_t *neede
 }
 
 dmm_status dmm_device_stats_json(dmm_device *c, char *buf, size_t cap, size_t *needed) {
+    if (c == NULL) return dmm__device_null("dmm_device_stats_json", "a device");
     return write_json(c, buf, cap, needed, false);
 }
 
 dmm_status dmm_device_snapshot_json(dmm_device *c, char *buf, size_t cap, size_t *needed) {
+    if (c == NULL) return dmm__device_null("dmm_device_snapshot_json", "a device");
     return write_json(c, buf, cap, needed, true);
 }
 
-dmm_pool *dmm_device_pool(dmm_device *c) { return c->pool; }
+dmm_pool *dmm_device_pool(dmm_device *c) { return c != NULL ? c->pool : NULL; }

@@ -94,6 +94,7 @@ dmm_status dmm__device_graph_free_locked(dmm_device *c, void *ptr, uint64_t *len
 }
 
 dmm_status dmm_device_graph_reserve(dmm_device *c, uint64_t bytes, dmm_stream stream) {
+    if (c == NULL) return dmm__device_null("dmm_device_graph_reserve", "a device");
     if (bytes == 0) return DMM_OK;
     if (bytes > c->reserve) return dmm__device_too_large(c, bytes, "reserving graph memory of"); /* (rounding wraps) */
     bool capturing = false;
@@ -132,6 +133,7 @@ dmm_status dmm_device_graph_reserve(dmm_device *c, uint64_t bytes, dmm_stream st
 }
 
 dmm_status dmm_device_graph_release(dmm_device *c, uint64_t capture_id, dmm_stream stream) {
+    if (c == NULL) return dmm__device_null("dmm_device_graph_release", "a device");
     if (capture_id == 0) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm device: graph release of capture id 0");
     dmm_status ls = dmm__device_refuse_lost(c, "graph release");
     if (ls != DMM_OK) return ls;

@@ -29,6 +29,7 @@ void dmm__device_history_fini(dmm_device *c) {
 }
 
 dmm_status dmm_device_history(dmm_device *c, uint64_t max_entries) {
+    if (c == NULL) return dmm__device_null("dmm_device_history", "a device");
     if (max_entries > HISTORY_MAX)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
                              "dmm device: a history of %llu events is more than the %llu kept at most (%llu MiB of "

@@ -13,6 +13,7 @@
  */
 #include <stdlib.h>
 
+#include "context.h"
 #include "imports.h"
 
 struct device_import {
@@ -21,6 +22,7 @@ struct device_import {
 };
 
 dmm_status dmm_device_import(dmm_device *c, const dmm_export *ex, bool writable, void **ptr) {
+    if (c == NULL || ex == NULL || ptr == NULL) return dmm__device_null("dmm_device_import", "a device, an export and an output pointer");
     device_import *im = calloc(1, sizeof *im);
     if (im == NULL)
         return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: out of host memory for an import on device %d",
@@ -39,6 +41,7 @@ dmm_status dmm_device_import(dmm_device *c, const dmm_export *ex, bool writable,
 }
 
 dmm_status dmm_device_unimport(dmm_device *c, void *ptr) {
+    if (c == NULL) return dmm__device_null("dmm_device_unimport", "a device");
     /* taken out of the list under the lock, released without it (the unmap is a driver call), put back
      * when the release did not complete: a racing unimport of the same region finds nothing */
     pthread_mutex_lock(&c->lock);

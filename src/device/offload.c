@@ -93,6 +93,7 @@ static uint64_t offload_piece(const dmm_device *c, uint64_t saved) {
 static uint64_t pieces_of(uint64_t saved, uint64_t piece) { return saved == 0 ? 1 : (saved + piece - 1) / piece; }
 
 dmm_status dmm_device_offload(dmm_device *c, const char *name, int mode, dmm_stream stream) {
+    if (c == NULL) return dmm__device_null("dmm_device_offload", "a device");
     if (mode != DMM_DEVICE_TO_HOST && mode != DMM_DEVICE_DISCARD)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm device: offload mode %d is neither host (0) nor discard (1)",
                              mode);
@@ -244,6 +245,7 @@ static dmm_status wait_locked(dmm_device *c, device_tag *t) {
 }
 
 dmm_status dmm_device_offload_wait(dmm_device *c, const char *name) {
+    if (c == NULL) return dmm__device_null("dmm_device_offload_wait", "a device");
     device_tag *t = dmm__device_tag_lookup(c, name, "offload wait", NULL);
     if (t == NULL) return dmm_last_status();
     dmm_status ls = dmm__device_refuse_lost(c, "offload wait");
@@ -287,6 +289,7 @@ static uint64_t restore_piece_at(const dmm_device *c, uint64_t committed, uint64
 }
 
 dmm_status dmm_device_restore(dmm_device *c, const char *name, dmm_stream stream) {
+    if (c == NULL) return dmm__device_null("dmm_device_restore", "a device");
     device_tag *t = dmm__device_tag_lookup(c, name, "restore", NULL);
     if (t == NULL) return dmm_last_status();
     dmm_status s = refuse_capturing(c, "restore", name, stream);
@@ -350,6 +353,7 @@ fail:
 }
 
 dmm_status dmm_device_release_host(dmm_device *c, const char *name) {
+    if (c == NULL) return dmm__device_null("dmm_device_release_host", "a device");
     device_tag *t = dmm__device_tag_lookup(c, name, "release_host", NULL);
     if (t == NULL) return dmm_last_status();
     dmm_status ls = dmm__device_refuse_lost(c, "release_host");

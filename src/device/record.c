@@ -188,6 +188,7 @@ static void rec_clear(device_recorder *r) {
 }
 
 dmm_status dmm_device_record_start(dmm_device *c, const char *path, const char *workload) {
+    if (c == NULL) return dmm__device_null("dmm_device_record_start", "a device");
     device_recorder *r = &c->rec;
     if (path == NULL || path[0] == '\0')
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
@@ -255,6 +256,7 @@ static void fill_stats(const device_recorder *r, dmm_device_record_stats *out) {
 }
 
 dmm_status dmm_device_record_stop(dmm_device *c, dmm_device_record_stats *out) {
+    if (c == NULL) return dmm__device_null("dmm_device_record_stop", "a device");
     device_recorder *r = &c->rec;
     pthread_mutex_lock(&r->mu);
     if (!r->active) {

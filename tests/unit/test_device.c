@@ -248,6 +248,31 @@ static void a_region_of_another_process_is_imported(void **state) {
     fx_close(&f);
 }
 
+/* Bad input gets a sentence and changes nothing: a NULL device or output, a config from no version. */
+static void bad_input_is_refused_with_a_sentence(void **state) {
+    (void)state;
+    void *p = NULL;
+    assert_int_equal(dmm_device_malloc(NULL, 64, NULL, &p), DMM_ERR_INVALID_ARGUMENT);
+    dmm_test_error_mentions("dmm_device_malloc", "NULL", NULL);
+    assert_int_equal(dmm_device_free(NULL, &p, 64, NULL), DMM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(dmm_device_offload(NULL, "w", DMM_DEVICE_TO_HOST, NULL), DMM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(dmm_device_stats_json(NULL, NULL, 0, NULL), DMM_ERR_INVALID_ARGUMENT);
+    assert_null(dmm_device_pool(NULL));
+    dmm_device_track_blocks(NULL); /* a no-op, no crash */
+    fx f;
+    fx_open(&f);
+    assert_int_equal(dmm_device_malloc(f.dev, 64, NULL, NULL), DMM_ERR_INVALID_ARGUMENT);
+    bool capturing = false;
+    assert_int_equal(dmm_device_capture_status(f.dev, f.s1, &capturing, NULL), DMM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(dmm_device_import(f.dev, NULL, false, &p), DMM_ERR_INVALID_ARGUMENT);
+    dmm_device_config old = {.size = 8};
+    dmm_device *d = NULL;
+    assert_int_equal(dmm_device_create(f.fault, f.gov, &old, &d), DMM_ERR_SHORT_STRUCT);
+    dmm_test_error_mentions("sizeof(dmm_device_config)", "nothing was created", NULL);
+    assert_null(d);
+    fx_close(&f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(blocks_on_two_streams),
@@ -255,6 +280,7 @@ int main(void) {
         cmocka_unit_test(a_discarded_tag_wakes_mapped_and_writable),
         cmocka_unit_test(a_capture_is_served_from_its_pool_without_a_driver_call),
         cmocka_unit_test(a_region_of_another_process_is_imported),
+        cmocka_unit_test(bad_input_is_refused_with_a_sentence),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
