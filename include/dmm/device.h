@@ -12,8 +12,9 @@
  *   - graph-capture pools: memory reserved before a capture, released when the graph goes;
  *   - regions of a holder process (dmm hold) mapped into the device's address space;
  *   - block tracking and a history of recent events, a recorder of traces, stats and snapshots (JSON).
- * An adapter (adapters/torch, adapters/ort, …) only translates its framework's allocator interface
- * onto these calls; docs/device.md shows how one is written.
+ * An adapter (adapters/torch today; the ONNX Runtime adapter still keeps pools of its own) only
+ * translates its framework's allocator interface onto these calls; docs/device.md shows how one is
+ * written.
  *
  * Statuses are dmm_status codes; a failure's sentence is the thread's last error (dmm_last_error).
  *
@@ -24,8 +25,9 @@
  * dmm_device_confirm_lost (called once the caller tore the driver's context down), after which destroy
  * goes without a driver call, blocks still live.
  *
- * Thread contract: thread-safe. The hot path (a pool malloc/free) takes no device lock. Don't call
- * anything but malloc/free while a stream captures a CUDA graph (stats and polls query events).
+ * Thread contract: thread-safe. The hot path (a pool malloc/free) takes no device lock. While a stream
+ * captures a CUDA graph, call only malloc, free and capture_status (stats and polls query events,
+ * which would invalidate a capture in global mode).
  */
 #ifndef DMM_DEVICE_H
 #define DMM_DEVICE_H
@@ -169,7 +171,7 @@ DMM_API dmm_status dmm_device_record_start(dmm_device *dev, const char *path, co
 /* Ends the recording; *out (optional, out->size set) gets its counts, also when it failed. */
 DMM_API dmm_status dmm_device_record_stop(dmm_device *dev, dmm_device_record_stats *out);
 
-/* Stats as one JSON object (keys: docs/torch.md); the snapshot adds every block and segment. *needed
+/* Stats as one JSON object (keys: docs/torch.md, "Stats", which the PyTorch adapter passes through); the snapshot adds every block and segment. *needed
  * = the length without the NUL; a too-small buffer gives INVALID_ARGUMENT and the length needed. */
 DMM_API dmm_status dmm_device_stats_json(dmm_device *dev, char *buf, size_t cap, size_t *needed);
 DMM_API dmm_status dmm_device_snapshot_json(dmm_device *dev, char *buf, size_t cap, size_t *needed);

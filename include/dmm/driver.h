@@ -172,7 +172,7 @@ DMM_API void dmm_driver_destroy(dmm_driver *d);
 /* Device loss (docs/guide.md, "Device loss"), latched once per driver object. The first library call into `d` that
  * reports DMM_ERR_DEVICE_LOST latches the loss on `d`; from then on every call the library would make
  * into `d` is refused at once with DMM_ERR_DEVICE_LOST and that first sentence, without calling the
- * driver: the arena, the pool, the deferred queue and the torch adapter over `d` all stop together.
+ * driver: the arena, the pool, the deferred queue and the device front over `d` all stop together.
  * A latch is never undone: a context that died is torn down with its driver (ownership of what the
  * arena held is discharged by dmm_arena_confirm_context_terminated). Returns whether `d` is lost;
  * *why (may be NULL) receives the first loss's sentence ("" while usable), valid as long as `d`. */

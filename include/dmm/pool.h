@@ -155,7 +155,7 @@ typedef struct dmm_pool_config {
                                1.2-1.4 × fewer handles on the growth traces than 32 MiB ÷ 8 with the
                                fixed floor, at the same or lower fragmentation in their replays, but
                                on the H200 it raised the peak of real GPT-2 training by 2.3 % (10,408
-                               -> 10,650 MiB), so the torch adapter keeps a fixed floor
+                               -> 10,650 MiB), so the device front keeps a fixed floor
                                (docs/benchmarks.md). 0 = a fixed floor */
     uint64_t stock_bytes;     /* > 0: a thread of the pool's own keeps up to this many bytes (rounded
                                down to chunk_bytes, and at most 1/128 of the highest live bytes seen so

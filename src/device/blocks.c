@@ -9,7 +9,7 @@
  * block out in address order inside its segment. The trade-off, paid only while tracking: a malloc
  * and a free of the pool take one more lock, the shard's (chosen by a hash of the address, so threads
  * on their own streams seldom share one), and make no allocation once the shard's arrays have grown
- * to the live count: an adapter malloc/free pair went from 40 to 75-115 ns on the host driver.
+ * to the live count: a device malloc/free pair went from 40 to 75-115 ns on the host driver.
  *
  * Invariants (per shard, its lock): |at| = live records; every value of `at` names a record with
  * len > 0; the free list holds exactly the other records of [0, n); n ≤ cap.

@@ -3,7 +3,7 @@
  *
  * What it owns: nothing but these answers (and the sentence that refuses a request above the reservation). Device loss has one owner, the driver (src/driver/call.h):
  * every call into it goes through its wrappers, the first DMM_ERR_DEVICE_LOST latches there, and
- * every later call is refused without reaching the driver. So the adapter keeps no loss flag: it asks
+ * every later call is refused without reaching the driver. So the device keeps no loss flag: it asks
  * the driver before its slow paths, and refuses with a sentence of its own that says what to do.
  *
  * Invariants: a device_count's peak ≥ cur at every add (a reset lowers the peak to cur).
@@ -58,7 +58,8 @@ dmm_status dmm__device_refuse_lost(dmm_device *c, const char *op) {
 dmm_status dmm__device_too_large(const dmm_device *c, uint64_t bytes, const char *what) {
     return dmm_error_set(DMM_ERR_OUT_OF_MEMORY,
                          "dmm device: %s %llu bytes on device %d refused: more than the %llu bytes of address space "
-                         "the adapter reserved for the device (4 x DMM_TORCH_POOL_VA), so nothing could hold it; "
+                         "the device reserved (4 x its pool VA: dmm_device_config.pool_va_bytes, DMM_TORCH_POOL_VA under "
+                         "PyTorch), so nothing could hold it; "
                          "nothing was allocated",
                          what, (unsigned long long)bytes, (int)c->dev.index, (unsigned long long)c->reserve);
 }

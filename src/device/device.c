@@ -78,7 +78,7 @@ static void pool_mapped(void *user, uintptr_t addr, uint64_t bytes, bool mapped)
 dmm_status dmm_device_create(dmm_driver *drv, dmm_governor *gov,
                              const dmm_device_config *cfg, dmm_device **out) {
     if (drv == NULL || gov == NULL || out == NULL)
-        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm device: creating a device context needs a driver, a "
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm device: creating a device needs a driver, a "
                                                        "governor and an output pointer");
     *out = NULL;
     dmm_device_config k;
@@ -102,7 +102,7 @@ dmm_status dmm_device_create(dmm_driver *drv, dmm_governor *gov,
     if (s != DMM_OK || gran == 0) {
         free(c);
         return dmm_error_set(s != DMM_OK ? s : DMM_ERR_UNSUPPORTED,
-                             "dmm device: device %d has no virtual memory management (driver '%s'); the adapter "
+                             "dmm device: device %d has no virtual memory management (driver '%s'); the device front "
                              "needs it to map memory under stable addresses",
                              (int)drv->device.index, drv->ops->name);
     }
@@ -119,10 +119,10 @@ dmm_status dmm_device_create(dmm_driver *drv, dmm_governor *gov,
     if (pool_va > DEVICE_MAX_RESERVE / 4 && k.reserve_bytes == 0) {
         free(c);
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
-                             "dmm device: a pool VA of %llu bytes on device %d is too large: the adapter reserves 4 x "
-                             "it, and 64 bits hold a pool VA of at most %llu (2^61); set DMM_TORCH_POOL_VA (the "
-                             "config's pool_va_bytes) to the device's memory or less, or 0 for that; nothing was "
-                             "created",
+                             "dmm device: a pool VA of %llu bytes on device %d is too large: the device reserves 4 x "
+                             "it, and 64 bits hold a pool VA of at most %llu (2^61); set the config's pool_va_bytes "
+                             "(DMM_TORCH_POOL_VA under PyTorch) to the device's memory or less, or 0 for that; "
+                             "nothing was created",
                              (unsigned long long)pool_va, (int)drv->device.index,
                              (unsigned long long)(DEVICE_MAX_RESERVE / 4));
     }
@@ -130,7 +130,7 @@ dmm_status dmm_device_create(dmm_driver *drv, dmm_governor *gov,
         free(c);
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
                              "dmm device: a reservation of %llu bytes on device %d is above %llu (2^63), the most the "
-                             "adapter's sizes are checked for; pass a smaller reserve_bytes; nothing was created",
+                             "device's sizes are checked for; pass a smaller reserve_bytes; nothing was created",
                              (unsigned long long)reserve, (int)drv->device.index,
                              (unsigned long long)DEVICE_MAX_RESERVE);
     }
@@ -218,7 +218,7 @@ fail:
 }
 
 /* ---- device loss ---- */
-/* ctx.lock held; the context is lost and confirmed terminated. Takes every job back unrun and marks
+/* dev.lock held; the context is lost and confirmed terminated. Takes every job back unrun and marks
  * the tags; no driver call (the events the jobs name went with the context). */
 static void confirm_lost_locked(dmm_device *c) {
     if (c->jobs_taken_back) return;
@@ -227,7 +227,7 @@ static void confirm_lost_locked(dmm_device *c) {
 }
 
 dmm_status dmm_device_confirm_lost(dmm_device *c) {
-    if (c == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm device: confirm_lost of a NULL context");
+    if (c == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm device: confirm_lost of a NULL device");
     pthread_mutex_lock(&c->lock);
     if (!dmm__device_lost(c)) {
         pthread_mutex_unlock(&c->lock);
@@ -474,7 +474,7 @@ static dmm_status free_routed(dmm_device *c, void *ptr, size_t bytes, dmm_stream
         return DMM_OK;
     }
     return dmm_error_set(s,
-                         "dmm device: free of %p (%zu bytes) on device %d: not a live allocation of this adapter "
+                         "dmm device: free of %p (%zu bytes) on device %d: not a live allocation of this device "
                          "(pool, tag or graph segment); nothing changed",
                          ptr, bytes, (int)c->dev.index);
 }
@@ -651,7 +651,7 @@ static dmm_status write_json(dmm_device *c, char *buf, size_t cap, size_t *neede
     dmm_lease_stats ls = {.size = sizeof ls};
     s = dmm_lease_stats_get(c->gov, c->lease, &ls);
     if (s != DMM_OK) return s;
-    /* the pool's segments and blocks (snapshot), read before ctx.lock: their locks are taken alone */
+    /* the pool's segments and blocks (snapshot), read before dev.lock: their locks are taken alone */
     uint64_t *runs = NULL;
     device_block_at *pblocks = NULL;
     size_t nruns = 0, nblocks = 0;

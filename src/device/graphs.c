@@ -16,7 +16,7 @@
  * keep it until a capture takes it, since torch.cuda.graph itself empties the cache between
  * dmm.torch.graph's reserve and the capture; the context's destroy releases it.
  *
- * Invariants (ctx.lock): capture_id = 0 ⇔ idle ⇒ nothing live, !released; an idle segment with an
+ * Invariants (dev.lock): capture_id = 0 ⇔ idle ⇒ nothing live, !released; an idle segment with an
  * event (its graph's last replay may still run) is handed to a new capture only after a poll outside
  * any capture found the event complete; graph malloc makes no driver call at all.
  */
@@ -68,8 +68,8 @@ dmm_status dmm__device_graph_malloc(dmm_device *c, size_t bytes, dmm_stream stre
                              "capture can only use memory mapped before it began, and none is free for it (%llu "
                              "bytes reserved for graphs, %llu free in this capture's segments, %llu in idle "
                              "segments); mapping now would invalidate the capture, so nothing was mapped: reserve "
-                             "enough before capturing with dmm.torch.reserve_graph_memory(bytes) or "
-                             "dmm.torch.graph(g, reserve_bytes=...)",
+                             "enough before capturing with dmm_device_graph_reserve (under PyTorch: "
+                             "dmm.torch.reserve_graph_memory(bytes) or dmm.torch.graph(g, reserve_bytes=...))",
                              (unsigned long long)capture_id, stream, (int)c->dev.index, bytes,
                              (unsigned long long)reserved, (unsigned long long)mine_free, (unsigned long long)idle);
     }

@@ -2,7 +2,7 @@
  * device's arena, for tensors over them (dmm.torch.attach).
  *
  * What it owns: the list of this context's imports (dmm/share.h's dmm_import into c->arena), under
- * ctx.lock. The arena charges an import's MAPPED bytes only (the holder owns the memory: its
+ * dev.lock. The arena charges an import's MAPPED bytes only (the holder owns the memory: its
  * governor counts it once); its release is honest like any other (dmm_release_outcome), and the
  * physical memory stays with the holder.
  *

@@ -10,7 +10,7 @@
  * The trade-off: a failed request is taken out of the queue at once (its owner puts the memory back
  * in service) rather than retried, so one bad event never stalls everything queued behind it.
  *
- * Invariants (ctx.lock): queued = jobs in the queue; every job leaves through exactly one finish;
+ * Invariants (dev.lock): queued = jobs in the queue; every job leaves through exactly one finish;
  * polls counts the polls that found jobs queued (offload.c measures how long an offload pends by it).
  */
 #include <stdlib.h>
@@ -28,7 +28,7 @@ static void job_end(dmm_device *c, device_job *j, device_job_end how, dmm_status
     free(j);
 }
 
-/* on_done of the deferred queue (runs inside a poll, ctx.lock held by the poller). */
+/* on_done of the deferred queue (runs inside a poll, dev.lock held by the poller). */
 static void job_done(void *user, const dmm_deferred_request *r, const dmm_release_outcome *o) {
     job_end(user, r->user, DEVICE_JOB_RAN,
             dmm_release_state_of(o) == DMM_RELEASE_COMPLETE ? DMM_OK : DMM_ERR_QUARANTINED);

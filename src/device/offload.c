@@ -20,7 +20,7 @@
  * if the last one fails too, what it could not unmap stays mapped, the tag reports the failure, and
  * restore maps the rest and copies everything back.
  *
- * Invariants (ctx.lock): those of tags.c; a segment's decommits leave the queue in order, so the
+ * Invariants (dev.lock): those of tags.c; a segment's decommits leave the queue in order, so the
  * first still queued is piece jobs_queued − jobs_left.
  */
 #include <stdio.h>
@@ -222,7 +222,7 @@ static dmm_event next_decommit_event(const device_tag *t) {
     return NULL;
 }
 
-/* Waits (ctx.lock held) until the tag has no decommit queued: the host waits on the tag's own piece
+/* Waits (dev.lock held) until the tag has no decommit queued: the host waits on the tag's own piece
  * events, one after the other, and decommits each piece as soon as its copy ended; never on a stream
  * or the device. */
 static dmm_status wait_locked(dmm_device *c, device_tag *t) {

@@ -230,7 +230,7 @@ dmm_status dmm_device_record_start(dmm_device *c, const char *path, const char *
     r->next_id = 1;
     r->nstreams = 1; /* id 0: the default stream */
     int n = snprintf(r->buf, BUF_CAP,
-                     "# dmm-trace v1\n# workload: %s\n# recorder: libdmm_torch (dmm.torch.record), device %d\n"
+                     "# dmm-trace v1\n# workload: %s\n# recorder: dmm_device_record_start, device %d\n"
                      "# sizes: the allocator's block sizes (requests rounded up to %llu bytes)\n",
                      workload != NULL && workload[0] != '\0' ? workload : "recorded", (int)c->dev.index,
                      (unsigned long long)c->block_align);

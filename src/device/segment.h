@@ -39,7 +39,7 @@ void dmm__device_segment_json_blocks(const device_segment *s, dmm_json *j);
 
 /* Gives the allocation back to the arena now; false when the release FAILED (nothing changed). */
 bool dmm__device_segment_release(dmm_device *c, device_segment *s);
-/* Queues the allocation's release behind `ev` as a job with `finish` and `owner` (ctx.lock held). On
+/* Queues the allocation's release behind `ev` as a job with `finish` and `owner` (dev.lock held). On
  * success the job owns `ev`; on failure nothing was queued and `ev` is still the caller's. */
 dmm_status dmm__device_segment_release_behind(dmm_device *c, device_segment *s, dmm_event ev, device_job_finish finish,
                                              void *owner);

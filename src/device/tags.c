@@ -9,7 +9,7 @@
  * Growth: a segment commits its prefix in steps of max(granule, committed/16) up to 64 MiB, so that
  * a model's weights take few handles and the tail wasted is at most 1/16 of what is committed.
  *
- * Invariants (ctx.lock): a tag is RESIDENT ⇔ every segment is RESIDENT; OFFLOADING ⇔ pending > 0
+ * Invariants (dev.lock): a tag is RESIDENT ⇔ every segment is RESIDENT; OFFLOADING ⇔ pending > 0
  * (pending = its segments in SEG_PENDING = those with jobs_left > 0 decommits in the queue); a
  * segment's piece events and its tag's event (recorded after the copies of its last offload) outlive
  * every request that names them (they are destroyed with the segment or the tag).
@@ -167,7 +167,7 @@ dmm_status dmm__device_tag_malloc(dmm_device *c, int tag, size_t bytes, void **o
         pthread_mutex_unlock(&c->lock);
         return dmm_error_set(DMM_ERR_BUSY,
                              "dmm device: allocating %zu bytes in tag '%s' on device %d refused: the tag is %s; "
-                             "restore it (dmm.torch.restore) before allocating in it",
+                             "restore it (dmm_device_restore; dmm.torch.restore under PyTorch) before allocating in it",
                              bytes, dmm__device_tag_name(tag), (int)c->dev.index, dmm__device_tag_state_name(t->state));
     }
     tag_segment *g = NULL, **tail = &t->segs;

@@ -14,18 +14,18 @@ const char *dmm__device_tag_state_name(int state);
 /* The tag of `name` in this context; NULL (INVALID_ARGUMENT, a sentence naming `op`) when no
  * allocation was ever made in it. *id_out (optional) = its id. */
 device_tag *dmm__device_tag_lookup(dmm_device *c, const char *name, const char *op, int *id_out);
-/* Polls that found the tag's offload in progress (ctx.lock held). */
+/* Polls that found the tag's offload in progress (dev.lock held). */
 uint64_t dmm__device_tag_pending_polls(const dmm_device *c, const device_tag *t);
 
 dmm_status dmm__device_tag_malloc(dmm_device *c, int tag, size_t bytes, void **out);
-/* DMM_ERR_UNKNOWN_ALLOCATION when ptr is in no tag segment (ctx.lock held); else the block is free
+/* DMM_ERR_UNKNOWN_ALLOCATION when ptr is in no tag segment (dev.lock held); else the block is free
  * and its segment remembers `stream` (an emptied segment goes only behind an event on it). */
 dmm_status dmm__device_tag_free_locked(dmm_device *c, void *ptr, dmm_stream stream, uint64_t *len, uint64_t *req);
 
 /* Gives the pinned copy of a segment back (host lease shrunk). */
 void dmm__device_tseg_host_drop(dmm_device *c, tag_segment *g);
 
-/* Empty segments of resident tags go back behind an event on the stream of their last free (ctx.lock
+/* Empty segments of resident tags go back behind an event on the stream of their last free (dev.lock
  * held); *freed += their bytes. DMM_ERR_DEVICE_LOST when the event's calls found the loss (what was
  * queued before stays queued). */
 dmm_status dmm__device_tags_trim_locked(dmm_device *c, uint64_t *freed);

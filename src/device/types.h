@@ -21,7 +21,7 @@
  * history.c, the pool's recent events; stream_uses.c, the blocks torch's record_stream holds back;
  * imports.c, regions of a holder process (dmm hold) mapped into the arena.
  *
- * Lock order: ctx.lock → (pool → arena → driver). The hot path (pool malloc/free) takes no ctx lock.
+ * Lock order: dev.lock → (pool → arena → driver). The hot path (pool malloc/free) takes no ctx lock.
  * The recorder's locks (rec.mu → rec.file_mu) and the block shards' are leaves, taken with no other
  * lock held; the history's lock is a leaf (the pool's observer takes it with no pool lock held).
  */
@@ -56,7 +56,7 @@ typedef enum device_job_end {
 } device_job_end;
 
 typedef struct device_job device_job;
-/* Called once, when the job leaves the queue (ctx.lock held by the poller); the job is freed after. */
+/* Called once, when the job leaves the queue (dev.lock held by the poller); the job is freed after. */
 typedef void (*device_job_finish)(dmm_device *c, device_job *j, device_job_end how, dmm_status status);
 
 struct device_job {
@@ -126,10 +126,10 @@ typedef struct graph_segment {
 } graph_segment;
 
 /* ---- the pool's live blocks (blocks.c) ---- */
-/* The pool keeps its blocks to itself; once block tracking is on, the adapter keeps their addresses,
+/* The pool keeps its blocks to itself; once block tracking is on, the device keeps their addresses,
  * sizes and streams too, so that a snapshot can lay every block out in address order (tag and graph
  * blocks are in their segments already). Sharded by address, one lock each, so threads on their own
- * streams rarely meet. Off by default: it costs an adapter malloc/free pair 35-75 ns (measured on the
+ * streams rarely meet. Off by default: it costs a device malloc/free pair 35-75 ns (measured on the
  * host driver: 40 → 75-115 ns). */
 #define DMM_DEVICE_BLOCK_SHARDS 64
 
@@ -245,14 +245,14 @@ struct dmm_device {
     _Atomic uint64_t queued; /* our jobs in the deferred queue */
 
     pthread_mutex_t lock;    /* tags, graphs, polls of the queue */
-    uint64_t polls;          /* polls that found jobs queued (ctx.lock) */
-    bool jobs_taken_back;    /* after a confirmed loss: every job was taken back unrun (ctx.lock) */
+    uint64_t polls;          /* polls that found jobs queued (dev.lock) */
+    bool jobs_taken_back;    /* after a confirmed loss: every job was taken back unrun (dev.lock) */
     device_tag tags[DMM_DEVICE_MAX_TAGS];
     graph_segment *graphs;
     uint64_t host_bytes;     /* Σ pinned copies */
     device_recorder rec;      /* off unless dmm_device_record_start (record.c); its own locks, leaves */
     device_block_shard *pool_blocks; /* DMM_DEVICE_BLOCK_SHARDS shards (blocks.c); their locks are leaves */
-    device_import *imports;               /* regions of a holder process mapped here (imports.c; ctx.lock) */
+    device_import *imports;               /* regions of a holder process mapped here (imports.c; dev.lock) */
     _Atomic int track_blocks;       /* 1 once block tracking is on (never off again): the table is kept */
 };
 

@@ -2,7 +2,7 @@
  * latch that lives there. Never installed.
  *
  * Every call the library makes into a driver (the arena's and eager's physical calls, the pool's,
- * the deferred queue's and the torch adapter's events, streams and copies, the governor's mem_info)
+ * the deferred queue's and the device front's events, streams and copies, the governor's mem_info)
  * goes through a dmm__drv_<op> wrapper below. Each wrapper:
  *   - refuses at once, with DMM_ERR_DEVICE_LOST and the first loss's sentence, when `d` is lost
  *     (no driver call);
@@ -14,7 +14,7 @@
  * between 1 and 2 by the one thread that moved it to 1, and read only once the state is ≥ 2.
  * State 3: the owner confirmed that the context is torn down (dmm_arena_confirm_context_terminated),
  * so the layers above may forget what they held on the device without giving it back. So a layer
- * that asks dmm__drv_lost(d) needs no flag of its own: pool, queue, arena and adapter over one
+ * that asks dmm__drv_lost(d) needs no flag of its own: pool, queue, arena and device front over one
  * driver stop together, whichever of them met the loss first.
  *
  * Not wrapped: `census` (a tally of what the driver holds, asked also after a loss) and `destroy`.

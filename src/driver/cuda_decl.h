@@ -1,6 +1,6 @@
 /* src/driver/cuda_decl.h — dmm's own declarations of the part of the CUDA driver API it calls: the
  * types, the constants, the struct layouts and the signature of every entry point that the cuda
- * driver, the torch adapter, the tools, the benchmarks and the GPU tests resolve with dlsym from
+ * driver, the tools, the benchmarks and the GPU tests resolve with dlsym from
  * libcuda.so.1. Never installed.
  *
  * The idea: the CUDA driver API is a stable C ABI (a result is a 32-bit enum, handles are pointers,
