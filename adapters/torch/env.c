@@ -96,7 +96,7 @@ static dmm_status read_variable(const variable_rule *r, const char *value, uint6
     return bad(o, value, why);
 }
 
-dmm_status dmm__device_config_from_env(dmm_device_config *cfg, dmm_torch_getenv_fn get, void *user) {
+dmm_status dmm__torch_config_from_env(dmm_device_config *cfg, dmm_torch_getenv_fn get, void *user) {
     if (cfg == NULL || get == NULL)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: reading the environment needs a config and a lookup");
     const char *text[VARIABLES];

@@ -20,6 +20,6 @@ typedef const char *(*dmm_torch_getenv_fn)(void *user, const char *name);
  * empty field, a fifth field of HANDLES or a fourth of RESTORE_PIECE) gives DMM_ERR_INVALID_ARGUMENT with
  * a sentence naming the variable, its value and what to set, and leaves *cfg untouched. Pure: no state,
  * no allocation. The library passes dmm__option_env_named (the option table's reader) as `get`. */
-dmm_status dmm__device_config_from_env(dmm_device_config *cfg, dmm_torch_getenv_fn get, void *user);
+dmm_status dmm__torch_config_from_env(dmm_device_config *cfg, dmm_torch_getenv_fn get, void *user);
 
 #endif /* DMM_TORCH_ENV_H */

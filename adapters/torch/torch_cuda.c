@@ -60,7 +60,7 @@ static dmm_device *create_slow(int device) {
     dmm_device_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.size = sizeof cfg;
-    dmm_status s = dmm__device_config_from_env(&cfg, dmm__option_env_named, NULL);
+    dmm_status s = dmm__torch_config_from_env(&cfg, dmm__option_env_named, NULL);
     if (s != DMM_OK) {
         pthread_mutex_unlock(&g_mu);
         record(s);

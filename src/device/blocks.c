@@ -81,7 +81,7 @@ untracked:
 }
 
 void dmm_device_track_blocks(dmm_device *c) {
-    if (c != NULL) atomic_store_explicit(&c->track_blocks, 1, memory_order_relaxed);
+    if (c != NULL) dmm_atomic_store_relaxed(&c->track_blocks, 1);
 }
 
 bool dmm__device_blocks_take(dmm_device *c, const void *ptr, device_block *out) {

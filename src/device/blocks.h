@@ -14,7 +14,7 @@ typedef struct device_block_at {
 dmm_status dmm__device_blocks_open(dmm_device *c);
 void dmm__device_blocks_close(dmm_device *c);
 static inline bool dmm__device_blocks_tracking(dmm_device *c) {
-    return atomic_load_explicit(&c->track_blocks, memory_order_relaxed) != 0;
+    return dmm_atomic_load_relaxed(&c->track_blocks) != 0;
 }
 /* Adds a block the pool handed out; never fails the caller: without host memory the block is left
  * out (a snapshot counts it as untracked). */

@@ -14,18 +14,15 @@
 #include "driver/call.h"
 
 void dmm__device_count_add(device_count *t, uint64_t v) {
-    uint64_t now = atomic_fetch_add_explicit(&t->cur, v, memory_order_relaxed) + v;
-    dmm__device_bump(&t->total, v);
-    uint64_t p = dmm__device_get(&t->peak);
-    while (now > p && !atomic_compare_exchange_weak_explicit(&t->peak, &p, now, memory_order_relaxed,
-                                                             memory_order_relaxed)) {
-    }
+    uint64_t now = dmm_atomic_add_relaxed(&t->cur, v) + v;
+    dmm_atomic_add_relaxed(&t->total, v);
+    dmm_atomic_max_relaxed(&t->peak, now);
 }
 
-void dmm__device_count_sub(device_count *t, uint64_t v) { dmm__device_drop(&t->cur, v); }
+void dmm__device_count_sub(device_count *t, uint64_t v) { dmm_atomic_sub_relaxed(&t->cur, v); }
 
 void dmm__device_count_reset(device_count *t) {
-    atomic_store_explicit(&t->peak, dmm__device_get(&t->cur), memory_order_relaxed);
+    dmm_atomic_store_relaxed(&t->peak, dmm_atomic_load_relaxed(&t->cur));
 }
 
 uint64_t dmm_device_clock_ns(void) {

@@ -6,15 +6,7 @@
 #include "core/core.h"
 #include "types.h"
 
-/* Relaxed atomics of the counters (statistics: no ordering needed). */
-static inline uint64_t dmm__device_get(_Atomic uint64_t *x) { return atomic_load_explicit(x, memory_order_relaxed); }
-static inline void dmm__device_bump(_Atomic uint64_t *x, uint64_t v) {
-    atomic_fetch_add_explicit(x, v, memory_order_relaxed);
-}
-static inline void dmm__device_drop(_Atomic uint64_t *x, uint64_t v) {
-    atomic_fetch_sub_explicit(x, v, memory_order_relaxed);
-}
-
+/* The counters are relaxed atomics (statistics: they order nothing), through core/atomics.h. */
 void dmm__device_count_add(device_count *t, uint64_t v); /* cur, total and peak */
 void dmm__device_count_sub(device_count *t, uint64_t v);
 void dmm__device_count_reset(device_count *t); /* peak = cur */

@@ -52,11 +52,9 @@
 #define DEVICE_MAX_RESERVE ((uint64_t)1 << 63) /* reserve ≤ 2^63: a request ≤ reserve rounds up without wrapping */
 
 void dmm_device_set_capture_check(dmm_device *c, bool on) {
-    if (c != NULL) atomic_store_explicit(&c->capture_check, on ? 1 : 0, memory_order_relaxed);
+    if (c != NULL) dmm_atomic_store_relaxed(&c->capture_check, on ? 1 : 0);
 }
 
-static inline uint64_t ld(_Atomic uint64_t *x) { return dmm__device_get(x); }
-static inline void inc(_Atomic uint64_t *x, uint64_t v) { dmm__device_bump(x, v); }
 
 /* ---- what the arena mapped and owns: the lease's bytes, as the governor counts them ---- */
 static dmm_lease_stats lease_stats(dmm_device *c) {
@@ -94,7 +92,7 @@ dmm_status dmm_device_create(dmm_driver *drv, dmm_governor *gov,
     c->drv = drv;
     c->dev = drv->device;
     c->can_capture = dmm__drv_can_capture(drv);
-    atomic_init(&c->capture_check, 1);
+    dmm_atomic_store_relaxed(&c->capture_check, 1);
     c->gov = gov;
     c->block_align = 512; /* torch's own rounding, so that sizes and alignments match the native allocator */
     size_t gran = 0;
@@ -290,7 +288,7 @@ dmm_status dmm_device_destroy(dmm_device *c) {
     pthread_mutex_lock(&c->lock);
     dmm__device_jobs_poll_locked(c);
     if (c->jobs_taken_back || dmm__device_lost(c)) return destroy_lost_locked(c); /* unlocks */
-    uint64_t live = ld(&c->blocks.cur), queued = ld(&c->queued);
+    uint64_t live = dmm_atomic_load_relaxed(&c->blocks.cur), queued = dmm_atomic_load_relaxed(&c->queued);
     if (live > 0 || queued > 0) {
         pthread_mutex_unlock(&c->lock);
         return dmm_error_set(DMM_ERR_BUSY,
@@ -308,7 +306,7 @@ dmm_status dmm_device_destroy(dmm_device *c) {
     for (int i = 0; i < DMM_DEVICE_MAX_TAGS; i++)
         for (tag_segment *g = c->tags[i].segs; g != NULL; g = g->next) kept++;
     for (graph_segment *g = c->graphs; g != NULL; g = g->next) kept++;
-    queued = ld(&c->queued);
+    queued = dmm_atomic_load_relaxed(&c->queued);
     pthread_mutex_unlock(&c->lock);
     if (kept > 0 || queued > 0)
         return dmm_error_set(DMM_ERR_BUSY,
@@ -330,7 +328,7 @@ dmm_status dmm_device_poll(dmm_device *c, uint64_t *queued) {
     if (c == NULL) return dmm__device_null("dmm_device_poll", "a device");
     pthread_mutex_lock(&c->lock);
     dmm_status s = c->jobs_taken_back ? dmm__device_refuse_lost(c, "poll") : dmm__device_jobs_poll_locked(c);
-    if (queued != NULL) *queued = ld(&c->queued);
+    if (queued != NULL) *queued = dmm_atomic_load_relaxed(&c->queued);
     pthread_mutex_unlock(&c->lock);
     return s;
 }
@@ -355,15 +353,15 @@ static void count_free(dmm_device *c, uint64_t len, uint64_t req) {
     dmm__device_count_sub(&c->alloc_bytes, len);
     dmm__device_count_sub(&c->req_bytes, req);
     dmm__device_count_sub(&c->blocks, 1);
-    inc(&c->freed_bytes, len);
-    inc(&c->req_freed, req);
-    inc(&c->frees, 1);
+    dmm_atomic_add_relaxed(&c->freed_bytes, len);
+    dmm_atomic_add_relaxed(&c->req_freed, req);
+    dmm_atomic_add_relaxed(&c->frees, 1);
     dmm__device_count_sub(&k->alloc_bytes, len);
     dmm__device_count_sub(&k->req_bytes, req);
     dmm__device_count_sub(&k->blocks, 1);
-    inc(&k->freed_bytes, len);
-    inc(&k->req_freed, req);
-    inc(&k->frees, 1);
+    dmm_atomic_add_relaxed(&k->freed_bytes, len);
+    dmm_atomic_add_relaxed(&k->req_freed, req);
+    dmm_atomic_add_relaxed(&k->frees, 1);
 }
 
 /* A pool malloc refused for budget or memory: give back what the pool caches, then try once more. */
@@ -371,7 +369,7 @@ static dmm_status pool_retry(dmm_device *c, size_t bytes, dmm_stream stream, voi
     if (first != DMM_ERR_BUDGET && first != DMM_ERR_OUT_OF_MEMORY) return first;
     dmm_error_kept first_try = {0}; /* the sentence names both tries, and the second overwrites the first */
     dmm__error_keep(&first_try, first);
-    inc(&c->retries, 1);
+    dmm_atomic_add_relaxed(&c->retries, 1);
     pthread_mutex_lock(&c->lock);
     dmm__device_jobs_poll_locked(c);
     (void)dmm__device_graphs_trim_locked(c);
@@ -380,7 +378,7 @@ static dmm_status pool_retry(dmm_device *c, size_t bytes, dmm_stream stream, voi
     (void)dmm_pool_empty_cache(c->pool, &released);
     dmm_status s = dmm_pool_malloc(c->pool, bytes, stream, out);
     if (s == DMM_OK) return DMM_OK;
-    inc(&c->ooms, 1);
+    dmm_atomic_add_relaxed(&c->ooms, 1);
     return dmm__error_wrap(s,
                            "dmm device: allocating %zu bytes on device %d (stream %p) failed, also after giving back "
                            "%llu cached bytes (first try: %.767s)", /* (cut: the second try's cause follows) */
@@ -394,7 +392,7 @@ static dmm_status route_malloc(dmm_device *c, size_t bytes, dmm_stream stream, v
     if (bytes == 0) return DMM_OK;
     if (bytes > c->reserve) /* no route could serve it, and its rounding up (tags, graphs) would wrap */
         return dmm__device_too_large(c, bytes, "allocating");
-    if (stream != NULL && c->can_capture && atomic_load_explicit(&c->capture_check, memory_order_relaxed)) {
+    if (stream != NULL && c->can_capture && dmm_atomic_load_relaxed(&c->capture_check)) {
         bool capturing = false;
         uint64_t id = 0;
         dmm_status s = dmm_device_capture_status(c, stream, &capturing, &id);
@@ -410,11 +408,11 @@ static dmm_status route_malloc(dmm_device *c, size_t bytes, dmm_stream stream, v
     if (tag >= 0) {
         dmm_status s = dmm__device_tag_malloc(c, tag, bytes, out);
         if (s != DMM_OK) return s;
-        inc(&c->tag_mallocs, 1);
+        dmm_atomic_add_relaxed(&c->tag_mallocs, 1);
         count_malloc(c, dmm__device_round_block(c, bytes), bytes);
         return DMM_OK;
     }
-    if (ld(&c->queued) > 0 && pthread_mutex_trylock(&c->lock) == 0) {
+    if (dmm_atomic_load_relaxed(&c->queued) > 0 && pthread_mutex_trylock(&c->lock) == 0) {
         dmm__device_jobs_poll_locked(c);
         pthread_mutex_unlock(&c->lock);
         dmm_clear_error();
@@ -537,7 +535,7 @@ dmm_status dmm_device_reset_peaks(dmm_device *c) {
 
 /* torch's reset_accumulated_memory_stats: the totals ("allocated", "freed") and the event counters
  * (num_ooms, num_alloc_retries) start again from 0; current values and peaks stay. */
-static void zero(_Atomic uint64_t *x) { atomic_store_explicit(x, 0, memory_order_relaxed); }
+static void zero(_Atomic uint64_t *x) { dmm_atomic_store_relaxed(x, 0); }
 
 dmm_status dmm_device_reset_accumulated(dmm_device *c) {
     if (c == NULL) return dmm__device_null("dmm_device_reset_accumulated", "a device");
@@ -568,10 +566,10 @@ dmm_status dmm_device_set_limit(dmm_device *c, uint64_t bytes) {
 
 /* ---- JSON ---- */
 static void put_count(dmm_json *j, const char *name, device_count *t, bool with_total, uint64_t freed) {
-    dmm__json_put(j, "\"%s\":{\"current\":%llu,\"peak\":%llu", name, (unsigned long long)ld(&t->cur),
-                  (unsigned long long)ld(&t->peak));
+    dmm__json_put(j, "\"%s\":{\"current\":%llu,\"peak\":%llu", name, (unsigned long long)dmm_atomic_load_relaxed(&t->cur),
+                  (unsigned long long)dmm_atomic_load_relaxed(&t->peak));
     if (with_total)
-        dmm__json_put(j, ",\"allocated\":%llu,\"freed\":%llu", (unsigned long long)ld(&t->total), (unsigned long long)freed);
+        dmm__json_put(j, ",\"allocated\":%llu,\"freed\":%llu", (unsigned long long)dmm_atomic_load_relaxed(&t->total), (unsigned long long)freed);
     dmm__json_put(j, "}");
 }
 
@@ -680,20 +678,20 @@ static dmm_status write_json(dmm_device *c, char *buf, size_t cap, size_t *neede
     dmm__device_tags_totals_locked(c, &tag_live, &tag_committed);
     dmm__device_graphs_totals_locked(c, &g_live, &g_committed);
     dmm__json_put(&j, "{\"device\":%d,", (int)c->dev.index);
-    put_count(&j, "allocated_bytes", &c->alloc_bytes, true, ld(&c->freed_bytes));
+    put_count(&j, "allocated_bytes", &c->alloc_bytes, true, dmm_atomic_load_relaxed(&c->freed_bytes));
     dmm__json_put(&j, ",");
-    put_count(&j, "requested_bytes", &c->req_bytes, true, ld(&c->req_freed));
+    put_count(&j, "requested_bytes", &c->req_bytes, true, dmm_atomic_load_relaxed(&c->req_freed));
     dmm__json_put(&j, ",");
-    put_count(&j, "allocation", &c->blocks, true, ld(&c->frees));
+    put_count(&j, "allocation", &c->blocks, true, dmm_atomic_load_relaxed(&c->frees));
     dmm__json_put(&j, ",\"by_class\":{");
     for (int k = 0; k < 2; k++) {
         size_class *t = &c->by_class[k];
         dmm__json_put(&j, "%s\"%s\":{", k ? "," : "", k == DEVICE_CLASS_SMALL ? "small_pool" : "large_pool");
-        put_count(&j, "allocated_bytes", &t->alloc_bytes, true, ld(&t->freed_bytes));
+        put_count(&j, "allocated_bytes", &t->alloc_bytes, true, dmm_atomic_load_relaxed(&t->freed_bytes));
         dmm__json_put(&j, ",");
-        put_count(&j, "requested_bytes", &t->req_bytes, true, ld(&t->req_freed));
+        put_count(&j, "requested_bytes", &t->req_bytes, true, dmm_atomic_load_relaxed(&t->req_freed));
         dmm__json_put(&j, ",");
-        put_count(&j, "allocation", &t->blocks, true, ld(&t->frees));
+        put_count(&j, "allocation", &t->blocks, true, dmm_atomic_load_relaxed(&t->frees));
         dmm__json_put(&j, "}");
     }
     dmm__json_put(&j, "},");
@@ -704,10 +702,10 @@ static dmm_status write_json(dmm_device *c, char *buf, size_t cap, size_t *neede
                   ",\"num_alloc_retries\":%llu,\"num_ooms\":%llu,\"num_device_alloc\":%llu,\"num_device_free\":%llu,"
                   "\"capture_mallocs\":%llu,\"capture_refusals\":%llu,\"tag_mallocs\":%llu,\"queued\":%llu,"
                   "\"limit\":",
-                  (unsigned long long)ld(&c->retries), (unsigned long long)ld(&c->ooms),
+                  (unsigned long long)dmm_atomic_load_relaxed(&c->retries), (unsigned long long)dmm_atomic_load_relaxed(&c->ooms),
                   (unsigned long long)as.driver_create, (unsigned long long)as.driver_release,
-                  (unsigned long long)ld(&c->capture_mallocs), (unsigned long long)ld(&c->capture_refusals),
-                  (unsigned long long)ld(&c->tag_mallocs), (unsigned long long)ld(&c->queued));
+                  (unsigned long long)dmm_atomic_load_relaxed(&c->capture_mallocs), (unsigned long long)dmm_atomic_load_relaxed(&c->capture_refusals),
+                  (unsigned long long)dmm_atomic_load_relaxed(&c->tag_mallocs), (unsigned long long)dmm_atomic_load_relaxed(&c->queued));
     if (tu.limit[DMM_AXIS_OWNED] == DMM_UNLIMITED) dmm__json_put(&j, "null");
     else dmm__json_put(&j, "%llu", (unsigned long long)tu.limit[DMM_AXIS_OWNED]);
     dmm__json_put(&j,

@@ -1,5 +1,5 @@
 /* src/device/device_internal.h — the device front's inside (include/dmm/device.h is its outside), for
- * its own files and the tests (adapters use dmm/device.h only).
+ * its own files and the tests (adapters use dmm/device.h, never this).
  *
  * One dmm_device per device (types.h: the data; its floors, each over the ones below: context.c,
  * jobs.c, segment.c, tags.c, offload.c, graphs.c, and device.c on top; beside them blocks.c,

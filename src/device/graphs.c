@@ -33,7 +33,7 @@
 dmm_status dmm__device_graph_malloc(dmm_device *c, size_t bytes, dmm_stream stream, uint64_t capture_id, void **out) {
     uint64_t len = dmm__device_round_block(c, bytes);
     if (capture_id == 0) {
-        dmm__device_bump(&c->capture_refusals, 1);
+        dmm_atomic_add_relaxed(&c->capture_refusals, 1);
         return dmm_error_set(DMM_ERR_UNSUPPORTED,
                              "dmm device: allocating %zu bytes on stream %p while a CUDA graph capture is under way "
                              "that the driver would not name (another stream captures in global mode); allocate on "
@@ -62,7 +62,7 @@ dmm_status dmm__device_graph_malloc(dmm_device *c, size_t bytes, dmm_stream stre
         for (graph_segment *x = c->graphs; x != NULL; x = x->next)
             if (x->capture_id == 0 && x->ev == NULL) idle += x->seg.a.bytes;
         pthread_mutex_unlock(&c->lock);
-        dmm__device_bump(&c->capture_refusals, 1);
+        dmm_atomic_add_relaxed(&c->capture_refusals, 1);
         return dmm_error_set(DMM_ERR_OUT_OF_MEMORY,
                              "dmm device: CUDA graph capture %llu on stream %p (device %d) asked for %zu bytes, but a "
                              "capture can only use memory mapped before it began, and none is free for it (%llu "
@@ -74,7 +74,7 @@ dmm_status dmm__device_graph_malloc(dmm_device *c, size_t bytes, dmm_stream stre
                              (unsigned long long)reserved, (unsigned long long)mine_free, (unsigned long long)idle);
     }
     pthread_mutex_unlock(&c->lock);
-    dmm__device_bump(&c->capture_mallocs, 1);
+    dmm_atomic_add_relaxed(&c->capture_mallocs, 1);
     *out = (char *)g->seg.a.ptr + off;
     return DMM_OK;
 }

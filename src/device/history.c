@@ -49,7 +49,7 @@ dmm_status dmm_device_history(dmm_device *c, uint64_t max_entries) {
     h->cap = (size_t)max_entries;
     h->head = h->count = 0;
     h->dropped = 0;
-    atomic_store_explicit(&h->on, max_entries > 0, memory_order_relaxed);
+    dmm_atomic_store_relaxed(&h->on, max_entries > 0);
     pthread_mutex_unlock(&h->mu);
     return DMM_OK;
 }

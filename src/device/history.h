@@ -10,7 +10,7 @@ void dmm__device_history_fini(dmm_device *c);
 /* An event (cheap when off: one relaxed load). */
 void dmm__device_history_add(dmm_device *c, uint32_t action, uint64_t addr, uint64_t size, dmm_stream stream);
 static inline bool dmm__device_history_on(dmm_device *c) {
-    return atomic_load_explicit(&c->hist.on, memory_order_relaxed) != 0;
+    return dmm_atomic_load_relaxed(&c->hist.on) != 0;
 }
 /* Appends `"history":{"on":…,"dropped":…,"events":[[action,addr,size,stream,t_us],…]}` (oldest first;
  * action 0 alloc, 1 free, 2 map, 3 unmap). */

@@ -22,7 +22,7 @@
 
 /* Ends a job that left the queue. */
 static void job_end(dmm_device *c, device_job *j, device_job_end how, dmm_status status) {
-    dmm__device_drop(&c->queued, 1);
+    dmm_atomic_sub_relaxed(&c->queued, 1);
     j->finish(c, j, how, status);
     if (j->ev != NULL && how != DEVICE_JOB_TAKEN_BACK) (void)dmm__drv_event_destroy(c->drv, j->ev);
     free(j);
@@ -56,13 +56,13 @@ device_job *dmm__device_job_new(device_job_finish finish, void *owner) {
 dmm_status dmm__device_job_queue(dmm_device *c, dmm_deferred_request *r, device_job *j) {
     r->user = j;
     dmm_status s = dmm_deferred_enqueue(c->q, r);
-    if (s == DMM_OK) dmm__device_bump(&c->queued, 1);
+    if (s == DMM_OK) dmm_atomic_add_relaxed(&c->queued, 1);
     return s;
 }
 
 dmm_status dmm__device_jobs_poll_locked(dmm_device *c) {
     dmm_status result = DMM_OK;
-    if (dmm__device_get(&c->queued) == 0) return DMM_OK;
+    if (dmm_atomic_load_relaxed(&c->queued) == 0) return DMM_OK;
     for (int round = 0; round < 4; round++) {
         size_t ran = 0;
         dmm_status s = dmm_deferred_poll(c->q, &ran);

@@ -43,7 +43,7 @@ void dmm__device_record_init(dmm_device *c) {
     pthread_mutex_init(&c->rec.file_mu, NULL);
 }
 
-bool dmm__device_recording(dmm_device *c) { return atomic_load_explicit(&c->rec.active, memory_order_relaxed) != 0; }
+bool dmm__device_recording(dmm_device *c) { return dmm_atomic_load_relaxed(&c->rec.active) != 0; }
 
 /* The recording's first failure (mu held); later ones are dropped (the first is the cause). */
 static void rec_fail(device_recorder *r, dmm_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -65,7 +65,7 @@ static void rec_write(device_recorder *r, const char *text, size_t n) {
     r->write_failure = DMM_ERR_DRIVER;
     snprintf(r->write_why, sizeof r->write_why, "writing '%s' failed: %s", r->path,
              zerr == Z_ERRNO ? strerror(errno) : (zmsg != NULL ? zmsg : "zlib failed"));
-    atomic_store_explicit(&r->broken, 1, memory_order_relaxed);
+    dmm_atomic_store_relaxed(&r->broken, 1);
 }
 
 /* Appends a line (mu held); when the buffer passes FLUSH_AT, writes it out and lets go of mu. Returns
@@ -117,9 +117,9 @@ static uint32_t rec_stream_id(device_recorder *r, dmm_stream s) {
 
 /* Takes mu when the recording is on and healthy; false (nothing held) otherwise. */
 static bool rec_enter(device_recorder *r) {
-    if (!atomic_load_explicit(&r->active, memory_order_relaxed)) return false;
+    if (!dmm_atomic_load_relaxed(&r->active)) return false;
     pthread_mutex_lock(&r->mu);
-    if (r->active && r->failure == DMM_OK && !atomic_load_explicit(&r->broken, memory_order_relaxed)) return true;
+    if (r->active && r->failure == DMM_OK && !dmm_atomic_load_relaxed(&r->broken)) return true;
     pthread_mutex_unlock(&r->mu);
     return false;
 }
@@ -173,8 +173,8 @@ static void rec_clear(device_recorder *r) {
     free(r->path);
     dmm__u64map_fini(&r->ids);
     dmm__u64map_fini(&r->bytes);
-    atomic_store_explicit(&r->active, 0, memory_order_relaxed);
-    atomic_store_explicit(&r->broken, 0, memory_order_relaxed);
+    dmm_atomic_store_relaxed(&r->active, 0);
+    dmm_atomic_store_relaxed(&r->broken, 0);
     r->gz = NULL;
     r->path = r->buf = r->spare = NULL;
     r->used = 0;
@@ -235,7 +235,7 @@ dmm_status dmm_device_record_start(dmm_device *c, const char *path, const char *
                      workload != NULL && workload[0] != '\0' ? workload : "recorded", (int)c->dev.index,
                      (unsigned long long)c->block_align);
     r->used = n > 0 ? (size_t)n : 0;
-    atomic_store_explicit(&r->active, 1, memory_order_relaxed);
+    dmm_atomic_store_relaxed(&r->active, 1);
     pthread_mutex_unlock(&r->mu);
     return DMM_OK;
 }
@@ -265,7 +265,7 @@ dmm_status dmm_device_record_stop(dmm_device *c, dmm_device_record_stats *out) {
                              "dmm device: record stop: device %d is not recording (start a recording first)",
                              (int)c->dev.index);
     }
-    atomic_store_explicit(&r->active, 0, memory_order_relaxed);
+    dmm_atomic_store_relaxed(&r->active, 0);
     pthread_mutex_lock(&r->file_mu); /* a buffer still being compressed is written first */
     char tail[512];
     int n = snprintf(tail, sizeof tail,

@@ -205,7 +205,7 @@ dmm_status dmm__device_tag_malloc(dmm_device *c, int tag, size_t bytes, void **o
                         dmm__device_tag_name(tag), (int)c->dev.index);
         dmm__device_segment_give(&g->seg, off, NULL, NULL);
         pthread_mutex_unlock(&c->lock);
-        dmm__device_bump(&c->ooms, 1);
+        dmm_atomic_add_relaxed(&c->ooms, 1);
         return s;
     }
     pthread_mutex_unlock(&c->lock);

@@ -34,6 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/atomics.h"
 #include "core/spans.h"
 #include "core/u64map.h"
 #include "dmm/dmm.h"

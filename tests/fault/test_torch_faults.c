@@ -157,8 +157,8 @@ static void conserved(fx *f, const char *what) {
     if (howned != c->host_bytes || hmapped != c->host_bytes)
         fail_msg("%s: the host lease holds %llu / %llu bytes, the pinned copies %llu", what, (unsigned long long)howned,
                  (unsigned long long)hmapped, (unsigned long long)c->host_bytes);
-    if (dmm__device_get(&c->blocks.cur) != (uint64_t)nlive(f))
-        fail_msg("%s: the adapter counts %llu live blocks, the test %d", what, (unsigned long long)dmm__device_get(&c->blocks.cur),
+    if (dmm_atomic_load_relaxed(&c->blocks.cur) != (uint64_t)nlive(f))
+        fail_msg("%s: the adapter counts %llu live blocks, the test %d", what, (unsigned long long)dmm_atomic_load_relaxed(&c->blocks.cur),
                  nlive(f));
     device_tag *t = tag_of(f);
     if (t != NULL && (t->state == TAG_OFFLOADING) != (t->pending > 0))

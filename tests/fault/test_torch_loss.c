@@ -92,7 +92,7 @@ static void fx_busy(fx *f) {
     DMM_OK_OR_FAIL(dmm_device_empty_cache(f->c, NULL)); /* the empty tag segment and B: queued */
     DMM_OK_OR_FAIL(dmm_device_offload(f->c, OFF, DMM_DEVICE_TO_HOST, f->s1));
     assert_int_equal(f->c->tags[dmm__device_tag_find(OFF)].state, TAG_OFFLOADING);
-    assert_true(dmm__device_get(&f->c->queued) >= 3); /* a decommit, a tag segment's release, a graph segment's release */
+    assert_true(dmm_atomic_load_relaxed(&f->c->queued) >= 3); /* a decommit, a tag segment's release, a graph segment's release */
     assert_true(kit_host_allocs(f->drv) > 0);
     DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, false)); /* complete now: only the loss keeps them queued */
 }
@@ -120,7 +120,7 @@ static void run_loss(int variant, bool confirm_on_arena) {
     fx f;
     fx_open(&f);
     fx_busy(&f);
-    uint64_t queued = dmm__device_get(&f.c->queued);
+    uint64_t queued = dmm_atomic_load_relaxed(&f.c->queued);
     DMM_OK_OR_FAIL(dmm_fault_plan(f.drv, DMM_OP_ANY, 1, UINT32_MAX, DMM_ERR_DEVICE_LOST));
     uint64_t before = dmm_fault_calls(f.drv, DMM_OP_ANY);
     /* the first call that meets the loss */
@@ -168,7 +168,7 @@ static void run_loss(int variant, bool confirm_on_arena) {
     /* destroy before the confirmation: refused, nothing changed */
     assert_int_equal(dmm_device_destroy(f.c), DMM_ERR_DEVICE_LOST);
     dmm_test_error_mentions("destroy", "lost", "confirm", "nothing changed", NULL);
-    assert_int_equal(dmm__device_get(&f.c->queued), queued);
+    assert_int_equal(dmm_atomic_load_relaxed(&f.c->queued), queued);
     calls_unchanged(&f, calls, "the battery");
 
     /* the confirmation: queue taken back, tags marked */
@@ -176,7 +176,7 @@ static void run_loss(int variant, bool confirm_on_arena) {
         DMM_OK_OR_FAIL(dmm_arena_confirm_context_terminated(f.c->arena)); /* destroy does the rest */
     } else {
         DMM_OK_OR_FAIL(dmm_device_confirm_lost(f.c));
-        assert_int_equal(dmm__device_get(&f.c->queued), 0);
+        assert_int_equal(dmm_atomic_load_relaxed(&f.c->queued), 0);
         size_t n = 99;
         DMM_OK_OR_FAIL(dmm_deferred_pending(f.c->q, &n));
         assert_int_equal(n, 0);
@@ -190,7 +190,7 @@ static void run_loss(int variant, bool confirm_on_arena) {
     }
     calls_unchanged(&f, calls, "the confirmation");
     /* destroy: with blocks still live (a pool block, two of the offloaded tag's) */
-    assert_true(dmm__device_get(&f.c->blocks.cur) > 0);
+    assert_true(dmm_atomic_load_relaxed(&f.c->blocks.cur) > 0);
     DMM_OK_OR_FAIL(dmm_device_destroy(f.c));
     f.c = NULL;
     calls_unchanged(&f, calls, "the destroy");

@@ -133,7 +133,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     c.size = sizeof c;
     memcpy(&before, &c, sizeof c);
     dmm_clear_error();
-    dmm_status s = dmm__device_config_from_env(&c, fuzz_getenv, &e);
+    dmm_status s = dmm__torch_config_from_env(&c, fuzz_getenv, &e);
     if (s != DMM_OK) {
         FUZZ_ASSERT(s == DMM_ERR_INVALID_ARGUMENT, "refused with %s", dmm_status_str(s));
         FUZZ_ASSERT(!ok, "a valid environment was refused: %s", dmm_last_error());

@@ -42,8 +42,8 @@ static dmm_driver_census census(fx *f) { return kit_census(f->host); }
 
 static void fx_close(fx *f) {
     DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, false));
-    assert_int_equal(dmm__device_get(&f->c->blocks.cur), 0);
-    assert_int_equal(dmm__device_get(&f->c->alloc_bytes.cur), 0);
+    assert_int_equal(dmm_atomic_load_relaxed(&f->c->blocks.cur), 0);
+    assert_int_equal(dmm_atomic_load_relaxed(&f->c->alloc_bytes.cur), 0);
     kit_torch_fx_close(f);
     free(f);
 }
@@ -87,25 +87,25 @@ static void routing_and_stats(void **state) {
     DMM_OK_OR_FAIL(dmm_device_malloc(f->c, 0, f->s1, &z));
     assert_null(z); /* torch's own allocator returns NULL for 0 bytes too */
     assert_true(in_pool(f, a) && in_pool(f, b));
-    assert_int_equal(dmm__device_get(&f->c->alloc_bytes.cur), 1024 + 3 * MIB);
-    assert_int_equal(dmm__device_get(&f->c->req_bytes.cur), 1000 + 3 * MIB);
-    assert_int_equal(dmm__device_get(&f->c->blocks.cur), 2);
+    assert_int_equal(dmm_atomic_load_relaxed(&f->c->alloc_bytes.cur), 1024 + 3 * MIB);
+    assert_int_equal(dmm_atomic_load_relaxed(&f->c->req_bytes.cur), 1000 + 3 * MIB);
+    assert_int_equal(dmm_atomic_load_relaxed(&f->c->blocks.cur), 2);
     dmm_pool_stats ps;
     memset(&ps, 0, sizeof ps);
     ps.size = sizeof ps;
     DMM_OK_OR_FAIL(dmm_pool_stats_get(f->c->pool, &ps));
-    assert_int_equal(ps.allocated_bytes.current, dmm__device_get(&f->c->alloc_bytes.cur)); /* the pool agrees */
+    assert_int_equal(ps.allocated_bytes.current, dmm_atomic_load_relaxed(&f->c->alloc_bytes.cur)); /* the pool agrees */
     assert_int_equal(dmm__device_mapped(f->c), ps.committed_bytes.current);  /* committed = what the hook saw */
     assert_non_null(strstr(stats(f), "\"allocated_bytes\":{\"current\":3146752,\"peak\":3146752"));
     xfree(f, b, 3 * MIB, f->s1);
-    assert_int_equal(dmm__device_get(&f->c->alloc_bytes.peak), 1024 + 3 * MIB);
+    assert_int_equal(dmm_atomic_load_relaxed(&f->c->alloc_bytes.peak), 1024 + 3 * MIB);
     DMM_OK_OR_FAIL(dmm_device_reset_peaks(f->c));
-    assert_int_equal(dmm__device_get(&f->c->alloc_bytes.peak), 1024);
+    assert_int_equal(dmm_atomic_load_relaxed(&f->c->alloc_bytes.peak), 1024);
     /* a pointer of nobody's is refused, changing nothing */
     char local[16];
     assert_int_equal(dmm_device_free(f->c, local, 16, f->s1), DMM_ERR_UNKNOWN_ALLOCATION);
     dmm_test_error_mentions("not a live allocation", NULL);
-    assert_int_equal(dmm__device_get(&f->c->blocks.cur), 1);
+    assert_int_equal(dmm_atomic_load_relaxed(&f->c->blocks.cur), 1);
     /* destroy is refused while a block is live */
     assert_int_equal(dmm_device_destroy(f->c), DMM_ERR_BUSY);
     xfree(f, a, 1000, f->s1);
@@ -126,7 +126,7 @@ static void tags_offload_restore(void **state) {
     void *act = xmalloc(f, 2 * MIB, f->s1); /* outside the scope: the pool */
     assert_true(in_pool(f, act));
     for (int i = 0; i < 3; i++) assert_false(in_pool(f, w[i]));
-    assert_int_equal(dmm__device_get(&f->c->tag_mallocs), 3);
+    assert_int_equal(dmm_atomic_load_relaxed(&f->c->tag_mallocs), 3);
     uint64_t mapped0 = census(f).mapped_bytes;
 
     /* offload while the work before the event is still "running": nothing is unmapped */
@@ -448,7 +448,7 @@ static void capture_uses_reserved_memory_only(void **state) {
     assert_int_equal(dmm_device_malloc(f->c, 1 * MIB, f->s2, &p), DMM_ERR_OUT_OF_MEMORY);
     dmm_test_error_mentions("capture 7", "reserve_graph_memory", NULL);
     assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_ANY), calls0);
-    assert_int_equal(dmm__device_get(&f->c->capture_refusals), 1);
+    assert_int_equal(dmm_atomic_load_relaxed(&f->c->capture_refusals), 1);
     /* reserving during the capture is refused too */
     assert_int_equal(dmm_device_graph_reserve(f->c, 4 * MIB, f->s2), DMM_ERR_BUSY);
     kit_capture(f->fault, NULL, 0);
@@ -466,7 +466,7 @@ static void capture_uses_reserved_memory_only(void **state) {
     void *g3 = xmalloc(f, 1 * MIB, f->s2); /* reused inside the same capture */
     assert_ptr_equal(g3, g2);
     assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_ANY), calls0); /* no map, no event, nothing */
-    assert_int_equal(dmm__device_get(&f->c->capture_mallocs), 3);
+    assert_int_equal(dmm_atomic_load_relaxed(&f->c->capture_mallocs), 3);
     /* the capture ends; its segment stays the graph's */
     kit_capture(f->fault, NULL, 0);
     void *e2 = xmalloc(f, 1 * MIB, f->s2);
@@ -505,8 +505,8 @@ static void budget_refuses_and_recovers(void **state) {
     void *b = NULL;
     assert_int_equal(dmm_device_malloc(f->c, 4 * MIB, f->s1, &b), DMM_ERR_BUDGET);
     dmm_test_error_mentions("4194304 bytes", NULL);
-    assert_int_equal(dmm__device_get(&f->c->ooms), 1);
-    assert_int_equal(dmm__device_get(&f->c->retries), 1);
+    assert_int_equal(dmm_atomic_load_relaxed(&f->c->ooms), 1);
+    assert_int_equal(dmm_atomic_load_relaxed(&f->c->retries), 1);
     assert_non_null(strstr(stats(f), "\"limit\":8388608"));
     xfree(f, a, 6 * MIB, f->s1);
     b = xmalloc(f, 4 * MIB, f->s1);
@@ -870,7 +870,7 @@ static void sizes_beyond_the_reservation_are_refused_and_change_nothing(void **s
     assert_int_equal(dmm_device_graph_reserve(f->c, UINT64_MAX - 100, f->s1), DMM_ERR_OUT_OF_MEMORY);
     dmm_test_error_mentions("graph memory", "more than the", NULL);
     assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_ANY), calls0);
-    assert_int_equal(dmm__device_get(&f->c->blocks.cur), 0);
+    assert_int_equal(dmm_atomic_load_relaxed(&f->c->blocks.cur), 0);
     fx_close(f);
 }
 

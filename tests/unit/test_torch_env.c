@@ -48,7 +48,7 @@ static void valid_values_are_read(void **state) {
     (void)state;
     env e = {"68719476736", "20", "268435456,16777216,33554432", "150", "134217728,4,8388608,256", "268435456"};
     dmm_device_config c = marked();
-    DMM_OK_OR_FAIL(dmm__device_config_from_env(&c, get, &e));
+    DMM_OK_OR_FAIL(dmm__torch_config_from_env(&c, get, &e));
     assert_int_equal(c.pool_va_bytes, 68719476736ull);
     assert_int_equal(c.retain_permille, 20);
     assert_int_equal(c.settle_permille, 150);
@@ -65,7 +65,7 @@ static void valid_values_are_read(void **state) {
     /* the edges: 0 (the defaults), RETAIN 1000, UINT64_MAX, MAX 0 = one commit per segment */
     env e2 = {"0", "1000", "0", "1000", "0", NULL};
     c = marked();
-    DMM_OK_OR_FAIL(dmm__device_config_from_env(&c, get, &e2));
+    DMM_OK_OR_FAIL(dmm__torch_config_from_env(&c, get, &e2));
     assert_int_equal(c.pool_va_bytes, 0);
     assert_int_equal(c.retain_permille, 1000);
     assert_int_equal(c.settle_permille, 1000);
@@ -77,13 +77,13 @@ static void valid_values_are_read(void **state) {
     assert_int_equal(c.restore_first_bytes, 0);
     assert_int_equal(c.restore_copy_bytes, 0);
     env e3 = {"18446744073709551615", "0", "0,0,33554432", NULL, NULL, NULL};
-    DMM_OK_OR_FAIL(dmm__device_config_from_env(&c, get, &e3));
+    DMM_OK_OR_FAIL(dmm__torch_config_from_env(&c, get, &e3));
     assert_int_equal(c.pool_va_bytes, UINT64_MAX);
     assert_int_equal(c.retain_permille, 0);
     assert_int_equal(c.restore_piece_bytes, UINT64_MAX);
     assert_int_equal(c.restore_copy_bytes, 33554432ull);
     env e4 = {NULL, NULL, "33554432", NULL, NULL, NULL};
-    DMM_OK_OR_FAIL(dmm__device_config_from_env(&c, get, &e4));
+    DMM_OK_OR_FAIL(dmm__torch_config_from_env(&c, get, &e4));
     assert_int_equal(c.restore_piece_bytes, 33554432ull);
     assert_int_equal(c.restore_first_bytes, 0);
     assert_int_equal(c.restore_copy_bytes, 0);
@@ -103,7 +103,7 @@ static void sizes_take_binary_units(void **state) {
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         env e = {sizes[i].text, NULL, NULL, NULL, NULL, sizes[i].text};
         dmm_device_config c = marked();
-        dmm_status s = dmm__device_config_from_env(&c, get, &e);
+        dmm_status s = dmm__torch_config_from_env(&c, get, &e);
         if (s != DMM_OK) fail_msg("'%s': %s", sizes[i].text, dmm_last_error());
         if (c.pool_va_bytes != sizes[i].want || c.stock_bytes != sizes[i].want)
             fail_msg("'%s' read as %llu", sizes[i].text, (unsigned long long)c.pool_va_bytes);
@@ -111,7 +111,7 @@ static void sizes_take_binary_units(void **state) {
     /* the sizes among the fields of the lists take units too; the divisors stay whole numbers */
     env e = {NULL, NULL, "256M,16M,32MiB", NULL, "128M,4,8M,256", NULL};
     dmm_device_config c = marked();
-    DMM_OK_OR_FAIL(dmm__device_config_from_env(&c, get, &e));
+    DMM_OK_OR_FAIL(dmm__torch_config_from_env(&c, get, &e));
     assert_int_equal(c.max_chunk_bytes, 128ull << 20);
     assert_int_equal(c.handle_divisor, 4);
     assert_int_equal(c.min_chunk_bytes, 8ull << 20);
@@ -126,9 +126,9 @@ static void unset_and_empty_leave_the_config_alone(void **state) {
     const dmm_device_config want = marked();
     env unset = {NULL, NULL, NULL, NULL, NULL, NULL}, empty = {"", "", "", "", "", ""};
     dmm_device_config c = marked();
-    DMM_OK_OR_FAIL(dmm__device_config_from_env(&c, get, &unset));
+    DMM_OK_OR_FAIL(dmm__torch_config_from_env(&c, get, &unset));
     assert_memory_equal(&c, &want, sizeof c);
-    DMM_OK_OR_FAIL(dmm__device_config_from_env(&c, get, &empty));
+    DMM_OK_OR_FAIL(dmm__torch_config_from_env(&c, get, &empty));
     assert_memory_equal(&c, &want, sizeof c);
 }
 
@@ -213,7 +213,7 @@ static void malformed_values_fail_and_change_nothing(void **state) {
         const bad_case *k = &cases[i];
         dmm_device_config c = marked();
         dmm_clear_error();
-        dmm_status s = dmm__device_config_from_env(&c, get, (void *)&k->e);
+        dmm_status s = dmm__torch_config_from_env(&c, get, (void *)&k->e);
         if (s != DMM_ERR_INVALID_ARGUMENT) fail_msg("case %zu (%s=%s): status %d", i, k->variable, k->value, (int)s);
         assert_memory_equal(&c, &want, sizeof c); /* nothing written, not even the valid neighbours */
         dmm_test_error_mentions("dmm torch: ", k->variable, k->value, k->why, "set it to", "or unset it", NULL);
@@ -228,11 +228,11 @@ static void a_long_value_is_quoted_shortened(void **state) {
     big[sizeof big - 1] = '\0';
     env e = {big, NULL, NULL, NULL, NULL, NULL};
     dmm_device_config c = marked();
-    assert_int_equal(dmm__device_config_from_env(&c, get, &e), DMM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(dmm__torch_config_from_env(&c, get, &e), DMM_ERR_INVALID_ARGUMENT);
     dmm_test_error_mentions("DMM_TORCH_POOL_VA='7777", "...'", "unset it", NULL);
     assert_true(strlen(dmm_last_error()) < 600);
-    assert_int_equal(dmm__device_config_from_env(NULL, get, &e), DMM_ERR_INVALID_ARGUMENT);
-    assert_int_equal(dmm__device_config_from_env(&c, NULL, &e), DMM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(dmm__torch_config_from_env(NULL, get, &e), DMM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(dmm__torch_config_from_env(&c, NULL, &e), DMM_ERR_INVALID_ARGUMENT);
 }
 
 int main(void) {

@@ -46,7 +46,7 @@ static void fx_free(fx *f) {
 
 static void fx_close(fx *f) {
     assert_false(dmm__device_recording(f->base.c));
-    assert_int_equal(dmm__device_get(&f->base.c->blocks.cur), 0);
+    assert_int_equal(dmm_atomic_load_relaxed(&f->base.c->blocks.cur), 0);
     fx_free(f);
 }
 

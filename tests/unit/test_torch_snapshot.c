@@ -39,7 +39,7 @@ static fx *fx_open(void) { return fx_open_with(false, true); }
 static fx *fx_open_over_fault(void) { return fx_open_with(true, true); }
 
 static void fx_close(fx *f) {
-    assert_int_equal(dmm__device_get(&f->c->blocks.cur), 0);
+    assert_int_equal(dmm_atomic_load_relaxed(&f->c->blocks.cur), 0);
     DMM_OK_OR_FAIL(dmm_device_empty_cache(f->c, NULL));
     kit_torch_fx_close(f);
     free(f);
