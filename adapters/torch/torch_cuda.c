@@ -71,6 +71,7 @@ static dmm_device *create_slow(int device) {
     if (s == DMM_OK) s = dmm_cuda_driver_create(device, &drv);
     if (s == DMM_OK) {
         cfg.limit_bytes = g_limit[device] ? g_limit[device] : g_limit_all;
+        cfg.name = "torch";
         s = dmm_device_create(drv, g_gov, &cfg, &c);
         if (s != DMM_OK) dmm_driver_destroy(drv);
         else if (g_track_all || g_track[device]) dmm_device_track_blocks(c);

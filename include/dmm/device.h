@@ -55,7 +55,8 @@ typedef struct dmm_device_config {
     uint64_t reserve_bytes;     /* the arena's VA reservation; 0 = 4 × pool_va_bytes */
     uint64_t tag_segment_bytes; /* VA of one tag segment; 0 = pool_va_bytes / 2 */
     uint64_t cache_limit_bytes; /* the arena's handle cache; 0 = 8 MiB */
-    uint64_t limit_bytes;       /* the device's budget (owned bytes); 0 = unlimited */
+    uint64_t limit_bytes;       /* the owned-bytes limit of the device's tier in the governor (shared with
+                                   every other holder there); 0 = leave it as it is (unlimited if unset) */
     uint32_t retain_permille;   /* the pool's retention (dmm_pool_config); 0 = the pool's default */
     uint32_t settle_permille;   /* the pool's retention ceiling (dmm_pool_config); 0 = the pool's default */
     /* the pool's handles (dmm_pool_config max_chunk_bytes, handle_divisor, min_chunk_bytes,
@@ -74,6 +75,7 @@ typedef struct dmm_device_config {
     uint64_t restore_first_bytes; /* 0 = every piece the same; else the first piece, doubling up to the largest */
     uint64_t restore_copy_bytes;  /* 0 = one copy per piece; else each piece's copy in parts of this many bytes */
     uint64_t stock_bytes; /* the pool's stock (dmm_pool_config stock_bytes): 0 = none, the default */
+    const char *name;     /* the governor holder's name, in its sentences (copied); NULL = "device" */
 } dmm_device_config;
 
 /* ---- life ---- */
@@ -106,7 +108,8 @@ DMM_API dmm_status dmm_device_record_stream(void *ptr, dmm_stream stream);
 DMM_API dmm_status dmm_device_empty_cache(dmm_device *dev, uint64_t *released);
 /* Runs the releases whose events completed; *queued (optional) = releases still waiting. Never waits. */
 DMM_API dmm_status dmm_device_poll(dmm_device *dev, uint64_t *queued);
-/* The device's budget of owned bytes (0 = unlimited); lowering it below what is owned empties the cache. */
+/* The owned-bytes limit of the device's tier in its governor (0 = unlimited; the limit is the tier's,
+ * shared with every other holder there); lowering it below what the device owns empties its cache. */
 DMM_API dmm_status dmm_device_set_limit(dmm_device *dev, uint64_t bytes);
 /* Whether malloc asks a non-default stream's capture status (default on). Off saves that query on every
  * malloc on a side stream, for a framework that never captures graphs. */
@@ -182,7 +185,8 @@ DMM_API uint64_t dmm_device_clock_ns(void);
 DMM_API dmm_pool *dmm_device_pool(dmm_device *dev);
 /* Peaks back to the current values. */
 DMM_API dmm_status dmm_device_reset_peaks(dmm_device *dev);
-/* Totals (allocated, freed) and the oom / retry counters back to 0; currents and peaks stay. */
+/* Totals (allocated, freed) and the oom / retry counters back to 0; currents and peaks stay. The
+ * reserved bytes' totals are the governor lease's (dmm_lease_stats_get) and are not reset. */
 DMM_API dmm_status dmm_device_reset_accumulated(dmm_device *dev);
 
 #ifdef __cplusplus

@@ -278,8 +278,9 @@ DMM_API dmm_status dmm_pool_layout(dmm_pool *pool, dmm_pool_span *spans, size_t 
 /* What of its VA the pool has mapped now: every chunk under blocks handed out, free, waiting for their
  * event, being decommitted, aliased or poisoned, and a warm layout's handles lying ahead, as coalesced
  * ranges in address order: ranges[2i] = an address, ranges[2i + 1] = its bytes. *count = how many
- * ranges there are; up to `cap` are written (ranges NULL: only *count); DMM_ERR_INVALID_ARGUMENT when an
- * array is passed and cap is less than *count (nothing written). Each heap is read under its own lock:
+ * ranges there are; `cap` counts ranges (the array holds 2 × cap numbers); all of them are written, or
+ * none (ranges NULL: only *count; DMM_ERR_INVALID_ARGUMENT when cap is less than *count: call again
+ * with a larger array, the count may have grown meanwhile). Each heap is read under its own lock:
  * while other threads allocate, the answer is a moment's, not one instant's. */
 DMM_API dmm_status dmm_pool_committed(dmm_pool *pool, uint64_t *ranges, size_t cap, size_t *count);
 

@@ -141,7 +141,7 @@ dmm_status dmm_device_create(dmm_driver *drv, dmm_governor *gov,
     c->restore_copy = k.restore_copy_bytes;
 
     dmm__device_history_init(c); /* (from here on, failures go to `fail`, which undoes it) */
-    dmm_holder_config hc = {sizeof hc, "torch", 0, NULL, NULL};
+    dmm_holder_config hc = {sizeof hc, k.name != NULL ? k.name : "device", 0, NULL, NULL};
     s = dmm_governor_holder_register(gov, &hc, &c->holder);
     if (s != DMM_OK) goto fail;
     dmm_tier_usage tu;
