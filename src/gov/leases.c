@@ -169,12 +169,9 @@ dmm_status dmm_lease_usage(dmm_governor *g, dmm_lease_id id, uint64_t *owned, ui
 }
 
 dmm_status dmm_lease_stats_get(dmm_governor *g, dmm_lease_id id, dmm_lease_stats *out) {
-    if (g == NULL || out == NULL)
-        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_lease_stats_get: the governor and out must be non-NULL");
-    if (out->size < sizeof *out)
-        return dmm_error_set(DMM_ERR_SHORT_STRUCT, "dmm_lease_stats_get: out->size is %u; set it to "
-                                                   "sizeof(dmm_lease_stats) (%zu) before the call",
-                             (unsigned)out->size, sizeof *out);
+    if (g == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_lease_stats_get: the governor is NULL");
+    dmm_status s = dmm__stats_out_check(out, sizeof *out, sizeof *out, "dmm_lease_stats", "dmm_lease_stats_get");
+    if (s != DMM_OK) return s;
     dmm_lock_acquire(&g->lock);
     const lease *l = dmm__gov_lease_find(g, id);
     dmm_lease_stats st = {.size = (uint32_t)sizeof st};
@@ -188,7 +185,7 @@ dmm_status dmm_lease_stats_get(dmm_governor *g, dmm_lease_id id, dmm_lease_stats
     if (l == NULL)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_lease_stats_get: lease %llu is not live in this governor",
                              (unsigned long long)id);
-    memcpy(out, &st, sizeof st);
+    dmm__stats_out_copy(&st, sizeof st, out);
     return DMM_OK;
 }
 
