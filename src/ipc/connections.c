@@ -108,12 +108,14 @@ void dmm__holder_admit(dmm_ipc_holder *h, int fd, uint32_t uid, int32_t pid, uin
                                        .seq = 0, .hello_by_ns = now_ns + h->hello_deadline_ns};
 }
 
-/* accept() found no descriptor: answer the newcomer on the reserve, or pause listening. */
+/* accept() found no descriptor (it says so whether or not anyone waits): answer a waiting newcomer on
+ * the reserve, or pause listening when there is no reserve to give. */
 static void out_of_descriptors(dmm_ipc_holder *h, int e, uint64_t now_ns) {
     if (h->reserve_fd >= 0) {
         close(h->reserve_fd);
         h->reserve_fd = -1;
         int fd = accept4(h->listener.fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        int again = fd < 0 ? errno : 0;
         if (fd >= 0) {
             h->refused++;
             dmm__log(DMM_LOG_WARN, "dmm hold: refused a connection: no descriptor free (errno %d); the holder keeps "
@@ -121,7 +123,7 @@ static void out_of_descriptors(dmm_ipc_holder *h, int e, uint64_t now_ns) {
             refuse(fd, DMM_ERR_BUSY, "the holder has no descriptor free (its process's limit); try again later");
         }
         h->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-        if (fd >= 0 && h->reserve_fd >= 0) return;
+        if (h->reserve_fd >= 0 && (fd >= 0 || again == EAGAIN || again == EWOULDBLOCK)) return;
     }
     if (h->paused_until_ns == 0)
         dmm__log(DMM_LOG_WARN, "dmm hold: no descriptor free (errno %d) and none in reserve: listening pauses until a "
@@ -136,7 +138,7 @@ void dmm__holder_accept(dmm_ipc_holder *h, uint64_t now_ns) {
             int e = errno;
             if (e == EINTR || e == ECONNABORTED) continue;
             if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) out_of_descriptors(h, e, now_ns);
-            return; /* EAGAIN: nobody waits */
+            return; /* EAGAIN: nobody waits; after out_of_descriptors: one newcomer answered per wake-up */
         }
         uint32_t uid = 0;
         int32_t pid = 0;

@@ -15,10 +15,9 @@
  *
  * Ownership until the token arrives: a named region is created pending, the creating connection's
  * own, and goes with that connection, until the client says it has the token (TAKEN, which the
- * client library sends as soon as it has read the create's reply). The holder checks the claim with
- * the kernel where it can: TAKEN is refused while the connection still has unread bytes from us
- * (SIOCOUTQ), i.e. before the reply with the token was read. A client that never reads its replies
- * thus leaves nothing behind when it goes.
+ * client library sends as soon as it has read the create's reply; naming the token proves the reply
+ * was read, since nothing else carries it). A client that never reads its replies thus leaves
+ * nothing behind when it goes.
  *
  * Seals (host memory, memfds): every region is sealed against resizing when it is created
  * (F_SEAL_SHRINK | F_SEAL_GROW: no attacher can truncate it under the others). The first read-only
@@ -36,9 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <unistd.h>
-#include <linux/sockios.h>
 
 #include "core/core.h"
 #include "ipc/holder_types.h"
@@ -150,12 +147,6 @@ static int on_taken(dmm_ipc_holder *h, ipc_conn *c, const dmm_ipc_msg *m, dmm_ip
         snprintf(why, sizeof why, "taken '%s': %s; nothing changed", m->name,
                  g->conn ? "a private region goes with its connection, there is nothing to take"
                          : "another connection created it and has not taken it yet");
-        return reply_error(h, c, r, DMM_ERR_INVALID_ARGUMENT, why);
-    }
-    int unread = 0;
-    if (g->pending != 0 && c->fd >= 0 && ioctl(c->fd, SIOCOUTQ, &unread) == 0 && unread > 0) {
-        snprintf(why, sizeof why, "taken '%s': %d bytes of the holder's replies are still unread on this connection; "
-                                  "read the reply that carries the token first; nothing changed", m->name, unread);
         return reply_error(h, c, r, DMM_ERR_INVALID_ARGUMENT, why);
     }
     g->pending = 0;

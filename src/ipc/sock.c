@@ -154,13 +154,19 @@ dmm_status dmm__ipc_recv(int sock, uint8_t *buf, size_t cap, bool nonblocking, d
     ssize_t r;
     do r = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | (nonblocking ? MSG_DONTWAIT : 0));
     while (r < 0 && errno == EINTR);
-    if (r < 0) {
-        int e = errno;
-        if (e == EAGAIN || e == EWOULDBLOCK) return dmm_error_set(DMM_ERR_BUSY, "ipc: no message is waiting");
-        if (e == ECONNRESET) {
+    if (r < 0 && errno == ECONNRESET) {
+        /* the peer closed with our bytes unread (a holder refusing a newcomer whose hello had come):
+         * the kernel reports that first, but what it sent before closing is still queued */
+        do r = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+        while (r < 0 && errno == EINTR);
+        if (r < 0) {
             rx->closed = true;
             return DMM_OK;
         }
+    }
+    if (r < 0) {
+        int e = errno;
+        if (e == EAGAIN || e == EWOULDBLOCK) return dmm_error_set(DMM_ERR_BUSY, "ipc: no message is waiting");
         SOCK_ERR(e, "ipc: receiving a message on descriptor %d failed", sock);
     }
     for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm != NULL; cm = CMSG_NXTHDR(&mh, cm)) {
