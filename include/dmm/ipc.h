@@ -1,6 +1,6 @@
 /* dmm/ipc.h — exports over Unix sockets, and the holder: a process that keeps named regions of device
- * memory alive across the restarts and crashes of the processes that use them (docs/ipc.md; the
- * protocol, the lifetime rules and the threat model: docs/ipc.md).
+ * memory alive across the restarts and crashes of the processes that use them (docs/ipc.md: the
+ * protocol and the lifetime rules; docs/security.md: the threat model).
  *
  * Peer to peer: dmm_ipc_send_export / dmm_ipc_recv_export pass one export (dmm/share.h) over a
  * connected SOCK_SEQPACKET Unix socket, its descriptors as SCM_RIGHTS; the receiver checks every
