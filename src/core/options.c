@@ -182,12 +182,22 @@ static const dmm_option table[DMM_OPTION_COUNT_] = {
     /* ---- dmm hold ---- */
     [DMM_OPTION_HOLD_SOCKET] = {NULL, "--socket", "dmm hold", DMM_OPTION_TEXT, 0, 0, "PATH", "a socket path",
                                 "$XDG_RUNTIME_DIR/dmm.sock", NULL,
-                                "where to listen (required): in a directory that you own and no one else may write; "
-                                "the socket is made mode 0600"},
+                                "where to listen (required): in a directory that you own and no one else may write, "
+                                "reached through no symbolic link; the socket is made mode 0600"},
     [DMM_OPTION_HOLD_LIMIT] = {NULL, "--limit", "dmm hold", DMM_OPTION_BYTES, 1, UINT64_MAX / 2, "BYTES",
                                "a size in bytes", "64G", "no limit", "the most the regions may hold together"},
     [DMM_OPTION_HOLD_CUDA] = {NULL, "--cuda", "dmm hold", DMM_OPTION_COUNT, 0, 1023, "N", "a CUDA device ordinal", "0",
                               "host memory", "keep the regions in the memory of CUDA device N"},
+    [DMM_OPTION_HOLD_HELLO_DEADLINE] = {NULL, "--hello-deadline", "dmm hold", DMM_OPTION_COUNT, 10, 600000, "MS",
+                                        "milliseconds", "3000", "3000",
+                                        "a connection that has not said hello within MS milliseconds is closed"},
+    [DMM_OPTION_HOLD_MAX_CONNECTIONS] = {NULL, "--max-connections", "dmm hold", DMM_OPTION_COUNT, 1, 65536, "N",
+                                         "connections", "256", "256",
+                                         "connections served at once; at the limit one that has not said hello "
+                                         "yields its slot to a newcomer"},
+    [DMM_OPTION_HOLD_MAX_CONNECTIONS_PER_UID] = {NULL, "--max-connections-per-uid", "dmm hold", DMM_OPTION_COUNT, 1,
+                                                 65536, "N", "connections", "128", "128",
+                                                 "connections of one uid at once (at most --max-connections)"},
 
     /* ---- dmm options ---- */
     [DMM_OPTION_OPTIONS_MARKDOWN] = {NULL, "--markdown", "dmm options", DMM_OPTION_SWITCH, 0, 0, NULL, NULL, NULL, NULL,

@@ -345,7 +345,7 @@ static dmm_status host_create(dmm_driver *d, size_t bytes, dmm_phys *handle) {
                              "host driver: create of %zu bytes refused: the size must be a non-zero multiple "
                              "of the granularity (%zu bytes)",
                              bytes, h->granularity);
-    int fd = memfd_create("dmm-host-chunk", MFD_CLOEXEC);
+    int fd = memfd_create("dmm-host-chunk", MFD_CLOEXEC | MFD_ALLOW_SEALING); /* the holder seals what it shares */
     if (fd < 0) {
         int e = errno;
         HOST_SYSERR(e, "create of %zu bytes failed in memfd_create", bytes);

@@ -6,6 +6,12 @@
  * (sock.c, wire.c), must answer the request just sent (same seq, the expected body), and carries
  * exactly the descriptors its export names; anything else is refused and its descriptors closed.
  *
+ * Every wait has a deadline (the config's reply deadline): the dial and the sends (SO_SNDTIMEO), and
+ * each reply (poll). The holder is dialed only when it runs as this process's uid (sock.c). A holder
+ * that refuses a newcomer (too many connections, no descriptor free) sends one reply with its
+ * sentence and closes: a hello that cannot be sent then reads that reply, so the caller gets the
+ * holder's reason, not a broken pipe.
+ *
  * Invariant: a client's `fd` is its connection; `seq` is the last request's sequence number.
  */
 #include <stdio.h>
@@ -17,9 +23,23 @@
 #include "ipc/sock.h"
 
 struct dmm_ipc_client {
-    int fd;       /* the connection */
-    uint32_t seq; /* the last request's sequence number */
+    int fd;               /* the connection */
+    uint32_t seq;         /* the last request's sequence number */
+    uint32_t deadline_ms; /* the longest wait for a send or a reply */
 };
+
+/* After a send failed: the holder's refusal, if it left one before closing (DMM_OK = none). */
+static dmm_status refusal_left(dmm_ipc_client *c, const char *op) {
+    uint8_t buf[DMM_IPC_MAX_MESSAGE];
+    dmm_ipc_rx rx;
+    dmm_ipc_msg r;
+    if (dmm__ipc_recv(c->fd, buf, sizeof buf, true, &rx) != DMM_OK) return DMM_OK;
+    dmm__ipc_close_fds(rx.fds, rx.nfds);
+    if (rx.closed || rx.oversized || dmm__ipc_decode(buf, rx.len, &r) != DMM_OK || r.type != DMM_IPC_REPLY ||
+        r.status == DMM_OK)
+        return DMM_OK;
+    return dmm_error_set((dmm_status)r.status, "%s: the holder refused: %s", op, r.text);
+}
 
 /* Sends m (seq set here) and waits for its reply; a holder's refusal comes back as its status with
  * its sentence. On DMM_OK, *reply holds the reply (and owns any descriptors). */
@@ -27,8 +47,14 @@ static dmm_status roundtrip(dmm_ipc_client *c, dmm_ipc_msg *m, dmm_ipc_body want
                             dmm_ipc_msg *reply) {
     m->seq = ++c->seq;
     dmm_status s = dmm__ipc_send(c->fd, m, NULL, 0);
-    if (s != DMM_OK) return dmm__error_wrap(s, "%s", op);
-    s = dmm__ipc_recv_msg(c->fd, reply, "the holder's reply");
+    if (s != DMM_OK) {
+        dmm_error_kept why = {0};
+        dmm__error_keep(&why, s);
+        dmm_status refused = refusal_left(c, op);
+        if (refused != DMM_OK) return refused;
+        return dmm__error_wrap(dmm__error_restore(&why), "%s", op);
+    }
+    s = dmm__ipc_recv_msg(c->fd, c->deadline_ms, reply, "the holder's reply");
     if (s != DMM_OK) return dmm__error_wrap(s, "%s", op);
     if (reply->type != DMM_IPC_REPLY || reply->seq != m->seq) {
         dmm_export_close(&reply->ex);
@@ -47,11 +73,17 @@ static dmm_status roundtrip(dmm_ipc_client *c, dmm_ipc_msg *m, dmm_ipc_body want
     return DMM_OK;
 }
 
-dmm_status dmm_ipc_connect(const char *path, dmm_ipc_client **out) {
-    if (out == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_ipc_connect: the output is NULL");
+dmm_status dmm_ipc_connect_with(const dmm_ipc_client_config *cfg, dmm_ipc_client **out) {
+    if (cfg == NULL || out == NULL)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_ipc_connect: the config and the output must be non-NULL");
+    if (cfg->size < sizeof *cfg)
+        return dmm_error_set(DMM_ERR_SHORT_STRUCT, "dmm_ipc_connect: the config's size is %u bytes; set .size = "
+                                                   "sizeof(dmm_ipc_client_config) (%zu)", cfg->size, sizeof *cfg);
     dmm_ipc_client *c = calloc(1, sizeof *c);
     if (c == NULL) return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm_ipc_connect: no host memory for the client");
-    dmm_status s = dmm__ipc_dial(path, &c->fd);
+    c->deadline_ms = cfg->reply_deadline_ms ? cfg->reply_deadline_ms : DMM_IPC_REPLY_DEADLINE_MS;
+    const char *path = cfg->socket_path;
+    dmm_status s = dmm__ipc_dial(path, c->deadline_ms, &c->fd);
     if (s != DMM_OK) {
         free(c);
         return s;
@@ -67,6 +99,11 @@ dmm_status dmm_ipc_connect(const char *path, dmm_ipc_client **out) {
     }
     *out = c;
     return DMM_OK;
+}
+
+dmm_status dmm_ipc_connect(const char *path, dmm_ipc_client **out) {
+    dmm_ipc_client_config cfg = {sizeof cfg, path, 0};
+    return dmm_ipc_connect_with(&cfg, out);
 }
 
 void dmm_ipc_disconnect(dmm_ipc_client *c) {
@@ -113,7 +150,16 @@ dmm_status dmm_ipc_create(dmm_ipc_client *c, const char *name, uint64_t bytes, u
     m.bytes = bytes;
     m.flags = flags;
     m.access = DMM_ACCESS_READ_WRITE;
-    return export_reply(c, &m, op, out);
+    s = export_reply(c, &m, op, out);
+    if (s != DMM_OK || (flags & DMM_IPC_PRIVATE)) return s;
+    /* the token is here: tell the holder, so that the region outlives this connection */
+    dmm_ipc_msg t, r;
+    dmm__ipc_msg_init(&t, DMM_IPC_TAKEN);
+    snprintf(t.name, sizeof t.name, "%s", name);
+    memcpy(t.token, out->token, sizeof t.token);
+    s = roundtrip(c, &t, DMM_IPC_BODY_NONE, "dmm_ipc_create: taking the token", &r);
+    if (s != DMM_OK) dmm_export_close(out); /* the region goes with this connection: its descriptors are of no use */
+    return s;
 }
 
 dmm_status dmm_ipc_attach(dmm_ipc_client *c, const char *name, const uint8_t token[DMM_EXPORT_TOKEN_BYTES],
@@ -150,14 +196,13 @@ dmm_status dmm_ipc_drop(dmm_ipc_client *c, const char *name, const uint8_t token
 dmm_status dmm_ipc_census_get(dmm_ipc_client *c, dmm_ipc_census *out) {
     static const char op[] = "dmm_ipc_census_get";
     if (c == NULL || out == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: client and output must be non-NULL", op);
-    if (out->size < sizeof *out)
+    if (out->size < DMM_IPC_CENSUS_V1_SIZE)
         return dmm_error_set(DMM_ERR_SHORT_STRUCT, "%s: the census's size is %u bytes; set .size = sizeof(dmm_ipc_census) "
                                                    "(%zu)", op, out->size, sizeof *out);
     dmm_ipc_msg m, r;
     dmm__ipc_msg_init(&m, DMM_IPC_CENSUS);
     dmm_status s = roundtrip(c, &m, DMM_IPC_BODY_CENSUS, op, &r);
     if (s != DMM_OK) return s;
-    r.census.size = out->size;
-    *out = r.census;
+    dmm__ipc_census_copy(out, &r.census);
     return DMM_OK;
 }

@@ -1,20 +1,24 @@
-/* src/ipc/holder.c — the holder process's body (dmm/ipc.h): its socket, its memory (a driver, an
- * exportable arena charged to its own governor under the limit), the connections it serves and the
- * loop that serves them; what a request does is requests.c's.
+/* src/ipc/holder.c — the holder process's body (dmm/ipc.h): its life (socket, memory: a driver, an
+ * exportable arena charged to its own governor under the limit) and the loop that serves it; who gets
+ * a connection is connections.c's, what a request does is requests.c's.
  *
- * Idea: one thread polls the listening socket and every connection. A new connection is accepted,
- * its peer's uid read from the kernel (SO_PEERCRED) and refused, with a logged sentence, unless it
- * is the holder's own; beyond DMM_IPC_MAX_CONNS connections are refused too. A readable connection
- * yields one record (SOCK_SEQPACKET: never a partial one), which gets exactly one reply. A closed
- * connection (a client's exit or crash) drops the regions private to it, nothing else.
+ * Idea: one thread polls the listening socket and every connection. A readable connection yields one
+ * record (SOCK_SEQPACKET: never a partial one, so the holder never waits inside a read), which gets
+ * exactly one reply, sent without waiting (a client whose queue is full is disconnected). A closed
+ * connection (a client's exit or crash) drops what was its own: its private regions, and its named
+ * ones whose token it never took. The loop sleeps until a descriptor is ready or the nearest timer:
+ * a hello deadline, or the retry of a paused listening socket; with neither, it sleeps without one
+ * (census.wakeups counts every return from poll, so a test can see an idle holder stay asleep).
  *
  * Trade-off: one request at a time, in one thread: requests are rare and short (a commit or an
  * export), and a single thread needs no lock around the region table.
  *
- * Invariants: holder_types.h; nconns ≤ DMM_IPC_MAX_CONNS; every conns[i].fd is open and ours.
+ * Invariants: holder_types.h; every conns[i].fd is open and ours.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,15 +34,40 @@ dmm_status dmm_ipc_holder_create(const dmm_ipc_holder_config *cfg, dmm_ipc_holde
     static const char op[] = "dmm_ipc_holder_create";
     if (cfg == NULL || out == NULL)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: the config and the output must be non-NULL", op);
-    if (cfg->size < sizeof *cfg)
+    const size_t v1 = offsetof(dmm_ipc_holder_config, driver) + sizeof(dmm_driver *);
+    if (cfg->size < v1)
         return dmm_error_set(DMM_ERR_SHORT_STRUCT, "%s: the config's size is %u bytes; set .size = "
                                                    "sizeof(dmm_ipc_holder_config) (%zu)", op, cfg->size, sizeof *cfg);
+    dmm_ipc_holder_config c = {0};
+    memcpy(&c, cfg, cfg->size < sizeof c ? cfg->size : sizeof c);
+    if (c.hello_deadline_ms == 0) c.hello_deadline_ms = DMM_IPC_HELLO_DEADLINE_MS;
+    if (c.max_connections == 0) c.max_connections = DMM_IPC_MAX_CONNECTIONS;
+    if (c.max_connections_per_uid == 0)
+        c.max_connections_per_uid = DMM_IPC_MAX_CONNECTIONS_PER_UID < c.max_connections ? DMM_IPC_MAX_CONNECTIONS_PER_UID
+                                                                                        : c.max_connections;
+    if (c.hello_deadline_ms > 600000 || c.max_connections > 65536 || c.max_connections_per_uid > c.max_connections)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "%s: hello deadline %u ms, %u connections, %u per uid: the deadline must be at most "
+                             "600000 ms, the connections at most 65536, and those of one uid at most all of them",
+                             op, c.hello_deadline_ms, c.max_connections, c.max_connections_per_uid);
     dmm_ipc_holder *h = calloc(1, sizeof *h);
     if (h == NULL) return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "%s: no host memory for the holder", op);
-    h->listen_fd = -1;
+    h->listener.fd = h->listener.folder_fd = -1;
+    h->reserve_fd = -1;
     h->uid = (uint32_t)geteuid();
+    h->hello_deadline_ns = (uint64_t)c.hello_deadline_ms * 1000000u;
+    h->max_conns = c.max_connections;
+    h->max_per_uid = c.max_connections_per_uid;
+    h->conns = calloc(h->max_conns, sizeof *h->conns);
+    h->polls = calloc((size_t)h->max_conns + 2, sizeof *h->polls);
     dmm_status s = DMM_OK;
-    if (cfg->socket_path == NULL || strlen(cfg->socket_path) >= sizeof h->path)
+    if (h->conns == NULL || h->polls == NULL)
+        s = dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "%s: no host memory for %u connections", op, h->max_conns);
+    if (s == DMM_OK && (h->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0) {
+        int e = errno;
+        s = dmm_error_set(DMM_ERR_DRIVER, "%s: no descriptor for the reserve (/dev/null, errno %d)", op, e);
+    }
+    if (s == DMM_OK && (cfg->socket_path == NULL || strlen(cfg->socket_path) >= sizeof h->path))
         s = dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: the socket path must be given and shorter than %zu bytes", op,
                           sizeof h->path);
     if (s == DMM_OK) {
@@ -66,7 +95,7 @@ dmm_status dmm_ipc_holder_create(const dmm_ipc_holder_config *cfg, dmm_ipc_holde
     size_t gran = 0;
     if (s == DMM_OK) s = dmm__drv_granularity(h->drv, &gran);
     h->gran = gran;
-    if (s == DMM_OK) s = dmm__ipc_listen(h->path, &h->listen_fd);
+    if (s == DMM_OK) s = dmm__ipc_listen(h->path, &h->listener);
     if (s != DMM_OK) {
         dmm__error_wrap(s, "%s: the holder on '%s' did not start", op, cfg->socket_path ? cfg->socket_path : "(NULL)");
         dmm_error_kept why = {0};
@@ -74,45 +103,11 @@ dmm_status dmm_ipc_holder_create(const dmm_ipc_holder_config *cfg, dmm_ipc_holde
         (void)dmm_ipc_holder_destroy(h);
         return dmm__error_restore(&why);
     }
-    dmm__log(DMM_LOG_INFO, "dmm hold: serving uid %u on %s (limit %llu bytes)", (unsigned)h->uid, h->path,
-             (unsigned long long)cfg->limit_bytes);
+    dmm__log(DMM_LOG_INFO, "dmm hold: serving uid %u on %s (limit %llu bytes; hello deadline %u ms; at most %u "
+             "connections, %u per uid)", (unsigned)h->uid, h->path, (unsigned long long)cfg->limit_bytes,
+             c.hello_deadline_ms, h->max_conns, h->max_per_uid);
     *out = h;
     return DMM_OK;
-}
-
-static void conn_close(dmm_ipc_holder *h, size_t i) {
-    ipc_conn c = h->conns[i];
-    close(c.fd);
-    h->conns[i] = h->conns[--h->nconns];
-    dmm__holder_conn_gone(h, c.id);
-}
-
-static void on_accept(dmm_ipc_holder *h) {
-    int fd = accept4(h->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) return; /* the client went away meanwhile (or EMFILE): nothing to do */
-    uint32_t uid = 0;
-    int32_t pid = 0;
-    if (dmm__ipc_peer(fd, &uid, &pid) != DMM_OK) {
-        h->refused++;
-        dmm__log(DMM_LOG_WARN, "dmm hold: refused a connection: %s", dmm_last_error());
-        close(fd);
-        return;
-    }
-    if (uid != h->uid) {
-        h->refused++;
-        dmm__log(DMM_LOG_WARN, "dmm hold: refused a connection from uid %u (pid %d): this holder serves only uid %u",
-                 (unsigned)uid, (int)pid, (unsigned)h->uid);
-        close(fd);
-        return;
-    }
-    if (h->nconns == DMM_IPC_MAX_CONNS) {
-        h->refused++;
-        dmm__log(DMM_LOG_WARN, "dmm hold: refused a connection from pid %d: %d clients are connected, the most served",
-                 (int)pid, DMM_IPC_MAX_CONNS);
-        close(fd);
-        return;
-    }
-    h->conns[h->nconns++] = (ipc_conn){fd, ++h->next_conn, pid, false, 0};
 }
 
 /* Serves one readable connection; false when it closed (and was removed). */
@@ -124,7 +119,7 @@ static bool on_readable(dmm_ipc_holder *h, size_t i) {
     if (s == DMM_ERR_BUSY) return true;
     if (s != DMM_OK || rx.closed) {
         dmm__ipc_close_fds(rx.fds, rx.nfds);
-        conn_close(h, i);
+        dmm__holder_conn_close(h, i);
         return false;
     }
     dmm_ipc_msg reply;
@@ -136,54 +131,78 @@ static bool on_readable(dmm_ipc_holder *h, size_t i) {
     if (s != DMM_OK) { /* the client is gone (or stuck): drop the connection */
         dmm__log(DMM_LOG_INFO, "dmm hold: the reply to pid %d could not be sent (%s); closing its connection",
                  (int)c->pid, dmm_last_error());
-        conn_close(h, i);
+        dmm__holder_conn_close(h, i);
         return false;
     }
     return true;
 }
 
+/* The earlier of two times, 0 meaning "none". */
+static uint64_t earlier(uint64_t a, uint64_t b) { return a == 0 ? b : b == 0 ? a : a < b ? a : b; }
+
 dmm_status dmm_ipc_holder_serve(dmm_ipc_holder *h, int stop_fd, int timeout_ms) {
     if (h == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_ipc_holder_serve: the holder is NULL");
-    struct pollfd p[DMM_IPC_MAX_CONNS + 2];
+    const uint64_t idle_ns = timeout_ms >= 0 ? (uint64_t)timeout_ms * 1000000u : 0;
+    uint64_t idle_end = timeout_ms >= 0 ? dmm_now_ns() + idle_ns : 0;
     for (;;) {
-        size_t n = 0;
-        p[n++] = (struct pollfd){h->listen_fd, POLLIN, 0};
-        if (stop_fd >= 0) p[n++] = (struct pollfd){stop_fd, POLLIN, 0};
+        uint64_t now = dmm_now_ns();
+        uint64_t next = dmm__holder_expire(h, now);
+        if (h->paused_until_ns != 0 && now >= h->paused_until_ns) h->paused_until_ns = 0;
+        next = earlier(next, h->paused_until_ns);
+        if (timeout_ms >= 0) {
+            if (now >= idle_end) return DMM_OK; /* that long with nothing to do */
+            next = earlier(next, idle_end);
+        }
+        int wait = next == 0 ? -1 : (int)((next - now + 999999u) / 1000000u);
+        struct pollfd *p = h->polls;
+        size_t n = 0, listen_at = SIZE_MAX, stop_at = SIZE_MAX;
+        if (h->paused_until_ns == 0) {
+            listen_at = n;
+            p[n++] = (struct pollfd){h->listener.fd, POLLIN, 0};
+        }
+        if (stop_fd >= 0) {
+            stop_at = n;
+            p[n++] = (struct pollfd){stop_fd, POLLIN, 0};
+        }
         size_t first = n;
         for (size_t i = 0; i < h->nconns; i++) p[n++] = (struct pollfd){h->conns[i].fd, POLLIN, 0};
-        int r = poll(p, n, timeout_ms);
+        int r = poll(p, n, wait);
+        h->wakeups++;
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) {
             int e = errno;
             return dmm_error_set(DMM_ERR_DRIVER, "dmm_ipc_holder_serve: poll failed (errno %d)", e);
         }
-        if (r == 0) return DMM_OK; /* the timeout passed with nothing to do */
-        if (stop_fd >= 0 && p[1].revents != 0) return DMM_OK;
+        if (r == 0) continue; /* a timer: handled above */
+        if (timeout_ms >= 0) idle_end = dmm_now_ns() + idle_ns;
+        if (stop_at != SIZE_MAX && p[stop_at].revents != 0) return DMM_OK;
         /* connections first, from the last (closing one moves the last into its slot) */
         for (size_t k = n; k-- > first;) {
             size_t i = k - first;
             if (p[k].revents == 0 || i >= h->nconns || h->conns[i].fd != p[k].fd) continue;
             if (p[k].revents & POLLIN) (void)on_readable(h, i);
-            else conn_close(h, i); /* POLLHUP / POLLERR without data */
+            else dmm__holder_conn_close(h, i); /* POLLHUP / POLLERR without data */
         }
-        if (p[0].revents & POLLIN) on_accept(h);
+        if (listen_at != SIZE_MAX && (p[listen_at].revents & POLLIN)) dmm__holder_accept(h, dmm_now_ns());
     }
 }
 
 dmm_status dmm_ipc_holder_census(dmm_ipc_holder *h, dmm_ipc_census *out) {
     if (h == NULL || out == NULL)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_ipc_holder_census: the holder and the output must be non-NULL");
-    if (out->size < sizeof *out)
+    if (out->size < DMM_IPC_CENSUS_V1_SIZE)
         return dmm_error_set(DMM_ERR_SHORT_STRUCT, "dmm_ipc_holder_census: set .size = sizeof(dmm_ipc_census) (%zu)",
                              sizeof *out);
-    dmm__holder_census(h, out);
+    dmm_ipc_census k;
+    dmm__holder_census(h, &k);
+    dmm__ipc_census_copy(out, &k);
     return DMM_OK;
 }
 
 dmm_status dmm_ipc_holder_destroy(dmm_ipc_holder *h) {
     if (h == NULL) return DMM_OK;
     dmm_error_kept first = {0};
-    while (h->nconns > 0) conn_close(h, h->nconns - 1);
+    while (h->nconns > 0) dmm__holder_conn_close(h, h->nconns - 1);
     if (h->arena != NULL) {
         dmm__error_keep(&first, dmm__holder_drop_all(h));
         if (dmm__error_keep(&first, dmm_mechanism_destroy(h->arena)) != DMM_OK)
@@ -193,12 +212,12 @@ dmm_status dmm_ipc_holder_destroy(dmm_ipc_holder *h) {
     if (h->lease != 0) dmm__error_keep(&first, dmm_lease_release(h->gov, h->lease));
     if (h->gh != NULL) dmm__error_keep(&first, dmm_governor_holder_unregister(h->gh));
     if (h->gov != NULL) dmm__error_keep(&first, dmm_governor_destroy(h->gov));
-    if (h->listen_fd >= 0) {
-        close(h->listen_fd);
-        unlink(h->path);
-    }
+    dmm__ipc_unlisten(&h->listener); /* the file only if it is still the one we bound */
+    if (h->reserve_fd >= 0) close(h->reserve_fd);
     if (h->own_drv) dmm_driver_destroy(h->drv);
     free(h->regions);
+    free(h->conns);
+    free(h->polls);
     free(h);
     return dmm__error_restore(&first);
 }

@@ -19,7 +19,7 @@ dmm_status dmm_ipc_recv_export(int sock, dmm_export *out) {
     if (out == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_ipc_recv_export: the output is NULL");
     dmm_export_init(out);
     dmm_ipc_msg m;
-    dmm_status s = dmm__ipc_recv_msg(sock, &m, "an export");
+    dmm_status s = dmm__ipc_recv_msg(sock, 0, &m, "an export");
     if (s != DMM_OK) return s;
     if (m.type != DMM_IPC_EXPORT) {
         dmm_export_close(&m.ex);

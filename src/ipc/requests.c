@@ -1,6 +1,6 @@
 /* src/ipc/requests.c — the holder's side of the protocol: per connection, the order of messages
  * (hello first, then requests numbered one after another), and the region table the requests act
- * on (create, attach, drop, census).
+ * on (create, taken, attach, drop, census).
  *
  * Every record a client sends is untrusted: it is decoded value by value (wire.c), checked against
  * the connection's state, and only then acted on; a request is refused before anything changes
@@ -13,11 +13,29 @@
  * drop releases the holder's allocation: importers that still map the memory keep it alive (the
  * outcome's exported_bytes), the holder never unmaps anyone else's mapping.
  *
+ * Ownership until the token arrives: a named region is created pending, the creating connection's
+ * own, and goes with that connection, until the client says it has the token (TAKEN, which the
+ * client library sends as soon as it has read the create's reply; naming the token proves the reply
+ * was read, since nothing else carries it). A client that never reads its replies thus leaves
+ * nothing behind when it goes.
+ *
+ * Seals (host memory, memfds): every region is sealed against resizing when it is created
+ * (F_SEAL_SHRINK | F_SEAL_GROW: no attacher can truncate it under the others). The first read-only
+ * attach publishes the region read-only: it is sealed with F_SEAL_FUTURE_WRITE (no new writable
+ * mapping, no write(), whatever descriptor is used, one reopened through /proc included) and
+ * F_SEAL_SEAL (the seals are final), and from then on a read-write attach is refused with a sentence.
+ * Mappings made before the publication keep writing: read-only means "this attacher cannot write",
+ * not "the bytes are frozen". Over CUDA nothing can be sealed (the handle carries no access rights):
+ * the same rule is kept, advisory.
+ *
  * Invariants: holder_types.h.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/core.h"
 #include "ipc/holder_types.h"
@@ -59,6 +77,13 @@ static dmm_release_outcome drop_at(dmm_ipc_holder *h, size_t i) {
     return o;
 }
 
+/* Adds `seals` to every descriptor of an export of host memory (the memfds); 0, or the errno. */
+static int seal(const dmm_export *ex, int seals) {
+    for (uint32_t i = 0; i < ex->nchunks; i++)
+        if (fcntl(ex->fds[i], F_ADD_SEALS, seals) != 0) return errno;
+    return 0;
+}
+
 static int on_create(dmm_ipc_holder *h, ipc_conn *c, const dmm_ipc_msg *m, dmm_ipc_msg *r, int *fds, size_t *nfds) {
     char why[DMM_IPC_TEXT_MAX];
     if (find(h, m->name) != NULL) {
@@ -87,8 +112,15 @@ static int on_create(dmm_ipc_holder *h, ipc_conn *c, const dmm_ipc_msg *m, dmm_i
     memset(&g, 0, sizeof g);
     snprintf(g.name, sizeof g.name, "%s", m->name);
     g.conn = (m->flags & DMM_IPC_PRIVATE) ? c->id : 0;
+    g.pending = (m->flags & DMM_IPC_PRIVATE) ? 0 : c->id;
     dmm_status s = dmm_mechanism_allocate(h->arena, (size_t)bytes, (size_t)h->gran, &g.alloc);
     if (s == DMM_OK) s = dmm_export_range(h->arena, &g.alloc, (dmm_range){0, (size_t)bytes}, DMM_ACCESS_READ_WRITE, &r->ex);
+    int e = 0;
+    if (s == DMM_OK && r->ex.device.tier == DMM_TIER_HOST && (e = seal(&r->ex, F_SEAL_SHRINK | F_SEAL_GROW)) != 0) {
+        dmm_export_close(&r->ex);
+        s = dmm_error_set(DMM_ERR_UNSUPPORTED, "its memory cannot be sealed against resizing (fcntl F_ADD_SEALS, errno "
+                                               "%d): the host driver must make memfds that allow sealing", e);
+    }
     if (s != DMM_OK) {
         snprintf(why, sizeof why, "create '%s' of %llu bytes: %s", m->name, (unsigned long long)bytes, dmm_last_error());
         if (g.alloc.ptr != NULL) (void)dmm_mechanism_release(h->arena, &g.alloc);
@@ -100,8 +132,51 @@ static int on_create(dmm_ipc_holder *h, ipc_conn *c, const dmm_ipc_msg *m, dmm_i
     for (uint32_t i = 0; i < r->ex.nchunks; i++) fds[i] = r->ex.fds[i];
     *nfds = r->ex.nchunks;
     snprintf(r->text, sizeof r->text, "created '%s' (%llu bytes%s)", g.name, (unsigned long long)bytes,
-             g.conn ? ", private to this connection" : "");
+             g.conn ? ", private to this connection" : "; it is this connection's until you say you took the token");
     return 0;
+}
+
+static int on_taken(dmm_ipc_holder *h, ipc_conn *c, const dmm_ipc_msg *m, dmm_ipc_msg *r) {
+    char why[DMM_IPC_TEXT_MAX];
+    ipc_region *g = find(h, m->name);
+    if (g == NULL || !token_eq(g->token, m->token)) {
+        snprintf(why, sizeof why, "taken '%s': no region of that name with that token", m->name);
+        return reply_error(h, c, r, DMM_ERR_UNKNOWN_ALLOCATION, why);
+    }
+    if (g->conn != 0 || (g->pending != 0 && g->pending != c->id)) {
+        snprintf(why, sizeof why, "taken '%s': %s; nothing changed", m->name,
+                 g->conn ? "a private region goes with its connection, there is nothing to take"
+                         : "another connection created it and has not taken it yet");
+        return reply_error(h, c, r, DMM_ERR_INVALID_ARGUMENT, why);
+    }
+    g->pending = 0;
+    snprintf(r->text, sizeof r->text, "'%s' is named: it stays until dropped", g->name);
+    return 0;
+}
+
+/* Publishes region g read-only (the first read-only attach): sealed over host memory. false: *r is the
+ * error reply. */
+static bool publish_read_only(dmm_ipc_holder *h, ipc_conn *c, ipc_region *g, dmm_ipc_msg *r) {
+    char why[DMM_IPC_TEXT_MAX];
+    dmm_export rw;
+    dmm_status s = dmm_export_range(h->arena, &g->alloc, (dmm_range){0, g->alloc.bytes}, DMM_ACCESS_READ_WRITE, &rw);
+    if (s != DMM_OK) {
+        snprintf(why, sizeof why, "attach '%s' read-only: sealing it needs a descriptor: %s", g->name, dmm_last_error());
+        (void)reply_error(h, c, r, s, why);
+        return false;
+    }
+    int e = rw.device.tier == DMM_TIER_HOST ? seal(&rw, F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) : 0;
+    dmm_export_close(&rw);
+    if (e != 0) {
+        snprintf(why, sizeof why, "attach '%s' read-only: the region cannot be sealed against writing (fcntl "
+                                  "F_ADD_SEALS, errno %d); nothing was handed out", g->name, e);
+        (void)reply_error(h, c, r, DMM_ERR_UNSUPPORTED, why);
+        return false;
+    }
+    g->read_only = true;
+    dmm__log(DMM_LOG_INFO, "dmm hold: region '%s' published read-only (%s); read-write attaches are refused from now on",
+             g->name, rw.device.tier == DMM_TIER_HOST ? "sealed by the kernel" : "advisory over this device");
+    return true;
 }
 
 static int on_attach(dmm_ipc_holder *h, ipc_conn *c, const dmm_ipc_msg *m, dmm_ipc_msg *r, int *fds, size_t *nfds) {
@@ -113,6 +188,13 @@ static int on_attach(dmm_ipc_holder *h, ipc_conn *c, const dmm_ipc_msg *m, dmm_i
                                   "its creator received", m->name);
         return reply_error(h, c, r, DMM_ERR_UNKNOWN_ALLOCATION, why);
     }
+    if (m->access == DMM_ACCESS_READ_WRITE && g->read_only) {
+        snprintf(why, sizeof why, "attach '%s' read-write: the region was published read-only (sealed: no new writable "
+                                  "mapping of it can be made); attach it read-only, or create a new region to write",
+                 m->name);
+        return reply_error(h, c, r, DMM_ERR_INVALID_ARGUMENT, why);
+    }
+    if (m->access == DMM_ACCESS_READ && !g->read_only && !publish_read_only(h, c, g, r)) return 0;
     dmm_status s = dmm_export_range(h->arena, &g->alloc, (dmm_range){0, g->alloc.bytes}, (dmm_access)m->access, &r->ex);
     if (s != DMM_OK) {
         snprintf(why, sizeof why, "attach '%s': %s", m->name, dmm_last_error());
@@ -154,6 +236,7 @@ void dmm__holder_census(dmm_ipc_holder *h, dmm_ipc_census *k) {
     for (size_t i = 0; i < h->nregions; i++) {
         k->region_bytes += h->regions[i].alloc.bytes;
         k->private_regions += h->regions[i].conn != 0;
+        k->pending_regions += h->regions[i].pending != 0;
     }
     dmm_stats st = {.size = sizeof st};
     if (dmm_mechanism_stats(h->arena, &st) == DMM_OK) k->owned_bytes = (uint64_t)st.owned_bytes.current;
@@ -162,6 +245,9 @@ void dmm__holder_census(dmm_ipc_holder *h, dmm_ipc_census *k) {
     k->connections = h->nconns;
     k->refused = h->refused;
     k->errors = h->errors;
+    k->hello_timeouts = h->hello_timeouts;
+    k->evicted = h->evicted;
+    k->wakeups = h->wakeups;
 }
 
 static int handle(dmm_ipc_holder *h, ipc_conn *c, const uint8_t *buf, dmm_ipc_rx *rx, dmm_ipc_msg *r, int *fds,
@@ -211,6 +297,7 @@ static int handle(dmm_ipc_holder *h, ipc_conn *c, const uint8_t *buf, dmm_ipc_rx
     case DMM_IPC_CREATE: return on_create(h, c, &m, r, fds, nfds);
     case DMM_IPC_ATTACH: return on_attach(h, c, &m, r, fds, nfds);
     case DMM_IPC_DROP: return on_drop(h, c, &m, r);
+    case DMM_IPC_TAKEN: return on_taken(h, c, &m, r);
     case DMM_IPC_CENSUS:
         r->body = DMM_IPC_BODY_CENSUS;
         dmm__holder_census(h, &r->census);
@@ -226,7 +313,7 @@ void dmm__holder_handle(dmm_ipc_holder *h, ipc_conn *c, const uint8_t *buf, dmm_
 
 void dmm__holder_conn_gone(dmm_ipc_holder *h, uint64_t id) {
     for (size_t i = h->nregions; i-- > 0;)
-        if (h->regions[i].conn == id) (void)drop_at(h, i);
+        if (h->regions[i].conn == id || h->regions[i].pending == id) (void)drop_at(h, i);
 }
 
 dmm_status dmm__holder_drop_all(dmm_ipc_holder *h) {

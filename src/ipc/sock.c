@@ -1,20 +1,23 @@
-/* src/ipc/sock.c — the holder protocol's Unix sockets: where the socket file is made and with which
- * permissions, and how one message and its descriptors cross (SOCK_SEQPACKET: one record per
- * message, so a message is never split or merged, and a truncated or oversized one is seen as such).
+/* src/ipc/sock.c — the holder protocol's messages on a Unix socket: dialing the holder, and how one
+ * message and its descriptors cross (SOCK_SEQPACKET: one record per message, so a message is never
+ * split or merged, and a truncated or oversized one is seen as such). The socket file itself is
+ * listen.c's.
  *
- * Security (docs/ipc.md, threat model): the socket's directory must be owned by this user and
- * writable by no one else (else another user could replace the socket file); the socket is bound
- * under umask 0177 and then chmod 0600, so only this user (and root) can connect; SO_PEERCRED is the
- * holder's second check. Received descriptors arrive close-on-exec; whatever does not fit is
- * reported (fds_cut) and dropped by the kernel.
+ * Security (docs/security.md): the kernel's record of who is at the other end (SO_PEERCRED) is the
+ * authority both ways: the holder serves only its own uid, and a client dials only a holder of its
+ * own uid (a socket file at the path could be anybody's listener). Every wait has a deadline: the
+ * dial and every send wait at most the client's deadline (SO_SNDTIMEO, which also bounds connect()
+ * on a full queue), a receive polls up to it. Received descriptors arrive close-on-exec; whatever
+ * does not fit is reported (fds_cut) and dropped by the kernel.
  *
  * Invariant: every function here either succeeds or leaves no descriptor of its own open.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -40,75 +43,7 @@ static dmm_status sun_of(const char *path, struct sockaddr_un *sa) {
     return DMM_OK;
 }
 
-/* The directory of `path` belongs to this user and only this user may write it. */
-static dmm_status check_dir(const char *path) {
-    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
-    const char *slash = strrchr(path, '/');
-    if (slash == NULL) snprintf(dir, sizeof dir, ".");
-    else if (slash == path) snprintf(dir, sizeof dir, "/");
-    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-    struct stat st;
-    if (stat(dir, &st) != 0) {
-        int e = errno;
-        SOCK_ERR(e, "ipc: the socket's directory '%s' cannot be inspected", dir);
-    }
-    if (!S_ISDIR(st.st_mode))
-        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "ipc: '%s' (the socket's directory) is not a directory", dir);
-    if (st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
-        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
-                             "ipc: the socket's directory '%s' is owned by uid %u with mode %03o; the holder's socket "
-                             "must live in a directory that you (uid %u) own and no one else may write (e.g. "
-                             "$XDG_RUNTIME_DIR, or mkdir -m 700)",
-                             dir, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777), (unsigned)geteuid());
-    return DMM_OK;
-}
-
-dmm_status dmm__ipc_listen(const char *path, int *fd) {
-    struct sockaddr_un sa;
-    dmm_status s = sun_of(path, &sa);
-    if (s != DMM_OK) return s;
-    if ((s = check_dir(path)) != DMM_OK) return s;
-    struct stat st;
-    if (lstat(path, &st) == 0) {
-        if (!S_ISSOCK(st.st_mode))
-            return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "ipc: '%s' exists and is not a socket; choose another path "
-                                                           "or remove it", path);
-        int probe = -1;
-        if (dmm__ipc_dial(path, &probe) == DMM_OK) {
-            close(probe);
-            return dmm_error_set(DMM_ERR_BUSY, "ipc: a holder already listens on '%s'; stop it or choose another path",
-                                 path);
-        }
-        dmm_clear_error();
-        if (unlink(path) != 0) {
-            int e = errno;
-            SOCK_ERR(e, "ipc: the stale socket '%s' (nobody listens) could not be removed", path);
-        }
-    }
-    int l = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    if (l < 0) {
-        int e = errno;
-        SOCK_ERR(e, "ipc: socket(AF_UNIX, SOCK_SEQPACKET) for %s failed", path);
-    }
-    mode_t old = umask(0177);
-    int rc = bind(l, (const struct sockaddr *)&sa, sizeof sa);
-    int e = errno;
-    umask(old);
-    if (rc != 0) {
-        close(l);
-        SOCK_ERR(e, "ipc: bind to '%s' failed", path);
-    }
-    if (chmod(path, 0600) != 0 || listen(l, 64) != 0) {
-        e = errno;
-        close(l);
-        unlink(path);
-        SOCK_ERR(e, "ipc: making '%s' mode 0600 and listening on it failed", path);
-    }
-    *fd = l;
-    return DMM_OK;
-}
-
-dmm_status dmm__ipc_dial(const char *path, int *fd) {
+dmm_status dmm__ipc_dial(const char *path, uint32_t deadline_ms, int *fd) {
     struct sockaddr_un sa;
     dmm_status s = sun_of(path, &sa);
     if (s != DMM_OK) return s;
@@ -117,11 +52,36 @@ dmm_status dmm__ipc_dial(const char *path, int *fd) {
         int e = errno;
         SOCK_ERR(e, "ipc: socket(AF_UNIX, SOCK_SEQPACKET) for %s failed", path);
     }
-    if (connect(c, (const struct sockaddr *)&sa, sizeof sa) != 0) {
+    struct timeval tv = {(time_t)(deadline_ms / 1000), (suseconds_t)(deadline_ms % 1000) * 1000};
+    if (setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0) {
         int e = errno;
         close(c);
+        SOCK_ERR(e, "ipc: setting the %u ms send deadline for '%s' failed", deadline_ms, path);
+    }
+    int rc;
+    do rc = connect(c, (const struct sockaddr *)&sa, sizeof sa);
+    while (rc != 0 && errno == EINTR);
+    if (rc != 0) {
+        int e = errno;
+        close(c);
+        if (e == EAGAIN || e == EINPROGRESS)
+            return dmm_error_set(DMM_ERR_BUSY, "ipc: the holder at '%s' did not take the connection within %u ms (its "
+                                               "queue is full); try again later", path, deadline_ms);
         SOCK_ERR(e, "ipc: connecting to the holder at '%s' failed; is `dmm hold --socket %s` running, as you?", path,
                  path);
+    }
+    uint32_t uid = 0;
+    int32_t pid = 0;
+    if ((s = dmm__ipc_peer(c, &uid, &pid)) != DMM_OK) {
+        close(c);
+        return s;
+    }
+    if (uid != (uint32_t)geteuid()) {
+        close(c);
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "ipc: the process listening on '%s' (pid %d) runs as uid %u, not as this client's uid %u: "
+                             "it is not your holder, and nothing was sent to it; start your own `dmm hold` in a folder "
+                             "only you can write", path, (int)pid, (unsigned)uid, (unsigned)geteuid());
     }
     *fd = c;
     return DMM_OK;
@@ -169,6 +129,9 @@ dmm_status dmm__ipc_send(int sock, const dmm_ipc_msg *m, const int *fds, size_t 
     while (w < 0 && errno == EINTR);
     if (w < 0) {
         int e = errno;
+        if (e == EAGAIN || e == EWOULDBLOCK)
+            return dmm_error_set(DMM_ERR_BUSY, "ipc: a message of %zu bytes could not be sent: the peer's queue stayed "
+                                               "full (it does not read, or the deadline passed)", len);
         SOCK_ERR(e, "ipc: sending a message of %zu bytes with %zu descriptor(s) failed", len, n);
     }
     return DMM_OK;
@@ -191,13 +154,19 @@ dmm_status dmm__ipc_recv(int sock, uint8_t *buf, size_t cap, bool nonblocking, d
     ssize_t r;
     do r = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | (nonblocking ? MSG_DONTWAIT : 0));
     while (r < 0 && errno == EINTR);
-    if (r < 0) {
-        int e = errno;
-        if (e == EAGAIN || e == EWOULDBLOCK) return dmm_error_set(DMM_ERR_BUSY, "ipc: no message is waiting");
-        if (e == ECONNRESET) {
+    if (r < 0 && errno == ECONNRESET) {
+        /* the peer closed with our bytes unread (a holder refusing a newcomer whose hello had come):
+         * the kernel reports that first, but what it sent before closing is still queued */
+        do r = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+        while (r < 0 && errno == EINTR);
+        if (r < 0) {
             rx->closed = true;
             return DMM_OK;
         }
+    }
+    if (r < 0) {
+        int e = errno;
+        if (e == EAGAIN || e == EWOULDBLOCK) return dmm_error_set(DMM_ERR_BUSY, "ipc: no message is waiting");
         SOCK_ERR(e, "ipc: receiving a message on descriptor %d failed", sock);
     }
     for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm != NULL; cm = CMSG_NXTHDR(&mh, cm)) {
@@ -232,11 +201,31 @@ dmm_status dmm__ipc_peer(int sock, uint32_t *uid, int32_t *pid) {
     return DMM_OK;
 }
 
-dmm_status dmm__ipc_recv_msg(int sock, dmm_ipc_msg *m, const char *what) {
+/* Waits until sock is readable or deadline_ms passed (DMM_ERR_BUSY with a sentence). */
+static dmm_status wait_readable(int sock, uint32_t deadline_ms, const char *what) {
+    uint64_t end = dmm_now_ns() + (uint64_t)deadline_ms * 1000000u;
+    for (;;) {
+        uint64_t now = dmm_now_ns();
+        int left = now >= end ? 0 : (int)((end - now + 999999u) / 1000000u);
+        struct pollfd p = {sock, POLLIN, 0};
+        int r = poll(&p, 1, left);
+        if (r > 0) return DMM_OK;
+        if (r == 0)
+            return dmm_error_set(DMM_ERR_BUSY, "ipc: %s did not come within %u ms (the reply deadline); the peer is "
+                                               "stuck or gone", what, deadline_ms);
+        if (errno != EINTR) {
+            int e = errno;
+            SOCK_ERR(e, "ipc: waiting for %s failed", what);
+        }
+    }
+}
+
+dmm_status dmm__ipc_recv_msg(int sock, uint32_t deadline_ms, dmm_ipc_msg *m, const char *what) {
     uint8_t buf[DMM_IPC_MAX_MESSAGE];
     dmm_ipc_rx rx;
     dmm__ipc_msg_init(m, 0);
-    dmm_status s = dmm__ipc_recv(sock, buf, sizeof buf, false, &rx);
+    dmm_status s = deadline_ms > 0 ? wait_readable(sock, deadline_ms, what) : DMM_OK;
+    if (s == DMM_OK) s = dmm__ipc_recv(sock, buf, sizeof buf, false, &rx);
     if (s != DMM_OK) return dmm__error_wrap(s, "ipc: waiting for %s", what);
     if (rx.closed) return dmm_error_set(DMM_ERR_DRIVER, "ipc: the peer closed the connection before %s came", what);
     if (rx.oversized || rx.fds_cut) {

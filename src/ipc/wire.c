@@ -79,6 +79,13 @@ bool dmm__ipc_name_ok(const char *name, size_t len) {
     return true;
 }
 
+void dmm__ipc_census_copy(dmm_ipc_census *to, const dmm_ipc_census *from) {
+    uint32_t size = to->size;
+    size_t n = size < sizeof *to ? size : sizeof *to;
+    memcpy(to, from, n);
+    to->size = size;
+}
+
 void dmm__ipc_msg_init(dmm_ipc_msg *m, dmm_ipc_type type) {
     memset(m, 0, sizeof *m);
     m->type = (uint16_t)type;
@@ -122,6 +129,10 @@ static void put_census(wcur *c, const dmm_ipc_census *k) {
     put_u64(c, k->connections);
     put_u64(c, k->refused);
     put_u64(c, k->errors);
+    put_u64(c, k->pending_regions);
+    put_u64(c, k->hello_timeouts);
+    put_u64(c, k->evicted);
+    put_u64(c, k->wakeups);
 }
 
 dmm_status dmm__ipc_encode(const dmm_ipc_msg *m, uint8_t *buf, size_t cap, size_t *len) {
@@ -140,6 +151,7 @@ dmm_status dmm__ipc_encode(const dmm_ipc_msg *m, uint8_t *buf, size_t cap, size_
         put_u32(&c, m->access);
         break;
     case DMM_IPC_DROP:
+    case DMM_IPC_TAKEN:
         put_name(&c, m->name);
         put(&c, m->token, sizeof m->token);
         break;
@@ -218,6 +230,10 @@ static dmm_status get_census(wcur *c, dmm_ipc_census *k) {
     k->connections = get_u64(c);
     k->refused = get_u64(c);
     k->errors = get_u64(c);
+    k->pending_regions = get_u64(c);
+    k->hello_timeouts = get_u64(c);
+    k->evicted = get_u64(c);
+    k->wakeups = get_u64(c);
     if (c->bad) BAD("it ends inside the census");
     return DMM_OK;
 }
@@ -264,6 +280,7 @@ dmm_status dmm__ipc_decode(const uint8_t *buf, size_t n, dmm_ipc_msg *m) {
         if (!c.bad && (s = check_access(m->access)) != DMM_OK) return s;
         break;
     case DMM_IPC_DROP:
+    case DMM_IPC_TAKEN:
         if ((s = get_name(&c, m)) != DMM_OK) return s;
         get(&c, m->token, sizeof m->token);
         break;
