@@ -370,6 +370,16 @@ static dmm_status pm_stats(void *impl, dmm_stats *out) {
     dmm_status s = dmm__plugin_check(pm->plugin, &st, "dmm_mechanism_stats of mechanism '%s'", pm->name);
     if (s != DMM_OK) return s;
     local.size = (uint32_t)sizeof local; /* the plugin must not change it; the host's own size counts */
+    /* a count below zero is garbage (a plugin's counter that wrapped): reported as 0, and counted as a
+     * reference underflow, so that no statistic of dmm, nor the pool's over it, ever goes negative */
+#define DMM_PM_NO_NEGATIVE(name, desc)                                                                       \
+    if (local.name.current < 0 || local.name.peak < 0) {                                                   \
+        local.name.current = local.name.current < 0 ? 0 : local.name.current;                              \
+        local.name.peak = local.name.peak < local.name.current ? local.name.current : local.name.peak;     \
+        local.refcount_underflows++;                                                                        \
+    }
+    DMM_STAT_COUNTS(DMM_PM_NO_NEGATIVE)
+#undef DMM_PM_NO_NEGATIVE
     return dmm__stats_copy_out(&local, out);
 }
 

@@ -357,6 +357,8 @@ static void mock_stats(void *impl, dmm_stats *out, dmm_plugin_status *st) {
     out->owned_bytes.peak = (int64_t)(m->handle_peak * m->gran);
     set_count(&out->handles, m->handle_count);
     out->driver_alloc = m->driver_calls;
+    if (m->flags & MOCK_FLAG_NEGATIVE_STATS)
+        out->allocations.current = out->owned_bytes.current = out->handles.current = -1;
     pthread_mutex_unlock(&m->lock);
     ok(st);
 }

@@ -40,6 +40,9 @@ typedef struct mock_config {
 #define MOCK_SAME_ID 4242u
 /* allocate hands back (and records) one byte more than asked. */
 #define MOCK_FLAG_WRONG_BYTES 256u
+/* stats report counts below zero (allocations, owned bytes and handles of -1), as a plugin whose own
+ * counters wrapped would. */
+#define MOCK_FLAG_NEGATIVE_STATS 512u
 
 /* The sentence fragment a refused allocation's message carries. */
 #define MOCK_REFUSAL_TEXT "mock refuses allocations above its configured limit"

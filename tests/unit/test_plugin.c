@@ -782,6 +782,25 @@ static void test_an_inconsistent_outcome_reads_as_quarantined(void **state) {
     driver_done(d);
 }
 
+/* Counts a plugin reports below zero read as 0, each counted as a reference underflow: no statistic
+ * of dmm goes negative whatever a plugin says. */
+static void test_negative_counts_of_a_plugin_read_as_zero(void **state) {
+    (void)state;
+    dmm_plugin *p = load(DMM_TEST_PLUGIN_GOOD);
+    dmm_driver *d = host_driver();
+    dmm_mechanism *m = mock_with(p, d, MOCK_FLAG_NEGATIVE_STATS);
+    dmm_stats st = {.size = sizeof st};
+    DMM_OK_OR_FAIL(dmm_mechanism_stats(m, &st));
+    assert_int_equal(st.allocations.current, 0);
+    assert_int_equal(st.owned_bytes.current, 0);
+    assert_int_equal(st.handles.current, 0);
+    assert_true(st.owned_bytes.peak >= 0);
+    assert_int_equal(st.refcount_underflows, 3);
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(m));
+    DMM_OK_OR_FAIL(dmm_plugin_unload(p));
+    driver_done(d);
+}
+
 /* A mechanism that says it is on another device than its driver's is refused at creation (its
  * allocations would be charged and checked against the wrong device). */
 static void test_a_mechanism_on_another_device_is_refused(void **state) {
@@ -882,6 +901,7 @@ int main(void) {
         cmocka_unit_test(test_a_forged_handle_is_refused_while_allocations_live),
         cmocka_unit_test(test_a_forged_handle_at_count_zero_changes_nothing),
         cmocka_unit_test(test_an_inconsistent_outcome_reads_as_quarantined),
+        cmocka_unit_test(test_negative_counts_of_a_plugin_read_as_zero),
         cmocka_unit_test(test_a_mechanism_on_another_device_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -368,6 +368,33 @@ static void a_pool_over_a_plugin_with_a_misaligned_range_is_refused(void **state
     dmm_driver_destroy(host);
 }
 
+/* Issue 35 item 18: a plugin whose counts went below zero never drives the pool's statistics
+ * negative (its physical bytes are the mechanism's owned bytes). */
+static void a_pool_over_a_plugin_with_negative_counts_reports_none(void **state) {
+    (void)state;
+    dmm_driver *host = NULL;
+    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &host));
+    dmm_plugin *p = NULL;
+    DMM_OK_OR_FAIL(dmm_plugin_load(DMM_TEST_PLUGIN_GOOD, &p));
+    mock_config mc = {sizeof mc, MOCK_FLAG_NEGATIVE_STATS, 0};
+    dmm_mechanism *m = NULL;
+    DMM_OK_OR_FAIL(dmm_plugin_mechanism_create(p, "mock", host, &mc, &m));
+    dmm_pool_config pc;
+    memset(&pc, 0, sizeof pc);
+    pc.size = sizeof pc;
+    pc.va_bytes = (uint64_t)1 << 30;
+    dmm_pool *pool = NULL;
+    DMM_OK_OR_FAIL(dmm_pool_create(m, host, &pc, &pool));
+    dmm_pool_stats ps = dmm_test_pool_stats(pool);
+    assert_true(ps.physical_bytes.current >= 0);
+    assert_true(ps.physical_bytes.peak >= 0);
+    DMM_OK_OR_FAIL(dmm_pool_destroy(pool));
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(m));
+    DMM_OK_OR_FAIL(dmm_plugin_unload(p));
+    dmm_test_census_zero(host);
+    dmm_driver_destroy(host);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(a_plugin_that_fills_the_slots_aliases_a_free_chunk_as_the_arena_does),
@@ -375,6 +402,7 @@ int main(void) {
         cmocka_unit_test(a_churn_under_pending_fences_gives_the_same_pool_over_both),
         cmocka_unit_test(a_minor_0_plugin_never_aliases_and_the_pool_still_works),
         cmocka_unit_test(a_pool_over_a_plugin_with_a_misaligned_range_is_refused),
+        cmocka_unit_test(a_pool_over_a_plugin_with_negative_counts_reports_none),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
