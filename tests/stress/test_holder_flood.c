@@ -31,6 +31,10 @@
 
 #include "ipc/sock.h"
 #include "testkit.h"
+#include "holder_kit.h"
+
+#define sleep_ms dmm_test_sleep_ms
+#define census() dmm_test_holder_census(sock_path)
 
 #define SILENT 500
 #define CLIENTS 50
@@ -46,10 +50,6 @@ static bool past_end(void) {
     return t.tv_sec > end_at.tv_sec || (t.tv_sec == end_at.tv_sec && t.tv_nsec >= end_at.tv_nsec);
 }
 
-static void sleep_ms(long ms) {
-    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&t, NULL);
-}
 
 static uint64_t env_u64(const char *name, uint64_t fallback) {
     const char *v = getenv(name);
@@ -173,16 +173,6 @@ static int silent_connect(void) {
     for (int t = 0; fd >= 0 && (rc = connect(fd, (struct sockaddr *)&sa, sizeof sa)) != 0 && errno == EAGAIN && t < 2000; t++)
         sleep_ms(1);
     return rc == 0 ? fd : -1;
-}
-
-/* The census, asked on a connection of its own. */
-static dmm_ipc_census census(void) {
-    dmm_ipc_client *c;
-    DMM_OK_OR_FAIL(dmm_ipc_connect(sock_path, &c));
-    dmm_ipc_census k = {.size = sizeof k};
-    DMM_OK_OR_FAIL(dmm_ipc_census_get(c, &k));
-    dmm_ipc_disconnect(c);
-    return k;
 }
 
 static void test_the_holder_serves_every_client_through_a_flood_and_then_sleeps(void **state) {

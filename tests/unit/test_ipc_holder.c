@@ -14,6 +14,12 @@
  * a directory others may write is refused; --limit refuses what does not fit.
  */
 #include "testkit.h"
+#include "holder_kit.h"
+
+#define fd_count_of dmm_test_fd_count
+#define sleep_ms dmm_test_sleep_ms
+#define holder_refuses(path) dmm_test_holder_refuses(DMM_CLI_PATH, (path), log_path)
+#define census() dmm_test_holder_census(sock_path)
 
 #include <dirent.h>
 #include <errno.h>
@@ -39,20 +45,7 @@
 static char dir[48], sock_path[96], log_path[96];
 static pid_t holder = -1;
 
-static size_t fd_count_of(pid_t pid) {
-    char p[64];
-    snprintf(p, sizeof p, "/proc/%d/fd", (int)pid);
-    DIR *d = opendir(p);
-    size_t n = 0;
-    for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;) n += e->d_name[0] != '.';
-    if (d != NULL) closedir(d);
-    return n;
-}
 
-static void sleep_ms(long ms) {
-    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&t, NULL);
-}
 
 /* The holder's descriptors once it has closed the connections we just closed: waits (up to 10 s) for
  * `want` (or, with want = 0, for the count to stay still for 20 ms) and returns the count. */
@@ -65,28 +58,6 @@ static size_t holder_fds(pid_t pid, size_t want) {
         n = m;
     }
     return n;
-}
-
-/* Runs `dmm hold --socket path` and expects it to refuse to start: its exit status (fails the test
- * if it is still running after 20 s). */
-static int holder_refuses(const char *path) {
-    pid_t p = fork();
-    assert_true(p >= 0);
-    if (p == 0) {
-        int log = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-        if (log >= 0) dup2(log, 2);
-        execl(DMM_CLI_PATH, "dmm", "hold", "--socket", path, (char *)NULL);
-        _exit(127);
-    }
-    for (int i = 0; i < 2000; i++) {
-        int st;
-        if (waitpid(p, &st, WNOHANG) == p) return st;
-        sleep_ms(10);
-    }
-    kill(p, SIGKILL);
-    waitpid(p, NULL, 0);
-    fail_msg("dmm hold --socket %s started where it should have refused", path);
-    return -1;
 }
 
 /* Starts `dmm hold --socket sock_path EXTRA...`; returns its pid once it accepts, or -1 if it exited
@@ -148,14 +119,6 @@ static int teardown(void **state) {
     return 0;
 }
 
-static dmm_ipc_census census(void) {
-    dmm_ipc_client *c;
-    DMM_OK_OR_FAIL(dmm_ipc_connect(sock_path, &c));
-    dmm_ipc_census k = {.size = sizeof k};
-    DMM_OK_OR_FAIL(dmm_ipc_census_get(c, &k));
-    dmm_ipc_disconnect(c);
-    return k;
-}
 
 /* The census once the holder has noticed every closed connection (only the asking one is left). */
 static dmm_ipc_census settled(void) {

@@ -25,6 +25,10 @@
  * and a client's reply deadline: a listener that never answers ends dmm_ipc_connect_with with BUSY.
  */
 #include "testkit.h"
+#include "holder_kit.h"
+
+#define sleep_ms dmm_test_sleep_ms
+#define holder_refuses(path) dmm_test_holder_refuses(DMM_CLI_PATH, (path), log_path)
 
 #include <dirent.h>
 #include <errno.h>
@@ -67,10 +71,6 @@ static struct sockaddr_un address_of(const char *path) {
     return sa;
 }
 
-static void sleep_ms(long ms) {
-    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&t, NULL);
-}
 
 /* Starts `dmm hold --socket path ARGS...` (extra: NULL-terminated) with stderr to err_fd (-1: the log
  * file) and, if nofile > 0, that descriptor limit; returns its pid once it answers, or -1 if it exited. */
@@ -115,28 +115,6 @@ static void holder_stop(pid_t pid) {
     assert_int_equal(waitpid(pid, &st, 0), pid);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
-}
-
-/* Runs `dmm hold --socket path` expecting it to refuse to start: its exit status (fails the test if it
- * still runs after 20 s: it hung). */
-static int holder_refuses(const char *path) {
-    pid_t p = fork();
-    assert_true(p >= 0);
-    if (p == 0) {
-        int log = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-        if (log >= 0) dup2(log, 2);
-        execl(DMM_CLI_PATH, "dmm", "hold", "--socket", path, (char *)NULL);
-        _exit(127);
-    }
-    for (int i = 0; i < 2000; i++) {
-        int st;
-        if (waitpid(p, &st, WNOHANG) == p) return st;
-        sleep_ms(10);
-    }
-    kill(p, SIGKILL);
-    waitpid(p, NULL, 0);
-    fail_msg("dmm hold --socket %s still runs after 20 s: it hangs where it should refuse", path);
-    return -1;
 }
 
 static bool log_says(const char *what) {
