@@ -19,9 +19,9 @@
  * Statuses are dmm_status codes; a failure's sentence is the thread's last error (dmm_last_error).
  *
  * Device loss: once a driver call of the device reported DMM_ERR_DEVICE_LOST, the driver latched it
- * (dmm_driver_lost) and the device makes no driver call any more: offload, offload_wait, restore,
- * release_host, empty_cache, graph_reserve, graph_release and poll return DMM_ERR_DEVICE_LOST with a
- * sentence, malloc is refused, frees are accepted as bookkeeping, destroy is refused until
+ * (dmm_driver_lost) and the device makes no driver call any more but giving its pinned host copies
+ * back: offload, offload_wait, restore, release_host, empty_cache, graph_reserve, graph_release and
+ * poll return DMM_ERR_DEVICE_LOST with a sentence, malloc is refused, frees are accepted as bookkeeping, destroy is refused until
  * dmm_device_confirm_lost (called once the caller tore the driver's context down), after which destroy
  * goes without a driver call, blocks still live.
  *
