@@ -21,9 +21,9 @@
  * Device loss: once a driver call of the device reported DMM_ERR_DEVICE_LOST, the driver latched it
  * (dmm_driver_lost) and the device makes no driver call any more but giving its pinned host copies
  * back: offload, offload_wait, restore, release_host, empty_cache, graph_reserve, graph_release and
- * poll return DMM_ERR_DEVICE_LOST with a sentence, malloc is refused, frees are accepted as bookkeeping, destroy is refused until
- * dmm_device_confirm_lost (called once the caller tore the driver's context down), after which destroy
- * goes without a driver call, blocks still live.
+ * poll return DMM_ERR_DEVICE_LOST with a sentence, malloc is refused, frees are accepted as
+ * bookkeeping, destroy is refused until dmm_device_confirm_lost (called once the caller tore the
+ * driver's context down), after which destroy goes without a driver call, blocks still live.
  *
  * Thread contract: thread-safe. The hot path (a pool malloc/free) takes no device lock. While a stream
  * captures a CUDA graph, call only malloc, free and capture_status (stats and polls query events,
