@@ -17,5 +17,14 @@ dmm_ipc_census dmm_test_holder_census(const char *sock_path);
 /* Runs `CLI hold --socket path` (its stderr appended to log_path) expecting it to refuse to start:
  * returns its wait status; fails the test if it still runs after 20 s (it hung). */
 int dmm_test_holder_refuses(const char *cli, const char *path, const char *log_path);
+/* Starts `CLI hold --socket path EXTRA...` (extra: NULL-terminated, may be NULL) with its stderr to err_fd
+ * (-1: appended to log_path) and, if nofile > 0, that descriptor limit; returns its pid once it answers a
+ * connection (dialled with a 1 s deadline: a stuck holder fails the test instead of hanging it), or -1
+ * if it exited (*status, may be NULL, = its wait status). Fails the test if it neither answers nor exits
+ * within 20 s. */
+pid_t dmm_test_holder_start(const char *cli, const char *path, const char *log_path, int err_fd,
+                            unsigned long nofile, const char *const *extra, int *status);
+/* Stops a holder with SIGTERM and asserts it exited 0. */
+void dmm_test_holder_stop(pid_t pid);
 
 #endif

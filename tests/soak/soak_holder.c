@@ -31,6 +31,9 @@
 
 #include "dmm/dmm.h"
 #include "ipc/wire.h"
+#include "holder_kit.h"
+
+#define fd_count dmm_test_fd_count
 
 #define REGIONS 40
 #define READ_ONLY 20 /* regions 0 … 19 are published read-only; 20 … 39 stay read-write */
@@ -200,15 +203,6 @@ static void client_main(int slot, uint64_t seed) {
 
 /* ---- the parent ---- */
 
-static size_t fd_count(pid_t pid) {
-    char p[64];
-    snprintf(p, sizeof p, "/proc/%d/fd", (int)pid);
-    DIR *d = opendir(p);
-    size_t n = 0;
-    for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;) n += e->d_name[0] != '.';
-    if (d != NULL) closedir(d);
-    return n;
-}
 
 static long rss_kib(pid_t pid) {
     char p[64], line[256];

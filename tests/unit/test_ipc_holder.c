@@ -14,12 +14,6 @@
  * a directory others may write is refused; --limit refuses what does not fit.
  */
 #include "testkit.h"
-#include "holder_kit.h"
-
-#define fd_count_of dmm_test_fd_count
-#define sleep_ms dmm_test_sleep_ms
-#define holder_refuses(path) dmm_test_holder_refuses(DMM_CLI_PATH, (path), log_path)
-#define census() dmm_test_holder_census(sock_path)
 
 #include <dirent.h>
 #include <errno.h>
@@ -36,7 +30,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "holder_kit.h"
 #include "ipc/wire.h"
+
+#define fd_count_of dmm_test_fd_count
+#define sleep_ms dmm_test_sleep_ms
+#define holder_refuses(path) dmm_test_holder_refuses(DMM_CLI_PATH, (path), log_path)
+#define census() dmm_test_holder_census(sock_path)
+#define stop_holder dmm_test_holder_stop
 
 #ifdef DMM_CLI_PATH /* the tool's path: without the tool (DMM_BUILD_TOOLS=OFF) the test reports skipped */
 
@@ -44,6 +45,13 @@
 
 static char dir[48], sock_path[96], log_path[96];
 static pid_t holder = -1;
+
+/* Starts `dmm hold --socket sock_path EXTRA1 EXTRA2` (NULL: none); returns its pid once it accepts,
+ * or -1 if it exited (then *status holds how). */
+static pid_t start_holder(const char *extra1, const char *extra2, int *status) {
+    const char *extra[3] = {extra1, extra2, NULL};
+    return dmm_test_holder_start(DMM_CLI_PATH, sock_path, log_path, -1, 0, extra, status);
+}
 
 
 
@@ -60,44 +68,6 @@ static size_t holder_fds(pid_t pid, size_t want) {
     return n;
 }
 
-/* Starts `dmm hold --socket sock_path EXTRA...`; returns its pid once it accepts, or -1 if it exited
- * (then *status holds how). */
-static pid_t start_holder(const char *extra1, const char *extra2, int *status) {
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        int log = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-        if (log >= 0) dup2(log, 2);
-        execl(DMM_CLI_PATH, "dmm", "hold", "--socket", sock_path, extra1, extra2, (char *)NULL);
-        _exit(127);
-    }
-    for (int i = 0; i < 2000; i++) {
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid) {
-            *status = st;
-            return -1;
-        }
-        dmm_ipc_client *c;
-        if (dmm_ipc_connect(sock_path, &c) == DMM_OK) {
-            dmm_ipc_disconnect(c);
-            return pid;
-        }
-        sleep_ms(10);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    fail_msg("%s", "the holder did not start within 20 s");
-    return -1;
-}
-
-static void stop_holder(pid_t pid) {
-    assert_true(pid > 0); /* never kill(-1) or kill(0): those signal every process we may signal */
-    kill(pid, SIGTERM);
-    int st = 0;
-    assert_int_equal(waitpid(pid, &st, 0), pid);
-    assert_true(WIFEXITED(st));
-    assert_int_equal(WEXITSTATUS(st), 0);
-}
 
 static int setup(void **state) {
     (void)state;

@@ -29,6 +29,9 @@
 
 #define sleep_ms dmm_test_sleep_ms
 #define holder_refuses(path) dmm_test_holder_refuses(DMM_CLI_PATH, (path), log_path)
+#define holder_start(path, err_fd, nofile, extra) \
+    dmm_test_holder_start(DMM_CLI_PATH, (path), log_path, (err_fd), (nofile), (extra), NULL)
+#define holder_stop dmm_test_holder_stop
 
 #include <dirent.h>
 #include <errno.h>
@@ -72,50 +75,6 @@ static struct sockaddr_un address_of(const char *path) {
 }
 
 
-/* Starts `dmm hold --socket path ARGS...` (extra: NULL-terminated) with stderr to err_fd (-1: the log
- * file) and, if nofile > 0, that descriptor limit; returns its pid once it answers, or -1 if it exited. */
-static pid_t holder_start(const char *path, int err_fd, rlim_t nofile, const char *const *extra) {
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        int log = err_fd >= 0 ? err_fd : open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-        if (log >= 0) dup2(log, 2);
-        if (nofile > 0) {
-            struct rlimit rl = {nofile, nofile};
-            if (setrlimit(RLIMIT_NOFILE, &rl) != 0) _exit(126);
-        }
-        const char *argv[16] = {"dmm", "hold", "--socket", path};
-        int n = 4;
-        for (int i = 0; extra != NULL && extra[i] != NULL && n < 15; i++) argv[n++] = extra[i];
-        argv[n] = NULL;
-        execv(DMM_CLI_PATH, (char *const *)argv);
-        _exit(127);
-    }
-    for (int i = 0; i < 2000; i++) {
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid) return -1;
-        dmm_ipc_client *c;
-        dmm_ipc_client_config cc = {sizeof cc, path, 1000}; /* a stuck holder fails the test, not hangs it */
-        if (dmm_ipc_connect_with(&cc, &c) == DMM_OK) {
-            dmm_ipc_disconnect(c);
-            return pid;
-        }
-        sleep_ms(10);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    fail_msg("%s", "the holder did not start within 20 s");
-    return -1;
-}
-
-static void holder_stop(pid_t pid) {
-    assert_true(pid > 0); /* never kill(-1) or kill(0) */
-    kill(pid, SIGTERM);
-    int st = 0;
-    assert_int_equal(waitpid(pid, &st, 0), pid);
-    assert_true(WIFEXITED(st));
-    assert_int_equal(WEXITSTATUS(st), 0);
-}
 
 static bool log_says(const char *what) {
     FILE *f = fopen(log_path, "r");
