@@ -339,22 +339,25 @@ static void a_minor_0_plugin_never_aliases_and_the_pool_still_works(void **state
     same(&arena, &plugin);
 }
 
+/* The mock plugin (flags: MOCK_FLAG_*) loaded over a new host driver: its mechanism. */
+static dmm_mechanism *mock_over_host(uint32_t flags, dmm_driver **host, dmm_plugin **p) {
+    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, host));
+    DMM_OK_OR_FAIL(dmm_plugin_load(DMM_TEST_PLUGIN_GOOD, p));
+    mock_config mc = {sizeof mc, flags, 0};
+    dmm_mechanism *m = NULL;
+    DMM_OK_OR_FAIL(dmm_plugin_mechanism_create(*p, "mock", *host, &mc, &m));
+    return m;
+}
+
 /* Issue 11, defect 1: the plugin's range for the pool's VA is MOCK_SKEW bytes off the chunk
  * alignment the pool asked for. The host refuses it (and gives it back) so the pool is never made
  * over it; before, the pool handed out misaligned blocks and read past its chunk-length table. */
 static void a_pool_over_a_plugin_with_a_misaligned_range_is_refused(void **state) {
     (void)state;
     dmm_driver *host = NULL;
-    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &host));
     dmm_plugin *p = NULL;
-    DMM_OK_OR_FAIL(dmm_plugin_load(DMM_TEST_PLUGIN_GOOD, &p));
-    mock_config mc = {sizeof mc, MOCK_FLAG_MISALIGN, 0};
-    dmm_mechanism *m = NULL;
-    DMM_OK_OR_FAIL(dmm_plugin_mechanism_create(p, "mock", host, &mc, &m));
-    dmm_pool_config pc;
-    memset(&pc, 0, sizeof pc);
-    pc.size = sizeof pc;
-    pc.va_bytes = (uint64_t)1 << 30;
+    dmm_mechanism *m = mock_over_host(MOCK_FLAG_MISALIGN, &host, &p);
+    dmm_pool_config pc = {.size = sizeof pc, .va_bytes = (uint64_t)1 << 30};
     dmm_pool *pool = NULL;
     dmm_status s = dmm_pool_create(m, host, &pc, &pool);
     if (s == DMM_OK) /* the defect: its blocks would be misaligned and its chunk table read past */
@@ -373,16 +376,9 @@ static void a_pool_over_a_plugin_with_a_misaligned_range_is_refused(void **state
 static void a_pool_over_a_plugin_with_negative_counts_reports_none(void **state) {
     (void)state;
     dmm_driver *host = NULL;
-    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &host));
     dmm_plugin *p = NULL;
-    DMM_OK_OR_FAIL(dmm_plugin_load(DMM_TEST_PLUGIN_GOOD, &p));
-    mock_config mc = {sizeof mc, MOCK_FLAG_NEGATIVE_STATS, 0};
-    dmm_mechanism *m = NULL;
-    DMM_OK_OR_FAIL(dmm_plugin_mechanism_create(p, "mock", host, &mc, &m));
-    dmm_pool_config pc;
-    memset(&pc, 0, sizeof pc);
-    pc.size = sizeof pc;
-    pc.va_bytes = (uint64_t)1 << 30;
+    dmm_mechanism *m = mock_over_host(MOCK_FLAG_NEGATIVE_STATS, &host, &p);
+    dmm_pool_config pc = {.size = sizeof pc, .va_bytes = (uint64_t)1 << 30};
     dmm_pool *pool = NULL;
     DMM_OK_OR_FAIL(dmm_pool_create(m, host, &pc, &pool));
     dmm_pool_stats ps = dmm_test_pool_stats(pool);
