@@ -30,6 +30,20 @@
 #include "driver/call.h"
 #include "ipc/holder_types.h"
 
+/* The address space the holder's arena reserves: four times the limit (the VA of dropped regions is
+ * reused, so that is room for its fragmentation), at least HOLDER_MIN_RESERVE, at most
+ * HOLDER_MAX_RESERVE, which is also what an unlimited holder asks for. Where the process has less to
+ * give, create halves it, down to HOLDER_MIN_RESERVE. */
+#define HOLDER_MIN_RESERVE ((uint64_t)1 << 30)
+#define HOLDER_MAX_RESERVE ((uint64_t)1 << 40)
+
+static uint64_t holder_reserve_bytes(uint64_t limit) {
+    if (limit == 0 || limit > HOLDER_MAX_RESERVE / 4) return HOLDER_MAX_RESERVE;
+    uint64_t r = HOLDER_MIN_RESERVE;
+    while (r < 4 * limit) r *= 2;
+    return r;
+}
+
 dmm_status dmm_ipc_holder_create(const dmm_ipc_holder_config *cfg, dmm_ipc_holder **out) {
     static const char op[] = "dmm_ipc_holder_create";
     if (cfg == NULL || out == NULL)
@@ -87,10 +101,13 @@ dmm_status dmm_ipc_holder_create(const dmm_ipc_holder_config *cfg, dmm_ipc_holde
     if (s == DMM_OK) s = dmm_lease_reserve(h->gh, h->drv->device, DMM_ROLE_WEIGHTS, 0, 0, &h->lease);
     dmm_accounting acct;
     if (s == DMM_OK) s = dmm_governor_accounting(h->gov, h->lease, &acct);
-    if (s == DMM_OK) {
-        dmm_arena_config ac = {.size = sizeof ac, .reserve_bytes = (uint64_t)1 << 40, .accounting = &acct,
-                               .exportable = true};
+    uint64_t reserve = holder_reserve_bytes(cfg->limit_bytes);
+    while (s == DMM_OK) {
+        dmm_arena_config ac = {.size = sizeof ac, .reserve_bytes = reserve, .accounting = &acct, .exportable = true};
         s = dmm_arena_create(h->drv, &ac, &h->arena);
+        if (s != DMM_ERR_OUT_OF_MEMORY || reserve / 2 < HOLDER_MIN_RESERVE) break;
+        reserve /= 2; /* less address space than asked for: a sanitizer's layout, a vm limit */
+        s = DMM_OK;
     }
     size_t gran = 0;
     if (s == DMM_OK) s = dmm__drv_granularity(h->drv, &gran);
@@ -103,9 +120,10 @@ dmm_status dmm_ipc_holder_create(const dmm_ipc_holder_config *cfg, dmm_ipc_holde
         (void)dmm_ipc_holder_destroy(h);
         return dmm__error_restore(&why);
     }
-    dmm__log(DMM_LOG_INFO, "dmm hold: serving uid %u on %s (limit %llu bytes; hello deadline %u ms; at most %u "
-             "connections, %u per uid)", (unsigned)h->uid, h->path, (unsigned long long)cfg->limit_bytes,
-             c.hello_deadline_ms, h->max_conns, h->max_per_uid);
+    dmm__log(DMM_LOG_INFO, "dmm hold: serving uid %u on %s (limit %llu bytes, %llu bytes of address space; hello "
+             "deadline %u ms; at most %u connections, %u per uid)", (unsigned)h->uid, h->path,
+             (unsigned long long)cfg->limit_bytes, (unsigned long long)reserve, c.hello_deadline_ms, h->max_conns,
+             h->max_per_uid);
     *out = h;
     return DMM_OK;
 }

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/fsuid.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -513,6 +514,43 @@ static void test_the_limit_refuses_what_does_not_fit(void **state) {
     assert_true(holder > 0);
 }
 
+/* The address space this process has mapped now (VmSize of /proc/self/status), 0 if unknown. */
+static uint64_t mapped_bytes(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[128];
+    unsigned long long kib = 0;
+    while (f != NULL && fgets(line, sizeof line, f) != NULL)
+        if (sscanf(line, "VmSize: %llu kB", &kib) == 1) break;
+    if (f != NULL) fclose(f);
+    return (uint64_t)kib * 1024;
+}
+
+/* A holder without a limit asks for 1 TiB of address space; a process with less to give (here
+ * RLIMIT_AS leaves 96 GiB; a sanitizer's layout does the same) still gets a holder that serves. */
+static void test_a_holder_starts_where_the_address_space_is_short(void **state) {
+    (void)state;
+    char path[128];
+    snprintf(path, sizeof path, "%s/short", dir);
+    pid_t p = fork();
+    assert_true(p >= 0);
+    if (p == 0) {
+        uint64_t now = mapped_bytes();
+        struct rlimit rl = {.rlim_cur = now + ((uint64_t)96 << 30), .rlim_max = now + ((uint64_t)96 << 30)};
+        if (now == 0 || setrlimit(RLIMIT_AS, &rl) != 0) _exit(4);
+        dmm_ipc_holder_config cfg = {.size = sizeof cfg, .socket_path = path};
+        dmm_ipc_holder *h = NULL;
+        if (dmm_ipc_holder_create(&cfg, &h) != DMM_OK) {
+            fprintf(stderr, "holder under RLIMIT_AS: %s\n", dmm_last_error());
+            _exit(2);
+        }
+        _exit(dmm_ipc_holder_destroy(h) == DMM_OK ? 0 : 3);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(p, &st, 0), p);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 #endif /* DMM_CLI_PATH */
 
 int main(void) {
@@ -530,6 +568,7 @@ int main(void) {
         cmocka_unit_test(test_another_uid_is_refused),
         cmocka_unit_test(test_the_socket_is_private_and_its_directory_checked),
         cmocka_unit_test(test_the_limit_refuses_what_does_not_fit),
+        cmocka_unit_test(test_a_holder_starts_where_the_address_space_is_short),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 #endif
