@@ -1,23 +1,24 @@
-/* adapters/ort/allocator.c — the OrtAllocator over two dmm pools (dmm_ort.h).
+/* adapters/ort/allocator.c — the OrtAllocator over two dmm devices (dmm_ort.h, dmm/device.h).
  *
- * What it owns: per allocator, one governor holder with two leases (weights, activation), and for each
- * lease an arena (charging it through dmm_governor_accounting) under a pool; the OrtMemoryInfo it
- * answers Info with; the map of blocks allocated on a stream; the last refusal's sentence; the counters
- * of what the pools cannot count (refusals, bad frees, zero-byte requests, the largest request).
+ * What it owns: per allocator, one governor holder and under it two devices (dmm_device: arena, pool,
+ * lease), one for weights (DMM_ROLE_WEIGHTS) and one for activations (DMM_ROLE_ACTIVATION); the
+ * OrtMemoryInfo it answers Info with; the map of blocks allocated on a stream; the last refusal's
+ * sentence; the counters of what the devices' pools cannot count (refusals, bad frees, zero-byte
+ * requests, the largest request).
  *
- * Routing: Reserve → the weights pool (initializers, charged as DMM_ROLE_WEIGHTS); Alloc and AllocOnStream
- * → the run pool (DMM_ROLE_ACTIVATION). Free routes by address: each pool's VA is its arena's reservation,
- * so a pointer belongs to the pool whose [va, va + va_bytes) holds it, and to neither otherwise (refused
- * without a pool call). A block allocated on a stream is freed on that stream (the map), so the pool
- * reuses it at once on its own stream; every other block is freed on the default stream.
+ * Routing: Reserve → the weights device (initializers); Alloc and AllocOnStream → the run device. Free
+ * routes by address (dmm_device_contains: each device's one VA reservation), and a pointer of neither is
+ * refused without a device call. A block allocated on a stream is freed on that stream (the map), so the
+ * pool reuses it at once on its own stream; every other block is freed on the default stream.
  *
- * Refusals (NULL to ONNX Runtime): a size above the pool's VA (nothing could hold it), a pool refusal
- * (budget, driver memory). A refusal for budget or memory first trims both own pools and retries once
- * (the governor never asks the holder that is charging: a holder short of budget gives back its own
- * cache itself). The sentence goes to last_error, the config's log callback and dmm's log.
+ * Refusals (NULL to ONNX Runtime): a size above the pool's VA (nothing could hold it), a device refusal
+ * (budget, driver memory). The ladder before a refusal is the device's (dmm_device_malloc: its own cache
+ * given back, then this holder's reclaim, which trims both devices' pools, then one retry; the governor
+ * never asks the holder that is charging). The sentence goes to last_error, the config's log callback and
+ * dmm's log.
  *
  * Invariants: in_use = Σ pools' allocated_bytes.current; every key of `streams` is a live block of the
- * run pool; nstreams = |streams|; the OrtAllocator is the first member, so ONNX Runtime's pointer to it
+ * run device; nstreams = |streams|; the OrtAllocator is the first member, so ONNX Runtime's pointer to it
  * is the allocator's. Nothing here aborts, exits or prints.
  */
 #include <stdio.h>
@@ -59,11 +60,13 @@ static void record(dmm_ort_allocator *a, dmm_status s) {
 
 static const char *pool_role(int which) { return which == DMM_ORT_POOL_WEIGHTS ? "weights" : "activation"; }
 
+/* Trims both devices' pools (the holder's reclaim: the pools only, never a device lock a charging
+ * thread may hold). A device not created yet is skipped. */
 static uint64_t trim_all(dmm_ort_allocator *a) {
     uint64_t total = 0;
     for (int i = 0; i < DMM_ORT_POOLS; i++) {
         uint64_t r = 0;
-        if (dmm_pool_trim(a->pools[i].pool, 0, &r) == DMM_OK) total += r;
+        if (a->devices[i] != NULL && dmm_pool_trim(dmm_device_pool(a->devices[i]), 0, &r) == DMM_OK) total += r;
     }
     dmm_clear_error();
     return total;
@@ -75,7 +78,7 @@ static void *serve(dmm_ort_allocator *a, int which, size_t bytes, dmm_stream str
         inc(&a->zero_requests);
         return NULL;
     }
-    dmm_ort_pool *p = &a->pools[which];
+    dmm_device *d = a->devices[which];
     if ((uint64_t)bytes > a->pool_va) {
         dmm_status s = dmm_error_set(DMM_ERR_OUT_OF_MEMORY,
                                      "dmm ort: %s of %zu bytes for '%s' refused: more than the %llu bytes of address "
@@ -87,11 +90,7 @@ static void *serve(dmm_ort_allocator *a, int which, size_t bytes, dmm_stream str
         return NULL;
     }
     void *ptr = NULL;
-    dmm_status s = dmm_pool_malloc(p->pool, bytes, stream, &ptr);
-    if (s == DMM_ERR_BUDGET || s == DMM_ERR_OUT_OF_MEMORY) {
-        trim_all(a);
-        s = dmm_pool_malloc(p->pool, bytes, stream, &ptr);
-    }
+    dmm_status s = dmm_device_malloc(d, bytes, stream, &ptr);
     if (s != DMM_OK) {
         dmm__error_wrap(s, "dmm ort: %s of %zu bytes on %s %d for '%s' (%s pool) refused", op,
                         bytes, a->dev.tier == DMM_TIER_DEVICE ? "device" : "host", (int)a->dev.index, a->name,
@@ -111,7 +110,7 @@ static void *serve(dmm_ort_allocator *a, int which, size_t bytes, dmm_stream str
         if (ok) atomic_store_explicit(&a->nstreams, dmm__u64map_count(&a->streams), memory_order_relaxed);
         pthread_mutex_unlock(&a->streams_lock);
         if (!ok) { /* cannot remember its stream: give it back rather than free it on the wrong one later */
-            (void)dmm_pool_free(p->pool, ptr, stream);
+            (void)dmm_device_free(d, ptr, stream);
             s = dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm ort: %s of %zu bytes for '%s' refused: out of host "
                                                      "memory recording the block's stream; nothing changed",
                               op, bytes, a->name);
@@ -138,10 +137,9 @@ void *dmm__ort_c_alloc_on_stream(struct OrtAllocator *self, size_t bytes, struct
     return serve(a, DMM_ORT_POOL_RUN, bytes, handle, "AllocOnStream");
 }
 
-static int pool_of(const dmm_ort_allocator *a, const void *ptr) {
-    uintptr_t x = (uintptr_t)ptr;
+static int device_of(const dmm_ort_allocator *a, const void *ptr) {
     for (int i = 0; i < DMM_ORT_POOLS; i++)
-        if (x >= a->pools[i].va && x - a->pools[i].va < a->pools[i].va_bytes) return i;
+        if (dmm_device_contains(a->devices[i], ptr)) return i;
     return -1;
 }
 
@@ -149,7 +147,7 @@ static int pool_of(const dmm_ort_allocator *a, const void *ptr) {
  * stream whose work may still use it). */
 static void free_block(dmm_ort_allocator *a, void *ptr, bool has_explicit, dmm_stream explicit_stream) {
     if (ptr == NULL) return;
-    int which = pool_of(a, ptr);
+    int which = device_of(a, ptr);
     if (which < 0) {
         dmm_status s = dmm_error_set(DMM_ERR_UNKNOWN_ALLOCATION,
                                      "dmm ort: Free of %p for '%s' refused: the pointer is in neither of its pools "
@@ -170,7 +168,7 @@ static void free_block(dmm_ort_allocator *a, void *ptr, bool has_explicit, dmm_s
         stream = (dmm_stream)(uintptr_t)v;
     }
     if (has_explicit) stream = explicit_stream;
-    dmm_status s = dmm_pool_free(a->pools[which].pool, ptr, stream);
+    dmm_status s = dmm_device_free(a->devices[which], ptr, stream);
     if (had_stream) { /* the slot stayed promised: put the key back when the free failed, else give it up */
         pthread_mutex_lock(&a->streams_lock);
         if (s != DMM_OK)
@@ -261,8 +259,8 @@ dmm_status dmm_ort_allocator_stats(dmm_ort_allocator *a, dmm_ort_stats *out) {
     st.size = sizeof st;
     st.weights.size = sizeof st.weights;
     st.run.size = sizeof st.run;
-    dmm_status s = dmm_pool_stats_get(a->pools[DMM_ORT_POOL_WEIGHTS].pool, &st.weights);
-    if (s == DMM_OK) s = dmm_pool_stats_get(a->pools[DMM_ORT_POOL_RUN].pool, &st.run);
+    dmm_status s = dmm_pool_stats_get(dmm_device_pool(a->devices[DMM_ORT_POOL_WEIGHTS]), &st.weights);
+    if (s == DMM_OK) s = dmm_pool_stats_get(dmm_device_pool(a->devices[DMM_ORT_POOL_RUN]), &st.run);
     if (s != DMM_OK) return s;
     st.reserves = st.weights.mallocs;
     st.allocs = st.run.mallocs;
@@ -286,7 +284,7 @@ dmm_status dmm_ort_allocator_trim(dmm_ort_allocator *a, uint64_t *released) {
     uint64_t total = 0;
     for (int i = 0; i < DMM_ORT_POOLS; i++) {
         uint64_t r = 0;
-        dmm_status s = dmm_pool_trim(a->pools[i].pool, 0, &r);
+        dmm_status s = dmm_device_empty_cache(a->devices[i], &r);
         total += r;
         if (s != DMM_OK) {
             if (released != NULL) *released = total;
@@ -308,34 +306,19 @@ dmm_status dmm_ort_allocator_last_error(dmm_ort_allocator *a, char *buf, size_t 
 
 struct OrtAllocator *dmm_ort_allocator_ort(dmm_ort_allocator *a) { return a != NULL ? &a->ort : NULL; }
 
-static void close_pool(dmm_ort_allocator *a, dmm_ort_pool *p) {
-    if (p->pool != NULL) (void)dmm_pool_destroy(p->pool);
-    if (p->arena != NULL) (void)dmm_mechanism_destroy(p->arena);
-    if (p->lease) (void)dmm_lease_release(a->gov, p->lease);
-    memset(p, 0, sizeof *p);
-}
-
-static dmm_status open_pool(dmm_ort_allocator *a, int which, dmm_role role) {
-    dmm_ort_pool *p = &a->pools[which];
-    dmm_status s = dmm_lease_reserve(a->holder, a->dev, role, 0, 0, &p->lease);
-    if (s == DMM_OK) s = dmm_governor_accounting(a->gov, p->lease, &p->acct);
-    if (s != DMM_OK) return s;
-    dmm_arena_config ac;
-    memset(&ac, 0, sizeof ac);
-    ac.size = sizeof ac;
-    ac.reserve_bytes = a->pool_va;
-    ac.cache_limit_bytes = 0; /* a trim gives the memory back to the governor at once */
-    ac.accounting = &p->acct;
-    s = dmm_arena_create(a->drv, &ac, &p->arena);
-    if (s != DMM_OK) return s;
-    s = dmm_arena_reservation(p->arena, &p->va, &p->va_bytes);
-    if (s != DMM_OK) return s;
-    dmm_pool_config pc;
-    memset(&pc, 0, sizeof pc);
-    pc.size = sizeof pc;
-    pc.va_bytes = a->pool_va;
-    pc.block_align = ORT_BLOCK_ALIGN;
-    return dmm_pool_create(p->arena, a->drv, &pc, &p->pool);
+static dmm_status open_device(dmm_ort_allocator *a, int which, dmm_role role) {
+    dmm_device_config dc;
+    memset(&dc, 0, sizeof dc);
+    dc.size = sizeof dc;
+    dc.pool_va_bytes = a->pool_va;
+    dc.cache_limit_bytes = UINT64_MAX; /* a trim gives the memory back to the governor at once */
+    dc.max_chunk_bytes = UINT64_MAX;   /* the pool's own handles: ONNX Runtime's requests are its own shapes */
+    dc.name = a->name;
+    dc.holder = a->holder;
+    dc.role_given = true;
+    dc.role = role;
+    dc.pool_counts_only = true; /* GetStats reads the pools' own stats */
+    return dmm_device_create(a->drv, a->gov, &dc, &a->devices[which]);
 }
 
 dmm_status dmm_ort_allocator_create(dmm_ort_runtime *rt, dmm_driver *driver, dmm_governor *gov,
@@ -395,8 +378,8 @@ dmm_status dmm_ort_allocator_create(dmm_ort_runtime *rt, dmm_driver *driver, dmm
     dmm_holder_config hc = {sizeof hc, a->name, k.priority, reclaim, a};
     s = dmm_governor_holder_register(gov, &hc, &a->holder);
     if (s != DMM_OK) goto fail;
-    s = open_pool(a, DMM_ORT_POOL_WEIGHTS, DMM_ROLE_WEIGHTS);
-    if (s == DMM_OK) s = open_pool(a, DMM_ORT_POOL_RUN, DMM_ROLE_ACTIVATION);
+    s = open_device(a, DMM_ORT_POOL_WEIGHTS, DMM_ROLE_WEIGHTS);
+    if (s == DMM_OK) s = open_device(a, DMM_ORT_POOL_RUN, DMM_ROLE_ACTIVATION);
     if (s != DMM_OK) goto fail;
 
     uint32_t v = rt->api_version < DMM_ORT_API_KNOWN ? rt->api_version : DMM_ORT_API_KNOWN;
@@ -419,7 +402,7 @@ fail:
     {
         dmm_error_kept kept = {0};
         dmm__error_keep(&kept, s);
-        for (int i = DMM_ORT_POOLS - 1; i >= 0; i--) close_pool(a, &a->pools[i]);
+        for (int i = DMM_ORT_POOLS - 1; i >= 0; i--) (void)dmm_device_destroy(a->devices[i]);
         if (a->holder != NULL) (void)dmm_governor_holder_unregister(a->holder);
         if (a->info != NULL) rt->calls.ReleaseMemoryInfo(a->info);
         dmm__u64map_fini(&a->streams);
@@ -434,10 +417,11 @@ dmm_status dmm_ort_allocator_destroy(dmm_ort_allocator *a) {
     if (a == NULL) return DMM_OK;
     uint64_t live = 0, pending = 0;
     for (int i = 0; i < DMM_ORT_POOLS; i++) {
+        if (a->devices[i] == NULL) continue; /* destroyed by an earlier call that failed after it */
         dmm_pool_stats st;
         memset(&st, 0, sizeof st);
         st.size = sizeof st;
-        dmm_status s = dmm_pool_stats_get(a->pools[i].pool, &st);
+        dmm_status s = dmm_pool_stats_get(dmm_device_pool(a->devices[i]), &st);
         if (s != DMM_OK) return s;
         live += (uint64_t)st.allocations.current;
         pending += (uint64_t)st.pending_blocks.current;
@@ -448,19 +432,14 @@ dmm_status dmm_ort_allocator_destroy(dmm_ort_allocator *a) {
                              "their stream; release every session that used it (and unregister it from its "
                              "environments) first; nothing changed",
                              a->name, (unsigned long long)live, (unsigned long long)pending);
+    dmm_status first = DMM_OK;
     for (int i = 0; i < DMM_ORT_POOLS; i++) {
-        dmm_status s = dmm_pool_destroy(a->pools[i].pool);
+        if (a->devices[i] == NULL) continue; /* destroyed by an earlier call that failed after it */
+        dmm_status s = dmm_device_destroy(a->devices[i]);
         if (s == DMM_ERR_BUSY || s == DMM_ERR_DEVICE_LOST)
             return dmm__error_wrap(s, "dmm ort: destroying allocator '%s'", a->name);
-        a->pools[i].pool = NULL;
-    }
-    dmm_status first = DMM_OK;
-    for (int i = DMM_ORT_POOLS - 1; i >= 0; i--) {
-        dmm_ort_pool *p = &a->pools[i];
-        dmm_status s = dmm_mechanism_destroy(p->arena);
         if (s != DMM_OK && first == DMM_OK) first = s;
-        s = dmm_lease_release(a->gov, p->lease);
-        if (s != DMM_OK && first == DMM_OK) first = s;
+        a->devices[i] = NULL;
     }
     dmm_status s = dmm_governor_holder_unregister(a->holder);
     if (s != DMM_OK && first == DMM_OK) first = s;

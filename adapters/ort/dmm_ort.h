@@ -1,19 +1,21 @@
-/* dmm_ort.h — ONNX Runtime on dmm (DESIGN §4.13; docs/ort.md): an OrtAllocator over dmm pools, charged to
- * a dmm governor, for the sessions of a runtime that loads ONNX Runtime itself.
+/* dmm_ort.h — ONNX Runtime on dmm (DESIGN §4.13; docs/ort.md): an OrtAllocator over dmm devices
+ * (dmm/device.h), charged to a dmm governor, for the sessions of a runtime that loads ONNX Runtime itself.
  *
  * Three objects:
  *   - dmm_ort_runtime: libonnxruntime.so.1 opened at run time (dlopen, OrtGetApiBase, the newest API
  *     version the library grants up to the one dmm knows); the adapter calls only the OrtApi slots it
  *     declares itself (adapters/ort/dmm_ort_abi.h), each only when the granted version has it. No link-time
  *     dependency on ONNX Runtime, no ONNX Runtime header needed;
- *   - dmm_ort_allocator: one OrtAllocator (the struct ONNX Runtime calls) over two dmm pools on one
- *     driver (host for CPU memory, cuda for device memory): `Reserve` (what a session allocates while
- *     it is created: initializers) from a pool charged to the governor as DMM_ROLE_WEIGHTS, `Alloc` /
- *     `AllocOnStream` (what a Run allocates) from a pool charged as DMM_ROLE_ACTIVATION, both under
- *     one governor holder (one per allocator: register one allocator per session, or share one). The
- *     holder's reclaim callback trims both pools, so another holder's shortage takes this one's cached
- *     memory first. Fields are filled up to the newest version the loaded runtime knows (`version` says
- *     which), so that it calls GetStats, AllocOnStream and Shrink where it has them;
+ *   - dmm_ort_allocator: one OrtAllocator (the struct ONNX Runtime calls) over two dmm devices on one
+ *     driver (host for CPU memory, cuda for device memory), each with its own pool: `Reserve` (what a
+ *     session allocates while it is created: initializers) from one charged to the governor as
+ *     DMM_ROLE_WEIGHTS, `Alloc` / `AllocOnStream` (what a Run allocates) from one charged as
+ *     DMM_ROLE_ACTIVATION, both under one governor holder (one per allocator: register one allocator per
+ *     session, or share one). The holder's reclaim callback trims both pools, so another holder's
+ *     shortage takes this one's cached memory first; a request of its own that falls short climbs the
+ *     device's ladder (its cache, then that reclaim, then one retry). Fields are filled up to the newest
+ *     version the loaded runtime knows (`version` says which), so that it calls GetStats, AllocOnStream
+ *     and Shrink where it has them;
  *   - the process-wide device allocator behind ONNX Runtime's CUDA provider options gpu_external_alloc /
  *     gpu_external_free / gpu_external_empty_cache (plain function addresses without a context
  *     argument: dmm_ort_gpu_external_init sets up the one allocator they use).
@@ -29,7 +31,7 @@
  * error (ONNX Runtime asks for no bytes only for empty tensors and never dereferences them; a block
  * for nothing would be charged and leaked by callers that skip Free(NULL)). Free(NULL) does nothing.
  * Free of a pointer that is not a live block of this allocator (a double free, a foreign pointer) changes
- * nothing: the pools refuse it, the sentence is kept and logged, and it is counted (bad_frees).
+ * nothing: the devices refuse it, the sentence is kept and logged, and it is counted (bad_frees).
  *
  * Thread contract: a runtime and an allocator are thread-safe (ONNX Runtime calls from many threads);
  * create, register and destroy are one owner's.
@@ -90,7 +92,7 @@ typedef struct dmm_ort_config {
     uint32_t size;        /* sizeof(dmm_ort_config) */
     const char *name;     /* the governor holder's name (copied); NULL = "ort" */
     int32_t priority;     /* the holder's priority in the reclaim ladder (lower is asked first) */
-    uint64_t va_bytes;    /* address space of each of the two pools; 0 = 16 GiB; every request larger than
+    uint64_t va_bytes;    /* address space of each of the two pools; 0 = 8 GiB; every request larger than
                              it is refused (NULL, "more than the pool's address space") */
     int32_t allocator_type; /* the OrtAllocatorType the memory info says: 0 = device allocator (the one
                              ONNX Runtime accepts for a registered allocator); 1 (arena) is refused here
@@ -105,13 +107,15 @@ typedef struct dmm_ort_config {
 } dmm_ort_config;
 
 /* Creates an allocator over `driver` (not owned; host: CPU memory; cuda: device memory of its ordinal,
- * named "Cuda" to ONNX Runtime) charged to `gov` (not owned) under a new holder. Both outlive it.
+ * named "Cuda" to ONNX Runtime) charged to `gov` (not owned) under a new holder. Both outlive it. Each
+ * of its two devices reserves 4 × va_bytes of address space (the device's default: its pool, and room
+ * for tag and graph segments).
  * DMM_ERR_INVALID_ARGUMENT for a bad config (arena type, va_bytes not a multiple of the granularity),
  * DMM_ERR_UNSUPPORTED for a driver without virtual memory management. */
 DMM_API dmm_status dmm_ort_allocator_create(dmm_ort_runtime *rt, dmm_driver *driver, dmm_governor *gov,
                                             const dmm_ort_config *cfg, dmm_ort_allocator **out);
 /* DMM_ERR_BUSY (nothing changed) while blocks are live: release every session that used it first, and
- * unregister it from every environment. Otherwise frees the pools, their memory, the holder and its
+ * unregister it from every environment. Otherwise frees the devices, their memory, the holder and its
  * leases, and the memory info. NULL is ignored (DMM_OK). */
 DMM_API dmm_status dmm_ort_allocator_destroy(dmm_ort_allocator *a);
 /* The OrtAllocator to hand to ONNX Runtime (valid as long as `a`). */
@@ -143,7 +147,8 @@ typedef struct dmm_ort_stats {
 } dmm_ort_stats;
 
 DMM_API dmm_status dmm_ort_allocator_stats(dmm_ort_allocator *a, dmm_ort_stats *out);
-/* Trims both pools (what Shrink does): *released (may be NULL) = bytes decommitted. */
+/* Empties both devices' caches (dmm_device_empty_cache; what Shrink does): *released (may be NULL) =
+ * bytes decommitted or queued to be. */
 DMM_API dmm_status dmm_ort_allocator_trim(dmm_ort_allocator *a, uint64_t *released);
 
 /* ---- the CUDA provider's external allocator (process-wide) ---- */

@@ -82,7 +82,6 @@ void dmm_ort_gpu_external_free(void *p) { dmm_ort_gpu_external_free_on(p, NULL);
 void dmm_ort_gpu_external_empty_cache(void) {
     dmm_ort_allocator *a = get();
     if (a == NULL) return;
-    (void)dmm_ort_allocator_trim(a, NULL);
-    for (int i = 0; i < DMM_ORT_POOLS; i++) (void)dmm_pool_empty_cache(a->pools[i].pool, NULL);
+    (void)dmm_ort_allocator_trim(a, NULL); /* both devices' empty_cache */
     dmm_clear_error();
 }

@@ -14,7 +14,7 @@
 
 #include "core/core.h"
 #include "core/u64map.h"
-#include "dmm/arena.h"
+#include "dmm/device.h"
 #include "dmm_ort.h"
 #include "dmm_ort_abi.h"
 
@@ -35,17 +35,8 @@ dmm_status dmm__ort_status(const dmm_ort_runtime *rt, struct OrtStatus *st, dmm_
  * one (then the caller has nothing better to return than NULL = success; it logs). */
 struct OrtStatus *dmm__ort_make_status(const dmm_ort_runtime *rt, int code, const char *msg);
 
-/* The pools' roles. */
+/* The two devices' roles (each a dmm_device over the allocator's driver, under its one holder). */
 enum { DMM_ORT_POOL_WEIGHTS = 0, DMM_ORT_POOL_RUN = 1, DMM_ORT_POOLS = 2 };
-
-typedef struct dmm_ort_pool {
-    dmm_mechanism *arena;
-    dmm_pool *pool;
-    dmm_lease_id lease;
-    dmm_accounting acct;
-    uintptr_t va;          /* the arena's reservation: a pointer in [va, va + va_bytes) is this pool's */
-    uint64_t va_bytes;
-} dmm_ort_pool;
 
 struct dmm_ort_allocator {
     struct OrtAllocator ort;   /* first: ONNX Runtime's pointer to it is ours */
@@ -55,8 +46,8 @@ struct dmm_ort_allocator {
     dmm_holder *holder;
     dmm_device_id dev;
     struct OrtMemoryInfo *info; /* created through the runtime; released at destroy */
-    dmm_ort_pool pools[DMM_ORT_POOLS];
-    uint64_t pool_va;            /* each pool's VA: the largest request */
+    dmm_device *devices[DMM_ORT_POOLS]; /* Reserve's (weights) and Alloc's (activations) */
+    uint64_t pool_va;            /* each device's pool VA: the largest request */
     dmm_log_fn log;
     void *log_user;
     char name[64];

@@ -112,10 +112,11 @@ void *dmm_torch_malloc(ssize_t size, int device, void *stream) { return dmm_torc
 #endif
 
 void dmm_torch_free(void *ptr, ssize_t size, int device, void *stream) {
+    (void)size; /* the device knows the block's size */
     if (ptr == NULL) return;
     dmm_device *c = ctx_for(device);
     if (c == NULL) return;
-    dmm_status s = dmm_device_free(c, ptr, size > 0 ? (size_t)size : 0, (dmm_stream)stream);
+    dmm_status s = dmm_device_free(c, ptr, (dmm_stream)stream);
     if (s != DMM_OK) record(s);
 }
 

@@ -12,9 +12,9 @@
  *   - graph-capture pools: memory reserved before a capture, released when the graph goes;
  *   - regions of a holder process (dmm hold) mapped into the device's address space;
  *   - block tracking and a history of recent events, a recorder of traces, stats and snapshots (JSON).
- * An adapter (adapters/torch today; the ONNX Runtime adapter still keeps pools of its own) only
- * translates its framework's allocator interface onto these calls; docs/device.md shows how one is
- * written.
+ * An adapter (adapters/torch: one device per GPU; adapters/ort: two devices, weights and activations,
+ * under one governor holder) only translates its framework's allocator interface onto these calls;
+ * docs/device.md shows how one is written.
  *
  * Statuses are dmm_status codes; a failure's sentence is the thread's last error (dmm_last_error).
  *
@@ -54,7 +54,8 @@ typedef struct dmm_device_config {
     uint64_t pool_va_bytes;     /* VA of the pool; 0 = the device's total memory rounded up to a power of two */
     uint64_t reserve_bytes;     /* the arena's VA reservation; 0 = 4 × pool_va_bytes */
     uint64_t tag_segment_bytes; /* VA of one tag segment; 0 = pool_va_bytes / 2 */
-    uint64_t cache_limit_bytes; /* the arena's handle cache; 0 = 8 MiB */
+    uint64_t cache_limit_bytes; /* the arena's handle cache; 0 = 8 MiB; UINT64_MAX = none (what a trim
+                                   gives back goes back to the governor at once) */
     uint64_t limit_bytes;       /* the owned-bytes limit of the device's tier in the governor (shared with
                                    every other holder there); 0 = leave it as it is (unlimited if unset) */
     uint32_t retain_permille;   /* the pool's retention (dmm_pool_config); 0 = the pool's default */
@@ -76,6 +77,17 @@ typedef struct dmm_device_config {
     uint64_t restore_copy_bytes;  /* 0 = one copy per piece; else each piece's copy in parts of this many bytes */
     uint64_t stock_bytes; /* the pool's stock (dmm_pool_config stock_bytes): 0 = none, the default */
     const char *name;     /* the governor holder's name, in its sentences (copied); NULL = "device" */
+    /* several devices under one holder (the ONNX Runtime adapter's weights and activations): */
+    dmm_holder *holder; /* the governor holder whose leases the device takes (not owned: registered on `gov` by
+                           the caller); a malloc refused for budget or memory also asks its reclaim
+                           (dmm_holder_reclaim, step CACHED) before the retry. NULL = a holder of the device's
+                           own, named `name`, without a reclaim */
+    bool role_given;    /* false: the device's lease has the role DMM_ROLE_WORKSPACE */
+    dmm_role role;      /* with role_given: the role of the device's lease */
+    bool pool_counts_only; /* true: the pool's blocks are counted by the pool alone (dmm_pool_stats_get), not
+                              again by the device, whose stats JSON then counts tag and graph blocks only; a
+                              malloc/free pair costs about 40 ns less (bench_ort). For an adapter that reports
+                              its pools' stats (ONNX Runtime's GetStats) */
 } dmm_device_config;
 
 /* ---- life ---- */
@@ -97,9 +109,9 @@ DMM_API dmm_status dmm_device_confirm_lost(dmm_device *dev);
 /* A block of `bytes` (rounded up to 512, torch's rounding) usable on `stream`; 0 bytes gives NULL. A
  * request refused for budget or memory gives back what the pool caches and tries once more. */
 DMM_API dmm_status dmm_device_malloc(dmm_device *dev, size_t bytes, dmm_stream stream, void **out);
-/* Frees a block of this device (its requested `bytes`; `stream`: where it was last used). A pointer the
- * device does not know is refused, nothing changed. */
-DMM_API dmm_status dmm_device_free(dmm_device *dev, void *ptr, size_t bytes, dmm_stream stream);
+/* Frees a block of this device (`stream`: where it was last used; its size is the device's to know). A
+ * pointer the device does not know is refused, nothing changed. */
+DMM_API dmm_status dmm_device_free(dmm_device *dev, void *ptr, dmm_stream stream);
 /* Work queued on `stream` may use the block at `ptr` until it is freed (a stream-use fence): the block
  * is handed out again only after that work. The table is process-wide (a pointer names one block). */
 DMM_API dmm_status dmm_device_record_stream(void *ptr, dmm_stream stream);
@@ -180,9 +192,14 @@ DMM_API dmm_status dmm_device_stats_json(dmm_device *dev, char *buf, size_t cap,
 DMM_API dmm_status dmm_device_snapshot_json(dmm_device *dev, char *buf, size_t cap, size_t *needed);
 /* The clock of the stats' *_ns values (CLOCK_MONOTONIC, in ns). */
 DMM_API uint64_t dmm_device_clock_ns(void);
-/* The device's pool (dmm/pool.h), for the pool's own calls: warm start, layout, warm layout. Owned by
- * the device. */
+/* The device's pool (dmm/pool.h), for the pool's own calls: warm start, layout, warm layout, stats. Owned
+ * by the device. */
 DMM_API dmm_pool *dmm_device_pool(dmm_device *dev);
+/* The governor lease the device's memory is charged to (dmm_lease_usage, dmm_lease_stats_get). */
+DMM_API dmm_lease_id dmm_device_lease(const dmm_device *dev);
+/* Whether `ptr` lies in the device's address space (its one VA reservation): for an adapter with several
+ * devices, which one a pointer is to be freed on. No lock, no driver call. */
+DMM_API bool dmm_device_contains(const dmm_device *dev, const void *ptr);
 /* Peaks back to the current values. */
 DMM_API dmm_status dmm_device_reset_peaks(dmm_device *dev);
 /* Totals (allocated, freed) and the oom / retry counters back to 0; currents and peaks stay. The

@@ -146,6 +146,11 @@ DMM_API dmm_status dmm_governor_holder_register(dmm_governor *g, const dmm_holde
  * inside its own reclaim callback. Otherwise waits for its callbacks in flight on other threads to
  * return; once this returns, its callback is never called again. NULL is ignored. */
 DMM_API dmm_status dmm_governor_holder_unregister(dmm_holder *h);
+/* Asks holder h's own reclaim callback to do `step` on `device`, as the governor asks the other holders
+ * when one of them is short (it never asks the holder that is charging): for a holder short of budget
+ * itself, before it retries. Returns the bytes it freed; 0 without a callback (or a NULL holder). Call it
+ * where a charge of h may be refused, never from inside h's own callback. */
+DMM_API uint64_t dmm_holder_reclaim(dmm_holder *h, dmm_device_id device, dmm_reclaim_step step, uint64_t wanted);
 
 /* ---- leases ---- */
 /* Takes a lease for `role` on `device` charged with (owned, mapped) bytes (both or neither; 0 is fine:

@@ -209,6 +209,9 @@ DMM_API dmm_status dmm_pool_malloc(dmm_pool *pool, size_t bytes, dmm_stream stre
  * on, or another). DMM_ERR_UNKNOWN_ALLOCATION (nothing changed) for a pointer that is not a live block
  * of this pool. After a device loss: accepted (DMM_OK), bookkeeping only, on any stream. */
 DMM_API dmm_status dmm_pool_free(dmm_pool *pool, void *ptr, dmm_stream stream);
+/* dmm_pool_free, also telling the bytes requested at the block's malloc (*requested, set only when the
+ * free is accepted), so that a caller above the pool needs no table of its own to count what it frees. */
+DMM_API dmm_status dmm_pool_free_requested(dmm_pool *pool, void *ptr, dmm_stream stream, uint64_t *requested);
 
 /* The block's usable bytes (its rounded size). */
 DMM_API dmm_status dmm_pool_block_size(dmm_pool *pool, const void *ptr, size_t *bytes);

@@ -28,7 +28,7 @@
  *
  * Invariants: reserve ≤ 2^63 and every request served is ≤ reserve, so that rounding it up to the
  * block alignment or the granule never wraps (a larger one is refused at the entry);
- * alloc_bytes.cur = Σ live blocks' rounded sizes over pool, tags and graphs;
+ * alloc_bytes.cur = Σ live blocks' rounded sizes over pool (unless count_pool is off), tags and graphs;
  * blocks.cur = their number; the lease's mapped bytes = bytes the arena mapped for us; queued = our
  * requests in the deferred queue.
  */
@@ -141,9 +141,14 @@ dmm_status dmm_device_create(dmm_driver *drv, dmm_governor *gov,
     c->restore_copy = k.restore_copy_bytes;
 
     dmm__device_history_init(c); /* (from here on, failures go to `fail`, which undoes it) */
-    dmm_holder_config hc = {sizeof hc, k.name != NULL ? k.name : "device", 0, NULL, NULL};
-    s = dmm_governor_holder_register(gov, &hc, &c->holder);
-    if (s != DMM_OK) goto fail;
+    c->count_pool = !k.pool_counts_only;
+    c->own_holder = k.holder == NULL;
+    c->holder = k.holder;
+    if (c->own_holder) {
+        dmm_holder_config hc = {sizeof hc, k.name != NULL ? k.name : "device", 0, NULL, NULL};
+        s = dmm_governor_holder_register(gov, &hc, &c->holder);
+        if (s != DMM_OK) goto fail;
+    }
     dmm_tier_usage tu;
     memset(&tu, 0, sizeof tu);
     tu.size = sizeof tu;
@@ -155,7 +160,7 @@ dmm_status dmm_device_create(dmm_driver *drv, dmm_governor *gov,
         s = dmm_governor_set_limit(gov, c->dev, DMM_AXIS_OWNED, k.limit_bytes);
         if (s != DMM_OK) goto fail;
     }
-    s = dmm_lease_reserve(c->holder, c->dev, DMM_ROLE_WORKSPACE, 0, 0, &c->lease);
+    s = dmm_lease_reserve(c->holder, c->dev, k.role_given ? k.role : DMM_ROLE_WORKSPACE, 0, 0, &c->lease);
     if (s != DMM_OK) goto fail;
     dmm_device_id host = {DMM_TIER_HOST, 0};
     s = dmm_lease_reserve(c->holder, host, DMM_ROLE_WEIGHTS, 0, 0, &c->host_lease);
@@ -167,9 +172,12 @@ dmm_status dmm_device_create(dmm_driver *drv, dmm_governor *gov,
     memset(&ac, 0, sizeof ac);
     ac.size = sizeof ac;
     ac.reserve_bytes = reserve;
-    ac.cache_limit_bytes = k.cache_limit_bytes ? k.cache_limit_bytes : 8 * MIB;
+    ac.cache_limit_bytes = k.cache_limit_bytes == UINT64_MAX ? 0 : k.cache_limit_bytes ? k.cache_limit_bytes : 8 * MIB;
     ac.accounting = &c->accounting; /* the governor's own hook: the arena charges the lease directly */
     s = dmm_arena_create(drv, &ac, &c->arena);
+    if (s != DMM_OK) goto fail;
+    uint64_t va_bytes = 0;
+    s = dmm_arena_reservation(c->arena, &c->va, &va_bytes);
     if (s != DMM_OK) goto fail;
     dmm_pool_config pc;
     memset(&pc, 0, sizeof pc);
@@ -210,7 +218,7 @@ fail:
     dmm__device_history_fini(c);
     if (c->host_lease) dmm_lease_release(gov, c->host_lease);
     if (c->lease) dmm_lease_release(gov, c->lease);
-    if (c->holder != NULL) dmm_governor_holder_unregister(c->holder);
+    if (c->holder != NULL && c->own_holder) dmm_governor_holder_unregister(c->holder);
     free(c);
     return s;
 }
@@ -254,7 +262,7 @@ static dmm_status destroy_after_pool(dmm_device *c) {
                                (int)c->dev.index, dmm_status_str(s));
     dmm_lease_release(c->gov, c->host_lease);
     dmm_lease_release(c->gov, c->lease);
-    dmm_governor_holder_unregister(c->holder);
+    if (c->own_holder) dmm_governor_holder_unregister(c->holder);
     dmm__device_record_fini(c);
     dmm__device_history_fini(c);
     pthread_mutex_destroy(&c->lock);
@@ -289,6 +297,11 @@ dmm_status dmm_device_destroy(dmm_device *c) {
     dmm__device_jobs_poll_locked(c);
     if (c->jobs_taken_back || dmm__device_lost(c)) return destroy_lost_locked(c); /* unlocks */
     uint64_t live = dmm_atomic_load_relaxed(&c->blocks.cur), queued = dmm_atomic_load_relaxed(&c->queued);
+    if (!c->count_pool && c->pool != NULL) { /* the pool alone counts its blocks */
+        dmm_pool_stats ps = {.size = sizeof ps};
+        if (dmm_pool_stats_get(c->pool, &ps) == DMM_OK) live += (uint64_t)ps.allocations.current;
+        dmm_clear_error();
+    }
     if (live > 0 || queued > 0) {
         pthread_mutex_unlock(&c->lock);
         return dmm_error_set(DMM_ERR_BUSY,
@@ -376,6 +389,9 @@ static dmm_status pool_retry(dmm_device *c, size_t bytes, dmm_stream stream, voi
     pthread_mutex_unlock(&c->lock);
     uint64_t released = 0;
     (void)dmm_pool_empty_cache(c->pool, &released);
+    if (!c->own_holder) /* the caller's holder: what else it holds (its other devices) gives back too */
+        released += dmm_holder_reclaim(c->holder, c->dev, DMM_RECLAIM_CACHED, bytes);
+    dmm_clear_error();
     dmm_status s = dmm_pool_malloc(c->pool, bytes, stream, out);
     if (s == DMM_OK) return DMM_OK;
     dmm_atomic_add_relaxed(&c->ooms, 1);
@@ -425,31 +441,49 @@ static dmm_status route_malloc(dmm_device *c, size_t bytes, dmm_stream stream, v
         dmm__device_history_add(c, DEVICE_EV_ALLOC, (uint64_t)(uintptr_t)*out, dmm__device_round_block(c, bytes),
                                stream);
     }
-    count_malloc(c, dmm__device_round_block(c, bytes), bytes);
+    if (c->count_pool) count_malloc(c, dmm__device_round_block(c, bytes), bytes);
     return DMM_OK;
 }
 
-dmm_status dmm_device_malloc(dmm_device *c, size_t bytes, dmm_stream stream, void **out) {
-    if (c == NULL || out == NULL) return dmm__device_null("dmm_device_malloc", "a device and an output pointer");
+/* Every malloc but the hot one: routed, then recorded. */
+static __attribute__((noinline)) dmm_status malloc_routed(dmm_device *c, size_t bytes, dmm_stream stream, void **out) {
     dmm_status s = route_malloc(c, bytes, stream, out);
     if (s == DMM_OK && *out != NULL && dmm__device_recording(c))
         dmm__device_record_alloc(c, *out, dmm__device_round_block(c, bytes), stream);
     return s;
 }
 
+dmm_status dmm_device_malloc(dmm_device *c, size_t bytes, dmm_stream stream, void **out) {
+    if (c == NULL || out == NULL) return dmm__device_null("dmm_device_malloc", "a device and an output pointer");
+    /* the hot path: a pool block (no capture can be asked of, no tag scope, no queued release to run
+     * first), nothing observing, and the pool serves it; route_malloc decides every other case */
+    bool hot = bytes - 1 < c->reserve && (stream == NULL || !c->can_capture) && dmm__device_tag_depth == 0 &&
+               dmm_atomic_load_relaxed(&c->queued) == 0 && !dmm__device_blocks_tracking(c) &&
+               !dmm__device_recording(c);
+    if (!__builtin_expect(hot, 1)) return malloc_routed(c, bytes, stream, out);
+    *out = NULL;
+    dmm_status s = dmm_pool_malloc(c->pool, bytes, stream, out);
+    if (__builtin_expect(s != DMM_OK, 0)) s = pool_retry(c, bytes, stream, out, s);
+    if (s == DMM_OK && c->count_pool) count_malloc(c, dmm__device_round_block(c, bytes), bytes);
+    return s;
+}
+
+static dmm_status free_segment_block(dmm_device *c, void *ptr, dmm_stream stream, dmm_stream own, bool uses);
+
 /* A block torch recorded on other streams (record_stream) is freed on the first of them, after it was
  * made to wait for the others (stream_uses.c): the pool then holds it back behind an event there. A
  * tag block orders its own stream too. */
-static dmm_status free_routed(dmm_device *c, void *ptr, size_t bytes, dmm_stream stream, dmm_stream own, bool uses) {
+static dmm_status free_routed(dmm_device *c, void *ptr, dmm_stream stream, dmm_stream own, bool uses) {
     /* the trace and the table of pool blocks let go of the block before the pool does: once the pool
      * has it, another thread may get the same address and record it first */
     bool recorded = dmm__device_recording(c) && dmm__device_record_free(c, ptr);
     device_block b;
     bool tracked = dmm__device_blocks_tracking(c) && dmm__device_blocks_take(c, ptr, &b);
     if (tracked) dmm__device_history_add(c, DEVICE_EV_FREE, (uint64_t)(uintptr_t)ptr, b.len, b.stream);
-    dmm_status s = dmm_pool_free(c->pool, ptr, stream);
+    uint64_t requested = 0;
+    dmm_status s = dmm_pool_free_requested(c->pool, ptr, stream, &requested);
     if (s == DMM_OK) {
-        count_free(c, dmm__device_round_block(c, bytes), bytes);
+        if (c->count_pool) count_free(c, dmm__device_round_block(c, requested), requested);
         return DMM_OK;
     }
     if (s != DMM_ERR_UNKNOWN_ALLOCATION) { /* the pool refused the free of a live block (nothing changed) */
@@ -457,14 +491,25 @@ static dmm_status free_routed(dmm_device *c, void *ptr, size_t bytes, dmm_stream
             dmm__device_blocks_add(c, ptr, b.len, b.req, b.stream);
             dmm__device_history_add(c, DEVICE_EV_ALLOC, (uint64_t)(uintptr_t)ptr, b.len, b.stream);
         }
-        if (recorded) /* and in the trace, under a new id */
-            dmm__device_record_alloc(c, ptr, tracked ? b.len : dmm__device_round_block(c, bytes), tracked ? b.stream : own);
+        if (recorded) { /* and in the trace, under a new id */
+            dmm_error_kept why = {0};
+            dmm__error_keep(&why, s);
+            size_t len = 0;
+            if (!tracked && dmm_pool_block_size(c->pool, ptr, &len) != DMM_OK) len = c->block_align;
+            dmm__device_record_alloc(c, ptr, tracked ? b.len : len, tracked ? b.stream : own);
+            s = dmm__error_restore(&why);
+        }
         return s;
     }
+    return free_segment_block(c, ptr, stream, own, uses);
+}
+
+/* The free of a block the pool does not know: one of a tag or graph segment, or none. */
+static dmm_status free_segment_block(dmm_device *c, void *ptr, dmm_stream stream, dmm_stream own, bool uses) {
     if (uses) dmm__device_stream_wait(c, stream, own);
     uint64_t len = 0, req = 0;
     pthread_mutex_lock(&c->lock);
-    s = dmm__device_tag_free_locked(c, ptr, stream, &len, &req);
+    dmm_status s = dmm__device_tag_free_locked(c, ptr, stream, &len, &req);
     if (s == DMM_ERR_UNKNOWN_ALLOCATION) s = dmm__device_graph_free_locked(c, ptr, &len, &req);
     pthread_mutex_unlock(&c->lock);
     if (s == DMM_OK) {
@@ -472,20 +517,28 @@ static dmm_status free_routed(dmm_device *c, void *ptr, size_t bytes, dmm_stream
         return DMM_OK;
     }
     return dmm_error_set(s,
-                         "dmm device: free of %p (%zu bytes) on device %d: not a live allocation of this device "
-                         "(pool, tag or graph segment); nothing changed",
-                         ptr, bytes, (int)c->dev.index);
+                         "dmm device: free of %p on device %d: not a live allocation of this device (pool, tag or "
+                         "graph segment); nothing changed",
+                         ptr, (int)c->dev.index);
 }
 
-dmm_status dmm_device_free(dmm_device *c, void *ptr, size_t bytes, dmm_stream stream) {
+dmm_status dmm_device_free(dmm_device *c, void *ptr, dmm_stream stream) {
     if (c == NULL) return dmm__device_null("dmm_device_free", "a device");
     if (ptr == NULL) return DMM_OK;
+    if (!dmm__device_uses_any() && !dmm__device_recording(c) && !dmm__device_blocks_tracking(c)) {
+        /* the hot path: no block was used on another stream, nothing observes */
+        uint64_t requested = 0;
+        dmm_status s = dmm_pool_free_requested(c->pool, ptr, stream, &requested);
+        if (s == DMM_OK && c->count_pool) count_free(c, dmm__device_round_block(c, requested), requested);
+        if (s != DMM_ERR_UNKNOWN_ALLOCATION) return s; /* freed, or refused (the pool's sentence) */
+        return free_segment_block(c, ptr, stream, stream, false);
+    }
     dmm_stream *uses = NULL;
     size_t nuses = 0;
     if (!dmm__device_uses_any() || !dmm__device_uses_take(ptr, stream, &uses, &nuses))
-        return free_routed(c, ptr, bytes, stream, stream, false);
+        return free_routed(c, ptr, stream, stream, false);
     for (size_t i = 1; i < nuses; i++) dmm__device_stream_wait(c, uses[0], uses[i]);
-    dmm_status s = free_routed(c, ptr, bytes, uses[0], stream, true);
+    dmm_status s = free_routed(c, ptr, uses[0], stream, true);
     if (s != DMM_OK) { /* refused, nothing changed: the block keeps its recorded streams (the waits are harmless) */
         dmm_error_kept why = {0};
         dmm__error_keep(&why, s);
@@ -744,3 +797,9 @@ dmm_status dmm_device_snapshot_json(dmm_device *c, char *buf, size_t cap, size_t
 }
 
 dmm_pool *dmm_device_pool(dmm_device *c) { return c != NULL ? c->pool : NULL; }
+
+dmm_lease_id dmm_device_lease(const dmm_device *c) { return c != NULL ? c->lease : 0; }
+
+bool dmm_device_contains(const dmm_device *c, const void *ptr) {
+    return c != NULL && (uintptr_t)ptr >= c->va && (uintptr_t)ptr - c->va < c->reserve;
+}

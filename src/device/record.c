@@ -43,8 +43,6 @@ void dmm__device_record_init(dmm_device *c) {
     pthread_mutex_init(&c->rec.file_mu, NULL);
 }
 
-bool dmm__device_recording(dmm_device *c) { return dmm_atomic_load_relaxed(&c->rec.active) != 0; }
-
 /* The recording's first failure (mu held); later ones are dropped (the first is the cause). */
 static void rec_fail(device_recorder *r, dmm_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void rec_fail(device_recorder *r, dmm_status s, const char *fmt, ...) {

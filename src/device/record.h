@@ -11,7 +11,7 @@
 #include "types.h"
 
 /* Whether a recording is on (a relaxed read: for the hooks' callers and tests). */
-bool dmm__device_recording(dmm_device *c);
+static inline bool dmm__device_recording(dmm_device *c) { return dmm_atomic_load_relaxed(&c->rec.active) != 0; }
 
 /* The hooks (device.c): a block handed out (after the route served it), a block about to be freed
  * (before the route frees it, so that its address cannot be handed out again and recorded before its

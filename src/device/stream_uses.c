@@ -33,11 +33,9 @@ typedef struct uses_entry {
 
 static pthread_mutex_t uses_mu = PTHREAD_MUTEX_INITIALIZER;
 static dmm_u64map uses_table; /* ptr → uses_entry * (uses_mu) */
-static _Atomic int uses_seen; /* 1 once any block was recorded */
+_Atomic int dmm__device_uses_seen;
 
 static uint64_t key_of(void *p) { return (uint64_t)(uintptr_t)p; }
-
-bool dmm__device_uses_any(void) { return dmm_atomic_load_relaxed(&uses_seen) != 0; }
 
 static dmm_status no_memory(void *ptr, dmm_stream stream) {
     return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: record_stream(%p, stream %p): out of host memory for "
@@ -79,7 +77,7 @@ dmm_status dmm_device_record_stream(void *ptr, dmm_stream stream) {
         e->cap = cap;
     }
     e->s[e->n++] = stream;
-    dmm_atomic_store_relaxed(&uses_seen, 1);
+    dmm_atomic_store_relaxed(&dmm__device_uses_seen, 1);
     pthread_mutex_unlock(&uses_mu);
     return DMM_OK;
 }

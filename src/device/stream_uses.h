@@ -5,8 +5,11 @@
 
 #include "types.h"
 
+/* 1 once any block was recorded (stream_uses.c). */
+extern _Atomic int dmm__device_uses_seen;
+
 /* Whether any block was ever recorded (one relaxed load: until then the free path asks nothing more). */
-bool dmm__device_uses_any(void);
+static inline bool dmm__device_uses_any(void) { return dmm_atomic_load_relaxed(&dmm__device_uses_seen) != 0; }
 /* At the block's free: takes its recorded streams out of the table, `own` (the stream it was
  * allocated on) and repeats left out: *n of them in *streams (malloc'd: the caller frees it). False
  * (and *streams = NULL) when the block has none. */

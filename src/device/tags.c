@@ -30,8 +30,8 @@ static pthread_mutex_t names_mu = PTHREAD_MUTEX_INITIALIZER;
 static char names[DMM_DEVICE_MAX_TAGS][DMM_DEVICE_TAG_NAME];
 static int nnames;
 
-static _Thread_local int tl_stack[DMM_DEVICE_TAG_DEPTH];
-static _Thread_local int tl_depth;
+_Thread_local int dmm__device_tag_stack[DMM_DEVICE_TAG_DEPTH];
+_Thread_local int dmm__device_tag_depth;
 
 static int intern(const char *name) {
     pthread_mutex_lock(&names_mu);
@@ -63,7 +63,7 @@ dmm_status dmm_device_tag_begin(const char *name) {
     if (n == 0 || n >= DMM_DEVICE_TAG_NAME)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm device: a tag name must have 1 to %d characters",
                              DMM_DEVICE_TAG_NAME - 1);
-    if (tl_depth >= DMM_DEVICE_TAG_DEPTH)
+    if (dmm__device_tag_depth >= DMM_DEVICE_TAG_DEPTH)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm device: tag scopes nest at most %d deep on one thread",
                              DMM_DEVICE_TAG_DEPTH);
     int id = intern(name);
@@ -71,18 +71,16 @@ dmm_status dmm_device_tag_begin(const char *name) {
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm device: tag '%s' would be the %dth tag name of the "
                                                        "process; at most %d exist; reuse a name",
                              name, DMM_DEVICE_MAX_TAGS + 1, DMM_DEVICE_MAX_TAGS);
-    tl_stack[tl_depth++] = id;
+    dmm__device_tag_stack[dmm__device_tag_depth++] = id;
     return DMM_OK;
 }
 
 dmm_status dmm_device_tag_end(void) {
-    if (tl_depth == 0)
+    if (dmm__device_tag_depth == 0)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm device: tag end without a tag begin on this thread");
-    tl_depth--;
+    dmm__device_tag_depth--;
     return DMM_OK;
 }
-
-int dmm__device_tag_current(void) { return tl_depth > 0 ? tl_stack[tl_depth - 1] : -1; }
 
 const char *dmm__device_tag_state_name(int s) {
     return s == TAG_RESIDENT ? "resident" : s == TAG_OFFLOADING ? "offloading" : "offloaded";

@@ -5,8 +5,14 @@
 #include "core/json.h"
 #include "types.h"
 
+/* The calling thread's tag scopes (tags.c), inline for the malloc path. */
+extern _Thread_local int dmm__device_tag_stack[DMM_DEVICE_TAG_DEPTH];
+extern _Thread_local int dmm__device_tag_depth;
+
 /* The innermost tag of this thread (its id ≥ 0), or -1. */
-int dmm__device_tag_current(void);
+static inline int dmm__device_tag_current(void) {
+    return dmm__device_tag_depth > 0 ? dmm__device_tag_stack[dmm__device_tag_depth - 1] : -1;
+}
 /* The id of a name, or -1 when no allocation was ever tagged with it. */
 int dmm__device_tag_find(const char *name);
 const char *dmm__device_tag_name(int id);

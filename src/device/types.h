@@ -217,23 +217,30 @@ typedef struct size_class {
 } size_class;
 
 struct dmm_device {
-    dmm_driver *drv;         /* not owned; its latch says whether the device is lost */
-    bool can_capture;        /* the driver tells a capturing stream (its stream_capture_status slot) */
+    /* what every malloc and free reads, in the first cache line */
+    dmm_pool *pool;
+    uint64_t reserve;        /* the arena's VA reservation (≤ 2^63): no request above it is served */
+    _Atomic uint64_t queued; /* our jobs in the deferred queue */
+    _Atomic int track_blocks; /* 1 once block tracking is on (never off again): the table is kept */
     _Atomic int capture_check; /* 1: malloc asks a non-default stream's capture status (dmm_device_set_capture_check) */
+    bool can_capture;        /* the driver tells a capturing stream (its stream_capture_status slot) */
+    bool count_pool;         /* pool blocks are counted here too (not dmm_device_config.pool_counts_only) */
+
+    dmm_driver *drv;         /* not owned; its latch says whether the device is lost */
     dmm_device_id dev;
     uint64_t granule, pool_va, tag_va, block_align;
-    uint64_t reserve;        /* the arena's VA reservation (≤ 2^63): no request above it is served */
+    uintptr_t va;            /* where the reservation starts (dmm_device_contains) */
     uint64_t restore_piece, restore_first, restore_copy; /* dmm_device_config's restore_*_bytes */
 
     dmm_governor *gov;       /* not owned */
-    dmm_holder *holder;
+    dmm_holder *holder;      /* the device's own, or the config's (own_holder false: not ours to unregister) */
+    bool own_holder;
     dmm_lease_id lease;      /* device: charged by the arena through `accounting` (its stats: mapped, owned) */
     dmm_lease_id host_lease; /* host tier: the pinned copies */
     dmm_accounting accounting; /* the governor's hook for `lease`, handed to the arena */
 
     dmm_mechanism *arena;
     device_history hist;      /* off unless dmm_device_history (history.c) */
-    dmm_pool *pool;
     dmm_deferred *q;
 
     /* what the arena has mapped (= committed) and owns is the lease's, counted by the governor
@@ -243,7 +250,6 @@ struct dmm_device {
     device_count alloc_bytes, req_bytes, blocks;
     size_class by_class[2];
     _Atomic uint64_t freed_bytes, req_freed, frees, ooms, retries, capture_mallocs, capture_refusals, tag_mallocs;
-    _Atomic uint64_t queued; /* our jobs in the deferred queue */
 
     pthread_mutex_t lock;    /* tags, graphs, polls of the queue */
     uint64_t polls;          /* polls that found jobs queued (dev.lock) */
@@ -254,7 +260,6 @@ struct dmm_device {
     device_recorder rec;      /* off unless dmm_device_record_start (record.c); its own locks, leaves */
     device_block_shard *pool_blocks; /* DMM_DEVICE_BLOCK_SHARDS shards (blocks.c); their locks are leaves */
     device_import *imports;               /* regions of a holder process mapped here (imports.c; dev.lock) */
-    _Atomic int track_blocks;       /* 1 once block tracking is on (never off again): the table is kept */
 };
 
 #endif /* DMM_DEVICE_TYPES_H */

@@ -292,6 +292,12 @@ dmm_status dmm_governor_holder_register(dmm_governor *g, const dmm_holder_config
     return DMM_OK;
 }
 
+uint64_t dmm_holder_reclaim(dmm_holder *h, dmm_device_id device, dmm_reclaim_step step, uint64_t wanted) {
+    /* reclaim and user are set once at registration: no lock; the caller owns h, so it is registered */
+    if (h == NULL || h->reclaim == NULL) return 0;
+    return h->reclaim(h->user, device, step, wanted);
+}
+
 dmm_status dmm_governor_holder_unregister(dmm_holder *h) {
     if (h == NULL) return DMM_OK;
     dmm_governor *g = h->g;

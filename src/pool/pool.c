@@ -428,7 +428,7 @@ static inline void free_park(pool_heap *h, pool_block *b) {
  * after the parked ones merged (the bounds), one too big to park, or a free on another stream.
  * `link`: heap_hash_link's, or NULL (not looked up yet, or nothing found); `slot`: as malloc_rest's. */
 static __attribute__((noinline)) dmm_status free_rest(dmm_pool *p, pool_heap *h, pool_block **link, const void *ptr,
-                                                      dmm_stream stream, dmm_biased_slot *slot) {
+                                                      dmm_stream stream, dmm_biased_slot *slot, uint64_t *requested) {
     h->reach_known = NULL; /* the free layout may change from here on (types.h) */
     if (link == NULL) link = heap_hash_link(h, (uintptr_t)ptr);
     pool_block *b = link != NULL ? *link : NULL;
@@ -436,6 +436,7 @@ static __attribute__((noinline)) dmm_status free_rest(dmm_pool *p, pool_heap *h,
         unlock_by(h, slot);
         return free_refused(p, ptr);
     }
+    uint64_t asked = b->requested; /* (b may be another's once the lock is gone) */
     uncount_live(h, b);
     if (stream == h->stream) {
         b->seq = ++h->free_seq;
@@ -448,6 +449,7 @@ static __attribute__((noinline)) dmm_status free_rest(dmm_pool *p, pool_heap *h,
             dmm__heap_make_free(h, b);
         }
         unlock_by(h, slot);
+        if (requested != NULL) *requested = asked;
         return DMM_OK;
     }
     heap_hash_unlink(h, link);
@@ -457,31 +459,38 @@ static __attribute__((noinline)) dmm_status free_rest(dmm_pool *p, pool_heap *h,
         h->frees++;
         unlock_by(h, slot);
         dmm__pool_notice_loss(p, "freeing a block on another stream");
+        if (requested != NULL) *requested = asked;
         return DMM_OK;
     }
     b->kind = BK_PENDING;
     unlock_by(h, slot);
-    return dmm__pool_free_cross(p, h, b, stream);
+    dmm_status s = dmm__pool_free_cross(p, h, b, stream);
+    if (s == DMM_OK && requested != NULL) *requested = asked;
+    return s;
 }
 
 /* The whole free of ptr in heap h (which owns its region), for every case the hot path leaves. */
-static __attribute__((noinline)) dmm_status free_locking(dmm_pool *p, pool_heap *h, const void *ptr, dmm_stream stream) {
+static __attribute__((noinline)) dmm_status free_locking(dmm_pool *p, pool_heap *h, const void *ptr, dmm_stream stream,
+                                                         uint64_t *requested) {
     heap_lock(h);
     pool_block **link = heap_hash_link(h, (uintptr_t)ptr);
     pool_block *b = link != NULL ? *link : NULL;
     if (b == NULL || b->kind != BK_LIVE || !parks_at_once(h, b, stream))
-        return free_rest(p, h, link, ptr, stream, NULL);
+        return free_rest(p, h, link, ptr, stream, NULL, requested);
+    if (requested != NULL) *requested = b->requested;
     free_park(h, b);
     heap_unlock(h);
     return DMM_OK;
 }
 
-dmm_status dmm_pool_free(dmm_pool *p, void *ptr, dmm_stream stream) {
+/* The one free: `requested` (NULL: not wanted) gets the block's requested bytes when it is accepted. */
+static inline __attribute__((always_inline)) dmm_status pool_free(dmm_pool *p, void *ptr, dmm_stream stream,
+                                                                  uint64_t *requested) {
     if (__builtin_expect(p == NULL || ptr == NULL, 0)) return free_refused(p, ptr);
     pool_heap *h = heap_of_addr(p, (uintptr_t)ptr);
     if (__builtin_expect(h == NULL, 0)) return free_refused(p, ptr);
     dmm_biased_slot *slot = dmm_biased_lock_try_owner(&h->lock);
-    if (__builtin_expect(slot == NULL, 0)) return free_locking(p, h, ptr, stream);
+    if (__builtin_expect(slot == NULL, 0)) return free_locking(p, h, ptr, stream, requested);
     /* the hot block, taken back by the last malloc, is the repeat's; else the hash says */
     pool_block *b = h->hot, **link = NULL;
     if (__builtin_expect(b == NULL || b->addr != (uintptr_t)ptr || b->kind != BK_LIVE, 0)) {
@@ -490,10 +499,17 @@ dmm_status dmm_pool_free(dmm_pool *p, void *ptr, dmm_stream stream) {
     }
     /* LIVE (a QUICK block was freed already), and it parks at once */
     if (__builtin_expect(b == NULL || b->kind != BK_LIVE || !parks_at_once(h, b, stream), 0))
-        return free_rest(p, h, link, ptr, stream, slot);
+        return free_rest(p, h, link, ptr, stream, slot, requested);
+    if (requested != NULL) *requested = b->requested;
     free_park(h, b);
     dmm_biased_lock_release_slot(slot);
     return DMM_OK;
+}
+
+dmm_status dmm_pool_free(dmm_pool *p, void *ptr, dmm_stream stream) { return pool_free(p, ptr, stream, NULL); }
+
+dmm_status dmm_pool_free_requested(dmm_pool *p, void *ptr, dmm_stream stream, uint64_t *requested) {
+    return pool_free(p, ptr, stream, requested);
 }
 
 dmm_status dmm_pool_block_size(dmm_pool *p, const void *ptr, size_t *bytes) {

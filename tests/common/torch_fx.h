@@ -61,8 +61,8 @@ static inline void *kit_torch_malloc(kit_torch_fx *f, size_t bytes, dmm_stream s
 }
 
 /* Its free, which must be accepted. */
-static inline void kit_torch_free(kit_torch_fx *f, void *p, size_t bytes, dmm_stream s) {
-    DMM_OK_OR_FAIL(dmm_device_free(f->c, p, bytes, s));
+static inline void kit_torch_free(kit_torch_fx *f, void *p, dmm_stream s) {
+    DMM_OK_OR_FAIL(dmm_device_free(f->c, p, s));
 }
 
 /* The recorder's stop, which must work, and the stats it gives back. */

@@ -86,7 +86,7 @@ static int fx_malloc(fx *f, size_t bytes, bool tagged) {
 }
 
 static void fx_free(fx *f, int i) {
-    DMM_OK_OR_FAIL(dmm_device_free(f->c, f->b[i].p, f->b[i].bytes, f->s1));
+    DMM_OK_OR_FAIL(dmm_device_free(f->c, f->b[i].p, f->s1));
     f->b[i].live = false;
 }
 
@@ -211,7 +211,7 @@ static void works_again(fx *f, const char *what) {
     DMM_OK_OR_FAIL(dmm_device_malloc(f->c, 1 * MIB, f->s1, &g));
     memset(g, 1, 1 * MIB);
     kit_capture(f->drv, NULL, 0);
-    DMM_OK_OR_FAIL(dmm_device_free(f->c, g, 1 * MIB, f->s1));
+    DMM_OK_OR_FAIL(dmm_device_free(f->c, g, f->s1));
     DMM_OK_OR_FAIL(dmm_device_graph_release(f->c, 77, f->s1));
     fx_free(f, p);
     conserved(f, "after working again");
@@ -344,7 +344,7 @@ static void setup_cached(fx *f) {
     void *g = NULL;
     DMM_OK_OR_FAIL(dmm_device_malloc(f->c, 1 * MIB, f->s1, &g));
     kit_capture(f->drv, NULL, 0);
-    DMM_OK_OR_FAIL(dmm_device_free(f->c, g, 1 * MIB, f->s1));
+    DMM_OK_OR_FAIL(dmm_device_free(f->c, g, f->s1));
     DMM_OK_OR_FAIL(dmm_device_graph_release(f->c, 9, f->s1));
 }
 
@@ -452,7 +452,7 @@ static void honest_graph_reserve(fx *f, dmm_status s, const before *b) {
         memset(p, 2, 5 * MIB);
         assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_ANY), calls);
         kit_capture(f->drv, NULL, 0);
-        DMM_OK_OR_FAIL(dmm_device_free(f->c, p, 5 * MIB, f->s1));
+        DMM_OK_OR_FAIL(dmm_device_free(f->c, p, f->s1));
         DMM_OK_OR_FAIL(dmm_device_graph_release(f->c, 5, f->s1));
         return;
     }

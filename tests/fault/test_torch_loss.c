@@ -73,20 +73,20 @@ static void fx_busy(fx *f) {
     f->pool[0] = tmalloc(f, NULL, 2 * MIB);
     f->pool[1] = tmalloc(f, NULL, 5000);
     f->pool[2] = tmalloc(f, NULL, 6 * MIB);
-    DMM_OK_OR_FAIL(dmm_device_free(f->c, f->pool[2], 6 * MIB, f->s1)); /* cached */
+    DMM_OK_OR_FAIL(dmm_device_free(f->c, f->pool[2], f->s1)); /* cached */
     f->pool[2] = NULL;
     f->off[0] = tmalloc(f, OFF, 1 * MIB);
     f->off[1] = tmalloc(f, OFF, 3 * MIB + 100);
     f->off[2] = tmalloc(f, OFF, 5000);
     f->res = tmalloc(f, RES, 2 * MIB);
     void *e = tmalloc(f, EMPTY, 1 * MIB);
-    DMM_OK_OR_FAIL(dmm_device_free(f->c, e, 1 * MIB, f->s1)); /* its segment is empty */
+    DMM_OK_OR_FAIL(dmm_device_free(f->c, e, f->s1)); /* its segment is empty */
     /* graphs: A holds capture 77's live block; B was capture 78's, released and idle behind its event */
     DMM_OK_OR_FAIL(dmm_device_graph_reserve(f->c, 4 * MIB, f->s1));
     f->gblk = capture_malloc(f, 77, 1 * MIB);
     DMM_OK_OR_FAIL(dmm_device_graph_reserve(f->c, 4 * MIB, f->s1));
     void *g = capture_malloc(f, 78, 1 * MIB);
-    DMM_OK_OR_FAIL(dmm_device_free(f->c, g, 1 * MIB, f->s1));
+    DMM_OK_OR_FAIL(dmm_device_free(f->c, g, f->s1));
     DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, true));
     DMM_OK_OR_FAIL(dmm_device_graph_release(f->c, 78, f->s1));
     DMM_OK_OR_FAIL(dmm_device_empty_cache(f->c, NULL)); /* the empty tag segment and B: queued */
@@ -162,9 +162,9 @@ static void run_loss(int variant, bool confirm_on_arena) {
     size_t need = 0;
     DMM_OK_OR_FAIL(dmm_device_stats_json(f.c, buf, sizeof buf, &need)); /* stats still answer */
     /* frees are bookkeeping: a pool block, the resident tag's block, the capture's block */
-    DMM_OK_OR_FAIL(dmm_device_free(f.c, f.pool[0], 2 * MIB, f.s1));
-    DMM_OK_OR_FAIL(dmm_device_free(f.c, f.res, 2 * MIB, f.s1));
-    DMM_OK_OR_FAIL(dmm_device_free(f.c, f.gblk, 1 * MIB, f.s1));
+    DMM_OK_OR_FAIL(dmm_device_free(f.c, f.pool[0], f.s1));
+    DMM_OK_OR_FAIL(dmm_device_free(f.c, f.res, f.s1));
+    DMM_OK_OR_FAIL(dmm_device_free(f.c, f.gblk, f.s1));
     /* destroy before the confirmation: refused, nothing changed */
     assert_int_equal(dmm_device_destroy(f.c), DMM_ERR_DEVICE_LOST);
     dmm_test_error_mentions("destroy", "lost", "confirm", "nothing changed", NULL);
@@ -186,7 +186,7 @@ static void run_loss(int variant, bool confirm_on_arena) {
         assert_int_equal(t->failure, DMM_ERR_DEVICE_LOST);
         expect_lost(dmm_device_restore(f.c, OFF, f.s1), "restore after the confirmation");
         expect_lost(dmm_device_poll(f.c, NULL), "poll after the confirmation");
-        DMM_OK_OR_FAIL(dmm_device_free(f.c, f.off[0], 1 * MIB, f.s1)); /* still bookkeeping */
+        DMM_OK_OR_FAIL(dmm_device_free(f.c, f.off[0], f.s1)); /* still bookkeeping */
     }
     calls_unchanged(&f, calls, "the confirmation");
     /* destroy: with blocks still live (a pool block, two of the offloaded tag's) */
@@ -232,11 +232,11 @@ static void no_loss_no_confirmation(void **state) {
     DMM_OK_OR_FAIL(dmm_device_offload_wait(f.c, OFF));
     DMM_OK_OR_FAIL(dmm_device_restore(f.c, OFF, f.s1));
     DMM_OK_OR_FAIL(dmm_device_graph_release(f.c, 77, f.s1));
-    DMM_OK_OR_FAIL(dmm_device_free(f.c, f.pool[0], 2 * MIB, f.s1));
-    DMM_OK_OR_FAIL(dmm_device_free(f.c, f.pool[1], 5000, f.s1));
-    for (int i = 0; i < 3; i++) DMM_OK_OR_FAIL(dmm_device_free(f.c, f.off[i], 1, f.s1));
-    DMM_OK_OR_FAIL(dmm_device_free(f.c, f.res, 2 * MIB, f.s1));
-    DMM_OK_OR_FAIL(dmm_device_free(f.c, f.gblk, 1 * MIB, f.s1));
+    DMM_OK_OR_FAIL(dmm_device_free(f.c, f.pool[0], f.s1));
+    DMM_OK_OR_FAIL(dmm_device_free(f.c, f.pool[1], f.s1));
+    for (int i = 0; i < 3; i++) DMM_OK_OR_FAIL(dmm_device_free(f.c, f.off[i], f.s1));
+    DMM_OK_OR_FAIL(dmm_device_free(f.c, f.res, f.s1));
+    DMM_OK_OR_FAIL(dmm_device_free(f.c, f.gblk, f.s1));
     DMM_OK_OR_FAIL(dmm_device_empty_cache(f.c, NULL));
     DMM_OK_OR_FAIL(dmm_device_poll(f.c, NULL));
     DMM_OK_OR_FAIL(dmm_device_destroy(f.c));

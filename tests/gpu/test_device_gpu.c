@@ -62,8 +62,8 @@ static void blocks_on_two_streams(void **state) {
     kit_expect(g_cuda, (uintptr_t)a, pa, 3 * MIB, "the block on stream 1");
     kit_expect(g_cuda, (uintptr_t)b, pb, 5 * MIB, "the block on stream 2");
     DMM_OK_OR_FAIL(dmm_device_record_stream(a, f.s2)); /* used on s2 too: s1 is ordered after s2 at its free */
-    DMM_OK_OR_FAIL(dmm_device_free(f.dev, a, 3 * MIB, f.s1));
-    DMM_OK_OR_FAIL(dmm_device_free(f.dev, b, 5 * MIB, f.s2));
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, a, f.s1));
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, b, f.s2));
     free(pa);
     free(pb);
     fx_close(&f);
@@ -89,7 +89,7 @@ static void a_tag_sleeps_in_pinned_memory_and_wakes_with_its_bytes(void **state)
     for (int i = 0; i < 2; i++) kit_expect(g_cuda, (uintptr_t)w[i], pat[i], 16 * MIB, "a woken tag block");
     DMM_OK_OR_FAIL(dmm_device_release_host(f.dev, "weights"));
     for (int i = 0; i < 2; i++) {
-        DMM_OK_OR_FAIL(dmm_device_free(f.dev, w[i], 16 * MIB, f.s1));
+        DMM_OK_OR_FAIL(dmm_device_free(f.dev, w[i], f.s1));
         free(pat[i]);
     }
     fx_close(&f);
@@ -111,7 +111,7 @@ static void a_discarded_tag_wakes_writable(void **state) {
     kit_put(g_cuda, (uintptr_t)kv, p, 8 * MIB); /* mapped again at the same address */
     kit_expect(g_cuda, (uintptr_t)kv, p, 8 * MIB, "the woken discarded block");
     free(p);
-    DMM_OK_OR_FAIL(dmm_device_free(f.dev, kv, 8 * MIB, f.s1));
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, kv, f.s1));
     fx_close(&f);
 }
 

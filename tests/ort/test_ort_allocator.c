@@ -195,8 +195,9 @@ static void two_sessions_and_another_pool_share_one_governor(void **state) {
     dmm_ort_allocator *as[2] = {a1, a2};
     for (int i = 0; i < 2; i++) {
         dmm_ort_stats st = kit_stats(as[i]);
-        assert_int_equal(lease_owned(g, as[i]->pools[DMM_ORT_POOL_WEIGHTS].lease), st.weights.physical_bytes.current);
-        assert_int_equal(lease_owned(g, as[i]->pools[DMM_ORT_POOL_RUN].lease), st.run.physical_bytes.current);
+        dmm_device **d = as[i]->devices;
+        assert_int_equal(lease_owned(g, dmm_device_lease(d[DMM_ORT_POOL_WEIGHTS])), st.weights.physical_bytes.current);
+        assert_int_equal(lease_owned(g, dmm_device_lease(d[DMM_ORT_POOL_RUN])), st.run.physical_bytes.current);
         assert_true(st.weights.physical_bytes.current > 0);
     }
     char json[8192];

@@ -19,8 +19,8 @@ static void census_equals_stats(dmm_driver *fault, dmm_governor *g, dmm_ort_allo
     assert_int_equal(tu.used[DMM_AXIS_OWNED], c.handle_bytes);
     assert_int_equal((uint64_t)st.weights.physical_bytes.current + (uint64_t)st.run.physical_bytes.current,
                      c.handle_bytes);
-    DMM_OK_OR_FAIL(dmm_pool_check(a->pools[DMM_ORT_POOL_WEIGHTS].pool));
-    DMM_OK_OR_FAIL(dmm_pool_check(a->pools[DMM_ORT_POOL_RUN].pool));
+    DMM_OK_OR_FAIL(dmm_pool_check(dmm_device_pool(a->devices[DMM_ORT_POOL_WEIGHTS])));
+    DMM_OK_OR_FAIL(dmm_pool_check(dmm_device_pool(a->devices[DMM_ORT_POOL_RUN])));
 }
 
 static void every_step_is_honest_under_injected_faults(void **state) {

@@ -44,7 +44,7 @@ static void a_session_with_env_allocators_runs_through_dmm(void **state) {
     assert_true(created.reserves >= 2); /* W0, W1 at least */
     assert_true((uint64_t)created.weights.allocated_bytes.current >= init_bytes);
     uint64_t w_owned = 0;
-    DMM_OK_OR_FAIL(dmm_lease_usage(w.g, a->pools[DMM_ORT_POOL_WEIGHTS].lease, &w_owned, NULL));
+    DMM_OK_OR_FAIL(dmm_lease_usage(w.g, dmm_device_lease(a->devices[DMM_ORT_POOL_WEIGHTS]), &w_owned, NULL));
     assert_true(w_owned >= init_bytes);
 
     for (int r = 0; r < 3; r++) {

@@ -45,7 +45,7 @@ static void *work(void *u) {
     for (int i = 0; i < ROUNDS; i++) {
         int k = (int)(rand_r(&w->seed) % SLOTS);
         if (p[k] != NULL) {
-            if (dmm_device_free(w->sh->c, p[k], sz[k], w->stream) != DMM_OK)
+            if (dmm_device_free(w->sh->c, p[k], w->stream) != DMM_OK)
                 dmm_atomic_add_seq_cst(&w->sh->failures, 1);
             p[k] = NULL;
         } else {
@@ -56,7 +56,7 @@ static void *work(void *u) {
         }
     }
     for (int k = 0; k < SLOTS; k++)
-        if (p[k] != NULL && dmm_device_free(w->sh->c, p[k], sz[k], w->stream) != DMM_OK)
+        if (p[k] != NULL && dmm_device_free(w->sh->c, p[k], w->stream) != DMM_OK)
             dmm_atomic_add_seq_cst(&w->sh->failures, 1);
     if (w->tagged) (void)dmm_device_tag_end();
     return NULL;

@@ -2,7 +2,8 @@
  * through its public header only, as an adapter would use it: blocks on two streams; a tag put to
  * sleep and woken with its contents kept, at the same addresses; a tag discarded and woken (mapped
  * again, writable); a graph-capture pool (a capture served from memory mapped before it, with no
- * driver call); a region exported by another process, received over a socket and imported.
+ * driver call); a region exported by another process, received over a socket and imported; two
+ * devices under one holder of the caller's, whose reclaim a malloc short of budget asks.
  *
  * The device runs over the fault driver over the host driver: the fault driver is transparent here but
  * for its capture switch (dmm_fault_capture) and its call counters. Every test ends with the device
@@ -89,13 +90,19 @@ static void blocks_on_two_streams(void **state) {
     fill(a, 3 * MIB, 1);
     fill(b, 5 * MIB, 2);
     assert_true(same(a, 3 * MIB, 1) && same(b, 5 * MIB, 2));
-    assert_int_equal(stat_current(&f, "allocation"), 2);
-    assert_int_equal(stat_current(&f, "allocated_bytes"), 8 * MIB);
+    void *odd = NULL; /* 1000 bytes: 1024 allocated (torch's rounding to 512), 1000 requested */
+    DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, 1000, f.s1, &odd));
+    assert_int_equal(stat_current(&f, "allocation"), 3);
+    assert_int_equal(stat_current(&f, "allocated_bytes"), 8 * MIB + 1024);
+    assert_int_equal(stat_current(&f, "requested_bytes"), 8 * MIB + 1000);
     DMM_OK_OR_FAIL(dmm_device_record_stream(a, f.s2)); /* used on s2 too: handed out again after s2's work */
-    DMM_OK_OR_FAIL(dmm_device_free(f.dev, a, 3 * MIB, f.s1));
-    DMM_OK_OR_FAIL(dmm_device_free(f.dev, b, 5 * MIB, f.s2));
-    assert_int_equal(dmm_device_free(f.dev, b, 5 * MIB, f.s2), DMM_ERR_UNKNOWN_ALLOCATION); /* twice: refused */
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, a, f.s1)); /* the device knows each block's size */
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, b, f.s2));
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, odd, f.s2)); /* on another stream than its own */
+    assert_int_equal(dmm_device_free(f.dev, b, f.s2), DMM_ERR_UNKNOWN_ALLOCATION); /* twice: refused */
     assert_int_equal(stat_current(&f, "allocation"), 0);
+    assert_int_equal(stat_current(&f, "allocated_bytes"), 0);
+    assert_int_equal(stat_current(&f, "requested_bytes"), 0);
     DMM_OK_OR_FAIL(dmm_device_empty_cache(f.dev, NULL));
     fx_close(&f);
 }
@@ -119,7 +126,7 @@ static void a_tag_sleeps_and_wakes_with_its_contents(void **state) {
     DMM_OK_OR_FAIL(dmm_device_restore(f.dev, "weights", f.s1));
     for (int i = 0; i < 3; i++) assert_true(same(w[i], 4 * MIB, 10u + (unsigned)i)); /* same addresses, same bytes */
     DMM_OK_OR_FAIL(dmm_device_release_host(f.dev, "weights"));
-    for (int i = 0; i < 3; i++) DMM_OK_OR_FAIL(dmm_device_free(f.dev, w[i], 4 * MIB, f.s1));
+    for (int i = 0; i < 3; i++) DMM_OK_OR_FAIL(dmm_device_free(f.dev, w[i], f.s1));
     DMM_OK_OR_FAIL(dmm_device_empty_cache(f.dev, NULL));
     assert_int_equal(dmm_fault_calls(f.fault, DMM_OP_HOST_FREE), dmm_fault_calls(f.fault, DMM_OP_HOST_ALLOC));
     fx_close(&f);
@@ -147,7 +154,7 @@ static void a_discarded_tag_wakes_mapped_and_writable(void **state) {
     DMM_OK_OR_FAIL(dmm_device_restore(f.dev, "kv", f.s1));
     fill(kv, 6 * MIB, 4); /* mapped again at the same address: writable, contents undefined until written */
     assert_true(same(kv, 6 * MIB, 4));
-    DMM_OK_OR_FAIL(dmm_device_free(f.dev, kv, 6 * MIB, f.s1));
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, kv, f.s1));
     DMM_OK_OR_FAIL(dmm_device_empty_cache(f.dev, NULL));
     fx_close(&f);
 }
@@ -175,12 +182,12 @@ static void a_capture_is_served_from_its_pool_without_a_driver_call(void **state
     DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, 1 * MIB, f.s2, &g1));
     DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, 2 * MIB, f.s2, &g2));
     fill(g1, 1 * MIB, 5);
-    DMM_OK_OR_FAIL(dmm_device_free(f.dev, g2, 2 * MIB, f.s2));
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, g2, f.s2));
     assert_int_equal(dmm_fault_calls(f.fault, DMM_OP_ANY), calls);
     DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, NULL, 0));
     /* the graph goes: its memory is reusable once its last block is freed */
     DMM_OK_OR_FAIL(dmm_device_graph_release(f.dev, 7, f.s2));
-    DMM_OK_OR_FAIL(dmm_device_free(f.dev, g1, 1 * MIB, f.s2));
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, g1, f.s2));
     DMM_OK_OR_FAIL(dmm_device_empty_cache(f.dev, NULL));
     fx_close(&f);
 }
@@ -248,13 +255,89 @@ static void a_region_of_another_process_is_imported(void **state) {
     fx_close(&f);
 }
 
+/* The holder of two devices (an adapter's, as ONNX Runtime's): its reclaim trims both devices' pools. */
+typedef struct two_devices {
+    dmm_device *d[2];
+    int asked;
+} two_devices;
+
+static uint64_t trim_both(void *user, dmm_device_id device, dmm_reclaim_step step, uint64_t wanted) {
+    (void)device;
+    (void)wanted;
+    two_devices *t = user;
+    t->asked++;
+    uint64_t total = 0;
+    for (int i = 0; i < 2 && step == DMM_RECLAIM_CACHED; i++) {
+        uint64_t r = 0;
+        if (t->d[i] != NULL && dmm_pool_trim(dmm_device_pool(t->d[i]), 0, &r) == DMM_OK) total += r;
+    }
+    return total;
+}
+
+/* Two devices under one holder of the caller's, each with its role and no counts of its own: a pointer
+ * is the device's whose address space holds it; each lease holds what its pool maps; a malloc of one
+ * that the limit refuses while the other caches memory climbs the ladder to the holder's reclaim (which
+ * the governor never asks of the holder that is charging), and is served after it. */
+static void two_devices_share_a_holder_and_its_reclaim(void **state) {
+    (void)state;
+    dmm_driver *host = NULL;
+    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &host));
+    dmm_governor *gov = NULL;
+    DMM_OK_OR_FAIL(dmm_governor_create(NULL, &gov));
+    two_devices t = {{NULL, NULL}, 0};
+    dmm_holder_config hc = {sizeof hc, "adapter", 0, trim_both, &t};
+    dmm_holder *holder = NULL;
+    DMM_OK_OR_FAIL(dmm_governor_holder_register(gov, &hc, &holder));
+    const dmm_role roles[2] = {DMM_ROLE_WEIGHTS, DMM_ROLE_ACTIVATION};
+    for (int i = 0; i < 2; i++) {
+        dmm_device_config cfg = {.size = sizeof cfg, .pool_va_bytes = 256 * MIB, .cache_limit_bytes = UINT64_MAX,
+                                 .max_chunk_bytes = UINT64_MAX, .holder = holder, .role_given = true,
+                                 .role = roles[i], .pool_counts_only = true};
+        DMM_OK_OR_FAIL(dmm_device_create(host, gov, &cfg, &t.d[i]));
+    }
+    void *w = NULL, *r = NULL;
+    DMM_OK_OR_FAIL(dmm_device_malloc(t.d[0], 24 * MIB, NULL, &w));
+    assert_true(dmm_device_contains(t.d[0], w) && !dmm_device_contains(t.d[1], w));
+    DMM_OK_OR_FAIL(dmm_device_free(t.d[0], w, NULL)); /* 24 MiB stay mapped in the weights pool */
+    uint64_t owned = 0;
+    DMM_OK_OR_FAIL(dmm_lease_usage(gov, dmm_device_lease(t.d[0]), &owned, NULL));
+    assert_true(owned >= 24 * MIB);
+
+    /* the tier's limit leaves 16 MiB beside the weights pool's cache: 32 MiB for activations fit only
+     * once the holder's reclaim gave the cache back */
+    DMM_OK_OR_FAIL(dmm_governor_set_limit(gov, host->device, DMM_AXIS_OWNED, owned + 16 * MIB));
+    DMM_OK_OR_FAIL(dmm_device_malloc(t.d[1], 32 * MIB, NULL, &r));
+    assert_true(t.asked >= 1);
+    assert_true(dmm_device_contains(t.d[1], r) && !dmm_device_contains(t.d[0], r));
+    DMM_OK_OR_FAIL(dmm_lease_usage(gov, dmm_device_lease(t.d[0]), &owned, NULL));
+    assert_int_equal(owned, 0);
+    DMM_OK_OR_FAIL(dmm_lease_usage(gov, dmm_device_lease(t.d[1]), &owned, NULL));
+    assert_true(owned >= 32 * MIB);
+
+    /* no counts of its own: the pool counts the block, and destroy sees it live */
+    dmm_pool_stats ps = {.size = sizeof ps};
+    DMM_OK_OR_FAIL(dmm_pool_stats_get(dmm_device_pool(t.d[1]), &ps));
+    assert_int_equal(ps.allocations.current, 1);
+    assert_int_equal(dmm_device_destroy(t.d[1]), DMM_ERR_BUSY); /* seen before anything is taken down */
+    dmm_test_error_mentions("dmm device: device 0 still has 1 live block", "nothing changed", NULL);
+    DMM_OK_OR_FAIL(dmm_device_free(t.d[1], r, NULL));
+    for (int i = 0; i < 2; i++) {
+        DMM_OK_OR_FAIL(dmm_device_destroy(t.d[i]));
+        t.d[i] = NULL;
+    }
+    DMM_OK_OR_FAIL(dmm_governor_holder_unregister(holder)); /* the caller's: the devices left it registered */
+    DMM_OK_OR_FAIL(dmm_governor_destroy(gov));
+    dmm_test_census_zero(host);
+    dmm_driver_destroy(host);
+}
+
 /* Bad input gets a sentence and changes nothing: a NULL device or output, a config from no version. */
 static void bad_input_is_refused_with_a_sentence(void **state) {
     (void)state;
     void *p = NULL;
     assert_int_equal(dmm_device_malloc(NULL, 64, NULL, &p), DMM_ERR_INVALID_ARGUMENT);
     dmm_test_error_mentions("dmm_device_malloc", "NULL", NULL);
-    assert_int_equal(dmm_device_free(NULL, &p, 64, NULL), DMM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(dmm_device_free(NULL, &p, NULL), DMM_ERR_INVALID_ARGUMENT);
     assert_int_equal(dmm_device_offload(NULL, "w", DMM_DEVICE_TO_HOST, NULL), DMM_ERR_INVALID_ARGUMENT);
     assert_int_equal(dmm_device_stats_json(NULL, NULL, 0, NULL), DMM_ERR_INVALID_ARGUMENT);
     assert_null(dmm_device_pool(NULL));
@@ -280,6 +363,7 @@ int main(void) {
         cmocka_unit_test(a_discarded_tag_wakes_mapped_and_writable),
         cmocka_unit_test(a_capture_is_served_from_its_pool_without_a_driver_call),
         cmocka_unit_test(a_region_of_another_process_is_imported),
+        cmocka_unit_test(two_devices_share_a_holder_and_its_reclaim),
         cmocka_unit_test(bad_input_is_refused_with_a_sentence),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

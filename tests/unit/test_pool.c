@@ -371,6 +371,31 @@ static void unknown_and_double_frees_change_nothing(void **state) {
     fx_close(f);
 }
 
+/* dmm_pool_free_requested tells the bytes asked for at the block's malloc, on every way a free goes:
+ * parked at once, too big to park, on another stream; a refused free leaves *requested alone. */
+static void a_free_tells_what_was_requested(void **state) {
+    (void)state;
+    fx *f = fx_open(NULL, 4 * C);
+    dmm_stream a = NULL;
+    DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &a));
+    const size_t sizes[3] = {1000, 3 * MIB + 7, 64 * MIB - 1};
+    for (int i = 0; i < 3; i++) {
+        for (int other = 0; other < 2; other++) {
+            void *p = xmalloc(f, sizes[i], NULL);
+            uint64_t req = 0;
+            DMM_OK_OR_FAIL(dmm_pool_free_requested(f->pool, p, other ? a : NULL, &req));
+            assert_int_equal(req, sizes[i]);
+        }
+    }
+    int local = 0;
+    uint64_t req = 42;
+    assert_int_equal(dmm_pool_free_requested(f->pool, &local, NULL, &req), DMM_ERR_UNKNOWN_ALLOCATION);
+    assert_int_equal(req, 42);
+    DMM_OK_OR_FAIL(dmm_pool_trim(f->pool, UINT64_MAX, NULL)); /* the cross-stream frees' events */
+    assert_int_equal(stats(f).allocations.current, 0);
+    fx_close(f);
+}
+
 static void destroy_is_refused_while_blocks_are_live(void **state) {
     (void)state;
     fx *f = fx_open(NULL, 0);
@@ -1107,6 +1132,7 @@ int main(void) {
         cmocka_unit_test(a_divisor_cuts_handles_no_smaller_than_the_floor),
         cmocka_unit_test(a_floor_divisor_raises_the_floor_with_the_live_peak),
         cmocka_unit_test(unknown_and_double_frees_change_nothing),
+        cmocka_unit_test(a_free_tells_what_was_requested),
         cmocka_unit_test(destroy_is_refused_while_blocks_are_live),
         cmocka_unit_test(trim_decommits_whole_free_chunks_down_to_the_target),
         cmocka_unit_test(the_pool_says_what_it_mapped),

@@ -49,7 +49,7 @@ static void fx_close(fx *f) {
 }
 
 static void *xmalloc(fx *f, size_t bytes, dmm_stream s) { return kit_torch_malloc(f, bytes, s); }
-static void xfree(fx *f, void *p, size_t bytes, dmm_stream s) { kit_torch_free(f, p, bytes, s); }
+static void xfree(fx *f, void *p, dmm_stream s) { kit_torch_free(f, p, s); }
 
 static bool in_pool(fx *f, void *p) {
     size_t n = 0;
@@ -97,18 +97,18 @@ static void routing_and_stats(void **state) {
     assert_int_equal(ps.allocated_bytes.current, dmm_atomic_load_relaxed(&f->c->alloc_bytes.cur)); /* the pool agrees */
     assert_int_equal(dmm__device_mapped(f->c), ps.committed_bytes.current);  /* committed = what the hook saw */
     assert_non_null(strstr(stats(f), "\"allocated_bytes\":{\"current\":3146752,\"peak\":3146752"));
-    xfree(f, b, 3 * MIB, f->s1);
+    xfree(f, b, f->s1);
     assert_int_equal(dmm_atomic_load_relaxed(&f->c->alloc_bytes.peak), 1024 + 3 * MIB);
     DMM_OK_OR_FAIL(dmm_device_reset_peaks(f->c));
     assert_int_equal(dmm_atomic_load_relaxed(&f->c->alloc_bytes.peak), 1024);
     /* a pointer of nobody's is refused, changing nothing */
     char local[16];
-    assert_int_equal(dmm_device_free(f->c, local, 16, f->s1), DMM_ERR_UNKNOWN_ALLOCATION);
+    assert_int_equal(dmm_device_free(f->c, local, f->s1), DMM_ERR_UNKNOWN_ALLOCATION);
     dmm_test_error_mentions("not a live allocation", NULL);
     assert_int_equal(dmm_atomic_load_relaxed(&f->c->blocks.cur), 1);
     /* destroy is refused while a block is live */
     assert_int_equal(dmm_device_destroy(f->c), DMM_ERR_BUSY);
-    xfree(f, a, 1000, f->s1);
+    xfree(f, a, f->s1);
     fx_close(f);
 }
 
@@ -179,8 +179,8 @@ static void tags_offload_restore(void **state) {
     char addr[64];
     snprintf(addr, sizeof addr, "[%llu,%llu,%llu]", (unsigned long long)(uintptr_t)w[2], 5120ull, 5000ull);
     assert_non_null(strstr(snap, addr));
-    for (int i = 0; i < 3; i++) xfree(f, w[i], sz[i], f->s1);
-    xfree(f, act, 2 * MIB, f->s1);
+    for (int i = 0; i < 3; i++) xfree(f, w[i], f->s1);
+    xfree(f, act, f->s1);
     /* the emptied segment goes back at empty_cache */
     uint64_t released = 0;
     DMM_OK_OR_FAIL(dmm_device_empty_cache(f->c, &released));
@@ -223,9 +223,9 @@ static void assert_marked(const unsigned char *w, const size_t *at, int n, unsig
     for (int i = 0; i < n; i++) assert_int_equal(w[at[i]], mark0 + (unsigned)i);
 }
 
-/* Frees tag "big"'s block of n bytes and empties the cache (its segment goes back). */
-static void free_big(fx *f, void *w, size_t n) {
-    xfree(f, w, n, f->s1);
+/* Frees tag "big"'s block and empties the cache (its segment goes back). */
+static void free_big(fx *f, void *w) {
+    xfree(f, w, f->s1);
     DMM_OK_OR_FAIL(dmm_device_empty_cache(f->c, NULL));
 }
 
@@ -251,7 +251,7 @@ static void restore_in_pieces(void **state) {
     assert_int_equal(t->state, TAG_RESIDENT);
     assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_MAP) - maps0, 5);
     assert_marked(w, at, 5, 0xA0);
-    free_big(f, w, n);
+    free_big(f, w);
     fx_close(f);
 }
 
@@ -291,7 +291,7 @@ static void restore_intact_and_close(fx *f, const big_tag *b) {
     assert_int_equal(b->t->state, TAG_RESIDENT);
     assert_int_equal(census(f).mapped_bytes, b->mapped0);
     assert_true(fixture_intact(b));
-    free_big(f, b->w, b->n);
+    free_big(f, b->w);
     fx_close(f);
 }
 
@@ -390,7 +390,7 @@ static void restore_pieces_knob(void **state) {
     offload_big(f);
     restore_big_counting(f, t, 4, 17);
     assert_marked(w, at, 6, 0xB0);
-    free_big(f, w, n);
+    free_big(f, w);
     fx_close(f);
 }
 
@@ -413,7 +413,7 @@ static void restore_knobs_near_uint64_max(void **state) {
         restore_big_counting(f, t, 5, 5);
         assert_marked(w, at, 5, 0xC0);
     }
-    free_big(f, w, n);
+    free_big(f, w);
     fx_close(f);
 }
 
@@ -432,7 +432,7 @@ static void discard(void **state) {
     assert_int_equal(dmm_device_offload(f->c, "nope", DMM_DEVICE_TO_HOST, f->s1), DMM_ERR_INVALID_ARGUMENT);
     DMM_OK_OR_FAIL(dmm_device_restore(f->c, "kv", f->s1));
     memset(k, 1, 6 * MIB); /* mapped again */
-    xfree(f, k, 6 * MIB, f->s1);
+    xfree(f, k, f->s1);
     fx_close(f);
 }
 
@@ -440,7 +440,7 @@ static void capture_uses_reserved_memory_only(void **state) {
     (void)state;
     fx *f = fx_open(0);
     void *eager = xmalloc(f, 1 * MIB, f->s2); /* the capture stream's heap may exist already */
-    xfree(f, eager, 1 * MIB, f->s2);
+    xfree(f, eager, f->s2);
     kit_capture(f->fault, f->s2, 7);
     /* nothing reserved: refused with the remedy, and no driver call at all */
     uint64_t calls0 = dmm_fault_calls(f->drv, DMM_OP_ANY);
@@ -462,7 +462,7 @@ static void capture_uses_reserved_memory_only(void **state) {
     void *g1 = xmalloc(f, 1 * MIB, f->s2);
     void *g2 = xmalloc(f, 1 * MIB, f->s2);
     assert_false(in_pool(f, g1));
-    xfree(f, g2, 1 * MIB, f->s2);
+    xfree(f, g2, f->s2);
     void *g3 = xmalloc(f, 1 * MIB, f->s2); /* reused inside the same capture */
     assert_ptr_equal(g3, g2);
     assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_ANY), calls0); /* no map, no event, nothing */
@@ -471,22 +471,22 @@ static void capture_uses_reserved_memory_only(void **state) {
     kit_capture(f->fault, NULL, 0);
     void *e2 = xmalloc(f, 1 * MIB, f->s2);
     assert_true(in_pool(f, e2));
-    xfree(f, g3, 1 * MIB, f->s2);
+    xfree(f, g3, f->s2);
     kit_capture(f->fault, f->s2, 8); /* another capture cannot take graph 7's memory */
     assert_int_equal(dmm_device_malloc(f->c, 1 * MIB, f->s2, &p), DMM_ERR_OUT_OF_MEMORY);
     kit_capture(f->fault, NULL, 0);
     /* graph 7 is released: its segment is idle once its last block is freed and its event completed */
     DMM_OK_OR_FAIL(dmm_device_graph_release(f->c, 7, f->s2));
-    xfree(f, g1, 1 * MIB, f->s2);
+    xfree(f, g1, f->s2);
     DMM_OK_OR_FAIL(dmm_device_graph_reserve(f->c, 4 * MIB, f->s2)); /* sweeps: reuses the idle one */
     assert_int_equal(f->c->graphs->next, NULL);
     kit_capture(f->fault, f->s2, 8);
     void *g4 = xmalloc(f, 1 * MIB, f->s2);
     assert_false(in_pool(f, g4));
-    xfree(f, g4, 1 * MIB, f->s2);
+    xfree(f, g4, f->s2);
     kit_capture(f->fault, NULL, 0);
     DMM_OK_OR_FAIL(dmm_device_graph_release(f->c, 8, f->s2));
-    xfree(f, e2, 1 * MIB, f->s2);
+    xfree(f, e2, f->s2);
     uint64_t released = 0;
     DMM_OK_OR_FAIL(dmm_device_empty_cache(f->c, &released));
     assert_null(f->c->graphs); /* taken by a capture and released: not reserved any more */
@@ -508,14 +508,14 @@ static void budget_refuses_and_recovers(void **state) {
     assert_int_equal(dmm_atomic_load_relaxed(&f->c->ooms), 1);
     assert_int_equal(dmm_atomic_load_relaxed(&f->c->retries), 1);
     assert_non_null(strstr(stats(f), "\"limit\":8388608"));
-    xfree(f, a, 6 * MIB, f->s1);
+    xfree(f, a, f->s1);
     b = xmalloc(f, 4 * MIB, f->s1);
     /* a tagged allocation is under the same budget */
     DMM_OK_OR_FAIL(dmm_device_tag_begin("weights"));
     void *w = NULL;
     assert_int_equal(dmm_device_malloc(f->c, 6 * MIB, f->s1, &w), DMM_ERR_BUDGET);
     DMM_OK_OR_FAIL(dmm_device_tag_end());
-    xfree(f, b, 4 * MIB, f->s1);
+    xfree(f, b, f->s1);
     DMM_OK_OR_FAIL(dmm_device_set_limit(f->c, 0));
     assert_non_null(strstr(stats(f), "\"limit\":null"));
     DMM_OK_OR_FAIL(dmm_device_empty_cache(f->c, NULL));
@@ -576,10 +576,10 @@ static void a_leaked_tag_growth_is_not_retried(void **state) {
         DMM_OK_OR_FAIL(dmm_device_tag_end());
         for (int i = 0; i < 4; i++) assert_true(same(q[i], 3 * MIB, (unsigned)i + 20));
         assert_int_equal(census(f).mapped_bytes, dmm__device_mapped(f->c));
-        for (int i = 0; i < 4; i++) xfree(f, q[i], 3 * MIB, f->s1);
+        for (int i = 0; i < 4; i++) xfree(f, q[i], f->s1);
         if (live) {
-            xfree(f, small, 100 * KIB, f->s1);
-            xfree(f, w, 1 * MIB, f->s1);
+            xfree(f, small, f->s1);
+            xfree(f, w, f->s1);
         }
         /* the segments, the poisoned one too, go back once empty */
         DMM_OK_OR_FAIL(dmm_device_empty_cache(f->c, NULL));
@@ -601,7 +601,7 @@ static void a_refused_free_keeps_the_block_s_streams(void **state) {
     void *q = xmalloc(f, 64 * KIB, f->s1);
     DMM_OK_OR_FAIL(dmm_device_record_stream(q, f->s2));
     DMM_OK_OR_FAIL(dmm_fault_plan(f->drv, DMM_OP_EVENT_RECORD, 1, UINT32_MAX, DMM_ERR_DRIVER));
-    assert_int_not_equal(dmm_device_free(f->c, q, 64 * KIB, f->s1), DMM_OK);
+    assert_int_not_equal(dmm_device_free(f->c, q, f->s1), DMM_OK);
     DMM_OK_OR_FAIL(dmm_fault_clear(f->drv));
     dmm_stream *uses = NULL;
     size_t n = 0;
@@ -609,7 +609,7 @@ static void a_refused_free_keeps_the_block_s_streams(void **state) {
     assert_int_equal(n, 1);
     assert_ptr_equal(uses[0], f->s2);
     free(uses);
-    xfree(f, q, 64 * KIB, f->s1);
+    xfree(f, q, f->s1);
     fx_close(f);
 }
 
@@ -680,7 +680,7 @@ static void record_stream_holds_a_block_back(void **state) {
     /* the control: without a recorded use, a block freed on its own stream comes straight back */
     void *p = xmalloc(f, 64 * KIB, f->s1);
     DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, true));
-    xfree(f, p, 64 * KIB, f->s1);
+    xfree(f, p, f->s1);
     void *q = xmalloc(f, 64 * KIB, f->s1);
     assert_ptr_equal(q, p);
     /* used on s2 too: freed on s1, it waits for s2's event, and the next malloc gets another block */
@@ -688,7 +688,7 @@ static void record_stream_holds_a_block_back(void **state) {
     DMM_OK_OR_FAIL(dmm_device_record_stream(q, f->s2)); /* a repeat changes nothing */
     DMM_OK_OR_FAIL(dmm_device_record_stream(q, f->s1)); /* nor the block's own stream */
     uint64_t cross0 = cross_stream_frees(f), syncs0 = dmm_fault_calls(f->drv, DMM_OP_STREAM_SYNCHRONIZE);
-    xfree(f, q, 64 * KIB, f->s1);
+    xfree(f, q, f->s1);
     assert_int_equal(cross_stream_frees(f), cross0 + 1);
     void *r = xmalloc(f, 64 * KIB, f->s1);
     assert_ptr_not_equal(r, q);
@@ -703,7 +703,7 @@ static void record_stream_holds_a_block_back(void **state) {
     uint64_t waits0 = dmm_fault_calls(f->drv, DMM_OP_STREAM_WAIT_EVENT);
     DMM_OK_OR_FAIL(dmm_device_record_stream(r, f->s2));
     DMM_OK_OR_FAIL(dmm_device_record_stream(r, NULL));
-    xfree(f, r, 64 * KIB, f->s1);
+    xfree(f, r, f->s1);
     assert_int_equal(cross_stream_frees(f), cross0 + 2);
     assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_STREAM_WAIT_EVENT), waits0 + 1);
     assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_STREAM_SYNCHRONIZE), syncs0);
@@ -713,7 +713,7 @@ static void record_stream_holds_a_block_back(void **state) {
     DMM_OK_OR_FAIL(dmm_device_tag_end());
     DMM_OK_OR_FAIL(dmm_device_record_stream(t, f->s2));
     DMM_OK_OR_FAIL(dmm_fault_plan(f->drv, DMM_OP_STREAM_WAIT_EVENT, 1, 1, DMM_ERR_DRIVER));
-    xfree(f, t, 64 * KIB, f->s1);
+    xfree(f, t, f->s1);
     assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_STREAM_WAIT_EVENT), waits0 + 2);
     assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_STREAM_SYNCHRONIZE), syncs0 + 1);
     DMM_OK_OR_FAIL(dmm_fault_clear(f->drv));
@@ -729,7 +729,7 @@ static void empty_cache_trims(void **state) {
     void *p[16];
     for (int i = 0; i < 16; i++) p[i] = xmalloc(f, (size_t)(i + 1) * 300 * KIB, i % 2 ? f->s1 : f->s2);
     void *keep = xmalloc(f, 100, f->s1);
-    for (int i = 0; i < 16; i++) xfree(f, p[i], (size_t)(i + 1) * 300 * KIB, i % 2 ? f->s1 : f->s2);
+    for (int i = 0; i < 16; i++) xfree(f, p[i], i % 2 ? f->s1 : f->s2);
     assert_true(dmm__device_mapped(f->c) > 8 * MIB);
     uint64_t released = 0;
     DMM_OK_OR_FAIL(dmm_device_empty_cache(f->c, &released));
@@ -738,7 +738,7 @@ static void empty_cache_trims(void **state) {
     uint64_t left = dmm__device_mapped(f->c);
     assert_true(left >= 2 * MIB && left <= 8 * MIB && left % (2 * MIB) == 0);
     assert_int_equal(dmm__device_owned(f->c), left); /* the handle cache was drained too */
-    xfree(f, keep, 100, f->s1);
+    xfree(f, keep, f->s1);
     fx_close(f);
 }
 
@@ -753,7 +753,7 @@ static void empty_cache_counts_queued_segments(void **state) {
     DMM_OK_OR_FAIL(dmm_device_tag_end());
     device_tag *t = &f->c->tags[dmm__device_tag_find("queued-release")];
     uint64_t committed = t->segs->seg.committed;
-    xfree(f, w, 3 * MIB, f->s1);
+    xfree(f, w, f->s1);
     uint64_t mapped0 = census(f).mapped_bytes;
     DMM_OK_OR_FAIL(dmm_fault_hold_events(f->drv, true));
     uint64_t released = 0;
@@ -803,7 +803,7 @@ static void tag_names_are_escaped_in_json(void **state) {
     DMM_OK_OR_FAIL(dmm_device_snapshot_json(f->c, snap, sizeof snap, &need));
     assert_non_null(strstr(snap, want));
     assert_int_equal(need, strlen(snap));
-    xfree(f, p, 4096, f->s1);
+    xfree(f, p, f->s1);
     DMM_OK_OR_FAIL(dmm_device_empty_cache(f->c, NULL));
     fx_close(f);
 }

@@ -51,7 +51,7 @@ static void fx_close(fx *f) {
 }
 
 static void *xmalloc(fx *f, size_t bytes, dmm_stream s) { return kit_torch_malloc(&f->base, bytes, s); }
-static void xfree(fx *f, void *p, size_t bytes, dmm_stream s) { kit_torch_free(&f->base, p, bytes, s); }
+static void xfree(fx *f, void *p, dmm_stream s) { kit_torch_free(&f->base, p, s); }
 static dmm_device_record_stats stop(fx *f) { return kit_torch_record_stop(&f->base); }
 
 static void load(const char *path, dmm_trace *t) {
@@ -89,15 +89,15 @@ static void a_recording_replays_through_the_trace_reader(void **state) {
     void *w = xmalloc(f, 5000, NULL); /* 5120, in a tag segment */
     DMM_OK_OR_FAIL(dmm_device_tag_end());
     LIVE(5120);
-    xfree(f, c, (size_t)3 << 20, f->base.s2);
+    xfree(f, c, f->base.s2);
     LIVE(-(int64_t)(3u << 20));
-    xfree(f, a, 1000, NULL);
+    xfree(f, a, NULL);
     LIVE(-1024);
     void *a2 = xmalloc(f, 1000, NULL); /* the same size again: typically the same address, a new id */
     LIVE(1024);
-    xfree(f, b, 1, f->base.s1);
+    xfree(f, b, f->base.s1);
     LIVE(-512);
-    xfree(f, w, 5000, NULL);
+    xfree(f, w, NULL);
     LIVE(-5120);
     dmm_device_record_stats st = stop(f);
     assert_false(dmm__device_recording(f->base.c));
@@ -128,7 +128,7 @@ static void a_recording_replays_through_the_trace_reader(void **state) {
     assert_int_equal(t.ev[2].stream, 2);
     assert_int_equal(t.ev[3].bytes, 5120);
     dmm_trace_free(&t);
-    xfree(f, a2, 1000, NULL);
+    xfree(f, a2, NULL);
     fx_close(f);
 }
 
@@ -138,8 +138,8 @@ static void frees_of_blocks_from_before_the_recording_are_left_out(void **state)
     void *old = xmalloc(f, 4096, NULL);
     DMM_OK_OR_FAIL(dmm_device_record_start(f->base.c, f->path, NULL));
     void *p = xmalloc(f, 4096, f->base.s1);
-    xfree(f, old, 4096, NULL);
-    xfree(f, p, 4096, f->base.s1);
+    xfree(f, old, NULL);
+    xfree(f, p, f->base.s1);
     dmm_device_record_stats st = stop(f);
     assert_int_equal(st.allocations, 1);
     assert_int_equal(st.frees, 1);
@@ -152,7 +152,7 @@ static void frees_of_blocks_from_before_the_recording_are_left_out(void **state)
     dmm_trace_free(&t);
     /* stopped: the next malloc and free are not recorded, and stop again is refused */
     p = xmalloc(f, 512, NULL);
-    xfree(f, p, 512, NULL);
+    xfree(f, p, NULL);
     assert_int_equal(dmm_device_record_stop(f->base.c, NULL), DMM_ERR_INVALID_ARGUMENT);
     dmm_test_error_mentions("not recording", NULL);
     fx_close(f);
@@ -172,14 +172,14 @@ static void a_bad_path_fails_at_start_and_changes_nothing(void **state) {
     dmm_test_error_mentions("one line", NULL);
     assert_false(dmm__device_recording(f->base.c));
     void *p = xmalloc(f, 512, NULL);
-    xfree(f, p, 512, NULL);
+    xfree(f, p, NULL);
     /* a second start while one records is BUSY and keeps the first */
     DMM_OK_OR_FAIL(dmm_device_record_start(f->base.c, f->path, NULL));
     assert_int_equal(dmm_device_record_start(f->base.c, "/tmp/dmm-test-record-other.gz", NULL), DMM_ERR_BUSY);
     dmm_test_error_mentions("already recording", f->path, NULL);
     assert_int_equal(access("/tmp/dmm-test-record-other.gz", F_OK), -1);
     p = xmalloc(f, 512, NULL);
-    xfree(f, p, 512, NULL);
+    xfree(f, p, NULL);
     dmm_device_record_stats st = stop(f);
     assert_int_equal(st.allocations, 1);
     fx_close(f);
@@ -193,7 +193,7 @@ static void a_failing_disk_never_reaches_malloc_and_stop_says_so(void **state) {
     /* enough events to fill a buffer several times: every write fails, no malloc or free does */
     for (int i = 0; i < 200000; i++) {
         void *p = xmalloc(f, 512 + (size_t)(i % 64) * 512, i % 2 ? f->base.s1 : NULL);
-        xfree(f, p, 512, i % 2 ? f->base.s1 : NULL);
+        xfree(f, p, i % 2 ? f->base.s1 : NULL);
     }
     dmm_device_record_stats st;
     memset(&st, 0, sizeof st);
@@ -205,7 +205,7 @@ static void a_failing_disk_never_reaches_malloc_and_stop_says_so(void **state) {
     /* a fresh recording works afterwards */
     DMM_OK_OR_FAIL(dmm_device_record_start(f->base.c, f->path, NULL));
     void *p = xmalloc(f, 512, NULL);
-    xfree(f, p, 512, NULL);
+    xfree(f, p, NULL);
     st = stop(f);
     assert_int_equal(st.frees, 1);
     fx_close(f);
@@ -228,7 +228,7 @@ static void *work(void *u) {
     for (int i = 0; i < ROUNDS; i++) {
         int k = (int)(rand_r(&w->seed) % 8);
         if (held[k] != NULL) {
-            if (dmm_device_free(w->f->base.c, held[k], sizes[k], w->s) != DMM_OK) return (void *)1;
+            if (dmm_device_free(w->f->base.c, held[k], w->s) != DMM_OK) return (void *)1;
             held[k] = NULL;
         } else {
             sizes[k] = 512 + (size_t)(rand_r(&w->seed) % 256) * 512;
@@ -236,7 +236,7 @@ static void *work(void *u) {
         }
     }
     for (int k = 0; k < 8; k++)
-        if (held[k] != NULL && dmm_device_free(w->f->base.c, held[k], sizes[k], w->s) != DMM_OK) return (void *)1;
+        if (held[k] != NULL && dmm_device_free(w->f->base.c, held[k], w->s) != DMM_OK) return (void *)1;
     return NULL;
 }
 
@@ -275,7 +275,7 @@ static void destroy_stops_a_recording_still_on(void **state) {
     fx *f = fx_open();
     DMM_OK_OR_FAIL(dmm_device_record_start(f->base.c, f->path, NULL));
     void *p = xmalloc(f, 512, NULL);
-    xfree(f, p, 512, NULL);
+    xfree(f, p, NULL);
     DMM_OK_OR_FAIL(dmm_device_destroy(f->base.c)); /* the file is closed whole */
     f->base.c = NULL;
     dmm_trace t;

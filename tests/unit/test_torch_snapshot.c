@@ -46,7 +46,7 @@ static void fx_close(fx *f) {
 }
 
 static void *xmalloc(fx *f, size_t bytes, dmm_stream s) { return kit_torch_malloc(f, bytes, s); }
-static void xfree(fx *f, void *p, size_t bytes, dmm_stream s) { kit_torch_free(f, p, bytes, s); }
+static void xfree(fx *f, void *p, dmm_stream s) { kit_torch_free(f, p, s); }
 
 /* The pool's committed ranges against its own stats, and the table's blocks against both. */
 static void check_pool_layout(fx *f) {
@@ -91,7 +91,7 @@ static void the_pool_view_follows_growth_frees_trims_and_moves(void **state) {
     for (int round = 0; round < 300; round++) {
         int k = (int)(rand_r(&seed) % SLOTS);
         if (p[k] != NULL) {
-            xfree(f, p[k], sz[k], streams[st[k]]);
+            xfree(f, p[k], streams[st[k]]);
             p[k] = NULL;
         } else {
             /* small blocks and multi-granule ones, so that chunks are shared, freed whole and moved */
@@ -106,7 +106,7 @@ static void the_pool_view_follows_growth_frees_trims_and_moves(void **state) {
     dmm_pool_stats ps = dmm_test_pool_stats(f->c->pool);
     assert_true(ps.chunks_decommitted > 0); /* trims (and moves) happened: the decommit path was followed */
     for (int k = 0; k < SLOTS; k++)
-        if (p[k] != NULL) xfree(f, p[k], sz[k], streams[st[k]]);
+        if (p[k] != NULL) xfree(f, p[k], streams[st[k]]);
     check_pool_layout(f);
     fx_close(f);
 }
@@ -121,8 +121,8 @@ static void a_refused_free_leaves_the_table_and_the_trace_true(void **state) {
     void *r = xmalloc(f, 2048, f->s1);
     /* a free on another stream records an event; when that fails, the pool refuses and the block stays live */
     DMM_OK_OR_FAIL(dmm_fault_plan(f->drv, DMM_OP_EVENT_RECORD, 1, 2, DMM_ERR_DRIVER));
-    assert_int_equal(dmm_device_free(f->c, a, 4096, f->s2), DMM_ERR_DRIVER);
-    assert_int_equal(dmm_device_free(f->c, r, 2048, f->s2), DMM_ERR_DRIVER);
+    assert_int_equal(dmm_device_free(f->c, a, f->s2), DMM_ERR_DRIVER);
+    assert_int_equal(dmm_device_free(f->c, r, f->s2), DMM_ERR_DRIVER);
     DMM_OK_OR_FAIL(dmm_fault_clear(f->drv));
     check_pool_layout(f); /* the table still holds both */
     device_block b;
@@ -130,7 +130,7 @@ static void a_refused_free_leaves_the_table_and_the_trace_true(void **state) {
     assert_int_equal(b.len, 4096);
     assert_ptr_equal(b.stream, f->s1);
     dmm__device_blocks_add(f->c, a, b.len, b.req, b.stream);
-    xfree(f, r, 2048, f->s1);
+    xfree(f, r, f->s1);
     dmm_device_record_stats st = kit_torch_record_stop(f);
     /* r: allocated, freed (refused), allocated again under a new id, freed; a: from before, not in it */
     assert_int_equal(st.allocations, 2);
@@ -138,7 +138,7 @@ static void a_refused_free_leaves_the_table_and_the_trace_true(void **state) {
     assert_int_equal(st.untracked_frees, 1);
     assert_int_equal(st.live_bytes, 0);
     unlink(trace);
-    xfree(f, a, 4096, f->s1);
+    xfree(f, a, f->s1);
     check_pool_layout(f);
     fx_close(f);
 }
@@ -158,11 +158,11 @@ static void tracking_is_off_until_asked_and_counts_what_came_before(void **state
     js = snapshot_json(f);
     assert_non_null(strstr(js, "\"block_tracking\":true,\"pool_blocks_untracked\":1,"));
     free(js);
-    xfree(f, a, 4096, NULL); /* from before: not in the table, its free takes nothing */
+    xfree(f, a, NULL); /* from before: not in the table, its free takes nothing */
     js = snapshot_json(f);
     assert_non_null(strstr(js, "\"pool_blocks_untracked\":0,"));
     free(js);
-    xfree(f, b, 4096, NULL);
+    xfree(f, b, NULL);
     check_pool_layout(f);
     fx_close(f);
 }
@@ -183,14 +183,14 @@ static void the_snapshot_json_lays_out_pool_tags_and_graphs(void **state) {
     dmm_test_error_mentions("ask for fewer", NULL);
     DMM_OK_OR_FAIL(dmm_device_history(f->c, 4096));
     void *big = xmalloc(f, (size_t)8 << 20, NULL); /* mapped, freed and unmapped: map and unmap events */
-    xfree(f, big, (size_t)8 << 20, NULL);
+    xfree(f, big, NULL);
     DMM_OK_OR_FAIL(dmm_device_empty_cache(f->c, NULL));
     void *a = xmalloc(f, 1000, NULL);
     void *b = xmalloc(f, (size_t)3 << 20, f->s1);
     void *gap = xmalloc(f, 8192, f->s1);
     void *c = xmalloc(f, 5000, f->s1);
     assert_true((uintptr_t)gap < (uintptr_t)c);
-    xfree(f, gap, 8192, f->s1); /* a hole between live blocks */
+    xfree(f, gap, f->s1); /* a hole between live blocks */
     DMM_OK_OR_FAIL(dmm_device_tag_begin("weights"));
     void *w1 = xmalloc(f, (size_t)1 << 20, NULL);
     void *w2 = xmalloc(f, 700, NULL);
@@ -230,13 +230,13 @@ static void the_snapshot_json_lays_out_pool_tags_and_graphs(void **state) {
         fclose(fp);
     }
     free(js);
-    xfree(f, g, 3000, f->s2);
+    xfree(f, g, f->s2);
     DMM_OK_OR_FAIL(dmm_device_graph_release(f->c, 9, f->s2));
-    xfree(f, w1, (size_t)1 << 20, NULL);
-    xfree(f, w2, 700, NULL);
-    xfree(f, a, 1000, NULL);
-    xfree(f, b, (size_t)3 << 20, f->s1);
-    xfree(f, c, 5000, f->s1);
+    xfree(f, w1, NULL);
+    xfree(f, w2, NULL);
+    xfree(f, a, NULL);
+    xfree(f, b, f->s1);
+    xfree(f, c, f->s1);
     fx_close(f);
 }
 
