@@ -149,6 +149,11 @@ typedef struct dmm_driver_ops {
     /* Work queued on `waiter` from now on waits, on the device, for `event` (cuStreamWaitEvent; host:
      * every event is complete when recorded). Absent: the caller synchronizes instead. */
     dmm_status (*stream_wait_event)(dmm_driver *d, dmm_stream waiter, dmm_event event);
+    /* Returns once every piece of work queued on the device is done, on every stream, also on streams
+     * destroyed since (their queued work still runs; cuCtxSynchronize; host: at once, its work is
+     * synchronous). A pool calls it only in destroy, when a stream it must fence is gone. Absent: such a
+     * pool stays BUSY. */
+    dmm_status (*device_synchronize)(dmm_driver *d);
 } dmm_driver_ops;
 
 /* The device-loss latch of a driver object: dmm's own, at the one funnel through which the library
@@ -205,6 +210,7 @@ typedef enum dmm_driver_op {
     DMM_OP_EVENT_RECORD, DMM_OP_EVENT_QUERY, DMM_OP_EVENT_SYNCHRONIZE, DMM_OP_COPY,
     DMM_OP_STREAM_SYNCHRONIZE, DMM_OP_MEM_INFO, DMM_OP_EXPORT, DMM_OP_IMPORT,
     DMM_OP_CAPTURE_STATUS, DMM_OP_HOST_ALLOC, DMM_OP_HOST_FREE, DMM_OP_STREAM_WAIT_EVENT,
+    DMM_OP_DEVICE_SYNCHRONIZE,
     DMM_OP_COUNT /* create_exportable counts (and fails) as DMM_OP_CREATE */
 } dmm_driver_op;
 

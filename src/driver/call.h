@@ -189,6 +189,10 @@ static inline dmm_status dmm__drv_stream_wait_event(dmm_driver *d, dmm_stream wa
     DMM__DRV_GUARD_LATE(d, DMM_OP_STREAM_WAIT_EVENT, stream_wait_event);
     return dmm__drv_done(d, DMM_OP_STREAM_WAIT_EVENT, d->ops->stream_wait_event(d, waiter, event));
 }
+static inline dmm_status dmm__drv_device_synchronize(dmm_driver *d) {
+    DMM__DRV_GUARD_LATE(d, DMM_OP_DEVICE_SYNCHRONIZE, device_synchronize);
+    return dmm__drv_done(d, DMM_OP_DEVICE_SYNCHRONIZE, d->ops->device_synchronize(d));
+}
 
 #undef DMM__DRV_GUARD_LATE
 #undef DMM__DRV_HAS

@@ -104,7 +104,8 @@ static void op_destroy(dmm_driver *d) {
     .copy = dmm__cuda_copy, .stream_synchronize = dmm__cuda_stream_synchronize,                     \
     .mem_info = op_mem_info, .census = op_census, .destroy = op_destroy,                            \
     .stream_capture_status = dmm__cuda_stream_capture_status, .host_alloc = dmm__cuda_host_alloc,   \
-    .host_free = dmm__cuda_host_free, .stream_wait_event = dmm__cuda_stream_wait_event
+    .host_free = dmm__cuda_host_free, .stream_wait_event = dmm__cuda_stream_wait_event,           \
+    .device_synchronize = dmm__cuda_device_synchronize
 
 const dmm_driver_ops dmm__cuda_ops_vmm = {
     .size = sizeof(dmm_driver_ops),

@@ -213,7 +213,8 @@ typedef struct dmm_cu_mem_access_desc { /* CUmemAccessDesc */
       (dmm_cu_stream stream, dmm_cu_stream_capture_status *status))                                        \
     X(cuMemHostAlloc, cuMemHostAlloc, (void **ptr, size_t bytes, unsigned int flags))                      \
     X(cuMemFreeHost, cuMemFreeHost, (void *ptr))                                                           \
-    X(cuStreamWaitEvent, cuStreamWaitEvent, (dmm_cu_stream stream, dmm_cu_event event, unsigned int flags))
+    X(cuStreamWaitEvent, cuStreamWaitEvent, (dmm_cu_stream stream, dmm_cu_event event, unsigned int flags))   \
+    X(cuCtxSynchronize, cuCtxSynchronize, (void))
 
 /* The others': the CUDA reference of the tools, the benchmarks and the GPU tests (a kernel that faults, a host function that holds a
  * stream). Each user resolves the ones it needs. */

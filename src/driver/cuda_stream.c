@@ -110,6 +110,15 @@ dmm_status dmm__cuda_stream_synchronize(dmm_driver *d, dmm_stream stream) {
     return DMM_OK;
 }
 
+dmm_status dmm__cuda_device_synchronize(dmm_driver *d) {
+    cuda_driver *c = as_cuda(d);
+    dmm_status s = dmm__cuda_enter(c, "cuCtxSynchronize");
+    if (s != DMM_OK) return s;
+    dmm_cu_result r = dmm__cu.cuCtxSynchronize();
+    if (r != DMM_CUDA_SUCCESS) return dmm__cuda_fail(c, r, "cuCtxSynchronize", "device %d", (int)d->device.index);
+    return DMM_OK;
+}
+
 dmm_status dmm__cuda_stream_capture_status(dmm_driver *d, dmm_stream stream, bool *capturing, uint64_t *id) {
     cuda_driver *c = as_cuda(d);
     if (capturing == NULL || id == NULL)

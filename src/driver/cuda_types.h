@@ -133,6 +133,7 @@ dmm_status dmm__cuda_stream_synchronize(dmm_driver *d, dmm_stream stream);
  * non-default stream), and a stream waiting for an event. */
 dmm_status dmm__cuda_stream_capture_status(dmm_driver *d, dmm_stream stream, bool *capturing, uint64_t *id);
 dmm_status dmm__cuda_stream_wait_event(dmm_driver *d, dmm_stream waiter, dmm_event event);
+dmm_status dmm__cuda_device_synchronize(dmm_driver *d);
 
 /* ---- devices (cuda_device.c) ---- */
 /* Looks the device up: UNSUPPORTED without a driver or devices, INVALID_ARGUMENT for a bad ordinal. */

@@ -38,6 +38,7 @@ const char *dmm_driver_op_name(dmm_driver_op op) {
     case DMM_OP_HOST_ALLOC: return "host_alloc";
     case DMM_OP_HOST_FREE: return "host_free";
     case DMM_OP_STREAM_WAIT_EVENT: return "stream_wait_event";
+    case DMM_OP_DEVICE_SYNCHRONIZE: return "device_synchronize";
     case DMM_OP_COUNT: break;
     }
     return "unknown op";

@@ -237,6 +237,10 @@ static dmm_status f_stream_wait_event(dmm_driver *d, dmm_stream waiter, dmm_even
     ENTER(DMM_OP_STREAM_WAIT_EVENT);
     return in->ops->stream_wait_event(in, waiter, event);
 }
+static dmm_status f_device_synchronize(dmm_driver *d) {
+    ENTER(DMM_OP_DEVICE_SYNCHRONIZE);
+    return in->ops->device_synchronize(in);
+}
 static dmm_status f_census(dmm_driver *d, dmm_driver_census *out) {
     dmm_driver *in = F(d)->inner;
     return in->ops->census(in, out);
@@ -285,6 +289,7 @@ static void build_ops(dmm_driver_ops *o, const dmm_driver_ops *in) {
     LATE_SLOT(host_alloc);
     LATE_SLOT(host_free);
     LATE_SLOT(stream_wait_event);
+    LATE_SLOT(device_synchronize);
 #undef LATE_SLOT
     o->stream_capture_status = f_stream_capture_status; /* always: dmm_fault_capture */
     o->destroy = f_destroy;

@@ -824,6 +824,12 @@ static dmm_status host_stream_wait_event(dmm_driver *d, dmm_stream waiter, dmm_e
     return DMM_OK;
 }
 
+/* Host work is synchronous: nothing queued is left to wait for. */
+static dmm_status host_device_synchronize(dmm_driver *d) {
+    (void)d;
+    return DMM_OK;
+}
+
 static const dmm_driver_ops host_ops = {
     .size = sizeof(dmm_driver_ops),
     .name = "host",
@@ -855,6 +861,7 @@ static const dmm_driver_ops host_ops = {
     .host_alloc = host_host_alloc,
     .host_free = host_host_free,
     .stream_wait_event = host_stream_wait_event,
+    .device_synchronize = host_device_synchronize,
 };
 
 dmm_status dmm_host_driver_create(const dmm_host_driver_config *cfg, dmm_driver **out) {

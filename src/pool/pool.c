@@ -582,10 +582,31 @@ static dmm_status destroy_lost(dmm_pool *p, bool released) {
     return DMM_OK;
 }
 
+/* Destroy's fallback for heaps whose fence cannot be recorded (their stream was destroyed after frees
+ * on it: its queued work still runs, and no event can follow it there): once the device is
+ * synchronized, every free so far is behind completed work. Nothing is freed during a destroy, so
+ * every heap's frees are covered. DMM_OK, or why not (nothing changed). */
+static dmm_status fence_by_synchronizing(dmm_pool *p, pool_heap *gone) {
+    dmm_status s = dmm__drv_device_synchronize(p->drv);
+    if (s != DMM_OK)
+        return dmm__error_wrap(s, "dmm_pool_destroy: the heap of stream %p has frees after its last fence, and no fence "
+                                  "can be recorded on its stream (was it destroyed?); synchronizing the device instead "
+                                  "failed, so the pool stays (nothing changed): synchronize the device and retry",
+                               gone->stream);
+    for (pool_heap *h = heaps_head(p); h != NULL; h = heap_next(h)) {
+        heap_lock(h);
+        if (h->fence_state == FENCE_IDLE) h->safe_seq = h->free_seq;
+        heap_unlock(h);
+        dmm__pool_poll(p, h); /* the old places of aliased chunks, and recorded fences, now complete */
+    }
+    return DMM_OK;
+}
+
 dmm_status dmm_pool_destroy(dmm_pool *p) {
     if (p == NULL) return DMM_OK;
     dmm__pool_stock_wait(p, NULL); /* no stock growth in flight from here on (none is posted: no malloc) */
     if (dmm__pool_lost(p, "entering dmm_pool_destroy")) return destroy_lost(p, false);
+    bool synchronized = false;
     for (pool_heap *h = heaps_head(p); h != NULL; h = heap_next(h)) {
         dmm__pool_poll(p, h);
         dmm__pool_poll(p, h); /* a fence recorded by the first poll may be complete at once */
@@ -593,13 +614,22 @@ dmm_status dmm_pool_destroy(dmm_pool *p) {
         heap_lock(h);
         dmm__heap_quick_flush(h); /* parked blocks are free; a refused destroy leaves them merged */
         uint64_t live = h->live_blocks, pend = h->npending;
-        bool fence = h->safe_seq < h->free_seq;
+        bool fence = h->safe_seq < h->free_seq, unrecorded = fence && h->fence_state == FENCE_IDLE;
         heap_unlock(h);
         if (live > 0)
             return dmm_error_set(DMM_ERR_BUSY,
                                  "dmm_pool_destroy: stream %p still has %llu live block(s); free them first (nothing "
                                  "changed)",
                                  h->stream, (unsigned long long)live);
+        if (unrecorded && !synchronized) { /* two polls could not record its fence */
+            dmm_status s = fence_by_synchronizing(p, h);
+            if (s != DMM_OK) return dmm__pool_lost(p, "synchronizing the device") ? destroy_lost(p, false) : s;
+            synchronized = true; /* (once: it covers every heap, the ones after this one too) */
+            heap_lock(h);
+            fence = h->safe_seq < h->free_seq;
+            pend = h->npending;
+            heap_unlock(h);
+        }
         if (pend > 0 || fence)
             return dmm_error_set(DMM_ERR_BUSY,
                                  "dmm_pool_destroy: the heap of stream %p waits for %s (%llu cross-stream free(s)); "

@@ -396,6 +396,32 @@ static void a_free_tells_what_was_requested(void **state) {
     fx_close(f);
 }
 
+/* Frees on a stream after its last fence, then the stream destroyed (its queued work still runs, and no
+ * event can follow it there): destroy synchronizes the device once and goes. While that fails, destroy
+ * is refused with a sentence and the pool stays intact. (Before, destroy answered BUSY forever.) */
+static void a_pool_is_torn_down_after_its_stream_was_destroyed(void **state) {
+    (void)state;
+    fx *f = fx_open(NULL, 0);
+    dmm_stream a = NULL;
+    DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &a));
+    xfree(f, xmalloc(f, MIB, a), a);
+    DMM_OK_OR_FAIL(dmm_pool_trim(f->pool, UINT64_MAX, NULL)); /* a fence, recorded and complete */
+    xfree(f, xmalloc(f, 2 * MIB, a), a);                      /* a free after it */
+    DMM_OK_OR_FAIL(f->drv->ops->stream_destroy(f->drv, a));
+    DMM_OK_OR_FAIL(dmm_fault_plan(f->drv, DMM_OP_DEVICE_SYNCHRONIZE, 1, 1, DMM_ERR_DRIVER));
+    assert_int_equal(dmm_pool_destroy(f->pool), DMM_ERR_DRIVER);
+    dmm_test_error_mentions("no fence can be recorded", "synchronizing the device", "nothing changed", NULL);
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_DEVICE_SYNCHRONIZE), 1);
+    DMM_OK_OR_FAIL(dmm_pool_destroy(f->pool)); /* the plan is spent: the synchronization works */
+    assert_int_equal(dmm_fault_calls(f->drv, DMM_OP_DEVICE_SYNCHRONIZE), 2);
+    DMM_OK_OR_FAIL(dmm_mechanism_destroy(f->arena));
+    dmm_test_census_zero(f->host);
+    dmm_driver_destroy(f->drv);
+    dmm_driver_destroy(f->host);
+    free(f);
+}
+
 static void destroy_is_refused_while_blocks_are_live(void **state) {
     (void)state;
     fx *f = fx_open(NULL, 0);
@@ -1133,6 +1159,7 @@ int main(void) {
         cmocka_unit_test(a_floor_divisor_raises_the_floor_with_the_live_peak),
         cmocka_unit_test(unknown_and_double_frees_change_nothing),
         cmocka_unit_test(a_free_tells_what_was_requested),
+        cmocka_unit_test(a_pool_is_torn_down_after_its_stream_was_destroyed),
         cmocka_unit_test(destroy_is_refused_while_blocks_are_live),
         cmocka_unit_test(trim_decommits_whole_free_chunks_down_to_the_target),
         cmocka_unit_test(the_pool_says_what_it_mapped),
