@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The two commands (README): `make demo` and `make test`. Everything else is CMake.
 #   make test   installs what is missing, then scripts/test.sh: builds with -Werror and runs every
 #               test (plain), every test under ASan+UBSan, the stress tests under TSan, every test

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench/bench_growth.c — growing by 1 GiB on the GPU (DESIGN §6, §7; issue 3, acceptance 3).
  *
  * In one run, in interleaved blocks (see main: warm and cold conditions):

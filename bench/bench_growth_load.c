@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench/bench_growth_load.c — growing while the GPU works: does the growth delay the work queued before it?
  *
  * Issue 10, acceptance 4: under PyTorch, GPT-2's first training step (the growth step) took 1.14 × native's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench/bench_ort.c — ONNX Runtime on dmm (DESIGN §7: the adapter's Alloc+Free ≤ 0.5 × ONNX Runtime's
  * own CPU allocator, same run).
  *

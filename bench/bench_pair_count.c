@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench/bench_pair_count.c — N cached malloc+free pairs of one size on one stream while a second
  * thread is alive (bench_pool's section 3 without the clock): a fixed workload whose instruction
  * count a tool measures, since this is repeatable where seconds on a shared machine are not.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench/bench_pool.c — the pool's hot path: cached malloc+free pair latency.
  *
  *   1. single thread, per size: the pool's pair vs glibc malloc/free, same run, medians and ratio

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench/bench_replay.c — replays allocation traces through the pool and, on a GPU, through the
  * driver's own stream-ordered pool (cuMemAllocAsync / cuMemFreeAsync) in the same run.
  *

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Step times of real PyTorch workloads under dmm, PyTorch's native allocator and expandable segments
 (issue 10's acceptance 0 and 4), each run a process of its own, runs interleaved across the modes:
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The test docs/options (tools/CMakeLists.txt): docs/options.md must be exactly what the option table
 # prints (`dmm options --markdown`). Run as cmake -DDMM_CLI=... -DDMM_DOC=... -DDMM_OUT=... -P this file.
 execute_process(COMMAND ${DMM_CLI} options --markdown OUTPUT_FILE ${DMM_OUT} RESULT_VARIABLE rc)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # scripts/bench-compare.sh — a developer tool (minutes; not part of `make test`): builds two git
 # revisions into temporary worktrees, runs the benchmarks of both interleaved (A, B, then B, A in the
 # next round, and so on: both share the machine's noise, and a machine that slows down or speeds up

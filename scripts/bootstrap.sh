@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs the Debian packages dmm needs to build and test, if any is missing.
 #   scripts/bootstrap.sh           what the build, the tests and the demo need (gcc, CMake, cmocka, zlib,
 #                                  and python3 with pip for the Python tests and the offline pip install

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # scripts/demo.sh — what `make demo` runs once the build is done: replays the GPT-2 training trace
 # (data/traces/gpt2-train.trace.gz, recorded from PyTorch on an H200) through the dmm pool, on the
 # GPU when `dmm info` finds one with VMM, else on the host driver (real memfd memory, never touched),

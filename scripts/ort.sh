@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Fetches the ONNX Runtime the ORT tests run against: libonnxruntime.so.1 (CPU, x86-64) from the
 # onnxruntime-node package of the npm registry, version pinned below, into .ort/ (git-ignored).
 #   scripts/ort.sh          fetch if missing, then check that it loads (dlopen, OrtGetApiBase,

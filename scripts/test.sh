@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # What `make test` and `make fuzz` run (README, docs/fuzzing.md): suites, each one build folder
 # configured with -Werror, built, and tested by CTest, then ONE summary line over every suite:
 #   summary: P passed, F failed, S skipped (plain p/f/s, asan p/f/s, tsan …, clang …, fuzz …; pass/fail/skip) in T s

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tools/cmd_compare.c — `dmm compare OLD.json NEW.json [--threshold-floor PCT] [--k K]
  * [--max-input-bytes SIZE]`: the
  * comparator of two builds' bench results (DESIGN §8; the rule is in compare.h, the format and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tools/cmd_help.c — the tool's top level: dispatch to one subcommand per cmd_*.c, `dmm help
  * [COMMAND]`, `dmm --help`, `dmm version` / `dmm --version`, and what every command shares
  * (commands.h): getopt's reset, the sentences for bad options, numeric options with their refusal

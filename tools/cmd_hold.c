@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tools/cmd_hold.c — `dmm hold --socket PATH [options]`: the holder process of dmm/ipc.h. It keeps
  * named regions of memory alive across the restarts and crashes of the clients that use them, until
  * they are dropped by name (docs/ipc.md; its threat model: docs/security.md). It prints the library's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tools/cmd_info.c — `dmm info`: what this machine offers dmm.
  *
  * Lists the host driver (always there: granularity, memory) and the CUDA devices (driver version,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tools/cmd_options.c — `dmm options [--markdown]`, and the lists of flags every command's --help prints:
  * the two ways the tool serves dmm's one option table (src/core/options.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tools/cmd_ort.c — `dmm ort`: run an ONNX model on dmm's allocator and show both sides' stats.
  *
  *   dmm ort MODEL.onnx [--limit BYTES] [--runs N] [--batch N] [--max-input-bytes SIZE]

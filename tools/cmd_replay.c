@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tools/cmd_replay.c — `dmm replay TRACE.gz [OPTIONS]`: replays an allocation trace through the pool
  * and reports peak live, physical and committed bytes and their ratio beside PyTorch's, driver calls
  * by kind and per 1,000 allocations, and malloc/free latency percentiles (as text, as JSON with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tools/commands.h — the subcommands of the dmm tool, one per cmd_*.c, and what they share
  * (cmd_help.c): the dispatcher, the sentences for bad options, and the one numeric-option parser
  * (options.h) with its message printed.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tools/compare.c — reads bench results and compares two of them (see compare.h for the rule).
  *
  * Idea: a run's own spread is the best estimate of how much its median could move by chance, so the

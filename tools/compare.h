@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tools/compare.h — `dmm compare`: reads two bench results (the JSON of a bench's --json, format in
  * docs/benchmarks.md) and judges each metric's change against a threshold calibrated on the noise
  * both runs measured.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tools/cuda_ref.c — cuMemAllocAsync / cuMemFreeAsync as the reference (contract: cuda_ref.h).
  *
  * The few CUDA driver entry points used have dmm's own declarations (src/driver/cuda_decl.h, compared

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tools/cuda_ref.h — the reference the pool is measured against on a GPU: CUDA's own stream-ordered
  * pool (cuMemAllocAsync / cuMemFreeAsync on the device's default memory pool), called directly
  * through libcuda.so.1 opened with dlopen (no cuda.h needed, so the tool and the benchmarks build

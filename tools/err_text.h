@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tools/err_text.h — the one way the tool's modules write an error sentence into their caller's
  * buffer (err, cap): formatted, always NUL-terminated when cap > 0, nothing written when err is NULL
  * or cap is 0. Returns -1, the modules' failure value, so that `return dmm_tool_err(...)` ends a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tools/input_file.c — whole input files read within a bound (contract: input_file.h).
  *
  * What it owns: the one reader of a whole file for the tool, so that no command grows a buffer without

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tools/input_file.h — a whole input file read into memory within a bound (an ONNX model for `dmm ort`,
  * a bench result for `dmm compare`): the tool's inputs that are parsed whole rather than streamed
  * (traces stream: trace.h has their bounds).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tools/json_read.c — the strict JSON reader of json_read.h (used by `dmm compare`).
  *
  * Idea: recursive descent over a length-bounded buffer (the text need not be NUL-terminated), one

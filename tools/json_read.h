@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tools/json_read.h — a small strict JSON reader for the tools (the library only writes JSON).
  *
  * RFC 8259 values: objects, arrays, strings with every escape (\uXXXX and surrogate pairs, decoded to

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tools/onnx_model.c — writes ONNX protobuf bytes for the dense test model (onnx_model.h).
  *
  * What it owns: a growable byte buffer and the protobuf wire format for the fields used: varints (wire

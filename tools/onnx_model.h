@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tools/onnx_model.h — a small ONNX model writer: dmm's own protobuf encoding of the few ONNX messages a
  * dense test model needs, so that the ORT tests, the bench and `dmm ort --write-model` run real models
  * without downloading any.

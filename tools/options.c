@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tools/options.c — the numeric options of the dmm tool (contract: options.h).
  *
  * Idea: the grammar is dmm's one (src/core/options.c: dmm__number_read and dmm__number_scan read the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tools/options.h — the numeric options of the dmm tool, over dmm's one grammar of numbers.
  *
  * Every numeric option of every subcommand goes through dmm_opt_u64 (whole numbers: counts, per

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tools/output_file.c — the dmm tool's output files (contract: output_file.h).
  *
  * What it owns: deciding, before the work, how a path the user named is written (a stream the process

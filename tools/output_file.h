@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tools/output_file.h — the dmm tool's output files (--json=FILE, --report FILE, --write-model FILE):
  * what a path the user named may be, and how it is written without harming what is already there.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tools/replay.c — replays a trace through driver → arena → pool (contract: replay.h).
  *
  * Idea: one pass over the trace's events; allocation k's pointer lives in slot k (the reader

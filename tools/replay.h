@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tools/replay.h — replays a trace (trace.h) through a dmm pool over an arena, and measures it.
  *
  * The replay never writes into the blocks it allocates: on the host driver the memory is real

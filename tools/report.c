@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tools/report.c — writers for a replay's result: text (for people), JSON (one object, for scripts
  * and the benchmarks' comparator, written through the project's one JSON writer, src/core/json.h)
  * and HTML (a self-contained page: inline SVG and CSS, no script, no external resource, so it opens

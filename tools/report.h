@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tools/report.h — a replay's result as text, as one JSON object, and as a self-contained HTML page
  * with an SVG timeline (live, committed and physical bytes, and PyTorch's peak as a line). */
 #ifndef DMM_TOOLS_REPORT_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tools/trace.c — the trace reader (format: ../shared/traces/README.md; contract: trace.h).
  *
  * Idea: one pass over the lines, fed one at a time to a reader (trace_reader) — from a buffer in

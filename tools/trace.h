@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tools/trace.h — allocation traces (`# dmm-trace v1`, ../shared/traces/README.md), read into memory.
  *
  * A trace is a header of `# key: value` comments and one event per line:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* adapters/ort/allocator.c — the OrtAllocator over two dmm devices (dmm_ort.h, dmm/device.h).
  *
  * What it owns: per allocator, one governor holder and under it two devices (dmm_device: arena, pool,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dmm_ort.h — ONNX Runtime on dmm (DESIGN §4.13; docs/ort.md): an OrtAllocator over dmm devices
  * (dmm/device.h), charged to a dmm governor, for the sessions of a runtime that loads ONNX Runtime itself.
  *

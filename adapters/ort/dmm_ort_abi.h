@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* adapters/ort/dmm_ort_abi.h — dmm's own declaration of the part of ONNX Runtime's C ABI the adapter uses.
  * Internal to libdmm_ort (never installed); no ONNX Runtime header is included or copied.
  *

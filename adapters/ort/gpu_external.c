@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* adapters/ort/gpu_external.c — the CUDA execution provider's external allocator: three plain C
  * functions (gpu_external_alloc / _free / _empty_cache) whose addresses ONNX Runtime takes as provider
  * options and calls without any context argument.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* adapters/ort/loader.c — ONNX Runtime opened at run time, as the CUDA driver opens libcuda.
  *
  * What it owns: the dlopen handle, the OrtApi table the library granted, and the slot pointers read

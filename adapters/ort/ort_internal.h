@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* adapters/ort/ort_internal.h — what the files of libdmm_ort share: the runtime (loader.c) with its
  * resolved slots, and the allocator object (allocator.c). Internal; never installed.
  *

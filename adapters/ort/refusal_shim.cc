@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* adapters/ort/refusal_shim.cc — the allocator's entry points as ONNX Runtime calls them: a refusal
  * becomes a C++ exception carrying dmm's sentence.
  *

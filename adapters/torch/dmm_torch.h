@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dmm_torch.h — the C interface of libdmm_torch.so: dmm behind torch.cuda.memory.CUDAPluggableAllocator.
  *
  * torch calls dmm_torch_malloc / dmm_torch_free (the signatures CUDAPluggableAllocator expects; a

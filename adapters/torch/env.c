@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* adapters/torch/env.c — the environment variables of libdmm_torch.so, parsed into a dmm_device_config.
  *
  * What it owns: which DMM_TORCH_* variable fills which field of the config, and the sentence a malformed

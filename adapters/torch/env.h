@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* adapters/torch/env.h — the environment variables of libdmm_torch.so, read into a dmm_device_config.
  * Internal to libdmm_torch.so and its tests (tests/unit/test_torch_env.c compiles env.c in). */
 #ifndef DMM_TORCH_ENV_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* adapters/torch/oom_shim.cc — dmm_torch_malloc that turns a failure into a C++ exception.
  *
  * torch's CUDAPluggableAllocator does not check the pointer its malloc function returns: a NULL for a

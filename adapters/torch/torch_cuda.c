@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* adapters/torch/torch_cuda.c — the exported entry points of libdmm_torch.so: PyTorch's pluggable
  * allocator interface translated onto the device front (dmm/device.h) over the cuda driver.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench/common/libcuda.c — see libcuda.h. */
 #include "libcuda.h"
 

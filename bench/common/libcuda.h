@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench/common/libcuda.h — libcuda itself, for the benches whose references time the driver's own calls
  * (bench_growth, bench_growth_load): opened once, each entry point bound by its symbol name into a slot
  * typed with dmm's own declarations (driver/cuda_decl.h: no toolkit needed), every CUresult checked.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench/common/results.c — collects a bench's metrics and writes them as one JSON object through the
  * project's one JSON writer (src/core/json.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench/common/results.h — the machine-readable side of a benchmark: `--json FILE` writes one JSON
  * object {"bench", "version", "host", "metrics": [...]} that `dmm compare` reads (docs/benchmarks.md).
  * A bench adds one metric per number it prints: a stable id, its unit, which direction is better, the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dmm/arena.h — the built-in VMM mechanism (docs/guide.md, "The arena (virtual backing)").
  *
  * One VA reservation per arena; allocations are spans of it. Physical backing comes in chunks: one

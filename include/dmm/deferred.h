@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dmm/deferred.h — deferred release: a queue of release requests, each gated by events (docs/guide.md).
  *
  * `cuMemUnmap` and `cuMemRelease` do not wait for work still queued on the device, so memory that a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dmm/device.h — the device front: one object per device that every framework adapter sits on.
  *
  * A dmm_device owns the choice made once for a device — its driver, an arena (one VA reservation), a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dmm/dmm.h — the umbrella header: include this one. */
 #ifndef DMM_DMM_H
 #define DMM_DMM_H

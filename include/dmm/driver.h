@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dmm/driver.h — the physical primitives every mechanism is built from.
  *
  * A driver is a function table plus the object it acts on. dmm ships three: `host` (mmap + memfd,

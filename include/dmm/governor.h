@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dmm/governor.h — one budget per tier, leases by holder and role, and the reclaim ladder (docs/guide.md).
  *
  * Tiers. A tier is a dmm_device_id: (DMM_TIER_DEVICE, GPU index), (DMM_TIER_HOST, 0), (DMM_TIER_DISK, 0).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dmm/ipc.h — exports over Unix sockets, and the holder: a process that keeps named regions of device
  * memory alive across the restarts and crashes of the processes that use them (docs/ipc.md: the
  * protocol and the lifetime rules; docs/security.md: the threat model).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dmm/mechanism.h — a mechanism allocates and releases memory on one device.
  *
  * A mechanism is built from ONE implementation object and its ops table: `name`, `allocate`,

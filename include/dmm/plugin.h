@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dmm/plugin.h — the plugin ABI (docs/abi.md): third-party mechanisms in a shared object, loaded
  * at run time, used by pools, providers and the governor like any built-in mechanism.
  *

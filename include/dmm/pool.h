@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dmm/pool.h — the caching allocator (docs/guide.md): malloc/free at caching-allocator speed on top of
  * any mechanism with virtual backing (the arena).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dmm/prefix.h — shared mapping: one physical prefix mapped read-only into several allocations
  * (docs/guide.md, "Shared prefix (shared mapping)"; the mechanism capability DMM_CAP_SHARED_MAPPING).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dmm/provider.h — one consumer's binding to exactly one mechanism on one device (docs/guide.md).
  *
  * A provider (an execution provider, a session, a framework's allocator) holds exactly one mechanism

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dmm/share.h — memory shared between processes: export and import (docs/ipc.md).
  *
  * An export is the committed chunks of one range of an allocation, as file descriptors (one per

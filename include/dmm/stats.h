@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dmm/stats.h — statistics, declared once.
  *
  * Counts have a current value, a peak and a running total of increases; counters only go up. Both

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dmm/status.h — status codes, last-error sentences, version, logging.
  *
  * Every fallible dmm call returns a dmm_status (0 = DMM_OK) and writes its outputs through

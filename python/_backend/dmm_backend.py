@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The PEP 517 build backend of the dmm Python package: wheels, editable wheels and sdists, offline.
 
 pyproject.toml names this module with `backend-path` and `requires = []`, so `pip install ./python`
@@ -5,7 +6,7 @@ needs no index, no setuptools and no wheel package: the wheel is a zip file writ
 standard library (zipfile, hashlib), its METADATA, WHEEL and RECORD written by hand after PEP 427/566.
 
 What goes in the wheel: the package dmm/ (its .py files and those of dmm.compat) and the built
-libdmm_torch.so beside them, so the installed package loads its own copy (dmm/_lib.py). A library
+libdmm_torch.so beside them, and the licence (Apache-2.0, the tree's LICENSE) in its dist-info, so the installed package loads its own copy (dmm/_lib.py). A library
 built against torch's headers (adapters/torch/CMakeLists.txt, DMM_TORCH_HEADERS) links that torch's
 libc10.so by its path: such a wheel is for that environment. The library comes from, in this order:
   1. the CMake build folder named by `-C build-dir=DIR` (pip's --config-settings) or DMM_BUILD_DIR
@@ -67,6 +68,8 @@ def _metadata():
             "Name: %s\n"
             "Version: %s\n"
             "Summary: %s\n"
+            "License: Apache-2.0\n"
+            "Classifier: License :: OSI Approved :: Apache Software License\n"
             "Requires-Python: >=3.8\n"
             "Provides-Extra: torch\n"
             "Requires-Dist: torch; extra == \"torch\"\n"
@@ -75,6 +78,16 @@ def _metadata():
             "dmm as PyTorch's CUDA allocator (dmm.torch), the dmm trace format (dmm.trace) and snapshots\n"
             "in PyTorch's layout (dmm.snapshot). ctypes only; the wheel carries libdmm_torch.so.\n"
             "torch is needed only when a dmm.torch function that uses it is called.\n") % (_NAME, v, _SUMMARY)
+
+
+def _licence():
+    """The text of the licence: python/LICENSE in an sdist, the source tree's LICENSE otherwise."""
+    for path in (os.path.join(_PYROOT, "LICENSE"), os.path.join(_SRCROOT, "LICENSE")):
+        if os.path.isfile(path):
+            with open(path, "rb") as f:
+                return f.read()
+    raise BuildError("no LICENSE beside python/ or in the source tree around it: the package's licence "
+                     "(Apache-2.0) must travel with it; restore the file")
 
 
 def _tag():
@@ -180,6 +193,7 @@ def _write_wheel(wheel_directory, files, tag):
     v = _version()
     dist_info = "%s-%s.dist-info" % (_NAME, v)
     entries = list(files) + [("%s/METADATA" % dist_info, _metadata().encode(), 0o644),
+                             ("%s/LICENSE" % dist_info, _licence(), 0o644),
                              ("%s/WHEEL" % dist_info, _wheel_file(tag).encode(), 0o644)]
     record_name = "%s/RECORD" % dist_info
     record = "".join(_record_line(n, d) for n, d, _ in entries) + "%s,,\n" % record_name
@@ -260,6 +274,7 @@ def build_sdist(sdist_directory, config_settings=None):
 
     with tarfile.open(final + ".part", "w:gz", format=tarfile.PAX_FORMAT) as tar:
         add(tar, "PKG-INFO", _metadata().encode())
+        add(tar, "LICENSE", _licence())
         for name, path in members:
             with open(path, "rb") as f:
                 add(tar, name, f.read())

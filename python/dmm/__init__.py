@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """dmm — a device-memory manager. This package is its Python face (ctypes only: nothing to compile).
 
     import dmm.torch

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The one way the package writes a file: whole or not at all, and never through a name it did not make.
 
 What the target is decides how (DESIGN 4.17, the same rules as the `dmm` tool's output files):

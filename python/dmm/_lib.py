@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Finding and loading libdmm_torch.so, and its C signatures (adapters/torch/dmm_torch.h)."""
 
 import ctypes

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Reads a pickle from an untrusted file within bounds, checking its opcode stream before anything is
 unpickled: plain data only, nested at most `max_depth` deep, at most `max_bytes` long.
 

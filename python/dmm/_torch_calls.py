@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """torch.cuda's own memory calls, answered by dmm while it is the process's CUDA allocator.
 
 Under torch.cuda.memory.CUDAPluggableAllocator, torch's memory functions reach the allocator through

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The warm-start profile: one JSON file that remembers how a workload grew on a device — its physical
 peak and the layout its pool grew through — so that its next run commits that memory before its first
 step (dmm.torch.warm_start) instead of growing through it in many small handles.

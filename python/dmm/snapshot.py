@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """dmm's snapshot in PyTorch's snapshot layout, for torch.cuda._memory_viz and the web viewer.
 
     import dmm.torch

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """dmm as PyTorch's CUDA allocator: stats, a budget, empty_cache that trims, and sleep/wake in place.
 
     import dmm.torch

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """dmm traces (`# dmm-trace v1`, gzip; docs/trace-format.md) from PyTorch's memory snapshots.
 
     python3 -m dmm.trace convert SNAPSHOT.pickle OUT.trace.gz [--device N] [--workload NAME]

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # What one run on the GPU machine does, from the repository root, after
 #   source scripts/device/device-deps.sh      (cmocka and zlib from the carried .deps)
 # 1. configure + build with -DDMM_WERROR=ON into build-gpu (all cores);

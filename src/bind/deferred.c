@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/bind/deferred.c — the deferred-release queue: release requests gated by events, run in order.
  *
  * The idea: a release that must not run under in-flight work (cuMemUnmap does not wait) is recorded

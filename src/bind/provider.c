@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/bind/provider.c — one consumer's binding to exactly one mechanism (DESIGN §4.7,
  * include/dmm/provider.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/bind/provider_internal.h — what the provider shows inside the library and to its tests, beyond
  * dmm/provider.h. Never installed.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/core/atomics.h — the one spelling of atomic operations in dmm: wrappers whose names carry the
  * memory order (mimalloc's atomic.h). Never installed.
  *

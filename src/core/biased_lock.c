@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/core/biased_lock.c — the biased lock's mutex path: revocation, re-bias, and the threads'
  * records (the protocol and its invariants: biased_lock.h).
  *

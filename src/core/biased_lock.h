@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/core/biased_lock.h — a lock biased to its usual owner: the thread that takes it most takes and
  * drops it with plain loads and stores, no locked read-modify-write. Never installed.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/core/core.h — internal helpers shared by every layer: logging, locks, atomics with the
  * memory order in their names (core/atomics.h, included here), checked arithmetic, and stats
  * updates. Never installed.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/core/json.c — the JSON writer (contract: json.h): appends into a caller's buffer, and the stats
  * writer every X-macro stats struct goes through.
  * Invariant: o->len = the bytes the whole JSON needs so far; the buffer holds its first

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/core/json.h — the one JSON writer every snapshot and stats call uses: printf-style appends into
  * a caller's buffer that keep counting past its end, so a too-small buffer still yields the length
  * needed. Internal; never installed.

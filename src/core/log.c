@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/core/log.c — the process-wide log callback. The library never prints: without a callback
  * every log line is dropped. The callback is read under a lock and called outside it. */
 #include <stdarg.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/core/options.c — the table of dmm's options, the one reader of the environment, and the one
  * grammar of the numbers in options (contract: options.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/core/options.h — the one table of dmm's options (every environment variable dmm reads and every
  * flag of the dmm tool), the one reader of the environment, and the one grammar of numbers in them.
  * Internal: libdmm, its adapters, the tool and the tests; never installed.

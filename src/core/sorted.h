@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/core/sorted.h — the one binary search over a sorted array of records: the lower bound of a
  * 64-bit key. Internal; never installed.
  *

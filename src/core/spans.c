@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/core/spans.c — the span set (core/spans.h): the arena's free list and quarantine, and more.
  *
  * Idea: a sorted array of disjoint, non-touching byte ranges. Lookups are binary searches; an insert

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/core/spans.h — a set of byte ranges (spans) of one address range, kept sorted by offset and
  * coalesced: the one span container of the tree (the arena's free list and its quarantine, the torch
  * adapter's segments). Never installed.

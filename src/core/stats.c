@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/core/stats.c — the stats struct as JSON (through the one stats writer of core/json.h), and
  * the version-tolerant copy-out of every stats struct (dmm_stats here, dmm_pool_stats in
  * src/pool/pool_stats.c: one check and one copy, core.h). The JSON's field table comes from the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/core/status.c — status names, the per-thread last-error sentence (and an earlier failure kept
  * while later calls run), and the version.
  *

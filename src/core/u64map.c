@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/core/u64map.c — the u64 → u64 hash map (contract and invariants: u64map.h).
  *
  * The idea: linear probing keeps a probe run in one or two cache lines at a load of 1/2; deletion by

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/core/u64map.h — the one hash map of the tree: uint64_t key → uint64_t value (a pointer fits:
  * store (uint64_t)(uintptr_t)p). Internal; never installed.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/device/blocks.c — the pool's live blocks: address → rounded size, requested size, stream.
  *
  * What it owns: DMM_DEVICE_BLOCK_SHARDS shards, each a lock, a map (core/u64map.h) from address to a

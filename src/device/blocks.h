@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/device/blocks.h — the pool's live blocks as the device saw them handed out. Internal. */
 #ifndef DMM_DEVICE_BLOCKS_H
 #define DMM_DEVICE_BLOCKS_H

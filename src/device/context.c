@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/device/context.c — the context floor: counts with resettable peaks, the clock, and the
  * device-loss questions every floor above asks.
  *

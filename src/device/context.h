@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/device/context.h — the context floor of the device front: counts, the clock, device loss.
  * Internal. */
 #ifndef DMM_DEVICE_CONTEXT_H

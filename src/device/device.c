@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/device/device.c — the device front (dmm/device.h): one device's allocator, under every adapter.
  *
  * What it owns: the stack driver → arena → pool of one device, its lease with the governor, and the

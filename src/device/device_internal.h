@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/device/device_internal.h — the device front's inside (include/dmm/device.h is its outside), for
  * its own files and the tests (adapters use dmm/device.h, never this).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/device/graphs.c — the memory CUDA graph captures are served from (DESIGN §4.10).
  *
  * What it owns: graph segments, each one segment (segment.c) committed in full OUTSIDE any capture

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/device/graphs.h — the memory CUDA graph captures are served from. Internal. */
 #ifndef DMM_DEVICE_GRAPHS_H
 #define DMM_DEVICE_GRAPHS_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/device/history.c — the pool's recent events: a ring, on only when asked for.
  *
  * What it owns: while on, a ring of the last N events of the pool in PyTorch's trace vocabulary —

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/device/history.h — the pool's recent events, for device_traces in PyTorch's layout. Internal. */
 #ifndef DMM_DEVICE_HISTORY_H
 #define DMM_DEVICE_HISTORY_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/device/imports.c — regions of another process (a holder: dmm hold) mapped into this
  * device's arena, for tensors over them (dmm.torch.attach).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/device/imports.h — regions of another process (a holder: dmm hold) mapped into this
  * device's arena. Internal. */
 #ifndef DMM_DEVICE_IMPORTS_H

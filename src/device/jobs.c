@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/device/jobs.c — the jobs floor: the device's deferred work, polled and taken back.
  *
  * What it owns: the context's deferred queue (dmm/deferred.h) and the jobs in it — decommits of an

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/device/jobs.h — the jobs floor: our requests in the deferred queue. Internal. */
 #ifndef DMM_DEVICE_JOBS_H
 #define DMM_DEVICE_JOBS_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/device/offload.c — a tag leaves the device and comes back (DESIGN §4.11).
  *
  * What it owns: offload, its wait, restore and release_host of a tag, and the finish of the

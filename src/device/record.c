@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/device/record.c — the recorder: the allocations and frees one device serves,
  * streamed into a gzip file as a dmm trace (`# dmm-trace v1`; the format: docs/trace-format.md; the
  * reader: tools/trace.c, which `dmm replay` uses).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/device/record.h — the recorder: every malloc and free the device serves, written as a dmm
  * trace (`# dmm-trace v1`, gzip; docs/trace-format.md) while it is on. Internal; the public face is
  * dmm_device_record_start / _stop (dmm/device.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/device/segment.c — one segment: what tag segments and graph segments have in common.
  *
  * What it owns: a segment's arena allocation (VA only, or committed in full), the placement of blocks

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/device/segment.h — one segment of the device front (tag and graph segments alike). Internal. */
 #ifndef DMM_DEVICE_SEGMENT_H
 #define DMM_DEVICE_SEGMENT_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/device/stream_uses.c — blocks used on streams other than their own (torch's record_stream).
  *
  * torch calls record_stream(ptr, stream) when a tensor allocated on one stream is used by work on

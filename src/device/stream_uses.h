@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/device/stream_uses.h — blocks used on streams other than their own (torch's record_stream).
  * Internal. */
 #ifndef DMM_DEVICE_STREAM_USES_H

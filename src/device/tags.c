@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/device/tags.c — tag names and scopes, and tagged allocations in tag segments (DESIGN §4.11).
  *
  * What it owns: the tag names of the process, each thread's stack of tag scopes, and per device the

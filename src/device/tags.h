@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/device/tags.h — tag names and scopes, tagged allocations in tag segments. Internal. */
 #ifndef DMM_DEVICE_TAGS_H
 #define DMM_DEVICE_TAGS_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/device/types.h — the device front's data: one dmm_device and everything it holds.
  * Internal; the ground floor every file of src/device stands on.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/driver/call.c — the out-of-line half of the driver funnel (driver/call.h): the device-loss
  * latch and the refusals. The invariant of the latch is stated in call.h; here is where it is kept:
  * one compare-and-swap moves a usable driver to "being latched", the winner writes the sentence and

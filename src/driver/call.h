@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/driver/call.h — the one funnel through which the library calls a driver, and the device-loss
  * latch that lives there. Never installed.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/driver/cuda.c — the `cuda` driver: libcuda.so.1 opened with dlopen, the primary context of one
  * device, and the driver ops of dmm/driver.h over the CUDA driver API.
  *

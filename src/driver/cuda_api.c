@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/driver/cuda_api.c — libcuda.so.1, opened with dlopen once per process: the table of entry
  * points, the names and texts of CUresults, which of them are sticky, and the error mapping every op
  * of the driver shares (dmm__cuda_fail and friends; all declared in cuda_types.h).

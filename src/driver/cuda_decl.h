@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/driver/cuda_decl.h — dmm's own declarations of the part of the CUDA driver API it calls: the
  * types, the constants, the struct layouts and the signature of every entry point that the cuda
  * driver, the tools, the benchmarks and the GPU tests resolve with dlsym from

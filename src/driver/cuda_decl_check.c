@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/driver/cuda_decl_check.c — the compile-time comparison of dmm's own CUDA declarations
  * (cuda_decl.h) with NVIDIA's cuda.h. Compiled into libdmm's objects only where configure found a
  * cuda.h of CUDA 12.0 or later (DMM_HAVE_CUDA_H), and the only file that sees cuda.h's folder. It

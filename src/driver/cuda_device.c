@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/driver/cuda_device.c — the `cuda` driver's device queries and peer access: how many devices,
  * what one of them is (name, compute capability, VMM and its granularity, memory), the lookup every
  * entry point shares, and which other devices a driver's mappings are opened to.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/driver/cuda_memory.c — the `cuda` driver's ops that hand out memory: VMM (reserve, create,
  * map, set_access and their undoing) and eager cuMemAlloc/cuMemFree, each kept in the driver's own
  * records (dmm_u64map, under the driver's lock; the invariants are in cuda.c).

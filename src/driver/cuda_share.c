@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/driver/cuda_share.c — the `cuda` driver's sharing ops: handles created for export, exported
  * as POSIX file descriptors and imported from them (cuMemCreate with requestedHandleTypes = POSIX
  * file descriptor, cuMemExportToShareableHandle, cuMemImportFromShareableHandle).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/driver/cuda_stream.c — the `cuda` driver's streams, events and copies: thin ops over the CUDA
  * driver API. They keep no records (CUDA owns the objects); each enters the driver (refused once the
  * device is lost, else the primary context made current) and maps a failure through dmm__cuda_fail.

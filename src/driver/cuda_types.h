@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/driver/cuda_types.h — what the files of the `cuda` driver share (never installed):
  *   cuda_decl.h    dmm's own declarations of the CUDA driver API (types, constants, signatures);
  *                  cuda_decl_check.c compares them with cuda.h where one is found at configure time

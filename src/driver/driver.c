@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/driver/driver.c — what every driver shares: destruction through the table and the names of
  * the ops (used by the fault driver's sentences, the funnel's refusals and by tools). Nothing here
  * knows an implementation. */

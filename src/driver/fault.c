@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/driver/fault.c — the `fault` driver: wraps another driver (not owned) and fails chosen calls
  * on purpose, for fault sweeps (DESIGN §8) and event-gating tests.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/driver/host.c — the `host` driver: real memory with real VMM semantics on any Linux machine.
  *
  * Idea: a VA reservation is an anonymous PROT_NONE, MAP_NORESERVE mapping (costs no memory); a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/gov/gov_internal.h — what the governor's files share (never installed):
  *   governor.c  the governor object: create/destroy, tiers and their limits, holders, observing
  *   leases.c    leases (reserve, grow, shrink, release, usage), refunds, the accounting hook

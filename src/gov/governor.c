@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/gov/governor.c — budgets per tier, leases per holder and role, and the reclaim ladder
  * (DESIGN §4.8, include/dmm/governor.h). This file owns the governor object: create/destroy, the
  * tiers and their limits, the holders, and observing (counters, snapshot JSON); leases.c owns the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/gov/leases.c — leases and the accounting hook (include/dmm/governor.h; the invariants are in
  * governor.c).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/gov/reclaim.c — charging a lease: one attempt under the governor's lock, and the reclaim ladder
  * around it (DESIGN §4.8; the invariants are in governor.c).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/ipc/client.c — the holder's client (dmm/ipc.h): a connection, its hello, and one request and
  * its reply at a time, in sequence (seq = 1 for the hello, then +1 per request: the holder refuses
  * anything out of order).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/ipc/connections.c — the holder's connections: who gets one, how many, for how long before its
  * hello, and what a newcomer hears when there is no room (holder.c runs the loop around it).
  *

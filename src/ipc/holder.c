@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/ipc/holder.c — the holder process's body (dmm/ipc.h): its life (socket, memory: a driver, an
  * exportable arena charged to its own governor under the limit) and the loop that serves it; who gets
  * a connection is connections.c's, what a request does is requests.c's.

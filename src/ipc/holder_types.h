@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/ipc/holder_types.h — the holder's data (holder.c: its life and its loop; connections.c: who
  * gets a connection and for how long; requests.c: the protocol per connection and the region table).
  * Never installed.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/ipc/listen.c — the holder's socket file: where it may be made, how it is made, and when it may
  * be removed (dmm__ipc_listen, dmm__ipc_unlisten).
  *

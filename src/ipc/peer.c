@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/ipc/peer.c — one export passed between two processes over a connected socket, without a
  * holder (dmm_ipc_send_export, dmm_ipc_recv_export): an EXPORT message of the holder protocol with
  * its descriptors. The receiver keeps nothing before every value was checked (sock.c, wire.c,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/ipc/requests.c — the holder's side of the protocol: per connection, the order of messages
  * (hello first, then requests numbered one after another), and the region table the requests act
  * on (create, taken, attach, drop, census).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/ipc/sock.c — the holder protocol's messages on a Unix socket: dialing the holder, and how one
  * message and its descriptors cross (SOCK_SEQPACKET: one record per message, so a message is never
  * split or merged, and a truncated or oversized one is seen as such). The socket file itself is

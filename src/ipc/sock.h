@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/ipc/sock.h — Unix sockets for the holder protocol: the socket file (listen.c: where it may be
  * made, with which mode, and when it may be removed) and the messages (sock.c: dialing with a
  * deadline, one message out or in with its descriptors, the peer's credentials). Never installed. */

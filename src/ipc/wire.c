@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/ipc/wire.c — the holder protocol's messages: laying a message out and reading one back,
  * value by value (wire.h has the layout). This is the parser every byte from a client goes through,
  * so it trusts nothing: every read is bounds-checked against the record's length, every field is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/ipc/wire.h — the holder's messages on the wire (wire.c): one message is one SOCK_SEQPACKET
  * record, a fixed header and a payload laid out field by field; descriptors ride beside it
  * (SCM_RIGHTS, sock.c). Never installed. The protocol in full: docs/ipc.md.

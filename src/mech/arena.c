@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/mech/arena.c — the arena mechanism (DESIGN §4.3, §4.5): one VA reservation, allocation
  * records with 64-bit generations, and commit as one transaction per call.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/mech/arena_check.c — the arena's expensive invariant check (dmm_arena_check).
  *
  * It recomputes from scratch everything the arena maintains incrementally and compares: the free

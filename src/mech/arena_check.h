@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/mech/arena_check.h — the arena's expensive invariant check (arena_check.c). Never installed. */
 #ifndef DMM_MECH_ARENA_CHECK_H
 #define DMM_MECH_ARENA_CHECK_H

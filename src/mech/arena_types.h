@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/mech/arena_types.h — the arena's data, shared by its files. Never installed.
  *
  * The arena's files form a tower; each calls only the files below it (its header says what it

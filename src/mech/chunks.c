@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/mech/chunks.c — the arena's physical chunks: where a chunk is born (charge, create or take
  * from the cache, map, set access), where it is unmapped, cached, released, poisoned, and where
  * every driver call, charge and refund of the arena happens.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/mech/chunks.h — the arena's physical chunks, driver calls and accounting (chunks.c). Never
  * installed. All of it runs under the arena's lock, except the hook calls where said. */
 #ifndef DMM_MECH_CHUNKS_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/mech/commit.c — the arena's one transaction, and the two kinds of it that live here: commit
  * (allocate, allocate_committed, commit) and alias (DESIGN §4.3, §4.5). Prefix commit (prefix.c) is
  * the third kind, run by the same runner.

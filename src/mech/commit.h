@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/mech/commit.h — the arena's one transaction (commit.c): what commit, alias and prefix commit
  * share. Never installed. Everything here runs under the arena's lock, except where said. */
 #ifndef DMM_MECH_COMMIT_H

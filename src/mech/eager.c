@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/mech/eager.c — the eager mechanism: one driver alloc per allocation (malloc-like on host,
  * cuMemAlloc on CUDA). No capabilities: no virtual backing, no sharing.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/mech/export.c — the export description (dmm/share.h) as a value: making an empty one, closing
  * its descriptors, and the value-by-value check every importer and every receiver of an untrusted
  * description runs before touching anything. Knows no mechanism.

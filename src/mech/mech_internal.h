@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/mech/mech_internal.h — what mechanism implementations (eager, arena, prefix, …) may know about
  * the generic wrapper of src/mech/mechanism.c. Never installed.
  *

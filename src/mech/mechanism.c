@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/mech/mechanism.c — the generic mechanism: one implementation object behind one ops table,
  * with optional capability sub-tables of the same table (DESIGN §4.4).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/mech/prefix.c — the arena's shared_mapping capability (DESIGN §4.6): shared prefixes.
  *
  * What it owns: the prefix records (arena_prefix, one arena_piece per handle), and the four calls of

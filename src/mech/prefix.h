@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/mech/prefix.h — the arena's shared prefixes (prefix.c): the shared_mapping capability. Never
  * installed. */
 #ifndef DMM_MECH_PREFIX_H

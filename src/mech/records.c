@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/mech/records.c — the arena's allocation records: one arena_record per live allocation, in a
  * hash by offset, and the spans a record gives back when it goes.
  *

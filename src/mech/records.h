@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/mech/records.h — the arena's allocation records (records.c). Never installed. */
 #ifndef DMM_MECH_RECORDS_H
 #define DMM_MECH_RECORDS_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/mech/release.c — the arena's release state machine: whole release and decommit, and the
  * outcome each reports (DESIGN §4.3). This is where the arena decides what a failed unmap means.
  *

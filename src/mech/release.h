@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/mech/release.h — the arena's release state machine (release.c): the mechanism's release slot
  * and the virtual-backing decommit slot. Never installed. Each takes the arena's lock. */
 #ifndef DMM_MECH_RELEASE_H

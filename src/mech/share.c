@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/mech/share.c — the arena's memory shared with other processes (dmm/share.h): export of an
  * allocation's committed chunks as descriptors, and import of another process's descriptors into a
  * new allocation, as a fourth kind of the arena's one transaction (commit.c).

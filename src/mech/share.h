@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/mech/share.h — the arena's export and import (share.c): the virtual-backing slots
  * export_range and import of dmm/share.h. Never installed. */
 #ifndef DMM_MECH_SHARE_H

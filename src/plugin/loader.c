@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/plugin/loader.c — the plugin host: opens a plugin's shared object, negotiates the ABI, keeps
  * the list of loaded plugins, and closes a plugin only when nothing of it is alive (DESIGN §4.12).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/plugin/plugin_internal.h — what the loader (loader.c) and the mechanism wrapper
  * (plugin_mechanism.c) share. Never installed.
  *

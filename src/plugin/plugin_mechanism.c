@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/plugin/plugin_mechanism.c — a plugin's mechanism wrapped as a normal dmm_mechanism, so that
  * pools, providers and the governor use it unchanged (DESIGN §4.4, §4.12).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/pool/fences.c — events: the event free list, the heaps' fences and polls, cross-stream frees
  * (DESIGN §4.9; contract: pool.h, "Streams and events").
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/pool/growth.c — malloc's slow path: growth planning, then plan → carve → drive → fix-up
  * (DESIGN §4.9).
  *

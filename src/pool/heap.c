@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/pool/heap.c — one heap's bookkeeping: block records, bins, the live-block hash, the quick
  * lists, and the splitting, carving and merging of blocks. No driver call and no lock here: every
  * function runs under the heap's lock (pool.c takes it). The hot path's lookups and the quick lists'

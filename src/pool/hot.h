@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/pool/hot.h — the hot path's steps under a heap's lock, inline: pool.c's malloc and free,
  * growth.c's slow path and fences.c's undo of a failed cross-stream free share them; the quick lists'
  * push and pop, the hot block's among them (the lists are heap.c's; types.h, "QUICK" and `hot`).

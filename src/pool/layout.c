@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/pool/layout.c — the pool's layout: where it created handles for its growths (recorded), and a
  * warm layout's handles committed ahead of the growths that take them (DESIGN §4.9; pool.h, "Warm
  * layout").

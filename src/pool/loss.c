@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/pool/loss.c — the pool's side of a device loss (pool.h, "Device loss"; DESIGN §4.10).
  *
  * What it owns: the moment the pool starts refusing, and the sentences of its refusals. The loss

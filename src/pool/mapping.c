@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/pool/mapping.c — what of its VA the pool has mapped: the one way its files ask the mechanism to
  * map or unmap a range (each followed by the observer's event, dmm_pool_config.on_map), and the answer
  * to "what is committed now" (dmm_pool_committed).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/pool/moves.c — chunks, one at a time, and the sources of moves (DESIGN §4.9).
  *
  * What it owns: the pool's mechanism calls on chunks — commit one chunk, decommit one, alias one

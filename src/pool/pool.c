@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/pool/pool.c — the caching allocator's API and hot path (DESIGN §4.9; contract: include/dmm/pool.h).
  *
  * What it owns: the pool object (create, destroy), one VA-only allocation of a mechanism with virtual

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/pool/pool_check.c — the expensive invariant check of one heap (types.h lists the
  * invariants). Walks every run, every bin, the quick, unmapped and pending lists and the hash;
  * O(blocks), for tests and debugging only. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/pool/pool_stats.c — the pool's stats (pool.h: DMM_POOL_STAT_COUNTS / _COUNTERS, declared once)
  * and the dmm_pool_check entry.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/pool/regions.c — the pool's VA, handed to heaps in regions, and trim (DESIGN §4.9).
  *
  * What it owns: p->owner (per region: the heap whose runs hold it), the heaps' runs, and giving

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/pool/stock.c — the stock thread: memory committed ahead of a growing pool's mallocs, off the
  * threads that wait for it (DESIGN §4.9; the option: stock_bytes in include/dmm/pool.h).
  *

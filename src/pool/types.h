@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/pool/types.h — the pool's types and their invariants, the hot path's inline helpers, and what
  * the pool's files offer each other. Never installed.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/common/arena_kit.h — helpers shared by the arena's tests (unit, fault, stress): what the
  * driver really holds (census), the arena's stats, the expensive check, and a tallying accounting
  * hook that can be told to refuse. Header-only, static. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/common/holder_kit.c — the holder tests' shared helpers (holder_kit.h). */
 #include "holder_kit.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/common/holder_kit.h — what the tests of the holder (`dmm hold`, dmm/ipc.h) share: a short sleep,
  * the descriptors a process holds, a holder's census asked on a connection of its own, and running
  * `dmm hold` where it must refuse to start. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/common/testkit.c — shared helpers for the cmocka tests. */
 #include "testkit.h"
 

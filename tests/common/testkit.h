@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/common/testkit.h — shared helpers for the cmocka tests. */
 #ifndef DMM_TESTKIT_H
 #define DMM_TESTKIT_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/common/tool_kit.c — the built tool run in a child process (contract: tool_kit.h).
  * posix_spawn with the child's stdout and stderr on files (or a descriptor the test holds), a wait
  * polled every 100 ms up to 60 s, then SIGKILL and a failure: a hang cannot stall the suite.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/common/tool_kit.h — running the built `dmm` tool from a test, as a user would: in a child
  * process, with its own standard output and error captured, under a time limit that is only a safety
  * net (a run that does not end within it is a failure that says so; no test asserts on a time).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/common/torch_fx.h — the context fixture of the torch adapter's unit tests (test_torch_adapter,
  * test_torch_record, test_torch_snapshot): an adapter context with the host extras of torch_kit.h over
  * the host driver, or over the fault driver over it, with two streams; the malloc and free that must

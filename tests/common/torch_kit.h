@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/common/torch_kit.h — the host side of the device front's tests (unit and fault): the capture
  * switch (the fault driver's dmm_fault_capture), the count of host copies it made and gave back, and
  * the device's configuration. Include after the device's headers (device/device_internal.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/fault/test_arena_faults.c — the arena over fault(host): the fault SWEEP of every public
  * arena operation, the partial-failure contracts, and device loss.
  *

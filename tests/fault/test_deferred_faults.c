@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/fault/test_deferred_faults.c — the fault SWEEP of dmm_deferred_poll (DESIGN §4.10, §8): a queue
  * of four requests over an arena over fault(host) — the decommit of [2 MiB, 6 MiB) of an 8 MiB
  * allocation (gated by events on two streams), the release of a 6 MiB allocation, the release of the

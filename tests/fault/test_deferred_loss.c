@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/fault/test_deferred_loss.c — the deferred queue's device-loss contract (include/dmm/deferred.h,
  * "Device loss"), over an arena over fault(host), with a sticky DMM_ERR_DEVICE_LOST plan:
  *   - a loss an EVENT QUERY reports: the poll returns DEVICE_LOST with the driver's sentence; the

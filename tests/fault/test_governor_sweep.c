@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Fault sweep of the governor wired to the arena (issue 5, acceptance 3): for allocate,
  * allocate_committed, commit, decommit and release, fail the 1st, 2nd, … driver call (DMM_OP_ANY)
  * until the operation makes no more calls than that, and after EVERY step assert

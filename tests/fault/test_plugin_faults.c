@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/fault/test_plugin_faults.c — the fault SWEEP of a plugin mechanism (dmm/plugin.h, DESIGN §4.12,
  * §8): the good mock plugin (tests/plugin/mock_plugin.c) loaded with dmm_plugin_load, its "mock" kind
  * made with dmm_plugin_mechanism_create over fault(host), and swept through the host's wrapper:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/fault/test_pool_faults.c — the fault SWEEP of every public pool operation that makes driver
  * calls (DESIGN §8): create, malloc (new chunks; chunks moved from elsewhere; chunks aliased behind
  * pending fences), free on another stream (event), trim, empty_cache (trim + cache drain) and destroy.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/fault/test_pool_loss.c — the pool's device-loss contract (include/dmm/pool.h, "Device loss";
  * DESIGN §4.10), over an arena over fault(host).
  *

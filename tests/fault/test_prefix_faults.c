@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/fault/test_prefix_faults.c — shared prefixes over fault(host): the fault SWEEP of every
  * prefix operation and of every release that touches a prefix's memory.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/fault/test_provider_faults.c — the fault SWEEP of the provider (dmm/provider.h, DESIGN §4.7, §8)
  * over its default arena over fault(host), charging a tallying accounting hook: create, allocate (the
  * first one, which fixes the mechanism; one with live neighbours; one served from the handle cache),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/fault/test_torch_faults.c — the fault SWEEP of the torch adapter core's operations that make
  * driver calls (adapters/torch/adapter.h): offload (to host, discard; one and two pieces),
  * offload_wait, restore, empty_cache, graph reserve, malloc (pool, tag segment) and destroy.

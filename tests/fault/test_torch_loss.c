@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/fault/test_torch_loss.c — the torch adapter core after a device loss (adapters/torch/adapter.h,
  * "Device loss"), over fault(host) with a sticky DMM_ERR_DEVICE_LOST plan on every op.
  *

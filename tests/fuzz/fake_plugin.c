@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/fuzz/fake_plugin.c — a dmm plugin whose every answer is chosen by the fuzz input, for
  * fuzz_plugin.c (built as a MODULE; it links no dmm symbol, only the public types of dmm/plugin.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/fuzz/fake_plugin.h — the test exports of the fake plugin (fake_plugin.c) that fuzz_plugin.c
  * drives: the harness looks them up with dlsym in the same library that dmm_plugin_load opens. */
 #ifndef DMM_FAKE_PLUGIN_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/fuzz/fuzz_compare.c — the bench comparator (tools/compare.c) on hostile bench results.
  *
  * The input is two bench result files separated by the first NUL byte (without one, the file is

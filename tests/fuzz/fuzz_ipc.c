@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/fuzz/fuzz_ipc.c — the holder protocol (src/ipc/wire.c, src/ipc/requests.c) on hostile input.
  *
  * The input is a sequence of records, each a u16 length (little-endian) and that many bytes: what one

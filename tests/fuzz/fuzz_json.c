@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/fuzz/fuzz_json.c — the strict JSON reader (tools/json_read.c) on hostile input.
  *
  * The input is the text (in a buffer of exactly its length: the reader must never look past it).

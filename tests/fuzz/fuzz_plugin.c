@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/fuzz/fuzz_plugin.c — plugin negotiation and every plugin-returned structure (src/plugin/),
  * against a fake plugin whose answers the input chooses (fake_plugin.c, loaded as a real plugin).
  *

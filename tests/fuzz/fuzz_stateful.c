@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/fuzz/fuzz_stateful.c — the stateful fuzzer: the input is a program of pool, arena, prefix,
  * governor and fault-driver operations, run over fault(host), with the expensive invariants checked
  * after every step.

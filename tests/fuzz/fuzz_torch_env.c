@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/fuzz/fuzz_torch_env.c — the torch adapter's DMM_TORCH_* knobs (adapters/torch/env.c,
  * compiled in like tests/unit/test_torch_env.c does: no GPU, no cuda.h) on hostile values.
  *

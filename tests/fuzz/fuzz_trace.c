@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/fuzz/fuzz_trace.c — the trace reader (tools/trace.c) on hostile input.
  *
  * The input is a trace file's bytes. Plain text goes to dmm_trace_parse; input that starts with the

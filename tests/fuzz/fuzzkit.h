@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/fuzz/fuzzkit.h — what every libFuzzer harness under tests/fuzz/ shares: a reader that turns
  * the input bytes into choices, the splitting of an input into parts, and the one way a harness
  * reports a broken property (FUZZ_ASSERT: a sentence on stderr, then abort(), which libFuzzer

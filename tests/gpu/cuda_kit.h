@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/gpu/cuda_kit.h — helpers of the GPU tests: open the cuda driver or SKIP (exit 77), move
  * bytes between host buffers and device addresses through the driver's own copy, and patterns.
  * Header-only, static. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/gpu/test_cuda_arena.c — the arena's contracts (issue 2) over the real CUDA driver, and over
  * fault(cuda) for the partial failures; the eager mechanism over CUDA.
  *

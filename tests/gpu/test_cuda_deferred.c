@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/gpu/test_cuda_deferred.c — issue 3, acceptance 4: a decommit never unmaps a range while work
  * that uses it is still queued, and the caller is never blocked on a synchronize.
  *

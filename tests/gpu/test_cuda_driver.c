@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/gpu/test_cuda_driver.c — the cuda driver's own ops on a real GPU (DESIGN §5, issue 3 item 1).
  *
  * VMM round trip with contents checked through copies (a handle keeps its bytes across unmap and a

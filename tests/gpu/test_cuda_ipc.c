@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/gpu/test_cuda_ipc.c — memory shared between two processes over the real CUDA driver
  * (dmm/share.h; issue 14 acceptance 5, the part without PyTorch).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/gpu/test_cuda_loss.c — issue 3, acceptance 5: device loss over the real GPU.
  *
  * 1. A fault plan makes fault(cuda) answer every call with a sticky DMM_ERR_DEVICE_LOST (what the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/gpu/test_cuda_multi.c — two GPUs in one process: one governor with a tier per device, an
  * arena and a pool per device, and peer access per mapping.
  *

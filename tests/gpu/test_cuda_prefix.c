@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/gpu/test_cuda_prefix.c — shared prefixes (DESIGN §4.6) over the real CUDA driver.
  *
  * What it proves on a GPU: the owner fills a prefix through the driver's copy, and every sharer's

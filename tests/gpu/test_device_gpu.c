@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/gpu/test_device_gpu.c — the device front (dmm/device.h) over the real cuda driver, through its
  * public header only: blocks on two streams with their bytes moved by the device; a tag put to sleep
  * to pinned host memory (the cuda driver's host_alloc slot) and woken at the same addresses with its

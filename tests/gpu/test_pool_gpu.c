@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/gpu/test_pool_gpu.c — the pool's event gating on a real GPU (issue 4, acceptance 4).
  *
  * Stream A is held busy by a host function that blocks until the test lets it go (cuLaunchHostFunc,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Imports an installed dmm package and checks it is the installed one, with its own library.
 
     python3 check_import.py SITE_DIR EXPECTED_VERSION

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Uses the installed dmm: a host driver, an arena, one allocation written and released. */
 #include <dmm/dmm.h>
 #include <stdio.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Uses the installed dmm_torch.h and libdmm_torch.so from C: a host of the torch adapter other than
  * Python (tests/install/CMakeLists.txt builds it where the install has them). No GPU is touched. */
 #include <dmm_torch.h>

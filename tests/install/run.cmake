@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Installs the build into a scratch prefix, then configures, builds and runs tests/install/ (a separate
 # project) against it with find_package(dmm), and checks dmm.pc through pkg-config. With the torch
 # adapter (DMM_WITH_TORCH): dmm_torch.h and libdmm_torch.so are installed and a C program uses them
@@ -9,7 +10,7 @@ execute_process(COMMAND ${CMAKE_COMMAND} --install ${DMM_BUILD_DIR} --prefix ${D
 if(rc)
   message(FATAL_ERROR "cmake --install failed (${rc})")
 endif()
-foreach(f include/dmm/dmm.h lib/libdmm.a lib/cmake/dmm/dmmConfig.cmake lib/pkgconfig/dmm.pc)
+foreach(f include/dmm/dmm.h lib/libdmm.a lib/cmake/dmm/dmmConfig.cmake lib/pkgconfig/dmm.pc share/doc/dmm/LICENSE)
   file(GLOB found ${DMM_SCRATCH}/prefix/${f} ${DMM_SCRATCH}/prefix/lib*/*/${f})
   string(REPLACE "lib/" "" tail ${f})
   file(GLOB_RECURSE found2 ${DMM_SCRATCH}/prefix/*${tail})

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`pip install --no-index ./python` offline, into a scratch folder, then the installed package imported.
 
     python3 test_pip.py SOURCE_DIR SCRATCH VERSION [BUILD_DIR]
@@ -7,7 +8,7 @@ is unset, as on a fresh clone, and the in-tree backend builds the library with C
 runs with no index, no configuration file, no cache and a proxy that refuses every connection, so a
 build that needed anything from the network (setuptools, wheel) fails here. Then check_import.py
 checks the installed package: imported from SCRATCH, its own libdmm_torch.so, DMM_LIB overriding,
-torch never imported. Exit 77 (skipped) where this python3 has no pip.
+torch never imported; and `pip show dmm` names it, its version and its licence (Apache-2.0). Exit 77 (skipped) where this python3 has no pip.
 """
 
 import os
@@ -48,10 +49,20 @@ def main():
         return 1
     print(out.strip().splitlines()[-1] if out.strip() else "")
     dist = os.path.join(target, "dmm-%s.dist-info" % version)
-    for f in ("METADATA", "RECORD", "WHEEL"):
+    for f in ("METADATA", "RECORD", "WHEEL", "LICENSE"):
         if not os.path.isfile(os.path.join(dist, f)):
             print("FAIL: the install has no %s/%s" % (os.path.basename(dist), f))
             return 1
+    # what a user asks of an installed package: `pip show` names it, its version and its licence
+    show_env = dict(env, PYTHONPATH=target)
+    r = subprocess.run([sys.executable, "-m", "pip", "show", "--disable-pip-version-check", "dmm"], env=show_env,
+                       cwd=scratch, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    shown = r.stdout.decode("utf-8", "replace").splitlines()
+    for line in ("Name: dmm", "Version: " + version, "License: Apache-2.0"):
+        if line not in shown:
+            print("FAIL: `pip show dmm` lacks the line %r; it printed:\n%s" % (line, "\n".join(shown)))
+            return 1
+    print("pip show: " + "; ".join(l for l in shown if l.split(":")[0] in ("Name", "Version", "License")))
     sys.stdout.flush()
     return subprocess.run([sys.executable, os.path.join(HERE, "check_import.py"), target, version]).returncode
 

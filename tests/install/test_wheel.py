@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The in-tree build backend (python/_backend/dmm_backend.py), called as pip calls it, and its wheel read back.
 
     python3 test_wheel.py SOURCE_DIR SCRATCH VERSION BUILD_DIR
@@ -103,11 +104,13 @@ def main():
         so_mode = z.getinfo("dmm/libdmm_torch.so").external_attr >> 16
         check(so_mode & 0o111, "dmm/libdmm_torch.so is not executable in the wheel (mode %o)" % so_mode)
         meta = z.read("%s/METADATA" % di).decode()
-        for line in ("Metadata-Version: 2.1", "Name: dmm", "Version: " + version, "Provides-Extra: torch",
-                     'Requires-Dist: torch; extra == "torch"'):
+        for line in ("Metadata-Version: 2.1", "Name: dmm", "Version: " + version, "License: Apache-2.0",
+                     "Provides-Extra: torch", 'Requires-Dist: torch; extra == "torch"'):
             check(line in meta.splitlines(), "METADATA lacks the line %r" % line)
         with open(os.path.join(meta_dir, di, "METADATA")) as f:
             check(f.read() == meta, "prepare_metadata_for_build_wheel's METADATA differs from the wheel's")
+        with open(os.path.join(src, "LICENSE"), "rb") as f:
+            check(z.read("%s/LICENSE" % di) == f.read(), "the wheel's %s/LICENSE is not the tree's LICENSE" % di)
         wheel = z.read("%s/WHEEL" % di).decode().splitlines()
         for line in ("Wheel-Version: 1.0", "Root-Is-Purelib: false", "Tag: " + tag):
             check(line in wheel, "WHEEL lacks the line %r" % line)
@@ -131,7 +134,7 @@ def main():
     with tarfile.open(os.path.join(scratch, "sdist", sd)) as t:
         got = sorted(m.name for m in t.getmembers())
     base = "dmm-%s/" % version
-    want = sorted([base + "PKG-INFO", base + "pyproject.toml", base + "_backend/dmm_backend.py"] +
+    want = sorted([base + "PKG-INFO", base + "LICENSE", base + "pyproject.toml", base + "_backend/dmm_backend.py"] +
                   [base + os.path.relpath(p, pyroot) for p in sources])
     check(got == want, "the sdist holds %s, not %s" % (got, want))
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/ort/ort_kit.h — what the ORT tests share: the real runtime or SKIP (exit 77), an environment,
  * sessions of the generated model with and without dmm, Runs on deterministic inputs, and the host
  * driver and governor under them. Header-only, static.

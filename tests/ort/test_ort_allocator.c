@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/ort/test_ort_allocator.c — issue 12, acceptance 2-5: the OrtAllocator under real sessions, the
  * governor, other holders and bad input.
  *

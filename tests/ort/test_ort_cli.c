@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/ort/test_ort_cli.c — `dmm ort` (tools/cmd_ort.c), the built tool run in a child process against
  * the real ONNX Runtime.
  *

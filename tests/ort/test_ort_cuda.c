@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/ort/test_ort_cuda.c — issue 12, acceptance 8 (label gpu): the adapter's device allocator and the
  * CUDA provider's gpu_external_* entry points over the real CUDA driver. Skipped (exit 77, never passed)
  * without a GPU or without ONNX Runtime (the memory info is made through it).

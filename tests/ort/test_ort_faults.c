@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/ort/test_ort_faults.c — issue 12, acceptance 6: a fault sweep of the OrtAllocator's Alloc,
  * Reserve and Free over the fault driver (fail the 1st, 2nd, ... driver call of a fixed program until
  * the program runs without a fault).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/ort/test_ort_loader.c — the runtime loader (adapters/ort/loader.c) and the slots it pins
  * (dmm_ort_abi.h), against the real libonnxruntime.so.1.
  *

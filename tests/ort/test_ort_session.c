@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/ort/test_ort_session.c — issue 12, acceptance 1: a real ONNX Runtime session with
  * session.use_env_allocators=1 builds and runs through dmm.
  *

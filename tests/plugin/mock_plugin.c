@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/plugin/mock_plugin.c — a dmm plugin for the loader's tests (tests/unit/test_plugin.c).
  *
  * The plain build ("good") offers one mechanism kind, "mock", over the dmm_driver it is given:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/plugin/mock_plugin.h — the config of the test plugin's "mock" kind (opaque to dmm: the
  * plugin and the test agree on it, dmm only passes the pointer through). */
 #ifndef DMM_TEST_MOCK_PLUGIN_H

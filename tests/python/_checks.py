@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What the Python tests share (tests/python/test_*.py): PASS/FAIL lines and the failures so far, and
 whether a call raises a given error whose sentence holds every given fragment."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The warm-start profile (python/dmm/profile.py) and dmm.torch's warm_start / save_profile around it,
 checked without a GPU: the profile module directly, and dmm.torch over a stand-in `torch` module (a
 device's name and total memory) with warm() and the stats replaced by recorders (they need a GPU).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """dmm.torch.enable() wired into torch, checked without a GPU: a stand-in `torch` module (the parts of
 torch's API that enable() and python/dmm/_torch_calls.py touch, each recording its calls) and the real
 libdmm_torch.so (DMM_LIB).

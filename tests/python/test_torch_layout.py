@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """dmm.snapshot.to_torch (python/dmm/snapshot.py): dmm's snapshot in PyTorch's layout, without torch.
 
 The snapshot is the adapter's own JSON, written by unit/test_torch_snapshot over the host driver (pool

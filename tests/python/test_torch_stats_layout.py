@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """dmm._torch_calls.nested (python/dmm/_torch_calls.py): dmm's stats in the layout of
 torch._C._cuda_memoryStats, without torch.
 

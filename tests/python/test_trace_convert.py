@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """dmm.trace.from_torch_snapshot and `python3 -m dmm.trace convert` (python/dmm/trace.py), without torch.
 
 A snapshot in PyTorch's layout (torch.cuda.memory._snapshot(): `segments` with blocks, `device_traces`

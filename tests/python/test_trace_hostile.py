@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The snapshot converter (python/dmm/trace.py, python/dmm/_pickle_scan.py) against pickles made to hurt
 it (issue 35, item 14), without torch.
 

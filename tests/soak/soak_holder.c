@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/soak/soak_holder.c — the holder soak (issue 35 acceptance 5; docs/security.md). Not a CTest
  * test: run it by hand for as long as you like (`build/tests/soak_holder --seconds 3600`).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/stress/test_arena_race.c — the arena under threads.
  *
  * 1. Eight threads race to release one allocation, many rounds: exactly one release succeeds and

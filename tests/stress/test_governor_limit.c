@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Stress: 8 threads reserve, grow, shrink and release leases (and charge through accounting hooks)
  * against a tight limit, each also keeping a "cache" that the others' ladders ask it to give back,
  * while a monitor thread reads the tier and must never see used > limit on either axis. At the end

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Stress: the holder under a flood (issue 35 acceptance 3; docs/security.md). A holder process (forked
  * before any thread, serving through the library) gets 500 connections that never speak and never
  * reconnect, while 50 client threads create, fill, attach read-only, read, drop and close regions in a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/stress/test_pool_stress.c — a seeded 8-thread mix of malloc, free (on the block's stream and
  * on others), trim and empty_cache over one pool on the real host driver.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/stress/test_prefix_race.c — shared prefixes under threads (run it under TSan and ASan).
  *
  * Each round: an owner fills a 3-chunk prefix; eight threads each map it read-only into their own

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/stress/test_torch_observe_race.c — the device front's observers under threads: the recorder
  * (record.c), the table of pool blocks (blocks.c), the pool's committed ranges (dmm_pool_committed)
  * and its history (history.c), while the allocator serves.

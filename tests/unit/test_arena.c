@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/unit/test_arena.c — the arena over the real host driver: reservation without resident
  * memory, commit/decommit with real protections and memfds, the release contract (COMPLETE with 0
  * unmapped bytes, FAILED for wrong handles and double release, ids never reused), granule sharing,

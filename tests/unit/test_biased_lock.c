@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/unit/test_biased_lock.c — the lock biased to its usual owner (src/core/biased_lock.h).
  *
  * What is proven: the first thread to take a lock owns it and from then on takes and drops it

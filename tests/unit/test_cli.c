@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/unit/test_cli.c — the dmm tool's command line: the one numeric-option parser (tools/options.c,
  * compiled in here) and the built tool itself (build/tools/dmm, found beside this test's folder, run
  * in a child process by tests/common/tool_kit.c; the tool cases are skipped when it was not built).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/unit/test_cli_files.c — the dmm tool against files that are not what they claim (issue 35,
  * items 11–13; tools/output_file.c, tools/input_file.c, the bounds of tools/trace.c), through the
  * real tool (tests/common/tool_kit.h), real FIFOs, device nodes made here with mknod, real pipes and

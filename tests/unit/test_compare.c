@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/unit/test_compare.c — `dmm compare`'s module (tools/compare.c and tools/json_read.c, compiled
  * in here, as test_trace.c does with tools/trace.c): the verdicts against the noise-calibrated
  * threshold in both directions, added/removed metrics, the strict reader refusing malformed JSON and

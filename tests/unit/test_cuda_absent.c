@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/unit/test_cuda_absent.c — the cuda driver where there is no CUDA driver (DESIGN §5: "a
  * machine without a GPU reports 'no CUDA driver' and runs on host"). DMM_CUDA_LIBRARY names a library
  * that does not exist, so this runs the same on a GPU machine: create reports UNSUPPORTED with the

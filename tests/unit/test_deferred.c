@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The deferred-release queue (src/bind/deferred.c) over fault(host): events held incomplete with
  * dmm_fault_hold_events, a recording mechanism that logs the order of the releases it is asked for
  * and can answer FAILED on demand. Proves: gated by events (and only by event_query: no synchronize),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/unit/test_device.c — the device front (dmm/device.h) driven directly, with no framework and
  * through its public header only, as an adapter would use it: blocks on two streams; a tag put to
  * sleep and woken with its contents kept, at the same addresses; a tag discarded and woken (mapped

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/unit/test_dlopen.c — libdmm.so loaded by dlopen after the program started, as Python loads
  * the torch adapter: it loads (its thread-locals fit glibc's rules for a late-loaded library: no
  * static-TLS model, CMakeLists.txt), and its pool serves cached pairs on two threads, the second

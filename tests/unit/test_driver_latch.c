@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/unit/test_driver_latch.c — the device-loss latch at the driver funnel (src/driver/call.h,
  * dmm_driver_lost in dmm/driver.h), over fault(host).
  *

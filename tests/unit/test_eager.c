@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/unit/test_eager.c — the eager mechanism's release contract: a release must match ptr,
  * bytes, align and id of the live record, else FAILED with nothing changed; double release FAILED;
  * ids never reused; a refused charge or a failed driver call changes nothing; racing releases make

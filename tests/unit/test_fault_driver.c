@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/unit/test_fault_driver.c — the fault driver fails exactly the planned calls (nth, repeat,
  * sticky, DMM_OP_ANY), never forwards a failed call (the inner census does not move), reports the
  * inner census, names op / call / plan in its sentence, and holds events on request. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The governor: tiers and limits, leases by role, both axes, overflow, snapshot, the reclaim ladder's
  * order and its refusal sentence, the accounting hook, holder lifetimes. */
 #include <stdio.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/unit/test_host_driver.c — the host driver keeps real VMM semantics: reservations cost no
  * memory, mapped chunks are PROT_NONE until set_access, unmap puts PROT_NONE back (the hole stays
  * reserved), memfds are closed on release, refusals change nothing, and census is exact. */

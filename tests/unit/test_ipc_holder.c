@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/unit/test_ipc_holder.c — the holder (`dmm hold`, run as its own process) and its clients
  * (dmm/ipc.h; issue 14 acceptance 3 and 4).
  *

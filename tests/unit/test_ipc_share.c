@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/unit/test_ipc_share.c — memory shared between two real processes over the host driver
  * (dmm/share.h, issue 14 acceptance 1 and 2).
  *

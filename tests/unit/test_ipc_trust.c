@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/unit/test_ipc_trust.c — the holder and the wire against a hostile neighbour (issue 35, items 1-10;
  * docs/security.md). Real `dmm hold` processes, real sockets, real descriptors, real uids (root only:
  * a forked child switches to uid 65534; skipped with a reason otherwise).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/unit/test_mechanism.c — the generic mechanism: create validation, capability checks
  * (UNSUPPORTED, never a silent no-op), WRONG_MECHANISM, identity stamping, a custom ops table
  * with a virtual-backing sub-table driven through the public wrappers, and the built-in mechanisms

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/unit/test_onnx_model.c — the ONNX model writer (tools/onnx_model.c, compiled in here), read
  * back by an independent protobuf walker written for this test.
  *

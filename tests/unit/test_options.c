@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/unit/test_options.c — dmm's one option table and its grammar of numbers (src/core/options.c).
  *
  * What is proven: every id has a complete row (a variable or a flag, who reads it, a kind, a description,

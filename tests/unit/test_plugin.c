@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/unit/test_plugin.c — the plugin ABI and its loader (DESIGN §4.12), over the test plugins of
  * tests/plugin/ (one shared object per variant of mock_plugin.c):
  *  - negotiation: the good plugin loads and says who it is; a newer minor is agreed down to the

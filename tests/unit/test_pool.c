@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/unit/test_pool.c — the pool over the arena over the host driver (wrapped in the fault driver
  * so that driver calls can be counted, failed and event completion held back).
  *

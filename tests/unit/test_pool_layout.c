@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/unit/test_pool_layout.c — the pool's layout and the warm layout (pool.h, "Warm layout":
  * dmm_pool_layout, dmm_pool_warm_layout, the stats layout_adopted / layout_released; src/pool/layout.c
  * and its callers in moves.c and regions.c), over the arena over the host driver (wrapped in the fault

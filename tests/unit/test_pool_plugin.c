@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/unit/test_pool_plugin.c — the pool over a plugin's mechanism behaves as over the built-in
  * arena (issue 16: the pool asks its mechanism for capabilities, never for an arena).
  *

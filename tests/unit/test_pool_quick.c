@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/unit/test_pool_quick.c — the pool's quick lists: a block freed on its own stream is parked
  * unmerged and an exact repeat takes it back (types.h, QUICK), over the arena over the host driver
  * (wrapped in the fault driver to count calls and hold events).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/unit/test_pool_stock.c — the pool's stock thread (stock_bytes, src/pool/stock.c), over the
  * arena over the host driver (wrapped in the fault driver to count and fail calls).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/unit/test_prefix.c — shared prefixes (DESIGN §4.6) over the real host driver.
  *
  * What it proves: an owner fills a prefix and every sharer reads the same bytes at its own address,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The provider: one mechanism per consumer and device, chosen at creation (arena where the driver has
  * VMM, else eager) or replaced once before first use; replacement refused for another device, after an
  * allocation, or while the mechanism holds memory; allocations stay bound to their mechanism. */

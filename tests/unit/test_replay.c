@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/unit/test_replay.c — the replay tool's --repeat and --stock (tools/replay.c, compiled in here
  * with the trace reader): the trace taken as one iteration, replayed K times over one pool, the
  * leftovers of each repetition freed before the next, and the driver calls of the last repetition

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/unit/test_spans.c — the span set behind the arena's free list and quarantine: coalescing
  * inserts, refused overlaps, best fit with alignment, carving, and a seeded random model check
  * against a byte map. */

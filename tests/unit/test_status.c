@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Status names, per-thread last error (and a failure kept while later calls run), stats JSON, version. */
 #include <pthread.h>
 #include <string.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/unit/test_torch_adapter.c — the torch adapter's core over the host driver (wrapped in the fault
  * driver, to count driver calls and hold events back), with host extras: malloc for pinned memory and
  * a capture switch of the test's own. The adapter's sources are compiled into this test (they are not

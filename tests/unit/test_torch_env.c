@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/unit/test_torch_env.c — the torch adapter's environment variables (adapters/torch/env.c, compiled
  * into this test like test_torch_adapter.c compiles the adapter's core: no GPU, no cuda.h needed).
  *

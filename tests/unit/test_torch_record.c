@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/unit/test_torch_record.c — the torch adapter's recorder (adapters/torch/record.c) over the host
  * driver, read back by the trace reader `dmm replay` uses (tools/trace.c, compiled in here).
  *

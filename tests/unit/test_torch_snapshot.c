@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/unit/test_torch_snapshot.c — what the device front's snapshot lays out (the pool's committed
  * ranges, dmm_pool_committed; src/device/blocks.c; the snapshot JSON of src/device/device.c) over the
  * host driver.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/unit/test_trace.c — the trace reader of the replay tool (tools/trace.c, compiled in here):
  * header keys (unknown ones ignored), events, frees resolved to their allocation, dense streams, the
  * peak of live bytes, every malformed input refused with its line number; and the real gpt2 trace of

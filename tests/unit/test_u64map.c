@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/unit/test_u64map.c — the core u64 → u64 hash map (src/core/u64map.h): insert, find,
  * overwrite, remove, growth, deletion without tombstones (backward shift, also across the table's
  * wrap-around), iteration, promises, and refusals that change nothing. A seeded random sequence of

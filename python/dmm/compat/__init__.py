@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Drop-ins for the sleep-mode allocators of serving engines: the same names and meanings, over dmm.
 
     from dmm.compat.vllm import CuMemAllocator                 # for vllm.device_allocator.cumem

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """torch_memory_saver (SGLang's sleep-mode allocator), over dmm. Change only the import:
 
     from dmm.compat.torch_memory_saver import torch_memory_saver

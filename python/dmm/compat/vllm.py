@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """vLLM's CuMemAllocator (vllm.device_allocator.cumem), over dmm. Change only the import:
 
     from dmm.compat.vllm import CuMemAllocator

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared by the torch GPU tests: skip rules, PASS/FAIL lines, worker processes, result lines."""
 
 import json

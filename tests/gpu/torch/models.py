@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The models of the torch GPU tests, built from configs (no downloads), with fixed seeds."""
 
 import contextlib

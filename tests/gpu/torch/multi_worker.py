@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """One rank of the two-GPU runs of test_torch_multi.py (not a test: torchrun starts two of these).
 
 usage: torchrun --nproc-per-node 2 multi_worker.py native|dmm OUT.json

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Restore (and offload) bandwidth of dmm's tagged weights for several restore piece sizes (a measurement
 for issue 6, not a test): one worker process per variant, DMM_TORCH_RESTORE_PIECE set per process.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Issue 13's acceptance 1-4 on a GPU: a user switches to dmm and loses nothing.
 
   1. torch's own calls: a training loop that calls torch.cuda.memory_stats(), memory_summary(),

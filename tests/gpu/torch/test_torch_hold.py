@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Issue 14's acceptance 5 and the holder over CUDA: weights kept on the device by `dmm hold --cuda 0`
 across the death of the process that made them, and served to another PyTorch process.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Acceptance 1-3 of issue 6 on a GPU: dmm as torch's allocator against torch's own, in separate
 processes (an allocator is chosen once per process):
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """dmm under torch.distributed on two GPUs (issue 15's acceptance), against PyTorch's native allocator
 in the same job: multi_worker.py run by torchrun --nproc-per-node 2, once per allocator.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Acceptance 4-5 of issue 6 on a GPU: sleep/wake of a Llama-style model's weights under dmm.
 
   4. offload("weights") raises the device's free memory (cuMemGetInfo) by >= 95 % of the weights'

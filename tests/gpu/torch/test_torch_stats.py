@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Acceptance 6 of issue 6 on a GPU, and the failure paths, under dmm:
 
   - memory_stats() and snapshot() agree with the pool's own counters and with the tensors alive

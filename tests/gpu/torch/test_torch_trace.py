@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Issue 13, items 4 and 5, on a GPU: your own workload's trace, and snapshots PyTorch's viewer opens.
 
   - the same small training workload (an MLP with AdamW, batch sizes that change every step, a second

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A worker process for test_torch_models.py: python3 workloads.py <native|expandable|dmm> [--bench]
 
 Trains GPT-2 small (20 steps, AdamW, bf16 autocast) and generates with a Llama-style model, both built
