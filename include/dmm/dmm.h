@@ -17,5 +17,6 @@
 #include "dmm/deferred.h"
 #include "dmm/plugin.h"
 #include "dmm/device.h"
+#include "dmm/kv.h"
 
 #endif /* DMM_DMM_H */

@@ -1,0 +1,126 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* dmm/kv.h — the KV arena: a contiguous, growable KV cache per request, with prefixes held once
+ * physically and mapped into every request that starts with them (docs/kv.md).
+ *
+ * A serving engine pages its KV cache because a contiguous cache per request must be sized for the
+ * longest request up front. Here each request gets its maximum length as address space only, and
+ * physical memory granule by granule as its tokens arrive: its cache is one dense range
+ * [base, base + tokens × token_bytes), so attention needs no block table, and its address never moves
+ * (a captured CUDA graph stays valid across growth).
+ *
+ * Layout: token-major. Token t of a request lies at base + t × token_bytes, every layer's K and V of
+ * that token together (the caller lays them out inside token_bytes). One granule then covers
+ * granule / token_bytes tokens of every layer, so a request grows by one commit per that many tokens,
+ * and a prefix of the first P tokens is one contiguous range.
+ *
+ * Prefixes: dmm_kv_share makes the first P tokens of a request a prefix. Its whole granules are held
+ * once (the request's own chunks, dmm/prefix.h) and mapped read-only into each request opened with
+ * it; the granule where the prefix ends, shared by its last tokens and the next request's first
+ * private ones, is copied (copy-on-write at the first divergent granule): the prefix keeps a copy of
+ * it, taken at dmm_kv_share, and every request opened with the prefix gets a private granule filled
+ * from that copy. A request writes only at or after its prefix's length; a write into the shared
+ * granules faults (they are mapped read-only).
+ *
+ * Memory: every commit is charged to the device's governor (role DMM_ROLE_KV_CACHE): a request that
+ * does not fit is refused with DMM_ERR_BUDGET and a sentence, nothing changed, so the governor, not a
+ * profiling guess, decides how many requests fit. Granules a request gives back (close) go to a
+ * reserve of physical handles kept for growth (at most reserve_bytes, charged as owned memory);
+ * dmm_kv_refill tops it up ahead of need, off the decode thread, so that growth during decode maps a
+ * handle it already has instead of creating one.
+ *
+ * Releases report honestly (dmm_release_outcome): nothing is reused or refunded before the driver let
+ * go of it.
+ *
+ * Thread contract: thread-safe; one request is grown by one thread at a time.
+ */
+#ifndef DMM_KV_H
+#define DMM_KV_H
+
+#include <stdint.h>
+
+#include "dmm/device.h"
+#include "dmm/mechanism.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dmm_kv dmm_kv;
+typedef struct dmm_kv_request dmm_kv_request;
+typedef struct dmm_kv_prefix dmm_kv_prefix;
+
+/* Read min(size, sizeof) bytes; every 0 is a default where one is said. */
+typedef struct dmm_kv_config {
+    uint32_t size;          /* sizeof(dmm_kv_config) */
+    uint64_t token_bytes;   /* one token's K and V over every layer (2 × layers × kv heads × head dim × dtype
+                               size); required */
+    uint64_t max_tokens;    /* the most tokens one request may hold: its reserved range; required */
+    uint32_t max_requests;  /* requests open at once (also the most prefixes); 0 = 256 */
+    uint64_t reserve_bytes; /* physical handles kept for growth, rounded up to granules; 0 = 8 granules */
+} dmm_kv_config;
+
+/* A KV arena on `dev` (not owned: destroy the arena first): its own address space of max_requests
+ * ranges, charged to the device's governor under the device's holder. INVALID_ARGUMENT (nothing
+ * created) for a token size or length of 0 or one whose range does not fit in 2^46 bytes. */
+DMM_API dmm_status dmm_kv_create(dmm_device *dev, const dmm_kv_config *cfg, dmm_kv **out);
+/* BUSY (nothing changed) while a request or a prefix is open. */
+DMM_API dmm_status dmm_kv_destroy(dmm_kv *kv);
+
+/* Opens a request backed for its first `tokens` (0: none yet), starting with `prefix` (NULL: none;
+ * then tokens counts from the prefix's start and must be at least the prefix's length). Copies the
+ * prefix's last, partial granule on `stream`. BUSY when max_requests are open; BUDGET or
+ * OUT_OF_MEMORY when the memory does not fit (nothing changed either way). */
+DMM_API dmm_status dmm_kv_open(dmm_kv *kv, const dmm_kv_prefix *prefix, uint64_t tokens, dmm_stream stream,
+                               dmm_kv_request **out);
+/* Backs the request for its first `tokens` (a no-op when it is already; never shrinks). */
+DMM_API dmm_status dmm_kv_grow(dmm_kv *kv, dmm_kv_request *r, uint64_t tokens);
+/* Gives the request's memory back (its private granules to the reserve or the driver; its mapping of
+ * a prefix, which stays). FAILED: nothing changed, the request is still open. */
+DMM_API dmm_release_outcome dmm_kv_close(dmm_kv *kv, dmm_kv_request *r);
+
+typedef struct dmm_kv_request_info {
+    uint32_t size;            /* sizeof(dmm_kv_request_info), set by the caller */
+    void *base;               /* token t at base + t × token_bytes; never moves */
+    uint64_t backed_tokens;   /* tokens backed now (from the start, the prefix included) */
+    uint64_t prefix_tokens;   /* tokens of the prefix it was opened with (read-only up to the last whole
+                                 granule of them) */
+    uint64_t private_bytes;   /* bytes of its own granules */
+    uint64_t shared_bytes;    /* bytes of a prefix's granules mapped into it */
+} dmm_kv_request_info;
+DMM_API dmm_status dmm_kv_request_get(dmm_kv *kv, const dmm_kv_request *r, dmm_kv_request_info *out);
+
+/* Makes the first `tokens` of request r (backed, written by work ordered on `stream`) a prefix that
+ * new requests start with. Its whole granules stay r's physical memory, held once; its last partial
+ * granule is copied now, on `stream`. r may close before the prefix goes: the memory stays while the
+ * prefix or any request mapping it lives. */
+DMM_API dmm_status dmm_kv_share(dmm_kv *kv, dmm_kv_request *r, uint64_t tokens, dmm_stream stream,
+                                dmm_kv_prefix **out);
+/* Drops the prefix: its memory goes with the last request that maps it. BUSY (nothing changed) while
+ * a request opened with it is open. */
+DMM_API dmm_release_outcome dmm_kv_prefix_release(dmm_kv *kv, dmm_kv_prefix *p);
+
+/* Tops the reserve of physical handles up to reserve_bytes (creates what is missing: call it off the
+ * decode thread). *created (optional) = bytes created. */
+DMM_API dmm_status dmm_kv_refill(dmm_kv *kv, uint64_t *created);
+
+typedef struct dmm_kv_stats {
+    uint32_t size;             /* sizeof(dmm_kv_stats), set by the caller */
+    uint64_t granule;          /* the driver's granularity: the unit of growth */
+    uint64_t range_bytes;      /* each request's reserved range */
+    uint64_t requests;         /* open now */
+    uint64_t prefixes;         /* open now */
+    uint64_t private_bytes;    /* the requests' own granules */
+    uint64_t shared_bytes;     /* granules held once for prefixes (their owners' and tails' memory) */
+    uint64_t mapped_shared_bytes; /* prefix granules mapped into requests (mapped, not owned again) */
+    uint64_t reserve_bytes;    /* handles kept for growth now */
+    uint64_t owned_bytes;      /* all the arena owns: what the governor charged it */
+    uint64_t driver_creates;   /* physical handles created since the arena was made */
+    uint64_t grows;            /* commits made by growth */
+    uint64_t refusals;         /* opens and grows refused for memory or budget */
+} dmm_kv_stats;
+DMM_API dmm_status dmm_kv_stats_get(dmm_kv *kv, dmm_kv_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DMM_KV_H */
