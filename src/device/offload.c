@@ -223,16 +223,29 @@ static dmm_event next_decommit_event(const device_tag *t) {
     return NULL;
 }
 
-/* Waits (dev.lock held) until the tag has no decommit queued: the host waits on the tag's own piece
- * events, one after the other, and decommits each piece as soon as its copy ended; never on a stream
- * or the device. */
+/* Waits, with dev.lock dropped (never held across a blocking driver call), for the tag's event t->ev,
+ * recorded after its last copy. The tag's event lives as long as the device (a later offload or
+ * restore records it again, never destroys it), so another thread can change nothing under this
+ * wait that makes it invalid; a segment's piece events, which a free may take away, are only asked
+ * under the lock. */
+static dmm_status wait_tag_event_unlocked(dmm_device *c, device_tag *t) {
+    dmm_event ev = t->ev;
+    pthread_mutex_unlock(&c->lock);
+    dmm_status s = ev != NULL ? dmm__drv_event_synchronize(c->drv, ev) : DMM_OK;
+    pthread_mutex_lock(&c->lock);
+    return s;
+}
+
+/* Waits (dev.lock held; dropped while it blocks) until the tag has no decommit queued: it asks the
+ * tag's first queued piece event, decommits each piece as soon as its copy ended, and blocks only on
+ * the tag's own event; never on a stream or the device. */
 static dmm_status wait_locked(dmm_device *c, device_tag *t) {
     while (t->pending > 0) {
         if (dmm__device_jobs_poll_locked(c) == DMM_ERR_DEVICE_LOST) return DMM_ERR_DEVICE_LOST; /* ask nothing more */
         if (t->pending == 0) break;
         dmm_event ev = next_decommit_event(t);
         dmm_status s = ev != NULL ? dmm__drv_event_query(c->drv, ev) : DMM_OK;
-        if (s == DMM_ERR_BUSY) s = dmm__drv_event_synchronize(c->drv, ev); /* its decommit: the next poll */
+        if (s == DMM_ERR_BUSY) s = wait_tag_event_unlocked(c, t); /* its copies run: their decommits, the next poll */
         else if (s == DMM_OK) { /* complete, not run yet: an earlier request of another stream is at the head */
             pthread_mutex_unlock(&c->lock);
             struct timespec ts = {0, 50000};
@@ -366,7 +379,12 @@ dmm_status dmm_device_release_host(dmm_device *c, const char *name) {
                                            "restore it first",
                              name, dmm__device_tag_state_name(t->state));
     }
-    dmm_status s = t->ev != NULL ? dmm__drv_event_synchronize(c->drv, t->ev) : DMM_OK;
+    /* the restore's copies read the host copies until the tag's event (waited for with the lock dropped) */
+    dmm_status s = wait_tag_event_unlocked(c, t);
+    if (s == DMM_OK && t->state != TAG_RESIDENT) /* another thread offloaded it meanwhile */
+        s = dmm_error_set(DMM_ERR_BUSY, "dmm device: the host copies of tag '%s' hold its contents while it is %s; "
+                                        "restore it first",
+                          name, dmm__device_tag_state_name(t->state));
     if (s == DMM_OK)
         for (tag_segment *g = t->segs; g != NULL; g = g->next) dmm__device_tseg_host_drop(c, g);
     pthread_mutex_unlock(&c->lock);
