@@ -86,8 +86,20 @@ typedef struct dmm_kv_request_info {
                                  granule of them) */
     uint64_t private_bytes;   /* bytes of its own granules */
     uint64_t shared_bytes;    /* bytes of a prefix's granules mapped into it */
+    uint64_t offloaded_bytes; /* bytes of its own held in host memory while it is offloaded (0: resident) */
 } dmm_kv_request_info;
 DMM_API dmm_status dmm_kv_request_get(dmm_kv *kv, const dmm_kv_request *r, dmm_kv_request_info *out);
+
+/* Preemption. Offload copies the request's own granules (one copy of its contiguous private range;
+ * a prefix's granules stay mapped, they are not its own) on `stream` into host memory the governor
+ * charges to the host tier (role KV_CACHE), waits for that copy, and gives the granules back: the
+ * request stays open, holds no device memory of its own, and its range stays reserved. Restore
+ * backs the same addresses again and copies the contents back on `stream` (waiting for the copy),
+ * then gives the host memory back. Both are for a scheduler that preempts: they wait for their one
+ * copy. While offloaded, grow and share are refused (BUSY); close gives the host copy back too.
+ * UNSUPPORTED where the driver has no host memory for copies (the host_alloc slot). */
+DMM_API dmm_status dmm_kv_offload(dmm_kv *kv, dmm_kv_request *r, dmm_stream stream);
+DMM_API dmm_status dmm_kv_restore(dmm_kv *kv, dmm_kv_request *r, dmm_stream stream);
 
 /* Makes the first `tokens` of request r (backed, written by work ordered on `stream`) a prefix that
  * new requests start with. Its whole granules stay r's physical memory, held once; its last partial
@@ -117,6 +129,8 @@ typedef struct dmm_kv_stats {
     uint64_t driver_creates;   /* physical handles created since the arena was made */
     uint64_t grows;            /* commits made by growth */
     uint64_t refusals;         /* opens and grows refused for memory or budget */
+    uint64_t offloaded;        /* requests offloaded now */
+    uint64_t host_bytes;       /* host memory holding offloaded requests (charged to the host tier) */
 } dmm_kv_stats;
 DMM_API dmm_status dmm_kv_stats_get(dmm_kv *kv, dmm_kv_stats *out);
 

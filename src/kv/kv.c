@@ -48,6 +48,8 @@ struct dmm_kv_request {
     uint64_t shared;          /* of them, a prefix's granules mapped read-only */
     uint64_t lent;            /* of its own, granules it made a prefix of (held for the prefix now) */
     dmm_kv_prefix *prefix;    /* the prefix it was opened with, or NULL */
+    void *host;               /* offloaded: its own bytes [shared, backed) in host memory; else NULL */
+    uint64_t host_bytes;
     dmm_kv_request *next;
 };
 
@@ -56,6 +58,7 @@ struct dmm_kv {
     dmm_driver *drv;
     dmm_governor *gov;
     dmm_lease_id lease;
+    dmm_lease_id host_lease;  /* the host tier: offloaded requests' copies, charged by hand */
     dmm_accounting acct;
     dmm_mechanism *arena;
     uint64_t granule, token_bytes, max_tokens, range_bytes, reserve_bytes;
@@ -65,7 +68,8 @@ struct dmm_kv {
     dmm_kv_request *requests;
     dmm_kv_prefix *prefixes;
     uint32_t nrequests, nprefixes;
-    uint64_t grows, refusals, shared_bytes;
+    uint64_t grows, refusals, shared_bytes, host_bytes;
+    uint32_t noffloaded;
 };
 
 static uint64_t round_up(uint64_t x, uint64_t g) { return (x + g - 1) / g * g; }
@@ -117,6 +121,8 @@ dmm_status dmm_kv_create(dmm_device *dev, const dmm_kv_config *cfg, dmm_kv **out
     pthread_mutex_init(&kv->lock, NULL);
     s = dmm_lease_reserve(dev->holder, dev->dev, DMM_ROLE_KV_CACHE, 0, 0, &kv->lease);
     if (s == DMM_OK) s = dmm_governor_accounting(kv->gov, kv->lease, &kv->acct);
+    dmm_device_id host = {DMM_TIER_HOST, 0};
+    if (s == DMM_OK) s = dmm_lease_reserve(dev->holder, host, DMM_ROLE_KV_CACHE, 0, 0, &kv->host_lease);
     if (s == DMM_OK) {
         dmm_arena_config ac;
         memset(&ac, 0, sizeof ac);
@@ -130,6 +136,7 @@ dmm_status dmm_kv_create(dmm_device *dev, const dmm_kv_config *cfg, dmm_kv **out
     }
     if (s != DMM_OK) {
         dmm__error_wrap(s, "dmm_kv_create: the KV arena of device %d was not created", (int)dev->dev.index);
+        if (kv->host_lease) (void)dmm_lease_release(kv->gov, kv->host_lease);
         if (kv->lease) (void)dmm_lease_release(kv->gov, kv->lease);
         pthread_mutex_destroy(&kv->lock);
         free(kv);
@@ -149,6 +156,7 @@ dmm_status dmm_kv_destroy(dmm_kv *kv) {
                              "release them first; nothing changed", nr, np);
     dmm_status s = dmm_mechanism_destroy(kv->arena);
     if (s != DMM_OK) return dmm__error_wrap(s, "dmm_kv_destroy: the arena could not be destroyed; nothing changed");
+    (void)dmm_lease_release(kv->gov, kv->host_lease);
     (void)dmm_lease_release(kv->gov, kv->lease);
     pthread_mutex_destroy(&kv->lock);
     free(kv);
@@ -265,15 +273,34 @@ static dmm_status unknown_request(const char *op, const dmm_kv_request *r) {
                          op, (const void *)r);
 }
 
+static dmm_status offloaded_refusal(const char *op, const dmm_kv_request *r) {
+    return dmm_error_set(DMM_ERR_BUSY, "%s: request %p is offloaded (%llu bytes in host memory); restore it first; "
+                         "nothing changed", op, (const void *)r, (unsigned long long)r->host_bytes);
+}
+
+/* Gives r's host copy back (its charge to the host tier too). */
+static void host_copy_drop(dmm_kv *kv, dmm_kv_request *r) {
+    if (r->host == NULL) return;
+    (void)dmm__drv_host_free(kv->drv, r->host);
+    (void)dmm_lease_shrink(kv->gov, kv->host_lease, r->host_bytes, 0);
+    pthread_mutex_lock(&kv->lock);
+    kv->host_bytes -= r->host_bytes;
+    kv->noffloaded--;
+    pthread_mutex_unlock(&kv->lock);
+    r->host = NULL;
+    r->host_bytes = 0;
+}
+
 dmm_status dmm_kv_grow(dmm_kv *kv, dmm_kv_request *r, uint64_t tokens) {
     const char *op = "dmm_kv_grow";
     if (kv == NULL || r == NULL) return null_arg(op, "an arena and a request");
     dmm_status s = check_tokens(kv, op, tokens);
     if (s != DMM_OK) return s;
     pthread_mutex_lock(&kv->lock);
-    bool open = request_open_locked(kv, r);
+    bool open = request_open_locked(kv, r), away = open && r->host != NULL;
     pthread_mutex_unlock(&kv->lock);
     if (!open) return unknown_request(op, r);
+    if (away) return offloaded_refusal(op, r);
     s = back_to(kv, r, bytes_for(kv, tokens));
     if (s != DMM_OK)
         return dmm__error_wrap(s, "%s: backing %llu tokens (%llu bytes) failed; the request keeps its %llu bytes", op,
@@ -297,6 +324,7 @@ dmm_release_outcome dmm_kv_close(dmm_kv *kv, dmm_kv_request *r) {
     }
     dmm_release_outcome o = dmm_mechanism_release(kv->arena, &r->a);
     if (dmm_release_state_of(&o) == DMM_RELEASE_FAILED) return o; /* still open, nothing changed */
+    host_copy_drop(kv, r);
     pthread_mutex_lock(&kv->lock);
     for (dmm_kv_request **l = &kv->requests; *l != NULL; l = &(*l)->next)
         if (*l == r) {
@@ -322,9 +350,112 @@ dmm_status dmm_kv_request_get(dmm_kv *kv, const dmm_kv_request *r, dmm_kv_reques
         out->prefix_tokens = r->prefix != NULL ? r->prefix->tokens : 0;
         out->private_bytes = r->backed - r->shared - r->lent;
         out->shared_bytes = r->shared;
+        out->offloaded_bytes = r->host_bytes;
+        if (r->host != NULL) out->private_bytes = 0;
     }
     pthread_mutex_unlock(&kv->lock);
     return open ? DMM_OK : unknown_request("dmm_kv_request_get", r);
+}
+
+/* ---- preemption ---- */
+/* One copy on `stream`, waited for (an event of our own, recorded after it). */
+static dmm_status copy_and_wait(dmm_kv *kv, uintptr_t dst, uintptr_t src, uint64_t bytes, dmm_stream stream) {
+    dmm_event ev = NULL;
+    dmm_status s = dmm__drv_copy(kv->drv, dst, src, (size_t)bytes, stream);
+    if (s == DMM_OK) s = dmm__drv_event_create(kv->drv, &ev);
+    if (s == DMM_OK) s = dmm__drv_event_record(kv->drv, ev, stream);
+    if (s == DMM_OK) s = dmm__drv_event_synchronize(kv->drv, ev);
+    if (ev != NULL) {
+        dmm_error_kept why = {0};
+        dmm__error_keep(&why, s);
+        (void)dmm__drv_event_destroy(kv->drv, ev);
+        s = dmm__error_restore(&why);
+    }
+    return s;
+}
+
+/* Whether r is open, resident and unshared (a request whose granules back a prefix keeps them). */
+static dmm_status check_movable(dmm_kv *kv, const char *op, const dmm_kv_request *r, bool want_offloaded) {
+    pthread_mutex_lock(&kv->lock);
+    bool open = request_open_locked(kv, r), away = open && r->host != NULL;
+    uint64_t lent = open ? r->lent : 0;
+    pthread_mutex_unlock(&kv->lock);
+    if (!open) return unknown_request(op, r);
+    if (away != want_offloaded)
+        return dmm_error_set(DMM_ERR_BUSY, "%s: request %p is %s; nothing changed", op, (const void *)r,
+                             away ? "offloaded already (restore it first)" : "resident (nothing to restore)");
+    if (lent > 0)
+        return dmm_error_set(DMM_ERR_BUSY, "%s: request %p holds the memory of a prefix (%llu bytes), which other "
+                             "requests map; release the prefix first; nothing changed",
+                             op, (const void *)r, (unsigned long long)lent);
+    return DMM_OK;
+}
+
+dmm_status dmm_kv_offload(dmm_kv *kv, dmm_kv_request *r, dmm_stream stream) {
+    const char *op = "dmm_kv_offload";
+    if (kv == NULL || r == NULL) return null_arg(op, "an arena and a request");
+    if (!dmm__drv_can_host_alloc(kv->drv))
+        return dmm_error_set(DMM_ERR_UNSUPPORTED, "%s: driver '%s' has no host memory for copies (its host_alloc "
+                             "slot); nothing changed", op, kv->drv->ops->name);
+    dmm_status s = check_movable(kv, op, r, false);
+    if (s != DMM_OK) return s;
+    uint64_t bytes = r->backed - r->shared;
+    if (bytes == 0) return DMM_OK; /* nothing of its own */
+    s = dmm_lease_grow(kv->gov, kv->host_lease, bytes, 0);
+    if (s != DMM_OK) {
+        refused(kv, s);
+        return dmm__error_wrap(s, "%s: no room on the host tier for the %llu bytes of request %p; it stays on the "
+                               "device", op, (unsigned long long)bytes, (void *)r);
+    }
+    void *host = NULL;
+    s = dmm__drv_host_alloc(kv->drv, (size_t)bytes, &host);
+    if (s == DMM_OK) s = copy_and_wait(kv, (uintptr_t)host, (uintptr_t)r->a.ptr + r->shared, bytes, stream);
+    dmm_release_outcome o = {.state = DMM_RELEASE_FAILED, .failure = s};
+    if (s == DMM_OK) o = dmm_mechanism_decommit(kv->arena, &r->a, (dmm_range){(size_t)r->shared, (size_t)bytes});
+    if (dmm_release_state_of(&o) == DMM_RELEASE_FAILED) { /* the request keeps its memory and contents */
+        dmm_error_kept why = {0};
+        dmm__error_wrap(o.failure != DMM_OK ? o.failure : DMM_ERR_DRIVER, "%s: request %p stays on the device",
+                        op, (void *)r);
+        dmm__error_keep(&why, dmm_last_status());
+        if (host != NULL) (void)dmm__drv_host_free(kv->drv, host);
+        (void)dmm_lease_shrink(kv->gov, kv->host_lease, bytes, 0);
+        return dmm__error_restore(&why);
+    }
+    /* COMPLETE, or QUARANTINED (some granule could not be given back: it stays charged, never reused) */
+    pthread_mutex_lock(&kv->lock);
+    r->host = host;
+    r->host_bytes = bytes;
+    r->backed = r->shared;
+    kv->host_bytes += bytes;
+    kv->noffloaded++;
+    pthread_mutex_unlock(&kv->lock);
+    return dmm_release_state_of(&o) == DMM_RELEASE_COMPLETE
+               ? DMM_OK
+               : dmm_error_set(DMM_ERR_QUARANTINED, "%s: request %p is offloaded, but %llu bytes of its granules could "
+                               "not be given back (quarantined, never reused)", op, (void *)r,
+                               (unsigned long long)o.residual_owned_bytes);
+}
+
+dmm_status dmm_kv_restore(dmm_kv *kv, dmm_kv_request *r, dmm_stream stream) {
+    const char *op = "dmm_kv_restore";
+    if (kv == NULL || r == NULL) return null_arg(op, "an arena and a request");
+    dmm_status s = check_movable(kv, op, r, true);
+    if (s != DMM_OK) return s;
+    uint64_t bytes = r->host_bytes;
+    s = back_to(kv, r, r->shared + bytes);
+    if (s == DMM_OK) s = copy_and_wait(kv, (uintptr_t)r->a.ptr + r->shared, (uintptr_t)r->host, bytes, stream);
+    if (s != DMM_OK) {
+        dmm_error_kept why = {0};
+        dmm__error_wrap(s, "%s: request %p stays offloaded (its host copy kept)", op, (void *)r);
+        dmm__error_keep(&why, s);
+        if (r->backed > r->shared) { /* what this call backed goes back */
+            (void)dmm_mechanism_decommit(kv->arena, &r->a, (dmm_range){(size_t)r->shared, (size_t)(r->backed - r->shared)});
+            r->backed = r->shared;
+        }
+        return dmm__error_restore(&why);
+    }
+    host_copy_drop(kv, r);
+    return DMM_OK;
 }
 
 /* ---- prefixes ---- */
@@ -333,10 +464,12 @@ dmm_status dmm_kv_share(dmm_kv *kv, dmm_kv_request *r, uint64_t tokens, dmm_stre
     if (kv == NULL || r == NULL || out == NULL) return null_arg(op, "an arena, a request and an output");
     *out = NULL;
     pthread_mutex_lock(&kv->lock);
-    bool open = request_open_locked(kv, r), room = kv->nprefixes < kv->max_requests;
-    if (open && room) kv->nprefixes++;
+    bool open = request_open_locked(kv, r), away = open && r->host != NULL;
+    bool room = kv->nprefixes < kv->max_requests;
+    if (open && !away && room) kv->nprefixes++;
     pthread_mutex_unlock(&kv->lock);
     if (!open) return unknown_request(op, r);
+    if (away) return offloaded_refusal(op, r);
     if (!room)
         return dmm_error_set(DMM_ERR_BUSY, "%s: %u prefixes are open, the arena's max_requests; release one first; "
                              "nothing changed", op, kv->max_requests);
@@ -494,11 +627,13 @@ dmm_status dmm_kv_stats_get(dmm_kv *kv, dmm_kv_stats *out) {
     k.prefixes = kv->nprefixes;
     k.shared_bytes = kv->shared_bytes;
     for (const dmm_kv_request *r = kv->requests; r != NULL; r = r->next) {
-        k.private_bytes += r->backed - r->shared - r->lent;
+        if (r->host == NULL) k.private_bytes += r->backed - r->shared - r->lent;
         k.mapped_shared_bytes += r->shared;
     }
     k.grows = kv->grows;
     k.refusals = kv->refusals;
+    k.offloaded = kv->noffloaded;
+    k.host_bytes = kv->host_bytes;
     pthread_mutex_unlock(&kv->lock);
     *out = k;
     return DMM_OK;

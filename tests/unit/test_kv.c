@@ -8,7 +8,8 @@
  * sharer's shared granules faults), its last partial granule copied into each sharer's private one
  * (copy-on-write at the first divergent granule); the owner may close before its sharers; growth from
  * the reserve creates no handle; a request beyond the governor's limit is refused with a sentence and
- * changes nothing; a release the driver fails is reported FAILED and the request stays open; every
+ * changes nothing; a request is preempted to host memory and restored at the same addresses with its
+ * bytes; a release the driver fails is reported FAILED and the request stays open; every
  * test ends with the arena and the device destroyed and the host driver's census at zero.
  */
 #include <setjmp.h>
@@ -315,6 +316,73 @@ static void a_failed_close_keeps_the_request(void **state) {
     }
 }
 
+/* Preemption: offload copies a request's own granules to host memory (charged to the host tier) and
+ * gives them back; the range stays reserved; grow is refused meanwhile; restore brings the same
+ * bytes back to the same addresses; a host tier without room refuses the offload, nothing changed;
+ * close of an offloaded request gives its host copy back. */
+static void a_request_is_preempted_and_restored_in_place(void **state) {
+    (void)state;
+    fx f;
+    fx_open(&f, 4);
+    dmm_kv_request *owner = NULL, *r = NULL, *q = NULL;
+    DMM_OK_OR_FAIL(dmm_kv_open(f.kv, NULL, PER_GRANULE, NULL, &owner));
+    dmm_kv_prefix *p = NULL;
+    DMM_OK_OR_FAIL(dmm_kv_share(f.kv, owner, PER_GRANULE / 2, NULL, &p)); /* a tail only: copied, not mapped */
+    DMM_OK_OR_FAIL(dmm_kv_open(f.kv, p, 3 * PER_GRANULE, NULL, &r));
+    void *base = info(&f, r).base;
+    for (uint64_t t = PER_GRANULE / 2; t < 3 * PER_GRANULE; t += 7) memset(token(base, t), (int)(t % 253), TOKEN);
+    uint64_t owned = stats(&f).owned_bytes, reserve = stats(&f).reserve_bytes;
+
+    DMM_OK_OR_FAIL(dmm_kv_offload(f.kv, r, NULL));
+    dmm_kv_request_info in = info(&f, r);
+    assert_int_equal(in.offloaded_bytes, 3 * GRAN);
+    assert_int_equal(in.private_bytes, 0);
+    assert_ptr_equal(in.base, base);
+    dmm_kv_stats st = stats(&f);
+    assert_int_equal(st.offloaded, 1);
+    assert_int_equal(st.host_bytes, 3 * GRAN);
+    assert_int_equal(st.owned_bytes - st.reserve_bytes, owned - reserve - 3 * GRAN); /* off the device */
+    dmm_tier_usage tu = {.size = sizeof tu};
+    dmm_device_id host = {DMM_TIER_HOST, 0};
+    DMM_OK_OR_FAIL(dmm_governor_tier_usage(f.gov, host, &tu));
+    assert_true(tu.used[DMM_AXIS_OWNED] >= 3 * GRAN); /* the governor counts the host copy */
+    assert_int_equal(dmm_kv_grow(f.kv, r, 3 * PER_GRANULE + 1), DMM_ERR_BUSY);
+    dmm_test_error_mentions("offloaded", "restore it first", NULL);
+    assert_int_equal(dmm_kv_offload(f.kv, r, NULL), DMM_ERR_BUSY);
+    assert_int_equal(dmm_kv_offload(f.kv, owner, NULL), DMM_OK); /* its tail was copied: it lends nothing */
+
+    DMM_OK_OR_FAIL(dmm_kv_restore(f.kv, r, NULL));
+    in = info(&f, r);
+    assert_ptr_equal(in.base, base);
+    assert_int_equal(in.offloaded_bytes, 0);
+    assert_int_equal(in.backed_tokens, 3 * PER_GRANULE);
+    for (uint64_t t = PER_GRANULE / 2; t < 3 * PER_GRANULE; t += 7) assert_int_equal(*token(base, t), (int)(t % 253));
+    assert_int_equal(stats(&f).host_bytes, GRAN); /* the owner's, still away */
+    DMM_OK_OR_FAIL(dmm_kv_grow(f.kv, r, 3 * PER_GRANULE + 1));
+
+    /* no room on the host tier: refused, the request keeps its memory */
+    DMM_OK_OR_FAIL(dmm_governor_tier_usage(f.gov, host, &tu));
+    DMM_OK_OR_FAIL(dmm_governor_set_limit(f.gov, host, DMM_AXIS_OWNED, tu.used[DMM_AXIS_OWNED] + GRAN));
+    assert_int_equal(dmm_kv_offload(f.kv, r, NULL), DMM_ERR_BUDGET);
+    dmm_test_error_mentions("host tier", "stays on the device", NULL);
+    assert_int_equal(info(&f, r).offloaded_bytes, 0);
+    const uint64_t w = PER_GRANULE / 2 + 7 * 300; /* a token written above */
+    assert_int_equal(*token(base, w), (int)(w % 253));
+    DMM_OK_OR_FAIL(dmm_governor_set_limit(f.gov, host, DMM_AXIS_OWNED, DMM_UNLIMITED));
+
+    /* an offloaded request closes: its host copy goes too */
+    DMM_OK_OR_FAIL(dmm_kv_open(f.kv, NULL, PER_GRANULE, NULL, &q));
+    DMM_OK_OR_FAIL(dmm_kv_offload(f.kv, q, NULL));
+    close_ok(&f, q);
+    close_ok(&f, owner);
+    assert_int_equal(stats(&f).host_bytes, 0);
+    assert_int_equal(stats(&f).offloaded, 0);
+    close_ok(&f, r);
+    dmm_release_outcome o = dmm_kv_prefix_release(f.kv, p);
+    assert_int_equal(dmm_release_state_of(&o), DMM_RELEASE_COMPLETE);
+    fx_close(&f);
+}
+
 /* Bad input: a sentence, nothing changed. */
 static void bad_input_is_refused(void **state) {
     (void)state;
@@ -350,6 +418,7 @@ int main(void) {
         cmocka_unit_test(a_prefix_on_a_granule_is_only_mapped),
         cmocka_unit_test(growth_from_the_reserve_creates_no_handle),
         cmocka_unit_test(the_budget_decides_how_many_requests_fit),
+        cmocka_unit_test(a_request_is_preempted_and_restored_in_place),
         cmocka_unit_test(a_failed_close_keeps_the_request),
         cmocka_unit_test(bad_input_is_refused),
     };
