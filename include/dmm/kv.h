@@ -36,6 +36,7 @@
 #ifndef DMM_KV_H
 #define DMM_KV_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "dmm/device.h"
@@ -57,6 +58,8 @@ typedef struct dmm_kv_config {
     uint64_t max_tokens;    /* the most tokens one request may hold: its reserved range; required */
     uint32_t max_requests;  /* requests open at once (also the most prefixes); 0 = 256 */
     uint64_t reserve_bytes; /* physical handles kept for growth, rounded up to granules; 0 = 8 granules */
+    bool refill_thread;     /* a thread of the arena's own tops the reserve up whenever growth took half of
+                               it (dmm_kv_refill, off the caller's thread); false: the caller refills */
 } dmm_kv_config;
 
 /* A KV arena on `dev` (not owned: destroy the arena first): its own address space of max_requests
@@ -112,7 +115,7 @@ DMM_API dmm_status dmm_kv_share(dmm_kv *kv, dmm_kv_request *r, uint64_t tokens, 
 DMM_API dmm_release_outcome dmm_kv_prefix_release(dmm_kv *kv, dmm_kv_prefix *p);
 
 /* Tops the reserve of physical handles up to reserve_bytes (creates what is missing: call it off the
- * decode thread). *created (optional) = bytes created. */
+ * decode thread, or let the arena's refill thread do it). *created (optional) = bytes created. */
 DMM_API dmm_status dmm_kv_refill(dmm_kv *kv, uint64_t *created);
 
 typedef struct dmm_kv_stats {
@@ -131,6 +134,7 @@ typedef struct dmm_kv_stats {
     uint64_t refusals;         /* opens and grows refused for memory or budget */
     uint64_t offloaded;        /* requests offloaded now */
     uint64_t host_bytes;       /* host memory holding offloaded requests (charged to the host tier) */
+    uint64_t refills;          /* refills the refill thread made (each created handles) */
 } dmm_kv_stats;
 DMM_API dmm_status dmm_kv_stats_get(dmm_kv *kv, dmm_kv_stats *out);
 

@@ -13,6 +13,9 @@
  * Opening a request with it maps the shared granules read-only at the range's start, commits one
  * private granule after them and copies the tail into it; the request then grows from there.
  *
+ * The refill thread (config refill_thread) sleeps on kv.wake until growth took half of the reserve,
+ * then calls dmm_kv_refill; destroy stops and joins it.
+ *
  * Handles are one granule each (the arena's chunk limit): any granule boundary is a chunk boundary,
  * so any prefix length can be shared, and every handle fits every commit from the reserve.
  *
@@ -70,12 +73,53 @@ struct dmm_kv {
     uint32_t nrequests, nprefixes;
     uint64_t grows, refusals, shared_bytes, host_bytes;
     uint32_t noffloaded;
+
+    bool has_thread, stop, wanted; /* the refill thread: started; asked to stop; asked to refill (kv.lock) */
+    pthread_cond_t wake;
+    pthread_t thread;
+    uint64_t refills;              /* refills the thread made */
 };
 
 static uint64_t round_up(uint64_t x, uint64_t g) { return (x + g - 1) / g * g; }
 
 static dmm_status null_arg(const char *op, const char *needs) {
     return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: needs %s (NULL given); nothing changed", op, needs);
+}
+
+/* ---- the refill thread ---- */
+static void *refill_main(void *arg) {
+    dmm_kv *kv = arg;
+    pthread_mutex_lock(&kv->lock);
+    for (;;) {
+        while (!kv->stop && !kv->wanted) pthread_cond_wait(&kv->wake, &kv->lock);
+        if (kv->stop) break;
+        kv->wanted = false;
+        pthread_mutex_unlock(&kv->lock);
+        uint64_t created = 0;
+        (void)dmm_kv_refill(kv, &created); /* a failure (budget): growth creates what it needs itself */
+        dmm_clear_error();
+        pthread_mutex_lock(&kv->lock);
+        if (created > 0) kv->refills++;
+    }
+    pthread_mutex_unlock(&kv->lock);
+    return NULL;
+}
+
+/* After growth: wakes the refill thread when the reserve fell to half or less. */
+static void maybe_wake_refill(dmm_kv *kv) {
+    if (!kv->has_thread) return;
+    dmm_stats st;
+    memset(&st, 0, sizeof st);
+    st.size = sizeof st;
+    if (dmm_mechanism_stats(kv->arena, &st) != DMM_OK) {
+        dmm_clear_error();
+        return;
+    }
+    if ((uint64_t)st.cached_bytes.current * 2 > kv->reserve_bytes) return;
+    pthread_mutex_lock(&kv->lock);
+    kv->wanted = true;
+    pthread_cond_signal(&kv->wake);
+    pthread_mutex_unlock(&kv->lock);
 }
 
 /* ---- life ---- */
@@ -119,6 +163,7 @@ dmm_status dmm_kv_create(dmm_device *dev, const dmm_kv_config *cfg, dmm_kv **out
     kv->max_requests = nreq;
     kv->reserve_bytes = k.reserve_bytes ? round_up(k.reserve_bytes, gran) : 8 * gran;
     pthread_mutex_init(&kv->lock, NULL);
+    pthread_cond_init(&kv->wake, NULL);
     s = dmm_lease_reserve(dev->holder, dev->dev, DMM_ROLE_KV_CACHE, 0, 0, &kv->lease);
     if (s == DMM_OK) s = dmm_governor_accounting(kv->gov, kv->lease, &kv->acct);
     dmm_device_id host = {DMM_TIER_HOST, 0};
@@ -134,10 +179,17 @@ dmm_status dmm_kv_create(dmm_device *dev, const dmm_kv_config *cfg, dmm_kv **out
         ac.accounting = &kv->acct;
         s = dmm_arena_create(kv->drv, &ac, &kv->arena);
     }
+    if (s == DMM_OK && k.refill_thread) {
+        kv->wanted = true; /* a first refill at once */
+        if (pthread_create(&kv->thread, NULL, refill_main, kv) == 0) kv->has_thread = true;
+        else s = dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm_kv_create: the refill thread could not be started");
+        if (s != DMM_OK) (void)dmm_mechanism_destroy(kv->arena);
+    }
     if (s != DMM_OK) {
         dmm__error_wrap(s, "dmm_kv_create: the KV arena of device %d was not created", (int)dev->dev.index);
         if (kv->host_lease) (void)dmm_lease_release(kv->gov, kv->host_lease);
         if (kv->lease) (void)dmm_lease_release(kv->gov, kv->lease);
+        pthread_cond_destroy(&kv->wake);
         pthread_mutex_destroy(&kv->lock);
         free(kv);
         return s;
@@ -154,10 +206,19 @@ dmm_status dmm_kv_destroy(dmm_kv *kv) {
     if (nr > 0 || np > 0)
         return dmm_error_set(DMM_ERR_BUSY, "dmm_kv_destroy: %u request(s) and %u prefix(es) are open; close and "
                              "release them first; nothing changed", nr, np);
+    if (kv->has_thread) { /* no refill runs from here on */
+        pthread_mutex_lock(&kv->lock);
+        kv->stop = true;
+        pthread_cond_signal(&kv->wake);
+        pthread_mutex_unlock(&kv->lock);
+        pthread_join(kv->thread, NULL);
+        kv->has_thread = false;
+    }
     dmm_status s = dmm_mechanism_destroy(kv->arena);
     if (s != DMM_OK) return dmm__error_wrap(s, "dmm_kv_destroy: the arena could not be destroyed; nothing changed");
     (void)dmm_lease_release(kv->gov, kv->host_lease);
     (void)dmm_lease_release(kv->gov, kv->lease);
+    pthread_cond_destroy(&kv->wake);
     pthread_mutex_destroy(&kv->lock);
     free(kv);
     return DMM_OK;
@@ -185,6 +246,7 @@ static dmm_status back_to(dmm_kv *kv, dmm_kv_request *r, uint64_t bytes) {
     pthread_mutex_lock(&kv->lock);
     kv->grows++;
     pthread_mutex_unlock(&kv->lock);
+    maybe_wake_refill(kv);
     return DMM_OK;
 }
 
@@ -586,11 +648,12 @@ dmm_status dmm_kv_refill(dmm_kv *kv, uint64_t *created) {
     if (s != DMM_OK) return s;
     uint64_t have = (uint64_t)st.cached_bytes.current;
     if (have >= kv->reserve_bytes) return DMM_OK;
-    /* handles made by a commit and given back at once land in the arena's cache: the reserve */
+    /* handles made by a commit and given back at once land in the arena's cache: the reserve. The commit
+     * takes the cached ones first, so it asks for the whole reserve: it creates only what is missing */
     uint64_t want = kv->reserve_bytes - have;
-    dmm_range all = {0, (size_t)want};
+    dmm_range all = {0, (size_t)kv->reserve_bytes};
     dmm_allocation a;
-    s = dmm_mechanism_allocate_committed(kv->arena, (size_t)want, (size_t)kv->granule, &all, 1, &a);
+    s = dmm_mechanism_allocate_committed(kv->arena, (size_t)kv->reserve_bytes, (size_t)kv->granule, &all, 1, &a);
     if (s != DMM_OK) {
         refused(kv, s);
         return dmm__error_wrap(s, "dmm_kv_refill: creating %llu bytes of handles for the reserve failed (it holds "
@@ -633,6 +696,7 @@ dmm_status dmm_kv_stats_get(dmm_kv *kv, dmm_kv_stats *out) {
     k.grows = kv->grows;
     k.refusals = kv->refusals;
     k.offloaded = kv->noffloaded;
+    k.refills = kv->refills;
     k.host_bytes = kv->host_bytes;
     pthread_mutex_unlock(&kv->lock);
     *out = k;

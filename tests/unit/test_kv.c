@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "holder_kit.h" /* dmm_test_sleep_ms */
 #include "testkit.h"
 
 #include "dmm/dmm.h"
@@ -383,6 +384,48 @@ static void a_request_is_preempted_and_restored_in_place(void **state) {
     fx_close(&f);
 }
 
+/* The refill thread: it fills the reserve at once, and again whenever growth took half of it; the
+ * caller never calls dmm_kv_refill. (Waits for a state, never for a time: up to 10 s of 1 ms polls.) */
+static void the_refill_thread_keeps_the_reserve_full(void **state) {
+    (void)state;
+    dmm_driver *host = NULL, *fault = NULL;
+    dmm_governor *gov = NULL;
+    dmm_device *dev = NULL;
+    dmm_kv *kv = NULL;
+    DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &host));
+    DMM_OK_OR_FAIL(dmm_fault_driver_create(host, &fault));
+    DMM_OK_OR_FAIL(dmm_governor_create(NULL, &gov));
+    dmm_device_config dc = {.size = sizeof dc, .pool_va_bytes = 256 * MIB};
+    DMM_OK_OR_FAIL(dmm_device_create(fault, gov, &dc, &dev));
+    dmm_kv_config kc = {.size = sizeof kc, .token_bytes = TOKEN, .max_tokens = 4 * PER_GRANULE, .max_requests = 2,
+                        .reserve_bytes = 4 * GRAN, .refill_thread = true};
+    DMM_OK_OR_FAIL(dmm_kv_create(dev, &kc, &kv));
+    dmm_kv_stats st = {.size = sizeof st};
+    for (int i = 0; i < 10000; i++) {
+        DMM_OK_OR_FAIL(dmm_kv_stats_get(kv, &st));
+        if (st.reserve_bytes == 4 * GRAN) break;
+        dmm_test_sleep_ms(1);
+    }
+    assert_int_equal(st.reserve_bytes, 4 * GRAN); /* the first refill, made by the thread */
+    dmm_kv_request *r = NULL;
+    DMM_OK_OR_FAIL(dmm_kv_open(kv, NULL, 3 * PER_GRANULE, NULL, &r)); /* takes three of the four */
+    for (int i = 0; i < 10000; i++) {
+        DMM_OK_OR_FAIL(dmm_kv_stats_get(kv, &st));
+        if (st.reserve_bytes == 4 * GRAN && st.refills >= 2) break;
+        dmm_test_sleep_ms(1);
+    }
+    assert_int_equal(st.reserve_bytes, 4 * GRAN);
+    assert_true(st.refills >= 2);
+    dmm_release_outcome o = dmm_kv_close(kv, r);
+    assert_int_equal(dmm_release_state_of(&o), DMM_RELEASE_COMPLETE);
+    DMM_OK_OR_FAIL(dmm_kv_destroy(kv)); /* stops and joins the thread */
+    DMM_OK_OR_FAIL(dmm_device_destroy(dev));
+    DMM_OK_OR_FAIL(dmm_governor_destroy(gov));
+    dmm_test_census_zero(host);
+    dmm_driver_destroy(fault);
+    dmm_driver_destroy(host);
+}
+
 /* Bad input: a sentence, nothing changed. */
 static void bad_input_is_refused(void **state) {
     (void)state;
@@ -419,6 +462,7 @@ int main(void) {
         cmocka_unit_test(growth_from_the_reserve_creates_no_handle),
         cmocka_unit_test(the_budget_decides_how_many_requests_fit),
         cmocka_unit_test(a_request_is_preempted_and_restored_in_place),
+        cmocka_unit_test(the_refill_thread_keeps_the_reserve_full),
         cmocka_unit_test(a_failed_close_keeps_the_request),
         cmocka_unit_test(bad_input_is_refused),
     };
