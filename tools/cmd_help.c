@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* tools/cmd_help.c — the tool's top level: dispatch to one subcommand per cmd_*.c, `dmm help
  * [COMMAND]`, `dmm --help`, `dmm version` / `dmm --version`, and what every command shares
- * (commands.h): getopt's reset, the sentences for bad options, numeric options with their refusal
- * printed.
+ * (commands.h): getopt's reset, the sentences for bad options (with the nearest known spelling of a
+ * mistyped one), numeric options with their refusal printed.
  *
  * Exit codes: 0 done, 1 the work failed, 2 bad usage (an unknown command or option, a bad value).
  * Help asked for goes to stdout with 0; help after a usage error goes to stderr with 2.
@@ -31,10 +31,55 @@ static const dmm_command commands[] = {
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
+/* The edit distance (insertions, deletions, substitutions, and swaps of neighbours) of a and b, both
+ * cut to 63 characters. */
+static size_t distance(const char *a, const char *b) {
+    size_t n = strnlen(a, 63), m = strnlen(b, 63), d[64][64];
+    for (size_t i = 0; i <= n; i++) d[i][0] = i;
+    for (size_t j = 0; j <= m; j++) d[0][j] = j;
+    for (size_t i = 1; i <= n; i++)
+        for (size_t j = 1; j <= m; j++) {
+            size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    return d[n][m];
+}
+
+/* Keeps `candidate` in *best when it is nearer to `typed` than *best, and near enough to be what was
+ * meant: at most a third of its length away (at least 1, at most 3 edits). */
+static void nearer(const char *typed, const char *candidate, const char **best, size_t *best_d) {
+    size_t d = distance(typed, candidate), len = strlen(candidate), most = len / 3;
+    if (most < 1) most = 1;
+    if (most > 3) most = 3;
+    if (d <= most && d < *best_d) {
+        *best = candidate;
+        *best_d = d;
+    }
+}
+
+/* " (did you mean 'X'?)" for the known spelling nearest to `typed`, or "" when none is near. */
+static const char *did_you_mean(char *buf, size_t cap, const char *best) {
+    if (best == NULL) return "";
+    snprintf(buf, cap, "; did you mean '%s'?", best);
+    return buf;
+}
+
 static const dmm_command *find_command(const char *name) {
     for (size_t i = 0; i < NCOMMANDS; i++)
         if (strcmp(name, commands[i].name) == 0) return &commands[i];
     return NULL;
+}
+
+/* The command nearest to a mistyped one, or NULL. */
+static const char *nearest_command(const char *typed) {
+    const char *best = NULL;
+    size_t best_d = SIZE_MAX;
+    for (size_t i = 0; i < NCOMMANDS; i++) nearer(typed, commands[i].name, &best, &best_d);
+    return best;
 }
 
 static void usage(FILE *f) {
@@ -65,8 +110,20 @@ int dmm_cli_bad_option(const char *cmd, int c, char *const *argv) {
                 arg, arg, cmd);
     else if (optopt != 0 && strncmp(arg, "--", 2) != 0)
         fprintf(stderr, "dmm %s: unknown option '-%c' (dmm %s --help lists the options)\n", cmd, optopt, cmd);
-    else
-        fprintf(stderr, "dmm %s: unknown or ambiguous option '%s' (dmm %s --help lists the options)\n", cmd, arg, cmd);
+    else {
+        char typed[64], hint[96], reader[32];
+        snprintf(typed, sizeof typed, "%.*s", (int)strcspn(arg, "="), arg); /* --opt=VALUE: the --opt */
+        snprintf(reader, sizeof reader, "dmm %s", cmd);
+        const char *best = NULL;
+        size_t best_d = SIZE_MAX;
+        for (unsigned i = 0; i < DMM_OPTION_COUNT_; i++) {
+            const dmm_option *o = dmm__option((dmm_option_id)i);
+            if (o->flag != NULL && strcmp(o->reader, reader) == 0) nearer(typed, o->flag, &best, &best_d);
+        }
+        nearer(typed, "--help", &best, &best_d);
+        fprintf(stderr, "dmm %s: unknown or ambiguous option '%s'%s (dmm %s --help lists the options)\n", cmd, arg,
+                did_you_mean(hint, sizeof hint, best), cmd);
+    }
     return 2;
 }
 
@@ -128,7 +185,8 @@ int dmm_cmd_help(int argc, char **argv) {
     }
     const dmm_command *k = find_command(argv[1]);
     if (k == NULL) {
-        fprintf(stderr, "dmm help: unknown command '%s'\n", argv[1]);
+        char hint[96];
+        fprintf(stderr, "dmm help: unknown command '%s'%s\n", argv[1], did_you_mean(hint, sizeof hint, nearest_command(argv[1])));
         usage(stderr);
         return 2;
     }
@@ -149,8 +207,9 @@ int dmm_cli(int argc, char **argv) {
     if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0) return dmm_cmd_version(1, argv + 1);
     const dmm_command *k = find_command(a);
     if (k != NULL) return k->run(argc - 1, argv + 1);
+    char hint[96];
     if (a[0] == '-') fprintf(stderr, "dmm: unknown option '%s' before the command\n", a);
-    else fprintf(stderr, "dmm: unknown command '%s'\n", a);
+    else fprintf(stderr, "dmm: unknown command '%s'%s\n", a, did_you_mean(hint, sizeof hint, nearest_command(a)));
     usage(stderr);
     return 2;
 }

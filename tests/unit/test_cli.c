@@ -157,6 +157,17 @@ static void help_and_version_answer_on_stdout(void **state) {
     expect(&r, 2, NULL, "unknown command 'frobnicate'");
     run_tool(&r, "info", "extra", NULL);
     expect(&r, 2, NULL, "takes no arguments");
+    /* a mistyped command or flag: the nearest known spelling, when one is near; none for a far one */
+    run_tool(&r, "replpay", NULL);
+    expect(&r, 2, NULL, "unknown command 'replpay'; did you mean 'replay'?");
+    run_tool(&r, "help", "hodl", NULL);
+    expect(&r, 2, NULL, "did you mean 'hold'?");
+    run_tool(&r, "hold", "--sockt", "/nonexistent/s", NULL);
+    expect(&r, 2, NULL, "unknown or ambiguous option '--sockt'; did you mean '--socket'?");
+    run_tool(&r, "replay", "x.gz", "--granuel=2M", NULL);
+    expect(&r, 2, NULL, "did you mean '--granule'?");
+    run_tool(&r, "frobnicate", NULL);
+    assert_null(strstr(r.err, "did you mean"));
 }
 
 /* A small trace file (one step of three allocations), gzip or not: zlib reads both. */
@@ -188,7 +199,7 @@ static void bad_options_fail_with_their_name(void **state) {
     run_tool(&r, "replay", trace, "--chunk", NULL);
     expect(&r, 2, NULL, "--chunk needs a value");
     run_tool(&r, "replay", trace, "--frob", NULL);
-    expect(&r, 2, NULL, "unknown or ambiguous option '--frob'");
+    expect(&r, 2, NULL, "unknown or ambiguous option '--frob' (dmm replay --help"); /* nothing near it */
     run_tool(&r, "compare", "--k", "-1", "a.json", "b.json", NULL);
     expect(&r, 2, NULL, "--k wants a number from 0 to");
     run_tool(&r, "compare", "a.json", "b.json", "--threshold-floor=5x", NULL);
