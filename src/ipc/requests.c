@@ -41,15 +41,38 @@
 #include "core/core.h"
 #include "ipc/holder_types.h"
 
+/* A refusal's sentence before it is fitted to the reply (it may carry the library's whole sentence). */
+#define REPLY_WHY_MAX 1024u
+
+/* Fits `what` into the reply's text field: whole when it fits, else cut after the last clause that
+ * fits (at ". ", "; ", ": " or ", ", or a word when none is near) and marked as cut, never
+ * mid-word; the holder's log has it whole. */
+static void fit_text(char *out, size_t cap, const char *what) {
+    static const char mark[] = " [...] (cut; the holder's log has the whole sentence)";
+    size_t n = strlen(what);
+    if (n < cap) {
+        memcpy(out, what, n + 1);
+        return;
+    }
+    size_t room = cap - sizeof mark, cut = 0; /* room for the text before the mark */
+    for (size_t i = room; i > room / 2 && cut == 0; i--)
+        if ((what[i] == ' ') && (what[i - 1] == '.' || what[i - 1] == ';' || what[i - 1] == ':' || what[i - 1] == ','))
+            cut = i - 1;
+    for (size_t i = room; i > 0 && cut == 0; i--)
+        if (what[i] == ' ') cut = i;
+    if (cut == 0) cut = room;
+    memcpy(out, what, cut);
+    memcpy(out + cut, mark, sizeof mark);
+}
+
 static int reply_error(dmm_ipc_holder *h, ipc_conn *c, dmm_ipc_msg *r, dmm_status s, const char *what) {
     h->errors++;
     r->status = (uint32_t)(s == DMM_OK ? DMM_ERR_INVALID_ARGUMENT : s);
     r->body = DMM_IPC_BODY_NONE;
-    /* a sentence with no control bytes: the reply's text field refuses them */
-    snprintf(r->text, sizeof r->text, "%s", what);
-    for (char *p = r->text; *p; p++)
+    dmm__log(DMM_LOG_WARN, "dmm hold: refused a request of client pid %d: %s", (int)c->pid, what);
+    fit_text(r->text, sizeof r->text, what);
+    for (char *p = r->text; *p; p++) /* a sentence with no control bytes: the reply's text field refuses them */
         if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = ' ';
-    dmm__log(DMM_LOG_WARN, "dmm hold: refused a request of client pid %d: %s", (int)c->pid, r->text);
     return 0;
 }
 
@@ -86,7 +109,7 @@ static int seal(const dmm_export *ex, int seals) {
 }
 
 static int on_create(dmm_ipc_holder *h, ipc_conn *c, const dmm_ipc_msg *m, dmm_ipc_msg *r, int *fds, size_t *nfds) {
-    char why[DMM_IPC_TEXT_MAX];
+    char why[REPLY_WHY_MAX];
     if (find(h, m->name) != NULL) {
         snprintf(why, sizeof why, "create '%s': a region of that name exists; attach it with its token, or drop it "
                                   "first", m->name);
@@ -123,7 +146,18 @@ static int on_create(dmm_ipc_holder *h, ipc_conn *c, const dmm_ipc_msg *m, dmm_i
                                                "%d): the host driver must make memfds that allow sealing", e);
     }
     if (s != DMM_OK) {
-        snprintf(why, sizeof why, "create '%s' of %llu bytes: %s", m->name, (unsigned long long)bytes, dmm_last_error());
+        char cause[REPLY_WHY_MAX], held[32], limit[32], asked[32];
+        snprintf(cause, sizeof cause, "%s", dmm_last_error());
+        dmm_tier_usage tu = {.size = sizeof tu};
+        if (s == DMM_ERR_BUDGET && dmm_governor_tier_usage(h->gov, h->drv->device, &tu) == DMM_OK)
+            /* the holder's own words first: its limit is a flag of `dmm hold`, not a call */
+            snprintf(why, sizeof why, "create '%s' of %s: over the holder's limit (%s held of %s); drop regions, or "
+                                      "start the holder with a larger --limit. %.600s",
+                     m->name, dmm__fmt_bytes(bytes, asked, sizeof asked),
+                     dmm__fmt_bytes(tu.used[DMM_AXIS_OWNED], held, sizeof held),
+                     dmm__fmt_bytes(tu.limit[DMM_AXIS_OWNED], limit, sizeof limit), cause);
+        else
+            snprintf(why, sizeof why, "create '%s' of %llu bytes: %.600s", m->name, (unsigned long long)bytes, cause);
         if (g.alloc.ptr != NULL) (void)dmm_mechanism_release(h->arena, &g.alloc);
         return reply_error(h, c, r, s, why);
     }
@@ -138,7 +172,7 @@ static int on_create(dmm_ipc_holder *h, ipc_conn *c, const dmm_ipc_msg *m, dmm_i
 }
 
 static int on_taken(dmm_ipc_holder *h, ipc_conn *c, const dmm_ipc_msg *m, dmm_ipc_msg *r) {
-    char why[DMM_IPC_TEXT_MAX];
+    char why[REPLY_WHY_MAX];
     ipc_region *g = find(h, m->name);
     if (g == NULL || !token_eq(g->token, m->token)) {
         snprintf(why, sizeof why, "taken '%s': no region of that name with that token", m->name);
@@ -158,7 +192,7 @@ static int on_taken(dmm_ipc_holder *h, ipc_conn *c, const dmm_ipc_msg *m, dmm_ip
 /* Publishes region g read-only (the first read-only attach): sealed over host memory. false: *r is the
  * error reply. */
 static bool publish_read_only(dmm_ipc_holder *h, ipc_conn *c, ipc_region *g, dmm_ipc_msg *r) {
-    char why[DMM_IPC_TEXT_MAX];
+    char why[REPLY_WHY_MAX];
     dmm_export rw;
     dmm_status s = dmm_export_range(h->arena, &g->alloc, (dmm_range){0, g->alloc.bytes}, DMM_ACCESS_READ_WRITE, &rw);
     if (s != DMM_OK) {
@@ -181,7 +215,7 @@ static bool publish_read_only(dmm_ipc_holder *h, ipc_conn *c, ipc_region *g, dmm
 }
 
 static int on_attach(dmm_ipc_holder *h, ipc_conn *c, const dmm_ipc_msg *m, dmm_ipc_msg *r, int *fds, size_t *nfds) {
-    char why[DMM_IPC_TEXT_MAX];
+    char why[REPLY_WHY_MAX];
     ipc_region *g = find(h, m->name);
     if (g == NULL || !token_eq(g->token, m->token)) {
         /* one answer for both: a wrong token does not tell whether the name exists */
@@ -211,7 +245,7 @@ static int on_attach(dmm_ipc_holder *h, ipc_conn *c, const dmm_ipc_msg *m, dmm_i
 }
 
 static int on_drop(dmm_ipc_holder *h, ipc_conn *c, const dmm_ipc_msg *m, dmm_ipc_msg *r) {
-    char why[DMM_IPC_TEXT_MAX];
+    char why[REPLY_WHY_MAX];
     ipc_region *g = find(h, m->name);
     if (g == NULL || !token_eq(g->token, m->token)) {
         snprintf(why, sizeof why, "drop '%s': no region of that name with that token; check the name and the token",
@@ -255,7 +289,7 @@ static int handle(dmm_ipc_holder *h, ipc_conn *c, const uint8_t *buf, dmm_ipc_rx
                   size_t *nfds) {
     dmm__ipc_msg_init(r, DMM_IPC_REPLY);
     *nfds = 0;
-    char why[DMM_IPC_TEXT_MAX];
+    char why[REPLY_WHY_MAX];
     size_t came = rx->nfds;
     dmm__ipc_close_fds(rx->fds, rx->nfds); /* a client never sends descriptors */
     rx->nfds = 0;

@@ -502,6 +502,10 @@ static void test_the_limit_refuses_what_does_not_fit(void **state) {
     memcpy(token, ex.token, sizeof token);
     dmm_export_close(&ex);
     assert_int_equal(dmm_ipc_create(c, "b", 8 * MIB, 0, &ex), DMM_ERR_BUDGET);
+    /* the holder's own words (its limit is a flag), then the governor's sentence, longer than a reply
+     * holds: cut after a clause and said so, never mid-word */
+    dmm_test_error_mentions("create 'b' of 8.0 MiB: over the holder's limit (10.0 MiB held of 16.0 MiB)",
+                            "a larger --limit", "[...] (cut; the holder's log has the whole sentence)", NULL);
     dmm_ipc_census k = {.size = sizeof k};
     DMM_OK_OR_FAIL(dmm_ipc_census_get(c, &k));
     assert_int_equal(k.regions, 1);
