@@ -499,11 +499,27 @@ def set_limit(limit, device=None):
     _lib.check(_lib.load().dmm_torch_set_limit(dev, 0 if limit is None else int(limit)), "dmm.torch.set_limit")
 
 
+_TAG_NAME_MAX = 63  # bytes of a tag's name (the device front keeps 64 with the NUL)
+
+
+def _tag_name(name, op):
+    """`name` as the bytes the library takes, or a TypeError / ValueError that says what a tag is."""
+    if not isinstance(name, str):
+        raise TypeError("dmm.torch.%s: a tag is a name, a str such as 'weights' or 'kv_cache'; got %r (%s)"
+                        % (op, name, type(name).__name__))
+    b = name.encode()
+    if not b or len(b) > _TAG_NAME_MAX or b"\0" in b:
+        raise ValueError("dmm.torch.%s: a tag's name is 1 to %d bytes of UTF-8 without NUL; got %r"
+                         % (op, _TAG_NAME_MAX, name))
+    return b
+
+
 @contextlib.contextmanager
 def tag(name):
     """Allocations made on this thread inside the block belong to tag `name` (offload/restore as one)."""
+    b = _tag_name(name, "tag")
     lib = _lib.load()
-    _lib.check(lib.dmm_torch_tag_begin(name.encode()), "dmm.torch.tag(%r)" % name)
+    _lib.check(lib.dmm_torch_tag_begin(b), "dmm.torch.tag(%r)" % name)
     try:
         yield name
     finally:
@@ -515,10 +531,11 @@ def offload(name, to="host", device=None, stream=None, wait=False):
     unmaps it behind an event recorded on `stream` (default: the current one) after the work queued
     there -- kernels still reading the tensors finish first. Returns at once (no synchronize); the
     unmap happens in a later dmm call (poll, offload_wait, an allocation). Addresses stay reserved."""
+    b = _tag_name(name, "offload")
     if to not in _MODES:
         raise ValueError("dmm.torch.offload: to must be 'host' or 'discard', not %r" % (to,))
     dev = _device(device)
-    _lib.check(_lib.load().dmm_torch_offload(dev, name.encode(), _MODES[to], _stream(stream)),
+    _lib.check(_lib.load().dmm_torch_offload(dev, b, _MODES[to], _stream(stream)),
                "dmm.torch.offload(%r)" % name)
     if wait:
         offload_wait(name, dev)
@@ -526,19 +543,22 @@ def offload(name, to="host", device=None, stream=None, wait=False):
 
 def offload_wait(name, device=None):
     """Waits until the tag's offload unmapped its memory (waits on dmm's own event, not the device)."""
-    _lib.check(_lib.load().dmm_torch_offload_wait(_device(device), name.encode()), "dmm.torch.offload_wait(%r)" % name)
+    b = _tag_name(name, "offload_wait")
+    _lib.check(_lib.load().dmm_torch_offload_wait(_device(device), b), "dmm.torch.offload_wait(%r)" % name)
 
 
 def restore(name, device=None, stream=None):
     """Wake: maps the tag's memory again at the same addresses and copies its contents back, ordered
     on `stream` (default: the current one). Tensors and CUDA graphs that use them work as before."""
-    _lib.check(_lib.load().dmm_torch_restore(_device(device), name.encode(), _stream(stream)),
+    b = _tag_name(name, "restore")
+    _lib.check(_lib.load().dmm_torch_restore(_device(device), b, _stream(stream)),
                "dmm.torch.restore(%r)" % name)
 
 
 def release_host(name, device=None):
     """Frees the pinned copies a resident tag keeps for its next offload."""
-    _lib.check(_lib.load().dmm_torch_release_host(_device(device), name.encode()), "dmm.torch.release_host(%r)" % name)
+    b = _tag_name(name, "release_host")
+    _lib.check(_lib.load().dmm_torch_release_host(_device(device), b), "dmm.torch.release_host(%r)" % name)
 
 
 def poll(device=None):
@@ -550,6 +570,7 @@ def poll(device=None):
 
 def tag_info(name, device=None):
     """The tag's state ("resident", "offloading", "offloaded"), bytes and timings, or None."""
+    _tag_name(name, "tag_info")
     return memory_stats_raw(device)["tags"].get(name)
 
 

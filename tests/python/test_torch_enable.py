@@ -103,6 +103,16 @@ dt.set_limit = lambda b, device=None: (calls.append(("dmm", "set_limit", b, devi
 dt.history = lambda n, device=None: calls.append(("dmm", "history", n, device))
 dt.snapshot = lambda device=None: RAW
 
+# ---- a tag is a name: anything else is a TypeError that says so, before the library is asked ----
+for fn in (lambda: dt.offload(3), lambda: dt.restore(b"w"), lambda: dt.tag(None).__enter__(),
+           lambda: dt.offload_wait(["w"]), lambda: dt.release_host(1.5)):
+    ok, msg = raises(TypeError, fn, "a tag is a name, a str")
+    check(ok, "a tag that is not a str: TypeError naming what a tag is (%s)" % msg)
+ok, msg = raises(ValueError, lambda: dt.offload(""), "1 to 63 bytes")
+check(ok, "an empty tag: ValueError with the rule (%s)" % msg)
+ok, msg = raises(ValueError, lambda: dt.offload("w" * 64), "1 to 63 bytes")
+check(ok, "a tag of 64 bytes: ValueError with the rule (%s)" % msg)
+
 # ---- refused once CUDA is initialized ----
 state["initialized"] = True
 ok, msg = raises(dt.DmmError, dt.enable, "before CUDA is initialized", "import torch")
