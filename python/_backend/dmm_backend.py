@@ -43,10 +43,8 @@ import zipfile
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _PYROOT = os.path.dirname(_HERE)                  # python/: pyproject.toml, dmm/, _backend/
 _SRCROOT = os.path.dirname(_PYROOT)               # the dmm source tree (CMakeLists.txt), when there is one
-_NAME = "dmm"
+_NAME = "dmm"  # the import package (python/dmm) and the distribution: pyproject's [project] name says so too
 _LIB = "libdmm_torch.so"
-_SUMMARY = ("dmm device-memory manager: PyTorch's CUDA allocator with stats, a budget and sleep/wake "
-            "in place")
 
 
 class BuildError(RuntimeError):
@@ -62,22 +60,86 @@ def _version():
     return m.group(1)
 
 
+def _toml_subset(text):
+    """The [project] table of pyproject.toml on a Python without tomllib (before 3.11): the subset that
+    file uses, tables of `key = "string"`, `key = ["string", ...]` (one line or several) and
+    `key = {text = "string"}`, comments on lines of their own; anything else is a BuildError naming the
+    line. tests/install/test_wheel.py checks that it reads the file as tomllib does."""
+    tables, current, pending = {}, None, None
+    for n, line in enumerate(text.splitlines(), 1):
+        s = line.strip()
+        if s.startswith("#"):  # (whole-line comments only: a '#' may sit inside a string)
+            continue
+        if pending is not None:  # inside a list spread over lines
+            pending[1].extend(re.findall(r'"([^"]*)"', s))
+            if s.endswith("]"):
+                current[pending[0]], pending = pending[1], None
+            continue
+        if not s:
+            continue
+        m = re.fullmatch(r"\[([A-Za-z0-9_.-]+)\]", s)
+        if m:
+            current = tables.setdefault(m.group(1), {})
+            continue
+        m = re.fullmatch(r'([A-Za-z0-9_-]+)\s*=\s*(.+)', s)
+        if m is None or current is None:
+            raise BuildError("pyproject.toml line %d is not in the subset read without tomllib: %r" % (n, line))
+        key, value = m.groups()
+        if value.startswith('"') and value.endswith('"'):
+            current[key] = value[1:-1]
+        elif value.startswith("["):
+            items = re.findall(r'"([^"]*)"', value)
+            if value.endswith("]"):
+                current[key] = items
+            else:
+                pending = (key, items)
+        elif re.fullmatch(r'\{\s*text\s*=\s*"([^"]*)"\s*\}', value):
+            current[key] = {"text": re.fullmatch(r'\{\s*text\s*=\s*"([^"]*)"\s*\}', value).group(1)}
+        else:
+            raise BuildError("pyproject.toml line %d is not in the subset read without tomllib: %r" % (n, line))
+    project = dict(tables.get("project", {}))
+    if "project.optional-dependencies" in tables:
+        project["optional-dependencies"] = tables["project.optional-dependencies"]
+    return project
+
+
+def _project():
+    """pyproject.toml's [project] table: the package's metadata, written there only."""
+    path = os.path.join(_PYROOT, "pyproject.toml")
+    try:
+        import tomllib
+    except ImportError:
+        tomllib = None
+    if tomllib is not None:
+        with open(path, "rb") as f:
+            project = tomllib.load(f).get("project", {})
+    else:
+        with open(path, encoding="utf-8") as f:
+            project = _toml_subset(f.read())
+    for key in ("name", "description", "requires-python", "license"):
+        if key not in project:
+            raise BuildError("pyproject.toml's [project] table lacks %r" % key)
+    if project["name"] != _NAME:
+        raise BuildError("pyproject.toml names the distribution %r, but its package is python/%s: they are one name"
+                         % (project["name"], _NAME))
+    return project
+
+
 def _metadata():
-    v = _version()
-    return ("Metadata-Version: 2.1\n"
-            "Name: %s\n"
-            "Version: %s\n"
-            "Summary: %s\n"
-            "License: Apache-2.0\n"
-            "Classifier: License :: OSI Approved :: Apache Software License\n"
-            "Requires-Python: >=3.8\n"
-            "Provides-Extra: torch\n"
-            "Requires-Dist: torch; extra == \"torch\"\n"
-            "Description-Content-Type: text/plain\n"
-            "\n"
-            "dmm as PyTorch's CUDA allocator (dmm.torch), the dmm trace format (dmm.trace) and snapshots\n"
-            "in PyTorch's layout (dmm.snapshot). ctypes only; the wheel carries libdmm_torch.so.\n"
-            "torch is needed only when a dmm.torch function that uses it is called.\n") % (_NAME, v, _SUMMARY)
+    p = _project()
+    lines = ["Metadata-Version: 2.1", "Name: " + p["name"], "Version: " + _version(), "Summary: " + p["description"],
+             "License: " + p["license"]["text"]]
+    lines += ["Classifier: " + c for c in p.get("classifiers", [])]
+    lines.append("Requires-Python: " + p["requires-python"])
+    for extra, reqs in sorted(p.get("optional-dependencies", {}).items()):
+        lines.append("Provides-Extra: " + extra)
+        lines += ['Requires-Dist: %s; extra == "%s"' % (r, extra) for r in reqs]
+    lines += ["Description-Content-Type: text/plain", "",
+              "dmm as PyTorch's CUDA allocator (dmm.torch), the dmm trace format (dmm.trace) and snapshots",
+              "in PyTorch's layout (dmm.snapshot). ctypes only; the wheel carries libdmm_torch.so.",
+              "torch is needed only when a dmm.torch function that uses it is called."]
+    return "\n".join(lines) + "\n"
+
 
 
 def _licence():

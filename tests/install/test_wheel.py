@@ -130,6 +130,18 @@ def main():
             print("ok: refused: %s" % e)
     check(not glob.glob(os.path.join(scratch, "refused", "*.whl*")), "a refused build left a file")
 
+    # the [project] table read without tomllib (Pythons before 3.11) is the one tomllib reads
+    try:
+        import tomllib
+    except ImportError:
+        tomllib = None
+    if tomllib is not None:
+        with open(os.path.join(pyroot, "pyproject.toml"), "rb") as f:
+            want_project = tomllib.load(f)["project"]
+        with open(os.path.join(pyroot, "pyproject.toml"), encoding="utf-8") as f:
+            got_project = be._toml_subset(f.read())
+        check(got_project == want_project, "the reader without tomllib gives %r, tomllib %r" % (got_project, want_project))
+
     sd = be.build_sdist(os.path.join(scratch, "sdist"))
     with tarfile.open(os.path.join(scratch, "sdist", sd)) as t:
         got = sorted(m.name for m in t.getmembers())
