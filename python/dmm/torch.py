@@ -27,6 +27,7 @@ import atexit
 import contextlib
 import ctypes
 import json
+import logging
 import os
 import sys
 import threading
@@ -47,6 +48,12 @@ __all__ = [
 
 _enabled = False
 _allocator = None
+_switched_off_said = False
+
+
+def _switched_off():
+    """DMM_DISABLE (docs/options.md): 1, true, yes or on switches dmm off without a change of code."""
+    return os.environ.get("DMM_DISABLE", "").strip().lower() in ("1", "true", "yes", "on")
 _MODES = {"host": 0, "discard": 1}
 
 
@@ -75,8 +82,17 @@ def enable(limit=None, capture_check=True, track_blocks=False):
     raises DmmError saying so (use mem_pool() then). torch's own memory calls (torch.cuda.memory_stats,
     memory_summary, empty_cache, set_per_process_memory_fraction, _record_memory_history, _snapshot,
     ...) answer from dmm from now on, and a budget refusal raises torch.cuda.OutOfMemoryError. `limit` (bytes) caps the device memory dmm may hold, on every device.
-    track_blocks=True: keep every pool block for torch_snapshot() from the start (see track_blocks)."""
-    global _enabled, _allocator
+    track_blocks=True: keep every pool block for torch_snapshot() from the start (see track_blocks).
+    With DMM_DISABLE=1 in the environment it does nothing but say so once (logger "dmm"): dmm is
+    switched off without a change of code."""
+    global _enabled, _allocator, _switched_off_said
+    if _switched_off():  # torch keeps its own allocator; said once, on the "dmm" logger
+        if not _switched_off_said:
+            _switched_off_said = True
+            logging.getLogger("dmm").warning("dmm.torch.enable(): DMM_DISABLE=%s switches dmm off: torch keeps its "
+                                             "own allocator (unset DMM_DISABLE to use dmm)",
+                                             os.environ.get("DMM_DISABLE"))
+        return
     lib = _lib.load()
     if _enabled:
         if limit is not None:

@@ -79,6 +79,10 @@ static const dmm_option table[DMM_OPTION_COUNT_] = {
                                      "a build folder", "build", "CMake builds the library",
                                      "the build folder whose libdmm_torch.so `pip install ./python` packs into the "
                                      "wheel"},
+    [DMM_OPTION_PYTHON_DISABLE] = {"DMM_DISABLE", NULL, "python dmm", DMM_OPTION_TEXT, 0, 0, "1", "1, true, yes or on",
+                                   "1", "unset: dmm is used",
+                                   "switches dmm off without a change of code: dmm.torch.enable() leaves torch its own "
+                                   "allocator and says so once (logger \"dmm\")"},
 
     /* ---- dmm replay ---- */
     [DMM_OPTION_REPLAY_DRIVER] = {NULL, "--driver", "dmm replay", DMM_OPTION_TEXT, 0, 0, "host|cuda", "host or cuda",

@@ -113,6 +113,22 @@ check(ok, "an empty tag: ValueError with the rule (%s)" % msg)
 ok, msg = raises(ValueError, lambda: dt.offload("w" * 64), "1 to 63 bytes")
 check(ok, "a tag of 64 bytes: ValueError with the rule (%s)" % msg)
 
+# ---- DMM_DISABLE=1 switches dmm off: enable() changes nothing and says so once ----
+import logging  # noqa: E402
+
+said = []
+handler = logging.Handler()
+handler.emit = lambda record: said.append(record.getMessage())
+logging.getLogger("dmm").addHandler(handler)
+os.environ["DMM_DISABLE"] = "1"
+dt.enable()
+dt.enable()
+del os.environ["DMM_DISABLE"]
+logging.getLogger("dmm").removeHandler(handler)
+check(state["allocator"] is None and not _torch_calls._installed and not dt._enabled,
+      "DMM_DISABLE=1: enable() installs nothing")
+check(len(said) == 1 and "DMM_DISABLE=1 switches dmm off" in said[0], "DMM_DISABLE=1: said once (%s)" % said)
+
 # ---- refused once CUDA is initialized ----
 state["initialized"] = True
 ok, msg = raises(dt.DmmError, dt.enable, "before CUDA is initialized", "import torch")
