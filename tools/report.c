@@ -174,6 +174,27 @@ void dmm_report_json(FILE *f, const char *path, const dmm_trace *t, const dmm_re
 static double xs(uint64_t t, uint64_t tmax) { return ML + (double)(W - ML - MR) * (tmax ? (double)t / (double)tmax : 0); }
 static double ys(uint64_t v, uint64_t vmax) { return MT + (double)(H - MT - MB) * (1.0 - (double)v / (double)vmax); }
 
+double dmm_report_tick_step(double max, double *top) {
+    double p = 1;
+    while (p * 10 <= max / 3) p *= 10;
+    while (p > max / 3 && p > 1e-9) p /= 10;
+    double step = p; /* the largest power of ten that gives at least 3 ticks; then 2 or 5 times it if they do too */
+    if (p * 5 <= max / 3) step = p * 5;
+    else if (p * 2 <= max / 3) step = p * 2;
+    double n = 0;
+    while (n * step < max * (1 - 1e-12)) n += 1;
+    *top = n * step;
+    return step;
+}
+
+uint64_t dmm_report_bytes_unit(uint64_t max, const char **name) {
+    static const char *const names[] = {"KiB", "MiB", "GiB", "TiB"};
+    int k = 0;
+    while (k < 3 && max >= ((uint64_t)2 << (10 * (k + 2)))) k++; /* the largest unit of which the top holds 2 */
+    *name = names[k];
+    return (uint64_t)1 << (10 * (k + 1));
+}
+
 static void polyline(FILE *f, const dmm_replay_result *r, int which, uint64_t tmax, uint64_t vmax, const char *color,
                      const char *dash) {
     fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.6\"%s%s%s points=\"", color,
@@ -192,6 +213,13 @@ void dmm_report_html(FILE *f, const char *path, const dmm_trace *t, const dmm_re
     if (r->peak_committed_bytes > vmax) vmax = r->peak_committed_bytes;
     if (vmax == 0) vmax = 1;
     vmax += vmax / 20;
+    /* round ticks in one unit: the bytes axis ends on a tick, and so does the time axis */
+    const char *unit_name = NULL;
+    uint64_t unit = dmm_report_bytes_unit(vmax, &unit_name);
+    double vtop = 0, vstep = dmm_report_tick_step((double)vmax / (double)unit, &vtop);
+    vmax = (uint64_t)(vtop * (double)unit);
+    double ttop = 0, tstep = dmm_report_tick_step((double)tmax * 1e-6, &ttop);
+    tmax = (uint64_t)(ttop * 1e6);
     char a[32], b[32], c[32];
     fprintf(f, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>dmm replay: ");
     html_str(f, t->workload[0] ? t->workload : path);
@@ -217,17 +245,15 @@ void dmm_report_html(FILE *f, const char *path, const dmm_trace *t, const dmm_re
             W, H, W, H);
     fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#fafafa\" stroke=\"#ccc\"/>\n", ML, MT,
             W - ML - MR, H - MT - MB);
-    for (int i = 0; i <= 5; i++) {
-        uint64_t v = vmax / 5 * (uint64_t)i;
+    for (int i = 0; i * vstep <= vtop * (1 + 1e-9); i++) {
+        uint64_t v = (uint64_t)(i * vstep * (double)unit);
         double y = ys(v, vmax);
         fprintf(f, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>", ML, W - MR, y, y);
-        fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n", ML - 6, y + 4, fmtb(v, a, sizeof a));
+        fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%g %s</text>\n", ML - 6, y + 4, i * vstep, unit_name);
     }
-    for (int i = 0; i <= 5; i++) {
-        uint64_t tt = tmax / 5 * (uint64_t)i;
-        double x = xs(tt, tmax);
-        fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%.1f s</text>\n", x, H - MB + 16,
-                (double)tt * 1e-6);
+    for (int i = 0; i * tstep <= ttop * (1 + 1e-9); i++) {
+        double x = xs((uint64_t)(i * tstep * 1e6), tmax);
+        fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%g s</text>\n", x, H - MB + 16, i * tstep);
     }
     fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">trace time</text>\n", (W + ML) / 2, H - 6);
     if (t->native_peak_reserved > 0) {
@@ -245,8 +271,10 @@ void dmm_report_html(FILE *f, const char *path, const dmm_trace *t, const dmm_re
                "<span style=\"color:#2ca02c\">&#9476; pool committed (mapped chunks)</span>"
                "<span style=\"color:#ff7f0e\">&#9644; physical (handles held: mapped + cached)</span>"
                "<span style=\"color:#d62728\">&#9476; PyTorch peak reserved</span></p>\n");
-    /* the numbers */
-    bool good = r->ratio <= 1.03;
+    /* the numbers: dmm's ratio is good where it meets the goal the chart draws, PyTorch's own (or, where
+     * the trace does not say it, the 1.03 of DESIGN) */
+    double goal = r->native_ratio > 0 ? r->native_ratio : 1.03;
+    bool good = r->ratio <= goal;
     fprintf(f, "<table>\n<tr><th>measure</th><th>dmm</th><th>PyTorch (from the trace)</th></tr>\n");
     fprintf(f, "<tr><td>peak live</td><td class=\"n\">%s</td><td class=\"n\">%s allocated</td></tr>\n",
             fmtb(r->peak_live_bytes, a, sizeof a), fmtb(t->native_peak_allocated, b, sizeof b));

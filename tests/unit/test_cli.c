@@ -16,6 +16,7 @@
  */
 #include "../../tools/options.c"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,6 +171,47 @@ static void help_and_version_answer_on_stdout(void **state) {
     assert_null(strstr(r.err, "did you mean"));
 }
 
+/* The HTML report (--report): its axes are round ticks in one unit (0, step, 2 × step, ... with a step
+ * of 1, 2 or 5 times a power of ten), and dmm's ratio is coloured by the goal the chart draws,
+ * PyTorch's own ratio (vit-steps: 1.016 under PyTorch's 1.076: good). */
+static void the_report_has_round_ticks_in_one_unit(void **state) {
+    (void)state;
+    NEED_TOOL();
+    static run_out r;
+    char path[] = "/tmp/dmm-test-report-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    run_tool(&r, "replay", DMM_SOURCE_DIR "/data/traces/vit-steps.trace.gz", "--report", path, NULL);
+    expect(&r, 0, NULL, NULL);
+    static char html[8 << 20];
+    slurp(path, html, sizeof html);
+    const char *axes[2] = {"text-anchor=\"end\">", "text-anchor=\"middle\">"};
+    for (int a = 0; a < 2; a++) {
+        double v[32];
+        char unit[32][8];
+        int n = 0;
+        for (const char *p = strstr(html, axes[a]); p != NULL && n < 32; p = strstr(p + 1, axes[a])) {
+            if (sscanf(p + strlen(axes[a]), "%lf %7[A-Za-z]</text>", &v[n], unit[n]) == 2) n++;
+        }
+        if (a == 0) n -= 1; /* the last end-anchored text is the PyTorch line's label, not a tick */
+        assert_true(n >= 4);
+        if (a == 0 && !(v[n - 1] >= 2 && v[n - 1] < 2048)) /* the unit fits the axis: 2 to 2047 of it at the top */
+            fail_msg("the bytes axis ends at %g %s: the unit does not fit it", v[n - 1], unit[n - 1]);
+        double step = v[1] - v[0];
+        double m = step;
+        while (m >= 10) m /= 10;
+        while (m < 1) m *= 10;
+        if (!(fabs(m - 1) < 1e-9 || fabs(m - 2) < 1e-9 || fabs(m - 5) < 1e-9))
+            fail_msg("axis %d: the step %g is not 1, 2 or 5 times a power of ten", a, step);
+        for (int i = 0; i < n; i++) {
+            if (fabs(v[i] - i * step) > 1e-9 * step) fail_msg("axis %d: tick %d is %g, not %g", a, i, v[i], i * step);
+            if (strcmp(unit[i], unit[0]) != 0) fail_msg("axis %d mixes units: %s and %s", a, unit[0], unit[i]);
+        }
+    }
+    assert_non_null(strstr(html, "class=\"n good\">1.0160"));
+}
+
 /* A small trace file (one step of three allocations), gzip or not: zlib reads both. */
 static void small_trace(char *path) {
     snprintf(path, 64, "/tmp/dmm-test-cli-trace-XXXXXX");
@@ -270,6 +312,7 @@ int main(void) {
         cmocka_unit_test(whole_numbers_and_sizes_are_read_exactly),
         cmocka_unit_test(junk_signs_and_overflow_are_refused_naming_the_option),
         cmocka_unit_test(help_and_version_answer_on_stdout),
+        cmocka_unit_test(the_report_has_round_ticks_in_one_unit),
         cmocka_unit_test(bad_options_fail_with_their_name),
         cmocka_unit_test(outputs_are_checked_before_the_trace_is_read),
         cmocka_unit_test(the_old_spellings_still_work),
