@@ -4,8 +4,8 @@
  *   dmm ort MODEL.onnx [--limit BYTES] [--runs N] [--batch N] [--max-input-bytes SIZE]
  *       reads the model whole, within --max-input-bytes (default 2 GiB, protobuf's own ceiling for one
  *       message: no single-file ONNX model is larger; input_file.h refuses a larger file unread and an
- *       endless input where it passes the bound), then opens ONNX Runtime ($DMM_ORT_LIB, else
- *       libonnxruntime.so.1), registers a dmm allocator (host driver, one governor whose host limit is
+ *       endless input where it passes the bound), then opens ONNX Runtime ($DMM_ORT_LIB, else the .ort/
+ *       of the tree the tool was built from, where scripts/ort.sh put one, else libonnxruntime.so.1), registers a dmm allocator (host driver, one governor whose host limit is
  *       --limit) on the environment, creates the session with
  *       session.use_env_allocators = 1, runs it N times (default 4) on deterministic pseudo-random
  *       inputs, and prints dmm's stats beside the ones ONNX Runtime reads (AllocatorGetStats).
@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/core.h"
 #include "dmm_ort.h"
@@ -38,8 +39,8 @@
 void dmm_usage_ort(FILE *f) {
     fprintf(f, "usage: dmm ort MODEL.onnx [--limit BYTES] [--runs N] [--batch N] [--max-input-bytes SIZE]\n"
                "       dmm ort --write-model FILE [--batch N]\n\n"
-               "Runs an ONNX model with ONNX Runtime ($DMM_ORT_LIB, else libonnxruntime.so.1; scripts/ort.sh\n"
-               "fetches one into .ort/) on dmm's allocator (session.use_env_allocators=1), on pseudo-random\n"
+               "Runs an ONNX model with ONNX Runtime ($DMM_ORT_LIB, else the .ort/ of the tree dmm was built from,\n"
+               "which scripts/ort.sh fills, else libonnxruntime.so.1) on dmm's allocator (session.use_env_allocators=1), on pseudo-random\n"
                "float inputs, and prints dmm's stats beside ONNX Runtime's view of them (GetStats).\n");
     dmm_cli_print_flags(f, "dmm ort");
 }
@@ -91,8 +92,14 @@ static int run_model(const char *path, uint64_t limit, uint64_t runs, uint64_t b
                 err);
         return 2;
     }
+    /* $DMM_ORT_LIB, else the .ort/ of the tree this tool was built from (scripts/ort.sh), where it is,
+     * else the loader's own default (libonnxruntime.so.1 on the library path) */
+    const char *lib = dmm__option_env(DMM_OPTION_ORT_LIB);
+#ifdef DMM_ORT_LIB_DEFAULT
+    if (lib == NULL && access(DMM_ORT_LIB_DEFAULT, R_OK) == 0) lib = DMM_ORT_LIB_DEFAULT;
+#endif
     dmm_ort_runtime *rt = NULL;
-    if (dmm_ort_runtime_open(NULL, &rt) != DMM_OK) {
+    if (dmm_ort_runtime_open(lib, &rt) != DMM_OK) {
         fprintf(stderr, "%s\n", dmm_last_error());
         free(model);
         return 1;

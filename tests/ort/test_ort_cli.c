@@ -11,11 +11,14 @@
 
 #include "ort_kit.h"
 
-static int run(const char *args, char *out, size_t cap) {
+static int run_with(bool set_lib, const char *args, char *out, size_t cap) {
     char cmd[2048];
     const char *lib = getenv(DMM_ORT_LIB_ENV);
-    snprintf(cmd, sizeof cmd, "DMM_ORT_LIB='%s' '%s' %s 2>&1", lib != NULL && lib[0] ? lib : DMM_ORT_LIB_DEFAULT,
-             DMM_CLI_PATH, args);
+    if (set_lib)
+        snprintf(cmd, sizeof cmd, "DMM_ORT_LIB='%s' '%s' %s 2>&1", lib != NULL && lib[0] ? lib : DMM_ORT_LIB_DEFAULT,
+                 DMM_CLI_PATH, args);
+    else
+        snprintf(cmd, sizeof cmd, "env -u DMM_ORT_LIB '%s' %s 2>&1", DMM_CLI_PATH, args);
     FILE *p = popen(cmd, "r");
     assert_non_null(p);
     size_t n = fread(out, 1, cap - 1, p);
@@ -23,6 +26,8 @@ static int run(const char *args, char *out, size_t cap) {
     int st = pclose(p);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
+
+static int run(const char *args, char *out, size_t cap) { return run_with(true, args, out, cap); }
 
 static void dmm_ort_runs_a_written_model_and_reports_both_sides(void **state) {
     (void)state;
@@ -37,6 +42,12 @@ static void dmm_ort_runs_a_written_model_and_reports_both_sides(void **state) {
     snprintf(args, sizeof args, "ort --write-model %s", model);
     assert_int_equal(run(args, out, sizeof out), 0);
     assert_non_null(strstr(out, "MatMul-Add-Relu"));
+    /* DMM_ORT_LIB unset: the tool finds the .ort/ of the tree it was built from (scripts/ort.sh) */
+    if (access(DMM_ORT_LIB_DEFAULT, R_OK) == 0) {
+        snprintf(args, sizeof args, "ort %s --runs 1 --batch 2", model);
+        int rc = run_with(false, args, out, sizeof out);
+        if (rc != 0) fail_msg("dmm ort without DMM_ORT_LIB exited %d:\n%s", rc, out);
+    }
     snprintf(args, sizeof args, "ort %s --runs 3 --batch 4", model);
     assert_int_equal(run(args, out, sizeof out), 0);
     assert_non_null(strstr(out, "3 run(s)"));
