@@ -31,7 +31,11 @@
  * Releases report honestly (dmm_release_outcome): nothing is reused or refunded before the driver let
  * go of it.
  *
- * Thread contract: thread-safe; one request is grown by one thread at a time.
+ * A release that the driver refuses half-way keeps what it could not give back (an allocation, a
+ * prefix's mapping, a host copy), charged, in the arena: destroy tries those again (stats: unreleased).
+ *
+ * Thread contract: thread-safe across requests; one request is driven (grow, share, offload, restore,
+ * close) by one thread at a time, as a block is freed once.
  */
 #ifndef DMM_KV_H
 #define DMM_KV_H
@@ -106,8 +110,10 @@ DMM_API dmm_status dmm_kv_restore(dmm_kv *kv, dmm_kv_request *r, dmm_stream stre
 
 /* Makes the first `tokens` of request r (backed, written by work ordered on `stream`) a prefix that
  * new requests start with. Its whole granules stay r's physical memory, held once; its last partial
- * granule is copied now, on `stream`. r may close before the prefix goes: the memory stays while the
- * prefix or any request mapping it lives. */
+ * granule is copied now, on `stream`, and waited for (so any stream may open requests with it). r may
+ * close before the prefix goes: the memory stays while the prefix or any request mapping it lives;
+ * while r is open its granules held for the prefix are not counted as its own (and r cannot be
+ * offloaded) until the prefix is released. */
 DMM_API dmm_status dmm_kv_share(dmm_kv *kv, dmm_kv_request *r, uint64_t tokens, dmm_stream stream,
                                 dmm_kv_prefix **out);
 /* Drops the prefix: its memory goes with the last request that maps it. BUSY (nothing changed) while
@@ -131,10 +137,12 @@ typedef struct dmm_kv_stats {
     uint64_t owned_bytes;      /* all the arena owns: what the governor charged it */
     uint64_t driver_creates;   /* physical handles created since the arena was made */
     uint64_t grows;            /* commits made by growth */
-    uint64_t refusals;         /* opens and grows refused for memory or budget */
+    uint64_t refusals;         /* opens, grows, offloads and refills refused for memory or budget */
     uint64_t offloaded;        /* requests offloaded now */
     uint64_t host_bytes;       /* host memory holding offloaded requests (charged to the host tier) */
     uint64_t refills;          /* refills the refill thread made (each created handles) */
+    uint64_t unreleased;       /* what failed releases left (allocations, prefix mappings, host copies): held
+                                  and charged, tried again at destroy */
 } dmm_kv_stats;
 DMM_API dmm_status dmm_kv_stats_get(dmm_kv *kv, dmm_kv_stats *out);
 
