@@ -62,13 +62,15 @@ static void record(dmm_ort_allocator *a, dmm_status s) {
 static const char *pool_role(int which) { return which == DMM_ORT_POOL_WEIGHTS ? "weights" : "activation"; }
 
 /* Trims both devices' pools (the holder's reclaim: the pools only, never a device lock a charging
- * thread may hold). A device not created yet is skipped. */
+ * thread may hold). Asked while devices[] is being made or taken down, it gives nothing back. */
 static uint64_t trim_all(dmm_ort_allocator *a) {
+    if (pthread_mutex_trylock(&a->devices_lock) != 0) return 0;
     uint64_t total = 0;
     for (int i = 0; i < DMM_ORT_POOLS; i++) {
         uint64_t r = 0;
         if (a->devices[i] != NULL && dmm_pool_trim(dmm_device_pool(a->devices[i]), 0, &r) == DMM_OK) total += r;
     }
+    pthread_mutex_unlock(&a->devices_lock);
     dmm_clear_error();
     return total;
 }
@@ -244,10 +246,10 @@ static struct OrtStatus *ort_shrink(struct OrtAllocator *self) {
 
 /* The holder's reclaim: the first rung (cached free memory) trims both pools. */
 static uint64_t reclaim(void *user, dmm_device_id device, dmm_reclaim_step step, uint64_t wanted) {
-    (void)device;
     (void)wanted;
-    if (step != DMM_RECLAIM_CACHED) return 0;
-    return trim_all(user);
+    dmm_ort_allocator *a = user;
+    if (step != DMM_RECLAIM_CACHED || device.tier != a->dev.tier || device.index != a->dev.index) return 0;
+    return trim_all(a);
 }
 
 dmm_status dmm_ort_allocator_stats(dmm_ort_allocator *a, dmm_ort_stats *out) {
@@ -318,7 +320,7 @@ static dmm_status open_device(dmm_ort_allocator *a, int which, dmm_role role) {
     dc.holder = a->holder;
     dc.role_given = true;
     dc.role = role;
-    dc.pool_counts_only = true; /* GetStats reads the pools' own stats */
+    dc.pool_only = true; /* ONNX Runtime has its own graph capture; GetStats reads the pools' own stats */
     return dmm_device_create(a->drv, a->gov, &dc, &a->devices[which]);
 }
 
@@ -366,6 +368,7 @@ dmm_status dmm_ort_allocator_create(dmm_ort_runtime *rt, dmm_driver *driver, dmm
     snprintf(a->name, sizeof a->name, "%s", k.name != NULL ? k.name : "ort");
     pthread_mutex_init(&a->streams_lock, NULL);
     pthread_mutex_init(&a->error_lock, NULL);
+    pthread_mutex_init(&a->devices_lock, NULL);
     dmm__u64map_init(&a->streams);
 
     if (a->dev.tier == DMM_TIER_DEVICE)
@@ -379,8 +382,10 @@ dmm_status dmm_ort_allocator_create(dmm_ort_runtime *rt, dmm_driver *driver, dmm
     dmm_holder_config hc = {sizeof hc, a->name, k.priority, reclaim, a};
     s = dmm_governor_holder_register(gov, &hc, &a->holder);
     if (s != DMM_OK) goto fail;
+    pthread_mutex_lock(&a->devices_lock);
     s = open_device(a, DMM_ORT_POOL_WEIGHTS, DMM_ROLE_WEIGHTS);
     if (s == DMM_OK) s = open_device(a, DMM_ORT_POOL_RUN, DMM_ROLE_ACTIVATION);
+    pthread_mutex_unlock(&a->devices_lock);
     if (s != DMM_OK) goto fail;
 
     uint32_t v = rt->api_version < DMM_ORT_API_KNOWN ? rt->api_version : DMM_ORT_API_KNOWN;
@@ -403,12 +408,15 @@ fail:
     {
         dmm_error_kept kept = {0};
         dmm__error_keep(&kept, s);
+        pthread_mutex_lock(&a->devices_lock);
         for (int i = DMM_ORT_POOLS - 1; i >= 0; i--) (void)dmm_device_destroy(a->devices[i]);
+        pthread_mutex_unlock(&a->devices_lock);
         if (a->holder != NULL) (void)dmm_governor_holder_unregister(a->holder);
         if (a->info != NULL) rt->calls.ReleaseMemoryInfo(a->info);
         dmm__u64map_fini(&a->streams);
         pthread_mutex_destroy(&a->streams_lock);
         pthread_mutex_destroy(&a->error_lock);
+        pthread_mutex_destroy(&a->devices_lock);
         free(a);
         return dmm__error_restore(&kept);
     }
@@ -433,21 +441,24 @@ dmm_status dmm_ort_allocator_destroy(dmm_ort_allocator *a) {
                              "their stream; release every session that used it (and unregister it from its "
                              "environments) first; nothing changed",
                              a->name, (unsigned long long)live, (unsigned long long)pending);
-    dmm_status first = DMM_OK;
+    pthread_mutex_lock(&a->devices_lock);
     for (int i = 0; i < DMM_ORT_POOLS; i++) {
         if (a->devices[i] == NULL) continue; /* destroyed by an earlier call that failed after it */
         dmm_status s = dmm_device_destroy(a->devices[i]);
-        if (s == DMM_ERR_BUSY || s == DMM_ERR_DEVICE_LOST)
-            return dmm__error_wrap(s, "dmm ort: destroying allocator '%s'", a->name);
-        if (s != DMM_OK && first == DMM_OK) first = s;
+        if (s != DMM_OK) { /* the device is as it was (or can only be destroyed again): so is the allocator */
+            pthread_mutex_unlock(&a->devices_lock);
+            return dmm__error_wrap(s, "dmm ort: destroying allocator '%s' (call destroy again once the cause is "
+                                      "gone)", a->name);
+        }
         a->devices[i] = NULL;
     }
-    dmm_status s = dmm_governor_holder_unregister(a->holder);
-    if (s != DMM_OK && first == DMM_OK) first = s;
+    pthread_mutex_unlock(&a->devices_lock);
+    dmm_status first = dmm_governor_holder_unregister(a->holder); /* waits for a reclaim in flight */
     a->rt->calls.ReleaseMemoryInfo(a->info);
     dmm__u64map_fini(&a->streams);
     pthread_mutex_destroy(&a->streams_lock);
     pthread_mutex_destroy(&a->error_lock);
+    pthread_mutex_destroy(&a->devices_lock);
     free(a);
     return first;
 }

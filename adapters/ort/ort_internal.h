@@ -48,6 +48,8 @@ struct dmm_ort_allocator {
     dmm_device_id dev;
     struct OrtMemoryInfo *info; /* created through the runtime; released at destroy */
     dmm_device *devices[DMM_ORT_POOLS]; /* Reserve's (weights) and Alloc's (activations) */
+    pthread_mutex_t devices_lock; /* held while devices[] is made or taken down; the holder's reclaim, on
+                                     another holder's thread, only tries it (never waits on it) */
     uint64_t pool_va;            /* each device's pool VA: the largest request */
     dmm_log_fn log;
     void *log_user;

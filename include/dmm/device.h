@@ -85,10 +85,12 @@ typedef struct dmm_device_config {
                            own, named `name`, without a reclaim */
     bool role_given;    /* false: the device's lease has the role DMM_ROLE_WORKSPACE */
     dmm_role role;      /* with role_given: the role of the device's lease */
-    bool pool_counts_only; /* true: the pool's blocks are counted by the pool alone (dmm_pool_stats_get), not
-                              again by the device, whose stats JSON then counts tag and graph blocks only; a
-                              malloc/free pair costs about 40 ns less (bench_ort). For an adapter that reports
-                              its pools' stats (ONNX Runtime's GetStats) */
+    bool pool_only; /* true: every malloc is served from the pool: tag scopes and graph captures are not this
+                       device's (no tag or graph segment is made for a malloc, no capture is asked), no host
+                       lease is taken, and the device keeps no counts of its own (the pool counts them:
+                       dmm_pool_stats_get; its stats JSON counts nothing). For an adapter whose framework has
+                       its own graph and sleep machinery and reports its pools' stats (ONNX Runtime): a
+                       malloc/free pair costs about 40 ns less (bench_ort) */
 } dmm_device_config;
 
 /* ---- life ---- */

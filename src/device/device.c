@@ -29,7 +29,7 @@
  *
  * Invariants: reserve ≤ 2^63 and every request served is ≤ reserve, so that rounding it up to the
  * block alignment or the granule never wraps (a larger one is refused at the entry);
- * alloc_bytes.cur = Σ live blocks' rounded sizes over pool (unless count_pool is off), tags and graphs;
+ * alloc_bytes.cur = Σ live blocks' rounded sizes over pool (unless pool_only), tags and graphs;
  * blocks.cur = their number; the lease's mapped bytes = bytes the arena mapped for us; queued = our
  * requests in the deferred queue.
  */
@@ -142,7 +142,7 @@ dmm_status dmm_device_create(dmm_driver *drv, dmm_governor *gov,
     c->restore_copy = k.restore_copy_bytes;
 
     dmm__device_history_init(c); /* (from here on, failures go to `fail`, which undoes it) */
-    c->count_pool = !k.pool_counts_only;
+    c->pool_only = k.pool_only;
     c->own_holder = k.holder == NULL;
     c->holder = k.holder;
     if (c->own_holder) {
@@ -164,7 +164,7 @@ dmm_status dmm_device_create(dmm_driver *drv, dmm_governor *gov,
     s = dmm_lease_reserve(c->holder, c->dev, k.role_given ? k.role : DMM_ROLE_WORKSPACE, 0, 0, &c->lease);
     if (s != DMM_OK) goto fail;
     dmm_device_id host = {DMM_TIER_HOST, 0};
-    s = dmm_lease_reserve(c->holder, host, DMM_ROLE_WEIGHTS, 0, 0, &c->host_lease);
+    if (!c->pool_only) s = dmm_lease_reserve(c->holder, host, DMM_ROLE_WEIGHTS, 0, 0, &c->host_lease); /* copies */
     if (s != DMM_OK) goto fail;
     s = dmm_governor_accounting(gov, c->lease, &c->accounting);
     if (s != DMM_OK) goto fail;
@@ -261,7 +261,7 @@ static dmm_status destroy_after_pool(dmm_device *c) {
         return dmm__error_wrap(s, "dmm device: destroying device %d: its pool is gone but the arena could not be "
                                   "destroyed (%s); call destroy again (the only call this context still takes)",
                                (int)c->dev.index, dmm_status_str(s));
-    dmm_lease_release(c->gov, c->host_lease);
+    if (c->host_lease) dmm_lease_release(c->gov, c->host_lease);
     dmm_lease_release(c->gov, c->lease);
     if (c->own_holder) dmm_governor_holder_unregister(c->holder);
     dmm__device_record_fini(c);
@@ -298,7 +298,7 @@ dmm_status dmm_device_destroy(dmm_device *c) {
     dmm__device_jobs_poll_locked(c);
     if (c->jobs_taken_back || dmm__device_lost(c)) return destroy_lost_locked(c); /* unlocks */
     uint64_t live = dmm_atomic_load_relaxed(&c->blocks.cur), queued = dmm_atomic_load_relaxed(&c->queued);
-    if (!c->count_pool && c->pool != NULL) { /* the pool alone counts its blocks */
+    if (c->pool_only && c->pool != NULL) { /* the pool alone counts its blocks */
         dmm_pool_stats ps = {.size = sizeof ps};
         if (dmm_pool_stats_get(c->pool, &ps) == DMM_OK) live += (uint64_t)ps.allocations.current;
         dmm_clear_error();
@@ -409,7 +409,7 @@ static dmm_status route_malloc(dmm_device *c, size_t bytes, dmm_stream stream, v
     if (bytes == 0) return DMM_OK;
     if (bytes > c->reserve) /* no route could serve it, and its rounding up (tags, graphs) would wrap */
         return dmm__device_too_large(c, bytes, "allocating");
-    if (stream != NULL && c->can_capture && dmm_atomic_load_relaxed(&c->capture_check)) {
+    if (!c->pool_only && stream != NULL && c->can_capture && dmm_atomic_load_relaxed(&c->capture_check)) {
         bool capturing = false;
         uint64_t id = 0;
         dmm_status s = dmm_device_capture_status(c, stream, &capturing, &id);
@@ -421,7 +421,7 @@ static dmm_status route_malloc(dmm_device *c, size_t bytes, dmm_stream stream, v
             return DMM_OK;
         }
     }
-    int tag = dmm__device_tag_current();
+    int tag = c->pool_only ? -1 : dmm__device_tag_current();
     if (tag >= 0) {
         dmm_status s = dmm__device_tag_malloc(c, tag, bytes, out);
         if (s != DMM_OK) return s;
@@ -442,7 +442,7 @@ static dmm_status route_malloc(dmm_device *c, size_t bytes, dmm_stream stream, v
         dmm__device_history_add(c, DEVICE_EV_ALLOC, (uint64_t)(uintptr_t)*out, dmm__device_round_block(c, bytes),
                                stream);
     }
-    if (c->count_pool) count_malloc(c, dmm__device_round_block(c, bytes), bytes);
+    if (!c->pool_only) count_malloc(c, dmm__device_round_block(c, bytes), bytes);
     return DMM_OK;
 }
 
@@ -458,14 +458,15 @@ dmm_status dmm_device_malloc(dmm_device *c, size_t bytes, dmm_stream stream, voi
     if (c == NULL || out == NULL) return dmm__device_null("dmm_device_malloc", "a device and an output pointer");
     /* the hot path: a pool block (no capture can be asked of, no tag scope, no queued release to run
      * first), nothing observing, and the pool serves it; route_malloc decides every other case */
-    bool hot = bytes - 1 < c->reserve && (stream == NULL || !c->can_capture) && dmm__device_tag_depth == 0 &&
+    bool hot = bytes - 1 < c->reserve &&
+               (c->pool_only || ((stream == NULL || !c->can_capture) && dmm__device_tag_depth == 0)) &&
                dmm_atomic_load_relaxed(&c->queued) == 0 && !dmm__device_blocks_tracking(c) &&
                !dmm__device_recording(c);
     if (!__builtin_expect(hot, 1)) return malloc_routed(c, bytes, stream, out);
     *out = NULL;
     dmm_status s = dmm_pool_malloc(c->pool, bytes, stream, out);
     if (__builtin_expect(s != DMM_OK, 0)) s = pool_retry(c, bytes, stream, out, s);
-    if (s == DMM_OK && c->count_pool) count_malloc(c, dmm__device_round_block(c, bytes), bytes);
+    if (s == DMM_OK && !c->pool_only) count_malloc(c, dmm__device_round_block(c, bytes), bytes);
     return s;
 }
 
@@ -484,7 +485,7 @@ static dmm_status free_routed(dmm_device *c, void *ptr, dmm_stream stream, dmm_s
     uint64_t requested = 0;
     dmm_status s = dmm_pool_free_requested(c->pool, ptr, stream, &requested);
     if (s == DMM_OK) {
-        if (c->count_pool) count_free(c, dmm__device_round_block(c, requested), requested);
+        if (!c->pool_only) count_free(c, dmm__device_round_block(c, requested), requested);
         return DMM_OK;
     }
     if (s != DMM_ERR_UNKNOWN_ALLOCATION) { /* the pool refused the free of a live block (nothing changed) */
@@ -530,7 +531,7 @@ dmm_status dmm_device_free(dmm_device *c, void *ptr, dmm_stream stream) {
         /* the hot path: no block was used on another stream, nothing observes */
         uint64_t requested = 0;
         dmm_status s = dmm_pool_free_requested(c->pool, ptr, stream, &requested);
-        if (s == DMM_OK && c->count_pool) count_free(c, dmm__device_round_block(c, requested), requested);
+        if (s == DMM_OK && !c->pool_only) count_free(c, dmm__device_round_block(c, requested), requested);
         if (s != DMM_ERR_UNKNOWN_ALLOCATION) return s; /* freed, or refused (the pool's sentence) */
         return free_segment_block(c, ptr, stream, stream, false);
     }

@@ -11,7 +11,9 @@
  * covers the whole committed range). It returns at once: no stream or device synchronize, and no
  * unmap runs before the first event completed, i.e. before every kernel queued ahead of it (the ones
  * still reading the weights) ended. The decommits run in later polls (any malloc, stats call, poll or
- * wait; a wait decommits each piece as soon as its copy ended, so the unmaps hide behind the copy).
+ * wait; a wait asks the queued pieces' events and blocks, with the device lock dropped, on the tag's
+ * own event, recorded after the last copy: its unmaps then follow the whole copy, where the polls'
+ * overlap it).
  * Restore recommits each segment's range in 32 MiB pieces (restore_piece: why that size), one handle
  * each, however the segment grew, queueing each piece's copy back on the caller's stream right after
  * its commit, at the same addresses: tensors and CUDA graphs that hold them stay valid.
@@ -379,8 +381,15 @@ dmm_status dmm_device_release_host(dmm_device *c, const char *name) {
                                            "restore it first",
                              name, dmm__device_tag_state_name(t->state));
     }
-    /* the restore's copies read the host copies until the tag's event (waited for with the lock dropped) */
-    dmm_status s = wait_tag_event_unlocked(c, t);
+    /* the restore's copies read the host copies until the tag's event (waited for with the lock dropped);
+     * an offload or restore another thread made meanwhile recorded the event again: wait once more */
+    dmm_status s = DMM_OK;
+    for (uint64_t offloads = t->offloads + 1, restores = 0; s == DMM_OK && t->state == TAG_RESIDENT &&
+                                                            (offloads != t->offloads || restores != t->restores);) {
+        offloads = t->offloads;
+        restores = t->restores;
+        s = wait_tag_event_unlocked(c, t);
+    }
     if (s == DMM_OK && t->state != TAG_RESIDENT) /* another thread offloaded it meanwhile */
         s = dmm_error_set(DMM_ERR_BUSY, "dmm device: the host copies of tag '%s' hold its contents while it is %s; "
                                         "restore it first",

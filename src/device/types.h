@@ -225,7 +225,7 @@ struct dmm_device {
     _Atomic int track_blocks; /* 1 once block tracking is on (never off again): the table is kept */
     _Atomic int capture_check; /* 1: malloc asks a non-default stream's capture status (dmm_device_set_capture_check) */
     bool can_capture;        /* the driver tells a capturing stream (its stream_capture_status slot) */
-    bool count_pool;         /* pool blocks are counted here too (not dmm_device_config.pool_counts_only) */
+    bool pool_only;          /* dmm_device_config.pool_only: the pool serves and counts every malloc */
 
     dmm_driver *drv;         /* not owned; its latch says whether the device is lost */
     dmm_device_id dev;

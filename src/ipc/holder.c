@@ -34,7 +34,8 @@
 /* The address space the holder's arena reserves: four times the limit (the VA of dropped regions is
  * reused, so that is room for its fragmentation), at least HOLDER_MIN_RESERVE, at most
  * HOLDER_MAX_RESERVE, which is also what an unlimited holder asks for. Where the process has less to
- * give, create halves it, down to HOLDER_MIN_RESERVE. */
+ * give, create halves it, down to HOLDER_MIN_RESERVE but never below the limit (then it does not start,
+ * and says why). */
 #define HOLDER_MIN_RESERVE ((uint64_t)1 << 30)
 #define HOLDER_MAX_RESERVE ((uint64_t)1 << 40)
 
@@ -102,13 +103,16 @@ dmm_status dmm_ipc_holder_create(const dmm_ipc_holder_config *cfg, dmm_ipc_holde
     if (s == DMM_OK) s = dmm_lease_reserve(h->gh, h->drv->device, DMM_ROLE_WEIGHTS, 0, 0, &h->lease);
     dmm_accounting acct;
     if (s == DMM_OK) s = dmm_governor_accounting(h->gov, h->lease, &acct);
+    /* halved down to HOLDER_MIN_RESERVE, never below the limit: the holder could not hold that */
     uint64_t reserve = holder_reserve_bytes(cfg->limit_bytes);
+    uint64_t least = cfg->limit_bytes > HOLDER_MIN_RESERVE ? cfg->limit_bytes : HOLDER_MIN_RESERVE;
     while (s == DMM_OK) {
         dmm_arena_config ac = {.size = sizeof ac, .reserve_bytes = reserve, .accounting = &acct, .exportable = true};
         s = dmm_arena_create(h->drv, &ac, &h->arena);
-        if (s != DMM_ERR_OUT_OF_MEMORY || reserve / 2 < HOLDER_MIN_RESERVE) break;
+        if (s != DMM_ERR_OUT_OF_MEMORY || reserve / 2 < least) break;
         reserve /= 2; /* less address space than asked for: a sanitizer's layout, a vm limit */
         s = DMM_OK;
+        dmm_clear_error();
     }
     size_t gran = 0;
     if (s == DMM_OK) s = dmm__drv_granularity(h->drv, &gran);

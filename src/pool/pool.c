@@ -595,10 +595,11 @@ static dmm_status fence_by_synchronizing(dmm_pool *p, pool_heap *gone) {
                                   "failed, so the pool stays (nothing changed): synchronize the device and retry",
                                gone->stream);
     for (pool_heap *h = heaps_head(p); h != NULL; h = heap_next(h)) {
+        dmm__pool_poll(p, h); /* first: cross-stream frees now complete become free blocks (free_seq moves) */
         heap_lock(h);
         if (h->fence_state == FENCE_IDLE) h->safe_seq = h->free_seq;
         heap_unlock(h);
-        dmm__pool_poll(p, h); /* the old places of aliased chunks, and recorded fences, now complete */
+        dmm__pool_poll(p, h); /* then the old places of aliased chunks that the new safe_seq covers */
     }
     return DMM_OK;
 }

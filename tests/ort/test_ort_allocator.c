@@ -264,6 +264,14 @@ static void bad_requests_get_their_documented_answer_and_change_nothing(void **s
     assert_non_null(o->Shrink);
     void *keep = o->Alloc(o, 4096);
     assert_non_null(keep);
+    /* a thread inside a tag scope of the device front (torch's sleep / wake) does not move ONNX Runtime's
+     * blocks into tag segments: its devices are the pool's alone (pool_only), counted and destroyed as such */
+    DMM_OK_OR_FAIL(dmm_device_tag_begin("not-ort"));
+    void *tagged = o->Alloc(o, 1 << 20);
+    DMM_OK_OR_FAIL(dmm_device_tag_end());
+    assert_non_null(tagged);
+    assert_true(kit_stats(a).in_use >= (1u << 20) + 4096);
+    o->Free(o, tagged);
     dmm_ort_stats st0 = kit_stats(a);
     char msg[DMM__ERROR_CAP];
 

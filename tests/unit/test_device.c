@@ -293,7 +293,7 @@ static void two_devices_share_a_holder_and_its_reclaim(void **state) {
     for (int i = 0; i < 2; i++) {
         dmm_device_config cfg = {.size = sizeof cfg, .pool_va_bytes = 256 * MIB, .cache_limit_bytes = UINT64_MAX,
                                  .max_chunk_bytes = UINT64_MAX, .holder = holder, .role_given = true,
-                                 .role = roles[i], .pool_counts_only = true};
+                                 .role = roles[i], .pool_only = true};
         DMM_OK_OR_FAIL(dmm_device_create(host, gov, &cfg, &t.d[i]));
     }
     void *w = NULL, *r = NULL;
