@@ -9,8 +9,9 @@
  *
  * Routing: Reserve → the weights device (initializers); Alloc and AllocOnStream → the run device. Free
  * routes by address (dmm_device_contains: each device's one VA reservation), and a pointer of neither is
- * refused without a device call. A block allocated on a stream is freed on that stream (the map), so the
- * pool reuses it at once on its own stream; every other block is freed on the default stream.
+ * refused without a device call. A block allocated on a stream is freed on that stream (the pool says
+ * which, dmm_pool_block_stream: asked only once AllocOnStream was used), so the pool reuses it at once
+ * on its own stream; every other block is freed on the default stream.
  *
  * Refusals (NULL to ONNX Runtime): a size above the pool's VA (nothing could hold it), a device refusal
  * (budget, driver memory). The ladder before a refusal is the device's (dmm_device_malloc: its own cache
@@ -18,15 +19,15 @@
  * never asks the holder that is charging). The sentence goes to last_error, the config's log callback and
  * dmm's log.
  *
- * Invariants: in_use = Σ pools' allocated_bytes.current; every key of `streams` is a live block of the
- * run device; nstreams = |streams|; the OrtAllocator is the first member, so ONNX Runtime's pointer to it
- * is the allocator's. Nothing here aborts, exits or prints.
+ * Invariants: in_use = Σ pools' allocated_bytes.current; the OrtAllocator is the first member, so ONNX
+ * Runtime's pointer to it is the allocator's. Only dmm's public API is called (ort_internal.h). Nothing
+ * here aborts, exits or prints.
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "driver/call.h"
 #include "ort_internal.h"
 
 #define GIB ((uint64_t)1 << 30)
@@ -48,6 +49,16 @@ static inline void inc(_Atomic uint64_t *x) { atomic_fetch_add_explicit(x, 1, me
 
 static dmm_ort_allocator *of(const struct OrtAllocator *self) { return (dmm_ort_allocator *)(uintptr_t)self; }
 
+dmm_status dmm__ort_wrap(dmm_status s, const char *fmt, ...) {
+    char cause[DMM_ORT_ERROR_CAP], context[512];
+    snprintf(cause, sizeof cause, "%s", dmm_last_error());
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(context, sizeof context, fmt, ap);
+    va_end(ap);
+    return dmm_error_set(s, "%s: %s", context, cause);
+}
+
 /* Keeps the thread's last error as the allocator's last refusal, and logs it. */
 static void record(dmm_ort_allocator *a, dmm_status s) {
     const char *msg = dmm_last_error();
@@ -56,7 +67,7 @@ static void record(dmm_ort_allocator *a, dmm_status s) {
     a->last_status = s;
     pthread_mutex_unlock(&a->error_lock);
     if (a->log != NULL) a->log(a->log_user, DMM_LOG_WARN, msg);
-    dmm__log(DMM_LOG_WARN, "%s", msg);
+    dmm_log(DMM_LOG_WARN, "%s", msg);
 }
 
 static const char *pool_role(int which) { return which == DMM_ORT_POOL_WEIGHTS ? "weights" : "activation"; }
@@ -95,7 +106,7 @@ static void *serve(dmm_ort_allocator *a, int which, size_t bytes, dmm_stream str
     void *ptr = NULL;
     dmm_status s = dmm_device_malloc(d, bytes, stream, &ptr);
     if (s != DMM_OK) {
-        dmm__error_wrap(s, "dmm ort: %s of %zu bytes on %s %d for '%s' (%s pool) refused", op,
+        dmm__ort_wrap(s, "dmm ort: %s of %zu bytes on %s %d for '%s' (%s pool) refused", op,
                         bytes, a->dev.tier == DMM_TIER_DEVICE ? "device" : "host", (int)a->dev.index, a->name,
                         pool_role(which));
         inc(&a->refusals);
@@ -107,21 +118,8 @@ static void *serve(dmm_ort_allocator *a, int which, size_t bytes, dmm_stream str
            !atomic_compare_exchange_weak_explicit(&a->max_alloc, &m, (uint64_t)bytes, memory_order_relaxed,
                                                   memory_order_relaxed)) {
     }
-    if (stream != NULL) {
-        pthread_mutex_lock(&a->streams_lock);
-        bool ok = dmm__u64map_insert(&a->streams, (uint64_t)(uintptr_t)ptr, (uint64_t)(uintptr_t)stream);
-        if (ok) atomic_store_explicit(&a->nstreams, dmm__u64map_count(&a->streams), memory_order_relaxed);
-        pthread_mutex_unlock(&a->streams_lock);
-        if (!ok) { /* cannot remember its stream: give it back rather than free it on the wrong one later */
-            (void)dmm_device_free(d, ptr, stream);
-            s = dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm ort: %s of %zu bytes for '%s' refused: out of host "
-                                                     "memory recording the block's stream; nothing changed",
-                              op, bytes, a->name);
-            inc(&a->refusals);
-            record(a, s);
-            return NULL;
-        }
-    }
+    if (stream != NULL && !atomic_load_explicit(&a->stream_blocks, memory_order_relaxed))
+        atomic_store_explicit(&a->stream_blocks, 1, memory_order_relaxed);
     return ptr;
 }
 
@@ -160,29 +158,19 @@ static void free_block(dmm_ort_allocator *a, void *ptr, bool has_explicit, dmm_s
         record(a, s);
         return;
     }
-    dmm_stream stream = NULL;
-    bool had_stream = false;
-    if (atomic_load_explicit(&a->nstreams, memory_order_relaxed) > 0) {
-        uint64_t v = 0;
-        pthread_mutex_lock(&a->streams_lock);
-        had_stream = dmm__u64map_take(&a->streams, (uint64_t)(uintptr_t)ptr, &v);
-        atomic_store_explicit(&a->nstreams, dmm__u64map_count(&a->streams), memory_order_relaxed);
-        pthread_mutex_unlock(&a->streams_lock);
-        stream = (dmm_stream)(uintptr_t)v;
+    dmm_device *d = a->devices[which];
+    dmm_stream stream = explicit_stream; /* the caller knows the stream whose work may still use it */
+    if (!has_explicit) { /* else the one the block was allocated on, where the pool reuses it at once */
+        stream = NULL;
+        if (atomic_load_explicit(&a->stream_blocks, memory_order_relaxed) &&
+            dmm_pool_block_stream(dmm_device_pool(d), ptr, &stream) != DMM_OK) {
+            stream = NULL; /* not a live block: the free below refuses it with its sentence */
+            dmm_clear_error();
+        }
     }
-    if (has_explicit) stream = explicit_stream;
-    dmm_status s = dmm_device_free(a->devices[which], ptr, stream);
-    if (had_stream) { /* the slot stayed promised: put the key back when the free failed, else give it up */
-        pthread_mutex_lock(&a->streams_lock);
-        if (s != DMM_OK)
-            dmm__u64map_insert_reserved(&a->streams, (uint64_t)(uintptr_t)ptr, (uint64_t)(uintptr_t)stream);
-        else
-            dmm__u64map_unreserve(&a->streams, 1);
-        atomic_store_explicit(&a->nstreams, dmm__u64map_count(&a->streams), memory_order_relaxed);
-        pthread_mutex_unlock(&a->streams_lock);
-    }
+    dmm_status s = dmm_device_free(d, ptr, stream);
     if (s != DMM_OK) {
-        dmm__error_wrap(s, "dmm ort: Free of %p for '%s' (%s pool) refused (a double free, or a pointer inside a "
+        dmm__ort_wrap(s, "dmm ort: Free of %p for '%s' (%s pool) refused (a double free, or a pointer inside a "
                            "block rather than its start); nothing changed",
                         ptr, a->name, pool_role(which));
         inc(&a->bad_frees);
@@ -291,7 +279,7 @@ dmm_status dmm_ort_allocator_trim(dmm_ort_allocator *a, uint64_t *released) {
         total += r;
         if (s != DMM_OK) {
             if (released != NULL) *released = total;
-            return dmm__error_wrap(s, "dmm ort: trimming the %s pool of '%s'", pool_role(i), a->name);
+            return dmm__ort_wrap(s, "dmm ort: trimming the %s pool of '%s'", pool_role(i), a->name);
         }
     }
     if (released != NULL) *released = total;
@@ -345,7 +333,7 @@ dmm_status dmm_ort_allocator_create(dmm_ort_runtime *rt, dmm_driver *driver, dmm
                              "dmm's pool is the cache already; nothing was created",
                              (int)k.allocator_type);
     size_t gran = 0;
-    dmm_status s = dmm__drv_granularity(driver, &gran);
+    dmm_status s = driver->ops->granularity(driver, &gran);
     if (s != DMM_OK || gran == 0)
         return dmm_error_set(s != DMM_OK ? s : DMM_ERR_UNSUPPORTED,
                              "dmm ort: the '%s' driver has no virtual memory management; the adapter's pools need it",
@@ -366,10 +354,8 @@ dmm_status dmm_ort_allocator_create(dmm_ort_runtime *rt, dmm_driver *driver, dmm
     a->log = k.log;
     a->log_user = k.log_user;
     snprintf(a->name, sizeof a->name, "%s", k.name != NULL ? k.name : "ort");
-    pthread_mutex_init(&a->streams_lock, NULL);
     pthread_mutex_init(&a->error_lock, NULL);
     pthread_mutex_init(&a->devices_lock, NULL);
-    dmm__u64map_init(&a->streams);
 
     if (a->dev.tier == DMM_TIER_DEVICE)
         s = dmm__ort_status(rt, rt->calls.CreateMemoryInfo(DMM_ORT_NAME_CUDA, DMM_ORT_DEVICE_ALLOCATOR, (int)a->dev.index,
@@ -403,22 +389,20 @@ dmm_status dmm_ort_allocator_create(dmm_ort_runtime *rt, dmm_driver *driver, dmm
     *out = a;
     return DMM_OK;
 fail:
-    dmm__error_wrap(s, "dmm ort: creating allocator '%s' on %s %d failed", a->name,
+    dmm__ort_wrap(s, "dmm ort: creating allocator '%s' on %s %d failed", a->name,
                     a->dev.tier == DMM_TIER_DEVICE ? "device" : "host", (int)a->dev.index);
     {
-        dmm_error_kept kept = {0};
-        dmm__error_keep(&kept, s);
+        char kept[DMM_ORT_ERROR_CAP]; /* the sentence, kept across the undo's own calls */
+        snprintf(kept, sizeof kept, "%s", dmm_last_error());
         pthread_mutex_lock(&a->devices_lock);
         for (int i = DMM_ORT_POOLS - 1; i >= 0; i--) (void)dmm_device_destroy(a->devices[i]);
         pthread_mutex_unlock(&a->devices_lock);
         if (a->holder != NULL) (void)dmm_governor_holder_unregister(a->holder);
         if (a->info != NULL) rt->calls.ReleaseMemoryInfo(a->info);
-        dmm__u64map_fini(&a->streams);
-        pthread_mutex_destroy(&a->streams_lock);
         pthread_mutex_destroy(&a->error_lock);
         pthread_mutex_destroy(&a->devices_lock);
         free(a);
-        return dmm__error_restore(&kept);
+        return dmm_error_set(s, "%s", kept);
     }
 }
 
@@ -447,7 +431,7 @@ dmm_status dmm_ort_allocator_destroy(dmm_ort_allocator *a) {
         dmm_status s = dmm_device_destroy(a->devices[i]);
         if (s != DMM_OK) { /* the device is as it was (or can only be destroyed again): so is the allocator */
             pthread_mutex_unlock(&a->devices_lock);
-            return dmm__error_wrap(s, "dmm ort: destroying allocator '%s' (call destroy again once the cause is "
+            return dmm__ort_wrap(s, "dmm ort: destroying allocator '%s' (call destroy again once the cause is "
                                       "gone)", a->name);
         }
         a->devices[i] = NULL;
@@ -455,8 +439,6 @@ dmm_status dmm_ort_allocator_destroy(dmm_ort_allocator *a) {
     pthread_mutex_unlock(&a->devices_lock);
     dmm_status first = dmm_governor_holder_unregister(a->holder); /* waits for a reclaim in flight */
     a->rt->calls.ReleaseMemoryInfo(a->info);
-    dmm__u64map_fini(&a->streams);
-    pthread_mutex_destroy(&a->streams_lock);
     pthread_mutex_destroy(&a->error_lock);
     pthread_mutex_destroy(&a->devices_lock);
     free(a);

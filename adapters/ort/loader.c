@@ -23,7 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/options.h"
 #include "ort_internal.h"
 
 #define ORT_DEFAULT_LIB "libonnxruntime.so.1"
@@ -45,7 +44,7 @@ dmm_status dmm_ort_runtime_open(const char *path, dmm_ort_runtime **out) {
     if (out == NULL)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm ort: dmm_ort_runtime_open needs an output pointer");
     *out = NULL;
-    if (path == NULL || path[0] == '\0') path = dmm__option_env(DMM_OPTION_ORT_LIB); /* DMM_ORT_LIB_ENV */
+    if (path == NULL || path[0] == '\0') path = dmm_env(DMM_ORT_LIB_ENV); /* the option table's reading of it */
     if (path == NULL) path = ORT_DEFAULT_LIB;
     if (strlen(path) >= sizeof(((dmm_ort_runtime *)0)->path))
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm ort: the library path is longer than %zu bytes",

@@ -5,6 +5,8 @@
  * Invariants: a resolved slot pointer is non-NULL only when its version ≤ api_version and the table
  * held a non-NULL pointer there; the required slots (every slot of version ≤ DMM_ORT_API_OLDEST) are all
  * non-NULL in an open runtime.
+ *
+ * libdmm_ort uses only dmm's public API (include/dmm/), so that it links against an installed libdmm.
  */
 #ifndef DMM_ORT_INTERNAL_H
 #define DMM_ORT_INTERNAL_H
@@ -13,11 +15,18 @@
 #include <stdbool.h>
 #include <stdatomic.h>
 
-#include "core/core.h"
-#include "core/u64map.h"
 #include "dmm/device.h"
 #include "dmm_ort.h"
 #include "dmm_ort_abi.h"
+
+#define DMM_ORT_ERROR_CAP 1024 /* the allocator's copy of its last refusal's sentence */
+
+/* dmm_error_set with `fmt`'s context before the thread's last sentence: "context: sentence". */
+dmm_status dmm__ort_wrap(dmm_status s, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
 
 struct dmm_ort_runtime {
     void *dl;                       /* dlopen handle */
@@ -55,12 +64,11 @@ struct dmm_ort_allocator {
     void *log_user;
     char name[64];
 
-    pthread_mutex_t streams_lock; /* guards streams */
-    dmm_u64map streams;          /* block → the stream it was allocated on (AllocOnStream, non-NULL only) */
-    _Atomic size_t nstreams;     /* dmm__u64map_count(streams), read without the lock */
+    _Atomic int stream_blocks;   /* 1 once a block was allocated on a stream (AllocOnStream): from then on
+                                    a Free asks the pool which stream its block was allocated on */
 
     pthread_mutex_t error_lock;  /* guards last_error, last_status */
-    char last_error[DMM__ERROR_CAP];
+    char last_error[DMM_ORT_ERROR_CAP];
     dmm_status last_status;
 
     _Atomic uint64_t reserves, allocs, frees, refusals, bad_frees, zero_requests, shrinks;

@@ -216,6 +216,9 @@ DMM_API dmm_status dmm_pool_free_requested(dmm_pool *pool, void *ptr, dmm_stream
 
 /* The block's usable bytes (its rounded size). */
 DMM_API dmm_status dmm_pool_block_size(dmm_pool *pool, const void *ptr, size_t *bytes);
+/* The stream the live block at ptr was allocated on (its heap's): for a framework whose free names no
+ * stream, to free it where the pool reuses it at once. DMM_ERR_UNKNOWN_ALLOCATION for anything else. */
+DMM_API dmm_status dmm_pool_block_stream(dmm_pool *pool, const void *ptr, dmm_stream *stream);
 
 /* Decommits whole free chunks whose events have completed until the pool's committed bytes are at
  * most `target_bytes` (0 = everything it can). *released (may be NULL) = bytes decommitted by this

@@ -90,6 +90,19 @@ typedef void (*dmm_log_fn)(void *user, dmm_log_level level, const char *message)
  * are dropped. Without a callback the library is silent. */
 DMM_API void dmm_set_log_callback(dmm_log_fn fn, void *user, dmm_log_level max_level);
 
+/* One line (printf format, cut to 1023 bytes) to that callback, as the library's own lines go: for
+ * adapters and plugins built on dmm. Dropped without a callback or above its max_level. */
+DMM_API void dmm_log(dmm_log_level level, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* The value dmm reads for its environment variable `name` (docs/options.md: DMM_ORT_LIB, DMM_TORCH_*,
+ * ...): NULL when `name` is none of dmm's, or the variable is unset or empty. For adapters built on
+ * dmm, so that each variable is read in the one place. */
+DMM_API const char *dmm_env(const char *name);
+
 #ifdef __cplusplus
 }
 #endif

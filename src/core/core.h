@@ -19,12 +19,7 @@
 #include "dmm/stats.h"
 #include "dmm/status.h"
 
-/* ---- logging (to the user's callback only; silent without one) ---- */
-void dmm__log(dmm_log_level level, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
+/* ---- logging: dmm_log (dmm/status.h), to the user's callback only; silent without one ---- */
 
 /* ---- errors: the two idioms (no copy buffers at call sites) ----
  * Which one:

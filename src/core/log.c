@@ -19,7 +19,7 @@ void dmm_set_log_callback(dmm_log_fn fn, void *user, dmm_log_level max_level) {
     pthread_mutex_unlock(&log_lock);
 }
 
-void dmm__log(dmm_log_level level, const char *fmt, ...) {
+void dmm_log(dmm_log_level level, const char *fmt, ...) {
     pthread_mutex_lock(&log_lock);
     dmm_log_fn fn = log_fn;
     void *user = log_user;

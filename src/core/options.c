@@ -23,6 +23,7 @@
  * dmm__option_env never returns an empty string; no function here writes anything but its outputs.
  */
 #include "core/options.h"
+#include "dmm/status.h" /* dmm_env, public */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -220,6 +221,8 @@ const char *dmm__option_env(dmm_option_id id) {
     const char *v = getenv(o->env); /* the one read of the environment in dmm's C code */
     return v != NULL && v[0] != '\0' ? v : NULL;
 }
+
+const char *dmm_env(const char *name) { return dmm__option_env_named(NULL, name); }
 
 const char *dmm__option_env_named(void *user, const char *name) {
     (void)user;

@@ -778,7 +778,7 @@ static void host_destroy(dmm_driver *d) {
     host_driver *h = H(d);
     /* everything should be gone; what is not is given back so the process does not leak */
     if (h->tally.reserved_bytes || h->tally.handles || h->tally.eager_bytes || h->streams.n || h->events.n)
-        dmm__log(DMM_LOG_WARN,
+        dmm_log(DMM_LOG_WARN,
                  "host driver destroyed while holding %llu reserved bytes, %llu handles, %llu mapped bytes, "
                  "%llu eager bytes, %zu streams, %zu events; giving them back",
                  (unsigned long long)h->tally.reserved_bytes, (unsigned long long)h->tally.handles,

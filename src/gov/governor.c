@@ -215,7 +215,7 @@ dmm_status dmm_governor_add_device(dmm_governor *g, dmm_driver *driver) {
     if (st != DMM_OK)
         return dmm_error_set(st, "dmm_governor_add_device: out of host memory adding tier %s:%d",
                              dmm__gov_tier_name(driver->device.tier), (int)driver->device.index);
-    dmm__log(DMM_LOG_INFO, "governor: tier %s:%d limited to %llu bytes (%u per mille of %llu free)",
+    dmm_log(DMM_LOG_INFO, "governor: tier %s:%d limited to %llu bytes (%u per mille of %llu free)",
              dmm__gov_tier_name(driver->device.tier), (int)driver->device.index, (unsigned long long)limit,
              g->margin_permille, (unsigned long long)free_bytes);
     return DMM_OK;

@@ -235,7 +235,7 @@ static void acct_refund(void *user, dmm_device_id device, dmm_axis axis, uint64_
     }
     dmm_lock_release(&g->lock);
     if (stray)
-        dmm__log(DMM_LOG_WARN,
+        dmm_log(DMM_LOG_WARN,
                  "governor accounting refund: %llu bytes on the %s axis of %s:%d for lease %llu, which has only "
                  "%llu bound bytes there (released, another device, or refunded twice); ignored and counted as "
                  "stray",

@@ -78,7 +78,7 @@ void dmm__holder_admit(dmm_ipc_holder *h, int fd, uint32_t uid, int32_t pid, uin
     char why[DMM_IPC_TEXT_MAX];
     if (uid != h->uid) {
         h->refused++;
-        dmm__log(DMM_LOG_WARN, "dmm hold: refused a connection from uid %u (pid %d): this holder serves only uid %u",
+        dmm_log(DMM_LOG_WARN, "dmm hold: refused a connection from uid %u (pid %d): this holder serves only uid %u",
                  (unsigned)uid, (int)pid, (unsigned)h->uid);
         snprintf(why, sizeof why, "this holder serves only uid %u, not uid %u", (unsigned)h->uid, (unsigned)uid);
         refuse(fd, DMM_ERR_INVALID_ARGUMENT, why);
@@ -94,13 +94,13 @@ void dmm__holder_admit(dmm_ipc_holder *h, int fd, uint32_t uid, int32_t pid, uin
             snprintf(why, sizeof why, "the holder serves %zu connections%s, its most (%u); try again when one closes",
                      uid_full ? of_uid : h->nconns, uid_full ? " of your uid" : "",
                      uid_full ? h->max_per_uid : h->max_conns);
-            dmm__log(DMM_LOG_WARN, "dmm hold: refused a connection from pid %d: %s", (int)pid, why);
+            dmm_log(DMM_LOG_WARN, "dmm hold: refused a connection from pid %d: %s", (int)pid, why);
             refuse(fd, DMM_ERR_BUSY, why);
             return;
         }
         ipc_conn *v = &h->conns[victim];
         h->evicted++;
-        dmm__log(DMM_LOG_INFO, "dmm hold: closed the connection of pid %d: no hello yet, and a newcomer needed its slot",
+        dmm_log(DMM_LOG_INFO, "dmm hold: closed the connection of pid %d: no hello yet, and a newcomer needed its slot",
                  (int)v->pid);
         refuse(v->fd, DMM_ERR_BUSY, "closed: no hello came, and a newcomer needed the slot; say hello at once");
         forget(h, victim);
@@ -119,7 +119,7 @@ static void out_of_descriptors(dmm_ipc_holder *h, int e, uint64_t now_ns) {
         int again = fd < 0 ? errno : 0;
         if (fd >= 0) {
             h->refused++;
-            dmm__log(DMM_LOG_WARN, "dmm hold: refused a connection: no descriptor free (errno %d); the holder keeps "
+            dmm_log(DMM_LOG_WARN, "dmm hold: refused a connection: no descriptor free (errno %d); the holder keeps "
                                    "serving its %zu connections", e, h->nconns);
             refuse(fd, DMM_ERR_BUSY, "the holder has no descriptor free (its process's limit); try again later");
         }
@@ -127,7 +127,7 @@ static void out_of_descriptors(dmm_ipc_holder *h, int e, uint64_t now_ns) {
         if (h->reserve_fd >= 0 && (fd >= 0 || again == EAGAIN || again == EWOULDBLOCK)) return;
     }
     if (h->paused_until_ns == 0)
-        dmm__log(DMM_LOG_WARN, "dmm hold: no descriptor free (errno %d) and none in reserve: listening pauses until a "
+        dmm_log(DMM_LOG_WARN, "dmm hold: no descriptor free (errno %d) and none in reserve: listening pauses until a "
                                "connection closes", e);
     h->paused_until_ns = now_ns + DMM_IPC_PAUSE_NS;
 }
@@ -145,7 +145,7 @@ void dmm__holder_accept(dmm_ipc_holder *h, uint64_t now_ns) {
         int32_t pid = 0;
         if (dmm__ipc_peer(fd, &uid, &pid) != DMM_OK) {
             h->refused++;
-            dmm__log(DMM_LOG_WARN, "dmm hold: refused a connection: %s", dmm_last_error());
+            dmm_log(DMM_LOG_WARN, "dmm hold: refused a connection: %s", dmm_last_error());
             close(fd);
             continue;
         }
@@ -160,7 +160,7 @@ uint64_t dmm__holder_expire(dmm_ipc_holder *h, uint64_t now_ns) {
         if (c->hello) continue;
         if (c->hello_by_ns <= now_ns) {
             h->hello_timeouts++;
-            dmm__log(DMM_LOG_INFO, "dmm hold: closed the connection of pid %d: no hello within %llu ms", (int)c->pid,
+            dmm_log(DMM_LOG_INFO, "dmm hold: closed the connection of pid %d: no hello within %llu ms", (int)c->pid,
                      (unsigned long long)(h->hello_deadline_ns / 1000000u));
             char why[DMM_IPC_TEXT_MAX];
             snprintf(why, sizeof why, "closed: no hello within %llu ms (the hello deadline)",

@@ -125,7 +125,7 @@ dmm_status dmm_ipc_holder_create(const dmm_ipc_holder_config *cfg, dmm_ipc_holde
         (void)dmm_ipc_holder_destroy(h);
         return dmm__error_restore(&why);
     }
-    dmm__log(DMM_LOG_INFO, "dmm hold: serving uid %u on %s (limit %llu bytes, %llu bytes of address space; hello "
+    dmm_log(DMM_LOG_INFO, "dmm hold: serving uid %u on %s (limit %llu bytes, %llu bytes of address space; hello "
              "deadline %u ms; at most %u connections, %u per uid)", (unsigned)h->uid, h->path,
              (unsigned long long)cfg->limit_bytes, (unsigned long long)reserve, c.hello_deadline_ms, h->max_conns,
              h->max_per_uid);
@@ -152,7 +152,7 @@ static bool on_readable(dmm_ipc_holder *h, size_t i) {
     s = dmm__ipc_send(c->fd, &reply, fds, nfds);
     dmm__ipc_close_fds(fds, nfds);
     if (s != DMM_OK) { /* the client is gone (or stuck): drop the connection */
-        dmm__log(DMM_LOG_INFO, "dmm hold: the reply to pid %d could not be sent (%s); closing its connection",
+        dmm_log(DMM_LOG_INFO, "dmm hold: the reply to pid %d could not be sent (%s); closing its connection",
                  (int)c->pid, dmm_last_error());
         dmm__holder_conn_close(h, i);
         return false;
@@ -229,7 +229,7 @@ dmm_status dmm_ipc_holder_destroy(dmm_ipc_holder *h) {
     if (h->arena != NULL) {
         dmm__error_keep(&first, dmm__holder_drop_all(h));
         if (dmm__error_keep(&first, dmm_mechanism_destroy(h->arena)) != DMM_OK)
-            dmm__log(DMM_LOG_ERROR, "dmm hold: the arena could not be destroyed (%s); its memory stays with the process",
+            dmm_log(DMM_LOG_ERROR, "dmm hold: the arena could not be destroyed (%s); its memory stays with the process",
                      dmm_last_error());
     }
     if (h->lease != 0) dmm__error_keep(&first, dmm_lease_release(h->gov, h->lease));

@@ -69,7 +69,7 @@ static int reply_error(dmm_ipc_holder *h, ipc_conn *c, dmm_ipc_msg *r, dmm_statu
     h->errors++;
     r->status = (uint32_t)(s == DMM_OK ? DMM_ERR_INVALID_ARGUMENT : s);
     r->body = DMM_IPC_BODY_NONE;
-    dmm__log(DMM_LOG_WARN, "dmm hold: refused a request of client pid %d: %s", (int)c->pid, what);
+    dmm_log(DMM_LOG_WARN, "dmm hold: refused a request of client pid %d: %s", (int)c->pid, what);
     fit_text(r->text, sizeof r->text, what);
     for (char *p = r->text; *p; p++) /* a sentence with no control bytes: the reply's text field refuses them */
         if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = ' ';
@@ -93,7 +93,7 @@ static dmm_release_outcome drop_at(dmm_ipc_holder *h, size_t i) {
     ipc_region *g = &h->regions[i];
     dmm_release_outcome o = dmm_mechanism_release(h->arena, &g->alloc);
     if (dmm_release_state_of(&o) != DMM_RELEASE_FAILED) { /* gone (or quarantined: never to be retried) */
-        dmm__log(DMM_LOG_INFO, "dmm hold: region '%s' (%llu bytes) dropped: %s%s", g->name,
+        dmm_log(DMM_LOG_INFO, "dmm hold: region '%s' (%llu bytes) dropped: %s%s", g->name,
                  (unsigned long long)g->alloc.bytes, dmm_release_state_str(o.state),
                  o.exported_bytes ? "; importers that still map it keep its memory until they release it" : "");
         h->regions[i] = h->regions[--h->nregions];
@@ -209,7 +209,7 @@ static bool publish_read_only(dmm_ipc_holder *h, ipc_conn *c, ipc_region *g, dmm
         return false;
     }
     g->read_only = true;
-    dmm__log(DMM_LOG_INFO, "dmm hold: region '%s' published read-only (%s); read-write attaches are refused from now on",
+    dmm_log(DMM_LOG_INFO, "dmm hold: region '%s' published read-only (%s); read-write attaches are refused from now on",
              g->name, rw.device.tier == DMM_TIER_HOST ? "sealed by the kernel" : "advisory over this device");
     return true;
 }

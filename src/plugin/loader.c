@@ -312,7 +312,7 @@ dmm_status dmm_plugin_unload(dmm_plugin *p) {
     *link = p->next;
     if (dlclose(p->lib) != 0) {
         const char *e = dlerror();
-        dmm__log(DMM_LOG_WARN, "%s: dlclose of plugin '%s' (%s) failed: %s", op, plugin_label(p), p->path,
+        dmm_log(DMM_LOG_WARN, "%s: dlclose of plugin '%s' (%s) failed: %s", op, plugin_label(p), p->path,
                  e != NULL ? e : "unknown error");
     }
     dmm__plugin_unlock();

@@ -774,7 +774,7 @@ dmm_status dmm_plugin_mechanism_create(dmm_plugin *p, const char *kind, dmm_driv
             dmm__plugin_status_init(&dst);
             pm->pops.destroy(pm->impl, &dst);
             if (dst.code != DMM_OK)
-                dmm__log(DMM_LOG_WARN, "%s: plugin '%s' (%s): destroying the refused mechanism of kind '%s' failed "
+                dmm_log(DMM_LOG_WARN, "%s: plugin '%s' (%s): destroying the refused mechanism of kind '%s' failed "
                                        "(code %d); its object leaks",
                          op, p->name, p->path, kind, (int)dst.code);
         }

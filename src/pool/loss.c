@@ -28,7 +28,7 @@ void dmm__pool_notice_loss(dmm_pool *p, const char *where) {
     const char *none = NULL;
     if (!dmm_atomic_cas_strong_acq_rel(&p->refusing, &none, where))
         return; /* noticed before */
-    dmm__log(DMM_LOG_WARN,
+    dmm_log(DMM_LOG_WARN,
              "pool %p: the device was lost (first seen at %s; the pool noticed it while %s); the pool makes no more "
              "driver calls, and frees only its bookkeeping",
              (void *)p, dmm__drv_lost_why(p->drv), where);

@@ -528,6 +528,23 @@ dmm_status dmm_pool_block_size(dmm_pool *p, const void *ptr, size_t *bytes) {
     return dmm_error_set(DMM_ERR_UNKNOWN_ALLOCATION, "dmm_pool_block_size: %p is not a live block of this pool", ptr);
 }
 
+dmm_status dmm_pool_block_stream(dmm_pool *p, const void *ptr, dmm_stream *stream) {
+    if (p == NULL || ptr == NULL || stream == NULL)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_block_stream: pool, ptr and stream are required");
+    pool_heap *h = heap_of_addr(p, (uintptr_t)ptr);
+    if (h != NULL) {
+        heap_lock(h);
+        pool_block *b = dmm__heap_hash_find(h, (uintptr_t)ptr);
+        bool live = b != NULL && b->kind == BK_LIVE;
+        heap_unlock(h);
+        if (live) {
+            *stream = h->stream;
+            return DMM_OK;
+        }
+    }
+    return dmm_error_set(DMM_ERR_UNKNOWN_ALLOCATION, "dmm_pool_block_stream: %p is not a live block of this pool", ptr);
+}
+
 /* ---- destroy ---- */
 /* Frees the pool's host memory; `driver`: also destroys its events first (never once the device is
  * lost: the context took them). */
@@ -574,7 +591,7 @@ static dmm_status destroy_lost(dmm_pool *p, bool released) {
         heap_unlock(h);
     }
     if (live > 0 || pend > 0)
-        dmm__log(DMM_LOG_WARN,
+        dmm_log(DMM_LOG_WARN,
                  "dmm_pool_destroy after a confirmed device loss: %llu live block(s) and %llu cross-stream free(s) "
                  "were forgotten (their memory went with the context)",
                  (unsigned long long)live, (unsigned long long)pend);

@@ -89,7 +89,7 @@ static void a_run_over_the_limit_fails_and_the_next_one_succeeds(void **state) {
     char err[1024] = "";
     assert_int_equal(kit_run(rt, s, &mlp, mlp.batch, 5, got, err, sizeof err), -1);
     printf("ONNX Runtime said: %s\n", err);
-    char mine[DMM__ERROR_CAP] = "";
+    char mine[DMM_ORT_ERROR_CAP] = "";
     assert_int_equal(dmm_ort_allocator_last_error(w.a, mine, sizeof mine), DMM_ERR_BUDGET);
     printf("dmm said: %s\n", mine);
     char lim[64];
@@ -273,7 +273,7 @@ static void bad_requests_get_their_documented_answer_and_change_nothing(void **s
     assert_true(kit_stats(a).in_use >= (1u << 20) + 4096);
     o->Free(o, tagged);
     dmm_ort_stats st0 = kit_stats(a);
-    char msg[DMM__ERROR_CAP];
+    char msg[DMM_ORT_ERROR_CAP];
 
     /* Free(NULL): nothing, no error */
     o->Free(o, NULL);

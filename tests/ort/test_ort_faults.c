@@ -56,7 +56,7 @@ static void every_step_is_honest_under_injected_faults(void **state) {
             } else {
                 failures_seen++;
                 assert_int_equal(kit_stats(a).refusals, refusals0 + 1);
-                char msg[DMM__ERROR_CAP];
+                char msg[DMM_ORT_ERROR_CAP];
                 assert_int_not_equal(dmm_ort_allocator_last_error(a, msg, sizeof msg), DMM_OK);
                 assert_non_null(strstr(msg, "dmm ort: "));
             }

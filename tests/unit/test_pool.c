@@ -373,7 +373,8 @@ static void unknown_and_double_frees_change_nothing(void **state) {
 }
 
 /* dmm_pool_free_requested tells the bytes asked for at the block's malloc, on every way a free goes:
- * parked at once, too big to park, on another stream; a refused free leaves *requested alone. */
+ * parked at once, too big to park, on another stream; a refused free leaves *requested alone.
+ * dmm_pool_block_stream tells the stream a live block was allocated on, and refuses a freed one. */
 static void a_free_tells_what_was_requested(void **state) {
     (void)state;
     fx *f = fx_open(NULL, 4 * C);
@@ -382,10 +383,14 @@ static void a_free_tells_what_was_requested(void **state) {
     const size_t sizes[3] = {1000, 3 * MIB + 7, 64 * MIB - 1};
     for (int i = 0; i < 3; i++) {
         for (int other = 0; other < 2; other++) {
-            void *p = xmalloc(f, sizes[i], NULL);
+            void *p = xmalloc(f, sizes[i], other ? NULL : a);
+            dmm_stream own = (dmm_stream)1;
+            DMM_OK_OR_FAIL(dmm_pool_block_stream(f->pool, p, &own)); /* the stream it was allocated on */
+            assert_ptr_equal(own, other ? NULL : a);
             uint64_t req = 0;
-            DMM_OK_OR_FAIL(dmm_pool_free_requested(f->pool, p, other ? a : NULL, &req));
+            DMM_OK_OR_FAIL(dmm_pool_free_requested(f->pool, p, a, &req)); /* its own stream, or another */
             assert_int_equal(req, sizes[i]);
+            assert_int_equal(dmm_pool_block_stream(f->pool, p, &own), DMM_ERR_UNKNOWN_ALLOCATION); /* freed */
         }
     }
     int local = 0;

@@ -77,13 +77,13 @@ static void count_log(void *user, dmm_log_level level, const char *msg) {
 static void log_callback_filters_and_detaches(void **state) {
     (void)state;
     dmm_set_log_callback(count_log, &log_count, DMM_LOG_INFO);
-    dmm__log(DMM_LOG_WARN, "kept %d", 1);
-    dmm__log(DMM_LOG_DEBUG, "dropped: above max level");
+    dmm_log(DMM_LOG_WARN, "kept %d", 1);
+    dmm_log(DMM_LOG_DEBUG, "dropped: above max level");
     assert_int_equal(log_count, 1);
     dmm_error_set(DMM_ERR_DRIVER, "errors are not logged: they may be set under a lock");
     assert_int_equal(log_count, 1);
     dmm_set_log_callback(NULL, NULL, DMM_LOG_WARN);
-    dmm__log(DMM_LOG_ERROR, "no callback");
+    dmm_log(DMM_LOG_ERROR, "no callback");
     assert_int_equal(log_count, 1);
 }
 
