@@ -625,21 +625,28 @@ dmm_status dmm_pool_destroy(dmm_pool *p) {
     if (p == NULL) return DMM_OK;
     dmm__pool_stock_wait(p, NULL); /* no stock growth in flight from here on (none is posted: no malloc) */
     if (dmm__pool_lost(p, "entering dmm_pool_destroy")) return destroy_lost(p, false);
-    bool synchronized = false;
+    /* first the live blocks of every heap: a pool that holds any is refused before anything is tried */
     for (pool_heap *h = heaps_head(p); h != NULL; h = heap_next(h)) {
         dmm__pool_poll(p, h);
         dmm__pool_poll(p, h); /* a fence recorded by the first poll may be complete at once */
         if (dmm__pool_lost(p, "entering dmm_pool_destroy")) return destroy_lost(p, false);
         heap_lock(h);
         dmm__heap_quick_flush(h); /* parked blocks are free; a refused destroy leaves them merged */
-        uint64_t live = h->live_blocks, pend = h->npending;
-        bool fence = h->safe_seq < h->free_seq, unrecorded = fence && h->fence_state == FENCE_IDLE;
+        uint64_t live = h->live_blocks;
         heap_unlock(h);
         if (live > 0)
             return dmm_error_set(DMM_ERR_BUSY,
                                  "dmm_pool_destroy: stream %p still has %llu live block(s); free them first (nothing "
                                  "changed)",
                                  h->stream, (unsigned long long)live);
+    }
+    /* then the frees' events */
+    bool synchronized = false;
+    for (pool_heap *h = heaps_head(p); h != NULL; h = heap_next(h)) {
+        heap_lock(h);
+        uint64_t pend = h->npending;
+        bool fence = h->safe_seq < h->free_seq, unrecorded = fence && h->fence_state == FENCE_IDLE;
+        heap_unlock(h);
         if (unrecorded && !synchronized) { /* two polls could not record its fence */
             dmm_status s = fence_by_synchronizing(p, h);
             if (s != DMM_OK) return dmm__pool_lost(p, "synchronizing the device") ? destroy_lost(p, false) : s;
