@@ -70,7 +70,8 @@ typedef struct dmm_kv_config {
  * ranges, charged to the device's governor under the device's holder. INVALID_ARGUMENT (nothing
  * created) for a token size or length of 0 or one whose range does not fit in 2^46 bytes. */
 DMM_API dmm_status dmm_kv_create(dmm_device *dev, const dmm_kv_config *cfg, dmm_kv **out);
-/* BUSY (nothing changed) while a request or a prefix is open. */
+/* BUSY (nothing changed) while a request or a prefix is open, or while what an earlier failed release
+ * left (stats: unreleased) still cannot be given back. */
 DMM_API dmm_status dmm_kv_destroy(dmm_kv *kv);
 
 /* Opens a request backed for its first `tokens` (0: none yet), starting with `prefix` (NULL: none;
