@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* src/kv/kv_internal.h — the KV arena's data and what its files share: kv.c (life, requests, the
- * reserve, stats), prefixes.c (share, attach, release), preempt.c (offload, restore). Internal.
+/* src/kv/kv_internal.h — the KV arena's data and what its files share. The files stand on floors:
+ * kv.c (life, requests, the reserve, stats) on prefixes.c (share, attach, release) and preempt.c
+ * (offload, restore), all three on granules.c (backing, copies, what failed releases left); no file
+ * calls one above it. Internal.
  *
  * Invariants, under kv.lock: the lists hold the open requests and prefixes (nrequests, nprefixes
  * count them, each at most max_requests); a request's backed bytes are whole granules from its start,
@@ -80,7 +82,7 @@ struct dmm_kv {
     uint64_t refills;              /* refills the thread made */
 };
 
-/* ---- kv.c ---- */
+/* ---- granules.c ---- */
 uint64_t dmm__kv_round_up(uint64_t x, uint64_t granule);
 dmm_status dmm__kv_null(const char *op, const char *needs);
 dmm_status dmm__kv_unknown_request(const char *op, const dmm_kv_request *r);

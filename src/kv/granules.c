@@ -1,0 +1,115 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* src/kv/granules.c — the bottom of the KV arena's files (kv_internal.h): what every operation does to
+ * a request's granules and to what a failed release left. Backing a request (one commit at its end,
+ * which wakes the refill thread when the reserve ran low), one copy waited for, keeping what a failed
+ * undo left for destroy, the refusal count, and the shared sentences. prefixes.c, preempt.c and kv.c
+ * stand above it; it calls none of them.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv/kv_internal.h"
+
+uint64_t dmm__kv_round_up(uint64_t x, uint64_t g) { return (x + g - 1) / g * g; }
+
+dmm_status dmm__kv_null(const char *op, const char *needs) {
+    return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: needs %s (NULL given); nothing changed", op, needs);
+}
+
+dmm_status dmm__kv_unknown_request(const char *op, const dmm_kv_request *r) {
+    return dmm_error_set(DMM_ERR_UNKNOWN_ALLOCATION, "%s: %p is not an open request of this arena; nothing changed",
+                         op, (const void *)r);
+}
+
+void dmm__kv_refused(dmm_kv *kv, dmm_status s) {
+    if (s != DMM_ERR_BUDGET && s != DMM_ERR_OUT_OF_MEMORY) return;
+    pthread_mutex_lock(&kv->lock);
+    kv->refusals++;
+    pthread_mutex_unlock(&kv->lock);
+}
+
+bool dmm__kv_request_open_locked(const dmm_kv *kv, const dmm_kv_request *r) {
+    for (const dmm_kv_request *x = kv->requests; x != NULL; x = x->next)
+        if (x == r) return true;
+    return false;
+}
+
+/* ---- what a failed undo left ---- */
+static void keep(dmm_kv *kv, const kv_stuck *k) {
+    pthread_mutex_lock(&kv->lock);
+    if (kv->nstuck == kv->stuck_cap) {
+        size_t cap = kv->stuck_cap ? 2 * kv->stuck_cap : 8;
+        kv_stuck *v = realloc(kv->stuck, cap * sizeof *v);
+        if (v != NULL) {
+            kv->stuck = v;
+            kv->stuck_cap = cap;
+        }
+    }
+    if (kv->nstuck < kv->stuck_cap) kv->stuck[kv->nstuck++] = *k; /* else: without host memory, forgotten */
+    pthread_mutex_unlock(&kv->lock);
+}
+
+void dmm__kv_keep_allocation(dmm_kv *kv, const dmm_allocation *a) {
+    kv_stuck k = {.kind = KV_STUCK_ALLOCATION, .a = *a};
+    keep(kv, &k);
+}
+
+void dmm__kv_keep_prefix(dmm_kv *kv, const dmm_prefix *p) {
+    kv_stuck k = {.kind = KV_STUCK_PREFIX, .p = *p};
+    keep(kv, &k);
+}
+
+void dmm__kv_keep_host(dmm_kv *kv, void *host, uint64_t bytes) {
+    kv_stuck k = {.kind = KV_STUCK_HOST, .host = host, .host_bytes = bytes};
+    keep(kv, &k);
+}
+
+/* After growth: wakes the refill thread when the reserve fell to half or less. */
+static void maybe_wake_refill(dmm_kv *kv) {
+    if (!kv->has_thread) return;
+    dmm_stats st;
+    memset(&st, 0, sizeof st);
+    st.size = sizeof st;
+    if (dmm_mechanism_stats(kv->arena, &st) != DMM_OK) {
+        dmm_clear_error();
+        return;
+    }
+    if ((uint64_t)st.cached_bytes.current * 2 > kv->reserve_bytes) return;
+    pthread_mutex_lock(&kv->lock);
+    kv->wanted = true;
+    pthread_cond_signal(&kv->wake);
+    pthread_mutex_unlock(&kv->lock);
+}
+
+dmm_status dmm__kv_back_to(dmm_kv *kv, dmm_kv_request *r, uint64_t bytes) {
+    if (bytes <= r->backed) return DMM_OK;
+    dmm_range range = {(size_t)r->backed, (size_t)(bytes - r->backed)};
+    uint64_t mapped = 0;
+    dmm_status s = dmm_mechanism_commit(kv->arena, &r->a, range, &mapped);
+    if (s != DMM_OK) {
+        dmm__kv_refused(kv, s);
+        return s;
+    }
+    pthread_mutex_lock(&kv->lock);
+    r->backed = bytes;
+    kv->grows++;
+    pthread_mutex_unlock(&kv->lock);
+    maybe_wake_refill(kv);
+    return DMM_OK;
+}
+
+dmm_status dmm__kv_copy_and_wait(dmm_kv *kv, uintptr_t dst, uintptr_t src, uint64_t bytes, dmm_stream stream) {
+    dmm_event ev = NULL;
+    dmm_status s = dmm__drv_copy(kv->drv, dst, src, (size_t)bytes, stream);
+    if (s == DMM_OK) s = dmm__drv_event_create(kv->drv, &ev);
+    if (s == DMM_OK) s = dmm__drv_event_record(kv->drv, ev, stream);
+    if (s == DMM_OK) s = dmm__drv_event_synchronize(kv->drv, ev);
+    if (ev != NULL) {
+        dmm_error_kept why = {0};
+        dmm__error_keep(&why, s);
+        (void)dmm__drv_event_destroy(kv->drv, ev);
+        s = dmm__error_restore(&why);
+    }
+    return s;
+}
+
