@@ -71,8 +71,8 @@ struct dmm_ort_allocator {
     char last_error[DMM_ORT_ERROR_CAP];
     dmm_status last_status;
 
-    _Atomic uint64_t reserves, allocs, frees, refusals, bad_frees, zero_requests, shrinks;
-    _Atomic uint64_t in_use, max_in_use, total_allocated, max_alloc;
+    /* what the pools cannot count (the rest of dmm_ort_stats is the pools' own) */
+    _Atomic uint64_t refusals, bad_frees, zero_requests, shrinks, max_alloc;
 };
 
 /* The entry points ONNX Runtime calls: plain C (NULL on refusal, allocator.c) and the throwing forms
