@@ -45,6 +45,7 @@
 #include <time.h>
 
 #include "core/core.h"
+#include "plan.h"
 
 #define REPLAY_HOST_GRANULE ((uint64_t)2 << 20) /* the host driver's granularity unless --granule says */
 
@@ -251,8 +252,22 @@ static dmm_status lag_driver_create(dmm_driver *inner, uint64_t lag, dmm_driver 
 static int replay_once(const dmm_trace *t, const dmm_replay_opts *o, const dmm_replay_result *last,
                        dmm_replay_result *r, char *err, size_t errcap);
 
+/* With o->plan: the offline plan's extent and its ratio in whole chunks (plan.h). */
+static int replay_plan(const dmm_trace *t, const dmm_replay_opts *o, dmm_replay_result *r, char *err, size_t errcap) {
+    if (!o->plan) return 0;
+    dmm_plan_result pr;
+    if (dmm_plan_trace(t, 0, &pr, NULL, err, errcap) != 0) return -1;
+    uint64_t chunk = r->chunk ? r->chunk : REPLAY_HOST_GRANULE;
+    r->plan_extent_bytes = (pr.extent + chunk - 1) / chunk * chunk;
+    r->plan_ratio = r->peak_live_bytes ? (double)r->plan_extent_bytes / (double)r->peak_live_bytes : 0.0;
+    return 0;
+}
+
 int dmm_replay_run(const dmm_trace *t, const dmm_replay_opts *o, dmm_replay_result *r, char *err, size_t errcap) {
-    if (!o->warm_layout) return replay_once(t, o, NULL, r, err, errcap);
+    if (!o->warm_layout) {
+        if (replay_once(t, o, NULL, r, err, errcap) != 0) return -1;
+        return replay_plan(t, o, r, err, errcap);
+    }
     /* the warm layout's "last run": the same replay once, untimed; its pool's layout goes ahead */
     dmm_replay_opts first = *o;
     first.warm_layout = false;
@@ -263,7 +278,7 @@ int dmm_replay_run(const dmm_trace *t, const dmm_replay_opts *o, dmm_replay_resu
     if (replay_once(t, &first, NULL, &last, err, errcap) != 0) return -1;
     int rc = replay_once(t, o, &last, r, err, errcap);
     dmm_replay_result_free(&last);
-    return rc;
+    return rc != 0 ? rc : replay_plan(t, o, r, err, errcap);
 }
 
 /* One replay; `last` (with o->warm_layout): the first pass, whose layout is committed ahead. */

@@ -41,6 +41,7 @@ typedef struct dmm_replay_opts {
                                  untimed, with the same options (its "last run"), and the layout that pool
                                  grew through is committed ahead before the first event, inside the timed
                                  replay */
+    bool plan;                /* also plan the whole trace offline (plan.h): plan_* of the result */
 } dmm_replay_opts;
 
 typedef struct dmm_replay_point {
@@ -90,6 +91,10 @@ typedef struct dmm_replay_result {
     size_t nlayout;
     size_t warm_spans;
     uint64_t warm_ahead_bytes;
+    /* with plan: the offline plan's extent, and that extent in whole chunks ÷ peak_live_bytes: the floor
+     * of any fixed layout (0 when not planned) */
+    uint64_t plan_extent_bytes;
+    double plan_ratio;
 } dmm_replay_result;
 
 /* The largest peak of live bytes (and allocation) a replay takes: it reserves 32 × the peak, rounded up

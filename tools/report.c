@@ -46,6 +46,10 @@ void dmm_report_text(FILE *f, const char *path, const dmm_trace *t, const dmm_re
             fmtb(r->peak_physical_bytes, a, sizeof a), r->ratio);
     fprintf(f, "  peak committed  %s  ratio %.4f  (the pool's mapped chunks; arena mapped peak %s)\n",
             fmtb(r->peak_committed_bytes, a, sizeof a), r->ratio_committed, fmtb(r->peak_mapped_bytes, b, sizeof b));
+    if (r->plan_extent_bytes > 0)
+        fprintf(f, "  offline plan    %s  ratio %.4f  (the whole trace placed ahead, greedy by size, in whole chunks: "
+                   "the floor of a fixed layout, i.e. of serving it with no driver call)\n",
+                fmtb(r->plan_extent_bytes, a, sizeof a), r->plan_ratio);
     if (r->native_ratio > 0)
         fprintf(f, "  PyTorch         %s reserved for %s allocated: ratio %.4f\n",
                 fmtb(t->native_peak_reserved, a, sizeof a), fmtb(t->native_peak_allocated, b, sizeof b),
@@ -121,6 +125,9 @@ static void report_json_build(dmm_json *o, const char *path, const dmm_trace *t,
             (unsigned long long)r->peak_committed_bytes, (unsigned long long)r->peak_mapped_bytes, r->ratio,
             r->ratio_committed, r->native_ratio, (unsigned long long)t->native_peak_allocated,
             (unsigned long long)t->native_peak_reserved);
+    if (r->plan_extent_bytes > 0)
+        dmm__json_put(o, ",\"plan_extent_bytes\":%llu,\"plan_ratio\":%.6f", (unsigned long long)r->plan_extent_bytes,
+                      r->plan_ratio);
     dmm__json_put(o,
             ",\"driver_calls\":{\"create\":%llu,\"map\":%llu,\"set_access\":%llu,\"unmap\":%llu,\"release\":%llu"
             ",\"cache_hits\":%llu}",

@@ -19,6 +19,7 @@
  *     made it in the first pass (none created twice, the same peak and layout). */
 #include "../../tools/replay.c"
 #include "../../tools/trace.c"
+#include "../../tools/plan.c"
 
 #include <string.h>
 #include <sys/resource.h>
