@@ -23,6 +23,7 @@
 #include <sys/types.h>
 
 #include "dmm/device.h"
+#include "dmm/kv.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -143,6 +144,27 @@ DMM_TORCH_API int dmm_torch_hold_attach(int device, const char *socket, const ch
                                         int writable, void **ptr, uint64_t *bytes);
 DMM_TORCH_API int dmm_torch_hold_detach(int device, void *ptr);
 DMM_TORCH_API int dmm_torch_hold_drop(const char *socket, const char *name, const uint8_t *token);
+
+/* The KV arena (dmm/kv.h, docs/kv.md) on this device's front: its memory is charged to the same
+ * governor, under the same budget, as torch's tensors. Each call is the dmm_kv_* call of the same
+ * name, with a cudaStream_t passed as a pointer; python/dmm/kv.py wraps them. close and
+ * prefix_release fill *out (may be NULL) with the release's outcome and return 0 for COMPLETE or
+ * QUARANTINED (the memory is not reused before the driver let go of it), the failure's status for
+ * FAILED (nothing changed; the sentence in last_error). */
+DMM_TORCH_API int dmm_torch_kv_create(int device, const dmm_kv_config *cfg, dmm_kv **out);
+DMM_TORCH_API int dmm_torch_kv_destroy(dmm_kv *kv);
+DMM_TORCH_API int dmm_torch_kv_open(dmm_kv *kv, const dmm_kv_prefix *prefix, uint64_t tokens, void *stream,
+                                    dmm_kv_request **out);
+DMM_TORCH_API int dmm_torch_kv_grow(dmm_kv *kv, dmm_kv_request *r, uint64_t tokens);
+DMM_TORCH_API int dmm_torch_kv_close(dmm_kv *kv, dmm_kv_request *r, dmm_release_outcome *out);
+DMM_TORCH_API int dmm_torch_kv_share(dmm_kv *kv, dmm_kv_request *r, uint64_t tokens, void *stream,
+                                     dmm_kv_prefix **out);
+DMM_TORCH_API int dmm_torch_kv_prefix_release(dmm_kv *kv, dmm_kv_prefix *p, dmm_release_outcome *out);
+DMM_TORCH_API int dmm_torch_kv_offload(dmm_kv *kv, dmm_kv_request *r, void *stream);
+DMM_TORCH_API int dmm_torch_kv_restore(dmm_kv *kv, dmm_kv_request *r, void *stream);
+DMM_TORCH_API int dmm_torch_kv_request_get(dmm_kv *kv, const dmm_kv_request *r, dmm_kv_request_info *out);
+DMM_TORCH_API int dmm_torch_kv_stats(dmm_kv *kv, dmm_kv_stats *out);
+DMM_TORCH_API int dmm_torch_kv_refill(dmm_kv *kv, uint64_t *created);
 
 /* CLOCK_MONOTONIC in ns (the clock of the *_ns stats). */
 DMM_TORCH_API uint64_t dmm_torch_now_ns(void);

@@ -6,7 +6,8 @@
  * tensors until the process ends), the process-wide governor, and the last failure's sentence (torch
  * gives an allocator no way to return one). Everything the device needs of CUDA beyond memory (capture
  * status, pinned host memory, stream waits) is an optional slot of the cuda driver: this file opens no
- * library of its own.
+ * library of its own. The KV arena's entry points (dmm_torch_kv_*) put dmm/kv.h on the same devices, for
+ * python/dmm/kv.py.
  *
  * The trade-off: the per-device slot is read with one acquire load on every call, and a context is
  * created under a global lock once; after that no entry point takes a global lock except to record a
@@ -22,6 +23,7 @@
 #include "dmm/pool.h"
 #include "dmm_torch.h"
 #include "dmm/ipc.h"
+#include "dmm/kv.h"
 #include "core/options.h"
 #include "env.h"
 
@@ -400,3 +402,52 @@ int dmm_torch_hold_drop(const char *socket, const char *name, const uint8_t *tok
     dmm_ipc_disconnect(cl);
     return record(s);
 }
+
+/* ---- the KV arena on this device's front (dmm/kv.h) ---- */
+int dmm_torch_kv_create(int device, const dmm_kv_config *cfg, dmm_kv **out) {
+    WITH_CTX(device);
+    return record(dmm_kv_create(c, cfg, out));
+}
+
+int dmm_torch_kv_destroy(dmm_kv *kv) { return record(dmm_kv_destroy(kv)); }
+
+int dmm_torch_kv_open(dmm_kv *kv, const dmm_kv_prefix *prefix, uint64_t tokens, void *stream, dmm_kv_request **out) {
+    return record(dmm_kv_open(kv, prefix, tokens, (dmm_stream)stream, out));
+}
+
+int dmm_torch_kv_grow(dmm_kv *kv, dmm_kv_request *r, uint64_t tokens) { return record(dmm_kv_grow(kv, r, tokens)); }
+
+/* 0 unless the release FAILED (then its status, the sentence kept). */
+static int release_status(dmm_release_outcome o, dmm_release_outcome *out) {
+    if (out != NULL) *out = o;
+    if (dmm_release_state_of(&o) != DMM_RELEASE_FAILED) return 0;
+    return record(o.failure != DMM_OK ? o.failure : DMM_ERR_DRIVER);
+}
+
+int dmm_torch_kv_close(dmm_kv *kv, dmm_kv_request *r, dmm_release_outcome *out) {
+    return release_status(dmm_kv_close(kv, r), out);
+}
+
+int dmm_torch_kv_share(dmm_kv *kv, dmm_kv_request *r, uint64_t tokens, void *stream, dmm_kv_prefix **out) {
+    return record(dmm_kv_share(kv, r, tokens, (dmm_stream)stream, out));
+}
+
+int dmm_torch_kv_prefix_release(dmm_kv *kv, dmm_kv_prefix *p, dmm_release_outcome *out) {
+    return release_status(dmm_kv_prefix_release(kv, p), out);
+}
+
+int dmm_torch_kv_offload(dmm_kv *kv, dmm_kv_request *r, void *stream) {
+    return record(dmm_kv_offload(kv, r, (dmm_stream)stream));
+}
+
+int dmm_torch_kv_restore(dmm_kv *kv, dmm_kv_request *r, void *stream) {
+    return record(dmm_kv_restore(kv, r, (dmm_stream)stream));
+}
+
+int dmm_torch_kv_request_get(dmm_kv *kv, const dmm_kv_request *r, dmm_kv_request_info *out) {
+    return record(dmm_kv_request_get(kv, r, out));
+}
+
+int dmm_torch_kv_stats(dmm_kv *kv, dmm_kv_stats *out) { return record(dmm_kv_stats_get(kv, out)); }
+
+int dmm_torch_kv_refill(dmm_kv *kv, uint64_t *created) { return record(dmm_kv_refill(kv, created)); }
