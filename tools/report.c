@@ -47,8 +47,8 @@ void dmm_report_text(FILE *f, const char *path, const dmm_trace *t, const dmm_re
     fprintf(f, "  peak committed  %s  ratio %.4f  (the pool's mapped chunks; arena mapped peak %s)\n",
             fmtb(r->peak_committed_bytes, a, sizeof a), r->ratio_committed, fmtb(r->peak_mapped_bytes, b, sizeof b));
     if (r->plan_extent_bytes > 0)
-        fprintf(f, "  offline plan    %s  ratio %.4f  (the whole trace placed ahead, greedy by size, in whole chunks: "
-                   "the floor of a fixed layout, i.e. of serving it with no driver call)\n",
+        fprintf(f, "  offline plan    %s  ratio %.4f  (the best fixed layout found for the whole trace, placed ahead in "
+                   "whole chunks: about the least memory that serves it with no driver call)\n",
                 fmtb(r->plan_extent_bytes, a, sizeof a), r->plan_ratio);
     if (r->native_ratio > 0)
         fprintf(f, "  PyTorch         %s reserved for %s allocated: ratio %.4f\n",

@@ -3,20 +3,23 @@
 """tests/docs/check_snippets.py — every code snippet of README.md and docs/*.md, compiled or run, so
 that none can drift from the code it shows.
 
-  check_snippets.py SOURCE_DIR --cc CC --lib LIBDMM.so [--include DIR ...] [--work DIR]
+  check_snippets.py SOURCE_DIR --cc CC --lib LIB.so [--lib LIB.so ...] [--include DIR ...] [--work DIR]
 
-C (```c blocks):
-  - a snippet with `int main(` is a whole program: compiled, linked with LIBDMM.so and run (exit 0);
-  - a snippet that defines functions at file scope is a translation unit: compiled;
-  - anything else is a fragment: compiled as the body of a function, after the declarations that the
-    comment `<!-- snippet: DECLARATIONS -->` on the line before the block gives (the names the
-    fragment uses but does not declare; invisible where the markdown is rendered). The fragment may
-    refer to names an earlier fragment of the same page declared only through that comment.
-  Every snippet gets <dmm/dmm.h> and the flags -std=c11 -Wall -Wextra -Werror (fragments: minus the
-  unused-variable warnings, since a fragment shows calls, not whole programs).
-Python (```python blocks): byte-compiled, and every `dmm.MODULE.NAME` they use must be defined at the
-  top level of python/dmm/MODULE.py (or be a submodule), so a renamed call fails here.
-Shell blocks are commands for a reader's terminal, not checked here.
+C (```c blocks), each compiled with -std=c11 -Wall -Wextra -Werror and linked with the --lib libraries:
+  - a snippet with `int main(` is a whole program, compiled as written (its own includes) and run (exit 0);
+  - a snippet that defines functions at file scope is a translation unit, compiled as written and
+    linked with an empty main (every function it calls must exist in the libraries);
+  - anything else is a fragment: the body of a function, after <dmm/dmm.h> (and dmm_ort.h), stdint.h,
+    stdio.h and the declarations that the comment `<!-- snippet: DECLARATIONS -->` on the line before
+    the block gives (the names the fragment uses but does not declare; invisible where the markdown is
+    rendered), linked like a translation unit; the unused-variable warnings are off (a fragment shows
+    calls, not whole programs).
+Python (```python blocks): compiled (compile(), as the interpreter would), and every `dmm.MODULE.NAME`
+  and `from dmm.MODULE import NAME` must be defined at the top level of python/dmm/MODULE.py (or be a
+  submodule), so a renamed call fails here.
+Blocks of the languages in NOT_CHECKED are commands or data for a reader, not checked; a block of any
+other language (```C, ```py, a typo), a fence indented or spelt with tildes, and an unclosed fence fail,
+so that no snippet is skipped by accident.
 
 Exit 0 when all pass, 1 with one line per failing snippet (file, line, what the compiler said).
 """
@@ -28,26 +31,38 @@ import subprocess
 import sys
 import tempfile
 
-FENCE = re.compile(r"^```(\w*)\s*$")
+FENCE = re.compile(r"^\s*(```|~~~)\s*([^\s`]*)(.*)$")
+CHECKED = ("c", "python")
+NOT_CHECKED = ("sh", "bash", "console", "text", "cmake", "json", "toml", "ini", "")
 CONTEXT = re.compile(r"^<!--\s*snippet:\s*(.*?)\s*-->\s*$")
 
 
-def snippets(path):
-    """(language, first line number, text, context declarations) of each fenced block."""
+def snippets(path, rel, problems):
+    """(language, first line number, text, context declarations) of each fenced block; what is wrong
+    with a fence goes to `problems`."""
     out, lang, start, body, context, last_comment = [], None, 0, [], "", ""
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             m = FENCE.match(line)
             if lang is None:
-                if m and m.group(1):
-                    lang, start, body, context = m.group(1), n + 1, [], last_comment
+                if m:
+                    tag = m.group(2)
+                    if m.group(1) != "```" or line[0].isspace() or m.group(3).strip():
+                        problems.append(f"{rel}:{n}: a fence this checker does not read (write ```{tag} at the "
+                                        f"start of the line, with nothing after the language)")
+                    elif tag not in CHECKED and tag not in NOT_CHECKED:
+                        problems.append(f"{rel}:{n}: a block in '{tag}', which is neither checked "
+                                        f"({', '.join(CHECKED)}) nor known to need no check")
+                    lang, start, body, context = tag, n + 1, [], last_comment
                 c = CONTEXT.match(line)
                 last_comment = c.group(1) if c else ""
-            elif m and not m.group(1):
+            elif m and not m.group(2) and not m.group(3).strip():
                 out.append((lang, start, "".join(body), context))
                 lang = None
             else:
                 body.append(line)
+    if lang is not None:
+        problems.append(f"{rel}:{start - 1}: a fence that is never closed")
     return out
 
 
@@ -58,26 +73,27 @@ def defines_functions(text):
 def check_c(args, where, text, context, work, idx):
     src = os.path.join(work, f"snippet{idx}.c")
     flags = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-D_GNU_SOURCE"]
-    head = "#include <dmm/dmm.h>\n#include <stdint.h>\n#include <stdio.h>\n"
-    for d in args.include:
-        if os.path.exists(os.path.join(d, "dmm_ort.h")):
-            head += "#include <dmm_ort.h>\n"
-    head += "typedef struct OrtApi OrtApi;\n"
+    line = '#line %d "%s"\n' % (where[1], where[0])
     whole = "int main(" in text
-    if whole or defines_functions(text):
-        code = head + context + "\n" + text
+    if whole:
+        code = line + text
+    elif defines_functions(text):
+        code = line + text + "\nint main(void);\nint main(void) { return 0; }\n"
     else:
+        head = "#include <dmm/dmm.h>\n#include <stdint.h>\n#include <stdio.h>\n"
+        for d in args.include:
+            if os.path.exists(os.path.join(d, "dmm_ort.h")):
+                head += "#include <dmm_ort.h>\ntypedef struct OrtApi OrtApi;\n"
         flags += ["-Wno-unused-variable", "-Wno-unused-but-set-variable", "-Wno-unused-parameter"]
-        code = head + "void snippet(void);\nvoid snippet(void) {\n" + context + "\n#line %d \"%s\"\n" % (where[1], where[0]) + text + "}\n"
+        code = (head + "void snippet(void);\nvoid snippet(void) {\n" + context + "\n" + line + text + "}\n"
+                "int main(void);\nint main(void) { return 0; }\n")
     with open(src, "w", encoding="utf-8") as f:
         f.write(code)
     inc = [f"-I{d}" for d in args.include]
-    if whole:
-        exe = os.path.join(work, f"snippet{idx}")
-        libdir = os.path.dirname(os.path.abspath(args.lib))
-        cmd = [args.cc, *flags, *inc, src, "-o", exe, args.lib, f"-Wl,-rpath,{libdir}"]
-    else:
-        cmd = [args.cc, *flags, *inc, "-c", src, "-o", os.path.join(work, f"snippet{idx}.o")]
+    exe = os.path.join(work, f"snippet{idx}")
+    libs = [os.path.abspath(lib) for lib in args.lib]
+    rpath = [f"-Wl,-rpath,{os.path.dirname(lib)}" for lib in libs]
+    cmd = [args.cc, *flags, *inc, src, "-o", exe, *libs, *rpath]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         return "does not compile:\n" + (r.stderr.strip() or r.stdout.strip())
@@ -111,7 +127,8 @@ def module_names(pkg, module):
 
 def check_python(args, where, text):
     try:
-        tree = ast.parse(text, f"{where[0]}:{where[1]}")
+        compile(text, f"{where[0]}:{where[1]}", "exec")
+        tree = ast.parse(text)
     except SyntaxError as e:
         return f"is not valid Python: {e}"
     pkg = os.path.join(args.source, "python", "dmm")
@@ -141,7 +158,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("source")
     ap.add_argument("--cc", required=True)
-    ap.add_argument("--lib", required=True)
+    ap.add_argument("--lib", action="append", required=True)
     ap.add_argument("--include", action="append", default=[])
     ap.add_argument("--work")
     args = ap.parse_args()
@@ -153,7 +170,7 @@ def main():
     failed, counts, idx = [], {"c": 0, "python": 0}, 0
     for page in pages:
         rel = os.path.relpath(page, args.source)
-        for lang, line, text, context in snippets(page):
+        for lang, line, text, context in snippets(page, rel, failed):
             idx += 1
             if lang == "c":
                 why = check_c(args, (rel, line), text, context, work, idx)
