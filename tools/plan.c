@@ -51,6 +51,9 @@ typedef struct planner {
     placed_span *overlapping;
     time_bucket *buckets;
     size_t nbuckets, width;
+    uint64_t work;   /* index entries scanned and listed so far, over every order: at most max_work */
+    uint64_t listed; /* index entries of the order being placed: at most max_index */
+    uint64_t max_work, max_index;
 } planner;
 
 static int by_key_desc(const void *a, const void *b) {
@@ -90,9 +93,11 @@ static uint64_t best_gap(const placed_span *s, size_t n, uint64_t size) {
     return best != UINT64_MAX ? best : prev;
 }
 
-/* Places every allocation in `which` order (offsets in allocs[].off). The extent, or UINT64_MAX when
- * out of memory. */
-static uint64_t place(planner *p, plan_order which) {
+enum { PLACE_OUT_OF_MEMORY = -1, PLACE_TOO_MUCH_WORK = -2 };
+
+/* Places every allocation in `which` order (offsets in allocs[].off). 0 with the extent in *extent, or
+ * PLACE_OUT_OF_MEMORY, or PLACE_TOO_MUCH_WORK when the work bound is reached. */
+static int place(planner *p, plan_order which, uint64_t *extent_out) {
     for (size_t i = 0; i < p->nallocs; i++) {
         const plan_alloc *x = &p->allocs[i];
         uint64_t life = (uint64_t)(x->end - x->start) + 1;
@@ -102,6 +107,7 @@ static uint64_t place(planner *p, plan_order which) {
     }
     qsort(p->order, p->nallocs, sizeof *p->order, by_key_desc);
     for (size_t b = 0; b < p->nbuckets; b++) p->buckets[b].n = 0;
+    p->listed = 0;
     uint64_t extent = 0;
     for (size_t k = 0; k < p->nallocs; k++) {
         uint32_t id = p->order[k].id;
@@ -109,7 +115,9 @@ static uint64_t place(planner *p, plan_order which) {
         size_t b0 = x->start / p->width, b1 = (x->end > x->start ? x->end - 1 : x->start) / p->width;
         if (b1 >= p->nbuckets) b1 = p->nbuckets - 1;
         size_t n = 0;
-        for (size_t b = b0; b <= b1; b++)
+        for (size_t b = b0; b <= b1; b++) {
+            p->work += p->buckets[b].n + 1; /* its entries scanned, and this allocation listed in it */
+            if (p->work > p->max_work) return PLACE_TOO_MUCH_WORK;
             for (uint32_t j = 0; j < p->buckets[b].n; j++) {
                 uint32_t other = p->buckets[b].ids[j];
                 if (p->stamp[other] == id) continue;
@@ -117,17 +125,26 @@ static uint64_t place(planner *p, plan_order which) {
                 const plan_alloc *y = &p->allocs[other];
                 if (y->start < x->end && x->start < y->end) p->overlapping[n++] = (placed_span){y->off, y->off + y->size};
             }
+        }
         qsort(p->overlapping, n, sizeof *p->overlapping, by_lo);
         x->off = best_gap(p->overlapping, n, x->size);
         if (x->off + x->size > extent) extent = x->off + x->size;
+        p->listed += b1 - b0 + 1;
+        if (p->listed > p->max_index) return PLACE_TOO_MUCH_WORK;
         for (size_t b = b0; b <= b1; b++)
-            if (!bucket_push(&p->buckets[b], id)) return UINT64_MAX;
+            if (!bucket_push(&p->buckets[b], id)) return PLACE_OUT_OF_MEMORY;
     }
-    return extent;
+    *extent_out = extent;
+    return 0;
 }
 
 int dmm_plan_trace(const dmm_trace *t, uint64_t align, dmm_plan_result *out, uint64_t *offsets, char *err,
                    size_t errcap) {
+    return dmm_plan_trace_limited(t, align, NULL, out, offsets, err, errcap);
+}
+
+int dmm_plan_trace_limited(const dmm_trace *t, uint64_t align, const dmm_plan_limits *limits, dmm_plan_result *out,
+                           uint64_t *offsets, char *err, size_t errcap) {
     memset(out, 0, sizeof *out);
     if (align == 0) align = 512;
     if ((align & (align - 1)) != 0 || align > DMM_PLAN_MAX_BYTES) {
@@ -144,7 +161,9 @@ int dmm_plan_trace(const dmm_trace *t, uint64_t align, dmm_plan_result *out, uin
                  (unsigned long long)t->max_bytes);
         return -1;
     }
-    planner p = {.nallocs = t->allocs};
+    planner p = {.nallocs = t->allocs,
+                 .max_work = limits != NULL && limits->max_work ? limits->max_work : DMM_PLAN_MAX_WORK,
+                 .max_index = limits != NULL && limits->max_index ? limits->max_index : DMM_PLAN_MAX_INDEX};
     if (p.nallocs == 0) return 0;
     p.nbuckets = t->n / 64 + 1;
     if (p.nbuckets > 65536) p.nbuckets = 65536;
@@ -179,8 +198,18 @@ int dmm_plan_trace(const dmm_trace *t, uint64_t align, dmm_plan_result *out, uin
     }
     out->extent = UINT64_MAX;
     for (int which = 0; which < ORDER_COUNT_; which++) {
-        uint64_t extent = place(&p, (plan_order)which);
-        if (extent == UINT64_MAX) goto oom;
+        uint64_t extent = 0;
+        int placed = place(&p, (plan_order)which, &extent);
+        if (placed == PLACE_OUT_OF_MEMORY) goto oom;
+        if (placed == PLACE_TOO_MUCH_WORK) {
+            memset(out, 0, sizeof *out);
+            snprintf(err, errcap,
+                     "plan: the trace's lifetimes overlap too much to plan within the planner's bounds (%llu "
+                     "index steps, %llu index entries; %zu allocations, of which those that live across much of "
+                     "the trace cost the most): plan a shorter part of the trace",
+                     (unsigned long long)p.max_work, (unsigned long long)p.max_index, p.nallocs);
+            goto done;
+        }
         if (extent < out->extent) {
             out->extent = extent;
             for (size_t i = 0; i < p.nallocs; i++) best_off[i] = p.allocs[i].off;

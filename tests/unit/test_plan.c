@@ -8,7 +8,9 @@
  *   - on random traces (three streams, some allocations never freed) no two allocations whose
  *     lifetimes overlap overlap in address, and the extent is the highest end, never below the live
  *     peak;
- *   - an alignment that is not a power of two is refused with a sentence that names it. */
+ *   - an alignment that is not a power of two is refused with a sentence that names it;
+ *   - a trace whose lifetimes would take the planner past its bounds of work or index (allocations that
+ *     live across the whole trace) is refused with a sentence, not planned for hours. */
 #include "../../tools/plan.c"
 #include "../../tools/trace.c"
 
@@ -125,12 +127,43 @@ static void an_alignment_that_is_not_a_power_of_two_is_refused(void **state) {
     dmm_trace_free(&t);
 }
 
+static void a_plan_past_its_bounds_is_refused_with_a_sentence(void **state) {
+    (void)state;
+    /* 40 allocations live across 6,400 events (100 time buckets): 4,000 index entries in each order */
+    enum { LONG = 40, SHORT = 3200 };
+    char *text = malloc((LONG + 2 * SHORT) * 40 + 64);
+    assert_non_null(text);
+    size_t len = (size_t)sprintf(text, "# dmm-trace v1\n"), ev = 0;
+    for (int i = 1; i <= LONG; i++) len += (size_t)sprintf(text + len, "%zu a %d 4096 0\n", ev++, i);
+    for (int i = LONG + 1; i <= LONG + SHORT; i++) {
+        len += (size_t)sprintf(text + len, "%zu a %d 512 0\n", ev++, i);
+        len += (size_t)sprintf(text + len, "%zu f %d\n", ev++, i);
+    }
+    dmm_trace t;
+    char err[512] = "";
+    assert_int_equal(dmm_trace_parse(text, len, &t, err, sizeof err), 0);
+    dmm_plan_result r;
+    dmm_plan_limits index_bound = {0, 3000}, work_bound = {20000, 0};
+    assert_int_equal(dmm_plan_trace_limited(&t, 512, &index_bound, &r, NULL, err, sizeof err), -1);
+    assert_non_null(strstr(err, "overlap too much to plan within the planner's bounds"));
+    assert_int_equal(r.extent, 0);
+    err[0] = '\0';
+    assert_int_equal(dmm_plan_trace_limited(&t, 512, &work_bound, &r, NULL, err, sizeof err), -1);
+    assert_non_null(strstr(err, "plan a shorter part of the trace"));
+    /* within the default bounds it plans: the long ones side by side, the short ones in one slot */
+    assert_int_equal(dmm_plan_trace(&t, 512, &r, NULL, err, sizeof err), 0);
+    assert_int_equal(r.extent, LONG * 4096 + 512);
+    dmm_trace_free(&t);
+    free(text);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(live_at_once_side_by_side_and_freed_places_reused),
         cmocka_unit_test(largest_first_reaches_the_peak_where_arrival_order_would_not),
         cmocka_unit_test(random_traces_never_overlap_in_space_and_time),
         cmocka_unit_test(an_alignment_that_is_not_a_power_of_two_is_refused),
+        cmocka_unit_test(a_plan_past_its_bounds_is_refused_with_a_sentence),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
