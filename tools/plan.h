@@ -10,17 +10,20 @@
  *
  * Finding the smallest fixed layout is NP-hard. The plan tries three greedy orders (largest first,
  * longest-lived first, largest size × lifetime first; each allocation at the best-fitting gap among
- * those already placed whose lifetimes overlap its own, else above them all) and keeps the smallest
- * extent: the best fixed layout found, an upper bound of that floor and never below the live peak.
+ * those already placed whose lifetimes overlap its own, else above them all), then restarts with
+ * shaken orders (size × a root of the lifetime × a random factor, from a fixed seed: the same plan on
+ * every run) while the work allows, and keeps the smallest extent: the best fixed layout found, an upper
+ * bound of that floor and never below the live peak. The greedy orders alone get stuck: on gpt2-train
+ * all three give 1.069 × the live peak, a few shaken orders 1.019 to 1.024.
  * Lifetimes are event ordinals. Streams are not told apart (one address space: memory one stream
  * frees is reused by another at once, which an event-gated pool cannot do), so on a trace with
  * several streams the plan is optimistic.
  *
- * Used by `dmm replay --plan` and bench_replay. Cost: three placements, each O(n log n) plus, per
- * allocation, the placed allocations that share a time bucket with it, sorted; seconds for the
- * largest trace shipped (llama-generate, 432,000 allocations), but an allocation that lives across the
- * whole trace is listed in every bucket, so thousands of never-freed allocations would cost minutes:
- * past DMM_PLAN_MAX_WORK the plan is refused.
+ * Used by `dmm replay --plan` and bench_replay. Cost: per order, O(n log n) plus, per allocation, the
+ * placed allocations whose lifetimes overlap its own (found through a time index that lists each at
+ * most 4 times), radix-sorted by offset; 1-5 s a trace shipped on this project's 2-core machine. The
+ * cost grows with the overlaps, so thousands of allocations that live across millions of events would
+ * cost minutes: past DMM_PLAN_MAX_WORK the plan is refused.
  */
 #ifndef DMM_TOOLS_PLAN_H
 #define DMM_TOOLS_PLAN_H
@@ -32,18 +35,23 @@
 
 /* The largest allocation the planner takes (sums of sizes then never wrap). */
 #define DMM_PLAN_MAX_BYTES ((uint64_t)1 << 58)
-/* The most work one plan does (index entries scanned and listed, over all three orders) and the most
+/* The most work one plan does (index entries scanned, buckets visited, over every order) and the most
  * index entries one order lists (4 bytes each: 512 MiB). A hostile or unusual trace (thousands of
  * allocations living across millions of events) would otherwise take hours and gigabytes; it is
- * refused with a sentence instead. The largest trace shipped, llama-generate, needs 1.1e9 steps
- * (1/8 of the bound; a plan at the bound takes ~10 s on this project's 2-core machine) and 3.2
- * million entries. */
+ * refused with a sentence instead. The largest trace shipped, llama-generate, needs 3.5e8 steps for
+ * the greedy three (1/25 of the bound). */
 #define DMM_PLAN_MAX_WORK ((uint64_t)1 << 33)
 #define DMM_PLAN_MAX_INDEX ((uint64_t)1 << 27)
+/* Shaken orders tried after the greedy three, while the work of the whole plan stays within
+ * DMM_PLAN_RESTART_WORK: a small trace gets all of them (gpt2-train: 1.069 → 1.019 × its live peak, found
+ * at the 31st; ~4 s), the largest shipped none (llama-generate's greedy three take 3.5e8 steps). */
+#define DMM_PLAN_RESTARTS 61
+#define DMM_PLAN_RESTART_WORK ((uint64_t)1 << 29)
 
 typedef struct dmm_plan_result {
     uint64_t extent;    /* bytes from 0 to the end of the highest placed allocation */
     uint64_t peak_live; /* the trace's live peak, sizes rounded up as the plan places them */
+    unsigned orders;    /* the placing orders tried (the greedy three, then the restarts that fit) */
 } dmm_plan_result;
 
 /* Plans the trace with every size rounded up to `align` (a power of two; 0 = 512, PyTorch's block
@@ -55,6 +63,8 @@ int dmm_plan_trace(const dmm_trace *t, uint64_t align, dmm_plan_result *out, uin
 /* The same within other bounds (0: the default of each): the work and index entries above. */
 typedef struct dmm_plan_limits {
     uint64_t max_work, max_index;
+    unsigned restarts;     /* shaken orders after the greedy three (0 here: none) */
+    uint64_t restart_work; /* the work up to which restarts go on (0: DMM_PLAN_RESTART_WORK) */
 } dmm_plan_limits;
 int dmm_plan_trace_limited(const dmm_trace *t, uint64_t align, const dmm_plan_limits *limits, dmm_plan_result *out,
                            uint64_t *offsets, char *err, size_t errcap);

@@ -142,9 +142,9 @@ static const dmm_option table[DMM_OPTION_COUNT_] = {
                                  "the pool's stock thread keeps up to BYTES (at most 1/128 of the live peak) committed "
                                  "ahead of a growing pool, synced after every malloc"},
     [DMM_OPTION_REPLAY_PLAN] = {NULL, "--plan", "dmm replay", DMM_OPTION_SWITCH, 0, 0, NULL, NULL, NULL, NULL,
-                                "also places the whole trace offline in a fixed layout (three greedy orders, the "
-                                "smallest kept) and prints its extent: about the least memory that serves the "
-                                "trace with no driver call"},
+                                "also places the whole trace offline in a fixed layout (three greedy orders and "
+                                "seeded restarts, the smallest kept) and prints its extent: about the least memory "
+                                "that serves the trace with no driver call"},
     [DMM_OPTION_REPLAY_JSON] = {NULL, "--json", "dmm replay", DMM_OPTION_TEXT, 0, 0, "[=FILE]", "a file", "out.json",
                                 NULL,
                                 "one JSON object instead of text; --json=FILE writes it to FILE (and the text to the "
