@@ -17,14 +17,18 @@ keys(l, n) / values(l, n) are the views attention reads: [kv_heads, n, head_dim]
     r.close(); prefix.release(); arena.close()
 
 A view is valid while its request is open and only over backed tokens: reading past them reads unmapped
-memory (a CUDA fault). Close a request only after the work that uses its views (on its streams) is done
-or ordered before the next use of the memory, as with any allocator's free.
+memory, and writing into a prefix's tokens writes read-only memory (both a CUDA fault, which ends the
+process's CUDA context). close() refuses while any view of the request (from cache(), keys() or values(),
+or sliced from them) is still referenced: after close the range may be another request's. Close a
+request only after the work that uses its views (on its streams) is done or ordered before the next use
+of the memory, as with any allocator's free. Views are DLPack tensors that name the arena's device (no
+numpy, no guess from the pointer).
 Thread contract: one request is driven (grow, share, offload, restore, close) by one thread at a time.
 """
 
 import ctypes
 
-from . import _lib
+from . import _dlpack, _lib
 
 
 class _Config(ctypes.Structure):
@@ -83,36 +87,24 @@ def _calls():
     return lib
 
 
+def _count(value, what, least=0):
+    """value, an int from `least` to 2**64 - 1 (ctypes would cut a larger one silently)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError("%s must be an int, not %s" % (what, type(value).__name__))
+    if value < least or value >= 1 << 64:
+        raise ValueError("%s must be from %d to 2**64 - 1, not %d" % (what, least, value))
+    return value
+
+
 def _positive_int(value, what):
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError("%s must be an int, not %s" % (what, type(value).__name__))
-    if value <= 0:
-        raise ValueError("%s must be positive, not %d" % (what, value))
-    return value
-
-
-def _count(value, what):
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError("%s must be an int, not %s" % (what, type(value).__name__))
-    if value < 0:
-        raise ValueError("%s must be 0 or more, not %d" % (what, value))
-    return value
-
-
-class _Range:
-    """A raw device range as a CUDA array (uint8), for torch.as_tensor; keeps its request alive."""
-
-    def __init__(self, ptr, nbytes, owner):
-        self._owner = owner
-        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (ptr, False),
-                                         "version": 3, "strides": None}
+    return _count(value, what, least=1)
 
 
 class Arena:
     """A KV arena on one CUDA device (default: the current one). Its memory is budgeted with torch's."""
 
     def __init__(self, *, layers, kv_heads, head_dim, dtype, max_tokens, max_requests=0, reserve_bytes=0,
-                 refill_thread=True, device=None):
+                 refill_thread=False, device=None):
         torch = _lib.import_torch("dmm.kv.Arena")
         if not isinstance(dtype, torch.dtype):
             raise TypeError("dtype must be a torch.dtype (e.g. torch.bfloat16), not %r" % (dtype,))
@@ -126,13 +118,24 @@ class Arena:
             raise ValueError("dmm.kv.Arena lives on a CUDA device, not %s" % d)
         self.device = torch.device("cuda", d.index if d.index is not None else torch.cuda.current_device())
         self.token_bytes = 2 * self.layers * self.kv_heads * self.head_dim * torch.empty(0, dtype=dtype).element_size()
+        if self.token_bytes * self.max_tokens >= 1 << 63:
+            raise ValueError("a request's range (max_tokens %d × %d bytes a token) must stay below 2**63 bytes"
+                             % (self.max_tokens, self.token_bytes))
         self._lib = _calls()
         cfg = _Config(ctypes.sizeof(_Config), self.token_bytes, self.max_tokens, _count(max_requests, "max_requests"),
                       _count(reserve_bytes, "reserve_bytes"), bool(refill_thread))
         kv = _P()
-        _lib.check(self._lib.dmm_torch_kv_create(self.device.index, ctypes.byref(cfg), ctypes.byref(kv)),
-                   "dmm.kv.Arena")
+        with torch.cuda.device(self.device):
+            _lib.check(self._lib.dmm_torch_kv_create(self.device.index, ctypes.byref(cfg), ctypes.byref(kv)),
+                       "dmm.kv.Arena")
         self._kv = kv
+
+    def _call(self, name, what, *args):
+        """libdmm_torch's `name` on this arena, under the arena's device (the driver makes its context
+        current; torch's current device is put back after), raising dmm's sentence as a DmmError."""
+        torch = _lib.import_torch(what)
+        with torch.cuda.device(self.device):
+            _lib.check(getattr(self._lib, name)(self._handle(), *args), what)
 
     def _handle(self):
         if self._kv is None:
@@ -142,6 +145,10 @@ class Arena:
     def _stream(self, stream):
         torch = _lib.import_torch("dmm.kv")
         s = torch.cuda.current_stream(self.device) if stream is None else stream
+        if not isinstance(s, torch.cuda.Stream):
+            raise TypeError("stream must be a torch.cuda.Stream, not %r" % (s,))
+        if s.device != self.device:
+            raise ValueError("stream is on %s, the arena on %s: use a stream of the arena's device" % (s.device, self.device))
         return _P(s.cuda_stream)
 
     def open(self, tokens=0, prefix=None, stream=None):
@@ -150,8 +157,8 @@ class Arena:
             raise TypeError("prefix must be a Prefix of this arena (Arena.share), not %r" % (prefix,))
         out = _P()
         p = prefix._handle() if prefix is not None else None
-        _lib.check(self._lib.dmm_torch_kv_open(self._handle(), p, _count(tokens, "tokens"), self._stream(stream),
-                                               ctypes.byref(out)), "dmm.kv.Arena.open")
+        self._call("dmm_torch_kv_open", "dmm.kv.Arena.open", p, _count(tokens, "tokens"), self._stream(stream),
+                   ctypes.byref(out))
         return Request(self, out)
 
     def share(self, request, tokens, stream=None):
@@ -159,38 +166,44 @@ class Arena:
         if not isinstance(request, Request) or request._arena is not self:
             raise TypeError("request must be a Request of this arena, not %r" % (request,))
         out = _P()
-        _lib.check(self._lib.dmm_torch_kv_share(self._handle(), request._handle(), _positive_int(tokens, "tokens"),
-                                                self._stream(stream), ctypes.byref(out)), "dmm.kv.Arena.share")
+        self._call("dmm_torch_kv_share", "dmm.kv.Arena.share", request._handle(), _positive_int(tokens, "tokens"),
+                   self._stream(stream), ctypes.byref(out))
         return Prefix(self, out, tokens)
 
     def refill(self):
         """Tops the reserve of physical handles up (off the decode thread); returns the bytes created."""
         created = ctypes.c_uint64(0)
-        _lib.check(self._lib.dmm_torch_kv_refill(self._handle(), ctypes.byref(created)), "dmm.kv.Arena.refill")
+        self._call("dmm_torch_kv_refill", "dmm.kv.Arena.refill", ctypes.byref(created))
         return created.value
 
     def stats(self):
         """dmm_kv_stats as a dict (bytes and counts)."""
         st = _Stats(ctypes.sizeof(_Stats))
-        _lib.check(self._lib.dmm_torch_kv_stats(self._handle(), ctypes.byref(st)), "dmm.kv.Arena.stats")
+        self._call("dmm_torch_kv_stats", "dmm.kv.Arena.stats", ctypes.byref(st))
         return {n: getattr(st, n) for n in _STATS}
 
     def close(self):
         """Destroys the arena; every request and prefix must be closed first."""
         if self._kv is not None:
-            _lib.check(self._lib.dmm_torch_kv_destroy(self._kv), "dmm.kv.Arena.close")
+            self._call("dmm_torch_kv_destroy", "dmm.kv.Arena.close")
             self._kv = None
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+            return
+        try:  # an exception is on its way: a refused close (requests still open) must not hide it
+            self.close()
+        except _lib.DmmError:
+            pass
 
 
-def _release(fn, arena, handle, what):
+def _release(arena, name, handle, what):
     out = _Outcome()
-    _lib.check(fn(arena._handle(), handle, ctypes.byref(out)), what)
+    arena._call(name, what, handle, ctypes.byref(out))
     return _STATES.get(out.state, "QUARANTINED")
 
 
@@ -207,8 +220,7 @@ class Prefix:
 
     def release(self):
         """Drops the prefix (its memory goes with the last request mapping it); returns the release state."""
-        state = _release(self._arena._lib.dmm_torch_kv_prefix_release, self._arena, self._handle(),
-                         "dmm.kv.Prefix.release")
+        state = _release(self._arena, "dmm_torch_kv_prefix_release", self._handle(), "dmm.kv.Prefix.release")
         self._p = None
         return state
 
@@ -218,6 +230,10 @@ class Request:
 
     def __init__(self, arena, handle):
         self._arena, self._r, self._views = arena, handle, None
+        self._live_views = 0  # DLPack views of the range torch still holds (their deleters not run yet)
+
+    def _view_gone(self):
+        self._live_views -= 1
 
     def _handle(self):
         if self._r is None:
@@ -227,8 +243,7 @@ class Request:
     def info(self):
         """base (int address), backed_tokens, prefix_tokens, private_bytes, shared_bytes, offloaded_bytes."""
         inf = _RequestInfo(ctypes.sizeof(_RequestInfo))
-        _lib.check(self._arena._lib.dmm_torch_kv_request_get(self._arena._handle(), self._handle(), ctypes.byref(inf)),
-                   "dmm.kv.Request.info")
+        self._arena._call("dmm_torch_kv_request_get", "dmm.kv.Request.info", self._handle(), ctypes.byref(inf))
         return {n: (getattr(inf, n) or 0) for n, _ in _RequestInfo._fields_ if n != "size"}
 
     @property
@@ -237,16 +252,22 @@ class Request:
 
     def grow(self, tokens):
         """Backs the first `tokens` (a no-op when they are; never shrinks)."""
-        _lib.check(self._arena._lib.dmm_torch_kv_grow(self._arena._handle(), self._handle(), _count(tokens, "tokens")),
-                   "dmm.kv.Request.grow")
+        self._arena._call("dmm_torch_kv_grow", "dmm.kv.Request.grow", self._handle(), _count(tokens, "tokens"))
 
     def cache(self):
         """The whole reserved range as [max_tokens, layers, 2, kv_heads, head_dim] of the arena's dtype (no copy;
         only the backed tokens may be touched)."""
         if self._views is None:
             torch = _lib.import_torch("dmm.kv")
-            a = self._arena
-            raw = torch.as_tensor(_Range(self.base, a.max_tokens * a.token_bytes, self), device=a.device)
+            a, base = self._arena, self.base
+            capsule = _dlpack.capsule(base, a.max_tokens * a.token_bytes, _dlpack.DEVICE_CUDA, a.device.index,
+                                      on_release=self._view_gone)
+            self._live_views += 1
+            from torch.utils import dlpack
+            raw = dlpack.from_dlpack(capsule)
+            if raw.data_ptr() != base or raw.device != a.device:
+                raise _lib.DmmError("dmm.kv: torch placed the view at %#x on %s, not at the request's %#x on %s"
+                                    % (raw.data_ptr(), raw.device, base, a.device))
             self._views = raw.view(a.dtype).view(a.max_tokens, a.layers, 2, a.kv_heads, a.head_dim)
         return self._views
 
@@ -260,16 +281,21 @@ class Request:
 
     def offload(self, stream=None):
         """Copies the request's own memory to budgeted host memory and gives the device memory back."""
-        _lib.check(self._arena._lib.dmm_torch_kv_offload(self._arena._handle(), self._handle(),
-                                                         self._arena._stream(stream)), "dmm.kv.Request.offload")
+        self._arena._call("dmm_torch_kv_offload", "dmm.kv.Request.offload", self._handle(), self._arena._stream(stream))
 
     def restore(self, stream=None):
         """Backs the same addresses again and copies the contents back."""
-        _lib.check(self._arena._lib.dmm_torch_kv_restore(self._arena._handle(), self._handle(),
-                                                         self._arena._stream(stream)), "dmm.kv.Request.restore")
+        self._arena._call("dmm_torch_kv_restore", "dmm.kv.Request.restore", self._handle(), self._arena._stream(stream))
 
     def close(self):
-        """Gives the request's memory back; returns the release state (COMPLETE, QUARANTINED)."""
-        state = _release(self._arena._lib.dmm_torch_kv_close, self._arena, self._handle(), "dmm.kv.Request.close")
-        self._r, self._views = None, None
+        """Gives the request's memory back; returns the release state (COMPLETE, QUARANTINED). Refused while a
+        view of the request is still referenced (after close its range may be another request's)."""
+        handle = self._handle()
+        self._views = None
+        if self._live_views > 0:
+            raise _lib.DmmError("dmm.kv.Request.close: %d view(s) of this request's cache (from cache(), keys() or "
+                                "values(), or sliced from them) are still referenced; delete them first: after "
+                                "close the range may be another request's memory" % self._live_views)
+        state = _release(self._arena, "dmm_torch_kv_close", handle, "dmm.kv.Request.close")
+        self._r = None
         return state

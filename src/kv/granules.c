@@ -86,6 +86,21 @@ dmm_status dmm__kv_back_to(dmm_kv *kv, dmm_kv_request *r, uint64_t bytes) {
     dmm_range range = {(size_t)r->backed, (size_t)(bytes - r->backed)};
     uint64_t mapped = 0;
     dmm_status s = dmm_mechanism_commit(kv->arena, &r->a, range, &mapped);
+    if (s == DMM_ERR_BUDGET || s == DMM_ERR_OUT_OF_MEMORY) {
+        /* the arena's lease is the device holder's own, which the governor never asks to give back for
+         * its own charge: what the device's pool caches (a framework's freed tensors) goes first here */
+        dmm_error_kept refused = {0};
+        dmm__error_keep(&refused, s);
+        uint64_t released = 0;
+        (void)dmm_device_empty_cache(kv->dev, &released);
+        dmm_clear_error();
+        if (released > 0) {
+            mapped = 0;
+            s = dmm_mechanism_commit(kv->arena, &r->a, range, &mapped);
+        } else {
+            s = dmm__error_restore(&refused);
+        }
+    }
     if (s != DMM_OK) {
         dmm__kv_refused(kv, s);
         return s;

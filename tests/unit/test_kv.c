@@ -283,6 +283,31 @@ static void the_budget_decides_how_many_requests_fit(void **state) {
     fx_close(&f);
 }
 
+/* One budget with the device's tensors: memory the device's pool caches (freed tensors) goes back
+ * when a request's growth would pass the limit, and the growth succeeds; with nothing cached the
+ * refusal stands. */
+static void growth_takes_back_what_the_device_caches(void **state) {
+    (void)state;
+    fx f;
+    fx_open(&f, 2);
+    void *p = NULL;
+    DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, 3 * GRAN, NULL, &p));
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, p, NULL)); /* cached by the pool, still charged */
+    DMM_OK_OR_FAIL(dmm_governor_set_limit(f.gov, f.host->device, DMM_AXIS_OWNED, 4 * GRAN));
+    dmm_kv_request *r = NULL;
+    DMM_OK_OR_FAIL(dmm_kv_open(f.kv, NULL, 2 * PER_GRANULE, NULL, &r)); /* 3 cached + 2 > 4: the cache goes */
+    assert_int_equal(info(&f, r).backed_tokens, 2 * PER_GRANULE);
+    assert_int_equal(stats(&f).refusals, 0);
+    DMM_OK_OR_FAIL(dmm_kv_grow(f.kv, r, 4 * PER_GRANULE));             /* 4 of 4 */
+    dmm_kv_request *no = NULL;
+    assert_int_equal(dmm_kv_open(f.kv, NULL, PER_GRANULE, NULL, &no), DMM_ERR_BUDGET); /* nothing left to take */
+    dmm_test_error_mentions("dmm_kv_open", "limit", NULL);
+    assert_int_equal(stats(&f).refusals, 1);
+    close_ok(&f, r);
+    DMM_OK_OR_FAIL(dmm_governor_set_limit(f.gov, f.host->device, DMM_AXIS_OWNED, DMM_UNLIMITED));
+    fx_close(&f);
+}
+
 /* A release the driver fails (an unmap) is FAILED: the request stays open and usable, and closes
  * when the driver lets go. */
 static void a_failed_close_keeps_the_request(void **state) {
@@ -488,6 +513,7 @@ int main(void) {
         cmocka_unit_test(the_budget_decides_how_many_requests_fit),
         cmocka_unit_test(a_request_is_preempted_and_restored_in_place),
         cmocka_unit_test(the_refill_thread_keeps_the_reserve_full),
+        cmocka_unit_test(growth_takes_back_what_the_device_caches),
         cmocka_unit_test(a_failed_close_keeps_the_request),
         cmocka_unit_test(a_prefix_released_under_its_open_owner),
         cmocka_unit_test(bad_input_is_refused),
