@@ -15,7 +15,8 @@ there), else a build folder of the source tree (build*/adapters/torch). torch is
 dmm.torch calls that use it. docs/torch.md has the whole story.
 """
 
+from ._buffer import Buffer, buffer
 from ._lib import DmmError, library_path
 
-__all__ = ["DmmError", "library_path"]
+__all__ = ["Buffer", "DmmError", "buffer", "library_path"]
 __version__ = "0.2.0"

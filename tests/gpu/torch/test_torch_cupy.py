@@ -1,0 +1,88 @@
+# SPDX-License-Identifier: Apache-2.0
+"""dmm.cupy (python/dmm/cupy.py) beside dmm.torch on a GPU: torch and CuPy in one process under one dmm
+device budget.
+
+  - with both enabled, CuPy arrays are dmm memory (the device's live bytes rise by the array) and torch
+    reads them in place (torch.as_tensor over __cuda_array_interface__, same address);
+  - under a limit B, torch's cached memory serves a CuPy allocation that would not fit beside it: torch
+    frees a tensor (dmm keeps the memory cached) and CuPy then allocates what fits only without that cache;
+  - a CuPy allocation past B raises CuPy's own OutOfMemoryError, a torch one torch's OutOfMemoryError, and
+    the device's live bytes never pass B;
+  - disable() gives CuPy its own pool back (a new array is not dmm memory; older ones still are).
+Exit 0 = all held, 1 = something did not, 77 = no torch/GPU/CuPy.
+"""
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import SKIP, check, failures, require_torch_gpu  # noqa: E402
+
+require_torch_gpu()
+try:
+    import cupy
+except Exception as e:  # noqa: BLE001
+    print("SKIP: CuPy is not importable (%s)" % e)
+    sys.exit(SKIP)
+
+import dmm.torch  # noqa: E402
+
+dmm.torch.enable()
+import dmm._lib  # noqa: E402
+import dmm.cupy  # noqa: E402
+import torch  # noqa: E402
+
+MIB = 1 << 20
+B = 512 * MIB
+
+
+def live():
+    st = json.loads(dmm._lib.json_call(dmm._lib.load().dmm_torch_stats_json, 0))
+    return st["allocated_bytes"]["current"]
+
+
+dmm.cupy.enable()
+base = live()
+a = cupy.ones(64 * MIB // 4, dtype=cupy.float32)
+cupy.cuda.get_current_stream().synchronize()
+check(live() - base >= 64 * MIB, "a CuPy array is dmm memory (live bytes rose by %d)" % (live() - base))
+t = torch.as_tensor(a, device="cuda")
+check(t.data_ptr() == a.data.ptr and bool((t == 1).all()), "torch reads the CuPy array in place")
+del t, a
+
+# --- one budget: torch's cache serves CuPy ---
+torch.cuda.synchronize()
+dmm.torch.empty_cache()
+dmm.torch.set_limit(B)
+x = torch.empty(300 * MIB, dtype=torch.uint8, device="cuda")
+del x  # cached by dmm, still charged
+stats = dmm.torch.memory_stats()
+print("after torch freed 300 MiB: reserved %d MiB" % (stats.get("reserved_bytes.all.current", 0) // MIB))
+y = cupy.empty(400 * MIB, dtype=cupy.uint8)  # fits B only if the cached 300 MiB serve it
+check(int(y.data.ptr) != 0, "CuPy's 400 MiB fit under %d MiB beside torch's cached 300 MiB" % (B // MIB))
+peak_live = live()
+check(peak_live <= B, "the device's live bytes stay within B (%d MiB)" % (peak_live // MIB))
+
+# --- refusals, as each framework's own error ---
+try:
+    cupy.empty(200 * MIB, dtype=cupy.uint8)
+    check(False, "a CuPy allocation past B is refused")
+except cupy.cuda.memory.OutOfMemoryError as e:
+    check(True, "a CuPy allocation past B raises CuPy's OutOfMemoryError: %s" % str(e)[:200])
+try:
+    torch.empty(200 * MIB, dtype=torch.uint8, device="cuda")
+    check(False, "a torch allocation past B is refused")
+except torch.cuda.OutOfMemoryError as e:
+    check(True, "a torch allocation past B raises torch's OutOfMemoryError: %s" % str(e)[:200])
+check(live() <= B, "after the refusals the live bytes are within B (%d MiB)" % (live() // MIB))
+del y
+dmm.torch.set_limit(None)
+
+# --- disable ---
+dmm.cupy.disable()
+before = live()
+z = cupy.empty(32 * MIB, dtype=cupy.uint8)
+check(live() == before, "after disable() CuPy allocates from its own pool (dmm's live bytes unchanged)")
+del z
+sys.exit(1 if failures else 0)
