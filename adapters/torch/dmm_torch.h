@@ -169,6 +169,29 @@ DMM_TORCH_API int dmm_torch_kv_refill(dmm_kv *kv, uint64_t *created);
 /* CLOCK_MONOTONIC in ns (the clock of the *_ns stats). */
 DMM_TORCH_API uint64_t dmm_torch_now_ns(void);
 
+/* Orders `waiter` after the work queued on `on` so far (an event `waiter` waits for; `on` is synchronized
+ * where the driver cannot). For a consumer of memory ordered on another stream (dmm.buffer's DLPack). */
+DMM_TORCH_API int dmm_torch_stream_wait(int device, void *waiter, void *on);
+
+/* ---- claims and DLPack (adapters/torch/dlpack.c; python/dmm/_dlpack.py) ----
+ * A claim is memory with a count of holders: its creator and each DLPack tensor made from it not yet
+ * deleted. The memory is freed (dmm_torch_free, when `owns`) once, with the last holder. The DLPack
+ * tensors are plain C (struct and deleter): a consumer may delete one on any thread, with or without
+ * the GIL, while an exception is pending or at interpreter exit. -1 on bad input or no host memory. */
+typedef struct dmm_torch_claim dmm_torch_claim;
+DMM_TORCH_API int dmm_torch_claim_create(void *ptr, uint64_t bytes, int device, void *stream, int owns,
+                                         dmm_torch_claim **out);
+DMM_TORCH_API void dmm_torch_claim_drop(dmm_torch_claim *c);
+DMM_TORCH_API uint64_t dmm_torch_claim_holders(const dmm_torch_claim *c);
+/* Claims of the process not gone yet (tests, leak checks). */
+DMM_TORCH_API uint64_t dmm_torch_claims_live(void);
+/* A DLManagedTensor (1-D uint8, stride 1, the whole claim; device (device_type, the claim's device))
+ * holding one count of the claim; NULL without host memory. */
+DMM_TORCH_API void *dmm_torch_claim_dlpack(dmm_torch_claim *c, int device_type);
+/* The destructor of a "dltensor" capsule made over dmm_torch_claim_dlpack's tensor: deletes the tensor
+ * when no consumer took it (the capsule still named "dltensor"). */
+DMM_TORCH_API void dmm_torch_dlpack_capsule_destructor(void *capsule);
+
 #ifdef __cplusplus
 }
 #endif

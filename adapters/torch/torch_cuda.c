@@ -403,6 +403,11 @@ int dmm_torch_hold_drop(const char *socket, const char *name, const uint8_t *tok
     return record(s);
 }
 
+int dmm_torch_stream_wait(int device, void *waiter, void *on) {
+    WITH_CTX(device);
+    return record(dmm_device_stream_wait(c, (dmm_stream)waiter, (dmm_stream)on));
+}
+
 /* ---- the KV arena on this device's front (dmm/kv.h) ---- */
 int dmm_torch_kv_create(int device, const dmm_kv_config *cfg, dmm_kv **out) {
     WITH_CTX(device);

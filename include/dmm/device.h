@@ -118,6 +118,10 @@ DMM_API dmm_status dmm_device_free(dmm_device *dev, void *ptr, dmm_stream stream
 /* Work queued on `stream` may use the block at `ptr` until it is freed (a stream-use fence): the block
  * is handed out again only after that work. The table is process-wide (a pointer names one block). */
 DMM_API dmm_status dmm_device_record_stream(void *ptr, dmm_stream stream);
+/* Orders `waiter` after the work queued on `on` so far: an event recorded on `on` that `waiter` waits
+ * for, or, where the driver cannot wait on events (or a call fails), `on` synchronized. For memory
+ * ordered on one stream that another is to use (a DLPack consumer's stream). */
+DMM_API dmm_status dmm_device_stream_wait(dmm_device *dev, dmm_stream waiter, dmm_stream on);
 /* Gives back the pool's free chunks, empty tag segments and idle graph segments but reserved ones,
  * behind events (never a wait). *released (optional) = bytes that left the mapping or are queued to. */
 DMM_API dmm_status dmm_device_empty_cache(dmm_device *dev, uint64_t *released);

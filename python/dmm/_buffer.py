@@ -13,36 +13,31 @@ consumer through __cuda_array_interface__ keeps the Buffer object itself alive).
 
 Streams. The memory is ordered on the buffer's stream (the device's default stream unless given), as
 an allocation of a stream-ordered allocator is: work on that stream may use it at once. A consumer that
-names its own stream through __dlpack__(stream=...) gets it recorded (dmm_torch_record_stream), so the
-memory is handed out again only after that stream's work too; work on another stream must itself be
-ordered after the buffer stream's earlier work, as with torch's tensors.
+names its own stream through __dlpack__(stream=...) gets it ordered after the buffer stream's work so far
+(an event it waits for) and recorded (dmm_torch_record_stream), so the memory is handed out again only
+after that stream's work too; through __cuda_array_interface__ the consumer reads the buffer's stream
+from its "stream" key and orders itself.
 
-Invariants: the memory is freed exactly once, when the last claim (the Buffer's own and one per DLPack
-capsule not deleted yet) goes; a refused allocation leaves nothing behind.
+Invariants: the memory is freed exactly once, when the last holder of its claim (the Buffer, and each
+DLPack tensor no consumer has deleted yet: dmm._dlpack) goes; a refused allocation leaves nothing behind.
 """
-
-import ctypes
-import threading
 
 from . import _dlpack, _lib
 
 
-class _Claims:
-    """Who still uses one allocation; `free()` runs when the last one lets go."""
-
-    def __init__(self, free):
-        self._free, self._count, self._lock = free, 1, threading.Lock()
-
-    def take(self):
-        with self._lock:
-            self._count += 1
-
-    def drop(self):
-        with self._lock:
-            self._count -= 1
-            last = self._count == 0
-        if last:
-            self._free()
+def _device_index(device):
+    """A CUDA device index from None (0), an int, 'cuda' / 'cuda:N' or a torch.device of type cuda."""
+    index = 0 if device is None else device
+    if isinstance(index, str):
+        kind, _, number = index.partition(":")
+        if kind != "cuda" or not (number == "" or number.isdigit()):
+            raise ValueError("device must be a CUDA device: an index, 'cuda:N' or a torch.device, not %r" % (device,))
+        index = int(number or 0)
+    elif not isinstance(index, int) and getattr(index, "type", None) == "cuda":  # a torch.device
+        index = index.index or 0
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < 64:
+        raise ValueError("device must be a CUDA device: an index 0-63, 'cuda:N' or a torch.device, not %r" % (device,))
+    return index
 
 
 def _stream_handle(stream):
@@ -60,19 +55,12 @@ def _stream_handle(stream):
 
 
 class Buffer:
-    """`nbytes` of memory at `ptr` on a device, exported by DLPack and __cuda_array_interface__."""
+    """`nbytes` of dmm memory at `ptr` on a CUDA device, exported by DLPack and __cuda_array_interface__."""
 
     def __init__(self, nbytes, device=None, stream=None):
         if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0 or nbytes >= 1 << 63:
             raise ValueError("nbytes must be an int from 1 to 2**63 - 1, not %r" % (nbytes,))
-        index = 0 if device is None else device
-        if hasattr(index, "index") and getattr(index, "type", "cuda") == "cuda":  # a torch.device
-            index = index.index or 0
-        if isinstance(index, str) and index.startswith("cuda"):
-            index = int(index.partition(":")[2] or 0)
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < 64:
-            raise ValueError("device must be a CUDA device index 0-63, 'cuda:N' or a torch.device, not %r"
-                             % (device,))
+        index = _device_index(device)
         handle = _stream_handle(stream)
         lib = _lib.load()
         ptr = lib.dmm_torch_malloc_nothrow(nbytes, index, handle)
@@ -80,35 +68,41 @@ class Buffer:
             error = _lib.DmmError("dmm.buffer(%d bytes, device %d): %s" % (nbytes, index, _lib.last_error()))
             error.status = int(lib.dmm_torch_last_status())  # dmm/status.h: 2 out of memory, 3 budget
             raise error
-
-        def free():
+        try:
+            claim = _dlpack.Claim(ptr, nbytes, index, handle, owns=True)
+        except BaseException:
             lib.dmm_torch_free(ptr, nbytes, index, handle)
-
-        self._adopt(ptr, nbytes, _dlpack.DEVICE_CUDA, index, handle, free)
+            raise
+        self._adopt(claim, _dlpack.DEVICE_CUDA, handle)
 
     @classmethod
-    def _over(cls, ptr, nbytes, device_type, device_id, free, stream=0):
-        """A Buffer over memory someone else allocated; free() runs once when the last claim goes."""
+    def _over(cls, claim, device_type, stream=0):
+        """A Buffer over a claim made elsewhere (tests: host memory the claim does not own)."""
         self = cls.__new__(cls)
-        self._adopt(ptr, nbytes, device_type, device_id, stream, free)
+        self._adopt(claim, device_type, stream)
         return self
 
-    def _adopt(self, ptr, nbytes, device_type, device_id, stream, free):
-        self.ptr, self.nbytes, self.device, self.stream = ptr, nbytes, device_id, stream
-        self._device_type = device_type
-        self._claims = _Claims(free)
+    def _adopt(self, claim, device_type, stream):
+        self.ptr, self.nbytes, self.device, self.stream = claim.ptr, claim.nbytes, claim.device, stream
+        self._device_type, self._claim = device_type, claim
 
     def __del__(self):
-        claims = getattr(self, "_claims", None)
-        if claims is not None:
-            self._claims = None
-            claims.drop()
+        claim = getattr(self, "_claim", None)
+        if claim is not None:
+            self._claim = None
+            claim.drop()
+
+    def __copy__(self):
+        raise TypeError("a dmm.Buffer is not copied (its memory has one owner): share the object, or export it "
+                        "with __dlpack__")
+
+    __deepcopy__ = __reduce__ = __reduce_ex__ = lambda self, *args: self.__copy__()
 
     def __dlpack_device__(self):
         return (self._device_type, self.device)
 
     def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
-        """A capsule over the whole buffer (1-D uint8); each one holds the memory until its consumer lets go."""
+        """A capsule over the whole buffer (1-D uint8); it holds the memory until its consumer lets go."""
         if copy:
             raise BufferError("dmm.buffer exports its memory without a copy; copy=True is not supported")
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
@@ -120,15 +114,12 @@ class Buffer:
                 raise BufferError("__dlpack__(stream=0) is ambiguous in DLPack: pass 1 for the legacy default stream")
             consumer = 0 if stream in (None, 1) else _stream_handle(stream)
             if consumer != self.stream:
-                _lib.load().dmm_torch_record_stream(self.ptr, consumer)
-        self._claims.take()
-        try:
-            return _dlpack.capsule(self.ptr, self.nbytes, self._device_type, self.device,
-                                   on_release=self._claims.drop)
-        except BaseException:
-            self._claims.drop()
-            raise
-
+                lib = _lib.load()
+                # the consumer's stream waits for the buffer stream's work so far, and the memory is handed
+                # out again only after the consumer stream's work
+                _lib.check(lib.dmm_torch_stream_wait(self.device, consumer, self.stream), "dmm.Buffer.__dlpack__")
+                lib.dmm_torch_record_stream(self.ptr, consumer)
+        return self._claim.capsule(self._device_type)
     @property
     def __cuda_array_interface__(self):
         if self._device_type != _dlpack.DEVICE_CUDA:

@@ -1,107 +1,91 @@
 # SPDX-License-Identifier: Apache-2.0
-"""dmm._dlpack — raw memory as a DLPack capsule, with ctypes only (no numpy, no compiled extension).
+"""dmm._dlpack — claims on memory and DLPack capsules over them (the C side: adapters/torch/dlpack.c in
+libdmm_torch.so; contract: dmm_torch.h, "Claims and DLPack"). dmm.buffer and dmm.kv's views stand on it.
 
-What it owns: the DLManagedTensor structs of the capsules it made and not yet deleted, and the one
-deleter and capsule destructor every capsule shares. A capsule describes a 1-D uint8 tensor (stride 1)
-of `nbytes` at `ptr` on a named device (DLPack's device types: 1 CPU, 2 CUDA), so the consumer never guesses the
-device from the pointer (torch's __cuda_array_interface__ path asks the driver, which does not know
-reserved but unmapped address space, and needs numpy). The consumer takes it with
-torch.utils.dlpack.from_dlpack (or numpy.from_dlpack through an object's __dlpack__) and calls the
-deleter when its last tensor goes; a capsule never consumed is deleted with the capsule itself.
+A Claim is memory with a count of holders: its creator and each DLPack tensor made from it that no
+consumer has deleted yet. The memory is freed once, with the last holder, when the claim owns it
+(dmm.buffer's); a claim that does not (a KV request's range) only counts its views. The DLPack tensor
+and its deleter are plain C, so a consumer may delete one on any thread, with or without the GIL, while
+an exception is pending or at interpreter exit: no Python runs in the deleter. A capsule describes a 1-D
+uint8 tensor (stride 1) over the whole claim on a named device (DLPack's device types: 1 CPU, 2 CUDA),
+so the consumer never guesses the device from the pointer.
 
-Invariants: `on_release` runs exactly once per capsule, from the deleter (the consumer's thread, with
-the GIL taken by ctypes); a struct stays in _LIVE, so its memory stays valid, until its deleter ran.
-The memory itself is never freed here: on_release tells its owner that this view is gone.
+Invariants: drop() gives the creator's hold back once (a second call does nothing); a capsule never
+consumed gives its hold back when it goes (the C destructor).
 """
 
 import ctypes
-import threading
+
+from . import _lib
 
 DEVICE_CPU = 1
 DEVICE_CUDA = 2
-_NAME = b"dltensor"
-_USED = b"used_dltensor"
+_NAME = b"dltensor"  # module-wide: the capsule keeps the pointer to these bytes
 
-
-class _Device(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class _DataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class _Tensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", _Device), ("ndim", ctypes.c_int32), ("dtype", _DataType),
-                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
-                ("byte_offset", ctypes.c_uint64)]
-
-
-class _Managed(ctypes.Structure):
-    pass
-
-
-_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(_Managed))
-_Managed._fields_ = [("dl_tensor", _Tensor), ("manager_ctx", ctypes.c_void_p), ("deleter", _DELETER)]
-
-_lock = threading.Lock()
-_LIVE = {}  # address of a _Managed -> (the struct, its shape array, on_release)
-
-# Own prototypes (not ctypes.pythonapi's shared ones, whose argtypes other code may set). The destructor's
-# calls take the capsule as a plain address: it is being deallocated, and must not be made an object again.
 _capsule_new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(
     ("PyCapsule_New", ctypes.pythonapi))
-_capsule_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(
-    ("PyCapsule_IsValid", ctypes.pythonapi))
-_capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(
-    ("PyCapsule_GetPointer", ctypes.pythonapi))
+
+_SIGNATURES = {
+    "dmm_torch_claim_create": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int, ctypes.c_void_p,
+                                              ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)]),
+    "dmm_torch_claim_drop": (None, [ctypes.c_void_p]),
+    "dmm_torch_claim_holders": (ctypes.c_uint64, [ctypes.c_void_p]),
+    "dmm_torch_claims_live": (ctypes.c_uint64, []),
+    "dmm_torch_claim_dlpack": (ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_int]),
+}
 
 
-def _delete(managed):
-    address = ctypes.cast(managed, ctypes.c_void_p).value
-    with _lock:
-        entry = _LIVE.pop(address, None)
-    if entry is not None and entry[2] is not None:
-        entry[2]()
-
-
-_deleter = _DELETER(_delete)
-
-
-def _destroy(capsule):
-    # a capsule that no consumer renamed to "used_dltensor" still owns its tensor
-    if _capsule_is_valid(capsule, _NAME):
-        _delete(ctypes.cast(_capsule_pointer(capsule, _NAME), ctypes.POINTER(_Managed)))
-
-
-_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-_destructor = _DESTRUCTOR(_destroy)
+def _calls():
+    lib = _lib.load()
+    if getattr(lib, "_dmm_dlpack_ready", False):
+        return lib
+    for name, (res, args) in _SIGNATURES.items():
+        f = getattr(lib, name, None)
+        if f is None:
+            raise _lib.DmmError("libdmm_torch.so at %s has no %s: it is older than this package; rebuild it"
+                                % (_lib.library_path(), name))
+        f.restype, f.argtypes = res, args
+    lib._dmm_dlpack_ready = True
+    return lib
 
 
 def live():
-    """How many capsules' tensors are not deleted yet (tests)."""
-    with _lock:
-        return len(_LIVE)
+    """Claims of the process not gone yet."""
+    return int(_calls().dmm_torch_claims_live())
 
 
-def capsule(ptr, nbytes, device_type, device_id, on_release=None):
-    """A DLPack capsule of `nbytes` bytes at `ptr` on (device_type, device_id), as a 1-D uint8 tensor;
-    on_release() runs once, when the consumer deletes it (or the unconsumed capsule goes)."""
-    if not isinstance(ptr, int) or not isinstance(nbytes, int) or ptr <= 0 or nbytes < 0 or nbytes >= 1 << 63:
-        raise ValueError("a DLPack tensor needs an address above 0 and 0 to 2**63 - 1 bytes, not %r, %r"
-                         % (ptr, nbytes))
-    shape = (ctypes.c_int64 * 2)(nbytes, 1)  # the shape, then the stride (explicit: some consumers predate NULL)
-    m = _Managed()
-    m.dl_tensor.data = ptr
-    m.dl_tensor.device = _Device(device_type, device_id)
-    m.dl_tensor.ndim = 1
-    m.dl_tensor.dtype = _DataType(1, 8, 1)  # kDLUInt, 8 bits, 1 lane
-    m.dl_tensor.shape = shape
-    m.dl_tensor.strides = ctypes.cast(ctypes.byref(shape, 8), ctypes.POINTER(ctypes.c_int64))
-    m.dl_tensor.byte_offset = 0
-    m.manager_ctx = None
-    m.deleter = _deleter
-    address = ctypes.addressof(m)
-    with _lock:
-        _LIVE[address] = (m, shape, on_release)
-    return _capsule_new(address, _NAME, ctypes.cast(_destructor, ctypes.c_void_p))
+class Claim:
+    """`nbytes` at `ptr` on device `device` (ordered on `stream`); with owns=True the memory is
+    dmm_torch_malloc's and goes with the last holder."""
+
+    def __init__(self, ptr, nbytes, device, stream=0, owns=False):
+        if isinstance(ptr, bool) or not isinstance(ptr, int) or ptr <= 0 or ptr >= 1 << 64:
+            raise ValueError("a claim needs an address from 1 to 2**64 - 1, not %r" % (ptr,))
+        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or not 0 < nbytes < 1 << 63:
+            raise ValueError("a claim needs 1 to 2**63 - 1 bytes, not %r" % (nbytes,))
+        self._lib = _calls()
+        handle = ctypes.c_void_p()
+        if self._lib.dmm_torch_claim_create(ptr, nbytes, device, stream or None, 1 if owns else 0,
+                                            ctypes.byref(handle)) != 0:
+            raise MemoryError("dmm: no host memory for a claim on %d bytes at %#x" % (nbytes, ptr))
+        self._c, self.ptr, self.nbytes, self.device = handle.value, ptr, nbytes, device
+        self._destructor = ctypes.cast(self._lib.dmm_torch_dlpack_capsule_destructor, ctypes.c_void_p).value
+
+    def holders(self):
+        """The creator (until drop) and each DLPack tensor no consumer has deleted yet."""
+        return int(self._lib.dmm_torch_claim_holders(self._c)) if self._c is not None else 0
+
+    def capsule(self, device_type):
+        """A "dltensor" capsule over the whole claim, holding it until its consumer deletes it."""
+        if self._c is None:
+            raise _lib.DmmError("dmm: this memory was given back; it has no DLPack view any more")
+        managed = self._lib.dmm_torch_claim_dlpack(self._c, device_type)
+        if not managed:
+            raise MemoryError("dmm: no host memory for a DLPack tensor")
+        return _capsule_new(managed, _NAME, self._destructor)
+
+    def drop(self):
+        """Gives the creator's hold back (the memory goes now if nothing else holds it)."""
+        c, self._c = self._c, None
+        if c is not None:
+            self._lib.dmm_torch_claim_drop(c)

@@ -230,10 +230,7 @@ class Request:
 
     def __init__(self, arena, handle):
         self._arena, self._r, self._views = arena, handle, None
-        self._live_views = 0  # DLPack views of the range torch still holds (their deleters not run yet)
-
-    def _view_gone(self):
-        self._live_views -= 1
+        self._claim = None  # the range's claim (dmm._dlpack): it counts the DLPack views torch still holds
 
     def _handle(self):
         if self._r is None:
@@ -260,11 +257,10 @@ class Request:
         if self._views is None:
             torch = _lib.import_torch("dmm.kv")
             a, base = self._arena, self.base
-            capsule = _dlpack.capsule(base, a.max_tokens * a.token_bytes, _dlpack.DEVICE_CUDA, a.device.index,
-                                      on_release=self._view_gone)
-            self._live_views += 1
+            if self._claim is None:
+                self._claim = _dlpack.Claim(base, a.max_tokens * a.token_bytes, a.device.index)
             from torch.utils import dlpack
-            raw = dlpack.from_dlpack(capsule)
+            raw = dlpack.from_dlpack(self._claim.capsule(_dlpack.DEVICE_CUDA))
             if raw.data_ptr() != base or raw.device != a.device:
                 raise _lib.DmmError("dmm.kv: torch placed the view at %#x on %s, not at the request's %#x on %s"
                                     % (raw.data_ptr(), raw.device, base, a.device))
@@ -291,11 +287,16 @@ class Request:
         """Gives the request's memory back; returns the release state (COMPLETE, QUARANTINED). Refused while a
         view of the request is still referenced (after close its range may be another request's)."""
         handle = self._handle()
-        self._views = None
-        if self._live_views > 0:
+        views, self._views = self._views, None  # our own view: not the caller's to delete
+        del views
+        held = self._claim.holders() - 1 if self._claim is not None else 0
+        if held > 0:
             raise _lib.DmmError("dmm.kv.Request.close: %d view(s) of this request's cache (from cache(), keys() or "
                                 "values(), or sliced from them) are still referenced; delete them first: after "
-                                "close the range may be another request's memory" % self._live_views)
+                                "close the range may be another request's memory" % held)
         state = _release(self._arena, "dmm_torch_kv_close", handle, "dmm.kv.Request.close")
+        if self._claim is not None:
+            self._claim.drop()
+            self._claim = None
         self._r = None
         return state

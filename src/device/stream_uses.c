@@ -106,6 +106,12 @@ bool dmm__device_uses_take(void *ptr, dmm_stream own, dmm_stream **streams, size
     return true;
 }
 
+dmm_status dmm_device_stream_wait(dmm_device *dev, dmm_stream waiter, dmm_stream on) {
+    if (dev == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_device_stream_wait: needs a device (NULL given)");
+    dmm__device_stream_wait(dev, waiter, on);
+    return DMM_OK;
+}
+
 void dmm__device_stream_wait(dmm_device *c, dmm_stream waiter, dmm_stream on) {
     if (waiter == on) return;
     if (dmm__drv_can_wait_event(c->drv)) {
