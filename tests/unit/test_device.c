@@ -105,6 +105,15 @@ static void blocks_on_two_streams(void **state) {
     assert_int_equal(stat_current(&f, "allocated_bytes"), 0);
     assert_int_equal(stat_current(&f, "requested_bytes"), 0);
     DMM_OK_OR_FAIL(dmm_device_empty_cache(f.dev, NULL));
+    /* a consumer stream ordered after another's work: one event recorded there and waited for here */
+    uint64_t waits = dmm_fault_calls(f.fault, DMM_OP_STREAM_WAIT_EVENT);
+    uint64_t records = dmm_fault_calls(f.fault, DMM_OP_EVENT_RECORD);
+    DMM_OK_OR_FAIL(dmm_device_stream_wait(f.dev, f.s2, f.s1));
+    assert_int_equal(dmm_fault_calls(f.fault, DMM_OP_STREAM_WAIT_EVENT), waits + 1);
+    assert_int_equal(dmm_fault_calls(f.fault, DMM_OP_EVENT_RECORD), records + 1);
+    DMM_OK_OR_FAIL(dmm_device_stream_wait(f.dev, f.s1, f.s1)); /* the same stream: nothing to order */
+    assert_int_equal(dmm_fault_calls(f.fault, DMM_OP_STREAM_WAIT_EVENT), waits + 1);
+    assert_int_equal(dmm_device_stream_wait(NULL, f.s2, f.s1), DMM_ERR_INVALID_ARGUMENT);
     fx_close(&f);
 }
 
