@@ -324,6 +324,79 @@ for flavour in ("vllm", "torch_memory_saver"):
     check(r["freed"] >= 0.95 * r["usage"], "%s: sleep freed >= 95 %% of the tagged memory (%.1f %%)"
           % (flavour, 100.0 * r["freed"] / max(1, r["usage"])))
 
+# ---- 4b. the vLLM drop-in's tag calls: discard, the selective wake, usage, reuse, release_pools ----
+VLLM_TAGS = PRELUDE + r"""
+import logging
+from dmm.compat.vllm import CuMemAllocator
+alloc = CuMemAllocator.get_instance()
+n = 32 << 20
+with alloc.use_memory_pool(tag="weights"):
+    w = torch.full((n,), 1.0, device="cuda")
+with alloc.use_memory_pool(tag="kv_cache"):
+    kv = torch.full((n,), 2.0, device="cuda")
+with alloc.use_memory_pool(tag="scratch"):
+    sc = torch.full((n,), 3.0, device="cuda")
+with alloc.reuse_memory_pool("weights"):
+    w2 = torch.full((n,), 4.0, device="cuda")
+torch.cuda.synchronize()
+out = {"usage_awake": alloc.get_current_usage()}
+try:
+    with alloc.reuse_memory_pool("never-used"):
+        pass
+    out["reuse_unknown"] = "no error"
+except ValueError as e:
+    out["reuse_unknown"] = "ValueError: %s" % e
+
+# discard one tag: the others stay mapped and usable
+alloc.discard("kv_cache")
+out["usage_after_discard"] = alloc.get_current_usage()
+out["weights_usable"] = bool((w == 1.0).all().item() and (w2 == 4.0).all().item())
+out["scratch_usable"] = bool((sc == 3.0).all().item())
+
+# sleep keeps weights; wake_up(["weights"]) wakes weights and scratch (not deferrable), not kv_cache
+warned = []
+handler = logging.Handler()
+handler.emit = lambda record: warned.append(record.getMessage())
+logging.getLogger("dmm").addHandler(handler)
+alloc.sleep(offload_tags=("weights", "kv_cache"))   # kv_cache is asleep already (discarded): kept, said
+out["warned"] = warned[:]
+out["usage_asleep"] = alloc.get_current_usage()
+alloc.wake_up(tags=["weights"])
+torch.cuda.synchronize()
+out["usage_after_wake"] = alloc.get_current_usage()
+out["weights_back"] = bool((w == 1.0).all().item() and (w2 == 4.0).all().item())
+out["scratch_awake"] = "scratch" not in alloc._asleep
+out["kv_still_asleep"] = "kv_cache" in alloc._asleep
+alloc.wake_up(tags=["kv_cache"])
+kv.fill_(5.0)
+torch.cuda.synchronize()
+out["kv_writable"] = bool((kv == 5.0).all().item())
+alloc.release_pools(); alloc.release_pools(); alloc.close()
+out["usage_end"] = alloc.get_current_usage()
+emit(out)
+"""
+print("== 4b. the vLLM drop-in's tag calls")
+r = child(VLLM_TAGS)
+if r is None:
+    check(False, "the vLLM tag child ran")
+else:
+    print("  %s" % r)
+    N = 32 << 20
+    check(r["reuse_unknown"].startswith("ValueError"), "reuse_memory_pool of an unknown tag: %s" % r["reuse_unknown"])
+    check(r["usage_awake"] >= 4 * 4 * N, "get_current_usage counts the four tensors (%s)" % mib(r["usage_awake"]))
+    check(r["usage_awake"] - r["usage_after_discard"] >= 4 * N,
+          "discard('kv_cache') frees its memory (usage %s -> %s)" % (mib(r["usage_awake"]), mib(r["usage_after_discard"])))
+    check(r["weights_usable"] and r["scratch_usable"], "discard leaves the other tags mapped and usable")
+    check(any("already-asleep" in m for m in r["warned"]), "a sleep that would change a discarded tag's policy says so")
+    check(r["usage_asleep"] == 0, "asleep, get_current_usage is 0 (memory that sleeps is not counted)")
+    check(r["weights_back"], "wake_up(['weights']) brings the weights' contents back")
+    check(r["scratch_awake"] and r["kv_still_asleep"],
+          "wake_up(['weights']) also wakes 'scratch' (not deferrable) and leaves 'kv_cache' asleep")
+    check(r["usage_after_wake"] >= 3 * 4 * N, "usage after that wake counts weights and scratch (%s)"
+          % mib(r["usage_after_wake"]))
+    check(r["kv_writable"], "kv_cache wakes when named and is writable")
+    check(r["usage_end"] >= 4 * 4 * N, "release_pools/close twice change nothing in use")
+
 # ---- 5. record_stream ----
 RECORD = PRELUDE + r"""
 import dmm.torch as dt
