@@ -169,6 +169,9 @@ DMM_TORCH_API int dmm_torch_kv_refill(dmm_kv *kv, uint64_t *created);
 /* CLOCK_MONOTONIC in ns (the clock of the *_ns stats). */
 DMM_TORCH_API uint64_t dmm_torch_now_ns(void);
 
+/* Where the pinned copy of [ptr, ptr + bytes) lies while its tag is offloaded to host; *host = NULL when
+ * there is none (dmm_device_host_copy; torch_memory_saver's get_cpu_backup). */
+DMM_TORCH_API int dmm_torch_host_copy(int device, const void *ptr, uint64_t bytes, void **host);
 /* Orders `waiter` after the work queued on `on` so far (an event `waiter` waits for; `on` is synchronized
  * where the driver cannot). For a consumer of memory ordered on another stream (dmm.buffer's DLPack). */
 DMM_TORCH_API int dmm_torch_stream_wait(int device, void *waiter, void *on);

@@ -403,6 +403,11 @@ int dmm_torch_hold_drop(const char *socket, const char *name, const uint8_t *tok
     return record(s);
 }
 
+int dmm_torch_host_copy(int device, const void *ptr, uint64_t bytes, void **host) {
+    WITH_CTX(device);
+    return record(dmm_device_host_copy(c, ptr, bytes, host));
+}
+
 int dmm_torch_stream_wait(int device, void *waiter, void *on) {
     WITH_CTX(device);
     return record(dmm_device_stream_wait(c, (dmm_stream)waiter, (dmm_stream)on));

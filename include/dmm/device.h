@@ -149,6 +149,11 @@ DMM_API dmm_status dmm_device_offload_wait(dmm_device *dev, const char *tag);
 DMM_API dmm_status dmm_device_restore(dmm_device *dev, const char *tag, dmm_stream stream);
 /* Gives back the tag's pinned copies. */
 DMM_API dmm_status dmm_device_release_host(dmm_device *dev, const char *tag);
+/* Where the pinned copy of [ptr, ptr + bytes) lies while its tag is offloaded to host (the copies done):
+ * *host = that address, valid until the tag's release_host; *host = NULL when the range is in no tag,
+ * or its tag is resident, discarded or still offloading, or the copy does not cover the whole range
+ * (torch_memory_saver's get_cpu_backup). */
+DMM_API dmm_status dmm_device_host_copy(dmm_device *dev, const void *ptr, uint64_t bytes, void **host);
 
 /* ---- graph-capture pools ---- */
 /* Whether `stream` is capturing a graph now (the driver's stream_capture_status; never for the default

@@ -44,6 +44,8 @@ _SIGNATURES = {
     "dmm_torch_free": (None, [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]),
     "dmm_torch_record_stream": (None, [ctypes.c_void_p, ctypes.c_void_p]),
     "dmm_torch_stream_wait": (ctypes.c_int, [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]),
+    "dmm_torch_host_copy": (ctypes.c_int, [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64,
+                                           ctypes.POINTER(ctypes.c_void_p)]),
     "dmm_torch_last_error": (ctypes.c_size_t, [ctypes.c_char_p, ctypes.c_size_t]),
     "dmm_torch_last_status": (ctypes.c_int, []),
     "dmm_torch_set_limit": (ctypes.c_int, [ctypes.c_int, ctypes.c_uint64]),

@@ -133,7 +133,22 @@ static void a_tag_sleeps_and_wakes_with_its_contents(void **state) {
     DMM_OK_OR_FAIL(dmm_device_offload_wait(f.dev, "weights"));
     assert_true(stat_current(&f, "reserved_bytes") + 12 * MIB <= mapped); /* the tag left the device */
     assert_true(dmm_fault_calls(f.fault, DMM_OP_HOST_ALLOC) > 0);         /* through the driver's host copies */
+    /* asleep, each tensor's bytes are in the pinned copy (torch_memory_saver's get_cpu_backup) */
+    for (int i = 0; i < 3; i++) {
+        void *copy = NULL;
+        DMM_OK_OR_FAIL(dmm_device_host_copy(f.dev, w[i], 4 * MIB, &copy));
+        assert_non_null(copy);
+        assert_true(same(copy, 4 * MIB, 10u + (unsigned)i));
+    }
+    void *none = w[0];
+    DMM_OK_OR_FAIL(dmm_device_host_copy(f.dev, (char *)w[2] + 4 * MIB, 1, &none)); /* past what was saved */
+    assert_null(none);
+    DMM_OK_OR_FAIL(dmm_device_host_copy(f.dev, &none, 8, &none)); /* host memory: in no tag */
+    assert_null(none);
+    assert_int_equal(dmm_device_host_copy(f.dev, w[0], 8, NULL), DMM_ERR_INVALID_ARGUMENT);
     DMM_OK_OR_FAIL(dmm_device_restore(f.dev, "weights", f.s1));
+    DMM_OK_OR_FAIL(dmm_device_host_copy(f.dev, w[0], 8, &none)); /* resident: no copy to read */
+    assert_null(none);
     for (int i = 0; i < 3; i++) assert_true(same(w[i], 4 * MIB, 10u + (unsigned)i)); /* same addresses, same bytes */
     DMM_OK_OR_FAIL(dmm_device_release_host(f.dev, "weights"));
     for (int i = 0; i < 3; i++) DMM_OK_OR_FAIL(dmm_device_free(f.dev, w[i], f.s1));
@@ -155,6 +170,9 @@ static void a_discarded_tag_wakes_mapped_and_writable(void **state) {
     DMM_OK_OR_FAIL(dmm_device_offload(f.dev, "kv", DMM_DEVICE_DISCARD, f.s1));
     DMM_OK_OR_FAIL(dmm_device_offload_wait(f.dev, "kv"));
     assert_int_equal(dmm_fault_calls(f.fault, DMM_OP_HOST_ALLOC), host_allocs); /* nothing copied */
+    void *copy = kv;
+    DMM_OK_OR_FAIL(dmm_device_host_copy(f.dev, kv, 8, &copy)); /* discarded: no copy */
+    assert_null(copy);
     /* allocating in a tag that sleeps is refused with a sentence, nothing changed */
     void *p = NULL;
     DMM_OK_OR_FAIL(dmm_device_tag_begin("kv"));

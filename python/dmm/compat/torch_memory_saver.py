@@ -9,14 +9,24 @@
     with torch_memory_saver.cuda_graph(graph):                   # as torch.cuda.graph(graph)
         out = model(static_input)
     torch_memory_saver.pause()              # every tag; pause("kv_cache") one tag
+    torch_memory_saver.get_cpu_backup(w)    # while paused: the host copy of a backed-up tensor
     torch_memory_saver.resume()
+    with configure_subprocess():            # children started here find the same libdmm_torch.so
+        start_worker_process()
 
 The same names and meanings as torch_memory_saver's: memory allocated inside region(tag,
 enable_cpu_backup) is pausable; pause(tag=None) frees the device memory of the regions of `tag`
 (None: every tag), keeping the contents of those made with enable_cpu_backup=True in pinned host
 memory; resume(tag=None) maps them again at the same addresses (kept contents copied back; the others
 come back with undefined contents); disable() is a block whose allocations are not pausable even
-inside a region; `enabled` is True. Both calls return when their work is done, as the original's do,
+inside a region; `enabled` is True; get_cpu_backup(x, zero_copy=False) is, while x's region is paused
+with enable_cpu_backup=True, a CPU tensor of x's shape and dtype holding its contents (a copy, or with
+zero_copy=True a view of dmm's pinned copy, valid until that copy is released), else None;
+configure_subprocess() is a block in which child processes started inherit the saver: the original
+sets LD_PRELOAD to its hook, dmm needs no hook, so the block sets DMM_LIB to the library this process
+loaded (a child that imports dmm.compat.torch_memory_saver uses the same build) and restores it after.
+Not built: TMS_INIT_ENABLE (every allocation of the process pausable from the start), which needs a
+process-wide default tag that dmm's tags (one per thread's scope) do not have yet. Both calls return when their work is done, as the original's do,
 but never synchronize the device: pause waits on an event recorded after the work already queued on
 the current stream, so a kernel still reading the memory finishes first.
 
@@ -28,8 +38,10 @@ which unmaps graph pools too: the graph's memory is not freed by pause.
 """
 
 import contextlib
+import ctypes
+import os
 
-from .. import _lib
+from .. import _dlpack, _lib
 from .. import torch as _dt
 
 _TAG_DEFAULT = "default"
@@ -94,6 +106,46 @@ class TorchMemorySaver:
                 woke = True
         if woke:
             torch.cuda.current_stream().synchronize()  # the copies are done when resume returns
+
+
+    def get_cpu_backup(self, x, zero_copy=False):
+        """x's contents while its region is paused with a CPU backup, as a CPU tensor of x's shape and dtype
+        (a copy; zero_copy=True: a view of dmm's pinned copy); None otherwise."""
+        torch = _lib.import_torch("dmm.compat.torch_memory_saver")
+        if not isinstance(x, torch.Tensor) or not x.is_cuda:
+            raise TypeError("torch_memory_saver.get_cpu_backup: x must be a CUDA tensor, not %r" % (type(x),))
+        if not x.is_contiguous():
+            raise ValueError("torch_memory_saver.get_cpu_backup: x must be contiguous (its bytes one range)")
+        nbytes = x.numel() * x.element_size()
+        if nbytes == 0:
+            return None
+        host = ctypes.c_void_p()
+        _lib.check(_lib.load().dmm_torch_host_copy(x.device.index, x.data_ptr(), nbytes, ctypes.byref(host)),
+                   "torch_memory_saver.get_cpu_backup")
+        if not host.value:
+            return None
+        claim = _dlpack.Claim(host.value, nbytes, 0)
+        try:
+            from torch.utils import dlpack
+            view = dlpack.from_dlpack(claim.capsule(_dlpack.DEVICE_CPU)).view(x.dtype).view(x.shape)
+        finally:
+            claim.drop()  # the view holds it now
+        return view if zero_copy else view.clone()
+
+
+@contextlib.contextmanager
+def configure_subprocess():
+    """Children started inside find the libdmm_torch.so this process loaded (DMM_LIB), as the original's
+    children find its hook through LD_PRELOAD."""
+    old = os.environ.get("DMM_LIB")
+    os.environ["DMM_LIB"] = _lib.library_path()
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("DMM_LIB", None)
+        else:
+            os.environ["DMM_LIB"] = old
 
 
 torch_memory_saver = TorchMemorySaver()

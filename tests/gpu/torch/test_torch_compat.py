@@ -289,6 +289,8 @@ with torch.cuda.stream(side):
 torch.cuda._sleep(1_500_000_000)
 late = model.head(model(static_x))
 free0 = torch.cuda.mem_get_info()[0]
+w0 = model.layers[0].weight.detach().clone()
+backup = {}
 if flavour == "vllm":
     usage = alloc.get_current_usage()
     alloc.sleep(offload_tags=("weights",))
@@ -296,6 +298,16 @@ else:
     import dmm.torch as dt
     usage = sum(t["committed_bytes"] for t in dt.memory_stats_raw()["tags"].values())
     tms.pause()
+    cb = tms.get_cpu_backup(model.layers[0].weight)
+    view = tms.get_cpu_backup(model.layers[0].weight, zero_copy=True)
+    backup = {"copy_same": cb is not None and cb.device.type == "cpu" and bool(torch.equal(cb, w0.cpu())),
+              "view_same": view is not None and bool(torch.equal(view, w0.cpu())),
+              "kv_none": tms.get_cpu_backup(kv) is None}
+    del view
+    from dmm.compat.torch_memory_saver import configure_subprocess
+    import dmm._lib
+    with configure_subprocess():
+        backup["child_lib"] = os.environ.get("DMM_LIB") == dmm._lib.library_path()
 side_busy = not side.query()
 free1 = torch.cuda.mem_get_info()[0]
 torch.cuda.synchronize()
@@ -306,8 +318,9 @@ else:
     tms.resume()
 after = generate(model, kv, 7, 32)
 g.replay(); torch.cuda.synchronize()
+backup["after_resume_none"] = flavour == "vllm" or tms.get_cpu_backup(model.layers[0].weight) is None
 emit({"before": before, "after": after, "graph_same": bool(torch.equal(static_y, graph_before)),
-      "late_ok": late_ok, "side_busy": side_busy, "usage": usage, "freed": free1 - free0})
+      "late_ok": late_ok, "side_busy": side_busy, "usage": usage, "freed": free1 - free0, "backup": backup})
 """
 for flavour in ("vllm", "torch_memory_saver"):
     print("== 4. the %s drop-in" % flavour)
@@ -323,6 +336,12 @@ for flavour in ("vllm", "torch_memory_saver"):
     check(r["side_busy"], "%s: sleep returned while another stream was still busy (no device synchronize)" % flavour)
     check(r["freed"] >= 0.95 * r["usage"], "%s: sleep freed >= 95 %% of the tagged memory (%.1f %%)"
           % (flavour, 100.0 * r["freed"] / max(1, r["usage"])))
+    if flavour == "torch_memory_saver":
+        b = r["backup"]
+        check(b["copy_same"] and b["view_same"], "get_cpu_backup of a paused weight (copy and zero_copy) holds its "
+                                                 "contents: %s" % b)
+        check(b["kv_none"] and b["after_resume_none"], "get_cpu_backup is None without a backup and after resume")
+        check(b["child_lib"], "configure_subprocess points children at this process's libdmm_torch.so")
 
 # ---- 4b. the vLLM drop-in's tag calls: discard, the selective wake, usage, reuse, release_pools ----
 VLLM_TAGS = PRELUDE + r"""
