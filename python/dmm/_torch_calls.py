@@ -19,6 +19,13 @@ engines, torch.cuda.memory_summary) keeps working unchanged:
     _cuda_record_memory_history_legacy   the same, with enabled=True/False
     _cuda_memorySnapshot(...)            memory._snapshot, _dump_snapshot,     dmm.torch.torch_snapshot(),
                                          memory_snapshot                       blocks from before tracking as free
+    _accelerator_getDeviceStats(device)  torch.accelerator.memory_stats and the   nested()
+                                         rest of torch >= 2.9's accelerator calls
+    _accelerator_resetPeakStats(device)  torch.accelerator.reset_peak_memory_stats dmm_torch_reset_peaks
+    _accelerator_resetAccumulatedStats   torch.accelerator.reset_accumulated_...   dmm_torch_reset_accumulated
+    _accelerator_emptyCache()            torch.accelerator.empty_cache             as _cuda_emptyCache
+    _accelerator_isAllocatorInitialized  (and the older _accelerator_allocatorInitialized): True, so that
+                                         the accelerator calls ask the entries above instead of answering {}
 and torch.cuda.mem_get_info, which asks the driver: under a dmm limit, `free` is at most what the
 limit leaves (limit - dmm's physical bytes).
 
@@ -209,6 +216,9 @@ def install(dt):
         "_cuda_setMemoryFraction": set_fraction, "_cuda_getMemoryFraction": get_fraction,
         "_cuda_record_memory_history": record_history, "_cuda_record_memory_history_legacy": record_history_legacy,
         "_cuda_memorySnapshot": memory_snapshot,
+        "_accelerator_getDeviceStats": memory_stats, "_accelerator_resetPeakStats": reset_peak,
+        "_accelerator_resetAccumulatedStats": reset_accumulated, "_accelerator_emptyCache": empty_cache,
+        "_accelerator_isAllocatorInitialized": lambda: True, "_accelerator_allocatorInitialized": lambda: True,
     }
     for name, fn in names.items():
         if hasattr(torch._C, name) and name not in _installed:

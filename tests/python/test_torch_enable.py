@@ -49,7 +49,9 @@ torch = types.ModuleType("torch")
 torch._C = types.ModuleType("torch._C")
 ENTRIES = ["_cuda_memoryStats", "_cuda_resetPeakMemoryStats", "_cuda_resetAccumulatedMemoryStats", "_cuda_emptyCache",
            "_cuda_setMemoryFraction", "_cuda_getMemoryFraction", "_cuda_record_memory_history",
-           "_cuda_record_memory_history_legacy", "_cuda_memorySnapshot"]
+           "_cuda_record_memory_history_legacy", "_cuda_memorySnapshot", "_accelerator_getDeviceStats",
+           "_accelerator_resetPeakStats", "_accelerator_resetAccumulatedStats", "_accelerator_emptyCache",
+           "_accelerator_isAllocatorInitialized"]  # (torch >= 2.9; this stand-in lacks the older spelling)
 for n in ENTRIES + ["_cuda_unrelated"]:
     setattr(torch._C, n, original(n))
 torch.cuda = types.ModuleType("torch.cuda")
@@ -187,6 +189,15 @@ check(hist == [("dmm", "history", 1 << 20, 0), ("dmm", "history", 0, 0), ("dmm",
 snap = torch._C._cuda_memorySnapshot(None)
 check(isinstance(snap, dict) and "segments" in snap and "device_traces" in snap,
       "_cuda_memorySnapshot: the snapshot in torch's layout")
+a = torch._C._accelerator_getDeviceStats(0)
+check(a["allocation"] == n["allocation"] and a["reserved_bytes"] == n["reserved_bytes"] and "segment" in a
+      and torch._C._accelerator_isAllocatorInitialized() is True,
+      "torch.accelerator (torch >= 2.9): getDeviceStats is dmm's nested stats, the allocator reads initialized")
+calls.clear()
+torch._C._accelerator_resetPeakStats(0)
+torch._C._accelerator_emptyCache()
+check(("dmm", "reset_peaks", 0) in calls and ("dmm", "empty_cache", 0) in calls,
+      "_accelerator_resetPeakStats / _accelerator_emptyCache -> dmm's")
 check(not any(c[0] == "torch original" for c in calls), "still no call reached torch's own entries")
 dt.enable()  # a second enable() changes nothing
 check(list(_torch_calls._installed) == ENTRIES + ["mem_get_info"], "a second enable() installs nothing twice")

@@ -91,6 +91,15 @@ for step in range(6):
     torch.cuda.reset_peak_memory_stats()
     torch.cuda.reset_accumulated_memory_stats()
 out = {"steps": steps, "installed": installed, "keys": len(torch.cuda.memory_stats())}
+acc = getattr(torch, "accelerator", None)
+if acc is not None and hasattr(acc, "memory_allocated"):  # torch >= 2.9
+    keep = torch.empty(1 << 20, device=dev)
+    torch.cuda.synchronize()
+    out["accelerator"] = {"allocated": acc.memory_allocated() == torch.cuda.memory_allocated() > 0,
+                          "reserved": acc.memory_reserved() == torch.cuda.memory_reserved() > 0,
+                          "stats": acc.memory_stats().get("allocation.all.current")
+                          == torch.cuda.memory_stats()["allocation.all.current"]}
+    del keep
 path = os.path.join(os.environ.get("TMPDIR", "/tmp"), "dmm_compat_%s_%d.pickle" % (mode, os.getpid()))
 torch.cuda.memory._dump_snapshot(path)
 import pickle
@@ -130,6 +139,11 @@ else:
                                    mib(a["max_allocated"]), mib(b["max_allocated"]), mib(a["reserved"]),
                                    mib(b["reserved"])))
     check([s["loss"] for s in nat["steps"]] == [s["loss"] for s in dm["steps"]], "losses bit-identical to native")
+    if "accelerator" in dm:
+        check(all(dm["accelerator"].values()), "torch.accelerator's memory calls answer from dmm as torch.cuda's "
+                                               "do: %s" % dm["accelerator"])
+    else:
+        print("  (this torch has no torch.accelerator memory calls)")
     check([s["requested"] for s in nat["steps"]] == [s["requested"] for s in dm["steps"]],
           "requested_bytes.all.current equals native's at every step")
     check([s["allocations"] for s in nat["steps"]] == [s["allocations"] for s in dm["steps"]] and
