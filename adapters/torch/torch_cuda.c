@@ -97,6 +97,12 @@ static dmm_device *ctx_for(int device) {
 }
 
 /* ---- the allocator pair ---- */
+static _Atomic(dmm_torch_oom_observer) g_oom_observer;
+
+void dmm_torch_set_oom_observer(dmm_torch_oom_observer fn) {
+    atomic_store_explicit(&g_oom_observer, fn, memory_order_release);
+}
+
 void *dmm_torch_malloc_nothrow(ssize_t size, int device, void *stream) {
     if (size <= 0) return NULL;
     dmm_device *c = ctx_for(device);
@@ -104,6 +110,14 @@ void *dmm_torch_malloc_nothrow(ssize_t size, int device, void *stream) {
     void *p = NULL;
     dmm_status s = dmm_device_malloc(c, (size_t)size, (dmm_stream)stream, &p);
     if (s != DMM_OK) {
+        dmm_torch_oom_observer fn = atomic_load_explicit(&g_oom_observer, memory_order_acquire);
+        if (fn != NULL && (s == DMM_ERR_BUDGET || s == DMM_ERR_OUT_OF_MEMORY)) {
+            /* the observer may call dmm itself: the refusal's sentence is kept across it */
+            char why[2048];
+            snprintf(why, sizeof why, "%s", dmm_last_error());
+            fn(device, (uint64_t)size);
+            (void)dmm_error_set(s, "%s", why);
+        }
         record(s);
         return NULL;
     }

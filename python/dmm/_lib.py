@@ -44,6 +44,7 @@ _SIGNATURES = {
     "dmm_torch_free": (None, [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]),
     "dmm_torch_record_stream": (None, [ctypes.c_void_p, ctypes.c_void_p]),
     "dmm_torch_stream_wait": (ctypes.c_int, [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]),
+    "dmm_torch_set_oom_observer": (None, [ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_uint64)]),
     "dmm_torch_host_copy": (ctypes.c_int, [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64,
                                            ctypes.POINTER(ctypes.c_void_p)]),
     "dmm_torch_last_error": (ctypes.c_size_t, [ctypes.c_char_p, ctypes.c_size_t]),
@@ -105,7 +106,10 @@ def load():
             except OSError as e:  # not a library of this machine, a sanitized build, a missing libz
                 raise DmmError("libdmm_torch.so at %s does not load: %s" % (p, e)) from e
             for name, (res, args) in _SIGNATURES.items():
-                f = getattr(lib, name)
+                f = getattr(lib, name, None)
+                if f is None:  # a library of an older build beside a newer package
+                    raise DmmError("libdmm_torch.so at %s has no %s: it is older than this package; rebuild it (or "
+                                   "point DMM_LIB at a library of the same version)" % (p, name))
                 f.restype = res
                 f.argtypes = args
             _lib, _path = lib, os.path.abspath(p)

@@ -26,6 +26,11 @@ engines, torch.cuda.memory_summary) keeps working unchanged:
     _accelerator_emptyCache()            torch.accelerator.empty_cache             as _cuda_emptyCache
     _accelerator_isAllocatorInitialized  (and the older _accelerator_allocatorInitialized): True, so that
                                          the accelerator calls ask the entries above instead of answering {}
+    _cuda_attach_out_of_memory_observer  memory._attach_out_of_memory_observer   observers dmm calls (from C,
+                                         (observer(device, alloc, device_allocated, device_free))  on the
+                                         allocating thread) before a budget or memory refusal is raised;
+                                         device_allocated is dmm's live bytes there, device_free what
+                                         mem_get_info says (under a limit: what the limit leaves)
 and torch.cuda.mem_get_info, which asks the driver: under a dmm limit, `free` is at most what the
 limit leaves (limit - dmm's physical bytes).
 
@@ -46,6 +51,8 @@ from . import _lib
 _HISTORY_DEFAULT_MAX = 1 << 20  # torch's default max_entries is sys.maxsize: dmm keeps 2^20 (40 MiB)
 _fractions = {}  # device -> the fraction last set through set_per_process_memory_fraction
 _installed = []  # the torch._C names replaced, in order
+_oom_observers = []  # torch's out-of-memory observers, in the order attached
+_oom_hook = None     # the C callback that calls them (kept alive: the library holds its address)
 
 
 def _stat(d):
@@ -210,6 +217,34 @@ def install(dt):
             free = min(free, max(0, int(limit) - int(raw["physical_bytes"]["current"])))
         return free, total
 
+    def fire_oom(device, nbytes):
+        """The library's out-of-memory callback: each observer, with torch's arguments. Never raises into C."""
+        try:
+            raw = dt.memory_stats_raw(device)
+            allocated = int(raw["allocated_bytes"]["current"])
+            free = mem_get_info(device)[0]
+        except Exception:  # noqa: BLE001 - the refusal is raised next whatever happens here
+            allocated, free = 0, 0
+        for observer in list(_oom_observers):
+            try:
+                observer(device, int(nbytes), allocated, free)
+            except Exception:  # noqa: BLE001 - torch's own allocator also keeps going past a failing observer
+                import traceback
+
+                traceback.print_exc()
+
+    def attach_oom_observer(observer, *_):
+        global _oom_hook
+        if not callable(observer):
+            raise TypeError("_attach_out_of_memory_observer: the observer must be callable, not %r" % (observer,))
+        if _oom_hook is None:
+            import ctypes
+
+            setter = _lib.load().dmm_torch_set_oom_observer
+            _oom_hook = setter.argtypes[0](fire_oom)
+            setter(_oom_hook)
+        _oom_observers.append(observer)
+
     names = {
         "_cuda_memoryStats": memory_stats, "_cuda_resetPeakMemoryStats": reset_peak,
         "_cuda_resetAccumulatedMemoryStats": reset_accumulated, "_cuda_emptyCache": empty_cache,
@@ -219,6 +254,7 @@ def install(dt):
         "_accelerator_getDeviceStats": memory_stats, "_accelerator_resetPeakStats": reset_peak,
         "_accelerator_resetAccumulatedStats": reset_accumulated, "_accelerator_emptyCache": empty_cache,
         "_accelerator_isAllocatorInitialized": lambda: True, "_accelerator_allocatorInitialized": lambda: True,
+        "_cuda_attach_out_of_memory_observer": attach_oom_observer,
     }
     for name, fn in names.items():
         if hasattr(torch._C, name) and name not in _installed:

@@ -51,7 +51,8 @@ ENTRIES = ["_cuda_memoryStats", "_cuda_resetPeakMemoryStats", "_cuda_resetAccumu
            "_cuda_setMemoryFraction", "_cuda_getMemoryFraction", "_cuda_record_memory_history",
            "_cuda_record_memory_history_legacy", "_cuda_memorySnapshot", "_accelerator_getDeviceStats",
            "_accelerator_resetPeakStats", "_accelerator_resetAccumulatedStats", "_accelerator_emptyCache",
-           "_accelerator_isAllocatorInitialized"]  # (torch >= 2.9; this stand-in lacks the older spelling)
+           "_accelerator_isAllocatorInitialized",  # (torch >= 2.9; this stand-in lacks the older spelling)
+           "_cuda_attach_out_of_memory_observer"]
 for n in ENTRIES + ["_cuda_unrelated"]:
     setattr(torch._C, n, original(n))
 torch.cuda = types.ModuleType("torch.cuda")
@@ -198,6 +199,16 @@ torch._C._accelerator_resetPeakStats(0)
 torch._C._accelerator_emptyCache()
 check(("dmm", "reset_peaks", 0) in calls and ("dmm", "empty_cache", 0) in calls,
       "_accelerator_resetPeakStats / _accelerator_emptyCache -> dmm's")
+seen = []
+torch._C._cuda_attach_out_of_memory_observer(lambda *a: seen.append(a))
+torch._C._cuda_attach_out_of_memory_observer(lambda *a: 1 / 0)  # a failing observer does not stop the next
+torch._C._cuda_attach_out_of_memory_observer(lambda *a: seen.append(("second",) + a))
+check(_torch_calls._oom_hook is not None, "attaching an observer registers dmm's C callback")
+_torch_calls._oom_hook(0, 4096)  # what libdmm_torch.so calls before raising a refusal
+check(len(seen) == 2 and seen[0][:2] == (0, 4096) and seen[0][2] == RAW["allocated_bytes"]["current"]
+      and seen[1][0] == "second", "the observers get (device, bytes, dmm's allocated, free), in order: %s" % seen)
+ok, msg = raises(TypeError, lambda: torch._C._cuda_attach_out_of_memory_observer(42), "callable")
+check(ok, "a non-callable observer is refused: %s" % msg)
 check(not any(c[0] == "torch original" for c in calls), "still no call reached torch's own entries")
 dt.enable()  # a second enable() changes nothing
 check(list(_torch_calls._installed) == ENTRIES + ["mem_get_info"], "a second enable() installs nothing twice")

@@ -170,6 +170,8 @@ OOM = PRELUDE + r"""
 import dmm.torch as dt
 dt.enable(limit=1 << 30)
 a = torch.empty(512 << 20, dtype=torch.uint8, device="cuda")
+seen = []
+torch.cuda.memory._attach_out_of_memory_observer(lambda *args: seen.append(args))
 caught = "none"
 try:
     b = torch.empty(768 << 20, dtype=torch.uint8, device="cuda")
@@ -180,7 +182,8 @@ except RuntimeError as e:
 dt.set_limit(2 << 30)
 b = torch.empty(768 << 20, dtype=torch.uint8, device="cuda")
 b.fill_(3); torch.cuda.synchronize()
-emit({"caught": caught, "after": int(b[-1].item()), "num_ooms": torch.cuda.memory_stats()["num_ooms"]})
+emit({"caught": caught, "after": int(b[-1].item()), "num_ooms": torch.cuda.memory_stats()["num_ooms"],
+      "observed": [list(x) for x in seen]})
 """
 print("== 2. a budget refusal is torch.cuda.OutOfMemoryError")
 r = child(OOM, alloc="dmm")
@@ -192,6 +195,9 @@ else:
           "except torch.cuda.OutOfMemoryError caught the refusal, with dmm's sentence")
     check(r["after"] == 3 and r["num_ooms"] >= 1, "the process went on: 768 MiB under a raised limit, num_ooms %d"
           % r["num_ooms"])
+    obs = r["observed"]
+    check(len(obs) == 1 and obs[0][0] == 0 and obs[0][1] >= 768 << 20 and obs[0][2] >= 512 << 20,
+          "the out-of-memory observer saw the refusal: (device, bytes, allocated, free) = %s" % obs)
 
 # ---- 3. a dmm region after CUDA init ----
 REGION = PRELUDE + r"""
@@ -429,6 +435,45 @@ else:
           % mib(r["usage_after_wake"]))
     check(r["kv_writable"], "kv_cache wakes when named and is writable")
     check(r["usage_end"] >= 4 * 4 * N, "release_pools/close twice change nothing in use")
+
+# ---- 4c. torch.cuda.MemPool created after dmm.torch.enable(), without and with an allocator of its own ----
+MEMPOOL = PRELUDE + r"""
+import dmm.torch as dt
+dt.enable()
+out = {}
+n = 16 << 20
+
+
+def use(pool):
+    before = dt.memory_stats()["allocated_bytes.all.current"]
+    with torch.cuda.use_mem_pool(pool):
+        t = torch.full((n,), 7, dtype=torch.uint8, device="cuda")
+    torch.cuda.synchronize()
+    grew = dt.memory_stats()["allocated_bytes.all.current"] - before
+    ok = bool((t == 7).all().item())
+    del t
+    torch.cuda.synchronize()
+    return {"ok": ok, "dmm_counted": grew >= n}
+
+
+for name, make in (("default", lambda: torch.cuda.MemPool()),
+                   ("own_allocator", lambda: torch.cuda.MemPool(torch.cuda.memory.CUDAPluggableAllocator(
+                       dt.library_path(), "dmm_torch_malloc", "dmm_torch_free").allocator()))):
+    try:
+        out[name] = use(make())
+    except Exception as e:  # noqa: BLE001
+        out[name] = {"error": "%s: %s" % (type(e).__name__, str(e)[:300])}
+emit(out)
+"""
+print("== 4c. torch.cuda.MemPool after enable()")
+r = child(MEMPOOL, alloc="dmm")
+if r is None:
+    check(False, "the MemPool child ran")
+else:
+    for name in ("default", "own_allocator"):
+        res = r[name]
+        check(res.get("ok") and res.get("dmm_counted"), "MemPool (%s) after enable(): tensors in it hold their "
+                                                        "values and are dmm memory: %s" % (name, res))
 
 # ---- 5. record_stream ----
 RECORD = PRELUDE + r"""
