@@ -98,6 +98,7 @@ static dmm_device *ctx_for(int device) {
 
 /* ---- the allocator pair ---- */
 static _Atomic(dmm_torch_oom_observer) g_oom_observer;
+static _Thread_local bool tl_in_observer; /* this thread runs the observer now */
 
 void dmm_torch_set_oom_observer(dmm_torch_oom_observer fn) {
     atomic_store_explicit(&g_oom_observer, fn, memory_order_release);
@@ -111,11 +112,14 @@ void *dmm_torch_malloc_nothrow(ssize_t size, int device, void *stream) {
     dmm_status s = dmm_device_malloc(c, (size_t)size, (dmm_stream)stream, &p);
     if (s != DMM_OK) {
         dmm_torch_oom_observer fn = atomic_load_explicit(&g_oom_observer, memory_order_acquire);
-        if (fn != NULL && (s == DMM_ERR_BUDGET || s == DMM_ERR_OUT_OF_MEMORY)) {
-            /* the observer may call dmm itself: the refusal's sentence is kept across it */
+        if (fn != NULL && !tl_in_observer && (s == DMM_ERR_BUDGET || s == DMM_ERR_OUT_OF_MEMORY)) {
+            /* the observer may call dmm itself: the refusal's sentence is kept across it; a refusal
+             * inside the observer (it allocated) is not observed again */
             char why[2048];
             snprintf(why, sizeof why, "%s", dmm_last_error());
+            tl_in_observer = true;
             fn(device, (uint64_t)size);
+            tl_in_observer = false;
             (void)dmm_error_set(s, "%s", why);
         }
         record(s);

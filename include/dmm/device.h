@@ -150,9 +150,10 @@ DMM_API dmm_status dmm_device_restore(dmm_device *dev, const char *tag, dmm_stre
 /* Gives back the tag's pinned copies. */
 DMM_API dmm_status dmm_device_release_host(dmm_device *dev, const char *tag);
 /* Where the pinned copy of [ptr, ptr + bytes) lies while its tag is offloaded to host (the copies done):
- * *host = that address, valid until the tag's release_host; *host = NULL when the range is in no tag,
- * or its tag is resident, discarded or still offloading, or the copy does not cover the whole range
- * (torch_memory_saver's get_cpu_backup). */
+ * *host = that address, to read only while the tag stays offloaded (a restore, the next offload, a trim
+ * or release_host may rewrite or free it); *host = NULL when the range is in no tag, or its tag is
+ * resident, discarded, still offloading or failed, or the copy does not cover the whole range, or the
+ * device is lost (torch_memory_saver's get_cpu_backup). */
 DMM_API dmm_status dmm_device_host_copy(dmm_device *dev, const void *ptr, uint64_t bytes, void **host);
 
 /* ---- graph-capture pools ---- */

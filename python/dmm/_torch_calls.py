@@ -26,11 +26,13 @@ engines, torch.cuda.memory_summary) keeps working unchanged:
     _accelerator_emptyCache()            torch.accelerator.empty_cache             as _cuda_emptyCache
     _accelerator_isAllocatorInitialized  (and the older _accelerator_allocatorInitialized): True, so that
                                          the accelerator calls ask the entries above instead of answering {}
+    _accelerator_getMemoryInfo(device)   torch.accelerator.get_memory_info (torch >= 2.10): mem_get_info below
     _cuda_attach_out_of_memory_observer  memory._attach_out_of_memory_observer   observers dmm calls (from C,
-                                         (observer(device, alloc, device_allocated, device_free))  on the
-                                         allocating thread) before a budget or memory refusal is raised;
-                                         device_allocated is dmm's live bytes there, device_free what
-                                         mem_get_info says (under a limit: what the limit leaves)
+                                         (observer(device, alloc, maximum, free))  on the allocating thread,
+                                         once: not again for a refusal inside an observer) before a budget
+                                         or memory refusal (also dmm.buffer's, CuPy's) is raised; maximum
+                                         is dmm's limit when set, else the device's total (torch passes the
+                                         allowed maximum or the total), free what mem_get_info says
 and torch.cuda.mem_get_info, which asks the driver: under a dmm limit, `free` is at most what the
 limit leaves (limit - dmm's physical bytes).
 
@@ -218,16 +220,18 @@ def install(dt):
         return free, total
 
     def fire_oom(device, nbytes):
-        """The library's out-of-memory callback: each observer, with torch's arguments. Never raises into C."""
+        """The library's out-of-memory callback: each observer, with torch's arguments (device, the bytes
+        asked, the most the device may hold: dmm's limit when set, else the device's total, and the free
+        bytes mem_get_info reports). Never raises into C."""
         try:
-            raw = dt.memory_stats_raw(device)
-            allocated = int(raw["allocated_bytes"]["current"])
-            free = mem_get_info(device)[0]
+            free, total = mem_get_info(device)
+            limit = dt.memory_stats_raw(device).get("limit")
+            maximum = int(limit) if limit is not None else int(total)
         except Exception:  # noqa: BLE001 - the refusal is raised next whatever happens here
-            allocated, free = 0, 0
+            maximum, free = 0, 0
         for observer in list(_oom_observers):
             try:
-                observer(device, int(nbytes), allocated, free)
+                observer(device, int(nbytes), maximum, free)
             except Exception:  # noqa: BLE001 - torch's own allocator also keeps going past a failing observer
                 import traceback
 
@@ -240,9 +244,12 @@ def install(dt):
         if _oom_hook is None:
             import ctypes
 
+            import atexit
+
             setter = _lib.load().dmm_torch_set_oom_observer
             _oom_hook = setter.argtypes[0](fire_oom)
             setter(_oom_hook)
+            atexit.register(setter, None)  # no refusal after exit calls a callback Python has freed
         _oom_observers.append(observer)
 
     names = {
@@ -255,6 +262,7 @@ def install(dt):
         "_accelerator_resetAccumulatedStats": reset_accumulated, "_accelerator_emptyCache": empty_cache,
         "_accelerator_isAllocatorInitialized": lambda: True, "_accelerator_allocatorInitialized": lambda: True,
         "_cuda_attach_out_of_memory_observer": attach_oom_observer,
+        "_accelerator_getMemoryInfo": lambda device=None, *_: mem_get_info(device),
     }
     for name, fn in names.items():
         if hasattr(torch._C, name) and name not in _installed:

@@ -372,16 +372,19 @@ dmm_status dmm_device_host_copy(dmm_device *c, const void *ptr, uint64_t bytes, 
     if (c == NULL) return dmm__device_null("dmm_device_host_copy", "a device");
     if (host == NULL) return dmm__device_null("dmm_device_host_copy", "a place for the address");
     *host = NULL;
+    if (dmm__drv_lost(c->drv)) return DMM_OK; /* after a loss the copies may predate the last restore */
     uintptr_t p = (uintptr_t)ptr;
     pthread_mutex_lock(&c->lock);
     for (int i = 0; i < DMM_DEVICE_MAX_TAGS && *host == NULL; i++) {
         const device_tag *t = &c->tags[i];
-        if (t->state != TAG_OFFLOADED || t->mode != DMM_DEVICE_TO_HOST) continue;
+        if (t->state != TAG_OFFLOADED || t->mode != DMM_DEVICE_TO_HOST || t->failure != DMM_OK) continue;
         for (const tag_segment *g = t->segs; g != NULL; g = g->next) {
             uintptr_t base = (uintptr_t)g->seg.a.ptr;
             if (p < base || p - base >= g->seg.a.bytes) continue;
             uint64_t off = p - base;
-            if (g->host != NULL && bytes <= g->saved_bytes && off <= g->saved_bytes - bytes)
+            /* only a segment whose offload finished holds a whole copy */
+            if (g->state == SEG_OFFLOADED && g->host != NULL && bytes <= g->saved_bytes &&
+                off <= g->saved_bytes - bytes)
                 *host = (char *)g->host + off;
             break;
         }

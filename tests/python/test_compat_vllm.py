@@ -7,7 +7,7 @@ on real memory.
 What is proven: sleep offloads the offload_tags to host and discards the rest, only tags awake;
 discard drops the named tags only; a tag already asleep keeps its way, and a call that would change
 it warns once on the "dmm" logger; wake_up(tags) wakes the named tags and every tag other than
-"weights" and "kv_cache" (vLLM's selective-wake rule), wake_up() all; get_current_usage counts only
+"weights" and "kv_cache" (the tags vLLM's engine tracks as sleeping), wake_up() all; get_current_usage counts only
 tags awake; reuse_memory_pool refuses a tag never used (ValueError) and enters a used one;
 release_pools and close change nothing; bad tags are TypeErrors.
 Exit 0 = all held, 1 = a check failed.

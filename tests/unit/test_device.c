@@ -143,6 +143,9 @@ static void a_tag_sleeps_and_wakes_with_its_contents(void **state) {
     void *none = w[0];
     DMM_OK_OR_FAIL(dmm_device_host_copy(f.dev, (char *)w[2] + 4 * MIB, 1, &none)); /* past what was saved */
     assert_null(none);
+    none = w[0];
+    DMM_OK_OR_FAIL(dmm_device_host_copy(f.dev, (char *)w[2] + 4 * MIB - 4, 8, &none)); /* straddles its end */
+    assert_null(none);
     DMM_OK_OR_FAIL(dmm_device_host_copy(f.dev, &none, 8, &none)); /* host memory: in no tag */
     assert_null(none);
     assert_int_equal(dmm_device_host_copy(f.dev, w[0], 8, NULL), DMM_ERR_INVALID_ARGUMENT);

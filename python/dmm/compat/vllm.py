@@ -19,9 +19,11 @@ is awake; discard(tags) frees the device memory of the tags named without a copy
 mapped and usable; a tag already asleep keeps the way it went to sleep (a sleep or discard that would
 change it says so once on the "dmm" logger, as vLLM warns); wake_up(tags) maps the memory of the tags
 named again (None: all) at the same addresses, with the kept contents copied back (the discarded ones
-come back with undefined contents), and — vLLM's selective-wake rule — defers only "weights" and
-"kv_cache": memory of any other tag always wakes; get_current_usage() is the bytes of device memory
-the tags hold while awake (memory that sleeps is not counted); release_pools() (and close(), its
+come back with undefined contents), and defers only "weights" and "kv_cache" (the tags vLLM's engine
+tracks as sleeping): memory of any other tag always wakes; get_current_usage() is the bytes of device
+memory the tags hold while awake (memory that sleeps is not counted). These two follow issue 37's
+reading of current vLLM; the cumem.py this was checked against (vllm-project/vllm 010c211) wakes
+exactly the tags named and counts every allocation, asleep or not; release_pools() (and close(), its
 alias) lets the pools go before the interpreter ends, and is safe to call more than once (dmm keeps no
 per-tag pool objects, so there is nothing torch could tear down late). sleep, discard and wake_up
 return when their work is done (as vLLM's do) but never synchronize the device: sleep waits on an

@@ -176,7 +176,7 @@ caught = "none"
 try:
     b = torch.empty(768 << 20, dtype=torch.uint8, device="cuda")
 except torch.cuda.OutOfMemoryError as e:
-    caught = "OutOfMemoryError: " + str(e).splitlines()[0][:300]
+    caught = "OutOfMemoryError: " + str(e).splitlines()[0][:3000]
 except RuntimeError as e:
     caught = "RuntimeError: " + str(e).splitlines()[0][:300]
 dt.set_limit(2 << 30)
@@ -191,13 +191,14 @@ if r is None:
     check(False, "the OOM child ran")
 else:
     print("  caught: %s" % r["caught"])
-    check(r["caught"].startswith("OutOfMemoryError: ") and "dmm" in r["caught"],
-          "except torch.cuda.OutOfMemoryError caught the refusal, with dmm's sentence")
+    check(r["caught"].startswith("OutOfMemoryError: ") and "dmm" in r["caught"] and "limit" in r["caught"],
+          "except torch.cuda.OutOfMemoryError caught the refusal, with dmm's sentence (the budget's limit named: "
+          "kept across the out-of-memory observer)")
     check(r["after"] == 3 and r["num_ooms"] >= 1, "the process went on: 768 MiB under a raised limit, num_ooms %d"
           % r["num_ooms"])
     obs = r["observed"]
-    check(len(obs) == 1 and obs[0][0] == 0 and obs[0][1] >= 768 << 20 and obs[0][2] >= 512 << 20,
-          "the out-of-memory observer saw the refusal: (device, bytes, allocated, free) = %s" % obs)
+    check(len(obs) == 1 and obs[0][0] == 0 and obs[0][1] >= 768 << 20 and obs[0][2] == 1 << 30,
+          "the out-of-memory observer saw the refusal once: (device, bytes, the 1 GiB limit, free) = %s" % obs)
 
 # ---- 3. a dmm region after CUDA init ----
 REGION = PRELUDE + r"""
