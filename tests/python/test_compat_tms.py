@@ -44,4 +44,42 @@ except ImportError:
     error, fragment = dmm._lib.DmmError, "needs PyTorch"
 ok, msg = raises(error, lambda: tms.torch_memory_saver.get_cpu_backup("not a tensor"), fragment)
 check(ok, "get_cpu_backup of something that is not a CUDA tensor is refused: %s" % msg)
+# ---- retain_cpu_backup, disk backup, resume over a stand-in for dmm.torch ----
+import contextlib  # noqa: E402
+import types  # noqa: E402
+
+calls = []
+
+
+@contextlib.contextmanager
+def region(name):
+    calls.append(("region", name))
+    yield
+
+
+tms._dt = types.SimpleNamespace(region=region, tag_info=lambda name: {"committed_bytes": 1},
+                                offload=lambda name, to, wait: calls.append(("offload", name, to)),
+                                restore=lambda name: calls.append(("restore", name)),
+                                release_host=lambda name: calls.append(("release_host", name)))
+stream = types.SimpleNamespace(synchronize=lambda: calls.append(("sync",)))
+tms._lib = types.SimpleNamespace(import_torch=lambda what: types.SimpleNamespace(
+    cuda=types.SimpleNamespace(current_stream=lambda: stream)))
+saver = tms.TorchMemorySaver()
+with saver.region(tag="weights", enable_cpu_backup=True):
+    pass
+ok, msg = raises(ValueError, lambda: saver.region(tag="w", enable_disk_backup=True).__enter__(), "pinned host memory")
+check(ok, "region(enable_disk_backup=True) is refused: %s" % msg)
+ok, msg = raises(NotImplementedError, lambda: saver.set_disk_backup_dir("/tmp/x"), "not on disk")
+check(ok, "set_disk_backup_dir is refused: %s" % msg)
+check(saver.retain_cpu_backup is True, "retain_cpu_backup is True by default (dmm keeps the pinned copies)")
+saver.pause()
+saver.resume()
+check(("release_host", "tms:weights:cpu_backup") not in calls, "with it, resume keeps the pinned copies")
+saver.retain_cpu_backup = False
+saver.pause()
+saver.resume()
+check(calls[-1] == ("release_host", "tms:weights:cpu_backup") and calls[-2] == ("sync",),
+      "retain_cpu_backup=False: resume frees the pinned copies after its copies are done")
+ok, msg = raises(TypeError, lambda: setattr(saver, "retain_cpu_backup", 1), "True or False")
+check(ok, "retain_cpu_backup takes a bool: %s" % msg)
 sys.exit(1 if failures else 0)

@@ -26,8 +26,11 @@ pause or empty_cache may rewrite or free it, as the original's view goes at resu
 configure_subprocess() is a block in which child processes started inherit the saver: the original
 sets LD_PRELOAD to its hook, dmm needs no hook, so the block sets DMM_LIB to the library this process
 loaded (a child that imports dmm.compat.torch_memory_saver uses the same build) and restores it after.
-Not built: TMS_INIT_ENABLE (every allocation of the process pausable from the start), which needs a
-process-wide default tag that dmm's tags (one per thread's scope) do not have yet. Both calls return when their work is done, as the original's do,
+retain_cpu_backup (True by default: dmm keeps the pinned copies after resume; False frees them at
+resume). Disk backup is not dmm's: region(enable_disk_backup=True) is a ValueError and
+set_disk_backup_dir a NotImplementedError, each saying so. Not built: TMS_INIT_ENABLE (every allocation
+of the process pausable from the start), which needs a process-wide default tag that dmm's tags (one
+per thread's scope) do not have yet. Both calls return when their work is done, as the original's do,
 but never synchronize the device: pause waits on an event recorded after the work already queued on
 the current stream, so a kernel still reading the memory finishes first.
 
@@ -52,11 +55,15 @@ class TorchMemorySaver:
     def __init__(self):
         self._regions = {}     # (tag, enable_cpu_backup) -> dmm tag name
         self._paused = set()   # dmm tag names whose memory is off the device
+        self._retain = True    # retain_cpu_backup: keep the pinned copies after resume (dmm's way)
 
     @contextlib.contextmanager
-    def region(self, tag=_TAG_DEFAULT, enable_cpu_backup=False):
+    def region(self, tag=_TAG_DEFAULT, enable_cpu_backup=False, enable_disk_backup=False):
         if not isinstance(tag, str) or not tag:
             raise TypeError("torch_memory_saver.region: tag must be a non-empty str, not %r" % (tag,))
+        if enable_disk_backup:
+            raise ValueError("torch_memory_saver.region(enable_disk_backup=True): dmm keeps a region's backup in "
+                             "pinned host memory, not on disk; use enable_cpu_backup=True")
         name = self._regions.setdefault((tag, bool(enable_cpu_backup)),
                                         "tms:%s%s" % (tag, ":cpu_backup" if enable_cpu_backup else ""))
         if name in self._paused:
@@ -99,14 +106,33 @@ class TorchMemorySaver:
     def resume(self, tag=None):
         torch = _lib.import_torch("dmm.compat.torch_memory_saver")
 
-        woke = False
+        woke = []
         for name, _ in self._names(tag, "resume"):
             if name in self._paused:
                 _dt.restore(name)
                 self._paused.discard(name)
-                woke = True
+                woke.append(name)
         if woke:
             torch.cuda.current_stream().synchronize()  # the copies are done when resume returns
+        if not self._retain:
+            for name in woke:
+                _dt.release_host(name)  # retain_cpu_backup=False: the pinned copies go now
+
+    @property
+    def retain_cpu_backup(self):
+        """Whether the pinned copies stay after resume (True, dmm's default: the next pause copies into
+        memory it already has) or go at resume (False)."""
+        return self._retain
+
+    @retain_cpu_backup.setter
+    def retain_cpu_backup(self, value):
+        if not isinstance(value, bool):
+            raise TypeError("torch_memory_saver.retain_cpu_backup is True or False, not %r" % (value,))
+        self._retain = value
+
+    def set_disk_backup_dir(self, path):
+        raise NotImplementedError("torch_memory_saver.set_disk_backup_dir(%r): dmm keeps backups in pinned host "
+                                  "memory, not on disk" % (path,))
 
 
     def get_cpu_backup(self, x, zero_copy=False):
