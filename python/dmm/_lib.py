@@ -155,6 +155,18 @@ def json_call(fn, device):
         check(s, "dmm stats")
 
 
+def switched_off():
+    """DMM_DISABLE (docs/options.md): 1, true, yes or on switches dmm off without a change of code."""
+    return os.environ.get("DMM_DISABLE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def served_devices(what):
+    """The CUDA devices dmm serves in this process (those with a dmm context), without creating one."""
+    mask = ctypes.c_uint64(0)
+    check(load().dmm_torch_devices(ctypes.byref(mask)), what)
+    return [i for i in range(64) if mask.value >> i & 1]
+
+
 def import_torch(what):
     """torch, or a DmmError with the one-line install hint when it is missing (`what` names the call)."""
     try:

@@ -143,11 +143,7 @@ def _zero_raw():
 
 
 def _devices():
-    import ctypes
-
-    mask = ctypes.c_uint64(0)
-    _lib.check(_lib.load().dmm_torch_devices(ctypes.byref(mask)), "torch.cuda.empty_cache")
-    return [i for i in range(64) if mask.value >> i & 1]
+    return _lib.served_devices("torch.cuda's memory calls")
 
 
 def install(dt):

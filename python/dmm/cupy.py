@@ -37,8 +37,6 @@ def _import_cupy():
     return cupy
 
 
-def _switched_off():
-    return os.environ.get("DMM_DISABLE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _malloc(size):
@@ -59,7 +57,7 @@ def _malloc(size):
 def enable():
     """Routes every CuPy allocation of this process through dmm (until disable())."""
     global _enabled, _said_off
-    if _switched_off():
+    if _lib.switched_off():
         if not _said_off:
             logging.getLogger("dmm").warning("dmm.cupy.enable(): DMM_DISABLE=%s switches dmm off: CuPy keeps its "
                                              "own memory pool (unset DMM_DISABLE to use dmm)",

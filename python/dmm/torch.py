@@ -51,9 +51,6 @@ _allocator = None
 _switched_off_said = False
 
 
-def _switched_off():
-    """DMM_DISABLE (docs/options.md): 1, true, yes or on switches dmm off without a change of code."""
-    return os.environ.get("DMM_DISABLE", "").strip().lower() in ("1", "true", "yes", "on")
 _MODES = {"host": 0, "discard": 1}
 
 
@@ -86,7 +83,7 @@ def enable(limit=None, capture_check=True, track_blocks=False):
     With DMM_DISABLE=1 in the environment it does nothing but say so once (logger "dmm"): dmm is
     switched off without a change of code."""
     global _enabled, _allocator, _switched_off_said
-    if _switched_off():  # torch keeps its own allocator; said once, on the "dmm" logger
+    if _lib.switched_off():  # torch keeps its own allocator; said once, on the "dmm" logger
         if not _switched_off_said:
             _switched_off_said = True
             logging.getLogger("dmm").warning("dmm.torch.enable(): DMM_DISABLE=%s switches dmm off: torch keeps its "

@@ -144,7 +144,7 @@ class TorchMemorySaver:
         if not x.is_contiguous():
             raise ValueError("torch_memory_saver.get_cpu_backup: x must be contiguous (its bytes one range)")
         nbytes = x.numel() * x.element_size()
-        if nbytes == 0 or x.device.index not in _served_devices():  # never create dmm's context on a device
+        if nbytes == 0 or x.device.index not in _lib.served_devices("torch_memory_saver.get_cpu_backup"):  # never create dmm's context on a device
             return None
         host = ctypes.c_void_p()
         _lib.check(_lib.load().dmm_torch_host_copy(x.device.index, x.data_ptr(), nbytes, ctypes.byref(host)),
@@ -158,12 +158,6 @@ class TorchMemorySaver:
         finally:
             claim.drop()  # the view holds it now
         return view if zero_copy else view.clone()
-
-
-def _served_devices():
-    mask = ctypes.c_uint64(0)
-    _lib.check(_lib.load().dmm_torch_devices(ctypes.byref(mask)), "torch_memory_saver.get_cpu_backup")
-    return [i for i in range(64) if mask.value >> i & 1]
 
 
 @contextlib.contextmanager
