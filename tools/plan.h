@@ -8,22 +8,16 @@
  * every policy that serves a repeating loop with no driver call; only re-mapping (moving physical
  * pages under the VA, driver calls) goes below it, down to the live peak itself.
  *
- * Finding the smallest fixed layout is NP-hard. The plan tries three greedy orders (largest first,
- * longest-lived first, largest size × lifetime first; each allocation at the best-fitting gap among
- * those already placed whose lifetimes overlap its own, else above them all), then restarts with
- * shaken orders (size × a root of the lifetime × a random factor, from a fixed seed: the same plan on
- * every run) while the work allows, and keeps the smallest extent: the best fixed layout found, an upper
- * bound of that floor and never below the live peak. The greedy orders alone get stuck: on gpt2-train
- * all three give 1.069 × the live peak, a few shaken orders 1.019 to 1.024.
+ * Finding the smallest fixed layout is NP-hard: the allocations are placed by the pool's placement
+ * (src/pool/placement.h: three greedy orders, then seeded shaken restarts while the work allows; the
+ * smallest extent kept), an upper bound of that floor and never below the live peak.
  * Lifetimes are event ordinals. Streams are not told apart (one address space: memory one stream
  * frees is reused by another at once, which an event-gated pool cannot do), so on a trace with
  * several streams the plan is optimistic.
  *
- * Used by `dmm replay --plan` and bench_replay. Cost: per order, O(n log n) plus, per allocation, the
- * placed allocations whose lifetimes overlap its own (found through a time index that lists each at
- * most 4 times), radix-sorted by offset; 1-5 s a trace shipped on this project's 2-core machine. The
- * cost grows with the overlaps, so thousands of allocations that live across millions of events would
- * cost minutes: past DMM_PLAN_MAX_WORK the plan is refused.
+ * Used by `dmm replay --plan` and bench_replay: 1-5 s a trace shipped on this project's 2-core machine.
+ * The cost grows with the overlaps, so thousands of allocations that live across millions of events
+ * would cost minutes: past DMM_PLAN_MAX_WORK the plan is refused.
  */
 #ifndef DMM_TOOLS_PLAN_H
 #define DMM_TOOLS_PLAN_H
@@ -31,10 +25,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pool/placement.h"
 #include "trace.h"
 
 /* The largest allocation the planner takes (sums of sizes then never wrap). */
-#define DMM_PLAN_MAX_BYTES ((uint64_t)1 << 58)
+#define DMM_PLAN_MAX_BYTES DMM_PLACE_MAX_BYTES
 /* The most work one plan does (index entries scanned, buckets visited, over every order) and the most
  * index entries one order lists (4 bytes each: 512 MiB). A hostile or unusual trace (thousands of
  * allocations living across millions of events) would otherwise take hours and gigabytes; it is
