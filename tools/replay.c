@@ -345,6 +345,7 @@ static int replay_once(const dmm_trace *t, const dmm_replay_opts *o, const dmm_r
     pc.min_chunk_bytes = o->min_chunk_bytes;
     pc.floor_divisor = o->floor_divisor;
     pc.no_alias = o->no_alias ? 1u : 0u;
+    pc.plan_loops = o->plan_loops ? 1u : 0u;
     pc.stock_bytes = o->stock_bytes;
     if (dmm_pool_create(arena, drv, &pc, &pool) != DMM_OK) FAIL("creating the pool failed: %s", dmm_last_error());
 

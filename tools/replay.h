@@ -31,6 +31,7 @@ typedef struct dmm_replay_opts {
     uint64_t lag;             /* > 0: an event completes only `lag` allocations after it was recorded
                                  (the GPU's view: the CPU runs ahead of the work); host driver only */
     bool no_alias;            /* the pool never aliases chunks (dmm_pool_config.no_alias) */
+    bool plan_loops;          /* the pool's heaps plan repeating loops (dmm_pool_config.plan_loops) */
     uint32_t repeat;          /* > 1: the trace as one iteration, replayed this many times over the same
                                  pool (the leftovers of one freed before the next); 0 or 1 = once */
     uint64_t warm_bytes;      /* > 0: a warm start (dmm_pool_warm) to this many committed bytes on the first

@@ -81,6 +81,10 @@ void dmm_report_text(FILE *f, const char *path, const dmm_trace *t, const dmm_re
             (unsigned long long)r->pool.chunks_committed,
             (unsigned long long)r->pool.chunks_moved, (unsigned long long)r->pool.chunks_aliased,
             (unsigned long long)r->pool.chunks_decommitted);
+    if (r->pool.plans > 0)
+        fprintf(f, "  plan of a loop  %llu made; %llu mallocs placed by plan, %llu went elsewhere\n",
+                (unsigned long long)r->pool.plans, (unsigned long long)r->pool.planned_mallocs,
+                (unsigned long long)r->pool.plan_misses);
     if (r->warm_spans > 0)
         fprintf(f, "  warm layout     %zu spans of the first pass, %.1f GiB committed ahead: growths took %llu, %llu "
                    "given back unused\n",

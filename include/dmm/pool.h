@@ -181,6 +181,15 @@ typedef struct dmm_pool_config {
      * The device front's history of ranges mapped and unmapped is made of these. */
     void (*on_map)(void *user, uintptr_t addr, uint64_t bytes, bool mapped);
     void *on_map_user;
+    uint32_t plan_loops;      /* 1 (experimental): a heap whose mallocs repeat (a training step, a
+                               generate round) and that still grows or re-maps memory in its loop
+                               places one turn of it by plan (offsets from the recorded lifetimes) and
+                               follows that plan from the next turn on, with no driver call once the
+                               plan's places are mapped; a turn of other sizes drops the plan. Costs
+                               384 KiB of host memory per stream for the record of its last 16,384
+                               mallocs. Not yet the default: its first turns can take the pool above
+                               its retention limit (docs/architecture.md, "The plan of a loop").
+                               0 = off (the default) */
 } dmm_pool_config;
 
 /* Creates a pool over `mech` (not owned; must support virtual backing, else DMM_ERR_UNSUPPORTED) and
@@ -354,7 +363,10 @@ DMM_API dmm_status dmm_pool_warm_layout(dmm_pool *pool, dmm_stream stream, const
                      "slow_path_ns too)")                                                                     \
     X(layout_adopted, "handles a warm layout committed ahead that a growth took, with no driver call")       \
     X(layout_released, "handles a warm layout committed ahead that were given back unused (a growth "         \
-                       "planned over them differently, a trim)")
+                       "planned over them differently, a trim)")                                            \
+    X(plans, "plans of a repeating loop a heap made and followed (dmm_pool_config.plan_loops)")             \
+    X(planned_mallocs, "mallocs that went where their heap's plan placed them")                          \
+    X(plan_misses, "mallocs a plan expected that went elsewhere (another size, or the place taken)")
 
 typedef struct dmm_pool_stats {
     uint32_t size; /* sizeof(dmm_pool_stats), set by the caller */

@@ -145,6 +145,10 @@ static const dmm_option table[DMM_OPTION_COUNT_] = {
                                 "also places the whole trace offline in a fixed layout (three greedy orders and "
                                 "seeded restarts, the smallest kept) and prints its extent: about the least memory "
                                 "that serves the trace with no driver call"},
+    [DMM_OPTION_REPLAY_PLAN_LOOPS] = {NULL, "--plan-loops", "dmm replay", DMM_OPTION_SWITCH, 0, 0, NULL, NULL, NULL,
+                                      NULL,
+                                      "experimental: the pool's heaps learn a repeating loop and follow a plan of it "
+                                      "(dmm_pool_config.plan_loops)"},
     [DMM_OPTION_REPLAY_JSON] = {NULL, "--json", "dmm replay", DMM_OPTION_TEXT, 0, 0, "[=FILE]", "a file", "out.json",
                                 NULL,
                                 "one JSON object instead of text; --json=FILE writes it to FILE (and the text to the "

@@ -241,7 +241,26 @@ typedef struct growth {
     uintptr_t fail_at;
     uint64_t fail_len;
     uintptr_t stock_at; /* where the stock thread should commit next (0: nowhere): see malloc_slow */
+    uintptr_t at;       /* > 0: the place a heap's plan has for this malloc (follow.c): grown and taken there */
 } growth;
+
+/* The block of h that holds address `at`, or NULL (not in h's runs). */
+static pool_block *block_at(const pool_heap *h, uintptr_t at) {
+    for (size_t r = 0; r < h->nruns; r++) {
+        if (at < h->runs[r].lo || at >= h->runs[r].hi) continue;
+        for (pool_block *b = h->runs[r].first; b != NULL; b = b->next)
+            if (at < b->addr + b->size) return b;
+    }
+    return NULL;
+}
+
+/* Whether [at, at + n) lies in h's VA (or at its first run's end) over FREE and UNMAPPED blocks only. */
+static bool place_growable(const pool_heap *h, uintptr_t at, uint64_t n) {
+    const pool_block *b = block_at(h, at);
+    for (; b != NULL && b->addr < at + n; b = b->next)
+        if (b->kind != BK_FREE && b->kind != BK_UNMAPPED) return false;
+    return true; /* what passes the run's end is VA the plan asks for (growth_plan_at) */
+}
 
 /* A growth of `n` bytes on h for a malloc of `requested` bytes (0: the stock's), nothing planned yet. */
 static void growth_init(growth *g, dmm_pool *p, pool_heap *h, uint64_t n, size_t requested) {
@@ -258,6 +277,23 @@ static void growth_init(growth *g, dmm_pool *p, pool_heap *h, uint64_t n, size_t
 static bool growth_fit(growth *g, int attempt, void **out, dmm_status *s) {
     pool_heap *h = g->h;
     dmm__heap_quick_flush(h); /* the plan below reads the free layout: the parked blocks merge first */
+    if (g->at != 0) {
+        pool_block *f = block_at(h, g->at);
+        if (f != NULL && f->kind == BK_FREE && f->addr + f->size >= g->at + g->n) {
+            pool_block *b = take_at(h, f, g->at, g->n, g->requested);
+            if (b != NULL) {
+                h->grown_mallocs += attempt != 0;
+                h->planned_mallocs++;
+                *out = (void *)b->addr;
+                if (g->fail != DMM_OK) dmm_clear_error();
+                *s = DMM_OK;
+                return true;
+            }
+        }
+        if (attempt == 0 && g->fail == DMM_OK && place_growable(h, g->at, g->n)) return false; /* grow it there */
+        dmm__follow_missed(h, false); /* taken, or the growth there failed: best fit instead */
+        g->at = 0;
+    }
     pool_block *b = dmm__heap_bin_find(h, g->n);
     if (b != NULL) {
         if (take(h, b, g->n, g->requested)) {
@@ -282,8 +318,11 @@ static bool growth_fit(growth *g, int attempt, void **out, dmm_status *s) {
 /* plan (under h's lock): the window; when there is no place at all, or the cheapest is a run's end
  * whose VA is too short, more VA first, preferably right after that run (once; if that is taken, a
  * new run of its own). */
+static dmm_status growth_plan_at(growth *g);
+
 static dmm_status growth_plan(growth *g) {
     dmm_pool *p = g->p;
+    if (g->at != 0) return growth_plan_at(g);
     bool extended = false;
     for (;;) {
         bool found = g->most ? plan_fresh(p, g->h, g->n, !extended, &g->pl)
@@ -294,6 +333,33 @@ static dmm_status growth_plan(growth *g) {
         if (!dmm__pool_grow_va(p, g->h, regions, prefer)) return dmm_last_status();
         extended = true;
     }
+}
+
+/* plan, at the place a heap's plan has for the malloc (under h's lock; place_growable held): the window
+ * is [at, at + n); VA first where it passes the end of its run (the run must grow in place). */
+static dmm_status growth_plan_at(growth *g) {
+    dmm_pool *p = g->p;
+    pool_heap *h = g->h;
+    memset(&g->pl, 0, sizeof g->pl);
+    size_t r = 0;
+    while (r < h->nruns && (g->at < h->runs[r].lo || g->at >= h->runs[r].hi)) r++;
+    if (r == h->nruns) return dmm_error_set(DMM_ERR_BUSY, "pool: the planned place %p is not in the heap's VA",
+                                            (void *)g->at);
+    if (g->at + g->n > h->runs[r].hi) {
+        const uintptr_t lo = h->runs[r].lo;
+        size_t more = (size_t)((g->at + g->n - h->runs[r].hi + p->region - 1) >> p->region_shift);
+        if (!dmm__pool_grow_va(p, h, more, r)) return dmm_last_status();
+        if (h->runs[r].lo != lo || h->runs[r].hi < g->at + g->n)
+            return dmm_error_set(DMM_ERR_BUSY, "pool: the VA after the planned place %p is taken", (void *)g->at);
+    }
+    pool_block *first = block_at(h, g->at), *last = first;
+    while (last->next != NULL && last->addr + last->size < g->at + g->n) last = last->next;
+    g->pl.found = true;
+    g->pl.lo = g->at;
+    g->pl.hi = g->at + g->n;
+    g->pl.first = first;
+    g->pl.k = window_cost(p, first, last, g->pl.lo, g->pl.hi);
+    return DMM_OK;
 }
 
 /* carve (under h's lock): the unmapped chunks inside the window become COMMITTING pieces, then, as far
@@ -334,13 +400,19 @@ static dmm_status growth_carve(growth *g, uint64_t *want_more) {
     if (committed + need > cap && !g->told) /* a warm start or the stock commits what it was told to */
         want = committed + need - cap < need ? committed + need - cap : need;
     g->sv.n = 0;
-    uint64_t got = dmm__pool_carve_sources(p, h, want, pl->lo, pl->hi, g->tv.v, g->nt, p->can_alias, false, &g->sv);
+    uintptr_t ex_lo = pl->lo, ex_hi = pl->hi;
+    if (h->follow != NULL) { /* a heap that follows its plan keeps the plan's places (follow.c) */
+        uintptr_t f_lo = h->follow->base, f_hi = h->follow->base + h->follow->extent;
+        if (f_lo < ex_lo) ex_lo = f_lo;
+        if (f_hi > ex_hi) ex_hi = f_hi;
+    }
+    uint64_t got = dmm__pool_carve_sources(p, h, want, ex_lo, ex_hi, g->tv.v, g->nt, p->can_alias, false, &g->sv);
     *want_more = got < want ? want - got : 0;
     return DMM_OK;
 }
 
 /* carve, continued (no lock held): sources from other heaps, one lock at a time. */
-static void growth_carve_others(growth *g, uint64_t want) {
+static uint64_t growth_carve_others(growth *g, uint64_t want) {
     uint64_t got = 0;
     for (pool_heap *o = heaps_head(g->p); o != NULL && got < want; o = heap_next(o)) {
         if (o == g->h) continue;
@@ -349,6 +421,7 @@ static void growth_carve_others(growth *g, uint64_t want) {
         got += dmm__pool_carve_sources(g->p, o, want - got, 0, 0, g->tv.v, g->nt, false, true, &g->sv);
         heap_unlock(o);
     }
+    return got;
 }
 
 /* drive: a commit failed (the sentence is set, the caller's context added) */
@@ -436,6 +509,7 @@ static void growth_fixup(growth *g) {
                                   g->requested, h->stream);
     }
     heap_lock(h);
+    if (g->nt > 0 || g->sv.n > 0) h->grown_at = h->mallocs + 1; /* (follow.c: a heap that grows may plan) */
     dmm__heap_block_put(h, g->rec); /* back to the spares: a split below takes it */
     dmm__heap_block_put(h, g->rec2);
     for (size_t j = 0; j < g->nt; j++) {
@@ -562,12 +636,13 @@ uint64_t dmm__pool_stock_grow(dmm_pool *p, pool_heap *h, uintptr_t at) {
     return grown;
 }
 
-dmm_status dmm__pool_malloc_slow(dmm_pool *p, pool_heap *h, uint64_t n, size_t requested, void **out,
+dmm_status dmm__pool_malloc_slow(dmm_pool *p, pool_heap *h, uint64_t n, size_t requested, uintptr_t at, void **out,
                                  uintptr_t *stock_at) {
     static const char entering[] = "entering dmm_pool_malloc's slow path";
     const uint64_t t0 = dmm_now_ns();
     growth g;
     growth_init(&g, p, h, n, requested);
+    g.at = at;
     dmm_status s = DMM_OK;
     int attempt;
     for (attempt = 0; attempt < 16; attempt++) {
@@ -583,17 +658,33 @@ dmm_status dmm__pool_malloc_slow(dmm_pool *p, pool_heap *h, uint64_t n, size_t r
         }
         uint64_t want_more = 0;
         s = growth_plan(&g);
+        if (s != DMM_OK && g.at != 0) { /* the planned place cannot grow: best fit instead */
+            dmm_clear_error();
+            dmm__follow_missed(h, false);
+            g.at = 0;
+            heap_unlock(h);
+            continue;
+        }
         if (s == DMM_OK) s = growth_carve(&g, &want_more);
         heap_unlock(h);
         if (s != DMM_OK) break;
-        growth_carve_others(&g, want_more);
+        if (growth_carve_others(&g, want_more) < want_more && g.at != 0) {
+            /* a planned place that only new memory beyond the retention limit could map (the memory that
+             * is to move there is still in use: a plan's first turns): best fit now, the place later */
+            growth_fixup(&g); /* nothing driven: the pieces go back unmapped, the sources free */
+            heap_lock(h);
+            dmm__follow_missed(h, false);
+            heap_unlock(h);
+            g.at = 0;
+            continue;
+        }
         growth_drive(&g);
         growth_fixup(&g);
         /* a growth that only added memory (nothing moved or aliased: the pool is still growing) for a
          * request no larger than the stock ends where a stock would go next. Not after a larger one: the
          * VA after it is where the next, slightly larger request of its kind grows in place (GPT-2's
          * logits), and a stock there, with small blocks carved from it, makes that one all new memory */
-        bool stockable = g.fail == DMM_OK && g.sv.n == 0 && n <= stock_target(p, live_peak_estimate(p));
+        bool stockable = g.fail == DMM_OK && g.sv.n == 0 && g.at == 0 && n <= stock_target(p, live_peak_estimate(p));
         g.stock_at = stockable ? align_up_c(p, g.pl.hi) : 0;
     }
     if (attempt == 16)

@@ -29,6 +29,27 @@ static inline void count_live(pool_heap *h, pool_block *b, uint64_t requested) {
     if (lb > dmm_atomic_load_relaxed(&h->live_peak)) dmm_atomic_store_relaxed(&h->live_peak, lb);
 }
 
+/* Counts a malloc of block b, now LIVE: its record (follow.c) and ordinal, and the look for a loop
+ * when one is due. */
+static inline void count_malloc(pool_heap *h, pool_block *b) {
+    b->ord = (uint32_t)h->mallocs;
+    if (h->records != NULL) {
+        precord *r = &h->records[h->mallocs & (POOL_RECORDS - 1)];
+        r->size = b->size;
+        r->t_alloc = ++h->events;
+        r->t_free = 0;
+    }
+    h->mallocs++;
+    if (__builtin_expect(h->mallocs >= h->next_look, 0)) dmm__follow_look(h->pool, h);
+}
+
+/* Counts the free of block b (LIVE until now) in its record, while the ring still holds it. */
+static inline void count_free(pool_heap *h, const pool_block *b) {
+    if (h->records == NULL) return;
+    uint32_t age = (uint32_t)h->mallocs - b->ord; /* mallocs since b's: ≥ 1 */
+    if (age <= POOL_RECORDS) h->records[(h->mallocs - age) & (POOL_RECORDS - 1)].t_free = ++h->events;
+}
+
 /* Hands out the front `n` bytes of FREE block b (under the lock). False: out of host memory. */
 static inline bool take(pool_heap *h, pool_block *b, uint64_t n, uint64_t requested) {
     dmm__heap_bin_remove(h, b);
@@ -44,8 +65,24 @@ static inline bool take(pool_heap *h, pool_block *b, uint64_t n, uint64_t reques
         return false;
     }
     count_live(h, b, requested);
-    h->mallocs++;
+    count_malloc(h, b);
     return true;
+}
+
+/* Hands out [at, at + n) of FREE block b, which holds it (under the lock): the block, or NULL when out
+ * of host memory (nothing changed). */
+static inline pool_block *take_at(pool_heap *h, pool_block *b, uintptr_t at, uint64_t n, uint64_t requested) {
+    if (!dmm__heap_reserve_blocks(h, 2)) return NULL;
+    b = dmm__heap_carve(h, b, at, n, BK_LIVE);
+    b->bin = (uint16_t)pool_bin_of(n >> h->align_shift);
+    b->requested = requested;
+    if (!dmm__heap_hash_insert(h, b)) {
+        dmm__heap_make_free(h, b);
+        return NULL;
+    }
+    count_live(h, b, requested);
+    count_malloc(h, b);
+    return b;
 }
 
 /* Whether LIVE block b could be parked without merging the parked ones first (the bounds). */

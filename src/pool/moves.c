@@ -55,7 +55,7 @@ uint64_t dmm__pool_carve_sources(dmm_pool *p, pool_heap *h, uint64_t want, uintp
     for (uint32_t c = 0; c < POOL_NBINS; c++) {
         if ((h->binmap[c / 64] >> (c % 64) & 1) == 0) continue;
         for (pool_block *b = h->bins[c]; b != NULL; b = b->lnext) {
-            if ((b->seq > h->safe_seq && !alias_ok) || (b->addr < ex_hi && b->addr + b->size > ex_lo)) continue;
+            if (b->seq > h->safe_seq && !alias_ok) continue;
             size_t q = qidx(p, align_up_c(p, b->addr)), qend = qidx(p, align_down_c(p, b->addr + b->size));
             while (q < qend) {
                 uint32_t len = p->clen[q];
@@ -64,6 +64,11 @@ uint64_t dmm__pool_carve_sources(dmm_pool *p, pool_heap *h, uint64_t want, uintp
                     continue;
                 }
                 if (q + len > qend) break; /* runs past the block's end */
+                uintptr_t at = p->base + q * Q;
+                if (at < ex_hi && at + (uint64_t)len * Q > ex_lo) { /* in the range kept */
+                    q += len;
+                    continue;
+                }
                 if (nc == h->capscratch) {
                     size_t ncap = h->capscratch ? h->capscratch * 2 : 64;
                     pcand *ns = realloc(h->scratch, ncap * sizeof *ns);
@@ -71,7 +76,7 @@ uint64_t dmm__pool_carve_sources(dmm_pool *p, pool_heap *h, uint64_t want, uintp
                     h->scratch = ns;
                     h->capscratch = ncap;
                 }
-                h->scratch[nc++] = (pcand){b, p->base + q * Q, (uint64_t)len * Q, b->seq, b->seq > h->safe_seq};
+                h->scratch[nc++] = (pcand){b, at, (uint64_t)len * Q, b->seq, b->seq > h->safe_seq};
                 q += len;
             }
         }

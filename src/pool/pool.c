@@ -189,6 +189,7 @@ dmm_status dmm_pool_create(dmm_mechanism *mech, dmm_driver *drv, const dmm_pool_
     p->settle_permille = c.settle_permille ? c.settle_permille : 100;
     if (p->settle_permille < p->retain_permille) p->settle_permille = p->retain_permille;
     p->can_alias = !c.no_alias && dmm_mechanism_has_slot(mech, DMM_SLOT_ALIAS); /* a capability, not a probe */
+    p->plan_loops = c.plan_loops != 0;
     if (cfg != NULL && cfg->size >= offsetof(dmm_pool_config, on_map_user) + sizeof cfg->on_map_user) {
         p->on_map = c.on_map;
         p->on_map_user = c.on_map_user;
@@ -258,6 +259,8 @@ __attribute__((noinline)) static pool_heap *heap_find(dmm_pool *p, dmm_stream st
                               stream);
                 return NULL;
             }
+            h->next_look = UINT64_MAX;
+            if (p->plan_loops) (void)dmm__follow_init(h); /* no room for the records: this heap never plans */
             h->ordinal = (uint32_t)p->nheaps;
             dmm_atomic_store_relaxed(&h->next_heap, heaps_head(p));
             dmm_atomic_store_release(&p->heaps, h);
@@ -308,7 +311,7 @@ static inline void quick_hit(pool_heap *h, pool_block *b, size_t bytes) {
     b->kind = BK_LIVE;
     b->requested = bytes;
     count_live(h, b, bytes);
-    h->mallocs++;
+    count_malloc(h, b);
 }
 
 /* Releases h's lock, taken through the hot path's slot (non-NULL) or heap_lock (NULL). */
@@ -321,6 +324,20 @@ static inline void unlock_by(pool_heap *h, dmm_biased_slot *slot) {
  * held, taken either way: `slot` is the hot path's, or NULL; released). */
 static __attribute__((noinline)) dmm_status malloc_rest(dmm_pool *p, pool_heap *h, uint64_t n, size_t bytes, void **out,
                                                         dmm_biased_slot *slot) {
+    uintptr_t planned_at = 0;
+    if (h->follow != NULL) { /* the heap follows the plan of its loop (follow.c): its place, if mapped and free */
+        pool_block *b = dmm__follow_place(p, h, n, bytes, &planned_at);
+        if (b != NULL) {
+            pfollow *f = h->follow;
+            bool shed = f->shed_due;
+            uintptr_t lo = f->base, hi = f->base + f->extent;
+            f->shed_due = false;
+            unlock_by(h, slot);
+            *out = (void *)b->addr;
+            if (shed) dmm__pool_shed_outside(p, h, lo, hi); /* after a turn all in place: what the plan leaves unused */
+            return DMM_OK;
+        }
+    }
     pool_block *b = h->nquick > 0 ? quick_pop(h, n) : NULL; /* none parked: no size class to compute */
     if (b != NULL) {
         quick_hit(h, b, bytes);
@@ -340,7 +357,7 @@ static __attribute__((noinline)) dmm_status malloc_rest(dmm_pool *p, pool_heap *
             h->quick_skip = POOL_QUICK_SKIP;
         }
     }
-    b = dmm__heap_bin_find(h, n);
+    b = planned_at == 0 ? dmm__heap_bin_find(h, n) : NULL; /* a planned place goes to the slow path */
     if (b != NULL && take(h, b, n, bytes)) {
         *out = (void *)b->addr;
         uintptr_t stock_at = h->stock_end != 0 ? dmm__pool_stock_refill_at(p, h, b) : 0; /* 0 without a stock */
@@ -351,7 +368,7 @@ static __attribute__((noinline)) dmm_status malloc_rest(dmm_pool *p, pool_heap *
     unlock_by(h, slot);
     uint64_t waited = dmm__pool_stock_wait(p, h); /* the stock being committed for h may fit */
     uintptr_t stock_at = 0;
-    dmm_status s = dmm__pool_malloc_slow(p, h, n, bytes, out, &stock_at);
+    dmm_status s = dmm__pool_malloc_slow(p, h, n, bytes, planned_at, out, &stock_at);
     dmm__pool_stock_post(p, h, stock_at);
     if (waited > 0) {
         dmm_atomic_add_relaxed(&p->stock_wait_ns, waited);
@@ -396,6 +413,7 @@ dmm_status dmm_pool_malloc(dmm_pool *p, size_t bytes, dmm_stream stream, void **
 }
 
 static inline void uncount_live(pool_heap *h, const pool_block *b) {
+    count_free(h, b);
     h->live_blocks--;
     h->requested_bytes -= b->requested;
     dmm_atomic_store_relaxed(&h->live_bytes, dmm_atomic_load_relaxed(&h->live_bytes) - b->size);
@@ -414,7 +432,7 @@ __attribute__((noinline, cold)) static dmm_status free_refused(const dmm_pool *p
 /* Whether LIVE block b, freed on `stream`, parks without further work: on its heap's own stream,
  * parking on, and room to park it (quick_room). */
 static inline bool parks_at_once(const pool_heap *h, const pool_block *b, dmm_stream stream) {
-    return stream == h->stream && h->quick_skip == 0 && quick_room(h, b);
+    return stream == h->stream && h->quick_skip == 0 && h->follow == NULL && quick_room(h, b);
 }
 
 /* The own-stream free of LIVE block b that parks at once (h's lock held). */
@@ -444,7 +462,7 @@ static __attribute__((noinline)) dmm_status free_rest(dmm_pool *p, pool_heap *h,
         h->frees++;
         bool parked = false;
         if (h->quick_skip > 0) h->quick_skip--; /* the stream does not repeat: merge it now */
-        else parked = quick_push(h, b);         /* false: too big to park (nothing changed) */
+        else if (h->follow == NULL) parked = quick_push(h, b); /* false: too big to park (nothing changed) */
         if (!parked) {
             heap_hash_unlink(h, link);
             dmm__heap_make_free(h, b);
@@ -554,6 +572,7 @@ static void pool_free_all(dmm_pool *p, bool driver) {
     pool_heap *h = heaps_head(p);
     while (h != NULL) {
         pool_heap *n = heap_next(h);
+        dmm__follow_fini(h);
         dmm__heap_fini(h);
         free(h);
         h = n;

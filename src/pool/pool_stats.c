@@ -52,6 +52,9 @@ static void gather(dmm_pool *p, dmm_pool_stats *s) {
         s->frees += h->frees;
         s->cached_mallocs += h->mallocs - h->grown_mallocs;
         s->cross_stream_frees += h->cross_frees;
+        s->plans += h->plans;
+        s->planned_mallocs += h->planned_mallocs;
+        s->plan_misses += h->plan_misses;
         s->lock_slow_paths += h->lock.slow; /* written under the lock's mutex by a holder: we hold the lock */
         heap_unlock(h);
     }

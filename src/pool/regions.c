@@ -216,6 +216,32 @@ static dmm_status pool_trim(dmm_pool *p, uint64_t target, uint64_t *released, co
     return DMM_OK;
 }
 
+void dmm__pool_shed_outside(dmm_pool *p, pool_heap *h, uintptr_t lo, uintptr_t hi) {
+    if (dmm__pool_lost(p, "shedding memory a plan does not use")) return;
+    dmm__pool_poll(p, h);
+    srcvec sv = {NULL, 0, 0};
+    heap_lock(h);
+    dmm__heap_quick_flush(h);
+    uint64_t want = 0; /* the whole chunks of free blocks outside [lo, hi) */
+    for (size_t r = 0; r < h->nruns; r++)
+        for (const pool_block *b = h->runs[r].first; b != NULL; b = b->next) {
+            if (b->kind != BK_FREE || b->seq > h->safe_seq) continue;
+            uintptr_t a = align_up_c(p, b->addr), z = align_down_c(p, b->addr + b->size);
+            if (a < lo && z > a) want += (z < lo ? z : lo) - a;
+            if (z > hi && z > a) want += z - (a > hi ? a : hi);
+        }
+    if (want > 0) dmm__pool_carve_sources(p, h, want, lo, hi, NULL, 0, false, false, &sv);
+    heap_unlock(h);
+    for (size_t i = 0; i < sv.n; i++) {
+        dmm__pool_decommit_one(p, &sv.v[i]);
+        if (dmm_release_state_of(&sv.v[i].o) == DMM_RELEASE_COMPLETE)
+            dmm__pool_layout_forget(p, sv.v[i].b->addr, sv.v[i].bytes);
+    }
+    dmm__pool_sources_fixup(p, &sv, 0);
+    free(sv.v);
+    dmm_clear_error(); /* a chunk that stayed is still free and mapped: the next turn sheds it again */
+}
+
 dmm_status dmm__pool_trim(dmm_pool *p, uint64_t target, uint64_t *released) {
     return pool_trim(p, target, released, "dmm_pool_trim", "entering dmm_pool_trim");
 }

@@ -129,6 +129,7 @@ typedef struct pool_block {
     };
     uint16_t bin;                 /* FREE: its bin; LIVE: bin_of(size); QUICK: its quick list (the same) */
     uint8_t kind;
+    uint32_t ord;                 /* LIVE, QUICK, PENDING: its malloc's ordinal in its heap, mod 2^32 (follow.c) */
 } pool_block;
 
 typedef struct prun {
@@ -157,6 +158,37 @@ typedef struct ptarget {
     uint64_t done; /* bytes committed so far, from its start */
     uint64_t seq;  /* the highest seq of the chunks aliased into it (0: none): its free blocks' seq */
 } ptarget;
+
+/* follow.c: a heap's record of its last POOL_RECORDS mallocs (a ring by malloc ordinal), and the plan
+ * of a repeating loop that it follows. Times are the heap's events (its mallocs and frees, from 1). */
+#define POOL_RECORDS 16384u
+typedef struct precord {
+    uint64_t size;    /* bytes, rounded to align */
+    uint64_t t_alloc; /* the heap's event count at the malloc */
+    uint64_t t_free;  /* at the free (0: not freed yet) */
+} precord;
+
+/* One malloc of the loop: its size and, planned, where it goes. */
+typedef struct pslot {
+    uint64_t size;
+    uint64_t off;      /* from the plan's base; UINT64_MAX: not planned (best fit, as without a plan) */
+    uintptr_t anchor;  /* the start of the block the plan has right below the free run that holds the
+                          slot's place when it is allocated (0: the run's first block) */
+} pslot;
+
+typedef struct pfollow {
+    pslot *slots;
+    uint64_t period;   /* mallocs per turn of the loop */
+    uint64_t phase;    /* a malloc ordinal where slot 0 falls; the plan is followed from `from` on */
+    uint64_t from;
+    uintptr_t base;    /* the run's start: offsets count from here */
+    uint64_t extent;   /* the plan's extent (bytes from base) */
+    uint64_t turn_misses; /* mallocs of the current turn that asked another size than planned */
+    uint64_t turn;        /* the turn those are counted in */
+    uint64_t turn_other;  /* mallocs of that turn that went elsewhere for any reason */
+    uint64_t turn_start;  /* the malloc count when that turn started */
+    bool shed_due;        /* a turn went by with no growth: give back what lies outside the plan */
+} pfollow;
 
 typedef enum fence_state { FENCE_IDLE = 0, FENCE_BUSY = 1, FENCE_RECORDED = 2 } fence_state;
 
@@ -227,6 +259,16 @@ typedef struct pool_heap {
                                trim forgot it): a fit that leaves less than half the stock's target free
                                before it asks for more there (stock.c) */
 
+    /* follow.c (under the lock): the record ring (NULL: not recording), the event clock, when the next
+     * look for a loop is due (a malloc count), the malloc count at the last growth, and the plan
+     * followed (NULL: none) */
+    precord *records;
+    uint64_t events;
+    uint64_t next_look;
+    uint64_t grown_at;
+    pfollow *follow;
+    uint64_t planned_mallocs, plan_misses, plans;
+
     pcand *scratch; /* slow-path candidate list */
     size_t capscratch;
     _Alignas(DMM_SHARING_BYTES) char end_[1]; /* pads the struct to whole line pairs (core.h) */
@@ -296,6 +338,7 @@ struct dmm_pool {
     uint32_t retain_permille;
     uint32_t settle_permille; /* the retention limit's ceiling (≥ retain_permille): see settled */
     bool can_alias; /* the mechanism fills the optional `alias` slot, and no_alias is off */
+    bool plan_loops; /* dmm_pool_config.plan_loops: heaps record their mallocs and follow plans (follow.c) */
     void (*on_map)(void *user, uintptr_t addr, uint64_t bytes, bool mapped); /* dmm_pool_config's observer */
     void *on_map_user;
     uint64_t stock_cap; /* stock_bytes: the most the stock thread keeps ahead (0: no stock, no thread) */
@@ -518,7 +561,7 @@ static inline bool dmm__pool_source_gone(const source *s) {
 }
 
 /* Carves whole free chunks that are safe to decommit out of h's FREE blocks (under h's lock), oldest
- * frees first, until `want` bytes are carved, skipping blocks that overlap [ex_lo, ex_hi). With
+ * frees first, until `want` bytes are carved, skipping chunks that overlap [ex_lo, ex_hi). With
  * target pieces (growth), a chunk is taken only if it fits in the room left in one of them, and is
  * assigned to it. `alias_ok` (a growth of h itself): chunks whose fence is still pending are taken
  * too, to be aliased. `keep_newest` (a growth of another heap): h keeps the free chunk its own
@@ -554,6 +597,10 @@ void dmm__pool_destroy_events(dmm_pool *p);
 /* Gives heap h `n` more contiguous regions (under h's lock; takes the pool lock), preferring the
  * regions right after run `prefer`. False when the VA is exhausted (error set). */
 bool dmm__pool_grow_va(dmm_pool *p, pool_heap *h, size_t n, size_t prefer);
+/* A heap that followed its plan for a whole turn with every malloc in place (follow.c) gives back the
+ * whole free chunks it holds outside the plan's range [lo, hi), behind their fence (no lock held;
+ * failures keep the chunk, free and mapped). */
+void dmm__pool_shed_outside(dmm_pool *p, pool_heap *h, uintptr_t lo, uintptr_t hi);
 /* dmm_pool_trim and dmm_pool_empty_cache (pool.c calls them once the stock thread is still). */
 dmm_status dmm__pool_trim(dmm_pool *p, uint64_t target, uint64_t *released);
 dmm_status dmm__pool_empty_cache(dmm_pool *p, uint64_t *released);
@@ -612,11 +659,28 @@ uint64_t dmm__pool_stock_wait(dmm_pool *p, const pool_heap *h);
  * false: it was still busy at the bound. Never waits on the thread itself. */
 bool dmm__pool_stock_drain(dmm_pool *p);
 
+/* ---- follow.c: the plan of a repeating loop (under the heap's lock) ---- */
+/* At heap creation: the record ring (false: out of host memory; the heap then never plans). */
+bool dmm__follow_init(pool_heap *h);
+void dmm__follow_fini(pool_heap *h);
+/* Looks for a loop in the records and, found, plans a turn of it (count_malloc calls it when due). */
+void dmm__follow_look(dmm_pool *p, pool_heap *h);
+/* The planned place of a malloc of n bytes (h->follow set): the LIVE block carved there, or NULL with
+ * *at = the planned address when the place is not a mapped free range now (the slow path grows or
+ * looks there), or 0 when this malloc is not planned (best fit). */
+pool_block *dmm__follow_place(dmm_pool *p, pool_heap *h, uint64_t n, size_t requested, uintptr_t *at);
+/* A planned malloc went elsewhere: it asked another size than planned (too many of those in one turn
+ * drop the plan), or (other_size false) its place was taken or could not grow. */
+void dmm__follow_missed(pool_heap *h, bool other_size);
+/* Forgets the plan (the heap looks for a loop again). */
+void dmm__follow_drop(pool_heap *h);
+
 /* ---- growth.c ---- */
-/* malloc of `n` bytes (rounded) when no mapped free block fits: poll, grow, move, alias. *stock_at:
+/* malloc of `n` bytes (rounded) when no mapped free block fits, or (at > 0) at the place the heap's plan
+ * has for it (follow.c; where that cannot be, a miss, and best fit): poll, grow, move, alias. *stock_at:
  * where the stock thread should commit next (dmm__pool_stock_post), else 0: the end of a growth's
  * window when it only added memory, or dmm__pool_stock_refill_at's answer for the block it fitted. */
-dmm_status dmm__pool_malloc_slow(dmm_pool *p, pool_heap *h, uint64_t n, size_t requested, void **out,
+dmm_status dmm__pool_malloc_slow(dmm_pool *p, pool_heap *h, uint64_t n, size_t requested, uintptr_t at, void **out,
                                  uintptr_t *stock_at);
 /* Under h's lock, after a fit took block b: h's stock end when the fit left less than half the
  * stock's target free before it (the stock runs low: commit more ahead), else 0. */
