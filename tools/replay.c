@@ -438,6 +438,10 @@ static int replay_once(const dmm_trace *t, const dmm_replay_opts *o, const dmm_r
                     } while (s == DMM_ERR_BUSY);
                     if (s != DMM_OK) FAIL("event %zu: syncing the stock failed: %s", i, dmm_last_error());
                 }
+                if (o->plan_loops) { /* the plan of a loop, followed from the same malloc on every run */
+                    s = dmm_pool_plan_sync(pool);
+                    if (s != DMM_OK) FAIL("event %zu: waiting for the planner failed: %s", i, dmm_last_error());
+                }
                 live += e->bytes;
                 if (live > window_max) window_max = live;
                 slot_stream[e->slot] = e->stream;

@@ -182,14 +182,16 @@ typedef struct dmm_pool_config {
     void (*on_map)(void *user, uintptr_t addr, uint64_t bytes, bool mapped);
     void *on_map_user;
     uint32_t plan_loops;      /* 1 (experimental): a heap whose mallocs repeat (a training step, a
-                               generate round) and that still grows or re-maps memory in its loop
-                               places one turn of it by plan (offsets from the recorded lifetimes) and
-                               follows that plan from the next turn on, with no driver call once the
-                               plan's places are mapped; a turn of other sizes drops the plan. Costs
-                               384 KiB of host memory per stream for the record of its last 16,384
-                               mallocs. Not yet the default: its first turns can take the pool above
-                               its retention limit (docs/architecture.md, "The plan of a loop").
-                               0 = off (the default) */
+                               generate round) and that still grows or re-maps memory in its loop has
+                               one turn of it placed by plan (offsets from the recorded lifetimes, on a
+                               planner thread of the pool's own) and follows that plan, with no driver
+                               call once the plan's places are mapped; what the plan does not place
+                               goes where the plan places nothing; a loop that goes elsewhere suspends
+                               the plan until it comes back. Costs a thread and 768 KiB of host memory
+                               per stream (the record of its last 32,768 mallocs). Not yet the
+                               default: the move to a plan's layout re-maps memory once, and only with
+                               a fixed retention limit (settle_permille ~ 25) does a repeating loop need
+                               a plan at all (docs/architecture.md, "The plan of a loop"). 0 = off */
 } dmm_pool_config;
 
 /* Creates a pool over `mech` (not owned; must support virtual backing, else DMM_ERR_UNSUPPORTED) and
@@ -250,6 +252,10 @@ DMM_API dmm_status dmm_pool_empty_cache(dmm_pool *pool, uint64_t *released);
  * after 20 ms (call again; never from a budget callback, which the stock thread may be running);
  * DMM_ERR_INVALID_ARGUMENT for a NULL pool. */
 DMM_API dmm_status dmm_pool_stock_sync(dmm_pool *pool);
+/* With plan_loops: waits until the pool's planner thread has planned every loop it was given and the
+ * heaps follow what it found (a replay calls it after every malloc, so that a plan is followed from
+ * the same malloc on every run). DMM_OK at once without plan_loops; DMM_ERR_BUSY after 60 s. */
+DMM_API dmm_status dmm_pool_plan_sync(dmm_pool *pool);
 
 /* Warm start: a pool told a workload's steady state — e.g. its last run's committed peak (the stats'
  * committed_bytes.peak) — commits memory on `stream`'s heap until the pool's committed bytes reach

@@ -1,63 +1,84 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* src/pool/follow.c — a heap that learns its loop: it records its mallocs, finds the period at which
- * they repeat, places one turn of the loop by plan (placement.h) and follows that plan from then on.
+/* src/pool/follow.c — a heap that learns its loop (dmm_pool_config.plan_loops): it records its mallocs,
+ * finds the period at which they repeat, has one turn of the loop placed by plan (planner.c, off the
+ * allocating threads) and follows that plan.
  *
  * Why. A training step, a generate round and a serving iteration repeat: after a turn or two the heap
  * has seen the whole sequence of sizes and lifetimes. An online policy (best fit) either keeps a few
- * per cent of slack or re-maps memory every turn (measured: GPT-2 training re-maps ~500 chunks a step
- * at 2 % slack, none at 10 %). A plan of the turn places it within a few per cent of the live peak with
- * no driver call once its places are mapped.
+ * per cent of slack or re-maps memory every turn (GPT-2 training: ~500 chunks a step at 2 % slack,
+ * none at 10 %). A plan of the turn places it within a few per cent of the live peak, with no driver
+ * call once its places are mapped.
  *
  * Record. Every malloc writes (size, event) at records[ordinal mod POOL_RECORDS]; its free writes the
- * free's event there (if the record is still in the ring). Events are the heap's mallocs and frees
- * counted from 1: a loop's turn repeats them exactly.
+ * free's event there while the ring still holds it. Events are the heap's mallocs and frees counted
+ * from 1: a loop's turn repeats them exactly.
  *
- * Look (every POOL_LOOK_EVERY mallocs while no plan is followed). A period d is found when the sizes of
- * the last 3d mallocs repeat at distance d and every malloc of the oldest turn lived as long as the one
- * d later (freed after as many events, or both still live). Of the candidate distances (earlier mallocs
- * of the newest size pair) the smallest that passes wins, so a layer that repeats inside a step (whose
- * activations live until the backward pass) is not taken for the loop. Only a heap that grew since the
- * turn it would plan looks further: one that serves its loop from mapped memory already needs no plan.
+ * Look (every POOL_LOOK_EVERY mallocs, while no plan is followed or being made, and only in a heap
+ * that grew lately: one that serves its loop from mapped memory needs no plan, nor a period whose
+ * latest turn grew nothing). A period d passes when
+ * the sizes of the last 2d mallocs repeat at distance d and every malloc of the older turn lived as
+ * long as the one d later (freed after as many events, or both still live). A part of a step that
+ * happens to repeat twice passes too, and so do multiples of the loop's period: the loop's is the
+ * smallest passing period of which every larger passing one is a multiple. The turn planned is the
+ * older one; with a third turn in the ring, it starts where the least of its bytes stay live into the
+ * next (the loop's quietest point). It is snapshotted as a job (the mallocs as items, lifetimes in
+ * events from the turn's start; one freed during the next turn lives twice at one offset, [start, T)
+ * and [0, end - T); one that outlives its own next malloc is not planned; every block of the heap's
+ * first run that will still be there is a fixed item at its address) and posted to the planner. A turn
+ * most of whose bytes stay (a model's layers built one by one) is not a loop.
  *
- * Plan. The turn planned starts where the fewest of its own bytes are still live one turn later (the
- * loop's quietest point): its mallocs are the items, their lifetimes event ranges from the turn's
- * start; one freed during the next turn lives twice at one offset ([start, T) and [0, end - T)); one
- * that outlives its own next malloc, or is never freed, is not planned (best fit). Every block of the
- * heap's first run that will still be there (live before the turn's end, or in any state but free) is a
- * fixed item at its address. Offsets count from the run's start, so the plan reuses the memory mapped
- * there. A plan whose extent passes the pool's settled ceiling ((1 + settle/1000) × the live peak) is
- * dropped. For each planned malloc the plan also notes its anchor: the block right below the free run
- * that holds its place when it comes, found by sweeping the turn in event order.
+ * Install (the planner thread's answer, under the heap's lock): the plan is followed from the next turn
+ * on, unless the heap's first run changed since the job was made.
  *
- * Follow (from the next turn's start). The k-th malloc of a turn asks the planned size: its place is
- * found through the anchor (a hash lookup: the anchor is LIVE and its next block the free run) and
- * carved there; a place not mapped yet is grown there by the slow path (growth.c), moving free chunks
- * from elsewhere under the retention limit; a size that differs, or a place taken, goes best fit (a
- * miss). While a plan is followed no block is parked (every free merges at once, so anchors hold). A
- * turn with more than 1/8 of its mallocs of another size than planned drops the plan: the loop changed;
- * the heap looks again. (A place taken is only a miss: the first turn followed finds the last turn's
- * blocks where they were.)
+ * Follow. The k-th malloc of a turn asks the planned size: its place is found through its anchor (one
+ * hash lookup: the block the plan has right below the free run that holds the place; its next block is
+ * that run) and carved there; a place not mapped yet is grown there by the slow path (growth.c), which
+ * moves what the plan leaves unused first; a place taken, or one that only new memory beyond the
+ * retention limit could map, is a miss. What the plan does not place (a miss, another size, a malloc
+ * that is not planned) goes where the plan places nothing (dmm__follow_spill_at), so that it never takes
+ * a place the plan needs. While a plan is followed nothing is parked (anchors need merged free runs),
+ * and after a turn with no growth the chunks the plan leaves unused are given back as far as the pool
+ * is above its retention limit.
+ *
+ * Lose and find the loop. Four mallocs in a row, or more than 1/8 of a turn, of other sizes than
+ * planned suspend the plan (the loop went elsewhere: an evaluation, the next epoch's setup); its mallocs
+ * then go where the plan places nothing, until the last POOL_RESYNC_GRAM sizes match the plan's
+ * somewhere, and it goes on from there. A plan suspended for three turns, one that does not fit its
+ * turns (more than 1/8 of their mallocs elsewhere, POOL_UNFIT_TURNS turns in a row), or one that keeps
+ * losing the loop is dropped, and its period is not planned again for a while.
  *
  * Invariants: h->follow != NULL ⇒ no QUICK block in h; a planned malloc takes only a FREE range (its
  * place is checked against the blocks, never assumed), so a stale or wrong plan costs memory or
- * speed, never correctness. All under the heap's lock.
+ * driver calls, never correctness. All under the heap's lock.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "pool/hot.h"
-#include "pool/placement.h"
 
 /* the fewest mallocs of a turn worth planning, and how often (in mallocs) the heap looks for a loop */
 #define POOL_LOOP_MIN 4u
-#define POOL_LOOK_EVERY 256u
-/* the bounds of one plan's placement: a turn of a few thousand mallocs takes milliseconds */
-#define POOL_PLAN_MAX_WORK ((uint64_t)1 << 25)
-#define POOL_PLAN_MAX_INDEX ((uint64_t)1 << 22)
-#define POOL_PLAN_RESTARTS 8u
-#define POOL_PLAN_RESTART_WORK ((uint64_t)1 << 23)
+#define POOL_LOOK_EVERY 1024u
+/* the most periods a look weighs; a plan dropped for missing too much is not made again for this long */
+#define POOL_PERIODS 16u
+#define POOL_BAD_FOR ((uint64_t)4 * POOL_RECORDS)
+/* a plan that finds its loop again more often than this without a whole turn that fits goes */
+#define POOL_RESYNCS 4u
+/* turns in a row that do not fit the plan (more than 1/8 of their mallocs elsewhere) that drop it: its
+ * first turns may not fit while the last unplanned turn's blocks are still where they were */
+#define POOL_UNFIT_TURNS 4u
+/* mallocs in a row of other sizes than planned that suspend a plan: the loop went elsewhere */
+#define POOL_MISSES_IN_A_ROW 4u
 
-static const precord *rec_at(const pool_heap *h, uint64_t ord) { return &h->records[ord & (POOL_RECORDS - 1)]; }
+/* A record, decoded: bytes, the malloc's event and the free's (0: not freed yet). */
+typedef struct rec {
+    uint64_t size, t_alloc, t_free;
+} rec;
+
+static rec rec_at(const pool_heap *h, uint64_t ord) {
+    const precord *r = &h->records[ord & (POOL_RECORDS - 1)];
+    return (rec){(uint64_t)r->units << h->align_shift, r->t_alloc, r->life != 0 ? r->t_alloc + r->life : 0};
+}
 
 bool dmm__follow_init(pool_heap *h) {
     h->records = calloc(POOL_RECORDS, sizeof *h->records);
@@ -67,8 +88,7 @@ bool dmm__follow_init(pool_heap *h) {
 
 void dmm__follow_drop(pool_heap *h) {
     if (h->follow == NULL) return;
-    free(h->follow->slots);
-    free(h->follow);
+    dmm__plan_follow_free(h->follow);
     h->follow = NULL;
     h->next_look = h->records != NULL ? h->mallocs + POOL_LOOK_EVERY : UINT64_MAX;
 }
@@ -81,38 +101,39 @@ void dmm__follow_fini(pool_heap *h) {
 
 /* ---- the look: is the heap in a loop? ---- */
 
-/* Whether records [i - 3d + 1, i] repeat at distance d in size and in the events between mallocs, and
- * the oldest turn's lifetimes match the next turn's (i = the newest ordinal; 3d ≤ POOL_RECORDS). */
+/* Whether records [i - 2d + 1, i] repeat at distance d in size and in the events between mallocs, and
+ * the older turn's lifetimes match the newer's (i = the newest ordinal; 2d ≤ POOL_RECORDS). */
 static bool repeats(const pool_heap *h, uint64_t i, uint64_t d) {
-    for (uint64_t k = 0; k < 2 * d; k++) {
-        const precord *a = rec_at(h, i - k), *b = rec_at(h, i - k - d);
-        if (a->size != b->size) return false;
+    for (uint64_t k = 0; k < d; k++) {
+        const rec a = rec_at(h, i - k), b = rec_at(h, i - k - d);
+        if (a.size != b.size) return false;
     }
-    const uint64_t T = rec_at(h, i)->t_alloc - rec_at(h, i - d)->t_alloc;
-    for (uint64_t j = i - 3 * d + 1; j <= i - d; j++) {
-        const precord *a = rec_at(h, j), *b = rec_at(h, j + d);
-        if (b->t_alloc - a->t_alloc != T) return false;
-        if (a->t_free == 0) {
-            if (b->t_free != 0) return false;
-        } else if (b->t_free != 0) {
-            if (b->t_free - b->t_alloc != a->t_free - a->t_alloc) return false;
-        } else if (h->events - b->t_alloc >= a->t_free - a->t_alloc) {
+    const uint64_t T = rec_at(h, i).t_alloc - rec_at(h, i - d).t_alloc;
+    for (uint64_t j = i - 2 * d + 1; j <= i - d; j++) {
+        const rec a = rec_at(h, j), b = rec_at(h, j + d);
+        if (b.t_alloc - a.t_alloc != T) return false;
+        if (a.t_free == 0) {
+            if (b.t_free != 0) return false;
+        } else if (b.t_free != 0) {
+            if (b.t_free - b.t_alloc != a.t_free - a.t_alloc) return false;
+        } else if (h->events - b.t_alloc >= a.t_free - a.t_alloc) {
             return false; /* b has lived longer than a did */
         }
     }
     return true;
 }
 
-/* The smallest period the newest mallocs repeat at, or 0. */
-static uint64_t find_period(const pool_heap *h) {
-    uint64_t i = h->mallocs - 1, most = POOL_RECORDS / 3;
-    if (h->mallocs < 3 * POOL_LOOP_MIN) return 0;
-    if (most > h->mallocs / 3) most = h->mallocs / 3;
-    const precord *last = rec_at(h, i), *before = rec_at(h, i - 1);
-    for (uint64_t d = POOL_LOOP_MIN; d <= most; d++) {
-        if (rec_at(h, i - d)->size != last->size || rec_at(h, i - d - 1)->size != before->size) continue;
-        bool near = true; /* a cheap look at the last 32 before the whole check */
-        for (uint64_t k = 2; k < 32 && k < d && near; k++) near = rec_at(h, i - k)->size == rec_at(h, i - k - d)->size;
+/* The smallest period from `from` on at which the newest mallocs repeat, or 0. */
+static uint64_t find_period(const pool_heap *h, uint64_t from) {
+    uint64_t i = h->mallocs - 1, most = POOL_RECORDS / 2;
+    if (h->mallocs < 2 * POOL_LOOP_MIN + 1) return 0;
+    if (most > (h->mallocs - 1) / 2) most = (h->mallocs - 1) / 2;
+    const rec last = rec_at(h, i), before = rec_at(h, i - 1);
+    for (uint64_t d = from < POOL_LOOP_MIN ? POOL_LOOP_MIN : from; d <= most; d++) {
+        if (rec_at(h, i - d).size != last.size || rec_at(h, i - d - 1).size != before.size) continue;
+        bool near = true; /* cheap looks first: the last 32, then 64 spread over the turn */
+        for (uint64_t k = 2; k < 32 && k < d && near; k++) near = rec_at(h, i - k).size == rec_at(h, i - k - d).size;
+        for (uint64_t k = 0; k < d && near; k += d / 64 + 1) near = rec_at(h, i - k).size == rec_at(h, i - k - d).size;
         if (near && repeats(h, i, d)) return d;
     }
     return 0;
@@ -120,83 +141,16 @@ static uint64_t find_period(const pool_heap *h) {
 
 /* The bytes of turn [b, b + d) still live when the next turn starts (records in the ring). */
 static uint64_t carried(const pool_heap *h, uint64_t b, uint64_t d) {
-    uint64_t t = rec_at(h, b + d)->t_alloc, sum = 0;
+    uint64_t t = rec_at(h, b + d).t_alloc, sum = 0;
     for (uint64_t j = b; j < b + d; j++) {
-        const precord *r = rec_at(h, j);
-        if (r->t_free == 0 || r->t_free > t) sum += r->size;
+        const rec r = rec_at(h, j);
+        if (r.t_free == 0 || r.t_free > t) sum += r.size;
     }
     return sum;
 }
 
 /* ---- the plan ---- */
 
-typedef struct sweep_event {
-    uint64_t t;
-    uint32_t item;
-    bool in; /* the item's interval starts (else ends) */
-} sweep_event;
-
-static int by_time(const void *a, const void *b) {
-    const sweep_event *x = a, *y = b;
-    if (x->t != y->t) return x->t < y->t ? -1 : 1;
-    if (x->in != y->in) return x->in ? 1 : -1; /* ends first */
-    return x->item < y->item ? -1 : x->item > y->item;
-}
-
-/* Anchors of the planned slots: the turn swept in event order with the items alive held sorted by
- * offset; a slot's anchor is the item alive right below its offset when it starts. False: out of memory. */
-static bool find_anchors(pfollow *f, const dmm_place_item *items, size_t nitems, const uint32_t *slot_of,
-                         uint32_t horizon) {
-    size_t ne = 0;
-    sweep_event *ev = malloc(4 * nitems * sizeof *ev);
-    uint32_t *alive = malloc(nitems * sizeof *alive);
-    if (ev == NULL || alive == NULL) {
-        free(ev);
-        free(alive);
-        return false;
-    }
-    for (size_t i = 0; i < nitems; i++) {
-        const dmm_place_item *x = &items[i];
-        if (x->fixed) {
-            ev[ne++] = (sweep_event){0, (uint32_t)i, true};
-            continue;
-        }
-        ev[ne++] = (sweep_event){x->start, (uint32_t)i, true};
-        ev[ne++] = (sweep_event){x->end, (uint32_t)i, false};
-        if (x->end2 > x->start2) { /* the previous turn's, alive from the start */
-            ev[ne++] = (sweep_event){0, (uint32_t)i, true};
-            ev[ne++] = (sweep_event){x->end2, (uint32_t)i, false};
-        }
-    }
-    qsort(ev, ne, sizeof *ev, by_time);
-    size_t na = 0;
-    for (size_t e = 0; e < ne; e++) {
-        const dmm_place_item *x = &items[ev[e].item];
-        size_t lo = 0, hi = na; /* the first alive item at or above x's offset */
-        while (lo < hi) {
-            size_t mid = (lo + hi) / 2;
-            if (items[alive[mid]].off < x->off) lo = mid + 1;
-            else hi = mid;
-        }
-        if (!ev[e].in) {
-            if (lo < na && alive[lo] == ev[e].item) {
-                memmove(&alive[lo], &alive[lo + 1], (na - lo - 1) * sizeof *alive);
-                na--;
-            }
-            continue;
-        }
-        if (!x->fixed && ev[e].t == x->start && ev[e].t < horizon) {
-            pslot *s = &f->slots[slot_of[ev[e].item]];
-            s->anchor = lo > 0 ? f->base + items[alive[lo - 1]].off : 0;
-        }
-        memmove(&alive[lo + 1], &alive[lo], (na - lo) * sizeof *alive);
-        alive[lo] = ev[e].item;
-        na++;
-    }
-    free(ev);
-    free(alive);
-    return true;
-}
 
 /* The fixed items: every block of run `r` that will still be there when the plan is followed — live
  * from before the turn's end (ordinal below `keep_below`), or in any state but FREE or UNMAPPED. */
@@ -221,132 +175,239 @@ static size_t run_blocks(const prun *run) {
     return n;
 }
 
-/* Plans turn [b, b + d) over run 0 and follows it from the next turn's start (a plan that cannot be
- * made, or that would need more than the settled ceiling, is not followed). */
-static void make_plan(dmm_pool *p, pool_heap *h, uint64_t b, uint64_t d) {
+
+
+
+
+
+/* Snapshots turn [b, b + d) over run 0 as a job for the planner thread and posts it (false: not a
+ * loop worth planning, or no room to say it). */
+static bool post_job(dmm_pool *p, pool_heap *h, uint64_t b, uint64_t d) {
     const prun *run = &h->runs[0];
-    const uint64_t t0 = rec_at(h, b)->t_alloc, T = rec_at(h, b + d)->t_alloc - t0;
-    if (T >= UINT32_MAX) return;
+    const uint64_t t0 = rec_at(h, b).t_alloc, T = rec_at(h, b + d).t_alloc - t0;
+    if (T >= UINT32_MAX) return false;
     const uint32_t horizon = (uint32_t)T;
-    size_t cap = (size_t)d + run_blocks(run);
-    dmm_place_item *items = malloc(cap * sizeof *items);
-    uint32_t *slot_of = malloc(cap * sizeof *slot_of);
-    pfollow *f = calloc(1, sizeof *f);
-    pslot *slots = malloc((size_t)d * sizeof *slots);
-    if (items == NULL || slot_of == NULL || f == NULL || slots == NULL) goto out;
-    f->slots = slots;
-    f->period = d;
-    f->phase = b;
-    f->base = run->lo;
-    size_t n = 0;
+    /* most of a loop's memory comes and goes within its turn; a run of mallocs that mostly stays (a
+     * model's layers built one by one, the forward pass of a step) is not a loop to plan */
     uint64_t turn_bytes = 0, planned_bytes = 0;
     for (uint64_t k = 0; k < d; k++) {
-        const precord *r = rec_at(h, b + k);
-        turn_bytes += r->size;
-        uint64_t start = r->t_alloc - t0, end = r->t_free != 0 ? r->t_free - t0 : UINT64_MAX;
-        slots[k] = (pslot){r->size, UINT64_MAX, 0};
-        if (end == UINT64_MAX || end > T + start) continue; /* outlives its own next malloc: best fit */
-        dmm_place_item *x = &items[n];
-        *x = (dmm_place_item){.size = r->size, .start = (uint32_t)start};
+        const rec r = rec_at(h, b + k);
+        turn_bytes += r.size;
+        if (r.t_free != 0 && r.t_free - t0 <= T + (r.t_alloc - t0)) planned_bytes += r.size;
+    }
+    if (planned_bytes < turn_bytes / 4 * 3) return false;
+    size_t cap = (size_t)d + run_blocks(run);
+    pplan_job *j = calloc(1, sizeof *j);
+    if (j == NULL) return false;
+    j->items = malloc(cap * sizeof *j->items);
+    j->slot_of = malloc(cap * sizeof *j->slot_of);
+    j->slots = malloc((size_t)d * sizeof *j->slots);
+    if (j->items == NULL || j->slot_of == NULL || j->slots == NULL) {
+        dmm__planner_job_free(j);
+        return false;
+    }
+    size_t n = 0;
+    for (uint64_t k = 0; k < d; k++) {
+        const rec r = rec_at(h, b + k);
+        uint64_t start = r.t_alloc - t0, end = r.t_free != 0 ? r.t_free - t0 : UINT64_MAX;
+        j->slots[k] = (pslot){r.size, UINT64_MAX, 0};
+        if (end == UINT64_MAX || end > T + start) continue; /* outlives its own next malloc: not planned */
+        dmm_place_item *x = &j->items[n];
+        *x = (dmm_place_item){.size = r.size, .start = (uint32_t)start};
         if (end <= T) {
             x->end = (uint32_t)end;
-        } else {
+        } else { /* freed in the next turn: alive from that turn's start too, at the same place */
             x->end = horizon;
             x->start2 = 0;
             x->end2 = (uint32_t)(end - T);
         }
-        slot_of[n++] = (uint32_t)k;
-        planned_bytes += r->size;
+        j->slot_of[n++] = (uint32_t)k;
     }
-    size_t planned = n;
-    /* most of a loop's memory comes and goes within its turn; a run of mallocs that mostly stays (a
-     * model's layers built one by one, the forward pass of a step) is not a loop to plan */
-    if (planned_bytes < turn_bytes / 4 * 3) goto out;
-    n = add_fixed(h, run, b + d, items, n, cap, horizon);
-    if (n == SIZE_MAX) goto out;
-    dmm_place_limits lim = {POOL_PLAN_MAX_WORK, POOL_PLAN_MAX_INDEX, POOL_PLAN_RESTARTS, POOL_PLAN_RESTART_WORK};
-    uint64_t extent = 0;
-    unsigned orders = 0;
-    if (dmm__place(items, n, horizon, &lim, &extent, &orders) != DMM_PLACE_OK) goto out;
-    /* worth following only within the ceiling the pool settles at anyway */
+    j->planned = n;
+    j->nitems = add_fixed(h, run, b + d, j->items, n, cap, horizon);
     uint64_t peak = dmm_atomic_load_relaxed(&h->live_peak);
-    uint64_t ceiling = peak + peak / 1000 * p->settle_permille + p->chunk; /* (its last chunk, partly used) */
-    if (align_up_c(p, extent) > ceiling) goto out;
-    const uintptr_t lo = run->lo; /* (growing the VA may move the runs) */
-    if (lo + extent > run->hi) {
-        size_t more = (size_t)((lo + extent - run->hi + p->region - 1) >> p->region_shift);
-        if (!dmm__pool_grow_va(p, h, more, 0) || h->runs[0].lo != lo || h->runs[0].hi < lo + extent) {
-            dmm_clear_error();
-            goto out;
-        }
+    j->h = h;
+    j->serial = h->plan_serial;
+    j->period = d;
+    j->phase = b;
+    j->horizon = horizon;
+    j->base = run->lo;
+    j->ceiling = peak + peak / 1000 * p->settle_permille + p->chunk; /* (its last chunk, partly used) */
+    j->chunk = p->chunk;
+    if (j->nitems == SIZE_MAX || !dmm__planner_post(p, j)) {
+        dmm__planner_job_free(j);
+        return false;
     }
-    for (size_t i = 0; i < planned; i++) slots[slot_of[i]].off = items[i].off;
-    f->extent = extent;
-    if (!find_anchors(f, items, n, slot_of, horizon)) goto out;
-    f->from = b + ((h->mallocs - b + d - 1) / d) * d; /* the next turn's start */
-    f->turn = UINT64_MAX;
-    dmm__heap_quick_flush(h); /* while following, nothing parks (anchors must see merged free runs) */
-    h->follow = f;
-    h->plans++;
-    f = NULL;
-    slots = NULL;
-out:
-    free(items);
-    free(slot_of);
-    free(slots);
-    free(f);
+    h->plan_posted = true;
+    return true;
 }
+
+static bool plan_period(dmm_pool *p, pool_heap *h, uint64_t d);
 
 void dmm__follow_look(dmm_pool *p, pool_heap *h) {
     h->next_look = h->mallocs + POOL_LOOK_EVERY;
-    if (h->follow != NULL || h->records == NULL || h->nruns == 0) return;
-    uint64_t d = find_period(h);
-    if (d == 0) return;
-    /* the turn to plan: within the oldest of the three seen, where the least stays live into the next */
-    uint64_t oldest = h->mallocs - 3 * d, best_b = oldest, best = UINT64_MAX, step = d / 64 + 1;
-    for (uint64_t b = oldest; b <= oldest + d; b += step) {
+    if (h->plan_posted || h->records == NULL || h->nruns == 0) return;
+    if (h->grown_at + POOL_RECORDS < h->mallocs) return; /* no growth for a while: nothing to plan for */
+    /* a heap that follows a plan and still grows may be in a larger loop (the plan's turns, then
+     * something else: an evaluation, the next epoch's setup): only a longer period, not a multiple of
+     * the plan's, is looked for */
+    const uint64_t current = h->follow != NULL ? h->follow->period : 0;
+    /* The periods that pass: a part of a step that happens to repeat twice passes too (ViT's 236 mallocs
+     * inside its 1,385-malloc step), and so do multiples of the loop's. The loop's is the smallest of
+     * which every larger one is a multiple. */
+    uint64_t passing[POOL_PERIODS];
+    size_t np = 0;
+    for (uint64_t d = find_period(h, current + 1); d != 0 && np < POOL_PERIODS; d = find_period(h, d + 1))
+        if ((d != h->bad_period || h->mallocs >= h->bad_until) && (current == 0 || d % current != 0)) passing[np++] = d;
+    for (size_t i = 0; i < np; i++) {
+        bool divides = true;
+        for (size_t k = i + 1; k < np && divides; k++) divides = passing[k] % passing[i] == 0;
+        if (divides && plan_period(p, h, passing[i])) return;
+    }
+}
+
+/* Posts a turn of period d to the planner (true: posted). */
+static bool plan_period(dmm_pool *p, pool_heap *h, uint64_t d) {
+    /* the turn to plan: the older of the two seen; with a third in the ring, where in it the least stays
+     * live into the next turn */
+    bool three = 3 * d <= h->mallocs && 3 * d <= POOL_RECORDS;
+    uint64_t oldest = h->mallocs - (three ? 3 : 2) * d, best_b = oldest, best = UINT64_MAX, step = d / 64 + 1;
+    for (uint64_t b = oldest; three && b <= oldest + d; b += step) {
         uint64_t c = carried(h, b, d);
         if (c < best) {
             best = c;
             best_b = b;
         }
     }
-    if (h->grown_at <= best_b) return; /* it served the turn from mapped memory: nothing to gain */
-    make_plan(p, h, best_b, d);
+    /* a loop served from mapped memory needs no plan: only one that grew (or re-mapped) in its latest
+     * turn, after its growth to its peak, is worth the move to a plan's layout */
+    if (h->grown_at + d <= h->mallocs) return false;
+    return post_job(p, h, best_b, d);
 }
 
 /* ---- following ---- */
+
+uintptr_t dmm__follow_spill_at(const pool_heap *h, uint64_t n) {
+    const pfollow *f = h->follow;
+    if (f == NULL) return 0;
+    uintptr_t growable = 0; /* the first place where free and unmapped VA together hold n */
+    uintptr_t best = 0;     /* the smallest mapped free range that holds n (best fit: the places the plan
+                               left to what it does not place are reused as they were) */
+    uint64_t best_len = UINT64_MAX;
+    for (size_t i = 0; i < f->ngaps; i++) {
+        uintptr_t glo = f->base + f->gaps[2 * i];
+        uintptr_t ghi = f->gaps[2 * i + 1] == UINT64_MAX ? UINTPTR_MAX : f->base + f->gaps[2 * i + 1];
+        if (ghi - glo < n) continue;
+        uintptr_t seq = 0; /* where the free or unmapped VA the walk is in starts (0: in none) */
+        for (const pool_block *b = dmm__heap_block_at(h, glo); b != NULL && b->addr < ghi; b = b->next) {
+            if (b->kind != BK_FREE && b->kind != BK_UNMAPPED) {
+                seq = 0;
+                continue;
+            }
+            uintptr_t lo = b->addr < glo ? glo : b->addr, hi = b->addr + b->size > ghi ? ghi : b->addr + b->size;
+            if (seq == 0) seq = lo;
+            if (b->kind == BK_FREE && hi - lo >= n && hi - lo < best_len) { /* mapped and free: no driver call */
+                best = lo;
+                best_len = hi - lo;
+            }
+            if (growable == 0 && hi - seq >= n) growable = seq;
+        }
+        if (growable == 0 && seq != 0 && f->gaps[2 * i + 1] == UINT64_MAX) growable = seq; /* the run's end grows */
+    }
+    if (best != 0) return best;
+    if (growable != 0) return growable;
+    return h->runs[0].hi; /* past the run's end: its VA grows there */
+}
+
+/* A plan that does not fit its loop (a turn followed with more than 1/8 of its mallocs elsewhere, or
+ * one that keeps losing the loop) goes, and its period is not planned again for a while. */
+static void drop_bad(pool_heap *h) {
+    h->bad_period = h->follow->period;
+    h->bad_until = h->mallocs + POOL_BAD_FOR;
+    dmm__follow_drop(h);
+}
 
 void dmm__follow_missed(pool_heap *h, bool other_size) {
     pfollow *f = h->follow;
     if (f == NULL) return;
     h->plan_misses++;
     f->turn_other++;
-    if (other_size && ++f->turn_misses > f->period / 8) dmm__follow_drop(h);
+    f->misses_in_a_row = other_size ? f->misses_in_a_row + 1 : 0;
+    if (other_size && (++f->turn_misses > f->period / 8 || f->misses_in_a_row >= POOL_MISSES_IN_A_ROW) &&
+        !f->suspended) {
+        f->suspended = true; /* the loop changed: wait for it to come back */
+        f->suspended_at = h->mallocs;
+    }
 }
 
-pool_block *dmm__follow_place(dmm_pool *p, pool_heap *h, uint64_t n, size_t requested, uintptr_t *at) {
-    (void)p;
+/* While suspended: whether the last sizes asked (the one of malloc `now` the newest) are the plan's
+ * somewhere; if so the plan goes on from there (malloc now + 1 is the next slot). */
+static bool resync(pfollow *f, uint64_t now) {
+    if (now + 1 < POOL_RESYNC_GRAM) return false;
+    uint64_t w[POOL_RESYNC_GRAM];
+    for (unsigned i = 0; i < POOL_RESYNC_GRAM; i++) w[i] = f->recent[(now - (POOL_RESYNC_GRAM - 1 - i)) % POOL_RESYNC_GRAM];
+    uint64_t key = dmm__plan_gram_hash(w);
+    for (size_t j = (size_t)key & f->gram_mask; f->gram_key[j] != 0; j = (j + 1) & f->gram_mask) {
+        if (f->gram_key[j] != key) continue;
+        uint64_t k = f->gram_slot[j]; /* malloc `now` is slot k */
+        f->phase = now >= k ? now - k : now + f->period - k;
+        f->from = now + 1;
+        f->turn = UINT64_MAX;
+        f->turn_misses = 0;
+        f->suspended = false;
+        f->resyncs++;
+        return true;
+    }
+    return false;
+}
+
+pool_block *dmm__follow_place(pool_heap *h, uint64_t n, size_t requested, uintptr_t *at,
+                              bool *planned) {
     pfollow *f = h->follow;
     *at = 0;
+    *planned = false;
+    f->recent[h->mallocs % POOL_RESYNC_GRAM] = n;
+    if (f->suspended) {
+        if (resync(f, h->mallocs)) {
+            *at = dmm__follow_spill_at(h, n); /* this one still above the plan; the next one planned */
+            return NULL;
+        }
+        if (h->mallocs - f->suspended_at > 3 * f->period + POOL_LOOK_EVERY) { /* it did not come back */
+            dmm__follow_drop(h);
+            return NULL;
+        }
+        *at = dmm__follow_spill_at(h, n);
+        return NULL;
+    }
     if (h->mallocs < f->from) return NULL;
+    if (h->nruns == 0 || h->runs[0].lo != f->base) { /* empty_cache gave the plan's run back */
+        dmm__follow_drop(h);
+        return NULL;
+    }
     uint64_t k = (h->mallocs - f->phase) % f->period, turn = (h->mallocs - f->phase) / f->period;
     if (turn != f->turn) {
         /* a turn with no growth: what lies outside the plan is not needed (given back once the pool is
          * over its retention limit, i.e. the ceiling the plan was accepted under) */
         if (f->turn != UINT64_MAX && h->grown_at <= f->turn_start) f->shed_due = true;
         f->turn_start = h->mallocs;
+        if (f->turn != UINT64_MAX) { /* a whole turn followed: did the plan fit it? */
+            bool fit = f->turn_other <= f->period / 8;
+            if (fit) f->resyncs = f->unfit_turns = 0;
+            if ((!fit && ++f->unfit_turns > POOL_UNFIT_TURNS) || f->resyncs > POOL_RESYNCS) {
+                drop_bad(h);
+                return NULL;
+            }
+        }
         f->turn = turn;
         f->turn_misses = 0;
         f->turn_other = 0;
     }
     const pslot *s = &f->slots[k];
-    if (s->size != n) {
-        dmm__follow_missed(h, true);
-        return NULL;
-    }
-    if (s->off == UINT64_MAX) {
-        f->turn_other++; /* best fit: it may land outside the plan */
+    if (s->size == n) f->misses_in_a_row = 0;
+    if (s->size != n || s->off == UINT64_MAX) { /* a miss, or not planned: above the plan's range */
+        if (s->size != n) dmm__follow_missed(h, true);
+        else f->turn_other++;
+        *at = h->follow != NULL ? dmm__follow_spill_at(h, n) : 0;
         return NULL;
     }
     uintptr_t want = f->base + s->off;
@@ -366,5 +427,6 @@ pool_block *dmm__follow_place(dmm_pool *p, pool_heap *h, uint64_t n, size_t requ
         }
     }
     *at = want; /* not mapped there yet, or not as the plan has it: the slow path looks closer */
+    *planned = true;
     return NULL;
 }

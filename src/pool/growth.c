@@ -216,7 +216,7 @@ static uint64_t permille_of(uint64_t x, uint32_t permille) {
 
 /* The retention limit: (1 + retain/1000) × the live peak, plus what re-mapping taught it (settled),
  * at most (1 + settle/1000) × the live peak (saturated at UINT64_MAX: no limit). */
-static uint64_t retention_limit(dmm_pool *p) {
+uint64_t dmm__pool_retention_limit(dmm_pool *p) {
     uint64_t peak = live_peak_estimate(p), learned = dmm_atomic_load_relaxed(&p->settled);
     uint64_t room = permille_of(peak, p->settle_permille - p->retain_permille);
     uint64_t limit = add_saturated(peak, permille_of(peak, p->retain_permille));
@@ -242,21 +242,12 @@ typedef struct growth {
     uint64_t fail_len;
     uintptr_t stock_at; /* where the stock thread should commit next (0: nowhere): see malloc_slow */
     uintptr_t at;       /* > 0: the place a heap's plan has for this malloc (follow.c): grown and taken there */
+    bool at_planned;    /* at is the plan's place for it (else the place of what the plan does not place) */
 } growth;
-
-/* The block of h that holds address `at`, or NULL (not in h's runs). */
-static pool_block *block_at(const pool_heap *h, uintptr_t at) {
-    for (size_t r = 0; r < h->nruns; r++) {
-        if (at < h->runs[r].lo || at >= h->runs[r].hi) continue;
-        for (pool_block *b = h->runs[r].first; b != NULL; b = b->next)
-            if (at < b->addr + b->size) return b;
-    }
-    return NULL;
-}
 
 /* Whether [at, at + n) lies in h's VA (or at its first run's end) over FREE and UNMAPPED blocks only. */
 static bool place_growable(const pool_heap *h, uintptr_t at, uint64_t n) {
-    const pool_block *b = block_at(h, at);
+    const pool_block *b = dmm__heap_block_at(h, at);
     for (; b != NULL && b->addr < at + n; b = b->next)
         if (b->kind != BK_FREE && b->kind != BK_UNMAPPED) return false;
     return true; /* what passes the run's end is VA the plan asks for (growth_plan_at) */
@@ -277,27 +268,34 @@ static void growth_init(growth *g, dmm_pool *p, pool_heap *h, uint64_t n, size_t
 static bool growth_fit(growth *g, int attempt, void **out, dmm_status *s) {
     pool_heap *h = g->h;
     dmm__heap_quick_flush(h); /* the plan below reads the free layout: the parked blocks merge first */
-    if (g->at != 0) {
-        pool_block *f = block_at(h, g->at);
+    while (g->at != 0) {
+        pool_block *f = dmm__heap_block_at(h, g->at);
+        bool planned = g->at_planned;
         if (f != NULL && f->kind == BK_FREE && f->addr + f->size >= g->at + g->n) {
             pool_block *b = take_at(h, f, g->at, g->n, g->requested);
             if (b != NULL) {
                 h->grown_mallocs += attempt != 0;
-                h->planned_mallocs++;
+                h->planned_mallocs += planned;
+                if (look_due(h)) dmm__follow_look(g->p, h);
                 *out = (void *)b->addr;
                 if (g->fail != DMM_OK) dmm_clear_error();
                 *s = DMM_OK;
                 return true;
             }
         }
-        if (attempt == 0 && g->fail == DMM_OK && place_growable(h, g->at, g->n)) return false; /* grow it there */
-        dmm__follow_missed(h, false); /* taken, or the growth there failed: best fit instead */
-        g->at = 0;
+        if (g->fail == DMM_OK && place_growable(h, g->at, g->n) && (attempt == 0 || !planned))
+            return false; /* grow it there */
+        /* taken, or the growth there failed: the plan's spill place (outside its range), then best fit */
+        if (planned) dmm__follow_missed(h, false);
+        g->at = planned && g->fail == DMM_OK ? dmm__follow_spill_at(h, g->n) : 0;
+        g->at_planned = false;
+        attempt = 0;
     }
     pool_block *b = dmm__heap_bin_find(h, g->n);
     if (b != NULL) {
         if (take(h, b, g->n, g->requested)) {
             h->grown_mallocs += attempt != 0;
+            if (look_due(h)) dmm__follow_look(g->p, h);
             if (g->stock_at == 0 && h->stock_end != 0) g->stock_at = dmm__pool_stock_refill_at(g->p, h, b);
             *out = (void *)b->addr;
             if (g->fail != DMM_OK) dmm_clear_error(); /* the failed commit is moot: another thread's memory fit */
@@ -342,7 +340,7 @@ static dmm_status growth_plan_at(growth *g) {
     pool_heap *h = g->h;
     memset(&g->pl, 0, sizeof g->pl);
     size_t r = 0;
-    while (r < h->nruns && (g->at < h->runs[r].lo || g->at >= h->runs[r].hi)) r++;
+    while (r < h->nruns && (g->at < h->runs[r].lo || g->at > h->runs[r].hi)) r++; /* (its end: grown there) */
     if (r == h->nruns) return dmm_error_set(DMM_ERR_BUSY, "pool: the planned place %p is not in the heap's VA",
                                             (void *)g->at);
     if (g->at + g->n > h->runs[r].hi) {
@@ -352,7 +350,8 @@ static dmm_status growth_plan_at(growth *g) {
         if (h->runs[r].lo != lo || h->runs[r].hi < g->at + g->n)
             return dmm_error_set(DMM_ERR_BUSY, "pool: the VA after the planned place %p is taken", (void *)g->at);
     }
-    pool_block *first = block_at(h, g->at), *last = first;
+    pool_block *first = dmm__heap_block_at(h, g->at), *last = first;
+    if (first == NULL) return dmm_error_set(DMM_ERR_BUSY, "pool: no block holds the planned place %p", (void *)g->at);
     while (last->next != NULL && last->addr + last->size < g->at + g->n) last = last->next;
     g->pl.found = true;
     g->pl.lo = g->at;
@@ -395,18 +394,16 @@ static dmm_status growth_carve(growth *g, uint64_t *want_more) {
     g->rec = dmm__heap_block_new(h);  /* for the fix-up's split: held privately */
     g->rec2 = dmm__heap_block_new(h); /* and for cutting out a chunk the failed commit left poisoned */
     /* the retention limit: move whole free chunks rather than grow beyond it */
-    uint64_t cap = retention_limit(p);
+    uint64_t cap = dmm__pool_retention_limit(p);
     uint64_t committed = committed_once(p), need = pl->k * p->chunk, want = 0;
     if (committed + need > cap && !g->told) /* a warm start or the stock commits what it was told to */
         want = committed + need - cap < need ? committed + need - cap : need;
     g->sv.n = 0;
-    uintptr_t ex_lo = pl->lo, ex_hi = pl->hi;
-    if (h->follow != NULL) { /* a heap that follows its plan keeps the plan's places (follow.c) */
-        uintptr_t f_lo = h->follow->base, f_hi = h->follow->base + h->follow->extent;
-        if (f_lo < ex_lo) ex_lo = f_lo;
-        if (f_hi > ex_hi) ex_hi = f_hi;
-    }
-    uint64_t got = dmm__pool_carve_sources(p, h, want, ex_lo, ex_hi, g->tv.v, g->nt, p->can_alias, false, &g->sv);
+    /* a heap that follows a plan moves what its plan leaves unused first, then (its first turns) the rest */
+    uint64_t got = dmm__pool_carve_sources(p, h, want, pl->lo, pl->hi, g->tv.v, g->nt, p->can_alias, false, true, &g->sv);
+    if (got < want && h->follow != NULL)
+        got += dmm__pool_carve_sources(p, h, want - got, pl->lo, pl->hi, g->tv.v, g->nt, p->can_alias, false, false,
+                                       &g->sv);
     *want_more = got < want ? want - got : 0;
     return DMM_OK;
 }
@@ -418,7 +415,7 @@ static uint64_t growth_carve_others(growth *g, uint64_t want) {
         if (o == g->h) continue;
         dmm__pool_poll(g->p, o); /* its fence decides which of its free chunks may move */
         heap_lock(o);
-        got += dmm__pool_carve_sources(g->p, o, want - got, 0, 0, g->tv.v, g->nt, false, true, &g->sv);
+        got += dmm__pool_carve_sources(g->p, o, want - got, 0, 0, g->tv.v, g->nt, false, true, true, &g->sv);
         heap_unlock(o);
     }
     return got;
@@ -590,7 +587,7 @@ static bool plan_stock(dmm_pool *p, const pool_heap *h, uintptr_t at, uint64_t t
             uint64_t have = b->kind == BK_FREE ? b->size : 0;
             uint64_t n = have < target ? align_up_c(p, target - have) : 0;
             if (n > u->size) n = u->size; /* UNMAPPED blocks are whole quanta */
-            uint64_t cap = retention_limit(p), committed = committed_once(p);
+            uint64_t cap = dmm__pool_retention_limit(p), committed = committed_once(p);
             uint64_t room = committed < cap ? align_down_c(p, cap - committed) : 0;
             if (n > room) n = room;
             pl->found = true;
@@ -636,13 +633,14 @@ uint64_t dmm__pool_stock_grow(dmm_pool *p, pool_heap *h, uintptr_t at) {
     return grown;
 }
 
-dmm_status dmm__pool_malloc_slow(dmm_pool *p, pool_heap *h, uint64_t n, size_t requested, uintptr_t at, void **out,
+dmm_status dmm__pool_malloc_slow(dmm_pool *p, pool_heap *h, uint64_t n, size_t requested, uintptr_t at, bool at_planned, void **out,
                                  uintptr_t *stock_at) {
     static const char entering[] = "entering dmm_pool_malloc's slow path";
     const uint64_t t0 = dmm_now_ns();
     growth g;
     growth_init(&g, p, h, n, requested);
     g.at = at;
+    g.at_planned = at_planned;
     dmm_status s = DMM_OK;
     int attempt;
     for (attempt = 0; attempt < 16; attempt++) {
@@ -658,24 +656,27 @@ dmm_status dmm__pool_malloc_slow(dmm_pool *p, pool_heap *h, uint64_t n, size_t r
         }
         uint64_t want_more = 0;
         s = growth_plan(&g);
-        if (s != DMM_OK && g.at != 0) { /* the planned place cannot grow: best fit instead */
+        if (s != DMM_OK && g.at != 0) { /* the planned place cannot grow: its spill place, then best fit */
             dmm_clear_error();
-            dmm__follow_missed(h, false);
-            g.at = 0;
+            bool planned = g.at_planned;
+            if (planned) dmm__follow_missed(h, false);
+            g.at = planned ? dmm__follow_spill_at(h, n) : 0;
+            g.at_planned = false;
             heap_unlock(h);
             continue;
         }
         if (s == DMM_OK) s = growth_carve(&g, &want_more);
         heap_unlock(h);
         if (s != DMM_OK) break;
-        if (growth_carve_others(&g, want_more) < want_more && g.at != 0) {
+        if (growth_carve_others(&g, want_more) < want_more && g.at != 0 && g.at_planned) {
             /* a planned place that only new memory beyond the retention limit could map (the memory that
              * is to move there is still in use: a plan's first turns): best fit now, the place later */
             growth_fixup(&g); /* nothing driven: the pieces go back unmapped, the sources free */
             heap_lock(h);
             dmm__follow_missed(h, false);
+            g.at = h->follow != NULL ? dmm__follow_spill_at(h, n) : 0;
+            g.at_planned = false;
             heap_unlock(h);
-            g.at = 0;
             continue;
         }
         growth_drive(&g);

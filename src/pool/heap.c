@@ -68,6 +68,15 @@ void dmm__heap_fini(pool_heap *h) {
     dmm_biased_lock_destroy(&h->lock);
 }
 
+pool_block *dmm__heap_block_at(const pool_heap *h, uintptr_t at) {
+    for (size_t r = 0; r < h->nruns; r++) {
+        if (at < h->runs[r].lo || at >= h->runs[r].hi) continue;
+        for (pool_block *b = h->runs[r].first; b != NULL; b = b->next)
+            if (at < b->addr + b->size) return b;
+    }
+    return NULL;
+}
+
 /* ---- block records ---- */
 static bool refill(pool_heap *h) {
     /* one allocation: the slab header, then SLAB_BLOCKS records */

@@ -29,25 +29,30 @@ static inline void count_live(pool_heap *h, pool_block *b, uint64_t requested) {
     if (lb > dmm_atomic_load_relaxed(&h->live_peak)) dmm_atomic_store_relaxed(&h->live_peak, lb);
 }
 
-/* Counts a malloc of block b, now LIVE: its record (follow.c) and ordinal, and the look for a loop
- * when one is due. */
+/* Counts a malloc of block b, now LIVE: its record (follow.c) and ordinal. */
 static inline void count_malloc(pool_heap *h, pool_block *b) {
     b->ord = (uint32_t)h->mallocs;
     if (h->records != NULL) {
         precord *r = &h->records[h->mallocs & (POOL_RECORDS - 1)];
-        r->size = b->size;
+        uint64_t units = b->size >> h->align_shift;
+        r->units = units <= UINT32_MAX ? (uint32_t)units : 0;
         r->t_alloc = ++h->events;
-        r->t_free = 0;
+        r->life = 0;
     }
     h->mallocs++;
-    if (__builtin_expect(h->mallocs >= h->next_look, 0)) dmm__follow_look(h->pool, h);
 }
+
+/* Whether the heap is due to look for a loop (dmm__follow_look, by the malloc's caller, under the lock). */
+static inline bool look_due(const pool_heap *h) { return __builtin_expect(h->mallocs >= h->next_look, 0); }
 
 /* Counts the free of block b (LIVE until now) in its record, while the ring still holds it. */
 static inline void count_free(pool_heap *h, const pool_block *b) {
     if (h->records == NULL) return;
     uint32_t age = (uint32_t)h->mallocs - b->ord; /* mallocs since b's: ≥ 1 */
-    if (age <= POOL_RECORDS) h->records[(h->mallocs - age) & (POOL_RECORDS - 1)].t_free = ++h->events;
+    if (age > POOL_RECORDS) return;
+    precord *r = &h->records[(h->mallocs - age) & (POOL_RECORDS - 1)];
+    uint64_t life = ++h->events - r->t_alloc;
+    r->life = life < UINT32_MAX ? (uint32_t)life : UINT32_MAX;
 }
 
 /* Hands out the front `n` bytes of FREE block b (under the lock). False: out of host memory. */

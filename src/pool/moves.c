@@ -46,8 +46,19 @@ static int by_age(const void *a, const void *b) {
  * those behind a completed fence, still come first and move. `keep_newest` (a growth of another
  * heap): h keeps its newest candidate (the last in that order), the chunk its own stream reuses
  * next. Returns the bytes carved. */
+/* Whether the plan h follows places something in [at, at + bytes) (whole chunks). */
+static bool plan_uses(const pool_heap *h, const dmm_pool *p, uintptr_t at, uint64_t bytes) {
+    const pfollow *f = h->follow;
+    if (f == NULL || at + bytes <= f->base || at >= f->base + f->extent) return false;
+    for (uint64_t off = at - f->base; off < at + bytes - f->base; off += p->chunk) {
+        size_t q = (size_t)(off / p->chunk);
+        if (q < f->used_chunks && (f->used[q / 64] >> (q % 64) & 1)) return true;
+    }
+    return false;
+}
+
 uint64_t dmm__pool_carve_sources(dmm_pool *p, pool_heap *h, uint64_t want, uintptr_t ex_lo, uintptr_t ex_hi, ptarget *tg,
-                              size_t nt, bool alias_ok, bool keep_newest, srcvec *out) {
+                              size_t nt, bool alias_ok, bool keep_newest, bool keep_plan, srcvec *out) {
     if (want == 0) return 0;
     dmm__heap_quick_flush(h); /* parked blocks are free memory too, once merged */
     const uint64_t Q = p->chunk;
@@ -65,8 +76,8 @@ uint64_t dmm__pool_carve_sources(dmm_pool *p, pool_heap *h, uint64_t want, uintp
                 }
                 if (q + len > qend) break; /* runs past the block's end */
                 uintptr_t at = p->base + q * Q;
-                if (at < ex_hi && at + (uint64_t)len * Q > ex_lo) { /* in the range kept */
-                    q += len;
+                if ((at < ex_hi && at + (uint64_t)len * Q > ex_lo) || (keep_plan && plan_uses(h, p, at, (uint64_t)len * Q))) {
+                    q += len; /* in the range kept, or the plan's */
                     continue;
                 }
                 if (nc == h->capscratch) {

@@ -19,6 +19,7 @@
 #include "pool/placement.h"
 
 #include <math.h>
+#include "core/atomics.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,6 +63,7 @@ typedef struct placer {
     uint64_t work;   /* index entries scanned and listed so far, over every order: at most max_work */
     uint64_t listed; /* index entries of the order being placed: at most max_index */
     uint64_t max_work, max_index;
+    const _Atomic bool *cancel;
 } placer;
 
 static int by_key_desc(const void *a, const void *b) {
@@ -229,6 +231,8 @@ static dmm_place_outcome place(placer *p, place_order which, uint64_t seed, uint
     p->listed = 0;
     uint64_t extent = 0;
     for (size_t k = 0; k < p->n; k++) {
+        if ((k & 4095) == 0 && p->cancel != NULL && dmm_atomic_load_relaxed(p->cancel))
+            return DMM_PLACE_CANCELLED;
         uint32_t id = p->order[k].id;
         dmm_place_item *x = &p->items[id];
         if (!x->fixed) {
@@ -260,7 +264,8 @@ dmm_place_outcome dmm__place(dmm_place_item *items, size_t n, uint32_t horizon, 
             (x->fixed && x->off > DMM_PLACE_MAX_BYTES))
             return DMM_PLACE_BAD_ITEM;
     }
-    placer p = {.items = items, .n = n, .max_work = limits->max_work, .max_index = limits->max_index};
+    placer p = {.items = items, .n = n, .max_work = limits->max_work, .max_index = limits->max_index,
+                .cancel = limits->cancel};
     size_t count = horizon / 64 + 1, width;
     if (count > 65536) count = 65536;
     width = (horizon + count - 1) / count;

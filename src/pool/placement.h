@@ -46,6 +46,7 @@ typedef struct dmm_place_limits {
     uint64_t max_index;    /* index entries one order lists (4 bytes each) */
     unsigned restarts;     /* shaken orders after the greedy three */
     uint64_t restart_work; /* the work up to which restarts go on (at most max_work) */
+    const _Atomic bool *cancel; /* NULL, or set (by another thread) to give up at the next 4,096 items */
 } dmm_place_limits;
 
 typedef enum dmm_place_outcome {
@@ -53,6 +54,7 @@ typedef enum dmm_place_outcome {
     DMM_PLACE_OUT_OF_MEMORY = -1,
     DMM_PLACE_TOO_MUCH_WORK = -2, /* the greedy three did not fit the bounds */
     DMM_PLACE_BAD_ITEM = -3,      /* a size above DMM_PLACE_MAX_BYTES, or an interval outside the horizon */
+    DMM_PLACE_CANCELLED = -4,     /* *cancel was set */
 } dmm_place_outcome;
 
 /* Places items[0..n) over times [0, horizon) (horizon < UINT32_MAX): the offsets of the smallest

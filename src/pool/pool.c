@@ -226,7 +226,8 @@ dmm_status dmm_pool_create(dmm_mechanism *mech, dmm_driver *drv, const dmm_pool_
     dmm_lock_init(&p->lock);
     p->stock_cap = cfg != NULL && cfg->size >= offsetof(dmm_pool_config, stock_bytes) + sizeof cfg->stock_bytes
                        ? align_down_c(p, c.stock_bytes) : 0;
-    if (p->stock_cap > 0 && !dmm__pool_stock_start(p)) {
+    if ((p->stock_cap > 0 && !dmm__pool_stock_start(p)) || (p->plan_loops && !dmm__planner_start(p))) {
+        dmm__pool_stock_stop(p); /* (a no-op when it did not start) */
         dmm_error_kept cause = {0};
         dmm__error_keep(&cause, dmm_last_status());
         (void)dmm_mechanism_release(mech, &p->va); /* VA only, nothing committed in it */
@@ -325,22 +326,23 @@ static inline void unlock_by(pool_heap *h, dmm_biased_slot *slot) {
 static __attribute__((noinline)) dmm_status malloc_rest(dmm_pool *p, pool_heap *h, uint64_t n, size_t bytes, void **out,
                                                         dmm_biased_slot *slot) {
     uintptr_t planned_at = 0;
+    bool planned = false;
     if (h->follow != NULL) { /* the heap follows the plan of its loop (follow.c): its place, if mapped and free */
-        pool_block *b = dmm__follow_place(p, h, n, bytes, &planned_at);
+        pool_block *b = dmm__follow_place(h, n, bytes, &planned_at, &planned);
         if (b != NULL) {
             pfollow *f = h->follow;
             bool shed = f->shed_due;
-            uintptr_t lo = f->base, hi = f->base + f->extent;
             f->shed_due = false;
             unlock_by(h, slot);
             *out = (void *)b->addr;
-            if (shed) dmm__pool_shed_outside(p, h, lo, hi); /* after a turn all in place: what the plan leaves unused */
+            if (shed) dmm__pool_shed_unplanned(p, h); /* after a turn with no growth: what the plan leaves unused */
             return DMM_OK;
         }
     }
     pool_block *b = h->nquick > 0 ? quick_pop(h, n) : NULL; /* none parked: no size class to compute */
     if (b != NULL) {
         quick_hit(h, b, bytes);
+        if (look_due(h)) dmm__follow_look(p, h);
         unlock_by(h, slot);
         *out = (void *)b->addr;
         return DMM_OK;
@@ -360,6 +362,7 @@ static __attribute__((noinline)) dmm_status malloc_rest(dmm_pool *p, pool_heap *
     b = planned_at == 0 ? dmm__heap_bin_find(h, n) : NULL; /* a planned place goes to the slow path */
     if (b != NULL && take(h, b, n, bytes)) {
         *out = (void *)b->addr;
+        if (look_due(h)) dmm__follow_look(p, h);
         uintptr_t stock_at = h->stock_end != 0 ? dmm__pool_stock_refill_at(p, h, b) : 0; /* 0 without a stock */
         unlock_by(h, slot);
         dmm__pool_stock_post(p, h, stock_at);
@@ -368,7 +371,7 @@ static __attribute__((noinline)) dmm_status malloc_rest(dmm_pool *p, pool_heap *
     unlock_by(h, slot);
     uint64_t waited = dmm__pool_stock_wait(p, h); /* the stock being committed for h may fit */
     uintptr_t stock_at = 0;
-    dmm_status s = dmm__pool_malloc_slow(p, h, n, bytes, planned_at, out, &stock_at);
+    dmm_status s = dmm__pool_malloc_slow(p, h, n, bytes, planned_at, planned, out, &stock_at);
     dmm__pool_stock_post(p, h, stock_at);
     if (waited > 0) {
         dmm_atomic_add_relaxed(&p->stock_wait_ns, waited);
@@ -407,6 +410,7 @@ dmm_status dmm_pool_malloc(dmm_pool *p, size_t bytes, dmm_stream stream, void **
     if (__builtin_expect(!quick_hot_fits(h, n), 0)) return malloc_rest(p, h, n, bytes, out, slot);
     pool_block *b = quick_take_hot(h); /* the exact repeat of the last free: no list, bin, split or hash work */
     quick_hit(h, b, bytes);
+    if (look_due(h)) dmm__follow_look(p, h);
     dmm_biased_lock_release_slot(slot);
     *out = (void *)b->addr;
     return DMM_OK;
@@ -568,6 +572,7 @@ dmm_status dmm_pool_block_stream(dmm_pool *p, const void *ptr, dmm_stream *strea
  * lost: the context took them). */
 static void pool_free_all(dmm_pool *p, bool driver) {
     dmm__pool_stock_stop(p);
+    dmm__planner_stop(p);
     if (driver) dmm__pool_destroy_events(p);
     pool_heap *h = heaps_head(p);
     while (h != NULL) {
@@ -728,6 +733,11 @@ dmm_status dmm_pool_stock_sync(dmm_pool *p) {
                              "dmm_pool_stock_sync: the stock thread was still committing after 20 ms; call again "
                              "(not from a budget callback: the stock thread may be the one running it)");
     return DMM_OK;
+}
+
+dmm_status dmm_pool_plan_sync(dmm_pool *p) {
+    if (p == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_plan_sync: the pool is NULL");
+    return dmm__planner_sync(p);
 }
 
 /* ---- warm start (growth.c does the growth) ---- */

@@ -185,7 +185,7 @@ static dmm_status pool_trim(dmm_pool *p, uint64_t target, uint64_t *released, co
             continue;
         }
         sv.n = 0;
-        dmm__pool_carve_sources(p, h, committed - target, 0, 0, NULL, 0, false, false, &sv);
+        dmm__pool_carve_sources(p, h, committed - target, 0, 0, NULL, 0, false, false, false, &sv);
         heap_unlock(h);
         for (size_t i = 0; i < sv.n; i++) {
             dmm__pool_decommit_one(p, &sv.v[i]);
@@ -216,21 +216,14 @@ static dmm_status pool_trim(dmm_pool *p, uint64_t target, uint64_t *released, co
     return DMM_OK;
 }
 
-void dmm__pool_shed_outside(dmm_pool *p, pool_heap *h, uintptr_t lo, uintptr_t hi) {
+void dmm__pool_shed_unplanned(dmm_pool *p, pool_heap *h) {
     if (dmm__pool_lost(p, "shedding memory a plan does not use")) return;
     dmm__pool_poll(p, h);
     srcvec sv = {NULL, 0, 0};
     heap_lock(h);
-    dmm__heap_quick_flush(h);
-    uint64_t want = 0; /* the whole chunks of free blocks outside [lo, hi) */
-    for (size_t r = 0; r < h->nruns; r++)
-        for (const pool_block *b = h->runs[r].first; b != NULL; b = b->next) {
-            if (b->kind != BK_FREE || b->seq > h->safe_seq) continue;
-            uintptr_t a = align_up_c(p, b->addr), z = align_down_c(p, b->addr + b->size);
-            if (a < lo && z > a) want += (z < lo ? z : lo) - a;
-            if (z > hi && z > a) want += z - (a > hi ? a : hi);
-        }
-    if (want > 0) dmm__pool_carve_sources(p, h, want, lo, hi, NULL, 0, false, false, &sv);
+    uint64_t limit = dmm__pool_retention_limit(p), committed = committed_once(p);
+    uint64_t over = committed > limit ? committed - limit : 0;
+    if (over > 0) dmm__pool_carve_sources(p, h, over, 0, 0, NULL, 0, false, false, true, &sv);
     heap_unlock(h);
     for (size_t i = 0; i < sv.n; i++) {
         dmm__pool_decommit_one(p, &sv.v[i]);

@@ -6,7 +6,12 @@
  *   pool.c        the API: create/destroy, streams → heaps, malloc/free and the hot path, trim
  *   stock.c       the stock thread (stock_bytes > 0): commits memory ahead of a growing pool's mallocs
  *   pool_stats.c  stats (gather, get, common, JSON) and the dmm_pool_check entry
- *   growth.c      malloc's slow path: growth planning, then plan → carve → drive → fix-up
+ *   growth.c      malloc's slow path: growth planning, then plan → carve → drive → fix-up; a planned
+ *                 malloc's place grown and taken
+ *   follow.c      a heap that learns its loop: records, the look for a period, the plan followed
+ *   planner.c     the planner thread: a heap's loop (a job) planned off the allocating threads, the plan
+ *                 installed
+ *   placement.c   blocks of known lifetimes placed at fixed offsets (also tools/plan.c's)
  *   regions.c     VA regions (heaps take and shed them), trim and empty_cache
  *   fences.c      events: the event free list, fences, polls, cross-stream frees
  *   moves.c       chunks: commit, decommit and alias one chunk; the sources of moves and their fix-up;
@@ -68,6 +73,7 @@
  *   heap.nquick = #QUICK ≤ POOL_QUICK_MAX_BLOCKS, heap.quick_bytes = Σ QUICK sizes ≤ POOL_QUICK_MAX_BYTES,
  *   every QUICK size ≤ POOL_QUICK_MAX_BLOCK; bit c of quickmap ⇔ quick[c] != NULL; heap.quick_reach ≥
  *   the bytes of every maximal sequence of FREE and QUICK blocks that holds a QUICK block (0 once merged).
+ *   A heap that follows a plan (follow.c: heap.follow) parks nothing: no QUICK block.
  *   A FREE block's seq ≥ the heap free_seq of every free merged into it; it is safe to decommit its
  *   whole chunks once seq ≤ heap.safe_seq (a completed fence on the heap's stream covers it).
  */
@@ -81,6 +87,7 @@
 #include "core/core.h"
 #include "dmm/pool.h"
 #include "driver/call.h"
+#include "pool/placement.h"
 
 enum {
     BK_FREE = 1,
@@ -161,11 +168,11 @@ typedef struct ptarget {
 
 /* follow.c: a heap's record of its last POOL_RECORDS mallocs (a ring by malloc ordinal), and the plan
  * of a repeating loop that it follows. Times are the heap's events (its mallocs and frees, from 1). */
-#define POOL_RECORDS 16384u
+#define POOL_RECORDS 131072u
 typedef struct precord {
-    uint64_t size;    /* bytes, rounded to align */
     uint64_t t_alloc; /* the heap's event count at the malloc */
-    uint64_t t_free;  /* at the free (0: not freed yet) */
+    uint32_t units;   /* bytes >> align_shift (a block of 2^32 units or more is recorded as 0: never planned) */
+    uint32_t life;    /* events from the malloc to the free (0: not freed yet; UINT32_MAX: that many or more) */
 } precord;
 
 /* One malloc of the loop: its size and, planned, where it goes. */
@@ -188,7 +195,62 @@ typedef struct pfollow {
     uint64_t turn_other;  /* mallocs of that turn that went elsewhere for any reason */
     uint64_t turn_start;  /* the malloc count when that turn started */
     bool shed_due;        /* a turn went by with no growth: give back what lies outside the plan */
+    /* a turn of other sizes suspends the plan (its mallocs go above the plan's range) until the last
+     * POOL_RESYNC_GRAM sizes match the plan's somewhere: it then goes on from there (the loop came back
+     * after something else, as training does after an evaluation); one suspended for `give_up` mallocs
+     * is dropped */
+    bool suspended;
+    uint64_t suspended_at;
+    uint32_t misses_in_a_row; /* mallocs in a row of another size than planned */
+    uint32_t resyncs;         /* since the last turn that fitted the plan */
+    uint32_t unfit_turns;     /* whole turns in a row that did not fit the plan */
+    uint64_t recent[32];  /* the last sizes asked (a ring, by malloc count) */
+    uint64_t *used;       /* bit q: the plan places something in the q-th chunk from base (kept mapped) */
+    size_t used_chunks;
+    uint64_t *gaps;       /* pairs [lo, hi) from base where the plan places nothing, in order; the last
+                             is [extent, UINT64_MAX) */
+    size_t ngaps;
+    uint64_t *gram_key;   /* hash of the POOL_RESYNC_GRAM sizes ending at slot gram_slot[i] (0: empty) */
+    uint32_t *gram_slot;
+    size_t gram_mask;
 } pfollow;
+#define POOL_RESYNC_GRAM 32u
+
+/* The resync key of POOL_RESYNC_GRAM sizes, oldest first (never 0). */
+static inline uint64_t dmm__plan_gram_hash(const uint64_t *sizes) {
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (unsigned i = 0; i < POOL_RESYNC_GRAM; i++) x = (x ^ sizes[i]) * 0x100000001B3ull;
+    return x | 1;
+}
+
+/* A turn of a heap's loop to plan (follow.c snapshots it under the heap's lock; planner.c plans it). */
+typedef struct pplan_job {
+    struct pplan_job *next;
+    struct pool_heap *h;
+    uint64_t serial;       /* the heap's plan_serial when posted: the install drops a stale job's plan */
+    dmm_place_item *items; /* the planned mallocs first (`planned` of them), then the fixed blocks */
+    size_t nitems, planned;
+    uint32_t *slot_of;     /* per planned item: its slot */
+    pslot *slots;          /* `period` of them: sizes set, offsets UINT64_MAX (not planned) */
+    uint64_t period, phase;
+    uint32_t horizon;      /* the turn's events */
+    uintptr_t base;
+    uint64_t ceiling;      /* the most the plan's extent may reach (whole chunks) */
+    uint64_t chunk;
+} pplan_job;
+
+/* The planner thread's state (planner.c), under its own mutex `m`. */
+typedef struct pplanner {
+    pthread_mutex_t m;
+    pthread_cond_t wake; /* the thread waits here for a job or stop */
+    pthread_cond_t idle; /* dmm_pool_plan_sync waits here */
+    pthread_t thread;
+    bool running, stop;
+    pplan_job *queue;    /* FIFO */
+    pplan_job *busy;     /* the job being planned (NULL: none) */
+    _Atomic uint64_t outstanding; /* queued + in flight */
+    _Atomic bool cancel;          /* set at stop: the placement in flight gives up */
+} pplanner;
 
 typedef enum fence_state { FENCE_IDLE = 0, FENCE_BUSY = 1, FENCE_RECORDED = 2 } fence_state;
 
@@ -268,6 +330,9 @@ typedef struct pool_heap {
     uint64_t grown_at;
     pfollow *follow;
     uint64_t planned_mallocs, plan_misses, plans;
+    bool plan_posted;     /* a job for this heap is queued or being planned: no look until it is done */
+    uint64_t bad_period, bad_until; /* a period whose plan missed too much, not planned again before then */
+    uint64_t plan_serial; /* bumped when the heap's runs change under a job (a plan made before is stale) */
 
     pcand *scratch; /* slow-path candidate list */
     size_t capscratch;
@@ -365,6 +430,7 @@ struct dmm_pool {
     _Atomic uint64_t stock_grows, stock_ns; /* the stock thread's growths and its time in them */
     _Atomic uint64_t stock_wait_ns;         /* mallocs' waits for it (also in slow_path_ns) */
     pstock stock;
+    pplanner planner; /* planner.c: plans of the heaps' loops, off the allocating threads (plan_loops) */
     playout layout; /* layout.c: the handles grown through, and those a warm layout committed ahead */
 };
 
@@ -404,6 +470,9 @@ void dmm__heap_bin_remove(pool_heap *h, pool_block *b);
 /* The smallest FREE block of at least `bytes` (lowest address among equal sizes within range
  * classes), or NULL. */
 pool_block *dmm__heap_bin_find(const pool_heap *h, uint64_t bytes);
+
+/* The block of h that holds address `at`, or NULL (not in h's runs): a walk of its run (slow paths). */
+pool_block *dmm__heap_block_at(const pool_heap *h, uintptr_t at);
 
 void dmm__heap_list_push(pool_block **head, pool_block *b);
 void dmm__heap_list_remove(pool_block **head, pool_block *b);
@@ -566,9 +635,10 @@ static inline bool dmm__pool_source_gone(const source *s) {
  * assigned to it. `alias_ok` (a growth of h itself): chunks whose fence is still pending are taken
  * too, to be aliased. `keep_newest` (a growth of another heap): h keeps the free chunk its own
  * stream reuses next (the newest), so that streams in use do not take each other's last chunk in
- * turn. Returns the bytes carved. */
+ * turn. `keep_plan`: while h follows a plan (follow.c), chunks the plan places something in stay (a
+ * trim passes false: it may take anything free). Returns the bytes carved. */
 uint64_t dmm__pool_carve_sources(dmm_pool *p, pool_heap *h, uint64_t want, uintptr_t ex_lo, uintptr_t ex_hi,
-                                 ptarget *tg, size_t nt, bool alias_ok, bool keep_newest, srcvec *out);
+                                 ptarget *tg, size_t nt, bool alias_ok, bool keep_newest, bool keep_plan, srcvec *out);
 /* Decommits one source chunk (no heap lock held). Once the device is lost: FAILED with
  * DMM_ERR_DEVICE_LOST, without a call. */
 void dmm__pool_decommit_one(dmm_pool *p, source *s);
@@ -597,10 +667,10 @@ void dmm__pool_destroy_events(dmm_pool *p);
 /* Gives heap h `n` more contiguous regions (under h's lock; takes the pool lock), preferring the
  * regions right after run `prefer`. False when the VA is exhausted (error set). */
 bool dmm__pool_grow_va(dmm_pool *p, pool_heap *h, size_t n, size_t prefer);
-/* A heap that followed its plan for a whole turn with every malloc in place (follow.c) gives back the
- * whole free chunks it holds outside the plan's range [lo, hi), behind their fence (no lock held;
- * failures keep the chunk, free and mapped). */
-void dmm__pool_shed_outside(dmm_pool *p, pool_heap *h, uintptr_t lo, uintptr_t hi);
+/* A heap that followed its plan through a turn with no growth (follow.c) gives back whole free chunks
+ * that its plan places nothing in, behind their fence, as far as the pool is above its retention
+ * limit (no lock held; failures keep the chunk, free and mapped). */
+void dmm__pool_shed_unplanned(dmm_pool *p, pool_heap *h);
 /* dmm_pool_trim and dmm_pool_empty_cache (pool.c calls them once the stock thread is still). */
 dmm_status dmm__pool_trim(dmm_pool *p, uint64_t target, uint64_t *released);
 dmm_status dmm__pool_empty_cache(dmm_pool *p, uint64_t *released);
@@ -666,21 +736,42 @@ void dmm__follow_fini(pool_heap *h);
 /* Looks for a loop in the records and, found, plans a turn of it (count_malloc calls it when due). */
 void dmm__follow_look(dmm_pool *p, pool_heap *h);
 /* The planned place of a malloc of n bytes (h->follow set): the LIVE block carved there, or NULL with
- * *at = the planned address when the place is not a mapped free range now (the slow path grows or
- * looks there), or 0 when this malloc is not planned (best fit). */
-pool_block *dmm__follow_place(dmm_pool *p, pool_heap *h, uint64_t n, size_t requested, uintptr_t *at);
+ * *at = where the slow path is to grow or look: the planned address (*planned true) when the place is
+ * not a mapped free range now, or the spill place of a malloc the plan does not place (0: best fit). */
+pool_block *dmm__follow_place(pool_heap *h, uint64_t n, size_t requested, uintptr_t *at,
+                              bool *planned);
 /* A planned malloc went elsewhere: it asked another size than planned (too many of those in one turn
  * drop the plan), or (other_size false) its place was taken or could not grow. */
 void dmm__follow_missed(pool_heap *h, bool other_size);
+/* Where a malloc of n bytes that the plan does not place goes while it is followed: in VA the plan
+ * places nothing in (the places of the blocks it kept fixed, gaps, and above its range), at a mapped
+ * free range there first, else where free and unmapped VA there holds it (the slow path grows it),
+ * else the run's end (0: no plan). Never where the plan places something, so that what the plan does
+ * not place never takes a place it does. */
+uintptr_t dmm__follow_spill_at(const pool_heap *h, uint64_t n);
 /* Forgets the plan (the heap looks for a loop again). */
 void dmm__follow_drop(pool_heap *h);
 
+/* ---- planner.c: the planner thread ---- */
+/* At create with plan_loops (false: it could not start, error set); at destroy, before the heaps go. */
+bool dmm__planner_start(dmm_pool *p);
+void dmm__planner_stop(dmm_pool *p);
+/* Queues job j (taken); false (j not taken) when there is no thread. */
+bool dmm__planner_post(dmm_pool *p, pplan_job *j);
+void dmm__planner_job_free(pplan_job *j);
+/* dmm_pool_plan_sync (the pool not NULL). */
+dmm_status dmm__planner_sync(dmm_pool *p);
+void dmm__plan_follow_free(pfollow *f);
+
 /* ---- growth.c ---- */
+/* The retention limit: (1 + retain/1000) × the live peak, plus what re-mapping taught it (settled), at
+ * most (1 + settle/1000) × the live peak, plus the stock's share (UINT64_MAX: no limit). */
+uint64_t dmm__pool_retention_limit(dmm_pool *p);
 /* malloc of `n` bytes (rounded) when no mapped free block fits, or (at > 0) at the place the heap's plan
  * has for it (follow.c; where that cannot be, a miss, and best fit): poll, grow, move, alias. *stock_at:
  * where the stock thread should commit next (dmm__pool_stock_post), else 0: the end of a growth's
  * window when it only added memory, or dmm__pool_stock_refill_at's answer for the block it fitted. */
-dmm_status dmm__pool_malloc_slow(dmm_pool *p, pool_heap *h, uint64_t n, size_t requested, uintptr_t at, void **out,
+dmm_status dmm__pool_malloc_slow(dmm_pool *p, pool_heap *h, uint64_t n, size_t requested, uintptr_t at, bool at_planned, void **out,
                                  uintptr_t *stock_at);
 /* Under h's lock, after a fit took block b: h's stock end when the fit left less than half the
  * stock's target free before it (the stock runs low: commit more ahead), else 0. */
