@@ -10,6 +10,8 @@ dmm-h<MiB>x<D>[m<MIN>[f<F>]] with DMM_TORCH_HANDLES=<MiB << 20>,<D>,<MIN << 20>,
 a D-th of the request, at least MIN MiB or an F-th of the live peak; without m: no floor, e.g. dmm-h32x8 = the
 default before the 8 MiB floor; without f: a fixed floor, e.g. dmm-h32x8m8 = the default; dmm-h64x8m8f256 the
 rising floor measured against it);
+dmm-p with DMM_TORCH_PLAN=1 and DMM_TORCH_SETTLE=25 (each stream's heap follows a plan of its loop; an
+explicit dmm-s<N> part sets another settle);
 dmm-a<MiB> with DMM_TORCH_STOCK=<MiB << 20> (the stock thread keeps up to MiB, at most 1/128 of the live
 peak, committed ahead of the growth); dmm-r<N> with DMM_TORCH_RETAIN=N (free memory kept mapped, permille of the live peak); dmm-w with a warm
 start: before the first step the pool commits the physical peak of dmm-w's last run (dmm.torch.warm),
@@ -315,6 +317,9 @@ def env_for(mode):
             env["DMM_TORCH_SETTLE"] = part[len("dmm-s"):]
         if part.startswith("dmm-r"):  # dmm-r<permille>: another retention (DMM_TORCH_RETAIN; 1000: no moves at all)
             env["DMM_TORCH_RETAIN"] = part[len("dmm-r"):]
+        if part == "dmm-p":  # dmm-p: the plan of a loop, under a retention limit that rises to 2.5 % (DMM_TORCH_PLAN)
+            env["DMM_TORCH_PLAN"] = "1"
+            env.setdefault("DMM_TORCH_SETTLE", "25")
         if part.startswith("dmm-a"):  # dmm-a<MiB>: a stock of MiB ahead of the growth (DMM_TORCH_STOCK)
             env["DMM_TORCH_STOCK"] = str(int(part[len("dmm-a"):]) << 20)
         if part.startswith("dmm-h"):  # dmm-h<MiB>x<D>[m<MiB>[f<F>]]: other handles (DMM_TORCH_HANDLES=MAX,D,MIN,F)

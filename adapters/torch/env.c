@@ -43,7 +43,7 @@ typedef struct variable_rule {
     field_rule field[MAX_FIELDS];
 } variable_rule;
 
-enum { POOL_VA, RETAIN, SETTLE, HANDLES, STOCK, RESTORE_PIECE, VARIABLES };
+enum { POOL_VA, RETAIN, SETTLE, HANDLES, STOCK, RESTORE_PIECE, PLAN, VARIABLES };
 
 static const variable_rule rules[VARIABLES] = {
     [POOL_VA] = {DMM_OPTION_TORCH_POOL_VA, 1, {{true, UINT64_MAX}}},
@@ -52,6 +52,7 @@ static const variable_rule rules[VARIABLES] = {
     [HANDLES] = {DMM_OPTION_TORCH_HANDLES, 4, {{true, UINT64_MAX}, {false, UINT32_MAX}, {true, UINT64_MAX}, {false, UINT32_MAX}}},
     [STOCK] = {DMM_OPTION_TORCH_STOCK, 1, {{true, UINT64_MAX}}},
     [RESTORE_PIECE] = {DMM_OPTION_TORCH_RESTORE_PIECE, 3, {{true, UINT64_MAX}, {true, UINT64_MAX}, {true, UINT64_MAX}}},
+    [PLAN] = {DMM_OPTION_TORCH_PLAN, 1, {{false, 1}}},
 };
 
 #define SIZE_GRAMMAR "digits and an optional unit K, M, G or T, e.g. 64G or 512MiB; no sign, spaces or hex"
@@ -122,6 +123,7 @@ dmm_status dmm__torch_config_from_env(dmm_device_config *cfg, dmm_torch_getenv_f
         cfg->floor_divisor = (uint32_t)v[HANDLES][3];
     }
     if (text[STOCK] != NULL) cfg->stock_bytes = v[STOCK][0];
+    if (text[PLAN] != NULL) cfg->plan_loops = (uint32_t)v[PLAN][0];
     if (text[RESTORE_PIECE] != NULL) {
         cfg->restore_piece_bytes = v[RESTORE_PIECE][0] != 0 ? v[RESTORE_PIECE][0] : UINT64_MAX; /* 0 = one commit per segment */
         cfg->restore_first_bytes = v[RESTORE_PIECE][1];

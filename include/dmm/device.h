@@ -91,6 +91,7 @@ typedef struct dmm_device_config {
                        dmm_pool_stats_get; its stats JSON counts nothing). For an adapter whose framework has
                        its own graph and sleep machinery and reports its pools' stats (ONNX Runtime): a
                        malloc/free pair costs about 40 ns less (bench_ort) */
+    uint32_t plan_loops; /* 1 (experimental): the pool plans repeating loops (dmm_pool_config plan_loops) */
 } dmm_device_config;
 
 /* ---- life ---- */

@@ -55,6 +55,10 @@ static const dmm_option table[DMM_OPTION_COUNT_] = {
                                 "a size", "256M", "0: no stock",
                                 "the bytes the pool's stock thread keeps committed ahead of a growing pool (at most "
                                 "1/128 of the live peak is used)"},
+    [DMM_OPTION_TORCH_PLAN] = {"DMM_TORCH_PLAN", NULL, "libdmm_torch.so", DMM_OPTION_COUNT, 0, 1, "0|1",
+                               "0 or 1", "1", "0: off",
+                               "experimental: each stream's pool heap learns its repeating loop and follows a plan of "
+                               "it (dmm_pool_config.plan_loops; with DMM_TORCH_SETTLE=25, docs/architecture.md)"},
     [DMM_OPTION_TORCH_RESTORE_PIECE] = {"DMM_TORCH_RESTORE_PIECE", NULL, "libdmm_torch.so", DMM_OPTION_FIELDS, 0,
                                         UINT64_MAX, "MAX[,FIRST[,COPY]]", "three sizes", "256M,16M",
                                         "the device front's default",

@@ -188,6 +188,7 @@ dmm_status dmm_device_create(dmm_driver *drv, dmm_governor *gov,
     pc.retain_permille = k.retain_permille;
     pc.settle_permille = k.settle_permille;
     pc.stock_bytes = k.stock_bytes;
+    pc.plan_loops = k.plan_loops;
     if (k.max_chunk_bytes == 0) { /* the default: large handles for the interior of large requests only */
         pc.max_chunk_bytes = (32 * MIB + gran - 1) / gran * gran;
         pc.handle_divisor = k.handle_divisor ? k.handle_divisor : 8;

@@ -2,8 +2,8 @@
 /* tests/unit/test_torch_env.c — the torch adapter's environment variables (adapters/torch/env.c, compiled
  * into this test like test_torch_adapter.c compiles the adapter's core: no GPU, no cuda.h needed).
  *
- * What is proven: DMM_TORCH_POOL_VA, DMM_TORCH_RETAIN, DMM_TORCH_SETTLE, DMM_TORCH_HANDLES, DMM_TORCH_STOCK and
- * DMM_TORCH_RESTORE_PIECE read as documented (docs/options.md: sizes as plain bytes exactly as before, or with
+ * What is proven: DMM_TORCH_POOL_VA, DMM_TORCH_RETAIN, DMM_TORCH_SETTLE, DMM_TORCH_HANDLES, DMM_TORCH_STOCK,
+ * DMM_TORCH_PLAN (0 or 1) and DMM_TORCH_RESTORE_PIECE read as documented (docs/options.md: sizes as plain bytes exactly as before, or with
  * a binary unit: 64G, 64GiB, 64gb, 512MiB, 1.5G; per mille 0..1000; MAX[,DIVISOR[,MIN[,FLOOR_DIVISOR]]];
  * MAX[,FIRST[,COPY]] with MAX 0 = one commit per segment); unset and empty leave the config alone; every
  * malformed value (not a number, a sign, trailing characters, an unknown unit or one on a whole number, a
@@ -23,6 +23,8 @@ typedef struct env {
     const char *pool_va, *retain, *piece, *settle, *handles, *stock;
 } env;
 
+static const char *plan_value; /* DMM_TORCH_PLAN's, beside every env below (NULL: unset) */
+
 static const char *get(void *user, const char *name) {
     const env *e = user;
     if (strcmp(name, "DMM_TORCH_POOL_VA") == 0) return e->pool_va;
@@ -31,6 +33,7 @@ static const char *get(void *user, const char *name) {
     if (strcmp(name, "DMM_TORCH_SETTLE") == 0) return e->settle;
     if (strcmp(name, "DMM_TORCH_HANDLES") == 0) return e->handles;
     if (strcmp(name, "DMM_TORCH_STOCK") == 0) return e->stock;
+    if (strcmp(name, "DMM_TORCH_PLAN") == 0) return plan_value;
     fail_msg("unexpected variable %s", name);
     return NULL;
 }
@@ -83,6 +86,24 @@ static void valid_values_are_read(void **state) {
     assert_int_equal(c.retain_permille, 0);
     assert_int_equal(c.restore_piece_bytes, UINT64_MAX);
     assert_int_equal(c.restore_copy_bytes, 33554432ull);
+    env none = {NULL, NULL, NULL, NULL, NULL, NULL};
+    plan_value = "1";
+    c = marked();
+    DMM_OK_OR_FAIL(dmm__torch_config_from_env(&c, get, &none));
+    assert_int_equal(c.plan_loops, 1);
+    assert_int_equal(c.settle_permille, 0xA5A5A5A5u); /* the others untouched */
+    plan_value = "0";
+    DMM_OK_OR_FAIL(dmm__torch_config_from_env(&c, get, &none));
+    assert_int_equal(c.plan_loops, 0);
+    for (int i = 0; i < 2; i++) { /* neither 0 nor 1: refused, the config untouched */
+        plan_value = i == 0 ? "2" : "yes";
+        dmm_device_config before = marked(), after = before;
+        assert_int_equal(dmm__torch_config_from_env(&after, get, &none), DMM_ERR_INVALID_ARGUMENT);
+        assert_non_null(strstr(dmm_last_error(), "DMM_TORCH_PLAN"));
+        assert_non_null(strstr(dmm_last_error(), "0 or 1"));
+        assert_memory_equal(&before, &after, sizeof before);
+    }
+    plan_value = NULL;
     env e4 = {NULL, NULL, "33554432", NULL, NULL, NULL};
     DMM_OK_OR_FAIL(dmm__torch_config_from_env(&c, get, &e4));
     assert_int_equal(c.restore_piece_bytes, 33554432ull);
