@@ -21,12 +21,17 @@ the handles dmm-L's last run grew through (dmm.torch.layout and warm_layout: wha
 does), and the first step's share of them taken is printed. Parts join with "+": dmm-a256+h256x2m8 is
 the stock and those handles together.
 
-Workloads (models built from configs, no downloads; random data; fixed shapes, so every step repeats):
+Workloads (models built from configs, no downloads; random data; fixed shapes, so every step repeats,
+unless said otherwise):
   gpt2   GPT-2 small training, AdamW, bf16 autocast, batch 8 x 1,024 tokens
   vit    ViT-Base/16 training, AdamW, bf16 autocast, batch 64 x 224 x 224
   llama  a Llama-style model (16 layers, hidden 2048, bf16) generating: a step is one greedy round of
          4 x 64 new tokens after a 128-token prompt
-A step's time is wall time from its start to a synchronize after it (what the user waits for).
+  llama-var  the same model, rounds of varying batch and prompt (4x128, 8x64, 2x256, 6x96; 48 new tokens)
+  moe    a Mixtral-style MoE (hidden 1024, 8 layers, 8 experts, top-2, bf16) generating the same rounds
+  bert   BERT-base fp16 inference over random batch (8-64) x sequence (32-512): shapes never repeat
+A step's time is wall time from its start to a synchronize after it (what the user waits for); a loop's time
+is the sum of its steps'.
 --regrowths K adds, in each process after its steps, K more first steps, each of a fresh model after the
 cache was emptied: a growth from the model's memory again without CUDA's lazy initialisation, which the
 process's real first step also pays (the allocator's share of that step, K samples per process; not in
@@ -220,7 +225,70 @@ def make_llama(torch):
     return model, step
 
 
-MAKERS = {"gpt2": make_gpt2, "vit": make_vit, "llama": make_llama}
+def generate_rounds(torch, model, vocab, shapes, new_tokens):
+    """A step per generate round, the rounds' (batch, prompt) cycling through `shapes` (a serving engine's
+    varying requests; the loop repeats every len(shapes) steps)."""
+    g = torch.Generator().manual_seed(2)
+    prompts = [torch.randint(3, vocab, (b, n), generator=g) for b, n in shapes]
+
+    def step(i):
+        ids = prompts[i % len(prompts)].cuda()
+        with torch.no_grad():
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
+                                 min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+        return int(out[0, -1])
+
+    return step
+
+
+def bf16_on_gpu(torch, build):
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        with torch.device("cuda"):
+            return build().eval()
+    finally:
+        torch.set_default_dtype(torch.float32)
+
+
+def make_llama_var(torch):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=16,
+                      num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=1024)
+    model = bf16_on_gpu(torch, lambda: LlamaForCausalLM(cfg))
+    return model, generate_rounds(torch, model, cfg.vocab_size, [(4, 128), (8, 64), (2, 256), (6, 96)], 48)
+
+
+def make_moe(torch):
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    cfg = MixtralConfig(vocab_size=32000, hidden_size=1024, intermediate_size=3584, num_hidden_layers=8,
+                        num_attention_heads=16, num_key_value_heads=4, num_local_experts=8, num_experts_per_tok=2,
+                        max_position_embeddings=1024)
+    model = bf16_on_gpu(torch, lambda: MixtralForCausalLM(cfg))
+    return model, generate_rounds(torch, model, cfg.vocab_size, [(4, 128), (8, 64), (2, 256), (6, 96)], 48)
+
+
+def make_bert(torch):
+    """BERT-base fp16 inference over batches of random batch x sequence length (shapes never repeat)."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    cfg = BertConfig(num_labels=2)
+    model = BertForSequenceClassification(cfg).cuda().half().eval()
+    g = torch.Generator().manual_seed(3)
+
+    def step(i):
+        b = int(torch.randint(8, 65, (1,), generator=g))
+        n = int(torch.randint(32, 513, (1,), generator=g))
+        x = torch.randint(0, cfg.vocab_size, (b, n), generator=g).cuda()
+        with torch.no_grad():
+            return float(model(input_ids=x).logits.float().sum())
+
+    return model, step
+
+
+MAKERS = {"gpt2": make_gpt2, "vit": make_vit, "llama": make_llama, "llama-var": make_llama_var, "moe": make_moe,
+          "bert": make_bert}
 
 
 def write_trace(snapshot, path, workload, reserved):
@@ -400,12 +468,13 @@ def main():
             steady = statistics.median(statistics.median(x["step_ms"][2:]) for x in rs)
             phys = statistics.median(x["peak_physical"] for x in rs)
             live = statistics.median(x["peak_allocated"] for x in rs)
-            if ref is None:
-                ref = (first, steady, phys)
-            line = ("%-6s %-10s first step %7.1f ms (%.3f)  steady step %6.1f ms (%.3f)  peak physical %8.1f MiB (%.3f)"
-                    "  peak live %8.1f MiB (%.3f)") % (
-                w, m, first, first / ref[0], steady, steady / ref[1], phys / 2**20, phys / ref[2], live / 2**20,
-                live / ref[2])
+            loop = statistics.median(sum(x["step_ms"]) for x in rs)
+            if ref is None or len(ref) < 4:
+                ref = (first, steady, phys, loop)
+            line = ("%-6s %-10s loop %8.1f ms (%.3f)  first step %7.1f ms (%.3f)  steady step %6.1f ms (%.3f)  "
+                    "peak physical %8.1f MiB (%.3f)  peak live %8.1f MiB (%.3f)") % (
+                w, m, loop, loop / ref[3], first, first / ref[0], steady, steady / ref[1], phys / 2**20,
+                phys / ref[2], live / 2**20, live / ref[2])
             if m.startswith("dmm"):
                 line += "  driver calls: first step %d, per steady step %s" % (
                     statistics.median(x["driver_calls"][0] for x in rs),
