@@ -82,8 +82,10 @@ static rec rec_at(const pool_heap *h, uint64_t ord) {
 
 bool dmm__follow_init(pool_heap *h) {
     h->records = calloc(POOL_RECORDS, sizeof *h->records);
-    h->next_look = h->records != NULL ? POOL_LOOK_EVERY : UINT64_MAX;
-    return h->records != NULL;
+    if (h->records == NULL) return false;
+    h->next_look = POOL_LOOK_EVERY;
+    h->quick_cap = 0; /* nothing parks: the frees take free_rest, which records them */
+    return true;
 }
 
 void dmm__follow_drop(pool_heap *h) {
@@ -244,7 +246,8 @@ static bool post_job(dmm_pool *p, pool_heap *h, uint64_t b, uint64_t d) {
 
 static bool plan_period(dmm_pool *p, pool_heap *h, uint64_t d);
 
-void dmm__follow_look(dmm_pool *p, pool_heap *h) {
+/* Looks for a loop in the records and, found, posts a turn of it to the planner. */
+static void look(dmm_pool *p, pool_heap *h) {
     h->next_look = h->mallocs + POOL_LOOK_EVERY;
     if (h->plan_posted || h->records == NULL || h->nruns == 0) return;
     if (h->grown_at + POOL_RECORDS < h->mallocs) return; /* no growth for a while: nothing to plan for */
@@ -264,6 +267,25 @@ void dmm__follow_look(dmm_pool *p, pool_heap *h) {
         for (size_t k = i + 1; k < np && divides; k++) divides = passing[k] % passing[i] == 0;
         if (divides && plan_period(p, h, passing[i])) return;
     }
+}
+
+void dmm__follow_record_malloc(pool_heap *h, pool_block *b) {
+    uint64_t ord = h->mallocs - 1; /* (counted already) */
+    b->ord = (uint32_t)ord;
+    precord *r = &h->records[ord & (POOL_RECORDS - 1)];
+    uint64_t units = b->size >> h->align_shift;
+    r->units = units <= UINT32_MAX ? (uint32_t)units : 0;
+    r->t_alloc = ++h->events;
+    r->life = 0;
+    if (h->mallocs >= h->next_look) look(h->pool, h);
+}
+
+void dmm__follow_record_free(pool_heap *h, const pool_block *b) {
+    uint32_t age = (uint32_t)h->mallocs - b->ord; /* mallocs since b's: ≥ 1 */
+    if (age > POOL_RECORDS) return;                /* its record is overwritten */
+    precord *r = &h->records[(h->mallocs - age) & (POOL_RECORDS - 1)];
+    uint64_t life = ++h->events - r->t_alloc;
+    r->life = life < UINT32_MAX ? (uint32_t)life : UINT32_MAX;
 }
 
 /* Posts a turn of period d to the planner (true: posted). */

@@ -276,7 +276,6 @@ static bool growth_fit(growth *g, int attempt, void **out, dmm_status *s) {
             if (b != NULL) {
                 h->grown_mallocs += attempt != 0;
                 h->planned_mallocs += planned;
-                if (look_due(h)) dmm__follow_look(g->p, h);
                 *out = (void *)b->addr;
                 if (g->fail != DMM_OK) dmm_clear_error();
                 *s = DMM_OK;
@@ -295,7 +294,6 @@ static bool growth_fit(growth *g, int attempt, void **out, dmm_status *s) {
     if (b != NULL) {
         if (take(h, b, g->n, g->requested)) {
             h->grown_mallocs += attempt != 0;
-            if (look_due(h)) dmm__follow_look(g->p, h);
             if (g->stock_at == 0 && h->stock_end != 0) g->stock_at = dmm__pool_stock_refill_at(g->p, h, b);
             *out = (void *)b->addr;
             if (g->fail != DMM_OK) dmm_clear_error(); /* the failed commit is moot: another thread's memory fit */

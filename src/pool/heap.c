@@ -47,6 +47,7 @@ bool dmm__heap_init(pool_heap *h, struct dmm_pool *p, dmm_stream stream) {
     h->pool = p;
     h->align_shift = p->align_shift;
     h->stream = stream;
+    h->quick_cap = POOL_QUICK_MAX_BLOCKS;
     size_t nb = 1024;
     h->hash = table_alloc(nb * sizeof *h->hash, true); /* 8 KiB: whole line pairs */
     if (h->hash == NULL) return false;

@@ -29,30 +29,17 @@ static inline void count_live(pool_heap *h, pool_block *b, uint64_t requested) {
     if (lb > dmm_atomic_load_relaxed(&h->live_peak)) dmm_atomic_store_relaxed(&h->live_peak, lb);
 }
 
-/* Counts a malloc of block b, now LIVE: its record (follow.c) and ordinal. */
+/* Counts a malloc of block b, now LIVE and complete; a heap that learns its loop records it (and looks
+ * for the loop when due: follow.c). The record is out of line: a pool that plans no loop pays one
+ * predicted branch for it. */
 static inline void count_malloc(pool_heap *h, pool_block *b) {
-    b->ord = (uint32_t)h->mallocs;
-    if (h->records != NULL) {
-        precord *r = &h->records[h->mallocs & (POOL_RECORDS - 1)];
-        uint64_t units = b->size >> h->align_shift;
-        r->units = units <= UINT32_MAX ? (uint32_t)units : 0;
-        r->t_alloc = ++h->events;
-        r->life = 0;
-    }
     h->mallocs++;
+    if (__builtin_expect(h->records != NULL, 0)) dmm__follow_record_malloc(h, b);
 }
 
-/* Whether the heap is due to look for a loop (dmm__follow_look, by the malloc's caller, under the lock). */
-static inline bool look_due(const pool_heap *h) { return __builtin_expect(h->mallocs >= h->next_look, 0); }
-
-/* Counts the free of block b (LIVE until now) in its record, while the ring still holds it. */
+/* Counts the free of block b (LIVE until now) where the heap records its mallocs (follow.c). */
 static inline void count_free(pool_heap *h, const pool_block *b) {
-    if (h->records == NULL) return;
-    uint32_t age = (uint32_t)h->mallocs - b->ord; /* mallocs since b's: ≥ 1 */
-    if (age > POOL_RECORDS) return;
-    precord *r = &h->records[(h->mallocs - age) & (POOL_RECORDS - 1)];
-    uint64_t life = ++h->events - r->t_alloc;
-    r->life = life < UINT32_MAX ? (uint32_t)life : UINT32_MAX;
+    if (__builtin_expect(h->records != NULL, 0)) dmm__follow_record_free(h, b);
 }
 
 /* Hands out the front `n` bytes of FREE block b (under the lock). False: out of host memory. */
@@ -92,7 +79,7 @@ static inline pool_block *take_at(pool_heap *h, pool_block *b, uintptr_t at, uin
 
 /* Whether LIVE block b could be parked without merging the parked ones first (the bounds). */
 static inline bool quick_room(const pool_heap *h, const pool_block *b) {
-    return b->size <= POOL_QUICK_MAX_BLOCK && h->nquick < POOL_QUICK_MAX_BLOCKS &&
+    return b->size <= POOL_QUICK_MAX_BLOCK && h->nquick < h->quick_cap &&
            h->quick_bytes + b->size <= POOL_QUICK_MAX_BYTES;
 }
 

@@ -232,7 +232,6 @@ static void install(dmm_pool *p, pool_heap *h, uint64_t serial, pfollow *f) {
         return;
     }
     f->from = f->phase + ((h->mallocs - f->phase + f->period - 1) / f->period) * f->period; /* the next turn */
-    dmm__heap_quick_flush(h); /* while following, nothing parks (anchors must see merged free runs) */
     dmm__plan_follow_free(h->follow); /* a longer loop's plan replaces a shorter one's */
     h->follow = f;
     h->plans++;

@@ -260,7 +260,6 @@ __attribute__((noinline)) static pool_heap *heap_find(dmm_pool *p, dmm_stream st
                               stream);
                 return NULL;
             }
-            h->next_look = UINT64_MAX;
             if (p->plan_loops) (void)dmm__follow_init(h); /* no room for the records: this heap never plans */
             h->ordinal = (uint32_t)p->nheaps;
             dmm_atomic_store_relaxed(&h->next_heap, heaps_head(p));
@@ -342,7 +341,6 @@ static __attribute__((noinline)) dmm_status malloc_rest(dmm_pool *p, pool_heap *
     pool_block *b = h->nquick > 0 ? quick_pop(h, n) : NULL; /* none parked: no size class to compute */
     if (b != NULL) {
         quick_hit(h, b, bytes);
-        if (look_due(h)) dmm__follow_look(p, h);
         unlock_by(h, slot);
         *out = (void *)b->addr;
         return DMM_OK;
@@ -362,7 +360,6 @@ static __attribute__((noinline)) dmm_status malloc_rest(dmm_pool *p, pool_heap *
     b = planned_at == 0 ? dmm__heap_bin_find(h, n) : NULL; /* a planned place goes to the slow path */
     if (b != NULL && take(h, b, n, bytes)) {
         *out = (void *)b->addr;
-        if (look_due(h)) dmm__follow_look(p, h);
         uintptr_t stock_at = h->stock_end != 0 ? dmm__pool_stock_refill_at(p, h, b) : 0; /* 0 without a stock */
         unlock_by(h, slot);
         dmm__pool_stock_post(p, h, stock_at);
@@ -410,14 +407,12 @@ dmm_status dmm_pool_malloc(dmm_pool *p, size_t bytes, dmm_stream stream, void **
     if (__builtin_expect(!quick_hot_fits(h, n), 0)) return malloc_rest(p, h, n, bytes, out, slot);
     pool_block *b = quick_take_hot(h); /* the exact repeat of the last free: no list, bin, split or hash work */
     quick_hit(h, b, bytes);
-    if (look_due(h)) dmm__follow_look(p, h);
     dmm_biased_lock_release_slot(slot);
     *out = (void *)b->addr;
     return DMM_OK;
 }
 
 static inline void uncount_live(pool_heap *h, const pool_block *b) {
-    count_free(h, b);
     h->live_blocks--;
     h->requested_bytes -= b->requested;
     dmm_atomic_store_relaxed(&h->live_bytes, dmm_atomic_load_relaxed(&h->live_bytes) - b->size);
@@ -436,7 +431,7 @@ __attribute__((noinline, cold)) static dmm_status free_refused(const dmm_pool *p
 /* Whether LIVE block b, freed on `stream`, parks without further work: on its heap's own stream,
  * parking on, and room to park it (quick_room). */
 static inline bool parks_at_once(const pool_heap *h, const pool_block *b, dmm_stream stream) {
-    return stream == h->stream && h->quick_skip == 0 && h->follow == NULL && quick_room(h, b);
+    return stream == h->stream && h->quick_skip == 0 && quick_room(h, b);
 }
 
 /* The own-stream free of LIVE block b that parks at once (h's lock held). */
@@ -460,13 +455,14 @@ static __attribute__((noinline)) dmm_status free_rest(dmm_pool *p, pool_heap *h,
         return free_refused(p, ptr);
     }
     uint64_t asked = b->requested; /* (b may be another's once the lock is gone) */
+    count_free(h, b); /* (only here: a heap that records parks nothing, so its frees all come here) */
     uncount_live(h, b);
     if (stream == h->stream) {
         b->seq = ++h->free_seq;
         h->frees++;
         bool parked = false;
         if (h->quick_skip > 0) h->quick_skip--; /* the stream does not repeat: merge it now */
-        else if (h->follow == NULL) parked = quick_push(h, b); /* false: too big to park (nothing changed) */
+        else if (h->quick_cap > 0) parked = quick_push(h, b); /* false: too big to park (nothing changed) */
         if (!parked) {
             heap_hash_unlink(h, link);
             dmm__heap_make_free(h, b);

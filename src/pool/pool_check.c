@@ -163,9 +163,11 @@ const char *dmm__heap_check_locked(const pool_heap *h) {
         BAD("%llu quick blocks of %llu bytes, %llu of %llu bytes in the lists, counters %zu and %llu",
             (unsigned long long)nquick, (unsigned long long)quick_bytes, (unsigned long long)inquick,
             (unsigned long long)inquick_bytes, h->nquick, (unsigned long long)h->quick_bytes);
-    if (h->follow != NULL && nquick > 0)
-        BAD("%llu blocks are parked while the heap follows a plan (its anchors need merged free runs)",
-            (unsigned long long)nquick);
+    if (h->quick_cap != (h->records != NULL ? 0 : POOL_QUICK_MAX_BLOCKS))
+        BAD("the heap may park %zu blocks while it %s its mallocs", h->quick_cap,
+            h->records != NULL ? "records" : "does not record");
+    if (h->quick_cap == 0 && nquick > 0)
+        BAD("%llu blocks are parked in a heap that may park none", (unsigned long long)nquick);
     if (h->nquick > POOL_QUICK_MAX_BLOCKS || h->quick_bytes > POOL_QUICK_MAX_BYTES)
         BAD("the quick lists hold %zu blocks of %llu bytes, above their bounds", h->nquick,
             (unsigned long long)h->quick_bytes);

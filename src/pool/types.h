@@ -70,10 +70,10 @@
  *   (an aliased chunk counts at both places: committed counts mappings); an ALIASED block is exactly
  *   one chunk with seq > 0; heap.naliased = #ALIASED; pool.aliased_bytes = Σ ALIASED sizes;
  *   heap.live_bytes = Σ LIVE sizes; heap.live_blocks = #LIVE; heap.hcount = #LIVE + #QUICK;
- *   heap.nquick = #QUICK ≤ POOL_QUICK_MAX_BLOCKS, heap.quick_bytes = Σ QUICK sizes ≤ POOL_QUICK_MAX_BYTES,
+ *   heap.nquick = #QUICK ≤ heap.quick_cap ≤ POOL_QUICK_MAX_BLOCKS, heap.quick_bytes = Σ QUICK sizes ≤ POOL_QUICK_MAX_BYTES,
  *   every QUICK size ≤ POOL_QUICK_MAX_BLOCK; bit c of quickmap ⇔ quick[c] != NULL; heap.quick_reach ≥
  *   the bytes of every maximal sequence of FREE and QUICK blocks that holds a QUICK block (0 once merged).
- *   A heap that follows a plan (follow.c: heap.follow) parks nothing: no QUICK block.
+ *   A heap that records its mallocs (follow.c: heap.records) parks nothing: quick_cap = 0, no QUICK block.
  *   A FREE block's seq ≥ the heap free_seq of every free merged into it; it is safe to decommit its
  *   whole chunks once seq ≤ heap.safe_seq (a completed fence on the heap's stream covers it).
  */
@@ -288,6 +288,8 @@ typedef struct pool_heap {
     pool_block *quick[POOL_NBINS];
     uint64_t quickmap[POOL_BINWORDS];
     size_t nquick;
+    size_t quick_cap; /* the most blocks that may park: POOL_QUICK_MAX_BLOCKS; 0 where the heap records its
+                         mallocs (a loop's plan needs merged free runs; its frees then take free_rest) */
     uint64_t quick_bytes;
     uint64_t quick_reach; /* ≥ the largest free block a merge of the QUICK blocks would make */
     /* the one block whose free run quick_reach is known to cover, or NULL: the last block parked
@@ -733,8 +735,11 @@ bool dmm__pool_stock_drain(dmm_pool *p);
 /* At heap creation: the record ring (false: out of host memory; the heap then never plans). */
 bool dmm__follow_init(pool_heap *h);
 void dmm__follow_fini(pool_heap *h);
-/* Looks for a loop in the records and, found, plans a turn of it (count_malloc calls it when due). */
-void dmm__follow_look(dmm_pool *p, pool_heap *h);
+/* The records of a heap that learns its loop (count_malloc, count_free: h->records set): a malloc of b,
+ * counted already and complete (the look for a loop runs from here when due: it may post a turn to
+ * the planner), and the free of b, LIVE until now. */
+void dmm__follow_record_malloc(pool_heap *h, pool_block *b);
+void dmm__follow_record_free(pool_heap *h, const pool_block *b);
 /* The planned place of a malloc of n bytes (h->follow set): the LIVE block carved there, or NULL with
  * *at = where the slow path is to grow or look: the planned address (*planned true) when the place is
  * not a mapped free range now, or the spill place of a malloc the plan does not place (0: best fit). */
