@@ -40,7 +40,7 @@ DMM_TORCH_API void dmm_torch_free(void *ptr, ssize_t size, int device, void *str
  * hands the block out again only after that work (an event on `stream`). enable() installs it as the
  * pluggable allocator's record_stream function. A failure (host memory) is kept in last_error. */
 DMM_TORCH_API void dmm_torch_record_stream(void *ptr, void *stream);
-/* torch's out-of-memory observer (torch.cuda.memory._attach_out_of_memory_observer): called on the
+/* torch's out-of-memory observer (torch._C._cuda_attach_out_of_memory_observer): called on the
  * allocating thread, after a malloc the budget or the device refused and before the refusal is raised,
  * with the device and the bytes asked. NULL: none. The refusal's sentence is kept across the call. */
 typedef void (*dmm_torch_oom_observer)(int device, uint64_t bytes);

@@ -27,7 +27,7 @@ engines, torch.cuda.memory_summary) keeps working unchanged:
     _accelerator_isAllocatorInitialized  (and the older _accelerator_allocatorInitialized): True, so that
                                          the accelerator calls ask the entries above instead of answering {}
     _accelerator_getMemoryInfo(device)   torch.accelerator.get_memory_info (torch >= 2.10): mem_get_info below
-    _cuda_attach_out_of_memory_observer  memory._attach_out_of_memory_observer   observers dmm calls (from C,
+    _cuda_attach_out_of_memory_observer  (called as it is, torch._C.…: no wrapper)  observers dmm calls (from C,
                                          (observer(device, alloc, maximum, free))  on the allocating thread,
                                          once: not again for a refusal inside an observer) before a budget
                                          or memory refusal (also dmm.buffer's, CuPy's) is raised; maximum
