@@ -27,7 +27,7 @@ unless said otherwise):
   vit    ViT-Base/16 training, AdamW, bf16 autocast, batch 64 x 224 x 224
   llama  a Llama-style model (16 layers, hidden 2048, bf16) generating: a step is one greedy round of
          4 x 64 new tokens after a 128-token prompt
-  llama-var  the same model, rounds of varying batch and prompt (4x128, 8x64, 2x256, 6x96; 48 new tokens)
+  llama-var  the same model, rounds of varying batch and prompt (4x128, 8x64, 2x256, 6x96; 16 new tokens)
   moe    a Mixtral-style MoE (hidden 1024, 8 layers, 8 experts, top-2, bf16) generating the same rounds
   bert   BERT-base fp16 inference over random batch (8-64) x sequence (32-512): shapes never repeat
 A step's time is wall time from its start to a synchronize after it (what the user waits for); a loop's time
@@ -256,7 +256,7 @@ def make_llama_var(torch):
     cfg = LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=16,
                       num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=1024)
     model = bf16_on_gpu(torch, lambda: LlamaForCausalLM(cfg))
-    return model, generate_rounds(torch, model, cfg.vocab_size, [(4, 128), (8, 64), (2, 256), (6, 96)], 48)
+    return model, generate_rounds(torch, model, cfg.vocab_size, [(4, 128), (8, 64), (2, 256), (6, 96)], 16)
 
 
 def make_moe(torch):
@@ -266,7 +266,7 @@ def make_moe(torch):
                         num_attention_heads=16, num_key_value_heads=4, num_local_experts=8, num_experts_per_tok=2,
                         max_position_embeddings=1024)
     model = bf16_on_gpu(torch, lambda: MixtralForCausalLM(cfg))
-    return model, generate_rounds(torch, model, cfg.vocab_size, [(4, 128), (8, 64), (2, 256), (6, 96)], 48)
+    return model, generate_rounds(torch, model, cfg.vocab_size, [(4, 128), (8, 64), (2, 256), (6, 96)], 16)
 
 
 def make_bert(torch):
