@@ -243,8 +243,18 @@ static void ring_leave(dmm_arena *a, uint32_t k) {
 
 /* ---- birth ---- */
 
-/* The common tail of a birth: charge MAPPED, map the chunk's handle at its granules, set the chunk's
- * access; on failure undo the chunk (dmm__arena_chunk_unwind). */
+dmm_status dmm__arena_grant(dmm_arena *a, uint64_t first, uint64_t end, dmm_access access, const char *op) {
+    if (first == end) return DMM_OK;
+    dmm_status s = dmm__arena_drv_set_access(a, first * a->gran, (end - first) * a->gran, access);
+    if (s != DMM_OK)
+        return dmm__error_wrap(s, "%s: granting access to granules [%llu, %llu) failed", op,
+                               (unsigned long long)first, (unsigned long long)end);
+    return DMM_OK;
+}
+
+/* The common tail of a birth: charge MAPPED, map the chunk's handle at its granules (its access comes
+ * from the caller's dmm__arena_grant over the whole run); on failure undo the chunk
+ * (dmm__arena_chunk_unwind). */
 static dmm_status chunk_map_in(dmm_arena *a, uint32_t k, const char *op, bool *leaked) {
     arena_chunk *c = &a->chunks[k];
     uint64_t bytes = chunk_bytes(a, c), off = c->first * a->gran;
@@ -257,7 +267,6 @@ static dmm_status chunk_map_in(dmm_arena *a, uint32_t k, const char *op, bool *l
         } else {
             c->mapped = true;
             dmm_count_add(&a->st.mapped_bytes, (int64_t)bytes);
-            s = dmm__arena_drv_set_access(a, off, bytes, (dmm_access)c->access);
         }
     }
     if (s != DMM_OK) {

@@ -38,30 +38,37 @@ void dmm__arena_hook_refund(dmm_arena *a, dmm_axis axis, uint64_t bytes);
  * entries. False (nothing changed, error set naming op) when out of memory. */
 bool dmm__arena_room(dmm_arena *a, size_t chunks, size_t handles, size_t spans, const char *op);
 
+/* A birth maps a chunk without access: its caller grants it over the whole contiguous run it births,
+ * in one driver call (a set_access may span many mappings), once every chunk of the run is mapped.
+ * Access to granules [first, end), every one of them mapped, as one set_access; its failure is
+ * returned (named with op) and the caller's transaction unwinds the chunks it births. */
+dmm_status dmm__arena_grant(dmm_arena *a, uint64_t first, uint64_t end, dmm_access access, const char *op);
+
 /* Births a LIVE chunk over granules [first, first + n) (all unbacked): a cached handle of that size
- * or (after charging OWNED) a new one, then charge MAPPED, map, set access READ_WRITE. On failure it
- * undoes its own steps (see dmm__arena_chunk_unwind) and returns the error; *leaked is set when the
- * undo could not fully unwind. Needs dmm__arena_room(1, 1, 1). */
+ * or (after charging OWNED) a new one, then charge MAPPED, map (access READ_WRITE, granted by the
+ * caller: dmm__arena_grant). On failure it undoes its own steps (see dmm__arena_chunk_unwind) and
+ * returns the error; *leaked is set when the undo could not fully unwind. Needs
+ * dmm__arena_room(1, 1, 1). */
 dmm_status dmm__arena_chunk_birth(dmm_arena *a, uint64_t first, uint64_t n, const char *op, uint32_t *slot,
                                   bool *leaked);
 
 /* Births a LIVE chunk over granules [first, first + n(src)) (all unbacked) that maps the handle of
  * chunk `src` (LIVE, or POISONED for a prefix's piece) a second time: it joins src's ring (no handle
- * is created, OWNED is not charged), then charge MAPPED, map, set `access`. Failure and *leaked as
- * dmm__arena_chunk_birth. Needs dmm__arena_room(1, 0, 1). */
+ * is created, OWNED is not charged), then charge MAPPED, map (`access` granted by the caller). Failure
+ * and *leaked as dmm__arena_chunk_birth. Needs dmm__arena_room(1, 0, 1). */
 dmm_status dmm__arena_chunk_alias(dmm_arena *a, uint32_t src, uint64_t first, dmm_access access, const char *op,
                                   uint32_t *slot, bool *leaked);
 
 /* Births a LIVE chunk over granules [first, first + piece->n) (all unbacked) that maps the PARKED
  * handle of a prefix piece: a new ring of one (OWNED is not charged: the handle is owned already),
- * then charge MAPPED, map, set `access`. On failure the handle is parked again (or, if its unmap
+ * then charge MAPPED, map (`access` granted by the caller). On failure the handle is parked again (or, if its unmap
  * failed, stays in a poisoned chunk). Needs dmm__arena_room(1, 0, 1). */
 dmm_status dmm__arena_chunk_adopt(dmm_arena *a, arena_piece *piece, uint64_t first, dmm_access access,
                                   const char *op, uint32_t *slot, bool *leaked);
 
 /* Births a LIVE chunk over granules [first, first + n) (all unbacked) that maps another process's
  * memory: imports `fd` (the caller keeps it) as a new ring of one marked imported (OWNED is not
- * charged: the exporter owns it), then charge MAPPED, map, set `access`. On failure the imported
+ * charged: the exporter owns it), then charge MAPPED, map (`access` granted by the caller). On failure the imported
  * handle is released again. Needs dmm__arena_room(1, 1, 1). */
 dmm_status dmm__arena_chunk_import(dmm_arena *a, int fd, uint64_t first, uint64_t n, dmm_access access,
                                    const char *op, uint32_t *slot, bool *leaked);

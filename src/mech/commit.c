@@ -273,7 +273,7 @@ static dmm_status commit_range(dmm_arena *a, arena_record *r, uint64_t lo, uint6
             g++;
             continue;
         }
-        uint64_t e = g;
+        uint64_t e = g, run0 = g;
         while (e < g1 && a->gmap[e] == 0) e++;
         while (g < e) {
             uint64_t n = e - g < a->limit_g ? e - g : a->limit_g;
@@ -286,6 +286,8 @@ static dmm_status commit_range(dmm_arena *a, arena_record *r, uint64_t lo, uint6
             t->newly_mapped += n * a->gran;
             g += n;
         }
+        dmm_status s = dmm__arena_grant(a, run0, e, DMM_ACCESS_READ_WRITE, op);
+        if (s != DMM_OK) return s;
     }
     /* pass 3: references (cannot fail) */
     for (uint64_t g = g0; g < g1; g++) {
@@ -420,6 +422,7 @@ static dmm_status alias_apply(dmm_arena *a, arena_record *r, void *req, const ch
         if (s == DMM_OK) dmm__arena_txn_born(t, slot);
         g += n;
     }
+    if (s == DMM_OK) s = dmm__arena_grant(a, dg0, dg0 + ng, DMM_ACCESS_READ_WRITE, op);
     if (s != DMM_OK)
         return dmm__error_wrap(s, "%s of [%zu, +%zu) to [%zu, +%zu) in the allocation at %#llx failed", op, src.offset,
                                src.bytes, dst.offset, dst.bytes, (unsigned long long)(a->base + r->off));

@@ -248,6 +248,7 @@ static dmm_status prefix_apply(dmm_arena *a, arena_record *r, void *req, const c
         if (s == DMM_OK) dmm__arena_txn_born(t, slot);
         g += pc->n;
     }
+    if (s == DMM_OK) s = dmm__arena_grant(a, lo / a->gran, g, DMM_ACCESS_READ, op);
     if (s != DMM_OK)
         return dmm__error_wrap(s, "%s of prefix id %llu into the allocation at %#llx at offset %zu failed", op,
                                (unsigned long long)pr->id, (unsigned long long)(a->base + r->off), q->offset);

@@ -180,6 +180,8 @@ static dmm_status import_apply(dmm_arena *a, arena_record *r, void *req, const c
         dmm__arena_txn_born(t, slot);
         g += ex->chunk_bytes[i] / a->gran;
     }
+    dmm_status s = dmm__arena_grant(a, r->off / a->gran, g, q->access, op);
+    if (s != DMM_OK) return s;
     for (uint64_t k = r->off / a->gran; k < g; k++) dmm__arena_txn_ref(a, r, t, k); /* cannot fail */
     return DMM_OK;
 }

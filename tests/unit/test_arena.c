@@ -311,6 +311,8 @@ static void one_gib_commit_uses_few_handles(void **state) {
         assert_int_equal(s.driver_create, (GIB + lim - 1) / lim);
         assert_int_equal(s.handles.current, (GIB + lim - 1) / lim);
         assert_int_equal(s.driver_map, s.driver_create);
+        assert_int_equal(s.driver_set_access, 1); /* one grant over the whole run of chunks */
+        ((char *)a.ptr)[0] = 1;                   /* (the host driver maps without access until then) */
         ((char *)a.ptr)[GIB - 1] = 1;
         release_complete(f, &a, GIB);
         fx_end(f);
