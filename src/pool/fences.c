@@ -169,6 +169,7 @@ dmm_status dmm__pool_free_cross(dmm_pool *p, pool_heap *h, pool_block *b, dmm_st
         dmm__pool_notice_loss(p, "creating the event of a cross-stream free");
     }
     heap_lock(h);
+    if (s == DMM_OK || dmm__drv_lost(p->drv)) count_free(h, b); /* the free is final (the ring's record of it) */
     if (s != DMM_OK && dmm__drv_lost(p->drv)) { /* the free that found the loss is accepted like every later one */
         b->seq = ++h->free_seq;
         dmm__heap_make_free(h, b);

@@ -156,13 +156,12 @@ static uint64_t carried(const pool_heap *h, uint64_t b, uint64_t d) {
 
 /* The fixed items: every block of run `r` that will still be there when the plan is followed — live
  * from before the turn's end (ordinal below `keep_below`), or in any state but FREE or UNMAPPED. */
-static size_t add_fixed(const pool_heap *h, const prun *run, uint64_t keep_below, dmm_place_item *items,
+static size_t add_fixed(const prun *run, uint64_t keep_below, dmm_place_item *items,
                         size_t n, size_t cap, uint32_t horizon) {
     for (const pool_block *b = run->first; b != NULL; b = b->next) {
         if (b->kind == BK_FREE || b->kind == BK_UNMAPPED) continue;
         if (b->kind == BK_LIVE) {
-            uint64_t ord = h->mallocs - (uint32_t)((uint32_t)h->mallocs - b->ord);
-            if (ord >= keep_below) continue; /* this turn's or later: planned, gone by then */
+            if (b->ord >= keep_below) continue; /* this turn's or later: planned, gone by then */
         }
         if (n == cap) return SIZE_MAX;
         items[n++] = (dmm_place_item){.size = b->size, .start = 0, .end = horizon, .off = b->addr - run->lo,
@@ -226,7 +225,7 @@ static bool post_job(dmm_pool *p, pool_heap *h, uint64_t b, uint64_t d) {
         j->slot_of[n++] = (uint32_t)k;
     }
     j->planned = n;
-    j->nitems = add_fixed(h, run, b + d, j->items, n, cap, horizon);
+    j->nitems = add_fixed(run, b + d, j->items, n, cap, horizon);
     uint64_t peak = dmm_atomic_load_relaxed(&h->live_peak);
     j->h = h;
     j->serial = h->plan_serial;
@@ -271,7 +270,7 @@ static void look(dmm_pool *p, pool_heap *h) {
 
 void dmm__follow_record_malloc(pool_heap *h, pool_block *b) {
     uint64_t ord = h->mallocs - 1; /* (counted already) */
-    b->ord = (uint32_t)ord;
+    b->ord = ord;
     precord *r = &h->records[ord & (POOL_RECORDS - 1)];
     uint64_t units = b->size >> h->align_shift;
     r->units = units <= UINT32_MAX ? (uint32_t)units : 0;
@@ -281,9 +280,8 @@ void dmm__follow_record_malloc(pool_heap *h, pool_block *b) {
 }
 
 void dmm__follow_record_free(pool_heap *h, const pool_block *b) {
-    uint32_t age = (uint32_t)h->mallocs - b->ord; /* mallocs since b's: ≥ 1 */
-    if (age > POOL_RECORDS) return;                /* its record is overwritten */
-    precord *r = &h->records[(h->mallocs - age) & (POOL_RECORDS - 1)];
+    if (h->mallocs - b->ord > POOL_RECORDS) return; /* its record is overwritten */
+    precord *r = &h->records[b->ord & (POOL_RECORDS - 1)];
     uint64_t life = ++h->events - r->t_alloc;
     r->life = life < UINT32_MAX ? (uint32_t)life : UINT32_MAX;
 }

@@ -486,6 +486,15 @@ static void growth_drive(growth *g) {
     if (remapped > 0) dmm_atomic_add_relaxed(&p->settled, remapped);
 }
 
+/* Whether the drive changed the mapping: a piece committed in part, or a source moved or aliased. */
+static bool growth_mapped_any(const growth *g) {
+    for (size_t j = 0; j < g->nt; j++)
+        if (g->tv.v[j].done > 0) return true;
+    for (size_t i = 0; i < g->sv.n; i++)
+        if (g->sv.v[i].aliased || (g->sv.v[i].role == SRC_MOVE && dmm__pool_source_gone(&g->sv.v[i]))) return true;
+    return false;
+}
+
 /* fix-up: committed parts become FREE (merging with their neighbours), the rest UNMAPPED; sources never
  * decommitted (a commit failed first) go back as they were.
  * A commit whose undo failed (the arena's rollback leak) leaves its chunk mapped and poisoned in the
@@ -504,7 +513,7 @@ static void growth_fixup(growth *g) {
                                   g->requested, h->stream);
     }
     heap_lock(h);
-    if (g->nt > 0 || g->sv.n > 0) h->grown_at = h->mallocs + 1; /* (follow.c: a heap that grows may plan) */
+    if (growth_mapped_any(g)) h->grown_at = h->mallocs + 1; /* (follow.c: a heap that grows may plan) */
     dmm__heap_block_put(h, g->rec); /* back to the spares: a split below takes it */
     dmm__heap_block_put(h, g->rec2);
     for (size_t j = 0; j < g->nt; j++) {

@@ -455,9 +455,9 @@ static __attribute__((noinline)) dmm_status free_rest(dmm_pool *p, pool_heap *h,
         return free_refused(p, ptr);
     }
     uint64_t asked = b->requested; /* (b may be another's once the lock is gone) */
-    count_free(h, b); /* (only here: a heap that records parks nothing, so its frees all come here) */
     uncount_live(h, b);
     if (stream == h->stream) {
+        count_free(h, b); /* (frees of a heap that records all come here: it parks nothing) */
         b->seq = ++h->free_seq;
         h->frees++;
         bool parked = false;
@@ -473,6 +473,7 @@ static __attribute__((noinline)) dmm_status free_rest(dmm_pool *p, pool_heap *h,
     }
     heap_hash_unlink(h, link);
     if (dmm__drv_lost(p->drv)) { /* after a loss a cross-stream free is bookkeeping only (pool.h) */
+        count_free(h, b);
         b->seq = ++h->free_seq;
         dmm__heap_make_free(h, b);
         h->frees++;

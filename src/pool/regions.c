@@ -39,6 +39,7 @@ static size_t heap_shed_empty_runs(dmm_pool *p, pool_heap *g) {
         dmm_lock_release(&p->lock);
         freed += n;
         g->runs[i] = g->runs[--g->nruns];
+        g->plan_serial++; /* a job posted before plans runs that are gone */
     }
     return freed;
 }
@@ -154,6 +155,7 @@ bool dmm__pool_grow_va(dmm_pool *p, pool_heap *h, size_t n, size_t prefer) {
         b->size = len;
         dmm__heap_make_unmapped(h, b);
         prun *r = &h->runs[h->nruns++];
+        h->plan_serial++;
         r->lo = lo;
         r->hi = lo + len;
         r->first = b;

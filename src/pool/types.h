@@ -136,7 +136,7 @@ typedef struct pool_block {
     };
     uint16_t bin;                 /* FREE: its bin; LIVE: bin_of(size); QUICK: its quick list (the same) */
     uint8_t kind;
-    uint32_t ord;                 /* LIVE, QUICK, PENDING: its malloc's ordinal in its heap, mod 2^32 (follow.c) */
+    uint64_t ord;                 /* LIVE, PENDING, where the heap records: its malloc's ordinal in its heap (follow.c) */
 } pool_block;
 
 typedef struct prun {
@@ -334,7 +334,7 @@ typedef struct pool_heap {
     uint64_t planned_mallocs, plan_misses, plans;
     bool plan_posted;     /* a job for this heap is queued or being planned: no look until it is done */
     uint64_t bad_period, bad_until; /* a period whose plan missed too much, not planned again before then */
-    uint64_t plan_serial; /* bumped when the heap's runs change under a job (a plan made before is stale) */
+    uint64_t plan_serial; /* bumped when a run is added or given back (a plan made before is stale) */
 
     pcand *scratch; /* slow-path candidate list */
     size_t capscratch;

@@ -9,7 +9,8 @@
  * block is parked while a plan is followed; every live block keeps what was written into it (no two
  * overlap) and the pool's check passes after every turn; a loop that changes its sizes drops the plan
  * and stays correct; with plan_loops off nothing is recorded and nothing planned; a pool destroyed while
- * its planner is at work leaves nothing behind; dmm_pool_plan_sync refuses no pool with a sentence.
+ * its planner is at work leaves nothing behind; dmm_pool_plan_sync refuses no pool with a sentence; a
+ * malloc's record says freed only once its own block's free is final.
  * Every test ends with nothing live.
  */
 #include <stdlib.h>
@@ -201,12 +202,51 @@ static void plan_sync_refuses_no_pool_and_returns_at_once_without_plans(void **s
     dmm_test_pool_fx_close(f);
 }
 
+/* The record of a malloc says it was freed only once its free is final: a cross-stream free whose
+ * event cannot be recorded leaves the block live, and its record live too; a block that stays live
+ * while the ring wraps many times over (here: across 2^32 mallocs) writes no other malloc's record. */
+static void a_record_says_freed_only_when_its_own_block_was(void **state) {
+    (void)state;
+    dmm_pool_config pc = loop_config(true);
+    fx *f = dmm_test_pool_fx_open(&pc, 64 * C);
+    dmm_stream side = NULL;
+    DMM_OK_OR_FAIL(f->drv->ops->stream_create(f->drv, &side));
+    void *a = dmm_test_pool_malloc(f->pool, 4 * KIB, NULL);
+    pool_heap *h = heap_of(f);
+    assert_non_null(h->records);
+    const precord *r = &h->records[(h->mallocs - 1) & (POOL_RECORDS - 1)];
+    assert_int_equal(r->life, 0);
+    DMM_OK_OR_FAIL(dmm_fault_plan(f->drv, DMM_OP_EVENT_RECORD, 1, 1, DMM_ERR_DRIVER));
+    assert_int_not_equal(dmm_pool_free(f->pool, a, side), DMM_OK); /* the block stays live */
+    dmm_fault_clear(f->drv);
+    assert_int_equal(r->life, 0);
+    dmm_test_pool_free(f->pool, a, NULL);
+    assert_int_not_equal(r->life, 0);
+
+    void *old = dmm_test_pool_malloc(f->pool, 4 * KIB, NULL);
+    heap_lock(h);
+    h->mallocs += ((uint64_t)1 << 32) - 5; /* as if 2^32 - 5 mallocs and frees had happened since */
+    h->next_look = UINT64_MAX;
+    heap_unlock(h);
+    void *recent[10];
+    uint32_t life[10];
+    for (int i = 0; i < 10; i++) recent[i] = dmm_test_pool_malloc(f->pool, 8 * KIB, NULL);
+    for (int i = 0; i < 10; i++) life[i] = h->records[(h->mallocs - 10 + (uint64_t)i) & (POOL_RECORDS - 1)].life;
+    dmm_test_pool_free(f->pool, old, NULL);
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(h->records[(h->mallocs - 10 + (uint64_t)i) & (POOL_RECORDS - 1)].life, life[i]);
+    for (int i = 0; i < 10; i++) dmm_test_pool_free(f->pool, recent[i], NULL);
+    f->drv->ops->stream_destroy(f->drv, side);
+    dmm_test_pool_fx_close(f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(a_repeating_loop_is_planned_and_then_maps_nothing),
         cmocka_unit_test(a_loop_that_changes_drops_its_plan_and_stays_correct),
         cmocka_unit_test(a_pool_destroyed_while_its_planner_is_at_work_leaves_nothing),
         cmocka_unit_test(plan_sync_refuses_no_pool_and_returns_at_once_without_plans),
+        cmocka_unit_test(a_record_says_freed_only_when_its_own_block_was),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
