@@ -20,7 +20,6 @@
  * it holds m; outstanding = jobs queued + the one in flight.
  */
 #include <errno.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -241,85 +240,53 @@ static void install(dmm_pool *p, pool_heap *h, uint64_t serial, pfollow *f) {
 static void *planner_main(void *arg) {
     dmm_pool *p = arg;
     pplanner *pl = &p->planner;
-    pthread_mutex_lock(&pl->m);
+    pthread_mutex_lock(&pl->w.m);
     for (;;) {
-        while (!pl->stop && pl->queue == NULL) pthread_cond_wait(&pl->wake, &pl->m);
-        if (pl->stop) break;
+        while (!pl->w.stop && pl->queue == NULL) pthread_cond_wait(&pl->w.wake, &pl->w.m);
+        if (pl->w.stop) break;
         pplan_job *j = pl->queue;
         pl->queue = j->next;
         pl->busy = j;
-        pthread_mutex_unlock(&pl->m);
+        pthread_mutex_unlock(&pl->w.m);
         pfollow *f = plan_job(j, &pl->cancel);
         install(p, j->h, j->serial, f); /* takes f */
         job_free(j);
-        pthread_mutex_lock(&pl->m);
+        pthread_mutex_lock(&pl->w.m);
         pl->busy = NULL;
         dmm_atomic_sub_relaxed(&pl->outstanding, 1);
-        pthread_cond_broadcast(&pl->idle);
+        pthread_cond_broadcast(&pl->w.idle);
     }
-    pthread_mutex_unlock(&pl->m);
+    pthread_mutex_unlock(&pl->w.m);
     return NULL;
 }
 
 bool dmm__planner_start(dmm_pool *p) {
-    pplanner *pl = &p->planner;
-    pthread_condattr_t ca;
-    pthread_mutex_init(&pl->m, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the bounded wait below measures this clock */
-    pthread_cond_init(&pl->wake, NULL);
-    pthread_cond_init(&pl->idle, &ca);
-    pthread_condattr_destroy(&ca);
-    sigset_t all, old; /* the thread takes no signal: the process's handlers run on its own threads */
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int e = pthread_create(&pl->thread, NULL, planner_main, p);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (e != 0) {
-        pthread_cond_destroy(&pl->idle);
-        pthread_cond_destroy(&pl->wake);
-        pthread_mutex_destroy(&pl->m);
-        dmm_error_set(DMM_ERR_OUT_OF_MEMORY,
-                      "dmm_pool_create: starting the planner thread failed (error %d); create the pool with "
-                      "plan_loops = 0 or free some threads",
-                      e);
-        return false;
-    }
-    pl->running = true;
-    return true;
+    return dmm__pool_worker_start(&p->planner.w, planner_main, p, "the planner thread", "plan_loops = 0");
 }
 
 void dmm__planner_stop(dmm_pool *p) {
     pplanner *pl = &p->planner;
-    if (!pl->running) return;
-    pthread_mutex_lock(&pl->m);
-    pl->stop = true;
+    if (!pl->w.running) return;
     dmm_atomic_store_relaxed(&pl->cancel, true); /* the job in flight gives up */
-    pthread_cond_signal(&pl->wake);
-    pthread_mutex_unlock(&pl->m);
-    pthread_join(pl->thread, NULL);
-    pl->running = false;
+    dmm__pool_worker_stop(&pl->w);
     while (pl->queue != NULL) { /* never planned: their heaps go with the pool */
         pplan_job *j = pl->queue;
         pl->queue = j->next;
         job_free(j);
     }
-    pthread_cond_destroy(&pl->idle);
-    pthread_cond_destroy(&pl->wake);
-    pthread_mutex_destroy(&pl->m);
 }
 
 bool dmm__planner_post(dmm_pool *p, pplan_job *j) {
     pplanner *pl = &p->planner;
-    if (!pl->running) return false;
+    if (!pl->w.running) return false;
     j->next = NULL;
-    pthread_mutex_lock(&pl->m);
+    pthread_mutex_lock(&pl->w.m);
     pplan_job **tail = &pl->queue;
     while (*tail != NULL) tail = &(*tail)->next;
     *tail = j;
     dmm_atomic_add_relaxed(&pl->outstanding, 1);
-    pthread_cond_signal(&pl->wake);
-    pthread_mutex_unlock(&pl->m);
+    pthread_cond_signal(&pl->w.wake);
+    pthread_mutex_unlock(&pl->w.m);
     return true;
 }
 
@@ -327,17 +294,17 @@ void dmm__planner_job_free(pplan_job *j) { job_free(j); }
 
 dmm_status dmm__planner_sync(dmm_pool *p) {
     pplanner *pl = &p->planner;
-    if (!pl->running || dmm_atomic_load_acquire(&pl->outstanding) == 0) return DMM_OK;
-    if (pthread_equal(pthread_self(), pl->thread))
+    if (!pl->w.running || dmm_atomic_load_acquire(&pl->outstanding) == 0) return DMM_OK;
+    if (pthread_equal(pthread_self(), pl->w.thread))
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_plan_sync: called on the planner thread itself");
     uint64_t deadline = dmm_now_ns() + PLAN_SYNC_NS;
     struct timespec until = {(time_t)(deadline / 1000000000u), (long)(deadline % 1000000000u)};
     bool late = false;
-    pthread_mutex_lock(&pl->m);
+    pthread_mutex_lock(&pl->w.m);
     while (dmm_atomic_load_relaxed(&pl->outstanding) != 0 && !late)
-        late = pthread_cond_timedwait(&pl->idle, &pl->m, &until) == ETIMEDOUT;
+        late = pthread_cond_timedwait(&pl->w.idle, &pl->w.m, &until) == ETIMEDOUT;
     late = dmm_atomic_load_relaxed(&pl->outstanding) != 0;
-    pthread_mutex_unlock(&pl->m);
+    pthread_mutex_unlock(&pl->w.m);
     if (late)
         return dmm_error_set(DMM_ERR_BUSY, "dmm_pool_plan_sync: the planner thread was still planning after 60 s; "
                                            "call again");

@@ -38,7 +38,6 @@
  * holds m, and nobody waits on `idle` while holding a heap's lock.
  */
 #include <errno.h>
-#include <signal.h>
 #include <time.h>
 
 #include "pool/types.h"
@@ -48,79 +47,42 @@
 static void *stock_main(void *arg) {
     dmm_pool *p = arg;
     pstock *st = &p->stock;
-    pthread_mutex_lock(&st->m);
+    pthread_mutex_lock(&st->w.m);
     for (;;) {
-        while (!st->stop && st->want == NULL) pthread_cond_wait(&st->wake, &st->m);
-        if (st->stop) break;
+        while (!st->w.stop && st->want == NULL) pthread_cond_wait(&st->w.wake, &st->w.m);
+        if (st->w.stop) break;
         pool_heap *h = st->want;
         uintptr_t at = st->want_at;
         st->want = NULL;
         st->busy = h;
-        pthread_mutex_unlock(&st->m);
+        pthread_mutex_unlock(&st->w.m);
         uint64_t t0 = dmm_now_ns();
         if (dmm__pool_stock_grow(p, h, at) > 0) {
             dmm_atomic_add_relaxed(&p->stock_grows, 1);
             dmm_atomic_add_relaxed(&p->stock_ns, dmm_now_ns() - t0);
         }
-        pthread_mutex_lock(&st->m);
+        pthread_mutex_lock(&st->w.m);
         st->busy = NULL;
-        pthread_cond_broadcast(&st->idle);
+        pthread_cond_broadcast(&st->w.idle);
     }
-    pthread_mutex_unlock(&st->m);
+    pthread_mutex_unlock(&st->w.m);
     return NULL;
 }
 
 bool dmm__pool_stock_start(dmm_pool *p) {
-    pstock *st = &p->stock;
-    pthread_condattr_t ca;
-    pthread_mutex_init(&st->m, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the bounded waits below measure this clock */
-    pthread_cond_init(&st->wake, NULL);
-    pthread_cond_init(&st->idle, &ca);
-    pthread_condattr_destroy(&ca);
-    /* the thread takes no signal: the process's handlers run on its own threads */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int e = pthread_create(&st->thread, NULL, stock_main, p);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (e != 0) {
-        pthread_cond_destroy(&st->idle);
-        pthread_cond_destroy(&st->wake);
-        pthread_mutex_destroy(&st->m);
-        dmm_error_set(DMM_ERR_OUT_OF_MEMORY,
-                      "dmm_pool_create: starting the stock thread failed (error %d); create the pool with "
-                      "stock_bytes = 0 (no stock) or free some threads",
-                      e);
-        return false;
-    }
-    st->running = true;
-    return true;
+    return dmm__pool_worker_start(&p->stock.w, stock_main, p, "the stock thread", "stock_bytes = 0 (no stock)");
 }
 
-void dmm__pool_stock_stop(dmm_pool *p) {
-    pstock *st = &p->stock;
-    if (!st->running) return;
-    pthread_mutex_lock(&st->m);
-    st->stop = true;
-    pthread_cond_signal(&st->wake);
-    pthread_mutex_unlock(&st->m);
-    pthread_join(st->thread, NULL);
-    st->running = false;
-    pthread_cond_destroy(&st->idle);
-    pthread_cond_destroy(&st->wake);
-    pthread_mutex_destroy(&st->m);
-}
+void dmm__pool_stock_stop(dmm_pool *p) { dmm__pool_worker_stop(&p->stock.w); }
 
 void dmm__pool_stock_post(dmm_pool *p, pool_heap *h, uintptr_t at) {
     pstock *st = &p->stock;
-    if (!st->running || at == 0) return;
-    pthread_mutex_lock(&st->m);
+    if (!st->w.running || at == 0) return;
+    pthread_mutex_lock(&st->w.m);
     st->want = h;
     st->want_at = at;
-    pthread_cond_signal(&st->wake);
-    pthread_mutex_unlock(&st->m);
+    pthread_cond_signal(&st->w.wake);
+    pthread_mutex_unlock(&st->w.m);
 }
 
 /* What a wait waits for: h's request, pending or in flight (STOCK_FOR_HEAP), any growth in flight
@@ -141,19 +103,19 @@ static bool stock_owes(const pstock *st, const pool_heap *h, stock_wait_for what
 static uint64_t stock_wait_for_it(dmm_pool *p, const pool_heap *h, stock_wait_for what, bool *done) {
     pstock *st = &p->stock;
     if (done != NULL) *done = true;
-    if (!st->running || pthread_equal(pthread_self(), st->thread)) return 0;
+    if (!st->w.running || pthread_equal(pthread_self(), st->w.thread)) return 0;
     uint64_t t0 = 0;
-    pthread_mutex_lock(&st->m);
+    pthread_mutex_lock(&st->w.m);
     if (what == STOCK_IN_FLIGHT) st->want = NULL;
     if (stock_owes(st, h, what)) {
         t0 = dmm_now_ns(); /* CLOCK_MONOTONIC, as `idle` measures */
         uint64_t deadline = t0 + STOCK_WAIT_NS;
         struct timespec until = {(time_t)(deadline / 1000000000u), (long)(deadline % 1000000000u)};
         while (stock_owes(st, h, what))
-            if (pthread_cond_timedwait(&st->idle, &st->m, &until) == ETIMEDOUT) break;
+            if (pthread_cond_timedwait(&st->w.idle, &st->w.m, &until) == ETIMEDOUT) break;
     }
     if (done != NULL) *done = !stock_owes(st, h, what);
-    pthread_mutex_unlock(&st->m);
+    pthread_mutex_unlock(&st->w.m);
     return t0 != 0 ? dmm_now_ns() - t0 : 0;
 }
 

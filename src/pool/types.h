@@ -21,6 +21,7 @@
  *   mapping.c     the one way the files above map and unmap the pool's VA (an observer is told of each
  *                 change), and what is mapped now (dmm_pool_committed)
  *   loss.c        the pool's side of a device loss (the loss itself is the driver's, src/driver/call.h)
+ *   worker.c      the pool's own threads (the stock's, the planner's): started with signals blocked, stopped
  *   hot.h         the hot path's inline steps (take a block, count it live), above heap.c
  *   pool_check.c  the expensive invariant check of one heap
  *   heap.c        one heap's bookkeeping: block records, bins (best fit), the live-block hash,
@@ -239,13 +240,20 @@ typedef struct pplan_job {
     uint64_t chunk;
 } pplan_job;
 
-/* The planner thread's state (planner.c), under its own mutex `m`. */
-typedef struct pplanner {
+/* A thread of the pool's own (worker.c starts and stops it; stock.c and planner.c run one each), under
+ * its mutex `m`: it waits on `wake` for work or `stop`; a caller that waits for its work to be done
+ * waits on `idle`, whose clock is CLOCK_MONOTONIC (those waits are bounded). */
+typedef struct pworker {
     pthread_mutex_t m;
-    pthread_cond_t wake; /* the thread waits here for a job or stop */
-    pthread_cond_t idle; /* dmm_pool_plan_sync waits here */
+    pthread_cond_t wake, idle;
     pthread_t thread;
-    bool running, stop;
+    bool running; /* started, not yet joined */
+    bool stop;
+} pworker;
+
+/* The planner thread's state (planner.c), under w.m (dmm_pool_plan_sync waits on w.idle). */
+typedef struct pplanner {
+    pworker w;
     pplan_job *queue;    /* FIFO */
     pplan_job *busy;     /* the job being planned (NULL: none) */
     _Atomic uint64_t outstanding; /* queued + in flight */
@@ -341,15 +349,11 @@ typedef struct pool_heap {
     _Alignas(DMM_SHARING_BYTES) char end_[1]; /* pads the struct to whole line pairs (core.h) */
 } pool_heap;
 
-/* The stock thread's state (stock.c), under its own mutex `m`: at most one request pending (the
- * latest growth's end: a newer one replaces it), at most one being grown (`busy`). */
+/* The stock thread's state (stock.c), under w.m: at most one request pending (the latest growth's
+ * end: a newer one replaces it), at most one being grown (`busy`); mallocs and trims wait on w.idle
+ * for a request to be done. */
 typedef struct pstock {
-    pthread_mutex_t m;
-    pthread_cond_t wake; /* the thread waits here for a request or stop */
-    pthread_cond_t idle; /* mallocs and trims wait here for a request to be done */
-    pthread_t thread;
-    bool running; /* started, not yet joined */
-    bool stop;
+    pworker w;
     struct pool_heap *want; /* the pending request: grow this heap at want_at (NULL: none) */
     uintptr_t want_at;
     struct pool_heap *busy; /* the heap the thread grows now (NULL: idle) */
@@ -730,6 +734,14 @@ uint64_t dmm__pool_stock_wait(dmm_pool *p, const pool_heap *h);
 /* Waits (bounded) until the thread has done every request, pending or in flight (dmm_pool_stock_sync);
  * false: it was still busy at the bound. Never waits on the thread itself. */
 bool dmm__pool_stock_drain(dmm_pool *p);
+
+/* ---- worker.c: the pool's own threads ---- */
+/* Starts w's thread running main_fn(arg) with every signal blocked (the process's handlers run on its
+ * own threads). False: nothing is left, the error set (`what` names the thread, `remedy` how to go
+ * without it). */
+bool dmm__pool_worker_start(pworker *w, void *(*main_fn)(void *), void *arg, const char *what, const char *remedy);
+/* Sets stop, wakes the thread, joins it and destroys w (a no-op when it is not running). */
+void dmm__pool_worker_stop(pworker *w);
 
 /* ---- follow.c: the plan of a repeating loop (under the heap's lock) ---- */
 /* At heap creation: the record ring (false: out of host memory; the heap then never plans). */
