@@ -37,7 +37,8 @@ static inline void count_malloc(pool_heap *h, pool_block *b) {
     if (__builtin_expect(h->records != NULL, 0)) dmm__follow_record_malloc(h, b);
 }
 
-/* Counts the free of block b (LIVE until now) where the heap records its mallocs (follow.c). */
+/* Counts the free of block b, final now (free_rest, or a cross-stream free once its event is recorded),
+ * where the heap records its mallocs (follow.c). */
 static inline void count_free(pool_heap *h, const pool_block *b) {
     if (__builtin_expect(h->records != NULL, 0)) dmm__follow_record_free(h, b);
 }

@@ -749,7 +749,7 @@ bool dmm__follow_init(pool_heap *h);
 void dmm__follow_fini(pool_heap *h);
 /* The records of a heap that learns its loop (count_malloc, count_free: h->records set): a malloc of b,
  * counted already and complete (the look for a loop runs from here when due: it may post a turn to
- * the planner), and the free of b, LIVE until now. */
+ * the planner), and the free of b, final now. */
 void dmm__follow_record_malloc(pool_heap *h, pool_block *b);
 void dmm__follow_record_free(pool_heap *h, const pool_block *b);
 /* The planned place of a malloc of n bytes (h->follow set): the LIVE block carved there, or NULL with
