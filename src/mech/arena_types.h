@@ -13,7 +13,7 @@
  *                  commit, alias and prefix commit run; commit's plan and steps, alias's
  *   arena_check.c  the expensive invariant check (reads the data; calls no arena file)
  *   chunks.c       physical chunks: the granule map, chunk birth (charge, create or take from the
- *                  cache or join an alias ring, map, set access) and death (unmap, leave the ring,
+ *                  cache or join an alias ring, map; access granted per run) and death (unmap, leave the ring,
  *                  cache or release), poisoning, the handle cache, quarantined handles, every driver
  *                  call and every charge and refund
  *   records.c      the allocation records (a hash by offset) and the spans they give back

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* src/mech/chunks.c — the arena's physical chunks: where a chunk is born (charge, create or take
- * from the cache, map, set access), where it is unmapped, cached, released, poisoned, and where
- * every driver call, charge and refund of the arena happens.
+ * from the cache, map; its access is granted over the caller's whole run: dmm__arena_grant), where
+ * it is unmapped, cached, released, poisoned, and where every driver call, charge and refund of the
+ * arena happens.
  *
  * Idea: a chunk is one driver handle over a run of granules, mapped as one unit. Each step of its
  * life is a driver call that may fail, and each failure leaves the bookkeeping equal to what the
@@ -12,7 +13,8 @@
  *
  * Prefixes (prefix.c): a ring whose handle a prefix holds points at the prefix's piece; its last
  * member out parks the handle in the piece (owned, unmapped) instead of caching or releasing it, and
- * a sharer's chunk is born into the ring (or, from a parked piece, as a new ring) with READ access.
+ * a sharer's chunk is born into the ring (or, from a parked piece, as a new ring), and prefix.c grants
+ * it READ access.
  *
  * Aliases: a chunk may map the handle of another chunk (dmm_arena_alias). The chunks mapping one
  * handle form a ring; the handle is created, charged (OWNED) and counted once, each mapping is charged

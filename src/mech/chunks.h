@@ -40,6 +40,8 @@ bool dmm__arena_room(dmm_arena *a, size_t chunks, size_t handles, size_t spans, 
 
 /* A birth maps a chunk without access: its caller grants it over the whole contiguous run it births,
  * in one driver call (a set_access may span many mappings), once every chunk of the run is mapped.
+ * A birth that takes `access` records it in the chunk (a remap after a failed decommit sets it again):
+ * the caller grants that same access.
  * Access to granules [first, end), every one of them mapped, as one set_access; its failure is
  * returned (named with op) and the caller's transaction unwinds the chunks it births. */
 dmm_status dmm__arena_grant(dmm_arena *a, uint64_t first, uint64_t end, dmm_access access, const char *op);

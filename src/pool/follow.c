@@ -9,13 +9,16 @@
  * none at 10 %). A plan of the turn places it within a few per cent of the live peak, with no driver
  * call once its places are mapped.
  *
- * Record. Every malloc writes (size, event) at records[ordinal mod POOL_RECORDS]; its free writes the
- * free's event there while the ring still holds it. Events are the heap's mallocs and frees counted
+ * Record (hot.h's count_malloc and count_free). Every malloc writes (size, event) at
+ * records[ordinal mod POOL_RECORDS]; its free, once final, writes the free's event there while the ring
+ * still holds it. A heap that records parks nothing (quick_cap 0: anchors need merged free runs, and
+ * its frees all take the path that records them), so none of its mallocs takes the hot path. Events are the heap's mallocs and frees counted
  * from 1: a loop's turn repeats them exactly.
  *
- * Look (every POOL_LOOK_EVERY mallocs, while no plan is followed or being made, and only in a heap
- * that grew lately: one that serves its loop from mapped memory needs no plan, nor a period whose
- * latest turn grew nothing). A period d passes when
+ * Look (every POOL_LOOK_EVERY mallocs, by the malloc's caller: look_due; while no job is being
+ * planned, and only in a heap that grew lately: one that serves its loop from mapped memory needs no
+ * plan, nor a period whose latest turn grew nothing; while a plan is followed, only for a longer
+ * period that is not a multiple of the plan's: the heap's larger loop). A period d passes when
  * the sizes of the last 2d mallocs repeat at distance d and every malloc of the older turn lived as
  * long as the one d later (freed after as many events, or both still live). A part of a step that
  * happens to repeat twice passes too, and so do multiples of the loop's period: the loop's is the
@@ -28,7 +31,9 @@
  * most of whose bytes stay (a model's layers built one by one) is not a loop.
  *
  * Install (the planner thread's answer, under the heap's lock): the plan is followed from the next turn
- * on, unless the heap's first run changed since the job was made.
+ * on, replacing a shorter plan, unless it is stale: a run was added or given back since the job was
+ * made (plan_serial), the first run is not where the plan starts, or an equal or longer plan is
+ * followed already. A plan reaching past the first run grows its VA first.
  *
  * Follow. The k-th malloc of a turn asks the planned size: its place is found through its anchor (one
  * hash lookup: the block the plan has right below the free run that holds the place; its next block is
@@ -36,8 +41,7 @@
  * moves what the plan leaves unused first; a place taken, or one that only new memory beyond the
  * retention limit could map, is a miss. What the plan does not place (a miss, another size, a malloc
  * that is not planned) goes where the plan places nothing (dmm__follow_spill_at), so that it never takes
- * a place the plan needs. While a plan is followed nothing is parked (anchors need merged free runs),
- * and after a turn with no growth the chunks the plan leaves unused are given back as far as the pool
+ * a place the plan needs. After a turn with no growth the chunks the plan leaves unused are given back as far as the pool
  * is above its retention limit.
  *
  * Lose and find the loop. Four mallocs in a row, or more than 1/8 of a turn, of other sizes than
@@ -47,7 +51,7 @@
  * turns (more than 1/8 of their mallocs elsewhere, POOL_UNFIT_TURNS turns in a row), or one that keeps
  * losing the loop is dropped, and its period is not planned again for a while.
  *
- * Invariants: h->follow != NULL ⇒ no QUICK block in h; a planned malloc takes only a FREE range (its
+ * Invariants: h->records != NULL ⇒ quick_cap = 0 and no QUICK block in h; a planned malloc takes only a FREE range (its
  * place is checked against the blocks, never assumed), so a stale or wrong plan costs memory or
  * driver calls, never correctness. All under the heap's lock.
  */
@@ -245,8 +249,7 @@ static bool post_job(dmm_pool *p, pool_heap *h, uint64_t b, uint64_t d) {
 
 static bool plan_period(dmm_pool *p, pool_heap *h, uint64_t d);
 
-/* Looks for a loop in the records and, found, posts a turn of it to the planner. */
-static void look(dmm_pool *p, pool_heap *h) {
+void dmm__follow_look(dmm_pool *p, pool_heap *h) {
     h->next_look = h->mallocs + POOL_LOOK_EVERY;
     if (h->plan_posted || h->records == NULL || h->nruns == 0) return;
     if (h->grown_at + POOL_RECORDS < h->mallocs) return; /* no growth for a while: nothing to plan for */
@@ -266,24 +269,6 @@ static void look(dmm_pool *p, pool_heap *h) {
         for (size_t k = i + 1; k < np && divides; k++) divides = passing[k] % passing[i] == 0;
         if (divides && plan_period(p, h, passing[i])) return;
     }
-}
-
-void dmm__follow_record_malloc(pool_heap *h, pool_block *b) {
-    uint64_t ord = h->mallocs - 1; /* (counted already) */
-    b->ord = ord;
-    precord *r = &h->records[ord & (POOL_RECORDS - 1)];
-    uint64_t units = b->size >> h->align_shift;
-    r->units = units <= UINT32_MAX ? (uint32_t)units : 0;
-    r->t_alloc = ++h->events;
-    r->life = 0;
-    if (h->mallocs >= h->next_look) look(h->pool, h);
-}
-
-void dmm__follow_record_free(pool_heap *h, const pool_block *b) {
-    if (h->mallocs - b->ord > POOL_RECORDS) return; /* its record is overwritten */
-    precord *r = &h->records[b->ord & (POOL_RECORDS - 1)];
-    uint64_t life = ++h->events - r->t_alloc;
-    r->life = life < UINT32_MAX ? (uint32_t)life : UINT32_MAX;
 }
 
 /* Posts a turn of period d to the planner (true: posted). */
@@ -443,6 +428,7 @@ pool_block *dmm__follow_place(pool_heap *h, uint64_t n, size_t requested, uintpt
         pool_block *b = take_at(h, free_run, want, n, requested);
         if (b != NULL) {
             h->planned_mallocs++;
+            if (look_due(h)) dmm__follow_look(h->pool, h); /* a longer loop than the plan's? */
             return b;
         }
     }

@@ -276,6 +276,7 @@ static bool growth_fit(growth *g, int attempt, void **out, dmm_status *s) {
             if (b != NULL) {
                 h->grown_mallocs += attempt != 0;
                 h->planned_mallocs += planned;
+                if (look_due(h)) dmm__follow_look(g->p, h);
                 *out = (void *)b->addr;
                 if (g->fail != DMM_OK) dmm_clear_error();
                 *s = DMM_OK;
@@ -294,6 +295,7 @@ static bool growth_fit(growth *g, int attempt, void **out, dmm_status *s) {
     if (b != NULL) {
         if (take(h, b, g->n, g->requested)) {
             h->grown_mallocs += attempt != 0;
+            if (look_due(h)) dmm__follow_look(g->p, h);
             if (g->stock_at == 0 && h->stock_end != 0) g->stock_at = dmm__pool_stock_refill_at(g->p, h, b);
             *out = (void *)b->addr;
             if (g->fail != DMM_OK) dmm_clear_error(); /* the failed commit is moot: another thread's memory fit */
@@ -397,7 +399,8 @@ static dmm_status growth_carve(growth *g, uint64_t *want_more) {
     if (committed + need > cap && !g->told) /* a warm start or the stock commits what it was told to */
         want = committed + need - cap < need ? committed + need - cap : need;
     g->sv.n = 0;
-    /* a heap that follows a plan moves what its plan leaves unused first, then (its first turns) the rest */
+    /* a heap that follows a plan moves what its plan leaves unused first, then, when that is not enough
+     * (its first turns, while the last unplanned turn's blocks still hold the plan's places), the rest */
     uint64_t got = dmm__pool_carve_sources(p, h, want, pl->lo, pl->hi, g->tv.v, g->nt, p->can_alias, false, true, &g->sv);
     if (got < want && h->follow != NULL)
         got += dmm__pool_carve_sources(p, h, want - got, pl->lo, pl->hi, g->tv.v, g->nt, p->can_alias, false, false,

@@ -48,6 +48,7 @@ bool dmm__heap_init(pool_heap *h, struct dmm_pool *p, dmm_stream stream) {
     h->align_shift = p->align_shift;
     h->stream = stream;
     h->quick_cap = POOL_QUICK_MAX_BLOCKS;
+    h->next_look = UINT64_MAX; /* nothing records (follow.c's init sets both otherwise) */
     size_t nb = 1024;
     h->hash = table_alloc(nb * sizeof *h->hash, true); /* 8 KiB: whole line pairs */
     if (h->hash == NULL) return false;

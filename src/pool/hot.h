@@ -1,15 +1,17 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* src/pool/hot.h — the hot path's steps under a heap's lock, inline: pool.c's malloc and free,
- * growth.c's slow path and fences.c's undo of a failed cross-stream free share them; the quick lists'
- * push and pop, the hot block's among them (the lists are heap.c's; types.h, "QUICK" and `hot`).
- * Never installed.
+ * growth.c's slow path, follow.c's planned carve (take_at) and fences.c's cross-stream free (its
+ * record, its undo) share them; the counts of a malloc and a free, with the records of a heap that
+ * learns its loop (follow.c reads them); the quick lists' push and pop, the hot block's among them
+ * (the lists are heap.c's; types.h, "QUICK" and `hot`). Never installed.
  *
  * Why a header of its own: these call heap.c, which stands below types.h; kept here they keep
  * types.h free of calls, and the pool's files free of loops.
  *
  * Invariants kept (types.h): heap.live_blocks = #LIVE, heap.live_bytes = Σ LIVE sizes, every LIVE
  * and QUICK block in the hash; the peaks never below the current values; the quick lists within
- * their bounds (a push that would pass them merges every parked block first); every QUICK block on
+ * their bounds (a push that would pass them merges every parked block first; a heap whose quick_cap
+ * is 0 parks nothing); every QUICK block on
  * its quick list or the hot block, never both.
  */
 #ifndef DMM_POOL_HOT_H
@@ -29,18 +31,33 @@ static inline void count_live(pool_heap *h, pool_block *b, uint64_t requested) {
     if (lb > dmm_atomic_load_relaxed(&h->live_peak)) dmm_atomic_store_relaxed(&h->live_peak, lb);
 }
 
-/* Counts a malloc of block b, now LIVE and complete; a heap that learns its loop records it (and looks
- * for the loop when due: follow.c). The record is out of line: a pool that plans no loop pays one
- * predicted branch for it. */
+/* Counts a malloc of block b, now LIVE; a heap that records its mallocs (follow.c: h->records set)
+ * writes its record. Such a heap parks nothing, so its mallocs never take dmm_pool_malloc's hot path:
+ * their callers (malloc_rest, growth.c, follow.c) look for the loop when look_due says so. */
 static inline void count_malloc(pool_heap *h, pool_block *b) {
+    if (__builtin_expect(h->records != NULL, 0)) {
+        b->ord = h->mallocs;
+        precord *r = &h->records[h->mallocs & (POOL_RECORDS - 1)];
+        uint64_t units = b->size >> h->align_shift;
+        r->units = units <= UINT32_MAX ? (uint32_t)units : 0;
+        r->t_alloc = ++h->events;
+        r->life = 0;
+    }
     h->mallocs++;
-    if (__builtin_expect(h->records != NULL, 0)) dmm__follow_record_malloc(h, b);
 }
 
+/* Whether a heap that records is due to look for its loop (dmm__follow_look, by the malloc's caller,
+ * under the lock; next_look is UINT64_MAX where nothing records). */
+static inline bool look_due(const pool_heap *h) { return __builtin_expect(h->mallocs >= h->next_look, 0); }
+
 /* Counts the free of block b, final now (free_rest, or a cross-stream free once its event is recorded),
- * where the heap records its mallocs (follow.c). */
+ * in its record, while the ring still holds it. */
 static inline void count_free(pool_heap *h, const pool_block *b) {
-    if (__builtin_expect(h->records != NULL, 0)) dmm__follow_record_free(h, b);
+    if (__builtin_expect(h->records == NULL, 1)) return;
+    if (h->mallocs - b->ord > POOL_RECORDS) return; /* its record is overwritten */
+    precord *r = &h->records[b->ord & (POOL_RECORDS - 1)];
+    uint64_t life = ++h->events - r->t_alloc;
+    r->life = life < UINT32_MAX ? (uint32_t)life : UINT32_MAX;
 }
 
 /* Hands out the front `n` bytes of FREE block b (under the lock). False: out of host memory. */
@@ -112,7 +129,7 @@ static inline void quick_park(pool_heap *h, pool_block *b) {
 /* Parks b as quick_park does (true), merging the parked blocks first when it would pass the bounds;
  * false (nothing changed) when b is too big to park. */
 static inline bool quick_push(pool_heap *h, pool_block *b) {
-    if (b->size > POOL_QUICK_MAX_BLOCK) return false;
+    if (b->size > POOL_QUICK_MAX_BLOCK || h->quick_cap == 0) return false;
     if (!quick_room(h, b)) dmm__heap_quick_flush(h);
     quick_park(h, b);
     return true;

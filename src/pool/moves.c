@@ -38,14 +38,6 @@ static int by_age(const void *a, const void *b) {
     return x->addr > y->addr ? -1 : x->addr < y->addr; /* then the highest: memory stays packed low */
 }
 
-/* Carves whole free chunks that are safe to decommit out of h's FREE blocks (under h's lock), oldest
- * frees first, until `want` bytes are carved, skipping blocks that overlap [ex_lo, ex_hi). With
- * target pieces (growth), a chunk is taken only if it fits in the room left in one of them, and is
- * assigned to it. `alias_ok` (a growth of h itself): chunks whose fence is still pending are taken
- * too, to be aliased (stream order makes their reuse by h's stream safe at once); the oldest frees,
- * those behind a completed fence, still come first and move. `keep_newest` (a growth of another
- * heap): h keeps its newest candidate (the last in that order), the chunk its own stream reuses
- * next. Returns the bytes carved. */
 /* Whether the plan h follows places something in [at, at + bytes) (whole chunks). */
 static bool plan_uses(const pool_heap *h, const dmm_pool *p, uintptr_t at, uint64_t bytes) {
     const pfollow *f = h->follow;
@@ -57,6 +49,15 @@ static bool plan_uses(const pool_heap *h, const dmm_pool *p, uintptr_t at, uint6
     return false;
 }
 
+/* Carves whole free chunks that are safe to decommit out of h's FREE blocks (under h's lock), oldest
+ * frees first, until `want` bytes are carved, skipping chunks that overlap [ex_lo, ex_hi). With
+ * target pieces (growth), a chunk is taken only if it fits in the room left in one of them, and is
+ * assigned to it. `alias_ok` (a growth of h itself): chunks whose fence is still pending are taken
+ * too, to be aliased (stream order makes their reuse by h's stream safe at once); the oldest frees,
+ * those behind a completed fence, still come first and move. `keep_newest` (a growth of another
+ * heap): h keeps its newest candidate (the last in that order), the chunk its own stream reuses
+ * next. `keep_plan` (a heap that follows a plan): chunks its plan places something in are skipped (the
+ * caller carves again without it when that was not enough). Returns the bytes carved. */
 uint64_t dmm__pool_carve_sources(dmm_pool *p, pool_heap *h, uint64_t want, uintptr_t ex_lo, uintptr_t ex_hi, ptarget *tg,
                               size_t nt, bool alias_ok, bool keep_newest, bool keep_plan, srcvec *out) {
     if (want == 0) return 0;

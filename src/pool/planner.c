@@ -10,14 +10,13 @@
  * go), the queue of jobs (FIFO; a heap has at most one job queued or in flight: follow.c's
  * plan_posted), and what a plan is made of beside the offsets: the anchors (a sweep of the turn in
  * event order), the resync table, the chunks the plan uses and the gaps it leaves, and the install
- * (under the heap's lock: followed from the next turn on, unless the heap's first run changed since
- * the job was made).
+ * (under the heap's lock: followed from the next turn on unless stale; follow.c, "Install").
  *
  * dmm_pool_plan_sync waits until the queue is empty and no job is in flight (replays call it after
  * every malloc, so that a plan is followed from the same malloc on every run).
  *
- * Invariants: queue, busy, stop and running change only under m; the thread holds no heap lock while
- * it holds m; outstanding = jobs queued + the one in flight.
+ * Invariants: queue and w.stop change only under w.m, w.running only at start and stop (worker.c);
+ * the thread holds no heap lock while it holds w.m; outstanding = jobs queued + the one in flight.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -246,13 +245,11 @@ static void *planner_main(void *arg) {
         if (pl->w.stop) break;
         pplan_job *j = pl->queue;
         pl->queue = j->next;
-        pl->busy = j;
         pthread_mutex_unlock(&pl->w.m);
         pfollow *f = plan_job(j, &pl->cancel);
         install(p, j->h, j->serial, f); /* takes f */
         job_free(j);
         pthread_mutex_lock(&pl->w.m);
-        pl->busy = NULL;
         dmm_atomic_sub_relaxed(&pl->outstanding, 1);
         pthread_cond_broadcast(&pl->w.idle);
     }

@@ -341,6 +341,7 @@ static __attribute__((noinline)) dmm_status malloc_rest(dmm_pool *p, pool_heap *
     pool_block *b = h->nquick > 0 ? quick_pop(h, n) : NULL; /* none parked: no size class to compute */
     if (b != NULL) {
         quick_hit(h, b, bytes);
+        if (look_due(h)) dmm__follow_look(p, h);
         unlock_by(h, slot);
         *out = (void *)b->addr;
         return DMM_OK;
@@ -360,6 +361,7 @@ static __attribute__((noinline)) dmm_status malloc_rest(dmm_pool *p, pool_heap *
     b = planned_at == 0 ? dmm__heap_bin_find(h, n) : NULL; /* a planned place goes to the slow path */
     if (b != NULL && take(h, b, n, bytes)) {
         *out = (void *)b->addr;
+        if (look_due(h)) dmm__follow_look(p, h);
         uintptr_t stock_at = h->stock_end != 0 ? dmm__pool_stock_refill_at(p, h, b) : 0; /* 0 without a stock */
         unlock_by(h, slot);
         dmm__pool_stock_post(p, h, stock_at);
@@ -406,7 +408,7 @@ dmm_status dmm_pool_malloc(dmm_pool *p, size_t bytes, dmm_stream stream, void **
     uint64_t n = round_to_align(p, bytes);
     if (__builtin_expect(!quick_hot_fits(h, n), 0)) return malloc_rest(p, h, n, bytes, out, slot);
     pool_block *b = quick_take_hot(h); /* the exact repeat of the last free: no list, bin, split or hash work */
-    quick_hit(h, b, bytes);
+    quick_hit(h, b, bytes); /* (a heap that records never gets here: it parks nothing, has no hot block) */
     dmm_biased_lock_release_slot(slot);
     *out = (void *)b->addr;
     return DMM_OK;
@@ -462,7 +464,7 @@ static __attribute__((noinline)) dmm_status free_rest(dmm_pool *p, pool_heap *h,
         h->frees++;
         bool parked = false;
         if (h->quick_skip > 0) h->quick_skip--; /* the stream does not repeat: merge it now */
-        else if (h->quick_cap > 0) parked = quick_push(h, b); /* false: too big to park (nothing changed) */
+        else parked = quick_push(h, b); /* false: too big to park, or the heap parks nothing (nothing changed) */
         if (!parked) {
             heap_hash_unlink(h, link);
             dmm__heap_make_free(h, b);

@@ -33,9 +33,9 @@
  * pool may hold up to that much more than without a stock, at its peak too. No stock growth takes the
  * pool above that limit: once a workload stops growing, its fits into the stock refill nothing more.
  *
- * Invariants: want, want_at, busy, stop and running change only under m; busy != NULL only on the
- * thread, between taking a request and its end; the thread takes no lock of the pool's while it
- * holds m, and nobody waits on `idle` while holding a heap's lock.
+ * Invariants: want, want_at, busy and w.stop change only under w.m, w.running only at start and stop
+ * (worker.c); busy != NULL only on the thread, between taking a request and its end; the thread takes
+ * no lock of the pool's while it holds w.m, and nobody waits on w.idle while holding a heap's lock.
  */
 #include <errno.h>
 #include <time.h>

@@ -21,7 +21,7 @@
  *   mapping.c     the one way the files above map and unmap the pool's VA (an observer is told of each
  *                 change), and what is mapped now (dmm_pool_committed)
  *   loss.c        the pool's side of a device loss (the loss itself is the driver's, src/driver/call.h)
- *   worker.c      the pool's own threads (the stock's, the planner's): started with signals blocked, stopped
+ *   worker.c      the pool's own threads (the stock's, the planner's): their start, signals blocked, and stop
  *   hot.h         the hot path's inline steps (take a block, count it live), above heap.c
  *   pool_check.c  the expensive invariant check of one heap
  *   heap.c        one heap's bookkeeping: block records, bins (best fit), the live-block hash,
@@ -137,7 +137,7 @@ typedef struct pool_block {
     };
     uint16_t bin;                 /* FREE: its bin; LIVE: bin_of(size); QUICK: its quick list (the same) */
     uint8_t kind;
-    uint64_t ord;                 /* LIVE, PENDING, where the heap records: its malloc's ordinal in its heap (follow.c) */
+    uint64_t ord;                 /* LIVE, PENDING, where the heap records: its malloc's ordinal in its heap (hot.h) */
 } pool_block;
 
 typedef struct prun {
@@ -255,7 +255,6 @@ typedef struct pworker {
 typedef struct pplanner {
     pworker w;
     pplan_job *queue;    /* FIFO */
-    pplan_job *busy;     /* the job being planned (NULL: none) */
     _Atomic uint64_t outstanding; /* queued + in flight */
     _Atomic bool cancel;          /* set at stop: the placement in flight gives up */
 } pplanner;
@@ -747,11 +746,9 @@ void dmm__pool_worker_stop(pworker *w);
 /* At heap creation: the record ring (false: out of host memory; the heap then never plans). */
 bool dmm__follow_init(pool_heap *h);
 void dmm__follow_fini(pool_heap *h);
-/* The records of a heap that learns its loop (count_malloc, count_free: h->records set): a malloc of b,
- * counted already and complete (the look for a loop runs from here when due: it may post a turn to
- * the planner), and the free of b, final now. */
-void dmm__follow_record_malloc(pool_heap *h, pool_block *b);
-void dmm__follow_record_free(pool_heap *h, const pool_block *b);
+/* Looks for a loop in the records (hot.h's count_malloc and count_free write them) and, found, posts a
+ * turn of it to the planner (the malloc's caller calls it when look_due says so). */
+void dmm__follow_look(dmm_pool *p, pool_heap *h);
 /* The planned place of a malloc of n bytes (h->follow set): the LIVE block carved there, or NULL with
  * *at = where the slow path is to grow or look: the planned address (*planned true) when the place is
  * not a mapped free range now, or the spill place of a malloc the plan does not place (0: best fit). */
