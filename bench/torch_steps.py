@@ -41,7 +41,9 @@ Prints per workload and mode: the first step (median over runs), the steady step
 each run's median of steps 3..S), peak physical (dmm: every physical handle it holds; torch: peak
 reserved), peak live (the tensors' bytes at their peak: no allocator's physical peak can be lower; in
 parentheses, like peak physical, a ratio to the first mode's peak physical), and for dmm the driver calls (create + map + set-access + unmap + release) per steady step
-and in the first step. --record DIR also writes, from the first native run, each workload's
+and in the first step. --json FILE keeps every run's numbers, rewritten after each run, so that a run cut
+short (a time limit) leaves what it measured; --summarize FILE prints the table from such a file.
+--record DIR also writes, from the first native run, each workload's
 allocation trace in dmm's trace format (DIR/<workload>-steps.trace.gz), so that `dmm replay
 --repeat K --lag N` can be held against the real run. Needs torch with a GPU and transformers; exits
 77 (skipped) without them.
@@ -399,6 +401,69 @@ def env_for(mode):
     return env
 
 
+def summarize(runs, workloads, steps):
+    """The table: per workload and mode, medians over the runs of `runs` (mode -> the runs' results)."""
+    modes = [m for m in runs if runs[m]]
+    nruns = max(len(runs[m]) for m in modes)
+    print("\ntorch %s, %d runs per mode, %d steps, steady = steps 3..%d" % (runs[modes[0]][0]["torch"], nruns,
+                                                                           steps, steps))
+    for w in workloads:
+        ref = ref_regrowth = None
+        for m in modes:
+            rs = [x["workloads"][w] for x in runs[m]]
+            first = statistics.median(x["step_ms"][0] for x in rs)
+            steady = statistics.median(statistics.median(x["step_ms"][2:]) for x in rs)
+            phys = statistics.median(x["peak_physical"] for x in rs)
+            live = statistics.median(x["peak_allocated"] for x in rs)
+            loop = statistics.median(sum(x["step_ms"]) for x in rs)
+            if ref is None or len(ref) < 4:
+                ref = (first, steady, phys, loop)
+            line = ("%-6s %-10s loop %8.1f ms (%.3f)  first step %7.1f ms (%.3f)  steady step %6.1f ms (%.3f)  "
+                    "peak physical %8.1f MiB (%.3f)  peak live %8.1f MiB (%.3f)") % (
+                w, m, loop, loop / ref[3], first, first / ref[0], steady, steady / ref[1], phys / 2**20,
+                phys / ref[2], live / 2**20, live / ref[2])
+            if m.startswith("dmm"):
+                line += "  driver calls: first step %d, per steady step %s" % (
+                    statistics.median(x["driver_calls"][0] for x in rs),
+                    "/".join("%d" % statistics.median(x["driver_calls"][i] for x in rs) for i in range(2, steps)))
+            print(line)
+            if m.startswith("dmm"):
+                fp = {k: statistics.median(x["first_pool"][k] for x in rs) for k in POOL_KEYS}
+                print("       %-10s first step: %s; %.1f ms on malloc's slow path (%.1f of it waiting for the stock), "
+                      "%.1f ms in driver calls, %.1f ms in the stock thread (medians)" % (
+                          "", ", ".join("%s %d" % (k, fp[k]) for k in POOL_KEYS if k not in TIME_KEYS),
+                          fp["slow_path_ns"] / 1e6, fp["stock_wait_ns"] / 1e6, fp["driver_ns"] / 1e6,
+                          fp["stock_ns"] / 1e6))
+            else:
+                ft = {k: statistics.median(x["first_torch"][k] for x in rs) for k in ("segments_created",
+                                                                                       "segments_freed")}
+                print("       %-10s first step: %d segments created, %d freed (medians)" % (
+                    "", ft["segments_created"], ft["segments_freed"]))
+            regrown = [g for x in rs for g in x.get("regrowth", [])]
+            if regrown:
+                rg = statistics.median(g["ms"] for g in regrown)
+                if ref_regrowth is None:
+                    ref_regrowth = rg
+                what = ("%d handles, %d malloc growths, %d stock growths, %.1f ms in driver calls, %.1f ms on "
+                        "malloc's slow path (%.1f of it waiting for the stock), %.1f ms in the stock thread" % tuple(
+                            statistics.median(g[k] for g in regrown) / (1e6 if k.endswith("_ns") else 1)
+                            for k in ("driver_create", "grows", "stock_grows", "driver_ns", "slow_path_ns",
+                                      "stock_wait_ns", "stock_ns"))
+                        if m.startswith("dmm") else
+                        "%d segments" % statistics.median(g["segments_created"] for g in regrown))
+                print("       %-10s regrowth: a fresh model's first step %.1f ms (%.3f; %d of them, %.0f-%.0f), "
+                      "%s (medians)" % ("", rg, rg / ref_regrowth, len(regrown), min(g["ms"] for g in regrown),
+                                        max(g["ms"] for g in regrown), what))
+            if m in ("dmm-w", "dmm-L"):
+                print("       %-10s warm start before the first step: %.1f ms, %.1f MiB committed (medians)" % (
+                    "", statistics.median(x["warm"]["ms"] for x in rs),
+                    statistics.median(x["warm"]["committed"] for x in rs) / 2**20))
+            if m == "dmm-L":
+                print("       %-10s warm layout: %d spans; the first step took %s of them, gave %s back unused" % (
+                    "", rs[0]["warm"]["spans"], "/".join(str(x["first_pool"].get("layout_adopted", 0)) for x in rs),
+                    "/".join(str(x["first_pool"].get("layout_released", 0)) for x in rs)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=3)
@@ -408,9 +473,17 @@ def main():
     ap.add_argument("--workloads", default="gpt2,vit,llama")
     ap.add_argument("--modes", default="native,expandable,dmm")
     ap.add_argument("--record", default=None, help="a folder: write the native run's traces there")
-    ap.add_argument("--json", default=None, help="write every run's numbers there")
+    ap.add_argument("--json", default=None, help="write every run's numbers there (after each run)")
+    ap.add_argument("--summarize", default=None, metavar="JSON",
+                    help="print the table of the runs a --json file holds (a run cut short included), run nothing")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.summarize:
+        with open(a.summarize) as f:
+            saved = json.load(f)
+        some = next(r for rs in saved.values() for r in rs)
+        summarize(saved, list(some["workloads"]), len(next(iter(some["workloads"].values()))["step_ms"]))
+        return
     workloads = [w for w in a.workloads.split(",") if w]
     for w in workloads:
         if w not in MAKERS:
@@ -455,69 +528,13 @@ def main():
                 print("run %d of %s failed (rc %d):\n%s" % (r, m, p.returncode, p.stderr[-3000:]))
                 sys.exit(1)
             runs[m].append(res)
+            if a.json:  # after every run: a run cut short (a device call's limit) still leaves what it measured
+                with open(a.json, "w") as f:
+                    json.dump(runs, f)
             print("run %d %-10s %s" % (r, m, "; ".join(
                 "%s steps %s ms" % (w, " ".join("%.0f" % t for t in res["workloads"][w]["step_ms"]))
                 for w in workloads)), flush=True)
-    print("\ntorch %s, %d runs per mode, %d steps, steady = steps 3..%d" % (runs[modes[0]][0]["torch"], a.runs,
-                                                                           a.steps, a.steps))
-    for w in workloads:
-        ref = ref_regrowth = None
-        for m in modes:
-            rs = [x["workloads"][w] for x in runs[m]]
-            first = statistics.median(x["step_ms"][0] for x in rs)
-            steady = statistics.median(statistics.median(x["step_ms"][2:]) for x in rs)
-            phys = statistics.median(x["peak_physical"] for x in rs)
-            live = statistics.median(x["peak_allocated"] for x in rs)
-            loop = statistics.median(sum(x["step_ms"]) for x in rs)
-            if ref is None or len(ref) < 4:
-                ref = (first, steady, phys, loop)
-            line = ("%-6s %-10s loop %8.1f ms (%.3f)  first step %7.1f ms (%.3f)  steady step %6.1f ms (%.3f)  "
-                    "peak physical %8.1f MiB (%.3f)  peak live %8.1f MiB (%.3f)") % (
-                w, m, loop, loop / ref[3], first, first / ref[0], steady, steady / ref[1], phys / 2**20,
-                phys / ref[2], live / 2**20, live / ref[2])
-            if m.startswith("dmm"):
-                line += "  driver calls: first step %d, per steady step %s" % (
-                    statistics.median(x["driver_calls"][0] for x in rs),
-                    "/".join("%d" % statistics.median(x["driver_calls"][i] for x in rs) for i in range(2, a.steps)))
-            print(line)
-            if m.startswith("dmm"):
-                fp = {k: statistics.median(x["first_pool"][k] for x in rs) for k in POOL_KEYS}
-                print("       %-10s first step: %s; %.1f ms on malloc's slow path (%.1f of it waiting for the stock), "
-                      "%.1f ms in driver calls, %.1f ms in the stock thread (medians)" % (
-                          "", ", ".join("%s %d" % (k, fp[k]) for k in POOL_KEYS if k not in TIME_KEYS),
-                          fp["slow_path_ns"] / 1e6, fp["stock_wait_ns"] / 1e6, fp["driver_ns"] / 1e6,
-                          fp["stock_ns"] / 1e6))
-            else:
-                ft = {k: statistics.median(x["first_torch"][k] for x in rs) for k in ("segments_created",
-                                                                                       "segments_freed")}
-                print("       %-10s first step: %d segments created, %d freed (medians)" % (
-                    "", ft["segments_created"], ft["segments_freed"]))
-            regrown = [g for x in rs for g in x.get("regrowth", [])]
-            if regrown:
-                rg = statistics.median(g["ms"] for g in regrown)
-                if ref_regrowth is None:
-                    ref_regrowth = rg
-                what = ("%d handles, %d malloc growths, %d stock growths, %.1f ms in driver calls, %.1f ms on "
-                        "malloc's slow path (%.1f of it waiting for the stock), %.1f ms in the stock thread" % tuple(
-                            statistics.median(g[k] for g in regrown) / (1e6 if k.endswith("_ns") else 1)
-                            for k in ("driver_create", "grows", "stock_grows", "driver_ns", "slow_path_ns",
-                                      "stock_wait_ns", "stock_ns"))
-                        if m.startswith("dmm") else
-                        "%d segments" % statistics.median(g["segments_created"] for g in regrown))
-                print("       %-10s regrowth: a fresh model's first step %.1f ms (%.3f; %d of them, %.0f-%.0f), "
-                      "%s (medians)" % ("", rg, rg / ref_regrowth, len(regrown), min(g["ms"] for g in regrown),
-                                        max(g["ms"] for g in regrown), what))
-            if m in ("dmm-w", "dmm-L"):
-                print("       %-10s warm start before the first step: %.1f ms, %.1f MiB committed (medians)" % (
-                    "", statistics.median(x["warm"]["ms"] for x in rs),
-                    statistics.median(x["warm"]["committed"] for x in rs) / 2**20))
-            if m == "dmm-L":
-                print("       %-10s warm layout: %d spans; the first step took %s of them, gave %s back unused" % (
-                    "", rs[0]["warm"]["spans"], "/".join(str(x["first_pool"].get("layout_adopted", 0)) for x in rs),
-                    "/".join(str(x["first_pool"].get("layout_released", 0)) for x in rs)))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(runs, f)
+    summarize(runs, workloads, a.steps)
 
 
 if __name__ == "__main__":
