@@ -127,7 +127,7 @@ static inline void quick_park(pool_heap *h, pool_block *b) {
 }
 
 /* Parks b as quick_park does (true), merging the parked blocks first when it would pass the bounds;
- * false (nothing changed) when b is too big to park. */
+ * false (nothing changed) when b is too big to park or the heap parks nothing (quick_cap 0). */
 static inline bool quick_push(pool_heap *h, pool_block *b) {
     if (b->size > POOL_QUICK_MAX_BLOCK || h->quick_cap == 0) return false;
     if (!quick_room(h, b)) dmm__heap_quick_flush(h);
