@@ -10,10 +10,10 @@
  * call once its places are mapped.
  *
  * Record (hot.h's count_malloc and count_free). Every malloc writes (size, event) at
- * records[ordinal mod POOL_RECORDS]; its free, once final, writes the free's event there while the ring
- * still holds it. A heap that records parks nothing (quick_cap 0: anchors need merged free runs, and
- * its frees all take the path that records them), so none of its mallocs takes the hot path. Events are the heap's mallocs and frees counted
- * from 1: a loop's turn repeats them exactly.
+ * records[ordinal mod POOL_RECORDS]; its free, once final, writes the free's event there while the
+ * ring still holds it. A heap that records parks nothing (quick_cap 0: anchors need merged free runs,
+ * and its frees all take the path that records them), so none of its mallocs takes the hot path.
+ * Events are the heap's mallocs and frees counted from 1: a loop's turn repeats them exactly.
  *
  * Look (every POOL_LOOK_EVERY mallocs, by the malloc's caller: look_due; while no job is being
  * planned, and only in a heap that grew lately: one that serves its loop from mapped memory needs no
@@ -41,8 +41,8 @@
  * moves what the plan leaves unused first; a place taken, or one that only new memory beyond the
  * retention limit could map, is a miss. What the plan does not place (a miss, another size, a malloc
  * that is not planned) goes where the plan places nothing (dmm__follow_spill_at), so that it never takes
- * a place the plan needs. After a turn with no growth the chunks the plan leaves unused are given back as far as the pool
- * is above its retention limit.
+ * a place the plan needs. After a turn with no growth the chunks the plan leaves unused are given back
+ * as far as the pool is above its retention limit.
  *
  * Lose and find the loop. Four mallocs in a row, or more than 1/8 of a turn, of other sizes than
  * planned suspend the plan (the loop went elsewhere: an evaluation, the next epoch's setup); its mallocs
@@ -51,9 +51,9 @@
  * turns (more than 1/8 of their mallocs elsewhere, POOL_UNFIT_TURNS turns in a row), or one that keeps
  * losing the loop is dropped, and its period is not planned again for a while.
  *
- * Invariants: h->records != NULL ⇒ quick_cap = 0 and no QUICK block in h; a planned malloc takes only a FREE range (its
- * place is checked against the blocks, never assumed), so a stale or wrong plan costs memory or
- * driver calls, never correctness. All under the heap's lock.
+ * Invariants: h->records != NULL ⇒ quick_cap = 0 and no QUICK block in h; a planned malloc takes only a
+ * FREE range (its place is checked against the blocks, never assumed), so a stale or wrong plan costs
+ * memory or driver calls, never correctness. All under the heap's lock.
  */
 #include <stdlib.h>
 #include <string.h>

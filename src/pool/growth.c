@@ -445,6 +445,11 @@ static uint64_t handle_most(dmm_pool *p, uint64_t n) {
     return most < floor ? floor : most > p->max_chunk ? p->max_chunk : most;
 }
 
+/* Whether source s was re-mapped by the drive: aliased at its new place, or moved (decommitted there). */
+static bool source_remapped(const source *s) {
+    return s->aliased || (s->role == SRC_MOVE && dmm__pool_source_gone(s));
+}
+
 /* drive (no lock held). Each piece: first the chunks moved into it (decommit there, commit here: the
  * mechanism's cache hands the same handle back) or aliased into it (mapped here at once, the old place
  * decommitted once its fence completed), then new chunks for the rest (split at handle_most). Stops
@@ -484,17 +489,16 @@ static void growth_drive(growth *g) {
     /* the limit made this growth re-map memory: let it rise by as much (see dmm_pool.settled) */
     uint64_t remapped = 0;
     for (size_t i = 0; i < g->sv.n; i++)
-        if (g->sv.v[i].aliased || (g->sv.v[i].role == SRC_MOVE && dmm__pool_source_gone(&g->sv.v[i])))
-            remapped += g->sv.v[i].bytes;
+        if (source_remapped(&g->sv.v[i])) remapped += g->sv.v[i].bytes;
     if (remapped > 0) dmm_atomic_add_relaxed(&p->settled, remapped);
 }
 
-/* Whether the drive changed the mapping: a piece committed in part, or a source moved or aliased. */
+/* Whether the drive changed the mapping: a piece committed in part, or a source re-mapped. */
 static bool growth_mapped_any(const growth *g) {
     for (size_t j = 0; j < g->nt; j++)
         if (g->tv.v[j].done > 0) return true;
     for (size_t i = 0; i < g->sv.n; i++)
-        if (g->sv.v[i].aliased || (g->sv.v[i].role == SRC_MOVE && dmm__pool_source_gone(&g->sv.v[i]))) return true;
+        if (source_remapped(&g->sv.v[i])) return true;
     return false;
 }
 

@@ -166,8 +166,8 @@ const char *dmm__heap_check_locked(const pool_heap *h) {
     if (h->quick_cap != (h->records != NULL ? 0 : POOL_QUICK_MAX_BLOCKS))
         BAD("the heap may park %zu blocks while it %s its mallocs", h->quick_cap,
             h->records != NULL ? "records" : "does not record");
-    if (h->quick_cap == 0 && nquick > 0)
-        BAD("%llu blocks are parked in a heap that may park none", (unsigned long long)nquick);
+    if (nquick > h->quick_cap)
+        BAD("%llu blocks are parked in a heap that may park %zu", (unsigned long long)nquick, h->quick_cap);
     if (h->nquick > POOL_QUICK_MAX_BLOCKS || h->quick_bytes > POOL_QUICK_MAX_BYTES)
         BAD("the quick lists hold %zu blocks of %llu bytes, above their bounds", h->nquick,
             (unsigned long long)h->quick_bytes);

@@ -21,7 +21,7 @@
  *   mapping.c     the one way the files above map and unmap the pool's VA (an observer is told of each
  *                 change), and what is mapped now (dmm_pool_committed)
  *   loss.c        the pool's side of a device loss (the loss itself is the driver's, src/driver/call.h)
- *   worker.c      the pool's own threads (the stock's, the planner's): their start, signals blocked, and stop
+ *   worker.c      the pool's own threads (the stock's, the planner's): start (signals blocked), stop
  *   hot.h         the hot path's inline steps (take a block, count it live), above heap.c
  *   pool_check.c  the expensive invariant check of one heap
  *   heap.c        one heap's bookkeeping: block records, bins (best fit), the live-block hash,
@@ -71,7 +71,8 @@
  *   (an aliased chunk counts at both places: committed counts mappings); an ALIASED block is exactly
  *   one chunk with seq > 0; heap.naliased = #ALIASED; pool.aliased_bytes = Σ ALIASED sizes;
  *   heap.live_bytes = Σ LIVE sizes; heap.live_blocks = #LIVE; heap.hcount = #LIVE + #QUICK;
- *   heap.nquick = #QUICK ≤ heap.quick_cap ≤ POOL_QUICK_MAX_BLOCKS, heap.quick_bytes = Σ QUICK sizes ≤ POOL_QUICK_MAX_BYTES,
+ *   heap.nquick = #QUICK ≤ heap.quick_cap ≤ POOL_QUICK_MAX_BLOCKS,
+ *   heap.quick_bytes = Σ QUICK sizes ≤ POOL_QUICK_MAX_BYTES,
  *   every QUICK size ≤ POOL_QUICK_MAX_BLOCK; bit c of quickmap ⇔ quick[c] != NULL; heap.quick_reach ≥
  *   the bytes of every maximal sequence of FREE and QUICK blocks that holds a QUICK block (0 once merged).
  *   A heap that records its mallocs (follow.c: heap.records) parks nothing: quick_cap = 0, no QUICK block.
