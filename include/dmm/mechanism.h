@@ -124,6 +124,13 @@ typedef struct dmm_virtual_backing_ops {
     dmm_status (*export_range)(void *impl, const dmm_allocation *a, dmm_range range, dmm_access access,
                                dmm_export *out);
     dmm_status (*import)(void *impl, const dmm_export *ex, dmm_access access, dmm_allocation *out);
+    /* Commits like `commit`, with new chunks of at most piece_bytes each (a multiple of the granularity;
+     * the mechanism's own largest chunk where that is smaller): a caller that wants small, movable
+     * handles commits a long range in one call, and the mechanism grants access to each run of new
+     * chunks once instead of once per handle (on CUDA, cuMemSetAccess is the costliest call of a
+     * growth). Transactional like commit. */
+    dmm_status (*commit_pieces)(void *impl, const dmm_allocation *a, dmm_range range, uint64_t piece_bytes,
+                                uint64_t *newly_mapped);
 } dmm_virtual_backing_ops;
 
 /* sizeof a dmm_virtual_backing_ops without the optional slots: the smallest `size` accepted. */
@@ -186,6 +193,8 @@ DMM_API dmm_status dmm_mechanism_alias(dmm_mechanism *m, const dmm_allocation *a
 DMM_API dmm_status dmm_mechanism_is_quarantined(dmm_mechanism *m, const void *ptr, size_t bytes, bool *out);
 DMM_API dmm_status dmm_mechanism_drain_cache(dmm_mechanism *m);
 DMM_API dmm_status dmm_mechanism_reservation(dmm_mechanism *m, uintptr_t *va, uint64_t *bytes);
+DMM_API dmm_status dmm_mechanism_commit_pieces(dmm_mechanism *m, const dmm_allocation *a, dmm_range range,
+                                               uint64_t piece_bytes, uint64_t *newly_mapped);
 /* The optional slots of dmm_virtual_backing_ops, by name: what a layer above asks for with
  * dmm_mechanism_has_slot (a capability, never a test for a particular mechanism). Frozen numbers. */
 typedef enum dmm_optional_slot {
@@ -195,6 +204,7 @@ typedef enum dmm_optional_slot {
     DMM_SLOT_RESERVATION = 3,    /* .reservation → dmm_mechanism_reservation */
     DMM_SLOT_EXPORT_RANGE = 4,   /* .export_range → dmm_export_range (dmm/share.h) */
     DMM_SLOT_IMPORT = 5,         /* .import → dmm_import (dmm/share.h) */
+    DMM_SLOT_COMMIT_PIECES = 6,  /* .commit_pieces → dmm_mechanism_commit_pieces */
 } dmm_optional_slot;
 
 /* Whether m has the optional virtual-backing slot `slot`; false for a value outside dmm_optional_slot,

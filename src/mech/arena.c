@@ -147,7 +147,7 @@ static dmm_status allocate(dmm_arena *a, size_t bytes, size_t align, bool whole,
     dmm_count_add(&a->st.allocated_bytes, (int64_t)bytes);
 
     uint64_t id = r->id, newly = 0;
-    s = dmm__arena_commit(a, off, id, whole, ranges, n, op, &newly);
+    s = dmm__arena_commit(a, off, id, whole, ranges, n, 0, op, &newly);
     if (s != DMM_OK) { /* the record goes; nothing below sets an error, so the commit's stays the last */
         r = dmm__arena_find(a, off);
         if (r != NULL && r->id == id) {
@@ -180,19 +180,38 @@ static dmm_status arena_allocate(void *impl, size_t bytes, size_t align, dmm_all
     return allocate(A(impl), bytes, align, true, NULL, 0, out);
 }
 
-static dmm_status arena_commit(void *impl, const dmm_allocation *al, dmm_range range, uint64_t *newly_mapped) {
-    dmm_arena *a = A(impl);
-    const char *op = "arena commit";
+/* commit (piece_bytes 0) and commit_pieces (new chunks of at most piece_bytes). */
+static dmm_status commit_in_pieces(dmm_arena *a, const dmm_allocation *al, dmm_range range, uint64_t piece_bytes,
+                                   uint64_t *newly_mapped, const char *op) {
     uint64_t dummy;
     if (newly_mapped == NULL) newly_mapped = &dummy;
     *newly_mapped = 0;
+    if (piece_bytes % a->gran != 0)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "%s: pieces of %llu bytes are not whole granules of %llu bytes; nothing was committed: "
+                             "pass a multiple of the granularity",
+                             op, (unsigned long long)piece_bytes, (unsigned long long)a->gran);
     dmm_lock_acquire(&a->lock);
     arena_record *r = NULL;
     dmm_status s = dmm__arena_lost(a) ? dmm__arena_lost_error(a, op) : dmm__arena_lookup(a, al, op, &r);
     if (s == DMM_OK) s = check_ranges(op, r->bytes, &range, 1);
-    if (s == DMM_OK && range.bytes > 0) s = dmm__arena_commit(a, r->off, r->id, false, &range, 1, op, newly_mapped);
+    if (s == DMM_OK && range.bytes > 0)
+        s = dmm__arena_commit(a, r->off, r->id, false, &range, 1, piece_bytes / a->gran, op, newly_mapped);
     dmm_lock_release(&a->lock);
     return s;
+}
+
+static dmm_status arena_commit(void *impl, const dmm_allocation *al, dmm_range range, uint64_t *newly_mapped) {
+    return commit_in_pieces(A(impl), al, range, 0, newly_mapped, "arena commit");
+}
+
+static dmm_status arena_commit_pieces(void *impl, const dmm_allocation *al, dmm_range range, uint64_t piece_bytes,
+                                      uint64_t *newly_mapped) {
+    if (piece_bytes == 0)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "arena commit_pieces: pieces of 0 bytes; nothing was committed: pass the largest chunk "
+                             "wanted, a multiple of the granularity");
+    return commit_in_pieces(A(impl), al, range, piece_bytes, newly_mapped, "arena commit_pieces");
 }
 
 static dmm_status arena_committed_bytes(void *impl, const dmm_allocation *al, uint64_t *bytes) {
@@ -353,6 +372,7 @@ static const dmm_virtual_backing_ops arena_vb_ops = {
     .reservation = arena_reservation,
     .export_range = dmm__arena_export,
     .import = arena_import,
+    .commit_pieces = arena_commit_pieces,
 };
 
 static const dmm_mechanism_ops arena_ops = {

@@ -188,12 +188,15 @@ typedef struct commit_req {
     bool whole; /* all of the record, else `ranges` */
     const dmm_range *ranges;
     size_t n;
+    uint64_t piece_g; /* the largest new chunk, in granules (at most the arena's limit) */
 } commit_req;
 
 /* What committing the ranges of r (whole: all of r) would charge, changing nothing: the bytes of
  * the chunks it would create (MAPPED) and of those the handle cache cannot serve (OWNED). */
-static bool plan_need(const dmm_arena *a, const arena_record *r, bool whole, const dmm_range *ranges, size_t n,
-                      uint64_t need[2]) {
+static bool plan_need(const dmm_arena *a, const arena_record *r, const commit_req *req, uint64_t need[2]) {
+    bool whole = req->whole;
+    const dmm_range *ranges = req->ranges;
+    size_t n = req->n;
     need[DMM_AXIS_OWNED] = need[DMM_AXIS_MAPPED] = 0;
     uint64_t *mark = calloc(div_up(r->ng, 64), sizeof *mark);
     bool *claimed = calloc(a->cache.n ? a->cache.n : 1, sizeof *claimed);
@@ -211,7 +214,7 @@ static bool plan_need(const dmm_arena *a, const arena_record *r, bool whole, con
             uint64_t e = g;
             while (e < g1 && a->gmap[e] == 0 && !MARKED(e)) e++;
             while (g < e) {
-                uint64_t k = e - g < a->limit_g ? e - g : a->limit_g, bytes = k * a->gran;
+                uint64_t k = e - g < req->piece_g ? e - g : req->piece_g, bytes = k * a->gran;
                 size_t hit = SIZE_MAX;
                 for (size_t j = 0; j < a->cache.n && hit == SIZE_MAX; j++)
                     if (!claimed[j] && a->cache.v[j].bytes == bytes) hit = j;
@@ -229,16 +232,18 @@ static bool plan_need(const dmm_arena *a, const arena_record *r, bool whole, con
     return ok;
 }
 
-/* Commits [lo, hi) (offsets, inside r's span) as part of transaction t. On failure the transaction
- * holds what this call did so far; the caller undoes it. */
-static dmm_status commit_range(dmm_arena *a, arena_record *r, uint64_t lo, uint64_t hi, arena_txn *t, const char *op) {
+/* Commits [lo, hi) (offsets, inside r's span) as part of transaction t, in new chunks of at most
+ * piece_g granules; one access grant per maximal run of new chunks. On failure the transaction holds
+ * what this call did so far; the caller undoes it. */
+static dmm_status commit_range(dmm_arena *a, arena_record *r, uint64_t lo, uint64_t hi, uint64_t piece_g, arena_txn *t,
+                               const char *op) {
     uint64_t g0 = lo / a->gran, g1 = (hi - 1) / a->gran + 1;
     /* pass 1: refuse poisoned granules; count the chunks and reference runs this range needs */
     uint64_t nnew = 0, run = 0, nruns = 0;
     bool in_ref_run = false;
     for (uint64_t g = g0; g < g1; g++) {
         if (rec_bit(r, g)) {
-            nnew += div_up(run, a->limit_g);
+            nnew += div_up(run, piece_g);
             run = 0;
             in_ref_run = false;
             continue;
@@ -250,7 +255,7 @@ static dmm_status commit_range(dmm_arena *a, arena_record *r, uint64_t lo, uint6
             run++;
             continue;
         }
-        nnew += div_up(run, a->limit_g);
+        nnew += div_up(run, piece_g);
         run = 0;
         if (c->state != CHUNK_LIVE)
             return dmm_error_set(DMM_ERR_QUARANTINED,
@@ -260,7 +265,7 @@ static dmm_status commit_range(dmm_arena *a, arena_record *r, uint64_t lo, uint6
                                  op, (unsigned long long)g, (unsigned long long)(a->base + g * a->gran),
                                  (unsigned long long)(a->base + r->off));
     }
-    nnew += div_up(run, a->limit_g);
+    nnew += div_up(run, piece_g);
     t->free_pieces += dmm__spans_count_overlapping(&a->free, g0 * a->gran, (g1 - g0) * a->gran);
     if (!dmm__arena_room(a, (size_t)nnew, (size_t)nnew, 2 * (t->nborn + (size_t)nnew) + 4 + t->free_pieces, op))
         return DMM_ERR_OUT_OF_MEMORY;
@@ -276,7 +281,7 @@ static dmm_status commit_range(dmm_arena *a, arena_record *r, uint64_t lo, uint6
         uint64_t e = g, run0 = g;
         while (e < g1 && a->gmap[e] == 0) e++;
         while (g < e) {
-            uint64_t n = e - g < a->limit_g ? e - g : a->limit_g;
+            uint64_t n = e - g < piece_g ? e - g : piece_g;
             uint32_t slot;
             bool leaked = false;
             dmm_status s = dmm__arena_chunk_birth(a, g, n, op, &slot, &leaked);
@@ -303,7 +308,7 @@ static dmm_status commit_plan(dmm_arena *a, arena_record *r, void *req, const ch
                              "%s at %#llx refused: the allocation is quarantined (a decommit could not restore "
                              "what it unmapped); nothing was changed: release it and allocate a new one",
                              op, (unsigned long long)(a->base + r->off));
-    if (!plan_need(a, r, q->whole, q->ranges, q->n, need))
+    if (!plan_need(a, r, q, need))
         return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "%s: no host memory to plan the commit; nothing was changed",
                              op);
     return DMM_OK;
@@ -313,18 +318,19 @@ static dmm_status commit_apply(dmm_arena *a, arena_record *r, void *req, const c
     const commit_req *q = req;
     uint64_t off = r->off;
     dmm_status s = DMM_OK;
-    if (q->whole) s = commit_range(a, r, off, off + r->bytes, t, op);
+    if (q->whole) s = commit_range(a, r, off, off + r->bytes, q->piece_g, t, op);
     for (size_t i = 0; i < q->n && s == DMM_OK; i++)
         if (q->ranges[i].bytes > 0)
-            s = commit_range(a, r, off + q->ranges[i].offset, off + q->ranges[i].offset + q->ranges[i].bytes, t, op);
+            s = commit_range(a, r, off + q->ranges[i].offset, off + q->ranges[i].offset + q->ranges[i].bytes, q->piece_g,
+                             t, op);
     return s;
 }
 
 static const arena_txn_kind commit_kind = {commit_plan, commit_apply, "nothing was committed"};
 
 dmm_status dmm__arena_commit(dmm_arena *a, uint64_t off, uint64_t id, bool whole, const dmm_range *ranges, size_t n,
-                             const char *op, uint64_t *newly) {
-    commit_req q = {whole, ranges, n};
+                             uint64_t piece_g, const char *op, uint64_t *newly) {
+    commit_req q = {whole, ranges, n, piece_g != 0 && piece_g < a->limit_g ? piece_g : a->limit_g};
     return dmm__arena_txn_run(a, off, id, &commit_kind, &q, op, newly);
 }
 

@@ -53,9 +53,10 @@ typedef struct arena_txn_kind {
 dmm_status dmm__arena_txn_run(dmm_arena *a, uint64_t off, uint64_t id, const arena_txn_kind *kind, void *req,
                               const char *op, uint64_t *newly);
 
-/* Commits the ranges of the record at off/id (whole: all of it) as one transaction. */
+/* Commits the ranges of the record at off/id (whole: all of it) as one transaction, in new chunks of
+ * at most piece_g granules (0, or more than the arena's limit: the limit). */
 dmm_status dmm__arena_commit(dmm_arena *a, uint64_t off, uint64_t id, bool whole, const dmm_range *ranges, size_t n,
-                             const char *op, uint64_t *newly);
+                             uint64_t piece_g, const char *op, uint64_t *newly);
 
 /* The virtual-backing slot `alias` (dmm_arena_alias and dmm_mechanism_alias both land here): maps
  * the committed chunks of src a second time at dst of the same allocation, as one transaction.

@@ -316,9 +316,10 @@ static const struct {
     [DMM_SLOT_RESERVATION] = {offsetof(dmm_virtual_backing_ops, reservation), "reservation"},
     [DMM_SLOT_EXPORT_RANGE] = {offsetof(dmm_virtual_backing_ops, export_range), "export_range"},
     [DMM_SLOT_IMPORT] = {offsetof(dmm_virtual_backing_ops, import), "import"},
+    [DMM_SLOT_COMMIT_PIECES] = {offsetof(dmm_virtual_backing_ops, commit_pieces), "commit_pieces"},
 };
 #define OPTIONAL_SLOT_COUNT (sizeof optional_slots / sizeof optional_slots[0])
-_Static_assert(OPTIONAL_SLOT_COUNT == DMM_SLOT_IMPORT + 1, "a row of optional_slots for every dmm_optional_slot");
+_Static_assert(OPTIONAL_SLOT_COUNT == DMM_SLOT_COMMIT_PIECES + 1, "a row of optional_slots for every dmm_optional_slot");
 
 /* Whether m's virtual-backing table fills the optional slot: false where the table is absent,
  * shorter than the slot (an older table) or leaves it NULL, and for a number outside the enum. */
@@ -365,6 +366,17 @@ dmm_status dmm_mechanism_reservation(dmm_mechanism *m, uintptr_t *va, uint64_t *
     if (!has_optional_slot(m, DMM_SLOT_RESERVATION))
         return optional_absent(m, DMM_SLOT_RESERVATION, "dmm_mechanism_reservation");
     return m->ops->virtual_backing->reservation(m->impl, va, bytes);
+}
+
+dmm_status dmm_mechanism_commit_pieces(dmm_mechanism *m, const dmm_allocation *a, dmm_range range,
+                                       uint64_t piece_bytes, uint64_t *newly_mapped) {
+    static const char op[] = "dmm_mechanism_commit_pieces";
+    if (!has_optional_slot(m, DMM_SLOT_COMMIT_PIECES)) return optional_absent(m, DMM_SLOT_COMMIT_PIECES, op);
+    dmm_status s = check_allocation(m, a, op);
+    if (s != DMM_OK) return s;
+    if (newly_mapped == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: newly_mapped is NULL", op);
+    if ((s = check_ranges(m, a->bytes, &range, 1, op)) != DMM_OK) return s;
+    return m->ops->virtual_backing->commit_pieces(m->impl, a, range, piece_bytes, newly_mapped);
 }
 
 /* ---- export and import (dmm/share.h) ---- */

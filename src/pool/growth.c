@@ -237,9 +237,10 @@ typedef struct growth {
     srcvec sv;  /* the chunks moved or aliased into them */
     pool_block *rec, *rec2; /* records held privately for the fix-up's splits */
     dmm_status fail;    /* the last drive's failed commit (its sentence is the thread's last error) */
-    size_t fail_j;      /* the piece whose commit failed, at [fail_at, fail_at + fail_len) */
-    uintptr_t fail_at;
+    size_t fail_j;      /* the piece whose commit failed, at [fail_at, fail_at + fail_len), in handles of */
+    uintptr_t fail_at;  /* fail_handle bytes (the last one the rest) */
     uint64_t fail_len;
+    uint64_t fail_handle;
     uintptr_t stock_at; /* where the stock thread should commit next (0: nowhere): see malloc_slow */
     uintptr_t at;       /* > 0: the place a heap's plan has for this malloc (follow.c): grown and taken there */
     bool at_planned;    /* at is the plan's place for it (else the place of what the plan does not place) */
@@ -423,12 +424,13 @@ static uint64_t growth_carve_others(growth *g, uint64_t want) {
 }
 
 /* drive: a commit failed (the sentence is set, the caller's context added) */
-static void growth_failed(growth *g, dmm_status s, size_t j, uintptr_t at, uint64_t len) {
+static void growth_failed(growth *g, dmm_status s, size_t j, uintptr_t at, uint64_t len, uint64_t handle) {
     g->fail = dmm__error_wrap(s, "pool malloc of %zu bytes on stream %p: committing memory for it failed",
                               g->requested, g->h->stream);
     g->fail_j = j;
     g->fail_at = at;
     g->fail_len = len;
+    g->fail_handle = handle;
 }
 
 /* The largest new handle a growth for `n` bytes commits: max_chunk, or with a divisor n / divisor
@@ -452,7 +454,8 @@ static bool source_remapped(const source *s) {
 
 /* drive (no lock held). Each piece: first the chunks moved into it (decommit there, commit here: the
  * mechanism's cache hands the same handle back) or aliased into it (mapped here at once, the old place
- * decommitted once its fence completed), then new chunks for the rest (split at handle_most). Stops
+ * decommitted once its fence completed), then new chunks for the rest (split at handle_most; in one
+ * call where the mechanism has commit_pieces, so that access is granted once, not per handle). Stops
  * at the first failed commit. */
 static void growth_drive(growth *g) {
     dmm_pool *p = g->p;
@@ -473,15 +476,15 @@ static void growth_drive(growth *g) {
             dmm__pool_decommit_one(p, src);
             if (!dmm__pool_source_gone(src)) continue; /* its room is filled with new memory below */
             dmm_atomic_add_relaxed(&p->chunks_moved, 1);
-            dmm_status s = dmm__pool_commit_one(p, cur, src->bytes, false);
-            if (s != DMM_OK) growth_failed(g, s, j, cur, src->bytes);
+            dmm_status s = dmm__pool_commit_one(p, cur, src->bytes, false, src->bytes);
+            if (s != DMM_OK) growth_failed(g, s, j, cur, src->bytes, src->bytes);
             else cur += src->bytes;
         }
         uint64_t most = g->most ? g->most : handle_most(p, g->n);
-        while (g->fail == DMM_OK && cur < end) {
-            uint64_t len = end - cur < most ? end - cur : most;
-            dmm_status s = dmm__pool_commit_one(p, cur, len, true);
-            if (s != DMM_OK) growth_failed(g, s, j, cur, len);
+        while (g->fail == DMM_OK && cur < end) { /* one call where the mechanism cuts the handles itself */
+            uint64_t len = p->can_commit_pieces || end - cur < most ? end - cur : most;
+            dmm_status s = dmm__pool_commit_one(p, cur, len, true, most);
+            if (s != DMM_OK) growth_failed(g, s, j, cur, len, most);
             else cur += len;
         }
         t->done = cur - t->b->addr;
@@ -502,42 +505,99 @@ static bool growth_mapped_any(const growth *g) {
     return false;
 }
 
+/* The failed commit's handles (of fail_handle bytes) that the mechanism keeps mapped and poisoned (its
+ * undo could not unmap them), asked outside every pool lock like every mechanism call: *poisoned =
+ * NULL when none is (or the mechanism cannot say), else one flag per handle; *n = their count. A
+ * question that fails adds its sentence to g->fail and counts as none. Out of host memory for the
+ * flags: the whole failed span counts as one poisoned handle (kept out of use rather than planned
+ * over, where a later commit would fail). */
+static const bool one_poisoned = true;
+
+static void failed_poisoned(growth *g, const bool **poisoned, size_t *n) {
+    dmm_pool *p = g->p;
+    *poisoned = NULL;
+    *n = 0;
+    bool any = false;
+    if (g->fail_j == SIZE_MAX || !dmm_mechanism_has_slot(p->mech, DMM_SLOT_IS_QUARANTINED)) return;
+    if (dmm_mechanism_is_quarantined(p->mech, (const void *)g->fail_at, (size_t)g->fail_len, &any) != DMM_OK) {
+        g->fail = dmm__error_wrap(g->fail, "pool malloc of %zu bytes on stream %p: committing memory for it failed, "
+                                           "and asking the mechanism whether it quarantined the chunk failed too",
+                                  g->requested, g->h->stream);
+        return;
+    }
+    if (!any) return;
+    size_t count = (size_t)((g->fail_len + g->fail_handle - 1) / g->fail_handle);
+    bool *v = count > 1 ? calloc(count, sizeof *v) : NULL;
+    if (v == NULL) { /* one handle, or no host memory: the span as one */
+        g->fail_handle = g->fail_len;
+        *poisoned = &one_poisoned;
+        *n = 1;
+        return;
+    }
+    for (size_t k = 0; k < count; k++) {
+        uintptr_t at = g->fail_at + (uint64_t)k * g->fail_handle;
+        uint64_t len = g->fail_at + g->fail_len - at < g->fail_handle ? g->fail_at + g->fail_len - at : g->fail_handle;
+        if (dmm_mechanism_is_quarantined(p->mech, (const void *)at, (size_t)len, &v[k]) != DMM_OK) v[k] = true;
+    }
+    *poisoned = v;
+    *n = count;
+}
+
+/* fix-up, under h's lock: block b starts at the failed span; its handles flagged in `poisoned` become
+ * POISONED blocks (out of use forever; requested = 1: still mapped, so they count in committed, as a
+ * trimmed chunk whose unmap failed does), the rest of the span UNMAPPED. Returns what of b lies past
+ * the span (NULL: nothing). The splits draw on records the caller reserved. */
+static pool_block *cut_poisoned(growth *g, pool_block *b, const bool *poisoned) {
+    dmm_pool *p = g->p;
+    pool_heap *h = g->h;
+    uintptr_t end = g->fail_at + g->fail_len;
+    pool_block *after = b->addr + b->size > end ? dmm__heap_split(h, b, end - b->addr) : NULL;
+    size_t k = 0;
+    for (uintptr_t x = g->fail_at; x < end && b != NULL; x += g->fail_handle, k++) {
+        uint64_t len = end - x < g->fail_handle ? end - x : g->fail_handle;
+        if (!poisoned[k]) continue;
+        pool_block *cut = b->addr < x ? dmm__heap_split(h, b, x - b->addr) : b;
+        if (cut != b) dmm__heap_make_unmapped(h, b); /* the good handles before it */
+        b = cut->size > len ? dmm__heap_split(h, cut, len) : NULL;
+        cut->kind = BK_POISONED;
+        cut->requested = 1;
+        p->clen[qidx(p, x)] = (uint32_t)(len / p->chunk);
+        h->committed += len;
+        committed_add(p, len);
+        dmm_atomic_add_relaxed(&p->chunks_poisoned, 1);
+    }
+    if (b != NULL) dmm__heap_make_unmapped(h, b);
+    return after;
+}
+
 /* fix-up: committed parts become FREE (merging with their neighbours), the rest UNMAPPED; sources never
  * decommitted (a commit failed first) go back as they were.
- * A commit whose undo failed (the arena's rollback leak) leaves its chunk mapped and poisoned in the
- * mechanism: that chunk is never committed again, so it must not go back UNMAPPED (every later growth
- * planned over it would fail), and it is mapped (it counts in committed, as a trimmed chunk whose unmap
- * failed does). Asked outside every pool lock, like every mechanism call. */
+ * A commit whose undo failed (the arena's rollback leak) leaves its handles mapped and poisoned in the
+ * mechanism: those are never committed again, so they must not go back UNMAPPED (every later growth
+ * planned over them would fail), and they are mapped (they count in committed). */
 static void growth_fixup(growth *g) {
     dmm_pool *p = g->p;
     pool_heap *h = g->h;
-    bool poisoned = false;
-    if (g->fail_j != SIZE_MAX && dmm_mechanism_has_slot(p->mech, DMM_SLOT_IS_QUARANTINED) &&
-        dmm_mechanism_is_quarantined(p->mech, (const void *)g->fail_at, (size_t)g->fail_len, &poisoned) != DMM_OK) {
-        poisoned = false;
-        g->fail = dmm__error_wrap(g->fail, "pool malloc of %zu bytes on stream %p: committing memory for it failed, "
-                                           "and asking the mechanism whether it quarantined the chunk failed too",
-                                  g->requested, h->stream);
-    }
+    const bool *poisoned = NULL;
+    size_t npoisoned = 0;
+    failed_poisoned(g, &poisoned, &npoisoned);
     heap_lock(h);
     if (growth_mapped_any(g)) h->grown_at = h->mallocs + 1; /* (follow.c: a heap that grows may plan) */
     dmm__heap_block_put(h, g->rec); /* back to the spares: a split below takes it */
     dmm__heap_block_put(h, g->rec2);
+    if (npoisoned > 1 && !dmm__heap_reserve_blocks(h, 2 * npoisoned + 2)) { /* no host memory: the span as one */
+        free((void *)poisoned);
+        poisoned = &one_poisoned;
+        npoisoned = 1;
+        g->fail_handle = g->fail_len;
+    }
     for (size_t j = 0; j < g->nt; j++) {
         pool_block *t = g->tv.v[j].b;
         uint64_t done = g->tv.v[j].done;
         if (done < t->size) {
             pool_block *rest = done > 0 ? dmm__heap_split(h, t, done) : t;
-            if (poisoned && j == g->fail_j && rest->addr == g->fail_at && rest->size >= g->fail_len) {
-                pool_block *after = rest->size > g->fail_len ? dmm__heap_split(h, rest, g->fail_len) : NULL;
-                rest->kind = BK_POISONED; /* out of use forever; requested = 1: still mapped */
-                rest->requested = 1;
-                p->clen[qidx(p, g->fail_at)] = (uint32_t)(g->fail_len / p->chunk);
-                h->committed += g->fail_len;
-                committed_add(p, g->fail_len);
-                dmm_atomic_add_relaxed(&p->chunks_poisoned, 1);
-                rest = after;
-            }
+            if (poisoned != NULL && j == g->fail_j && rest->addr == g->fail_at && rest->size >= g->fail_len)
+                rest = cut_poisoned(g, rest, poisoned);
             if (rest != NULL) dmm__heap_make_unmapped(h, rest);
         }
         if (done > 0) {
@@ -547,6 +607,7 @@ static void growth_fixup(growth *g) {
         }
     }
     heap_unlock(h);
+    if (npoisoned > 1) free((void *)poisoned);
     for (size_t i = 0; i < g->sv.n; i++)
         if (!g->sv.v[i].tried) g->sv.v[i].o = dmm__pool_outcome_untouched();
     dmm__pool_sources_fixup(p, &g->sv, 0);

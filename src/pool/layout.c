@@ -448,7 +448,7 @@ dmm_status dmm__pool_layout_warm(dmm_pool *p, pool_heap *h, const dmm_pool_span 
         uint64_t newly = 0;
         dmm_range r = {(size_t)spans[i].offset, (size_t)spans[i].bytes};
         s = dmm__pool_lost(p, "committing a warm layout") ? dmm__pool_lost_error(p, "dmm_pool_warm_layout")
-                                                          : dmm__pool_map_commit(p, r, &newly);
+                                                          : dmm__pool_map_commit(p, r, r.bytes, &newly);
         if (s == DMM_ERR_DEVICE_LOST) dmm__pool_notice_loss(p, "committing a warm layout");
         if (s != DMM_OK) failed_at = i;
     }

@@ -29,9 +29,10 @@ static void observe(dmm_pool *p, dmm_range r, bool mapped) {
     if (p->on_map != NULL && r.bytes > 0) p->on_map(p->on_map_user, p->base + r.offset, r.bytes, mapped);
 }
 
-dmm_status dmm__pool_map_commit(dmm_pool *p, dmm_range r, uint64_t *newly) {
+dmm_status dmm__pool_map_commit(dmm_pool *p, dmm_range r, uint64_t piece, uint64_t *newly) {
     uint64_t fresh = 0;
-    dmm_status s = dmm_mechanism_commit(p->mech, &p->va, r, &fresh);
+    dmm_status s = piece < r.bytes ? dmm_mechanism_commit_pieces(p->mech, &p->va, r, piece, &fresh)
+                                   : dmm_mechanism_commit(p->mech, &p->va, r, &fresh);
     if (s == DMM_OK) observe(p, r, true);
     if (newly != NULL) *newly = fresh;
     return s;

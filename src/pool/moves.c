@@ -235,70 +235,77 @@ void dmm__pool_reap_aliased(dmm_pool *p, pool_heap *h) {
     }
 }
 
-/* One new handle of quanta [q, q + len) from the mechanism (no lock held). */
-static dmm_status commit_handle(dmm_pool *p, size_t q, uint64_t len) {
+/* New handles for quanta [q, q + len), of at most pq quanta each, in one call to the mechanism (no
+ * lock held). */
+static dmm_status commit_handles(dmm_pool *p, size_t q, size_t len, size_t pq) {
     uint64_t newly = 0;
-    dmm_range r = {(size_t)((uint64_t)q * p->chunk), (size_t)(len * p->chunk)};
-    dmm_status s = dmm__pool_map_commit(p, r, &newly);
+    dmm_range r = {(size_t)((uint64_t)q * p->chunk), (size_t)((uint64_t)len * p->chunk)};
+    dmm_status s = dmm__pool_map_commit(p, r, (uint64_t)pq * p->chunk, &newly);
     if (s == DMM_ERR_DEVICE_LOST) dmm__pool_notice_loss(p, "committing a chunk");
     return s;
 }
 
-/* Commits `bytes` at `addr` (no heap lock held): one chunk, or, where a warm layout's handles lie
- * ahead wholly inside it (fresh only, layout.c), those handles as they are and a new one for each
- * gap between them. All or nothing: a failure puts what it took or made ahead (layout.c), so the
- * span stays unmapped in the pool's eyes. fresh: new memory, which the layout records; not fresh: a
- * moved chunk (the mechanism's cache hands the moved handle back). */
-dmm_status dmm__pool_commit_one(dmm_pool *p, uintptr_t addr, uint64_t bytes, bool fresh) {
+/* The pool's record of a handle of quanta [q, q + len) that a commit made or took. */
+static void note_handle(dmm_pool *p, size_t q, size_t len, bool fresh) {
+    p->clen[q] = (uint32_t)len;
+    dmm_atomic_add_relaxed(&p->chunks_committed, 1);
+    if (fresh) dmm__pool_layout_record(p, p->base + (uint64_t)q * p->chunk, (uint64_t)len * p->chunk);
+}
+
+/* Commits `bytes` at `addr` (no heap lock held): handles of at most `piece` bytes, or, where a warm
+ * layout's handles lie ahead wholly inside it (fresh only, layout.c), those handles as they are and
+ * new ones for each gap between them. All or nothing: a failure puts what it took or made ahead
+ * (layout.c), so the span stays unmapped in the pool's eyes. fresh: new memory, which the layout
+ * records; not fresh: a moved chunk (the mechanism's cache hands the moved handle back). */
+dmm_status dmm__pool_commit_one(dmm_pool *p, uintptr_t addr, uint64_t bytes, bool fresh, uint64_t piece) {
     if (dmm__pool_lost(p, "committing a chunk")) return dmm__pool_lost_error(p, "pool: committing a chunk");
     size_t q0 = qidx(p, addr), q1 = q0 + (size_t)(bytes / p->chunk), nt = 0, n = 0;
-    layout_piece *taken = NULL, *all = NULL, one;
+    size_t pq = piece < bytes ? (size_t)(piece / p->chunk) : q1 - q0;
+    layout_piece *taken = NULL, *all = NULL;
     dmm_status s = dmm__pool_layout_take(p, addr, bytes, fresh, &taken, &nt);
     if (s != DMM_OK) return s;
     if (nt == 0) {
-        s = commit_handle(p, q0, q1 - q0);
+        s = commit_handles(p, q0, q1 - q0, pq);
         if (s != DMM_OK) return s;
-        one = (layout_piece){q0, (uint32_t)(q1 - q0), false};
-        all = &one;
-        n = 1;
-    } else {
-        all = malloc((2 * nt + 1) * sizeof *all);
-        if (all == NULL) {
-            dmm__pool_layout_put_back(p, taken, nt);
-            free(taken);
-            return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "pool: out of host memory to commit a chunk");
-        }
-        size_t q = q0;
-        for (size_t i = 0; i <= nt && s == DMM_OK; i++) {
-            size_t next = i < nt ? taken[i].q : q1;
-            if (q < next) { /* the gap before the next ahead handle: a new one */
-                s = commit_handle(p, q, next - q);
-                if (s == DMM_OK) all[n++] = (layout_piece){q, (uint32_t)(next - q), false};
-            }
-            if (s == DMM_OK && i < nt) {
-                all[n++] = taken[i];
-                q = taken[i].q + taken[i].len;
-            }
-        }
-        if (s != DMM_OK) { /* what it holds goes ahead: the taken handles not reached yet too */
-            size_t reached = 0;
-            for (size_t i = 0; i < n; i++) reached += all[i].taken;
-            dmm__pool_layout_put_back(p, all, n);
-            dmm__pool_layout_put_back(p, taken + reached, nt - reached);
-            free(all);
-            free(taken);
-            return s;
-        }
+        for (size_t q = q0; q < q1; q += pq) note_handle(p, q, q1 - q < pq ? q1 - q : pq, fresh);
+        committed_add(p, bytes);
+        return DMM_OK;
+    }
+    size_t cap = 2 * nt + 1 + (q1 - q0) / pq; /* the taken handles, and the gaps' new ones */
+    all = malloc(cap * sizeof *all);
+    if (all == NULL) {
+        dmm__pool_layout_put_back(p, taken, nt);
         free(taken);
+        return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "pool: out of host memory to commit a chunk");
     }
-    for (size_t i = 0; i < n; i++) {
-        p->clen[all[i].q] = all[i].len;
-        dmm_atomic_add_relaxed(&p->chunks_committed, 1);
-        if (fresh) dmm__pool_layout_record(p, p->base + (uint64_t)all[i].q * p->chunk, (uint64_t)all[i].len * p->chunk);
+    size_t q = q0;
+    for (size_t i = 0; i <= nt && s == DMM_OK; i++) {
+        size_t next = i < nt ? taken[i].q : q1;
+        while (q < next && s == DMM_OK) { /* the gap before the next ahead handle: new ones, one call each */
+            size_t len = next - q < pq ? next - q : pq;
+            s = commit_handles(p, q, len, len);
+            if (s == DMM_OK) all[n++] = (layout_piece){q, (uint32_t)len, false};
+            q += len;
+        }
+        if (s == DMM_OK && i < nt) {
+            all[n++] = taken[i];
+            q = taken[i].q + taken[i].len;
+        }
     }
+    if (s != DMM_OK) { /* what it holds goes ahead: the taken handles not reached yet too */
+        size_t reached = 0;
+        for (size_t i = 0; i < n; i++) reached += all[i].taken;
+        dmm__pool_layout_put_back(p, all, n);
+        dmm__pool_layout_put_back(p, taken + reached, nt - reached);
+        free(all);
+        free(taken);
+        return s;
+    }
+    free(taken);
+    for (size_t i = 0; i < n; i++) note_handle(p, all[i].q, all[i].len, fresh);
     committed_add(p, bytes);
     dmm_atomic_add_relaxed(&p->layout.adopted, nt); /* counted once the commit holds: a failed one put them back */
-    if (nt > 0) free(all);
+    free(all);
     return DMM_OK;
 }
 

@@ -409,6 +409,7 @@ struct dmm_pool {
     uint32_t retain_permille;
     uint32_t settle_permille; /* the retention limit's ceiling (≥ retain_permille): see settled */
     bool can_alias; /* the mechanism fills the optional `alias` slot, and no_alias is off */
+    bool can_commit_pieces; /* the mechanism fills `commit_pieces`: a growth's new handles in one call */
     bool plan_loops; /* dmm_pool_config.plan_loops: heaps record their mallocs and follow plans (follow.c) */
     void (*on_map)(void *user, uintptr_t addr, uint64_t bytes, bool mapped); /* dmm_pool_config's observer */
     void *on_map_user;
@@ -546,7 +547,9 @@ pool_block *dmm__heap_make_unmapped(pool_heap *h, pool_block *b);
 pool_block *dmm__heap_carve(pool_heap *h, pool_block *b, uintptr_t addr, uint64_t len, uint8_t kind);
 
 /* ---- mapping.c: the pool's one way to map and unmap its VA (each change told to the observer) ---- */
-dmm_status dmm__pool_map_commit(dmm_pool *p, dmm_range r, uint64_t *newly);
+/* One mechanism call: r as one handle (piece ≥ r.bytes), else in handles of at most piece bytes
+ * (commit_pieces: only where p->can_commit_pieces). */
+dmm_status dmm__pool_map_commit(dmm_pool *p, dmm_range r, uint64_t piece, uint64_t *newly);
 dmm_release_outcome dmm__pool_map_decommit(dmm_pool *p, dmm_range r);
 dmm_status dmm__pool_map_alias(dmm_pool *p, dmm_range dst, dmm_range src);
 
@@ -648,10 +651,11 @@ uint64_t dmm__pool_carve_sources(dmm_pool *p, pool_heap *h, uint64_t want, uintp
 /* Decommits one source chunk (no heap lock held). Once the device is lost: FAILED with
  * DMM_ERR_DEVICE_LOST, without a call. */
 void dmm__pool_decommit_one(dmm_pool *p, source *s);
-/* Commits one chunk of `bytes` at `addr` (no heap lock held): `fresh` for new memory (a handle a warm
+/* Commits `bytes` at `addr` (no heap lock held) as handles of at most `piece` bytes (more than one
+ * only where p->can_commit_pieces: one mechanism call): `fresh` for new memory (a handle a warm
  * layout committed there ahead is taken as it is, and the pool's layout records it), false for a
- * moved chunk (the mechanism's cache hands the moved handle back). */
-dmm_status dmm__pool_commit_one(dmm_pool *p, uintptr_t addr, uint64_t bytes, bool fresh);
+ * moved chunk (piece = bytes: the mechanism's cache hands the moved handle back). */
+dmm_status dmm__pool_commit_one(dmm_pool *p, uintptr_t addr, uint64_t bytes, bool fresh, uint64_t piece);
 /* Maps alias source s a second time at `at` (no heap lock held); a failure changes nothing. */
 dmm_status dmm__pool_alias_one(dmm_pool *p, source *s, uintptr_t at);
 /* Puts the sources from `from` on back into their heaps (taking each heap's lock in turn). */

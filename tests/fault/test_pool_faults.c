@@ -518,9 +518,37 @@ static void a_leaked_commit_poisons_the_chunk_in_the_pool(void **state) {
     env_end(&e);
 }
 
+/* The same in a growth of several handles committed in one call (commit_pieces): the undo leaves two
+ * of its four handles poisoned. Each becomes a poisoned chunk of the pool on its own, the other two
+ * go back UNMAPPED (the pool's committed bytes stay equal to what the arena has mapped), and later
+ * growths use the good ones and never the poisoned. */
+static void a_leaked_commit_of_several_handles_poisons_each_leaked_handle(void **state) {
+    (void)state;
+    env e;
+    env_init(&e, 0);
+    void *p = NULL;
+    DMM_OK_OR_FAIL(dmm_fault_plan(e.fault, DMM_OP_SET_ACCESS, 1, 1, DMM_ERR_DRIVER));
+    DMM_OK_OR_FAIL(dmm_fault_plan(e.fault, DMM_OP_UNMAP, 2, 2, DMM_ERR_DRIVER));
+    assert_int_equal(dmm_pool_malloc(e.pool, 8 * MIB, NULL, &p), DMM_ERR_DRIVER);
+    dmm_test_error_mentions("pool malloc", "could not fully undo", NULL);
+    DMM_OK_OR_FAIL(dmm_fault_clear(e.fault));
+    assert_int_equal(pstats(&e).chunks_poisoned, 2);
+    assert_int_equal(pstats(&e).committed_bytes.current, 4 * MIB);
+    conserved(&e, "after the leaked commit of four handles");
+    for (int i = 0; i < 4; i++) env_malloc(&e, 2 * MIB, NULL);
+    for (int i = 0; i < 4; i++) {
+        bool q = true;
+        DMM_OK_OR_FAIL(dmm_arena_is_quarantined(e.arena, e.b[i].p, e.b[i].bytes, &q));
+        assert_false(q);
+    }
+    conserved(&e, "after four growths");
+    env_end(&e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(a_leaked_commit_poisons_the_chunk_in_the_pool),
+        cmocka_unit_test(a_leaked_commit_of_several_handles_poisons_each_leaked_handle),
         cmocka_unit_test(fault_sweep_every_pool_operation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

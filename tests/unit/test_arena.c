@@ -319,6 +319,47 @@ static void one_gib_commit_uses_few_handles(void **state) {
     }
 }
 
+/* commit_pieces: the range in chunks of at most the piece (the arena's limit where smaller), access
+ * granted once; each piece a chunk of its own (a decommit of one gives back that one alone). Bad
+ * pieces are refused with a sentence, changing nothing. */
+static void commit_pieces_cuts_the_chunks_and_grants_access_once(void **state) {
+    (void)state;
+    fixture *f = fx_new(1 * GIB, 64 * MIB, 0);
+    assert_true(dmm_mechanism_has_slot(f->m, DMM_SLOT_COMMIT_PIECES));
+    dmm_allocation a;
+    DMM_OK_OR_FAIL(dmm_mechanism_allocate_committed(f->m, 128 * MIB, 0, NULL, 0, &a));
+    uint64_t newly = 0;
+    assert_int_equal(dmm_mechanism_commit_pieces(f->m, &a, (dmm_range){0, 10 * MIB}, MIB, &newly),
+                     DMM_ERR_INVALID_ARGUMENT);
+    dmm_test_error_mentions("commit_pieces", "granul", NULL);
+    assert_int_equal(dmm_mechanism_commit_pieces(f->m, &a, (dmm_range){0, 10 * MIB}, 0, &newly),
+                     DMM_ERR_INVALID_ARGUMENT);
+    assert_int_equal(kit_stats(f->m).driver_create, 0);
+    /* 22 MiB in 4 MiB pieces: five of 4 MiB and one of 2 MiB, one grant */
+    DMM_OK_OR_FAIL(dmm_mechanism_commit_pieces(f->m, &a, (dmm_range){2 * MIB, 22 * MIB}, 4 * MIB, &newly));
+    step(f);
+    assert_int_equal(newly, 22 * MIB);
+    dmm_stats s = kit_stats(f->m);
+    assert_int_equal(s.driver_create, 6);
+    assert_int_equal(s.driver_map, 6);
+    assert_int_equal(s.driver_set_access, 1);
+    memset((char *)a.ptr + 2 * MIB, 7, 22 * MIB);
+    /* pieces larger than the arena's limit: the limit cuts */
+    DMM_OK_OR_FAIL(dmm_mechanism_commit_pieces(f->m, &a, (dmm_range){32 * MIB, 96 * MIB}, 96 * MIB, &newly));
+    assert_int_equal(kit_stats(f->m).driver_create, 6 + 2);
+    /* one piece's decommit gives back that chunk only */
+    dmm_release_outcome o = dmm_mechanism_decommit(f->m, &a, (dmm_range){6 * MIB, 4 * MIB});
+    assert_int_equal(o.state, DMM_RELEASE_COMPLETE);
+    assert_int_equal(o.unmapped_bytes, 4 * MIB);
+    uint64_t committed = 0;
+    DMM_OK_OR_FAIL(dmm_mechanism_committed_bytes(f->m, &a, &committed));
+    assert_int_equal(committed, 18 * MIB + 96 * MIB);
+    assert_int_equal(((unsigned char *)a.ptr)[2 * MIB], 7);
+    assert_int_equal(((unsigned char *)a.ptr)[24 * MIB - 1], 7);
+    release_complete(f, &a, 18 * MIB + 96 * MIB);
+    fx_end(f);
+}
+
 static void allocate_committed_commits_only_the_ranges(void **state) {
     (void)state;
     fixture *f = fx_new(1 * GIB, 2 * MIB, 0);
@@ -844,6 +885,7 @@ int main(void) {
         cmocka_unit_test(create_validates_its_config),
         cmocka_unit_test(charge_runs_outside_the_lock_and_replans),
         cmocka_unit_test(a_commit_keeps_planning_while_the_arena_changes),
+        cmocka_unit_test(commit_pieces_cuts_the_chunks_and_grants_access_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -89,6 +89,27 @@ static void create_refuses_what_it_cannot_use(void **state) {
 }
 
 /* ---- blocks ---- */
+/* A growth of several handles is one mechanism call (commit_pieces): a handle per quantum, each a
+ * create and a map, and one grant of access over them all. */
+static void a_growth_of_several_handles_grants_access_once(void **state) {
+    (void)state;
+    fx *f = fx_open(NULL, 0);
+    uint64_t creates = calls(f, DMM_OP_CREATE), maps = calls(f, DMM_OP_MAP), grants = calls(f, DMM_OP_SET_ACCESS);
+    char *p = xmalloc(f, 5 * C, NULL);
+    memset(p, 3, 5 * C);
+    assert_int_equal(calls(f, DMM_OP_CREATE) - creates, 5);
+    assert_int_equal(calls(f, DMM_OP_MAP) - maps, 5);
+    assert_int_equal(calls(f, DMM_OP_SET_ACCESS) - grants, 1);
+    assert_int_equal(stats(f).chunks_committed, 5);
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    xfree(f, p, NULL);
+    uint64_t released = 0; /* and they stay handles of one quantum: a trim to 2 quanta keeps two */
+    DMM_OK_OR_FAIL(dmm_pool_trim(f->pool, 2 * C, &released));
+    assert_int_equal(released, 3 * C);
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    fx_close(f);
+}
+
 static void blocks_are_aligned_usable_and_reused_without_driver_calls(void **state) {
     (void)state;
     fx *f = fx_open(NULL, 4 * C);
@@ -1157,6 +1178,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(create_refuses_what_it_cannot_use),
         cmocka_unit_test(blocks_are_aligned_usable_and_reused_without_driver_calls),
+        cmocka_unit_test(a_growth_of_several_handles_grants_access_once),
         cmocka_unit_test(free_blocks_coalesce_and_growth_extends_a_free_block),
         cmocka_unit_test(a_full_retention_limit_moves_chunks_instead_of_growing),
         cmocka_unit_test(streams_in_use_do_not_take_each_others_last_chunk),
