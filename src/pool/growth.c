@@ -505,14 +505,15 @@ static bool growth_mapped_any(const growth *g) {
     return false;
 }
 
+/* The flags of a failed span taken as one handle. */
+static const bool one_poisoned = true;
+
 /* The failed commit's handles (of fail_handle bytes) that the mechanism keeps mapped and poisoned (its
  * undo could not unmap them), asked outside every pool lock like every mechanism call: *poisoned =
  * NULL when none is (or the mechanism cannot say), else one flag per handle; *n = their count. A
  * question that fails adds its sentence to g->fail and counts as none. Out of host memory for the
  * flags: the whole failed span counts as one poisoned handle (kept out of use rather than planned
  * over, where a later commit would fail). */
-static const bool one_poisoned = true;
-
 static void failed_poisoned(growth *g, const bool **poisoned, size_t *n) {
     dmm_pool *p = g->p;
     *poisoned = NULL;
