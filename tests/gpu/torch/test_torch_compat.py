@@ -309,8 +309,8 @@ with torch.cuda.stream(side):
     torch.cuda._sleep(6_000_000_000)
 torch.cuda._sleep(1_500_000_000)
 late = model.head(model(static_x))
+w0 = model.layers[0].weight.detach().clone()  # (before free0: this 16 MiB copy is the pool's, not the tags')
 free0 = torch.cuda.mem_get_info()[0]
-w0 = model.layers[0].weight.detach().clone()
 backup = {}
 if flavour == "vllm":
     usage = alloc.get_current_usage()
