@@ -124,11 +124,13 @@ typedef struct dmm_virtual_backing_ops {
     dmm_status (*export_range)(void *impl, const dmm_allocation *a, dmm_range range, dmm_access access,
                                dmm_export *out);
     dmm_status (*import)(void *impl, const dmm_export *ex, dmm_access access, dmm_allocation *out);
-    /* Commits like `commit`, with new chunks of at most piece_bytes each (a multiple of the granularity;
-     * the mechanism's own largest chunk where that is smaller): a caller that wants small, movable
-     * handles commits a long range in one call, and the mechanism grants access to each run of new
-     * chunks once instead of once per handle (on CUDA, cuMemSetAccess is the costliest call of a
-     * growth). Transactional like commit. */
+    /* Commits like `commit`, with the new chunks cut into pieces of piece_bytes (a multiple of the
+     * granularity; 0 or another size: DMM_ERR_INVALID_ARGUMENT, nothing changed), counted from the start of
+     * each run of uncommitted granules, the last piece the rest; a piece larger than the mechanism's
+     * largest chunk is cut at that size on its own, so no chunk ever crosses a piece and a piece can be
+     * decommitted alone. A caller that wants small, movable handles commits a long range in one call,
+     * and the mechanism grants access to each run of new chunks once instead of once per handle (on
+     * CUDA, cuMemSetAccess is the costliest call of a growth). Transactional like commit. */
     dmm_status (*commit_pieces)(void *impl, const dmm_allocation *a, dmm_range range, uint64_t piece_bytes,
                                 uint64_t *newly_mapped);
 } dmm_virtual_backing_ops;

@@ -188,8 +188,21 @@ typedef struct commit_req {
     bool whole; /* all of the record, else `ranges` */
     const dmm_range *ranges;
     size_t n;
-    uint64_t piece_g; /* the largest new chunk, in granules (at most the arena's limit) */
+    uint64_t piece_g; /* new chunks never cross a multiple of this many granules from their run's start */
 } commit_req;
+
+/* The granules of the new chunk at g in the unbacked run [run0, e): the run is cut into pieces of
+ * piece_g granules from its start and each piece at the arena's limit, so that no chunk crosses a
+ * piece (a caller that named the pieces may decommit one of them alone). */
+static uint64_t chunk_at(const dmm_arena *a, uint64_t run0, uint64_t g, uint64_t e, uint64_t piece_g) {
+    uint64_t piece_end = run0 + ((g - run0) / piece_g + 1) * piece_g, end = piece_end < e ? piece_end : e;
+    return end - g < a->limit_g ? end - g : a->limit_g;
+}
+
+/* The new chunks of an unbacked run of n granules (chunk_at's cut). */
+static uint64_t chunks_of_run(const dmm_arena *a, uint64_t n, uint64_t piece_g) {
+    return n / piece_g * div_up(piece_g, a->limit_g) + div_up(n % piece_g, a->limit_g);
+}
 
 /* What committing the ranges of r (whole: all of r) would charge, changing nothing: the bytes of
  * the chunks it would create (MAPPED) and of those the handle cache cannot serve (OWNED). */
@@ -211,10 +224,10 @@ static bool plan_need(const dmm_arena *a, const arena_record *r, const commit_re
                 g++;
                 continue;
             }
-            uint64_t e = g;
+            uint64_t e = g, run0 = g;
             while (e < g1 && a->gmap[e] == 0 && !MARKED(e)) e++;
             while (g < e) {
-                uint64_t k = e - g < req->piece_g ? e - g : req->piece_g, bytes = k * a->gran;
+                uint64_t k = chunk_at(a, run0, g, e, req->piece_g), bytes = k * a->gran;
                 size_t hit = SIZE_MAX;
                 for (size_t j = 0; j < a->cache.n && hit == SIZE_MAX; j++)
                     if (!claimed[j] && a->cache.v[j].bytes == bytes) hit = j;
@@ -232,8 +245,8 @@ static bool plan_need(const dmm_arena *a, const arena_record *r, const commit_re
     return ok;
 }
 
-/* Commits [lo, hi) (offsets, inside r's span) as part of transaction t, in new chunks of at most
- * piece_g granules; one access grant per maximal run of new chunks. On failure the transaction holds
+/* Commits [lo, hi) (offsets, inside r's span) as part of transaction t, in new chunks cut as chunk_at
+ * says; one access grant per maximal run of new chunks. On failure the transaction holds
  * what this call did so far; the caller undoes it. */
 static dmm_status commit_range(dmm_arena *a, arena_record *r, uint64_t lo, uint64_t hi, uint64_t piece_g, arena_txn *t,
                                const char *op) {
@@ -243,7 +256,7 @@ static dmm_status commit_range(dmm_arena *a, arena_record *r, uint64_t lo, uint6
     bool in_ref_run = false;
     for (uint64_t g = g0; g < g1; g++) {
         if (rec_bit(r, g)) {
-            nnew += div_up(run, piece_g);
+            nnew += chunks_of_run(a, run, piece_g);
             run = 0;
             in_ref_run = false;
             continue;
@@ -255,7 +268,7 @@ static dmm_status commit_range(dmm_arena *a, arena_record *r, uint64_t lo, uint6
             run++;
             continue;
         }
-        nnew += div_up(run, piece_g);
+        nnew += chunks_of_run(a, run, piece_g);
         run = 0;
         if (c->state != CHUNK_LIVE)
             return dmm_error_set(DMM_ERR_QUARANTINED,
@@ -265,7 +278,7 @@ static dmm_status commit_range(dmm_arena *a, arena_record *r, uint64_t lo, uint6
                                  op, (unsigned long long)g, (unsigned long long)(a->base + g * a->gran),
                                  (unsigned long long)(a->base + r->off));
     }
-    nnew += div_up(run, piece_g);
+    nnew += chunks_of_run(a, run, piece_g);
     t->free_pieces += dmm__spans_count_overlapping(&a->free, g0 * a->gran, (g1 - g0) * a->gran);
     if (!dmm__arena_room(a, (size_t)nnew, (size_t)nnew, 2 * (t->nborn + (size_t)nnew) + 4 + t->free_pieces, op))
         return DMM_ERR_OUT_OF_MEMORY;
@@ -281,7 +294,7 @@ static dmm_status commit_range(dmm_arena *a, arena_record *r, uint64_t lo, uint6
         uint64_t e = g, run0 = g;
         while (e < g1 && a->gmap[e] == 0) e++;
         while (g < e) {
-            uint64_t n = e - g < piece_g ? e - g : piece_g;
+            uint64_t n = chunk_at(a, run0, g, e, piece_g);
             uint32_t slot;
             bool leaked = false;
             dmm_status s = dmm__arena_chunk_birth(a, g, n, op, &slot, &leaked);
@@ -330,7 +343,7 @@ static const arena_txn_kind commit_kind = {commit_plan, commit_apply, "nothing w
 
 dmm_status dmm__arena_commit(dmm_arena *a, uint64_t off, uint64_t id, bool whole, const dmm_range *ranges, size_t n,
                              uint64_t piece_g, const char *op, uint64_t *newly) {
-    commit_req q = {whole, ranges, n, piece_g != 0 && piece_g < a->limit_g ? piece_g : a->limit_g};
+    commit_req q = {whole, ranges, n, piece_g != 0 ? piece_g : a->limit_g};
     return dmm__arena_txn_run(a, off, id, &commit_kind, &q, op, newly);
 }
 

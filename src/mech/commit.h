@@ -53,8 +53,9 @@ typedef struct arena_txn_kind {
 dmm_status dmm__arena_txn_run(dmm_arena *a, uint64_t off, uint64_t id, const arena_txn_kind *kind, void *req,
                               const char *op, uint64_t *newly);
 
-/* Commits the ranges of the record at off/id (whole: all of it) as one transaction, in new chunks of
- * at most piece_g granules (0, or more than the arena's limit: the limit). */
+/* Commits the ranges of the record at off/id (whole: all of it) as one transaction; each unbacked run
+ * is cut into pieces of piece_g granules from its start (0: the arena's limit) and each piece into
+ * chunks at the limit, so that no chunk crosses a piece. */
 dmm_status dmm__arena_commit(dmm_arena *a, uint64_t off, uint64_t id, bool whole, const dmm_range *ranges, size_t n,
                              uint64_t piece_g, const char *op, uint64_t *newly);
 

@@ -424,13 +424,13 @@ static uint64_t growth_carve_others(growth *g, uint64_t want) {
 }
 
 /* drive: a commit failed (the sentence is set, the caller's context added) */
-static void growth_failed(growth *g, dmm_status s, size_t j, uintptr_t at, uint64_t len, uint64_t handle) {
+static void growth_failed(growth *g, dmm_status s, size_t j, const commit_failure *f) {
     g->fail = dmm__error_wrap(s, "pool malloc of %zu bytes on stream %p: committing memory for it failed",
                               g->requested, g->h->stream);
     g->fail_j = j;
-    g->fail_at = at;
-    g->fail_len = len;
-    g->fail_handle = handle;
+    g->fail_at = f->at;
+    g->fail_len = f->len;
+    g->fail_handle = f->handle;
 }
 
 /* The largest new handle a growth for `n` bytes commits: max_chunk, or with a divisor n / divisor
@@ -476,15 +476,17 @@ static void growth_drive(growth *g) {
             dmm__pool_decommit_one(p, src);
             if (!dmm__pool_source_gone(src)) continue; /* its room is filled with new memory below */
             dmm_atomic_add_relaxed(&p->chunks_moved, 1);
-            dmm_status s = dmm__pool_commit_one(p, cur, src->bytes, false, src->bytes);
-            if (s != DMM_OK) growth_failed(g, s, j, cur, src->bytes, src->bytes);
+            commit_failure f;
+            dmm_status s = dmm__pool_commit_one(p, cur, src->bytes, false, src->bytes, &f);
+            if (s != DMM_OK) growth_failed(g, s, j, &f);
             else cur += src->bytes;
         }
         uint64_t most = g->most ? g->most : handle_most(p, g->n);
         while (g->fail == DMM_OK && cur < end) { /* one call where the mechanism cuts the handles itself */
             uint64_t len = p->can_commit_pieces || end - cur < most ? end - cur : most;
-            dmm_status s = dmm__pool_commit_one(p, cur, len, true, most);
-            if (s != DMM_OK) growth_failed(g, s, j, cur, len, most);
+            commit_failure f;
+            dmm_status s = dmm__pool_commit_one(p, cur, len, true, most, &f);
+            if (s != DMM_OK) growth_failed(g, s, j, &f);
             else cur += len;
         }
         t->done = cur - t->b->addr;
@@ -544,7 +546,7 @@ static void failed_poisoned(growth *g, const bool **poisoned, size_t *n) {
     *n = count;
 }
 
-/* fix-up, under h's lock: block b starts at the failed span; its handles flagged in `poisoned` become
+/* fix-up, under h's lock: block b holds the failed span; its handles flagged in `poisoned` become
  * POISONED blocks (out of use forever; requested = 1: still mapped, so they count in committed, as a
  * trimmed chunk whose unmap failed does), the rest of the span UNMAPPED. Returns what of b lies past
  * the span (NULL: nothing). The splits draw on records the caller reserved. */
@@ -597,7 +599,8 @@ static void growth_fixup(growth *g) {
         uint64_t done = g->tv.v[j].done;
         if (done < t->size) {
             pool_block *rest = done > 0 ? dmm__heap_split(h, t, done) : t;
-            if (poisoned != NULL && j == g->fail_j && rest->addr == g->fail_at && rest->size >= g->fail_len)
+            if (poisoned != NULL && j == g->fail_j && rest->addr <= g->fail_at &&
+                rest->addr + rest->size >= g->fail_at + g->fail_len) /* (a warm layout's gap: inside rest) */
                 rest = cut_poisoned(g, rest, poisoned);
             if (rest != NULL) dmm__heap_make_unmapped(h, rest);
         }

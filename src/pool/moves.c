@@ -257,16 +257,24 @@ static void note_handle(dmm_pool *p, size_t q, size_t len, bool fresh) {
  * new ones for each gap between them. All or nothing: a failure puts what it took or made ahead
  * (layout.c), so the span stays unmapped in the pool's eyes. fresh: new memory, which the layout
  * records; not fresh: a moved chunk (the mechanism's cache hands the moved handle back). */
-dmm_status dmm__pool_commit_one(dmm_pool *p, uintptr_t addr, uint64_t bytes, bool fresh, uint64_t piece) {
+dmm_status dmm__pool_commit_one(dmm_pool *p, uintptr_t addr, uint64_t bytes, bool fresh, uint64_t piece,
+                                commit_failure *failed) {
+    commit_failure ignored;
+    if (failed == NULL) failed = &ignored;
+    *failed = (commit_failure){addr, bytes, bytes};
     if (dmm__pool_lost(p, "committing a chunk")) return dmm__pool_lost_error(p, "pool: committing a chunk");
     size_t q0 = qidx(p, addr), q1 = q0 + (size_t)(bytes / p->chunk), nt = 0, n = 0;
-    size_t pq = piece < bytes ? (size_t)(piece / p->chunk) : q1 - q0;
+    size_t pq = piece < bytes && p->can_commit_pieces ? (size_t)(piece / p->chunk) : q1 - q0;
+    if (pq == 0) pq = 1;
     layout_piece *taken = NULL, *all = NULL;
     dmm_status s = dmm__pool_layout_take(p, addr, bytes, fresh, &taken, &nt);
     if (s != DMM_OK) return s;
     if (nt == 0) {
         s = commit_handles(p, q0, q1 - q0, pq);
-        if (s != DMM_OK) return s;
+        if (s != DMM_OK) {
+            failed->handle = (uint64_t)pq * p->chunk;
+            return s;
+        }
         for (size_t q = q0; q < q1; q += pq) note_handle(p, q, q1 - q < pq ? q1 - q : pq, fresh);
         committed_add(p, bytes);
         return DMM_OK;
@@ -285,6 +293,8 @@ dmm_status dmm__pool_commit_one(dmm_pool *p, uintptr_t addr, uint64_t bytes, boo
             size_t len = next - q < pq ? next - q : pq;
             s = commit_handles(p, q, len, len);
             if (s == DMM_OK) all[n++] = (layout_piece){q, (uint32_t)len, false};
+            else *failed = (commit_failure){p->base + (uint64_t)q * p->chunk, (uint64_t)len * p->chunk,
+                                            (uint64_t)len * p->chunk};
             q += len;
         }
         if (s == DMM_OK && i < nt) {

@@ -651,11 +651,19 @@ uint64_t dmm__pool_carve_sources(dmm_pool *p, pool_heap *h, uint64_t want, uintp
 /* Decommits one source chunk (no heap lock held). Once the device is lost: FAILED with
  * DMM_ERR_DEVICE_LOST, without a call. */
 void dmm__pool_decommit_one(dmm_pool *p, source *s);
-/* Commits `bytes` at `addr` (no heap lock held) as handles of at most `piece` bytes (more than one
- * only where p->can_commit_pieces: one mechanism call): `fresh` for new memory (a handle a warm
- * layout committed there ahead is taken as it is, and the pool's layout records it), false for a
- * moved chunk (piece = bytes: the mechanism's cache hands the moved handle back). */
-dmm_status dmm__pool_commit_one(dmm_pool *p, uintptr_t addr, uint64_t bytes, bool fresh, uint64_t piece);
+/* What a failed dmm__pool_commit_one was committing: [at, at + len) in handles of `handle` bytes (the
+ * last one the rest), which growth.c's fix-up asks the mechanism about, one by one. */
+typedef struct commit_failure {
+    uintptr_t at;
+    uint64_t len, handle;
+} commit_failure;
+/* Commits `bytes` at `addr` (no heap lock held) as handles of at most `piece` bytes, in one call where
+ * p->can_commit_pieces (else the caller passes bytes ≤ piece: one handle): `fresh` for new memory (a
+ * handle a warm layout committed there ahead is taken as it is, new ones fill the gaps, one call each,
+ * and the pool's layout records them), false for a moved chunk (piece = bytes: the mechanism's cache
+ * hands the moved handle back). On failure *failed (may be NULL) says which call failed. */
+dmm_status dmm__pool_commit_one(dmm_pool *p, uintptr_t addr, uint64_t bytes, bool fresh, uint64_t piece,
+                                commit_failure *failed);
 /* Maps alias source s a second time at `at` (no heap lock held); a failure changes nothing. */
 dmm_status dmm__pool_alias_one(dmm_pool *p, source *s, uintptr_t at);
 /* Puts the sources from `from` on back into their heaps (taking each heap's lock in turn). */

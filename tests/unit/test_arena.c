@@ -358,6 +358,22 @@ static void commit_pieces_cuts_the_chunks_and_grants_access_once(void **state) {
     assert_int_equal(((unsigned char *)a.ptr)[24 * MIB - 1], 7);
     release_complete(f, &a, 18 * MIB + 96 * MIB);
     fx_end(f);
+    /* pieces above the limit and not a multiple of it: each piece is cut at the limit on its own, so no
+     * chunk crosses a piece (12 MiB in 6 MiB pieces, limit 4 MiB: 4 + 2 and 4 + 2), and a piece's
+     * decommit gives back exactly that piece */
+    f = fx_new(1 * GIB, 4 * MIB, 0);
+    DMM_OK_OR_FAIL(dmm_mechanism_allocate_committed(f->m, 64 * MIB, 0, NULL, 0, &a));
+    DMM_OK_OR_FAIL(dmm_mechanism_commit_pieces(f->m, &a, (dmm_range){0, 12 * MIB}, 6 * MIB, &newly));
+    step(f);
+    assert_int_equal(kit_stats(f->m).driver_create, 4);
+    o = dmm_mechanism_decommit(f->m, &a, (dmm_range){0, 6 * MIB});
+    assert_int_equal(o.state, DMM_RELEASE_COMPLETE);
+    assert_int_equal(o.unmapped_bytes, 6 * MIB);
+    DMM_OK_OR_FAIL(dmm_mechanism_committed_bytes(f->m, &a, &committed));
+    assert_int_equal(committed, 6 * MIB);
+    step(f);
+    release_complete(f, &a, 6 * MIB);
+    fx_end(f);
 }
 
 static void allocate_committed_commits_only_the_ranges(void **state) {
