@@ -491,24 +491,24 @@ static void fault_sweep_every_pool_operation(void **state) {
     }
 }
 
-/* A growth whose commit fails and whose undo fails too (set-access, then the undo's unmap) leaves the
- * chunk mapped and poisoned in the arena. The pool must keep it out of use (and count it as mapped):
- * before the fix it went back UNMAPPED, the pool's committed bytes fell below what the arena had
- * mapped, and every later growth planned over it failed with DMM_ERR_QUARANTINED. */
-static void a_leaked_commit_poisons_the_chunk_in_the_pool(void **state) {
-    (void)state;
+/* A growth of `bytes` (2 MiB handles) whose commit fails (set-access) and whose undo fails too (`leaked`
+ * unmaps from the undo's `first_leak`-th on) leaves those handles mapped and poisoned in the arena. The pool
+ * must keep each out of use and count it as mapped, and put the rest of the span back UNMAPPED: its
+ * committed bytes stay what the arena has mapped, and four later growths never land on a poisoned handle. */
+static void leak_a_growth(uint64_t bytes, uint32_t first_leak, uint32_t leaked) {
     env e;
     env_init(&e, 0);
     void *p = NULL;
     DMM_OK_OR_FAIL(dmm_fault_plan(e.fault, DMM_OP_SET_ACCESS, 1, 1, DMM_ERR_DRIVER));
-    DMM_OK_OR_FAIL(dmm_fault_plan(e.fault, DMM_OP_UNMAP, 1, 1, DMM_ERR_DRIVER));
-    assert_int_equal(dmm_pool_malloc(e.pool, 2 * MIB, NULL, &p), DMM_ERR_DRIVER);
+    DMM_OK_OR_FAIL(dmm_fault_plan(e.fault, DMM_OP_UNMAP, first_leak, leaked, DMM_ERR_DRIVER));
+    assert_int_equal(dmm_pool_malloc(e.pool, bytes, NULL, &p), DMM_ERR_DRIVER);
     dmm_test_error_mentions("pool malloc", "could not fully undo", NULL);
     DMM_OK_OR_FAIL(dmm_fault_clear(e.fault));
     assert_int_equal(kit_stats(e.arena).rollback_leaks, 1);
-    assert_int_equal(pstats(&e).chunks_poisoned, 1);
+    assert_int_equal(pstats(&e).chunks_poisoned, leaked);
+    assert_int_equal(pstats(&e).committed_bytes.current, leaked * 2 * MIB);
     conserved(&e, "after the leaked commit");
-    for (int i = 0; i < 4; i++) env_malloc(&e, 2 * MIB, NULL); /* each a growth: none over the poisoned chunk */
+    for (int i = 0; i < 4; i++) env_malloc(&e, 2 * MIB, NULL); /* each a growth: none over a poisoned handle */
     for (int i = 0; i < 4; i++) {
         bool q = true;
         DMM_OK_OR_FAIL(dmm_arena_is_quarantined(e.arena, e.b[i].p, e.b[i].bytes, &q));
@@ -518,31 +518,18 @@ static void a_leaked_commit_poisons_the_chunk_in_the_pool(void **state) {
     env_end(&e);
 }
 
-/* The same in a growth of several handles committed in one call (commit_pieces): the undo leaves two
- * of its four handles poisoned. Each becomes a poisoned chunk of the pool on its own, the other two
- * go back UNMAPPED (the pool's committed bytes stay equal to what the arena has mapped), and later
- * growths use the good ones and never the poisoned. */
+/* Before the fix the poisoned handle went back UNMAPPED, the pool's committed bytes fell below what the
+ * arena had mapped, and every later growth planned over it failed with DMM_ERR_QUARANTINED. */
+static void a_leaked_commit_poisons_the_chunk_in_the_pool(void **state) {
+    (void)state;
+    leak_a_growth(2 * MIB, 1, 1);
+}
+
+/* A growth of four handles is one call (commit_pieces); its undo leaks two of them: each becomes a
+ * poisoned chunk of the pool on its own, the other two go back UNMAPPED. */
 static void a_leaked_commit_of_several_handles_poisons_each_leaked_handle(void **state) {
     (void)state;
-    env e;
-    env_init(&e, 0);
-    void *p = NULL;
-    DMM_OK_OR_FAIL(dmm_fault_plan(e.fault, DMM_OP_SET_ACCESS, 1, 1, DMM_ERR_DRIVER));
-    DMM_OK_OR_FAIL(dmm_fault_plan(e.fault, DMM_OP_UNMAP, 2, 2, DMM_ERR_DRIVER));
-    assert_int_equal(dmm_pool_malloc(e.pool, 8 * MIB, NULL, &p), DMM_ERR_DRIVER);
-    dmm_test_error_mentions("pool malloc", "could not fully undo", NULL);
-    DMM_OK_OR_FAIL(dmm_fault_clear(e.fault));
-    assert_int_equal(pstats(&e).chunks_poisoned, 2);
-    assert_int_equal(pstats(&e).committed_bytes.current, 4 * MIB);
-    conserved(&e, "after the leaked commit of four handles");
-    for (int i = 0; i < 4; i++) env_malloc(&e, 2 * MIB, NULL);
-    for (int i = 0; i < 4; i++) {
-        bool q = true;
-        DMM_OK_OR_FAIL(dmm_arena_is_quarantined(e.arena, e.b[i].p, e.b[i].bytes, &q));
-        assert_false(q);
-    }
-    conserved(&e, "after four growths");
-    env_end(&e);
+    leak_a_growth(8 * MIB, 2, 2);
 }
 
 int main(void) {
