@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* src/pool/moves.c — chunks, one at a time, and the sources of moves (DESIGN §4.9).
  *
- * What it owns: the pool's mechanism calls on chunks — commit one chunk, decommit one, alias one
- * (map its physical memory a second time) — with the pool's counts that follow each (clen, committed,
- * aliased_bytes, the chunk counters); the choice of which whole free chunks leave a heap (sources:
- * oldest frees first, then the biggest, then the highest address, so that memory stays packed low
- * and the fewest calls move the most); and the fix-up that puts a source back into its heap as what
+ * What it owns: the pool's mechanism calls on chunks — commit one chunk (or a growth's new handles in
+ * one call, where the mechanism has commit_pieces: cut at the pool's handle size, access granted once),
+ * decommit one, alias one (map its physical memory a second time) — with the pool's counts that follow
+ * each (clen at every handle's first quantum, committed, aliased_bytes, the chunk counters); the
+ * choice of which whole free chunks leave a heap (sources: oldest frees first, then the biggest,
+ * then the highest address, so that memory stays packed low and the fewest calls move the most); and
+ * the fix-up that puts a source back into its heap as what
  * its outcome made it (UNMAPPED, FREE, POISONED, ALIASED). A growth of another heap leaves each heap
  * its newest free chunk (the one its stream reuses next): a stream in use is never left to grow back
  * what was just taken from it, so physical memory may pass the retention limit by up to one chunk
