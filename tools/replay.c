@@ -347,6 +347,7 @@ static int replay_once(const dmm_trace *t, const dmm_replay_opts *o, const dmm_r
     pc.no_alias = o->no_alias ? 1u : 0u;
     pc.plan_loops = o->plan_loops ? 1u : 0u;
     pc.stock_bytes = o->stock_bytes;
+    pc.move_batch_bytes = ac.cache_limit_bytes; /* moves pass through the arena's cache */
     if (dmm_pool_create(arena, drv, &pc, &pool) != DMM_OK) FAIL("creating the pool failed: %s", dmm_last_error());
 
     for (uint32_t i = 0; i < t->nstreams; i++) {

@@ -193,6 +193,14 @@ typedef struct dmm_pool_config {
                                default: the move to a plan's layout re-maps memory once, and only with
                                a fixed retention limit (settle_permille ~ 25) does a repeating loop need
                                a plan at all (docs/architecture.md, "The plan of a loop"). 0 = off */
+    uint64_t move_batch_bytes; /* where the mechanism has commit_pieces: the most bytes of same-sized free
+                               chunks a growth moves at once. Each is unmapped at its old place (the
+                               mechanism keeps its handle meanwhile: the arena's handle cache), then
+                               all are mapped at the new place in one call, access granted once instead
+                               of once per chunk (cuMemSetAccess is the costliest call of a move). At
+                               most the arena's cache_limit_bytes: beyond it, a handle is released and
+                               a new one created in its place (correct, two calls more). The device
+                               front passes its cache limit. 0 = one chunk at a time */
 } dmm_pool_config;
 
 /* Creates a pool over `mech` (not owned; must support virtual backing, else DMM_ERR_UNSUPPORTED) and

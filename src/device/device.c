@@ -189,6 +189,7 @@ dmm_status dmm_device_create(dmm_driver *drv, dmm_governor *gov,
     pc.settle_permille = k.settle_permille;
     pc.stock_bytes = k.stock_bytes;
     pc.plan_loops = k.plan_loops;
+    pc.move_batch_bytes = ac.cache_limit_bytes; /* moves pass through the arena's cache */
     if (k.max_chunk_bytes == 0) { /* the default: large handles for the interior of large requests only */
         pc.max_chunk_bytes = (32 * MIB + gran - 1) / gran * gran;
         pc.handle_divisor = k.handle_divisor ? k.handle_divisor : 8;

@@ -452,9 +452,36 @@ static bool source_remapped(const source *s) {
     return s->aliased || (s->role == SRC_MOVE && dmm__pool_source_gone(s));
 }
 
-/* drive (no lock held). Each piece: first the chunks moved into it (decommit there, commit here: the
- * mechanism's cache hands the same handle back) or aliased into it (mapped here at once, the old place
- * decommitted once its fence completed), then new chunks for the rest (split at handle_most; in one
+/* Moves the sources of piece j that are like sv[first] (untried moves of the same size), up to the
+ * batch the mechanism can hold unmapped, into [cur, ...): each decommitted at its old place, then those
+ * that went committed here in one call (access granted once). Returns the new cur. */
+static uintptr_t move_batch(growth *g, size_t j, size_t first, uintptr_t cur) {
+    dmm_pool *p = g->p;
+    uint64_t size = g->sv.v[first].bytes, limit = p->can_commit_pieces ? p->move_batch : 0, gone = 0, taken = 0;
+    for (size_t i = first; i < g->sv.n; i++) {
+        source *src = &g->sv.v[i];
+        if (src->piece != j || src->role != SRC_MOVE || src->tried || src->bytes != size) continue;
+        if (taken > 0 && taken + size > limit) break;
+        taken += size;
+        dmm__pool_decommit_one(p, src);
+        if (!dmm__pool_source_gone(src)) continue; /* its room is filled with new memory below */
+        dmm_atomic_add_relaxed(&p->chunks_moved, 1);
+        gone += size;
+    }
+    if (gone == 0) return cur;
+    commit_failure f;
+    dmm_status s = dmm__pool_commit_one(p, cur, gone, false, size, &f);
+    if (s != DMM_OK) {
+        growth_failed(g, s, j, &f);
+        return cur;
+    }
+    return cur + gone;
+}
+
+/* drive (no lock held). Each piece: first the chunks aliased into it (mapped here at once, the old
+ * place decommitted once its fence completed), then those moved into it (decommitted there, committed
+ * here: the mechanism's cache hands the same handles back; same-sized ones in batches of up to
+ * move_batch bytes, one commit and one grant each), then new chunks for the rest (split at handle_most; in one
  * call where the mechanism has commit_pieces, so that access is granted once, not per handle). Stops
  * at the first failed commit. */
 static void growth_drive(growth *g) {
@@ -466,21 +493,13 @@ static void growth_drive(growth *g) {
         uintptr_t cur = t->b->addr, end = cur + t->b->size;
         for (size_t i = 0; i < g->sv.n && g->fail == DMM_OK; i++) {
             source *src = &g->sv.v[i];
-            if (src->piece != j) continue;
-            if (src->role == SRC_ALIAS) {
-                if (dmm__pool_alias_one(p, src, cur) != DMM_OK) continue; /* its room gets new memory below */
-                if (src->seq > t->seq) t->seq = src->seq;
-                cur += src->bytes;
-                continue;
-            }
-            dmm__pool_decommit_one(p, src);
-            if (!dmm__pool_source_gone(src)) continue; /* its room is filled with new memory below */
-            dmm_atomic_add_relaxed(&p->chunks_moved, 1);
-            commit_failure f;
-            dmm_status s = dmm__pool_commit_one(p, cur, src->bytes, false, src->bytes, &f);
-            if (s != DMM_OK) growth_failed(g, s, j, &f);
-            else cur += src->bytes;
+            if (src->piece != j || src->role != SRC_ALIAS) continue;
+            if (dmm__pool_alias_one(p, src, cur) != DMM_OK) continue; /* its room gets new memory below */
+            if (src->seq > t->seq) t->seq = src->seq;
+            cur += src->bytes;
         }
+        for (size_t i = 0; i < g->sv.n && g->fail == DMM_OK; i++)
+            if (g->sv.v[i].piece == j && g->sv.v[i].role == SRC_MOVE && !g->sv.v[i].tried) cur = move_batch(g, j, i, cur);
         uint64_t most = g->most ? g->most : handle_most(p, g->n);
         while (g->fail == DMM_OK && cur < end) { /* one call where the mechanism cuts the handles itself */
             uint64_t len = p->can_commit_pieces || end - cur < most ? end - cur : most;

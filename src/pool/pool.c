@@ -190,6 +190,7 @@ dmm_status dmm_pool_create(dmm_mechanism *mech, dmm_driver *drv, const dmm_pool_
     if (p->settle_permille < p->retain_permille) p->settle_permille = p->retain_permille;
     p->can_alias = !c.no_alias && dmm_mechanism_has_slot(mech, DMM_SLOT_ALIAS); /* a capability, not a probe */
     p->can_commit_pieces = dmm_mechanism_has_slot(mech, DMM_SLOT_COMMIT_PIECES);
+    p->move_batch = c.move_batch_bytes;
     p->plan_loops = c.plan_loops != 0;
     if (cfg != NULL && cfg->size >= offsetof(dmm_pool_config, on_map_user) + sizeof cfg->on_map_user) {
         p->on_map = c.on_map;

@@ -409,6 +409,7 @@ struct dmm_pool {
     uint32_t retain_permille;
     uint32_t settle_permille; /* the retention limit's ceiling (≥ retain_permille): see settled */
     bool can_alias; /* the mechanism fills the optional `alias` slot, and no_alias is off */
+    uint64_t move_batch;    /* bytes: the most a growth moves in one commit (dmm_pool_config.move_batch_bytes) */
     bool can_commit_pieces; /* the mechanism fills `commit_pieces`: a growth's new handles in one call */
     bool plan_loops; /* dmm_pool_config.plan_loops: heaps record their mallocs and follow plans (follow.c) */
     void (*on_map)(void *user, uintptr_t addr, uint64_t bytes, bool mapped); /* dmm_pool_config's observer */

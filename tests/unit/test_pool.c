@@ -214,6 +214,60 @@ static void a_full_retention_limit_moves_chunks_instead_of_growing(void **state)
     fx_close(f);
 }
 
+/* With move_batch_bytes, a growth moves several same-sized free chunks in one commit: each unmapped at
+ * its old place (its handle waits in the arena's cache), then all mapped at the new place with one
+ * grant of access. Without it (0), one commit per chunk, a grant each. A failed batch commit fails the
+ * malloc; the moved chunks' handles stay in the cache and the pool stays consistent. */
+static void moves_of_one_growth_share_one_grant(void **state) {
+    (void)state;
+    for (int batched = 1; batched >= 0; batched--) {
+        dmm_pool_config pc = {.size = sizeof pc, .move_batch_bytes = batched ? 4 * C : 0};
+        fx *f = fx_open(&pc, 4 * C);
+        char *x[7];
+        for (int i = 0; i < 7; i++) x[i] = xmalloc(f, C, NULL);
+        for (int i = 0; i < 6; i += 2) xfree(f, x[i], NULL); /* three separate free chunks, peak 7 quanta */
+        /* 3 quanta fit nowhere and the limit (peak + 2 %) is full: three free chunks move */
+        uint64_t creates = calls(f, DMM_OP_CREATE), maps = calls(f, DMM_OP_MAP), grants = calls(f, DMM_OP_SET_ACCESS),
+                 unmaps = calls(f, DMM_OP_UNMAP);
+        char *y = xmalloc(f, 3 * C, NULL);
+        memset(y, 5, 3 * C);
+        assert_int_equal(stats(f).chunks_moved, 3);
+        assert_int_equal(calls(f, DMM_OP_UNMAP) - unmaps, 3);
+        assert_int_equal(calls(f, DMM_OP_CREATE) - creates, 0); /* the same handles, through the cache */
+        assert_int_equal(calls(f, DMM_OP_MAP) - maps, 3);
+        assert_int_equal(calls(f, DMM_OP_SET_ACCESS) - grants, batched ? 1 : 3);
+        assert_int_equal(stats(f).committed_bytes.current, 7 * C);
+        DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+        xfree(f, y, NULL);
+        for (int i = 1; i < 7; i += 2) xfree(f, x[i], NULL);
+        xfree(f, x[6], NULL);
+        fx_close(f);
+    }
+    /* the batch's commit fails at its second map: the malloc fails, nothing leaks, the pool is whole */
+    dmm_pool_config pc = {.size = sizeof pc, .move_batch_bytes = 4 * C};
+    fx *f = fx_open(&pc, 4 * C);
+    char *x[7];
+    for (int i = 0; i < 7; i++) x[i] = xmalloc(f, C, NULL);
+    for (int i = 0; i < 6; i += 2) xfree(f, x[i], NULL);
+    DMM_OK_OR_FAIL(dmm_fault_plan(f->drv, DMM_OP_MAP, 2, 1, DMM_ERR_OUT_OF_MEMORY));
+    void *y = NULL;
+    assert_int_equal(dmm_pool_malloc(f->pool, 3 * C, NULL, &y), DMM_ERR_OUT_OF_MEMORY);
+    assert_null(y);
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    assert_int_equal(stats(f).allocations.current, 4);
+    assert_int_equal(stats(f).committed_bytes.current, 4 * C); /* the three went: their handles wait cached */
+    DMM_OK_OR_FAIL(dmm_fault_clear(f->drv));
+    uint64_t creates = calls(f, DMM_OP_CREATE);
+    y = xmalloc(f, 3 * C, NULL); /* the same malloc now works, with the cached handles */
+    assert_int_equal(calls(f, DMM_OP_CREATE), creates);
+    memset(y, 6, 3 * C);
+    DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
+    xfree(f, y, NULL);
+    for (int i = 1; i < 7; i += 2) xfree(f, x[i], NULL);
+    xfree(f, x[6], NULL);
+    fx_close(f);
+}
+
 /* Another stream's growth takes a heap's whole free chunks behind completed fences, but not the one
  * that heap's own stream reuses next: streams in use, each with less live memory than a chunk, once
  * took each other's only chunk in turn (a move and a growth on every switch, in the steady state). */
@@ -1181,6 +1235,7 @@ int main(void) {
         cmocka_unit_test(a_growth_of_several_handles_grants_access_once),
         cmocka_unit_test(free_blocks_coalesce_and_growth_extends_a_free_block),
         cmocka_unit_test(a_full_retention_limit_moves_chunks_instead_of_growing),
+        cmocka_unit_test(moves_of_one_growth_share_one_grant),
         cmocka_unit_test(streams_in_use_do_not_take_each_others_last_chunk),
         cmocka_unit_test(a_larger_max_chunk_grows_by_one_handle_sized_to_the_need),
         cmocka_unit_test(a_divisor_cuts_handles_no_smaller_than_the_floor),
