@@ -10,13 +10,18 @@
  * call once its places are mapped.
  *
  * Record (hot.h's count_malloc and count_free). Every malloc writes (size, event) at
- * records[ordinal mod POOL_RECORDS]; its free, once final, writes the free's event there while the
- * ring still holds it. A heap that records parks nothing (quick_cap 0: anchors need merged free runs,
- * and its frees all take the path that records them), so none of its mallocs takes the hot path.
+ * records[ordinal mod the ring's size]; its free, once final, writes the free's event there while the
+ * ring still holds it. The ring starts at POOL_RECORDS_FIRST records (2 MiB) and widens once, to
+ * POOL_RECORDS_MOST (16 MiB), at a look that finds nothing to plan in a full ring of a heap that still
+ * grows: a loop longer than half the first ring (a generate workload's whole round of varying
+ * batches: 432,460 mallocs for llama-generate) is found once the ring holds two turns of it
+ * (records_from: the oldest ordinal the widened ring may hold). A heap that records parks nothing
+ * (quick_cap 0: anchors need merged free runs, and its frees all take the path that records them), so
+ * none of its mallocs takes the hot path.
  * Events are the heap's mallocs and frees counted from 1: a loop's turn repeats them exactly.
  *
- * Look (every POOL_LOOK_EVERY mallocs, by the malloc's caller: look_due; while no job is being
- * planned, and only in a heap that grew lately: one that serves its loop from mapped memory needs no
+ * Look (every POOL_LOOK_EVERY mallocs, or a 128th of a wider ring, by the malloc's caller: look_due;
+ * while no job is being planned, and only in a heap that grew lately: one that serves its loop from mapped memory needs no
  * plan, nor a period whose latest turn grew nothing; while a plan is followed, only for a longer
  * period that is not a multiple of the plan's: the heap's larger loop). A period d passes when
  * the sizes of the last 2d mallocs repeat at distance d and every malloc of the older turn lived as
@@ -65,7 +70,7 @@
 #define POOL_LOOK_EVERY 1024u
 /* the most periods a look weighs; a plan dropped for missing too much is not made again for this long */
 #define POOL_PERIODS 16u
-#define POOL_BAD_FOR ((uint64_t)4 * POOL_RECORDS)
+#define POOL_BAD_FOR ((uint64_t)4 * POOL_RECORDS_FIRST)
 /* a plan that finds its loop again more often than this without a whole turn that fits goes */
 #define POOL_RESYNCS 4u
 /* turns in a row that do not fit the plan (more than 1/8 of their mallocs elsewhere) that drop it: its
@@ -80,13 +85,15 @@ typedef struct rec {
 } rec;
 
 static rec rec_at(const pool_heap *h, uint64_t ord) {
-    const precord *r = &h->records[ord & (POOL_RECORDS - 1)];
+    const precord *r = &h->records[ord & (h->nrecords - 1)];
     return (rec){(uint64_t)r->units << h->align_shift, r->t_alloc, r->life != 0 ? r->t_alloc + r->life : 0};
 }
 
 bool dmm__follow_init(pool_heap *h) {
-    h->records = calloc(POOL_RECORDS, sizeof *h->records);
+    h->records = calloc(POOL_RECORDS_FIRST, sizeof *h->records);
     if (h->records == NULL) return false;
+    h->nrecords = POOL_RECORDS_FIRST;
+    h->records_from = 0;
     h->next_look = POOL_LOOK_EVERY;
     h->quick_cap = 0; /* nothing parks: the frees take free_rest, which records them */
     return true;
@@ -107,8 +114,30 @@ void dmm__follow_fini(pool_heap *h) {
 
 /* ---- the look: is the heap in a loop? ---- */
 
+/* The newest mallocs whose records the ring holds. */
+static uint64_t held(const pool_heap *h) {
+    uint64_t n = h->mallocs - h->records_from;
+    return n < h->nrecords ? n : h->nrecords;
+}
+
+/* Widens the ring to POOL_RECORDS_MOST (under the heap's lock), keeping the records it holds; false:
+ * at its most, or no host memory (it stays as it was). */
+static bool records_widen(pool_heap *h) {
+    const uint64_t n = POOL_RECORDS_MOST;
+    if (h->nrecords >= n) return false;
+    precord *v = calloc(n, sizeof *v);
+    if (v == NULL) return false;
+    for (uint64_t ord = h->mallocs - held(h); ord < h->mallocs; ord++)
+        v[ord & (n - 1)] = h->records[ord & (h->nrecords - 1)];
+    h->records_from = h->mallocs - held(h);
+    free(h->records);
+    h->records = v;
+    h->nrecords = n;
+    return true;
+}
+
 /* Whether records [i - 2d + 1, i] repeat at distance d in size and in the events between mallocs, and
- * the older turn's lifetimes match the newer's (i = the newest ordinal; 2d ≤ POOL_RECORDS). */
+ * the older turn's lifetimes match the newer's (i = the newest ordinal; 2d ≤ the records held). */
 static bool repeats(const pool_heap *h, uint64_t i, uint64_t d) {
     for (uint64_t k = 0; k < d; k++) {
         const rec a = rec_at(h, i - k), b = rec_at(h, i - k - d);
@@ -131,9 +160,8 @@ static bool repeats(const pool_heap *h, uint64_t i, uint64_t d) {
 
 /* The smallest period from `from` on at which the newest mallocs repeat, or 0. */
 static uint64_t find_period(const pool_heap *h, uint64_t from) {
-    uint64_t i = h->mallocs - 1, most = POOL_RECORDS / 2;
-    if (h->mallocs < 2 * POOL_LOOP_MIN + 1) return 0;
-    if (most > (h->mallocs - 1) / 2) most = (h->mallocs - 1) / 2;
+    uint64_t i = h->mallocs - 1, most = held(h) / 2;
+    if (held(h) < 2 * POOL_LOOP_MIN + 1) return 0;
     const rec last = rec_at(h, i), before = rec_at(h, i - 1);
     for (uint64_t d = from < POOL_LOOP_MIN ? POOL_LOOP_MIN : from; d <= most; d++) {
         if (rec_at(h, i - d).size != last.size || rec_at(h, i - d - 1).size != before.size) continue;
@@ -250,9 +278,10 @@ static bool post_job(dmm_pool *p, pool_heap *h, uint64_t b, uint64_t d) {
 static bool plan_period(dmm_pool *p, pool_heap *h, uint64_t d);
 
 void dmm__follow_look(dmm_pool *p, pool_heap *h) {
-    h->next_look = h->mallocs + POOL_LOOK_EVERY;
+    /* a long ring is looked through less often: a look costs up to one read per malloc it holds */
+    h->next_look = h->mallocs + (h->nrecords / 128 > POOL_LOOK_EVERY ? h->nrecords / 128 : POOL_LOOK_EVERY);
     if (h->plan_posted || h->records == NULL || h->nruns == 0) return;
-    if (h->grown_at + POOL_RECORDS < h->mallocs) return; /* no growth for a while: nothing to plan for */
+    if (h->grown_at + h->nrecords < h->mallocs) return; /* no growth for a while: nothing to plan for */
     /* a heap that follows a plan and still grows may be in a larger loop (the plan's turns, then
      * something else: an evaluation, the next epoch's setup): only a longer period, not a multiple of
      * the plan's, is looked for */
@@ -269,13 +298,15 @@ void dmm__follow_look(dmm_pool *p, pool_heap *h) {
         for (size_t k = i + 1; k < np && divides; k++) divides = passing[k] % passing[i] == 0;
         if (divides && plan_period(p, h, passing[i])) return;
     }
+    /* still growing, and no loop to plan in a full ring: perhaps one longer than half of it */
+    if (held(h) == h->nrecords) (void)records_widen(h);
 }
 
 /* Posts a turn of period d to the planner (true: posted). */
 static bool plan_period(dmm_pool *p, pool_heap *h, uint64_t d) {
     /* the turn to plan: the older of the two seen; with a third in the ring, where in it the least stays
      * live into the next turn */
-    bool three = 3 * d <= h->mallocs && 3 * d <= POOL_RECORDS;
+    bool three = 3 * d <= held(h);
     uint64_t oldest = h->mallocs - (three ? 3 : 2) * d, best_b = oldest, best = UINT64_MAX, step = d / 64 + 1;
     for (uint64_t b = oldest; three && b <= oldest + d; b += step) {
         uint64_t c = carried(h, b, d);

@@ -37,7 +37,7 @@ static inline void count_live(pool_heap *h, pool_block *b, uint64_t requested) {
 static inline void count_malloc(pool_heap *h, pool_block *b) {
     if (__builtin_expect(h->records != NULL, 0)) {
         b->ord = h->mallocs;
-        precord *r = &h->records[h->mallocs & (POOL_RECORDS - 1)];
+        precord *r = &h->records[h->mallocs & (h->nrecords - 1)];
         uint64_t units = b->size >> h->align_shift;
         r->units = units <= UINT32_MAX ? (uint32_t)units : 0;
         r->t_alloc = ++h->events;
@@ -54,8 +54,8 @@ static inline bool look_due(const pool_heap *h) { return __builtin_expect(h->mal
  * in its record, while the ring still holds it. */
 static inline void count_free(pool_heap *h, const pool_block *b) {
     if (__builtin_expect(h->records == NULL, 1)) return;
-    if (h->mallocs - b->ord > POOL_RECORDS) return; /* its record is overwritten */
-    precord *r = &h->records[b->ord & (POOL_RECORDS - 1)];
+    if (b->ord < h->records_from || h->mallocs - b->ord > h->nrecords) return; /* its record is gone */
+    precord *r = &h->records[b->ord & (h->nrecords - 1)];
     uint64_t life = ++h->events - r->t_alloc;
     r->life = life < UINT32_MAX ? (uint32_t)life : UINT32_MAX;
 }

@@ -168,9 +168,11 @@ typedef struct ptarget {
     uint64_t seq;  /* the highest seq of the chunks aliased into it (0: none): its free blocks' seq */
 } ptarget;
 
-/* follow.c: a heap's record of its last POOL_RECORDS mallocs (a ring by malloc ordinal), and the plan
+/* follow.c: a heap's record of its last mallocs (a ring by malloc ordinal, of POOL_RECORDS_FIRST
+ * records, doubled up to POOL_RECORDS_MOST while the heap grows and finds no loop in it), and the plan
  * of a repeating loop that it follows. Times are the heap's events (its mallocs and frees, from 1). */
-#define POOL_RECORDS 131072u
+#define POOL_RECORDS_FIRST 131072u
+#define POOL_RECORDS_MOST 1048576u
 typedef struct precord {
     uint64_t t_alloc; /* the heap's event count at the malloc */
     uint32_t units;   /* bytes >> align_shift (a block of 2^32 units or more is recorded as 0: never planned) */
@@ -335,6 +337,8 @@ typedef struct pool_heap {
      * look for a loop is due (a malloc count), the malloc count at the last growth, and the plan
      * followed (NULL: none) */
     precord *records;
+    uint64_t nrecords;     /* the ring's size (a power of two) */
+    uint64_t records_from; /* the oldest ordinal the ring may hold (the doubling kept only the newest) */
     uint64_t events;
     uint64_t next_look;
     uint64_t grown_at;

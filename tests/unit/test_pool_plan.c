@@ -9,7 +9,8 @@
  * block is parked while a plan is followed; every live block keeps what was written into it (no two
  * overlap) and the pool's check passes after every turn; a loop that changes its sizes drops the plan
  * and stays correct; with plan_loops off nothing is recorded and nothing planned; a pool destroyed while
- * its planner is at work leaves nothing behind; dmm_pool_plan_sync refuses no pool with a sentence; a
+ * its planner is at work leaves nothing behind; a loop longer than half the first ring of records is
+ * found once the ring widens; dmm_pool_plan_sync refuses no pool with a sentence; a
  * malloc's record says freed only once its own block's free is final.
  * Every test ends with nothing live.
  */
@@ -133,6 +134,38 @@ static void a_repeating_loop_is_planned_and_then_maps_nothing(void **state) {
     assert_int_equal(planned, 0);
 }
 
+/* A loop of more mallocs than half the first ring (a generate round of varying batches): the training
+ * turn above, then 70,000 small temporaries in a fixed pseudo-random order of sizes (no shorter period).
+ * The first ring cannot hold two turns: the heap, still re-mapping, widens it at a look that finds
+ * nothing to plan, finds the loop, plans it, and its last turns map nothing. */
+static void a_loop_longer_than_half_the_first_ring_is_planned_once_the_ring_widens(void **state) {
+    (void)state;
+    dmm_pool_config pc = loop_config(true);
+    fx *f = dmm_test_pool_fx_open(&pc, 64 * C);
+    live_block carry = {0};
+    uint64_t before = 0;
+    const int turns = 10;
+    for (int t = 0; t < turns; t++) {
+        if (t == turns - 3) before = calls(f);
+        turn(f, 3 * MIB, &carry);
+        uint32_t x = 12345; /* the same order every turn */
+        for (int k = 0; k < 70000; k++) {
+            x = x * 1103515245u + 12345u;
+            live_block tmp = take(f, 512 * (1 + (x >> 16) % 64));
+            give(f, &tmp);
+        }
+        assert_int_equal(dmm_pool_plan_sync(f->pool), DMM_OK);
+        assert_int_equal(dmm_pool_check(f->pool), DMM_OK);
+    }
+    pool_heap *h = heap_of(f);
+    assert_int_equal(h->nrecords, POOL_RECORDS_MOST);
+    assert_non_null(h->follow);
+    assert_true(h->follow->period > POOL_RECORDS_FIRST / 2);
+    assert_int_equal(calls(f) - before, 0);
+    give(f, &carry);
+    dmm_test_pool_fx_close(f);
+}
+
 static void a_loop_that_changes_drops_its_plan_and_stays_correct(void **state) {
     (void)state;
     dmm_pool_config pc = loop_config(true);
@@ -214,7 +247,7 @@ static void a_record_says_freed_only_when_its_own_block_was(void **state) {
     void *a = dmm_test_pool_malloc(f->pool, 4 * KIB, NULL);
     pool_heap *h = heap_of(f);
     assert_non_null(h->records);
-    const precord *r = &h->records[(h->mallocs - 1) & (POOL_RECORDS - 1)];
+    const precord *r = &h->records[(h->mallocs - 1) & (h->nrecords - 1)];
     assert_int_equal(r->life, 0);
     DMM_OK_OR_FAIL(dmm_fault_plan(f->drv, DMM_OP_EVENT_RECORD, 1, 1, DMM_ERR_DRIVER));
     assert_int_not_equal(dmm_pool_free(f->pool, a, side), DMM_OK); /* the block stays live */
@@ -231,10 +264,10 @@ static void a_record_says_freed_only_when_its_own_block_was(void **state) {
     void *recent[10];
     uint32_t life[10];
     for (int i = 0; i < 10; i++) recent[i] = dmm_test_pool_malloc(f->pool, 8 * KIB, NULL);
-    for (int i = 0; i < 10; i++) life[i] = h->records[(h->mallocs - 10 + (uint64_t)i) & (POOL_RECORDS - 1)].life;
+    for (int i = 0; i < 10; i++) life[i] = h->records[(h->mallocs - 10 + (uint64_t)i) & (h->nrecords - 1)].life;
     dmm_test_pool_free(f->pool, old, NULL);
     for (int i = 0; i < 10; i++)
-        assert_int_equal(h->records[(h->mallocs - 10 + (uint64_t)i) & (POOL_RECORDS - 1)].life, life[i]);
+        assert_int_equal(h->records[(h->mallocs - 10 + (uint64_t)i) & (h->nrecords - 1)].life, life[i]);
     for (int i = 0; i < 10; i++) dmm_test_pool_free(f->pool, recent[i], NULL);
     f->drv->ops->stream_destroy(f->drv, side);
     dmm_test_pool_fx_close(f);
@@ -243,6 +276,7 @@ static void a_record_says_freed_only_when_its_own_block_was(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(a_repeating_loop_is_planned_and_then_maps_nothing),
+        cmocka_unit_test(a_loop_longer_than_half_the_first_ring_is_planned_once_the_ring_widens),
         cmocka_unit_test(a_loop_that_changes_drops_its_plan_and_stays_correct),
         cmocka_unit_test(a_pool_destroyed_while_its_planner_is_at_work_leaves_nothing),
         cmocka_unit_test(plan_sync_refuses_no_pool_and_returns_at_once_without_plans),
