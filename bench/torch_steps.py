@@ -105,6 +105,8 @@ def warm_start(dt, torch, mode, workload):
     profile, python/dmm/profile.py, and dmm.torch.warm: what dmm.torch.warm_start does for a process of
     one workload); returns what that cost, or None where there is no last run yet (the priming run) or
     another mode."""
+    if dt is None:  # a torch-only mode: no warm start (and no dmm package on the path)
+        return None
     from dmm import profile
 
     if mode == "dmm-L":  # the warm layout: the last run's handles, each at its place
