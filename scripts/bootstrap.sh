@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Installs the Debian packages dmm needs to build and test, if any is missing.
-#   scripts/bootstrap.sh           what the build, the tests and the demo need (gcc, CMake, cmocka, zlib,
+#   scripts/bootstrap.sh           what the build, the tests and the demo need (gcc, CMake, cmocka, jansson, zlib,
 #                                  and python3 with pip for the Python tests and the offline pip install
 #                                  of python/ that tests/install runs)
 #   scripts/bootstrap.sh --clang   also clang, its sanitizer and libFuzzer runtimes (libclang-rt-<N>-dev,
@@ -28,7 +28,7 @@ install() {
   [ -n "${updated:-}" ] || { apt-get update -qq; updated=1; }
   apt-get install -y -qq --no-install-recommends "${need[@]}"
 }
-base=(cmake ninja-build pkg-config libcmocka-dev zlib1g-dev gcc make python3 python3-pip)
+base=(cmake ninja-build pkg-config libcmocka-dev libjansson-dev zlib1g-dev gcc make python3 python3-pip)
 [ $clang -eq 1 ] && base+=(clang llvm)
 missing "${base[@]}"
 install

@@ -14,6 +14,7 @@
  */
 #include "compare.h"
 
+#include <jansson.h>
 #include <math.h> /* macros only (isinf, INFINITY): no libm */
 #include <stdint.h>
 #include <stdlib.h>
@@ -21,7 +22,6 @@
 
 #include "err_text.h"
 #include "input_file.h"
-#include "json_read.h"
 
 void dmm_bench_file_free(dmm_bench_file *f) {
     if (f == NULL) return;
@@ -43,116 +43,163 @@ static char *dup_str(const char *s) {
     return d;
 }
 
-/* The member `key` of object v as kind `kind`; NULL after a sentence in err (missing or wrong type;
- * optional members that are absent give NULL with err untouched). */
-static const dmm_jv *member(const dmm_jv *v, const char *key, dmm_jv_kind kind, bool optional, const char *what,
-                            const char *where, char *err, size_t errcap, int *rc) {
-    const dmm_jv *m = dmm_jv_get(v, key);
+/* "an object", "a string", ... (for error sentences). */
+static const char *kind_str(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER:
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    }
+    return "?";
+}
+
+/* Whether v is of `kind` (JSON_REAL: any number). */
+static bool is_kind(const json_t *v, json_type kind) {
+    return kind == JSON_REAL ? json_is_number(v) : json_typeof(v) == kind;
+}
+
+static const char *kind_name(json_type kind) {
+    return kind == JSON_OBJECT ? "an object" : kind == JSON_ARRAY ? "an array" : kind == JSON_STRING ? "a string" : "a number";
+}
+
+/* The member `key` of object v as kind `kind` (JSON_REAL: a number); NULL after a sentence in err
+ * (missing or wrong type; optional members that are absent give NULL with err untouched). */
+static json_t *member(const json_t *v, const char *key, json_type kind, bool optional, const char *what,
+                      const char *where, char *err, size_t errcap, int *rc) {
+    json_t *m = json_object_get(v, key);
     if (m == NULL) {
-        if (!optional)
-            *rc = dmm_tool_err(err, errcap, "%s: line %d, column %d: not a bench result: %s has no \"%s\".", what, v->line,
-                        v->col, where, key);
+        if (!optional) *rc = dmm_tool_err(err, errcap, "%s: not a bench result: %s has no \"%s\".", what, where, key);
         return NULL;
     }
-    if (m->kind != kind) {
-        *rc = dmm_tool_err(err, errcap, "%s: line %d, column %d: not a bench result: \"%s\" of %s is %s, not %s.", what,
-                    m->line, m->col, key, where, dmm_jv_kind_str(m->kind), dmm_jv_kind_str(kind));
+    if (!is_kind(m, kind)) {
+        *rc = dmm_tool_err(err, errcap, "%s: not a bench result: \"%s\" of %s is %s, not %s.", what, key, where,
+                           kind_str(m), kind_name(kind));
         return NULL;
     }
     return m;
 }
 
-static int read_metric(const dmm_jv *v, size_t i, const char *what, dmm_bench_metric *m, char *err, size_t errcap) {
+static int read_metric(const json_t *v, size_t i, const char *what, dmm_bench_metric *m, char *err, size_t errcap) {
     char where[200];
     int rc = 0;
     snprintf(where, sizeof where, "metric %zu", i + 1);
-    if (v->kind != DMM_JV_OBJECT)
-        return dmm_tool_err(err, errcap, "%s: line %d, column %d: not a bench result: %s is %s, not an object.", what, v->line,
-                     v->col, where, dmm_jv_kind_str(v->kind));
-    const dmm_jv *name = member(v, "name", DMM_JV_STRING, false, what, where, err, errcap, &rc);
+    if (!json_is_object(v))
+        return dmm_tool_err(err, errcap, "%s: not a bench result: %s is %s, not an object.", what, where, kind_str(v));
+    const json_t *name = member(v, "name", JSON_STRING, false, what, where, err, errcap, &rc);
     if (name == NULL) return -1;
-    if (name->str[0] == '\0')
-        return dmm_tool_err(err, errcap, "%s: line %d, column %d: not a bench result: %s has an empty name.", what,
-                     name->line, name->col, where);
-    snprintf(where, sizeof where, "metric \"%s\"", name->str);
-    const dmm_jv *unit = member(v, "unit", DMM_JV_STRING, false, what, where, err, errcap, &rc);
-    const dmm_jv *better = unit ? member(v, "better", DMM_JV_STRING, false, what, where, err, errcap, &rc) : NULL;
-    const dmm_jv *median = better ? member(v, "median", DMM_JV_NUMBER, false, what, where, err, errcap, &rc) : NULL;
-    const dmm_jv *samples = median ? member(v, "samples", DMM_JV_NUMBER, false, what, where, err, errcap, &rc) : NULL;
-    const dmm_jv *mad = samples ? member(v, "mad", DMM_JV_NUMBER, false, what, where, err, errcap, &rc) : NULL;
+    if (json_string_value(name)[0] == '\0')
+        return dmm_tool_err(err, errcap, "%s: not a bench result: %s has an empty name.", what, where);
+    snprintf(where, sizeof where, "metric \"%s\"", json_string_value(name));
+    const json_t *unit = member(v, "unit", JSON_STRING, false, what, where, err, errcap, &rc);
+    const json_t *better = unit ? member(v, "better", JSON_STRING, false, what, where, err, errcap, &rc) : NULL;
+    const json_t *median = better ? member(v, "median", JSON_REAL, false, what, where, err, errcap, &rc) : NULL;
+    const json_t *samples = median ? member(v, "samples", JSON_REAL, false, what, where, err, errcap, &rc) : NULL;
+    const json_t *mad = samples ? member(v, "mad", JSON_REAL, false, what, where, err, errcap, &rc) : NULL;
     if (mad == NULL) return -1;
-    const dmm_jv *ref = member(v, "reference", DMM_JV_NUMBER, true, what, where, err, errcap, &rc);
+    const json_t *ref = member(v, "reference", JSON_REAL, true, what, where, err, errcap, &rc);
     if (rc != 0) return -1;
-    (void)member(v, "ratio", DMM_JV_NUMBER, true, what, where, err, errcap, &rc);
+    (void)member(v, "ratio", JSON_REAL, true, what, where, err, errcap, &rc);
     if (rc != 0) return -1;
-    bool higher = strcmp(better->str, "higher") == 0;
-    if (!higher && strcmp(better->str, "lower") != 0)
-        return dmm_tool_err(err, errcap, "%s: line %d, column %d: not a bench result: \"better\" of %s is \"%s\"; it must be "
-                     "\"lower\" or \"higher\".", what, better->line, better->col, where, better->str);
-    if (!(samples->number >= 1 && samples->number <= 1e15) || samples->number != (double)(long long)samples->number)
-        return dmm_tool_err(err, errcap, "%s: line %d, column %d: not a bench result: \"samples\" of %s is %g; it must be a "
-                     "whole number >= 1.", what, samples->line, samples->col, where, samples->number);
-    if (mad->number < 0)
-        return dmm_tool_err(err, errcap, "%s: line %d, column %d: not a bench result: \"mad\" of %s is %g; it must be >= 0.",
-                     what, mad->line, mad->col, where, mad->number);
-    m->name = dup_str(name->str);
-    m->unit = dup_str(unit->str);
+    const char *b = json_string_value(better);
+    bool higher = strcmp(b, "higher") == 0;
+    if (!higher && strcmp(b, "lower") != 0)
+        return dmm_tool_err(err, errcap, "%s: not a bench result: \"better\" of %s is \"%s\"; it must be \"lower\" or "
+                            "\"higher\".", what, where, b);
+    double n = json_number_value(samples), d = json_number_value(mad);
+    if (!(n >= 1 && n <= 1e15) || n != (double)(long long)n)
+        return dmm_tool_err(err, errcap, "%s: not a bench result: \"samples\" of %s is %g; it must be a whole number "
+                            ">= 1.", what, where, n);
+    if (d < 0)
+        return dmm_tool_err(err, errcap, "%s: not a bench result: \"mad\" of %s is %g; it must be >= 0.", what, where, d);
+    m->name = dup_str(json_string_value(name));
+    m->unit = dup_str(json_string_value(unit));
     if (m->name == NULL || m->unit == NULL) return dmm_tool_err(err, errcap, "%s: out of memory reading %s.", what, where);
     m->higher_better = higher;
-    m->median = median->number;
-    m->mad = mad->number;
-    m->samples = (long)samples->number;
+    m->median = json_number_value(median);
+    m->mad = d;
+    m->samples = (long)n;
     m->has_reference = ref != NULL;
-    m->reference = ref != NULL ? ref->number : 0;
+    m->reference = ref != NULL ? json_number_value(ref) : 0;
     return 0;
 }
 
-static int read_file_obj(const dmm_jv *root, const char *what, dmm_bench_file *out, char *err, size_t errcap) {
+static int by_name_index(const void *x, const void *y) {
+    const dmm_bench_metric *const *a = x, *const *b = y;
+    int c = strcmp((*a)->name, (*b)->name);
+    return c != 0 ? c : *a < *b ? -1 : *a > *b; /* equal names: in the file's order */
+}
+
+/* The first metric (in the file's order) whose name an earlier one has: its index; f->n when none
+ * repeats; SIZE_MAX when out of memory. n log n (a sort). */
+static size_t first_repeated(const dmm_bench_file *f) {
+    const dmm_bench_metric **v = malloc((f->n ? f->n : 1) * sizeof *v);
+    if (v == NULL) return SIZE_MAX;
+    for (size_t i = 0; i < f->n; i++) v[i] = &f->m[i];
+    qsort(v, f->n, sizeof *v, by_name_index);
+    size_t first = f->n;
+    for (size_t i = 1; i < f->n; i++) {
+        if (strcmp(v[i - 1]->name, v[i]->name) != 0) continue;
+        size_t later = (size_t)(v[i] - f->m); /* the later of an equal pair (the sort kept the file's order) */
+        if (later < first) first = later;
+    }
+    free(v);
+    return first;
+}
+
+static int read_file_obj(const json_t *root, const char *what, dmm_bench_file *out, char *err, size_t errcap) {
     int rc = 0;
-    if (root->kind != DMM_JV_OBJECT)
+    if (!json_is_object(root))
         return dmm_tool_err(err, errcap, "%s: not a bench result: the JSON is %s, not an object with \"bench\" and "
-                     "\"metrics\".", what, dmm_jv_kind_str(root->kind));
-    const dmm_jv *bench = member(root, "bench", DMM_JV_STRING, false, what, "the top-level object", err, errcap, &rc);
-    const dmm_jv *metrics =
-        bench ? member(root, "metrics", DMM_JV_ARRAY, false, what, "the top-level object", err, errcap, &rc) : NULL;
+                            "\"metrics\".", what, kind_str(root));
+    const json_t *bench = member(root, "bench", JSON_STRING, false, what, "the top-level object", err, errcap, &rc);
+    const json_t *metrics =
+        bench ? member(root, "metrics", JSON_ARRAY, false, what, "the top-level object", err, errcap, &rc) : NULL;
     if (metrics == NULL) return -1;
-    const dmm_jv *version = member(root, "version", DMM_JV_STRING, true, what, "the top-level object", err, errcap, &rc);
+    const json_t *version = member(root, "version", JSON_STRING, true, what, "the top-level object", err, errcap, &rc);
     if (rc != 0) return -1;
-    const dmm_jv *host = member(root, "host", DMM_JV_STRING, true, what, "the top-level object", err, errcap, &rc);
+    const json_t *host = member(root, "host", JSON_STRING, true, what, "the top-level object", err, errcap, &rc);
     if (rc != 0) return -1;
-    out->bench = dup_str(bench->str);
-    out->version = dup_str(version ? version->str : "");
-    out->host = dup_str(host ? host->str : "");
-    out->m = calloc(metrics->n ? metrics->n : 1, sizeof *out->m);
+    size_t nm = json_array_size(metrics);
+    out->bench = dup_str(json_string_value(bench));
+    out->version = dup_str(version ? json_string_value(version) : "");
+    out->host = dup_str(host ? json_string_value(host) : "");
+    out->m = calloc(nm ? nm : 1, sizeof *out->m);
     if (out->bench == NULL || out->version == NULL || out->host == NULL || out->m == NULL)
         return dmm_tool_err(err, errcap, "%s: out of memory.", what);
-    for (size_t i = 0; i < metrics->n; i++) {
-        if (read_metric(&metrics->items[i], i, what, &out->m[i], err, errcap) != 0) {
+    for (size_t i = 0; i < nm; i++) {
+        if (read_metric(json_array_get(metrics, i), i, what, &out->m[i], err, errcap) != 0) {
             out->n = i + 1; /* frees what the failed metric got */
             return -1;
         }
         out->n = i + 1;
     }
-    const char **names = malloc((out->n ? out->n : 1) * sizeof *names);
-    if (names == NULL) return dmm_tool_err(err, errcap, "%s: out of memory.", what);
-    for (size_t i = 0; i < out->n; i++) names[i] = out->m[i].name;
-    size_t dup = dmm_first_repeated(names, out->n);
-    free(names);
+    size_t dup = first_repeated(out);
     if (dup == SIZE_MAX) return dmm_tool_err(err, errcap, "%s: out of memory.", what);
     if (dup < out->n)
-        return dmm_tool_err(err, errcap, "%s: line %d, column %d: not a bench result: the metric \"%s\" appears twice.", what,
-                     metrics->items[dup].line, metrics->items[dup].col, out->m[dup].name);
+        return dmm_tool_err(err, errcap, "%s: not a bench result: the metric \"%s\" appears twice (metric %zu repeats "
+                            "it).", what, out->m[dup].name, dup + 1);
     return 0;
 }
 
 int dmm_bench_parse(const char *text, size_t len, const char *what, dmm_bench_file *out, char *err, size_t errcap) {
     memset(out, 0, sizeof *out);
-    dmm_jv *root = NULL;
-    char jerr[512];
-    if (dmm_json_parse(text, len, &root, jerr, sizeof jerr) != 0)
-        return dmm_tool_err(err, errcap, "%s: not valid JSON: %s", what, jerr);
+    const char *nul = memchr(text, '\0', len); /* jansson would read it as the end of the input */
+    if (nul != NULL)
+        return dmm_tool_err(err, errcap, "%s: not valid JSON: a byte 0x00 at offset %zu; a bench result is text.", what,
+                            (size_t)(nul - text));
+    json_error_t je;
+    /* strict: a key twice in one object is refused; any value at the top (so that the shape's error
+     * names it); "\u0000" is refused (names are C strings) */
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
+    if (root == NULL)
+        return dmm_tool_err(err, errcap, "%s: not valid JSON: line %d, column %d: %s.", what, je.line, je.column, je.text);
     int rc = read_file_obj(root, what, out, err, errcap);
-    dmm_jv_free(root);
+    json_decref(root);
     if (rc != 0) dmm_bench_file_free(out);
     return rc;
 }

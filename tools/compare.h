@@ -41,10 +41,11 @@ typedef struct dmm_bench_file {
 } dmm_bench_file;
 
 /* Reads one bench result from text[0..len); `what` names it in errors (the file's path). 0, or -1
- * with one sentence in err naming `what` and the problem (with the line and column where known). */
+ * with one sentence in err naming `what` and the problem (JSON errors with jansson's line and column). */
 int dmm_bench_parse(const char *text, size_t len, const char *what, dmm_bench_file *out, char *err, size_t errcap);
 /* The largest bench result file dmm_bench_load reads by default (bench results are a few kilobytes;
- * the JSON reader's tree takes up to ~30 times the text, so the bound is also one on memory). */
+ * jansson's tree takes up to ~75 times the text, for a file of empty objects, so the bound is also
+ * one on memory). */
 #define DMM_BENCH_MAX_FILE (4 << 20)
 
 /* The same from a file of at most DMM_BENCH_MAX_FILE bytes (input_file.h: a larger regular file is

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # What one run on the GPU machine does, from the repository root, after
-#   source scripts/device/device-deps.sh      (cmocka and zlib from the carried .deps)
+#   source scripts/device/device-deps.sh      (cmocka and jansson from the carried .deps: fill it once
+#                                             with `bash ../shared/device/fetch-deps.sh libjansson4 libjansson-dev`)
 # 1. configure + build with -DDMM_WERROR=ON into build-gpu (all cores);
 # 2. ctest -L gpu -LE torch (plus the cuda no-driver and deferred-queue unit tests), output on failure
 #    (DMM_GPU_WITH_TORCH=1 adds the torch adapter's Python GPU tests, minutes each);

@@ -176,7 +176,7 @@ static const dmm_option table[DMM_OPTION_COUNT_] = {
                               "the noise multiple a move must pass to be WORSE"},
     [DMM_OPTION_COMPARE_MAX_INPUT_BYTES] = {NULL, "--max-input-bytes", "dmm compare", DMM_OPTION_BYTES, 1,
                                             (uint64_t)1 << 30, "SIZE", "a size in bytes", "16M", "4M",
-                                            "the most a result file may hold (the JSON reader's tree takes up to 30 "
+                                            "the most a result file may hold (jansson's tree takes up to 75 "
                                             "times the text); a larger or endless input is refused"},
 
     /* ---- dmm ort ---- */
