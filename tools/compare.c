@@ -194,8 +194,9 @@ int dmm_bench_parse(const char *text, size_t len, const char *what, dmm_bench_fi
                             (size_t)(nul - text));
     json_error_t je;
     /* strict: a key twice in one object is refused; any value at the top (so that the shape's error
-     * names it); "\u0000" is refused (names are C strings) */
-    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
+     * names it); "\u0000" is refused (names are C strings); every number a double (an integer past
+     * 2^63 too, as JSON allows) */
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, &je);
     if (root == NULL)
         return dmm_tool_err(err, errcap, "%s: not valid JSON: line %d, column %d: %s.", what, je.line, je.column, je.text);
     int rc = read_file_obj(root, what, out, err, errcap);

@@ -189,8 +189,8 @@ typedef struct dmm_pool_config {
                                goes where the plan places nothing; a loop that goes elsewhere suspends
                                the plan until it comes back. Costs a thread, 2 MiB of host memory
                                per stream (the record of its last 131,072 mallocs; 16 MiB, the last
-                               1,048,576, for a stream that keeps growing with no loop found in
-                               them: a loop that long is found then), and the quick
+                               1,048,576, for a stream that grew within them and found nothing to
+                               plan: a loop that long is found then), and the quick
                                lists (its frees merge at once: slower on the CPU). Not yet the
                                default: the move to a plan's layout re-maps memory once, and only with
                                a fixed retention limit (settle_permille ~ 25) does a repeating loop need

@@ -14,7 +14,7 @@
  * ring still holds it. The ring starts at POOL_RECORDS_FIRST records (2 MiB) and widens once, to
  * POOL_RECORDS_MOST (16 MiB), at a look that finds nothing to plan in a full ring of a heap that still
  * grows: a loop longer than half the first ring (a generate workload's whole round of varying
- * batches: 432,460 mallocs for llama-generate) is found once the ring holds two turns of it
+ * batches: 432,459 of its heap's mallocs for llama-generate) is found once the ring holds two turns of it
  * (records_from: the oldest ordinal the widened ring may hold). A heap that records parks nothing
  * (quick_cap 0: anchors need merged free runs, and its frees all take the path that records them), so
  * none of its mallocs takes the hot path.
@@ -68,6 +68,8 @@
 /* the fewest mallocs of a turn worth planning, and how often (in mallocs) the heap looks for a loop */
 #define POOL_LOOP_MIN 4u
 #define POOL_LOOK_EVERY 1024u
+/* a look reads at most this many records per record held (find_period's budget) */
+#define POOL_LOOK_READS 4u
 /* the most periods a look weighs; a plan dropped for missing too much is not made again for this long */
 #define POOL_PERIODS 16u
 #define POOL_BAD_FOR ((uint64_t)4 * POOL_RECORDS_FIRST)
@@ -158,17 +160,29 @@ static bool repeats(const pool_heap *h, uint64_t i, uint64_t d) {
     return true;
 }
 
-/* The smallest period from `from` on at which the newest mallocs repeat, or 0. */
-static uint64_t find_period(const pool_heap *h, uint64_t from) {
+/* The smallest period from `from` on at which the newest mallocs repeat, or 0; multiples of skip[0..nskip)
+ * (the plan's period, the periods this look found already) are not looked at: a loop's multiples pass
+ * too, and a long loop with a short one inside (a generate round's decode steps) would otherwise be
+ * reached only through every multiple of the short one. *budget: the record reads this look may still
+ * make (every d costs two; a full check, 3d more): spent, the look ends with 0. */
+static uint64_t find_period(const pool_heap *h, uint64_t from, const uint64_t *skip, size_t nskip, uint64_t *budget) {
     uint64_t i = h->mallocs - 1, most = held(h) / 2;
     if (held(h) < 2 * POOL_LOOP_MIN + 1) return 0;
     const rec last = rec_at(h, i), before = rec_at(h, i - 1);
     for (uint64_t d = from < POOL_LOOP_MIN ? POOL_LOOP_MIN : from; d <= most; d++) {
+        if (*budget < 2) return 0;
+        *budget -= 2;
         if (rec_at(h, i - d).size != last.size || rec_at(h, i - d - 1).size != before.size) continue;
+        bool multiple = false;
+        for (size_t s = 0; s < nskip && !multiple; s++) multiple = d % skip[s] == 0;
+        if (multiple) continue;
         bool near = true; /* cheap looks first: the last 32, then 64 spread over the turn */
         for (uint64_t k = 2; k < 32 && k < d && near; k++) near = rec_at(h, i - k).size == rec_at(h, i - k - d).size;
         for (uint64_t k = 0; k < d && near; k += d / 64 + 1) near = rec_at(h, i - k).size == rec_at(h, i - k - d).size;
-        if (near && repeats(h, i, d)) return d;
+        if (!near) continue;
+        if (*budget < 3 * d) return 0;
+        *budget -= 3 * d;
+        if (repeats(h, i, d)) return d;
     }
     return 0;
 }
@@ -286,19 +300,27 @@ void dmm__follow_look(dmm_pool *p, pool_heap *h) {
      * something else: an evaluation, the next epoch's setup): only a longer period, not a multiple of
      * the plan's, is looked for */
     const uint64_t current = h->follow != NULL ? h->follow->period : 0;
-    /* The periods that pass: a part of a step that happens to repeat twice passes too (ViT's 236 mallocs
-     * inside its 1,385-malloc step), and so do multiples of the loop's. The loop's is the smallest of
-     * which every larger one is a multiple. */
-    uint64_t passing[POOL_PERIODS];
-    size_t np = 0;
-    for (uint64_t d = find_period(h, current + 1); d != 0 && np < POOL_PERIODS; d = find_period(h, d + 1))
-        if ((d != h->bad_period || h->mallocs >= h->bad_until) && (current == 0 || d % current != 0)) passing[np++] = d;
+    /* The periods that pass, but none a multiple of one found before (multiples of the loop's pass too):
+     * a part of a step that happens to repeat twice passes (ViT's 236 mallocs inside its 1,385-malloc
+     * step), and so does the step. The loop's is the smallest of which every larger one is a
+     * multiple: the last found, unless the last are its multiples. */
+    uint64_t found[POOL_PERIODS + 1], passing[POOL_PERIODS], budget = POOL_LOOK_READS * held(h);
+    size_t nf = 0, np = 0;
+    if (current != 0) found[nf++] = current;
+    for (uint64_t d = find_period(h, current + 1, found, nf, &budget); d != 0 && np < POOL_PERIODS;
+         d = find_period(h, d + 1, found, nf, &budget)) {
+        found[nf++] = d;
+        if (d != h->bad_period || h->mallocs >= h->bad_until) passing[np++] = d;
+    }
     for (size_t i = 0; i < np; i++) {
         bool divides = true;
         for (size_t k = i + 1; k < np && divides; k++) divides = passing[k] % passing[i] == 0;
         if (divides && plan_period(p, h, passing[i])) return;
     }
-    /* still growing, and no loop to plan in a full ring: perhaps one longer than half of it */
+    /* a full ring, nothing to plan in it, and the heap grew within it (the cut-off above): perhaps a
+     * loop longer than half of it. (Asking for a growth more recent than that came too late for
+     * llama-generate, whose round grows first after 145,000 mallocs: the widened ring then held too
+     * little of its first turn, and the loop was found two turns later.) */
     if (held(h) == h->nrecords) (void)records_widen(h);
 }
 

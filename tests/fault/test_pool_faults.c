@@ -58,6 +58,7 @@ static void env_init(env *e, uint64_t cache_limit) {
     memset(&pc, 0, sizeof pc);
     pc.size = sizeof pc;
     pc.va_bytes = 1 * GIB;
+    pc.move_batch_bytes = cache_limit; /* moves in batches through the cache, as the device front makes them */
     DMM_OK_OR_FAIL(dmm_pool_create(e->arena, e->fault, &pc, &e->pool));
     DMM_OK_OR_FAIL(e->fault->ops->stream_create(e->fault, &e->s2));
 }

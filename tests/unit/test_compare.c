@@ -248,17 +248,20 @@ static void escapes_and_numbers_read_as_written(void **state) {
     const char *text = " {\"bench\":\"q\\\" b\\\\ s\\/ \\b\\f\\n\\r\\t \\u00e9 \\uD83D\\uDE00\", \"metrics\":["
                        "{\"name\":\"a\",\"unit\":\"ns\",\"better\":\"lower\",\"median\":-0,\"samples\":3,\"mad\":1.5e3},"
                        "{\"name\":\"b\",\"unit\":\"ns\",\"better\":\"higher\",\"median\":-2E-2,\"samples\":1,\"mad\":0,"
-                       "\"reference\":7}], \"extra\":{\"t\":true,\"f\":false,\"z\":null,\"o\":{}}} \r\n";
+                       "\"reference\":7},"
+                       "{\"name\":\"c\",\"unit\":\"B\",\"better\":\"lower\",\"median\":10000000000000000000,"
+                       "\"samples\":1,\"mad\":0}], \"extra\":{\"t\":true,\"f\":false,\"z\":null,\"o\":{}}} \r\n";
     dmm_bench_file f;
     parse_ok(text, &f);
     assert_string_equal(f.bench, "q\" b\\ s/ \b\f\n\r\t \xc3\xa9 \xf0\x9f\x98\x80");
-    assert_int_equal(f.n, 2);
+    assert_int_equal(f.n, 3);
     assert_true(f.m[0].median == 0);
     assert_true(f.m[0].mad == 1500.0);
     assert_int_equal(f.m[0].samples, 3);
     assert_true(f.m[1].median == -0.02);
     assert_true(f.m[1].has_reference);
     assert_true(f.m[1].reference == 7);
+    assert_true(f.m[2].median == 1e19); /* an integer past 2^63: a number like any other */
     dmm_bench_file_free(&f);
     /* nesting is bounded (jansson's parser stops at its depth limit instead of overflowing the stack) */
     size_t deep_n = 100000;
