@@ -21,13 +21,14 @@
  * Events are the heap's mallocs and frees counted from 1: a loop's turn repeats them exactly.
  *
  * Look (every POOL_LOOK_EVERY mallocs, or a 128th of a wider ring, by the malloc's caller: look_due;
- * while no job is being planned, and only in a heap that grew lately: one that serves its loop from mapped memory needs no
- * plan, nor a period whose latest turn grew nothing; while a plan is followed, only for a longer
- * period that is not a multiple of the plan's: the heap's larger loop). A period d passes when
- * the sizes of the last 2d mallocs repeat at distance d and every malloc of the older turn lived as
- * long as the one d later (freed after as many events, or both still live). A part of a step that
- * happens to repeat twice passes too, and so do multiples of the loop's period: the loop's is the
- * smallest passing period of which every larger passing one is a multiple. The turn planned is the
+ * while no job is being planned, and only in a heap that grew lately: one that serves its loop from
+ * mapped memory needs no plan, nor a period whose latest turn grew nothing; while a plan is followed,
+ * only for a longer period that is not a multiple of the plan's: the heap's larger loop; at most
+ * POOL_LOOK_READS record reads per record held, multiples of the periods found skipped). A period d
+ * passes when the sizes of the last 2d mallocs repeat at distance d and every malloc of the older turn
+ * lived as long as the one d later (freed after as many events, or both still live). A part of a step
+ * that happens to repeat twice passes too, and so would multiples of the loop's period (a look skips
+ * them): the loop's is the largest passing period. The turn planned is the
  * older one; with a third turn in the ring, it starts where the least of its bytes stay live into the
  * next (the loop's quietest point). It is snapshotted as a job (the mallocs as items, lifetimes in
  * events from the turn's start; one freed during the next turn lives twice at one offset, [start, T)
@@ -292,7 +293,7 @@ static bool post_job(dmm_pool *p, pool_heap *h, uint64_t b, uint64_t d) {
 static bool plan_period(dmm_pool *p, pool_heap *h, uint64_t d);
 
 void dmm__follow_look(dmm_pool *p, pool_heap *h) {
-    /* a long ring is looked through less often: a look costs up to one read per malloc it holds */
+    /* a long ring is looked through less often: a look reads up to POOL_LOOK_READS records per one held */
     h->next_look = h->mallocs + (h->nrecords / 128 > POOL_LOOK_EVERY ? h->nrecords / 128 : POOL_LOOK_EVERY);
     if (h->plan_posted || h->records == NULL || h->nruns == 0) return;
     if (h->grown_at + h->nrecords < h->mallocs) return; /* no growth for a while: nothing to plan for */
