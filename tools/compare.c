@@ -43,9 +43,9 @@ static char *dup_str(const char *s) {
     return d;
 }
 
-/* "an object", "a string", ... (for error sentences). */
-static const char *kind_str(const json_t *v) {
-    switch (json_typeof(v)) {
+/* "an object", "a string", ... (for error sentences; JSON_REAL names any number). */
+static const char *kind_name(json_type kind) {
+    switch (kind) {
     case JSON_OBJECT: return "an object";
     case JSON_ARRAY: return "an array";
     case JSON_STRING: return "a string";
@@ -63,10 +63,6 @@ static bool is_kind(const json_t *v, json_type kind) {
     return kind == JSON_REAL ? json_is_number(v) : json_typeof(v) == kind;
 }
 
-static const char *kind_name(json_type kind) {
-    return kind == JSON_OBJECT ? "an object" : kind == JSON_ARRAY ? "an array" : kind == JSON_STRING ? "a string" : "a number";
-}
-
 /* The member `key` of object v as kind `kind` (JSON_REAL: a number); NULL after a sentence in err
  * (missing or wrong type; optional members that are absent give NULL with err untouched). */
 static json_t *member(const json_t *v, const char *key, json_type kind, bool optional, const char *what,
@@ -78,7 +74,7 @@ static json_t *member(const json_t *v, const char *key, json_type kind, bool opt
     }
     if (!is_kind(m, kind)) {
         *rc = dmm_tool_err(err, errcap, "%s: not a bench result: \"%s\" of %s is %s, not %s.", what, key, where,
-                           kind_str(m), kind_name(kind));
+                           kind_name(json_typeof(m)), kind_name(kind));
         return NULL;
     }
     return m;
@@ -89,7 +85,7 @@ static int read_metric(const json_t *v, size_t i, const char *what, dmm_bench_me
     int rc = 0;
     snprintf(where, sizeof where, "metric %zu", i + 1);
     if (!json_is_object(v))
-        return dmm_tool_err(err, errcap, "%s: not a bench result: %s is %s, not an object.", what, where, kind_str(v));
+        return dmm_tool_err(err, errcap, "%s: not a bench result: %s is %s, not an object.", what, where, kind_name(json_typeof(v)));
     const json_t *name = member(v, "name", JSON_STRING, false, what, where, err, errcap, &rc);
     if (name == NULL) return -1;
     if (json_string_value(name)[0] == '\0')
@@ -155,7 +151,7 @@ static int read_file_obj(const json_t *root, const char *what, dmm_bench_file *o
     int rc = 0;
     if (!json_is_object(root))
         return dmm_tool_err(err, errcap, "%s: not a bench result: the JSON is %s, not an object with \"bench\" and "
-                            "\"metrics\".", what, kind_str(root));
+                            "\"metrics\".", what, kind_name(json_typeof(root)));
     const json_t *bench = member(root, "bench", JSON_STRING, false, what, "the top-level object", err, errcap, &rc);
     const json_t *metrics =
         bench ? member(root, "metrics", JSON_ARRAY, false, what, "the top-level object", err, errcap, &rc) : NULL;

@@ -301,24 +301,23 @@ void dmm__follow_look(dmm_pool *p, pool_heap *h) {
      * something else: an evaluation, the next epoch's setup): only a longer period, not a multiple of
      * the plan's, is looked for */
     const uint64_t current = h->follow != NULL ? h->follow->period : 0;
-    /* The periods that pass, but none a multiple of one found before (a loop's multiples pass too): a
+    /* The periods that pass, none a multiple of one found before it (a loop's multiples pass too): a
      * part of a step that happens to repeat twice passes (ViT's 236 mallocs inside its 1,385-malloc
-     * step), and so does the step. The loop's is the smallest of which every larger one is a multiple;
-     * with the multiples skipped, that is the largest found. found[]: the plan's period, a bad one,
-     * and the passing ones. */
-    uint64_t found[POOL_PERIODS + 2], passing[POOL_PERIODS], budget = POOL_LOOK_READS * held(h);
+     * step), and so does the step, found after it. The loop's is the smallest of which every larger
+     * one is a multiple; with the multiples skipped, that is the largest passing one. found[]: the
+     * plan's period, a bad one, and the passing ones. */
+    uint64_t found[POOL_PERIODS + 2], loop = 0, budget = POOL_LOOK_READS * held(h);
     size_t nf = 0, np = 0;
     if (current != 0) found[nf++] = current;
     for (uint64_t d = find_period(h, current + 1, found, nf, &budget);
          d != 0 && np < POOL_PERIODS && nf < POOL_PERIODS + 2; d = find_period(h, d + 1, found, nf, &budget)) {
         found[nf++] = d;
-        if (d != h->bad_period || h->mallocs >= h->bad_until) passing[np++] = d;
+        if (d != h->bad_period || h->mallocs >= h->bad_until) {
+            loop = d;
+            np++;
+        }
     }
-    for (size_t i = 0; i < np; i++) {
-        bool divides = true;
-        for (size_t k = i + 1; k < np && divides; k++) divides = passing[k] % passing[i] == 0;
-        if (divides && plan_period(p, h, passing[i])) return;
-    }
+    if (loop != 0 && plan_period(p, h, loop)) return;
     /* a full ring, nothing to plan in it, and the heap grew within it (the cut-off above): perhaps a
      * loop longer than half of it. (Asking for a growth more recent than that came too late for
      * llama-generate, whose round grows first after 145,000 mallocs: the widened ring then held too

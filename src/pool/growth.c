@@ -481,9 +481,9 @@ static uintptr_t move_batch(growth *g, size_t j, size_t first, uintptr_t cur) {
 /* drive (no lock held). Each piece: first the chunks aliased into it (mapped here at once, the old
  * place decommitted once its fence completed), then those moved into it (decommitted there, committed
  * here: the mechanism's cache hands the same handles back; same-sized ones in batches of up to
- * move_batch bytes, one commit and one grant each), then new chunks for the rest (split at handle_most; in one
- * call where the mechanism has commit_pieces, so that access is granted once, not per handle). Stops
- * at the first failed commit. */
+ * move_batch bytes, one commit and one grant each), then new chunks for the rest (split at
+ * handle_most; in one call where the mechanism has commit_pieces, so that access is granted once, not
+ * per handle). Stops at the first failed commit. */
 static void growth_drive(growth *g) {
     dmm_pool *p = g->p;
     g->fail_j = SIZE_MAX;
