@@ -15,13 +15,6 @@
  *   ─ some unmaps failed after others       →  QUARANTINED: failed chunks stay mapped, POISONED;
  *     succeeded, or a handle release failed     failed handles quarantined; the span is quarantined
  *
- *   Both unmap a run of chunks side by side in VA in one driver call (the driver's unmap takes several
- *   whole maps). A failed call changed nothing. Refused as an invalid argument (a driver written for
- *   one map per unmap), the run's chunks are unmapped one by one, as if it had never been tried; any
- *   other failure is the failure of all of the run's unmaps at once: release then tries them one by
- *   one (it tries every chunk), decommit stops there (a run is all or nothing, so a pool's batch of
- *   moved chunks is never left half unmapped behind an undo that could fail).
- *
  *   decommit: unmap chunk 0..n-1 in order; if unmap k fails, map chunks 0..k-1 again with their own
  *   handles (never released before every unmap succeeded, so the contents are intact) and set
  *   each one's own access (READ_WRITE, or READ for a prefix's sharer) → FAILED ("restored"); if a
@@ -105,19 +98,19 @@ static size_t run_end(const dmm_arena *a, const target *t, size_t i, size_t n, b
     return j;
 }
 
-/* Unmaps the chunks of t[i..j) (a run of two or more, side by side in VA) in one driver call: one
- * cuMemUnmap over several mappings costs about what one over a single mapping does. A failed unmap
- * changed nothing (the driver's contract). DMM_ERR_INVALID_ARGUMENT: the driver refused the range (one
- * written for one map per unmap): the caller unmaps the chunks one by one instead. */
-static dmm_status unmap_run(dmm_arena *a, target *t, size_t i, size_t j) {
+/* Unmaps the chunks of t[i..j) (a run: side by side in VA) in one driver call: one cuMemUnmap over
+ * several mappings costs about what one over a single mapping does. Whether it did; a failed unmap
+ * changed nothing (the driver's contract), so the caller then unmaps them one by one, as if this had
+ * not been tried. */
+static bool unmap_run(dmm_arena *a, target *t, size_t i, size_t j) {
     const arena_chunk *c0 = &a->chunks[t[i].slot], *cl = &a->chunks[t[j - 1].slot];
-    dmm_status s = dmm__arena_drv_unmap(a, c0->first * a->gran, (cl->first + cl->n - c0->first) * a->gran);
-    if (s != DMM_OK) return s;
+    if (j - i < 2 || dmm__arena_drv_unmap(a, c0->first * a->gran, (cl->first + cl->n - c0->first) * a->gran) != DMM_OK)
+        return false;
     for (size_t k = i; k < j; k++) {
         dmm__arena_chunk_note_unmapped(a, &a->chunks[t[k].slot]);
         t[k].unmapped = true;
     }
-    return DMM_OK;
+    return true;
 }
 
 /* ---- whole release ---- */
@@ -168,7 +161,7 @@ dmm_release_outcome dmm__arena_release(void *impl, const dmm_allocation *al) {
             continue;
         }
         j = run_end(a, t, i, n, true);
-        if (j - i > 1 && unmap_run(a, t, i, j) == DMM_OK) {
+        if (unmap_run(a, t, i, j)) {
             n_ok += j - i;
             continue;
         }
@@ -310,21 +303,12 @@ dmm_release_outcome dmm__arena_decommit(void *impl, const dmm_allocation *al, dm
         return o;
     }
 
-    /* unmap in order, a run of chunks side by side in one call; stop at the first failure (a run's
-     * failure, unless it is the driver's refusal of several maps at once, fails the run as a whole) */
+    /* unmap in order, a run of chunks side by side in one call; stop at the first failure */
     size_t bad = n;
     dmm_error_kept failure = {0}; /* the unmap that failed, or (all unmapped) the first handle release */
     for (size_t i = 0, j; i < n && bad == n; i = j) {
         j = run_end(a, t, i, n, false);
-        if (j - i > 1) {
-            s = unmap_run(a, t, i, j);
-            if (s == DMM_OK) continue;
-            if (s != DMM_ERR_INVALID_ARGUMENT) {
-                dmm__error_keep(&failure, s);
-                bad = i;
-                break;
-            }
-        }
+        if (unmap_run(a, t, i, j)) continue;
         for (size_t c = i; c < j && bad == n; c++) {
             s = dmm__error_keep(&failure, dmm__arena_chunk_unmap(a, &a->chunks[t[c].slot]));
             if (s != DMM_OK) bad = c;

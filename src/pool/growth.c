@@ -466,7 +466,6 @@ static uintptr_t move_batch(growth *g, size_t j, size_t first, uintptr_t cur) {
     dmm_pool *p = g->p;
     uint64_t size = g->sv.v[first].bytes, limit = p->can_commit_pieces ? p->move_batch : 0, gone = 0, taken = 0;
     size_t n = 0, cap = (size_t)(limit / size) + 1;
-    if (cap > g->sv.n - first) cap = g->sv.n - first; /* no more than there are sources */
     source *one = NULL, **batch = cap > 1 ? malloc(cap * sizeof *batch) : NULL;
     if (batch == NULL) {
         batch = &one;

@@ -18,9 +18,7 @@
  * Trade-off: the observer is told after the mechanism answered, with no pool lock held (the callers
  * hold none around their mechanism calls): events of two threads may reach it in either order.
  * A decommit is reported as an unmap only when every byte of its range left (COMPLETE, or QUARANTINED
- * with all of it unmapped): a chunk that stays mapped is still committed memory. Of a decommit over
- * several chunks that left only some, the caller tells the observer each chunk that left, once it
- * asked the mechanism which (dmm__pool_map_unmapped).
+ * with all of it unmapped): a chunk that stays mapped is still committed memory.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -42,11 +40,11 @@ dmm_status dmm__pool_map_commit(dmm_pool *p, dmm_range r, uint64_t piece, uint64
 
 dmm_release_outcome dmm__pool_map_decommit(dmm_pool *p, dmm_range r) {
     dmm_release_outcome o = dmm_mechanism_decommit(p->mech, &p->va, r);
-    if (dmm_release_state_of(&o) != DMM_RELEASE_FAILED && o.unmapped_bytes == r.bytes) observe(p, r, false);
+    dmm_release_state st = dmm_release_state_of(&o);
+    if (st == DMM_RELEASE_COMPLETE || (st == DMM_RELEASE_QUARANTINED && o.unmapped_bytes == r.bytes))
+        observe(p, r, false);
     return o;
 }
-
-void dmm__pool_map_unmapped(dmm_pool *p, dmm_range r) { observe(p, r, false); }
 
 dmm_status dmm__pool_map_alias(dmm_pool *p, dmm_range dst, dmm_range src) {
     dmm_status s = dmm_mechanism_alias(p->mech, &p->va, dst, src);

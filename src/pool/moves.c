@@ -135,10 +135,8 @@ uint64_t dmm__pool_carve_sources(dmm_pool *p, pool_heap *h, uint64_t want, uintp
 }
 
 /* The share of a run's outcome `o` that falls to source s (one of several), where `o` does not say
- * (QUARANTINED, or COMPLETE with some bytes left mapped), asked of the mechanism. Runs are decommitted
- * only over a mechanism with commit_pieces (the arena), whose answers here are exact. Wholly unmapped
- * and not poisoned: gone (COMPLETE: its VA is fine, whatever became of its handle); wholly mapped and
- * not poisoned: still mapped, still free (FAILED, or COMPLETE with nothing unmapped); anything else,
+ * (QUARANTINED, or COMPLETE with some bytes left mapped): asked of the mechanism. Wholly unmapped:
+ * the run's state; wholly mapped and not poisoned: FAILED (still mapped, still free); anything else,
  * or a question that failed: QUARANTINED and still mapped (poisoned, never used again). */
 static dmm_release_outcome share_of(dmm_pool *p, const source *s, dmm_release_outcome o) {
     dmm_range r = {(size_t)(s->b->addr - p->base), (size_t)s->bytes};
@@ -149,22 +147,16 @@ static dmm_release_outcome share_of(dmm_pool *p, const source *s, dmm_release_ou
                       DMM_OK) &&
                  !poisoned && dmm_mechanism_mapped_bytes_for_ranges(p->mech, &p->va, &r, 1, &unmapped) == DMM_OK;
     bool complete = dmm_release_state_of(&o) == DMM_RELEASE_COMPLETE;
-    dmm_release_outcome share = {DMM_RELEASE_COMPLETE, s->bytes, 0, 0, DMM_OK, 0};
+    dmm_release_outcome share = {o.state, s->bytes, 0, 0, o.failure, 0};
     if (known && unmapped == s->bytes) {
         share.unmapped_bytes = s->bytes;
-    } else if (known && unmapped == 0) {
-        if (!complete) share = (dmm_release_outcome){DMM_RELEASE_FAILED, s->bytes, 0, 0, o.failure, 0};
+    } else if (known && unmapped == 0) { /* still mapped, still free */
+        share.state = complete ? DMM_RELEASE_COMPLETE : DMM_RELEASE_FAILED;
     } else {
-        dmm_status why = complete ? DMM_ERR_DRIVER : o.failure;
-        share = (dmm_release_outcome){DMM_RELEASE_QUARANTINED, s->bytes, 0, 0, why, 0};
+        share.state = DMM_RELEASE_QUARANTINED;
+        if (complete) share.failure = DMM_ERR_DRIVER;
     }
     return share;
-}
-
-/* Whether source s left the mapping (gone, or QUARANTINED with all of it unmapped). */
-static bool source_unmapped(const source *s) {
-    return dmm__pool_source_gone(s) ||
-           (dmm_release_state_of(&s->o) == DMM_RELEASE_QUARANTINED && s->o.unmapped_bytes == s->bytes);
 }
 
 void dmm__pool_decommit_run(dmm_pool *p, source *const *run, size_t n) {
@@ -182,19 +174,19 @@ void dmm__pool_decommit_run(dmm_pool *p, source *const *run, size_t n) {
         if (o.failure == DMM_ERR_DEVICE_LOST) dmm__pool_notice_loss(p, "decommitting a free chunk");
     }
     dmm_release_state st = dmm_release_state_of(&o);
-    bool whole = st != DMM_RELEASE_FAILED && o.unmapped_bytes == total; /* all of it left (the observer knows) */
     for (size_t k = 0; k < n; k++) {
         source *s = run[k];
         if (n == 1) s->o = o;
-        else if (whole && st == DMM_RELEASE_COMPLETE)
-            s->o = (dmm_release_outcome){st, s->bytes, s->bytes, 0, DMM_OK, 0};
-        else if (st == DMM_RELEASE_FAILED) s->o = (dmm_release_outcome){st, s->bytes, 0, 0, o.failure, 0};
+        else if (st == DMM_RELEASE_COMPLETE && o.unmapped_bytes == total) s->o = (dmm_release_outcome){DMM_RELEASE_COMPLETE, s->bytes, s->bytes, 0, DMM_OK, 0};
+        else if (st == DMM_RELEASE_FAILED) s->o = (dmm_release_outcome){o.state, s->bytes, 0, 0, o.failure, 0};
         else s->o = share_of(p, s, o);
-        if (!source_unmapped(s)) continue;
-        p->clen[qidx(p, s->b->addr)] = 0;
-        dmm_atomic_sub_relaxed(&p->committed, s->bytes);
-        if (dmm__pool_source_gone(s)) dmm_atomic_add_relaxed(&p->chunks_decommitted, 1);
-        if (!whole) dmm__pool_map_unmapped(p, (dmm_range){(size_t)(s->b->addr - p->base), (size_t)s->bytes});
+        bool unmapped = dmm__pool_source_gone(s) ||
+                        (dmm_release_state_of(&s->o) == DMM_RELEASE_QUARANTINED && s->o.unmapped_bytes == s->bytes);
+        if (unmapped) {
+            p->clen[qidx(p, s->b->addr)] = 0;
+            dmm_atomic_sub_relaxed(&p->committed, s->bytes);
+            if (dmm__pool_source_gone(s)) dmm_atomic_add_relaxed(&p->chunks_decommitted, 1);
+        }
     }
 }
 

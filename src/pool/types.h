@@ -556,9 +556,6 @@ pool_block *dmm__heap_carve(pool_heap *h, pool_block *b, uintptr_t addr, uint64_
  * (commit_pieces: only where p->can_commit_pieces). */
 dmm_status dmm__pool_map_commit(dmm_pool *p, dmm_range r, uint64_t piece, uint64_t *newly);
 dmm_release_outcome dmm__pool_map_decommit(dmm_pool *p, dmm_range r);
-/* Tells the observer that r left the mapping: a chunk of a decommit whose outcome did not say so of its
- * whole range (moves.c, a run's share). */
-void dmm__pool_map_unmapped(dmm_pool *p, dmm_range r);
 dmm_status dmm__pool_map_alias(dmm_pool *p, dmm_range dst, dmm_range src);
 
 /* ---- pool_check.c ---- */

@@ -11,9 +11,8 @@
  * equals the stats, and the next 1,000 allocations never touch a quarantined or poisoned address.
  * The loop stops when the operation makes fewer than n calls. Every step ends with nothing live.
  * A decommit or release unmaps a run of chunks side by side in one call; a fourth sweep refuses that
- * call (the first unmap) as a driver written for one map per unmap would (an invalid argument) and
- * fails every call from n on, so that the one-by-one unmaps that follow a refused run, and their
- * undo, fail at every point too.
+ * call (the first unmap) and fails every call from n on, so that the one-by-one unmaps that follow
+ * a refused run, and their undo, fail at every point too.
  * Aliases (one handle mapped at two places) are swept too: the alias itself, the decommit of the
  * old place, and the release of both places; the census equality (owned = the driver's handle
  * bytes, mapped = its mapped bytes) holds after every step although mapped exceeds owned. */
@@ -160,13 +159,11 @@ static int sweep(const sweep_case *k, mode md, int seen[3]) {
         uint64_t injected = dmm_fault_injected(e.fault), calls = dmm_fault_calls(e.fault, DMM_OP_ANY);
         DMM_OK_OR_FAIL(dmm_fault_plan(e.fault, DMM_OP_ANY, n, md == ONCE ? 1 : UINT32_MAX,
                                       md == LOST ? DMM_ERR_DEVICE_LOST : DMM_ERR_DRIVER));
-        uint64_t unmaps = dmm_fault_calls(e.fault, DMM_OP_UNMAP);
-        if (md == RUN_REFUSED) DMM_OK_OR_FAIL(dmm_fault_plan(e.fault, DMM_OP_UNMAP, 1, 1, DMM_ERR_INVALID_ARGUMENT));
+        if (md == RUN_REFUSED) DMM_OK_OR_FAIL(dmm_fault_plan(e.fault, DMM_OP_UNMAP, 1, 1, DMM_ERR_DRIVER));
         result r = k->run(&e);
         seen[r.is_outcome ? dmm_release_state_of(&r.o) : r.status == DMM_OK ? 0 : 2]++;
         bool hit = dmm_fault_calls(e.fault, DMM_OP_ANY) - calls >= n; /* call n was made, and failed */
-        /* RUN_REFUSED's refusal alone, of an op whose one unmap was one chunk's: a real failure */
-        bool lone_refusal = dmm_fault_injected(e.fault) != injected && dmm_fault_calls(e.fault, DMM_OP_UNMAP) - unmaps == 1;
+        bool faulted = dmm_fault_injected(e.fault) != injected;     /* (RUN_REFUSED: maybe its unmap alone) */
         if (md != LOST || !hit) DMM_OK_OR_FAIL(dmm_fault_clear(e.fault));
         steps++;
         if (e.m == NULL) { /* destroy succeeded */
@@ -185,7 +182,7 @@ static int sweep(const sweep_case *k, mode md, int seen[3]) {
         kit_reissue_check(e.m);
         env_end(&e);
         if (!hit) {
-            if (lone_refusal) break; /* honest above */
+            if (faulted) break; /* RUN_REFUSED of an op whose first unmap was one chunk's: honest above */
             if (r.is_outcome) assert_int_equal(r.o.state, DMM_RELEASE_COMPLETE);
             else if (r.status != DMM_OK) fail_msg("%s: failed without a fault: %s", k->name, dmm_last_error());
             break;
@@ -332,11 +329,11 @@ static result op_drain(env *e) {
 }
 
 /* Makes the k-th of an operation's one-by-one unmaps fail once: its run of side-by-side chunks is
- * refused first (its first unmap, as by a driver written for one map per unmap), then its chunks are
- * unmapped one at a time and the k-th fails (the ANY plan counts the refused run as call 1: a
- * decommit or a release makes no call before its unmaps). */
+ * refused first (its first unmap), then its chunks are unmapped one at a time and the k-th fails (the
+ * ANY plan counts the refused run as call 1: a decommit or a release makes no call before its
+ * unmaps). */
 static void fail_chunk_unmap(env *e, uint64_t k) {
-    DMM_OK_OR_FAIL(dmm_fault_plan(e->fault, DMM_OP_UNMAP, 1, 1, DMM_ERR_INVALID_ARGUMENT));
+    DMM_OK_OR_FAIL(dmm_fault_plan(e->fault, DMM_OP_UNMAP, 1, 1, DMM_ERR_DRIVER));
     DMM_OK_OR_FAIL(dmm_fault_plan(e->fault, DMM_OP_ANY, 1 + k, 1, DMM_ERR_DRIVER));
 }
 
@@ -581,36 +578,6 @@ static void decommit_restores_on_a_failed_unmap(void **state) {
     env_end(&e);
 }
 
-/* A run's one unmap failing (not refused) is the failure of all its unmaps: a decommit stops there,
- * FAILED with nothing changed and nothing to undo (a pool's batch of moved chunks is never left half
- * unmapped behind an undo that could fail); a release, which tries every chunk, then unmaps them one
- * by one. */
-static void a_failed_run_fails_as_a_whole(void **state) {
-    (void)state;
-    env e;
-    env_init(&e, 2 * MIB, 0);
-    setup_three_chunks(&e);
-    dmm_allocation a = e.live[0];
-    uint64_t unmaps = dmm_fault_calls(e.fault, DMM_OP_UNMAP), maps = dmm_fault_calls(e.fault, DMM_OP_MAP);
-    DMM_OK_OR_FAIL(dmm_fault_plan(e.fault, DMM_OP_UNMAP, 1, 1, DMM_ERR_DRIVER));
-    snapshot before = snap(&e);
-    dmm_release_outcome o = dmm_mechanism_decommit(e.m, &a, (dmm_range){0, 6 * MIB});
-    assert_int_equal(o.state, DMM_RELEASE_FAILED);
-    assert_int_equal(o.failure, DMM_ERR_DRIVER);
-    assert_int_equal(o.unmapped_bytes, 0);
-    assert_int_equal(dmm_fault_calls(e.fault, DMM_OP_UNMAP), unmaps + 1); /* the run's one call */
-    assert_int_equal(dmm_fault_calls(e.fault, DMM_OP_MAP), maps);        /* nothing to map back */
-    result r = {true, DMM_OK, o, false};
-    honest(&e, &r, &before, false);
-    env_contents_intact(&e);
-    DMM_OK_OR_FAIL(dmm_fault_plan(e.fault, DMM_OP_UNMAP, 1, 1, DMM_ERR_DRIVER));
-    o = dmm_mechanism_release(e.m, &a);
-    assert_int_equal(o.state, DMM_RELEASE_COMPLETE);
-    assert_int_equal(dmm_fault_calls(e.fault, DMM_OP_UNMAP), unmaps + 1 + 1 + 3); /* refused run, then one by one */
-    env_drop(&e, 0);
-    env_end(&e);
-}
-
 static void decommit_quarantines_when_the_restore_fails(void **state) {
     (void)state;
     dmm_driver_op second[] = {DMM_OP_MAP, DMM_OP_SET_ACCESS};
@@ -734,7 +701,6 @@ int main(void) {
         cmocka_unit_test(poisoning_a_fragmented_granule_keeps_every_byte),
         cmocka_unit_test(failed_handle_release_quarantines_the_handle),
         cmocka_unit_test(decommit_restores_on_a_failed_unmap),
-        cmocka_unit_test(a_failed_run_fails_as_a_whole),
         cmocka_unit_test(decommit_quarantines_when_the_restore_fails),
         cmocka_unit_test(refused_charge_midway_undoes_everything),
         cmocka_unit_test(device_loss_stops_every_driver_call),

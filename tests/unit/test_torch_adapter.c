@@ -325,8 +325,8 @@ static void offload_in_pieces(void **state) {
     restore_intact_and_close(f, &b);
 }
 
-/* The second piece's decommit FAILS (the unmap of its two handles in one call, the 2nd of the
- * offload): it changed nothing and
+/* The second piece's decommit FAILS (the unmap of its two handles in one call, the 2nd of the offload,
+ * and then of the first of them alone): it changed nothing and
  * leaves the queue; the last piece's range covers those chunks again and unmaps them: the offload
  * completes with no failure. When the unmaps keep failing, the last piece fails too: the tag reports
  * it, the first piece's 64 MiB are off the device, the rest stays mapped, and restore brings it all
@@ -336,7 +336,7 @@ static void offload_piece_fails(void **state) {
     for (int sticky = 0; sticky < 2; sticky++) {
         fx *f = fx_open(0);
         big_tag b = offload_fixture(f);
-        DMM_OK_OR_FAIL(dmm_fault_plan(f->drv, DMM_OP_UNMAP, 2, sticky ? UINT32_MAX : 1, DMM_ERR_DRIVER));
+        DMM_OK_OR_FAIL(dmm_fault_plan(f->drv, DMM_OP_UNMAP, 2, sticky ? UINT32_MAX : 2, DMM_ERR_DRIVER));
         DMM_OK_OR_FAIL(dmm_device_offload(f->c, "big", DMM_DEVICE_TO_HOST, f->s1));
         dmm_status s = dmm_device_offload_wait(f->c, "big");
         assert_int_equal(b.t->state, TAG_OFFLOADED);
