@@ -34,32 +34,29 @@
 #include "trace.h"
 
 
-/* The pool designs of --designs: dmm replay's default first, the layout before plans, then fewer, larger
- * handles. */
+/* The pool designs of --designs: the pool's default first, then fewer, larger handles. */
 typedef struct design {
     const char *name;
     uint64_t max_chunk_bytes; /* 0: one quantum per handle */
     uint32_t handle_divisor;
     uint64_t min_chunk_bytes; /* 0: the divisor cuts down to one quantum */
     uint32_t floor_divisor;   /* 0: a fixed floor; else it rises to the live peak / this */
-    uint32_t settle_permille; /* 0: dmm replay's default (25); 20 (= the default retention): a fixed limit */
+    uint32_t settle_permille; /* 0: the pool's default; 20 (= the default retention): a fixed limit */
     bool warm;                /* a warm start (dmm_pool_warm) from the first design's peak physical: its "last run" */
     uint64_t stock_bytes;     /* > 0: the stock thread (dmm_replay_opts.stock_bytes), synced after every malloc */
-    bool no_plan;             /* the heaps never plan their loops (dmm replay --no-plan-loops) */
 } design;
 
 static const design DESIGNS[] = {
-    {"default: 2 MiB handles, settle 25, plans", 0, 0, 0, 0, 0, false, 0, false},
-    {"before plans: 2 MiB handles, settle 100", 0, 0, 0, 0, 100, false, 0, true},
-    {"2 MiB handles, fixed limit (settle 20)", 0, 0, 0, 0, 20, false, 0, false},
-    {"handles <= 32 MiB and <= n/8", 32ull << 20, 8, 0, 0, 0, false, 0, false},
-    {"handles 8..32 MiB and <= n/8 (torch adapter)", 32ull << 20, 8, 8ull << 20, 0, 0, false, 0, false},
-    {"the torch adapter's, stock 256 MiB", 32ull << 20, 8, 8ull << 20, 0, 0, false, 256ull << 20, false},
-    {"8 MiB or live/256 .. 64 MiB, <= n/8", 64ull << 20, 8, 8ull << 20, 256, 0, false, 0, false},
-    {"handles <= 128 MiB and <= n/4", 128ull << 20, 4, 0, 0, 0, false, 0, false},
-    {"handles <= 1 GiB and <= n/2", 1ull << 30, 2, 0, 0, 0, false, 0, false},
-    {"handles <= 1 GiB, whole requests", 1ull << 30, 1, 0, 0, 0, false, 0, false},
-    {"warm start from the default's peak", 0, 0, 0, 0, 0, true, 0, false},
+    {"default: 2 MiB handles, settle 100", 0, 0, 0, 0, 0, false, 0},
+    {"2 MiB handles, fixed limit (settle 20)", 0, 0, 0, 0, 20, false, 0},
+    {"handles <= 32 MiB and <= n/8", 32ull << 20, 8, 0, 0, 0, false, 0},
+    {"handles 8..32 MiB and <= n/8 (torch adapter)", 32ull << 20, 8, 8ull << 20, 0, 0, false, 0},
+    {"the torch adapter's, stock 256 MiB", 32ull << 20, 8, 8ull << 20, 0, 0, false, 256ull << 20},
+    {"8 MiB or live/256 .. 64 MiB, <= n/8", 64ull << 20, 8, 8ull << 20, 256, 0, false, 0},
+    {"handles <= 128 MiB and <= n/4", 128ull << 20, 4, 0, 0, 0, false, 0},
+    {"handles <= 1 GiB and <= n/2", 1ull << 30, 2, 0, 0, 0, false, 0},
+    {"handles <= 1 GiB, whole requests", 1ull << 30, 1, 0, 0, 0, false, 0},
+    {"warm start from the default's peak", 0, 0, 0, 0, 0, true, 0},
 };
 
 /* A replay of one design on `driver` (a warm start, where the design has one, to warm_bytes). */
@@ -75,7 +72,6 @@ static dmm_replay_opts design_opts(const design *d, const char *driver, uint64_t
     o.settle_permille = d->settle_permille;
     o.warm_bytes = d->warm ? warm_bytes : 0;
     o.stock_bytes = d->stock_bytes;
-    o.no_plan_loops = d->no_plan;
     return o;
 }
 

@@ -81,9 +81,9 @@ def row_both(cli, label, name, path):
     """docs/performance.md: memory and driver calls at once, against the best fixed layout found."""
     plan = replay(cli, path, "--plan")  # the default's single pass, with the offline plan
     cells = []
-    for opts in ((), ("--settle", "100", "--no-plan-loops")):
+    for opts in ((), ("--settle", "30")):
         once = plan if not opts else replay(cli, path, *opts)
-        rep = replay(cli, path, *opts, "--repeat", "5")
+        rep = replay(cli, path, *opts, "--repeat", "3")
         cells += [f"{field(once, 'ratio'):.3f}", f"{field(rep, 'ratio'):.3f}", str(steady_calls(rep))]
     return f"| {label.split(' ')[0]} | {' | '.join(cells)} | {field(plan, 'plan_ratio'):.3f} | {native(plan)} |"
 
@@ -91,8 +91,8 @@ def row_both(cli, label, name, path):
 TABLES = {
     "fragmentation": ("| trace | dmm (default) | dmm, fixed limit | PyTorch native | PyTorch expandable segments |\n"
                       "|---|---|---|---|---|", row_fragmentation),
-    "memory-and-calls": ("| trace | default: once | default: 5 repetitions | default: driver calls in the 5th | "
-                         "before plans: once | before plans: 5 repetitions | before plans: driver calls in the 5th | "
+    "memory-and-calls": ("| trace | default: once | default: 3 repetitions | default: driver calls in the 3rd | "
+                         "settle 30: once | settle 30: 3 repetitions | settle 30: driver calls in the 3rd | "
                          "best fixed layout found | PyTorch native |\n|---|---|---|---|---|---|---|---|---|",
                          row_both),
 }

@@ -29,7 +29,7 @@ void dmm_usage_replay(FILE *f) {
     fprintf(f, "usage: dmm replay TRACE.gz [--driver host|cuda] [--granule BYTES] [--chunk BYTES]\n"
                "                  [--max-chunk BYTES] [--handle-div N] [--min-chunk BYTES] [--floor-div N]\n"
                "                  [--retain PERMILLE] [--settle PERMILLE] [--lag N] [--no-alias] [--repeat K]\n"
-               "                  [--warm BYTES] [--warm-layout] [--stock BYTES] [--plan] [--no-plan-loops]\n"
+               "                  [--warm BYTES] [--warm-layout] [--stock BYTES] [--plan] [--plan-loops]\n"
                "                  [--json[=FILE]] [--report FILE.html] [--max-input-bytes SIZE] [--max-records N]\n\n"
                "Replays an allocation trace (# dmm-trace v1, gzip) through the dmm pool over an arena and\n"
                "prints peak live, physical and committed bytes, their ratio beside PyTorch's, driver calls\n"
@@ -96,7 +96,7 @@ static int parse(int argc, char **argv, replay_args *a) {
         case DMM_CLI_FLAG(DMM_OPTION_REPLAY_NO_ALIAS): a->o.no_alias = true; break;
         case DMM_CLI_FLAG(DMM_OPTION_REPLAY_WARM_LAYOUT): a->o.warm_layout = true; break;
         case DMM_CLI_FLAG(DMM_OPTION_REPLAY_PLAN): a->o.plan = true; break;
-        case DMM_CLI_FLAG(DMM_OPTION_REPLAY_NO_PLAN_LOOPS): a->o.no_plan_loops = true; break;
+        case DMM_CLI_FLAG(DMM_OPTION_REPLAY_PLAN_LOOPS): a->o.plan_loops = true; break;
         case DMM_CLI_FLAG(DMM_OPTION_REPLAY_JSON):
             a->json = true;
             a->json_path = optarg;

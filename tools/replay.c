@@ -339,13 +339,13 @@ static int replay_once(const dmm_trace *t, const dmm_replay_opts *o, const dmm_r
     pc.va_bytes = reserve / 2;
     pc.chunk_bytes = o->chunk_bytes;
     pc.retain_permille = o->retain_permille;
-    pc.settle_permille = o->settle_permille ? o->settle_permille : DMM_REPLAY_SETTLE_PERMILLE;
+    pc.settle_permille = o->settle_permille;
     pc.max_chunk_bytes = maxc;
     pc.handle_divisor = o->handle_divisor;
     pc.min_chunk_bytes = o->min_chunk_bytes;
     pc.floor_divisor = o->floor_divisor;
     pc.no_alias = o->no_alias ? 1u : 0u;
-    pc.plan_loops = o->no_plan_loops ? 0u : 1u;
+    pc.plan_loops = o->plan_loops ? 1u : 0u;
     pc.stock_bytes = o->stock_bytes;
     pc.move_batch_bytes = ac.cache_limit_bytes; /* moves pass through the arena's cache */
     if (dmm_pool_create(arena, drv, &pc, &pool) != DMM_OK) FAIL("creating the pool failed: %s", dmm_last_error());
@@ -439,7 +439,7 @@ static int replay_once(const dmm_trace *t, const dmm_replay_opts *o, const dmm_r
                     } while (s == DMM_ERR_BUSY);
                     if (s != DMM_OK) FAIL("event %zu: syncing the stock failed: %s", i, dmm_last_error());
                 }
-                if (!o->no_plan_loops) { /* the plan of a loop, followed from the same malloc on every run */
+                if (o->plan_loops) { /* the plan of a loop, followed from the same malloc on every run */
                     s = dmm_pool_plan_sync(pool);
                     if (s != DMM_OK) FAIL("event %zu: waiting for the planner failed: %s", i, dmm_last_error());
                 }

@@ -15,14 +15,6 @@
 #include "dmm/dmm.h"
 #include "trace.h"
 
-/* The placement a replay measures unless told otherwise: the least memory with no driver call once a
- * loop repeats. Its heaps plan their loops (dmm_pool_config.plan_loops) and its retention limit rises
- * to 2.5 % over the live peak (settle_permille 25): every trace of data/traces and ../shared/traces
- * then peaks within 3 % of its live peak (docs/performance.md). A pool made directly keeps the pool's
- * own defaults (settle 100, no plans: the fastest CPU path, a heap that records has no hot block) and
- * so does the device front until its larger handles are measured with plans on a GPU (docs/torch.md). */
-#define DMM_REPLAY_SETTLE_PERMILLE 25u
-
 typedef struct dmm_replay_opts {
     const char *driver;       /* "host" or "cuda" */
     uint64_t granule;         /* host driver granularity; 0 = 2 MiB (CUDA: the device's) */
@@ -32,14 +24,14 @@ typedef struct dmm_replay_opts {
     uint64_t min_chunk_bytes; /* pool's smallest handle the divisor cuts to; 0 = one quantum */
     uint32_t floor_divisor;   /* pool's floor divisor (the floor rises to the live peak / this); 0 = none */
     uint32_t retain_permille; /* pool retention; 0 = the pool's default */
-    uint32_t settle_permille; /* the retention limit's ceiling while re-mapping; 0 = DMM_REPLAY_SETTLE_PERMILLE */
+    uint32_t settle_permille; /* the retention limit's ceiling while re-mapping; 0 = the pool's default */
     uint64_t cache_bytes;     /* arena handle cache; 0 = the largest chunk (a moved chunk passes through it) */
     size_t samples;           /* timeline points; 0 = 1500 */
     bool time_ops;            /* time every malloc/free (percentiles); off: only the total */
     uint64_t lag;             /* > 0: an event completes only `lag` allocations after it was recorded
                                  (the GPU's view: the CPU runs ahead of the work); host driver only */
     bool no_alias;            /* the pool never aliases chunks (dmm_pool_config.no_alias) */
-    bool no_plan_loops;       /* the pool's heaps never plan repeating loops (dmm_pool_config.plan_loops 0) */
+    bool plan_loops;          /* the pool's heaps plan repeating loops (dmm_pool_config.plan_loops) */
     uint32_t repeat;          /* > 1: the trace as one iteration, replayed this many times over the same
                                  pool (the leftovers of one freed before the next); 0 or 1 = once */
     uint64_t warm_bytes;      /* > 0: a warm start (dmm_pool_warm) to this many committed bytes on the first

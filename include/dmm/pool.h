@@ -181,7 +181,7 @@ typedef struct dmm_pool_config {
      * The device front's history of ranges mapped and unmapped is made of these. */
     void (*on_map)(void *user, uintptr_t addr, uint64_t bytes, bool mapped);
     void *on_map_user;
-    uint32_t plan_loops;      /* 1: a heap whose mallocs repeat (a training step, a
+    uint32_t plan_loops;      /* 1 (experimental): a heap whose mallocs repeat (a training step, a
                                generate round) and that still grows or re-maps memory in its loop has
                                one turn of it placed by plan (offsets from the recorded lifetimes, on a
                                planner thread of the pool's own) and follows that plan, with no driver
@@ -191,11 +191,10 @@ typedef struct dmm_pool_config {
                                per stream (the record of its last 131,072 mallocs; 16 MiB, the last
                                1,048,576, for a stream that grew within them and found nothing to
                                plan: a loop that long is found then), and the quick
-                               lists (its frees merge at once: a malloc+free pair ~5 × slower on the
-                               CPU). With settle_permille 25 (dmm replay's default) every replayed trace
-                               peaks within 3 % of its live peak and repeats with no driver call; the
-                               move to a plan's layout re-maps memory once (docs/architecture.md, "The
-                               plan of a loop"). 0 = off (the default) */
+                               lists (its frees merge at once: slower on the CPU). Not yet the
+                               default: the move to a plan's layout re-maps memory once, and only with
+                               a fixed retention limit (settle_permille ~ 25) does a repeating loop need
+                               a plan at all (docs/architecture.md, "The plan of a loop"). 0 = off */
     uint64_t move_batch_bytes; /* where the mechanism has commit_pieces: the most bytes of same-sized free
                                chunks a growth moves at once. Each is unmapped at its old place (the
                                mechanism keeps its handle meanwhile: the arena's handle cache), then

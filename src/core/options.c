@@ -116,7 +116,7 @@ static const dmm_option table[DMM_OPTION_COUNT_] = {
                                   "a whole number of per mille", "20", "20",
                                   "the memory kept mapped while free, in per mille of the live peak"},
     [DMM_OPTION_REPLAY_SETTLE] = {NULL, "--settle", "dmm replay", DMM_OPTION_PERMILLE, 0, U32, "PERMILLE",
-                                  "a whole number of per mille", "20", "25",
+                                  "a whole number of per mille", "20", "100",
                                   "the most the retention limit rises while the pool keeps re-mapping memory, in per "
                                   "mille of the live peak (at or below --retain: fixed)"},
     [DMM_OPTION_REPLAY_LAG] = {NULL, "--lag", "dmm replay", DMM_OPTION_COUNT, 0, UINT64_MAX, "N",
@@ -149,11 +149,10 @@ static const dmm_option table[DMM_OPTION_COUNT_] = {
                                 "also places the whole trace offline in a fixed layout (three greedy orders and "
                                 "seeded restarts, the smallest kept) and prints its extent: about the least memory "
                                 "that serves the trace with no driver call"},
-    [DMM_OPTION_REPLAY_NO_PLAN_LOOPS] = {NULL, "--no-plan-loops", "dmm replay", DMM_OPTION_SWITCH, 0, 0, NULL, NULL,
-                                         NULL, NULL,
-                                         "the pool's heaps never learn a repeating loop to follow a plan of it "
-                                         "(dmm_pool_config.plan_loops 0; with --settle 100: the pool's own defaults, "
-                                         "the layout before plans)"},
+    [DMM_OPTION_REPLAY_PLAN_LOOPS] = {NULL, "--plan-loops", "dmm replay", DMM_OPTION_SWITCH, 0, 0, NULL, NULL, NULL,
+                                      NULL,
+                                      "experimental: the pool's heaps learn a repeating loop and follow a plan of it "
+                                      "(dmm_pool_config.plan_loops)"},
     [DMM_OPTION_REPLAY_JSON] = {NULL, "--json", "dmm replay", DMM_OPTION_TEXT, 0, 0, "[=FILE]", "a file", "out.json",
                                 NULL,
                                 "one JSON object instead of text; --json=FILE writes it to FILE (and the text to the "
