@@ -5,8 +5,8 @@
  * map elsewhere), census = what really is held, argument refusals that never reach CUDA, CUDA's own
  * error code and name in the sentence (OUT_OF_MEMORY mapped), one unmap over maps side by side,
  * eager memory, streams and events (query → BUSY while work is queued, OK after), mem_info, the
- * device query of `dmm info`, peer access validation, and many threads at once (each op makes the
- * primary context current on the calling thread). Exit 77 (skipped) without a CUDA driver or GPU. */
+ * device query of `dmm info`, peer access validation, and many threads at once (each op makes the primary context current on the
+ * calling thread). Exit 77 (skipped) without a CUDA driver or GPU. */
 #include <pthread.h>
 
 #include "cuda_kit.h"
