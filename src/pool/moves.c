@@ -147,16 +147,10 @@ static dmm_release_outcome share_of(dmm_pool *p, const source *s, dmm_release_ou
                       DMM_OK) &&
                  !poisoned && dmm_mechanism_mapped_bytes_for_ranges(p->mech, &p->va, &r, 1, &unmapped) == DMM_OK;
     bool complete = dmm_release_state_of(&o) == DMM_RELEASE_COMPLETE;
-    dmm_release_outcome share = {o.state, s->bytes, 0, 0, o.failure, 0};
-    if (known && unmapped == s->bytes) {
-        share.unmapped_bytes = s->bytes;
-    } else if (known && unmapped == 0) { /* still mapped, still free */
-        share.state = complete ? DMM_RELEASE_COMPLETE : DMM_RELEASE_FAILED;
-    } else {
-        share.state = DMM_RELEASE_QUARANTINED;
-        if (complete) share.failure = DMM_ERR_DRIVER;
-    }
-    return share;
+    if (known && unmapped == s->bytes) return (dmm_release_outcome){o.state, s->bytes, s->bytes, 0, o.failure, 0};
+    if (known && unmapped == 0) /* still mapped, still free */
+        return (dmm_release_outcome){complete ? DMM_RELEASE_COMPLETE : DMM_RELEASE_FAILED, s->bytes, 0, 0, o.failure, 0};
+    return (dmm_release_outcome){DMM_RELEASE_QUARANTINED, s->bytes, 0, 0, complete ? DMM_ERR_DRIVER : o.failure, 0};
 }
 
 void dmm__pool_decommit_run(dmm_pool *p, source *const *run, size_t n) {
@@ -177,12 +171,10 @@ void dmm__pool_decommit_run(dmm_pool *p, source *const *run, size_t n) {
     for (size_t k = 0; k < n; k++) {
         source *s = run[k];
         if (n == 1) s->o = o;
-        else if (st == DMM_RELEASE_COMPLETE && o.unmapped_bytes == total) s->o = (dmm_release_outcome){DMM_RELEASE_COMPLETE, s->bytes, s->bytes, 0, DMM_OK, 0};
+        else if (st == DMM_RELEASE_COMPLETE && o.unmapped_bytes == total) s->o = (dmm_release_outcome){o.state, s->bytes, s->bytes, 0, DMM_OK, 0};
         else if (st == DMM_RELEASE_FAILED) s->o = (dmm_release_outcome){o.state, s->bytes, 0, 0, o.failure, 0};
         else s->o = share_of(p, s, o);
-        bool unmapped = dmm__pool_source_gone(s) ||
-                        (dmm_release_state_of(&s->o) == DMM_RELEASE_QUARANTINED && s->o.unmapped_bytes == s->bytes);
-        if (unmapped) {
+        if (dmm__pool_source_gone(s) || (dmm_release_state_of(&s->o) == DMM_RELEASE_QUARANTINED && s->o.unmapped_bytes == s->bytes)) {
             p->clen[qidx(p, s->b->addr)] = 0;
             dmm_atomic_sub_relaxed(&p->committed, s->bytes);
             if (dmm__pool_source_gone(s)) dmm_atomic_add_relaxed(&p->chunks_decommitted, 1);

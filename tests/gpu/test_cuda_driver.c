@@ -3,9 +3,9 @@
  *
  * VMM round trip with contents checked through copies (a handle keeps its bytes across unmap and a
  * map elsewhere), census = what really is held, argument refusals that never reach CUDA, CUDA's own
- * error code and name in the sentence (OUT_OF_MEMORY mapped), one unmap over maps side by side,
- * eager memory, streams and events (query → BUSY while work is queued, OK after), mem_info, the
- * device query of `dmm info`, peer access validation, and many threads at once (each op makes the primary context current on the
+ * error code and name in the sentence (OUT_OF_MEMORY mapped), eager memory, streams and events
+ * (query → BUSY while work is queued, OK after), mem_info, the device query of `dmm info`, peer
+ * access validation, and many threads at once (each op makes the primary context current on the
  * calling thread). Exit 77 (skipped) without a CUDA driver or GPU. */
 #include <pthread.h>
 
@@ -124,49 +124,6 @@ static void refusals_never_reach_cuda(void **state) {
     DMM_OK_OR_FAIL(d->ops->unmap(d, va, g));
     DMM_OK_OR_FAIL(d->ops->release(d, h));
     DMM_OK_OR_FAIL(d->ops->unreserve(d, va, 4 * g));
-    kit_census_zero(d);
-}
-
-/* One unmap takes several maps lying side by side (cuMemUnmap over a range of whole mappings): the
- * handles keep their bytes and can be mapped again; a range that cuts a mapping or holds a hole is
- * refused before CUDA and changes nothing. */
-static void one_unmap_takes_maps_side_by_side(void **state) {
-    (void)state;
-    dmm_driver *d = g_cuda;
-    const size_t g = g_granule;
-    uintptr_t va = 0;
-    dmm_phys h1 = 0, h2 = 0, h3 = 0;
-    DMM_OK_OR_FAIL(d->ops->reserve(d, 8 * g, 0, &va));
-    DMM_OK_OR_FAIL(d->ops->create(d, g, &h1));
-    DMM_OK_OR_FAIL(d->ops->create(d, 2 * g, &h2));
-    DMM_OK_OR_FAIL(d->ops->create(d, g, &h3));
-    DMM_OK_OR_FAIL(d->ops->map(d, va, g, h1));          /* [0, 1) */
-    DMM_OK_OR_FAIL(d->ops->map(d, va + g, 2 * g, h2));  /* [1, 3) */
-    DMM_OK_OR_FAIL(d->ops->map(d, va + 4 * g, g, h3));  /* [4, 5): a hole before it */
-    DMM_OK_OR_FAIL(d->ops->set_access(d, va, 3 * g, DMM_ACCESS_READ_WRITE));
-    DMM_OK_OR_FAIL(d->ops->set_access(d, va + 4 * g, g, DMM_ACCESS_READ_WRITE));
-    uint64_t words[3] = {11, 22, 33}, back = 0;
-    for (size_t i = 0; i < 3; i++) DMM_OK_OR_FAIL(d->ops->copy(d, va + i * g + 64, (uintptr_t)&words[i], 8, NULL));
-    DMM_OK_OR_FAIL(d->ops->stream_synchronize(d, NULL));
-    assert_int_equal(d->ops->unmap(d, va, 2 * g), DMM_ERR_INVALID_ARGUMENT); /* ends inside h2's mapping */
-    dmm_test_error_mentions("cuda unmap", "ends inside a mapping", "nothing was done", NULL);
-    assert_int_equal(d->ops->unmap(d, va, 5 * g), DMM_ERR_INVALID_ARGUMENT); /* the hole inside */
-    dmm_test_error_mentions("a hole lies inside the range", NULL);
-    assert_int_equal(kit_census(d).mapped_bytes, 4 * g);
-    DMM_OK_OR_FAIL(d->ops->unmap(d, va, 3 * g)); /* h1 and h2 in one call */
-    assert_int_equal(kit_census(d).mapped_bytes, g);
-    /* h2 mapped again elsewhere: its bytes are intact */
-    DMM_OK_OR_FAIL(d->ops->map(d, va + 6 * g, 2 * g, h2));
-    DMM_OK_OR_FAIL(d->ops->set_access(d, va + 6 * g, 2 * g, DMM_ACCESS_READ_WRITE));
-    DMM_OK_OR_FAIL(d->ops->copy(d, (uintptr_t)&back, va + 7 * g + 64, 8, NULL));
-    DMM_OK_OR_FAIL(d->ops->stream_synchronize(d, NULL));
-    assert_int_equal(back, 33);
-    DMM_OK_OR_FAIL(d->ops->release(d, h1)); /* no longer mapped anywhere */
-    DMM_OK_OR_FAIL(d->ops->unmap(d, va + 4 * g, g));
-    DMM_OK_OR_FAIL(d->ops->unmap(d, va + 6 * g, 2 * g));
-    DMM_OK_OR_FAIL(d->ops->release(d, h2));
-    DMM_OK_OR_FAIL(d->ops->release(d, h3));
-    DMM_OK_OR_FAIL(d->ops->unreserve(d, va, 8 * g));
     kit_census_zero(d);
 }
 
@@ -332,7 +289,6 @@ int main(void) {
         cmocka_unit_test(identity_and_device_query),
         cmocka_unit_test(vmm_round_trip_keeps_contents),
         cmocka_unit_test(refusals_never_reach_cuda),
-        cmocka_unit_test(one_unmap_takes_maps_side_by_side),
         cmocka_unit_test(cuda_errors_keep_their_code_and_name),
         cmocka_unit_test(eager_memory_and_mem_info),
         cmocka_unit_test(streams_and_events),
