@@ -88,10 +88,7 @@ typedef struct dmm_driver_ops {
     dmm_status (*release)(dmm_driver *d, dmm_phys handle);
     /* Maps the whole of `handle` (`bytes` = its size) at `va`, inside a reservation. */
     dmm_status (*map)(dmm_driver *d, uintptr_t va, size_t bytes, dmm_phys handle);
-    /* Unmaps earlier maps that together cover exactly [va, va + bytes): one map (same va and bytes), or
-     * several lying side by side, in one call (cuMemUnmap takes a range of whole mappings; an arena
-     * unmaps a run of adjacent chunks at once). A range that cuts a map, or holds a hole, is refused
-     * and, like every failed op, changed nothing. The VA stays reserved. */
+    /* Unmaps exactly one earlier map (same va and bytes); the VA stays reserved. */
     dmm_status (*unmap)(dmm_driver *d, uintptr_t va, size_t bytes);
     /* Sets the access of a mapped range for this driver's device. */
     dmm_status (*set_access)(dmm_driver *d, uintptr_t va, size_t bytes, dmm_access access);

@@ -4,7 +4,7 @@
  * records (dmm_u64map, under the driver's lock; the invariants are in cuda.c).
  *
  * The idea: the records let the driver refuse what CUDA would either reject late or silently accept
- * (an unmap that cuts a mapping, releasing a handle that is still mapped, giving back a reservation
+ * (unmapping two mappings at once, releasing a handle that is still mapped, giving back a reservation
  * with mappings inside, freeing a stale pointer), and give the census and the byte count a handle
  * release needs. The trade-off: one short lock per op (never held across a CUDA call), paid on the
  * slow path only.
@@ -14,8 +14,6 @@
  * succeeded and is taken out before the undoing call (CUDA may hand the same VA or handle value to
  * another thread the moment that call returns), and put back if the call failed.
  */
-#include <stdlib.h>
-
 #include "driver/cuda_types.h"
 
 /* Whether any key lies in [lo, hi). O(capacity): for rare calls only. */
@@ -235,69 +233,32 @@ dmm_status dmm__cuda_map(dmm_driver *d, uintptr_t va, size_t bytes, dmm_phys han
     return DMM_OK;
 }
 
-/* How many maps lie side by side from va and end exactly at va + bytes (*n), or why there are none
- * such (a sentence; *n = 0). Under the lock. */
-static const char *maps_covering(const cuda_driver *c, uintptr_t va, size_t bytes, size_t *n) {
-    uint64_t at = va, handle = 0, have = 0;
-    size_t count = 0;
-    *n = 0;
-    if (bytes == 0) return "the range is empty";
-    while (at - va < bytes) {
-        if (!dmm__u64map_find(&c->mappings, at, &handle) || !dmm__u64map_find(&c->handles, handle, &have))
-            return at == va ? "no mapping starts there" : "a hole lies inside the range";
-        at += have;
-        count++;
-    }
-    if (at - va != bytes) return "the range ends inside a mapping";
-    *n = count;
-    return NULL;
-}
-
-/* Unmaps one mapping or several side by side (cuMemUnmap takes a range of whole mappings), all taken
- * out of the records before the call and put back if it failed. */
 dmm_status dmm__cuda_unmap(dmm_driver *d, uintptr_t va, size_t bytes) {
     cuda_driver *c = as_cuda(d);
-    uint64_t one = 0, *handles = &one; /* of the maps, in address order */
-    size_t n = 0;
+    uint64_t handle = 0, have = 0;
     dmm_lock_acquire(&c->lock);
-    const char *why = maps_covering(c, va, bytes, &n);
-    if (why == NULL && n > 1 && (handles = malloc(n * sizeof *handles)) == NULL)
-        why = "no host memory for the records of the mappings";
-    for (uint64_t k = 0, at = va; why == NULL && k < n; k++) {
-        (void)dmm__u64map_take(&c->mappings, at, &handles[k]); /* found just now, under the same lock */
-        uint64_t have = 0;
-        (void)dmm__u64map_find(&c->handles, handles[k], &have);
-        at += have;
-    }
+    bool known = dmm__u64map_find(&c->mappings, va, &handle) && dmm__u64map_find(&c->handles, handle, &have);
+    bool taken = known && have == bytes && dmm__u64map_take(&c->mappings, va, &handle);
     dmm_lock_release(&c->lock);
-    if (why != NULL) {
-        if (handles != &one) free(handles);
-        return dmm_error_set(n > 1 ? DMM_ERR_OUT_OF_MEMORY : DMM_ERR_INVALID_ARGUMENT,
-                             "cuda unmap(va=0x%llx, bytes=%zu): %s (a range must cover whole mappings); nothing "
-                             "was done",
-                             (unsigned long long)va, bytes, why);
-    }
+    if (!taken)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "cuda unmap(va=0x%llx, bytes=%zu): %s; nothing was done", (unsigned long long)va,
+                             bytes, known ? "bytes differ from the mapping's" : "no mapping starts there");
     dmm_status s = dmm__cuda_enter(c, "cuMemUnmap");
     dmm_cu_result r = s == DMM_OK ? dmm__cu.cuMemUnmap((dmm_cu_deviceptr)va, bytes) : DMM_CUDA_SUCCESS;
     dmm_lock_acquire(&c->lock);
-    bool done = s == DMM_OK && r == DMM_CUDA_SUCCESS;
-    if (done) {
-        dmm__u64map_unreserve(&c->mappings, n);
+    if (s == DMM_OK && r == DMM_CUDA_SUCCESS) {
+        dmm__u64map_unreserve(&c->mappings, 1);
         c->census.mapped_bytes -= bytes;
-    }
-    for (uint64_t k = 0, at = va; k < n; k++) {
-        uint64_t count = 0, have = 0;
-        if (!done) { /* still mapped */
-            dmm__u64map_insert_reserved(&c->mappings, at, handles[k]);
-            (void)dmm__u64map_find(&c->handles, handles[k], &have);
-            at += have;
-        } else if (dmm__u64map_find(&c->map_count, handles[k], &count)) {
-            if (count <= 1) (void)dmm__u64map_remove(&c->map_count, handles[k], NULL);
-            else (void)dmm__u64map_set(&c->map_count, handles[k], count - 1);
+        uint64_t n = 0;
+        if (dmm__u64map_find(&c->map_count, handle, &n)) {
+            if (n <= 1) (void)dmm__u64map_remove(&c->map_count, handle, NULL);
+            else (void)dmm__u64map_set(&c->map_count, handle, n - 1);
         }
+    } else {
+        dmm__u64map_insert_reserved(&c->mappings, va, handle); /* still mapped */
     }
     dmm_lock_release(&c->lock);
-    if (handles != &one) free(handles);
     if (s != DMM_OK) return s;
     if (r != DMM_CUDA_SUCCESS)
         return dmm__cuda_fail(c, r, "cuMemUnmap", "va=0x%llx, bytes=%zu", (unsigned long long)va, bytes);

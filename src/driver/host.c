@@ -11,7 +11,7 @@
  *
  * Trade-off: the driver keeps its own tables (reservations, handles, mappings, eager blocks,
  * streams, events) so that it can refuse what CUDA would refuse (a map outside a reservation, an
- * unmap that does not cover whole maps, a release of a mapped handle, an unreserve of a range with
+ * unmap that does not match one map, a release of a mapped handle, an unreserve of a range with
  * mappings) instead of silently corrupting the address space, and so that census() is exact.
  * The tables are sorted arrays (binary search, O(n) insert): chunk counts are small.
  *
@@ -91,12 +91,10 @@ static void hvec_insert(hvec *h, hentry e) {
     h->n++;
 }
 
-static void hvec_remove_n(hvec *h, size_t i, size_t n) {
-    memmove(&h->v[i], &h->v[i + n], (h->n - i - n) * sizeof *h->v);
-    h->n -= n;
+static void hvec_remove(hvec *h, size_t i) {
+    memmove(&h->v[i], &h->v[i + 1], (h->n - i - 1) * sizeof *h->v);
+    h->n--;
 }
-
-static void hvec_remove(hvec *h, size_t i) { hvec_remove_n(h, i, 1); }
 
 /* ---- the driver object ---- */
 typedef struct host_handle {
@@ -522,16 +520,12 @@ static dmm_status host_unmap(dmm_driver *d, uintptr_t va, size_t bytes) {
         dmm_lock_release(&h->lock);
         return DMM_ERR_INVALID_ARGUMENT;
     }
-    /* the maps from va on, side by side, must end exactly at va + bytes */
-    size_t i = hvec_find(&h->mappings, va), n = 0;
-    uint64_t covered = 0;
-    while (i != SIZE_MAX && i + n < h->mappings.n && covered < bytes && h->mappings.v[i + n].key == va + covered)
-        covered += h->mappings.v[i + n++].a;
-    if (covered != bytes) {
+    size_t i = hvec_find(&h->mappings, va);
+    if (i == SIZE_MAX || h->mappings.v[i].a != bytes) {
         dmm_lock_release(&h->lock);
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
-                             "host driver: unmap of %zu bytes at %#llx refused: it does not cover exactly whole "
-                             "earlier maps lying side by side (one map, or several adjacent ones)",
+                             "host driver: unmap of %zu bytes at %#llx refused: it does not match exactly one "
+                             "earlier map (same address and size)",
                              bytes, (unsigned long long)va);
     }
     void *p = mmap((void *)va, bytes, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -541,12 +535,10 @@ static dmm_status host_unmap(dmm_driver *d, uintptr_t va, size_t bytes) {
         HOST_SYSERR(e, "unmap of %zu bytes at %#llx failed in mmap(PROT_NONE, MAP_FIXED) over the mapping", bytes,
                     (unsigned long long)va);
     }
-    for (size_t k = i; k < i + n; k++) {
-        host_handle *hh = find_handle(h, h->mappings.v[k].b);
-        if (hh != NULL) hh->maps--; /* always found: a mapped handle cannot be released */
-    }
-    hvec_remove_n(&h->mappings, i, n);
-    h->reservations.v[r].b -= n;
+    host_handle *hh = find_handle(h, h->mappings.v[i].b);
+    if (hh != NULL) hh->maps--; /* always found: a mapped handle cannot be released */
+    hvec_remove(&h->mappings, i);
+    h->reservations.v[r].b--;
     h->tally.mapped_bytes -= bytes;
     dmm_lock_release(&h->lock);
     return DMM_OK;

@@ -383,14 +383,13 @@ bool dmm__arena_chunk_unwind(dmm_arena *a, uint32_t k) {
 /* ---- death ---- */
 
 dmm_status dmm__arena_chunk_unmap(dmm_arena *a, arena_chunk *c) {
-    dmm_status s = dmm__arena_drv_unmap(a, c->first * a->gran, chunk_bytes(a, c));
-    if (s == DMM_OK) dmm__arena_chunk_note_unmapped(a, c);
+    uint64_t bytes = chunk_bytes(a, c);
+    dmm_status s = dmm__arena_drv_unmap(a, c->first * a->gran, bytes);
+    if (s == DMM_OK) {
+        c->mapped = false;
+        dmm_count_sub(&a->st.mapped_bytes, (int64_t)bytes);
+    }
     return s;
-}
-
-void dmm__arena_chunk_note_unmapped(dmm_arena *a, arena_chunk *c) {
-    c->mapped = false;
-    dmm_count_sub(&a->st.mapped_bytes, (int64_t)chunk_bytes(a, c));
 }
 
 dmm_status dmm__arena_chunk_remap(dmm_arena *a, arena_chunk *c, bool *still_mapped) {

@@ -85,9 +85,6 @@ bool dmm__arena_chunk_unwind(dmm_arena *a, uint32_t slot);
  * the stats say so, but the MAPPED refund is the caller's: a decommit refunds only once every unmap
  * of the transaction succeeded. */
 dmm_status dmm__arena_chunk_unmap(dmm_arena *a, arena_chunk *c);
-/* The stats' side of a chunk's successful unmap, for a chunk that a driver call over a run of chunks
- * unmapped (release.c). */
-void dmm__arena_chunk_note_unmapped(dmm_arena *a, arena_chunk *c);
 /* Maps an unmapped LIVE chunk again with its own handle and its own access (a decommit's restore).
  * On a set-access failure the map is undone; returns the failure. */
 dmm_status dmm__arena_chunk_remap(dmm_arena *a, arena_chunk *c, bool *still_mapped);

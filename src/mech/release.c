@@ -87,32 +87,6 @@ static void drop_refs(dmm_arena *a, arena_record *r, const target *t) {
     }
 }
 
-/* The end of the run that begins at t[i]: the targets after it that lie side by side in VA (each
- * chunk begins where the one before ends), and with dying_only, whose last references are r's. */
-static size_t run_end(const dmm_arena *a, const target *t, size_t i, size_t n, bool dying_only) {
-    size_t j = i + 1;
-    for (; j < n; j++) {
-        const arena_chunk *prev = &a->chunks[t[j - 1].slot], *c = &a->chunks[t[j].slot];
-        if (c->first != prev->first + prev->n || (dying_only && t[j].cnt < c->refs)) break;
-    }
-    return j;
-}
-
-/* Unmaps the chunks of t[i..j) (a run: side by side in VA) in one driver call: one cuMemUnmap over
- * several mappings costs about what one over a single mapping does. Whether it did; a failed unmap
- * changed nothing (the driver's contract), so the caller then unmaps them one by one, as if this had
- * not been tried. */
-static bool unmap_run(dmm_arena *a, target *t, size_t i, size_t j) {
-    const arena_chunk *c0 = &a->chunks[t[i].slot], *cl = &a->chunks[t[j - 1].slot];
-    if (j - i < 2 || dmm__arena_drv_unmap(a, c0->first * a->gran, (cl->first + cl->n - c0->first) * a->gran) != DMM_OK)
-        return false;
-    for (size_t k = i; k < j; k++) {
-        dmm__arena_chunk_note_unmapped(a, &a->chunks[t[k].slot]);
-        t[k].unmapped = true;
-    }
-    return true;
-}
-
 /* ---- whole release ---- */
 
 dmm_release_outcome dmm__arena_release(void *impl, const dmm_allocation *al) {
@@ -152,25 +126,16 @@ dmm_release_outcome dmm__arena_release(void *impl, const dmm_allocation *al) {
         return o;
     }
 
-    /* unmap every dying chunk, a run of them side by side in one call; try them all */
+    /* unmap every dying chunk; try them all */
     size_t n_ok = 0;
     dmm_error_kept first = {0}; /* the first failure: unmap here, handle release below */
-    for (size_t i = 0, j; i < n; i = j) {
-        if (t[i].cnt < a->chunks[t[i].slot].refs) {
-            j = i + 1;
-            continue;
-        }
-        j = run_end(a, t, i, n, true);
-        if (unmap_run(a, t, i, j)) {
-            n_ok += j - i;
-            continue;
-        }
-        for (size_t k = i; k < j; k++) {
-            s = dmm__error_keep(&first, dmm__arena_chunk_unmap(a, &a->chunks[t[k].slot]));
-            if (s == DMM_OK) {
-                t[k].unmapped = true;
-                n_ok++;
-            }
+    for (size_t i = 0; i < n; i++) {
+        arena_chunk *c = &a->chunks[t[i].slot];
+        if (t[i].cnt < c->refs) continue;
+        s = dmm__error_keep(&first, dmm__arena_chunk_unmap(a, c));
+        if (s == DMM_OK) {
+            t[i].unmapped = true;
+            n_ok++;
         }
     }
     if (ndying > 0 && n_ok == 0) {
@@ -303,17 +268,16 @@ dmm_release_outcome dmm__arena_decommit(void *impl, const dmm_allocation *al, dm
         return o;
     }
 
-    /* unmap in order, a run of chunks side by side in one call; stop at the first failure */
+    /* unmap in order; stop at the first failure */
     size_t bad = n;
     dmm_error_kept failure = {0}; /* the unmap that failed, or (all unmapped) the first handle release */
-    for (size_t i = 0, j; i < n && bad == n; i = j) {
-        j = run_end(a, t, i, n, false);
-        if (unmap_run(a, t, i, j)) continue;
-        for (size_t c = i; c < j && bad == n; c++) {
-            s = dmm__error_keep(&failure, dmm__arena_chunk_unmap(a, &a->chunks[t[c].slot]));
-            if (s != DMM_OK) bad = c;
-            else t[c].unmapped = true;
+    for (size_t i = 0; i < n; i++) {
+        s = dmm__error_keep(&failure, dmm__arena_chunk_unmap(a, &a->chunks[t[i].slot]));
+        if (s != DMM_OK) {
+            bad = i;
+            break;
         }
+        t[i].unmapped = true;
     }
 
     uint64_t unmapped = 0, residual = 0, exported0 = a->st.exported_released_bytes;

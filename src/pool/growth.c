@@ -452,43 +452,22 @@ static bool source_remapped(const source *s) {
     return s->aliased || (s->role == SRC_MOVE && dmm__pool_source_gone(s));
 }
 
-static int by_address(const void *x, const void *y) {
-    uintptr_t a = (*(source *const *)x)->b->addr, b = (*(source *const *)y)->b->addr;
-    return a < b ? -1 : a > b;
-}
-
 /* Moves the sources of piece j that are like sv[first] (untried moves of the same size), up to the
- * batch the mechanism can hold unmapped, into [cur, ...): decommitted at their old places, those side
- * by side in one call (one driver call unmaps them all), then those that went committed here in one
- * call (access granted once). Out of host memory for the batch's list: one at a time. Returns the
- * new cur. */
+ * batch the mechanism can hold unmapped, into [cur, ...): each decommitted at its old place, then those
+ * that went committed here in one call (access granted once). Returns the new cur. */
 static uintptr_t move_batch(growth *g, size_t j, size_t first, uintptr_t cur) {
     dmm_pool *p = g->p;
     uint64_t size = g->sv.v[first].bytes, limit = p->can_commit_pieces ? p->move_batch : 0, gone = 0, taken = 0;
-    size_t n = 0, cap = (size_t)(limit / size) + 1;
-    source *one = NULL, **batch = cap > 1 ? malloc(cap * sizeof *batch) : NULL;
-    if (batch == NULL) {
-        batch = &one;
-        cap = 1;
-    }
-    for (size_t i = first; i < g->sv.n && n < cap; i++) {
+    for (size_t i = first; i < g->sv.n; i++) {
         source *src = &g->sv.v[i];
         if (src->piece != j || src->role != SRC_MOVE || src->tried || src->bytes != size) continue;
         if (taken > 0 && taken + size > limit) break;
         taken += size;
-        batch[n++] = src;
-    }
-    qsort(batch, n, sizeof *batch, by_address);
-    for (size_t i = 0, k; i < n; i = k) {
-        for (k = i + 1; k < n && batch[k - 1]->b->addr + size == batch[k]->b->addr;) k++;
-        dmm__pool_decommit_run(p, batch + i, k - i);
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (!dmm__pool_source_gone(batch[i])) continue; /* its room is filled with new memory below */
+        dmm__pool_decommit_one(p, src);
+        if (!dmm__pool_source_gone(src)) continue; /* its room is filled with new memory below */
         dmm_atomic_add_relaxed(&p->chunks_moved, 1);
         gone += size;
     }
-    if (batch != &one) free(batch);
     if (gone == 0) return cur;
     commit_failure f;
     dmm_status s = dmm__pool_commit_one(p, cur, gone, false, size, &f);

@@ -134,55 +134,24 @@ uint64_t dmm__pool_carve_sources(dmm_pool *p, pool_heap *h, uint64_t want, uintp
     return got;
 }
 
-/* The share of a run's outcome `o` that falls to source s (one of several), where `o` does not say
- * (QUARANTINED, or COMPLETE with some bytes left mapped): asked of the mechanism. Wholly unmapped:
- * the run's state; wholly mapped and not poisoned: FAILED (still mapped, still free); anything else,
- * or a question that failed: QUARANTINED and still mapped (poisoned, never used again). */
-static dmm_release_outcome share_of(dmm_pool *p, const source *s, dmm_release_outcome o) {
+/* Decommits one source chunk (no heap lock held). Once the device is lost: FAILED with
+ * DMM_ERR_DEVICE_LOST, without a call. */
+void dmm__pool_decommit_one(dmm_pool *p, source *s) {
     dmm_range r = {(size_t)(s->b->addr - p->base), (size_t)s->bytes};
-    bool poisoned = false;
-    uint64_t unmapped = 0;
-    bool known = (!dmm_mechanism_has_slot(p->mech, DMM_SLOT_IS_QUARANTINED) ||
-                  dmm_mechanism_is_quarantined(p->mech, (const void *)s->b->addr, (size_t)s->bytes, &poisoned) ==
-                      DMM_OK) &&
-                 !poisoned && dmm_mechanism_mapped_bytes_for_ranges(p->mech, &p->va, &r, 1, &unmapped) == DMM_OK;
-    bool complete = dmm_release_state_of(&o) == DMM_RELEASE_COMPLETE;
-    if (known && unmapped == s->bytes) return (dmm_release_outcome){o.state, s->bytes, s->bytes, 0, o.failure, 0};
-    if (known && unmapped == 0) /* still mapped, still free */
-        return (dmm_release_outcome){complete ? DMM_RELEASE_COMPLETE : DMM_RELEASE_FAILED, s->bytes, 0, 0, o.failure, 0};
-    return (dmm_release_outcome){DMM_RELEASE_QUARANTINED, s->bytes, 0, 0, complete ? DMM_ERR_DRIVER : o.failure, 0};
-}
-
-void dmm__pool_decommit_run(dmm_pool *p, source *const *run, size_t n) {
-    uint64_t total = 0;
-    for (size_t k = 0; k < n; k++) {
-        run[k]->tried = true;
-        total += run[k]->bytes;
-    }
-    dmm_release_outcome o;
+    s->tried = true;
     if (dmm__pool_lost(p, "decommitting a free chunk")) {
-        o = (dmm_release_outcome){DMM_RELEASE_FAILED, total, 0, 0,
-                                  dmm__pool_lost_error(p, "pool: decommitting a free chunk"), 0};
-    } else {
-        o = dmm__pool_map_decommit(p, (dmm_range){(size_t)(run[0]->b->addr - p->base), (size_t)total});
-        if (o.failure == DMM_ERR_DEVICE_LOST) dmm__pool_notice_loss(p, "decommitting a free chunk");
+        s->o = (dmm_release_outcome){DMM_RELEASE_FAILED, s->bytes, 0, 0,
+                                     dmm__pool_lost_error(p, "pool: decommitting a free chunk"), 0};
+        return;
     }
-    dmm_release_state st = dmm_release_state_of(&o);
-    for (size_t k = 0; k < n; k++) {
-        source *s = run[k];
-        if (n == 1) s->o = o;
-        else if (st == DMM_RELEASE_COMPLETE && o.unmapped_bytes == total) s->o = (dmm_release_outcome){o.state, s->bytes, s->bytes, 0, DMM_OK, 0};
-        else if (st == DMM_RELEASE_FAILED) s->o = (dmm_release_outcome){o.state, s->bytes, 0, 0, o.failure, 0};
-        else s->o = share_of(p, s, o);
-        if (dmm__pool_source_gone(s) || (dmm_release_state_of(&s->o) == DMM_RELEASE_QUARANTINED && s->o.unmapped_bytes == s->bytes)) {
-            p->clen[qidx(p, s->b->addr)] = 0;
-            dmm_atomic_sub_relaxed(&p->committed, s->bytes);
-            if (dmm__pool_source_gone(s)) dmm_atomic_add_relaxed(&p->chunks_decommitted, 1);
-        }
+    s->o = dmm__pool_map_decommit(p, r);
+    if (s->o.failure == DMM_ERR_DEVICE_LOST) dmm__pool_notice_loss(p, "decommitting a free chunk");
+    if (dmm__pool_source_gone(s) || (dmm_release_state_of(&s->o) == DMM_RELEASE_QUARANTINED && s->o.unmapped_bytes == s->bytes)) {
+        p->clen[qidx(p, s->b->addr)] = 0;
+        dmm_atomic_sub_relaxed(&p->committed, s->bytes);
+        if (dmm__pool_source_gone(s)) dmm_atomic_add_relaxed(&p->chunks_decommitted, 1);
     }
 }
-
-void dmm__pool_decommit_one(dmm_pool *p, source *s) { dmm__pool_decommit_run(p, &s, 1); }
 
 /* Puts a decommitted, aliased (or untouched) source back into its heap (under that heap's lock). */
 static void source_fixup(dmm_pool *p, source *s) {

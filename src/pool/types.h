@@ -656,10 +656,6 @@ uint64_t dmm__pool_carve_sources(dmm_pool *p, pool_heap *h, uint64_t want, uintp
 /* Decommits one source chunk (no heap lock held). Once the device is lost: FAILED with
  * DMM_ERR_DEVICE_LOST, without a call. */
 void dmm__pool_decommit_one(dmm_pool *p, source *s);
-/* Decommits n source chunks that lie side by side (in address order, each beginning where the one
- * before ends) in one call of the mechanism, which unmaps them in one driver call where it can; each
- * source gets its share of the outcome (a QUARANTINED one asks the mechanism what is still mapped). */
-void dmm__pool_decommit_run(dmm_pool *p, source *const *run, size_t n);
 /* What a failed dmm__pool_commit_one was committing: [at, at + len) in handles of `handle` bytes (the
  * last one the rest), which growth.c's fix-up asks the mechanism about, one by one. */
 typedef struct commit_failure {

@@ -10,9 +10,6 @@
  * bytes; always: the expensive check passes, the stats equal the census, the accounting tally
  * equals the stats, and the next 1,000 allocations never touch a quarantined or poisoned address.
  * The loop stops when the operation makes fewer than n calls. Every step ends with nothing live.
- * A decommit or release unmaps a run of chunks side by side in one call; a fourth sweep refuses that
- * call (the first unmap) and fails every call from n on, so that the one-by-one unmaps that follow
- * a refused run, and their undo, fail at every point too.
  * Aliases (one handle mapped at two places) are swept too: the alias itself, the decommit of the
  * old place, and the release of both places; the census equality (owned = the driver's handle
  * bytes, mapped = its mapped bytes) holds after every step although mapped exceeds owned. */
@@ -111,7 +108,7 @@ typedef struct sweep_case {
     void (*after)(env *e, const result *r, bool lost);
 } sweep_case;
 
-typedef enum mode { ONCE, STICKY, LOST, RUN_REFUSED } mode;
+typedef enum mode { ONCE, STICKY, LOST } mode;
 
 /* Every op of a lost arena reports DEVICE_LOST and makes no driver call; nothing is refunded. */
 static void lost_battery(env *e) {
@@ -149,21 +146,19 @@ static void lost_battery(env *e) {
 /* seen[state] counts the outcomes (or, for status calls: [0] OK, [2] errors) a sweep produced */
 static int sweep(const sweep_case *k, mode md, int seen[3]) {
     int steps = 0;
-    for (uint64_t n = md == RUN_REFUSED ? 2 : 1;; n++) { /* (with n = 1 it is STICKY) */
+    for (uint64_t n = 1;; n++) {
         if (n > 400) fail_msg("%s: the sweep did not end", k->name);
         env e;
         env_init(&e, k->chunk_limit, k->cache_limit);
         if (k->setup) k->setup(&e);
         KIT_CHECK(e.m);
         snapshot before = snap(&e);
-        uint64_t injected = dmm_fault_injected(e.fault), calls = dmm_fault_calls(e.fault, DMM_OP_ANY);
+        uint64_t injected = dmm_fault_injected(e.fault);
         DMM_OK_OR_FAIL(dmm_fault_plan(e.fault, DMM_OP_ANY, n, md == ONCE ? 1 : UINT32_MAX,
                                       md == LOST ? DMM_ERR_DEVICE_LOST : DMM_ERR_DRIVER));
-        if (md == RUN_REFUSED) DMM_OK_OR_FAIL(dmm_fault_plan(e.fault, DMM_OP_UNMAP, 1, 1, DMM_ERR_DRIVER));
         result r = k->run(&e);
         seen[r.is_outcome ? dmm_release_state_of(&r.o) : r.status == DMM_OK ? 0 : 2]++;
-        bool hit = dmm_fault_calls(e.fault, DMM_OP_ANY) - calls >= n; /* call n was made, and failed */
-        bool faulted = dmm_fault_injected(e.fault) != injected;     /* (RUN_REFUSED: maybe its unmap alone) */
+        bool hit = dmm_fault_injected(e.fault) != injected;
         if (md != LOST || !hit) DMM_OK_OR_FAIL(dmm_fault_clear(e.fault));
         steps++;
         if (e.m == NULL) { /* destroy succeeded */
@@ -182,7 +177,6 @@ static int sweep(const sweep_case *k, mode md, int seen[3]) {
         kit_reissue_check(e.m);
         env_end(&e);
         if (!hit) {
-            if (faulted) break; /* RUN_REFUSED of an op whose first unmap was one chunk's: honest above */
             if (r.is_outcome) assert_int_equal(r.o.state, DMM_RELEASE_COMPLETE);
             else if (r.status != DMM_OK) fail_msg("%s: failed without a fault: %s", k->name, dmm_last_error());
             break;
@@ -192,10 +186,10 @@ static int sweep(const sweep_case *k, mode md, int seen[3]) {
 }
 
 static void run_sweeps(const sweep_case *k, int seen[3]) {
-    int a = sweep(k, ONCE, seen), b = sweep(k, STICKY, seen), c = sweep(k, LOST, seen), d = sweep(k, RUN_REFUSED, seen);
-    print_message("  %-34s %3d + %3d + %3d + %3d steps (once, sticky, device lost, run refused): %d complete/ok, "
-                  "%d quarantined, %d failed\n",
-                  k->name, a, b, c, d, seen[0], seen[1], seen[2]);
+    int a = sweep(k, ONCE, seen), b = sweep(k, STICKY, seen), c = sweep(k, LOST, seen);
+    print_message("  %-34s %3d + %3d + %3d steps (once, sticky, device lost): %d complete/ok, %d quarantined, "
+                  "%d failed\n",
+                  k->name, a, b, c, seen[0], seen[1], seen[2]);
 }
 
 /* ---- the operations ---- */
@@ -328,21 +322,12 @@ static result op_drain(env *e) {
     return r;
 }
 
-/* Makes the k-th of an operation's one-by-one unmaps fail once: its run of side-by-side chunks is
- * refused first (its first unmap), then its chunks are unmapped one at a time and the k-th fails (the
- * ANY plan counts the refused run as call 1: a decommit or a release makes no call before its
- * unmaps). */
-static void fail_chunk_unmap(env *e, uint64_t k) {
-    DMM_OK_OR_FAIL(dmm_fault_plan(e->fault, DMM_OP_UNMAP, 1, 1, DMM_ERR_DRIVER));
-    DMM_OK_OR_FAIL(dmm_fault_plan(e->fault, DMM_OP_ANY, 1 + k, 1, DMM_ERR_DRIVER));
-}
-
 static void setup_cache_and_poison(env *e) {
     dmm_allocation a, b;
     DMM_OK_OR_FAIL(dmm_mechanism_allocate(e->m, 4 * MIB, 0, &a));
     DMM_OK_OR_FAIL(dmm_mechanism_allocate(e->m, 4 * MIB, 0, &b));
     assert_int_equal(dmm_mechanism_release(e->m, &a).state, DMM_RELEASE_COMPLETE); /* two cached handles */
-    fail_chunk_unmap(e, 2);
+    DMM_OK_OR_FAIL(dmm_fault_plan(e->fault, DMM_OP_UNMAP, 2, 1, DMM_ERR_DRIVER));
     dmm_release_outcome o = dmm_mechanism_release(e->m, &b); /* one chunk poisoned */
     assert_int_equal(o.state, DMM_RELEASE_QUARANTINED);
     DMM_OK_OR_FAIL(dmm_fault_clear(e->fault));
@@ -453,7 +438,7 @@ static void failed_unmap_poisons_the_chunk(void **state) {
     DMM_OK_OR_FAIL(dmm_mechanism_allocate(e.m, 5 * MIB, 0, &a)); /* granules 0-2, the last one half used */
     DMM_OK_OR_FAIL(dmm_mechanism_allocate_committed(e.m, 512 * KIB, 0, NULL, 0, &b)); /* VA only, in a's tail */
     assert_ptr_equal(b.ptr, (char *)a.ptr + 5 * MIB);
-    fail_chunk_unmap(&e, 3); /* the chunk of granule 2 */
+    DMM_OK_OR_FAIL(dmm_fault_plan(e.fault, DMM_OP_UNMAP, 3, 1, DMM_ERR_DRIVER)); /* the chunk of granule 2 */
     snapshot before = snap(&e);
     dmm_release_outcome o = dmm_mechanism_release(e.m, &a);
     assert_int_equal(o.state, DMM_RELEASE_QUARANTINED);
@@ -554,7 +539,7 @@ static void decommit_restores_on_a_failed_unmap(void **state) {
     env_init(&e, 2 * MIB, 0);
     setup_three_chunks(&e);
     dmm_allocation a = e.live[0];
-    fail_chunk_unmap(&e, 2);
+    DMM_OK_OR_FAIL(dmm_fault_plan(e.fault, DMM_OP_UNMAP, 2, 1, DMM_ERR_DRIVER));
     uint64_t maps = dmm_fault_calls(e.fault, DMM_OP_MAP);
     snapshot before = snap(&e);
     dmm_release_outcome o = dmm_mechanism_decommit(e.m, &a, (dmm_range){0, 6 * MIB});
@@ -586,7 +571,7 @@ static void decommit_quarantines_when_the_restore_fails(void **state) {
         env_init(&e, 2 * MIB, 0);
         setup_three_chunks(&e);
         dmm_allocation a = e.live[0];
-        fail_chunk_unmap(&e, 2);
+        DMM_OK_OR_FAIL(dmm_fault_plan(e.fault, DMM_OP_UNMAP, 2, 1, DMM_ERR_DRIVER));
         DMM_OK_OR_FAIL(dmm_fault_plan(e.fault, second[v], 1, 1, DMM_ERR_DRIVER));
         snapshot before = snap(&e);
         dmm_release_outcome o = dmm_mechanism_decommit(e.m, &a, (dmm_range){0, 6 * MIB});
@@ -679,7 +664,7 @@ static void poisoning_a_fragmented_granule_keeps_every_byte(void **state) {
     }
     for (int i = 0; i < NX; i += 2) assert_int_equal(dmm_mechanism_release(e.m, &x[i]).state, DMM_RELEASE_COMPLETE);
     KIT_CHECK(e.m);
-    fail_chunk_unmap(&e, 3); /* the chunk of granule 2 */
+    DMM_OK_OR_FAIL(dmm_fault_plan(e.fault, DMM_OP_UNMAP, 3, 1, DMM_ERR_DRIVER)); /* the chunk of granule 2 */
     dmm_release_outcome o = dmm_mechanism_release(e.m, &a);
     assert_int_equal(o.state, DMM_RELEASE_QUARANTINED);
     assert_int_equal(o.residual_owned_bytes, 2 * MIB);

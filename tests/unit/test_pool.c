@@ -268,83 +268,6 @@ static void moves_of_one_growth_share_one_grant(void **state) {
     fx_close(f);
 }
 
-/* The chunks a growth moves that lie side by side at their old places are unmapped there in one
- * driver call (one decommit of their run), one call each without a batch. A refused run is unmapped
- * one chunk at a time, as if it had not been tried. A run whose one-by-one unmap fails half-way and
- * cannot be undone (QUARANTINED) says nothing of each chunk: the pool asks the mechanism, poisons the
- * chunk that went, keeps the two still mapped free, and stays whole. */
-static void moved_chunks_side_by_side_are_unmapped_in_one_call(void **state) {
-    (void)state;
-    for (int batched = 1; batched >= 0; batched--) {
-        dmm_pool_config pc = {.size = sizeof pc, .move_batch_bytes = batched ? 4 * C : 0};
-        fx *f = fx_open(&pc, 4 * C);
-        char *x[7];
-        for (int i = 0; i < 7; i++) x[i] = xmalloc(f, C, NULL);
-        for (int i = 0; i < 3; i++) xfree(f, x[i], NULL); /* one free block of three chunks, side by side */
-        uint64_t unmaps = calls(f, DMM_OP_UNMAP);
-        char *y = xmalloc(f, 3 * C + 4096, NULL); /* four chunks: fits in no free block; three move */
-        memset(y, 5, 3 * C + 4096);
-        assert_int_equal(stats(f).chunks_moved, 3);
-        assert_int_equal(calls(f, DMM_OP_UNMAP) - unmaps, batched ? 1 : 3);
-        DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
-        xfree(f, y, NULL);
-        for (int i = 3; i < 7; i++) xfree(f, x[i], NULL);
-        fx_close(f);
-    }
-    for (int quarantined = 0; quarantined < 2; quarantined++) {
-        dmm_pool_config pc = {.size = sizeof pc, .move_batch_bytes = 4 * C};
-        fx *f = fx_open(&pc, 4 * C);
-        char *x[7];
-        for (int i = 0; i < 7; i++) x[i] = xmalloc(f, C, NULL);
-        for (int i = 0; i < 3; i++) xfree(f, x[i], NULL);
-        dmm_test_pool_poll_until_reaped(f->pool); /* the frees' events done: the malloc's first call unmaps */
-        uint64_t unmaps = calls(f, DMM_OP_UNMAP);
-        DMM_OK_OR_FAIL(dmm_fault_plan(f->drv, DMM_OP_UNMAP, 1, 1, DMM_ERR_DRIVER)); /* the run refused */
-        if (quarantined) { /* then the second chunk's unmap fails, and mapping the first back too */
-            DMM_OK_OR_FAIL(dmm_fault_plan(f->drv, DMM_OP_ANY, 3, 1, DMM_ERR_DRIVER));
-            DMM_OK_OR_FAIL(dmm_fault_plan(f->drv, DMM_OP_MAP, 1, 1, DMM_ERR_DRIVER));
-        }
-        void *y = NULL;
-        dmm_status st = dmm_pool_malloc(f->pool, 3 * C + 4096, NULL, &y);
-        DMM_OK_OR_FAIL(dmm_fault_clear(f->drv));
-        DMM_OK_OR_FAIL(dmm_pool_check(f->pool));
-        dmm_pool_stats s = stats(f);
-        if (!quarantined) {
-            DMM_OK_OR_FAIL(st);
-            assert_int_equal(calls(f, DMM_OP_UNMAP) - unmaps, 1 + 3);
-            assert_int_equal(s.chunks_moved, 3);
-            memset(y, 5, 3 * C + 4096);
-            xfree(f, y, NULL);
-        } else {
-            assert_int_not_equal(st, DMM_OK); /* the arena is quarantined now: its commits are refused */
-            assert_null(y);
-            assert_int_equal(s.chunks_moved, 0);
-            assert_int_equal(s.chunks_poisoned, 1);             /* the first: unmapped, never used again */
-            assert_int_equal(s.committed_bytes.current, 6 * C); /* the other two stay mapped, and free */
-            for (int i = 0; i < 4; i++) { /* the poisoned VA is never handed out again */
-                char *q = NULL;
-                if (dmm_pool_malloc(f->pool, C, NULL, (void **)&q) != DMM_OK) continue;
-                assert_true(q + C <= x[0] || x[0] + C <= q);
-                memset(q, 1, C); /* mapped memory */
-                xfree(f, q, NULL);
-            }
-        }
-        for (int i = 3; i < 7; i++) xfree(f, x[i], NULL);
-        if (!quarantined) {
-            fx_close(f);
-            continue;
-        }
-        DMM_OK_OR_FAIL(dmm_pool_check(f->pool)); /* the pool goes; the arena keeps its VA out of use */
-        assert_int_equal(dmm_pool_destroy(f->pool), DMM_ERR_QUARANTINED);
-        dmm_test_error_mentions("dmm_pool_destroy", "quarantined", NULL);
-        DMM_OK_OR_FAIL(dmm_mechanism_destroy(f->arena));
-        dmm_test_census_zero(f->host);
-        dmm_driver_destroy(f->drv);
-        dmm_driver_destroy(f->host);
-        free(f);
-    }
-}
-
 /* Another stream's growth takes a heap's whole free chunks behind completed fences, but not the one
  * that heap's own stream reuses next: streams in use, each with less live memory than a chunk, once
  * took each other's only chunk in turn (a move and a growth on every switch, in the steady state). */
@@ -1313,7 +1236,6 @@ int main(void) {
         cmocka_unit_test(free_blocks_coalesce_and_growth_extends_a_free_block),
         cmocka_unit_test(a_full_retention_limit_moves_chunks_instead_of_growing),
         cmocka_unit_test(moves_of_one_growth_share_one_grant),
-        cmocka_unit_test(moved_chunks_side_by_side_are_unmapped_in_one_call),
         cmocka_unit_test(streams_in_use_do_not_take_each_others_last_chunk),
         cmocka_unit_test(a_larger_max_chunk_grows_by_one_handle_sized_to_the_need),
         cmocka_unit_test(a_divisor_cuts_handles_no_smaller_than_the_floor),
