@@ -30,6 +30,8 @@ unless said otherwise):
   llama-var  the same model, rounds of varying batch and prompt (4x128, 8x64, 2x256, 6x96; 16 new tokens)
   moe    a Mixtral-style MoE (hidden 1024, 8 layers, 8 experts, top-2, bf16) generating the same rounds
   bert   BERT-base fp16 inference over random batch (8-64) x sequence (32-512): shapes never repeat
+  bw     memory-bound kernels (matrix-vector products over 1 GiB of bf16 weights, a 256 MiB copy) over memory
+         allocated once: the bandwidth of the allocator's mappings, e.g. dmm against dmm-h0 (2 MiB handles)
 A step's time is wall time from its start to a synchronize after it (what the user waits for); a loop's time
 is the sum of its steps'.
 --regrowths K adds, in each process after its steps, K more first steps, each of a fresh model after the
@@ -291,8 +293,30 @@ def make_bert(torch):
     return model, step
 
 
+def make_bw(torch):
+    """The bandwidth of the memory the allocator hands out: 16 bf16 matrices of 4,096 x 8,192 (1 GiB, allocated
+    once, as a model's weights are: under dmm in handles of the mode's sizes), each read by a matrix-vector
+    product 32 times a step, and a 256 MiB tensor copied 8 times. Nothing is allocated in a step but the
+    products' outputs, so a step's time is that of memory-bound kernels over the allocator's mappings."""
+    ws = [torch.randn(4096, 8192, dtype=torch.bfloat16, device="cuda") for _ in range(16)]
+    x = torch.randn(8192, dtype=torch.bfloat16, device="cuda")
+    a = torch.randn(128 << 20, dtype=torch.bfloat16, device="cuda")
+    b = torch.empty_like(a)
+
+    def step(i):
+        y = None
+        for _ in range(32):
+            for w in ws:
+                y = w @ x
+        for _ in range(8):
+            b.copy_(a)
+        return float(y.float().sum())
+
+    return (ws, a, b), step
+
+
 MAKERS = {"gpt2": make_gpt2, "vit": make_vit, "llama": make_llama, "llama-var": make_llama_var, "moe": make_moe,
-          "bert": make_bert}
+          "bert": make_bert, "bw": make_bw}
 
 
 def write_trace(snapshot, path, workload, reserved):
