@@ -124,26 +124,46 @@ static int read_metric(const json_t *v, size_t i, const char *what, dmm_bench_me
     return 0;
 }
 
-static int by_name_index(const void *x, const void *y) {
-    const dmm_bench_metric *const *a = x, *const *b = y;
-    int c = strcmp((*a)->name, (*b)->name);
-    return c != 0 ? c : *a < *b ? -1 : *a > *b; /* equal names: in the file's order */
+/* A file's metrics sorted by name: repeated names found, and lookups made, in log time (a scan per
+ * metric was quadratic). */
+typedef struct by_name {
+    const dmm_bench_metric **v;
+    size_t n;
+} by_name;
+
+static int metric_ptr_cmp(const void *x, const void *y) {
+    return strcmp((*(const dmm_bench_metric *const *)x)->name, (*(const dmm_bench_metric *const *)y)->name);
+}
+
+static bool by_name_make(by_name *s, const dmm_bench_file *f) {
+    s->n = f->n;
+    s->v = malloc((f->n ? f->n : 1) * sizeof *s->v);
+    if (s->v == NULL) return false;
+    for (size_t i = 0; i < f->n; i++) s->v[i] = &f->m[i];
+    qsort(s->v, s->n, sizeof *s->v, metric_ptr_cmp);
+    return true;
 }
 
 /* The first metric (in the file's order) whose name an earlier one has: its index; f->n when none
  * repeats; SIZE_MAX when out of memory. n log n (a sort). */
 static size_t first_repeated(const dmm_bench_file *f) {
-    const dmm_bench_metric **v = malloc((f->n ? f->n : 1) * sizeof *v);
-    if (v == NULL) return SIZE_MAX;
-    for (size_t i = 0; i < f->n; i++) v[i] = &f->m[i];
-    qsort(v, f->n, sizeof *v, by_name_index);
+    by_name s;
+    if (!by_name_make(&s, f)) return SIZE_MAX;
     size_t first = f->n;
-    for (size_t i = 1; i < f->n; i++) {
-        if (strcmp(v[i - 1]->name, v[i]->name) != 0) continue;
-        size_t later = (size_t)(v[i] - f->m); /* the later of an equal pair (the sort kept the file's order) */
-        if (later < first) first = later;
+    for (size_t i = 0, j; i < s.n; i = j) { /* each run of one name: its second in the file's order */
+        size_t lo = SIZE_MAX, second = SIZE_MAX;
+        for (j = i; j < s.n && strcmp(s.v[j]->name, s.v[i]->name) == 0; j++) {
+            size_t k = (size_t)(s.v[j] - f->m);
+            if (k < lo) {
+                second = lo;
+                lo = k;
+            } else if (k < second) {
+                second = k;
+            }
+        }
+        if (second < first) first = second;
     }
-    free(v);
+    free(s.v);
     return first;
 }
 
@@ -240,25 +260,6 @@ static double sqrt_d(double x) {
         r = n;
     }
     return r;
-}
-
-/* A file's metrics sorted by name, for lookups in log time (a scan per metric was quadratic). */
-typedef struct by_name {
-    const dmm_bench_metric **v;
-    size_t n;
-} by_name;
-
-static int metric_ptr_cmp(const void *x, const void *y) {
-    return strcmp((*(const dmm_bench_metric *const *)x)->name, (*(const dmm_bench_metric *const *)y)->name);
-}
-
-static bool by_name_make(by_name *s, const dmm_bench_file *f) {
-    s->n = f->n;
-    s->v = malloc((f->n ? f->n : 1) * sizeof *s->v);
-    if (s->v == NULL) return false;
-    for (size_t i = 0; i < f->n; i++) s->v[i] = &f->m[i];
-    qsort(s->v, s->n, sizeof *s->v, metric_ptr_cmp); /* names are unique (read_file_obj) */
-    return true;
 }
 
 static const dmm_bench_metric *find(const by_name *s, const char *name) {

@@ -169,7 +169,7 @@ typedef struct ptarget {
 } ptarget;
 
 /* follow.c: a heap's record of its last mallocs (a ring by malloc ordinal, of POOL_RECORDS_FIRST
- * records, doubled up to POOL_RECORDS_MOST while the heap grows and finds no loop in it), and the plan
+ * records, widened once to POOL_RECORDS_MOST when the heap grows and finds no loop in it), and the plan
  * of a repeating loop that it follows. Times are the heap's events (its mallocs and frees, from 1). */
 #define POOL_RECORDS_FIRST 131072u
 #define POOL_RECORDS_MOST 1048576u
@@ -338,7 +338,7 @@ typedef struct pool_heap {
      * followed (NULL: none) */
     precord *records;
     uint64_t nrecords;     /* the ring's size (a power of two) */
-    uint64_t records_from; /* the oldest ordinal the ring may hold (the doubling kept only the newest) */
+    uint64_t records_from; /* the oldest ordinal the ring may hold (the widening kept only the newest) */
     uint64_t events;
     uint64_t next_look;
     uint64_t grown_at;

@@ -388,6 +388,14 @@ static void repeats_and_lookups_cost_n_log_n_comparisons_not_n_squared(void **st
     snprintf(want, sizeof want, "not a bench result: the metric \"m5\" appears twice (metric %d repeats it)",
              METRICS + 1);
     assert_sentence(err, want);
+    /* a name three times and another twice, interleaved: the first repeat in the file's order is named */
+    char m1[256], m2[256], m3[256], m4[256], m5[256], few[1400];
+    snprintf(few, sizeof few, "{\"bench\":\"b\",\"metrics\":[%s,%s,%s,%s,%s]}",
+             metric(m1, sizeof m1, "x", "lower", 1, 0), metric(m2, sizeof m2, "a", "lower", 1, 0),
+             metric(m3, sizeof m3, "x", "lower", 1, 0), metric(m4, sizeof m4, "a", "lower", 1, 0),
+             metric(m5, sizeof m5, "x", "lower", 1, 0));
+    assert_int_equal(dmm_bench_parse(few, strlen(few), "t.json", &a, err, sizeof err), -1);
+    assert_sentence(err, "not a bench result: the metric \"x\" appears twice (metric 3 repeats it)");
     free(t1);
     free(t2);
 }
