@@ -28,6 +28,15 @@
  * dmm_kv_refill tops it up ahead of need, off the decode thread, so that growth during decode maps a
  * handle it already has instead of creating one.
  *
+ * Fixed-length reads (config zero_tail): a kernel captured once in a CUDA graph reads every request
+ * up to one fixed length and masks what lies past each request's own (as over a static cache). With
+ * zero_tail, every granule of an open request's range that is not backed reads zeros: one granule of
+ * zeros, made once per arena, is mapped read-only there (writes fault), and growth, offload and
+ * restore swap it for the request's own granules and back. Cost: one mapping per granule of the range
+ * at open (map and access grant, no memory), one unmap per granule grown. A call that fails half-way
+ * maps the zeros back where it can; where it cannot, it says so, and the request's info counts the
+ * bytes a read would fault on (unreadable_bytes) until a later call maps them.
+ *
  * Releases report honestly (dmm_release_outcome): nothing is reused or refunded before the driver let
  * go of it.
  *
@@ -64,6 +73,8 @@ typedef struct dmm_kv_config {
     uint64_t reserve_bytes; /* physical handles kept for growth, rounded up to granules; 0 = 8 granules */
     bool refill_thread;     /* a thread of the arena's own tops the reserve up whenever growth took half of
                                it (dmm_kv_refill, off the caller's thread); false: the caller refills */
+    bool zero_tail;         /* every granule of a request's range that holds none of its tokens reads zeros
+                               (see "Fixed-length reads" above); false: reading it faults */
 } dmm_kv_config;
 
 /* A KV arena on `dev` (not owned: destroy the arena first): its own address space of max_requests
@@ -95,6 +106,8 @@ typedef struct dmm_kv_request_info {
     uint64_t private_bytes;   /* bytes of its own granules */
     uint64_t shared_bytes;    /* bytes of a prefix's granules mapped into it */
     uint64_t offloaded_bytes; /* bytes of its own held in host memory while it is offloaded (0: resident) */
+    uint64_t unreadable_bytes; /* bytes of its range that a read faults on: the range past what is backed
+                                  without zero_tail; with it 0, unless a failed call left a hole */
 } dmm_kv_request_info;
 DMM_API dmm_status dmm_kv_request_get(dmm_kv *kv, const dmm_kv_request *r, dmm_kv_request_info *out);
 

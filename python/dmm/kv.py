@@ -18,7 +18,10 @@ keys(l, n) / values(l, n) are the views attention reads: [kv_heads, n, head_dim]
 
 A view is valid while its request is open and only over backed tokens: reading past them reads unmapped
 memory, and writing into a prefix's tokens writes read-only memory (both a CUDA fault, which ends the
-process's CUDA context). close() refuses while any view of the request (from cache(), keys() or values(),
+process's CUDA context). With Arena(zero_tail=True) every token a request does not back reads zeros (one
+read-only granule of zeros mapped there), so a kernel captured once may read every request up to
+max_tokens and mask the rest, as over a static cache; info()["unreadable_bytes"] is 0 then, unless a
+failed call left a hole (its error says so). close() refuses while any view of the request (from cache(), keys() or values(),
 or sliced from them) is still referenced: after close the range may be another request's. Close a
 request only after the work that uses its views (on its streams) is done or ordered before the next use
 of the memory, as with any allocator's free. Views are DLPack tensors that name the arena's device (no
@@ -34,13 +37,14 @@ from . import _dlpack, _lib
 class _Config(ctypes.Structure):
     _fields_ = [("size", ctypes.c_uint32), ("token_bytes", ctypes.c_uint64), ("max_tokens", ctypes.c_uint64),
                 ("max_requests", ctypes.c_uint32), ("reserve_bytes", ctypes.c_uint64),
-                ("refill_thread", ctypes.c_bool)]
+                ("refill_thread", ctypes.c_bool), ("zero_tail", ctypes.c_bool)]
 
 
 class _RequestInfo(ctypes.Structure):
     _fields_ = [("size", ctypes.c_uint32), ("base", ctypes.c_void_p), ("backed_tokens", ctypes.c_uint64),
                 ("prefix_tokens", ctypes.c_uint64), ("private_bytes", ctypes.c_uint64),
-                ("shared_bytes", ctypes.c_uint64), ("offloaded_bytes", ctypes.c_uint64)]
+                ("shared_bytes", ctypes.c_uint64), ("offloaded_bytes", ctypes.c_uint64),
+                ("unreadable_bytes", ctypes.c_uint64)]
 
 
 _STATS = ("granule", "range_bytes", "requests", "prefixes", "private_bytes", "shared_bytes", "mapped_shared_bytes",
@@ -104,7 +108,7 @@ class Arena:
     """A KV arena on one CUDA device (default: the current one). Its memory is budgeted with torch's."""
 
     def __init__(self, *, layers, kv_heads, head_dim, dtype, max_tokens, max_requests=0, reserve_bytes=0,
-                 refill_thread=False, device=None):
+                 refill_thread=False, zero_tail=False, device=None):
         torch = _lib.import_torch("dmm.kv.Arena")
         if not isinstance(dtype, torch.dtype):
             raise TypeError("dtype must be a torch.dtype (e.g. torch.bfloat16), not %r" % (dtype,))
@@ -123,7 +127,7 @@ class Arena:
                              % (self.max_tokens, self.token_bytes))
         self._lib = _calls()
         cfg = _Config(ctypes.sizeof(_Config), self.token_bytes, self.max_tokens, _count(max_requests, "max_requests"),
-                      _count(reserve_bytes, "reserve_bytes"), bool(refill_thread))
+                      _count(reserve_bytes, "reserve_bytes"), bool(refill_thread), bool(zero_tail))
         kv = _P()
         with torch.cuda.device(self.device):
             _lib.check(self._lib.dmm_torch_kv_create(self.device.index, ctypes.byref(cfg), ctypes.byref(kv)),
@@ -238,7 +242,8 @@ class Request:
         return self._r
 
     def info(self):
-        """base (int address), backed_tokens, prefix_tokens, private_bytes, shared_bytes, offloaded_bytes."""
+        """base (int address), backed_tokens, prefix_tokens, private_bytes, shared_bytes, offloaded_bytes,
+        unreadable_bytes (of its range, what a read faults on)."""
         inf = _RequestInfo(ctypes.sizeof(_RequestInfo))
         self._arena._call("dmm_torch_kv_request_get", "dmm.kv.Request.info", self._handle(), ctypes.byref(inf))
         return {n: (getattr(inf, n) or 0) for n, _ in _RequestInfo._fields_ if n != "size"}

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* src/kv/granules.c — the bottom of the KV arena's files (kv_internal.h): what every operation does to
  * a request's granules and to what a failed release left. Backing a request (one commit at its end,
- * which wakes the refill thread when the reserve ran low), one copy waited for, keeping what a failed
- * undo left for destroy, the refusal count, and the shared sentences. prefixes.c, preempt.c and kv.c
- * stand above it; it calls none of them.
+ * which wakes the refill thread when the reserve ran low), the zeros mapped where a request holds no
+ * tokens (zero_tail: the arena's zero granule, made and given back here), one copy waited for,
+ * keeping what a failed undo left for destroy, the refusal count, and the shared sentences.
+ * prefixes.c, preempt.c and kv.c stand above it; it calls none of them.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -81,11 +82,98 @@ static void maybe_wake_refill(dmm_kv *kv) {
     pthread_mutex_unlock(&kv->lock);
 }
 
+/* ---- the zeros where a request holds no tokens (zero_tail) ---- */
+dmm_status dmm__kv_zero_make(dmm_kv *kv) {
+    if (!dmm__drv_can_host_alloc(kv->drv))
+        return dmm_error_set(DMM_ERR_UNSUPPORTED, "zero_tail needs host memory to fill its granule of zeros from, "
+                             "and driver '%s' has none (its host_alloc slot); create the arena without zero_tail",
+                             kv->drv->ops->name);
+    dmm_range all = {0, (size_t)kv->granule};
+    dmm_status s = dmm_mechanism_allocate_committed(kv->arena, (size_t)kv->granule, (size_t)kv->granule, &all, 1,
+                                                    &kv->zero_owner);
+    if (s != DMM_OK) return dmm__error_wrap(s, "making the granule of zeros");
+    kv->has_zero_owner = true;
+    s = dmm_lease_grow(kv->gov, kv->host_lease, kv->granule, 0); /* the zeros copied from, for one copy */
+    if (s != DMM_OK) return dmm__error_wrap(s, "no room on the host tier for the %llu bytes the zeros are copied from",
+                                            (unsigned long long)kv->granule);
+    void *host = NULL;
+    s = dmm__drv_host_alloc(kv->drv, (size_t)kv->granule, &host);
+    if (s == DMM_OK) {
+        memset(host, 0, (size_t)kv->granule);
+        s = dmm__kv_copy_and_wait(kv, (uintptr_t)kv->zero_owner.ptr, (uintptr_t)host, kv->granule, NULL);
+    }
+    if (host != NULL && dmm__drv_host_free(kv->drv, host) != DMM_OK) { /* held still: charged, kept for destroy */
+        pthread_mutex_lock(&kv->lock);
+        kv->host_bytes += kv->granule;
+        pthread_mutex_unlock(&kv->lock);
+        dmm__kv_keep_host(kv, host, kv->granule);
+    } else {
+        (void)dmm_lease_shrink(kv->gov, kv->host_lease, kv->granule, 0);
+    }
+    if (s == DMM_OK) s = dmm_prefix_create(kv->arena, &kv->zero_owner, all, &kv->zero);
+    if (s != DMM_OK) return dmm__error_wrap(s, "filling the granule of zeros");
+    kv->has_zero = true;
+    return DMM_OK;
+}
+
+bool dmm__kv_zero_drop(dmm_kv *kv) {
+    if (kv->has_zero) {
+        dmm_release_outcome o = dmm_prefix_release(kv->arena, &kv->zero);
+        if (dmm_release_state_of(&o) == DMM_RELEASE_FAILED) return false;
+        kv->has_zero = false;
+    }
+    if (kv->has_zero_owner) {
+        dmm_release_outcome o = dmm_mechanism_release(kv->arena, &kv->zero_owner);
+        if (dmm_release_state_of(&o) == DMM_RELEASE_FAILED) return false;
+        kv->has_zero_owner = false;
+    }
+    return true;
+}
+
+dmm_status dmm__kv_zero_fill(dmm_kv *kv, dmm_kv_request *r) {
+    if (!kv->zero_tail) return DMM_OK;
+    while (r->zero_from > r->backed) {
+        uint64_t at = r->zero_from - kv->granule;
+        dmm_status s = dmm_prefix_commit(kv->arena, &kv->zero, &r->a, (size_t)at);
+        if (s != DMM_OK)
+            return dmm__error_wrap(s, "mapping zeros at byte %llu of request %p failed: %llu bytes of its range fault "
+                                   "when read until a later grow, offload or restore maps them",
+                                   (unsigned long long)at, (void *)r, (unsigned long long)(r->zero_from - r->backed));
+        pthread_mutex_lock(&kv->lock);
+        r->zero_from = at;
+        pthread_mutex_unlock(&kv->lock);
+    }
+    return DMM_OK;
+}
+
+/* zero_tail: unmaps the zeros in [backed, to) so that r's own granules can be mapped there. FAILED:
+ * nothing changed; QUARANTINED: the driver kept some of those mappings (out of use), which r cannot
+ * grow over. */
+static dmm_status unzero(dmm_kv *kv, dmm_kv_request *r, uint64_t to) {
+    uint64_t lo = r->zero_from > r->backed ? r->zero_from : r->backed;
+    if (to <= lo) return DMM_OK; /* none mapped there (always so without zero_tail: zero_from = range_bytes) */
+    dmm_release_outcome o = dmm_mechanism_decommit(kv->arena, &r->a, (dmm_range){(size_t)lo, (size_t)(to - lo)});
+    dmm_release_state st = dmm_release_state_of(&o);
+    if (st == DMM_RELEASE_FAILED)
+        return dmm__error_wrap(o.failure != DMM_OK ? o.failure : DMM_ERR_DRIVER, "unmapping the zeros at bytes "
+                               "[%llu, %llu) of request %p failed; nothing changed",
+                               (unsigned long long)lo, (unsigned long long)to, (void *)r);
+    pthread_mutex_lock(&kv->lock);
+    r->zero_from = to;
+    pthread_mutex_unlock(&kv->lock);
+    if (st == DMM_RELEASE_COMPLETE) return DMM_OK;
+    return dmm_error_set(DMM_ERR_QUARANTINED, "unmapping the zeros at bytes [%llu, %llu) of request %p did not "
+                         "complete: the driver kept some of those mappings (out of use), and the request cannot grow "
+                         "over them", (unsigned long long)lo, (unsigned long long)to, (void *)r);
+}
+
 dmm_status dmm__kv_back_to(dmm_kv *kv, dmm_kv_request *r, uint64_t bytes) {
     if (bytes <= r->backed) return DMM_OK;
+    dmm_status s = unzero(kv, r, bytes);
+    if (s != DMM_OK) return s;
     dmm_range range = {(size_t)r->backed, (size_t)(bytes - r->backed)};
     uint64_t mapped = 0;
-    dmm_status s = dmm_mechanism_commit(kv->arena, &r->a, range, &mapped);
+    s = dmm_mechanism_commit(kv->arena, &r->a, range, &mapped);
     if (s == DMM_ERR_BUDGET || s == DMM_ERR_OUT_OF_MEMORY) {
         /* the arena's lease is the device holder's own, which the governor never asks to give back for
          * its own charge: what the device's pool caches (a framework's freed tensors) goes first here */
@@ -103,6 +191,13 @@ dmm_status dmm__kv_back_to(dmm_kv *kv, dmm_kv_request *r, uint64_t bytes) {
     }
     if (s != DMM_OK) {
         dmm__kv_refused(kv, s);
+        dmm_error_kept why = {0};
+        dmm__error_keep(&why, s);
+        bool hole = dmm__kv_zero_fill(kv, r) != DMM_OK; /* the zeros back where the commit left nothing */
+        s = dmm__error_restore(&why);
+        if (hole)
+            s = dmm__error_wrap(s, "(and zeros could not be mapped back over %llu bytes of request %p's range: "
+                                "reading them faults)", (unsigned long long)(r->zero_from - r->backed), (void *)r);
         return s;
     }
     pthread_mutex_lock(&kv->lock);

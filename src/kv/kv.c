@@ -127,6 +127,7 @@ dmm_status dmm_kv_create(dmm_device *dev, const dmm_kv_config *cfg, dmm_kv **out
     kv->range_bytes = range;
     kv->max_requests = nreq;
     kv->reserve_bytes = reserve;
+    kv->zero_tail = k.zero_tail;
     pthread_mutex_init(&kv->lock, NULL);
     pthread_cond_init(&kv->wake, NULL);
     s = dmm_lease_reserve(dev->holder, dev->dev, DMM_ROLE_KV_CACHE, 0, 0, &kv->lease);
@@ -137,16 +138,25 @@ dmm_status dmm_kv_create(dmm_device *dev, const dmm_kv_config *cfg, dmm_kv **out
         dmm_arena_config ac;
         memset(&ac, 0, sizeof ac);
         ac.size = sizeof ac;
-        ac.reserve_bytes = (uint64_t)nreq * (range + gran) + reserve; /* requests, prefix tails, a refill */
+        ac.reserve_bytes = (uint64_t)nreq * (range + gran) + reserve + gran; /* requests, prefix tails, a refill,
+                                                                                the zeros */
         ac.chunk_limit_bytes = gran;                                   /* one handle per granule */
         ac.cache_limit_bytes = reserve;
         ac.min_align = gran;
         ac.accounting = &kv->acct;
         s = dmm_arena_create(kv->drv, &ac, &kv->arena);
     }
-    if (s == DMM_OK && k.refill_thread && !refill_start(kv)) {
+    bool made = s == DMM_OK;
+    if (s == DMM_OK && k.zero_tail) s = dmm__kv_zero_make(kv);
+    if (s == DMM_OK && k.refill_thread && !refill_start(kv))
         s = dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm_kv_create: the refill thread could not be started");
+    if (s != DMM_OK && made) { /* nothing else holds the arena yet */
+        dmm_error_kept why = {0};
+        dmm__error_keep(&why, s);
+        (void)dmm__kv_zero_drop(kv);
+        (void)release_stuck(kv);
         (void)dmm_mechanism_destroy(kv->arena);
+        s = dmm__error_restore(&why);
     }
     if (s != DMM_OK) {
         dmm__error_wrap(s, "dmm_kv_create: the KV arena of device %d was not created", (int)dev->dev.index);
@@ -154,6 +164,7 @@ dmm_status dmm_kv_create(dmm_device *dev, const dmm_kv_config *cfg, dmm_kv **out
         if (kv->lease) (void)dmm_lease_release(kv->gov, kv->lease);
         pthread_cond_destroy(&kv->wake);
         pthread_mutex_destroy(&kv->lock);
+        free(kv->stuck);
         free(kv);
         return s;
     }
@@ -175,6 +186,9 @@ dmm_status dmm_kv_destroy(dmm_kv *kv) {
                                      : dmm_error_set(DMM_ERR_BUSY, "dmm_kv_destroy: %zu release(s) that failed before "
                                                      "fail again (the driver still holds their memory); retry later",
                                                      kv->nstuck);
+    if (s == DMM_OK && !dmm__kv_zero_drop(kv))
+        s = dmm_error_set(DMM_ERR_BUSY, "dmm_kv_destroy: the driver refused to give the granule of zeros (zero_tail) "
+                          "back; retry later");
     if (s == DMM_OK) s = dmm_mechanism_destroy(kv->arena);
     if (s != DMM_OK) {
         if (had_thread) (void)refill_start(kv); /* the arena stays as it was */
@@ -255,9 +269,11 @@ dmm_status dmm_kv_open(dmm_kv *kv, const dmm_kv_prefix *prefix, uint64_t tokens,
                              op, (unsigned long long)tokens, (unsigned long long)prefix_tokens);
     }
     r->prefix = p;
+    r->zero_from = kv->range_bytes;
     s = dmm_mechanism_allocate_committed(kv->arena, (size_t)kv->range_bytes, (size_t)kv->granule, NULL, 0, &r->a);
     if (s == DMM_OK && p != NULL) s = dmm__kv_attach(kv, r, p, stream);
     if (s == DMM_OK) s = dmm__kv_back_to(kv, r, bytes_for(kv, tokens));
+    if (s == DMM_OK) s = dmm__kv_zero_fill(kv, r);
     if (s != DMM_OK) {
         dmm_error_kept why = {0};
         dmm__error_wrap(s, "%s: a request of %llu tokens%s was not opened", op, (unsigned long long)tokens,
@@ -326,7 +342,7 @@ dmm_release_outcome dmm_kv_close(dmm_kv *kv, dmm_kv_request *r) {
 
 dmm_status dmm_kv_request_get(dmm_kv *kv, const dmm_kv_request *r, dmm_kv_request_info *out) {
     if (kv == NULL || r == NULL || out == NULL) return dmm__kv_null("dmm_kv_request_get", "an arena, a request and an output");
-    if (out->size < sizeof *out)
+    if (out->size < offsetof(dmm_kv_request_info, unreadable_bytes)) /* (unreadable_bytes came later) */
         return dmm_error_set(DMM_ERR_SHORT_STRUCT, "dmm_kv_request_get: set .size = sizeof(dmm_kv_request_info)");
     pthread_mutex_lock(&kv->lock);
     bool open = dmm__kv_request_open_locked(kv, r);
@@ -338,6 +354,7 @@ dmm_status dmm_kv_request_get(dmm_kv *kv, const dmm_kv_request *r, dmm_kv_reques
         out->private_bytes = r->host != NULL ? 0 : r->backed - r->shared - r->lent;
         out->shared_bytes = r->shared;
         out->offloaded_bytes = r->host_bytes;
+        if (out->size >= sizeof *out) out->unreadable_bytes = r->zero_from - r->backed;
     }
     pthread_mutex_unlock(&kv->lock);
     return open ? DMM_OK : dmm__kv_unknown_request("dmm_kv_request_get", r);

@@ -10,6 +10,9 @@
  * lent bytes are its own whole granules that prefixes it made hold (Σ over its open prefixes); a
  * prefix's users are the open requests opened with it, and one that is `going` takes no more; what a
  * release could not give back (an undo that failed) is kept in `stuck` and retried at destroy.
+ * With zero_tail, a request's range reads zeros from zero_from on (the arena's zero granule mapped
+ * read-only at each granule of [zero_from, range_bytes)) and zero_from ≥ backed: [backed, zero_from) is
+ * a hole (unmapped) that a failed call left, 0 bytes otherwise; without it zero_from = range_bytes.
  * Request fields change under kv.lock only; a request is driven by one thread at a time (kv.h), so its
  * driver reads them without the lock.
  */
@@ -45,6 +48,7 @@ struct dmm_kv_request {
     dmm_kv_prefix *prefix;    /* the prefix it was opened with, or NULL */
     void *host;               /* offloaded: its own bytes [shared, shared + host_bytes) in host memory */
     uint64_t host_bytes;
+    uint64_t zero_from;       /* [zero_from, range_bytes) reads zeros (zero_tail); range_bytes without */
     dmm_kv_request *next;
 };
 
@@ -67,6 +71,10 @@ struct dmm_kv {
     dmm_mechanism *arena;
     uint64_t granule, token_bytes, max_tokens, range_bytes, reserve_bytes;
     uint32_t max_requests;
+    bool zero_tail;           /* config zero_tail: unbacked granules map `zero` (kv.h, "Fixed-length reads") */
+    bool has_zero_owner, has_zero; /* zero_owner (one granule of zeros) and the prefix `zero` of it exist */
+    dmm_allocation zero_owner;
+    dmm_prefix zero;
 
     pthread_mutex_t lock;
     dmm_kv_request *requests;
@@ -90,8 +98,17 @@ dmm_status dmm__kv_unknown_request(const char *op, const dmm_kv_request *r);
 void dmm__kv_refused(dmm_kv *kv, dmm_status s);
 /* Whether r is an open request of kv (kv.lock held). */
 bool dmm__kv_request_open_locked(const dmm_kv *kv, const dmm_kv_request *r);
-/* Backs r up to `bytes` (whole granules, ≤ range_bytes): one commit of what is missing. */
+/* Backs r up to `bytes` (whole granules, ≤ range_bytes): one commit of what is missing, the zeros
+ * mapped there unmapped first (and mapped back when the commit fails). */
 dmm_status dmm__kv_back_to(dmm_kv *kv, dmm_kv_request *r, uint64_t bytes);
+/* zero_tail: maps the zero granule over r's hole [backed, zero_from), from its top down (each granule
+ * mapped moves zero_from down); an error when it cannot (the hole left is what stays). DMM_OK without
+ * zero_tail. */
+dmm_status dmm__kv_zero_fill(dmm_kv *kv, dmm_kv_request *r);
+/* zero_tail: makes the arena's zero granule (create) and gives it back (destroy: false while the
+ * driver refuses, kept for the next destroy). */
+dmm_status dmm__kv_zero_make(dmm_kv *kv);
+bool dmm__kv_zero_drop(dmm_kv *kv);
 /* One copy on `stream`, waited for (an event of the arena's own, recorded after it). */
 dmm_status dmm__kv_copy_and_wait(dmm_kv *kv, uintptr_t dst, uintptr_t src, uint64_t bytes, dmm_stream stream);
 /* What a failed undo left: kept (kv.lock taken here), retried at destroy. */

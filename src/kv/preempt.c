@@ -9,6 +9,9 @@
  * copies back, waits, and gives the host memory back. A request whose granules back a prefix that
  * other requests map is not moved.
  *
+ * With zero_tail the zeros go where the request's own granules went (offload, a failed restore) and
+ * leave where they come back (restore, through dmm__kv_back_to).
+ *
  * Release contract: a decommit the driver refused leaves the granules mapped and their contents
  * there (offload fails, nothing changed); a host free the driver refused keeps the copy charged, in
  * the arena's `stuck` list for destroy.
@@ -95,6 +98,9 @@ dmm_status dmm_kv_offload(dmm_kv *kv, dmm_kv_request *r, dmm_stream stream) {
     kv->host_bytes += bytes;
     kv->noffloaded++;
     pthread_mutex_unlock(&kv->lock);
+    if (dmm__kv_zero_fill(kv, r) != DMM_OK)
+        return dmm__error_wrap(dmm_last_status(), "%s: request %p is offloaded (its host copy holds its tokens), but "
+                               "not all of its range reads zeros", op, (void *)r);
     if (dmm_release_state_of(&o) == DMM_RELEASE_COMPLETE) return DMM_OK;
     return dmm_error_set(DMM_ERR_QUARANTINED, "%s: request %p is offloaded, but %llu bytes of its granules could not "
                          "be given back (quarantined, never reused)", op, (void *)r,
@@ -122,7 +128,12 @@ dmm_status dmm_kv_restore(dmm_kv *kv, dmm_kv_request *r, dmm_stream stream) {
                 pthread_mutex_unlock(&kv->lock);
             }
         }
-        return dmm__error_restore(&why);
+        bool hole = dmm__kv_zero_fill(kv, r) != DMM_OK;
+        s = dmm__error_restore(&why);
+        if (hole)
+            s = dmm__error_wrap(s, "(and zeros could not be mapped back over %llu bytes of its range: reading them "
+                                "faults)", (unsigned long long)(r->zero_from - r->backed));
+        return s;
     }
     dmm__kv_host_drop(kv, r);
     return DMM_OK;

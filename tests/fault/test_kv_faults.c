@@ -9,7 +9,9 @@
  * equal the driver's census of handle bytes plus the host copies the arena holds (nothing charged
  * that is not held, nothing held that is not charged); the arena's counts never wrap. After the pass,
  * with the faults cleared, every request closes, every prefix is released and the arena is destroyed
- * (what failed releases left is given back then), and the census is zero.
+ * (what failed releases left is given back then), and the census is zero. Swept twice more with
+ * zero_tail: then every resident request's range also reads zeros past what it backs, unless it says
+ * how many bytes do not (a hole a failed call left).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +36,7 @@ typedef struct pass {
     dmm_kv_request *r[NREQ];
     bool mapped_prefix[NREQ];
     dmm_kv_prefix *p;
+    bool zero_tail;
     int failures;
 } pass;
 
@@ -66,6 +69,15 @@ static void check(pass *x) {
         for (uint64_t t = 0; t < P; t += 97)
             if (b[t * TOKEN] != pat(t)) fail_msg("request %d reads 0x%02x at token %llu", i, b[t * TOKEN],
                                                  (unsigned long long)t);
+    }
+    for (int i = 0; i < NREQ && x->zero_tail; i++) {
+        if (x->r[i] == NULL) continue;
+        dmm_kv_request_info in = info(x, x->r[i]);
+        if (in.unreadable_bytes > 0) continue; /* said: a hole, which a read would fault on */
+        const unsigned char *b = in.base;
+        for (uint64_t at = in.backed_tokens * TOKEN; at < 4 * PER_GRANULE * TOKEN; at += GRAN / 2)
+            if (b[at] != 0) fail_msg("request %d reads 0x%02x at byte %llu, past its tokens", i, b[at],
+                                     (unsigned long long)at);
     }
 }
 
@@ -150,19 +162,20 @@ static void teardown(pass *x) {
     dmm_driver_destroy(x->host);
 }
 
-static void sweep(bool sticky) {
+static void sweep(bool sticky, bool zero_tail) {
     bool clean = false;
     int passes = 0, failures = 0;
     for (uint64_t nth = 1; !clean && nth < 2000; nth++) {
         pass x;
         memset(&x, 0, sizeof x);
+        x.zero_tail = zero_tail;
         DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &x.host));
         DMM_OK_OR_FAIL(dmm_fault_driver_create(x.host, &x.fault));
         DMM_OK_OR_FAIL(dmm_governor_create(NULL, &x.gov));
         dmm_device_config dc = {.size = sizeof dc, .pool_va_bytes = 256 * MIB};
         DMM_OK_OR_FAIL(dmm_device_create(x.fault, x.gov, &dc, &x.dev));
         dmm_kv_config kc = {.size = sizeof kc, .token_bytes = TOKEN, .max_tokens = 4 * PER_GRANULE,
-                            .max_requests = NREQ, .reserve_bytes = 2 * GRAN};
+                            .max_requests = NREQ, .reserve_bytes = 2 * GRAN, .zero_tail = zero_tail};
         DMM_OK_OR_FAIL(dmm_kv_create(x.dev, &kc, &x.kv));
         uint64_t injected0 = dmm_fault_injected(x.fault);
         DMM_OK_OR_FAIL(dmm_fault_plan(x.fault, DMM_OP_ANY, nth, sticky ? UINT32_MAX : 1, DMM_ERR_DRIVER));
@@ -174,23 +187,36 @@ static void sweep(bool sticky) {
     }
     assert_true(clean);
     assert_true(failures > 0);
-    printf("kv fault sweep (%s): %d passes, %d failed steps\n", sticky ? "sticky" : "once", passes, failures);
+    printf("kv fault sweep (%s%s): %d passes, %d failed steps\n", sticky ? "sticky" : "once",
+           zero_tail ? ", zero_tail" : "", passes, failures);
 }
 
 static void every_step_is_honest_under_one_fault(void **state) {
     (void)state;
-    sweep(false);
+    sweep(false, false);
 }
 
 static void every_step_is_honest_under_a_fault_that_stays(void **state) {
     (void)state;
-    sweep(true);
+    sweep(true, false);
+}
+
+static void zero_tails_are_honest_under_one_fault(void **state) {
+    (void)state;
+    sweep(false, true);
+}
+
+static void zero_tails_are_honest_under_a_fault_that_stays(void **state) {
+    (void)state;
+    sweep(true, true);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(every_step_is_honest_under_one_fault),
         cmocka_unit_test(every_step_is_honest_under_a_fault_that_stays),
+        cmocka_unit_test(zero_tails_are_honest_under_one_fault),
+        cmocka_unit_test(zero_tails_are_honest_under_a_fault_that_stays),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,7 +4,8 @@
  * a prefix of 40 tokens (two whole granules and a tail) held once, mapped into three requests (the
  * same physical bytes: a write through the owner reads back through a sharer) with its tail copied;
  * growth from a refilled reserve creating no handle; a request preempted to pinned host memory and
- * restored at the same addresses with its bytes. Every test ends with the arena and the device
+ * restored at the same addresses with its bytes; with zero_tail, a request's whole range reads on the
+ * device (zeros past its tokens) through growth and preemption. Every test ends with the arena and the device
  * destroyed and the cuda driver's census at zero. Exit 77 (skipped) without a GPU or CUDA driver. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,19 +29,21 @@ typedef struct fx {
     uint64_t per_granule;
 } fx;
 
-static void fx_open(fx *f) {
+static void fx_open_with(fx *f, bool zero_tail) {
     memset(f, 0, sizeof *f);
     DMM_OK_OR_FAIL(dmm_governor_create(NULL, &f->gov));
     dmm_device_config dc = {.size = sizeof dc, .pool_va_bytes = (uint64_t)1 << 30};
     DMM_OK_OR_FAIL(dmm_device_create(g_cuda, f->gov, &dc, &f->dev));
     dmm_kv_config kc = {.size = sizeof kc, .token_bytes = TOKEN, .max_tokens = 4608, .max_requests = 8,
-                        .reserve_bytes = (uint64_t)8 << 20};
+                        .reserve_bytes = (uint64_t)8 << 20, .zero_tail = zero_tail};
     DMM_OK_OR_FAIL(dmm_kv_create(f->dev, &kc, &f->kv));
     dmm_kv_stats st = {.size = sizeof st};
     DMM_OK_OR_FAIL(dmm_kv_stats_get(f->kv, &st));
     f->per_granule = st.granule / TOKEN;
     DMM_OK_OR_FAIL(g_cuda->ops->stream_create(g_cuda, &f->s));
 }
+
+static void fx_open(fx *f) { fx_open_with(f, false); }
 
 static void fx_close(fx *f) {
     DMM_OK_OR_FAIL(g_cuda->ops->stream_synchronize(g_cuda, f->s));
@@ -149,12 +152,44 @@ static void growth_from_the_reserve_and_preemption(void **state) {
     fx_close(&f);
 }
 
+/* zero_tail: the device reads a request's whole range (4,608 tokens: 288 granules) as zeros past its
+ * tokens, through growth and preemption; its own granules keep their bytes. */
+static void the_whole_range_reads_on_the_device(void **state) {
+    (void)state;
+    fx f;
+    fx_open_with(&f, true);
+    dmm_kv_request *r = NULL;
+    DMM_OK_OR_FAIL(dmm_kv_open(f.kv, NULL, f.per_granule + 1, f.s, &r));
+    void *base = base_of(&f, r);
+    const size_t range = 4608 * TOKEN, own = 2 * f.per_granule * TOKEN;
+    unsigned char *zeros = calloc(1, range), *kv = kit_pattern(5, own);
+    assert_non_null(zeros);
+    kit_expect(g_cuda, at(base, 0) + own, zeros, range - own, "the tail past two granules");
+    kit_put(g_cuda, at(base, 0), kv, own);
+    DMM_OK_OR_FAIL(dmm_kv_grow(f.kv, r, 3 * f.per_granule));
+    kit_expect(g_cuda, at(base, 0), kv, own, "the request's own granules after a growth");
+    kit_expect(g_cuda, at(base, 0) + own + f.per_granule * TOKEN, zeros, range - own - f.per_granule * TOKEN,
+               "the tail after a growth");
+    DMM_OK_OR_FAIL(dmm_kv_offload(f.kv, r, f.s));
+    kit_expect(g_cuda, at(base, 0), zeros, range, "the range while offloaded");
+    DMM_OK_OR_FAIL(dmm_kv_restore(f.kv, r, f.s));
+    kit_expect(g_cuda, at(base, 0), kv, own, "the request after its preemption");
+    dmm_kv_request_info i = {.size = sizeof i};
+    DMM_OK_OR_FAIL(dmm_kv_request_get(f.kv, r, &i));
+    assert_int_equal(i.unreadable_bytes, 0);
+    free(kv);
+    free(zeros);
+    close_ok(&f, r);
+    fx_close(&f);
+}
+
 int main(void) {
     g_cuda = kit_cuda_open_or_skip("test_kv_gpu");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(a_request_grows_token_by_token_in_place),
         cmocka_unit_test(a_prefix_is_held_once_on_the_device),
         cmocka_unit_test(growth_from_the_reserve_and_preemption),
+        cmocka_unit_test(the_whole_range_reads_on_the_device),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     dmm_driver_destroy(g_cuda);

@@ -9,7 +9,10 @@
  * (copy-on-write at the first divergent granule); the owner may close before its sharers; growth from
  * the reserve creates no handle; a request beyond the governor's limit is refused with a sentence and
  * changes nothing; a request is preempted to host memory and restored at the same addresses with its
- * bytes; a release the driver fails is reported FAILED and the request stays open; every
+ * bytes; with zero_tail every granule of a request's range that holds none of its tokens reads zeros
+ * (and faults when written), through growth, preemption and a failed growth, and a hole a failure left
+ * is counted and filled by the next growth; a release the driver fails is reported FAILED and the
+ * request stays open; every
  * test ends with the arena and the device destroyed and the host driver's census at zero.
  */
 #include <setjmp.h>
@@ -38,7 +41,7 @@ typedef struct fx {
     dmm_kv *kv;
 } fx;
 
-static void fx_open(fx *f, uint32_t max_requests) {
+static void fx_open_with(fx *f, uint32_t max_requests, bool zero_tail) {
     memset(f, 0, sizeof *f);
     DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &f->host));
     DMM_OK_OR_FAIL(dmm_fault_driver_create(f->host, &f->fault));
@@ -46,9 +49,11 @@ static void fx_open(fx *f, uint32_t max_requests) {
     dmm_device_config dc = {.size = sizeof dc, .pool_va_bytes = 256 * MIB};
     DMM_OK_OR_FAIL(dmm_device_create(f->fault, f->gov, &dc, &f->dev));
     dmm_kv_config kc = {.size = sizeof kc, .token_bytes = TOKEN, .max_tokens = 4 * PER_GRANULE,
-                        .max_requests = max_requests, .reserve_bytes = 4 * GRAN};
+                        .max_requests = max_requests, .reserve_bytes = 4 * GRAN, .zero_tail = zero_tail};
     DMM_OK_OR_FAIL(dmm_kv_create(f->dev, &kc, &f->kv));
 }
+
+static void fx_open(fx *f, uint32_t max_requests) { fx_open_with(f, max_requests, false); }
 
 static void fx_close(fx *f) {
     DMM_OK_OR_FAIL(dmm_kv_destroy(f->kv));
@@ -327,6 +332,96 @@ static void a_failed_close_keeps_the_request(void **state) {
     fx_close(&f);
 }
 
+/* Whether every granule of r's range from byte `from` on reads zeros at its first and last byte. */
+static bool reads_zeros_from(fx *f, const dmm_kv_request *r, uint64_t from) {
+    const unsigned char *b = info(f, r).base;
+    for (uint64_t at = from; at < 4 * GRAN; at += GRAN)
+        if (b[at] != 0 || b[at + GRAN - 1] != 0) return false;
+    return true;
+}
+
+/* zero_tail: a kernel may read a request up to its maximum length (a graph captured once): the
+ * granules holding none of its tokens read zeros, from one granule of zeros (writes there fault);
+ * growth, offload and restore swap the zeros for the request's own granules and back; a growth whose
+ * commit fails maps the zeros back, and where it cannot, says so and counts the hole, which the next
+ * growth fills. Without zero_tail the unbacked tail is counted unreadable. */
+static void fixed_length_reads_see_zeros(void **state) {
+    (void)state;
+    fx f;
+    fx_open_with(&f, 4, true);
+    dmm_kv_request *r = NULL, *q = NULL;
+    DMM_OK_OR_FAIL(dmm_kv_open(f.kv, NULL, PER_GRANULE + 1, NULL, &r)); /* two granules backed */
+    DMM_OK_OR_FAIL(dmm_kv_open(f.kv, NULL, 1, NULL, &q));
+    unsigned char *base = info(&f, r).base;
+    assert_int_equal(info(&f, r).unreadable_bytes, 0);
+    assert_true(reads_zeros_from(&f, r, 2 * GRAN));
+    assert_true(reads_zeros_from(&f, q, GRAN));
+    assert_true(write_faults(base + 3 * GRAN)); /* the zeros are read-only */
+    dmm_kv_stats st = stats(&f);
+    assert_int_equal(st.owned_bytes - st.reserve_bytes - st.private_bytes, GRAN); /* one granule of zeros */
+
+    DMM_OK_OR_FAIL(dmm_kv_grow(f.kv, r, 2 * PER_GRANULE + 1)); /* the third granule becomes its own */
+    memset(base + 2 * GRAN, 0x5a, GRAN);
+    assert_int_equal(base[3 * GRAN - 1], 0x5a);
+    assert_true(reads_zeros_from(&f, r, 3 * GRAN));
+    assert_true(reads_zeros_from(&f, q, GRAN)); /* the zeros themselves untouched */
+
+    DMM_OK_OR_FAIL(dmm_kv_offload(f.kv, r, NULL));
+    assert_true(reads_zeros_from(&f, r, 0)); /* away: the whole range reads zeros */
+    assert_int_equal(info(&f, r).unreadable_bytes, 0);
+    DMM_OK_OR_FAIL(dmm_kv_restore(f.kv, r, NULL));
+    assert_int_equal(base[2 * GRAN], 0x5a);
+    assert_true(reads_zeros_from(&f, r, 3 * GRAN));
+
+    /* the growth's map fails once: refused, the zeros mapped back */
+    DMM_OK_OR_FAIL(dmm_fault_plan(f.fault, DMM_OP_MAP, 1, 1, DMM_ERR_DRIVER));
+    assert_int_equal(dmm_kv_grow(f.kv, r, 3 * PER_GRANULE + 1), DMM_ERR_DRIVER);
+    DMM_OK_OR_FAIL(dmm_fault_clear(f.fault));
+    assert_int_equal(info(&f, r).backed_tokens, 3 * PER_GRANULE);
+    assert_int_equal(info(&f, r).unreadable_bytes, 0);
+    assert_true(reads_zeros_from(&f, r, 3 * GRAN));
+    /* every map fails: the zeros cannot come back either: said, and the hole counted */
+    DMM_OK_OR_FAIL(dmm_fault_plan(f.fault, DMM_OP_MAP, 1, UINT32_MAX, DMM_ERR_DRIVER));
+    assert_int_equal(dmm_kv_grow(f.kv, r, 3 * PER_GRANULE + 1), DMM_ERR_DRIVER);
+    dmm_test_error_mentions("zeros could not be mapped back", "reading them faults", NULL);
+    DMM_OK_OR_FAIL(dmm_fault_clear(f.fault));
+    assert_int_equal(info(&f, r).unreadable_bytes, GRAN);
+    DMM_OK_OR_FAIL(dmm_kv_grow(f.kv, r, 3 * PER_GRANULE + 1)); /* the next growth backs the hole */
+    assert_int_equal(info(&f, r).unreadable_bytes, 0);
+    close_ok(&f, r);
+    close_ok(&f, q);
+    fx_close(&f);
+
+    /* a create whose n-th driver call fails: refused with a sentence, nothing left behind */
+    bool made = false;
+    for (uint64_t nth = 1; !made && nth < 64; nth++) {
+        memset(&f, 0, sizeof f);
+        DMM_OK_OR_FAIL(dmm_host_driver_create(NULL, &f.host));
+        DMM_OK_OR_FAIL(dmm_fault_driver_create(f.host, &f.fault));
+        DMM_OK_OR_FAIL(dmm_governor_create(NULL, &f.gov));
+        dmm_device_config dc = {.size = sizeof dc, .pool_va_bytes = 256 * MIB};
+        DMM_OK_OR_FAIL(dmm_device_create(f.fault, f.gov, &dc, &f.dev));
+        DMM_OK_OR_FAIL(dmm_fault_plan(f.fault, DMM_OP_ANY, nth, 1, DMM_ERR_DRIVER));
+        dmm_kv_config kc = {.size = sizeof kc, .token_bytes = TOKEN, .max_tokens = 4 * PER_GRANULE, .zero_tail = true};
+        dmm_status s = dmm_kv_create(f.dev, &kc, &f.kv);
+        made = s == DMM_OK;
+        if (!made) {
+            assert_null(f.kv);
+            assert_true(dmm_last_error()[0] != '\0');
+            f.kv = NULL; /* dmm_kv_destroy(NULL) is a no-op */
+        }
+        DMM_OK_OR_FAIL(dmm_fault_clear(f.fault));
+        fx_close(&f); /* the census is zero */
+    }
+    assert_true(made);
+
+    fx_open(&f, 2); /* without zero_tail: the unbacked tail is unreadable, and counted */
+    DMM_OK_OR_FAIL(dmm_kv_open(f.kv, NULL, 1, NULL, &r));
+    assert_int_equal(info(&f, r).unreadable_bytes, 3 * GRAN);
+    close_ok(&f, r);
+    fx_close(&f);
+}
+
 /* A prefix released while its owner is open: the owner counts its granules as its own again and can be
  * offloaded; a prefix pointer once released is refused (not read); a tail whose release the driver
  * refuses leaves the prefix whole (FAILED), to be released again. */
@@ -514,6 +609,7 @@ int main(void) {
         cmocka_unit_test(a_request_is_preempted_and_restored_in_place),
         cmocka_unit_test(the_refill_thread_keeps_the_reserve_full),
         cmocka_unit_test(growth_takes_back_what_the_device_caches),
+        cmocka_unit_test(fixed_length_reads_see_zeros),
         cmocka_unit_test(a_failed_close_keeps_the_request),
         cmocka_unit_test(a_prefix_released_under_its_open_owner),
         cmocka_unit_test(bad_input_is_refused),
