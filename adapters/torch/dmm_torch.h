@@ -84,9 +84,13 @@ DMM_TORCH_API int dmm_torch_layout(int device, uint64_t *spans3, size_t cap, siz
 DMM_TORCH_API int dmm_torch_warm_layout(int device, const uint64_t *spans3, size_t count, void *stream,
                                         uint64_t *committed);
 
-/* Tag scopes of the calling thread: allocations in between go to the tag's segments. */
+/* Tag scopes of the calling thread: allocations in between go to the tag's segments (an untagged scope:
+ * to the pool); each begin is ended by dmm_torch_tag_end. The default tag (NULL: none) holds every
+ * allocation made outside all scopes, on every thread (dmm_device_tag_default). */
 DMM_TORCH_API int dmm_torch_tag_begin(const char *name);
+DMM_TORCH_API int dmm_torch_untagged_begin(void);
 DMM_TORCH_API int dmm_torch_tag_end(void);
+DMM_TORCH_API int dmm_torch_tag_default(const char *name);
 /* mode 0 = copy to pinned host memory, 1 = discard. Returns at once; the decommits wait for an
  * event recorded on `stream` after the copies (never a device synchronize). */
 DMM_TORCH_API int dmm_torch_offload(int device, const char *tag, int mode, void *stream);

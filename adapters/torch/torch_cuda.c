@@ -277,6 +277,8 @@ int dmm_torch_warm_layout(int device, const uint64_t *spans3, size_t count, void
 
 int dmm_torch_tag_begin(const char *name) { return record(dmm_device_tag_begin(name)); }
 int dmm_torch_tag_end(void) { return record(dmm_device_tag_end()); }
+int dmm_torch_untagged_begin(void) { return record(dmm_device_untagged_begin()); }
+int dmm_torch_tag_default(const char *name) { return record(dmm_device_tag_default(name)); }
 
 int dmm_torch_offload(int device, const char *tag, int mode, void *stream) {
     WITH_CTX(device);

@@ -137,9 +137,16 @@ DMM_API void dmm_device_set_capture_check(dmm_device *dev, bool on);
 
 /* ---- tags: sleep / wake ---- */
 /* Tag scopes of the calling thread (nested up to 8; names interned per process, at most 32): a malloc
- * inside one is served from the tag's own segments. */
+ * inside one is served from the tag's own segments. An untagged scope (dmm_device_untagged_begin) is
+ * one whose mallocs come from the pool whatever the scopes around it and the default tag say; each
+ * begin is ended by dmm_device_tag_end. */
 DMM_API dmm_status dmm_device_tag_begin(const char *name);
+DMM_API dmm_status dmm_device_untagged_begin(void);
 DMM_API dmm_status dmm_device_tag_end(void);
+/* The tag of every thread outside all tag scopes, for every device of the process (NULL: none, as at
+ * start): with one set, every malloc outside a scope is in that tag, so all of a process's memory can
+ * sleep (torch_memory_saver's TMS_INIT_ENABLE). Graph captures still take theirs from graph segments. */
+DMM_API dmm_status dmm_device_tag_default(const char *name);
 enum { DMM_DEVICE_TO_HOST = 0, DMM_DEVICE_DISCARD = 1 }; /* the `mode` of dmm_device_offload */
 /* Copies the tag's memory to pinned host memory (TO_HOST) or not (DISCARD), then decommits it behind
  * an event: the call returns at once; every address stays reserved. */

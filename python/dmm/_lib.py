@@ -73,6 +73,8 @@ _SIGNATURES = {
                                              ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)]),
     "dmm_torch_tag_begin": (ctypes.c_int, [ctypes.c_char_p]),
     "dmm_torch_tag_end": (ctypes.c_int, []),
+    "dmm_torch_untagged_begin": (ctypes.c_int, []),
+    "dmm_torch_tag_default": (ctypes.c_int, [ctypes.c_char_p]),
     "dmm_torch_offload": (ctypes.c_int, [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_void_p]),
     "dmm_torch_offload_wait": (ctypes.c_int, [ctypes.c_int, ctypes.c_char_p]),
     "dmm_torch_restore": (ctypes.c_int, [ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p]),

@@ -40,7 +40,7 @@ __all__ = [
     "DmmError", "enable", "is_enabled", "library_path", "memory_stats", "memory_stats_raw",
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
     "reset_peak_memory_stats", "empty_cache", "warm", "warm_start", "layout", "warm_layout", "save_profile", "snapshot", "set_limit",
-    "last_error", "tag", "offload", "offload_wait", "restore", "release_host", "poll", "tag_info",
+    "last_error", "tag", "untagged", "default_tag", "offload", "offload_wait", "restore", "release_host", "poll", "tag_info",
     "reserve_graph_memory", "graph", "capture_id", "release_graph", "now_ns", "record", "start_recording",
     "stop_recording", "torch_snapshot",
     "dump_snapshot", "history", "track_blocks", "mem_pool", "region", "hold_create", "attach", "drop",
@@ -537,6 +537,27 @@ def tag(name):
         yield name
     finally:
         lib.dmm_torch_tag_end()
+
+
+@contextlib.contextmanager
+def untagged():
+    """Allocations made on this thread inside the block come from the pool, in no tag, whatever tag()
+    blocks around it and default_tag() say (torch_memory_saver's disable())."""
+    lib = _lib.load()
+    _lib.check(lib.dmm_torch_untagged_begin(), "dmm.torch.untagged()")
+    try:
+        yield
+    finally:
+        lib.dmm_torch_tag_end()
+
+
+def default_tag(name):
+    """Every allocation made outside all tag() and untagged() blocks, on any thread, belongs to tag `name`
+    from now on (None: to no tag, as at start), so that offload(name) puts all of it to sleep
+    (torch_memory_saver's TMS_INIT_ENABLE). Only what dmm allocates is tagged: after enable(), every
+    tensor; before, only those of dmm's mem_pool()."""
+    b = None if name is None else _tag_name(name, "default_tag")
+    _lib.check(_lib.load().dmm_torch_tag_default(b), "dmm.torch.default_tag(%r)" % (name,))
 
 
 def offload(name, to="host", device=None, stream=None, wait=False):

@@ -461,7 +461,8 @@ dmm_status dmm_device_malloc(dmm_device *c, size_t bytes, dmm_stream stream, voi
     /* the hot path: a pool block (no capture can be asked of, no tag scope, no queued release to run
      * first), nothing observing, and the pool serves it; route_malloc decides every other case */
     bool hot = bytes - 1 < c->reserve &&
-               (c->pool_only || ((stream == NULL || !c->can_capture) && dmm__device_tag_depth == 0)) &&
+               (c->pool_only || ((stream == NULL || !c->can_capture) && dmm__device_tag_depth == 0 &&
+                                 dmm_atomic_load_relaxed(&dmm__device_tag_default_id) < 0)) &&
                dmm_atomic_load_relaxed(&c->queued) == 0 && !dmm__device_blocks_tracking(c) &&
                !dmm__device_recording(c);
     if (!__builtin_expect(hot, 1)) return malloc_routed(c, bytes, stream, out);

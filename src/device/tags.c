@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* src/device/tags.c — tag names and scopes, and tagged allocations in tag segments (DESIGN §4.11).
  *
- * What it owns: the tag names of the process, each thread's stack of tag scopes, and per device the
+ * What it owns: the tag names of the process, the default tag (every thread's outside its scopes),
+ * each thread's stack of tag scopes (an untagged one is -1), and per device the
  * tag segments: VA-only segments (segment.c) whose low end [0, committed) is backed. Allocations made
  * inside `dmm.torch.tag("weights")` live there, not in the pool, so the tag can leave the device as
  * whole ranges and come back at the same addresses (offload.c). Empty segments go back behind an event
@@ -33,6 +34,7 @@ static int nnames;
 
 _Thread_local int dmm__device_tag_stack[DMM_DEVICE_TAG_DEPTH];
 _Thread_local int dmm__device_tag_depth;
+_Atomic int dmm__device_tag_default_id = -1;
 
 static int intern(const char *name) {
     pthread_mutex_lock(&names_mu);
@@ -59,20 +61,45 @@ int dmm__device_tag_find(const char *name) {
 
 const char *dmm__device_tag_name(int id) { return id >= 0 && id < DMM_DEVICE_MAX_TAGS ? names[id] : "?"; }
 
-dmm_status dmm_device_tag_begin(const char *name) {
-    size_t n = name != NULL ? strlen(name) : 0;
-    if (n == 0 || n >= DMM_DEVICE_TAG_NAME)
-        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm device: a tag name must have 1 to %d characters",
-                             DMM_DEVICE_TAG_NAME - 1);
-    if (dmm__device_tag_depth >= DMM_DEVICE_TAG_DEPTH)
-        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm device: tag scopes nest at most %d deep on one thread",
-                             DMM_DEVICE_TAG_DEPTH);
+/* The id of a tag name (interned), or -1 with the sentence set. */
+static int checked_id(const char *name, const char *op) {
+    size_t n = name != NULL ? strnlen(name, DMM_DEVICE_TAG_NAME) : 0;
+    if (n == 0 || n >= DMM_DEVICE_TAG_NAME) {
+        dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm device: %s: a tag name must have 1 to %d characters; nothing "
+                      "changed", op, DMM_DEVICE_TAG_NAME - 1);
+        return -1;
+    }
     int id = intern(name);
     if (id < 0)
-        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm device: tag '%s' would be the %dth tag name of the "
-                                                       "process; at most %d exist; reuse a name",
-                             name, DMM_DEVICE_MAX_TAGS + 1, DMM_DEVICE_MAX_TAGS);
+        dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm device: %s: tag '%s' would be the %dth tag name of the process; "
+                      "at most %d exist; reuse a name; nothing changed", op, name, DMM_DEVICE_MAX_TAGS + 1,
+                      DMM_DEVICE_MAX_TAGS);
+    return id;
+}
+
+static dmm_status too_deep(void) {
+    return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm device: tag scopes nest at most %d deep on one thread",
+                         DMM_DEVICE_TAG_DEPTH);
+}
+
+dmm_status dmm_device_tag_begin(const char *name) {
+    if (dmm__device_tag_depth >= DMM_DEVICE_TAG_DEPTH) return too_deep();
+    int id = checked_id(name, "tag begin");
+    if (id < 0) return DMM_ERR_INVALID_ARGUMENT;
     dmm__device_tag_stack[dmm__device_tag_depth++] = id;
+    return DMM_OK;
+}
+
+dmm_status dmm_device_untagged_begin(void) {
+    if (dmm__device_tag_depth >= DMM_DEVICE_TAG_DEPTH) return too_deep();
+    dmm__device_tag_stack[dmm__device_tag_depth++] = -1;
+    return DMM_OK;
+}
+
+dmm_status dmm_device_tag_default(const char *name) {
+    int id = -1;
+    if (name != NULL && (id = checked_id(name, "the default tag")) < 0) return DMM_ERR_INVALID_ARGUMENT;
+    dmm_atomic_store_relaxed(&dmm__device_tag_default_id, id);
     return DMM_OK;
 }
 

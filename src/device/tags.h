@@ -6,13 +6,16 @@
 #include "core/json.h"
 #include "types.h"
 
-/* The calling thread's tag scopes (tags.c), inline for the malloc path. */
+/* The calling thread's tag scopes (tags.c), inline for the malloc path; an untagged scope is -1. The
+ * default tag (-1: none) is every thread's outside all scopes. */
 extern _Thread_local int dmm__device_tag_stack[DMM_DEVICE_TAG_DEPTH];
 extern _Thread_local int dmm__device_tag_depth;
+extern _Atomic int dmm__device_tag_default_id;
 
-/* The innermost tag of this thread (its id ≥ 0), or -1. */
+/* The tag this thread's mallocs are in now (its id ≥ 0), or -1 (the pool's). */
 static inline int dmm__device_tag_current(void) {
-    return dmm__device_tag_depth > 0 ? dmm__device_tag_stack[dmm__device_tag_depth - 1] : -1;
+    return dmm__device_tag_depth > 0 ? dmm__device_tag_stack[dmm__device_tag_depth - 1]
+                                     : dmm_atomic_load_relaxed(&dmm__device_tag_default_id);
 }
 /* The id of a name, or -1 when no allocation was ever tagged with it. */
 int dmm__device_tag_find(const char *name);

@@ -2,7 +2,8 @@
 """dmm.compat.torch_memory_saver's parts that need no GPU, with this build's libdmm_torch.so (DMM_LIB):
 configure_subprocess() points children at the library this process loaded and puts DMM_LIB back after
 (also when it was unset, and when the block raises); get_cpu_backup refuses what is not a CUDA tensor
-(without torch: says torch is needed). The paused
+(without torch: says torch is needed); TMS_INIT_ENABLE makes dmm torch's allocator and the region
+"default" its default tag, and says so when dmm cannot become torch's allocator. The paused
 paths (pause, resume, get_cpu_backup's copies) run on the GPU: tests/gpu/torch/test_torch_compat.py.
 Exit 0 = all held, 1 = a check failed, 77 = no DMM_LIB (run it through CTest).
 """
@@ -82,4 +83,57 @@ check(calls[-1] == ("release_host", "tms:weights:cpu_backup") and calls[-2] == (
       "retain_cpu_backup=False: resume frees the pinned copies after its copies are done")
 ok, msg = raises(TypeError, lambda: setattr(saver, "retain_cpu_backup", 1), "True or False")
 check(ok, "retain_cpu_backup takes a bool: %s" % msg)
+
+# ---- TMS_INIT_ENABLE: dmm becomes torch's allocator and its default tag the region "default" ----
+enabled = {"on": False}
+
+
+def enable():
+    calls.append(("enable",))
+    enabled["on"] = True
+
+
+tms._dt.is_enabled = lambda: enabled["on"]
+tms._dt.enable = enable
+tms._dt.default_tag = lambda name: calls.append(("default_tag", name))
+tms._lib.DmmError = dmm._lib.DmmError
+del calls[:]
+saver = tms.TorchMemorySaver()
+saver._init_enable({"TMS_INIT_ENABLE": "0"})
+check(calls == [], "TMS_INIT_ENABLE=0 changes nothing")
+saver._init_enable({"TMS_INIT_ENABLE": "1", "TMS_INIT_ENABLE_CPU_BACKUP": "True"})
+check(calls == [("enable",), ("default_tag", "tms:default:cpu_backup")],
+      "TMS_INIT_ENABLE=1 enables dmm, then makes region('default', cpu backup) the default tag: %r" % calls)
+saver.pause("default")
+check(calls[-1] == ("offload", "tms:default:cpu_backup", "host"), "pause('default') puts it to sleep with a copy")
+del calls[:]
+saver = tms.TorchMemorySaver()
+saver._init_enable({"TMS_INIT_ENABLE": "yes"})
+check(calls == [("default_tag", "tms:default")], "enabled already: only the default tag, without a copy: %r" % calls)
+
+
+def refuse():
+    raise RuntimeError("torch's allocator is in use already")
+
+
+enabled["on"] = False
+tms._dt.enable = refuse
+ok, msg = raises(dmm._lib.DmmError, lambda: tms.TorchMemorySaver()._init_enable({"TMS_INIT_ENABLE": "1"}),
+                 "before the first CUDA allocation", "in use already")
+check(ok, "TMS_INIT_ENABLE=1 when dmm cannot become torch's allocator: said, with why: %s" % msg)
+
+
+@contextlib.contextmanager
+def untagged():
+    calls.append(("untagged",))
+    yield
+
+
+tms._dt.untagged = untagged
+enabled["on"] = True
+del calls[:]
+with saver.disable():
+    calls.append(("inside",))
+check(calls == [("untagged",), ("inside",)], "disable() with dmm as torch's allocator is an untagged block "
+      "(no MemPool, which torch refuses over a pluggable allocator): %r" % calls)
 sys.exit(1 if failures else 0)

@@ -16,6 +16,7 @@ unit/test_torch_snapshot wrote (DMM_TORCH_SNAPSHOT_FIXTURE).
 Exit 0 = all held, 1 = a check failed, 77 = no fixture or no unsanitized library (run it through CTest).
 """
 
+import contextlib
 import json
 import os
 import sys
@@ -115,6 +116,28 @@ ok, msg = raises(ValueError, lambda: dt.offload(""), "1 to 63 bytes")
 check(ok, "an empty tag: ValueError with the rule (%s)" % msg)
 ok, msg = raises(ValueError, lambda: dt.offload("w" * 64), "1 to 63 bytes")
 check(ok, "a tag of 64 bytes: ValueError with the rule (%s)" % msg)
+
+# ---- the default tag and untagged blocks, through the library ----
+ok, msg = raises(TypeError, lambda: dt.default_tag(3), "a tag is a name, a str")
+check(ok, "a default tag that is not a str: TypeError (%s)" % msg)
+ok, msg = raises(ValueError, lambda: dt.default_tag(""), "1 to 63 bytes")
+check(ok, "an empty default tag: ValueError (%s)" % msg)
+dt.default_tag("everything")
+dt.default_tag(None)
+with dt.untagged():
+    with dt.tag("w"):
+        pass
+depth = []
+try:
+    with contextlib.ExitStack() as blocks:
+        for _ in range(9):
+            blocks.enter_context(dt.untagged())
+            depth.append(1)
+except dt.DmmError as e:
+    check("at most 8 deep" in str(e), "a ninth nested block is refused with the rule: %s" % e)
+check(len(depth) == 8, "eight untagged blocks nest, the ninth is refused (%d entered)" % len(depth))
+with dt.untagged():  # every refused or closed block was ended: the thread's scopes are empty again
+    pass
 
 # ---- DMM_DISABLE=1 switches dmm off: enable() changes nothing and says so once ----
 import logging  # noqa: E402

@@ -10,6 +10,7 @@
  * for its capture switch (dmm_fault_capture) and its call counters. Every test ends with the device
  * destroyed and the host driver's census at zero.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,6 +158,80 @@ static void a_tag_sleeps_and_wakes_with_its_contents(void **state) {
     for (int i = 0; i < 3; i++) DMM_OK_OR_FAIL(dmm_device_free(f.dev, w[i], f.s1));
     DMM_OK_OR_FAIL(dmm_device_empty_cache(f.dev, NULL));
     assert_int_equal(dmm_fault_calls(f.fault, DMM_OP_HOST_FREE), dmm_fault_calls(f.fault, DMM_OP_HOST_ALLOC));
+    fx_close(&f);
+}
+
+typedef struct other_thread {
+    dmm_device *dev;
+    dmm_stream s;
+    void *p;
+    dmm_status st;
+} other_thread;
+
+static void *malloc_on_another_thread(void *arg) {
+    other_thread *t = arg;
+    t->st = dmm_device_malloc(t->dev, 2 * MIB, t->s, &t->p);
+    return NULL;
+}
+
+/* Whether p lies in a tag that sleeps with a copy now (its pinned copy exists). */
+static bool in_a_copied_tag(fx *f, void *p) {
+    void *copy = NULL;
+    DMM_OK_OR_FAIL(dmm_device_host_copy(f->dev, p, 8, &copy));
+    return copy != NULL;
+}
+
+/* A default tag (torch_memory_saver's TMS_INIT_ENABLE): every malloc outside a scope is in it, on any
+ * thread; a tag scope wins over it, an untagged scope takes the pool (the saver's disable()); a bad
+ * name changes nothing; cleared, mallocs come from the pool again. */
+static void a_default_tag_holds_every_malloc_outside_a_scope(void **state) {
+    (void)state;
+    fx f;
+    fx_open(&f);
+    void *a = NULL, *b = NULL, *c = NULL, *e = NULL;
+    DMM_OK_OR_FAIL(dmm_device_tag_default("proc"));
+    assert_int_equal(dmm_device_tag_default(""), DMM_ERR_INVALID_ARGUMENT); /* refused: "proc" stays */
+    dmm_test_error_mentions("default tag", "nothing changed", NULL);
+    DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, 4 * MIB, f.s1, &a));
+    fill(a, 4 * MIB, 21);
+    DMM_OK_OR_FAIL(dmm_device_tag_begin("other"));
+    DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, 2 * MIB, f.s1, &b));
+    DMM_OK_OR_FAIL(dmm_device_untagged_begin());
+    DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, 2 * MIB, f.s1, &c));
+    DMM_OK_OR_FAIL(dmm_device_tag_end());
+    DMM_OK_OR_FAIL(dmm_device_tag_end());
+    other_thread t = {f.dev, NULL, NULL, DMM_OK}; /* the default stream: the malloc path with no capture to ask */
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, malloc_on_another_thread, &t), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    DMM_OK_OR_FAIL(t.st);
+    fill(t.p, 2 * MIB, 22);
+
+    DMM_OK_OR_FAIL(dmm_device_offload(f.dev, "proc", DMM_DEVICE_TO_HOST, f.s1));
+    DMM_OK_OR_FAIL(dmm_device_offload_wait(f.dev, "proc"));
+    assert_true(in_a_copied_tag(&f, a));
+    assert_true(in_a_copied_tag(&f, t.p)); /* the other thread's too */
+    assert_false(in_a_copied_tag(&f, b));  /* its own tag, awake */
+    assert_false(in_a_copied_tag(&f, c));  /* the pool's */
+    void *p = NULL; /* the default tag sleeps: a malloc outside a scope is refused, nothing changed */
+    assert_int_equal(dmm_device_malloc(f.dev, 1 * MIB, f.s1, &p), DMM_ERR_BUSY);
+    dmm_test_error_mentions("proc", NULL);
+    assert_null(p);
+    DMM_OK_OR_FAIL(dmm_device_restore(f.dev, "proc", f.s1));
+    assert_true(same(a, 4 * MIB, 21));
+    assert_true(same(t.p, 2 * MIB, 22));
+
+    DMM_OK_OR_FAIL(dmm_device_tag_default(NULL)); /* cleared: the pool's again */
+    DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, 2 * MIB, f.s1, &e));
+    DMM_OK_OR_FAIL(dmm_device_offload(f.dev, "proc", DMM_DEVICE_TO_HOST, f.s1));
+    DMM_OK_OR_FAIL(dmm_device_offload_wait(f.dev, "proc"));
+    assert_false(in_a_copied_tag(&f, e));
+    DMM_OK_OR_FAIL(dmm_device_restore(f.dev, "proc", f.s1));
+    DMM_OK_OR_FAIL(dmm_device_release_host(f.dev, "proc"));
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, t.p, NULL));
+    void *all[] = {a, b, c, e};
+    for (int i = 0; i < 4; i++) DMM_OK_OR_FAIL(dmm_device_free(f.dev, all[i], f.s1));
+    DMM_OK_OR_FAIL(dmm_device_empty_cache(f.dev, NULL));
     fx_close(&f);
 }
 
@@ -392,6 +467,7 @@ int main(void) {
         cmocka_unit_test(blocks_on_two_streams),
         cmocka_unit_test(a_tag_sleeps_and_wakes_with_its_contents),
         cmocka_unit_test(a_discarded_tag_wakes_mapped_and_writable),
+        cmocka_unit_test(a_default_tag_holds_every_malloc_outside_a_scope),
         cmocka_unit_test(a_capture_is_served_from_its_pool_without_a_driver_call),
         cmocka_unit_test(a_region_of_another_process_is_imported),
         cmocka_unit_test(two_devices_share_a_holder_and_its_reclaim),

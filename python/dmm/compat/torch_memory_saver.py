@@ -28,9 +28,13 @@ sets LD_PRELOAD to its hook, dmm needs no hook, so the block sets DMM_LIB to the
 loaded (a child that imports dmm.compat.torch_memory_saver uses the same build) and restores it after.
 retain_cpu_backup (True by default: dmm keeps the pinned copies after resume; False frees them at
 resume). Disk backup is not dmm's: region(enable_disk_backup=True) is a ValueError and
-set_disk_backup_dir a NotImplementedError, each saying so. Not built: TMS_INIT_ENABLE (every allocation
-of the process pausable from the start), which needs a process-wide default tag that dmm's tags (one
-per thread's scope) do not have yet. Both calls return when their work is done, as the original's do,
+set_disk_backup_dir a NotImplementedError, each saying so. TMS_INIT_ENABLE=1 in the environment when this
+module is imported makes every allocation of the process pausable from then on, on every thread, as
+region(tag="default") would (TMS_INIT_ENABLE_CPU_BACKUP=1: with enable_cpu_backup=True): dmm becomes
+torch's allocator (dmm.torch.enable(), so import this module before the first CUDA allocation) and its
+default tag holds everything allocated outside a region or disable(). While that tag is paused, an
+allocation outside a region is refused (dmm's out-of-memory error says the tag sleeps). pause and resume
+return when their work is done, as the original's do,
 but never synchronize the device: pause waits on an event recorded after the work already queued on
 the current stream, so a kernel still reading the memory finishes first.
 
@@ -51,11 +55,37 @@ from .. import torch as _dt
 _TAG_DEFAULT = "default"
 
 
+def _region_name(tag, backup):
+    """The dmm tag of region(tag, enable_cpu_backup=backup)."""
+    return "tms:%s%s" % (tag, ":cpu_backup" if backup else "")
+
+
+def _env_true(env, key):
+    """Whether env[key] says yes (1, true, yes, on; any case), as the original reads its switches."""
+    return str(env.get(key, "")).strip().lower() in ("1", "true", "yes", "on")
+
+
 class TorchMemorySaver:
     def __init__(self):
         self._regions = {}     # (tag, enable_cpu_backup) -> dmm tag name
         self._paused = set()   # dmm tag names whose memory is off the device
         self._retain = True    # retain_cpu_backup: keep the pinned copies after resume (dmm's way)
+        self._init_enable(os.environ)
+
+    def _init_enable(self, env):
+        """TMS_INIT_ENABLE: every allocation outside a region is in region(tag="default") from now on."""
+        if not _env_true(env, "TMS_INIT_ENABLE"):
+            return
+        backup = _env_true(env, "TMS_INIT_ENABLE_CPU_BACKUP")
+        name = self._regions.setdefault((_TAG_DEFAULT, backup), _region_name(_TAG_DEFAULT, backup))
+        if not _dt.is_enabled():
+            try:
+                _dt.enable()
+            except Exception as e:
+                raise _lib.DmmError("TMS_INIT_ENABLE=1 makes every allocation of the process pausable, which needs "
+                                    "dmm as torch's allocator from the start (import dmm.compat.torch_memory_saver "
+                                    "before the first CUDA allocation): dmm.torch.enable() failed: %s" % e) from e
+        _dt.default_tag(name)
 
     @contextlib.contextmanager
     def region(self, tag=_TAG_DEFAULT, enable_cpu_backup=False, enable_disk_backup=False):
@@ -64,8 +94,7 @@ class TorchMemorySaver:
         if enable_disk_backup:
             raise ValueError("torch_memory_saver.region(enable_disk_backup=True): dmm keeps a region's backup in "
                              "pinned host memory, not on disk; use enable_cpu_backup=True")
-        name = self._regions.setdefault((tag, bool(enable_cpu_backup)),
-                                        "tms:%s%s" % (tag, ":cpu_backup" if enable_cpu_backup else ""))
+        name = self._regions.setdefault((tag, bool(enable_cpu_backup)), _region_name(tag, bool(enable_cpu_backup)))
         if name in self._paused:
             raise RuntimeError("torch_memory_saver.region(%r): the tag is paused; call resume() first" % tag)
         with _dt.region(name):
@@ -83,8 +112,12 @@ class TorchMemorySaver:
     def disable(self):
         torch = _lib.import_torch("dmm.compat.torch_memory_saver")
 
+        if _dt.is_enabled():  # dmm is torch's allocator: an untagged block takes the pool's memory, never a tag's
+            with _dt.untagged():  # (torch 2.11 refuses a MemPool over a pluggable allocator)
+                yield
+            return
         pool = torch.cuda.MemPool()  # torch's own allocator, not a dmm one: nothing inside is pausable
-        with torch.cuda.use_mem_pool(pool):
+        with _dt.untagged(), torch.cuda.use_mem_pool(pool):
             yield
 
     @property

@@ -488,6 +488,40 @@ else:
             name, "tensors in it hold their values and are dmm memory" if works else
             "refused by PyTorch's pluggable-allocator interface, as docs/torch.md says: %s" % res))
 
+# ---- 4d. torch_memory_saver's TMS_INIT_ENABLE: everything outside a region pauses, but disable() ----
+TMS_INIT = PRELUDE + r"""
+os.environ["TMS_INIT_ENABLE"] = "1"
+os.environ["TMS_INIT_ENABLE_CPU_BACKUP"] = "1"
+from dmm.compat.torch_memory_saver import torch_memory_saver as tms
+import dmm.torch as dt
+n = 64 << 20
+out = {"enabled": dt.is_enabled()}
+w = torch.full((n,), 5, dtype=torch.uint8, device="cuda")  # outside every region: the default tag's
+with tms.disable():
+    keep = torch.full((n,), 6, dtype=torch.uint8, device="cuda")
+torch.cuda.synchronize()
+before = torch.cuda.memory_reserved()
+tms.pause()
+torch.cuda.synchronize()
+out["freed"] = before - torch.cuda.memory_reserved()
+backup = tms.get_cpu_backup(w)
+out["backup_ok"] = backup is not None and bool((backup == 5).all().item())
+out["keep_awake"] = tms.get_cpu_backup(keep) is None and bool((keep == 6).all().item())
+tms.resume()
+out["w_ok"] = bool((w == 5).all().item())
+emit(out)
+"""
+print("== 4d. TMS_INIT_ENABLE")
+r = child(TMS_INIT)
+if r is None:
+    check(False, "the TMS_INIT_ENABLE child ran")
+else:
+    check(r["enabled"], "TMS_INIT_ENABLE=1 makes dmm torch's allocator at import")
+    check(r["freed"] >= 64 << 20, "pause() frees what was allocated outside a region (%s)" % mib(r["freed"]))
+    check(r["backup_ok"], "with TMS_INIT_ENABLE_CPU_BACKUP=1 its contents are in the CPU backup while paused")
+    check(r["keep_awake"], "what disable() allocated stays on the device, with its contents")
+    check(r["w_ok"], "resume() brings it back at the same address with its contents")
+
 # ---- 5. record_stream ----
 RECORD = PRELUDE + r"""
 import dmm.torch as dt
