@@ -28,14 +28,17 @@
  * dmm_kv_refill tops it up ahead of need, off the decode thread, so that growth during decode maps a
  * handle it already has instead of creating one.
  *
- * Fixed-length reads (config zero_tail): a kernel captured once in a CUDA graph reads every request
- * up to one fixed length and masks what lies past each request's own (as over a static cache). With
- * zero_tail, every granule of an open request's range that is not backed reads zeros: one granule of
- * zeros, made once per arena, is mapped read-only there (writes fault), and growth, offload and
- * restore swap it for the request's own granules and back. Cost: one mapping per granule of the range
- * at open (map and access grant, no memory), one unmap per granule grown. A call that fails half-way
- * maps the zeros back where it can; where it cannot, it says so, and the request's info counts the
- * bytes a read would fault on (unreadable_bytes) until a later call maps them.
+ * Fixed-length reads (flag DMM_KV_ZERO_TAIL): a kernel captured once in a CUDA graph reads every
+ * request up to one fixed length and masks what lies past each request's own (as over a static cache).
+ * With the flag, every granule of an open request's range that is not backed reads zeros: one granule
+ * of zeros, made once per arena, is mapped read-only there (writes fault), and growth, offload and
+ * restore swap it for the request's own granules and back. Only whole granules: the tokens past a
+ * request's length inside a granule it backs hold what that memory held before (another request's
+ * bytes, from the reserve) until written. Cost: one mapping per granule of the range at open (a map and
+ * an access grant, no memory; each charged MAPPED like any mapping), one unmap per granule grown and
+ * per zero granule at close. A call that fails half-way maps back the zeros it took away; where it
+ * cannot, it says so, and the request's info counts the bytes a read would fault on (unreadable_bytes)
+ * until a later grow, restore or offload maps them.
  *
  * Releases report honestly (dmm_release_outcome): nothing is reused or refunded before the driver let
  * go of it.
@@ -73,9 +76,11 @@ typedef struct dmm_kv_config {
     uint64_t reserve_bytes; /* physical handles kept for growth, rounded up to granules; 0 = 8 granules */
     bool refill_thread;     /* a thread of the arena's own tops the reserve up whenever growth took half of
                                it (dmm_kv_refill, off the caller's thread); false: the caller refills */
-    bool zero_tail;         /* every granule of a request's range that holds none of its tokens reads zeros
-                               (see "Fixed-length reads" above); false: reading it faults */
+    uint64_t flags;         /* DMM_KV_* below (appended: read only when .size covers it; other bits refused) */
 } dmm_kv_config;
+/* Every granule of a request's range that holds none of its tokens reads zeros ("Fixed-length reads"
+ * above); without it, reading there faults. */
+#define DMM_KV_ZERO_TAIL ((uint64_t)1)
 
 /* A KV arena on `dev` (not owned: destroy the arena first): its own address space of max_requests
  * ranges, charged to the device's governor under the device's holder. INVALID_ARGUMENT (nothing
@@ -107,7 +112,7 @@ typedef struct dmm_kv_request_info {
     uint64_t shared_bytes;    /* bytes of a prefix's granules mapped into it */
     uint64_t offloaded_bytes; /* bytes of its own held in host memory while it is offloaded (0: resident) */
     uint64_t unreadable_bytes; /* bytes of its range that a read faults on: the range past what is backed
-                                  without zero_tail; with it 0, unless a failed call left a hole */
+                                  without DMM_KV_ZERO_TAIL; with it 0, unless a failed call left a hole */
 } dmm_kv_request_info;
 DMM_API dmm_status dmm_kv_request_get(dmm_kv *kv, const dmm_kv_request *r, dmm_kv_request_info *out);
 

@@ -18,10 +18,11 @@ keys(l, n) / values(l, n) are the views attention reads: [kv_heads, n, head_dim]
 
 A view is valid while its request is open and only over backed tokens: reading past them reads unmapped
 memory, and writing into a prefix's tokens writes read-only memory (both a CUDA fault, which ends the
-process's CUDA context). With Arena(zero_tail=True) every token a request does not back reads zeros (one
+process's CUDA context). With Arena(zero_tail=True) every granule a request does not back reads zeros (one
 read-only granule of zeros mapped there), so a kernel captured once may read every request up to
-max_tokens and mask the rest, as over a static cache; info()["unreadable_bytes"] is 0 then, unless a
-failed call left a hole (its error says so). close() refuses while any view of the request (from cache(), keys() or values(),
+max_tokens and mask the rest, as over a static cache (inside its last granule, the tokens past its length
+hold old bytes until written: mask them by selection, or write zeros); info()["unreadable_bytes"] is 0
+then, unless a failed call left a hole (its error says so). close() refuses while any view of the request (from cache(), keys() or values(),
 or sliced from them) is still referenced: after close the range may be another request's. Close a
 request only after the work that uses its views (on its streams) is done or ordered before the next use
 of the memory, as with any allocator's free. Views are DLPack tensors that name the arena's device (no
@@ -37,7 +38,10 @@ from . import _dlpack, _lib
 class _Config(ctypes.Structure):
     _fields_ = [("size", ctypes.c_uint32), ("token_bytes", ctypes.c_uint64), ("max_tokens", ctypes.c_uint64),
                 ("max_requests", ctypes.c_uint32), ("reserve_bytes", ctypes.c_uint64),
-                ("refill_thread", ctypes.c_bool), ("zero_tail", ctypes.c_bool)]
+                ("refill_thread", ctypes.c_bool), ("flags", ctypes.c_uint64)]
+
+
+_ZERO_TAIL = 1  # DMM_KV_ZERO_TAIL
 
 
 class _RequestInfo(ctypes.Structure):
@@ -127,7 +131,7 @@ class Arena:
                              % (self.max_tokens, self.token_bytes))
         self._lib = _calls()
         cfg = _Config(ctypes.sizeof(_Config), self.token_bytes, self.max_tokens, _count(max_requests, "max_requests"),
-                      _count(reserve_bytes, "reserve_bytes"), bool(refill_thread), bool(zero_tail))
+                      _count(reserve_bytes, "reserve_bytes"), bool(refill_thread), _ZERO_TAIL if zero_tail else 0)
         kv = _P()
         with torch.cuda.device(self.device):
             _lib.check(self._lib.dmm_torch_kv_create(self.device.index, ctypes.byref(cfg), ctypes.byref(kv)),

@@ -85,9 +85,9 @@ static void maybe_wake_refill(dmm_kv *kv) {
 /* ---- the zeros where a request holds no tokens (zero_tail) ---- */
 dmm_status dmm__kv_zero_make(dmm_kv *kv) {
     if (!dmm__drv_can_host_alloc(kv->drv))
-        return dmm_error_set(DMM_ERR_UNSUPPORTED, "zero_tail needs host memory to fill its granule of zeros from, "
-                             "and driver '%s' has none (its host_alloc slot); create the arena without zero_tail",
-                             kv->drv->ops->name);
+        return dmm_error_set(DMM_ERR_UNSUPPORTED, "DMM_KV_ZERO_TAIL needs host memory to fill its granule of zeros "
+                             "from, and driver '%s' has none (its host_alloc slot); create the arena without "
+                             "DMM_KV_ZERO_TAIL", kv->drv->ops->name);
     dmm_range all = {0, (size_t)kv->granule};
     dmm_status s = dmm_mechanism_allocate_committed(kv->arena, (size_t)kv->granule, (size_t)kv->granule, &all, 1,
                                                     &kv->zero_owner);
@@ -116,29 +116,37 @@ dmm_status dmm__kv_zero_make(dmm_kv *kv) {
     return DMM_OK;
 }
 
+/* The owner goes first: the prefix alone then holds the zeros, and can still map them when its own
+ * release fails (the arena stays usable); the prefix's release gives the handle back. */
 bool dmm__kv_zero_drop(dmm_kv *kv) {
-    if (kv->has_zero) {
-        dmm_release_outcome o = dmm_prefix_release(kv->arena, &kv->zero);
-        if (dmm_release_state_of(&o) == DMM_RELEASE_FAILED) return false;
-        kv->has_zero = false;
-    }
     if (kv->has_zero_owner) {
         dmm_release_outcome o = dmm_mechanism_release(kv->arena, &kv->zero_owner);
         if (dmm_release_state_of(&o) == DMM_RELEASE_FAILED) return false;
         kv->has_zero_owner = false;
     }
+    if (kv->has_zero) {
+        dmm_release_outcome o = dmm_prefix_release(kv->arena, &kv->zero);
+        if (dmm_release_state_of(&o) == DMM_RELEASE_FAILED) return false;
+        kv->has_zero = false;
+    }
     return true;
 }
 
-dmm_status dmm__kv_zero_fill(dmm_kv *kv, dmm_kv_request *r) {
+/* Maps the zeros over r's granules from zero_from down to `down_to` (at least backed), top first. */
+static dmm_status zero_fill_to(dmm_kv *kv, dmm_kv_request *r, uint64_t down_to) {
     if (!kv->zero_tail) return DMM_OK;
-    while (r->zero_from > r->backed) {
+    if (down_to < r->backed) down_to = r->backed;
+    while (r->zero_from > down_to) {
         uint64_t at = r->zero_from - kv->granule;
-        dmm_status s = dmm_prefix_commit(kv->arena, &kv->zero, &r->a, (size_t)at);
-        if (s != DMM_OK)
+        dmm_status s = kv->has_zero ? dmm_prefix_commit(kv->arena, &kv->zero, &r->a, (size_t)at)
+                                    : dmm_error_set(DMM_ERR_BUSY, "the arena's granule of zeros is gone (a destroy "
+                                                    "that failed half-way could not make it again)");
+        if (s != DMM_OK) {
+            dmm__kv_refused(kv, s);
             return dmm__error_wrap(s, "mapping zeros at byte %llu of request %p failed: %llu bytes of its range fault "
-                                   "when read until a later grow, offload or restore maps them",
+                                   "when read until a later grow, restore or offload maps them",
                                    (unsigned long long)at, (void *)r, (unsigned long long)(r->zero_from - r->backed));
+        }
         pthread_mutex_lock(&kv->lock);
         r->zero_from = at;
         pthread_mutex_unlock(&kv->lock);
@@ -146,9 +154,20 @@ dmm_status dmm__kv_zero_fill(dmm_kv *kv, dmm_kv_request *r) {
     return DMM_OK;
 }
 
+dmm_status dmm__kv_zero_fill(dmm_kv *kv, dmm_kv_request *r) {
+    dmm_status s = zero_fill_to(kv, r, r->backed);
+    if (kv->zero_tail && !r->zeroed) {
+        pthread_mutex_lock(&kv->lock);
+        r->zeroed = true;
+        pthread_mutex_unlock(&kv->lock);
+    }
+    return s;
+}
+
 /* zero_tail: unmaps the zeros in [backed, to) so that r's own granules can be mapped there. FAILED:
  * nothing changed; QUARANTINED: the driver kept some of those mappings (out of use), which r cannot
- * grow over. */
+ * grow over: the whole span counts as a hole then (not known to read zeros; a later fill fails where
+ * a kept mapping is, and the hole stays counted). */
 static dmm_status unzero(dmm_kv *kv, dmm_kv_request *r, uint64_t to) {
     uint64_t lo = r->zero_from > r->backed ? r->zero_from : r->backed;
     if (to <= lo) return DMM_OK; /* none mapped there (always so without zero_tail: zero_from = range_bytes) */
@@ -169,6 +188,7 @@ static dmm_status unzero(dmm_kv *kv, dmm_kv_request *r, uint64_t to) {
 
 dmm_status dmm__kv_back_to(dmm_kv *kv, dmm_kv_request *r, uint64_t bytes) {
     if (bytes <= r->backed) return DMM_OK;
+    const uint64_t was = r->zero_from; /* the zeros this call may take away, and puts back if it fails */
     dmm_status s = unzero(kv, r, bytes);
     if (s != DMM_OK) return s;
     dmm_range range = {(size_t)r->backed, (size_t)(bytes - r->backed)};
@@ -193,7 +213,7 @@ dmm_status dmm__kv_back_to(dmm_kv *kv, dmm_kv_request *r, uint64_t bytes) {
         dmm__kv_refused(kv, s);
         dmm_error_kept why = {0};
         dmm__error_keep(&why, s);
-        bool hole = dmm__kv_zero_fill(kv, r) != DMM_OK; /* the zeros back where the commit left nothing */
+        bool hole = zero_fill_to(kv, r, was) != DMM_OK; /* the zeros back where this call took them */
         s = dmm__error_restore(&why);
         if (hole)
             s = dmm__error_wrap(s, "(and zeros could not be mapped back over %llu bytes of request %p's range: "
@@ -204,6 +224,8 @@ dmm_status dmm__kv_back_to(dmm_kv *kv, dmm_kv_request *r, uint64_t bytes) {
     r->backed = bytes;
     kv->grows++;
     pthread_mutex_unlock(&kv->lock);
+    if (r->zeroed && r->zero_from > r->backed && dmm__kv_zero_fill(kv, r) != DMM_OK)
+        dmm_clear_error(); /* a hole an earlier call left, filled where it can be; what stays is counted */
     maybe_wake_refill(kv);
     return DMM_OK;
 }

@@ -93,6 +93,11 @@ dmm_status dmm_kv_create(dmm_device *dev, const dmm_kv_config *cfg, dmm_kv **out
     dmm_kv_config k;
     memset(&k, 0, sizeof k);
     memcpy(&k, cfg, cfg->size < sizeof k ? cfg->size : sizeof k);
+    if (cfg->size < offsetof(dmm_kv_config, flags) + sizeof k.flags) k.flags = 0; /* (older callers: none) */
+    if (k.flags & ~DMM_KV_ZERO_TAIL)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_kv_create: flags %#llx refused: the only flag is "
+                             "DMM_KV_ZERO_TAIL (%#llx); nothing was created",
+                             (unsigned long long)k.flags, (unsigned long long)DMM_KV_ZERO_TAIL);
     size_t gran = 0;
     dmm_status s = dmm__drv_granularity(dev->drv, &gran);
     if (s != DMM_OK || gran == 0)
@@ -127,7 +132,7 @@ dmm_status dmm_kv_create(dmm_device *dev, const dmm_kv_config *cfg, dmm_kv **out
     kv->range_bytes = range;
     kv->max_requests = nreq;
     kv->reserve_bytes = reserve;
-    kv->zero_tail = k.zero_tail;
+    kv->zero_tail = (k.flags & DMM_KV_ZERO_TAIL) != 0;
     pthread_mutex_init(&kv->lock, NULL);
     pthread_cond_init(&kv->wake, NULL);
     s = dmm_lease_reserve(dev->holder, dev->dev, DMM_ROLE_KV_CACHE, 0, 0, &kv->lease);
@@ -147,21 +152,26 @@ dmm_status dmm_kv_create(dmm_device *dev, const dmm_kv_config *cfg, dmm_kv **out
         s = dmm_arena_create(kv->drv, &ac, &kv->arena);
     }
     bool made = s == DMM_OK;
-    if (s == DMM_OK && k.zero_tail) s = dmm__kv_zero_make(kv);
+    if (s == DMM_OK && kv->zero_tail) s = dmm__kv_zero_make(kv);
     if (s == DMM_OK && k.refill_thread && !refill_start(kv))
         s = dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm_kv_create: the refill thread could not be started");
     if (s != DMM_OK && made) { /* nothing else holds the arena yet */
         dmm_error_kept why = {0};
         dmm__error_keep(&why, s);
-        (void)dmm__kv_zero_drop(kv);
-        (void)release_stuck(kv);
-        (void)dmm_mechanism_destroy(kv->arena);
+        bool gone = dmm__kv_zero_drop(kv) && release_stuck(kv) && dmm_mechanism_destroy(kv->arena) == DMM_OK;
         s = dmm__error_restore(&why);
+        if (!gone) /* the driver holds some of it still: the arena, its charges and this record stay (leaked) */
+            return dmm__error_wrap(s, "dmm_kv_create: the KV arena of device %d was not created, and the driver "
+                                   "refused to give back what it had made (its memory stays charged to the "
+                                   "device's governor)", (int)dev->dev.index);
     }
     if (s != DMM_OK) {
         dmm__error_wrap(s, "dmm_kv_create: the KV arena of device %d was not created", (int)dev->dev.index);
+        dmm_error_kept why = {0};
+        dmm__error_keep(&why, s);
         if (kv->host_lease) (void)dmm_lease_release(kv->gov, kv->host_lease);
         if (kv->lease) (void)dmm_lease_release(kv->gov, kv->lease);
+        s = dmm__error_restore(&why);
         pthread_cond_destroy(&kv->wake);
         pthread_mutex_destroy(&kv->lock);
         free(kv->stuck);
@@ -187,12 +197,18 @@ dmm_status dmm_kv_destroy(dmm_kv *kv) {
                                                      "fail again (the driver still holds their memory); retry later",
                                                      kv->nstuck);
     if (s == DMM_OK && !dmm__kv_zero_drop(kv))
-        s = dmm_error_set(DMM_ERR_BUSY, "dmm_kv_destroy: the driver refused to give the granule of zeros (zero_tail) "
-                          "back; retry later");
+        s = dmm_error_set(DMM_ERR_BUSY, "dmm_kv_destroy: the driver refused to give the granule of zeros "
+                          "(DMM_KV_ZERO_TAIL) back; the arena stays usable; retry later");
     if (s == DMM_OK) s = dmm_mechanism_destroy(kv->arena);
     if (s != DMM_OK) {
+        dmm_error_kept why = {0};
+        dmm__error_keep(&why, s);
         if (had_thread) (void)refill_start(kv); /* the arena stays as it was */
-        return dmm__error_wrap(s, "dmm_kv_destroy: the arena could not be destroyed; it stays usable");
+        bool zeros = !kv->zero_tail || kv->has_zero || dmm__kv_zero_make(kv) == DMM_OK;
+        s = dmm__error_restore(&why);
+        return dmm__error_wrap(s, zeros ? "dmm_kv_destroy: the arena could not be destroyed; it stays usable"
+                                        : "dmm_kv_destroy: the arena could not be destroyed; it stays usable, but its "
+                                          "granule of zeros could not be made again (its opens fail)");
     }
     (void)dmm_lease_release(kv->gov, kv->host_lease);
     (void)dmm_lease_release(kv->gov, kv->lease);

@@ -49,6 +49,7 @@ struct dmm_kv_request {
     void *host;               /* offloaded: its own bytes [shared, shared + host_bytes) in host memory */
     uint64_t host_bytes;
     uint64_t zero_from;       /* [zero_from, range_bytes) reads zeros (zero_tail); range_bytes without */
+    bool zeroed;              /* the open mapped its zeros: growth fills a hole it finds from then on */
     dmm_kv_request *next;
 };
 
@@ -71,7 +72,7 @@ struct dmm_kv {
     dmm_mechanism *arena;
     uint64_t granule, token_bytes, max_tokens, range_bytes, reserve_bytes;
     uint32_t max_requests;
-    bool zero_tail;           /* config zero_tail: unbacked granules map `zero` (kv.h, "Fixed-length reads") */
+    bool zero_tail;           /* flag DMM_KV_ZERO_TAIL: unbacked granules map `zero` (kv.h, "Fixed-length reads") */
     bool has_zero_owner, has_zero; /* zero_owner (one granule of zeros) and the prefix `zero` of it exist */
     dmm_allocation zero_owner;
     dmm_prefix zero;
@@ -103,7 +104,7 @@ bool dmm__kv_request_open_locked(const dmm_kv *kv, const dmm_kv_request *r);
 dmm_status dmm__kv_back_to(dmm_kv *kv, dmm_kv_request *r, uint64_t bytes);
 /* zero_tail: maps the zero granule over r's hole [backed, zero_from), from its top down (each granule
  * mapped moves zero_from down); an error when it cannot (the hole left is what stays). DMM_OK without
- * zero_tail. */
+ * zero_tail. The open's fill sets r->zeroed. */
 dmm_status dmm__kv_zero_fill(dmm_kv *kv, dmm_kv_request *r);
 /* zero_tail: makes the arena's zero granule (create) and gives it back (destroy: false while the
  * driver refuses, kept for the next destroy). */

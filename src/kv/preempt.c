@@ -16,6 +16,8 @@
  * there (offload fails, nothing changed); a host free the driver refused keeps the copy charged, in
  * the arena's `stuck` list for destroy.
  */
+#include <stdio.h>
+
 #include "kv/kv_internal.h"
 
 void dmm__kv_host_drop(dmm_kv *kv, dmm_kv_request *r) {
@@ -63,7 +65,7 @@ dmm_status dmm_kv_offload(dmm_kv *kv, dmm_kv_request *r, dmm_stream stream) {
     dmm_status s = check_movable(kv, op, r, false);
     if (s != DMM_OK) return s;
     uint64_t bytes = r->backed - r->shared;
-    if (bytes == 0) return DMM_OK; /* nothing of its own */
+    if (bytes == 0) return dmm__kv_zero_fill(kv, r); /* nothing of its own (a hole an earlier call left: filled) */
     s = dmm_lease_grow(kv->gov, kv->host_lease, bytes, 0);
     if (s != DMM_OK) {
         dmm__kv_refused(kv, s);
@@ -98,13 +100,15 @@ dmm_status dmm_kv_offload(dmm_kv *kv, dmm_kv_request *r, dmm_stream stream) {
     kv->host_bytes += bytes;
     kv->noffloaded++;
     pthread_mutex_unlock(&kv->lock);
+    char quarantined[128] = "";
+    if (dmm_release_state_of(&o) != DMM_RELEASE_COMPLETE)
+        snprintf(quarantined, sizeof quarantined, "; %llu bytes of its granules could not be given back (quarantined, "
+                 "never reused)", (unsigned long long)o.residual_owned_bytes);
     if (dmm__kv_zero_fill(kv, r) != DMM_OK)
-        return dmm__error_wrap(dmm_last_status(), "%s: request %p is offloaded (its host copy holds its tokens), but "
-                               "not all of its range reads zeros", op, (void *)r);
-    if (dmm_release_state_of(&o) == DMM_RELEASE_COMPLETE) return DMM_OK;
-    return dmm_error_set(DMM_ERR_QUARANTINED, "%s: request %p is offloaded, but %llu bytes of its granules could not "
-                         "be given back (quarantined, never reused)", op, (void *)r,
-                         (unsigned long long)o.residual_owned_bytes);
+        return dmm__error_wrap(dmm_last_status(), "%s: request %p is offloaded (its host copy holds its tokens)%s, but "
+                               "not all of its range reads zeros (restore maps them)", op, (void *)r, quarantined);
+    if (quarantined[0] == '\0') return DMM_OK;
+    return dmm_error_set(DMM_ERR_QUARANTINED, "%s: request %p is offloaded%s", op, (void *)r, quarantined);
 }
 
 dmm_status dmm_kv_restore(dmm_kv *kv, dmm_kv_request *r, dmm_stream stream) {

@@ -161,6 +161,8 @@ const char *dmm__arena_check_locked(dmm_arena *a) {
     for (uint32_t k = 0; k < a->nslots; k++) {
         const arena_chunk *c = &a->chunks[k];
         if (c->state == CHUNK_FREE) continue;
+        if (c->twin >= a->nslots || a->chunks[c->twin].back != k)
+            BROKEN("chunk %u's ring is not linked both ways (its next, slot %u, does not point back at it)", k, c->twin);
         uint32_t lowest = k, len = 0;
         for (uint32_t j = k;;) {
             if (j >= a->nslots || a->chunks[j].state == CHUNK_FREE)

@@ -22,10 +22,10 @@
  * Vocabulary: offsets are bytes from the reservation's base; a granule index g covers
  * [g·G, (g+1)·G). A chunk is one MAPPING of a driver handle over granules [first, first+n), mapped as
  * one unit. A handle is usually mapped by one chunk; dmm_arena_alias maps it at a second place, and
- * the chunks that map one handle form a ring (chunk.twin: the next one; itself when alone). A ring
- * owns its handle: OWNED is charged once per handle (at its creation), MAPPED once per chunk; a
- * chunk that dies while its ring has other members only unmaps and leaves the ring (its handle
- * stays); the last one out caches or releases the handle.
+ * the chunks that map one handle form a ring (chunk.twin: the next one, chunk.back: the one before;
+ * itself when alone). A ring owns its handle: OWNED is charged once per handle (at its creation),
+ * MAPPED once per chunk; a chunk that dies while its ring has other members only unmaps and leaves
+ * the ring (its handle stays); the last one out caches or releases the handle.
  *
  * Prefixes: a prefix (prefix.c) holds the handles of some of its owner's chunks (one piece per
  * handle). Every chunk mapping a held handle points at its piece (chunk.piece); the piece names one
@@ -40,8 +40,8 @@
  *   gmap[g] = k+1 ⇔ chunk k is LIVE or POISONED and first ≤ g < first+n; otherwise gmap[g] = 0
  *   chunk.refs = Σ over live records r of |{g ∈ chunk : bit(r, g)}|; LIVE ⇒ refs > 0; POISONED ⇒ refs = 0
  *   bit(r, g) ⇒ gmap[g] names a LIVE chunk;  r.nrefs = popcount(r.bits)
- *   a ring's members are LIVE or POISONED chunks with the same phys, n and piece; distinct rings, the
- *   cache, the quarantined handles and the parked pieces hold distinct handles (a handle's mapping
+ *   chunks[twin].back = the chunk; a ring's members are LIVE or POISONED chunks with the same phys, n
+ *   and piece; distinct rings, the cache, the quarantined handles and the parked pieces hold distinct handles (a handle's mapping
  *   count = its ring's length); piece.ring ≠ 0 ⇒ that slot is a member of a ring mapping piece.phys
  *   whose chunks point at the piece; a chunk's piece belongs to a live prefix
  *   stats.committed = Σ LIVE chunk bytes;  stats.mapped = Σ (LIVE + POISONED) chunk bytes (an alias
@@ -78,6 +78,8 @@ typedef struct arena_chunk {
     uint64_t refs;   /* (live allocation, granule) references inside the chunk */
     dmm_phys phys;   /* the driver handle */
     uint32_t twin;   /* the next chunk slot mapping the same handle (a ring); its own slot when alone */
+    uint32_t back;   /* the previous one (the ring is doubly linked: a mapping leaves it in O(1), and a handle
+                        may have thousands, e.g. a KV arena's granule of zeros) */
     uint8_t state;   /* chunk_state */
     bool mapped;     /* the handle is mapped at the chunk's VA (false only inside an operation) */
     bool from_cache; /* meaningful only in the operation that bore it: an undo puts the handle back */

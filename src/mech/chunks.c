@@ -237,10 +237,10 @@ static bool ring_alone(const dmm_arena *a, uint32_t k) { return a->chunks[k].twi
 
 /* Takes chunk k out of its ring (which has other members). */
 static void ring_leave(dmm_arena *a, uint32_t k) {
-    uint32_t prev = a->chunks[k].twin;
-    while (a->chunks[prev].twin != k) prev = a->chunks[prev].twin;
-    a->chunks[prev].twin = a->chunks[k].twin;
-    a->chunks[k].twin = k;
+    uint32_t prev = a->chunks[k].back, next = a->chunks[k].twin;
+    a->chunks[prev].twin = next;
+    a->chunks[next].back = prev;
+    a->chunks[k].twin = a->chunks[k].back = k;
 }
 
 /* ---- birth ---- */
@@ -286,7 +286,7 @@ dmm_status dmm__arena_chunk_birth(dmm_arena *a, uint64_t first, uint64_t n, cons
     uint64_t bytes = n * a->gran;
     uint32_t k = slot_take(a);
     arena_chunk *c = &a->chunks[k];
-    *c = (arena_chunk){first, n, 0, 0, k, CHUNK_BIRTH, false, false, DMM_ACCESS_READ_WRITE, NULL, false, false};
+    *c = (arena_chunk){first, n, 0, 0, k, k, CHUNK_BIRTH, false, false, DMM_ACCESS_READ_WRITE, NULL, false, false};
     *leaked = false;
 
     size_t hit = SIZE_MAX;
@@ -327,9 +327,10 @@ dmm_status dmm__arena_chunk_alias(dmm_arena *a, uint32_t src, uint64_t first, dm
                                   uint32_t *slot, bool *leaked) {
     uint32_t k = slot_take(a);
     arena_chunk *c = &a->chunks[k], *from = &a->chunks[src];
-    *c = (arena_chunk){first, from->n, 0, from->phys, from->twin, CHUNK_BIRTH, false, false, (uint8_t)access,
+    *c = (arena_chunk){first, from->n, 0, from->phys, from->twin, src, CHUNK_BIRTH, false, false, (uint8_t)access,
                        from->piece, from->imported, from->exported};
-    from->twin = k; /* joins the ring: the handle now has one more mapping */
+    a->chunks[from->twin].back = k;
+    from->twin = k; /* joins the ring after src: the handle now has one more mapping */
     *leaked = false;
     dmm_status s = chunk_map_in(a, k, op, leaked);
     if (s == DMM_OK) *slot = k;
@@ -340,7 +341,8 @@ dmm_status dmm__arena_chunk_adopt(dmm_arena *a, arena_piece *piece, uint64_t fir
                                   const char *op, uint32_t *slot, bool *leaked) {
     uint32_t k = slot_take(a);
     arena_chunk *c = &a->chunks[k];
-    *c = (arena_chunk){first, piece->n, 0, piece->phys, k, CHUNK_BIRTH, false, false, (uint8_t)access, piece, false, false};
+    *c = (arena_chunk){first, piece->n, 0, piece->phys, k, k, CHUNK_BIRTH, false, false, (uint8_t)access, piece, false,
+                       false};
     piece->ring = k + 1; /* a ring of one; an undo parks the handle again (dmm__arena_chunk_retire) */
     *leaked = false;
     dmm_status s = chunk_map_in(a, k, op, leaked);
@@ -353,7 +355,7 @@ dmm_status dmm__arena_chunk_import(dmm_arena *a, int fd, uint64_t first, uint64_
     uint64_t bytes = n * a->gran;
     uint32_t k = slot_take(a);
     arena_chunk *c = &a->chunks[k];
-    *c = (arena_chunk){first, n, 0, 0, k, CHUNK_BIRTH, false, false, (uint8_t)access, NULL, true, false};
+    *c = (arena_chunk){first, n, 0, 0, k, k, CHUNK_BIRTH, false, false, (uint8_t)access, NULL, true, false};
     *leaked = false;
     dmm_status s = dmm__arena_drv_import(a, fd, bytes, access, &c->phys);
     if (s != DMM_OK) {

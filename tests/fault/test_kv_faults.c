@@ -7,7 +7,8 @@
  * What is proven after every step of every pass: a call either succeeds, and then every request that
  * maps the prefix reads its bytes, or fails with a sentence; the governor's owned bytes on the tier
  * equal the driver's census of handle bytes plus the host copies the arena holds (nothing charged
- * that is not held, nothing held that is not charged); the arena's counts never wrap. After the pass,
+ * that is not held, nothing held that is not charged), and its mapped bytes the driver's mappings; the
+ * arena's counts never wrap. After the pass,
  * with the faults cleared, every request closes, every prefix is released and the arena is destroyed
  * (what failed releases left is given back then), and the census is zero. Swept twice more with
  * zero_tail: then every resident request's range also reads zeros past what it backs, unless it says
@@ -60,6 +61,9 @@ static void check(pass *x) {
         fail_msg("the governor charges %llu owned bytes; the driver holds %llu in handles and the arena %llu in "
                  "host copies", (unsigned long long)tu.used[DMM_AXIS_OWNED], (unsigned long long)c.handle_bytes,
                  (unsigned long long)st.host_bytes);
+    if (tu.used[DMM_AXIS_MAPPED] != c.mapped_bytes)
+        fail_msg("the governor charges %llu mapped bytes; the driver maps %llu",
+                 (unsigned long long)tu.used[DMM_AXIS_MAPPED], (unsigned long long)c.mapped_bytes);
     if (st.private_bytes > ((uint64_t)1 << 40) || st.shared_bytes > ((uint64_t)1 << 40))
         fail_msg("a count wrapped: private %llu, shared %llu", (unsigned long long)st.private_bytes,
                  (unsigned long long)st.shared_bytes);
@@ -175,7 +179,8 @@ static void sweep(bool sticky, bool zero_tail) {
         dmm_device_config dc = {.size = sizeof dc, .pool_va_bytes = 256 * MIB};
         DMM_OK_OR_FAIL(dmm_device_create(x.fault, x.gov, &dc, &x.dev));
         dmm_kv_config kc = {.size = sizeof kc, .token_bytes = TOKEN, .max_tokens = 4 * PER_GRANULE,
-                            .max_requests = NREQ, .reserve_bytes = 2 * GRAN, .zero_tail = zero_tail};
+                            .max_requests = NREQ, .reserve_bytes = 2 * GRAN,
+                            .flags = zero_tail ? DMM_KV_ZERO_TAIL : 0};
         DMM_OK_OR_FAIL(dmm_kv_create(x.dev, &kc, &x.kv));
         uint64_t injected0 = dmm_fault_injected(x.fault);
         DMM_OK_OR_FAIL(dmm_fault_plan(x.fault, DMM_OP_ANY, nth, sticky ? UINT32_MAX : 1, DMM_ERR_DRIVER));

@@ -35,7 +35,8 @@ static void fx_open_with(fx *f, bool zero_tail) {
     dmm_device_config dc = {.size = sizeof dc, .pool_va_bytes = (uint64_t)1 << 30};
     DMM_OK_OR_FAIL(dmm_device_create(g_cuda, f->gov, &dc, &f->dev));
     dmm_kv_config kc = {.size = sizeof kc, .token_bytes = TOKEN, .max_tokens = 4608, .max_requests = 8,
-                        .reserve_bytes = (uint64_t)8 << 20, .zero_tail = zero_tail};
+                        .reserve_bytes = (uint64_t)8 << 20,
+                        .flags = zero_tail ? DMM_KV_ZERO_TAIL : 0};
     DMM_OK_OR_FAIL(dmm_kv_create(f->dev, &kc, &f->kv));
     dmm_kv_stats st = {.size = sizeof st};
     DMM_OK_OR_FAIL(dmm_kv_stats_get(f->kv, &st));

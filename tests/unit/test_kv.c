@@ -17,6 +17,7 @@
  */
 #include <setjmp.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,7 +50,8 @@ static void fx_open_with(fx *f, uint32_t max_requests, bool zero_tail) {
     dmm_device_config dc = {.size = sizeof dc, .pool_va_bytes = 256 * MIB};
     DMM_OK_OR_FAIL(dmm_device_create(f->fault, f->gov, &dc, &f->dev));
     dmm_kv_config kc = {.size = sizeof kc, .token_bytes = TOKEN, .max_tokens = 4 * PER_GRANULE,
-                        .max_requests = max_requests, .reserve_bytes = 4 * GRAN, .zero_tail = zero_tail};
+                        .max_requests = max_requests, .reserve_bytes = 4 * GRAN,
+                        .flags = zero_tail ? DMM_KV_ZERO_TAIL : 0};
     DMM_OK_OR_FAIL(dmm_kv_create(f->dev, &kc, &f->kv));
 }
 
@@ -402,7 +404,8 @@ static void fixed_length_reads_see_zeros(void **state) {
         dmm_device_config dc = {.size = sizeof dc, .pool_va_bytes = 256 * MIB};
         DMM_OK_OR_FAIL(dmm_device_create(f.fault, f.gov, &dc, &f.dev));
         DMM_OK_OR_FAIL(dmm_fault_plan(f.fault, DMM_OP_ANY, nth, 1, DMM_ERR_DRIVER));
-        dmm_kv_config kc = {.size = sizeof kc, .token_bytes = TOKEN, .max_tokens = 4 * PER_GRANULE, .zero_tail = true};
+        dmm_kv_config kc = {.size = sizeof kc, .token_bytes = TOKEN, .max_tokens = 4 * PER_GRANULE,
+                            .flags = DMM_KV_ZERO_TAIL};
         dmm_status s = dmm_kv_create(f.dev, &kc, &f.kv);
         made = s == DMM_OK;
         if (!made) {
@@ -419,6 +422,73 @@ static void fixed_length_reads_see_zeros(void **state) {
     DMM_OK_OR_FAIL(dmm_kv_open(f.kv, NULL, 1, NULL, &r));
     assert_int_equal(info(&f, r).unreadable_bytes, 3 * GRAN);
     close_ok(&f, r);
+    dmm_kv_destroy(f.kv);
+    /* a caller built before flags: its size stops before them, and what lies past it is not read */
+    dmm_kv_config *old = malloc(sizeof *old);
+    assert_non_null(old);
+    memset(old, 0xab, sizeof *old);
+    old->size = (uint32_t)offsetof(dmm_kv_config, flags);
+    old->token_bytes = TOKEN;
+    old->max_tokens = 4 * PER_GRANULE;
+    old->max_requests = 2;
+    old->reserve_bytes = 0;
+    old->refill_thread = false;
+    DMM_OK_OR_FAIL(dmm_kv_create(f.dev, old, &f.kv));
+    DMM_OK_OR_FAIL(dmm_kv_open(f.kv, NULL, 1, NULL, &r));
+    assert_int_equal(info(&f, r).unreadable_bytes, 3 * GRAN); /* no zeros */
+    close_ok(&f, r);
+    DMM_OK_OR_FAIL(dmm_kv_destroy(f.kv));
+    old->size = sizeof *old; /* flags it does not know: refused */
+    old->flags = DMM_KV_ZERO_TAIL | 4;
+    f.kv = NULL;
+    assert_int_equal(dmm_kv_create(f.dev, old, &f.kv), DMM_ERR_INVALID_ARGUMENT);
+    dmm_test_error_mentions("flags", "DMM_KV_ZERO_TAIL", "nothing was created", NULL);
+    assert_null(f.kv);
+    free(old);
+    fx_close(&f);
+}
+
+/* zero_tail when calls fail: a refused open maps no zeros; a hole a failed growth left is filled by the
+ * next growth, also a shorter one; a destroy the driver refuses leaves the arena usable, zeros
+ * included, whether the zeros' owner stayed or the arena's own teardown failed after they went. */
+static void zero_tails_through_failures(void **state) {
+    (void)state;
+    fx f;
+    fx_open_with(&f, 4, true);
+    dmm_kv_request *r = NULL, *q = NULL;
+    dmm_device_id dev = f.host->device;
+    dmm_tier_usage tu = {.size = sizeof tu};
+    DMM_OK_OR_FAIL(dmm_governor_tier_usage(f.gov, dev, &tu));
+    DMM_OK_OR_FAIL(dmm_governor_set_limit(f.gov, dev, DMM_AXIS_OWNED, tu.used[DMM_AXIS_OWNED] + GRAN));
+    uint64_t maps = dmm_fault_calls(f.fault, DMM_OP_MAP);
+    assert_int_equal(dmm_kv_open(f.kv, NULL, 2 * PER_GRANULE, NULL, &r), DMM_ERR_BUDGET);
+    assert_int_equal(dmm_fault_calls(f.fault, DMM_OP_MAP), maps); /* refused before any zeros were mapped */
+    DMM_OK_OR_FAIL(dmm_governor_set_limit(f.gov, dev, DMM_AXIS_OWNED, DMM_UNLIMITED));
+
+    DMM_OK_OR_FAIL(dmm_kv_open(f.kv, NULL, 1, NULL, &r)); /* one granule backed, zeros over three */
+    DMM_OK_OR_FAIL(dmm_fault_plan(f.fault, DMM_OP_MAP, 1, UINT32_MAX, DMM_ERR_DRIVER));
+    assert_int_equal(dmm_kv_grow(f.kv, r, 2 * PER_GRANULE + 1), DMM_ERR_DRIVER);
+    DMM_OK_OR_FAIL(dmm_fault_clear(f.fault));
+    assert_int_equal(info(&f, r).unreadable_bytes, 2 * GRAN); /* [1, 3) granules: a hole */
+    DMM_OK_OR_FAIL(dmm_kv_grow(f.kv, r, PER_GRANULE + 1));  /* backs [1, 2) and fills [2, 3) */
+    assert_int_equal(info(&f, r).unreadable_bytes, 0);
+    assert_true(reads_zeros_from(&f, r, 2 * GRAN));
+    close_ok(&f, r);
+
+    DMM_OK_OR_FAIL(dmm_fault_plan(f.fault, DMM_OP_UNMAP, 1, 1, DMM_ERR_DRIVER)); /* the zeros' owner stays */
+    assert_int_equal(dmm_kv_destroy(f.kv), DMM_ERR_BUSY);
+    DMM_OK_OR_FAIL(dmm_fault_clear(f.fault));
+    DMM_OK_OR_FAIL(dmm_kv_open(f.kv, NULL, 1, NULL, &q));
+    assert_true(reads_zeros_from(&f, q, GRAN));
+    close_ok(&f, q);
+    /* the zeros go (to the arena's cache), then the arena's own teardown fails at its first release */
+    DMM_OK_OR_FAIL(dmm_fault_plan(f.fault, DMM_OP_RELEASE, 1, 1, DMM_ERR_DRIVER));
+    assert_int_equal(dmm_kv_destroy(f.kv), DMM_ERR_DRIVER);
+    dmm_test_error_mentions("could not be destroyed", "stays usable", NULL);
+    DMM_OK_OR_FAIL(dmm_fault_clear(f.fault));
+    DMM_OK_OR_FAIL(dmm_kv_open(f.kv, NULL, 1, NULL, &q)); /* the zeros were made again */
+    assert_true(reads_zeros_from(&f, q, GRAN));
+    close_ok(&f, q);
     fx_close(&f);
 }
 
@@ -610,6 +680,7 @@ int main(void) {
         cmocka_unit_test(the_refill_thread_keeps_the_reserve_full),
         cmocka_unit_test(growth_takes_back_what_the_device_caches),
         cmocka_unit_test(fixed_length_reads_see_zeros),
+        cmocka_unit_test(zero_tails_through_failures),
         cmocka_unit_test(a_failed_close_keeps_the_request),
         cmocka_unit_test(a_prefix_released_under_its_open_owner),
         cmocka_unit_test(bad_input_is_refused),
