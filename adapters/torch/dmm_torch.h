@@ -107,6 +107,10 @@ DMM_TORCH_API int dmm_torch_poll(int device, uint64_t *queued);
 DMM_TORCH_API int dmm_torch_graph_reserve(int device, uint64_t bytes, void *stream);
 /* The graph of capture `capture_id` is gone; its memory is reusable behind an event on `stream`. */
 DMM_TORCH_API int dmm_torch_graph_release(int device, uint64_t capture_id, void *stream);
+/* Graph memory asleep (mode 0: copied to pinned host memory first, 1: discarded) and awake again at the
+ * same addresses, each waited for, ordered on `stream` (dmm_device_graphs_sleep / _wake). */
+DMM_TORCH_API int dmm_torch_graphs_sleep(int device, int mode, void *stream);
+DMM_TORCH_API int dmm_torch_graphs_wake(int device, void *stream);
 /* The id of the capture `stream` of `device` is in (0 when it is not capturing; the NULL stream never
  * captures). Callable inside a capture. */
 DMM_TORCH_API int dmm_torch_capture_id(int device, void *stream, uint64_t *id);

@@ -315,6 +315,16 @@ int dmm_torch_graph_release(int device, uint64_t capture_id, void *stream) {
     return record(dmm_device_graph_release(c, capture_id, (dmm_stream)stream));
 }
 
+int dmm_torch_graphs_sleep(int device, int mode, void *stream) {
+    WITH_CTX(device);
+    return record(dmm_device_graphs_sleep(c, mode, (dmm_stream)stream));
+}
+
+int dmm_torch_graphs_wake(int device, void *stream) {
+    WITH_CTX(device);
+    return record(dmm_device_graphs_wake(c, (dmm_stream)stream));
+}
+
 int dmm_torch_capture_id(int device, void *stream, uint64_t *id) {
     if (id == NULL) return record(dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: capture_id: id is NULL"));
     *id = 0;

@@ -173,6 +173,17 @@ DMM_API dmm_status dmm_device_graph_reserve(dmm_device *dev, uint64_t bytes, dmm
 /* The graph of capture `capture_id` is gone: its memory becomes reusable once an event recorded now on
  * `stream` (where its last replay ran) completed. */
 DMM_API dmm_status dmm_device_graph_release(dmm_device *dev, uint64_t capture_id, dmm_stream stream);
+/* Graph memory asleep: every graph segment (the memory of the graphs captured on this device, and of
+ * reserves) leaves the device — copied to pinned host memory first (DMM_DEVICE_TO_HOST) or not
+ * (DMM_DEVICE_DISCARD: contents undefined at wake; a graph that rewrites all it reads in each replay
+ * replays the same after wake) — after the work queued on `stream` (its replays), waited for; its
+ * address ranges stay reserved, so every graph stays valid and replays after dmm_device_graphs_wake
+ * without a new capture. While asleep, no capture is served from them and a replay would read unmapped
+ * memory. Wake maps them again at the same addresses and copies the bytes back on `stream` (waited
+ * for). BUSY while `stream` captures, or while another sleep or wake runs; a segment the driver does not
+ * let go stays awake, one it does not map again stays asleep (said; call again). */
+DMM_API dmm_status dmm_device_graphs_sleep(dmm_device *dev, int mode, dmm_stream stream);
+DMM_API dmm_status dmm_device_graphs_wake(dmm_device *dev, dmm_stream stream);
 
 /* ---- regions of another process ---- */
 /* Maps `ex` (its descriptors stay the caller's) into the device's address space, read-only unless

@@ -41,7 +41,7 @@ __all__ = [
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
     "reset_peak_memory_stats", "empty_cache", "warm", "warm_start", "layout", "warm_layout", "save_profile", "snapshot", "set_limit",
     "last_error", "tag", "untagged", "default_tag", "offload", "offload_wait", "restore", "release_host", "poll", "tag_info",
-    "reserve_graph_memory", "graph", "capture_id", "release_graph", "now_ns", "record", "start_recording",
+    "reserve_graph_memory", "graph", "capture_id", "release_graph", "graphs_sleep", "graphs_wake", "now_ns", "record", "start_recording",
     "stop_recording", "torch_snapshot",
     "dump_snapshot", "history", "track_blocks", "mem_pool", "region", "hold_create", "attach", "drop",
 ]
@@ -627,6 +627,23 @@ def release_graph(cid, device=None, stream=None):
     `stream`). graph() registers this for you when the graph object dies."""
     _lib.check(_lib.load().dmm_torch_graph_release(_device(device), int(cid), _stream(stream)),
                "dmm.torch.release_graph")
+
+
+def graphs_sleep(to="host", device=None, stream=None):
+    """Graph memory asleep: the memory every CUDA graph captured through dmm (graph()) uses leaves the
+    device -- copied to pinned host memory first (to="host") or dropped (to="discard": a graph that
+    rewrites all it reads in each replay replays the same after wake) -- after the work queued on
+    `stream` (default: the current one), waited for. The graphs stay valid: after graphs_wake() they
+    replay without a new capture. Replaying one while asleep reads unmapped memory."""
+    if to not in _MODES:
+        raise ValueError("dmm.torch.graphs_sleep: to must be 'host' or 'discard', not %r" % (to,))
+    _lib.check(_lib.load().dmm_torch_graphs_sleep(_device(device), _MODES[to], _stream(stream)),
+               "dmm.torch.graphs_sleep")
+
+
+def graphs_wake(device=None, stream=None):
+    """Graph memory awake again at the same addresses, its bytes copied back (to="host"), waited for."""
+    _lib.check(_lib.load().dmm_torch_graphs_wake(_device(device), _stream(stream)), "dmm.torch.graphs_wake")
 
 
 def _release_quietly(dev, cid):

@@ -17,9 +17,22 @@
  * keep it until a capture takes it, since torch.cuda.graph itself empties the cache between
  * dmm.torch.graph's reserve and the capture; the context's destroy releases it.
  *
+ *
+ * Sleep and wake (dmm_device_graphs_sleep / _wake): graph memory leaves the device as a tag's does, but
+ * whole segments at a time and waited for: every awake segment is copied to pinned host memory (or not:
+ * DISCARD), then decommitted, its range kept, so that every graph captured over it stays valid; wake
+ * commits each again at the same addresses and copies its bytes back. One sleep or wake at a time; the
+ * segments it works on are MOVING meanwhile (outside the lock): no capture, reserve or trim takes them.
+ * While asleep no capture is served from them, and a replay of their graphs would read unmapped memory:
+ * wake first. A decommit that FAILED leaves its segment awake (its bytes there); one the driver
+ * quarantined counts as asleep (the rest of it went). A commit that fails at wake leaves its segment
+ * asleep, its copy kept: wake again.
+ *
  * Invariants (dev.lock): capture_id = 0 ⇔ idle ⇒ nothing live, !released; an idle segment with an
  * event (its graph's last replay may still run) is handed to a new capture only after a poll outside
- * any capture found the event complete; graph malloc makes no driver call at all.
+ * any capture found the event complete; graph malloc makes no driver call at all; seg.committed =
+ * seg.a.bytes while AWAKE, 0 while ASLEEP; host ≠ NULL only while ASLEEP (or MOVING), its bytes charged
+ * to the host lease and counted in c->host_bytes; graphs_moving ⇔ some segment is MOVING.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,15 +57,20 @@ dmm_status dmm__device_graph_malloc(dmm_device *c, size_t bytes, dmm_stream stre
     pthread_mutex_lock(&c->lock);
     uint64_t off = 0, reserved = 0, mine_free = 0;
     graph_segment *g = NULL;
+    uint64_t asleep = 0;
     for (graph_segment *x = c->graphs; x != NULL && g == NULL; x = x->next) {
         reserved += x->seg.a.bytes;
+        if (x->sleep != GSEG_AWAKE) {
+            asleep += x->seg.a.bytes;
+            continue;
+        }
         if (x->capture_id == capture_id && !x->released) {
             mine_free += x->seg.a.bytes - x->seg.live_bytes;
             if (dmm__device_segment_take(&x->seg, len, bytes, &off)) g = x;
         }
     }
     for (graph_segment *x = c->graphs; x != NULL && g == NULL; x = x->next)
-        if (x->capture_id == 0 && x->ev == NULL && x->seg.count == 0 &&
+        if (x->sleep == GSEG_AWAKE && x->capture_id == 0 && x->ev == NULL && x->seg.count == 0 &&
             dmm__device_segment_take(&x->seg, len, bytes, &off)) {
             x->capture_id = capture_id;
             x->reserved = false;
@@ -61,18 +79,20 @@ dmm_status dmm__device_graph_malloc(dmm_device *c, size_t bytes, dmm_stream stre
     if (g == NULL) {
         uint64_t idle = 0;
         for (graph_segment *x = c->graphs; x != NULL; x = x->next)
-            if (x->capture_id == 0 && x->ev == NULL) idle += x->seg.a.bytes;
+            if (x->sleep == GSEG_AWAKE && x->capture_id == 0 && x->ev == NULL) idle += x->seg.a.bytes;
         pthread_mutex_unlock(&c->lock);
         dmm_atomic_add_relaxed(&c->capture_refusals, 1);
         return dmm_error_set(DMM_ERR_OUT_OF_MEMORY,
                              "dmm device: CUDA graph capture %llu on stream %p (device %d) asked for %zu bytes, but a "
                              "capture can only use memory mapped before it began, and none is free for it (%llu "
                              "bytes reserved for graphs, %llu free in this capture's segments, %llu in idle "
-                             "segments); mapping now would invalidate the capture, so nothing was mapped: reserve "
-                             "enough before capturing with dmm_device_graph_reserve (under PyTorch: "
-                             "dmm.torch.reserve_graph_memory(bytes) or dmm.torch.graph(g, reserve_bytes=...))",
+                             "segments, %llu asleep); mapping now would invalidate the capture, so nothing was "
+                             "mapped: reserve enough before capturing with dmm_device_graph_reserve (under "
+                             "PyTorch: dmm.torch.reserve_graph_memory(bytes) or dmm.torch.graph(g, "
+                             "reserve_bytes=...)), and wake graph memory that sleeps first",
                              (unsigned long long)capture_id, stream, (int)c->dev.index, bytes,
-                             (unsigned long long)reserved, (unsigned long long)mine_free, (unsigned long long)idle);
+                             (unsigned long long)reserved, (unsigned long long)mine_free, (unsigned long long)idle,
+                             (unsigned long long)asleep);
     }
     pthread_mutex_unlock(&c->lock);
     dmm_atomic_add_relaxed(&c->capture_mallocs, 1);
@@ -110,7 +130,8 @@ dmm_status dmm_device_graph_reserve(dmm_device *c, uint64_t bytes, dmm_stream st
     if ((s = dmm__device_lock_and_poll(c, "graph reserve")) != DMM_OK) return s;
     dmm__device_graphs_sweep_locked(c);
     for (graph_segment *x = c->graphs; x != NULL; x = x->next)
-        if (x->capture_id == 0 && x->ev == NULL && x->seg.a.bytes >= len) { /* an idle one is large enough */
+        if (x->sleep == GSEG_AWAKE && x->capture_id == 0 && x->ev == NULL && x->seg.a.bytes >= len) {
+            /* an idle one, awake, is large enough */
             x->reserved = true;
             pthread_mutex_unlock(&c->lock);
             dmm_clear_error();
@@ -157,6 +178,22 @@ dmm_status dmm_device_graph_release(dmm_device *c, uint64_t capture_id, dmm_stre
     return s;
 }
 
+/* Gives a segment's pinned copy back (dev.lock held). */
+static void gseg_host_drop(dmm_device *c, graph_segment *g) {
+    if (g->host == NULL) return;
+    (void)dmm__drv_host_free(c->drv, g->host); /* (a failure is the driver's to report: the copy is dropped) */
+    (void)dmm_lease_shrink(c->gov, c->host_lease, g->host_bytes, g->host_bytes);
+    c->host_bytes -= g->host_bytes;
+    g->host = NULL;
+    g->host_bytes = 0;
+}
+
+static void gseg_free(dmm_device *c, graph_segment *g) {
+    gseg_host_drop(c, g);
+    dmm__device_segment_close(&g->seg);
+    free(g);
+}
+
 /* The finish of an idle segment's queued release: gone, back in service, or dropped after a loss. */
 static void gseg_release_finished(dmm_device *c, device_job *j, device_job_end how, dmm_status status) {
     (void)status;
@@ -166,8 +203,214 @@ static void gseg_release_finished(dmm_device *c, device_job *j, device_job_end h
         c->graphs = g;
         return;
     }
-    dmm__device_segment_close(&g->seg);
-    free(g);
+    gseg_free(c, g);
+}
+
+/* ---- sleep and wake ---- */
+static dmm_status refuse_capturing(dmm_device *c, const char *op, dmm_stream stream) {
+    bool capturing = false;
+    uint64_t id = 0;
+    dmm_status s = dmm_device_capture_status(c, stream, &capturing, &id);
+    if (s != DMM_OK) return s;
+    if (capturing)
+        return dmm_error_set(DMM_ERR_BUSY, "dmm device: %s refused: stream %p is capturing a CUDA graph, and mapping "
+                             "or unmapping memory now would invalidate the capture; call it after the capture; nothing "
+                             "changed", op, stream);
+    return DMM_OK;
+}
+
+/* Checks a sleep or wake may start, then marks the segments in state `from` MOVING (dev.lock taken and
+ * given back); *v = them (malloc'd, NULL when none). */
+static dmm_status take_moving(dmm_device *c, const char *op, dmm_stream stream, int from, graph_segment ***v,
+                              size_t *n) {
+    *v = NULL;
+    *n = 0;
+    dmm_status s = dmm__device_refuse_lost(c, op);
+    if (s == DMM_OK) s = refuse_capturing(c, op, stream);
+    if (s != DMM_OK) return s;
+    pthread_mutex_lock(&c->lock);
+    if (c->graphs_moving) {
+        pthread_mutex_unlock(&c->lock);
+        return dmm_error_set(DMM_ERR_BUSY, "dmm device: %s refused: another graph memory sleep or wake is under way "
+                             "on device %d; nothing changed", op, (int)c->dev.index);
+    }
+    size_t k = 0;
+    for (graph_segment *g = c->graphs; g != NULL; g = g->next) k += g->sleep == from;
+    graph_segment **w = k > 0 ? malloc(k * sizeof *w) : NULL;
+    if (k > 0 && w == NULL) {
+        pthread_mutex_unlock(&c->lock);
+        return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: %s: out of host memory; nothing changed", op);
+    }
+    k = 0;
+    for (graph_segment *g = c->graphs; g != NULL; g = g->next)
+        if (g->sleep == from) {
+            g->sleep = GSEG_MOVING;
+            w[k++] = g;
+        }
+    c->graphs_moving = k > 0;
+    pthread_mutex_unlock(&c->lock);
+    *v = w;
+    *n = k;
+    return DMM_OK;
+}
+
+/* An event recorded on `stream` after what is queued there, waited for (no lock held). */
+static dmm_status wait_stream(dmm_device *c, dmm_stream stream) {
+    dmm_event ev = NULL;
+    dmm_status s = dmm__drv_event_create(c->drv, &ev);
+    if (s == DMM_OK) s = dmm__drv_event_record(c->drv, ev, stream);
+    if (s == DMM_OK) s = dmm__drv_event_synchronize(c->drv, ev);
+    if (ev != NULL) {
+        dmm_error_kept why = {0};
+        dmm__error_keep(&why, s);
+        (void)dmm__drv_event_destroy(c->drv, ev);
+        s = dmm__error_restore(&why);
+    }
+    return s;
+}
+
+dmm_status dmm_device_graphs_sleep(dmm_device *c, int mode, dmm_stream stream) {
+    const char *op = "graph memory sleep";
+    if (c == NULL) return dmm__device_null("dmm_device_graphs_sleep", "a device");
+    if (mode != DMM_DEVICE_TO_HOST && mode != DMM_DEVICE_DISCARD)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm device: %s: mode %d refused: DMM_DEVICE_TO_HOST (0) keeps "
+                             "the bytes in pinned host memory, DMM_DEVICE_DISCARD (1) drops them; nothing changed",
+                             op, mode);
+    if (mode == DMM_DEVICE_TO_HOST && !dmm__drv_can_host_alloc(c->drv))
+        return dmm_error_set(DMM_ERR_UNSUPPORTED, "dmm device: %s to host: driver '%s' has no host memory for copies "
+                             "(its host_alloc slot); use DMM_DEVICE_DISCARD; nothing changed", op, c->drv->ops->name);
+    graph_segment **v = NULL;
+    size_t n = 0;
+    dmm_status s = take_moving(c, op, stream, GSEG_AWAKE, &v, &n);
+    if (s != DMM_OK || n == 0) return s;
+    /* the copies, on `stream` after the work queued there (the graphs' last replays), then waited for */
+    dmm_error_kept why = {0};
+    for (size_t i = 0; i < n && mode == DMM_DEVICE_TO_HOST && why.status == DMM_OK; i++) {
+        graph_segment *g = v[i];
+        uint64_t b = g->seg.a.bytes;
+        dmm_status ls = dmm_lease_grow(c->gov, c->host_lease, b, b);
+        if (ls != DMM_OK) {
+            (void)dmm__error_keep(&why, dmm__error_wrap(ls, "dmm device: %s: no room on the host tier for a copy of "
+                                                        "%llu bytes", op, (unsigned long long)b));
+            break;
+        }
+        if (dmm__error_keep(&why, dmm__drv_host_alloc(c->drv, (size_t)b, &g->host)) != DMM_OK) {
+            g->host = NULL;
+            (void)dmm_lease_shrink(c->gov, c->host_lease, b, b);
+            break;
+        }
+        g->host_bytes = b;
+        pthread_mutex_lock(&c->lock);
+        c->host_bytes += b;
+        pthread_mutex_unlock(&c->lock);
+        (void)dmm__error_keep(&why, dmm__drv_copy(c->drv, (uintptr_t)g->host, (uintptr_t)g->seg.a.ptr, (size_t)b, stream));
+    }
+    if (why.status == DMM_OK) (void)dmm__error_keep(&why, wait_stream(c, stream));
+    /* then the decommits: every segment's, unless a copy failed (then none: nothing changed) */
+    size_t slept = 0;
+    bool *gone = calloc(n, sizeof *gone);
+    if (gone == NULL && why.status == DMM_OK)
+        (void)dmm__error_keep(&why, dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: %s: out of host memory", op));
+    bool copied = why.status == DMM_OK;
+    for (size_t i = 0; i < n && copied; i++) { /* a failure is said (the first), the others go on */
+        dmm_release_outcome o = dmm_mechanism_decommit(c->arena, &v[i]->seg.a, (dmm_range){0, (size_t)v[i]->seg.a.bytes});
+        dmm_release_state st = dmm_release_state_of(&o);
+        gone[i] = st != DMM_RELEASE_FAILED;
+        slept += gone[i];
+        if (st != DMM_RELEASE_COMPLETE)
+            (void)dmm__error_keep(&why, dmm__error_wrap(
+                st == DMM_RELEASE_FAILED ? (o.failure != DMM_OK ? o.failure : DMM_ERR_DRIVER) : DMM_ERR_QUARANTINED,
+                "dmm device: %s: a segment of %llu bytes %s", op, (unsigned long long)v[i]->seg.a.bytes,
+                st == DMM_RELEASE_FAILED ? "stays awake (the driver refused its unmap)"
+                                         : "sleeps, but the driver kept some of its memory (quarantined, never reused)"));
+    }
+    pthread_mutex_lock(&c->lock);
+    for (size_t i = 0; i < n; i++) {
+        graph_segment *g = v[i];
+        if (gone != NULL && gone[i]) {
+            g->sleep = GSEG_ASLEEP;
+            g->seg.committed = 0;
+        } else {
+            gseg_host_drop(c, g);
+            g->sleep = GSEG_AWAKE;
+        }
+    }
+    c->graphs_moving = false;
+    c->graph_sleeps += slept > 0;
+    pthread_mutex_unlock(&c->lock);
+    free(gone);
+    free(v);
+    if (why.status == DMM_OK) return DMM_OK;
+    s = dmm__error_restore(&why);
+    return slept == 0 ? dmm__error_wrap(s, "dmm device: %s on device %d: nothing changed (graph memory awake)", op,
+                                        (int)c->dev.index)
+                      : dmm__error_wrap(s, "dmm device: %s on device %d: %zu of %zu segments asleep", op,
+                                        (int)c->dev.index, slept, n);
+}
+
+dmm_status dmm_device_graphs_wake(dmm_device *c, dmm_stream stream) {
+    const char *op = "graph memory wake";
+    if (c == NULL) return dmm__device_null("dmm_device_graphs_wake", "a device");
+    graph_segment **v = NULL;
+    size_t n = 0;
+    dmm_status s = take_moving(c, op, stream, GSEG_ASLEEP, &v, &n);
+    if (s != DMM_OK || n == 0) return s;
+    dmm_error_kept why = {0};
+    bool *back = calloc(n, sizeof *back);
+    if (back == NULL)
+        (void)dmm__error_keep(&why, dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: %s: out of host memory", op));
+    size_t woke = 0;
+    for (size_t i = 0; i < n && back != NULL; i++) { /* each at the same addresses, its bytes copied back */
+        graph_segment *g = v[i];
+        dmm_range all = {0, (size_t)g->seg.a.bytes};
+        uint64_t mapped = 0;
+        s = dmm_mechanism_commit(c->arena, &g->seg.a, all, &mapped);
+        if (s == DMM_ERR_BUDGET || s == DMM_ERR_OUT_OF_MEMORY) { /* the pool's cache first, as a graph reserve does */
+            (void)dmm_pool_empty_cache(c->pool, NULL);
+            s = dmm_mechanism_commit(c->arena, &g->seg.a, all, &mapped);
+        }
+        if (s == DMM_OK && g->host != NULL) {
+            s = dmm__drv_copy(c->drv, (uintptr_t)g->seg.a.ptr, (uintptr_t)g->host, (size_t)g->host_bytes, stream);
+            if (s != DMM_OK) { /* mapped without its bytes: back to sleep, its copy kept */
+                dmm_error_kept cause = {0};
+                dmm__error_keep(&cause, s);
+                (void)dmm_mechanism_decommit(c->arena, &g->seg.a, all);
+                s = dmm__error_restore(&cause);
+            }
+        }
+        if (s != DMM_OK) {
+            (void)dmm__error_keep(&why, dmm__error_wrap(s, "dmm device: %s: a segment of %llu bytes stays asleep", op,
+                                                        (unsigned long long)g->seg.a.bytes));
+            continue;
+        }
+        back[i] = true;
+        woke++;
+    }
+    /* the copies are done before their pinned memory goes; a failed wait keeps the copies */
+    dmm_status waited = woke > 0 ? wait_stream(c, stream) : DMM_OK;
+    if (waited != DMM_OK)
+        (void)dmm__error_keep(&why, dmm__error_wrap(waited, "dmm device: %s: waiting for the copies back failed; the "
+                                                    "pinned copies are kept", op));
+    pthread_mutex_lock(&c->lock);
+    for (size_t i = 0; i < n; i++) {
+        graph_segment *g = v[i];
+        if (back != NULL && back[i]) {
+            g->sleep = GSEG_AWAKE;
+            g->seg.committed = g->seg.a.bytes;
+            if (waited == DMM_OK) gseg_host_drop(c, g);
+        } else {
+            g->sleep = GSEG_ASLEEP;
+        }
+    }
+    c->graphs_moving = false;
+    c->graph_wakes += woke > 0;
+    pthread_mutex_unlock(&c->lock);
+    free(back);
+    free(v);
+    if (why.status == DMM_OK) return DMM_OK;
+    s = dmm__error_restore(&why);
+    return dmm__error_wrap(s, "dmm device: %s on device %d: %zu of %zu segments awake; wake again for the rest", op,
+                           (int)c->dev.index, woke, n);
 }
 
 typedef enum { SWEEP_ONLY, TRIM_UNRESERVED, TRIM_ALL } sweep_mode;
@@ -187,7 +430,9 @@ static uint64_t sweep_locked(dmm_device *c, sweep_mode mode) {
             (void)dmm__drv_event_destroy(c->drv, g->ev);
             g->ev = NULL;
         }
-        if (!idle || mode == SWEEP_ONLY || (mode == TRIM_UNRESERVED && g->reserved)) {
+        /* asleep, it holds no device memory to trim; only the teardown gives it back (MOVING: never) */
+        bool keep = g->sleep == GSEG_MOVING || (g->sleep == GSEG_ASLEEP && mode != TRIM_ALL);
+        if (!idle || keep || mode == SWEEP_ONLY || (mode == TRIM_UNRESERVED && g->reserved)) {
             pp = &g->next;
             continue;
         }
@@ -196,10 +441,9 @@ static uint64_t sweep_locked(dmm_device *c, sweep_mode mode) {
                 pp = &g->next;
                 continue;
             }
-            freed += g->seg.a.bytes;
+            freed += g->seg.committed;
             *pp = g->next;
-            dmm__device_segment_close(&g->seg);
-            free(g);
+            gseg_free(c, g);
             continue;
         }
         if (dmm__device_segment_release_behind(c, &g->seg, g->ev, gseg_release_finished, g) != DMM_OK) {
@@ -207,7 +451,7 @@ static uint64_t sweep_locked(dmm_device *c, sweep_mode mode) {
             continue;
         }
         g->ev = NULL; /* the job owns it now */
-        freed += g->seg.a.bytes;
+        freed += g->seg.committed;
         *pp = g->next;
     }
     dmm_clear_error();
@@ -224,17 +468,18 @@ void dmm__device_graphs_drop_lost(dmm_device *c) {
     while (c->graphs != NULL) {
         graph_segment *g = c->graphs;
         c->graphs = g->next;
-        dmm__device_segment_close(&g->seg);
-        free(g); /* its event went with the context */
+        gseg_free(c, g); /* its event went with the context */
     }
 }
 
 void dmm__device_graphs_json_locked(dmm_device *c, dmm_json *j, bool blocks) {
-    uint64_t n = 0, reserved = 0, live = 0, idle = 0, largest_idle = 0, owned = 0;
+    uint64_t n = 0, reserved = 0, live = 0, idle = 0, largest_idle = 0, owned = 0, asleep = 0, host = 0;
     for (graph_segment *g = c->graphs; g != NULL; g = g->next) {
         n++;
         reserved += g->seg.a.bytes;
         live += g->seg.live_bytes;
+        if (g->sleep == GSEG_ASLEEP) asleep += g->seg.a.bytes;
+        host += g->host_bytes;
         if (g->capture_id == 0) {
             idle += g->seg.a.bytes;
             if (g->ev == NULL && g->seg.a.bytes > largest_idle) largest_idle = g->seg.a.bytes;
@@ -242,9 +487,11 @@ void dmm__device_graphs_json_locked(dmm_device *c, dmm_json *j, bool blocks) {
     }
     dmm__json_put(j,
                   "{\"segments\":%llu,\"reserved_bytes\":%llu,\"live_bytes\":%llu,\"idle_bytes\":%llu,"
-                  "\"largest_idle_bytes\":%llu,\"segments_owned_by_graphs\":%llu",
+                  "\"largest_idle_bytes\":%llu,\"segments_owned_by_graphs\":%llu,\"asleep_bytes\":%llu,"
+                  "\"host_bytes\":%llu,\"sleeps\":%llu,\"wakes\":%llu",
                   (unsigned long long)n, (unsigned long long)reserved, (unsigned long long)live, (unsigned long long)idle,
-                  (unsigned long long)largest_idle, (unsigned long long)owned);
+                  (unsigned long long)largest_idle, (unsigned long long)owned, (unsigned long long)asleep,
+                  (unsigned long long)host, (unsigned long long)c->graph_sleeps, (unsigned long long)c->graph_wakes);
     if (blocks) { /* the snapshot: every segment (committed in full) and its blocks [address, bytes, requested] */
         dmm__json_put(j, ",\"segment_list\":[");
         for (graph_segment *g = c->graphs; g != NULL; g = g->next) {

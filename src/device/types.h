@@ -118,13 +118,19 @@ typedef struct device_tag {
 } device_tag;
 
 /* ---- graphs (graphs.c) ---- */
+enum { GSEG_AWAKE = 0, GSEG_MOVING = 1, GSEG_ASLEEP = 2 };
+
 typedef struct graph_segment {
     struct graph_segment *next;
-    device_segment seg;       /* fully committed before any capture */
+    device_segment seg;       /* fully committed before any capture (while AWAKE) */
     uint64_t capture_id;     /* the capture that owns it; 0 = idle */
     bool released;           /* the owner's graph is gone: idle once nothing is live */
     bool reserved;           /* idle and promised to the next capture by a reserve: trims keep it */
     dmm_event ev;            /* recorded at the release: the segment is reusable once it completed */
+    int sleep;               /* GSEG_*: MOVING while a sleep or wake works on it outside the lock (no capture,
+                                reserve or trim touches it then); ASLEEP: decommitted, its range kept */
+    void *host;              /* ASLEEP after a sleep to host: its bytes, pinned */
+    uint64_t host_bytes;
 } graph_segment;
 
 /* ---- the pool's live blocks (blocks.c) ---- */
@@ -257,7 +263,9 @@ struct dmm_device {
     bool jobs_taken_back;    /* after a confirmed loss: every job was taken back unrun (dev.lock) */
     device_tag tags[DMM_DEVICE_MAX_TAGS];
     graph_segment *graphs;
-    uint64_t host_bytes;     /* Σ pinned copies */
+    bool graphs_moving;      /* a graph sleep or wake is under way (one at a time) */
+    uint64_t graph_sleeps, graph_wakes;
+    uint64_t host_bytes;     /* Σ pinned copies (tags' and graphs') */
     device_recorder rec;      /* off unless dmm_device_record_start (record.c); its own locks, leaves */
     device_block_shard *pool_blocks; /* DMM_DEVICE_BLOCK_SHARDS shards (blocks.c); their locks are leaves */
     device_import *imports;               /* regions of a holder process mapped here (imports.c; dev.lock) */

@@ -298,6 +298,66 @@ static void a_capture_is_served_from_its_pool_without_a_driver_call(void **state
     fx_close(&f);
 }
 
+/* Graph memory sleeps and wakes at the same addresses: a capture's blocks keep their bytes through a
+ * sleep to host and leave the device meanwhile; after a discard they are mapped and writable again;
+ * while asleep no capture is served from them (said); a sleep during a capture, a bad mode and a second
+ * sleep or wake that finds nothing to do change nothing; a sleep whose unmap the driver refuses leaves
+ * the memory awake with its bytes. */
+static void graph_memory_sleeps_and_wakes_in_place(void **state) {
+    (void)state;
+    fx f;
+    fx_open(&f);
+    DMM_OK_OR_FAIL(dmm_device_graph_reserve(f.dev, 4 * MIB, f.s2));
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, f.s2, 9));
+    void *g1 = NULL, *p = NULL;
+    DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, 3 * MIB, f.s2, &g1));
+    assert_int_equal(dmm_device_graphs_sleep(f.dev, DMM_DEVICE_TO_HOST, f.s2), DMM_ERR_BUSY);
+    dmm_test_error_mentions("capturing", "nothing changed", NULL);
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, NULL, 0));
+    fill(g1, 3 * MIB, 31);
+    assert_int_equal(dmm_device_graphs_sleep(f.dev, 7, f.s2), DMM_ERR_INVALID_ARGUMENT);
+    dmm_test_error_mentions("DMM_DEVICE_TO_HOST", "nothing changed", NULL);
+
+    uint64_t reserved = stat_current(&f, "reserved_bytes"), host_allocs = dmm_fault_calls(f.fault, DMM_OP_HOST_ALLOC);
+    DMM_OK_OR_FAIL(dmm_device_graphs_sleep(f.dev, DMM_DEVICE_TO_HOST, f.s2));
+    assert_true(stat_current(&f, "reserved_bytes") + 4 * MIB <= reserved); /* off the device */
+    assert_int_equal(dmm_fault_calls(f.fault, DMM_OP_HOST_ALLOC), host_allocs + 1);
+    DMM_OK_OR_FAIL(dmm_device_graphs_sleep(f.dev, DMM_DEVICE_TO_HOST, f.s2)); /* nothing awake: nothing to do */
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, f.s2, 10)); /* asleep: no capture is served from it */
+    assert_int_equal(dmm_device_malloc(f.dev, 1 * MIB, f.s2, &p), DMM_ERR_OUT_OF_MEMORY);
+    dmm_test_error_mentions("asleep", "wake", NULL);
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, NULL, 0));
+    DMM_OK_OR_FAIL(dmm_device_graphs_wake(f.dev, f.s2));
+    assert_true(stat_current(&f, "reserved_bytes") >= reserved);
+    assert_true(same(g1, 3 * MIB, 31)); /* the same address, its bytes back */
+    DMM_OK_OR_FAIL(dmm_device_graphs_wake(f.dev, f.s2)); /* nothing asleep */
+
+    DMM_OK_OR_FAIL(dmm_device_graphs_sleep(f.dev, DMM_DEVICE_DISCARD, f.s2));
+    assert_int_equal(dmm_fault_calls(f.fault, DMM_OP_HOST_ALLOC), host_allocs + 1); /* nothing copied */
+    DMM_OK_OR_FAIL(dmm_device_graphs_wake(f.dev, f.s2));
+    fill(g1, 3 * MIB, 32); /* mapped and writable again */
+    assert_true(same(g1, 3 * MIB, 32));
+
+    DMM_OK_OR_FAIL(dmm_fault_plan(f.fault, DMM_OP_UNMAP, 1, UINT32_MAX, DMM_ERR_DRIVER));
+    assert_int_not_equal(dmm_device_graphs_sleep(f.dev, DMM_DEVICE_TO_HOST, f.s2), DMM_OK);
+    dmm_test_error_mentions("stays awake", "nothing changed", NULL);
+    DMM_OK_OR_FAIL(dmm_fault_clear(f.fault));
+    assert_true(same(g1, 3 * MIB, 32)); /* still there, with its bytes */
+    DMM_OK_OR_FAIL(dmm_device_graphs_sleep(f.dev, DMM_DEVICE_TO_HOST, f.s2)); /* the driver lets go now */
+    DMM_OK_OR_FAIL(dmm_device_graphs_wake(f.dev, f.s2));
+    assert_true(same(g1, 3 * MIB, 32));
+
+    DMM_OK_OR_FAIL(dmm_device_graph_release(f.dev, 9, f.s2));
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, g1, f.s2));
+    DMM_OK_OR_FAIL(dmm_device_graphs_sleep(f.dev, DMM_DEVICE_DISCARD, f.s2));
+    DMM_OK_OR_FAIL(dmm_device_empty_cache(f.dev, NULL)); /* idle and asleep: kept (it holds no device memory) */
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, f.s2, 11));  /* nor is a new capture served from it */
+    assert_int_equal(dmm_device_malloc(f.dev, 1 * MIB, f.s2, &p), DMM_ERR_OUT_OF_MEMORY);
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, NULL, 0)); /* asleep at the teardown: given back then */
+    assert_int_equal(dmm_fault_calls(f.fault, DMM_OP_HOST_FREE), dmm_fault_calls(f.fault, DMM_OP_HOST_ALLOC));
+    fx_close(&f);
+}
+
 /* The child: its own host driver and arena; exports 4 MiB filled with seed 21 over `sock`, then, told
  * to, writes byte 100 and says so; exits 0 when all went well. */
 static int exporter(int sock) {
@@ -469,6 +529,7 @@ int main(void) {
         cmocka_unit_test(a_discarded_tag_wakes_mapped_and_writable),
         cmocka_unit_test(a_default_tag_holds_every_malloc_outside_a_scope),
         cmocka_unit_test(a_capture_is_served_from_its_pool_without_a_driver_call),
+        cmocka_unit_test(graph_memory_sleeps_and_wakes_in_place),
         cmocka_unit_test(a_region_of_another_process_is_imported),
         cmocka_unit_test(two_devices_share_a_holder_and_its_reclaim),
         cmocka_unit_test(bad_input_is_refused_with_a_sentence),

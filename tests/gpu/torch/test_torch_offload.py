@@ -198,6 +198,27 @@ check(free1 - free0 >= 0.95 * (256 << 20) and int(scratch[-1]) == 2 and dt.tag_i
       "discard freed %s of a 256 MiB tag without a host copy; restored and writable" % mib(free1 - free0))
 del scratch
 
+# ---- graph memory asleep: the graph's own memory leaves the device and it replays after wake ----
+torch.cuda.synchronize()
+graph_bytes = dt.memory_stats_raw()["graphs"]["reserved_bytes"]
+for to in ("host", "discard"):
+    free0, _ = torch.cuda.mem_get_info()
+    t0 = time.perf_counter()
+    dt.graphs_sleep(to=to)
+    t1 = time.perf_counter()
+    free1, _ = torch.cuda.mem_get_info()
+    asleep = dt.memory_stats_raw()["graphs"]["asleep_bytes"]
+    dt.graphs_wake()
+    t2 = time.perf_counter()
+    g.replay()
+    torch.cuda.synchronize()
+    print("graph memory to %s: %s of graph memory, free memory +%s asleep; sleep %.1f ms, wake %.1f ms" % (
+        to, mib(graph_bytes), mib(free1 - free0), (t1 - t0) * 1e3, (t2 - t1) * 1e3), flush=True)
+    check(asleep == graph_bytes and free1 - free0 >= 0.95 * graph_bytes,
+          "graphs_sleep(to=%r) frees the graph memory (%s of %s)" % (to, mib(free1 - free0), mib(graph_bytes)))
+    check(torch.equal(static_out, graph_ref), "after graphs_wake (from %s) the graph replays identically, not "
+          "captured again" % to)
+
 raw = dt.memory_stats_raw()
 print("stats: %s" % {k: raw[k] for k in ("allocated_bytes", "reserved_bytes", "physical_bytes", "host_bytes",
                                            "capture_mallocs", "tag_mallocs", "num_device_alloc", "num_device_free")})
