@@ -110,6 +110,8 @@ DMM_TORCH_API int dmm_torch_graph_release(int device, uint64_t capture_id, void 
 /* Graph memory asleep (mode 0: copied to pinned host memory first, 1: discarded) and awake again at the
  * same addresses, each waited for, ordered on `stream` (dmm_device_graphs_sleep / _wake). */
 DMM_TORCH_API int dmm_torch_graphs_sleep(int device, int mode, void *stream);
+/* Inside a capture on `stream`, before it allocates: it joins shared graph pool `pool` (≠ 0). */
+DMM_TORCH_API int dmm_torch_graph_share(int device, void *stream, uint64_t pool);
 DMM_TORCH_API int dmm_torch_graphs_wake(int device, void *stream);
 /* The id of the capture `stream` of `device` is in (0 when it is not capturing; the NULL stream never
  * captures). Callable inside a capture. */

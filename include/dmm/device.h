@@ -173,6 +173,12 @@ DMM_API dmm_status dmm_device_graph_reserve(dmm_device *dev, uint64_t bytes, dmm
 /* The graph of capture `capture_id` is gone: its memory becomes reusable once an event recorded now on
  * `stream` (where its last replay ran) completed. */
 DMM_API dmm_status dmm_device_graph_release(dmm_device *dev, uint64_t capture_id, dmm_stream stream);
+/* Called inside a capture on `stream`, before it allocates: the capture joins shared graph pool `pool`
+ * (any number but 0, the caller's name for it): it is served from the pool's memory, where blocks that
+ * earlier captures of the pool freed are reused, and that memory stays the pool's until every graph of
+ * it is released. For graphs replayed one at a time (one per batch size): their memory is that of the
+ * largest, not the sum. BUSY when the capture allocated already or joined another pool. */
+DMM_API dmm_status dmm_device_graph_share(dmm_device *dev, dmm_stream stream, uint64_t pool);
 /* Graph memory asleep: every graph segment (the memory of the graphs captured on this device, and of
  * reserves) leaves the device — copied to pinned host memory first (DMM_DEVICE_TO_HOST) or not
  * (DMM_DEVICE_DISCARD: contents undefined at wake; a graph that rewrites all it reads in each replay

@@ -653,25 +653,55 @@ def _release_quietly(dev, cid):
         pass
 
 
+_graph_pools = {}  # (device, pool) -> the number dmm knows the shared pool by
+_graph_pools_lock = threading.Lock()
+
+
+def _graph_pool_key(dev, pool):
+    """dmm's number for shared pool `pool` on device `dev` (any hashable: torch.cuda.graph_pool_handle(),
+    a string), and whether it is new."""
+    try:
+        hash(pool)
+    except TypeError:
+        raise TypeError("dmm.torch.graph: pool must be hashable (torch.cuda.graph_pool_handle(), a name), not %r"
+                        % (pool,)) from None
+    with _graph_pools_lock:
+        key = _graph_pools.get((dev, pool))
+        if key is not None:
+            return key, False
+        key = _graph_pools[(dev, pool)] = len(_graph_pools) + 1
+        return key, True
+
+
 @contextlib.contextmanager
-def graph(cuda_graph, reserve_bytes=256 << 20, **kwargs):
+def graph(cuda_graph, reserve_bytes=256 << 20, pool=None, **kwargs):
     """torch.cuda.graph(cuda_graph, **kwargs) with dmm's graph memory: reserves `reserve_bytes` before
     the capture (the capture is served from it, and only from it), and gives it back to dmm when the
-    graph object is garbage collected."""
+    graph object is garbage collected. With `pool` (as torch.cuda.graph's: graph_pool_handle(), or any
+    name), the captures of one pool share its memory: blocks an earlier capture freed serve the next, so
+    graphs replayed one at a time (one per batch size: capture the largest first) hold the memory of the
+    largest; the pool reserves once, at its first capture."""
     torch = _lib.import_torch("dmm.torch")
 
     dev = torch.cuda.current_device()
-    reserve_graph_memory(reserve_bytes, dev)
+    key, first = _graph_pool_key(dev, pool) if pool is not None else (0, True)
+    if first:
+        reserve_graph_memory(reserve_bytes, dev)
     cid = 0
-    with torch.cuda.graph(cuda_graph, **kwargs):
-        cid = capture_id(torch.cuda.current_stream(), dev)
-        yield cuda_graph
-    if cid:
-        try:
-            cuda_graph._dmm_capture_id = cid
-            weakref.finalize(cuda_graph, _release_quietly, dev, cid)
-        except (AttributeError, TypeError):  # not weak-referenceable: call release_graph(cid) by hand
-            pass
+    try:
+        with torch.cuda.graph(cuda_graph, **kwargs):  # (dmm shares the pool's memory: torch's pool is not asked)
+            stream = torch.cuda.current_stream()
+            cid = capture_id(stream, dev)
+            if key:
+                _lib.check(_lib.load().dmm_torch_graph_share(dev, _stream(stream), key), "dmm.torch.graph(pool=)")
+            yield cuda_graph
+    finally:
+        if cid:  # also when the capture failed: its memory goes back with the graph object
+            try:
+                cuda_graph._dmm_capture_id = cid
+                weakref.finalize(cuda_graph, _release_quietly, dev, cid)
+            except (AttributeError, TypeError):  # not weak-referenceable: call release_graph(cid) by hand
+                pass
 
 
 # ---------------------------------------------------------------- recording a trace

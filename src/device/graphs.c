@@ -18,6 +18,13 @@
  * dmm.torch.graph's reserve and the capture; the context's destroy releases it.
  *
  *
+ * Shared graph pools (dmm_device_graph_share): captures that join one pool, as PyTorch's
+ * `pool=graph_pool_handle()` asks, take from the pool's segments, where the blocks an earlier capture of
+ * the pool freed (its intermediates) serve the next ones: graphs replayed one at a time (one per batch
+ * size, as a serving engine has them) need the memory of the largest, not of all. The pool's segments
+ * stay its own until every graph of the pool is released. Replaying two graphs of one pool at once is
+ * the caller's error, as with PyTorch's shared pools.
+ *
  * Sleep and wake (dmm_device_graphs_sleep / _wake): graph memory leaves the device as a tag's does, but
  * whole segments at a time and waited for: every awake segment is copied to pinned host memory (or not:
  * DISCARD), then decommitted, its range kept, so that every graph captured over it stays valid; wake
@@ -44,6 +51,20 @@
 #include "jobs.h"
 #include "segment.h"
 
+/* ---- shared graph pools: who joined which ---- */
+/* The pool capture `id` joined, or 0 (dev.lock held). */
+static uint64_t pool_of(const dmm_device *c, uint64_t id) {
+    for (uint32_t i = 0; i < c->njoins; i++)
+        if (c->graph_joins[i].capture_id == id) return c->graph_joins[i].pool;
+    return 0;
+}
+
+static bool pool_alive(const dmm_device *c, uint64_t pool) {
+    for (uint32_t i = 0; i < c->njoins; i++)
+        if (c->graph_joins[i].pool == pool) return true;
+    return false;
+}
+
 dmm_status dmm__device_graph_malloc(dmm_device *c, size_t bytes, dmm_stream stream, uint64_t capture_id, void **out) {
     uint64_t len = dmm__device_round_block(c, bytes);
     if (capture_id == 0) {
@@ -55,7 +76,7 @@ dmm_status dmm__device_graph_malloc(dmm_device *c, size_t bytes, dmm_stream stre
                              bytes, stream);
     }
     pthread_mutex_lock(&c->lock);
-    uint64_t off = 0, reserved = 0, mine_free = 0;
+    uint64_t off = 0, reserved = 0, mine_free = 0, pool = pool_of(c, capture_id);
     graph_segment *g = NULL;
     uint64_t asleep = 0;
     for (graph_segment *x = c->graphs; x != NULL && g == NULL; x = x->next) {
@@ -64,7 +85,7 @@ dmm_status dmm__device_graph_malloc(dmm_device *c, size_t bytes, dmm_stream stre
             asleep += x->seg.a.bytes;
             continue;
         }
-        if (x->capture_id == capture_id && !x->released) {
+        if (!x->released && (pool != 0 ? x->pool == pool : x->capture_id == capture_id && x->pool == 0)) {
             mine_free += x->seg.a.bytes - x->seg.live_bytes;
             if (dmm__device_segment_take(&x->seg, len, bytes, &off)) g = x;
         }
@@ -73,6 +94,7 @@ dmm_status dmm__device_graph_malloc(dmm_device *c, size_t bytes, dmm_stream stre
         if (x->sleep == GSEG_AWAKE && x->capture_id == 0 && x->ev == NULL && x->seg.count == 0 &&
             dmm__device_segment_take(&x->seg, len, bytes, &off)) {
             x->capture_id = capture_id;
+            x->pool = pool;
             x->reserved = false;
             g = x;
         }
@@ -107,6 +129,7 @@ dmm_status dmm__device_graph_free_locked(dmm_device *c, void *ptr, uint64_t *len
         if (!dmm__device_segment_give(&g->seg, off, len, req)) return DMM_ERR_UNKNOWN_ALLOCATION;
         if (g->released && g->seg.count == 0) {
             g->capture_id = 0;
+            g->pool = 0;
             g->released = false;
         }
         return DMM_OK;
@@ -161,14 +184,29 @@ dmm_status dmm_device_graph_release(dmm_device *c, uint64_t capture_id, dmm_stre
     if (ls != DMM_OK) return ls;
     pthread_mutex_lock(&c->lock);
     dmm_status s = DMM_OK;
+    uint64_t pool = pool_of(c, capture_id);
+    bool last = true; /* of a pool: the last of its graphs goes (its segments are the pool's until then) */
+    if (pool != 0) {
+        for (uint32_t i = 0; i < c->njoins; i++)
+            if (c->graph_joins[i].capture_id == capture_id) {
+                c->graph_joins[i] = c->graph_joins[--c->njoins];
+                break;
+            }
+        last = !pool_alive(c, pool);
+    }
     for (graph_segment *g = c->graphs; g != NULL; g = g->next) {
-        if (g->capture_id != capture_id) continue;
+        if (pool != 0 ? g->pool != pool : g->capture_id != capture_id || g->pool != 0) continue;
         /* the graph's last replay may still run on `stream`: the segment is reusable behind this event */
         if (g->ev == NULL) s = dmm__drv_event_create(c->drv, &g->ev);
         if (s == DMM_OK) s = dmm__drv_event_record(c->drv, g->ev, stream);
         if (s != DMM_OK) break;
-        if (g->seg.count == 0) g->capture_id = 0;
-        else g->released = true;
+        if (!last) continue;
+        if (g->seg.count == 0) {
+            g->capture_id = 0;
+            g->pool = 0;
+        } else {
+            g->released = true;
+        }
     }
     pthread_mutex_unlock(&c->lock);
     if (s == DMM_ERR_DEVICE_LOST)
@@ -204,6 +242,40 @@ static void gseg_release_finished(dmm_device *c, device_job *j, device_job_end h
         return;
     }
     gseg_free(c, g);
+}
+
+/* ---- shared graph pools ---- */
+dmm_status dmm_device_graph_share(dmm_device *c, dmm_stream stream, uint64_t pool) {
+    const char *op = "dmm_device_graph_share";
+    if (c == NULL) return dmm__device_null(op, "a device");
+    if (pool == 0) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: pool 0 refused: name a pool by any other "
+                                        "number; nothing changed", op);
+    bool capturing = false;
+    uint64_t id = 0;
+    dmm_status s = dmm_device_capture_status(c, stream, &capturing, &id);
+    if (s != DMM_OK) return s;
+    if (!capturing || id == 0)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: stream %p is not capturing a CUDA graph; call it inside "
+                             "the capture, before it allocates; nothing changed", op, stream);
+    pthread_mutex_lock(&c->lock);
+    uint64_t had = pool_of(c, id);
+    bool own = false; /* the capture took a segment of its own already */
+    for (graph_segment *g = c->graphs; g != NULL; g = g->next) own |= g->capture_id == id && g->pool == 0;
+    if (had == pool) s = DMM_OK;
+    else if (had != 0 || own)
+        s = dmm_error_set(DMM_ERR_BUSY, "%s: capture %llu %s; join a pool before the capture allocates; nothing "
+                          "changed", op, (unsigned long long)id, had != 0 ? "is in another pool already"
+                                                                          : "has allocated from memory of its own");
+    else if (c->njoins == DMM_DEVICE_GRAPH_JOINS)
+        s = dmm_error_set(DMM_ERR_BUSY, "%s: %d graphs of shared pools are alive on device %d, the most there can be; "
+                          "release graphs first; nothing changed", op, DMM_DEVICE_GRAPH_JOINS, (int)c->dev.index);
+    else {
+        c->graph_joins[c->njoins].capture_id = id;
+        c->graph_joins[c->njoins].pool = pool;
+        c->njoins++;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return s;
 }
 
 /* ---- sleep and wake ---- */

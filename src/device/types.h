@@ -47,6 +47,8 @@
 #define DMM_DEVICE_TAG_NAME 64
 /* Most pieces one segment's offload is cut into (each: a copy, an event, a queued decommit). */
 #define DMM_DEVICE_OFFLOAD_PIECES 16
+/* Graphs alive at once in shared graph pools (dmm_device_graph_share), per device. */
+#define DMM_DEVICE_GRAPH_JOINS 1024
 
 typedef struct dmm_device dmm_device;
 
@@ -123,8 +125,10 @@ enum { GSEG_AWAKE = 0, GSEG_MOVING = 1, GSEG_ASLEEP = 2 };
 typedef struct graph_segment {
     struct graph_segment *next;
     device_segment seg;       /* fully committed before any capture (while AWAKE) */
-    uint64_t capture_id;     /* the capture that owns it; 0 = idle */
-    bool released;           /* the owner's graph is gone: idle once nothing is live */
+    uint64_t capture_id;     /* the capture that owns it (of a shared pool: the first that took it); 0 = idle */
+    uint64_t pool;           /* ≠ 0: it belongs to that shared graph pool, whose captures all take from it */
+    bool released;           /* the owner's graph is gone (of a pool: every graph of it): idle once nothing is
+                                live */
     bool reserved;           /* idle and promised to the next capture by a reserve: trims keep it */
     dmm_event ev;            /* recorded at the release: the segment is reusable once it completed */
     int sleep;               /* GSEG_*: MOVING while a sleep or wake works on it outside the lock (no capture,
@@ -265,6 +269,8 @@ struct dmm_device {
     graph_segment *graphs;
     bool graphs_moving;      /* a graph sleep or wake is under way (one at a time) */
     uint64_t graph_sleeps, graph_wakes;
+    struct { uint64_t capture_id, pool; } graph_joins[DMM_DEVICE_GRAPH_JOINS]; /* live graphs of shared pools */
+    uint32_t njoins;
     uint64_t host_bytes;     /* Σ pinned copies (tags' and graphs') */
     device_recorder rec;      /* off unless dmm_device_record_start (record.c); its own locks, leaves */
     device_block_shard *pool_blocks; /* DMM_DEVICE_BLOCK_SHARDS shards (blocks.c); their locks are leaves */

@@ -358,6 +358,76 @@ static void graph_memory_sleeps_and_wakes_in_place(void **state) {
     fx_close(&f);
 }
 
+/* Captures that join one shared graph pool reuse the blocks earlier captures of the pool freed: three
+ * captures, largest first, fit in one reserve with no mapping; the pool's memory stays its own until its
+ * last graph is released, then serves any capture. Joining outside a capture, after allocating, or pool 0
+ * is refused and changes nothing. */
+static void captures_of_a_shared_pool_reuse_its_memory(void **state) {
+    (void)state;
+    fx f;
+    fx_open(&f);
+    void *p = NULL, *out[3] = {NULL, NULL, NULL};
+    DMM_OK_OR_FAIL(dmm_device_graph_reserve(f.dev, 4 * MIB, f.s2));
+    assert_int_equal(dmm_device_graph_share(f.dev, f.s2, 5), DMM_ERR_INVALID_ARGUMENT);
+    dmm_test_error_mentions("not capturing", "nothing changed", NULL);
+    uint64_t maps = dmm_fault_calls(f.fault, DMM_OP_MAP);
+    for (int k = 0; k < 3; k++) {
+        DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, f.s2, 20 + (uint64_t)k));
+        if (k == 0) assert_int_equal(dmm_device_graph_share(f.dev, f.s2, 0), DMM_ERR_INVALID_ARGUMENT);
+        DMM_OK_OR_FAIL(dmm_device_graph_share(f.dev, f.s2, 5));
+        DMM_OK_OR_FAIL(dmm_device_graph_share(f.dev, f.s2, 5)); /* the same pool again: nothing to do */
+        assert_int_equal(dmm_device_graph_share(f.dev, f.s2, 6), DMM_ERR_BUSY);
+        void *tmp = NULL; /* an intermediate, freed inside the capture */
+        DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, (size_t)(3 - k) * MIB, f.s2, &tmp));
+        DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, 256 << 10, f.s2, &out[k]));
+        DMM_OK_OR_FAIL(dmm_device_free(f.dev, tmp, f.s2));
+        DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, NULL, 0));
+    }
+    assert_int_equal(dmm_fault_calls(f.fault, DMM_OP_MAP), maps); /* all three in the one reserve */
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, f.s2, 30)); /* a capture of its own: nothing left for it */
+    assert_int_equal(dmm_device_malloc(f.dev, 1 * MIB, f.s2, &p), DMM_ERR_OUT_OF_MEMORY);
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, NULL, 0));
+    DMM_OK_OR_FAIL(dmm_device_graph_reserve(f.dev, 2 * MIB, f.s2));
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, f.s2, 31)); /* allocated first: too late to join */
+    DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, 1 * MIB, f.s2, &p));
+    assert_int_equal(dmm_device_graph_share(f.dev, f.s2, 5), DMM_ERR_BUSY);
+    dmm_test_error_mentions("before the capture allocates", NULL);
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, NULL, 0));
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, p, f.s2));
+    DMM_OK_OR_FAIL(dmm_device_graph_release(f.dev, 31, f.s2));
+
+    DMM_OK_OR_FAIL(dmm_device_graph_release(f.dev, 20, f.s2)); /* two of three go: the pool keeps its memory */
+    DMM_OK_OR_FAIL(dmm_device_graph_release(f.dev, 21, f.s2));
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, out[0], f.s2));
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, out[1], f.s2));
+    maps = dmm_fault_calls(f.fault, DMM_OP_MAP);
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, f.s2, 23)); /* a new capture of the pool: its memory still serves */
+    DMM_OK_OR_FAIL(dmm_device_graph_share(f.dev, f.s2, 5));
+    DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, 2 * MIB, f.s2, &p)); /* (graph 22's output lies at 1 MiB) */
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, p, f.s2));
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, NULL, 0));
+    DMM_OK_OR_FAIL(dmm_device_graph_release(f.dev, 23, f.s2));
+    assert_int_equal(dmm_fault_calls(f.fault, DMM_OP_MAP), maps);
+    DMM_OK_OR_FAIL(dmm_device_graph_reserve(f.dev, 4 * MIB, f.s2)); /* maps a segment: the pool's is not idle */
+    assert_true(dmm_fault_calls(f.fault, DMM_OP_MAP) > maps);
+    DMM_OK_OR_FAIL(dmm_device_graph_release(f.dev, 22, f.s2)); /* the last: the pool's memory is free for all */
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, out[2], f.s2));
+    maps = dmm_fault_calls(f.fault, DMM_OP_MAP);
+    for (int k = 0; k < 2; k++) { /* both idle 4 MiB segments serve captures of their own, with no mapping */
+        DMM_OK_OR_FAIL(dmm_device_graph_reserve(f.dev, 4 * MIB, f.s2));
+        DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, f.s2, 40 + (uint64_t)k));
+        DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, 3 * MIB, f.s2, &out[k]));
+        DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, NULL, 0));
+    }
+    assert_int_equal(dmm_fault_calls(f.fault, DMM_OP_MAP), maps);
+    for (int k = 0; k < 2; k++) {
+        DMM_OK_OR_FAIL(dmm_device_graph_release(f.dev, 40 + (uint64_t)k, f.s2));
+        DMM_OK_OR_FAIL(dmm_device_free(f.dev, out[k], f.s2));
+    }
+    DMM_OK_OR_FAIL(dmm_device_empty_cache(f.dev, NULL));
+    fx_close(&f);
+}
+
 /* The child: its own host driver and arena; exports 4 MiB filled with seed 21 over `sock`, then, told
  * to, writes byte 100 and says so; exits 0 when all went well. */
 static int exporter(int sock) {
@@ -530,6 +600,7 @@ int main(void) {
         cmocka_unit_test(a_default_tag_holds_every_malloc_outside_a_scope),
         cmocka_unit_test(a_capture_is_served_from_its_pool_without_a_driver_call),
         cmocka_unit_test(graph_memory_sleeps_and_wakes_in_place),
+        cmocka_unit_test(captures_of_a_shared_pool_reuse_its_memory),
         cmocka_unit_test(a_region_of_another_process_is_imported),
         cmocka_unit_test(two_devices_share_a_holder_and_its_reclaim),
         cmocka_unit_test(bad_input_is_refused_with_a_sentence),

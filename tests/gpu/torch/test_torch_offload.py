@@ -219,6 +219,24 @@ for to in ("host", "discard"):
     check(torch.equal(static_out, graph_ref), "after graphs_wake (from %s) the graph replays identically, not "
           "captured again" % to)
 
+# ---- a shared graph pool: graphs of three lengths, captured largest first, hold one reserve ----
+before = dt.memory_stats_raw()["graphs"]["reserved_bytes"]
+pooled = []
+for n in (16, 8, 4):
+    x = ids[:, :n].clone()
+    gp = torch.cuda.CUDAGraph()
+    with torch.no_grad(), dt.graph(gp, reserve_bytes=256 << 20, pool="lengths"):
+        y = subnet(x)
+    pooled.append((gp, x, y))
+grew = dt.memory_stats_raw()["graphs"]["reserved_bytes"] - before
+for gp, x, y in pooled:
+    gp.replay()
+    torch.cuda.synchronize()
+    with torch.no_grad():
+        check(torch.equal(y, subnet(x)), "a graph of the shared pool (%d tokens) replays as the eager subnet" % x.shape[1])
+check(grew <= 256 << 20, "three captures of one shared pool hold one reserve (%s of graph memory added)" % mib(grew))
+del pooled
+
 raw = dt.memory_stats_raw()
 print("stats: %s" % {k: raw[k] for k in ("allocated_bytes", "reserved_bytes", "physical_bytes", "host_bytes",
                                            "capture_mallocs", "tag_mallocs", "num_device_alloc", "num_device_free")})
