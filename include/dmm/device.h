@@ -143,9 +143,13 @@ DMM_API void dmm_device_set_capture_check(dmm_device *dev, bool on);
 DMM_API dmm_status dmm_device_tag_begin(const char *name);
 DMM_API dmm_status dmm_device_untagged_begin(void);
 DMM_API dmm_status dmm_device_tag_end(void);
-/* The tag of every thread outside all tag scopes, for every device of the process (NULL: none, as at
- * start): with one set, every malloc outside a scope is in that tag, so all of a process's memory can
- * sleep (torch_memory_saver's TMS_INIT_ENABLE). Graph captures still take theirs from graph segments. */
+/* The tag of every thread outside all tag scopes, for every device of the process but pool_only ones
+ * (NULL: none, as at start): with one set, every malloc outside a scope is in that tag, so all of a
+ * process's memory can sleep (torch_memory_saver's TMS_INIT_ENABLE). Graph captures still take theirs
+ * from graph segments; while the default tag is offloaded, mallocs outside a scope come from the pool
+ * (they stay awake). Tag memory costs more per malloc than the pool's (the device lock, a first-fit
+ * search) and keeps each segment's high-water mark mapped until the segment empties; a block freed is
+ * reused only by mallocs on its own stream. */
 DMM_API dmm_status dmm_device_tag_default(const char *name);
 enum { DMM_DEVICE_TO_HOST = 0, DMM_DEVICE_DISCARD = 1 }; /* the `mode` of dmm_device_offload */
 /* Copies the tag's memory to pinned host memory (TO_HOST) or not (DISCARD), then decommits it behind

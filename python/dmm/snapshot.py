@@ -133,6 +133,8 @@ def to_torch(snap, strict=True):
     graphs = _need(snap, "graphs", "the snapshot")
     for k, sg in enumerate(_need(graphs, "segment_list", "graphs", "list")):
         where = "graph segment %d" % k
+        if sg.get("asleep") is True:  # graph memory asleep: nothing of it is on the device
+            continue
         addr, size = _need(sg, "address", where, "int"), _need(sg, "bytes", where, "int")
         blocks = _blocks(_need(sg, "blocks", where, "list"), where + " blocks")
         segments.append(_segment(device, addr, size, blocks, 0, "graph", False, where))

@@ -423,13 +423,17 @@ static dmm_status route_malloc(dmm_device *c, size_t bytes, dmm_stream stream, v
             return DMM_OK;
         }
     }
-    int tag = c->pool_only ? -1 : dmm__device_tag_current();
+    bool by_default = false;
+    int tag = c->pool_only ? -1 : dmm__device_tag_current(&by_default);
     if (tag >= 0) {
-        dmm_status s = dmm__device_tag_malloc(c, tag, bytes, out);
-        if (s != DMM_OK) return s;
-        dmm_atomic_add_relaxed(&c->tag_mallocs, 1);
-        count_malloc(c, dmm__device_round_block(c, bytes), bytes);
-        return DMM_OK;
+        dmm_status s = dmm__device_tag_malloc(c, tag, bytes, stream, out);
+        if (s == DMM_OK) {
+            dmm_atomic_add_relaxed(&c->tag_mallocs, 1);
+            count_malloc(c, dmm__device_round_block(c, bytes), bytes);
+            return DMM_OK;
+        }
+        if (s != DMM_ERR_BUSY || !by_default) return s;
+        dmm_clear_error(); /* the default tag sleeps: what is allocated meanwhile stays awake, in the pool */
     }
     if (dmm_atomic_load_relaxed(&c->queued) > 0 && pthread_mutex_trylock(&c->lock) == 0) {
         dmm__device_jobs_poll_locked(c);

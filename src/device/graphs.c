@@ -90,10 +90,12 @@ dmm_status dmm__device_graph_malloc(dmm_device *c, size_t bytes, dmm_stream stre
             if (dmm__device_segment_take(&x->seg, len, bytes, &off)) g = x;
         }
     }
+    if (g != NULL) g->capture_stream = stream;
     for (graph_segment *x = c->graphs; x != NULL && g == NULL; x = x->next)
         if (x->sleep == GSEG_AWAKE && x->capture_id == 0 && x->ev == NULL && x->seg.count == 0 &&
             dmm__device_segment_take(&x->seg, len, bytes, &off)) {
             x->capture_id = capture_id;
+            x->capture_stream = stream;
             x->pool = pool;
             x->reserved = false;
             g = x;
@@ -111,10 +113,10 @@ dmm_status dmm__device_graph_malloc(dmm_device *c, size_t bytes, dmm_stream stre
                              "segments, %llu asleep); mapping now would invalidate the capture, so nothing was "
                              "mapped: reserve enough before capturing with dmm_device_graph_reserve (under "
                              "PyTorch: dmm.torch.reserve_graph_memory(bytes) or dmm.torch.graph(g, "
-                             "reserve_bytes=...)), and wake graph memory that sleeps first",
+                             "reserve_bytes=...))%s",
                              (unsigned long long)capture_id, stream, (int)c->dev.index, bytes,
                              (unsigned long long)reserved, (unsigned long long)mine_free, (unsigned long long)idle,
-                             (unsigned long long)asleep);
+                             (unsigned long long)asleep, asleep > 0 ? ", and wake graph memory that sleeps first" : "");
     }
     pthread_mutex_unlock(&c->lock);
     dmm_atomic_add_relaxed(&c->capture_mallocs, 1);
@@ -292,7 +294,8 @@ static dmm_status refuse_capturing(dmm_device *c, const char *op, dmm_stream str
 }
 
 /* Checks a sleep or wake may start, then marks the segments in state `from` MOVING (dev.lock taken and
- * given back); *v = them (malloc'd, NULL when none). */
+ * given back); *v = them (malloc'd, NULL when none). A sleep is refused while a capture on any stream
+ * is served from graph memory (unmapping under it would invalidate it); broken segments never move. */
 static dmm_status take_moving(dmm_device *c, const char *op, dmm_stream stream, int from, graph_segment ***v,
                               size_t *n) {
     *v = NULL;
@@ -307,7 +310,23 @@ static dmm_status take_moving(dmm_device *c, const char *op, dmm_stream stream, 
                              "on device %d; nothing changed", op, (int)c->dev.index);
     }
     size_t k = 0;
-    for (graph_segment *g = c->graphs; g != NULL; g = g->next) k += g->sleep == from;
+    for (graph_segment *g = c->graphs; g != NULL; g = g->next) {
+        if (g->sleep != from || g->broken) continue;
+        if (g->capture_id != 0 && !g->released && g->capture_stream != NULL) {
+            bool capturing = false;
+            uint64_t id = 0;
+            if (dmm_device_capture_status(c, g->capture_stream, &capturing, &id) == DMM_OK && capturing &&
+                (id == g->capture_id || (g->pool != 0 && pool_of(c, id) == g->pool))) {
+                pthread_mutex_unlock(&c->lock);
+                return dmm_error_set(DMM_ERR_BUSY, "dmm device: %s refused: capture %llu on stream %p is being served "
+                                     "from graph memory, and mapping or unmapping it now would invalidate the capture; "
+                                     "call it after the capture; nothing changed", op, (unsigned long long)id,
+                                     g->capture_stream);
+            }
+            dmm_clear_error();
+        }
+        k++;
+    }
     graph_segment **w = k > 0 ? malloc(k * sizeof *w) : NULL;
     if (k > 0 && w == NULL) {
         pthread_mutex_unlock(&c->lock);
@@ -315,7 +334,7 @@ static dmm_status take_moving(dmm_device *c, const char *op, dmm_stream stream, 
     }
     k = 0;
     for (graph_segment *g = c->graphs; g != NULL; g = g->next)
-        if (g->sleep == from) {
+        if (g->sleep == from && !g->broken) {
             g->sleep = GSEG_MOVING;
             w[k++] = g;
         }
@@ -341,6 +360,27 @@ static dmm_status wait_stream(dmm_device *c, dmm_stream stream) {
     return s;
 }
 
+/* The segments a sleep or wake took go back to `to[i]` (dev.lock taken). */
+static void put_back(dmm_device *c, graph_segment **v, const int *to, size_t n, bool sleep) {
+    pthread_mutex_lock(&c->lock);
+    for (size_t i = 0; i < n; i++) {
+        graph_segment *g = v[i];
+        g->sleep = to[i];
+        g->seg.committed = to[i] == GSEG_AWAKE ? g->seg.a.bytes : 0;
+    }
+    c->graphs_moving = false;
+    if (sleep) c->graph_sleeps++;
+    else c->graph_wakes++;
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* A pinned copy made for segment g (charged, counted in c->host_bytes) gives way (dev.lock taken). */
+static void drop_copy(dmm_device *c, graph_segment *g) {
+    pthread_mutex_lock(&c->lock);
+    gseg_host_drop(c, g);
+    pthread_mutex_unlock(&c->lock);
+}
+
 dmm_status dmm_device_graphs_sleep(dmm_device *c, int mode, dmm_stream stream) {
     const char *op = "graph memory sleep";
     if (c == NULL) return dmm__device_null("dmm_device_graphs_sleep", "a device");
@@ -355,69 +395,97 @@ dmm_status dmm_device_graphs_sleep(dmm_device *c, int mode, dmm_stream stream) {
     size_t n = 0;
     dmm_status s = take_moving(c, op, stream, GSEG_AWAKE, &v, &n);
     if (s != DMM_OK || n == 0) return s;
-    /* the copies, on `stream` after the work queued there (the graphs' last replays), then waited for */
+    int *to = malloc(n * sizeof *to);
+    if (to == NULL) {
+        int awake = GSEG_AWAKE; /* (one at a time: no host memory for the array) */
+        for (size_t i = 0; i < n; i++) put_back(c, &v[i], &awake, 1, false);
+        free(v);
+        return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: %s: out of host memory; nothing changed", op);
+    }
+    for (size_t i = 0; i < n; i++) to[i] = GSEG_AWAKE;
     dmm_error_kept why = {0};
+    /* 1. the last replays of released graphs (their events, on any stream) end first */
+    for (size_t i = 0; i < n && why.status == DMM_OK; i++)
+        if (v[i]->ev != NULL) (void)dmm__error_keep(&why, dmm__drv_event_synchronize(c->drv, v[i]->ev));
+    /* 2. every pinned copy made before any is filled (a copy a failed wake kept is used again) */
     for (size_t i = 0; i < n && mode == DMM_DEVICE_TO_HOST && why.status == DMM_OK; i++) {
         graph_segment *g = v[i];
         uint64_t b = g->seg.a.bytes;
+        if (g->host != NULL) continue;
         dmm_status ls = dmm_lease_grow(c->gov, c->host_lease, b, b);
         if (ls != DMM_OK) {
             (void)dmm__error_keep(&why, dmm__error_wrap(ls, "dmm device: %s: no room on the host tier for a copy of "
                                                         "%llu bytes", op, (unsigned long long)b));
             break;
         }
-        if (dmm__error_keep(&why, dmm__drv_host_alloc(c->drv, (size_t)b, &g->host)) != DMM_OK) {
-            g->host = NULL;
+        void *host = NULL;
+        if (dmm__error_keep(&why, dmm__drv_host_alloc(c->drv, (size_t)b, &host)) != DMM_OK) {
             (void)dmm_lease_shrink(c->gov, c->host_lease, b, b);
             break;
         }
-        g->host_bytes = b;
         pthread_mutex_lock(&c->lock);
+        g->host = host;
+        g->host_bytes = b;
         c->host_bytes += b;
         pthread_mutex_unlock(&c->lock);
-        (void)dmm__error_keep(&why, dmm__drv_copy(c->drv, (uintptr_t)g->host, (uintptr_t)g->seg.a.ptr, (size_t)b, stream));
     }
-    if (why.status == DMM_OK) (void)dmm__error_keep(&why, wait_stream(c, stream));
-    /* then the decommits: every segment's, unless a copy failed (then none: nothing changed) */
+    /* 3. the copies, after the work queued on `stream` (the graphs' replays), waited for */
+    bool queued = false;
+    for (size_t i = 0; i < n && mode == DMM_DEVICE_TO_HOST && why.status == DMM_OK; i++) {
+        graph_segment *g = v[i];
+        queued = true;
+        (void)dmm__error_keep(&why, dmm__drv_copy(c->drv, (uintptr_t)g->host, (uintptr_t)g->seg.a.ptr,
+                                                  (size_t)g->seg.a.bytes, stream));
+    }
+    dmm_status waited = queued ? wait_stream(c, stream) : DMM_OK;
+    (void)dmm__error_keep(&why, waited);
+    if (why.status != DMM_OK) { /* nothing changed; copies a copy may still fill (the wait failed) are kept */
+        for (size_t i = 0; i < n && waited == DMM_OK; i++) drop_copy(c, v[i]);
+        put_back(c, v, to, n, true);
+        free(to);
+        free(v);
+        s = dmm__error_restore(&why);
+        return dmm__error_wrap(s, "dmm device: %s on device %d: nothing changed (graph memory awake%s)", op,
+                               (int)c->dev.index, waited != DMM_OK ? "; its pinned copies are kept for the next sleep"
+                                                                   : "");
+    }
+    /* 4. the unmaps: every segment's; one the driver refuses stays awake, one it quarantines is broken */
     size_t slept = 0;
-    bool *gone = calloc(n, sizeof *gone);
-    if (gone == NULL && why.status == DMM_OK)
-        (void)dmm__error_keep(&why, dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: %s: out of host memory", op));
-    bool copied = why.status == DMM_OK;
-    for (size_t i = 0; i < n && copied; i++) { /* a failure is said (the first), the others go on */
-        dmm_release_outcome o = dmm_mechanism_decommit(c->arena, &v[i]->seg.a, (dmm_range){0, (size_t)v[i]->seg.a.bytes});
-        dmm_release_state st = dmm_release_state_of(&o);
-        gone[i] = st != DMM_RELEASE_FAILED;
-        slept += gone[i];
-        if (st != DMM_RELEASE_COMPLETE)
-            (void)dmm__error_keep(&why, dmm__error_wrap(
-                st == DMM_RELEASE_FAILED ? (o.failure != DMM_OK ? o.failure : DMM_ERR_DRIVER) : DMM_ERR_QUARANTINED,
-                "dmm device: %s: a segment of %llu bytes %s", op, (unsigned long long)v[i]->seg.a.bytes,
-                st == DMM_RELEASE_FAILED ? "stays awake (the driver refused its unmap)"
-                                         : "sleeps, but the driver kept some of its memory (quarantined, never reused)"));
-    }
-    pthread_mutex_lock(&c->lock);
     for (size_t i = 0; i < n; i++) {
         graph_segment *g = v[i];
-        if (gone != NULL && gone[i]) {
-            g->sleep = GSEG_ASLEEP;
-            g->seg.committed = 0;
-        } else {
-            gseg_host_drop(c, g);
-            g->sleep = GSEG_AWAKE;
+        dmm_release_outcome o = dmm_mechanism_decommit(c->arena, &g->seg.a, (dmm_range){0, (size_t)g->seg.a.bytes});
+        dmm_release_state st = dmm_release_state_of(&o);
+        if (st == DMM_RELEASE_COMPLETE) {
+            to[i] = GSEG_ASLEEP;
+            slept++;
+            continue;
         }
+        drop_copy(c, g);
+        if (st == DMM_RELEASE_FAILED) {
+            (void)dmm__error_keep(&why, dmm__error_wrap(o.failure != DMM_OK ? o.failure : DMM_ERR_DRIVER,
+                                                        "dmm device: %s: a segment of %llu bytes stays awake (the "
+                                                        "driver refused its unmap)", op,
+                                                        (unsigned long long)g->seg.a.bytes));
+            continue;
+        }
+        to[i] = GSEG_ASLEEP;
+        slept++;
+        g->broken = true; /* (set while MOVING: no one else reads it) */
+        (void)dmm__error_keep(&why, dmm_error_set(DMM_ERR_QUARANTINED, "dmm device: %s: the driver kept part of a "
+                                                  "segment of %llu bytes (quarantined, never used again): the graphs "
+                                                  "captured over it can never replay; release them and capture again",
+                                                  op, (unsigned long long)g->seg.a.bytes));
     }
-    c->graphs_moving = false;
-    c->graph_sleeps += slept > 0;
-    pthread_mutex_unlock(&c->lock);
-    free(gone);
+    put_back(c, v, to, n, slept > 0);
+    free(to);
     free(v);
     if (why.status == DMM_OK) return DMM_OK;
     s = dmm__error_restore(&why);
-    return slept == 0 ? dmm__error_wrap(s, "dmm device: %s on device %d: nothing changed (graph memory awake)", op,
-                                        (int)c->dev.index)
-                      : dmm__error_wrap(s, "dmm device: %s on device %d: %zu of %zu segments asleep", op,
-                                        (int)c->dev.index, slept, n);
+    if (slept == 0)
+        return dmm__error_wrap(s, "dmm device: %s on device %d: nothing changed (graph memory awake)", op,
+                               (int)c->dev.index);
+    return dmm__error_wrap(s, "dmm device: %s on device %d: %zu of %zu segments asleep", op, (int)c->dev.index, slept,
+                           n);
 }
 
 dmm_status dmm_device_graphs_wake(dmm_device *c, dmm_stream stream) {
@@ -427,13 +495,26 @@ dmm_status dmm_device_graphs_wake(dmm_device *c, dmm_stream stream) {
     size_t n = 0;
     dmm_status s = take_moving(c, op, stream, GSEG_ASLEEP, &v, &n);
     if (s != DMM_OK || n == 0) return s;
+    int *to = malloc(n * sizeof *to);
+    if (to == NULL) {
+        int asleep = GSEG_ASLEEP;
+        for (size_t i = 0; i < n; i++) put_back(c, &v[i], &asleep, 1, false);
+        free(v);
+        return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: %s: out of host memory; nothing changed", op);
+    }
+    char *bare = calloc(n, 1); /* mapped again, but its bytes could not be copied back: its copy stays */
+    if (bare == NULL) {
+        int asleep = GSEG_ASLEEP;
+        for (size_t i = 0; i < n; i++) put_back(c, &v[i], &asleep, 1, false);
+        free(to);
+        free(v);
+        return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: %s: out of host memory; nothing changed", op);
+    }
     dmm_error_kept why = {0};
-    bool *back = calloc(n, sizeof *back);
-    if (back == NULL)
-        (void)dmm__error_keep(&why, dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: %s: out of host memory", op));
-    size_t woke = 0;
-    for (size_t i = 0; i < n && back != NULL; i++) { /* each at the same addresses, its bytes copied back */
+    size_t woke = 0, nbare = 0;
+    for (size_t i = 0; i < n; i++) { /* each at the same addresses, its bytes copied back */
         graph_segment *g = v[i];
+        to[i] = GSEG_ASLEEP;
         dmm_range all = {0, (size_t)g->seg.a.bytes};
         uint64_t mapped = 0;
         s = dmm_mechanism_commit(c->arena, &g->seg.a, all, &mapped);
@@ -446,8 +527,18 @@ dmm_status dmm_device_graphs_wake(dmm_device *c, dmm_stream stream) {
             if (s != DMM_OK) { /* mapped without its bytes: back to sleep, its copy kept */
                 dmm_error_kept cause = {0};
                 dmm__error_keep(&cause, s);
-                (void)dmm_mechanism_decommit(c->arena, &g->seg.a, all);
+                dmm_release_outcome o = dmm_mechanism_decommit(c->arena, &g->seg.a, all);
                 s = dmm__error_restore(&cause);
+                if (dmm_release_state_of(&o) != DMM_RELEASE_COMPLETE) { /* it stays mapped: awake, without them */
+                    to[i] = GSEG_AWAKE;
+                    bare[i] = 1;
+                    nbare++;
+                    (void)dmm__error_keep(&why, dmm__error_wrap(s, "dmm device: %s: a segment of %llu bytes is "
+                                                                "mapped again, but its bytes could not be copied back "
+                                                                "(its pinned copy is kept)", op,
+                                                                (unsigned long long)g->seg.a.bytes));
+                    continue;
+                }
             }
         }
         if (s != DMM_OK) {
@@ -455,34 +546,24 @@ dmm_status dmm_device_graphs_wake(dmm_device *c, dmm_stream stream) {
                                                         (unsigned long long)g->seg.a.bytes));
             continue;
         }
-        back[i] = true;
+        to[i] = GSEG_AWAKE;
         woke++;
     }
     /* the copies are done before their pinned memory goes; a failed wait keeps the copies */
     dmm_status waited = woke > 0 ? wait_stream(c, stream) : DMM_OK;
     if (waited != DMM_OK)
-        (void)dmm__error_keep(&why, dmm__error_wrap(waited, "dmm device: %s: waiting for the copies back failed; the "
-                                                    "pinned copies are kept", op));
-    pthread_mutex_lock(&c->lock);
-    for (size_t i = 0; i < n; i++) {
-        graph_segment *g = v[i];
-        if (back != NULL && back[i]) {
-            g->sleep = GSEG_AWAKE;
-            g->seg.committed = g->seg.a.bytes;
-            if (waited == DMM_OK) gseg_host_drop(c, g);
-        } else {
-            g->sleep = GSEG_ASLEEP;
-        }
-    }
-    c->graphs_moving = false;
-    c->graph_wakes += woke > 0;
-    pthread_mutex_unlock(&c->lock);
-    free(back);
+        (void)dmm__error_keep(&why, dmm__error_wrap(waited, "dmm device: %s: waiting for the copies back failed (the "
+                                                    "pinned copies are kept for the next sleep)", op));
+    for (size_t i = 0; i < n && waited == DMM_OK; i++)
+        if (to[i] == GSEG_AWAKE && !bare[i]) drop_copy(c, v[i]);
+    put_back(c, v, to, n, false);
+    free(bare);
+    free(to);
     free(v);
     if (why.status == DMM_OK) return DMM_OK;
     s = dmm__error_restore(&why);
-    return dmm__error_wrap(s, "dmm device: %s on device %d: %zu of %zu segments awake; wake again for the rest", op,
-                           (int)c->dev.index, woke, n);
+    return dmm__error_wrap(s, "dmm device: %s on device %d: %zu of %zu segments awake with their bytes%s", op,
+                           (int)c->dev.index, woke, n, woke + nbare < n ? "; wake again for the rest" : "");
 }
 
 typedef enum { SWEEP_ONLY, TRIM_UNRESERVED, TRIM_ALL } sweep_mode;
@@ -497,14 +578,18 @@ static uint64_t sweep_locked(dmm_device *c, sweep_mode mode) {
     graph_segment **pp = &c->graphs;
     while (*pp != NULL) {
         graph_segment *g = *pp;
+        if (g->sleep == GSEG_MOVING) { /* a sleep or wake works on it outside the lock: not touched */
+            pp = &g->next;
+            continue;
+        }
         bool idle = g->capture_id == 0 && g->seg.count == 0;
         if (idle && g->ev != NULL && dmm__drv_event_query(c->drv, g->ev) == DMM_OK) {
             (void)dmm__drv_event_destroy(c->drv, g->ev);
             g->ev = NULL;
         }
-        /* asleep, it holds no device memory to trim; only the teardown gives it back (MOVING: never) */
-        bool keep = g->sleep == GSEG_MOVING || (g->sleep == GSEG_ASLEEP && mode != TRIM_ALL);
-        if (!idle || keep || mode == SWEEP_ONLY || (mode == TRIM_UNRESERVED && g->reserved)) {
+        /* an idle segment asleep can serve no capture: a trim gives it back (and its copy), reserved or not */
+        bool promised = g->reserved && g->sleep == GSEG_AWAKE;
+        if (!idle || mode == SWEEP_ONLY || (mode == TRIM_UNRESERVED && promised)) {
             pp = &g->next;
             continue;
         }
@@ -571,7 +656,8 @@ void dmm__device_graphs_json_locked(dmm_device *c, dmm_json *j, bool blocks) {
                           g == c->graphs ? "" : ",", (unsigned long long)(uintptr_t)g->seg.a.ptr,
                           (unsigned long long)g->seg.a.bytes, (unsigned long long)g->capture_id);
             dmm__device_segment_json_blocks(&g->seg, j);
-            dmm__json_put(j, "]}");
+            dmm__json_put(j, "],\"pool\":%llu,\"asleep\":%s,\"broken\":%s}", (unsigned long long)g->pool,
+                          g->sleep == GSEG_ASLEEP ? "true" : "false", g->broken ? "true" : "false");
         }
         dmm__json_put(j, "]");
     }

@@ -1,6 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* src/device/tags.c — tag names and scopes, and tagged allocations in tag segments (DESIGN §4.11).
  *
+ * Each segment serves one stream (the one its blocks were allocated on): a freed block is reused in that
+ * stream's order only, as the pool's per-stream heaps are, so no other stream's work can overwrite
+ * memory a kernel still reads (a block used on other streams was made to wait for them at its free).
+ *
  * What it owns: the tag names of the process, the default tag (every thread's outside its scopes),
  * each thread's stack of tag scopes (an untagged one is -1), and per device the
  * tag segments: VA-only segments (segment.c) whose low end [0, committed) is backed. Allocations made
@@ -78,8 +82,8 @@ static int checked_id(const char *name, const char *op) {
 }
 
 static dmm_status too_deep(void) {
-    return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm device: tag scopes nest at most %d deep on one thread",
-                         DMM_DEVICE_TAG_DEPTH);
+    return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm device: tag scopes nest at most %d deep on one thread; "
+                         "nothing changed", DMM_DEVICE_TAG_DEPTH);
 }
 
 dmm_status dmm_device_tag_begin(const char *name) {
@@ -99,7 +103,7 @@ dmm_status dmm_device_untagged_begin(void) {
 dmm_status dmm_device_tag_default(const char *name) {
     int id = -1;
     if (name != NULL && (id = checked_id(name, "the default tag")) < 0) return DMM_ERR_INVALID_ARGUMENT;
-    dmm_atomic_store_relaxed(&dmm__device_tag_default_id, id);
+    atomic_store_explicit(&dmm__device_tag_default_id, id, memory_order_release); /* (its name written before) */
     return DMM_OK;
 }
 
@@ -185,7 +189,7 @@ static dmm_status grow_commit(dmm_device *c, tag_segment *g, uint64_t end) {
     return DMM_OK;
 }
 
-dmm_status dmm__device_tag_malloc(dmm_device *c, int tag, size_t bytes, void **out) {
+dmm_status dmm__device_tag_malloc(dmm_device *c, int tag, size_t bytes, dmm_stream stream, void **out) {
     uint64_t len = dmm__device_round_block(c, bytes);
     pthread_mutex_lock(&c->lock);
     device_tag *t = &c->tags[tag];
@@ -199,7 +203,7 @@ dmm_status dmm__device_tag_malloc(dmm_device *c, int tag, size_t bytes, void **o
     tag_segment *g = NULL, **tail = &t->segs;
     uint64_t off = 0;
     for (tag_segment *x = t->segs; x != NULL; x = x->next) {
-        if (dmm__device_segment_take(&x->seg, len, bytes, &off)) {
+        if (x->stream == stream && dmm__device_segment_take(&x->seg, len, bytes, &off)) {
             if (!growth_poisoned(c, x, off + len)) {
                 g = x;
                 break;
@@ -222,6 +226,7 @@ dmm_status dmm__device_tag_malloc(dmm_device *c, int tag, size_t bytes, void **o
             return s;
         }
         g->tag = tag;
+        g->stream = stream;
         *tail = g;
         (void)dmm__device_segment_take(&g->seg, len, bytes, &off); /* the segment is empty and large enough */
     }

@@ -12,10 +12,12 @@ extern _Thread_local int dmm__device_tag_stack[DMM_DEVICE_TAG_DEPTH];
 extern _Thread_local int dmm__device_tag_depth;
 extern _Atomic int dmm__device_tag_default_id;
 
-/* The tag this thread's mallocs are in now (its id ≥ 0), or -1 (the pool's). */
-static inline int dmm__device_tag_current(void) {
+/* The tag this thread's mallocs are in now (its id ≥ 0), or -1 (the pool's); *by_default = it is the
+ * default tag's (no scope). */
+static inline int dmm__device_tag_current(bool *by_default) {
+    *by_default = dmm__device_tag_depth == 0;
     return dmm__device_tag_depth > 0 ? dmm__device_tag_stack[dmm__device_tag_depth - 1]
-                                     : dmm_atomic_load_relaxed(&dmm__device_tag_default_id);
+                                     : atomic_load_explicit(&dmm__device_tag_default_id, memory_order_acquire);
 }
 /* The id of a name, or -1 when no allocation was ever tagged with it. */
 int dmm__device_tag_find(const char *name);
@@ -27,7 +29,9 @@ device_tag *dmm__device_tag_lookup(dmm_device *c, const char *name, const char *
 /* Polls that found the tag's offload in progress (dev.lock held). */
 uint64_t dmm__device_tag_pending_polls(const dmm_device *c, const device_tag *t);
 
-dmm_status dmm__device_tag_malloc(dmm_device *c, int tag, size_t bytes, void **out);
+/* A block of tag `tag` for `stream`, from a segment of that stream's. DMM_ERR_BUSY (a sentence, nothing
+ * changed) while the tag is not resident. */
+dmm_status dmm__device_tag_malloc(dmm_device *c, int tag, size_t bytes, dmm_stream stream, void **out);
 /* DMM_ERR_UNKNOWN_ALLOCATION when ptr is in no tag segment (dev.lock held); else the block is free
  * and its segment remembers `stream` (an emptied segment goes only behind an event on it). */
 dmm_status dmm__device_tag_free_locked(dmm_device *c, void *ptr, dmm_stream stream, uint64_t *len, uint64_t *req);

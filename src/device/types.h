@@ -90,6 +90,8 @@ enum { TAG_RESIDENT = 0, TAG_OFFLOADING = 1, TAG_OFFLOADED = 2 };
 typedef struct tag_segment {
     struct tag_segment *next;
     int tag;                 /* the tag's id */
+    dmm_stream stream;       /* the stream its blocks are allocated on: a block freed is reused only in that
+                                stream's order, as the pool's heaps are (no other stream's malloc takes it) */
     device_segment seg;       /* VA-only; [0, seg.committed) backed while resident */
     uint64_t restored;       /* while OFFLOADED: [0, restored) is mapped again (a restore in progress) */
     int state;               /* SEG_* */
@@ -131,8 +133,11 @@ typedef struct graph_segment {
                                 live */
     bool reserved;           /* idle and promised to the next capture by a reserve: trims keep it */
     dmm_event ev;            /* recorded at the release: the segment is reusable once it completed */
+    dmm_stream capture_stream; /* the stream of the last capture served from it (a sleep asks whether it
+                                  still captures) */
     int sleep;               /* GSEG_*: MOVING while a sleep or wake works on it outside the lock (no capture,
                                 reserve or trim touches it then); ASLEEP: decommitted, its range kept */
+    bool broken;             /* a sleep's unmap was quarantined: it never wakes (its graphs cannot replay) */
     void *host;              /* ASLEEP after a sleep to host: its bytes, pinned */
     uint64_t host_bytes;
 } graph_segment;

@@ -97,6 +97,8 @@ tms._dt.is_enabled = lambda: enabled["on"]
 tms._dt.enable = enable
 tms._dt.default_tag = lambda name: calls.append(("default_tag", name))
 tms._lib.DmmError = dmm._lib.DmmError
+off = {"on": False}
+tms._lib.switched_off = lambda: off["on"]
 del calls[:]
 saver = tms.TorchMemorySaver()
 saver._init_enable({"TMS_INIT_ENABLE": "0"})
@@ -108,7 +110,7 @@ saver.pause("default")
 check(calls[-1] == ("offload", "tms:default:cpu_backup", "host"), "pause('default') puts it to sleep with a copy")
 del calls[:]
 saver = tms.TorchMemorySaver()
-saver._init_enable({"TMS_INIT_ENABLE": "yes"})
+saver._init_enable({"TMS_INIT_ENABLE": "true"})
 check(calls == [("default_tag", "tms:default")], "enabled already: only the default tag, without a copy: %r" % calls)
 
 
@@ -121,6 +123,13 @@ tms._dt.enable = refuse
 ok, msg = raises(dmm._lib.DmmError, lambda: tms.TorchMemorySaver()._init_enable({"TMS_INIT_ENABLE": "1"}),
                  "before the first CUDA allocation", "in use already")
 check(ok, "TMS_INIT_ENABLE=1 when dmm cannot become torch's allocator: said, with why: %s" % msg)
+ok, msg = raises(ValueError, lambda: tms.TorchMemorySaver()._init_enable({"TMS_INIT_ENABLE": "maybe"}), "1 or 0")
+check(ok, "a TMS_INIT_ENABLE that is neither 1/0 nor true/false is refused: %s" % msg)
+off["on"] = True
+del calls[:]
+tms.TorchMemorySaver()._init_enable({"TMS_INIT_ENABLE": "1"})
+check(calls == [], "with DMM_DISABLE, TMS_INIT_ENABLE changes nothing (dmm is off): %r" % calls)
+off["on"] = False
 
 
 @contextlib.contextmanager
@@ -136,4 +145,19 @@ with saver.disable():
     calls.append(("inside",))
 check(calls == [("untagged",), ("inside",)], "disable() with dmm as torch's allocator is an untagged block "
       "(no MemPool, which torch refuses over a pluggable allocator): %r" % calls)
+
+
+@contextlib.contextmanager
+def dmm_graph(g, **kw):
+    calls.append(("dmm_graph", g, sorted(kw)))
+    yield
+
+
+tms._dt.graph = dmm_graph
+del calls[:]
+with saver.cuda_graph("g"):
+    pass
+check(calls == [("dmm_graph", "g", ["capture_error_mode", "pool", "stream"])],
+      "cuda_graph() with dmm as torch's allocator captures through dmm.torch.graph (graph memory mapped "
+      "before the capture): %r" % calls)
 sys.exit(1 if failures else 0)

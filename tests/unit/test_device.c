@@ -49,6 +49,7 @@ static void fx_open(fx *f) {
 }
 
 static void fx_close(fx *f) {
+    (void)dmm_device_tag_default(NULL); /* process-wide: a test that failed half-way leaves none to the next */
     DMM_OK_OR_FAIL(dmm_device_destroy(f->dev));
     DMM_OK_OR_FAIL(f->fault->ops->stream_destroy(f->fault, f->s1));
     DMM_OK_OR_FAIL(f->fault->ops->stream_destroy(f->fault, f->s2));
@@ -213,11 +214,25 @@ static void a_default_tag_holds_every_malloc_outside_a_scope(void **state) {
     assert_true(in_a_copied_tag(&f, t.p)); /* the other thread's too */
     assert_false(in_a_copied_tag(&f, b));  /* its own tag, awake */
     assert_false(in_a_copied_tag(&f, c));  /* the pool's */
-    void *p = NULL; /* the default tag sleeps: a malloc outside a scope is refused, nothing changed */
-    assert_int_equal(dmm_device_malloc(f.dev, 1 * MIB, f.s1, &p), DMM_ERR_BUSY);
-    dmm_test_error_mentions("proc", NULL);
-    assert_null(p);
+    void *p = NULL; /* the default tag sleeps: a malloc outside a scope is served, awake, from the pool */
+    DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, 1 * MIB, f.s1, &p));
+    fill(p, 1 * MIB, 23);
+    DMM_OK_OR_FAIL(dmm_device_tag_begin("proc")); /* in an explicit scope, allocating in it is refused */
+    void *q = NULL;
+    assert_int_equal(dmm_device_malloc(f.dev, 1 * MIB, f.s1, &q), DMM_ERR_BUSY);
+    dmm_test_error_mentions("proc", "restore it", NULL);
+    DMM_OK_OR_FAIL(dmm_device_tag_end());
+    assert_null(q);
     DMM_OK_OR_FAIL(dmm_device_restore(f.dev, "proc", f.s1));
+    assert_false(in_a_copied_tag(&f, p));
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, p, f.s1));
+    /* a block of the tag freed on one stream is not handed to a malloc on another */
+    void *r1 = NULL, *r2 = NULL;
+    DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, 2 * MIB, f.s1, &r1));
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, r1, f.s1));
+    DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, 2 * MIB, f.s2, &r2));
+    assert_ptr_not_equal(r1, r2);
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, r2, f.s2));
     assert_true(same(a, 4 * MIB, 21));
     assert_true(same(t.p, 2 * MIB, 22));
 
@@ -349,12 +364,69 @@ static void graph_memory_sleeps_and_wakes_in_place(void **state) {
 
     DMM_OK_OR_FAIL(dmm_device_graph_release(f.dev, 9, f.s2));
     DMM_OK_OR_FAIL(dmm_device_free(f.dev, g1, f.s2));
-    DMM_OK_OR_FAIL(dmm_device_graphs_sleep(f.dev, DMM_DEVICE_DISCARD, f.s2));
-    DMM_OK_OR_FAIL(dmm_device_empty_cache(f.dev, NULL)); /* idle and asleep: kept (it holds no device memory) */
-    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, f.s2, 11));  /* nor is a new capture served from it */
+    DMM_OK_OR_FAIL(dmm_device_graphs_sleep(f.dev, DMM_DEVICE_TO_HOST, f.s2));
+    DMM_OK_OR_FAIL(dmm_device_poll(f.dev, NULL)); /* (the release's event seen complete: the segment idle) */
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, f.s2, 11)); /* idle and asleep: no capture is served from it */
     assert_int_equal(dmm_device_malloc(f.dev, 1 * MIB, f.s2, &p), DMM_ERR_OUT_OF_MEMORY);
-    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, NULL, 0)); /* asleep at the teardown: given back then */
+    dmm_test_error_mentions("asleep", "wake", NULL);
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, NULL, 0));
+    assert_true(dmm_fault_calls(f.fault, DMM_OP_HOST_FREE) < dmm_fault_calls(f.fault, DMM_OP_HOST_ALLOC));
+    DMM_OK_OR_FAIL(dmm_device_empty_cache(f.dev, NULL)); /* a trim gives it back, its copy too */
     assert_int_equal(dmm_fault_calls(f.fault, DMM_OP_HOST_FREE), dmm_fault_calls(f.fault, DMM_OP_HOST_ALLOC));
+    fx_close(&f);
+}
+
+/* Graph memory sleep and wake when things fail: a sleep while another stream's capture is served from
+ * graph memory is refused; a sleep whose second copy cannot be made changes nothing and frees the first
+ * (nothing was queued yet); a wake whose wait for its copies fails keeps them, and the next sleep uses
+ * them again (no second copy, nothing leaked). */
+static void graph_sleep_when_things_fail(void **state) {
+    (void)state;
+    fx f;
+    fx_open(&f);
+    void *a = NULL, *b = NULL;
+    DMM_OK_OR_FAIL(dmm_device_graph_reserve(f.dev, 4 * MIB, f.s1));
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, f.s1, 50));
+    DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, 2 * MIB, f.s1, &a));
+    assert_int_equal(dmm_device_graphs_sleep(f.dev, DMM_DEVICE_TO_HOST, f.s2), DMM_ERR_BUSY); /* s1 captures */
+    dmm_test_error_mentions("capture 50", "nothing changed", NULL);
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, NULL, 0));
+    DMM_OK_OR_FAIL(dmm_device_graph_reserve(f.dev, 4 * MIB, f.s2)); /* a second segment */
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, f.s2, 51));
+    DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, 2 * MIB, f.s2, &b));
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, NULL, 0));
+    fill(a, 2 * MIB, 41);
+    fill(b, 2 * MIB, 42);
+
+    uint64_t allocs = dmm_fault_calls(f.fault, DMM_OP_HOST_ALLOC), frees = dmm_fault_calls(f.fault, DMM_OP_HOST_FREE);
+    uint64_t copies = dmm_fault_calls(f.fault, DMM_OP_COPY);
+    DMM_OK_OR_FAIL(dmm_fault_plan(f.fault, DMM_OP_HOST_ALLOC, 2, 1, DMM_ERR_OUT_OF_MEMORY));
+    assert_int_not_equal(dmm_device_graphs_sleep(f.dev, DMM_DEVICE_TO_HOST, f.s2), DMM_OK);
+    dmm_test_error_mentions("nothing changed", NULL);
+    DMM_OK_OR_FAIL(dmm_fault_clear(f.fault));
+    assert_int_equal(dmm_fault_calls(f.fault, DMM_OP_COPY), copies); /* no copy began */
+    assert_int_equal(dmm_fault_calls(f.fault, DMM_OP_HOST_FREE) - frees,
+                     dmm_fault_calls(f.fault, DMM_OP_HOST_ALLOC) - allocs - 1); /* the one made went back */
+    assert_true(same(a, 2 * MIB, 41) && same(b, 2 * MIB, 42)); /* awake, with their bytes */
+
+    DMM_OK_OR_FAIL(dmm_device_graphs_sleep(f.dev, DMM_DEVICE_TO_HOST, f.s2));
+    DMM_OK_OR_FAIL(dmm_fault_plan(f.fault, DMM_OP_EVENT_SYNCHRONIZE, 1, 1, DMM_ERR_DRIVER));
+    assert_int_not_equal(dmm_device_graphs_wake(f.dev, f.s2), DMM_OK);
+    dmm_test_error_mentions("copies are kept", NULL);
+    DMM_OK_OR_FAIL(dmm_fault_clear(f.fault));
+    assert_true(same(a, 2 * MIB, 41) && same(b, 2 * MIB, 42)); /* awake */
+    allocs = dmm_fault_calls(f.fault, DMM_OP_HOST_ALLOC);
+    DMM_OK_OR_FAIL(dmm_device_graphs_sleep(f.dev, DMM_DEVICE_TO_HOST, f.s2)); /* the kept copies serve again */
+    assert_int_equal(dmm_fault_calls(f.fault, DMM_OP_HOST_ALLOC), allocs);
+    DMM_OK_OR_FAIL(dmm_device_graphs_wake(f.dev, f.s2));
+    assert_true(same(a, 2 * MIB, 41) && same(b, 2 * MIB, 42));
+
+    DMM_OK_OR_FAIL(dmm_device_graph_release(f.dev, 50, f.s1));
+    DMM_OK_OR_FAIL(dmm_device_graph_release(f.dev, 51, f.s2));
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, a, f.s1));
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, b, f.s2));
+    DMM_OK_OR_FAIL(dmm_device_empty_cache(f.dev, NULL)); /* every copy made went back (one host_alloc failed) */
+    assert_int_equal(dmm_fault_calls(f.fault, DMM_OP_HOST_FREE), dmm_fault_calls(f.fault, DMM_OP_HOST_ALLOC) - 1);
     fx_close(&f);
 }
 
@@ -601,6 +673,7 @@ int main(void) {
         cmocka_unit_test(a_capture_is_served_from_its_pool_without_a_driver_call),
         cmocka_unit_test(graph_memory_sleeps_and_wakes_in_place),
         cmocka_unit_test(captures_of_a_shared_pool_reuse_its_memory),
+        cmocka_unit_test(graph_sleep_when_things_fail),
         cmocka_unit_test(a_region_of_another_process_is_imported),
         cmocka_unit_test(two_devices_share_a_holder_and_its_reclaim),
         cmocka_unit_test(bad_input_is_refused_with_a_sentence),

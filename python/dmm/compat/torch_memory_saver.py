@@ -32,9 +32,11 @@ set_disk_backup_dir a NotImplementedError, each saying so. TMS_INIT_ENABLE=1 in 
 module is imported makes every allocation of the process pausable from then on, on every thread, as
 region(tag="default") would (TMS_INIT_ENABLE_CPU_BACKUP=1: with enable_cpu_backup=True): dmm becomes
 torch's allocator (dmm.torch.enable(), so import this module before the first CUDA allocation) and its
-default tag holds everything allocated outside a region or disable(). While that tag is paused, an
-allocation outside a region is refused (dmm's out-of-memory error says the tag sleeps). pause and resume
-return when their work is done, as the original's do,
+default tag holds everything allocated outside a region or disable(). The environment is read once, at
+import (the original reads it per thread, at the thread's first allocation); a value other than 1/0 or
+true/false is refused. While that tag is paused, what is allocated outside a region stays awake (in
+dmm's pool), as the original's new allocations do. With DMM_DISABLE set, TMS_INIT_ENABLE is ignored,
+and said. pause and resume return when their work is done, as the original's do,
 but never synchronize the device: pause waits on an event recorded after the work already queued on
 the current stream, so a kernel still reading the memory finishes first.
 
@@ -47,6 +49,7 @@ which unmaps graph pools too: the graph's memory is not freed by pause.
 
 import contextlib
 import ctypes
+import logging
 import os
 
 from .. import _dlpack, _lib
@@ -61,8 +64,14 @@ def _region_name(tag, backup):
 
 
 def _env_true(env, key):
-    """Whether env[key] says yes (1, true, yes, on; any case), as the original reads its switches."""
-    return str(env.get(key, "")).strip().lower() in ("1", "true", "yes", "on")
+    """Whether env[key] says yes: 1 or true (0, false or unset: no); anything else is refused, as the
+    original refuses it."""
+    v = str(env.get(key, "")).strip().lower()
+    if v in ("1", "true"):
+        return True
+    if v in ("", "0", "false"):
+        return False
+    raise ValueError("dmm.compat.torch_memory_saver: %s=%r: set it to 1 or 0 (or true / false)" % (key, env[key]))
 
 
 class TorchMemorySaver:
@@ -77,6 +86,10 @@ class TorchMemorySaver:
         if not _env_true(env, "TMS_INIT_ENABLE"):
             return
         backup = _env_true(env, "TMS_INIT_ENABLE_CPU_BACKUP")
+        if _lib.switched_off():  # DMM_DISABLE: dmm is off, so nothing can be made pausable; said once
+            logging.getLogger("dmm").warning("dmm.compat.torch_memory_saver: TMS_INIT_ENABLE=1 is ignored: "
+                                             "DMM_DISABLE switches dmm off, so no allocation is pausable")
+            return
         name = self._regions.setdefault((_TAG_DEFAULT, backup), _region_name(_TAG_DEFAULT, backup))
         if not _dt.is_enabled():
             try:
@@ -105,6 +118,10 @@ class TorchMemorySaver:
                    enable_cpu_backup=False):
         torch = _lib.import_torch("dmm.compat.torch_memory_saver")
 
+        if _dt.is_enabled():  # dmm serves captures only from graph memory mapped before: dmm.torch.graph maps it
+            with _dt.graph(cuda_graph, pool=pool, stream=stream, capture_error_mode=capture_error_mode):
+                yield
+            return
         with torch.cuda.graph(cuda_graph, pool=pool, stream=stream, capture_error_mode=capture_error_mode):
             yield
 
