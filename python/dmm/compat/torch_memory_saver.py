@@ -40,11 +40,12 @@ and said. pause and resume return when their work is done, as the original's do,
 but never synchronize the device: pause waits on an event recorded after the work already queued on
 the current stream, so a kernel still reading the memory finishes first.
 
-cuda_graph(...) captures like torch.cuda.graph(...) (same arguments, plus tag and enable_cpu_backup):
-the memory the graph's own kernels use stays in torch's graph pool, on the device, across pause and
-resume, so its contents are never lost and a replay after resume is the same as before (the tensors it
-reads from regions are restored at the same addresses). That is the difference from the original,
-which unmaps graph pools too: the graph's memory is not freed by pause.
+cuda_graph(...) captures like torch.cuda.graph(...) (same arguments, plus tag and enable_cpu_backup;
+through dmm.torch.graph once dmm is torch's allocator, since dmm serves a capture only from graph memory
+mapped before it): pause and resume leave the memory the graph's own kernels use on the device, so a
+replay after resume is the same as before (the tensors it reads from regions are restored at the same
+addresses). That is the difference from the original, which unmaps graph pools too; with dmm,
+dmm.torch.graphs_sleep(to="host") / graphs_wake() put graph memory to sleep, contents kept.
 """
 
 import contextlib
