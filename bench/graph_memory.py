@@ -11,8 +11,9 @@ process of its own, the runs interleaved and the order alternating:
   dmm-private     dmm.torch.graph(g): a graph segment per capture
   dmm-shared      dmm.torch.graph(g, pool="decode"): one shared dmm pool (the one line changed)
 It prints the graph memory each mode holds (native: the reserved bytes the captures added; dmm: its graph
-segments, all of each reserve: a capture cannot map, so dmm's graph memory is what was reserved before it,
---reserve-mib per capture, once per shared pool) as a median over the runs and a ratio to native-shared. In the dmm modes it then measures the
+segments: each capture is served from a reserve made before it, --reserve-mib per capture, once per shared
+pool, whose 2 MiB pieces no block reached go back after the capture) as a median over the runs and a
+ratio to native-shared. In the dmm modes it then measures the
 engine's sleep and wake (weights and KV caches offloaded to pinned host memory, restored), first with no
 graph captured, then with the graphs' memory discarded (graphs_sleep(to="discard")) and offloaded
 (to="host"), and replays every graph after each wake against its output before the sleep (bit for bit).

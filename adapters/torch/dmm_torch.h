@@ -110,6 +110,8 @@ DMM_TORCH_API int dmm_torch_graph_release(int device, uint64_t capture_id, void 
 /* Graph memory asleep (mode 0: copied to pinned host memory first, 1: discarded) and awake again at the
  * same addresses, each waited for, ordered on `stream` (dmm_device_graphs_sleep / _wake). */
 DMM_TORCH_API int dmm_torch_graphs_sleep(int device, int mode, void *stream);
+/* After capture `capture_id`: its graph segments give back what its blocks never reached. */
+DMM_TORCH_API int dmm_torch_graph_fit(int device, uint64_t capture_id, void *stream);
 /* Inside a capture on `stream`, before it allocates: it joins shared graph pool `pool` (≠ 0). */
 DMM_TORCH_API int dmm_torch_graph_share(int device, void *stream, uint64_t pool);
 DMM_TORCH_API int dmm_torch_graphs_wake(int device, void *stream);

@@ -320,6 +320,11 @@ int dmm_torch_graphs_sleep(int device, int mode, void *stream) {
     return record(dmm_device_graphs_sleep(c, mode, (dmm_stream)stream));
 }
 
+int dmm_torch_graph_fit(int device, uint64_t capture_id, void *stream) {
+    WITH_CTX(device);
+    return record(dmm_device_graph_fit(c, capture_id, (dmm_stream)stream));
+}
+
 int dmm_torch_graph_share(int device, void *stream, uint64_t pool) {
     WITH_CTX(device);
     return record(dmm_device_graph_share(c, (dmm_stream)stream, pool));

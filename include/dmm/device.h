@@ -177,6 +177,11 @@ DMM_API dmm_status dmm_device_graph_reserve(dmm_device *dev, uint64_t bytes, dmm
 /* The graph of capture `capture_id` is gone: its memory becomes reusable once an event recorded now on
  * `stream` (where its last replay ran) completed. */
 DMM_API dmm_status dmm_device_graph_release(dmm_device *dev, uint64_t capture_id, dmm_stream stream);
+/* After capture `capture_id` ended (not during a capture on `stream`): the graph segments it took (of its
+ * shared pool: the pool's) give back what lies past the highest byte any of their blocks reached (whole
+ * pieces of 2 MiB), so that a graph holds what it uses, not its reserve. Later captures served from those
+ * segments fit in what is left. */
+DMM_API dmm_status dmm_device_graph_fit(dmm_device *dev, uint64_t capture_id, dmm_stream stream);
 /* Called inside a capture on `stream`, before it allocates: the capture joins shared graph pool `pool`
  * (any number but 0, the caller's name for it): it is served from the pool's memory, where blocks that
  * earlier captures of the pool freed are reused, and that memory stays the pool's until every graph of

@@ -676,8 +676,9 @@ def _graph_pool_key(dev, pool):
 @contextlib.contextmanager
 def graph(cuda_graph, reserve_bytes=256 << 20, pool=None, **kwargs):
     """torch.cuda.graph(cuda_graph, **kwargs) with dmm's graph memory: reserves `reserve_bytes` before
-    the capture (the capture is served from it, and only from it), and gives it back to dmm when the
-    graph object is garbage collected. With `pool` (as torch.cuda.graph's: graph_pool_handle(), or any
+    the capture (the capture is served from it, and only from it), gives back after it what its blocks
+    never reached (the graph holds what it uses: dmm_device_graph_fit), and gives the rest back to dmm
+    when the graph object is garbage collected. With `pool` (as torch.cuda.graph's: graph_pool_handle(), or any
     name), the captures of one pool share its memory: blocks an earlier capture freed serve the next, so
     graphs replayed one at a time (one per batch size: capture the largest first) hold the memory of the
     largest; the pool reserves once, at its first capture."""
@@ -695,6 +696,8 @@ def graph(cuda_graph, reserve_bytes=256 << 20, pool=None, **kwargs):
             if key:
                 _lib.check(_lib.load().dmm_torch_graph_share(dev, _stream(stream), key), "dmm.torch.graph(pool=)")
             yield cuda_graph
+        if cid:
+            _lib.check(_lib.load().dmm_torch_graph_fit(dev, cid, _stream(None)), "dmm.torch.graph")
     finally:
         if cid:  # also when the capture failed: its memory goes back with the graph object
             try:

@@ -38,7 +38,7 @@
  * Invariants (dev.lock): capture_id = 0 ⇔ idle ⇒ nothing live, !released; an idle segment with an
  * event (its graph's last replay may still run) is handed to a new capture only after a poll outside
  * any capture found the event complete; graph malloc makes no driver call at all; seg.committed =
- * seg.a.bytes while AWAKE, 0 while ASLEEP; host ≠ NULL only while ASLEEP (or MOVING), its bytes charged
+ * usable while AWAKE, 0 while ASLEEP; usable ≤ seg.a.bytes, and no block reaches past it; host ≠ NULL only while ASLEEP (or MOVING), its bytes charged
  * to the host lease and counted in c->host_bytes; graphs_moving ⇔ some segment is MOVING.
  */
 #include <stdio.h>
@@ -50,6 +50,14 @@
 #include "graphs.h"
 #include "jobs.h"
 #include "segment.h"
+
+/* A block of `len` in g's mapped front [0, usable) (first fit); false: nothing changed. */
+static bool take_within(graph_segment *g, uint64_t len, uint64_t req, uint64_t *off) {
+    if (!dmm__device_segment_take(&g->seg, len, req, off)) return false;
+    if (*off + len <= g->usable) return true;
+    dmm__device_segment_give(&g->seg, *off, NULL, NULL); /* past what is mapped (a fit gave it back) */
+    return false;
+}
 
 /* ---- shared graph pools: who joined which ---- */
 /* The pool capture `id` joined, or 0 (dev.lock held). */
@@ -80,20 +88,23 @@ dmm_status dmm__device_graph_malloc(dmm_device *c, size_t bytes, dmm_stream stre
     graph_segment *g = NULL;
     uint64_t asleep = 0;
     for (graph_segment *x = c->graphs; x != NULL && g == NULL; x = x->next) {
-        reserved += x->seg.a.bytes;
+        reserved += x->usable;
         if (x->sleep != GSEG_AWAKE) {
-            asleep += x->seg.a.bytes;
+            asleep += x->usable;
             continue;
         }
         if (!x->released && (pool != 0 ? x->pool == pool : x->capture_id == capture_id && x->pool == 0)) {
-            mine_free += x->seg.a.bytes - x->seg.live_bytes;
-            if (dmm__device_segment_take(&x->seg, len, bytes, &off)) g = x;
+            mine_free += x->usable - x->seg.live_bytes;
+            if (take_within(x, len, bytes, &off)) g = x;
         }
     }
-    if (g != NULL) g->capture_stream = stream;
+    if (g != NULL) {
+        g->capture_stream = stream;
+        if (off + len > g->high) g->high = off + len;
+    }
     for (graph_segment *x = c->graphs; x != NULL && g == NULL; x = x->next)
         if (x->sleep == GSEG_AWAKE && x->capture_id == 0 && x->ev == NULL && x->seg.count == 0 &&
-            dmm__device_segment_take(&x->seg, len, bytes, &off)) {
+            take_within(x, len, bytes, &off)) {
             x->capture_id = capture_id;
             x->capture_stream = stream;
             x->pool = pool;
@@ -103,7 +114,7 @@ dmm_status dmm__device_graph_malloc(dmm_device *c, size_t bytes, dmm_stream stre
     if (g == NULL) {
         uint64_t idle = 0;
         for (graph_segment *x = c->graphs; x != NULL; x = x->next)
-            if (x->sleep == GSEG_AWAKE && x->capture_id == 0 && x->ev == NULL) idle += x->seg.a.bytes;
+            if (x->sleep == GSEG_AWAKE && x->capture_id == 0 && x->ev == NULL) idle += x->usable;
         pthread_mutex_unlock(&c->lock);
         dmm_atomic_add_relaxed(&c->capture_refusals, 1);
         return dmm_error_set(DMM_ERR_OUT_OF_MEMORY,
@@ -133,6 +144,7 @@ dmm_status dmm__device_graph_free_locked(dmm_device *c, void *ptr, uint64_t *len
             g->capture_id = 0;
             g->pool = 0;
             g->released = false;
+            g->high = 0;
         }
         return DMM_OK;
     }
@@ -155,7 +167,7 @@ dmm_status dmm_device_graph_reserve(dmm_device *c, uint64_t bytes, dmm_stream st
     if ((s = dmm__device_lock_and_poll(c, "graph reserve")) != DMM_OK) return s;
     dmm__device_graphs_sweep_locked(c);
     for (graph_segment *x = c->graphs; x != NULL; x = x->next)
-        if (x->sleep == GSEG_AWAKE && x->capture_id == 0 && x->ev == NULL && x->seg.a.bytes >= len) {
+        if (x->sleep == GSEG_AWAKE && x->capture_id == 0 && x->ev == NULL && x->usable >= len) {
             /* an idle one, awake, is large enough */
             x->reserved = true;
             pthread_mutex_unlock(&c->lock);
@@ -172,6 +184,7 @@ dmm_status dmm_device_graph_reserve(dmm_device *c, uint64_t bytes, dmm_stream st
         return s;
     }
     g->reserved = true;
+    g->usable = len;
     g->next = c->graphs;
     c->graphs = g;
     pthread_mutex_unlock(&c->lock);
@@ -206,6 +219,7 @@ dmm_status dmm_device_graph_release(dmm_device *c, uint64_t capture_id, dmm_stre
         if (g->seg.count == 0) {
             g->capture_id = 0;
             g->pool = 0;
+            g->high = 0;
         } else {
             g->released = true;
         }
@@ -278,6 +292,51 @@ dmm_status dmm_device_graph_share(dmm_device *c, dmm_stream stream, uint64_t poo
     }
     pthread_mutex_unlock(&c->lock);
     return s;
+}
+
+/* ---- fit ---- */
+dmm_status dmm_device_graph_fit(dmm_device *c, uint64_t capture_id, dmm_stream stream) {
+    const char *op = "dmm_device_graph_fit";
+    if (c == NULL) return dmm__device_null(op, "a device");
+    if (capture_id == 0) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: capture id 0 names no capture; nothing "
+                                              "changed", op);
+    dmm_status s = dmm__device_refuse_lost(c, op);
+    if (s != DMM_OK) return s;
+    bool capturing = false;
+    uint64_t id = 0;
+    if ((s = dmm_device_capture_status(c, stream, &capturing, &id)) != DMM_OK) return s;
+    if (capturing)
+        return dmm_error_set(DMM_ERR_BUSY, "%s: stream %p is capturing a CUDA graph, and unmapping now would invalidate "
+                             "the capture; fit after it; nothing changed", op, stream);
+    pthread_mutex_lock(&c->lock);
+    uint64_t pool = pool_of(c, capture_id);
+    dmm_error_kept why = {0};
+    for (graph_segment *g = c->graphs; g != NULL; g = g->next) {
+        bool mine = pool != 0 ? g->pool == pool : g->capture_id == capture_id && g->pool == 0;
+        if (!mine || g->released || g->sleep != GSEG_AWAKE) continue;
+        uint64_t keep = dmm__device_round_granule(c, g->high);
+        if (keep >= g->usable) continue;
+        bool busy = false; /* a capture of its pool still going on (another stream): no unmap under it */
+        if (g->capture_stream != NULL && dmm_device_capture_status(c, g->capture_stream, &busy, &id) != DMM_OK)
+            busy = true;
+        dmm_clear_error();
+        if (busy) continue;
+        dmm_release_outcome o = dmm_mechanism_decommit(c->arena, &g->seg.a,
+                                                       (dmm_range){(size_t)keep, (size_t)(g->usable - keep)});
+        dmm_release_state st = dmm_release_state_of(&o);
+        if (st == DMM_RELEASE_FAILED) {
+            (void)dmm__error_keep(&why, o.failure != DMM_OK ? o.failure : DMM_ERR_DRIVER);
+            continue;
+        }
+        g->usable -= o.unmapped_bytes < g->usable - keep ? o.unmapped_bytes : g->usable - keep;
+        g->seg.committed = g->usable;
+        if (st != DMM_RELEASE_COMPLETE) (void)dmm__error_keep(&why, DMM_ERR_QUARANTINED);
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (why.status == DMM_OK) return DMM_OK;
+    s = dmm__error_restore(&why);
+    return dmm__error_wrap(s, "%s of capture %llu on device %d: a tail could not be given back (it stays mapped, or "
+                           "quarantined), the rest was", op, (unsigned long long)capture_id, (int)c->dev.index);
 }
 
 /* ---- sleep and wake ---- */
@@ -366,7 +425,7 @@ static void put_back(dmm_device *c, graph_segment **v, const int *to, size_t n, 
     for (size_t i = 0; i < n; i++) {
         graph_segment *g = v[i];
         g->sleep = to[i];
-        g->seg.committed = to[i] == GSEG_AWAKE ? g->seg.a.bytes : 0;
+        g->seg.committed = to[i] == GSEG_AWAKE ? g->usable : 0;
     }
     c->graphs_moving = false;
     if (sleep) c->graph_sleeps++;
@@ -410,7 +469,7 @@ dmm_status dmm_device_graphs_sleep(dmm_device *c, int mode, dmm_stream stream) {
     /* 2. every pinned copy made before any is filled (a copy a failed wake kept is used again) */
     for (size_t i = 0; i < n && mode == DMM_DEVICE_TO_HOST && why.status == DMM_OK; i++) {
         graph_segment *g = v[i];
-        uint64_t b = g->seg.a.bytes;
+        uint64_t b = g->usable;
         if (g->host != NULL) continue;
         dmm_status ls = dmm_lease_grow(c->gov, c->host_lease, b, b);
         if (ls != DMM_OK) {
@@ -435,7 +494,7 @@ dmm_status dmm_device_graphs_sleep(dmm_device *c, int mode, dmm_stream stream) {
         graph_segment *g = v[i];
         queued = true;
         (void)dmm__error_keep(&why, dmm__drv_copy(c->drv, (uintptr_t)g->host, (uintptr_t)g->seg.a.ptr,
-                                                  (size_t)g->seg.a.bytes, stream));
+                                                  (size_t)g->usable, stream));
     }
     dmm_status waited = queued ? wait_stream(c, stream) : DMM_OK;
     (void)dmm__error_keep(&why, waited);
@@ -453,7 +512,7 @@ dmm_status dmm_device_graphs_sleep(dmm_device *c, int mode, dmm_stream stream) {
     size_t slept = 0;
     for (size_t i = 0; i < n; i++) {
         graph_segment *g = v[i];
-        dmm_release_outcome o = dmm_mechanism_decommit(c->arena, &g->seg.a, (dmm_range){0, (size_t)g->seg.a.bytes});
+        dmm_release_outcome o = dmm_mechanism_decommit(c->arena, &g->seg.a, (dmm_range){0, (size_t)g->usable});
         dmm_release_state st = dmm_release_state_of(&o);
         if (st == DMM_RELEASE_COMPLETE) {
             to[i] = GSEG_ASLEEP;
@@ -465,7 +524,7 @@ dmm_status dmm_device_graphs_sleep(dmm_device *c, int mode, dmm_stream stream) {
             (void)dmm__error_keep(&why, dmm__error_wrap(o.failure != DMM_OK ? o.failure : DMM_ERR_DRIVER,
                                                         "dmm device: %s: a segment of %llu bytes stays awake (the "
                                                         "driver refused its unmap)", op,
-                                                        (unsigned long long)g->seg.a.bytes));
+                                                        (unsigned long long)g->usable));
             continue;
         }
         to[i] = GSEG_ASLEEP;
@@ -474,7 +533,7 @@ dmm_status dmm_device_graphs_sleep(dmm_device *c, int mode, dmm_stream stream) {
         (void)dmm__error_keep(&why, dmm_error_set(DMM_ERR_QUARANTINED, "dmm device: %s: the driver kept part of a "
                                                   "segment of %llu bytes (quarantined, never used again): the graphs "
                                                   "captured over it can never replay; release them and capture again",
-                                                  op, (unsigned long long)g->seg.a.bytes));
+                                                  op, (unsigned long long)g->usable));
     }
     put_back(c, v, to, n, slept > 0);
     free(to);
@@ -515,12 +574,12 @@ dmm_status dmm_device_graphs_wake(dmm_device *c, dmm_stream stream) {
     for (size_t i = 0; i < n; i++) { /* each at the same addresses, its bytes copied back */
         graph_segment *g = v[i];
         to[i] = GSEG_ASLEEP;
-        dmm_range all = {0, (size_t)g->seg.a.bytes};
+        dmm_range all = {0, (size_t)g->usable};
         uint64_t mapped = 0;
-        s = dmm_mechanism_commit(c->arena, &g->seg.a, all, &mapped);
+        s = dmm__device_commit_pieces(c, &g->seg.a, all, &mapped);
         if (s == DMM_ERR_BUDGET || s == DMM_ERR_OUT_OF_MEMORY) { /* the pool's cache first, as a graph reserve does */
             (void)dmm_pool_empty_cache(c->pool, NULL);
-            s = dmm_mechanism_commit(c->arena, &g->seg.a, all, &mapped);
+            s = dmm__device_commit_pieces(c, &g->seg.a, all, &mapped);
         }
         if (s == DMM_OK && g->host != NULL) {
             s = dmm__drv_copy(c->drv, (uintptr_t)g->seg.a.ptr, (uintptr_t)g->host, (size_t)g->host_bytes, stream);
@@ -536,14 +595,14 @@ dmm_status dmm_device_graphs_wake(dmm_device *c, dmm_stream stream) {
                     (void)dmm__error_keep(&why, dmm__error_wrap(s, "dmm device: %s: a segment of %llu bytes is "
                                                                 "mapped again, but its bytes could not be copied back "
                                                                 "(its pinned copy is kept)", op,
-                                                                (unsigned long long)g->seg.a.bytes));
+                                                                (unsigned long long)g->usable));
                     continue;
                 }
             }
         }
         if (s != DMM_OK) {
             (void)dmm__error_keep(&why, dmm__error_wrap(s, "dmm device: %s: a segment of %llu bytes stays asleep", op,
-                                                        (unsigned long long)g->seg.a.bytes));
+                                                        (unsigned long long)g->usable));
             continue;
         }
         to[i] = GSEG_AWAKE;
@@ -633,13 +692,13 @@ void dmm__device_graphs_json_locked(dmm_device *c, dmm_json *j, bool blocks) {
     uint64_t n = 0, reserved = 0, live = 0, idle = 0, largest_idle = 0, owned = 0, asleep = 0, host = 0;
     for (graph_segment *g = c->graphs; g != NULL; g = g->next) {
         n++;
-        reserved += g->seg.a.bytes;
+        reserved += g->usable;
         live += g->seg.live_bytes;
-        if (g->sleep == GSEG_ASLEEP) asleep += g->seg.a.bytes;
+        if (g->sleep == GSEG_ASLEEP) asleep += g->usable;
         host += g->host_bytes;
         if (g->capture_id == 0) {
-            idle += g->seg.a.bytes;
-            if (g->ev == NULL && g->seg.a.bytes > largest_idle) largest_idle = g->seg.a.bytes;
+            idle += g->usable;
+            if (g->ev == NULL && g->usable > largest_idle) largest_idle = g->usable;
         } else owned++;
     }
     dmm__json_put(j,

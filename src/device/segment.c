@@ -117,6 +117,12 @@ void dmm__device_segment_json_blocks(const device_segment *s, dmm_json *j) {
 }
 
 /* ---- the allocation ---- */
+dmm_status dmm__device_commit_pieces(dmm_device *c, const dmm_allocation *a, dmm_range range, uint64_t *mapped) {
+    uint64_t piece = c->granule > DMM_DEVICE_SEGMENT_PIECE ? c->granule : DMM_DEVICE_SEGMENT_PIECE;
+    if (!dmm_mechanism_has_slot(c->arena, DMM_SLOT_COMMIT_PIECES)) return dmm_mechanism_commit(c->arena, a, range, mapped);
+    return dmm_mechanism_commit_pieces(c->arena, a, range, piece, mapped);
+}
+
 dmm_status dmm__device_segment_open(dmm_device *c, device_segment *s, uint64_t bytes, bool commit, const char *kind,
                                    const char *fmt, ...) {
     memset(s, 0, sizeof *s);
@@ -127,11 +133,22 @@ dmm_status dmm__device_segment_open(dmm_device *c, device_segment *s, uint64_t b
     dmm_status st;
     if (!commit) {
         st = dmm_mechanism_allocate_committed(c->arena, (size_t)bytes, (size_t)c->granule, NULL, 0, &s->a);
-    } else {
-        st = dmm_mechanism_allocate(c->arena, (size_t)bytes, (size_t)c->granule, &s->a);
-        if (st == DMM_ERR_BUDGET || st == DMM_ERR_OUT_OF_MEMORY) {
-            (void)dmm_pool_empty_cache(c->pool, NULL);
-            st = dmm_mechanism_allocate(c->arena, (size_t)bytes, (size_t)c->granule, &s->a);
+    } else { /* committed in pieces, so that a tail its users never reach can go back (graphs: fit) */
+        st = dmm_mechanism_allocate_committed(c->arena, (size_t)bytes, (size_t)c->granule, NULL, 0, &s->a);
+        if (st == DMM_OK) {
+            dmm_range all = {0, (size_t)bytes};
+            uint64_t mapped = 0;
+            st = dmm__device_commit_pieces(c, &s->a, all, &mapped);
+            if (st == DMM_ERR_BUDGET || st == DMM_ERR_OUT_OF_MEMORY) {
+                (void)dmm_pool_empty_cache(c->pool, NULL);
+                st = dmm__device_commit_pieces(c, &s->a, all, &mapped);
+            }
+            if (st != DMM_OK) { /* the VA goes back (a release the driver refuses leaves it to the arena) */
+                dmm_error_kept why = {0};
+                dmm__error_keep(&why, st);
+                (void)dmm_mechanism_release(c->arena, &s->a);
+                st = dmm__error_restore(&why);
+            }
         }
     }
     if (st != DMM_OK) {

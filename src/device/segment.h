@@ -16,6 +16,9 @@ dmm_status dmm__device_segment_open(dmm_device *c, device_segment *s, uint64_t b
     __attribute__((format(printf, 6, 7)))
 #endif
     ;
+/* Commits `range` of segment allocation `a` in pieces of DMM_DEVICE_SEGMENT_PIECE (the granule when that is
+ * larger), a handle each, so that a part can go back alone; in one commit where the mechanism cannot cut. */
+dmm_status dmm__device_commit_pieces(dmm_device *c, const dmm_allocation *a, dmm_range range, uint64_t *mapped);
 /* Frees the segment's host structures (its allocation is gone, or went with a lost context). */
 void dmm__device_segment_close(device_segment *s);
 /* Lays the free spans of a segment of `bytes` over [0, bytes) (what open does before it maps; alone: a

@@ -47,6 +47,8 @@
 #define DMM_DEVICE_TAG_NAME 64
 /* Most pieces one segment's offload is cut into (each: a copy, an event, a queued decommit). */
 #define DMM_DEVICE_OFFLOAD_PIECES 16
+/* A committed segment's handles (graphs): a tail of whole pieces can go back (dmm_device_graph_fit). */
+#define DMM_DEVICE_SEGMENT_PIECE ((uint64_t)2 << 20)
 /* Graphs alive at once in shared graph pools (dmm_device_graph_share), per device. */
 #define DMM_DEVICE_GRAPH_JOINS 1024
 
@@ -126,7 +128,10 @@ enum { GSEG_AWAKE = 0, GSEG_MOVING = 1, GSEG_ASLEEP = 2 };
 
 typedef struct graph_segment {
     struct graph_segment *next;
-    device_segment seg;       /* fully committed before any capture (while AWAKE) */
+    device_segment seg;       /* [0, usable) committed before any capture (while AWAKE) */
+    uint64_t usable;         /* the segment's mapped front, where blocks go: a.bytes until a fit gave the rest
+                                back (dmm_device_graph_fit); sleep and wake move [0, usable) */
+    uint64_t high;           /* the highest end any block of it reached since a capture took it */
     uint64_t capture_id;     /* the capture that owns it (of a shared pool: the first that took it); 0 = idle */
     uint64_t pool;           /* ≠ 0: it belongs to that shared graph pool, whose captures all take from it */
     bool released;           /* the owner's graph is gone (of a pool: every graph of it): idle once nothing is

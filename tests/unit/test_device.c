@@ -376,6 +376,51 @@ static void graph_memory_sleeps_and_wakes_in_place(void **state) {
     fx_close(&f);
 }
 
+/* A fit gives back what a capture's graph segment did not use: of a 16 MiB reserve, a capture whose
+ * blocks reached 5 MiB keeps 6 MiB (whole pieces), its blocks keep their bytes; a later capture of its
+ * pool fits in what is left, one that needs more is refused; a fit during a capture is refused; sleep
+ * and wake move what is left. */
+static void a_fit_gives_back_what_captures_did_not_use(void **state) {
+    (void)state;
+    fx f;
+    fx_open(&f);
+    void *tmp = NULL, *out = NULL, *p = NULL;
+    DMM_OK_OR_FAIL(dmm_device_graph_reserve(f.dev, 16 * MIB, f.s2));
+    uint64_t reserved0 = stat_current(&f, "reserved_bytes");
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, f.s2, 60));
+    DMM_OK_OR_FAIL(dmm_device_graph_share(f.dev, f.s2, 7));
+    DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, 3 * MIB, f.s2, &tmp));
+    DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, 2 * MIB, f.s2, &out));
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, tmp, f.s2));
+    assert_int_equal(dmm_device_graph_fit(f.dev, 60, f.s2), DMM_ERR_BUSY); /* not during a capture */
+    dmm_test_error_mentions("capturing", "nothing changed", NULL);
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, NULL, 0));
+    fill(out, 2 * MIB, 61);
+    DMM_OK_OR_FAIL(dmm_device_graph_fit(f.dev, 60, f.s2));
+    assert_int_equal(stat_current(&f, "reserved_bytes"), reserved0 - 10 * MIB);
+    assert_true(same(out, 2 * MIB, 61));
+    DMM_OK_OR_FAIL(dmm_device_graph_fit(f.dev, 60, f.s2)); /* nothing more to give */
+    assert_int_equal(stat_current(&f, "reserved_bytes"), reserved0 - 10 * MIB);
+
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, f.s2, 61)); /* the pool's next capture: [0, 3) MiB is free */
+    DMM_OK_OR_FAIL(dmm_device_graph_share(f.dev, f.s2, 7));
+    assert_int_equal(dmm_device_malloc(f.dev, 4 * MIB, f.s2, &p), DMM_ERR_OUT_OF_MEMORY); /* past what is left */
+    DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, 3 * MIB, f.s2, &p));
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, p, f.s2));
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, NULL, 0));
+    DMM_OK_OR_FAIL(dmm_device_graph_release(f.dev, 61, f.s2));
+
+    DMM_OK_OR_FAIL(dmm_device_graphs_sleep(f.dev, DMM_DEVICE_TO_HOST, f.s2));
+    assert_int_equal(stat_current(&f, "reserved_bytes"), reserved0 - 16 * MIB);
+    DMM_OK_OR_FAIL(dmm_device_graphs_wake(f.dev, f.s2));
+    assert_int_equal(stat_current(&f, "reserved_bytes"), reserved0 - 10 * MIB);
+    assert_true(same(out, 2 * MIB, 61));
+    DMM_OK_OR_FAIL(dmm_device_graph_release(f.dev, 60, f.s2));
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, out, f.s2));
+    DMM_OK_OR_FAIL(dmm_device_empty_cache(f.dev, NULL));
+    fx_close(&f);
+}
+
 /* Graph memory sleep and wake when things fail: a sleep while another stream's capture is served from
  * graph memory is refused; a sleep whose second copy cannot be made changes nothing and frees the first
  * (nothing was queued yet); a wake whose wait for its copies fails keeps them, and the next sleep uses
@@ -674,6 +719,7 @@ int main(void) {
         cmocka_unit_test(graph_memory_sleeps_and_wakes_in_place),
         cmocka_unit_test(captures_of_a_shared_pool_reuse_its_memory),
         cmocka_unit_test(graph_sleep_when_things_fail),
+        cmocka_unit_test(a_fit_gives_back_what_captures_did_not_use),
         cmocka_unit_test(a_region_of_another_process_is_imported),
         cmocka_unit_test(two_devices_share_a_holder_and_its_reclaim),
         cmocka_unit_test(bad_input_is_refused_with_a_sentence),
