@@ -233,14 +233,7 @@ dmm_status dmm_device_graph_release(dmm_device *c, uint64_t capture_id, dmm_stre
 }
 
 /* Gives a segment's pinned copy back (dev.lock held). */
-static void gseg_host_drop(dmm_device *c, graph_segment *g) {
-    if (g->host == NULL) return;
-    (void)dmm__drv_host_free(c->drv, g->host); /* (a failure is the driver's to report: the copy is dropped) */
-    (void)dmm_lease_shrink(c->gov, c->host_lease, g->host_bytes, g->host_bytes);
-    c->host_bytes -= g->host_bytes;
-    g->host = NULL;
-    g->host_bytes = 0;
-}
+static void gseg_host_drop(dmm_device *c, graph_segment *g) { dmm__device_copy_drop(c, &g->host, &g->host_bytes); }
 
 static void gseg_free(dmm_device *c, graph_segment *g) {
     gseg_host_drop(c, g);
@@ -404,21 +397,6 @@ static dmm_status take_moving(dmm_device *c, const char *op, dmm_stream stream, 
     return DMM_OK;
 }
 
-/* An event recorded on `stream` after what is queued there, waited for (no lock held). */
-static dmm_status wait_stream(dmm_device *c, dmm_stream stream) {
-    dmm_event ev = NULL;
-    dmm_status s = dmm__drv_event_create(c->drv, &ev);
-    if (s == DMM_OK) s = dmm__drv_event_record(c->drv, ev, stream);
-    if (s == DMM_OK) s = dmm__drv_event_synchronize(c->drv, ev);
-    if (ev != NULL) {
-        dmm_error_kept why = {0};
-        dmm__error_keep(&why, s);
-        (void)dmm__drv_event_destroy(c->drv, ev);
-        s = dmm__error_restore(&why);
-    }
-    return s;
-}
-
 /* The segments a sleep or wake took go back to `to[i]` (dev.lock taken). */
 static void put_back(dmm_device *c, graph_segment **v, const int *to, size_t n, bool sleep) {
     pthread_mutex_lock(&c->lock);
@@ -496,7 +474,7 @@ dmm_status dmm_device_graphs_sleep(dmm_device *c, int mode, dmm_stream stream) {
         (void)dmm__error_keep(&why, dmm__drv_copy(c->drv, (uintptr_t)g->host, (uintptr_t)g->seg.a.ptr,
                                                   (size_t)g->usable, stream));
     }
-    dmm_status waited = queued ? wait_stream(c, stream) : DMM_OK;
+    dmm_status waited = queued ? dmm__drv_stream_synchronize(c->drv, stream) : DMM_OK; /* (no lock held) */
     (void)dmm__error_keep(&why, waited);
     if (why.status != DMM_OK) { /* nothing changed; copies a copy may still fill (the wait failed) are kept */
         for (size_t i = 0; i < n && waited == DMM_OK; i++) drop_copy(c, v[i]);
@@ -609,7 +587,7 @@ dmm_status dmm_device_graphs_wake(dmm_device *c, dmm_stream stream) {
         woke++;
     }
     /* the copies are done before their pinned memory goes; a failed wait keeps the copies */
-    dmm_status waited = woke > 0 ? wait_stream(c, stream) : DMM_OK;
+    dmm_status waited = woke > 0 ? dmm__drv_stream_synchronize(c->drv, stream) : DMM_OK;
     if (waited != DMM_OK)
         (void)dmm__error_keep(&why, dmm__error_wrap(waited, "dmm device: %s: waiting for the copies back failed (the "
                                                     "pinned copies are kept for the next sleep)", op));

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* src/device/segment.c — one segment: what tag segments and graph segments have in common.
  *
- * What it owns: a segment's arena allocation (VA only, or committed in full), the placement of blocks
- * inside it, and giving it back — now, or behind an event through the jobs floor. Tags (tags.c) grow
+ * What it owns: a segment's arena allocation (VA only, or committed in full, in 2 MiB pieces that can go
+ * back one by one), the placement of blocks inside it, its pinned copy's return, and giving it back —
+ * now, or behind an event through the jobs floor. Tags (tags.c) grow
  * a backed prefix at the low end and offload it; graphs (graphs.c) hand a whole segment to a capture;
  * both place blocks and give segments back the same way, here.
  *
@@ -21,6 +22,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "driver/call.h"
 #include "jobs.h"
 #include "segment.h"
 
@@ -117,6 +119,15 @@ void dmm__device_segment_json_blocks(const device_segment *s, dmm_json *j) {
 }
 
 /* ---- the allocation ---- */
+void dmm__device_copy_drop(dmm_device *c, void **host, uint64_t *bytes) {
+    if (*host == NULL) return;
+    (void)dmm__drv_host_free(c->drv, *host); /* (a failure is the driver's to report: the copy is dropped) */
+    (void)dmm_lease_shrink(c->gov, c->host_lease, *bytes, *bytes);
+    c->host_bytes -= *bytes;
+    *host = NULL;
+    *bytes = 0;
+}
+
 dmm_status dmm__device_commit_pieces(dmm_device *c, const dmm_allocation *a, dmm_range range, uint64_t *mapped) {
     uint64_t piece = c->granule > DMM_DEVICE_SEGMENT_PIECE ? c->granule : DMM_DEVICE_SEGMENT_PIECE;
     if (!dmm_mechanism_has_slot(c->arena, DMM_SLOT_COMMIT_PIECES)) return dmm_mechanism_commit(c->arena, a, range, mapped);

@@ -16,6 +16,9 @@ dmm_status dmm__device_segment_open(dmm_device *c, device_segment *s, uint64_t b
     __attribute__((format(printf, 6, 7)))
 #endif
     ;
+/* Gives a segment's pinned copy back: freed, the host lease shrunk, c->host_bytes counted down (dev.lock
+ * held); nothing when *host is NULL. */
+void dmm__device_copy_drop(dmm_device *c, void **host, uint64_t *bytes);
 /* Commits `range` of segment allocation `a` in pieces of DMM_DEVICE_SEGMENT_PIECE (the granule when that is
  * larger), a handle each, so that a part can go back alone; in one commit where the mechanism cannot cut. */
 dmm_status dmm__device_commit_pieces(dmm_device *c, const dmm_allocation *a, dmm_range range, uint64_t *mapped);

@@ -257,14 +257,7 @@ dmm_status dmm__device_tag_free_locked(dmm_device *c, void *ptr, dmm_stream stre
 }
 
 /* ---- giving segments back ---- */
-void dmm__device_tseg_host_drop(dmm_device *c, tag_segment *g) {
-    if (g->host == NULL) return;
-    (void)dmm__drv_host_free(c->drv, g->host); /* (a failure is the driver's to report: the copy is dropped) */
-    (void)dmm_lease_shrink(c->gov, c->host_lease, g->host_bytes, g->host_bytes);
-    c->host_bytes -= g->host_bytes;
-    g->host = NULL;
-    g->host_bytes = 0;
-}
+void dmm__device_tseg_host_drop(dmm_device *c, tag_segment *g) { dmm__device_copy_drop(c, &g->host, &g->host_bytes); }
 
 void dmm__device_tseg_free(dmm_device *c, tag_segment *g) {
     dmm__device_tseg_host_drop(c, g);

@@ -455,7 +455,7 @@ static void graph_sleep_when_things_fail(void **state) {
     assert_true(same(a, 2 * MIB, 41) && same(b, 2 * MIB, 42)); /* awake, with their bytes */
 
     DMM_OK_OR_FAIL(dmm_device_graphs_sleep(f.dev, DMM_DEVICE_TO_HOST, f.s2));
-    DMM_OK_OR_FAIL(dmm_fault_plan(f.fault, DMM_OP_EVENT_SYNCHRONIZE, 1, 1, DMM_ERR_DRIVER));
+    DMM_OK_OR_FAIL(dmm_fault_plan(f.fault, DMM_OP_STREAM_SYNCHRONIZE, 1, 1, DMM_ERR_DRIVER));
     assert_int_not_equal(dmm_device_graphs_wake(f.dev, f.s2), DMM_OK);
     dmm_test_error_mentions("copies are kept", NULL);
     DMM_OK_OR_FAIL(dmm_fault_clear(f.fault));
