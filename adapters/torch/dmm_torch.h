@@ -105,6 +105,8 @@ DMM_TORCH_API int dmm_torch_poll(int device, uint64_t *queued);
 
 /* Graph memory: make sure an idle segment of `bytes` is mapped for the next capture (not during one). */
 DMM_TORCH_API int dmm_torch_graph_reserve(int device, uint64_t bytes, void *stream);
+/* The same for the next capture of shared pool `pool` (dmm_device_graph_reserve_pool). */
+DMM_TORCH_API int dmm_torch_graph_reserve_pool(int device, uint64_t bytes, uint64_t pool, void *stream);
 /* The graph of capture `capture_id` is gone; its memory is reusable behind an event on `stream`. */
 DMM_TORCH_API int dmm_torch_graph_release(int device, uint64_t capture_id, void *stream);
 /* Graph memory asleep (mode 0: copied to pinned host memory first, 1: discarded) and awake again at the

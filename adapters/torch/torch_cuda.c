@@ -310,6 +310,11 @@ int dmm_torch_graph_reserve(int device, uint64_t bytes, void *stream) {
     return record(dmm_device_graph_reserve(c, bytes, (dmm_stream)stream));
 }
 
+int dmm_torch_graph_reserve_pool(int device, uint64_t bytes, uint64_t pool, void *stream) {
+    WITH_CTX(device);
+    return record(dmm_device_graph_reserve_pool(c, bytes, pool, (dmm_stream)stream));
+}
+
 int dmm_torch_graph_release(int device, uint64_t capture_id, void *stream) {
     WITH_CTX(device);
     return record(dmm_device_graph_release(c, capture_id, (dmm_stream)stream));

@@ -172,15 +172,20 @@ DMM_API dmm_status dmm_device_host_copy(dmm_device *dev, const void *ptr, uint64
 /* Whether `stream` is capturing a graph now (the driver's stream_capture_status; never for the default
  * stream, nor for a driver without the slot); *id = the capture's id (0 = unknown). */
 DMM_API dmm_status dmm_device_capture_status(dmm_device *dev, dmm_stream stream, bool *capturing, uint64_t *id);
-/* Maps `bytes` now (outside any capture) for the next capture to be served from. */
+/* Maps `bytes` now (outside any capture) for the next capture to be served from (an idle segment that a
+ * fit left smaller is mapped up to `bytes` again). */
 DMM_API dmm_status dmm_device_graph_reserve(dmm_device *dev, uint64_t bytes, dmm_stream stream);
+/* The same, for the next capture of shared pool `pool` (dmm_device_graph_share): when that capture is
+ * served from the pool's own memory, its fit gives this reserve back. */
+DMM_API dmm_status dmm_device_graph_reserve_pool(dmm_device *dev, uint64_t bytes, uint64_t pool, dmm_stream stream);
 /* The graph of capture `capture_id` is gone: its memory becomes reusable once an event recorded now on
  * `stream` (where its last replay ran) completed. */
 DMM_API dmm_status dmm_device_graph_release(dmm_device *dev, uint64_t capture_id, dmm_stream stream);
 /* After capture `capture_id` ended (not during a capture on `stream`): the graph segments it took (of its
  * shared pool: the pool's) give back what lies past the highest byte any of their blocks reached (whole
- * pieces of 2 MiB), so that a graph holds what it uses, not its reserve. Later captures served from those
- * segments fit in what is left. */
+ * pieces of 2 MiB), so that a graph holds what it uses, not its reserve, and a reserve made for the pool
+ * that its capture did not need goes back. Later captures served from those segments fit in what is
+ * left; a reserve maps more. Nothing is unmapped while another capture of the pool is under way. */
 DMM_API dmm_status dmm_device_graph_fit(dmm_device *dev, uint64_t capture_id, dmm_stream stream);
 /* Called inside a capture on `stream`, before it allocates: the capture joins shared graph pool `pool`
  * (any number but 0, the caller's name for it): it is served from the pool's memory, where blocks that

@@ -86,6 +86,7 @@ _SIGNATURES = {
     "dmm_torch_graphs_wake": (ctypes.c_int, [ctypes.c_int, ctypes.c_void_p]),
     "dmm_torch_graph_share": (ctypes.c_int, [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64]),
     "dmm_torch_graph_fit": (ctypes.c_int, [ctypes.c_int, ctypes.c_uint64, ctypes.c_void_p]),
+    "dmm_torch_graph_reserve_pool": (ctypes.c_int, [ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p]),
     "dmm_torch_capture_id": (ctypes.c_int, [ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)]),
     "dmm_torch_set_capture_check": (None, [ctypes.c_int]),
     "dmm_torch_now_ns": (ctypes.c_uint64, []),

@@ -659,18 +659,14 @@ _graph_pools_lock = threading.Lock()
 
 def _graph_pool_key(dev, pool):
     """dmm's number for shared pool `pool` on device `dev` (any hashable: torch.cuda.graph_pool_handle(),
-    a string), and whether it is new."""
+    a string)."""
     try:
         hash(pool)
     except TypeError:
         raise TypeError("dmm.torch.graph: pool must be hashable (torch.cuda.graph_pool_handle(), a name), not %r"
                         % (pool,)) from None
     with _graph_pools_lock:
-        key = _graph_pools.get((dev, pool))
-        if key is not None:
-            return key, False
-        key = _graph_pools[(dev, pool)] = len(_graph_pools) + 1
-        return key, True
+        return _graph_pools.setdefault((dev, pool), len(_graph_pools) + 1)
 
 
 @contextlib.contextmanager
@@ -681,13 +677,14 @@ def graph(cuda_graph, reserve_bytes=256 << 20, pool=None, **kwargs):
     when the graph object is garbage collected. With `pool` (as torch.cuda.graph's: graph_pool_handle(), or any
     name), the captures of one pool share its memory: blocks an earlier capture freed serve the next, so
     graphs replayed one at a time (one per batch size: capture the largest first) hold the memory of the
-    largest; the pool reserves once, at its first capture."""
+    largest (a capture that the pool's memory serves gives its reserve back at once)."""
     torch = _lib.import_torch("dmm.torch")
 
     dev = torch.cuda.current_device()
-    key, first = _graph_pool_key(dev, pool) if pool is not None else (0, True)
-    if first:
-        reserve_graph_memory(reserve_bytes, dev)
+    key = _graph_pool_key(dev, pool) if pool is not None else 0
+    if reserve_bytes:
+        _lib.check(_lib.load().dmm_torch_graph_reserve_pool(dev, int(reserve_bytes), key, _stream(None)),
+                   "dmm.torch.graph")
     cid = 0
     try:
         with torch.cuda.graph(cuda_graph, **kwargs):  # (dmm shares the pool's memory: torch's pool is not asked)
@@ -696,8 +693,9 @@ def graph(cuda_graph, reserve_bytes=256 << 20, pool=None, **kwargs):
             if key:
                 _lib.check(_lib.load().dmm_torch_graph_share(dev, _stream(stream), key), "dmm.torch.graph(pool=)")
             yield cuda_graph
-        if cid:
-            _lib.check(_lib.load().dmm_torch_graph_fit(dev, cid, _stream(None)), "dmm.torch.graph")
+        if cid and _lib.load().dmm_torch_graph_fit(dev, cid, _stream(None)) != 0:  # the graph is good: said, kept
+            logging.getLogger("dmm").warning("dmm.torch.graph: giving back the graph memory capture %d did not use "
+                                             "failed (it stays mapped): %s", cid, last_error())
     finally:
         if cid:  # also when the capture failed: its memory goes back with the graph object
             try:

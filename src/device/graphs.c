@@ -98,10 +98,6 @@ dmm_status dmm__device_graph_malloc(dmm_device *c, size_t bytes, dmm_stream stre
             if (take_within(x, len, bytes, &off)) g = x;
         }
     }
-    if (g != NULL) {
-        g->capture_stream = stream;
-        if (off + len > g->high) g->high = off + len;
-    }
     for (graph_segment *x = c->graphs; x != NULL && g == NULL; x = x->next)
         if (x->sleep == GSEG_AWAKE && x->capture_id == 0 && x->ev == NULL && x->seg.count == 0 &&
             take_within(x, len, bytes, &off)) {
@@ -129,6 +125,8 @@ dmm_status dmm__device_graph_malloc(dmm_device *c, size_t bytes, dmm_stream stre
                              (unsigned long long)reserved, (unsigned long long)mine_free, (unsigned long long)idle,
                              (unsigned long long)asleep, asleep > 0 ? ", and wake graph memory that sleeps first" : "");
     }
+    g->capture_stream = stream;
+    if (off + len > g->high) g->high = off + len; /* (what a fit keeps) */
     pthread_mutex_unlock(&c->lock);
     dmm_atomic_add_relaxed(&c->capture_mallocs, 1);
     *out = (char *)g->seg.a.ptr + off;
@@ -152,6 +150,10 @@ dmm_status dmm__device_graph_free_locked(dmm_device *c, void *ptr, uint64_t *len
 }
 
 dmm_status dmm_device_graph_reserve(dmm_device *c, uint64_t bytes, dmm_stream stream) {
+    return dmm_device_graph_reserve_pool(c, bytes, 0, stream);
+}
+
+dmm_status dmm_device_graph_reserve_pool(dmm_device *c, uint64_t bytes, uint64_t pool, dmm_stream stream) {
     if (c == NULL) return dmm__device_null("dmm_device_graph_reserve", "a device");
     if (bytes == 0) return DMM_OK;
     if (bytes > c->reserve) return dmm__device_too_large(c, bytes, "reserving graph memory of"); /* (rounding wraps) */
@@ -167,9 +169,18 @@ dmm_status dmm_device_graph_reserve(dmm_device *c, uint64_t bytes, dmm_stream st
     if ((s = dmm__device_lock_and_poll(c, "graph reserve")) != DMM_OK) return s;
     dmm__device_graphs_sweep_locked(c);
     for (graph_segment *x = c->graphs; x != NULL; x = x->next)
-        if (x->sleep == GSEG_AWAKE && x->capture_id == 0 && x->ev == NULL && x->usable >= len) {
-            /* an idle one, awake, is large enough */
+        if (x->sleep == GSEG_AWAKE && x->capture_id == 0 && x->ev == NULL && x->seg.a.bytes >= len) {
+            /* an idle one, awake, is large enough (a fit left it smaller: its tail is mapped again) */
+            if (x->usable < len) {
+                uint64_t mapped = 0;
+                s = dmm__device_commit_pieces(c, &x->seg.a, (dmm_range){(size_t)x->usable, (size_t)(len - x->usable)},
+                                              &mapped);
+                if (s != DMM_OK) continue; /* (a new segment below, or its refusal) */
+                x->usable = len;
+                x->seg.committed = len;
+            }
             x->reserved = true;
+            x->reserved_for = pool;
             pthread_mutex_unlock(&c->lock);
             dmm_clear_error();
             return DMM_OK;
@@ -184,6 +195,7 @@ dmm_status dmm_device_graph_reserve(dmm_device *c, uint64_t bytes, dmm_stream st
         return s;
     }
     g->reserved = true;
+    g->reserved_for = pool;
     g->usable = len;
     g->next = c->graphs;
     c->graphs = g;
@@ -200,8 +212,16 @@ dmm_status dmm_device_graph_release(dmm_device *c, uint64_t capture_id, dmm_stre
     pthread_mutex_lock(&c->lock);
     dmm_status s = DMM_OK;
     uint64_t pool = pool_of(c, capture_id);
-    bool last = true; /* of a pool: the last of its graphs goes (its segments are the pool's until then) */
-    if (pool != 0) {
+    /* the graph's last replay may still run on `stream`: its segments are reusable behind this event (which,
+     * re-recorded for a pool, first waits for the one before: an earlier graph's replay on another stream) */
+    for (graph_segment *g = c->graphs; g != NULL && s == DMM_OK; g = g->next) {
+        if (pool != 0 ? g->pool != pool : g->capture_id != capture_id || g->pool != 0) continue;
+        if (g->ev == NULL) s = dmm__drv_event_create(c->drv, &g->ev);
+        else if (dmm__drv_can_wait_event(c->drv)) s = dmm__drv_stream_wait_event(c->drv, stream, g->ev);
+        if (s == DMM_OK) s = dmm__drv_event_record(c->drv, g->ev, stream);
+    }
+    bool last = s == DMM_OK; /* of a pool: the last of its graphs went (its segments are the pool's until then) */
+    if (s == DMM_OK && pool != 0) { /* (a failure above left the join: a retry finds the pool again) */
         for (uint32_t i = 0; i < c->njoins; i++)
             if (c->graph_joins[i].capture_id == capture_id) {
                 c->graph_joins[i] = c->graph_joins[--c->njoins];
@@ -209,13 +229,8 @@ dmm_status dmm_device_graph_release(dmm_device *c, uint64_t capture_id, dmm_stre
             }
         last = !pool_alive(c, pool);
     }
-    for (graph_segment *g = c->graphs; g != NULL; g = g->next) {
+    for (graph_segment *g = c->graphs; g != NULL && last; g = g->next) {
         if (pool != 0 ? g->pool != pool : g->capture_id != capture_id || g->pool != 0) continue;
-        /* the graph's last replay may still run on `stream`: the segment is reusable behind this event */
-        if (g->ev == NULL) s = dmm__drv_event_create(c->drv, &g->ev);
-        if (s == DMM_OK) s = dmm__drv_event_record(c->drv, g->ev, stream);
-        if (s != DMM_OK) break;
-        if (!last) continue;
         if (g->seg.count == 0) {
             g->capture_id = 0;
             g->pool = 0;
@@ -281,6 +296,7 @@ dmm_status dmm_device_graph_share(dmm_device *c, dmm_stream stream, uint64_t poo
     else {
         c->graph_joins[c->njoins].capture_id = id;
         c->graph_joins[c->njoins].pool = pool;
+        c->graph_joins[c->njoins].stream = stream;
         c->njoins++;
     }
     pthread_mutex_unlock(&c->lock);
@@ -303,28 +319,40 @@ dmm_status dmm_device_graph_fit(dmm_device *c, uint64_t capture_id, dmm_stream s
                              "the capture; fit after it; nothing changed", op, stream);
     pthread_mutex_lock(&c->lock);
     uint64_t pool = pool_of(c, capture_id);
-    dmm_error_kept why = {0};
-    for (graph_segment *g = c->graphs; g != NULL; g = g->next) {
-        bool mine = pool != 0 ? g->pool == pool : g->capture_id == capture_id && g->pool == 0;
-        if (!mine || g->released || g->sleep != GSEG_AWAKE) continue;
-        uint64_t keep = dmm__device_round_granule(c, g->high);
-        if (keep >= g->usable) continue;
-        bool busy = false; /* a capture of its pool still going on (another stream): no unmap under it */
-        if (g->capture_stream != NULL && dmm_device_capture_status(c, g->capture_stream, &busy, &id) != DMM_OK)
+    bool busy = false; /* a capture of the pool still going on (another stream): nothing is unmapped under it */
+    for (uint32_t i = 0; i < c->njoins && pool != 0; i++) {
+        if (c->graph_joins[i].pool != pool || c->graph_joins[i].capture_id == capture_id) continue;
+        bool on = false;
+        uint64_t now = 0;
+        if (dmm_device_capture_status(c, c->graph_joins[i].stream, &on, &now) != DMM_OK ||
+            (on && now == c->graph_joins[i].capture_id))
             busy = true;
         dmm_clear_error();
-        if (busy) continue;
-        dmm_release_outcome o = dmm_mechanism_decommit(c->arena, &g->seg.a,
-                                                       (dmm_range){(size_t)keep, (size_t)(g->usable - keep)});
-        dmm_release_state st = dmm_release_state_of(&o);
-        if (st == DMM_RELEASE_FAILED) {
-            (void)dmm__error_keep(&why, o.failure != DMM_OK ? o.failure : DMM_ERR_DRIVER);
-            continue;
-        }
-        g->usable -= o.unmapped_bytes < g->usable - keep ? o.unmapped_bytes : g->usable - keep;
-        g->seg.committed = g->usable;
-        if (st != DMM_RELEASE_COMPLETE) (void)dmm__error_keep(&why, DMM_ERR_QUARANTINED);
     }
+    dmm_error_kept why = {0};
+    for (graph_segment *g = c->graphs; g != NULL && !busy; g = g->next) {
+        bool mine = pool != 0 ? g->pool == pool : g->capture_id == capture_id && g->pool == 0;
+        if (mine && g->sleep == GSEG_AWAKE && !g->released) {
+            uint64_t keep = dmm__device_round_granule(c, g->high);
+            if (keep >= g->usable) continue;
+            dmm_release_outcome o = dmm_mechanism_decommit(c->arena, &g->seg.a,
+                                                           (dmm_range){(size_t)keep, (size_t)(g->usable - keep)});
+            dmm_release_state st = dmm_release_state_of(&o);
+            if (st == DMM_RELEASE_FAILED) {
+                (void)dmm__error_keep(&why, o.failure != DMM_OK ? o.failure : DMM_ERR_DRIVER);
+                continue;
+            }
+            /* COMPLETE: a tail of whole pieces went; QUARANTINED: some of [keep, usable) stays, out of use */
+            g->usable = st == DMM_RELEASE_COMPLETE ? g->usable - o.unmapped_bytes : keep;
+            g->seg.committed = g->usable;
+            if (g->host != NULL && g->host_bytes != g->usable) gseg_host_drop(c, g); /* a kept copy: no longer its size */
+            if (st != DMM_RELEASE_COMPLETE) (void)dmm__error_keep(&why, DMM_ERR_QUARANTINED);
+        } else if (pool != 0 && g->reserved && g->reserved_for == pool && g->capture_id == 0 && g->seg.count == 0 &&
+                   g->sleep == GSEG_AWAKE && g->ev == NULL) {
+            g->reserved = false; /* the reserve made for this pool's capture, which its memory served: a trim's */
+        }
+    }
+    if (pool != 0 && !busy) (void)dmm__device_graphs_trim_locked(c);
     pthread_mutex_unlock(&c->lock);
     if (why.status == DMM_OK) return DMM_OK;
     s = dmm__error_restore(&why);
@@ -448,7 +476,8 @@ dmm_status dmm_device_graphs_sleep(dmm_device *c, int mode, dmm_stream stream) {
     for (size_t i = 0; i < n && mode == DMM_DEVICE_TO_HOST && why.status == DMM_OK; i++) {
         graph_segment *g = v[i];
         uint64_t b = g->usable;
-        if (g->host != NULL) continue;
+        if (g->host != NULL && g->host_bytes == b) continue; /* kept by a failed wake: used again */
+        if (g->host != NULL) drop_copy(c, g);
         dmm_status ls = dmm_lease_grow(c->gov, c->host_lease, b, b);
         if (ls != DMM_OK) {
             (void)dmm__error_keep(&why, dmm__error_wrap(ls, "dmm device: %s: no room on the host tier for a copy of "
@@ -674,10 +703,11 @@ void dmm__device_graphs_json_locked(dmm_device *c, dmm_json *j, bool blocks) {
         live += g->seg.live_bytes;
         if (g->sleep == GSEG_ASLEEP) asleep += g->usable;
         host += g->host_bytes;
-        if (g->capture_id == 0) {
+        if (g->capture_id != 0) owned++;
+        else if (g->sleep == GSEG_AWAKE) {
             idle += g->usable;
             if (g->ev == NULL && g->usable > largest_idle) largest_idle = g->usable;
-        } else owned++;
+        }
     }
     dmm__json_put(j,
                   "{\"segments\":%llu,\"reserved_bytes\":%llu,\"live_bytes\":%llu,\"idle_bytes\":%llu,"
@@ -691,7 +721,7 @@ void dmm__device_graphs_json_locked(dmm_device *c, dmm_json *j, bool blocks) {
         for (graph_segment *g = c->graphs; g != NULL; g = g->next) {
             dmm__json_put(j, "%s{\"address\":%llu,\"bytes\":%llu,\"capture_id\":%llu,\"blocks\":[",
                           g == c->graphs ? "" : ",", (unsigned long long)(uintptr_t)g->seg.a.ptr,
-                          (unsigned long long)g->seg.a.bytes, (unsigned long long)g->capture_id);
+                          (unsigned long long)g->usable, (unsigned long long)g->capture_id);
             dmm__device_segment_json_blocks(&g->seg, j);
             dmm__json_put(j, "],\"pool\":%llu,\"asleep\":%s,\"broken\":%s}", (unsigned long long)g->pool,
                           g->sleep == GSEG_ASLEEP ? "true" : "false", g->broken ? "true" : "false");

@@ -137,6 +137,8 @@ typedef struct graph_segment {
     bool released;           /* the owner's graph is gone (of a pool: every graph of it): idle once nothing is
                                 live */
     bool reserved;           /* idle and promised to the next capture by a reserve: trims keep it */
+    uint64_t reserved_for;   /* the shared pool the reserve was made for (0: any capture); a fit of that pool's
+                                capture hands it to trims when the pool's memory served the capture */
     dmm_event ev;            /* recorded at the release: the segment is reusable once it completed */
     dmm_stream capture_stream; /* the stream of the last capture served from it (a sleep asks whether it
                                   still captures) */
@@ -279,7 +281,10 @@ struct dmm_device {
     graph_segment *graphs;
     bool graphs_moving;      /* a graph sleep or wake is under way (one at a time) */
     uint64_t graph_sleeps, graph_wakes;
-    struct { uint64_t capture_id, pool; } graph_joins[DMM_DEVICE_GRAPH_JOINS]; /* live graphs of shared pools */
+    struct {
+        uint64_t capture_id, pool;
+        dmm_stream stream; /* the capture's stream (a fit asks whether it still captures) */
+    } graph_joins[DMM_DEVICE_GRAPH_JOINS]; /* live graphs of shared pools */
     uint32_t njoins;
     uint64_t host_bytes;     /* Σ pinned copies (tags' and graphs') */
     device_recorder rec;      /* off unless dmm_device_record_start (record.c); its own locks, leaves */

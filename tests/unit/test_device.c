@@ -402,12 +402,30 @@ static void a_fit_gives_back_what_captures_did_not_use(void **state) {
     DMM_OK_OR_FAIL(dmm_device_graph_fit(f.dev, 60, f.s2)); /* nothing more to give */
     assert_int_equal(stat_current(&f, "reserved_bytes"), reserved0 - 10 * MIB);
 
+    DMM_OK_OR_FAIL(dmm_device_graph_reserve_pool(f.dev, 16 * MIB, 7, f.s2)); /* a reserve the pool will not need */
+    assert_int_equal(stat_current(&f, "reserved_bytes"), reserved0 + 6 * MIB);
     DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, f.s2, 61)); /* the pool's next capture: [0, 3) MiB is free */
     DMM_OK_OR_FAIL(dmm_device_graph_share(f.dev, f.s2, 7));
-    assert_int_equal(dmm_device_malloc(f.dev, 4 * MIB, f.s2, &p), DMM_ERR_OUT_OF_MEMORY); /* past what is left */
     DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, 3 * MIB, f.s2, &p));
     DMM_OK_OR_FAIL(dmm_device_free(f.dev, p, f.s2));
     DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, NULL, 0));
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, f.s1, 62)); /* another capture of the pool, still going on s1 */
+    DMM_OK_OR_FAIL(dmm_device_graph_share(f.dev, f.s1, 7));
+    DMM_OK_OR_FAIL(dmm_device_graph_fit(f.dev, 61, NULL)); /* nothing unmapped under s1's capture */
+    assert_int_equal(stat_current(&f, "reserved_bytes"), reserved0 + 6 * MIB);
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, NULL, 0));
+    DMM_OK_OR_FAIL(dmm_device_graph_fit(f.dev, 61, f.s2)); /* the pool's memory served it: the reserve goes */
+    assert_int_equal(stat_current(&f, "reserved_bytes"), reserved0 - 10 * MIB);
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, f.s2, 64)); /* without a reserve, more than is left is refused */
+    DMM_OK_OR_FAIL(dmm_device_graph_share(f.dev, f.s2, 7));
+    assert_int_equal(dmm_device_malloc(f.dev, 4 * MIB, f.s2, &p), DMM_ERR_OUT_OF_MEMORY);
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, NULL, 0));
+    DMM_OK_OR_FAIL(dmm_device_graph_release(f.dev, 64, f.s2));
+    DMM_OK_OR_FAIL(dmm_device_graph_release(f.dev, 62, f.s1));
+    /* a release whose event cannot be made changes nothing: the graph stays the pool's, and a retry lets go */
+    DMM_OK_OR_FAIL(dmm_fault_plan(f.fault, DMM_OP_EVENT_RECORD, 1, 1, DMM_ERR_DRIVER));
+    assert_int_not_equal(dmm_device_graph_release(f.dev, 61, f.s2), DMM_OK);
+    DMM_OK_OR_FAIL(dmm_fault_clear(f.fault));
     DMM_OK_OR_FAIL(dmm_device_graph_release(f.dev, 61, f.s2));
 
     DMM_OK_OR_FAIL(dmm_device_graphs_sleep(f.dev, DMM_DEVICE_TO_HOST, f.s2));
@@ -417,6 +435,19 @@ static void a_fit_gives_back_what_captures_did_not_use(void **state) {
     assert_true(same(out, 2 * MIB, 61));
     DMM_OK_OR_FAIL(dmm_device_graph_release(f.dev, 60, f.s2));
     DMM_OK_OR_FAIL(dmm_device_free(f.dev, out, f.s2));
+    DMM_OK_OR_FAIL(dmm_device_poll(f.dev, NULL));
+    DMM_OK_OR_FAIL(dmm_device_graph_reserve(f.dev, 16 * MIB, f.s2)); /* the fitted idle segment, mapped again */
+    assert_int_equal(stat_current(&f, "reserved_bytes"), reserved0);
+    /* a capture of one block: the fit keeps that block's pieces */
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, f.s2, 63));
+    DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, 3 * MIB, f.s2, &p));
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, NULL, 0));
+    DMM_OK_OR_FAIL(dmm_device_graph_fit(f.dev, 63, f.s2));
+    assert_int_equal(stat_current(&f, "reserved_bytes"), reserved0 - 12 * MIB);
+    fill(p, 3 * MIB, 64);
+    assert_true(same(p, 3 * MIB, 64));
+    DMM_OK_OR_FAIL(dmm_device_graph_release(f.dev, 63, f.s2));
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, p, f.s2));
     DMM_OK_OR_FAIL(dmm_device_empty_cache(f.dev, NULL));
     fx_close(&f);
 }
