@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* src/device/graphs.h — the memory CUDA graph captures are served from. Internal. */
+/* src/device/graphs.h — the memory CUDA graph captures are served from (graphs.c; its sleep and wake:
+ * graph_sleep.c). Internal. */
 #ifndef DMM_DEVICE_GRAPHS_H
 #define DMM_DEVICE_GRAPHS_H
 
@@ -18,6 +19,8 @@ uint64_t dmm__device_graphs_fini_locked(dmm_device *c);
 void dmm__device_graphs_sweep_locked(dmm_device *c);
 void dmm__device_graphs_json_locked(dmm_device *c, dmm_json *j, bool blocks);
 void dmm__device_graphs_totals_locked(dmm_device *c, uint64_t *live, uint64_t *committed);
+/* The shared pool capture `id` joined, or 0 (dev.lock held). */
+uint64_t dmm__device_graph_pool_of(const dmm_device *c, uint64_t id);
 /* After a confirmed loss: frees every graph segment; no driver call. */
 void dmm__device_graphs_drop_lost(dmm_device *c);
 

@@ -10,8 +10,9 @@
  *
  * The floors, each calling only those below it:
  *   device.c    routing of malloc/free (capture → graphs, a tag → tags, else the pool), the API, stats
+ *   graph_sleep.c  graph memory asleep (copied to pinned memory or dropped) and awake at the same addresses
  *   graphs.c    graph segments: memory mapped before a capture, the only memory a capture is served from;
- *               shared pools, the fit after a capture, sleep and wake
+ *               shared pools, the fit after a capture
  *   offload.c   offload (copy, event, deferred decommit) and restore of a tag
  *   tags.c      tag names and scopes, tagged allocations in tag segments
  *   segment.c   one segment: a VA allocation of the arena, its blocks (a span set and a table of live
