@@ -440,7 +440,7 @@ void dmm__device_graphs_json_locked(dmm_device *c, dmm_json *j, bool blocks) {
                   (unsigned long long)n, (unsigned long long)reserved, (unsigned long long)live, (unsigned long long)idle,
                   (unsigned long long)largest_idle, (unsigned long long)owned, (unsigned long long)asleep,
                   (unsigned long long)host, (unsigned long long)c->graph_sleeps, (unsigned long long)c->graph_wakes);
-    if (blocks) { /* the snapshot: every segment (committed in full) and its blocks [address, bytes, requested] */
+    if (blocks) { /* the snapshot: every segment (its mapped front) and its blocks [address, bytes, requested] */
         dmm__json_put(j, ",\"segment_list\":[");
         for (graph_segment *g = c->graphs; g != NULL; g = g->next) {
             dmm__json_put(j, "%s{\"address\":%llu,\"bytes\":%llu,\"capture_id\":%llu,\"blocks\":[",

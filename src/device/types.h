@@ -78,7 +78,7 @@ struct device_job {
 /* One live block of a segment: its offset, rounded and requested sizes. */
 
 typedef struct device_segment {
-    dmm_allocation a;    /* an allocation of the arena: VA only (tags) or committed in full (graphs) */
+    dmm_allocation a;    /* an allocation of the arena: VA only (tags) or committed in pieces (graphs) */
     uint64_t committed;  /* [0, committed) is backed (while resident) */
     dmm_spans free;      /* the free spans of [0, a.bytes), coalesced */
     dmm_u64map lens;     /* the live blocks: offset → length */
