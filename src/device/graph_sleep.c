@@ -89,8 +89,9 @@ static dmm_status take_moving(dmm_device *c, const char *op, dmm_stream stream, 
     return DMM_OK;
 }
 
-/* The segments a sleep or wake took go back to `to[i]` (dev.lock taken). */
-static void put_back(dmm_device *c, graph_segment **v, const int *to, size_t n, bool sleep) {
+/* The segments a sleep or wake took go back to `to[i]`, and `done` (a count of the device's, or NULL when
+ * the call changed nothing) counts one more (dev.lock taken). */
+static void put_back(dmm_device *c, graph_segment **v, const int *to, size_t n, uint64_t *done) {
     pthread_mutex_lock(&c->lock);
     for (size_t i = 0; i < n; i++) {
         graph_segment *g = v[i];
@@ -98,8 +99,7 @@ static void put_back(dmm_device *c, graph_segment **v, const int *to, size_t n, 
         g->seg.committed = to[i] == GSEG_AWAKE ? g->usable : 0;
     }
     c->graphs_moving = false;
-    if (sleep) c->graph_sleeps++;
-    else c->graph_wakes++;
+    if (done != NULL) (*done)++;
     pthread_mutex_unlock(&c->lock);
 }
 
@@ -127,7 +127,7 @@ dmm_status dmm_device_graphs_sleep(dmm_device *c, int mode, dmm_stream stream) {
     int *to = malloc(n * sizeof *to);
     if (to == NULL) {
         int awake = GSEG_AWAKE; /* (one at a time: no host memory for the array) */
-        for (size_t i = 0; i < n; i++) put_back(c, &v[i], &awake, 1, false);
+        for (size_t i = 0; i < n; i++) put_back(c, &v[i], &awake, 1, NULL);
         free(v);
         return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: %s: out of host memory; nothing changed", op);
     }
@@ -171,7 +171,7 @@ dmm_status dmm_device_graphs_sleep(dmm_device *c, int mode, dmm_stream stream) {
     (void)dmm__error_keep(&why, waited);
     if (why.status != DMM_OK) { /* nothing changed; copies a copy may still fill (the wait failed) are kept */
         for (size_t i = 0; i < n && waited == DMM_OK; i++) drop_copy(c, v[i]);
-        put_back(c, v, to, n, true);
+        put_back(c, v, to, n, NULL);
         free(to);
         free(v);
         s = dmm__error_restore(&why);
@@ -206,7 +206,7 @@ dmm_status dmm_device_graphs_sleep(dmm_device *c, int mode, dmm_stream stream) {
                                                   "captured over it can never replay; release them and capture again",
                                                   op, (unsigned long long)g->usable));
     }
-    put_back(c, v, to, n, slept > 0);
+    put_back(c, v, to, n, slept > 0 ? &c->graph_sleeps : NULL);
     free(to);
     free(v);
     if (why.status == DMM_OK) return DMM_OK;
@@ -228,14 +228,14 @@ dmm_status dmm_device_graphs_wake(dmm_device *c, dmm_stream stream) {
     int *to = malloc(n * sizeof *to);
     if (to == NULL) {
         int asleep = GSEG_ASLEEP;
-        for (size_t i = 0; i < n; i++) put_back(c, &v[i], &asleep, 1, false);
+        for (size_t i = 0; i < n; i++) put_back(c, &v[i], &asleep, 1, NULL);
         free(v);
         return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: %s: out of host memory; nothing changed", op);
     }
     char *bare = calloc(n, 1); /* mapped again, but its bytes could not be copied back: its copy stays */
     if (bare == NULL) {
         int asleep = GSEG_ASLEEP;
-        for (size_t i = 0; i < n; i++) put_back(c, &v[i], &asleep, 1, false);
+        for (size_t i = 0; i < n; i++) put_back(c, &v[i], &asleep, 1, NULL);
         free(to);
         free(v);
         return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: %s: out of host memory; nothing changed", op);
@@ -286,7 +286,7 @@ dmm_status dmm_device_graphs_wake(dmm_device *c, dmm_stream stream) {
                                                     "pinned copies are kept for the next sleep)", op));
     for (size_t i = 0; i < n && waited == DMM_OK; i++)
         if (to[i] == GSEG_AWAKE && !bare[i]) drop_copy(c, v[i]);
-    put_back(c, v, to, n, false);
+    put_back(c, v, to, n, woke > 0 ? &c->graph_wakes : NULL);
     free(bare);
     free(to);
     free(v);
