@@ -209,6 +209,10 @@ dmm_status dmm_device_graphs_sleep(dmm_device *c, int mode, dmm_stream stream) {
     put_back(c, v, to, n, slept > 0 ? &c->graph_sleeps : NULL);
     free(to);
     free(v);
+    if (slept > 0) { /* the handles leave the device, not for the arena's cache (H100: 8 of 38 MiB stayed there) */
+        (void)dmm_mechanism_drain_cache(c->arena);
+        dmm_clear_error(); /* (what this call says is kept in `why`) */
+    }
     if (why.status == DMM_OK) return DMM_OK;
     s = dmm__error_restore(&why);
     if (slept == 0)
