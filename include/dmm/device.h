@@ -200,8 +200,10 @@ DMM_API dmm_status dmm_device_graph_share(dmm_device *dev, dmm_stream stream, ui
  * address ranges stay reserved, so every graph stays valid and replays after dmm_device_graphs_wake
  * without a new capture. While asleep, no capture is served from them and a replay would read unmapped
  * memory. Wake maps them again at the same addresses and copies the bytes back on `stream` (waited
- * for). BUSY while `stream` captures, or while another sleep or wake runs; a segment the driver does not
- * let go stays awake, one it does not map again stays asleep (said; call again). */
+ * for). BUSY while `stream` captures, while a capture on any stream is served from graph memory, or
+ * while another sleep or wake runs; a segment the driver does not let go stays awake, one it
+ * quarantines never wakes (its graphs must be captured again), one it does not map again stays asleep
+ * (said; call again). A sleep to host drains the arena's handle cache: the memory leaves the device. */
 DMM_API dmm_status dmm_device_graphs_sleep(dmm_device *dev, int mode, dmm_stream stream);
 DMM_API dmm_status dmm_device_graphs_wake(dmm_device *dev, dmm_stream stream);
 
