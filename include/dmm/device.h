@@ -203,7 +203,7 @@ DMM_API dmm_status dmm_device_graph_share(dmm_device *dev, dmm_stream stream, ui
  * for). BUSY while `stream` captures, while a capture on any stream is served from graph memory, or
  * while another sleep or wake runs; a segment the driver does not let go stays awake, one it
  * quarantines never wakes (its graphs must be captured again), one it does not map again stays asleep
- * (said; call again). A sleep to host drains the arena's handle cache: the memory leaves the device. */
+ * (said; call again). A sleep drains the arena's handle cache: the memory leaves the device. */
 DMM_API dmm_status dmm_device_graphs_sleep(dmm_device *dev, int mode, dmm_stream stream);
 DMM_API dmm_status dmm_device_graphs_wake(dmm_device *dev, dmm_stream stream);
 
