@@ -44,6 +44,16 @@ dmm_status dmm_device_capture_status(dmm_device *c, dmm_stream stream, bool *cap
     return dmm__drv_capture_status(c->drv, stream, capturing, id);
 }
 
+dmm_status dmm__device_refuse_capturing(dmm_device *c, const char *op, dmm_stream stream) {
+    bool capturing = false;
+    uint64_t id = 0;
+    dmm_status s = dmm_device_capture_status(c, stream, &capturing, &id);
+    if (s != DMM_OK || !capturing) return s;
+    return dmm_error_set(DMM_ERR_BUSY, "dmm device: %s refused: stream %p is capturing a CUDA graph, and mapping or "
+                         "unmapping memory now would invalidate the capture; call it after the capture; nothing "
+                         "changed", op, stream);
+}
+
 dmm_status dmm__device_refuse_lost(dmm_device *c, const char *op) {
     if (!dmm__device_lost(c)) return DMM_OK;
     return dmm_error_set(DMM_ERR_DEVICE_LOST,

@@ -27,6 +27,9 @@ bool dmm__device_lost(const dmm_device *c);
 bool dmm__device_terminated(const dmm_device *c);
 /* DMM_OK, or DMM_ERR_DEVICE_LOST with a sentence naming `op`, when the device was lost. */
 dmm_status dmm__device_refuse_lost(dmm_device *c, const char *op);
+/* DMM_ERR_BUSY with a sentence naming `op` (e.g. "offload of tag 'w'") while `stream` captures a CUDA
+ * graph: mapping or unmapping memory then would invalidate the capture. */
+dmm_status dmm__device_refuse_capturing(dmm_device *c, const char *op, dmm_stream stream);
 
 
 /* DMM_ERR_OUT_OF_MEMORY for a request above the reservation (`what`: "allocating", ...): nothing changes. */

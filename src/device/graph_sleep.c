@@ -25,27 +25,23 @@
 #include "graphs.h"
 #include "segment.h"
 
-static dmm_status refuse_capturing(dmm_device *c, const char *op, dmm_stream stream) {
-    bool capturing = false;
-    uint64_t id = 0;
-    dmm_status s = dmm_device_capture_status(c, stream, &capturing, &id);
-    if (s != DMM_OK) return s;
-    if (capturing)
-        return dmm_error_set(DMM_ERR_BUSY, "dmm device: %s refused: stream %p is capturing a CUDA graph, and mapping "
-                             "or unmapping memory now would invalidate the capture; call it after the capture; nothing "
-                             "changed", op, stream);
-    return DMM_OK;
-}
-
 /* Checks a sleep or wake may start, then marks the segments in state `from` MOVING (dev.lock taken and
  * given back); *v = them (malloc'd, NULL when none). A sleep is refused while a capture on any stream
  * is served from graph memory (unmapping under it would invalidate it); broken segments never move. */
-static dmm_status take_moving(dmm_device *c, const char *op, dmm_stream stream, int from, graph_segment ***v,
+/* A segment a sleep or wake took: where it goes back to, and (a wake) whether it is mapped again without
+ * its bytes (its copy stays). */
+typedef struct moving {
+    graph_segment *g;
+    int to;
+    bool bare;
+} moving;
+
+static dmm_status take_moving(dmm_device *c, const char *op, dmm_stream stream, int from, moving **v,
                               size_t *n) {
     *v = NULL;
     *n = 0;
     dmm_status s = dmm__device_refuse_lost(c, op);
-    if (s == DMM_OK) s = refuse_capturing(c, op, stream);
+    if (s == DMM_OK) s = dmm__device_refuse_capturing(c, op, stream);
     if (s != DMM_OK) return s;
     pthread_mutex_lock(&c->lock);
     if (c->graphs_moving) {
@@ -71,7 +67,7 @@ static dmm_status take_moving(dmm_device *c, const char *op, dmm_stream stream, 
         }
         k++;
     }
-    graph_segment **w = k > 0 ? malloc(k * sizeof *w) : NULL;
+    moving *w = k > 0 ? malloc(k * sizeof *w) : NULL;
     if (k > 0 && w == NULL) {
         pthread_mutex_unlock(&c->lock);
         return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: %s: out of host memory; nothing changed", op);
@@ -80,7 +76,7 @@ static dmm_status take_moving(dmm_device *c, const char *op, dmm_stream stream, 
     for (graph_segment *g = c->graphs; g != NULL; g = g->next)
         if (g->sleep == from && !g->broken) {
             g->sleep = GSEG_MOVING;
-            w[k++] = g;
+            w[k++] = (moving){g, from, false};
         }
     c->graphs_moving = k > 0;
     pthread_mutex_unlock(&c->lock);
@@ -89,14 +85,14 @@ static dmm_status take_moving(dmm_device *c, const char *op, dmm_stream stream, 
     return DMM_OK;
 }
 
-/* The segments a sleep or wake took go back to `to[i]`, and `done` (a count of the device's, or NULL when
- * the call changed nothing) counts one more (dev.lock taken). */
-static void put_back(dmm_device *c, graph_segment **v, const int *to, size_t n, uint64_t *done) {
+/* The segments a sleep or wake took go back to where their records say, and `done` (a count of the
+ * device's, or NULL when the call changed nothing) counts one more (dev.lock taken). */
+static void put_back(dmm_device *c, const moving *v, size_t n, uint64_t *done) {
     pthread_mutex_lock(&c->lock);
     for (size_t i = 0; i < n; i++) {
-        graph_segment *g = v[i];
-        g->sleep = to[i];
-        g->seg.committed = to[i] == GSEG_AWAKE ? g->usable : 0;
+        graph_segment *g = v[i].g;
+        g->sleep = v[i].to;
+        g->seg.committed = v[i].to == GSEG_AWAKE ? g->usable : 0;
     }
     c->graphs_moving = false;
     if (done != NULL) (*done)++;
@@ -120,25 +116,17 @@ dmm_status dmm_device_graphs_sleep(dmm_device *c, int mode, dmm_stream stream) {
     if (mode == DMM_DEVICE_TO_HOST && !dmm__drv_can_host_alloc(c->drv))
         return dmm_error_set(DMM_ERR_UNSUPPORTED, "dmm device: %s to host: driver '%s' has no host memory for copies "
                              "(its host_alloc slot); use DMM_DEVICE_DISCARD; nothing changed", op, c->drv->ops->name);
-    graph_segment **v = NULL;
+    moving *v = NULL;
     size_t n = 0;
     dmm_status s = take_moving(c, op, stream, GSEG_AWAKE, &v, &n);
     if (s != DMM_OK || n == 0) return s;
-    int *to = malloc(n * sizeof *to);
-    if (to == NULL) {
-        int awake = GSEG_AWAKE; /* (one at a time: no host memory for the array) */
-        for (size_t i = 0; i < n; i++) put_back(c, &v[i], &awake, 1, NULL);
-        free(v);
-        return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: %s: out of host memory; nothing changed", op);
-    }
-    for (size_t i = 0; i < n; i++) to[i] = GSEG_AWAKE;
     dmm_error_kept why = {0};
     /* 1. the last replays of released graphs (their events, on any stream) end first */
     for (size_t i = 0; i < n && why.status == DMM_OK; i++)
-        if (v[i]->ev != NULL) (void)dmm__error_keep(&why, dmm__drv_event_synchronize(c->drv, v[i]->ev));
+        if (v[i].g->ev != NULL) (void)dmm__error_keep(&why, dmm__drv_event_synchronize(c->drv, v[i].g->ev));
     /* 2. every pinned copy made before any is filled (a copy a failed wake kept is used again) */
     for (size_t i = 0; i < n && mode == DMM_DEVICE_TO_HOST && why.status == DMM_OK; i++) {
-        graph_segment *g = v[i];
+        graph_segment *g = v[i].g;
         uint64_t b = g->usable;
         if (g->host != NULL && g->host_bytes == b) continue; /* kept by a failed wake: used again */
         if (g->host != NULL) drop_copy(c, g);
@@ -162,7 +150,7 @@ dmm_status dmm_device_graphs_sleep(dmm_device *c, int mode, dmm_stream stream) {
     /* 3. the copies, after the work queued on `stream` (the graphs' replays), waited for */
     bool queued = false;
     for (size_t i = 0; i < n && mode == DMM_DEVICE_TO_HOST && why.status == DMM_OK; i++) {
-        graph_segment *g = v[i];
+        graph_segment *g = v[i].g;
         queued = true;
         (void)dmm__error_keep(&why, dmm__drv_copy(c->drv, (uintptr_t)g->host, (uintptr_t)g->seg.a.ptr,
                                                   (size_t)g->usable, stream));
@@ -170,9 +158,8 @@ dmm_status dmm_device_graphs_sleep(dmm_device *c, int mode, dmm_stream stream) {
     dmm_status waited = queued ? dmm__drv_stream_synchronize(c->drv, stream) : DMM_OK; /* (no lock held) */
     (void)dmm__error_keep(&why, waited);
     if (why.status != DMM_OK) { /* nothing changed; copies a copy may still fill (the wait failed) are kept */
-        for (size_t i = 0; i < n && waited == DMM_OK; i++) drop_copy(c, v[i]);
-        put_back(c, v, to, n, NULL);
-        free(to);
+        for (size_t i = 0; i < n && waited == DMM_OK; i++) drop_copy(c, v[i].g);
+        put_back(c, v, n, NULL);
         free(v);
         s = dmm__error_restore(&why);
         return dmm__error_wrap(s, "dmm device: %s on device %d: nothing changed (graph memory awake%s)", op,
@@ -182,11 +169,11 @@ dmm_status dmm_device_graphs_sleep(dmm_device *c, int mode, dmm_stream stream) {
     /* 4. the unmaps: every segment's; one the driver refuses stays awake, one it quarantines is broken */
     size_t slept = 0;
     for (size_t i = 0; i < n; i++) {
-        graph_segment *g = v[i];
+        graph_segment *g = v[i].g;
         dmm_release_outcome o = dmm_mechanism_decommit(c->arena, &g->seg.a, (dmm_range){0, (size_t)g->usable});
         dmm_release_state st = dmm_release_state_of(&o);
         if (st == DMM_RELEASE_COMPLETE) {
-            to[i] = GSEG_ASLEEP;
+            v[i].to = GSEG_ASLEEP;
             slept++;
             continue;
         }
@@ -198,7 +185,7 @@ dmm_status dmm_device_graphs_sleep(dmm_device *c, int mode, dmm_stream stream) {
                                                         (unsigned long long)g->usable));
             continue;
         }
-        to[i] = GSEG_ASLEEP;
+        v[i].to = GSEG_ASLEEP;
         slept++;
         g->broken = true; /* (set while MOVING: no one else reads it) */
         (void)dmm__error_keep(&why, dmm_error_set(DMM_ERR_QUARANTINED, "dmm device: %s: the driver kept part of a "
@@ -206,8 +193,7 @@ dmm_status dmm_device_graphs_sleep(dmm_device *c, int mode, dmm_stream stream) {
                                                   "captured over it can never replay; release them and capture again",
                                                   op, (unsigned long long)g->usable));
     }
-    put_back(c, v, to, n, slept > 0 ? &c->graph_sleeps : NULL);
-    free(to);
+    put_back(c, v, n, slept > 0 ? &c->graph_sleeps : NULL);
     free(v);
     if (slept > 0) { /* the handles leave the device, not for the arena's cache (H100: 8 of 38 MiB stayed there) */
         (void)dmm_mechanism_drain_cache(c->arena);
@@ -225,30 +211,14 @@ dmm_status dmm_device_graphs_sleep(dmm_device *c, int mode, dmm_stream stream) {
 dmm_status dmm_device_graphs_wake(dmm_device *c, dmm_stream stream) {
     const char *op = "graph memory wake";
     if (c == NULL) return dmm__device_null("dmm_device_graphs_wake", "a device");
-    graph_segment **v = NULL;
+    moving *v = NULL;
     size_t n = 0;
     dmm_status s = take_moving(c, op, stream, GSEG_ASLEEP, &v, &n);
     if (s != DMM_OK || n == 0) return s;
-    int *to = malloc(n * sizeof *to);
-    if (to == NULL) {
-        int asleep = GSEG_ASLEEP;
-        for (size_t i = 0; i < n; i++) put_back(c, &v[i], &asleep, 1, NULL);
-        free(v);
-        return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: %s: out of host memory; nothing changed", op);
-    }
-    char *bare = calloc(n, 1); /* mapped again, but its bytes could not be copied back: its copy stays */
-    if (bare == NULL) {
-        int asleep = GSEG_ASLEEP;
-        for (size_t i = 0; i < n; i++) put_back(c, &v[i], &asleep, 1, NULL);
-        free(to);
-        free(v);
-        return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: %s: out of host memory; nothing changed", op);
-    }
     dmm_error_kept why = {0};
     size_t woke = 0, nbare = 0;
     for (size_t i = 0; i < n; i++) { /* each at the same addresses, its bytes copied back */
-        graph_segment *g = v[i];
-        to[i] = GSEG_ASLEEP;
+        graph_segment *g = v[i].g;
         dmm_range all = {0, (size_t)g->usable};
         uint64_t mapped = 0;
         s = dmm__device_commit_pieces(c, &g->seg.a, all, &mapped);
@@ -264,8 +234,8 @@ dmm_status dmm_device_graphs_wake(dmm_device *c, dmm_stream stream) {
                 dmm_release_outcome o = dmm_mechanism_decommit(c->arena, &g->seg.a, all);
                 s = dmm__error_restore(&cause);
                 if (dmm_release_state_of(&o) != DMM_RELEASE_COMPLETE) { /* it stays mapped: awake, without them */
-                    to[i] = GSEG_AWAKE;
-                    bare[i] = 1;
+                    v[i].to = GSEG_AWAKE;
+                    v[i].bare = true;
                     nbare++;
                     (void)dmm__error_keep(&why, dmm__error_wrap(s, "dmm device: %s: a segment of %llu bytes is "
                                                                 "mapped again, but its bytes could not be copied back "
@@ -280,7 +250,7 @@ dmm_status dmm_device_graphs_wake(dmm_device *c, dmm_stream stream) {
                                                         (unsigned long long)g->usable));
             continue;
         }
-        to[i] = GSEG_AWAKE;
+        v[i].to = GSEG_AWAKE;
         woke++;
     }
     /* the copies are done before their pinned memory goes; a failed wait keeps the copies */
@@ -289,10 +259,8 @@ dmm_status dmm_device_graphs_wake(dmm_device *c, dmm_stream stream) {
         (void)dmm__error_keep(&why, dmm__error_wrap(waited, "dmm device: %s: waiting for the copies back failed (the "
                                                     "pinned copies are kept for the next sleep)", op));
     for (size_t i = 0; i < n && waited == DMM_OK; i++)
-        if (to[i] == GSEG_AWAKE && !bare[i]) drop_copy(c, v[i]);
-    put_back(c, v, to, n, woke > 0 ? &c->graph_wakes : NULL);
-    free(bare);
-    free(to);
+        if (v[i].to == GSEG_AWAKE && !v[i].bare) drop_copy(c, v[i].g);
+    put_back(c, v, n, woke > 0 ? &c->graph_wakes : NULL);
     free(v);
     if (why.status == DMM_OK) return DMM_OK;
     s = dmm__error_restore(&why);

@@ -153,14 +153,8 @@ dmm_status dmm_device_graph_reserve_pool(dmm_device *c, uint64_t bytes, uint64_t
     if (c == NULL) return dmm__device_null("dmm_device_graph_reserve", "a device");
     if (bytes == 0) return DMM_OK;
     if (bytes > c->reserve) return dmm__device_too_large(c, bytes, "reserving graph memory of"); /* (rounding wraps) */
-    bool capturing = false;
-    uint64_t id = 0;
-    dmm_status s = dmm_device_capture_status(c, stream, &capturing, &id);
+    dmm_status s = dmm__device_refuse_capturing(c, "reserving graph memory", stream);
     if (s != DMM_OK) return s;
-    if (capturing)
-        return dmm_error_set(DMM_ERR_BUSY, "dmm device: reserving graph memory during a capture (stream %p) would "
-                                           "invalidate it; reserve before the capture begins",
-                             stream);
     uint64_t len = dmm__device_round_granule(c, bytes);
     if ((s = dmm__device_lock_and_poll(c, "graph reserve")) != DMM_OK) return s;
     dmm__device_graphs_sweep_locked(c);
@@ -306,13 +300,8 @@ dmm_status dmm_device_graph_fit(dmm_device *c, uint64_t capture_id, dmm_stream s
     if (capture_id == 0) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "%s: capture id 0 names no capture; nothing "
                                               "changed", op);
     dmm_status s = dmm__device_refuse_lost(c, op);
+    if (s == DMM_OK) s = dmm__device_refuse_capturing(c, op, stream);
     if (s != DMM_OK) return s;
-    bool capturing = false;
-    uint64_t id = 0;
-    if ((s = dmm_device_capture_status(c, stream, &capturing, &id)) != DMM_OK) return s;
-    if (capturing)
-        return dmm_error_set(DMM_ERR_BUSY, "%s: stream %p is capturing a CUDA graph, and unmapping now would invalidate "
-                             "the capture; fit after it; nothing changed", op, stream);
     pthread_mutex_lock(&c->lock);
     uint64_t pool = dmm__device_graph_pool_of(c, capture_id);
     bool busy = false; /* a capture of the pool still going on (another stream): nothing is unmapped under it */

@@ -40,16 +40,9 @@
 #define MIB ((uint64_t)1 << 20)
 
 static dmm_status refuse_capturing(dmm_device *c, const char *op, const char *tag, dmm_stream stream) {
-    bool capturing = false;
-    uint64_t id = 0;
-    dmm_status s = dmm_device_capture_status(c, stream, &capturing, &id);
-    if (s != DMM_OK) return s;
-    if (capturing)
-        return dmm_error_set(DMM_ERR_BUSY,
-                             "dmm device: %s of tag '%s' refused: stream %p is capturing a CUDA graph, and mapping "
-                             "or unmapping memory now would invalidate the capture; call it after the capture",
-                             op, tag, stream);
-    return DMM_OK;
+    char what[96];
+    snprintf(what, sizeof what, "%s of tag '%s'", op, tag);
+    return dmm__device_refuse_capturing(c, what, stream);
 }
 
 /* ---- the finish of a queued decommit (jobs.c) ---- */
