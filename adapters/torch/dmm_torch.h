@@ -147,6 +147,21 @@ DMM_TORCH_API int dmm_torch_track_blocks(int device);
  * history is dropped). At most 2^26 entries (40 bytes each, allocated at once). Turns block tracking
  * on for the device. */
 DMM_TORCH_API int dmm_torch_history(int device, uint64_t max_entries);
+/* Who allocated each block (adapters/torch/frames.c; python/dmm/_stacks.py): while `hook` is set, every
+ * pool block this device hands out or frees with block tracking on calls hook(event, native, n) on the
+ * allocating thread, with no lock of dmm held (event: DMM_DEVICE_EVENT_ALLOC or _FREE; native: the
+ * thread's n return addresses, innermost first, n ≤ native_depth, when native_depth > 0), and keeps
+ * the number it returns with the block and the event (the snapshot's last value; 0 = none). One hook
+ * for the process: the latest call's. `skip`: bits 1 << DMM_DEVICE_EVENT_* of the history's kinds not
+ * kept. native_depth 0 … DMM_TORCH_NATIVE_FRAMES_MAX, else INVALID_ARGUMENT; hook NULL: none. */
+#define DMM_TORCH_NATIVE_FRAMES_MAX 64
+typedef uint32_t (*dmm_torch_context_fn)(int event, void *const *native, int n);
+DMM_TORCH_API int dmm_torch_history_context(int device, uint32_t skip, int native_depth, dmm_torch_context_fn hook);
+/* Names a native frame: the symbol (C++ names demangled; "" when the object exports none), the object
+ * file and the offset from the symbol (from the object's base when no symbol). -1 when nothing is
+ * known of `addr` (or a buffer is missing). */
+DMM_TORCH_API int dmm_torch_native_symbol(const void *addr, char *name, size_t name_cap, char *object,
+                                          size_t object_cap, uint64_t *offset);
 
 /* Regions of a holder process (`dmm hold --socket PATH --cuda N`, docs/ipc.md), mapped into this device's
  * arena: the memory stays on the device when this process exits or crashes, and another process

@@ -26,6 +26,7 @@
 #include "dmm/kv.h"
 #include "core/options.h"
 #include "env.h"
+#include "frames.h"
 
 #define MAX_DEVICES 64
 
@@ -375,6 +376,17 @@ int dmm_torch_track_blocks(int device) {
 int dmm_torch_history(int device, uint64_t max_entries) {
     WITH_CTX(device);
     return record(dmm_device_history(c, max_entries));
+}
+
+int dmm_torch_history_context(int device, uint32_t skip, int native_depth, dmm_torch_context_fn hook) {
+    if (native_depth < 0 || native_depth > DMM_TORCH_NATIVE_FRAMES_MAX)
+        return record(dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                                    "dmm torch: %d native frames per event asked; 0 to %d are kept (0: none)",
+                                    native_depth, DMM_TORCH_NATIVE_FRAMES_MAX));
+    WITH_CTX(device);
+    int s = record(dmm_device_history_context(c, skip, hook != NULL ? dmm__torch_context : NULL, NULL));
+    if (s == 0) dmm__torch_context_set(hook, native_depth);
+    return s;
 }
 
 void dmm_torch_set_capture_check(int on) { /* every device, also those not used yet */

@@ -221,6 +221,17 @@ DMM_API void dmm_device_track_blocks(dmm_device *dev);
 /* Keeps the last `max_entries` events (blocks handed out and freed, ranges mapped and unmapped) for the
  * snapshot's history; 0 = off. At most 2^26. Turns block tracking on. */
 DMM_API dmm_status dmm_device_history(dmm_device *dev, uint64_t max_entries);
+/* The history's event kinds, for dmm_device_history_context's `skip` and its context function. */
+enum { DMM_DEVICE_EVENT_ALLOC = 0, DMM_DEVICE_EVENT_FREE = 1, DMM_DEVICE_EVENT_MAP = 2, DMM_DEVICE_EVENT_UNMAP = 3 };
+/* Returns the caller's context of a pool block handed out or freed (DMM_DEVICE_EVENT_ALLOC or _FREE):
+ * a number the caller maps to what it wants to know of it (dmm.torch: the stack frames), 0 for none. */
+typedef uint32_t (*dmm_device_context_fn)(void *arg, int event);
+/* What the history keeps with its events: events of the kinds in `skip` (bits 1 << DMM_DEVICE_EVENT_*)
+ * are not kept (they take no entry); `fn` (NULL: none) is called for every pool block handed out or
+ * freed while block tracking is on, on the allocating thread with no lock of dmm held, and its number
+ * is kept with the event and the live block (the snapshot's last value of each). A thread that read
+ * the old function before a change may still call it once. skip > 15: INVALID_ARGUMENT. */
+DMM_API dmm_status dmm_device_history_context(dmm_device *dev, uint32_t skip, dmm_device_context_fn fn, void *arg);
 
 /* The recorder: every malloc and free the device serves, written as a dmm trace (gzip,
  * docs/trace-format.md). */

@@ -93,6 +93,9 @@ _SIGNATURES = {
     "dmm_torch_record_start": (ctypes.c_int, [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p]),
     "dmm_torch_record_stop": (ctypes.c_int, [ctypes.c_int, ctypes.POINTER(RecordStats)]),
     "dmm_torch_history": (ctypes.c_int, [ctypes.c_int, ctypes.c_uint64]),
+    "dmm_torch_history_context": (ctypes.c_int, [ctypes.c_int, ctypes.c_uint32, ctypes.c_int, ctypes.c_void_p]),
+    "dmm_torch_native_symbol": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p,
+                                               ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64)]),
     "dmm_torch_track_blocks": (ctypes.c_int, [ctypes.c_int]),
 }
 

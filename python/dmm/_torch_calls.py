@@ -15,7 +15,8 @@ engines, torch.cuda.memory_summary) keeps working unchanged:
     _cuda_emptyCache()                   empty_cache                           dmm.torch.empty_cache, every device
     _cuda_setMemoryFraction(f, device)   set_per_process_memory_fraction       the governor's limit = f x total
     _cuda_getMemoryFraction(device)      get_per_process_memory_fraction       the last fraction set (1.0)
-    _cuda_record_memory_history(...)     memory._record_memory_history         dmm.torch.history(max_entries)
+    _cuda_record_memory_history(...)     memory._record_memory_history         dmm.torch.history(max_entries,
+                                                                               context, stacks, skip_actions)
     _cuda_record_memory_history_legacy   the same, with enabled=True/False
     _cuda_memorySnapshot(...)            memory._snapshot, _dump_snapshot,     dmm.torch.torch_snapshot(),
                                          memory_snapshot                       blocks from before tracking as free
@@ -189,18 +190,30 @@ def install(dt):
         n = int(max_entries) if max_entries is not None else sys.maxsize
         return _HISTORY_DEFAULT_MAX if n >= sys.maxsize else max(1, n)
 
-    def record_history(enabled="all", context="all", stacks="all", max_entries=sys.maxsize, *_, **__):
-        dt.history(history_entries(enabled is not None, max_entries), torch.cuda.current_device())
+    def record_history(enabled="all", context="all", stacks="all", max_entries=sys.maxsize, *rest, **kw):
+        # after max_entries torch passes clear_history, compile_context, global_record_annotations (flags dmm
+        # has no use for) and skip_actions, the one list among them, in an order that moved between releases
+        skip = kw.get("skip_actions") or next((a for a in rest if isinstance(a, (list, tuple))), None) or ()
+        on = enabled is not None
+        dt.history(history_entries(on, max_entries), torch.cuda.current_device(), context=context if on else None,
+                   stacks=stacks or "python", skip_actions=skip)
 
-    def record_history_legacy(enabled, record_context=True, trace_alloc_max_entries=1, *_, **__):
-        dt.history(history_entries(bool(enabled), trace_alloc_max_entries), torch.cuda.current_device())
+    def record_history_legacy(enabled, record_context=True, trace_alloc_max_entries=1,
+                              trace_alloc_record_context=False, record_cpp_context=False, *_, **__):
+        context = ("alloc" if trace_alloc_record_context else "state") if enabled and record_context else None
+        dt.history(history_entries(bool(enabled), trace_alloc_max_entries), torch.cuda.current_device(),
+                   context=context, stacks="all" if record_cpp_context else "python")
 
     def memory_snapshot(*_, **__):
         # torch's allocator knows every block; dmm knows those allocated since tracking began (history(),
         # or enable(track_blocks=True)): the others show as free space in their segments
         from . import snapshot as layout
 
-        return layout.to_torch(dt.snapshot(torch.cuda.current_device()), strict=False)
+        from . import _stacks
+
+        d = torch.cuda.current_device()
+        return layout.to_torch(dt.snapshot(d), strict=False, frames=_stacks.frames,
+                               skip_actions=dt._skip_actions.get(d, ()))
 
     real_mem_get_info = torch.cuda.memory.mem_get_info
 

@@ -17,6 +17,9 @@ stream's heap, so their `stream` is 0. `device_traces` is one list per device up
 device's holds the pool's recent events when dmm.torch.history(N) was on: `alloc`, `free_requested` +
 `free_completed` of its blocks, `segment_map` / `segment_unmap` of the ranges it commits and
 decommits, oldest first (tag and graph memory have no events: their segments show as they are).
+With `frames` (a function of a context number, dmm.torch's stack table), each pool block and each
+block event carries the frames of its allocation or free (PyTorch's `frames`: dicts of filename, line
+and name, innermost first); tag and graph blocks carry none.
 
 Totals: Σ total_size = dmm's reserved_bytes.current (what it has mapped), Σ active_allocated sizes =
 allocated_bytes.current, when the snapshot is exact (`pool_map_exact`, no untracked block); otherwise
@@ -47,31 +50,36 @@ def _need(d, key, where, kind=None):
 
 
 def _blocks(raw, where):
-    """[[address, bytes, requested, (stream)], ...] → sorted tuples, checked."""
+    """[[address, bytes, requested(, stream(, context))], ...] → sorted tuples, checked."""
     out = []
     for i, b in enumerate(raw):
-        if not isinstance(b, list) or len(b) < 3 or not all(_int(x) and x >= 0 for x in b):
-            raise SnapshotError("dmm snapshot: %s[%d] must be [address, bytes, requested(, stream)] of integers, "
-                                "not %r" % (where, i, b))
+        if not isinstance(b, list) or not 3 <= len(b) <= 5 or not all(_int(x) and x >= 0 for x in b):
+            raise SnapshotError("dmm snapshot: %s[%d] must be [address, bytes, requested(, stream(, context))] of "
+                                "integers, not %r" % (where, i, b))
         if b[1] == 0 or b[2] > b[1]:
             raise SnapshotError("dmm snapshot: %s[%d] %r: a block has bytes > 0 and requested <= bytes"
                                 % (where, i, b))
-        out.append((b[0], b[1], b[2], b[3] if len(b) > 3 else 0))
+        out.append((b[0], b[1], b[2], b[3] if len(b) > 3 else 0, b[4] if len(b) > 4 else 0))
     out.sort()
     return out
 
 
-def _segment(device, address, total, blocks, stream, kind, expandable, where):
+def _no_frames(_context):
+    return []
+
+
+def _segment(device, address, total, blocks, stream, kind, expandable, where, frames=_no_frames):
     """A segment in PyTorch's layout; `blocks` sorted and inside [address, address + total)."""
     tiles, cur, allocated, requested = [], address, 0, 0
     end = address + total
-    for a, size, req, _ in blocks:
+    for a, size, req, _, context in blocks:
         if a < cur or a + size > end:
             raise SnapshotError("dmm snapshot: %s: the block at %#x (%d bytes) overlaps another or leaves the "
                                 "segment [%#x, %#x)" % (where, a, size, address, end))
         if a > cur:
             tiles.append({"address": cur, "size": a - cur, "requested_size": 0, "state": "inactive", "frames": []})
-        tiles.append({"address": a, "size": size, "requested_size": req, "state": "active_allocated", "frames": []})
+        tiles.append({"address": a, "size": size, "requested_size": req, "state": "active_allocated",
+                      "frames": frames(context)})
         allocated += size
         requested += req
         cur = a + size
@@ -87,10 +95,12 @@ def _inside(blocks, lo, hi):
     return [b for b in blocks if b[0] >= lo and b[0] + b[1] <= hi]
 
 
-def to_torch(snap, strict=True):
+def to_torch(snap, strict=True, frames=None, skip_actions=()):
     """PyTorch's snapshot layout ({'segments', 'device_traces', 'allocator_settings'}) of one dmm
     snapshot dict (dmm.torch.snapshot()). strict: an inexact pool map or untracked blocks raise
-    SnapshotError instead of a layout whose totals fall short of dmm's stats."""
+    SnapshotError instead of a layout whose totals fall short of dmm's stats. frames: a function of a
+    context number (0: none) giving its frames. skip_actions: trace actions left out (PyTorch's names)."""
+    frames = frames or _no_frames
     device = _need(snap, "device", "the snapshot", "int")
     runs = _need(snap, "pool_segments", "the snapshot", "list")
     pool_blocks = _blocks(_need(snap, "pool_blocks", "the snapshot", "list"), "pool_blocks")
@@ -112,7 +122,7 @@ def to_torch(snap, strict=True):
             raise SnapshotError("dmm snapshot: pool_segments[%d] must be [address, bytes > 0], not %r" % (i, r))
         inside = _inside(pool_blocks, r[0], r[0] + r[1])
         placed += len(inside)
-        segments.append(_segment(device, r[0], r[1], inside, 0, "pool", True, "pool_segments[%d]" % i))
+        segments.append(_segment(device, r[0], r[1], inside, 0, "pool", True, "pool_segments[%d]" % i, frames))
     if placed != len(pool_blocks) and strict:
         lost = [b for b in pool_blocks if not any(r[0] <= b[0] and b[0] + b[1] <= r[0] + r[1] for r in runs)]
         raise SnapshotError("dmm snapshot: %d pool block(s) lie in no committed run (the first at %#x); the "
@@ -144,23 +154,27 @@ def to_torch(snap, strict=True):
             raise SnapshotError("dmm snapshot: segments at %#x (%s) and %#x (%s) overlap"
                                 % (a["address"], a["dmm_kind"], b["address"], b["dmm_kind"]))
     traces = [[] for _ in range(device + 1)]
-    traces[device] = _trace(snap.get("history"))
+    traces[device] = _trace(snap.get("history"), frames, set(skip_actions))
     return {"segments": segments, "device_traces": traces, "allocator_settings": {"allocator": "dmm"}}
 
 
 _ACTIONS = {0: ("alloc",), 1: ("free_requested", "free_completed"), 2: ("segment_map",), 3: ("segment_unmap",)}
 
 
-def _trace(hist):
-    """The history's events ([action, addr, size, stream, t_us], oldest first) as PyTorch's trace entries."""
+def _trace(hist, frames=_no_frames, skip=frozenset()):
+    """The history's events ([action, addr, size, stream, t_us(, context)], oldest first) as PyTorch's
+    trace entries, but for the actions in `skip`."""
     if hist is None:
         return []
     events = _need(hist, "events", "history", "list")
     out = []
     for i, e in enumerate(events):
-        if not isinstance(e, list) or len(e) != 5 or not all(_int(x) and x >= 0 for x in e) or e[0] not in _ACTIONS:
+        if (not isinstance(e, list) or len(e) not in (5, 6) or not all(_int(x) and x >= 0 for x in e)
+                or e[0] not in _ACTIONS):
             raise SnapshotError("dmm snapshot: history.events[%d] must be [action 0-3, address, bytes, stream, "
-                                "time_us] of integers, not %r" % (i, e))
+                                "time_us(, context)] of integers, not %r" % (i, e))
         for name in _ACTIONS[e[0]]:
-            out.append({"action": name, "addr": e[1], "size": e[2], "stream": e[3], "time_us": e[4], "frames": []})
+            if name not in skip:
+                out.append({"action": name, "addr": e[1], "size": e[2], "stream": e[3], "time_us": e[4],
+                            "frames": frames(e[5] if len(e) > 5 else 0)})
     return out

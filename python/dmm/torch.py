@@ -328,16 +328,43 @@ def track_blocks(device=None):
     _track(-1 if device is None or device == -1 else _device(device))
 
 
-def history(max_entries=100_000, device=None):
+_SKIPPABLE = {"alloc": 1 << 0, "free_requested": 0, "free_completed": 0, "segment_map": 1 << 2,
+              "segment_unmap": 1 << 3, "segment_alloc": 0, "segment_free": 0, "snapshot": 0, "oom": 0,
+              "user_defined": 0}  # PyTorch's trace actions -> the history's event kinds left out (0: none of dmm's)
+_skip_actions = {}  # device -> the trace actions torch_snapshot() leaves out
+
+
+def history(max_entries=100_000, device=None, context=None, stacks="python", skip_actions=()):
     """Keeps the pool's last `max_entries` events from now on (blocks handed out and freed, ranges
     mapped and unmapped), for the device_traces of torch_snapshot() -- what
-    torch.cuda.memory._record_memory_history(max_entries=...) is for PyTorch's allocator, without stack
-    traces. 0 or None turns it off; a new call drops the events kept so far. Turns block tracking on
-    (track_blocks) for the device."""
+    torch.cuda.memory._record_memory_history(max_entries=...) is for PyTorch's allocator. 0 or None
+    turns it off; a new call drops the events kept so far. Turns block tracking on (track_blocks) for
+    the device.
+    context: which pool blocks carry stack frames, as PyTorch's argument: None (none), "state" and
+    "alloc" (each block and allocation event: the frames that allocated it), "all" (frees too).
+    stacks: "python" (the Python frames) or "all" (the native frames from torch's allocator call up to
+    the interpreter first). Frames cost a Python callback per allocation (and free with "all").
+    skip_actions: PyTorch's trace actions not kept ("alloc", "free_requested", "free_completed",
+    "segment_map", "segment_unmap"; the others are accepted: dmm records none of them)."""
+    from . import _stacks
+
     n = 0 if max_entries is None else int(max_entries)
     if n < 0:
         raise ValueError("dmm.torch.history: max_entries must be >= 0 (0 or None: off), not %r" % (max_entries,))
-    _lib.check(_lib.load().dmm_torch_history(_device(device), n), "dmm.torch.history")
+    skip_actions = tuple(skip_actions or ())
+    unknown = [a for a in skip_actions if a not in _SKIPPABLE]
+    if unknown:
+        raise ValueError("dmm.torch.history: unknown skip_actions %r; PyTorch's trace actions are %s"
+                         % (unknown, ", ".join(sorted(_SKIPPABLE))))
+    skip = 0
+    for a in skip_actions:
+        skip |= _SKIPPABLE[a]
+    if "free_requested" in skip_actions and "free_completed" in skip_actions:
+        skip |= 1 << 1  # both halves of dmm's free event
+    d = _device(device)
+    _stacks.on(d, context if n > 0 else None, stacks, skip)  # checks context and stacks before anything changes
+    _lib.check(_lib.load().dmm_torch_history(d, n), "dmm.torch.history")
+    _skip_actions[d] = skip_actions
 
 
 def torch_snapshot(device=None):
@@ -345,9 +372,11 @@ def torch_snapshot(device=None):
     has mapped, its blocks tiling it in address order: active_allocated or inactive) and
     `device_traces` (the pool's recent events while history() is on). torch.cuda._memory_viz reads it
     (segsum, segments, memory, trace_plot, segment_plot); python/dmm/snapshot.py says what maps to what."""
+    from . import _stacks
     from . import snapshot as layout
 
-    return layout.to_torch(snapshot(device))
+    return layout.to_torch(snapshot(device), frames=_stacks.frames,
+                           skip_actions=_skip_actions.get(_device(device), ()))
 
 
 def dump_snapshot(path, device=None):

@@ -52,7 +52,8 @@ void dmm__device_blocks_close(dmm_device *c) {
     c->pool_blocks = NULL;
 }
 
-void dmm__device_blocks_add(dmm_device *c, const void *ptr, uint64_t len, uint64_t req, dmm_stream stream) {
+void dmm__device_blocks_add(dmm_device *c, const void *ptr, uint64_t len, uint64_t req, dmm_stream stream,
+                            uint32_t context) {
     device_block_shard *sh = shard_of(c, ptr);
     pthread_mutex_lock(&sh->mu);
     if (!dmm__u64map_reserve(&sh->at, 1)) goto untracked;
@@ -73,7 +74,7 @@ void dmm__device_blocks_add(dmm_device *c, const void *ptr, uint64_t len, uint64
         }
         k = sh->n++;
     }
-    sh->recs[k] = (device_block){len, req, stream};
+    sh->recs[k] = (device_block){len, req, stream, context};
     dmm__u64map_insert_reserved(&sh->at, (uint64_t)(uintptr_t)ptr, k);
     pthread_mutex_unlock(&sh->mu);
     return;

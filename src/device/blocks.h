@@ -19,7 +19,8 @@ static inline bool dmm__device_blocks_tracking(dmm_device *c) {
 }
 /* Adds a block the pool handed out; never fails the caller: without host memory the block is left
  * out (a snapshot counts it as untracked). */
-void dmm__device_blocks_add(dmm_device *c, const void *ptr, uint64_t len, uint64_t req, dmm_stream stream);
+void dmm__device_blocks_add(dmm_device *c, const void *ptr, uint64_t len, uint64_t req, dmm_stream stream,
+                            uint32_t context);
 /* Takes the block at ptr out of the table (before the pool frees it, so that the address cannot be
  * handed out and added again first); false when it is not there. *out (may be NULL) = its record. */
 bool dmm__device_blocks_take(dmm_device *c, const void *ptr, device_block *out);

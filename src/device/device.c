@@ -70,7 +70,7 @@ uint64_t dmm__device_owned(dmm_device *c) { return lease_stats(c).used[DMM_AXIS_
 
 /* The pool's observer: a range of its VA mapped or unmapped, for the history (cheap when it is off). */
 static void pool_mapped(void *user, uintptr_t addr, uint64_t bytes, bool mapped) {
-    dmm__device_history_add(user, mapped ? DEVICE_EV_MAP : DEVICE_EV_UNMAP, (uint64_t)addr, bytes, NULL);
+    dmm__device_history_add(user, mapped ? DEVICE_EV_MAP : DEVICE_EV_UNMAP, (uint64_t)addr, bytes, NULL, 0);
 }
 
 /* ---- create / destroy ---- */
@@ -444,9 +444,10 @@ static dmm_status route_malloc(dmm_device *c, size_t bytes, dmm_stream stream, v
     if (s != DMM_OK) s = pool_retry(c, bytes, stream, out, s);
     if (s != DMM_OK) return s;
     if (dmm__device_blocks_tracking(c)) {
-        dmm__device_blocks_add(c, *out, dmm__device_round_block(c, bytes), bytes, stream);
+        uint32_t context = dmm__device_history_context(c, DEVICE_EV_ALLOC);
+        dmm__device_blocks_add(c, *out, dmm__device_round_block(c, bytes), bytes, stream, context);
         dmm__device_history_add(c, DEVICE_EV_ALLOC, (uint64_t)(uintptr_t)*out, dmm__device_round_block(c, bytes),
-                               stream);
+                               stream, context);
     }
     if (!c->pool_only) count_malloc(c, dmm__device_round_block(c, bytes), bytes);
     return DMM_OK;
@@ -488,7 +489,9 @@ static dmm_status free_routed(dmm_device *c, void *ptr, dmm_stream stream, dmm_s
     bool recorded = dmm__device_recording(c) && dmm__device_record_free(c, ptr);
     device_block b;
     bool tracked = dmm__device_blocks_tracking(c) && dmm__device_blocks_take(c, ptr, &b);
-    if (tracked) dmm__device_history_add(c, DEVICE_EV_FREE, (uint64_t)(uintptr_t)ptr, b.len, b.stream);
+    if (tracked)
+        dmm__device_history_add(c, DEVICE_EV_FREE, (uint64_t)(uintptr_t)ptr, b.len, b.stream,
+                                dmm__device_history_context(c, DEVICE_EV_FREE));
     uint64_t requested = 0;
     dmm_status s = dmm_pool_free_requested(c->pool, ptr, stream, &requested);
     if (s == DMM_OK) {
@@ -497,8 +500,8 @@ static dmm_status free_routed(dmm_device *c, void *ptr, dmm_stream stream, dmm_s
     }
     if (s != DMM_ERR_UNKNOWN_ALLOCATION) { /* the pool refused the free of a live block (nothing changed) */
         if (tracked) {                     /* it is live again, in the table and the history */
-            dmm__device_blocks_add(c, ptr, b.len, b.req, b.stream);
-            dmm__device_history_add(c, DEVICE_EV_ALLOC, (uint64_t)(uintptr_t)ptr, b.len, b.stream);
+            dmm__device_blocks_add(c, ptr, b.len, b.req, b.stream, b.context);
+            dmm__device_history_add(c, DEVICE_EV_ALLOC, (uint64_t)(uintptr_t)ptr, b.len, b.stream, b.context);
         }
         if (recorded) { /* and in the trace, under a new id */
             dmm_error_kept why = {0};
@@ -682,9 +685,9 @@ static void put_pool_layout(dmm_device *c, dmm_json *j, const uint64_t *runs, si
     dmm__json_put(j, "],\"block_tracking\":%s,\"pool_blocks_untracked\":%llu,\"pool_blocks\":[",
                   dmm__device_blocks_tracking(c) ? "true" : "false", (unsigned long long)untracked);
     for (size_t i = 0; i < nb; i++)
-        dmm__json_put(j, "%s[%llu,%llu,%llu,%llu]", i ? "," : "", (unsigned long long)b[i].addr,
+        dmm__json_put(j, "%s[%llu,%llu,%llu,%llu,%u]", i ? "," : "", (unsigned long long)b[i].addr,
                       (unsigned long long)b[i].b.len, (unsigned long long)b[i].b.req,
-                      (unsigned long long)(uintptr_t)b[i].b.stream);
+                      (unsigned long long)(uintptr_t)b[i].b.stream, b[i].b.context);
     dmm__json_put(j, "]");
 }
 

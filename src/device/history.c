@@ -8,6 +8,9 @@
  * events at the moment its map changes, so the order of the ring is the order of the pool's state changes: replayed
  * backwards from the snapshot's segments (as PyTorch's viewer does), every freed block lies in a
  * mapped range. Tag and graph memory have no events (their segments appear as they are at the end).
+ * A caller's context function (dmm.torch's stack frames) numbers each block event; the number rides
+ * with the event and with the live block (blocks.c), and the caller maps it back. Kinds in `skip`
+ * take no entry.
  *
  * Invariants (mu): count ≤ cap; the events are ring[(head − count + k) mod cap] for k = 0..count−1,
  * oldest first; on ⇔ cap > 0.
@@ -55,13 +58,39 @@ dmm_status dmm_device_history(dmm_device *c, uint64_t max_entries) {
     return DMM_OK;
 }
 
-void dmm__device_history_add(dmm_device *c, uint32_t action, uint64_t addr, uint64_t size, dmm_stream stream) {
+dmm_status dmm_device_history_context(dmm_device *c, uint32_t skip, dmm_device_context_fn fn, void *arg) {
+    if (c == NULL) return dmm__device_null("dmm_device_history_context", "a device");
+    if (skip > 15)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
+                             "dmm device: history skip mask %#x has bits beyond the four event kinds (1 << "
+                             "DMM_DEVICE_EVENT_ALLOC ... 1 << DMM_DEVICE_EVENT_UNMAP); nothing changed",
+                             (unsigned)skip);
+    device_history *h = &c->hist;
+    pthread_mutex_lock(&h->mu);
+    h->skip = skip;
+    h->context = fn;
+    h->context_arg = arg;
+    pthread_mutex_unlock(&h->mu);
+    return DMM_OK;
+}
+
+uint32_t dmm__device_history_context(dmm_device *c, uint32_t action) {
+    device_history *h = &c->hist;
+    pthread_mutex_lock(&h->mu);
+    dmm_device_context_fn fn = h->context;
+    void *arg = h->context_arg;
+    pthread_mutex_unlock(&h->mu);
+    return fn != NULL ? fn(arg, (int)action) : 0;
+}
+
+void dmm__device_history_add(dmm_device *c, uint32_t action, uint64_t addr, uint64_t size, dmm_stream stream,
+                             uint32_t context) {
     device_history *h = &c->hist;
     if (!dmm__device_history_on(c)) return;
     uint64_t t = dmm_device_clock_ns() / 1000;
     pthread_mutex_lock(&h->mu);
-    if (h->cap > 0) {
-        h->ring[h->head] = (history_event){addr, size, (uint64_t)(uintptr_t)stream, t, action};
+    if (h->cap > 0 && !(h->skip & (1u << action))) {
+        h->ring[h->head] = (history_event){addr, size, (uint64_t)(uintptr_t)stream, t, action, context};
         h->head = (h->head + 1) % h->cap;
         if (h->count < h->cap) h->count++;
         else h->dropped++;
@@ -76,8 +105,9 @@ void dmm__device_history_json(dmm_device *c, dmm_json *j) {
                   (unsigned long long)h->dropped);
     for (size_t k = 0; k < h->count; k++) {
         const history_event *e = &h->ring[(h->head + h->cap - h->count + k) % h->cap];
-        dmm__json_put(j, "%s[%u,%llu,%llu,%llu,%llu]", k ? "," : "", e->action, (unsigned long long)e->addr,
-                      (unsigned long long)e->size, (unsigned long long)e->stream, (unsigned long long)e->t_us);
+        dmm__json_put(j, "%s[%u,%llu,%llu,%llu,%llu,%u]", k ? "," : "", e->action, (unsigned long long)e->addr,
+                      (unsigned long long)e->size, (unsigned long long)e->stream, (unsigned long long)e->t_us,
+                      e->context);
     }
     dmm__json_put(j, "]}");
     pthread_mutex_unlock(&h->mu);

@@ -163,6 +163,7 @@ typedef struct device_block {
     uint64_t len;      /* rounded bytes; 0 marks a free record */
     uint64_t req;      /* requested bytes; in a free record: the next free record's index + 1 (0: none) */
     dmm_stream stream; /* the stream it was allocated on */
+    uint32_t context;  /* the history's context number of its allocation (0: none) */
 } device_block;
 
 typedef struct device_block_shard {
@@ -176,13 +177,15 @@ typedef struct device_block_shard {
 /* ---- the pool's recent events (history.c) ---- */
 /* While on, a ring of the pool's last events in PyTorch's trace vocabulary, for device_traces of a
  * snapshot in PyTorch's layout: blocks handed out and freed, chunks mapped and unmapped. */
-enum { DEVICE_EV_ALLOC = 0, DEVICE_EV_FREE = 1, DEVICE_EV_MAP = 2, DEVICE_EV_UNMAP = 3 };
+enum { DEVICE_EV_ALLOC = DMM_DEVICE_EVENT_ALLOC, DEVICE_EV_FREE = DMM_DEVICE_EVENT_FREE, DEVICE_EV_MAP = DMM_DEVICE_EVENT_MAP,
+       DEVICE_EV_UNMAP = DMM_DEVICE_EVENT_UNMAP };
 
 typedef struct history_event {
     uint64_t addr, size; /* a block: its address and rounded size; a map or unmap: its range */
     uint64_t stream;     /* a block's stream (0 for maps and unmaps: the pool's runs are shared by streams) */
     uint64_t t_us;       /* CLOCK_MONOTONIC in µs */
     uint32_t action;     /* DEVICE_EV_* */
+    uint32_t context;    /* the context function's number for a block event (0: none) */
 } history_event;
 
 typedef struct device_history {
@@ -191,6 +194,9 @@ typedef struct device_history {
     history_event *ring;   /* cap entries; the oldest at (head + cap - count) % cap */
     size_t cap, head, count;
     uint64_t dropped;    /* events the ring let go of (the oldest) since it was turned on */
+    uint32_t skip;       /* 1 << DEVICE_EV_* of the kinds not kept */
+    dmm_device_context_fn context; /* NULL: none */
+    void *context_arg;
 } device_history;
 
 /* ---- the recorder (record.c) ---- */

@@ -143,6 +143,28 @@ def main():
     streams = {s["stream"] for s in segs if s["dmm_kind"] == "pool"}
     check(streams == {0}, "pool segments are stream 0: shared by every stream's heap (%s)" % streams)
 
+    # ---- frames: the fixture numbers allocations 1, 2, … and frees 1001, …; a frames function maps them
+    def named(n):
+        return [{"filename": "fixture.py", "line": n, "name": "site%d" % n}] if n else []
+
+    framed = ds.to_torch(snap, frames=named)
+    pool_live = [b for s in framed["segments"] if s["dmm_kind"] == "pool" for b in s["blocks"]
+                 if b["state"] == "active_allocated"]
+    check(pool_live and all(len(b["frames"]) == 1 and 1 <= b["frames"][0]["line"] < 1000 for b in pool_live),
+          "every live pool block carries the frames of its allocation (%d blocks)" % len(pool_live))
+    others = [b for s in framed["segments"] if s["dmm_kind"] != "pool" for b in s["blocks"]]
+    check(others and all(b["frames"] == [] for b in others), "tag and graph blocks carry no frames")
+    ev = framed["device_traces"][snap["device"]]
+    check(all(len(e["frames"]) == 1 and e["frames"][0]["line"] < 1000 for e in ev if e["action"] == "alloc"),
+          "every alloc event carries its allocation's frames")
+    check(all(e["frames"][0]["line"] > 1000 for e in ev if e["action"].startswith("free_")),
+          "every free event carries the frames of its free")
+    check(all(e["frames"] == [] for e in ev if e["action"].startswith("segment_")), "map and unmap events carry none")
+    check(all(b["frames"] == [] for s in lay["segments"] for b in s["blocks"]), "without a frames function: none")
+    kept = [e["action"] for e in ds.to_torch(snap, skip_actions=("free_requested", "segment_map"))["device_traces"][-1]]
+    check("free_requested" not in kept and "segment_map" not in kept and "free_completed" in kept and "alloc" in kept,
+          "skip_actions leaves out exactly the actions named")
+
     # ---- malformed
     ok, msg = raises(ds.SnapshotError, lambda: ds.to_torch({k: v for k, v in snap.items() if k != "pool_segments"}),
                      "pool_segments", "dmm.torch.snapshot()")

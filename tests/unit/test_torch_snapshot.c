@@ -10,7 +10,8 @@
  * pool refuses (its cross-stream event fails) leaves the table as it was, and the recorder's trace
  * true (the block allocated again under a new id); the snapshot JSON carries the runs, the blocks, the tag and
  * graph segments, the history of the pool's events (alloc, free, map, unmap, in the order they
- * happened), and says the map is exact. With DMM_TORCH_SNAPSHOT_FIXTURE set (CTest does), the
+ * happened, each block event with the number a context function gave it, the kinds a skip mask names
+ * left out), and says the map is exact. With DMM_TORCH_SNAPSHOT_FIXTURE set (CTest does), the
  * snapshot of a scenario with pool, tag and graph memory is written there for
  * tests/python/test_torch_layout.py, which turns it into PyTorch's layout and checks its totals.
  */
@@ -48,6 +49,27 @@ static void fx_close(fx *f) {
 
 static void *xmalloc(fx *f, size_t bytes, dmm_stream s) { return kit_torch_malloc(f, bytes, s); }
 static void xfree(fx *f, void *p, dmm_stream s) { kit_torch_free(f, p, s); }
+
+/* A context function: allocations numbered 1, 2, 3 …, frees 1001, 1002 … */
+typedef struct numbering {
+    uint32_t allocs, frees;
+} numbering;
+
+static uint32_t number_event(void *arg, int event) {
+    numbering *k = arg;
+    return event == DMM_DEVICE_EVENT_FREE ? 1000 + ++k->frees : ++k->allocs;
+}
+
+/* The context number of the first history event [action,addr,…] in the JSON (UINT32_MAX: none). */
+static uint32_t event_context(const char *js, int action, const void *addr) {
+    char key[64];
+    snprintf(key, sizeof key, "[%d,%llu,", action, (unsigned long long)(uintptr_t)addr);
+    const char *e = strstr(js, key);
+    unsigned long long size, stream, t;
+    unsigned ctx;
+    if (e == NULL || sscanf(e + strlen(key), "%llu,%llu,%llu,%u]", &size, &stream, &t, &ctx) != 4) return UINT32_MAX;
+    return ctx;
+}
 
 /* The pool's committed ranges against its own stats, and the table's blocks against both. */
 static void check_pool_layout(fx *f) {
@@ -130,7 +152,7 @@ static void a_refused_free_leaves_the_table_and_the_trace_true(void **state) {
     assert_true(dmm__device_blocks_take(f->c, a, &b));
     assert_int_equal(b.len, 4096);
     assert_ptr_equal(b.stream, f->s1);
-    dmm__device_blocks_add(f->c, a, b.len, b.req, b.stream);
+    dmm__device_blocks_add(f->c, a, b.len, b.req, b.stream, b.context);
     xfree(f, r, f->s1);
     dmm_device_record_stats st = kit_torch_record_stop(f);
     /* r: allocated, freed (refused), allocated again under a new id, freed; a: from before, not in it */
@@ -145,6 +167,41 @@ static void a_refused_free_leaves_the_table_and_the_trace_true(void **state) {
 }
 
 static char *snapshot_json(fx *f);
+
+/* Kinds in the skip mask take no entry; a free the pool refuses keeps the block's context; off again,
+ * events carry 0. */
+static void the_history_skips_kinds_and_keeps_contexts(void **state) {
+    (void)state;
+    fx *f = fx_open_over_fault();
+    numbering k = {0, 0};
+    DMM_OK_OR_FAIL(dmm_device_history(f->c, 64));
+    DMM_OK_OR_FAIL(dmm_device_history_context(f->c, 1u << DMM_DEVICE_EVENT_FREE, number_event, &k));
+    void *a = xmalloc(f, 4096, f->s1);
+    void *b = xmalloc(f, 2048, f->s1);
+    xfree(f, b, f->s1);
+    DMM_OK_OR_FAIL(dmm_fault_plan(f->drv, DMM_OP_EVENT_RECORD, 1, 1, DMM_ERR_DRIVER));
+    assert_int_equal(dmm_device_free(f->c, a, f->s2), DMM_ERR_DRIVER); /* refused: a stays live */
+    DMM_OK_OR_FAIL(dmm_fault_clear(f->drv));
+    char *js = snapshot_json(f);
+    assert_int_equal(event_context(js, 0, a), 1);
+    assert_int_equal(event_context(js, 0, b), 2);
+    assert_int_equal(event_context(js, 1, b), UINT32_MAX); /* frees skipped */
+    assert_int_equal(k.frees, 2);                          /* asked all the same: the block keeps it */
+    char blk[128];
+    snprintf(blk, sizeof blk, "[%llu,4096,4096,%llu,1]", (unsigned long long)(uintptr_t)a,
+             (unsigned long long)(uintptr_t)f->s1);
+    assert_non_null(strstr(js, blk)); /* a, live again after the refusal, with its allocation's number */
+    free(js);
+    DMM_OK_OR_FAIL(dmm_device_history_context(f->c, 0, NULL, NULL));
+    void *c = xmalloc(f, 512, NULL);
+    js = snapshot_json(f);
+    assert_int_equal(event_context(js, 0, c), 0);
+    free(js);
+    xfree(f, c, NULL);
+    xfree(f, a, f->s1);
+    DMM_OK_OR_FAIL(dmm_device_history(f->c, 0));
+    fx_close(f);
+}
 
 static void tracking_is_off_until_asked_and_counts_what_came_before(void **state) {
     (void)state;
@@ -183,6 +240,10 @@ static void the_snapshot_json_lays_out_pool_tags_and_graphs(void **state) {
     assert_int_equal(dmm_device_history(f->c, ((uint64_t)1 << 26) + 1), DMM_ERR_INVALID_ARGUMENT);
     dmm_test_error_mentions("ask for fewer", NULL);
     DMM_OK_OR_FAIL(dmm_device_history(f->c, 4096));
+    numbering k = {0, 0};
+    assert_int_equal(dmm_device_history_context(f->c, 16, number_event, &k), DMM_ERR_INVALID_ARGUMENT);
+    dmm_test_error_mentions("skip mask", NULL);
+    DMM_OK_OR_FAIL(dmm_device_history_context(f->c, 0, number_event, &k));
     void *big = xmalloc(f, (size_t)8 << 20, NULL); /* mapped, freed and unmapped: map and unmap events */
     xfree(f, big, NULL);
     DMM_OK_OR_FAIL(dmm_device_empty_cache(f->c, NULL));
@@ -206,11 +267,17 @@ static void the_snapshot_json_lays_out_pool_tags_and_graphs(void **state) {
     assert_non_null(strstr(js, "\"pool_blocks_untracked\":0"));
     assert_non_null(strstr(js, "\"pool_segments\":[["));
     char blk[128];
-    snprintf(blk, sizeof blk, "[%llu,1024,1000,0]", (unsigned long long)(uintptr_t)a); /* address, bytes, req, stream */
+    /* address, bytes, req, stream, context: a is the second allocation the context function numbered */
+    snprintf(blk, sizeof blk, "[%llu,1024,1000,0,2]", (unsigned long long)(uintptr_t)a);
     assert_non_null(strstr(js, blk));
-    snprintf(blk, sizeof blk, "[%llu,5120,5000,%llu]", (unsigned long long)(uintptr_t)c,
+    snprintf(blk, sizeof blk, "[%llu,5120,5000,%llu,5]", (unsigned long long)(uintptr_t)c,
              (unsigned long long)(uintptr_t)f->s1);
     assert_non_null(strstr(js, blk));
+    assert_int_equal(k.allocs, 5); /* big, a, b, gap, c: the tag's and the graph's blocks ask for none */
+    assert_int_equal(event_context(js, 0, big), 1);
+    assert_int_equal(event_context(js, 1, big), 1001);
+    assert_int_equal(event_context(js, 1, gap), 1002);
+    assert_int_equal(event_context(js, 0, c), 5);
     snprintf(blk, sizeof blk, "[%llu,1048576,1048576]", (unsigned long long)(uintptr_t)w1);
     assert_non_null(strstr(js, blk)); /* the tag's block, in its segment */
     assert_non_null(strstr(js, "\"mapped_bytes\":"));
@@ -246,6 +313,7 @@ int main(void) {
         cmocka_unit_test(the_pool_view_follows_growth_frees_trims_and_moves),
         cmocka_unit_test(a_refused_free_leaves_the_table_and_the_trace_true),
         cmocka_unit_test(the_snapshot_json_lays_out_pool_tags_and_graphs),
+        cmocka_unit_test(the_history_skips_kinds_and_keeps_contexts),
         cmocka_unit_test(tracking_is_off_until_asked_and_counts_what_came_before),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

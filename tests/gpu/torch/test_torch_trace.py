@@ -123,6 +123,82 @@ r["start_allocated"] = start
 print("RESULT " + json.dumps(r), flush=True)
 """
 
+# Who allocated each block (issue 37, acceptance 2): _record_memory_history(context="all", stacks="python")
+# under dmm gives a tensor allocated in a named function that function's frame, in the snapshot's
+# blocks and alloc events; memory_viz shows it; stacks="all" adds native frames; skip_actions holds.
+CHILD_FRAMES = r"""
+import inspect, json, subprocess, sys, time, torch
+import dmm.torch as dt
+import torch.cuda._memory_viz as mv
+dt.enable()
+torch.cuda.init()
+res = {"signature": str(inspect.signature(torch.cuda.memory._record_memory_history))}
+
+def make_named_tensor():
+    return torch.empty(3 << 20, dtype=torch.uint8, device="cuda")
+
+def pairs(n=5000):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        x = torch.empty(4096, device="cuda")
+        del x
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / n * 1e6
+
+def cost():
+    return min(pairs() for _ in range(3))
+
+res["us_off"] = cost()
+torch.cuda.memory._record_memory_history(context=None, max_entries=100000)
+res["us_history"] = cost()
+torch.cuda.memory._record_memory_history(context="all", stacks="python", max_entries=100000)
+res["us_python"] = cost()
+keep = make_named_tensor()
+snap = torch.cuda.memory._snapshot()
+mine = [b for s in snap["segments"] for b in s["blocks"]
+        if b["state"] == "active_allocated" and b["address"] == keep.data_ptr()]
+res["named_frames"] = mine[0]["frames"][:3] if mine else None
+ev = snap["device_traces"][torch.cuda.current_device()]
+res["allocs"] = sum(1 for e in ev if e["action"] == "alloc")
+res["allocs_with_frames"] = sum(1 for e in ev if e["action"] == "alloc" and e["frames"])
+res["frees_with_frames"] = sum(1 for e in ev if e["action"] == "free_requested" and e["frames"])
+errors = {}
+try:
+    res["flame_shows_it"] = "make_named_tensor" in mv.memory(snap, format_flamegraph=lambda t: t)
+    for name in ("trace_plot", "segment_plot"):
+        getattr(mv, name)(snap)
+except Exception as e:  # noqa: BLE001
+    errors["viz"] = "%s: %s" % (type(e).__name__, e)
+torch.cuda.memory._dump_snapshot(sys.argv[1])
+out = subprocess.run([sys.executable, "-m", "torch.cuda._memory_viz", "trace_plot", sys.argv[1], "-o",
+                      sys.argv[1] + ".html"], capture_output=True, text=True)
+if out.returncode != 0:
+    errors["cli"] = (out.stdout + out.stderr)[-500:]
+res["viz_errors"] = errors
+torch.cuda.memory._record_memory_history(context="alloc", stacks="all", max_entries=100000)
+res["us_all"] = cost()
+keep2 = make_named_tensor()
+snap = torch.cuda.memory._snapshot()
+fr = [b for s in snap["segments"] for b in s["blocks"]
+      if b["state"] == "active_allocated" and b["address"] == keep2.data_ptr()]
+fr = fr[0]["frames"] if fr else []
+res["all_native"] = [f["name"] for f in fr if f["line"] == 0][:8]
+res["all_python"] = any(f["name"] == "make_named_tensor" for f in fr)
+ev = snap["device_traces"][torch.cuda.current_device()]
+res["alloc_context_frees_with_frames"] = sum(1 for e in ev if e["action"] == "free_requested" and e["frames"])
+try:
+    torch.cuda.memory._record_memory_history(context="all", stacks="python", max_entries=100000,
+                                             skip_actions=["free_requested", "free_completed"])
+    x = torch.empty(1000, device="cuda")
+    del x
+    res["skip_actions"] = sorted({e["action"] for e in torch.cuda.memory._snapshot()["device_traces"][0]})
+except TypeError as e:
+    res["skip_actions"] = "torch has no skip_actions: %s" % e
+torch.cuda.memory._record_memory_history(enabled=None)
+print("RESULT " + json.dumps(res), flush=True)
+"""
+
 
 def run_child(code, args, alloc):
     out = subprocess.run([sys.executable, "-c", code] + args, capture_output=True, text=True, env=worker_env(alloc),
@@ -209,6 +285,30 @@ if d is not None and n is not None:
     check(out.returncode == 0 and "total_reserved" in out.stdout,
           "python -m torch.cuda._memory_viz stats opens dump_snapshot's pickle (%d: %s)"
           % (out.returncode, (out.stdout + out.stderr).strip()[-300:]))
+
+f = run_child(CHILD_FRAMES, [os.path.join(tmp, "frames.pickle")], "dmm")
+check(f is not None, "the frames workload ran")
+if f is not None:
+    print("_record_memory_history%s" % f["signature"])
+    print("a 4 KiB malloc/free pair under dmm: %.2f us without history, %.2f us with history (no frames), "
+          "%.2f us with Python frames, %.2f us with native + Python frames"
+          % (f["us_off"], f["us_history"], f["us_python"], f["us_all"]))
+    print("the named tensor's frames: %s" % f["named_frames"])
+    check(bool(f["named_frames"]) and f["named_frames"][0]["name"] == "make_named_tensor"
+          and f["named_frames"][0]["filename"] == "<string>",
+          "context='all', stacks='python': the block's innermost frame is the function that allocated it")
+    check(f["allocs"] > 0 and f["allocs_with_frames"] == f["allocs"] and f["frees_with_frames"] > 0,
+          "every alloc event carries frames, and frees do (%d allocs, %d with frames, %d frees with frames)"
+          % (f["allocs"], f["allocs_with_frames"], f["frees_with_frames"]))
+    check(f.get("flame_shows_it") is True and not f["viz_errors"],
+          "PyTorch's memory_viz reads it and its memory flamegraph names the function (%s)"
+          % (f["viz_errors"] or "no errors"))
+    print("stacks='all': native frames %s" % f["all_native"])
+    check(f["all_python"] and len(f["all_native"]) > 0, "stacks='all': native frames, then the Python frame")
+    check(f["alloc_context_frees_with_frames"] == 0, "context='alloc': frees carry no frames")
+    sk = f["skip_actions"]
+    check(isinstance(sk, list) and "alloc" in sk and not any(a.startswith("free_") for a in sk),
+          "skip_actions=free_*: no free event is kept, allocs are (%s)" % (sk,))
 
 print("%d check(s) failed (files in %s)" % (len(failures), tmp) if failures else "all checks passed")
 sys.exit(1 if failures else 0)
