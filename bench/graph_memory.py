@@ -33,7 +33,7 @@ import time
 MODES = ("native-private", "native-shared", "dmm-private", "dmm-shared")
 
 
-def child(mode, batches, max_len, cycles, reserve):
+def child(mode, batches, max_len, cycles, reserve, layout=False):
     if mode.startswith("dmm"):
         import dmm.torch as dt
 
@@ -114,6 +114,8 @@ def child(mode, batches, max_len, cycles, reserve):
         torch.cuda.synchronize()
         reserved0 = torch.cuda.memory_reserved()
         pool = torch.cuda.graph_pool_handle() if mode == "native-shared" else None
+        if layout and not mode.startswith("dmm"):
+            torch.cuda.memory._record_memory_history(context=None, max_entries=1 << 20)
         graphs, outs = {}, {}
         for b in sorted(batches, reverse=True):  # largest first, as engines capture
             g = torch.cuda.CUDAGraph()
@@ -133,6 +135,20 @@ def child(mode, batches, max_len, cycles, reserve):
             out["graph_bytes"] = dt.memory_stats_raw()["graphs"]["reserved_bytes"]
         else:
             out["graph_bytes"] = torch.cuda.memory_reserved() - reserved0
+        if layout:  # where graph memory lies: [bytes, live bytes, live blocks, end of the last live block]
+            if mode.startswith("dmm"):
+                segs = [(s["bytes"], s["blocks"]) for s in dt.snapshot()["graphs"]["segment_list"]]
+                rows = [[n, sum(b[1] for b in bl), len(bl), max((b[0] + b[1] for b in bl), default=0)
+                         - (min(b[0] for b in bl) if bl else 0)] for n, bl in segs]
+            else:
+                rows = [[s["total_size"], s["allocated_size"], sum(b["state"] == "active_allocated" for b in s["blocks"]),
+                         s["segment_type"]] for s in torch.cuda.memory_snapshot() if tuple(s["segment_pool_id"]) != (0, 0)]
+            out["layout"] = rows
+            if not mode.startswith("dmm"):  # the captures' allocations and frees, in order: [a|f, address, bytes]
+                ev = torch.cuda.memory._snapshot()["device_traces"][torch.cuda.current_device()]
+                out["capture_events"] = [[e["action"][0], e["addr"], e["size"]] for e in ev
+                                         if e["action"] in ("alloc", "free_requested")]
+                torch.cuda.memory._record_memory_history(enabled=None)
         refs = {}
         for b in batches:
             graphs[b].replay()
@@ -167,6 +183,8 @@ def child(mode, batches, max_len, cycles, reserve):
 def run_child(mode, args):
     cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, "--batches", args.batches,
            "--max-len", str(args.max_len), "--cycles", str(args.cycles), "--reserve-mib", str(args.reserve_mib)]
+    if args.layout:
+        cmd.append("--layout")
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     for line in p.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -184,11 +202,12 @@ def main():
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--reserve-mib", type=int, default=64, help="dmm's graph reserve per capture (a shared pool: once)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--layout", action="store_true", help="print where each mode's graph memory lies (segments)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     if args.child:
-        child(args.child, batches, args.max_len, args.cycles, args.reserve_mib << 20)
+        child(args.child, batches, args.max_len, args.cycles, args.reserve_mib << 20, args.layout)
         return 0
     try:
         import torch
@@ -205,7 +224,8 @@ def main():
             res = run_child(m, args)
             if res is not None:
                 results[m].append(res)
-                print("run %d %s: %s" % (r + 1, m, json.dumps(res)), flush=True)
+                shown = {k: v for k, v in res.items() if k != "capture_events"}  # (in --json)
+                print("run %d %s: %s" % (r + 1, m, json.dumps(shown)), flush=True)
             if args.json:
                 with open(args.json, "w") as f:
                     json.dump(results, f, indent=1)
