@@ -2,8 +2,8 @@
 /* adapters/torch/dlpack.c — claims on memory and the DLPack tensors that hold them (dmm_torch.h,
  * "Claims and DLPack"; python/dmm/_dlpack.py, dmm.buffer and dmm.kv's views stand on it).
  *
- * What it owns: the claim objects (memory, its device and stream, a count of holders, whether the
- * memory is the claim's to free) and the DLManagedTensor structs it hands out, each with its shape and
+ * What it owns: the claim objects (memory, its device and stream, a count of holders, what the last
+ * holder does with the memory: nothing, free it or unmap an import of it) and the DLManagedTensor structs it hands out, each with its shape and
  * stride, in C memory.
  *
  * Why in C: a DLPack consumer calls the deleter from its own thread and state — while an exception
@@ -13,8 +13,8 @@
  * process when first needed, which neither reads nor sets the error state.
  *
  * Invariants: a claim's count is the number of holders (its creator, one per DLPack tensor not yet
- * deleted); the claim (and, when it owns it, its memory through dmm_torch_free) goes exactly once, when
- * the count reaches 0. A DLManagedTensor holds one count and is freed by its deleter, once.
+ * deleted); the claim (and, as it says, its memory through dmm_torch_free or dmm_torch_unimport) goes
+ * exactly once, when the count reaches 0. A DLManagedTensor holds one count and is freed by its deleter, once.
  */
 #include <dlfcn.h>
 #include <stdbool.h>
@@ -30,7 +30,7 @@ struct dmm_torch_claim {
     uint64_t bytes;
     int device;
     void *stream;
-    bool owns; /* the memory is dmm_torch_malloc's, freed with the last holder */
+    int owns;  /* DMM_TORCH_CLAIM_*: what the last holder does with the memory */
 };
 
 /* DLPack's ABI (dlpack.h, version 0.8 and later: the unversioned "dltensor" every consumer takes). */
@@ -66,7 +66,9 @@ static _Atomic uint64_t g_live; /* claims not gone yet, in the process */
 uint64_t dmm_torch_claims_live(void) { return atomic_load_explicit(&g_live, memory_order_acquire); }
 
 int dmm_torch_claim_create(void *ptr, uint64_t bytes, int device, void *stream, int owns, dmm_torch_claim **out) {
-    if (out == NULL || ptr == NULL || bytes == 0 || bytes >= (uint64_t)1 << 63) return -1;
+    if (out == NULL || ptr == NULL || bytes == 0 || bytes >= (uint64_t)1 << 63 || owns < DMM_TORCH_CLAIM_BORROWS ||
+        owns > DMM_TORCH_CLAIM_UNIMPORTS)
+        return -1;
     dmm_torch_claim *c = malloc(sizeof *c);
     if (c == NULL) return -1;
     atomic_init(&c->holders, 1);
@@ -74,7 +76,7 @@ int dmm_torch_claim_create(void *ptr, uint64_t bytes, int device, void *stream, 
     c->bytes = bytes;
     c->device = device;
     c->stream = stream;
-    c->owns = owns != 0;
+    c->owns = owns;
     atomic_fetch_add_explicit(&g_live, 1, memory_order_relaxed);
     *out = c;
     return 0;
@@ -83,7 +85,8 @@ int dmm_torch_claim_create(void *ptr, uint64_t bytes, int device, void *stream, 
 void dmm_torch_claim_drop(dmm_torch_claim *c) {
     if (c == NULL) return;
     if (atomic_fetch_sub_explicit(&c->holders, 1, memory_order_acq_rel) != 1) return;
-    if (c->owns) dmm_torch_free(c->ptr, (ssize_t)c->bytes, c->device, c->stream);
+    if (c->owns == DMM_TORCH_CLAIM_FREES) dmm_torch_free(c->ptr, (ssize_t)c->bytes, c->device, c->stream);
+    else if (c->owns == DMM_TORCH_CLAIM_UNIMPORTS) (void)dmm_torch_unimport(c->device, c->ptr); /* said in last_error */
     free(c);
     atomic_fetch_sub_explicit(&g_live, 1, memory_order_release);
 }

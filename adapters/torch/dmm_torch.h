@@ -200,6 +200,16 @@ DMM_TORCH_API int dmm_torch_kv_request_get(dmm_kv *kv, const dmm_kv_request *r, 
 DMM_TORCH_API int dmm_torch_kv_stats(dmm_kv *kv, dmm_kv_stats *out);
 DMM_TORCH_API int dmm_torch_kv_refill(dmm_kv *kv, uint64_t *created);
 
+/* Tensors for other processes (torch.multiprocessing; python/dmm/_share.py). export: the pool block at ptr
+ * of `device` for another process (dmm_device_export: the whole handles under it, *lead = where the
+ * block begins; keep the block live while the other process uses it); `out` holds descriptors the
+ * caller closes (dmm_export_close). import: such an export mapped here, read-write unless !writable
+ * (*ptr = where it begins; the caller keeps its descriptors); unimport: that mapping undone. */
+DMM_TORCH_API int dmm_torch_export(int device, const void *ptr, int writable, dmm_export *out, uint64_t *lead);
+DMM_TORCH_API int dmm_torch_import(int device, const dmm_export *ex, int writable, void **ptr);
+DMM_TORCH_API int dmm_torch_unimport(int device, void *ptr);
+DMM_TORCH_API void dmm_torch_export_close(dmm_export *ex);
+
 /* CLOCK_MONOTONIC in ns (the clock of the *_ns stats). */
 DMM_TORCH_API uint64_t dmm_torch_now_ns(void);
 
@@ -212,10 +222,13 @@ DMM_TORCH_API int dmm_torch_stream_wait(int device, void *waiter, void *on);
 
 /* ---- claims and DLPack (adapters/torch/dlpack.c; python/dmm/_dlpack.py) ----
  * A claim is memory with a count of holders: its creator and each DLPack tensor made from it not yet
- * deleted. The memory is freed (dmm_torch_free, when `owns`) once, with the last holder. The DLPack
+ * deleted. With the last holder the memory goes once: freed (dmm_torch_free) when `owns` is
+ * DMM_TORCH_CLAIM_FREES, unmapped (dmm_torch_unimport) when DMM_TORCH_CLAIM_UNIMPORTS, left alone when
+ * DMM_TORCH_CLAIM_BORROWS; another value is bad input. The DLPack
  * tensors are plain C (struct and deleter): a consumer may delete one on any thread, with or without
  * the GIL, while an exception is pending or at interpreter exit. -1 on bad input or no host memory. */
 typedef struct dmm_torch_claim dmm_torch_claim;
+enum { DMM_TORCH_CLAIM_BORROWS = 0, DMM_TORCH_CLAIM_FREES = 1, DMM_TORCH_CLAIM_UNIMPORTS = 2 };
 DMM_TORCH_API int dmm_torch_claim_create(void *ptr, uint64_t bytes, int device, void *stream, int owns,
                                          dmm_torch_claim **out);
 DMM_TORCH_API void dmm_torch_claim_drop(dmm_torch_claim *c);

@@ -43,7 +43,7 @@ typedef struct variable_rule {
     field_rule field[MAX_FIELDS];
 } variable_rule;
 
-enum { POOL_VA, RETAIN, SETTLE, HANDLES, STOCK, RESTORE_PIECE, PLAN, VARIABLES };
+enum { POOL_VA, RETAIN, SETTLE, HANDLES, STOCK, RESTORE_PIECE, PLAN, SHAREABLE, VARIABLES };
 
 static const variable_rule rules[VARIABLES] = {
     [POOL_VA] = {DMM_OPTION_TORCH_POOL_VA, 1, {{true, UINT64_MAX}}},
@@ -53,6 +53,7 @@ static const variable_rule rules[VARIABLES] = {
     [STOCK] = {DMM_OPTION_TORCH_STOCK, 1, {{true, UINT64_MAX}}},
     [RESTORE_PIECE] = {DMM_OPTION_TORCH_RESTORE_PIECE, 3, {{true, UINT64_MAX}, {true, UINT64_MAX}, {true, UINT64_MAX}}},
     [PLAN] = {DMM_OPTION_TORCH_PLAN, 1, {{false, 1}}},
+    [SHAREABLE] = {DMM_OPTION_TORCH_SHAREABLE, 1, {{false, 1}}},
 };
 
 #define SIZE_GRAMMAR "digits and an optional unit K, M, G or T, e.g. 64G or 512MiB; no sign, spaces or hex"
@@ -124,6 +125,7 @@ dmm_status dmm__torch_config_from_env(dmm_device_config *cfg, dmm_torch_getenv_f
     }
     if (text[STOCK] != NULL) cfg->stock_bytes = v[STOCK][0];
     if (text[PLAN] != NULL) cfg->plan_loops = (uint32_t)v[PLAN][0];
+    if (text[SHAREABLE] != NULL) cfg->exportable = v[SHAREABLE][0] != 0;
     if (text[RESTORE_PIECE] != NULL) {
         cfg->restore_piece_bytes = v[RESTORE_PIECE][0] != 0 ? v[RESTORE_PIECE][0] : UINT64_MAX; /* 0 = one commit per segment */
         cfg->restore_first_bytes = v[RESTORE_PIECE][1];

@@ -64,6 +64,7 @@ static dmm_device *create_slow(int device) {
     dmm_device_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.size = sizeof cfg;
+    cfg.exportable = true; /* DMM_TORCH_SHAREABLE's default: shareable where the device can (below) */
     dmm_status s = dmm__torch_config_from_env(&cfg, dmm__option_env_named, NULL);
     if (s != DMM_OK) {
         pthread_mutex_unlock(&g_mu);
@@ -73,6 +74,13 @@ static dmm_device *create_slow(int device) {
     if (g_gov == NULL) s = dmm_governor_create(NULL, &g_gov);
     dmm_driver *drv = NULL;
     if (s == DMM_OK) s = dmm_cuda_driver_create(device, &drv);
+    if (s == DMM_OK && cfg.exportable) { /* tensors for torch.multiprocessing, where the device exports them */
+        dmm_cuda_device_info info;
+        memset(&info, 0, sizeof info);
+        info.size = sizeof info;
+        cfg.exportable = dmm_cuda_device_query(device, &info) == DMM_OK && info.posix_fd_export;
+        dmm_clear_error();
+    }
     if (s == DMM_OK) {
         cfg.limit_bytes = g_limit[device] ? g_limit[device] : g_limit_all;
         cfg.name = "torch";
@@ -443,6 +451,23 @@ int dmm_torch_hold_attach(int device, const char *socket, const char *name, cons
     s = dmm_ipc_attach(cl, name, token, writable ? DMM_ACCESS_READ_WRITE : DMM_ACCESS_READ, &ex);
     return hold_map(device, cl, s, &ex, writable != 0, ptr, bytes);
 }
+
+int dmm_torch_export(int device, const void *ptr, int writable, dmm_export *out, uint64_t *lead) {
+    WITH_CTX(device);
+    return record(dmm_device_export(c, ptr, writable != 0, out, lead));
+}
+
+int dmm_torch_import(int device, const dmm_export *ex, int writable, void **ptr) {
+    WITH_CTX(device);
+    return record(dmm_device_import(c, ex, writable != 0, ptr));
+}
+
+int dmm_torch_unimport(int device, void *ptr) {
+    WITH_CTX(device);
+    return record(dmm_device_unimport(c, ptr));
+}
+
+void dmm_torch_export_close(dmm_export *ex) { dmm_export_close(ex); }
 
 int dmm_torch_hold_detach(int device, void *ptr) {
     WITH_CTX(device);

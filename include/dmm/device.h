@@ -92,6 +92,9 @@ typedef struct dmm_device_config {
                        its own graph and sleep machinery and reports its pools' stats (ONNX Runtime): a
                        malloc/free pair costs about 40 ns less (bench_ort) */
     uint32_t plan_loops; /* 1 (experimental): the pool plans repeating loops (dmm_pool_config plan_loops) */
+    bool exportable;     /* every physical handle is created exportable, so that dmm_device_export can send
+                            pool blocks to other processes (CUDA: requestedHandleTypes = POSIX file
+                            descriptor; the host driver can export every handle): false by default */
 } dmm_device_config;
 
 /* ---- life ---- */
@@ -208,6 +211,14 @@ DMM_API dmm_status dmm_device_graphs_sleep(dmm_device *dev, int mode, dmm_stream
 DMM_API dmm_status dmm_device_graphs_wake(dmm_device *dev, dmm_stream stream);
 
 /* ---- regions of another process ---- */
+/* Exports the pool block at `ptr` (a live allocation of this device) to another process, read-write
+ * unless !writable: the whole handles backing it (dmm_pool_export_block: the importer sees their every
+ * byte), *lead = where the block begins in the export. Keep the block live while the other process uses
+ * it: freed, its memory may be handed out again. Refused with a sentence, nothing changed: anything but
+ * a live pool block (UNKNOWN_ALLOCATION: tag and graph blocks too), a device not created exportable over
+ * a driver that exports only such handles (CUDA). `out` holds new descriptors the caller owns
+ * (dmm_export_close). */
+DMM_API dmm_status dmm_device_export(dmm_device *dev, const void *ptr, bool writable, dmm_export *out, uint64_t *lead);
 /* Maps `ex` (its descriptors stay the caller's) into the device's address space, read-only unless
  * `writable`; charges the mapped axis only (the exporter owns the memory). */
 DMM_API dmm_status dmm_device_import(dmm_device *dev, const dmm_export *ex, bool writable, void **ptr);

@@ -261,6 +261,8 @@ typedef struct dmm_cuda_device_info {
     uint64_t granularity;   /* minimum VMM granularity in bytes; 0 without VMM */
     uint64_t free_bytes;    /* cuMemGetInfo in the primary context */
     uint64_t total_bytes;
+    bool posix_fd_export;   /* CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED: its memory can be
+                               exported to other processes as file descriptors (dmm/share.h) */
 } dmm_cuda_device_info;
 
 /* Fills `out` for device `ordinal` (retains the primary context for the query). UNSUPPORTED with

@@ -242,6 +242,18 @@ DMM_API dmm_status dmm_pool_block_size(dmm_pool *pool, const void *ptr, size_t *
  * stream, to free it where the pool reuses it at once. DMM_ERR_UNKNOWN_ALLOCATION for anything else. */
 DMM_API dmm_status dmm_pool_block_stream(dmm_pool *pool, const void *ptr, dmm_stream *stream);
 
+/* Exports the memory of the live block at ptr to another process (dmm/share.h): the whole chunks
+ * (handles) that back it, as one export of the pool's mechanism; *lead = where the block begins inside
+ * the export. The importer sees every byte of those chunks, also other blocks' that share them (as a
+ * CUDA IPC handle shows its whole segment). The chunks are marked exported: never cached again; the
+ * memory stays the importer's until it unmaps it, also after the block is freed, and the pool may hand
+ * the same memory out again once the block is freed: keep the block live while another process uses
+ * it. DMM_ERR_UNKNOWN_ALLOCATION for anything but a live block; the mechanism's refusal (dmm_export_range:
+ * not exportable, more than DMM_EXPORT_MAX_CHUNKS chunks, a poisoned chunk) otherwise; nothing changed. */
+struct dmm_export;
+DMM_API dmm_status dmm_pool_export_block(dmm_pool *pool, const void *ptr, dmm_access access, struct dmm_export *out,
+                                         uint64_t *lead);
+
 /* Decommits whole free chunks whose events have completed until the pool's committed bytes are at
  * most `target_bytes` (0 = everything it can). *released (may be NULL) = bytes decommitted by this
  * call. Chunks whose event is still pending stay mapped: the call does not wait; trim again later.

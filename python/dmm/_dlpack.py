@@ -56,16 +56,18 @@ def live():
 
 class Claim:
     """`nbytes` at `ptr` on device `device` (ordered on `stream`); with owns=True the memory is
-    dmm_torch_malloc's and goes with the last holder."""
+    dmm_torch_malloc's and goes with the last holder; with unimports=True it is another process's
+    memory mapped here (dmm_torch_import), unmapped with the last holder."""
 
-    def __init__(self, ptr, nbytes, device, stream=0, owns=False):
+    def __init__(self, ptr, nbytes, device, stream=0, owns=False, unimports=False):
         if isinstance(ptr, bool) or not isinstance(ptr, int) or ptr <= 0 or ptr >= 1 << 64:
             raise ValueError("a claim needs an address from 1 to 2**64 - 1, not %r" % (ptr,))
         if isinstance(nbytes, bool) or not isinstance(nbytes, int) or not 0 < nbytes < 1 << 63:
             raise ValueError("a claim needs 1 to 2**63 - 1 bytes, not %r" % (nbytes,))
         self._lib = _calls()
         handle = ctypes.c_void_p()
-        if self._lib.dmm_torch_claim_create(ptr, nbytes, device, stream or None, 1 if owns else 0,
+        release = 2 if unimports else 1 if owns else 0  # DMM_TORCH_CLAIM_UNIMPORTS, _FREES, _BORROWS
+        if self._lib.dmm_torch_claim_create(ptr, nbytes, device, stream or None, release,
                                             ctypes.byref(handle)) != 0:
             raise MemoryError("dmm: no host memory for a claim on %d bytes at %#x" % (nbytes, ptr))
         self._c, self.ptr, self.nbytes, self.device = handle.value, ptr, nbytes, device

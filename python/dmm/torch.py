@@ -114,6 +114,9 @@ def enable(limit=None, capture_check=True, track_blocks=False):
     from . import _torch_calls
 
     _torch_calls.install(sys.modules[__name__])  # torch.cuda.memory_stats, empty_cache, ... answer from dmm
+    from . import _share
+
+    _share.install()  # CUDA tensors through torch.multiprocessing: dmm's export instead of CUDA IPC
     lib.dmm_torch_set_capture_check(1 if capture_check else 0)
     if track_blocks:
         _track(-1)

@@ -69,6 +69,11 @@ static const dmm_option table[DMM_OPTION_COUNT_] = {
                               "unset, a failed allocation raises an exception",
                               "null makes a failed allocation return NULL to torch instead of raising "
                               "torch.cuda.OutOfMemoryError or RuntimeError (torch does not check that NULL)"},
+    [DMM_OPTION_TORCH_SHAREABLE] = {"DMM_TORCH_SHAREABLE", NULL, "libdmm_torch.so", DMM_OPTION_COUNT, 0, 1, "0|1",
+                                     "0 or 1", "0", "1: where the device exports POSIX file descriptors",
+                                     "1 creates every handle exportable, so that a tensor can be sent to another "
+                                     "process (torch.multiprocessing; dmm_device_config.exportable); 0 creates "
+                                     "plain handles and such a send raises"},
     [DMM_OPTION_CUDA_LIBRARY] = {"DMM_CUDA_LIBRARY", NULL, "libdmm", DMM_OPTION_TEXT, 0, 0, "PATH", "a library path",
                                  "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "libcuda.so.1",
                                  "the CUDA driver library the cuda driver opens (for tests and unusual installs)"},

@@ -175,6 +175,8 @@ dmm_status dmm_device_create(dmm_driver *drv, dmm_governor *gov,
     ac.reserve_bytes = reserve;
     ac.cache_limit_bytes = k.cache_limit_bytes == UINT64_MAX ? 0 : k.cache_limit_bytes ? k.cache_limit_bytes : 8 * MIB;
     ac.accounting = &c->accounting; /* the governor's own hook: the arena charges the lease directly */
+    ac.exportable = k.exportable;
+    c->exportable = k.exportable;
     s = dmm_arena_create(drv, &ac, &c->arena);
     if (s != DMM_OK) goto fail;
     uint64_t va_bytes = 0;

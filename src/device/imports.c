@@ -22,6 +22,23 @@ struct device_import {
     struct device_import *next;
 };
 
+dmm_status dmm_device_export(dmm_device *c, const void *ptr, bool writable, dmm_export *out, uint64_t *lead) {
+    if (c == NULL || ptr == NULL || out == NULL || lead == NULL)
+        return dmm__device_null("dmm_device_export", "a device, a block, an export and an output offset");
+    dmm_access access = writable ? DMM_ACCESS_READ_WRITE : DMM_ACCESS_READ;
+    dmm_status s = dmm_pool_export_block(c->pool, ptr, access, out, lead);
+    if (s != DMM_ERR_UNKNOWN_ALLOCATION)
+        return s == DMM_OK ? s
+                           : dmm__error_wrap(s, "dmm device: exporting the block at %p of device %d%s", ptr,
+                                             (int)c->dev.index,
+                                             c->exportable ? "" : " (a device not created exportable: set "
+                                                                  "dmm_device_config.exportable)");
+    return dmm_error_set(DMM_ERR_UNKNOWN_ALLOCATION, "dmm device: %p is not a live pool block of device %d (tag and "
+                                                     "graph memory is not exported: allocate what you send outside tag "
+                                                     "scopes and captures); nothing was exported",
+                         ptr, (int)c->dev.index);
+}
+
 dmm_status dmm_device_import(dmm_device *c, const dmm_export *ex, bool writable, void **ptr) {
     if (c == NULL || ex == NULL || ptr == NULL) return dmm__device_null("dmm_device_import", "a device, an export and an output pointer");
     device_import *im = calloc(1, sizeof *im);

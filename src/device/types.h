@@ -256,6 +256,7 @@ struct dmm_device {
     _Atomic int capture_check; /* 1: malloc asks a non-default stream's capture status (dmm_device_set_capture_check) */
     bool can_capture;        /* the driver tells a capturing stream (its stream_capture_status slot) */
     bool pool_only;          /* dmm_device_config.pool_only: the pool serves and counts every malloc */
+    bool exportable;         /* dmm_device_config.exportable: the arena's handles can be exported */
 
     dmm_driver *drv;         /* not owned; its latch says whether the device is lost */
     dmm_device_id dev;

@@ -80,7 +80,8 @@ typedef enum dmm_cu_result {
 #define DMM_CU_DEVICE_ATTRIBUTES(X)                                                                        \
     X(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 75)                                                    \
     X(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, 76)                                                    \
-    X(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 102)
+    X(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 102)                                       \
+    X(CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 103)
 typedef enum dmm_cu_device_attribute {
     DMM_CU_DEVICE_ATTRIBUTES(DMM_CU_ENUMERATOR)
 } dmm_cu_device_attribute; /* CUdevice_attribute */

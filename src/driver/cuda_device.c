@@ -109,6 +109,12 @@ dmm_status dmm_cuda_device_query(int ordinal, dmm_cuda_device_info *out) {
         step = "VMM attribute / granularity";
         r = dmm__cuda_device_vmm(dev, &vmm, &granule);
     }
+    int fd_export = 0;
+    if (r == DMM_CUDA_SUCCESS) {
+        step = "cuDeviceGetAttribute(HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED)";
+        r = dmm__cu.cuDeviceGetAttribute(&fd_export, DMM_CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                                         dev);
+    }
     if (r == DMM_CUDA_SUCCESS) {
         step = "cuMemGetInfo";
         r = dmm__cu.cuMemGetInfo(&f, &t);
@@ -124,6 +130,7 @@ dmm_status dmm_cuda_device_query(int ordinal, dmm_cuda_device_info *out) {
     info.granularity = granule;
     info.free_bytes = f;
     info.total_bytes = t;
+    info.posix_fd_export = fd_export != 0;
     memcpy(out, &info, sizeof info);
     return DMM_OK;
 }

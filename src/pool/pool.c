@@ -64,6 +64,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dmm/share.h"
 #include "pool/hot.h"
 
 #define GIB ((uint64_t)1 << 30)
@@ -549,6 +550,50 @@ dmm_status dmm_pool_block_size(dmm_pool *p, const void *ptr, size_t *bytes) {
         if (b != NULL) return DMM_OK;
     }
     return dmm_error_set(DMM_ERR_UNKNOWN_ALLOCATION, "dmm_pool_block_size: %p is not a live block of this pool", ptr);
+}
+
+/* The whole chunks under [lo, hi) (addresses of committed memory): the first one's start and the last
+ * one's end; false when a quantum there lies in no chunk. Under the lock of the heap that owns them. */
+static bool chunks_covering(const dmm_pool *p, uintptr_t lo, uintptr_t hi, uintptr_t *start, uintptr_t *end) {
+    size_t q0 = qidx(p, lo), q1 = qidx(p, hi - 1), s = q0;
+    size_t back = (size_t)(DMM_POOL_WARM_HANDLE_BYTES / p->chunk); /* the longest chunk there is */
+    while (p->clen[s] == 0 && s > 0 && q0 - s < back) s--;
+    if (p->clen[s] == 0 || s + p->clen[s] <= q0) return false;
+    size_t e = s;
+    while (e <= q1) {
+        if (p->clen[e] == 0) return false;
+        e += p->clen[e];
+    }
+    *start = p->base + (uintptr_t)(s * p->chunk);
+    *end = p->base + (uintptr_t)(e * p->chunk);
+    return true;
+}
+
+dmm_status dmm_pool_export_block(dmm_pool *p, const void *ptr, dmm_access access, struct dmm_export *out,
+                                 uint64_t *lead) {
+    if (p == NULL || ptr == NULL || out == NULL || lead == NULL)
+        return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_pool_export_block: pool, ptr, out and lead are required");
+    pool_heap *h = heap_of_addr(p, (uintptr_t)ptr);
+    if (h == NULL)
+        return dmm_error_set(DMM_ERR_UNKNOWN_ALLOCATION, "dmm_pool_export_block: %p is not a live block of this pool",
+                             ptr);
+    heap_lock(h);
+    pool_block *b = dmm__heap_hash_find(h, (uintptr_t)ptr);
+    uintptr_t start = 0, end = 0;
+    dmm_status s;
+    if (b == NULL || b->kind != BK_LIVE)
+        s = dmm_error_set(DMM_ERR_UNKNOWN_ALLOCATION, "dmm_pool_export_block: %p is not a live block of this pool",
+                          ptr);
+    else if (!chunks_covering(p, b->addr, b->addr + b->size, &start, &end))
+        s = dmm_error_set(DMM_ERR_UNSUPPORTED, "dmm_pool_export_block: the live block at %p (%llu bytes) lies outside "
+                                            "the pool's chunks; nothing was exported", ptr,
+                          (unsigned long long)b->size);
+    else
+        s = dmm_export_range(p->mech, &p->va, (dmm_range){(size_t)(start - p->base), (size_t)(end - start)}, access,
+                             out);
+    heap_unlock(h);
+    if (s == DMM_OK) *lead = (uint64_t)((uintptr_t)ptr - start);
+    return s;
 }
 
 dmm_status dmm_pool_block_stream(dmm_pool *p, const void *ptr, dmm_stream *stream) {

@@ -639,6 +639,83 @@ static void a_region_of_another_process_is_imported(void **state) {
     fx_close(&f);
 }
 
+/* The child of pool_blocks_go_to_another_process: its own device over its own host driver; imports
+ * the export it is sent, checks the block's bytes at `lead` (seed 33), writes seed 34 over them, says
+ * so, waits to be told to go, unimports. Exits 0 when all went well. */
+static int importer(int sock, uint64_t bytes) {
+    fx f;
+    fx_open(&f);
+    dmm_export ex;
+    dmm_export_init(&ex);
+    uint64_t lead = 0;
+    if (dmm_ipc_recv_export(sock, &ex) != DMM_OK || read(sock, &lead, sizeof lead) != (ssize_t)sizeof lead) return 1;
+    void *p = NULL;
+    if (dmm_device_import(f.dev, &ex, true, &p) != DMM_OK) return 2;
+    dmm_export_close(&ex);
+    unsigned char *b = (unsigned char *)p + lead;
+    if (!same(b, bytes, 33)) return 3;
+    fill(b, bytes, 34);
+    char c = 0;
+    if (write(sock, "w", 1) != 1 || read(sock, &c, 1) != 1) return 4;
+    if (dmm_device_unimport(f.dev, p) != DMM_OK) return 5;
+    return dmm_device_destroy(f.dev) == DMM_OK ? 0 : 6;
+}
+
+/* A pool block goes to another process: the whole handles under it are exported, the other process
+ * reads what this one wrote and this one sees what it writes; a pointer that is not a live pool block
+ * (a freed one, a tag block) is refused with a sentence and exports nothing. */
+static void pool_blocks_go_to_another_process(void **state) {
+    (void)state;
+    fx f;
+    fx_open(&f);
+    const uint64_t n = 3 * MIB + 4096;
+    void *before = NULL, *blk = NULL, *freed = NULL, *tagged = NULL;
+    DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, 4096, f.s1, &before)); /* another block in the same handle */
+    DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, n, f.s1, &blk));
+    DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, 512, f.s1, &freed));
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, freed, f.s1));
+    DMM_OK_OR_FAIL(dmm_device_tag_begin("kept"));
+    DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, 4096, f.s1, &tagged));
+    DMM_OK_OR_FAIL(dmm_device_tag_end());
+    fill(blk, n, 33);
+    dmm_export ex;
+    uint64_t lead = 0;
+    assert_int_equal(dmm_device_export(f.dev, freed, true, &ex, &lead), DMM_ERR_UNKNOWN_ALLOCATION);
+    dmm_test_error_mentions("not a live pool block", NULL);
+    assert_int_equal(dmm_device_export(f.dev, tagged, true, &ex, &lead), DMM_ERR_UNKNOWN_ALLOCATION);
+    dmm_test_error_mentions("outside tag scopes", NULL);
+    assert_int_equal(dmm_device_export(f.dev, NULL, true, &ex, &lead), DMM_ERR_INVALID_ARGUMENT);
+    DMM_OK_OR_FAIL(dmm_device_export(f.dev, blk, true, &ex, &lead));
+    assert_true(ex.nchunks >= 1 && lead + n <= ex.bytes && ex.bytes % ex.granule == 0);
+    assert_int_equal(((uintptr_t)blk - lead) % ex.granule, 0); /* the export starts on a handle */
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(sv[0]);
+        _exit(importer(sv[1], n));
+    }
+    close(sv[1]);
+    DMM_OK_OR_FAIL(dmm_ipc_send_export(sv[0], &ex));
+    dmm_export_close(&ex);
+    assert_int_equal(write(sv[0], &lead, sizeof lead), (ssize_t)sizeof lead);
+    char c = 0;
+    assert_int_equal(read(sv[0], &c, 1), 1); /* it wrote */
+    assert_true(same(blk, n, 34));
+    assert_int_equal(write(sv[0], "g", 1), 1);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    close(sv[0]);
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, blk, f.s1));
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, before, f.s1));
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, tagged, f.s1));
+    DMM_OK_OR_FAIL(dmm_device_empty_cache(f.dev, NULL));
+    fx_close(&f);
+}
+
 /* The holder of two devices (an adapter's, as ONNX Runtime's): its reclaim trims both devices' pools. */
 typedef struct two_devices {
     dmm_device *d[2];
@@ -752,6 +829,7 @@ int main(void) {
         cmocka_unit_test(graph_sleep_when_things_fail),
         cmocka_unit_test(a_fit_gives_back_what_captures_did_not_use),
         cmocka_unit_test(a_region_of_another_process_is_imported),
+        cmocka_unit_test(pool_blocks_go_to_another_process),
         cmocka_unit_test(two_devices_share_a_holder_and_its_reclaim),
         cmocka_unit_test(bad_input_is_refused_with_a_sentence),
     };

@@ -6,7 +6,8 @@
  * describes the whole claim (address, 1-D uint8, stride 1, the device type and index asked); its
  * deleter gives its hold back once and frees the struct; the memory of a claim that owns it is freed
  * (dmm_torch_free) exactly once, with the last holder, in either order, and never for one that does
- * not own it; the count of live claims follows; bad input is refused; the capsule destructor outside a
+ * not own it; an import's claim is unmapped (dmm_torch_unimport) once, with its last holder; the count
+ * of live claims follows; bad input is refused; the capsule destructor outside a
  * Python process does nothing. dmm_torch_free is this file's: it records the call and frees the host
  * memory (the real one is torch_cuda.c's, on a GPU).
  */
@@ -14,8 +15,8 @@
 
 #include "testkit.h"
 
-static int g_frees;
-static void *g_freed;
+static int g_frees, g_unimports;
+static void *g_freed, *g_unimported;
 
 void dmm_torch_free(void *ptr, ssize_t size, int device, void *stream) {
     (void)size;
@@ -24,6 +25,13 @@ void dmm_torch_free(void *ptr, ssize_t size, int device, void *stream) {
     g_frees++;
     g_freed = ptr;
     free(ptr);
+}
+
+int dmm_torch_unimport(int device, void *ptr) {
+    (void)device;
+    g_unimports++;
+    g_unimported = ptr;
+    return 0;
 }
 
 static void a_tensor_holds_its_claim_and_describes_it(void **state) {
@@ -91,6 +99,23 @@ static void a_claim_that_does_not_own_its_memory_never_frees_it(void **state) {
     assert_int_equal(g_frees, 0);
 }
 
+/* An import's claim (another process's memory, mapped here) unmaps it with the last holder, once. */
+static void an_imported_claim_is_unmapped_with_its_last_holder(void **state) {
+    (void)state;
+    g_frees = g_unimports = 0;
+    static unsigned char range[4096];
+    dmm_torch_claim *c = NULL;
+    assert_int_equal(dmm_torch_claim_create(range, sizeof range, 1, NULL, DMM_TORCH_CLAIM_UNIMPORTS, &c), 0);
+    dl_managed_tensor *m = dmm_torch_claim_dlpack(c, 2);
+    assert_non_null(m);
+    dmm_torch_claim_drop(c);
+    assert_int_equal(g_unimports, 0);
+    m->deleter(m);
+    assert_int_equal(g_unimports, 1);
+    assert_ptr_equal(g_unimported, range);
+    assert_int_equal(g_frees, 0);
+}
+
 static void bad_input_is_refused(void **state) {
     (void)state;
     uint64_t live = dmm_torch_claims_live();
@@ -100,6 +125,8 @@ static void bad_input_is_refused(void **state) {
     assert_int_equal(dmm_torch_claim_create(range, 0, 0, NULL, 0, &c), -1);
     assert_int_equal(dmm_torch_claim_create(range, (uint64_t)1 << 63, 0, NULL, 0, &c), -1);
     assert_int_equal(dmm_torch_claim_create(range, 64, 0, NULL, 0, NULL), -1);
+    assert_int_equal(dmm_torch_claim_create(range, 64, 0, NULL, 3, &c), -1); /* no such release */
+    assert_int_equal(dmm_torch_claim_create(range, 64, 0, NULL, -1, &c), -1);
     assert_null(c);
     assert_int_equal(dmm_torch_claims_live(), live);
     assert_null(dmm_torch_claim_dlpack(NULL, 2));
@@ -114,6 +141,7 @@ int main(void) {
         cmocka_unit_test(a_tensor_holds_its_claim_and_describes_it),
         cmocka_unit_test(the_memory_goes_once_with_the_last_holder_in_either_order),
         cmocka_unit_test(a_claim_that_does_not_own_its_memory_never_frees_it),
+        cmocka_unit_test(an_imported_claim_is_unmapped_with_its_last_holder),
         cmocka_unit_test(bad_input_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

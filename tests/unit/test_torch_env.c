@@ -23,7 +23,8 @@ typedef struct env {
     const char *pool_va, *retain, *piece, *settle, *handles, *stock;
 } env;
 
-static const char *plan_value; /* DMM_TORCH_PLAN's, beside every env below (NULL: unset) */
+static const char *plan_value;      /* DMM_TORCH_PLAN's, beside every env below (NULL: unset) */
+static const char *shareable_value; /* DMM_TORCH_SHAREABLE's, the same way */
 
 static const char *get(void *user, const char *name) {
     const env *e = user;
@@ -34,6 +35,7 @@ static const char *get(void *user, const char *name) {
     if (strcmp(name, "DMM_TORCH_HANDLES") == 0) return e->handles;
     if (strcmp(name, "DMM_TORCH_STOCK") == 0) return e->stock;
     if (strcmp(name, "DMM_TORCH_PLAN") == 0) return plan_value;
+    if (strcmp(name, "DMM_TORCH_SHAREABLE") == 0) return shareable_value;
     fail_msg("unexpected variable %s", name);
     return NULL;
 }
@@ -104,6 +106,17 @@ static void valid_values_are_read(void **state) {
         assert_memory_equal(&before, &after, sizeof before);
     }
     plan_value = NULL;
+    shareable_value = "0";
+    c = marked();
+    DMM_OK_OR_FAIL(dmm__torch_config_from_env(&c, get, &none));
+    assert_false(c.exportable);
+    shareable_value = "1";
+    DMM_OK_OR_FAIL(dmm__torch_config_from_env(&c, get, &none));
+    assert_true(c.exportable);
+    shareable_value = "true"; /* a whole number, as DMM_TORCH_PLAN */
+    assert_int_equal(dmm__torch_config_from_env(&c, get, &none), DMM_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(dmm_last_error(), "DMM_TORCH_SHAREABLE"));
+    shareable_value = NULL;
     env e4 = {NULL, NULL, "33554432", NULL, NULL, NULL};
     DMM_OK_OR_FAIL(dmm__torch_config_from_env(&c, get, &e4));
     assert_int_equal(c.restore_piece_bytes, 33554432ull);

@@ -1,0 +1,112 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Issue 37, acceptance 4 (first half) on a GPU: CUDA tensors in dmm memory through torch.multiprocessing.
+
+A parent under dmm.torch.enable() sends, through a torch.multiprocessing queue (spawn), a strided
+float32 view with a storage offset, an nn.Parameter and a CPU tensor to a child. What is proven: the
+child reads the parent's values (the same sum, dtype, shape, strides, requires_grad), its in-place
+write is seen by the parent, the CPU tensor still travels by torch's own reduction; a tensor in tag
+memory is refused with dmm's sentence; the child's mapping goes when its tensors go (its dmm stats
+count the import while held, none after).
+Prints every number; exit 0 = all held, 1 = something did not, 77 = no torch/GPU.
+"""
+
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import check, failures, require_torch_gpu, result_of, worker_env  # noqa: E402
+
+require_torch_gpu()
+
+PARENT = r"""
+import json, sys, torch, torch.multiprocessing as mp
+import dmm.torch as dt
+
+
+def imported():
+    v = dt.memory_stats_raw()["arena"].get("imported_bytes")
+    return v["current"] if isinstance(v, dict) else v
+
+
+def worker(q, r):
+    view, param, cpu = q.get()
+    r.put({"sum": float(view.double().sum().item()), "shape": list(view.shape), "stride": list(view.stride()),
+           "offset": view.storage_offset(), "dtype": str(view.dtype), "param_grad": param.requires_grad,
+           "param_sum": float(param.double().sum().item()), "cpu_sum": float(cpu.double().sum().item()),
+           "imported": imported()})
+    view.mul_(2)
+    torch.cuda.synchronize()
+    r.put("written")
+    q.get()
+    del view, param
+    import gc
+    gc.collect()
+    torch.cuda.synchronize()
+    r.put({"imported_after": imported()})
+
+
+if __name__ == "__main__":
+    dt.enable()
+    mp.set_start_method("spawn")
+    q, r = mp.Queue(), mp.Queue()
+    child = mp.Process(target=worker, args=(q, r))
+    child.start()
+    base = torch.arange(3 << 20, device="cuda", dtype=torch.float32)
+    view = base[1000:1000 + (1 << 20)].view(1024, 1024)[:, 5:]
+    before = view.clone()
+    param = torch.nn.Parameter(torch.full((4096,), 0.5, device="cuda"))
+    cpu = torch.arange(100, dtype=torch.float64)
+    q.put((view, param, cpu))
+    got = r.get(timeout=300)
+    out = {"child": got, "sum": float(view.double().sum().item()), "stride": list(view.stride()),
+           "offset": view.storage_offset(), "cpu_sum": float(cpu.sum().item())}
+    out["child_wrote"] = r.get(timeout=120) == "written"
+    torch.cuda.synchronize()
+    out["parent_sees_write"] = bool(torch.equal(view, before * 2))
+    q.put("go")
+    out["after"] = r.get(timeout=120)
+    child.join(60)
+    out["child_exit"] = child.exitcode
+    from multiprocessing.reduction import ForkingPickler
+    with dt.tag("weights"):
+        w = torch.ones(1024, device="cuda")
+    try:
+        ForkingPickler.dumps(w)
+        out["tag_refusal"] = None
+    except Exception as e:  # noqa: BLE001
+        out["tag_refusal"] = "%s: %s" % (type(e).__name__, e)
+    print("RESULT " + json.dumps(out), flush=True)
+"""
+
+
+def main():
+    p = subprocess.run([sys.executable, "-c", PARENT], env=worker_env("dmm"), capture_output=True, text=True,
+                       timeout=600)
+    res = result_of(p.stdout)
+    if p.returncode != 0 or res is None:
+        print((p.stdout + p.stderr)[-4000:])
+        check(False, "the parent and its child ran (exit %d)" % p.returncode)
+        return 1
+    c = res["child"]
+    print("child: %s" % c)
+    print("parent: sum %.1f, stride %s, offset %d; after: %s; child exit %s"
+          % (res["sum"], res["stride"], res["offset"], res["after"], res["child_exit"]))
+    check(c["sum"] == res["sum"] and c["shape"] == [1024, 1019] and c["stride"] == res["stride"]
+          and c["offset"] == res["offset"] and c["dtype"] == "torch.float32",
+          "the child reads the strided view the parent sent (sum, shape, strides, offset, dtype)")
+    check(c["param_grad"] is True and c["param_sum"] == 2048.0, "an nn.Parameter arrives as one (requires_grad)")
+    check(c["cpu_sum"] == res["cpu_sum"], "a CPU tensor still travels by torch's own reduction")
+    check(res["child_wrote"] and res["parent_sees_write"], "the parent sees the child's in-place write")
+    check(bool(c["imported"]) and res["after"]["imported_after"] == 0,
+          "the child's dmm device counts the import while it holds the tensors, none after (%s, %s)"
+          % (c["imported"], res["after"]["imported_after"]))
+    check(res["child_exit"] == 0, "the child exits 0")
+    ref = res["tag_refusal"] or ""
+    check("tag and graph" in ref, "a tensor in tag memory is refused with dmm's sentence (%s)" % ref[:300])
+    print("%d check(s) failed" % len(failures) if failures else "all checks passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
