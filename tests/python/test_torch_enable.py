@@ -104,7 +104,8 @@ dt.memory_stats_raw = lambda device=None: dict(RAW, limit=limit["bytes"])
 dt.reset_peak_memory_stats = lambda device=None: calls.append(("dmm", "reset_peaks", device))
 dt.empty_cache = lambda device=None: calls.append(("dmm", "empty_cache", device))
 dt.set_limit = lambda b, device=None: (calls.append(("dmm", "set_limit", b, device)), limit.update(bytes=b))
-dt.history = lambda n, device=None: calls.append(("dmm", "history", n, device))
+dt.history = lambda n, device=None, context=None, stacks="python", skip_actions=(): calls.append(
+    ("dmm", "history", n, device, context, stacks, tuple(skip_actions)))
 dt.snapshot = lambda device=None: RAW
 
 # ---- a tag is a name: anything else is a TypeError that says so, before the library is asked ----
@@ -207,9 +208,17 @@ check(free == min(900 << 20, max(0, bound)) and total == 1000 << 20,
 torch._C._cuda_record_memory_history("all", "all", "all", sys.maxsize)
 torch._C._cuda_record_memory_history(None, None, "all", 5000)
 torch._C._cuda_record_memory_history_legacy(True, True, 777)
+torch._C._cuda_record_memory_history("all", "alloc", "python", 10, False, False, False, ["free_requested"])
+torch._C._cuda_record_memory_history("all", "state", "all", 10, skip_actions=["alloc"])
+torch._C._cuda_record_memory_history_legacy(True, True, 5, True, True)
 hist = [c for c in calls if c[1] == "history"]
-check(hist == [("dmm", "history", 1 << 20, 0), ("dmm", "history", 0, 0), ("dmm", "history", 777, 0)],
-      "_record_memory_history: torch's default max_entries -> 2^20, None -> off, the legacy form too (%s)" % hist)
+check(hist == [("dmm", "history", 1 << 20, 0, "all", "all", ()), ("dmm", "history", 0, 0, None, "all", ()),
+               ("dmm", "history", 777, 0, "state", "python", ()),
+               ("dmm", "history", 10, 0, "alloc", "python", ("free_requested",)),
+               ("dmm", "history", 10, 0, "state", "all", ("alloc",)),
+               ("dmm", "history", 5, 0, "alloc", "all", ())],
+      "_record_memory_history: torch's default max_entries -> 2^20, None -> off, context, stacks and skip_actions "
+      "passed on (positional or named), the legacy form too (%s)" % hist)
 snap = torch._C._cuda_memorySnapshot(None)
 check(isinstance(snap, dict) and "segments" in snap and "device_traces" in snap,
       "_cuda_memorySnapshot: the snapshot in torch's layout")
