@@ -148,15 +148,19 @@ DMM_TORCH_API int dmm_torch_track_blocks(int device);
  * on for the device. */
 DMM_TORCH_API int dmm_torch_history(int device, uint64_t max_entries);
 /* Who allocated each block (adapters/torch/frames.c; python/dmm/_stacks.py): while `hook` is set, every
- * pool block this device hands out or frees with block tracking on calls hook(event, native, n) on the
- * allocating thread, with no lock of dmm held (event: DMM_DEVICE_EVENT_ALLOC or _FREE; native: the
- * thread's n return addresses, innermost first, n ≤ native_depth, when native_depth > 0), and keeps
- * the number it returns with the block and the event (the snapshot's last value; 0 = none). One hook
- * for the process: the latest call's. `skip`: bits 1 << DMM_DEVICE_EVENT_* of the history's kinds not
- * kept. native_depth 0 … DMM_TORCH_NATIVE_FRAMES_MAX, else INVALID_ARGUMENT; hook NULL: none. */
+ * pool block this device hands out (and frees) with block tracking on calls hook(event, native, n) for
+ * the kinds in `events` (bits 1 << DMM_DEVICE_EVENT_ALLOC / _FREE), on the allocating thread, with no
+ * lock of dmm held (native: the thread's n return addresses, innermost first, n ≤ native_depth, when
+ * native_depth > 0; not called once the process's Python is finalized), and keeps the number it returns
+ * with the block and the event (the snapshot's last value; 0 = none: a free then shows its
+ * allocation's). One hook per device. `skip`: bits 1 << DMM_DEVICE_EVENT_* of the history's kinds not
+ * kept. native_depth 0 … DMM_TORCH_NATIVE_FRAMES_MAX, else INVALID_ARGUMENT. hook NULL: none, and the call
+ * returns once no call into a hook is in flight (call it without locks a hook may wait for: through
+ * ctypes, the GIL is released). */
 #define DMM_TORCH_NATIVE_FRAMES_MAX 64
 typedef uint32_t (*dmm_torch_context_fn)(int event, void *const *native, int n);
-DMM_TORCH_API int dmm_torch_history_context(int device, uint32_t skip, int native_depth, dmm_torch_context_fn hook);
+DMM_TORCH_API int dmm_torch_history_context(int device, uint32_t skip, uint32_t events, int native_depth,
+                                            dmm_torch_context_fn hook);
 /* Names a native frame: the symbol (C++ names demangled; "" when the object exports none), the object
  * file and the offset from the symbol (from the object's base when no symbol). -1 when nothing is
  * known of `addr` (or a buffer is missing). */

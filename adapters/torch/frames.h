@@ -7,9 +7,13 @@
 
 #include "dmm_torch.h"
 
-/* The dmm_device_context_fn every device of libdmm_torch gets while a hook is set. */
+#define DMM_TORCH_CONTEXT_DEVICES 64 /* torch_cuda.c's MAX_DEVICES */
+
+/* The dmm_device_context_fn of a device with a hook; its argument is the device's slot. */
 uint32_t dmm__torch_context(void *arg, int event);
-/* Sets the hook (NULL: none) and how many native frames it is given (0 … DMM_TORCH_NATIVE_FRAMES_MAX). */
-void dmm__torch_context_set(dmm_torch_context_fn hook, int native_depth);
+/* Sets `device`'s slot (0 ≤ device < DMM_TORCH_CONTEXT_DEVICES): the hook (NULL: none), the event kinds it
+ * is called for, how many native frames it is given (0 … DMM_TORCH_NATIVE_FRAMES_MAX). Returns the slot,
+ * the context function's argument. With hook NULL, returns once no call into any hook is in flight. */
+void *dmm__torch_context_set(int device, dmm_torch_context_fn hook, uint32_t events, int native_depth);
 
 #endif /* DMM_TORCH_FRAMES_H */

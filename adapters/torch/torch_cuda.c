@@ -29,6 +29,7 @@
 #include "frames.h"
 
 #define MAX_DEVICES 64
+_Static_assert(MAX_DEVICES == DMM_TORCH_CONTEXT_DEVICES, "one history context slot per device");
 
 /* ---- contexts ---- */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -386,15 +387,20 @@ int dmm_torch_history(int device, uint64_t max_entries) {
     return record(dmm_device_history(c, max_entries));
 }
 
-int dmm_torch_history_context(int device, uint32_t skip, int native_depth, dmm_torch_context_fn hook) {
+int dmm_torch_history_context(int device, uint32_t skip, uint32_t events, int native_depth,
+                              dmm_torch_context_fn hook) {
     if (native_depth < 0 || native_depth > DMM_TORCH_NATIVE_FRAMES_MAX)
         return record(dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
                                     "dmm torch: %d native frames per event asked; 0 to %d are kept (0: none)",
                                     native_depth, DMM_TORCH_NATIVE_FRAMES_MAX));
     WITH_CTX(device);
-    int s = record(dmm_device_history_context(c, skip, hook != NULL ? dmm__torch_context : NULL, NULL));
-    if (s == 0) dmm__torch_context_set(hook, native_depth);
-    return s;
+    if (hook == NULL) { /* the device stops calling first; the slot then waits out the calls in flight */
+        int s = record(dmm_device_history_context(c, skip, NULL, NULL));
+        dmm__torch_context_set(device, NULL, 0, 0);
+        return s;
+    }
+    void *slot = dmm__torch_context_set(device, hook, events, native_depth);
+    return record(dmm_device_history_context(c, skip, dmm__torch_context, slot));
 }
 
 void dmm_torch_set_capture_check(int on) { /* every device, also those not used yet */

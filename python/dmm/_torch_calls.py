@@ -194,9 +194,9 @@ def install(dt):
         # after max_entries torch passes clear_history, compile_context, global_record_annotations (flags dmm
         # has no use for) and skip_actions, the one list among them, in an order that moved between releases
         skip = kw.get("skip_actions") or next((a for a in rest if isinstance(a, (list, tuple))), None) or ()
-        on = enabled is not None
-        dt.history(history_entries(on, max_entries), torch.cuda.current_device(), context=context if on else None,
-                   stacks=stacks or "python", skip_actions=skip)
+        trace = enabled == "all"  # "state": the blocks' frames alone, no trace; None: off
+        dt.history(history_entries(trace, max_entries), torch.cuda.current_device(),
+                   context=context if enabled is not None else None, stacks=stacks or "python", skip_actions=skip)
 
     def record_history_legacy(enabled, record_context=True, trace_alloc_max_entries=1,
                               trace_alloc_record_context=False, record_cpp_context=False, *_, **__):

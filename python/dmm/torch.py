@@ -341,10 +341,12 @@ def history(max_entries=100_000, device=None, context=None, stacks="python", ski
     """Keeps the pool's last `max_entries` events from now on (blocks handed out and freed, ranges
     mapped and unmapped), for the device_traces of torch_snapshot() -- what
     torch.cuda.memory._record_memory_history(max_entries=...) is for PyTorch's allocator. 0 or None
-    turns it off; a new call drops the events kept so far. Turns block tracking on (track_blocks) for
-    the device.
+    keeps no events; a new call drops the events kept so far. Turns block tracking on (track_blocks)
+    for the device.
     context: which pool blocks carry stack frames, as PyTorch's argument: None (none), "state" and
-    "alloc" (each block and allocation event: the frames that allocated it), "all" (frees too).
+    "alloc" (each block and allocation event: the frames that allocated it; a free event shows its
+    allocation's), "all" (a free event its own). With max_entries 0 and a context, the blocks alone
+    carry frames (PyTorch's enabled="state").
     stacks: "python" (the Python frames) or "all" (the native frames from torch's allocator call up to
     the interpreter first). Frames cost a Python callback per allocation (and free with "all").
     skip_actions: PyTorch's trace actions not kept ("alloc", "free_requested", "free_completed",
@@ -364,9 +366,12 @@ def history(max_entries=100_000, device=None, context=None, stacks="python", ski
         skip |= _SKIPPABLE[a]
     if "free_requested" in skip_actions and "free_completed" in skip_actions:
         skip |= 1 << 1  # both halves of dmm's free event
+    _stacks.check(context, stacks)
     d = _device(device)
-    _stacks.on(d, context if n > 0 else None, stacks, skip)  # checks context and stacks before anything changes
-    _lib.check(_lib.load().dmm_torch_history(d, n), "dmm.torch.history")
+    _lib.check(_lib.load().dmm_torch_history(d, n), "dmm.torch.history")  # refused: nothing changed
+    if context is not None:
+        _track(d)  # frames ride with the blocks, also without a trace
+    _stacks.on(d, context, stacks, skip)
     _skip_actions[d] = skip_actions
 
 

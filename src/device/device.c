@@ -442,11 +442,14 @@ static dmm_status route_malloc(dmm_device *c, size_t bytes, dmm_stream stream, v
         pthread_mutex_unlock(&c->lock);
         dmm_clear_error();
     }
+    /* the caller's context first, outside the pool (the context function may take the caller's locks):
+     * once the pool hands the block out, the table has it at once */
+    bool tracking = dmm__device_blocks_tracking(c);
+    uint32_t context = tracking ? dmm__device_history_context(c, DEVICE_EV_ALLOC) : 0;
     dmm_status s = dmm_pool_malloc(c->pool, bytes, stream, out);
     if (s != DMM_OK) s = pool_retry(c, bytes, stream, out, s);
     if (s != DMM_OK) return s;
-    if (dmm__device_blocks_tracking(c)) {
-        uint32_t context = dmm__device_history_context(c, DEVICE_EV_ALLOC);
+    if (tracking) {
         dmm__device_blocks_add(c, *out, dmm__device_round_block(c, bytes), bytes, stream, context);
         dmm__device_history_add(c, DEVICE_EV_ALLOC, (uint64_t)(uintptr_t)*out, dmm__device_round_block(c, bytes),
                                stream, context);
@@ -490,10 +493,12 @@ static dmm_status free_routed(dmm_device *c, void *ptr, dmm_stream stream, dmm_s
      * has it, another thread may get the same address and record it first */
     bool recorded = dmm__device_recording(c) && dmm__device_record_free(c, ptr);
     device_block b;
-    bool tracked = dmm__device_blocks_tracking(c) && dmm__device_blocks_take(c, ptr, &b);
-    if (tracked)
+    bool tracking = dmm__device_blocks_tracking(c);
+    uint32_t context = tracking ? dmm__device_history_context(c, DEVICE_EV_FREE) : 0; /* before the table changes */
+    bool tracked = tracking && dmm__device_blocks_take(c, ptr, &b);
+    if (tracked) /* a free without its own context shows the allocation's */
         dmm__device_history_add(c, DEVICE_EV_FREE, (uint64_t)(uintptr_t)ptr, b.len, b.stream,
-                                dmm__device_history_context(c, DEVICE_EV_FREE));
+                                context != 0 ? context : b.context);
     uint64_t requested = 0;
     dmm_status s = dmm_pool_free_requested(c->pool, ptr, stream, &requested);
     if (s == DMM_OK) {

@@ -12,6 +12,9 @@
  * with the event and with the live block (blocks.c), and the caller maps it back. Kinds in `skip`
  * take no entry.
  *
+ * The context function is one atomic pointer to a record of function and argument (read without the
+ * lock on every tracked malloc and free); a replaced record lives until the device goes.
+ *
  * Invariants (mu): count ≤ cap; the events are ring[(head − count + k) mod cap] for k = 0..count−1,
  * oldest first; on ⇔ cap > 0.
  */
@@ -29,6 +32,11 @@ void dmm__device_history_init(dmm_device *c) { pthread_mutex_init(&c->hist.mu, N
 void dmm__device_history_fini(dmm_device *c) {
     free(c->hist.ring);
     c->hist.ring = NULL;
+    for (history_context *k = c->hist.made, *next; k != NULL; k = next) {
+        next = k->older;
+        free(k);
+    }
+    c->hist.made = NULL;
     pthread_mutex_destroy(&c->hist.mu);
 }
 
@@ -65,22 +73,25 @@ dmm_status dmm_device_history_context(dmm_device *c, uint32_t skip, dmm_device_c
                              "dmm device: history skip mask %#x has bits beyond the four event kinds (1 << "
                              "DMM_DEVICE_EVENT_ALLOC ... 1 << DMM_DEVICE_EVENT_UNMAP); nothing changed",
                              (unsigned)skip);
+    history_context *k = NULL;
+    if (fn != NULL && (k = malloc(sizeof *k)) == NULL)
+        return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: out of host memory for a history context; nothing "
+                                                    "changed");
     device_history *h = &c->hist;
     pthread_mutex_lock(&h->mu);
     h->skip = skip;
-    h->context = fn;
-    h->context_arg = arg;
+    if (k != NULL) {
+        *k = (history_context){fn, arg, h->made};
+        h->made = k;
+    }
+    atomic_store_explicit(&h->context, k, memory_order_release);
     pthread_mutex_unlock(&h->mu);
     return DMM_OK;
 }
 
 uint32_t dmm__device_history_context(dmm_device *c, uint32_t action) {
-    device_history *h = &c->hist;
-    pthread_mutex_lock(&h->mu);
-    dmm_device_context_fn fn = h->context;
-    void *arg = h->context_arg;
-    pthread_mutex_unlock(&h->mu);
-    return fn != NULL ? fn(arg, (int)action) : 0;
+    const history_context *k = atomic_load_explicit(&c->hist.context, memory_order_acquire);
+    return k != NULL ? k->fn(k->arg, (int)action) : 0;
 }
 
 void dmm__device_history_add(dmm_device *c, uint32_t action, uint64_t addr, uint64_t size, dmm_stream stream,

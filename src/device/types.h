@@ -188,6 +188,14 @@ typedef struct history_event {
     uint32_t context;    /* the context function's number for a block event (0: none) */
 } history_event;
 
+/* A context function and its argument, as set together; kept until the device goes (a thread may still
+ * be calling one that was replaced). */
+typedef struct history_context {
+    dmm_device_context_fn fn;
+    void *arg;
+    struct history_context *older; /* every record made before it (freed with the device) */
+} history_context;
+
 typedef struct device_history {
     _Atomic int on;      /* read without the lock by the hooks */
     pthread_mutex_t mu;  /* a leaf */
@@ -195,8 +203,8 @@ typedef struct device_history {
     size_t cap, head, count;
     uint64_t dropped;    /* events the ring let go of (the oldest) since it was turned on */
     uint32_t skip;       /* 1 << DEVICE_EV_* of the kinds not kept */
-    dmm_device_context_fn context; /* NULL: none */
-    void *context_arg;
+    history_context *_Atomic context; /* NULL: none; read without the lock by malloc and free */
+    history_context *made;            /* the newest record made (a list through `older`) */
 } device_history;
 
 /* ---- the recorder (record.c) ---- */

@@ -4,7 +4,8 @@
 
 What is proven: a hook called from C inside a named function numbers a stack whose innermost Python
 frame is that function (file, line, name); the same stack gets the same number, another line another
-number; with context "alloc" a free is numbered 0, with "all" it is numbered; native addresses are
+number, the same source compiled under another file name another (stacks are told apart by the code
+objects' identities, not their values); frames() hands out new dicts each call; native addresses are
 named (dmm's own frames left out, the interpreter's cut, a libc function named with its object), before
 the Python frames; past MAX_STACKS every new stack shares one marker number and is counted; a hook
 that fails numbers 0 and raises nothing; frames() of 0 or an unknown number is [].
@@ -42,7 +43,6 @@ def addr(fn):
 
 
 def main():
-    _stacks._state["frees"] = False  # context "alloc"
     n1 = allocate_here()
     line = allocate_here.__code__.co_firstlineno + 2
     fr = _stacks.frames(n1)
@@ -55,9 +55,18 @@ def main():
     check(again[0] == again[1], "the same stack gets the same number (%r)" % again)
     n3 = allocate_elsewhere()
     check(_stacks.frames(n3)[1]["name"] == "allocate_elsewhere", "a deeper caller is in its stack")
-    check(allocate_here(FREE) == 0, "context 'alloc': a free is numbered 0")
-    _stacks._state["frees"] = True
-    check(allocate_here(FREE) >= 1, "context 'all': a free is numbered")
+    src = "def twin(call):\n    return call()\n"
+    twins = []
+    for name in ("/a/one.py", "/b/two.py"):
+        space = {}
+        exec(compile(src, name, "exec"), space)
+        twins.append(space["twin"](allocate_here))
+    check(twins[0] != twins[1] and _stacks.frames(twins[1])[1]["filename"] == "/b/two.py",
+          "equal code under two file names: two stacks, each with its own file (%r)" % twins)
+    a, b = _stacks.frames(n1), _stacks.frames(n1)
+    a[0]["name"] = "edited"
+    check(b[0]["name"] == "allocate_here" and _stacks.frames(n1)[0]["name"] == "allocate_here",
+          "frames() hands out new dicts: a caller's edit changes no later answer")
 
     lib = _lib.load()
     libc = ctypes.CDLL(None)

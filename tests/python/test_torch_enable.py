@@ -211,14 +211,15 @@ torch._C._cuda_record_memory_history_legacy(True, True, 777)
 torch._C._cuda_record_memory_history("all", "alloc", "python", 10, False, False, False, ["free_requested"])
 torch._C._cuda_record_memory_history("all", "state", "all", 10, skip_actions=["alloc"])
 torch._C._cuda_record_memory_history_legacy(True, True, 5, True, True)
+torch._C._cuda_record_memory_history("state", "state", "python", 10)
 hist = [c for c in calls if c[1] == "history"]
 check(hist == [("dmm", "history", 1 << 20, 0, "all", "all", ()), ("dmm", "history", 0, 0, None, "all", ()),
                ("dmm", "history", 777, 0, "state", "python", ()),
                ("dmm", "history", 10, 0, "alloc", "python", ("free_requested",)),
                ("dmm", "history", 10, 0, "state", "all", ("alloc",)),
-               ("dmm", "history", 5, 0, "alloc", "all", ())],
-      "_record_memory_history: torch's default max_entries -> 2^20, None -> off, context, stacks and skip_actions "
-      "passed on (positional or named), the legacy form too (%s)" % hist)
+               ("dmm", "history", 5, 0, "alloc", "all", ()), ("dmm", "history", 0, 0, "state", "python", ())],
+      "_record_memory_history: torch's default max_entries -> 2^20, None -> off, 'state' -> frames without a "
+      "trace, context, stacks and skip_actions passed on (positional or named), the legacy form too (%s)" % hist)
 snap = torch._C._cuda_memorySnapshot(None)
 check(isinstance(snap, dict) and "segments" in snap and "device_traces" in snap,
       "_cuda_memorySnapshot: the snapshot in torch's layout")

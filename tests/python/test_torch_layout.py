@@ -157,8 +157,9 @@ def main():
     ev = framed["device_traces"][snap["device"]]
     check(all(len(e["frames"]) == 1 and e["frames"][0]["line"] < 1000 for e in ev if e["action"] == "alloc"),
           "every alloc event carries its allocation's frames")
-    check(all(e["frames"][0]["line"] > 1000 for e in ev if e["action"].startswith("free_")),
-          "every free event carries the frames of its free")
+    frees = [e for e in ev if e["action"].startswith("free_")]
+    check(frees and all(e["frames"][0]["line"] > 1000 for e in frees),
+          "every free event carries the frames of its free (%d)" % len(frees))
     check(all(e["frames"] == [] for e in ev if e["action"].startswith("segment_")), "map and unmap events carry none")
     check(all(b["frames"] == [] for s in lay["segments"] for b in s["blocks"]), "without a frames function: none")
     kept = [e["action"] for e in ds.to_torch(snap, skip_actions=("free_requested", "segment_map"))["device_traces"][-1]]

@@ -50,25 +50,34 @@ static void fx_close(fx *f) {
 static void *xmalloc(fx *f, size_t bytes, dmm_stream s) { return kit_torch_malloc(f, bytes, s); }
 static void xfree(fx *f, void *p, dmm_stream s) { kit_torch_free(f, p, s); }
 
-/* A context function: allocations numbered 1, 2, 3 …, frees 1001, 1002 … */
+/* A context function: allocations numbered 1, 2, 3 …, frees 1001, 1002 … (0 with no_frees) */
 typedef struct numbering {
     uint32_t allocs, frees;
+    bool no_frees;
 } numbering;
 
 static uint32_t number_event(void *arg, int event) {
     numbering *k = arg;
-    return event == DMM_DEVICE_EVENT_FREE ? 1000 + ++k->frees : ++k->allocs;
+    if (event != DMM_DEVICE_EVENT_FREE) return ++k->allocs;
+    ++k->frees;
+    return k->no_frees ? 0 : 1000 + k->frees;
 }
 
-/* The context number of the first history event [action,addr,…] in the JSON (UINT32_MAX: none). */
-static uint32_t event_context(const char *js, int action, const void *addr) {
+/* The context number of the first (or, with `last`, the last) history event [action,addr,…] in the JSON
+ * (UINT32_MAX: none). */
+static uint32_t event_context_at(const char *js, int action, const void *addr, bool last) {
     char key[64];
     snprintf(key, sizeof key, "[%d,%llu,", action, (unsigned long long)(uintptr_t)addr);
-    const char *e = strstr(js, key);
+    const char *e = NULL;
+    for (const char *at = strstr(js, key); at != NULL && (last || e == NULL); at = strstr(at + 1, key)) e = at;
     unsigned long long size, stream, t;
     unsigned ctx;
     if (e == NULL || sscanf(e + strlen(key), "%llu,%llu,%llu,%u]", &size, &stream, &t, &ctx) != 4) return UINT32_MAX;
     return ctx;
+}
+
+static uint32_t event_context(const char *js, int action, const void *addr) {
+    return event_context_at(js, action, addr, false);
 }
 
 /* The pool's committed ranges against its own stats, and the table's blocks against both. */
@@ -173,7 +182,7 @@ static char *snapshot_json(fx *f);
 static void the_history_skips_kinds_and_keeps_contexts(void **state) {
     (void)state;
     fx *f = fx_open_over_fault();
-    numbering k = {0, 0};
+    numbering k = {0, 0, false};
     DMM_OK_OR_FAIL(dmm_device_history(f->c, 64));
     DMM_OK_OR_FAIL(dmm_device_history_context(f->c, 1u << DMM_DEVICE_EVENT_FREE, number_event, &k));
     void *a = xmalloc(f, 4096, f->s1);
@@ -186,16 +195,24 @@ static void the_history_skips_kinds_and_keeps_contexts(void **state) {
     assert_int_equal(event_context(js, 0, a), 1);
     assert_int_equal(event_context(js, 0, b), 2);
     assert_int_equal(event_context(js, 1, b), UINT32_MAX); /* frees skipped */
-    assert_int_equal(k.frees, 2);                          /* asked all the same: the block keeps it */
+    assert_int_equal(k.frees, 2); /* the device asked (the torch adapter's function answers only what it records) */
     char blk[128];
     snprintf(blk, sizeof blk, "[%llu,4096,4096,%llu,1]", (unsigned long long)(uintptr_t)a,
              (unsigned long long)(uintptr_t)f->s1);
     assert_non_null(strstr(js, blk)); /* a, live again after the refusal, with its allocation's number */
     free(js);
+    k.no_frees = true; /* a free without a context of its own shows its allocation's */
+    DMM_OK_OR_FAIL(dmm_device_history_context(f->c, 0, number_event, &k));
+    void *d = xmalloc(f, 1024, NULL);
+    xfree(f, d, NULL);
+    js = snapshot_json(f);
+    assert_int_equal(event_context_at(js, 1, d, true), event_context_at(js, 0, d, true));
+    assert_int_equal(event_context_at(js, 0, d, true), 3);
+    free(js);
     DMM_OK_OR_FAIL(dmm_device_history_context(f->c, 0, NULL, NULL));
     void *c = xmalloc(f, 512, NULL);
     js = snapshot_json(f);
-    assert_int_equal(event_context(js, 0, c), 0);
+    assert_int_equal(event_context_at(js, 0, c, true), 0);
     free(js);
     xfree(f, c, NULL);
     xfree(f, a, f->s1);
@@ -240,7 +257,7 @@ static void the_snapshot_json_lays_out_pool_tags_and_graphs(void **state) {
     assert_int_equal(dmm_device_history(f->c, ((uint64_t)1 << 26) + 1), DMM_ERR_INVALID_ARGUMENT);
     dmm_test_error_mentions("ask for fewer", NULL);
     DMM_OK_OR_FAIL(dmm_device_history(f->c, 4096));
-    numbering k = {0, 0};
+    numbering k = {0, 0, false};
     assert_int_equal(dmm_device_history_context(f->c, 16, number_event, &k), DMM_ERR_INVALID_ARGUMENT);
     dmm_test_error_mentions("skip mask", NULL);
     DMM_OK_OR_FAIL(dmm_device_history_context(f->c, 0, number_event, &k));
