@@ -117,6 +117,9 @@ def enable(limit=None, capture_check=True, track_blocks=False):
     from . import _share
 
     _share.install()  # CUDA tensors through torch.multiprocessing: dmm's export instead of CUDA IPC
+    from . import _compile
+
+    _compile.install()  # torch.compile's CUDA graph modes: the same kernels without graphs, said once
     lib.dmm_torch_set_capture_check(1 if capture_check else 0)
     if track_blocks:
         _track(-1)

@@ -86,6 +86,15 @@ def mem_get_info(device=None):
     return (900 << 20, 1000 << 20)
 
 
+compiled = []  # what the stand-in torch.compile was asked
+
+
+def compile_standin(model=None, **kwargs):
+    compiled.append((model, kwargs))
+    return model
+
+
+torch.compile = compile_standin
 torch.cuda.memory.CUDAPluggableAllocator = PluggableAllocator
 torch.cuda.memory.change_current_allocator = change_current_allocator
 torch.cuda.memory.mem_get_info = mem_get_info
@@ -247,6 +256,24 @@ check(ok, "a non-callable observer is refused: %s" % msg)
 check(not any(c[0] == "torch original" for c in calls), "still no call reached torch's own entries")
 dt.enable()  # a second enable() changes nothing
 check(list(_torch_calls._installed) == ENTRIES + ["mem_get_info"], "a second enable() installs nothing twice")
+
+# ---- torch.compile: the modes that capture CUDA graphs fall back to the same kernels without them ----
+said.clear()
+logging.getLogger("dmm").addHandler(handler)
+m = object()
+torch.compile(m, mode="reduce-overhead")
+torch.compile(m, mode="reduce-overhead", fullgraph=True)
+torch.compile(mode="max-autotune")
+torch.compile(m)
+logging.getLogger("dmm").removeHandler(handler)
+check([c[1].get("mode", "absent") for c in compiled] == [None, None, "max-autotune-no-cudagraphs", "absent"]
+      and compiled[1][1].get("fullgraph") is True and compiled[0][0] is m,
+      "torch.compile under dmm: reduce-overhead -> the default mode, max-autotune -> max-autotune-no-cudagraphs, "
+      "the other arguments kept (%s)" % [c[1] for c in compiled])
+check(len(said) == 1 and "graph trees" in said[0] and "dmm.torch.graph" in said[0],
+      "the fallback is said once, with the way to graphs under dmm (%s)" % said)
+ok, msg = raises(RuntimeError, lambda: torch.compile(m, options={"triton.cudagraphs": True}), "dmm.torch.graph")
+check(ok, "options={'triton.cudagraphs': True} is refused with the same sentence (%s)" % msg[:80])
 
 print("\n%d failure(s)" % len(failures))
 sys.exit(1 if failures else 0)
