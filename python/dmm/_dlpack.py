@@ -36,17 +36,7 @@ _SIGNATURES = {
 
 
 def _calls():
-    lib = _lib.load()
-    if getattr(lib, "_dmm_dlpack_ready", False):
-        return lib
-    for name, (res, args) in _SIGNATURES.items():
-        f = getattr(lib, name, None)
-        if f is None:
-            raise _lib.DmmError("libdmm_torch.so at %s has no %s: it is older than this package; rebuild it"
-                                % (_lib.library_path(), name))
-        f.restype, f.argtypes = res, args
-    lib._dmm_dlpack_ready = True
-    return lib
+    return _lib.bind("dlpack", _SIGNATURES)
 
 
 def live():

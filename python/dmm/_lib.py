@@ -116,13 +116,7 @@ def load():
                 lib = ctypes.CDLL(p)
             except OSError as e:  # not a library of this machine, a sanitized build, a missing libz
                 raise DmmError("libdmm_torch.so at %s does not load: %s" % (p, e)) from e
-            for name, (res, args) in _SIGNATURES.items():
-                f = getattr(lib, name, None)
-                if f is None:  # a library of an older build beside a newer package
-                    raise DmmError("libdmm_torch.so at %s has no %s: it is older than this package; rebuild it (or "
-                                   "point DMM_LIB at a library of the same version)" % (p, name))
-                f.restype = res
-                f.argtypes = args
+            _set(lib, p, _SIGNATURES)
             _lib, _path = lib, os.path.abspath(p)
             return _lib
         if os.environ.get("DMM_LIB"):
@@ -131,6 +125,29 @@ def load():
         raise DmmError("libdmm_torch.so was not found (tried: %s): install the package with the library, "
                        "`pip install --no-index ./python` from the dmm source tree (it builds it; needs cmake "
                        "and a C compiler), or set DMM_LIB to the file or its folder" % ", ".join(tried))
+
+
+def _set(lib, path, signatures):
+    for name, (res, args) in signatures.items():
+        f = getattr(lib, name, None)
+        if f is None:  # a library of an older build beside a newer package
+            raise DmmError("libdmm_torch.so at %s has no %s: it is older than this package; rebuild it (or "
+                           "point DMM_LIB at a library of the same version)" % (path, name))
+        f.restype = res
+        f.argtypes = args
+
+
+_bound = set()  # the keys of the signature tables bind() has set
+
+
+def bind(key, signatures):
+    """The loaded library with a module's own table of {name: (restype, argtypes)} set (once per key)."""
+    lib = load()
+    with _lock:
+        if key not in _bound:
+            _set(lib, _path, signatures)
+            _bound.add(key)
+    return lib
 
 
 def library_path():

@@ -55,16 +55,7 @@ _SIGNATURES = {
 
 
 def _calls():
-    lib = _lib.load()
-    if not getattr(lib, "_dmm_share_ready", False):
-        for name, (res, args) in _SIGNATURES.items():
-            f = getattr(lib, name, None)
-            if f is None:
-                raise _lib.DmmError("libdmm_torch.so at %s has no %s: it is older than this package; rebuild it"
-                                    % (_lib.library_path(), name))
-            f.restype, f.argtypes = res, args
-        lib._dmm_share_ready = True
-    return lib
+    return _lib.bind("share", _SIGNATURES)
 
 
 def _empty_export():

@@ -84,15 +84,7 @@ _SIGNATURES = {
 
 
 def _calls():
-    lib = _lib.load()
-    for name, args in _SIGNATURES.items():
-        f = getattr(lib, name, None)
-        if f is None:
-            raise _lib.DmmError("libdmm_torch.so at %s has no %s: it is older than this package; rebuild it"
-                                % (_lib.library_path(), name))
-        f.restype = ctypes.c_int
-        f.argtypes = args
-    return lib
+    return _lib.bind("kv", {name: (ctypes.c_int, args) for name, args in _SIGNATURES.items()})
 
 
 def _count(value, what, least=0):

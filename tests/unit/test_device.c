@@ -578,7 +578,8 @@ static void captures_of_a_shared_pool_reuse_its_memory(void **state) {
 
 /* The child: its own host driver and arena; exports 4 MiB filled with seed 21 over `sock`, then, told
  * to, writes byte 100 and says so; exits 0 when all went well. */
-static int exporter(int sock) {
+static int exporter(int sock, uint64_t unused) {
+    (void)unused;
     dmm_driver *host = NULL;
     dmm_mechanism *arena = NULL;
     dmm_arena_config ac;
@@ -604,38 +605,52 @@ static int exporter(int sock) {
     return 0;
 }
 
-static void a_region_of_another_process_is_imported(void **state) {
-    (void)state;
+/* A child process running child(its end of a socket pair, arg) until it exits with its answer; *sock =
+ * this process's end. */
+static pid_t start_child(int (*child)(int sock, uint64_t arg), uint64_t arg, int *sock) {
     int sv[2];
     assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
         close(sv[0]);
-        _exit(exporter(sv[1]));
+        _exit(child(sv[1], arg));
     }
     close(sv[1]);
-    fx f;
-    fx_open(&f);
-    dmm_export ex;
-    dmm_export_init(&ex);
-    DMM_OK_OR_FAIL(dmm_ipc_recv_export(sv[0], &ex));
-    void *p = NULL;
-    DMM_OK_OR_FAIL(dmm_device_import(f.dev, &ex, false, &p));
-    dmm_export_close(&ex);
-    assert_true(same(p, 4 * MIB, 21)); /* the other process's bytes */
-    assert_int_equal(write(sv[0], "g", 1), 1);
-    char c = 0;
-    assert_int_equal(read(sv[0], &c, 1), 1);
-    assert_int_equal(((volatile unsigned char *)p)[100], 0xa5); /* its later write shows here */
-    DMM_OK_OR_FAIL(dmm_device_unimport(f.dev, p));
-    assert_int_equal(dmm_device_unimport(f.dev, p), DMM_ERR_UNKNOWN_ALLOCATION);
-    assert_int_equal(write(sv[0], "d", 1), 1);
+    *sock = sv[0];
+    return pid;
+}
+
+/* Waits for the child and closes this process's end: the child must have exited 0. */
+static void end_child(pid_t pid, int sock) {
     int status = 0;
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
-    close(sv[0]);
+    close(sock);
+}
+
+static void a_region_of_another_process_is_imported(void **state) {
+    (void)state;
+    int sock = -1;
+    pid_t pid = start_child(exporter, 0, &sock);
+    fx f;
+    fx_open(&f);
+    dmm_export ex;
+    dmm_export_init(&ex);
+    DMM_OK_OR_FAIL(dmm_ipc_recv_export(sock, &ex));
+    void *p = NULL;
+    DMM_OK_OR_FAIL(dmm_device_import(f.dev, &ex, false, &p));
+    dmm_export_close(&ex);
+    assert_true(same(p, 4 * MIB, 21)); /* the other process's bytes */
+    assert_int_equal(write(sock, "g", 1), 1);
+    char c = 0;
+    assert_int_equal(read(sock, &c, 1), 1);
+    assert_int_equal(((volatile unsigned char *)p)[100], 0xa5); /* its later write shows here */
+    DMM_OK_OR_FAIL(dmm_device_unimport(f.dev, p));
+    assert_int_equal(dmm_device_unimport(f.dev, p), DMM_ERR_UNKNOWN_ALLOCATION);
+    assert_int_equal(write(sock, "d", 1), 1);
+    end_child(pid, sock);
     fx_close(&f);
 }
 
@@ -688,27 +703,16 @@ static void pool_blocks_go_to_another_process(void **state) {
     DMM_OK_OR_FAIL(dmm_device_export(f.dev, blk, true, &ex, &lead));
     assert_true(ex.nchunks >= 1 && lead + n <= ex.bytes && ex.bytes % ex.granule == 0);
     assert_int_equal(((uintptr_t)blk - lead) % ex.granule, 0); /* the export starts on a handle */
-    int sv[2];
-    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        close(sv[0]);
-        _exit(importer(sv[1], n));
-    }
-    close(sv[1]);
-    DMM_OK_OR_FAIL(dmm_ipc_send_export(sv[0], &ex));
+    int sock = -1;
+    pid_t pid = start_child(importer, n, &sock);
+    DMM_OK_OR_FAIL(dmm_ipc_send_export(sock, &ex));
     dmm_export_close(&ex);
-    assert_int_equal(write(sv[0], &lead, sizeof lead), (ssize_t)sizeof lead);
+    assert_int_equal(write(sock, &lead, sizeof lead), (ssize_t)sizeof lead);
     char c = 0;
-    assert_int_equal(read(sv[0], &c, 1), 1); /* it wrote */
+    assert_int_equal(read(sock, &c, 1), 1); /* it wrote */
     assert_true(same(blk, n, 34));
-    assert_int_equal(write(sv[0], "g", 1), 1);
-    int status = 0;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 0);
-    close(sv[0]);
+    assert_int_equal(write(sock, "g", 1), 1);
+    end_child(pid, sock);
     DMM_OK_OR_FAIL(dmm_device_free(f.dev, blk, f.s1));
     DMM_OK_OR_FAIL(dmm_device_free(f.dev, before, f.s1));
     DMM_OK_OR_FAIL(dmm_device_free(f.dev, tagged, f.s1));

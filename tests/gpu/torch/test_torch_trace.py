@@ -154,11 +154,17 @@ torch.cuda.memory._record_memory_history(context=None, max_entries=100000)
 res["us_history"] = cost()
 torch.cuda.memory._record_memory_history(context="all", stacks="python", max_entries=100000)
 res["us_python"] = cost()
+
+def frames_of(snap, t):  # the frames of the live block under tensor t ([] when there is none)
+    for s in snap["segments"]:
+        for b in s["blocks"]:
+            if b["state"] == "active_allocated" and b["address"] == t.data_ptr():
+                return b["frames"]
+    return []
+
 keep = make_named_tensor()
 snap = torch.cuda.memory._snapshot()
-mine = [b for s in snap["segments"] for b in s["blocks"]
-        if b["state"] == "active_allocated" and b["address"] == keep.data_ptr()]
-res["named_frames"] = mine[0]["frames"][:3] if mine else None
+res["named_frames"] = frames_of(snap, keep)[:3]
 ev = snap["device_traces"][torch.cuda.current_device()]
 res["allocs"] = sum(1 for e in ev if e["action"] == "alloc")
 res["allocs_with_frames"] = sum(1 for e in ev if e["action"] == "alloc" and e["frames"])
@@ -179,10 +185,7 @@ res["viz_errors"] = errors
 torch.cuda.memory._record_memory_history(context="alloc", stacks="all", max_entries=100000)
 res["us_all"] = cost()
 keep2 = make_named_tensor()
-snap = torch.cuda.memory._snapshot()
-fr = [b for s in snap["segments"] for b in s["blocks"]
-      if b["state"] == "active_allocated" and b["address"] == keep2.data_ptr()]
-fr = fr[0]["frames"] if fr else []
+fr = frames_of(torch.cuda.memory._snapshot(), keep2)
 res["all_native"] = [f["name"] for f in fr if f["line"] == 0][:8]
 res["all_python"] = any(f["name"] == "make_named_tensor" for f in fr)
 del keep2
