@@ -11,17 +11,17 @@
  *     independent reading of the documented syntax gives (sizes: digits, a fraction of whole bytes and a
  *     binary unit K/M/G/T[i][B] in either case; whole numbers: digits; RETAIN and SETTLE ≤ 1000,
  *     HANDLES MAX[,DIVISOR ≤ 2^32 − 1[,MIN[,FLOOR_DIVISOR ≤ 2^32 − 1]]], RESTORE_PIECE MAX[,FIRST[,COPY]], MAX 0 = UINT64_MAX,
- *     STOCK bytes, PLAN 0 or 1), and
+ *     STOCK bytes, PLAN and SHAREABLE 0 or 1), and
  *     refuses every value that reading refuses.
  */
 #include "fuzzkit.h"
 
 #include "../../adapters/torch/env.c"
 
-#define NVARS 7
+#define NVARS 8
 static const char *const names[NVARS] = {"DMM_TORCH_POOL_VA", "DMM_TORCH_RETAIN",        "DMM_TORCH_SETTLE",
                                          "DMM_TORCH_HANDLES", "DMM_TORCH_RESTORE_PIECE", "DMM_TORCH_STOCK",
-                                         "DMM_TORCH_PLAN"};
+                                         "DMM_TORCH_PLAN",    "DMM_TORCH_SHAREABLE"};
 
 typedef struct fuzz_env {
     char *value[NVARS]; /* exact-size copies; NULL = unset */
@@ -121,12 +121,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int k = 0; k < NVARS; k++) {
         set[k] = e.value[k] != NULL && e.value[k][0] != '\0';
         if (!set[k]) continue;
-        static const int max_fields[NVARS] = {1, 1, 1, 4, 3, 1, 1};
+        static const int max_fields[NVARS] = {1, 1, 1, 4, 3, 1, 1, 1};
         static const bool bytes[NVARS][4] = {
-            {true}, {false}, {false}, {true, false, true, false}, {true, true, true}, {true}, {false}};
+            {true}, {false}, {false}, {true, false, true, false}, {true, true, true}, {true}, {false}, {false}};
         bool good = fields(e.value[k], v[k], max_fields[k], bytes[k]);
         if ((k == 1 || k == 2) && good && v[k][0] > 1000) good = false;
-        if (k == 6 && good && v[k][0] > 1) good = false;
+        if ((k == 6 || k == 7) && good && v[k][0] > 1) good = false;
         if (k == 3 && good && (v[k][1] > UINT32_MAX || v[k][3] > UINT32_MAX)) good = false;
         ok = ok && good;
     }
@@ -165,6 +165,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         if (set[5]) want.stock_bytes = v[5][0];
         if (set[6]) want.plan_loops = (uint32_t)v[6][0];
+        if (set[7]) want.exportable = v[7][0] != 0;
         FUZZ_ASSERT(memcmp(&c, &want, sizeof c) == 0, "the config is not what the values say");
     }
     for (int k = 0; k < NVARS; k++) free(e.value[k]);
