@@ -95,10 +95,13 @@ def reduce(tensor):
         raise RuntimeError("Cowardly refusing to serialize non-leaf tensor which requires_grad, since autograd "
                            "does not support crossing process boundaries.  If you just want to transfer the data, "
                            "call detach() on the tensor before serializing (e.g., putting it on the queue).")
+    import torch
+
     desc, fds, lead = export(tensor)
     device = tensor.device.index
+    parameter = isinstance(tensor, torch.nn.parameter.Parameter)
     return (rebuild, (desc, fds, lead, tensor.untyped_storage().nbytes(), device, tensor.dtype, tuple(tensor.size()),
-                      tuple(tensor.stride()), tensor.storage_offset(), tensor.requires_grad))
+                      tuple(tensor.stride()), tensor.storage_offset(), tensor.requires_grad, parameter))
 
 
 def export(tensor):
@@ -124,7 +127,7 @@ def export(tensor):
     return desc, fds, lead.value
 
 
-def rebuild(desc, fds, lead, nbytes, device, dtype, size, stride, offset, requires_grad):
+def rebuild(desc, fds, lead, nbytes, device, dtype, size, stride, offset, requires_grad, parameter=False):
     """The receiver's tensor over the sender's memory (see the module's docstring)."""
     import os
 
@@ -165,4 +168,6 @@ def rebuild(desc, fds, lead, nbytes, device, dtype, size, stride, offset, requir
                             "%d-byte elements" % (lead, itemsize))
     t = torch.empty((0,), dtype=dtype, device=whole.device)
     t.set_(whole.untyped_storage(), lead // itemsize + offset, size, stride)
+    if parameter:
+        return torch.nn.parameter.Parameter(t, requires_grad=requires_grad)
     return t.requires_grad_(requires_grad)

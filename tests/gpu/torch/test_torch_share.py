@@ -36,7 +36,7 @@ def worker(q, r):
     view, param, cpu = q.get()
     r.put({"sum": float(view.double().sum().item()), "shape": list(view.shape), "stride": list(view.stride()),
            "offset": view.storage_offset(), "dtype": str(view.dtype), "param_grad": param.requires_grad,
-           "param_sum": float(param.double().sum().item()), "cpu_sum": float(cpu.double().sum().item()),
+           "param_sum": float(param.double().sum().item()), "param_is": type(param).__name__, "cpu_sum": float(cpu.double().sum().item()),
            "imported": imported()})
     view.mul_(2)
     torch.cuda.synchronize()
@@ -148,7 +148,8 @@ def main():
     check(c["sum"] == res["sum"] and c["shape"] == [1024, 1019] and c["stride"] == res["stride"]
           and c["offset"] == res["offset"] and c["dtype"] == "torch.float32",
           "the child reads the strided view the parent sent (sum, shape, strides, offset, dtype)")
-    check(c["param_grad"] is True and c["param_sum"] == 2048.0, "an nn.Parameter arrives as one (requires_grad)")
+    check(c["param_grad"] is True and c["param_sum"] == 2048.0 and c["param_is"] == "Parameter",
+          "an nn.Parameter arrives as one (requires_grad)")
     check(c["cpu_sum"] == res["cpu_sum"], "a CPU tensor still travels by torch's own reduction")
     check(res["child_wrote"] and res["parent_sees_write"], "the parent sees the child's in-place write")
     check(bool(c["imported"]) and res["after"]["imported_after"] == 0,
