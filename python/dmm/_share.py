@@ -92,9 +92,8 @@ def reduce(tensor):
     if not tensor.is_cuda or tensor.is_sparse or tensor.untyped_storage().data_ptr() == 0:
         return _torch_reduce[0](tensor)
     if tensor.requires_grad and not tensor.is_leaf:
-        raise RuntimeError("Cowardly refusing to serialize non-leaf tensor which requires_grad, since autograd "
-                           "does not support crossing process boundaries.  If you just want to transfer the data, "
-                           "call detach() on the tensor before serializing (e.g., putting it on the queue).")
+        raise RuntimeError("dmm: a tensor that autograd computed (not a leaf, requires_grad) cannot go to another "
+                           "process: its graph stays here; send tensor.detach() for its data")
     import torch
 
     desc, fds, lead = export(tensor)
