@@ -21,6 +21,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dmm_torch.h"
 
@@ -31,6 +32,7 @@ struct dmm_torch_claim {
     int device;
     void *stream;
     int owns;  /* DMM_TORCH_CLAIM_*: what the last holder does with the memory */
+    _Atomic int notify; /* a descriptor told (one 8-byte count of 1, then closed) once that is done; -1: none */
 };
 
 /* DLPack's ABI (dlpack.h, version 0.8 and later: the unversioned "dltensor" every consumer takes). */
@@ -77,6 +79,7 @@ int dmm_torch_claim_create(void *ptr, uint64_t bytes, int device, void *stream, 
     c->device = device;
     c->stream = stream;
     c->owns = owns;
+    atomic_init(&c->notify, -1);
     atomic_fetch_add_explicit(&g_live, 1, memory_order_relaxed);
     *out = c;
     return 0;
@@ -87,8 +90,22 @@ void dmm_torch_claim_drop(dmm_torch_claim *c) {
     if (atomic_fetch_sub_explicit(&c->holders, 1, memory_order_acq_rel) != 1) return;
     if (c->owns == DMM_TORCH_CLAIM_FREES) dmm_torch_free(c->ptr, (ssize_t)c->bytes, c->device, c->stream);
     else if (c->owns == DMM_TORCH_CLAIM_UNIMPORTS) (void)dmm_torch_unimport(c->device, c->ptr); /* said in last_error */
+    int fd = atomic_exchange_explicit(&c->notify, -1, memory_order_acq_rel);
+    if (fd >= 0) {
+        uint64_t one = 1;
+        ssize_t w = write(fd, &one, sizeof one); /* an eventfd counts it; anything else gets 8 bytes */
+        (void)w;
+        close(fd);
+    }
     free(c);
     atomic_fetch_sub_explicit(&g_live, 1, memory_order_release);
+}
+
+int dmm_torch_claim_notify(dmm_torch_claim *c, int fd) {
+    if (c == NULL || fd < 0) return -1;
+    int old = atomic_exchange_explicit(&c->notify, fd, memory_order_acq_rel);
+    if (old >= 0) close(old);
+    return 0;
 }
 
 uint64_t dmm_torch_claim_holders(const dmm_torch_claim *c) {
@@ -103,13 +120,17 @@ static void managed_delete(dl_managed_tensor *m) {
 }
 
 void *dmm_torch_claim_dlpack(dmm_torch_claim *c, int device_type) {
-    if (c == NULL) return NULL;
+    return c != NULL ? dmm_torch_claim_dlpack_range(c, 0, c->bytes, device_type) : NULL;
+}
+
+void *dmm_torch_claim_dlpack_range(dmm_torch_claim *c, uint64_t offset, uint64_t bytes, int device_type) {
+    if (c == NULL || bytes == 0 || offset > c->bytes || bytes > c->bytes - offset) return NULL;
     managed_block *b = calloc(1, sizeof *b);
     if (b == NULL) return NULL;
     atomic_fetch_add_explicit(&c->holders, 1, memory_order_relaxed);
-    b->shape[0] = (int64_t)c->bytes;
+    b->shape[0] = (int64_t)bytes;
     b->strides[0] = 1;
-    b->m.dl_tensor = (dl_tensor){.data = c->ptr,
+    b->m.dl_tensor = (dl_tensor){.data = (char *)c->ptr + offset,
                                  .device = {device_type, c->device},
                                  .ndim = 1,
                                  .dtype = {1, 8, 1}, /* kDLUInt, 8 bits, 1 lane */

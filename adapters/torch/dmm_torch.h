@@ -236,12 +236,20 @@ enum { DMM_TORCH_CLAIM_BORROWS = 0, DMM_TORCH_CLAIM_FREES = 1, DMM_TORCH_CLAIM_U
 DMM_TORCH_API int dmm_torch_claim_create(void *ptr, uint64_t bytes, int device, void *stream, int owns,
                                          dmm_torch_claim **out);
 DMM_TORCH_API void dmm_torch_claim_drop(dmm_torch_claim *c);
+/* The claim takes `fd` (an eventfd of the process that sent the memory: dmm._share): once the last holder
+ * has released the memory, it writes one 8-byte count of 1 there and closes it. A second call replaces
+ * (and closes) the first descriptor. -1 for a NULL claim or a negative fd. */
+DMM_TORCH_API int dmm_torch_claim_notify(dmm_torch_claim *c, int fd);
 DMM_TORCH_API uint64_t dmm_torch_claim_holders(const dmm_torch_claim *c);
 /* Claims of the process not gone yet (tests, leak checks). */
 DMM_TORCH_API uint64_t dmm_torch_claims_live(void);
 /* A DLManagedTensor (1-D uint8, stride 1, the whole claim; device (device_type, the claim's device))
  * holding one count of the claim; NULL without host memory. */
 DMM_TORCH_API void *dmm_torch_claim_dlpack(dmm_torch_claim *c, int device_type);
+/* The same over [offset, offset + bytes) of the claim (a storage inside memory the claim covers whole: an
+ * import); NULL when that range leaves the claim or is empty. */
+DMM_TORCH_API void *dmm_torch_claim_dlpack_range(dmm_torch_claim *c, uint64_t offset, uint64_t bytes,
+                                                 int device_type);
 /* The destructor of a "dltensor" capsule made over dmm_torch_claim_dlpack's tensor: deletes the tensor
  * when no consumer took it (the capsule still named "dltensor"). */
 DMM_TORCH_API void dmm_torch_dlpack_capsule_destructor(void *capsule);

@@ -222,7 +222,8 @@ DMM_API dmm_status dmm_device_export(dmm_device *dev, const void *ptr, bool writ
 /* Maps `ex` (its descriptors stay the caller's) into the device's address space, read-only unless
  * `writable`; charges the mapped axis only (the exporter owns the memory). */
 DMM_API dmm_status dmm_device_import(dmm_device *dev, const dmm_export *ex, bool writable, void **ptr);
-/* Unmaps the region imported at `ptr`. */
+/* Unmaps the region imported at `ptr`, after the device's queued work (every stream: a kernel may still
+ * read it). */
 DMM_API dmm_status dmm_device_unimport(dmm_device *dev, void *ptr);
 
 /* ---- observation ---- */

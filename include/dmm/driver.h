@@ -265,8 +265,9 @@ typedef struct dmm_cuda_device_info {
                                exported to other processes as file descriptors (dmm/share.h) */
 } dmm_cuda_device_info;
 
-/* Fills `out` for device `ordinal` (retains the primary context for the query). UNSUPPORTED with
- * "no CUDA driver: <reason>" where there is none. */
+/* Fills `out` for device `ordinal` (retains the primary context for the query) up to out->size (a
+ * struct from before posix_fd_export is filled without it). UNSUPPORTED with "no CUDA driver: <reason>"
+ * where there is none. */
 DMM_API dmm_status dmm_cuda_device_query(int ordinal, dmm_cuda_device_info *out);
 
 /* Peer access per mapping: from now on every set_access of this cuda driver also grants the same

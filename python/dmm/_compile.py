@@ -10,7 +10,9 @@ dmm as under RMM). dmm.torch.enable() therefore wraps torch.compile: those modes
 same kernels without graphs ("reduce-overhead" -> the default, "max-autotune" ->
 "max-autotune-no-cudagraphs"), so the outputs are those of the compiled kernels, and the logger "dmm"
 says once why and what to do instead (capture with dmm.torch.graph, whose graph memory sleeps, wakes
-and is shared). An explicit options={"triton.cudagraphs": True} is refused with the same sentence.
+and is shared). An explicit options={"triton.cudagraphs": True} or backend="cudagraphs" is refused with
+the same sentence. Only inductor (the default backend) is steered: another backend gets its arguments
+as they are, and mode together with options still meets torch's own refusal.
 """
 
 import functools
@@ -35,11 +37,13 @@ def install():
 
     @functools.wraps(real)
     def compile(model=None, *args, **kwargs):
-        mode = kwargs.get("mode")
+        mode, backend = kwargs.get("mode"), kwargs.get("backend", "inductor")
         options = kwargs.get("options") or {}
-        if isinstance(options, dict) and options.get("triton.cudagraphs"):
-            raise RuntimeError(WHY % ("options={'triton.cudagraphs': True}", "default"))  # (nothing compiled)
-        if mode in _FALLBACK:
+        if backend == "cudagraphs":
+            raise RuntimeError(WHY % ("backend='cudagraphs'", "default"))  # (nothing compiled)
+        if backend == "inductor" and isinstance(options, dict) and options.get("triton.cudagraphs"):
+            raise RuntimeError(WHY % ("options={'triton.cudagraphs': True}", "default"))
+        if backend == "inductor" and mode in _FALLBACK and not options:  # (mode with options: torch's refusal)
             kwargs["mode"] = _FALLBACK[mode]
             if not _said:
                 _said.append(mode)

@@ -29,6 +29,9 @@ _SIGNATURES = {
     "dmm_torch_claim_create": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int, ctypes.c_void_p,
                                               ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)]),
     "dmm_torch_claim_drop": (None, [ctypes.c_void_p]),
+    "dmm_torch_claim_notify": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
+    "dmm_torch_claim_dlpack_range": (ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64,
+                                                       ctypes.c_int]),
     "dmm_torch_claim_holders": (ctypes.c_uint64, [ctypes.c_void_p]),
     "dmm_torch_claims_live": (ctypes.c_uint64, []),
     "dmm_torch_claim_dlpack": (ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_int]),
@@ -67,14 +70,24 @@ class Claim:
         """The creator (until drop) and each DLPack tensor no consumer has deleted yet."""
         return int(self._lib.dmm_torch_claim_holders(self._c)) if self._c is not None else 0
 
-    def capsule(self, device_type):
-        """A "dltensor" capsule over the whole claim, holding it until its consumer deletes it."""
+    def capsule(self, device_type, offset=0, nbytes=None):
+        """A "dltensor" capsule over the claim's [offset, offset + nbytes) (default: all of it), holding the
+        claim until its consumer deletes it."""
         if self._c is None:
             raise _lib.DmmError("dmm: this memory was given back; it has no DLPack view any more")
-        managed = self._lib.dmm_torch_claim_dlpack(self._c, device_type)
+        nbytes = self.nbytes - offset if nbytes is None else nbytes
+        if not (0 <= offset and 0 < nbytes <= self.nbytes - offset):
+            raise ValueError("dmm: a view of [%d, +%d) leaves the claim's %d bytes" % (offset, nbytes, self.nbytes))
+        managed = self._lib.dmm_torch_claim_dlpack_range(self._c, offset, nbytes, device_type)
         if not managed:
             raise MemoryError("dmm: no host memory for a DLPack tensor")
         return _capsule_new(managed, _NAME, self._destructor)
+
+    def notify(self, fd):
+        """The claim takes descriptor fd and writes one 8-byte count of 1 there (then closes it) once its
+        last holder has released the memory (dmm._share tells the sender so)."""
+        if self._c is None or self._lib.dmm_torch_claim_notify(self._c, fd) != 0:
+            raise _lib.DmmError("dmm: a claim already given back takes no descriptor to tell")
 
     def drop(self):
         """Gives the creator's hold back (the memory goes now if nothing else holds it)."""

@@ -18,10 +18,12 @@ with a prefix (Arena.share) starts at the prefix's length: pass the whole token 
 only the tokens after the prefix are computed.
 
 Rows may have different lengths (a hand-written continuous-batching loop: add_row / drop_row between
-steps, each row its own positions), so a decode step (one new token per row) ignores the mask and lets
-each row attend to its own [0, length). A prefill of several tokens uses transformers' mask (or a causal
-one), so rows prefilled together must have the same length. Beam search, crop and reordering are not
-offered (they raise). torch.compile: the cache says it is not compileable.
+steps, each row its own positions): each row attends to its own [0, length), under transformers' mask
+cut to that length where there is one (padding, causality; a decode step without a mask needs none).
+Rows prefilled together must have one length (a prefill over rows of different lengths is refused).
+Full causal attention only: a model that asks for a sliding window, logit soft-capping or attention
+sinks is refused. Beam search, crop and reordering are not offered (they raise). torch.compile: the
+cache says it is not compileable.
 """
 
 from . import _lib
@@ -135,6 +137,10 @@ def _cache_class():
             if b_count != len(self.rows):
                 raise ValueError("KVCache has %d rows, the batch %d: add_row / drop_row to match"
                                  % (len(self.rows), b_count))
+            if s > 1 and len(set(layer.lengths)) > 1:
+                raise ValueError("KVCache: a prefill of %d tokens over rows of different lengths %s (a prefix "
+                                 "on some rows only?): prefill rows of one length together, or one by one"
+                                 % (s, layer.lengths))
             keys, values = _Rows(), _Rows()
             for b, r in enumerate(self.rows):
                 pos = layer.lengths[b]
@@ -178,20 +184,24 @@ def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=No
     if not isinstance(key, _Rows):
         raise TypeError("dmm.kv_transformers.attention reads a KVCache's rows; this layer got %s: pass "
                         "past_key_values=dmm.kv_transformers.KVCache(...)" % type(key).__name__)
+    for name in ("sliding_window", "softcap", "s_aux"):
+        if kwargs.get(name) is not None:
+            raise NotImplementedError("dmm.kv_transformers.attention: the model asks for %s, which this attention "
+                                      "does not apply (full causal attention only): use it with models without "
+                                      "sliding windows, logit soft-capping or attention sinks" % name)
     q_len = query.shape[2]
     gqa = query.shape[1] != key[0].shape[1]
     outs = []
     for b, (k, v) in enumerate(zip(key, value)):
         qb = query[b:b + 1]
         mask, causal = None, False
-        if q_len > 1:  # a prefill: transformers' mask, else causal over the row's own length
-            if attention_mask is not None:
-                mask = attention_mask[b:b + 1, :, :, :k.shape[2]]
-            else:
-                causal = q_len == k.shape[2]
-                if not causal:
-                    raise ValueError("dmm.kv_transformers: a prefill of %d tokens after %d cached needs a mask"
-                                     % (q_len, k.shape[2] - q_len))
+        if attention_mask is not None:  # transformers' mask (padding, causality), over the row's own length
+            mask = attention_mask[b:b + 1, :, :, :k.shape[2]]
+        elif q_len > 1:  # a prefill without one: causal over the row's own length
+            causal = q_len == k.shape[2]
+            if not causal:
+                raise ValueError("dmm.kv_transformers: a prefill of %d tokens after %d cached needs a mask"
+                                 % (q_len, k.shape[2] - q_len))
         outs.append(torch.nn.functional.scaled_dot_product_attention(
             qb, k, v, attn_mask=mask, dropout_p=dropout if module.training else 0.0, is_causal=causal, scale=scaling,
             enable_gqa=gqa))

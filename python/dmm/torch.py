@@ -200,7 +200,11 @@ def reset_peak_memory_stats(device=None):
 
 def empty_cache(device=None):
     """Gives back every cached chunk of the pool, every empty tag segment and every idle graph
-    segment (behind events: never under running work). Returns the bytes given back or queued to be."""
+    segment (behind events: never under running work), after letting go of the tensors sent to other
+    processes that their receivers have unmapped. Returns the bytes given back or queued to be."""
+    from . import _share
+
+    _share.sweep()
     released = ctypes.c_uint64(0)
     _lib.check(_lib.load().dmm_torch_empty_cache(_device(device), ctypes.byref(released)), "dmm.torch.empty_cache")
     return int(released.value)

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 
 #include "context.h"
+#include "driver/call.h"
 #include "imports.h"
 
 struct device_import {
@@ -71,6 +72,9 @@ dmm_status dmm_device_unimport(dmm_device *c, void *ptr) {
     if (im == NULL)
         return dmm_error_set(DMM_ERR_UNKNOWN_ALLOCATION, "dmm device: %p is not the address of a region this "
                              "process attached on device %d; nothing changed", ptr, (int)c->dev.index);
+    /* work queued on any stream may still read the region (a tensor freed right after its kernel was
+     * launched): the device's queued work first, where the driver can wait for all of it */
+    if (dmm__drv_device_synchronize(c->drv) != DMM_OK) dmm_clear_error(); /* (a driver without it: at once) */
     dmm_release_outcome o = dmm_mechanism_release(c->arena, &im->a);
     dmm_release_state st = dmm_release_state_of(&o);
     if (st == DMM_RELEASE_QUARANTINED) { /* the arena let go of the record: nothing left to detach */

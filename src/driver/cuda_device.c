@@ -72,9 +72,10 @@ dmm_cu_result dmm__cuda_device_vmm(dmm_cu_device dev, bool *vmm, size_t *granule
 
 dmm_status dmm_cuda_device_query(int ordinal, dmm_cuda_device_info *out) {
     if (out == NULL) return dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_cuda_device_query: out is NULL");
-    if (out->size < sizeof *out)
+    const size_t least = offsetof(dmm_cuda_device_info, posix_fd_export); /* a caller from before that field */
+    if (out->size < least)
         return dmm_error_set(DMM_ERR_SHORT_STRUCT, "dmm_cuda_device_query: out->size is %u, at least %zu needed",
-                             (unsigned)out->size, sizeof *out);
+                             (unsigned)out->size, least);
     dmm_cu_device dev = 0;
     dmm_status s = dmm__cuda_find_device("dmm_cuda_device_query", ordinal, &dev);
     if (s != DMM_OK) return s;
@@ -131,7 +132,9 @@ dmm_status dmm_cuda_device_query(int ordinal, dmm_cuda_device_info *out) {
     info.free_bytes = f;
     info.total_bytes = t;
     info.posix_fd_export = fd_export != 0;
-    memcpy(out, &info, sizeof info);
+    uint32_t size = out->size;
+    memcpy(out, &info, size < sizeof info ? size : sizeof info); /* what the caller's struct has room for */
+    out->size = size;
     return DMM_OK;
 }
 

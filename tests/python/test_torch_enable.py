@@ -274,6 +274,13 @@ check(len(said) == 1 and "graph trees" in said[0] and "dmm.torch.graph" in said[
       "the fallback is said once, with the way to graphs under dmm (%s)" % said)
 ok, msg = raises(RuntimeError, lambda: torch.compile(m, options={"triton.cudagraphs": True}), "dmm.torch.graph")
 check(ok, "options={'triton.cudagraphs': True} is refused with the same sentence (%s)" % msg[:80])
+ok, msg = raises(RuntimeError, lambda: torch.compile(m, backend="cudagraphs"), "dmm.torch.graph")
+check(ok, "backend='cudagraphs' is refused with the same sentence (%s)" % msg[:80])
+compiled.clear()
+torch.compile(m, backend="eager", mode="reduce-overhead")
+torch.compile(m, mode="reduce-overhead", options={"x": 1})
+check([c[1].get("mode") for c in compiled] == ["reduce-overhead", "reduce-overhead"],
+      "another backend, or mode with options (torch's own refusal), gets its arguments as they are")
 
 print("\n%d failure(s)" % len(failures))
 sys.exit(1 if failures else 0)

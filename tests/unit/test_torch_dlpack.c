@@ -13,6 +13,9 @@
  */
 #include "../../adapters/torch/dlpack.c"
 
+#include <fcntl.h>
+#include <sys/eventfd.h>
+
 #include "testkit.h"
 
 static int g_frees, g_unimports;
@@ -106,14 +109,47 @@ static void an_imported_claim_is_unmapped_with_its_last_holder(void **state) {
     static unsigned char range[4096];
     dmm_torch_claim *c = NULL;
     assert_int_equal(dmm_torch_claim_create(range, sizeof range, 1, NULL, DMM_TORCH_CLAIM_UNIMPORTS, &c), 0);
-    dl_managed_tensor *m = dmm_torch_claim_dlpack(c, 2);
+    dl_managed_tensor *m = dmm_torch_claim_dlpack_range(c, 1024, 512, 2); /* a storage inside the import */
     assert_non_null(m);
+    assert_ptr_equal(m->dl_tensor.data, range + 1024);
+    assert_int_equal(m->dl_tensor.shape[0], 512);
+    assert_null(dmm_torch_claim_dlpack_range(c, 4000, 512, 2)); /* leaves the claim */
+    assert_null(dmm_torch_claim_dlpack_range(c, 0, 0, 2));
+    assert_int_equal(dmm_torch_claim_holders(c), 2);
     dmm_torch_claim_drop(c);
     assert_int_equal(g_unimports, 0);
+    int ev = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK), other = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    assert_true(ev >= 0 && other >= 0);
+    assert_int_equal(dmm_torch_claim_notify(c, other), 0);
+    assert_int_equal(dmm_torch_claim_notify(c, ev), 0); /* replaces (and closes) the first */
+    assert_int_equal(dmm_torch_claim_notify(NULL, ev), -1);
+    uint64_t n = 0;
+    assert_int_equal(read(ev, &n, sizeof n), -1); /* nothing yet: a holder is left */
     m->deleter(m);
     assert_int_equal(g_unimports, 1);
     assert_ptr_equal(g_unimported, range);
     assert_int_equal(g_frees, 0);
+    assert_int_equal(fcntl(ev, F_GETFD), -1); /* the claim closed its descriptor ... */
+    assert_int_equal(fcntl(other, F_GETFD), -1);
+}
+
+/* A sender's eventfd counts the receiver's release once, after the memory went. */
+static void a_claim_tells_its_descriptor_once_the_memory_went(void **state) {
+    (void)state;
+    g_unimports = 0;
+    static unsigned char range[4096];
+    dmm_torch_claim *c = NULL;
+    assert_int_equal(dmm_torch_claim_create(range, sizeof range, 0, NULL, DMM_TORCH_CLAIM_UNIMPORTS, &c), 0);
+    int ev = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    int dup_ev = dup(ev); /* the sender's end */
+    assert_int_equal(dmm_torch_claim_notify(c, ev), 0);
+    uint64_t n = 0;
+    assert_int_equal(read(dup_ev, &n, sizeof n), -1);
+    dmm_torch_claim_drop(c);
+    assert_int_equal(g_unimports, 1);
+    assert_int_equal(read(dup_ev, &n, sizeof n), (ssize_t)sizeof n);
+    assert_int_equal(n, 1);
+    close(dup_ev);
 }
 
 static void bad_input_is_refused(void **state) {
@@ -142,6 +178,7 @@ int main(void) {
         cmocka_unit_test(the_memory_goes_once_with_the_last_holder_in_either_order),
         cmocka_unit_test(a_claim_that_does_not_own_its_memory_never_frees_it),
         cmocka_unit_test(an_imported_claim_is_unmapped_with_its_last_holder),
+        cmocka_unit_test(a_claim_tells_its_descriptor_once_the_memory_went),
         cmocka_unit_test(bad_input_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

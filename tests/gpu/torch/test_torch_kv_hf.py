@@ -5,9 +5,9 @@ its KV cache in a dmm.kv arena.
 
 What is proven: model.generate with past_key_values=KVCache (attention "dmm_kv": SDPA per row over
 each request's range) gives the same greedy tokens as transformers' own DynamicCache with SDPA, for a
-batch of 4; a request opened with a prefix (the first 48 tokens of a prompt, held once in the arena)
-generates, from the whole token ids, the same tokens as the prompt without a prefix, and only the
-tokens after the prefix were written; a hand-written continuous-batching loop (rows of different
+batch of 4; a request opened with a prefix (the first 600 tokens of a 700-token prompt, held once in
+the arena: its whole granules shared) generates, from the whole token ids, the same tokens as the
+prompt without a prefix, and the first forward computed only the 100 tokens after the prefix; a hand-written continuous-batching loop (rows of different
 lengths, a row added half-way) gives each row the tokens it gets alone; the arena ends with every
 request closed COMPLETE. Prints agreement and timings; exit 0 = all held, 1 = something did not,
 77 = no torch/GPU/transformers.
@@ -57,6 +57,17 @@ def agree(a, b):
 
 
 ids = torch.randint(3, cfg.vocab_size, (4, 64), generator=torch.Generator().manual_seed(1)).cuda()
+seen = []  # the query length of every call of the attention (the spy below)
+
+
+def spy(module, query, *args, **kwargs):
+    seen.append(query.shape[2])
+    return hf.attention(module, query, *args, **kwargs)
+
+
+from transformers import AttentionInterface  # noqa: E402
+
+AttentionInterface.register(hf.NAME, spy)
 t0 = time.perf_counter()
 want = greedy(ref_model, ids, DynamicCache())
 t_ref = time.perf_counter() - t0
@@ -72,23 +83,28 @@ check(cache.lengths() == [64 + N - 1] * 4, "each row holds its prompt and the to
 for r in rows:
     r.close()
 
-# a prefix held once: the first 48 tokens of a prompt
-one = ids[:1]
+# a prefix held once: the first 600 tokens (a whole 2 MiB granule of 4 KiB tokens and more) of a prompt
+P = 600
+one = torch.randint(3, cfg.vocab_size, (1, 700), generator=torch.Generator().manual_seed(3)).cuda()
+want_one = greedy(ref_model, one, DynamicCache())
 sys_req = arena.open()
 c0 = hf.KVCache(arena, [sys_req])
 with torch.no_grad():
-    model(one[:, :48], past_key_values=c0, use_cache=True)  # prefill of the shared part
-prefix = arena.share(sys_req, 48)
+    model(one[:, :P], past_key_values=c0, use_cache=True)  # prefill of the shared part
+prefix = arena.share(sys_req, P)
 sys_req.close()
 r = arena.open(prefix=prefix)
 cp = hf.KVCache(arena, [r])
-check(cp.get_seq_length() == 48, "a request opened with the prefix starts at its length (%d)" % cp.get_seq_length())
+check(cp.get_seq_length() == P, "a request opened with the prefix starts at its length (%d)" % cp.get_seq_length())
+seen.clear()
 got_p = greedy(model, one, cp)
-check(got_p == want[:1], "generate from a prefix gives the tokens of the whole prompt (agreement %.4f)"
-      % agree(want[:1], got_p))
+check(got_p == want_one, "generate from a prefix gives the tokens of the whole prompt (agreement %.4f)"
+      % agree(want_one, got_p))
+check(seen and seen[0] == 700 - P, "only the %d tokens after the prefix were computed (first query: %s)"
+      % (700 - P, seen[:1]))
 inf = r.info()
 print("prefix request: %s" % inf)
-check(inf["prefix_tokens"] == 48 and inf["shared_bytes"] > 0, "the prefix's granules are shared, not copied")
+check(inf["prefix_tokens"] == P and inf["shared_bytes"] > 0, "the prefix's whole granules are shared, not copied")
 r.close()
 prefix.release()
 
@@ -109,26 +125,29 @@ with torch.no_grad():
         else:
             cb.add_row(req)
         solo = hf.KVCache(arena, [req])
-        logits = model(p[None], past_key_values=solo, use_cache=True).logits
+        logits = model(p[None], past_key_values=solo, use_cache=True).logits[0, -1]
         for layer, sl in zip(cb.layers, solo.layers):
             layer.lengths[-1] = sl.lengths[0]
-        nexts.append(int(logits[0, -1].argmax()))
+        logits[cfg.eos_token_id] = float("-inf")
+        nexts.append(int(logits.argmax()))
     for step in range(N):
         if step == 6:  # a third row joins
             req = arena.open()
             reqs.append(req)
             solo = hf.KVCache(arena, [req])
-            logits = model(prompts[2][None], past_key_values=solo, use_cache=True).logits
+            logits = model(prompts[2][None], past_key_values=solo, use_cache=True).logits[0, -1]
             cb.add_row(req)
             for layer, sl in zip(cb.layers, solo.layers):
                 layer.lengths[-1] = sl.lengths[0]
-            nexts.append(int(logits[0, -1].argmax()))
+            logits[cfg.eos_token_id] = float("-inf")
+            nexts.append(int(logits.argmax()))
         for b, t in enumerate(nexts):
             outs[b].append(t)
         pos = torch.tensor([[n] for n in cb.lengths()], device="cuda")
         tok = torch.tensor([[t] for t in nexts], device="cuda")
-        logits = model(tok, position_ids=pos, past_key_values=cb, use_cache=True).logits
-        nexts = [int(x) for x in logits[:, -1].argmax(-1)]
+        logits = model(tok, position_ids=pos, past_key_values=cb, use_cache=True).logits[:, -1]
+        logits[:, cfg.eos_token_id] = float("-inf")  # as generate(min_new_tokens=N) does for the references
+        nexts = [int(x) for x in logits.argmax(-1)]
 expect = [alone[0][:N], alone[1][:N], alone[2][:N - 6]]
 print("continuous batching: agreement per row %s" % [round(agree([e], [o]), 4) for e, o in zip(expect, outs)])
 check(all(o == e for o, e in zip(outs, expect)), "each row of a hand-written continuous batch gets its tokens alone")
