@@ -13,6 +13,7 @@ request closed COMPLETE. Prints agreement and timings; exit 0 = all held, 1 = so
 77 = no torch/GPU/transformers.
 """
 
+import copy
 import os
 import sys
 import time
@@ -33,9 +34,9 @@ deterministic()
 cfg = LlamaConfig(vocab_size=4096, hidden_size=512, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=8,
                   num_key_value_heads=2, max_position_embeddings=2048, attn_implementation="sdpa")
 torch.manual_seed(0)
-with torch.device("cuda"):
-    ref_model = LlamaForCausalLM(cfg).eval()
-    model = LlamaForCausalLM(cfg).eval()
+with torch.device("cuda"):  # a config each: use() sets the attention on the model's config
+    ref_model = LlamaForCausalLM(copy.deepcopy(cfg)).eval()
+    model = LlamaForCausalLM(copy.deepcopy(cfg)).eval()
 model.load_state_dict(ref_model.state_dict())
 hf.use(model)
 head_dim = cfg.hidden_size // cfg.num_attention_heads
