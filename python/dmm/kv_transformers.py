@@ -82,6 +82,8 @@ def _layer_class():
         def get_max_cache_shape(self, *args, **kwargs):
             return -1  # grows with its tokens, up to the arena's max_tokens (past it, a DmmError)
 
+        get_max_length = get_max_cache_shape  # (its name in transformers 5)
+
         def _unsupported(self, *args, **kwargs):
             raise NotImplementedError("dmm.kv_transformers.KVCache: beam search, crop and row reordering are not "
                                       "offered; drop or add rows with drop_row / add_row between steps")
