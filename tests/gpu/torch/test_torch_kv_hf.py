@@ -94,7 +94,7 @@ with torch.no_grad():
     model(one[:, :P], past_key_values=c0, use_cache=True)  # prefill of the shared part
 prefix = arena.share(sys_req, P)
 sys_req.close()
-r = arena.open(prefix=prefix)
+r = arena.open(P, prefix=prefix)  # a request holds at least its prefix
 cp = hf.KVCache(arena, [r])
 check(cp.get_seq_length() == P, "a request opened with the prefix starts at its length (%d)" % cp.get_seq_length())
 seen.clear()
