@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* src/device/imports.c — regions of another process (a holder: dmm hold) mapped into this
- * device's arena, for tensors over them (dmm.torch.attach).
+/* src/device/imports.c — memory shared with another process: regions of a holder (dmm hold) or of a
+ * sender (torch.multiprocessing) mapped into this device's arena, for tensors over them
+ * (dmm.torch.attach, dmm._share), and this device's pool blocks exported to others.
  *
  * What it owns: the list of this context's imports (dmm/share.h's dmm_import into c->arena), under
- * dev.lock. The arena charges an import's MAPPED bytes only (the holder owns the memory: its
- * governor counts it once); its release is honest like any other (dmm_release_outcome), and the
- * physical memory stays with the holder.
+ * dev.lock. The arena charges an import's MAPPED bytes only (the exporter owns the memory: its
+ * governor counts it once); its release is honest like any other (dmm_release_outcome), after the
+ * device's queued work, and the physical memory stays with the exporter. An export is the pool's
+ * (dmm_pool_export_block): this file only names what is not a pool block.
  *
  * Invariants (dev.lock): every entry is a live import of c->arena, listed once; an entry is out of the
  * list only while one unimport releases it (no driver call under the lock), and goes back only when

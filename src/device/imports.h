@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* src/device/imports.h — regions of another process (a holder: dmm hold) mapped into this
- * device's arena. Internal. */
+/* src/device/imports.h — memory shared with another process: imports into this device's arena, exports
+ * of its pool blocks. Internal. */
 #ifndef DMM_DEVICE_IMPORTS_H
 #define DMM_DEVICE_IMPORTS_H
 
