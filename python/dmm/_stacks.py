@@ -11,8 +11,9 @@ dicts ({"filename", "line", "name"}, innermost first): the native frames from to
 up to the interpreter (dmm's own left out; an object file and a symbol each, line 0), then the Python
 frames.
 
-The cost per event is a walk of the thread's frames and one dictionary lookup keyed on the code
-objects' identities (a code object is kept alive once seen, so its identity is never reused).
+The cost per event is a walk of the thread's frames, keeping each one's code identity and bytecode
+offset (the line is looked up when frames() is asked), and one dictionary lookup of that key (a code
+object is kept alive once seen, so its identity is never reused).
 
 Invariants (under _lock): number n >= 1 is _table[n - 1] and never changes, so the numbers blocks and
 events hold stay valid across history() calls; at most MAX_STACKS distinct stacks are numbered, a later
@@ -42,7 +43,7 @@ _ALLOC, _FREE = 1 << 0, 1 << 1  # the event kinds the hook is called for (1 << D
 _HOOK = ctypes.CFUNCTYPE(ctypes.c_uint32, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int)
 _lock = threading.RLock()  # re-entered when a collection inside frees a tensor (and calls the hook)
 _codes = {}     # id(code) -> code: every code object a stack names, kept alive
-_table = []     # number - 1 -> (python frames ((id(code), line), ...), native addresses (int, ...))
+_table = []     # number - 1 -> (python frames (id(code), bytecode offset, ...) flat, native addresses (int, ...))
 _numbers = {}   # the same key -> number
 _symbols = {}   # native address -> frame dict, or None for dmm's own frames
 _state = {"hook": None, "overflowed": 0}
@@ -70,18 +71,39 @@ def _number(py, native):
 
 def _gather(event, native, n):
     try:
-        py = []
-        f = sys._getframe(0).f_back  # the frame that called into torch (none on a thread Python did not start)
-        while f is not None and len(py) < MAX_DEPTH:
+        try:
+            f = sys._getframe(1)  # the frame that called into torch
+        except ValueError:  # a thread Python did not start: no Python frames
+            f = None
+        py, codes, left = [], _codes, MAX_DEPTH
+        while f is not None and left:  # (code identity, bytecode offset) pairs: the line is found later
             code = f.f_code
             k = id(code)
-            if k not in _codes:
-                _codes.setdefault(k, code)
-            py.append((k, f.f_lineno))
+            if k not in codes:
+                codes[k] = code
+            py.append(k)
+            py.append(f.f_lasti)
             f = f.f_back
+            left -= 1
         return _number(tuple(py), tuple(native[:n]) if n > 0 else ())
     except BaseException:  # noqa: BLE001 - a callback from C: nothing may propagate
         return 0
+
+
+_lines = {}  # (id(code), bytecode offset) -> line
+
+
+def _line(k, offset):
+    line = _lines.get((k, offset))
+    if line is None:
+        line = 0
+        for start, end, ln in _codes[k].co_lines():
+            if start <= offset < end:
+                line = ln or 0
+                break
+        if len(_lines) < MAX_SYMBOLS:
+            _lines[(k, offset)] = line
+    return line
 
 
 def _hook():
@@ -153,7 +175,7 @@ def frames(n):
         if not isinstance(n, int) or not 1 <= n <= len(_table):
             return []
         py, native = _table[n - 1]
-        codes = [(_codes[k], line) for k, line in py]
+        codes = [(_codes[py[i]], _line(py[i], py[i + 1])) for i in range(0, len(py), 2)]
     out = []
     for addr in native:
         f = _native(addr) if addr else None
@@ -162,8 +184,7 @@ def frames(n):
         if _interpreter(f):
             break  # the interpreter's own frames: the Python frames below say where it was
         out.append(dict(f))
-    out.extend({"filename": code.co_filename, "line": line if line is not None else 0, "name": code.co_name}
-               for code, line in codes)
+    out.extend({"filename": code.co_filename, "line": line, "name": code.co_name} for code, line in codes)
     return out
 
 
