@@ -32,6 +32,7 @@ refuses the send with dmm's sentence.
 
 import ctypes
 import os
+import sys
 import threading
 import weakref
 
@@ -156,6 +157,9 @@ def export(tensor):
     import torch
     from multiprocessing.reduction import DupFd
 
+    if not hasattr(os, "eventfd"):
+        raise _lib.DmmError("dmm: sending a CUDA tensor to another process needs Python >= 3.10 (os.eventfd, by "
+                            "which the receiver says it let go); this is Python %d.%d" % sys.version_info[:2])
     sweep()
     device = tensor.device.index if tensor.device.index is not None else torch.cuda.current_device()
     torch.cuda.current_stream(device).synchronize()  # what was written before the send is there

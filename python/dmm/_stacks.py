@@ -96,11 +96,19 @@ _lines = {}  # (id(code), bytecode offset) -> line
 def _line(k, offset):
     line = _lines.get((k, offset))
     if line is None:
-        line = 0
-        for start, end, ln in _codes[k].co_lines():
-            if start <= offset < end:
-                line = ln or 0
-                break
+        line, code = 0, _codes[k]
+        if hasattr(code, "co_lines"):  # Python >= 3.10
+            for start, end, ln in code.co_lines():
+                if start <= offset < end:
+                    line = ln or 0
+                    break
+        else:
+            import dis
+
+            for start, ln in dis.findlinestarts(code):
+                if start > offset:
+                    break
+                line = ln
         if len(_lines) < MAX_SYMBOLS:
             _lines[(k, offset)] = line
     return line
