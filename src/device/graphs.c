@@ -28,7 +28,10 @@
  * pieces past the highest byte its blocks reached go back (`usable`, the mapped front, shrinks): a graph
  * holds what it used, not its reserve. A reserve maps a fitted idle segment up again; a reserve made for
  * a pool (dmm_device_graph_reserve_pool) that the pool's own memory made unnecessary goes back at the
- * fit. Sleep and wake are graph_sleep.c's.
+ * fit. A pool's first segment reserves POOL_ROOM times its reserve as address space, and a later reserve
+ * of the pool maps that segment's tail again instead of a segment of its own, so that the pool's
+ * captures stay in one segment, fitted once (a segment per spill was rounded up to a piece each).
+ * Sleep and wake are graph_sleep.c's.
  *
  * Invariants (dev.lock): capture_id = 0 ⇔ idle ⇒ nothing live, !released; an idle segment with an
  * event (its graph's last replay may still run) is handed to a new capture only after a poll outside
@@ -149,6 +152,50 @@ dmm_status dmm_device_graph_reserve(dmm_device *c, uint64_t bytes, dmm_stream st
     return dmm_device_graph_reserve_pool(c, bytes, 0, stream);
 }
 
+/* Whether a capture of `pool` other than `except` is going on (dev.lock held): then nothing of the pool
+ * is mapped or unmapped under it. A status the driver cannot give counts as going on. */
+static bool pool_capturing(dmm_device *c, uint64_t pool, uint64_t except) {
+    bool busy = false;
+    for (uint32_t i = 0; i < c->njoins && !busy; i++) {
+        if (c->graph_joins[i].pool != pool || c->graph_joins[i].capture_id == except) continue;
+        bool on = false;
+        uint64_t now = 0;
+        busy = dmm_device_capture_status(c, c->graph_joins[i].stream, &on, &now) != DMM_OK ||
+               (on && now == c->graph_joins[i].capture_id);
+        dmm_clear_error();
+    }
+    return busy;
+}
+
+static void gseg_host_drop(dmm_device *c, graph_segment *g);
+
+#define POOL_ROOM 4 /* a shared pool's first segment reserves this many times its first reserve as VA */
+
+/* A reserve for a pool that has a segment of its own (dev.lock held, no capture of it going on): when the
+ * segment's address range has `len` bytes past the highest byte its captures reached, its unmapped tail
+ * (a fit gave it back) is mapped again up to there, so that the next capture continues in the pool's
+ * own memory instead of spilling into a segment of its own (whose fit would round it up to a piece
+ * again); the fit after the capture gives back what it did not reach. False (nothing mapped) when no
+ * segment of the pool has that room: a reserve of its own then, as for any capture. */
+static bool extend_pool_locked(dmm_device *c, uint64_t pool, uint64_t len) {
+    for (graph_segment *x = c->graphs; x != NULL; x = x->next) {
+        if (x->pool != pool || x->capture_id == 0 || x->sleep != GSEG_AWAKE || x->released || x->broken) continue;
+        uint64_t want = dmm__device_round_granule(c, x->high) + len;
+        if (want > x->seg.a.bytes) continue; /* no room in its range */
+        if (want > x->usable) {
+            uint64_t mapped = 0;
+            if (dmm__device_commit_pieces(c, &x->seg.a, (dmm_range){(size_t)x->usable, (size_t)(want - x->usable)},
+                                          &mapped) != DMM_OK)
+                return false; /* (a segment of its own below, or its refusal) */
+            x->usable = want;
+            x->seg.committed = want;
+            if (x->host != NULL && x->host_bytes != x->usable) gseg_host_drop(c, x); /* a kept copy: another size */
+        }
+        return true;
+    }
+    return false;
+}
+
 dmm_status dmm_device_graph_reserve_pool(dmm_device *c, uint64_t bytes, uint64_t pool, dmm_stream stream) {
     if (c == NULL) return dmm__device_null("dmm_device_graph_reserve", "a device");
     if (bytes == 0) return DMM_OK;
@@ -158,6 +205,11 @@ dmm_status dmm_device_graph_reserve_pool(dmm_device *c, uint64_t bytes, uint64_t
     uint64_t len = dmm__device_round_granule(c, bytes);
     if ((s = dmm__device_lock_and_poll(c, "graph reserve")) != DMM_OK) return s;
     dmm__device_graphs_sweep_locked(c);
+    if (pool != 0 && !pool_capturing(c, pool, 0) && extend_pool_locked(c, pool, len)) {
+        pthread_mutex_unlock(&c->lock);
+        dmm_clear_error();
+        return DMM_OK;
+    }
     for (graph_segment *x = c->graphs; x != NULL; x = x->next)
         if (x->sleep == GSEG_AWAKE && x->capture_id == 0 && x->ev == NULL && x->seg.a.bytes >= len) {
             /* an idle one, awake, is large enough (a fit left it smaller: its tail is mapped again) */
@@ -176,9 +228,12 @@ dmm_status dmm_device_graph_reserve_pool(dmm_device *c, uint64_t bytes, uint64_t
             return DMM_OK;
         }
     graph_segment *g = calloc(1, sizeof *g);
-    s = g != NULL ? dmm__device_segment_open(c, &g->seg, len, true, "a graph segment",
-                                                       "graph memory on device %d", (int)c->dev.index)
-                             : dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: out of host memory for a graph segment");
+    /* a pool's segment gets room to grow into (address space only: POOL_ROOM × the reserve), so that a
+     * later reserve of the pool maps its tail instead of a segment of its own (extend_pool_locked) */
+    uint64_t va = pool != 0 && len <= c->reserve / POOL_ROOM ? len * POOL_ROOM : len;
+    s = g != NULL ? dmm__device_segment_open(c, &g->seg, va, len, "a graph segment", "graph memory on device %d",
+                                             (int)c->dev.index)
+                  : dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: out of host memory for a graph segment");
     if (s != DMM_OK) {
         free(g);
         pthread_mutex_unlock(&c->lock);
@@ -304,16 +359,8 @@ dmm_status dmm_device_graph_fit(dmm_device *c, uint64_t capture_id, dmm_stream s
     if (s != DMM_OK) return s;
     pthread_mutex_lock(&c->lock);
     uint64_t pool = dmm__device_graph_pool_of(c, capture_id);
-    bool busy = false; /* a capture of the pool still going on (another stream): nothing is unmapped under it */
-    for (uint32_t i = 0; i < c->njoins && pool != 0; i++) {
-        if (c->graph_joins[i].pool != pool || c->graph_joins[i].capture_id == capture_id) continue;
-        bool on = false;
-        uint64_t now = 0;
-        if (dmm_device_capture_status(c, c->graph_joins[i].stream, &on, &now) != DMM_OK ||
-            (on && now == c->graph_joins[i].capture_id))
-            busy = true;
-        dmm_clear_error();
-    }
+    /* a capture of the pool still going on (another stream): nothing is unmapped under it */
+    bool busy = pool != 0 && pool_capturing(c, pool, capture_id);
     dmm_error_kept why = {0};
     for (graph_segment *g = c->graphs; g != NULL && !busy; g = g->next) {
         bool mine = pool != 0 ? g->pool == pool : g->capture_id == capture_id && g->pool == 0;

@@ -134,20 +134,20 @@ dmm_status dmm__device_commit_pieces(dmm_device *c, const dmm_allocation *a, dmm
     return dmm_mechanism_commit_pieces(c->arena, a, range, piece, mapped);
 }
 
-dmm_status dmm__device_segment_open(dmm_device *c, device_segment *s, uint64_t bytes, bool commit, const char *kind,
-                                   const char *fmt, ...) {
+dmm_status dmm__device_segment_open(dmm_device *c, device_segment *s, uint64_t bytes, uint64_t commit,
+                                   const char *kind, const char *fmt, ...) {
     memset(s, 0, sizeof *s);
     if (!dmm__device_segment_place(s, bytes)) {
         dmm__device_segment_close(s);
         return dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: out of host memory for %s", kind);
     }
     dmm_status st;
-    if (!commit) {
+    if (commit == 0) {
         st = dmm_mechanism_allocate_committed(c->arena, (size_t)bytes, (size_t)c->granule, NULL, 0, &s->a);
     } else { /* committed in pieces, so that a tail its users never reach can go back (graphs: fit) */
         st = dmm_mechanism_allocate_committed(c->arena, (size_t)bytes, (size_t)c->granule, NULL, 0, &s->a);
         if (st == DMM_OK) {
-            dmm_range all = {0, (size_t)bytes};
+            dmm_range all = {0, (size_t)(commit < bytes ? commit : bytes)};
             uint64_t mapped = 0;
             st = dmm__device_commit_pieces(c, &s->a, all, &mapped);
             if (st == DMM_ERR_BUDGET || st == DMM_ERR_OUT_OF_MEMORY) {
@@ -172,7 +172,7 @@ dmm_status dmm__device_segment_open(dmm_device *c, device_segment *s, uint64_t b
         dmm__device_segment_close(s);
         return st;
     }
-    s->committed = commit ? bytes : 0;
+    s->committed = commit < bytes ? commit : bytes;
     return DMM_OK;
 }
 

@@ -6,12 +6,13 @@
 #include "core/json.h"
 #include "types.h"
 
-/* Allocates `bytes` of the arena for the segment: VA only (`commit` false: tags back a prefix later)
- * or committed in full, in 2 MiB pieces (true: graphs; a refusal for budget or memory gives back the
- * pool's cached chunks and tries once more). Any failure leaves nothing behind, with a sentence: "dmm device: out of
- * host memory for <kind>", or "dmm device: reserving <bytes> bytes of <fmt…> failed: <the arena's>". */
-dmm_status dmm__device_segment_open(dmm_device *c, device_segment *s, uint64_t bytes, bool commit, const char *kind,
-                                   const char *fmt, ...)
+/* Allocates `bytes` of the arena's address space for the segment and commits its first `commit` bytes
+ * (0: VA only, tags back a prefix later; graphs commit a front, in 2 MiB pieces: a refusal for budget or
+ * memory gives back the pool's cached chunks and tries once more). Any failure leaves nothing behind,
+ * with a sentence: "dmm device: out of host memory for <kind>", or "dmm device: reserving <bytes> bytes
+ * of <fmt…> failed: <the arena's>". */
+dmm_status dmm__device_segment_open(dmm_device *c, device_segment *s, uint64_t bytes, uint64_t commit,
+                                   const char *kind, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 6, 7)))
 #endif

@@ -217,7 +217,7 @@ dmm_status dmm__device_tag_malloc(dmm_device *c, int tag, size_t bytes, dmm_stre
         uint64_t va = c->tag_va;
         if (va < len) va = dmm__device_round_granule(c, len);
         g = calloc(1, sizeof *g);
-        s = g != NULL ? dmm__device_segment_open(c, &g->seg, va, false, "a tag segment", "VA for a segment of tag '%s'",
+        s = g != NULL ? dmm__device_segment_open(c, &g->seg, va, 0, "a tag segment", "VA for a segment of tag '%s'",
                                                 dmm__device_tag_name(tag))
                       : dmm_error_set(DMM_ERR_OUT_OF_MEMORY, "dmm device: out of host memory for a tag segment");
         if (s != DMM_OK) {

@@ -81,6 +81,20 @@ static uint64_t stat_current(fx *f, const char *key) {
     return strtoull(at + strlen(pat), NULL, 10);
 }
 
+/* The value of `"key":N` in the stats JSON's graphs object. */
+static uint64_t graph_stat(fx *f, const char *key) {
+    static char buf[1 << 16];
+    size_t need = 0;
+    DMM_OK_OR_FAIL(dmm_device_stats_json(f->dev, buf, sizeof buf, &need));
+    const char *g = strstr(buf, "\"graphs\":{");
+    assert_non_null(g);
+    char pat[96];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *at = strstr(g, pat);
+    assert_non_null(at);
+    return strtoull(at + strlen(pat), NULL, 10);
+}
+
 static void blocks_on_two_streams(void **state) {
     (void)state;
     fx f;
@@ -448,6 +462,48 @@ static void a_fit_gives_back_what_captures_did_not_use(void **state) {
     assert_true(same(p, 3 * MIB, 64));
     DMM_OK_OR_FAIL(dmm_device_graph_release(f.dev, 63, f.s2));
     DMM_OK_OR_FAIL(dmm_device_free(f.dev, p, f.s2));
+    DMM_OK_OR_FAIL(dmm_device_empty_cache(f.dev, NULL));
+    fx_close(&f);
+}
+
+/* A shared pool grows in its own segment: a later reserve of the pool maps the tail a fit gave back (the
+ * first reserve of a pool leaves it room in its address range), so that a capture whose blocks do not fit
+ * the pool's free holes continues there instead of in a segment of its own; a capture of the pool that
+ * is still going on keeps it from being mapped (a segment of its own then). */
+static void a_pool_grows_in_its_own_segment(void **state) {
+    (void)state;
+    fx f;
+    fx_open(&f);
+    void *tmp = NULL, *out = NULL, *big = NULL;
+    DMM_OK_OR_FAIL(dmm_device_graph_reserve_pool(f.dev, 4 * MIB, 9, f.s2));
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, f.s2, 70));
+    DMM_OK_OR_FAIL(dmm_device_graph_share(f.dev, f.s2, 9));
+    DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, 3 * MIB, f.s2, &tmp));
+    DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, 1 * MIB, f.s2, &out)); /* kept: the graph's output */
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, tmp, f.s2));
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, NULL, 0));
+    DMM_OK_OR_FAIL(dmm_device_graph_fit(f.dev, 70, f.s2));
+    assert_int_equal(graph_stat(&f, "reserved_bytes"), 4 * MIB);
+    DMM_OK_OR_FAIL(dmm_device_graph_reserve_pool(f.dev, 4 * MIB, 9, f.s2)); /* the pool's tail, mapped again */
+    assert_int_equal(graph_stat(&f, "segments"), 1);
+    assert_int_equal(graph_stat(&f, "reserved_bytes"), 8 * MIB);
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, f.s2, 71));
+    DMM_OK_OR_FAIL(dmm_device_graph_share(f.dev, f.s2, 9));
+    DMM_OK_OR_FAIL(dmm_device_malloc(f.dev, (size_t)(7 * MIB / 2), f.s2, &big)); /* past the 3 MiB hole */
+    assert_true((uintptr_t)big >= (uintptr_t)out + MIB && (uintptr_t)big + 7 * MIB / 2 <= (uintptr_t)out + 5 * MIB);
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, big, f.s2));
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, NULL, 0));
+    DMM_OK_OR_FAIL(dmm_device_graph_fit(f.dev, 71, f.s2));
+    assert_int_equal(graph_stat(&f, "segments"), 1); /* one segment, fitted to what the captures reached */
+    assert_int_equal(graph_stat(&f, "reserved_bytes"), 8 * MIB);
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, f.s1, 72)); /* a capture of the pool going on (s1) */
+    DMM_OK_OR_FAIL(dmm_device_graph_share(f.dev, f.s1, 9));
+    DMM_OK_OR_FAIL(dmm_device_graph_reserve_pool(f.dev, 8 * MIB, 9, f.s2)); /* nothing mapped under it */
+    assert_int_equal(graph_stat(&f, "segments"), 2);
+    DMM_OK_OR_FAIL(dmm_fault_capture(f.fault, NULL, 0));
+    for (uint64_t id = 70; id <= 72; id++) DMM_OK_OR_FAIL(dmm_device_graph_release(f.dev, id, f.s2));
+    DMM_OK_OR_FAIL(dmm_device_free(f.dev, out, f.s2));
+    DMM_OK_OR_FAIL(dmm_device_poll(f.dev, NULL));
     DMM_OK_OR_FAIL(dmm_device_empty_cache(f.dev, NULL));
     fx_close(&f);
 }
@@ -832,6 +888,7 @@ int main(void) {
         cmocka_unit_test(captures_of_a_shared_pool_reuse_its_memory),
         cmocka_unit_test(graph_sleep_when_things_fail),
         cmocka_unit_test(a_fit_gives_back_what_captures_did_not_use),
+        cmocka_unit_test(a_pool_grows_in_its_own_segment),
         cmocka_unit_test(a_region_of_another_process_is_imported),
         cmocka_unit_test(pool_blocks_go_to_another_process),
         cmocka_unit_test(two_devices_share_a_holder_and_its_reclaim),
