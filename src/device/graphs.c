@@ -169,6 +169,21 @@ static bool pool_capturing(dmm_device *c, uint64_t pool, uint64_t except) {
 
 static void gseg_host_drop(dmm_device *c, graph_segment *g);
 
+/* Maps g's front up to `bytes` (dev.lock held; g awake, bytes within its range): the tail a fit gave back.
+ * A pinned copy a failed wake kept no longer has g's size and goes. False when the driver refused:
+ * nothing changed (its sentence is set). */
+static bool map_front_locked(dmm_device *c, graph_segment *g, uint64_t bytes) {
+    if (bytes <= g->usable) return true;
+    uint64_t mapped = 0;
+    if (dmm__device_commit_pieces(c, &g->seg.a, (dmm_range){(size_t)g->usable, (size_t)(bytes - g->usable)},
+                                  &mapped) != DMM_OK)
+        return false;
+    g->usable = bytes;
+    g->seg.committed = bytes;
+    if (g->host != NULL && g->host_bytes != g->usable) gseg_host_drop(c, g);
+    return true;
+}
+
 #define POOL_ROOM 4 /* a shared pool's first segment reserves this many times its first reserve as VA */
 
 /* A reserve for a pool that has a segment of its own (dev.lock held, no capture of it going on): when the
@@ -182,16 +197,7 @@ static bool extend_pool_locked(dmm_device *c, uint64_t pool, uint64_t len) {
         if (x->pool != pool || x->capture_id == 0 || x->sleep != GSEG_AWAKE || x->released || x->broken) continue;
         uint64_t want = dmm__device_round_granule(c, x->high) + len;
         if (want > x->seg.a.bytes) continue; /* no room in its range */
-        if (want > x->usable) {
-            uint64_t mapped = 0;
-            if (dmm__device_commit_pieces(c, &x->seg.a, (dmm_range){(size_t)x->usable, (size_t)(want - x->usable)},
-                                          &mapped) != DMM_OK)
-                return false; /* (a segment of its own below, or its refusal) */
-            x->usable = want;
-            x->seg.committed = want;
-            if (x->host != NULL && x->host_bytes != x->usable) gseg_host_drop(c, x); /* a kept copy: another size */
-        }
-        return true;
+        return map_front_locked(c, x, want); /* refused: a segment of its own below, or its refusal */
     }
     return false;
 }
@@ -213,14 +219,7 @@ dmm_status dmm_device_graph_reserve_pool(dmm_device *c, uint64_t bytes, uint64_t
     for (graph_segment *x = c->graphs; x != NULL; x = x->next)
         if (x->sleep == GSEG_AWAKE && x->capture_id == 0 && x->ev == NULL && x->seg.a.bytes >= len) {
             /* an idle one, awake, is large enough (a fit left it smaller: its tail is mapped again) */
-            if (x->usable < len) {
-                uint64_t mapped = 0;
-                s = dmm__device_commit_pieces(c, &x->seg.a, (dmm_range){(size_t)x->usable, (size_t)(len - x->usable)},
-                                              &mapped);
-                if (s != DMM_OK) continue; /* (a new segment below, or its refusal) */
-                x->usable = len;
-                x->seg.committed = len;
-            }
+            if (!map_front_locked(c, x, len)) continue; /* (a new segment below, or its refusal) */
             x->reserved = true;
             x->reserved_for = pool;
             pthread_mutex_unlock(&c->lock);
