@@ -204,6 +204,32 @@ DMM_TORCH_API int dmm_torch_kv_request_get(dmm_kv *kv, const dmm_kv_request *r, 
 DMM_TORCH_API int dmm_torch_kv_stats(dmm_kv *kv, dmm_kv_stats *out);
 DMM_TORCH_API int dmm_torch_kv_refill(dmm_kv *kv, uint64_t *created);
 
+/* ONNX Runtime on this library's governor (ort_front.c; python/dmm/ort.py): the ONNX Runtime adapter
+ * (adapters/ort/dmm_ort.h) built in, so that a process's ORT sessions are charged to the same governor as
+ * torch's (and CuPy's) tensors: CPU memory to its host tier, CUDA memory to the device's tier. Each call is
+ * the dmm_ort_* call of the same name, but allocator_create, which takes the library's governor and its
+ * own driver for `device` (-1: host memory; else a CUDA ordinal). ort_api: the OrtApi table (const
+ * OrtApi *). ort_usage: the allocator's live bytes, their peak and its refusals. set_host_limit: the host
+ * tier's budget (owned bytes; 0 = unlimited). tier_usage: a tier's owned bytes used, their peak and the
+ * limit (UINT64_MAX: none); device -1 is the host tier. Without the adapter in the build, the ort calls
+ * answer DMM_ERR_UNSUPPORTED with a sentence. */
+typedef struct dmm_ort_runtime dmm_ort_runtime;
+typedef struct dmm_ort_allocator dmm_ort_allocator;
+struct dmm_ort_config;
+DMM_TORCH_API int dmm_torch_ort_open(const char *path, dmm_ort_runtime **out);
+DMM_TORCH_API void dmm_torch_ort_close(dmm_ort_runtime *rt);
+DMM_TORCH_API const void *dmm_torch_ort_api(const dmm_ort_runtime *rt);
+DMM_TORCH_API int dmm_torch_ort_use_dmm(dmm_ort_runtime *rt, void *session_options);
+DMM_TORCH_API int dmm_torch_ort_allocator_create(dmm_ort_runtime *rt, int device, const struct dmm_ort_config *cfg,
+                                                 dmm_ort_allocator **out);
+DMM_TORCH_API int dmm_torch_ort_allocator_destroy(dmm_ort_allocator *a);
+DMM_TORCH_API int dmm_torch_ort_register(dmm_ort_allocator *a, void *env);
+DMM_TORCH_API int dmm_torch_ort_unregister(dmm_ort_allocator *a, void *env);
+DMM_TORCH_API int dmm_torch_ort_usage(dmm_ort_allocator *a, uint64_t *in_use, uint64_t *max_in_use,
+                                      uint64_t *refusals);
+DMM_TORCH_API int dmm_torch_set_host_limit(uint64_t bytes);
+DMM_TORCH_API int dmm_torch_tier_usage(int device, uint64_t *used, uint64_t *peak, uint64_t *limit);
+
 /* Tensors for other processes (torch.multiprocessing; python/dmm/_share.py). export: the pool block at ptr
  * of `device` for another process (dmm_device_export: the whole handles under it, *lead = where the
  * block begins; keep the block live while the other process uses it); `out` holds descriptors the

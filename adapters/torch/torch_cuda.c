@@ -27,6 +27,7 @@
 #include "core/options.h"
 #include "env.h"
 #include "frames.h"
+#include "front.h"
 
 #define MAX_DEVICES 64
 _Static_assert(MAX_DEVICES == DMM_TORCH_CONTEXT_DEVICES, "one history context slot per device");
@@ -46,6 +47,10 @@ static char g_err[2048];
 static int g_status;
 
 static int record(dmm_status s) {
+    return dmm__torch_record(s);
+}
+
+int dmm__torch_record(dmm_status s) {
     if (s == DMM_OK) return 0;
     pthread_mutex_lock(&err_mu);
     snprintf(g_err, sizeof g_err, "%s", dmm_last_error());
@@ -104,6 +109,15 @@ static dmm_device *ctx_for(int device) {
     }
     dmm_device *c = atomic_load_explicit(&g_ctx[device], memory_order_acquire);
     return c != NULL ? c : create_slow(device);
+}
+
+dmm_governor *dmm__torch_governor(void) {
+    pthread_mutex_lock(&g_mu);
+    dmm_status s = g_gov == NULL ? dmm_governor_create(NULL, &g_gov) : DMM_OK;
+    dmm_governor *g = g_gov;
+    pthread_mutex_unlock(&g_mu);
+    if (s != DMM_OK) record(s);
+    return s == DMM_OK ? g : NULL;
 }
 
 /* ---- the allocator pair ---- */

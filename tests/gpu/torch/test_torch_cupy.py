@@ -8,6 +8,9 @@ device budget.
     frees a tensor (dmm keeps the memory cached) and CuPy then allocates what fits only without that cache;
   - a CuPy allocation past B raises CuPy's own OutOfMemoryError, a torch one torch's OutOfMemoryError, and
     the device's live bytes never pass B;
+  - ONNX Runtime (dmm.ort, CPU provider) in the same process is charged to the same governor, on its host
+    tier: a Run past a host budget fails with ORT's own error while torch goes on allocating on the device
+    (the section is skipped without ONNX Runtime: DMM_ORT_LIB, scripts/ort.sh);
   - disable() gives CuPy its own pool back (a new array is not dmm memory; older ones still are).
 Exit 0 = all held, 1 = something did not, 77 = no torch/GPU/CuPy.
 """
@@ -78,6 +81,47 @@ except torch.cuda.OutOfMemoryError as e:
 check(live() <= B, "after the refusals the live bytes are within B (%d MiB)" % (live() // MIB))
 del y
 dmm.torch.set_limit(None)
+
+# --- ONNX Runtime (CPU provider) on the same governor: its memory on the host tier, under a host budget ---
+ort_lib, cli = os.environ.get("DMM_ORT_LIB", ""), os.environ.get("DMM_CLI", "")
+if not (os.path.exists(ort_lib) and os.path.exists(cli)):
+    print("SKIP (this section): ONNX Runtime (DMM_ORT_LIB=%r, scripts/ort.sh) or the dmm tool (DMM_CLI=%r) "
+          "is missing" % (ort_lib, cli))
+else:
+    import array
+    import subprocess
+    import tempfile
+
+    import dmm.ort
+
+    model = os.path.join(tempfile.mkdtemp(prefix="dmm-ort-"), "m.onnx")
+    subprocess.run([cli, "ort", "--write-model", model, "--batch", "0"], check=True, stdout=subprocess.DEVNULL)
+    dmm.torch.set_limit(B)
+    w = torch.empty(100 * MIB, dtype=torch.uint8, device="cuda")
+    c = cupy.empty(100 * MIB, dtype=cupy.uint8)
+    sess = dmm.ort.Session(model)
+    x = array.array("f", [((i * 31) % 17) / 17.0 for i in range(8 * 256)])
+    y = sess.run({"X": (x, [8, 256])})["Y"]
+    host = dmm.ort.tier_usage()
+    dev = dmm.ort.tier_usage(0)
+    check(y.shape == (8, 512) and max(y.data) > 0, "ONNX Runtime runs a session on dmm host memory")
+    check(host["used"] >= dmm.ort.usage()["in_use"] > 0,
+          "its memory is on the governor's host tier: %d bytes (ORT live %d)" % (host["used"], dmm.ort.usage()["in_use"]))
+    check(dev["used"] >= 200 * MIB and dev["limit"] is not None and dev["limit"] <= B,
+          "the same governor's device tier holds torch's and CuPy's memory under B: %s" % dev)
+    dmm.ort.set_host_limit(host["used"] + MIB)
+    try:
+        sess.run({"X": (array.array("f", bytes(4 * 4096 * 256)), [4096, 256])})
+        check(False, "an ORT Run past the host budget is refused")
+    except dmm.ort.OrtError as e:
+        check("tier host:0" in str(e), "an ORT Run past the host budget fails with ORT's error: %s" % str(e)[:200])
+    z = torch.ones(10 * MIB, dtype=torch.uint8, device="cuda")
+    check(int(z.sum()) == 10 * MIB, "torch goes on allocating on the device while ORT is refused on the host")
+    dmm.ort.set_host_limit(0)
+    check(sess.run({"X": (x, [8, 256])})["Y"].data == y.data, "ORT runs again once the host budget goes")
+    sess.close()
+    del w, c, z
+    dmm.torch.set_limit(None)
 
 # --- disable ---
 dmm.cupy.disable()
