@@ -14,9 +14,9 @@ a 4-layer, 1024-wide version for a quick check. Sections (each prints its table;
              arena turns it into a prefix (its whole granules held once).
   decode     --requests requests open with the prefix; each gets its own first token and decodes --private
              tokens, batched: a decode step is the model's own modules (embedding, rotary, projections,
-             MLP, head) with two small Triton kernels for attention: one writes the step's K and V at each
-             request's length, one reads [0, length) of each request (split over the length, GQA, online
-             softmax). The same step runs over the arena (rows at the requests' bases, growth between
+             MLP, head) with dmm.kv_kernels' two Triton kernels for attention: one writes the step's K and V at
+             each request's position, one reads [0, length) of each request (split over the length, GQA,
+             online softmax). The same step runs over the arena (rows at the requests' bases, growth between
              steps from the reserve, a refill thread topping it up) and over a pre-mapped buffer of the same
              layout (one torch tensor, a row per request, the prefix copied into each). Both are captured as
              one CUDA graph each; the tokens of the two must be identical. Timed: the decode loop's steps (CUDA
@@ -62,119 +62,33 @@ def need(module):
 
 torch = need("torch")
 need("transformers")
-triton = need("triton")
-import triton.language as tl  # noqa: E402
+need("triton")
 
 if not torch.cuda.is_available():
     print("SKIP: no CUDA device")
     sys.exit(77)
 
 import dmm.kv  # noqa: E402
+import dmm.kv_kernels as kernels  # noqa: E402
 import dmm.kv_transformers as hf  # noqa: E402
 
 
-# ---------------------------------------------------------------- the two kernels
-
-@triton.jit
-def _kv_write(k_ptr, v_ptr, rows_ptr, pos_ptr, token_stride, layer_off, KVH_D: tl.constexpr):
-    """Row b's K and V of this step ([KVH * D] each) at token pos[b] of layer `layer_off`."""
-    b = tl.program_id(0)
-    base = tl.load(rows_ptr + b).to(tl.pointer_type(tl.bfloat16))
-    pos = tl.load(pos_ptr + b).to(tl.int64)
-    i = tl.arange(0, KVH_D)
-    dst = base + pos * token_stride + layer_off + i
-    tl.store(dst, tl.load(k_ptr + b * KVH_D + i))
-    tl.store(dst + KVH_D, tl.load(v_ptr + b * KVH_D + i))
-
-
-@triton.jit
-def _decode_attention(q_ptr, rows_ptr, len_ptr, o_ptr, lse_ptr, token_stride, layer_off, scale,
-                      KVH: tl.constexpr, G: tl.constexpr, D: tl.constexpr, BLOCK_G: tl.constexpr,
-                      BLOCK_N: tl.constexpr, CHUNK: tl.constexpr, SPLITS: tl.constexpr):
-    """One query token per row, G query heads per KV head h, over tokens [s * CHUNK, min((s+1) * CHUNK, len))
-    of row b: partial output and log-sum-exp per split, combined outside. Reads nothing past len[b]."""
-    b = tl.program_id(0)
-    h = tl.program_id(1)
-    s = tl.program_id(2)
-    base = tl.load(rows_ptr + b).to(tl.pointer_type(tl.bfloat16))
-    n = tl.load(len_ptr + b)
-    gs = tl.arange(0, BLOCK_G)
-    ds = tl.arange(0, D)
-    qrow = (b * KVH + h) * G + gs
-    q = tl.load(q_ptr + qrow[:, None] * D + ds[None, :], mask=(gs < G)[:, None], other=0.0)
-    start = s * CHUNK
-    end = tl.minimum(start + CHUNK, n)
-    m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_G], tl.float32)
-    acc = tl.zeros([BLOCK_G, D], tl.float32)
-    koff = layer_off + h * D
-    voff = layer_off + KVH * D + h * D
-    for t0 in range(start, end, BLOCK_N):
-        ts = t0 + tl.arange(0, BLOCK_N)
-        tmask = ts < end
-        row = ts.to(tl.int64)[:, None] * token_stride
-        k = tl.load(base + row + koff + ds[None, :], mask=tmask[:, None], other=0.0)
-        v = tl.load(base + row + voff + ds[None, :], mask=tmask[:, None], other=0.0)
-        qk = tl.dot(q, tl.trans(k)) * scale
-        qk = tl.where(tmask[None, :], qk, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        alpha = tl.exp(m_i - m_new)
-        p = tl.exp(qk - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(tl.bfloat16), v)
-        m_i = m_new
-    safe = tl.where(l_i > 0, l_i, 1.0)
-    out = acc / safe[:, None]
-    lse = tl.where(l_i > 0, m_i + tl.log(safe), float("-inf"))
-    gm = gs < G
-    tl.store(o_ptr + (qrow[:, None] * SPLITS + s) * D + ds[None, :], out, mask=gm[:, None])
-    tl.store(lse_ptr + qrow * SPLITS + s, lse, mask=gm)
-
-
-class Rows:
-    """Where each batch row's KV lies (absolute addresses, device int64) and how far it reaches (lengths,
-    device int32): the static inputs of the decode kernels, and of a captured graph."""
-
-    def __init__(self, batch, token_bytes):
-        self.ptrs = torch.zeros(batch, dtype=torch.int64, device="cuda")
-        self.pos = torch.zeros(batch, dtype=torch.int32, device="cuda")   # where this step's token goes
-        self.lens = torch.zeros(batch, dtype=torch.int32, device="cuda")  # pos + 1
-        self.token_elems = token_bytes // 2
-
-
 class Step:
-    """A decode step of a Llama model over Rows, with the model's own modules and the two kernels above."""
+    """A decode step of a Llama model over dmm.kv_kernels.Rows: the model's own modules, with dmm.kv_kernels'
+    write and attention in place of the cache and SDPA (the same kernels over the arena and the buffer)."""
 
-    def __init__(self, model, max_tokens, splits=8):
+    def __init__(self, model, arena, splits=8):
         from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-        self.m, self.rope = model, apply_rotary_pos_emb
+        self.m, self.rope, self.arena, self.splits = model, apply_rotary_pos_emb, arena, splits
         c = model.config
-        self.H, self.KVH = c.num_attention_heads, c.num_key_value_heads
-        self.D = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-        self.G = self.H // self.KVH
-        self.layer_elems = 2 * self.KVH * self.D
-        self.splits = splits
-        self.chunk = -(-max_tokens // splits // 64) * 64  # a multiple of BLOCK_N
-        self.scale = self.D ** -0.5
-
-    def attention(self, q, rows, layer, o, lse):
-        B = q.shape[0]
-        _decode_attention[(B, self.KVH, self.splits)](
-            q, rows.ptrs, rows.lens, o, lse, rows.token_elems, layer * self.layer_elems, self.scale,
-            KVH=self.KVH, G=self.G, D=self.D, BLOCK_G=max(16, triton.next_power_of_2(self.G)), BLOCK_N=64,
-            CHUNK=self.chunk, SPLITS=self.splits)
-        w = torch.exp(lse - lse.amax(-1, keepdim=True))  # [B, H, S]
-        return (o * w[..., None]).sum(-2) / w.sum(-1)[..., None]  # [B, H, D] fp32
+        self.H, self.KVH, self.D = c.num_attention_heads, arena.kv_heads, arena.head_dim
 
     @torch.no_grad()
     def __call__(self, ids, rows):
         m, B = self.m, ids.shape[0]
         h = m.model.embed_tokens(ids)  # [B, 1, hidden]
-        position = rows.pos.to(torch.int64)[:, None]
-        cos, sin = m.model.rotary_emb(h, position)
-        o = torch.empty(B, self.H, self.splits, self.D, dtype=torch.float32, device=h.device)
-        lse = torch.empty(B, self.H, self.splits, dtype=torch.float32, device=h.device)
+        cos, sin = m.model.rotary_emb(h, rows.pos.to(torch.int64)[:, None])
         for li, layer in enumerate(m.model.layers):
             a = layer.self_attn
             x = layer.input_layernorm(h)
@@ -182,9 +96,8 @@ class Step:
             k = a.k_proj(x).view(B, 1, self.KVH, self.D).transpose(1, 2)
             v = a.v_proj(x).view(B, 1, self.KVH, self.D).transpose(1, 2)
             q, k = self.rope(q, k, cos, sin)
-            _kv_write[(B,)](k.contiguous(), v.contiguous(), rows.ptrs, rows.pos, rows.token_elems,
-                            li * self.layer_elems, KVH_D=self.KVH * self.D)
-            att = self.attention(q.reshape(B, self.H, self.D).contiguous(), rows, li, o, lse)
+            kernels.write(k, v, rows, li, self.arena)
+            att = kernels.attention(q, rows, li, self.arena, splits=self.splits)
             h = h + a.o_proj(att.to(h.dtype).reshape(B, 1, self.H * self.D))
             h = h + layer.mlp(layer.post_attention_layernorm(h))
         return m.lm_head(m.model.norm(h))[:, -1].argmax(-1)
@@ -278,13 +191,13 @@ def main():
                 json.dump(out, f, indent=1)
 
     model, cfg = build_model(args)
-    step = Step(model, args.prefix + max(args.private, args.steps) + 64)
     R, P = args.requests, args.prefix
     max_tokens = P + max(args.private, args.steps) + 64
-    arena = dmm.kv.Arena(layers=cfg.num_hidden_layers, kv_heads=cfg.num_key_value_heads, head_dim=step.D,
+    arena = dmm.kv.Arena(layers=cfg.num_hidden_layers, kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim,
                          dtype=torch.bfloat16, max_tokens=max_tokens, max_requests=2 * R + 2,
                          reserve_bytes=2 * R * (2 * MIB), refill_thread=True)
     tb = arena.token_bytes
+    step = Step(model, arena)
     print("model: %d layers, %d heads (%d KV) of %d, %.2f B parameters; a token's KV %d KiB"
           % (cfg.num_hidden_layers, step.H, step.KVH, step.D, sum(p.numel() for p in model.parameters()) / 1e9,
              tb >> 10))
@@ -306,12 +219,12 @@ def main():
     # ---- decode: the arena against a pre-mapped buffer, one graph each ----
     first = torch.randint(3, cfg.vocab_size, (R,), generator=g).cuda()
     reqs = [arena.open(P + 1, prefix=prefix) for _ in range(R)]
-    a_rows = Rows(R, tb)
+    a_rows = kernels.Rows(R, tb)
     a_rows.ptrs.copy_(torch.tensor([r.base for r in reqs], dtype=torch.int64))
     T = P + args.private + 64
     buf = torch.empty(R, T, tb, dtype=torch.uint8, device="cuda")
     buf.view(R, T, -1).view(torch.bfloat16)[:, :P].copy_(prefix_kv.view(1, P, -1).expand(R, -1, -1))
-    b_rows = Rows(R, tb)
+    b_rows = kernels.Rows(R, tb)
     b_rows.ptrs.copy_(torch.arange(R, dtype=torch.int64, device="cuda") * (T * tb) + buf.data_ptr())
     for rows in (a_rows, b_rows):
         rows.pos.fill_(P)
@@ -526,7 +439,7 @@ def turnover_section(out, step, arena, prefix, prefix_kv, reqs, ga, a_rows, firs
     reqs[:] = live
     buf = torch.empty(R, T, tb, dtype=torch.uint8, device="cuda")
     buf.view(R, T, -1).view(torch.bfloat16)[:, :P].copy_(prefix_kv.view(1, P, -1).expand(R, -1, -1))
-    rows = Rows(R, tb)
+    rows = kernels.Rows(R, tb)
     rows.pos.fill_(P)
     rows.lens.fill_(P + 1)
     rows.ptrs.copy_(torch.arange(R, dtype=torch.int64, device="cuda") * (T * tb) + buf.data_ptr())
