@@ -17,7 +17,11 @@
  * batches: 432,459 of its heap's mallocs for llama-generate) is found once the ring holds two turns of it
  * (records_from: the oldest ordinal the widened ring may hold). A heap that records parks nothing
  * (quick_cap 0: anchors need merged free runs, and its frees all take the path that records them), so
- * none of its mallocs takes the hot path.
+ * none of its mallocs takes the hot path. So a heap records only while it is worth it: from its first
+ * growth or move (growth.c's fix-up starts the ring, its parked blocks merged first) until a look finds
+ * no growth in a whole ring and no plan followed (records_stop: the ring goes, the quick lists come
+ * back); a settled heap's mallocs and frees cost what they cost without plans, and its next growth
+ * starts a new ring.
  * Events are the heap's mallocs and frees counted from 1: a loop's turn repeats them exactly.
  *
  * Look (every POOL_LOOK_EVERY mallocs, or a 128th of a wider ring, by the malloc's caller: look_due;
@@ -93,13 +97,27 @@ static rec rec_at(const pool_heap *h, uint64_t ord) {
 }
 
 bool dmm__follow_init(pool_heap *h) {
-    h->records = calloc(POOL_RECORDS_FIRST, sizeof *h->records);
-    if (h->records == NULL) return false;
+    if (h->records != NULL) return true;
+    precord *v = calloc(POOL_RECORDS_FIRST, sizeof *v);
+    if (v == NULL) return false;
+    dmm__heap_quick_flush(h); /* nothing parks: the frees take free_rest, which records them */
+    h->records = v;
     h->nrecords = POOL_RECORDS_FIRST;
-    h->records_from = 0;
-    h->next_look = POOL_LOOK_EVERY;
-    h->quick_cap = 0; /* nothing parks: the frees take free_rest, which records them */
+    h->records_from = h->mallocs; /* (a block of an earlier ordinal has no record: count_free skips it) */
+    h->next_look = h->mallocs + POOL_LOOK_EVERY;
+    h->quick_cap = 0;
     return true;
+}
+
+/* A heap that recorded a whole ring without growing and follows no plan has settled: it stops recording
+ * (its ring goes, its quick lists come back) until it grows again (growth.c). */
+static void records_stop(pool_heap *h) {
+    free(h->records);
+    h->records = NULL;
+    h->nrecords = 0;
+    h->records_from = h->mallocs;
+    h->next_look = UINT64_MAX;
+    h->quick_cap = POOL_QUICK_MAX_BLOCKS;
 }
 
 void dmm__follow_drop(pool_heap *h) {
@@ -296,7 +314,10 @@ void dmm__follow_look(dmm_pool *p, pool_heap *h) {
     /* a long ring is looked through less often: a look reads up to POOL_LOOK_READS records per one held */
     h->next_look = h->mallocs + (h->nrecords / 128 > POOL_LOOK_EVERY ? h->nrecords / 128 : POOL_LOOK_EVERY);
     if (h->plan_posted || h->records == NULL || h->nruns == 0) return;
-    if (h->grown_at + h->nrecords < h->mallocs) return; /* no growth for a while: nothing to plan for */
+    if (h->grown_at + h->nrecords < h->mallocs) { /* no growth for a while: nothing to plan for */
+        if (h->follow == NULL) records_stop(h);
+        return;
+    }
     /* a heap that follows a plan and still grows may be in a larger loop (the plan's turns, then
      * something else: an evaluation, the next epoch's setup): only a longer period, not a multiple of
      * the plan's, is looked for */

@@ -604,7 +604,8 @@ static void growth_fixup(growth *g) {
     size_t npoisoned = 0;
     failed_poisoned(g, &poisoned, &npoisoned);
     heap_lock(h);
-    if (growth_mapped_any(g)) h->grown_at = h->mallocs + 1; /* (follow.c: a heap that grows may plan) */
+    const bool grew = growth_mapped_any(g);
+    if (grew) h->grown_at = h->mallocs + 1; /* (follow.c: a heap that grows may plan) */
     dmm__heap_block_put(h, g->rec); /* back to the spares: a split below takes it */
     dmm__heap_block_put(h, g->rec2);
     if (npoisoned > 1 && !dmm__heap_reserve_blocks(h, 2 * npoisoned + 2)) { /* no host memory: the span as one */
@@ -629,6 +630,9 @@ static void growth_fixup(growth *g) {
             dmm__heap_make_free(h, t);
         }
     }
+    /* a heap of a pool that plans records its mallocs while it grows (follow.c stops it once it has
+     * settled); without room for the records it does not plan, and grows as any heap does */
+    if (grew && p->plan_loops) (void)dmm__follow_init(h);
     heap_unlock(h);
     if (npoisoned > 1) free((void *)poisoned);
     for (size_t i = 0; i < g->sv.n; i++)

@@ -263,7 +263,6 @@ __attribute__((noinline)) static pool_heap *heap_find(dmm_pool *p, dmm_stream st
                               stream);
                 return NULL;
             }
-            if (p->plan_loops) (void)dmm__follow_init(h); /* no room for the records: this heap never plans */
             h->ordinal = (uint32_t)p->nheaps;
             dmm_atomic_store_relaxed(&h->next_heap, heaps_head(p));
             dmm_atomic_store_release(&p->heaps, h);

@@ -10,7 +10,8 @@
  * overlap) and the pool's check passes after every turn; a loop that changes its sizes drops the plan
  * and stays correct; with plan_loops off nothing is recorded and nothing planned; a pool destroyed while
  * its planner is at work leaves nothing behind; a loop longer than half the first ring of records is
- * found once the ring widens; dmm_pool_plan_sync refuses no pool with a sentence; a
+ * found once the ring widens; a heap records only while it grows (it stops once a whole ring went by
+ * without a growth, and parks again; a growth starts it again); dmm_pool_plan_sync refuses no pool with a sentence; a
  * malloc's record says freed only once its own block's free is final.
  * Every test ends with nothing live.
  */
@@ -187,6 +188,45 @@ static void a_loop_that_changes_drops_its_plan_and_stays_correct(void **state) {
     dmm_test_pool_fx_close(f);
 }
 
+/* A heap of a pool that plans records only while it grows: once a whole ring of mallocs went by without
+ * a growth (and no plan is followed), it stops, and its frees park again (the quick lists' hot path);
+ * when it grows again it records again, its parked blocks merged first. */
+static void a_heap_records_while_it_grows_and_parks_once_it_has_settled(void **state) {
+    (void)state;
+    dmm_pool_config pc = loop_config(true);
+    fx *f = dmm_test_pool_fx_open(&pc, 64 * C);
+    live_block keep = take(f, 64 * KIB); /* the heap's first growth */
+    pool_heap *h = heap_of(f);
+    assert_non_null(h->records);
+    assert_int_equal(h->quick_cap, 0);
+    /* exact repeats, served from mapped memory: the first full ring finds nothing worth a plan (no turn
+     * grew) and widens; a whole widened ring later, with no growth, the heap stops recording */
+    uint64_t n = 0;
+    while (h->records != NULL && n < 2 * (uint64_t)POOL_RECORDS_MOST) {
+        void *p = dmm_test_pool_malloc(f->pool, 64 * KIB, NULL);
+        dmm_test_pool_free(f->pool, p, NULL);
+        n++;
+    }
+    print_message("the heap stopped recording after %llu mallocs without a growth\n", (unsigned long long)n);
+    assert_null(h->records);
+    assert_true(n <= POOL_RECORDS_MOST + POOL_RECORDS_FIRST + 2 * (POOL_RECORDS_MOST / 128));
+    assert_int_equal(h->quick_cap, POOL_QUICK_MAX_BLOCKS);
+    assert_int_equal(h->next_look, UINT64_MAX);
+    void *p = dmm_test_pool_malloc(f->pool, 64 * KIB, NULL);
+    dmm_test_pool_free(f->pool, p, NULL);
+    assert_int_equal(h->nquick, 1); /* its free parks again */
+    assert_int_equal(dmm_pool_check(f->pool), DMM_OK);
+    live_block big = take(f, 40 * MIB); /* a growth: it records again, nothing parked */
+    assert_non_null(h->records);
+    assert_int_equal(h->quick_cap, 0);
+    assert_int_equal(h->nquick, 0);
+    assert_true(h->records_from <= h->mallocs && h->mallocs - h->records_from <= 1);
+    assert_int_equal(dmm_pool_check(f->pool), DMM_OK);
+    give(f, &big);
+    give(f, &keep);
+    dmm_test_pool_fx_close(f);
+}
+
 /* A job of n items over heap h, each alive over the whole turn (so that they stack: real placement
  * work), posted to the planner (dmm__planner_post takes it). */
 static void post_job(fx *f, pool_heap *h, size_t n) {
@@ -278,6 +318,7 @@ int main(void) {
         cmocka_unit_test(a_repeating_loop_is_planned_and_then_maps_nothing),
         cmocka_unit_test(a_loop_longer_than_half_the_first_ring_is_planned_once_the_ring_widens),
         cmocka_unit_test(a_loop_that_changes_drops_its_plan_and_stays_correct),
+        cmocka_unit_test(a_heap_records_while_it_grows_and_parks_once_it_has_settled),
         cmocka_unit_test(a_pool_destroyed_while_its_planner_is_at_work_leaves_nothing),
         cmocka_unit_test(plan_sync_refuses_no_pool_and_returns_at_once_without_plans),
         cmocka_unit_test(a_record_says_freed_only_when_its_own_block_was),
