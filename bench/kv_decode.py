@@ -136,7 +136,7 @@ def build_model(args):
     else:
         shape = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=args.layers or 32,
                      num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=128256)
-    cfg = LlamaConfig(max_position_embeddings=16384, rope_theta=500000.0, attn_implementation="sdpa", **shape)
+    cfg = LlamaConfig(max_position_embeddings=16384, attn_implementation="sdpa", **shape)
     torch.manual_seed(0)
     old = torch.get_default_dtype()
     torch.set_default_dtype(torch.bfloat16)
@@ -209,8 +209,10 @@ def main():
     sys_req = arena.open()
     with torch.no_grad():
         model(prompt[:, :P], past_key_values=hf.KVCache(arena, [sys_req]), use_cache=True, logits_to_keep=1)
+    torch.cuda.synchronize()  # (the arena's calls take no stream: the prefill must be done before share)
     prefix = arena.share(sys_req, P)
     prefix_kv = sys_req.cache()[:P].clone()  # the pre-mapped buffer and StaticCache copy it into every row
+    torch.cuda.synchronize()  # (and the copy before the owner's close unmaps its range)
     sys_req.close()
     st = arena.stats()
     out["prefix"] = {"tokens": P, "shared_bytes": st["shared_bytes"]}
@@ -268,20 +270,22 @@ def main():
         "requests": R, "tokens_each": tokens, "arena_kv_bytes": kv_bytes, "private_bytes": st1["private_bytes"],
         "shared_bytes": st1["shared_bytes"], "reserve_bytes": st1["reserve_bytes"],
         "copy_per_request_bytes": R * tokens * tb, "waste_max_bytes": max(waste), "waste_mean_bytes": sum(waste) / R,
-        "creates_on_decode_thread": creates, "creates_total": st1["driver_creates"] - st0["driver_creates"],
+        "creates_in_grow_calls": creates, "creates_total": st1["driver_creates"] - st0["driver_creates"],
         "grows": st1["grows"] - st0["grows"], "step_ms_arena": statistics.median(times_a),
         "step_ms_premapped": statistics.median(times_b), "loop_s_arena": wall_a, "loop_s_premapped": wall_b,
         "tokens_identical": same}
     print("decode: %d requests x %d tokens in %.2f GiB of KV (a copy per request: %.2f GiB); reserve %.0f MiB apart"
           % (R, tokens, kv_bytes / GIB, R * tokens * tb / GIB, st1["reserve_bytes"] / MIB))
-    print("  waste: at most %.2f MiB committed-but-unused per request (mean %.2f); handles created on the decode "
-          "thread: %d (all: %d, by the refill thread the rest)" % (max(waste) / MIB, sum(waste) / R / MIB, creates,
+    print("  waste: at most %.2f MiB committed-but-unused per request (mean %.2f); handles created while the decode "
+          "thread grew the requests: %d (an upper bound: the refill thread's own count too if they overlap; all: "
+          "%d)" % (max(waste) / MIB, sum(waste) / R / MIB, creates,
                                                                     st1["driver_creates"] - st0["driver_creates"]))
     print("  step (graph, loop medians): arena %.3f ms, pre-mapped %.3f ms; the loop (growth included) %.2f s vs "
           "%.2f s; tokens identical: %s" % (out["decode"]["step_ms_arena"], out["decode"]["step_ms_premapped"], wall_a,
                                            wall_b, same))
     wins = {"arena": [], "premapped": []}
     ids = ta[:, -1:].contiguous()
+    order = gr = None
     for k in range(args.rounds):  # fixed length, interleaved, the order alternating
         order = (("arena", ga), ("premapped", gb)) if k % 2 == 0 else (("premapped", gb), ("arena", ga))
         for name, gr in order:
@@ -292,7 +296,7 @@ def main():
     print("  interleaved windows (%d x 32 replays): arena %.3f ms, pre-mapped %.3f ms: %.4f x"
           % (args.rounds, ra, rb, ra / rb))
     save()
-    del gb, buf  # the pre-mapped buffer goes before StaticCache and the turnover's own buffer come
+    del gb, buf, order, gr  # the pre-mapped buffer and its graph go before StaticCache and the turnover's buffer
     torch.cuda.empty_cache()
 
     # ---- static: transformers' StaticCache on the same requests, teacher-forced with the arena's tokens ----
@@ -304,6 +308,7 @@ def main():
     if "turnover" not in skip:
         turnover_section(out, step, arena, prefix, prefix_kv, reqs, ga, a_rows, first, R, P, tb, args)
         save()
+    torch.cuda.synchronize()  # no replay may still read a request that closes
     for r in reqs:
         if r._r is not None:
             r.close()
@@ -322,6 +327,17 @@ def main():
     print(json.dumps(out["decode"]))
 
 
+def static_at(cache, pos):
+    """Where StaticCache writes next: transformers 5 keeps a counter per layer (cache_position is gone), which
+    a captured graph would otherwise advance on every replay."""
+    for layer in getattr(cache, "layers", []):
+        c = getattr(layer, "cumulative_length", None)
+        if isinstance(c, torch.Tensor):
+            c.fill_(pos)
+        elif c is not None:
+            layer.cumulative_length = pos
+
+
 def static_section(out, model, cfg, prefix_kv, first, ta, R, P, args, step):
     from transformers import StaticCache
 
@@ -337,7 +353,8 @@ def static_section(out, model, cfg, prefix_kv, first, ta, R, P, args, step):
     for li in range(cfg.num_hidden_layers):
         k = prefix_kv[:, li, 0].transpose(0, 1).unsqueeze(0).expand(R, -1, -1, -1)  # [R, KVH, P, D]
         v = prefix_kv[:, li, 1].transpose(0, 1).unsqueeze(0).expand(R, -1, -1, -1)
-        cache.update(k, v, li, {"cache_position": pos})
+        cache.update(k, v, li, {"cache_position": pos})  # (transformers 5: written at its counter, 0 here)
+    static_at(cache, P)
     torch.cuda.synchronize()
     static_bytes = torch.cuda.memory_allocated() - before
     feed = torch.cat([first[:, None], ta[:, :-1]], 1)  # the arena's inputs, step by step
@@ -363,12 +380,19 @@ def static_section(out, model, cfg, prefix_kv, first, ta, R, P, args, step):
         s.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(s), torch.no_grad():
             for _ in range(2):
+                static_at(cache, P + n - 1)
                 model(input_ids=ids, position_ids=cp.expand(R, 1), cache_position=cp, past_key_values=cache)
         torch.cuda.current_stream().wait_stream(s)
         graph = torch.cuda.CUDAGraph()
+        static_at(cache, P + n - 1)
         with torch.cuda.graph(graph, capture_error_mode="thread_local"), torch.no_grad():
             model(input_ids=ids, position_ids=cp.expand(R, 1), cache_position=cp, past_key_values=cache)
-        res["step_ms_graph"] = cuda_ms(graph.replay, 32)
+
+        def replay():
+            static_at(cache, P + n - 1)  # the same step every time (a counter left to run would pass the end)
+            graph.replay()
+
+        res["step_ms_graph"] = cuda_ms(replay, 32)
         del graph
     except Exception as e:  # noqa: BLE001
         res["graph_error"] = "%s: %s" % (type(e).__name__, str(e)[:300])
@@ -423,6 +447,7 @@ def turnover_section(out, step, arena, prefix, prefix_kv, reqs, ga, a_rows, firs
 
     def place_arena(b, k):
         if k > 0:
+            torch.cuda.current_stream().synchronize()  # the last replay may still read the row: then close
             live[b].close()
             live[b] = arena.open(P + 1, prefix=prefix)
         return live[b].base
@@ -487,10 +512,11 @@ def prefill_section(out, model, arena, prefix, prompt, P):
 
 
 def preempt_section(out, arena, prefix, P, tb):
-    r = arena.open(P + 2048, prefix=prefix)
+    n = min(2048, arena.max_tokens - P)
+    r = arena.open(P + n, prefix=prefix)
     view = r.cache()
-    view[P:P + 2048].copy_(torch.randn(2048, *view.shape[1:], device="cuda").to(view.dtype))
-    want = view[P:P + 2048].clone()
+    view[P:P + n].copy_(torch.randn(n, *view.shape[1:], device="cuda").to(view.dtype))
+    want = view[P:P + n].clone()
     del view
     nbytes = r.info()["private_bytes"]
     torch.cuda.synchronize()
@@ -504,7 +530,7 @@ def preempt_section(out, arena, prefix, P, tb):
         torch.cuda.synchronize()
         res_.append(time.perf_counter() - t0)
     view = r.cache()
-    same = bool(torch.equal(view[P:P + 2048], want))
+    same = bool(torch.equal(view[P:P + n], want))
     del view
     d2h, h2d = pinned_bandwidth(nbytes)
     o, s = nbytes / statistics.median(off), nbytes / statistics.median(res_)
