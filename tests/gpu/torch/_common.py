@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Shared by the torch GPU tests: skip rules, PASS/FAIL lines, worker processes, result lines."""
 
+import importlib
 import json
 import os
 import subprocess
@@ -11,19 +12,20 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 
 
+def import_or_skip(module, name=None):
+    """The module, or exit 77 (skipped, never passed) saying that `name` is not importable."""
+    try:
+        return importlib.import_module(module)
+    except Exception as e:  # noqa: BLE001
+        print("SKIP: %s is not importable (%s)" % (name or module, e))
+        sys.exit(SKIP)
+
+
 def require_torch_gpu(need_transformers=False):
     """Exits 77 (skipped, never passed) without torch, a GPU or libdmm_torch.so."""
-    try:
-        import torch  # noqa: F401
-    except Exception as e:  # noqa: BLE001
-        print("SKIP: torch is not importable (%s)" % e)
-        sys.exit(SKIP)
+    import_or_skip("torch")
     if need_transformers:
-        try:
-            import transformers  # noqa: F401
-        except Exception as e:  # noqa: BLE001
-            print("SKIP: transformers is not importable (%s)" % e)
-            sys.exit(SKIP)
+        import_or_skip("transformers")
     sys.path.insert(0, os.path.join(ROOT, "python"))
     try:
         import dmm._lib

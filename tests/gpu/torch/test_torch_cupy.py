@@ -20,14 +20,10 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import SKIP, check, failures, require_torch_gpu  # noqa: E402
+from _common import check, failures, import_or_skip, require_torch_gpu  # noqa: E402
 
 require_torch_gpu()
-try:
-    import cupy
-except Exception as e:  # noqa: BLE001
-    print("SKIP: CuPy is not importable (%s)" % e)
-    sys.exit(SKIP)
+cupy = import_or_skip("cupy", "CuPy")
 
 import dmm.torch  # noqa: E402
 

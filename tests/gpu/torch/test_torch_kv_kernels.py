@@ -17,14 +17,10 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import SKIP, check, failures, require_torch_gpu  # noqa: E402
+from _common import check, failures, import_or_skip, require_torch_gpu  # noqa: E402
 
 require_torch_gpu()
-try:
-    import triton  # noqa: F401
-except Exception as e:  # noqa: BLE001
-    print("SKIP: Triton is not importable (%s)" % e)
-    sys.exit(SKIP)
+import_or_skip("triton", "Triton")
 
 import torch  # noqa: E402
 
