@@ -211,8 +211,10 @@ DMM_TORCH_API int dmm_torch_kv_refill(dmm_kv *kv, uint64_t *created);
  * own driver for `device` (-1: host memory; else a CUDA ordinal). ort_api: the OrtApi table (const
  * OrtApi *). ort_usage: the allocator's live bytes, their peak and its refusals. set_host_limit: the host
  * tier's budget (owned bytes; 0 = unlimited). tier_usage: a tier's owned bytes used, their peak and the
- * limit (UINT64_MAX: none); device -1 is the host tier. Without the adapter in the build, the ort calls
- * answer DMM_ERR_UNSUPPORTED with a sentence. */
+ * limit (UINT64_MAX: none); device -1 is the host tier. A CUDA allocator's memory is under the same budget
+ * as torch's tensors of that device. Destroy every allocator before closing its runtime (an allocator
+ * calls ONNX Runtime through it). Without the adapter in the build, the ort calls answer
+ * DMM_ERR_UNSUPPORTED with a sentence. */
 typedef struct dmm_ort_runtime dmm_ort_runtime;
 typedef struct dmm_ort_allocator dmm_ort_allocator;
 struct dmm_ort_config;

@@ -25,19 +25,17 @@
 #include "dmm_torch.h"
 #include "front.h"
 
-#define MAX_DEVICES 64
-
 #ifdef DMM_TORCH_WITH_ORT
 static pthread_mutex_t g_drv_mu = PTHREAD_MUTEX_INITIALIZER;
 static dmm_driver *g_host;
-static dmm_driver *g_cuda[MAX_DEVICES];
+static dmm_driver *g_cuda[DMM_TORCH_MAX_DEVICES];
 
 /* The driver for `device` (-1: the host), made once. */
 static dmm_status driver_for(int device, dmm_driver **out) {
-    if (device < -1 || device >= MAX_DEVICES)
+    if (device < -1 || device >= DMM_TORCH_MAX_DEVICES)
         return dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
                              "dmm torch ort: device %d is out of range (-1 for host memory, or a CUDA ordinal 0..%d)",
-                             device, MAX_DEVICES - 1);
+                             device, DMM_TORCH_MAX_DEVICES - 1);
     pthread_mutex_lock(&g_drv_mu);
     dmm_driver **slot = device < 0 ? &g_host : &g_cuda[device];
     dmm_status s = DMM_OK;
@@ -72,6 +70,10 @@ int dmm_torch_ort_allocator_create(dmm_ort_runtime *rt, int device, const struct
     *out = NULL;
     dmm_governor *g = dmm__torch_governor();
     if (g == NULL) return dmm_torch_last_status();
+    /* CUDA memory goes under torch's budget of the device: its front first (the tier then has the limit
+     * dmm_torch_set_limit gave, and later calls change it for both) */
+    if (device >= 0 && device < DMM_TORCH_MAX_DEVICES && dmm__torch_device(device) == NULL)
+        return dmm_torch_last_status();
     dmm_driver *drv = NULL;
     dmm_status s = driver_for(device, &drv);
     if (s == DMM_OK) s = dmm_ort_allocator_create(rt, drv, g, cfg, out);
@@ -157,10 +159,10 @@ int dmm_torch_set_host_limit(uint64_t bytes) {
 }
 
 int dmm_torch_tier_usage(int device, uint64_t *used, uint64_t *peak, uint64_t *limit) {
-    if (device < -1 || device >= MAX_DEVICES)
+    if (device < -1 || device >= DMM_TORCH_MAX_DEVICES)
         return dmm__torch_record(dmm_error_set(DMM_ERR_INVALID_ARGUMENT,
                                                "dmm torch: device %d is out of range (-1 for the host tier, or a "
-                                               "CUDA ordinal 0..%d)", device, MAX_DEVICES - 1));
+                                               "CUDA ordinal 0..%d)", device, DMM_TORCH_MAX_DEVICES - 1));
     dmm_governor *g = dmm__torch_governor();
     if (g == NULL) return dmm_torch_last_status();
     dmm_device_id id = {device < 0 ? DMM_TIER_HOST : DMM_TIER_DEVICE, device < 0 ? 0 : device};

@@ -29,7 +29,7 @@
 #include "frames.h"
 #include "front.h"
 
-#define MAX_DEVICES 64
+#define MAX_DEVICES DMM_TORCH_MAX_DEVICES
 _Static_assert(MAX_DEVICES == DMM_TORCH_CONTEXT_DEVICES, "one history context slot per device");
 
 /* ---- contexts ---- */
@@ -110,6 +110,8 @@ static dmm_device *ctx_for(int device) {
     dmm_device *c = atomic_load_explicit(&g_ctx[device], memory_order_acquire);
     return c != NULL ? c : create_slow(device);
 }
+
+dmm_device *dmm__torch_device(int device) { return ctx_for(device); }
 
 dmm_governor *dmm__torch_governor(void) {
     pthread_mutex_lock(&g_mu);

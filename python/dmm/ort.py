@@ -10,8 +10,8 @@ dmm.cupy's tensors (docs/ort.md, "One budget with torch and CuPy").
 
 libdmm_torch.so carries the ONNX Runtime adapter (adapters/ort) and builds its allocator over the library's
 own governor, the one every device of dmm.torch and dmm.cupy is charged to: the session's initializers and
-every Run's tensors are dmm host memory charged to that governor's host tier, so one process's torch,
-CuPy and ONNX Runtime memory answer to one governor. A Run that would pass the host tier's limit fails with
+the tensors every Run makes are dmm host memory charged to that governor's host tier (the inputs stay the
+caller's memory), so one process's torch, CuPy and ONNX Runtime memory answer to one governor. A Run that would pass the host tier's limit fails with
 ONNX Runtime's own error (OrtError here), whose message carries dmm's sentence.
 
 ONNX Runtime itself is opened from `library` (default: $DMM_ORT_LIB, else libonnxruntime.so.1 where the
@@ -83,14 +83,13 @@ _SLOTS = {
     "GetAllocatorWithDefaultOptions": (78, _S, [ctypes.POINTER(_P)]),
     "ReleaseEnv": (92, None, [_P]),
     "ReleaseStatus": (93, None, [_P]),
-    "ReleaseMemoryInfo": (94, None, [_P]),
     "ReleaseSession": (95, None, [_P]),
     "ReleaseValue": (96, None, [_P]),
     "ReleaseTensorTypeAndShapeInfo": (99, None, [_P]),
     "ReleaseSessionOptions": (100, None, [_P]),
 }
 _FLOAT = 1  # ONNXTensorElementDataType float32
-_LOG_WARNING = 2
+_LOG_FATAL = 4  # ONNX Runtime's own log: a Run's error is raised as OrtError, not printed as well
 _DEVICE_ALLOCATOR, _MEM_DEFAULT = 0, 0
 
 Output = collections.namedtuple("Output", "data shape")  # data: array.array('f'), shape: tuple of ints
@@ -109,26 +108,30 @@ def _calls():
     return _lib.bind("ort", _SIGNATURES)
 
 
-def _check(status, what):
-    _lib.check(status, what)
+_U64_END, _I63_END, _I31_END = 1 << 64, 1 << 63, 1 << 31
+
+
+def _whole(value):
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def set_host_limit(nbytes):
     """The budget of the governor's host tier (owned bytes; 0 = none): ONNX Runtime's CPU memory under
     dmm.ort, and the pinned copies of dmm.torch's offloads, count against it."""
-    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
-        raise ValueError("set_host_limit takes a number of bytes >= 0 (0 = no limit), not %r" % (nbytes,))
-    _check(_calls().dmm_torch_set_host_limit(nbytes), "dmm.ort.set_host_limit")
+    if not _whole(nbytes) or not 0 <= nbytes < _U64_END:
+        raise ValueError("set_host_limit takes a number of bytes >= 0 and below 2**64 (0 = no limit), not %r"
+                         % (nbytes,))
+    _lib.check(_calls().dmm_torch_set_host_limit(nbytes), "dmm.ort.set_host_limit")
 
 
 def tier_usage(device=None):
     """{used, peak, limit} (owned bytes; limit None when there is none) of the governor's host tier
     (device None) or of CUDA device `device`'s tier."""
     d = -1 if device is None else device
-    if isinstance(d, bool) or not isinstance(d, int) or d < -1:
-        raise ValueError("device must be None (the host tier) or a CUDA ordinal, not %r" % (device,))
+    if not _whole(d) or not -1 <= d < 64:
+        raise ValueError("device must be None (the host tier) or a CUDA ordinal 0..63, not %r" % (device,))
     used, peak, limit = _U64(), _U64(), _U64()
-    _check(_calls().dmm_torch_tier_usage(d, ctypes.byref(used), ctypes.byref(peak), ctypes.byref(limit)),
+    _lib.check(_calls().dmm_torch_tier_usage(d, ctypes.byref(used), ctypes.byref(peak), ctypes.byref(limit)),
            "dmm.ort.tier_usage")
     return {"used": used.value, "peak": peak.value, "limit": None if limit.value == (1 << 64) - 1 else limit.value}
 
@@ -164,9 +167,8 @@ def _feed(name, value):
         raise TypeError("input %r: pass (buffer, shape), e.g. (array.array('f', ...), [4, 256]), not %s"
                         % (name, type(value).__name__))
     data, shape = value
-    shape = [int(d) for d in shape]
-    if any(d < 0 for d in shape):
-        raise ValueError("input %r: shape %s has a negative dimension" % (name, shape))
+    if not isinstance(shape, (list, tuple)) or not all(_whole(d) and 0 <= d < _I63_END for d in shape):
+        raise ValueError("input %r: the shape must be a list of ints from 0 to 2**63 - 1, not %r" % (name, shape))
     try:
         view = memoryview(data)
     except TypeError:
@@ -174,17 +176,24 @@ def _feed(name, value):
                         % (name, type(data).__name__)) from None
     if not view.c_contiguous:
         raise ValueError("input %r: the buffer is not contiguous (copy it first)" % name)
-    if view.format not in ("f", "<f", "=f", "B", "b", "c"):
-        raise TypeError("input %r: the buffer holds %r items, not float32 ('f')" % (name, view.format))
+    packed = isinstance(data, (bytes, bytearray))  # bytes of packed float32
+    if view.format not in ("f", "<f", "=f") and not packed:
+        raise TypeError("input %r: the buffer holds %r items, not float32 ('f'; or bytes of packed float32)"
+                        % (name, view.format))
     raw = view.cast("B")
     count = 1
     for d in shape:
         count *= d
     if raw.nbytes != 4 * count:
         raise ValueError("input %r: shape %s needs %d bytes of float32, the buffer has %d"
-                         % (name, shape, 4 * count, raw.nbytes))
-    keep = (ctypes.c_char * max(raw.nbytes, 1)).from_buffer_copy(raw.tobytes() or b"\0")
-    return keep, ctypes.addressof(keep), raw.nbytes, (ctypes.c_int64 * max(len(shape), 1))(*shape), len(shape)
+                         % (name, list(shape), 4 * count, raw.nbytes))
+    if raw.nbytes == 0:
+        keep = (ctypes.c_char * 1)()
+    elif raw.readonly:  # ONNX Runtime does not write its inputs, but ctypes maps only writable memory in place
+        keep = (ctypes.c_char * raw.nbytes).from_buffer_copy(raw)
+    else:
+        keep = (ctypes.c_char * raw.nbytes).from_buffer(raw)  # no copy: the caller's memory, for the Run
+    return (keep, raw), ctypes.addressof(keep), raw.nbytes, (ctypes.c_int64 * max(len(shape), 1))(*shape), len(shape)
 
 
 class _Runtime:
@@ -197,18 +206,18 @@ class _Runtime:
         self.library = library
         rt = _P()
         path = None if library is None else os.fsencode(library)
-        _check(lib.dmm_torch_ort_open(path, ctypes.byref(rt)), "dmm.ort: opening ONNX Runtime")
+        _lib.check(lib.dmm_torch_ort_open(path, ctypes.byref(rt)), "dmm.ort: opening ONNX Runtime")
         try:
             self.api = api = _Api(lib.dmm_torch_ort_api(rt))
             cfg = _OrtConfig(ctypes.sizeof(_OrtConfig), name.encode(), 0, 0, _DEVICE_ALLOCATOR, None, None, 0)
             alloc = _P()
-            _check(lib.dmm_torch_ort_allocator_create(rt, -1, ctypes.byref(cfg), ctypes.byref(alloc)),
+            _lib.check(lib.dmm_torch_ort_allocator_create(rt, -1, ctypes.byref(cfg), ctypes.byref(alloc)),
                    "dmm.ort: the allocator")
             try:
                 env = _P()
-                api.check(api.CreateEnv(_LOG_WARNING, b"dmm.ort", ctypes.byref(env)), "dmm.ort: CreateEnv")
+                api.check(api.CreateEnv(_LOG_FATAL, b"dmm.ort", ctypes.byref(env)), "dmm.ort: CreateEnv")
                 try:
-                    _check(lib.dmm_torch_ort_register(alloc, env), "dmm.ort: registering the allocator")
+                    _lib.check(lib.dmm_torch_ort_register(alloc, env), "dmm.ort: registering the allocator")
                     cpu = _P()
                     api.check(api.CreateCpuMemoryInfo(_DEVICE_ALLOCATOR, _MEM_DEFAULT, ctypes.byref(cpu)),
                               "dmm.ort: CreateCpuMemoryInfo")
@@ -229,12 +238,20 @@ _runtime = None
 _runtime_lock = threading.Lock()
 
 
+def _same_library(a, b):
+    """Whether two names of ONNX Runtime's library (None: $DMM_ORT_LIB, else the loader's) are one file."""
+    def where(x):
+        x = x if x is not None else os.environ.get("DMM_ORT_LIB")
+        return os.path.realpath(os.fspath(x)) if x else None
+    return a is None or where(a) == where(b)
+
+
 def _open(library):
     global _runtime
     with _runtime_lock:
         if _runtime is None:
             _runtime = _Runtime(library, "ort")
-        elif library is not None and _runtime.library != library:
+        elif not _same_library(library, _runtime.library):
             raise _lib.DmmError("dmm.ort: ONNX Runtime is open from %s already; a process runs one ONNX Runtime "
                                 "(pass the same library, or none)" % (_runtime.library or "$DMM_ORT_LIB or libonnxruntime.so.1"))
         return _runtime
@@ -246,19 +263,23 @@ def usage():
     if _runtime is None:
         return {"in_use": 0, "max_in_use": 0, "refusals": 0}
     a, b, c = _U64(), _U64(), _U64()
-    _check(_runtime.lib.dmm_torch_ort_usage(_runtime.alloc, ctypes.byref(a), ctypes.byref(b), ctypes.byref(c)),
+    _lib.check(_runtime.lib.dmm_torch_ort_usage(_runtime.alloc, ctypes.byref(a), ctypes.byref(b), ctypes.byref(c)),
            "dmm.ort.usage")
     return {"in_use": a.value, "max_in_use": b.value, "refusals": c.value}
 
 
 class Session:
     """An ONNX Runtime session (CPU provider) whose memory comes from dmm.ort's allocator on the governor of
-    dmm.torch (see the module's docstring). Not thread-safe: one Run at a time per Session."""
+    dmm.torch (see the module's docstring). Runs may come from several threads at once (ONNX Runtime's
+    Run is thread-safe); close() waits for the Runs in progress, and a session dropped without close() is
+    closed when it is collected."""
 
     def __init__(self, model, *, library=None, threads=1):
         self._session = None
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
-            raise ValueError("threads must be an int >= 0 (0: ONNX Runtime's choice), not %r" % (threads,))
+        self._cv = threading.Condition()
+        self._running = 0  # Runs in progress: close() waits for them (under _cv)
+        if not _whole(threads) or not 0 <= threads < _I31_END:
+            raise ValueError("threads must be an int from 0 (ONNX Runtime's choice) to 2**31 - 1, not %r" % (threads,))
         blob = _model_bytes(model)
         self._rt = rt = _open(library)
         self._api = api = rt.api
@@ -267,7 +288,7 @@ class Session:
         try:
             if threads:
                 api.check(api.SetIntraOpNumThreads(opts, threads), "dmm.ort.Session: SetIntraOpNumThreads")
-            _check(rt.lib.dmm_torch_ort_use_dmm(rt.rt, opts), "dmm.ort.Session: session options")
+            _lib.check(rt.lib.dmm_torch_ort_use_dmm(rt.rt, opts), "dmm.ort.Session: session options")
             sess = _P()
             api.check(api.CreateSessionFromArray(rt.env, blob, len(blob), opts, ctypes.byref(sess)),
                       "dmm.ort.Session: CreateSessionFromArray")
@@ -297,9 +318,8 @@ class Session:
 
     def run(self, feeds):
         """Runs the model on {input name: (float32 buffer, shape)}; returns {output name: Output(data, shape)}
-        with the data copied out of ONNX Runtime's (dmm's) memory."""
-        if self._session is None:
-            raise _lib.DmmError("dmm.ort.Session: the session is closed")
+        with the data copied out of ONNX Runtime's (dmm's) memory. A writable input buffer is read in place
+        (a read-only one is copied once); either way the inputs are the caller's memory, not dmm's."""
         if not isinstance(feeds, dict):
             raise TypeError("feeds must be a dict {input name: (buffer, shape)}, not %s" % type(feeds).__name__)
         unknown = sorted(set(feeds) - set(self.inputs))
@@ -307,6 +327,18 @@ class Session:
         if unknown or missing:
             raise ValueError("the model's inputs are %s; got %s (unknown: %s, missing: %s)"
                              % (self.inputs, sorted(feeds), unknown, missing))
+        with self._cv:
+            if self._session is None:
+                raise _lib.DmmError("dmm.ort.Session: the session is closed")
+            self._running += 1
+        try:
+            return self._run(feeds)
+        finally:
+            with self._cv:
+                self._running -= 1
+                self._cv.notify_all()
+
+    def _run(self, feeds):
         api = self._api
         n_in, n_out = len(self.inputs), len(self.outputs)
         values = (_P * max(n_in, 1))()
@@ -339,8 +371,8 @@ class Session:
             kind, rank = ctypes.c_int(), ctypes.c_size_t()
             api.check(api.GetTensorElementType(info, ctypes.byref(kind)), "dmm.ort.Session.run")
             if kind.value != _FLOAT:
-                raise OrtError("dmm.ort.Session.run: output %r is of ONNX element type %d; dmm.ort reads float32 "
-                               "(type 1) only" % (name, kind.value), 2)
+                raise _lib.DmmError("dmm.ort.Session.run: output %r is of ONNX element type %d; dmm.ort reads "
+                                    "float32 (type 1) only" % (name, kind.value))
             api.check(api.GetDimensionsCount(info, ctypes.byref(rank)), "dmm.ort.Session.run")
             dims = (ctypes.c_int64 * max(rank.value, 1))()
             api.check(api.GetDimensions(info, dims, rank.value), "dmm.ort.Session.run")
@@ -354,14 +386,25 @@ class Session:
         api.check(api.GetTensorMutableData(value, ctypes.byref(p)), "dmm.ort.Session.run")
         data = array.array("f")
         if count:
-            data.frombytes(ctypes.string_at(p.value, 4 * count))
+            data.frombytes((ctypes.c_char * (4 * count)).from_address(p.value))  # one copy, out of dmm's memory
         return Output(data, shape)
 
     def close(self):
-        """Releases the session: its memory goes back to dmm's allocator."""
-        if self._session is not None:
-            self._api.ReleaseSession(self._session)
-            self._session = None
+        """Releases the session once the Runs in progress are done: its memory goes back to dmm's allocator."""
+        cv = getattr(self, "_cv", None)
+        if cv is None:  # __init__ refused its arguments before there was anything to release
+            return
+        with cv:
+            cv.wait_for(lambda: self._running == 0)
+            session, self._session = self._session, None
+        if session is not None:
+            self._api.ReleaseSession(session)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 (at interpreter exit the runtime may be gone: nothing to release then)
+            pass
 
     def __enter__(self):
         return self

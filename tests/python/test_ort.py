@@ -11,16 +11,21 @@ own dense model (`dmm ort --write-model`, DMM_CLI):
   - under a host-tier limit just above what is held, a Run that needs more fails with ONNX Runtime's own
     error (OrtError) carrying dmm's sentence (the tier, the limit), the allocator counts the refusal, and
     after the limit goes the same session runs again with the same output;
-  - bad feeds, limits and devices are refused with a sentence naming what was wrong; a second ONNX Runtime
-    library in one process is refused; a closed session refuses to run.
+  - bad feeds, limits, devices and thread counts are refused with a sentence naming what was wrong (numbers
+    past 64 bits too, which ctypes would cut); a second ONNX Runtime library in one process is refused;
+  - sessions dropped without close() give their memory back when collected; close() during a Run waits
+    for it; a closed session refuses to run.
 Exit 0 = all held, 1 = a check failed, 77 = no DMM_LIB, DMM_CLI or ONNX Runtime library.
 """
 
 import array
+import gc
 import os
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 from _checks import check, failures, raises
 
@@ -95,6 +100,38 @@ ok, msg = raises(dmm._lib.DmmError, lambda: ort.Session(model, library="/nonexis
 check(ok, "a second ONNX Runtime library in the process is refused: %s" % msg)
 ok, msg = raises(TypeError, lambda: ort.Session(42), "path or its bytes")
 check(ok, "a model that is neither a path nor bytes is refused: %s" % msg)
+
+for bad, frag in ((2 ** 64 + 5, "below 2**64"), (-1, "bytes >= 0"), (1.5, "bytes >= 0")):
+    ok, msg = raises(ValueError, lambda: ort.set_host_limit(bad), frag)
+    check(ok and ort.tier_usage()["limit"] is None, "set_host_limit(%r) is refused, the limit unchanged: %s" % (bad, msg))
+ok, msg = raises(ValueError, lambda: ort.tier_usage(2 ** 32 - 1), "0..63")
+check(ok, "a device past 63 is refused: %s" % msg)
+for shape in ([0, 2 ** 64 + 256], [4.0, 256], "ab"):
+    ok, msg = raises(ValueError, lambda: s.run({"X": (x, shape)}), "list of ints")
+    check(ok, "shape %r is refused: %s" % (shape, msg))
+ok, msg = raises(ValueError, lambda: ort.Session(model, threads=2 ** 31), "2**31 - 1")
+check(ok, "threads=2**31 is refused: %s" % msg)
+ok, msg = raises(TypeError, lambda: s.run({"X": (array.array("B", bytes(4096)), [4, 256])}), "not float32")
+check(ok, "uint8 items are refused (bytes objects are the packed form): %s" % msg)
+check(s.run({"X": (bytes(x), [4, 256])})["Y"].data == first.data, "bytes of packed float32 give the same output")
+
+# a session dropped without close() is closed when collected; close() waits for a Run in progress
+for _ in range(20):
+    ort.Session(model)
+gc.collect()
+check(ort.usage()["in_use"] <= 2 * held["in_use"] + MIB, "20 sessions dropped without close() gave their "
+      "memory back: %s" % ort.usage())
+s3 = ort.Session(model)
+big_in = array.array("f", bytes(4 * 16384 * 256))
+box = {}
+worker = threading.Thread(target=lambda: box.update(out=s3.run({"X": (big_in, [16384, 256])})))
+worker.start()
+time.sleep(0.05)
+s3.close()  # waits for the Run
+worker.join()
+check("out" in box and box["out"]["Y"].shape == (16384, 512), "close() during a Run waits for it to finish")
+ok, msg = raises(dmm._lib.DmmError, lambda: s3.run({"X": (x, [4, 256])}), "closed")
+check(ok, "and the closed session refuses the next one: %s" % msg)
 
 s.close()
 s2.close()
