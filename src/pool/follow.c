@@ -15,13 +15,13 @@
  * POOL_RECORDS_MOST (16 MiB), at a look that finds nothing to plan in a full ring of a heap that still
  * grows: a loop longer than half the first ring (a generate workload's whole round of varying
  * batches: 432,459 of its heap's mallocs for llama-generate) is found once the ring holds two turns of it
- * (records_from: the oldest ordinal the widened ring may hold). A heap records only while it is
- * worth it: from its first growth or move (growth.c's fix-up starts the ring) until a look finds no
- * growth in a whole ring and no plan followed (records_stop: the ring goes); its next growth starts a
- * new ring. Recording parks as any heap does (the parked blocks' frees and repeats are counted on the
- * hot path too, which asks for the look when it is due; a snapshot merges them first: a parked block is
- * free, not a fixed item); only a heap that follows a plan parks nothing (quick_cap 0: its anchors need
- * merged free runs), from the install to the drop.
+ * (records_from: the oldest ordinal the widened ring may hold). A heap that records parks nothing
+ * (quick_cap 0: anchors need merged free runs, and its frees all take the path that records them), so
+ * none of its mallocs takes the hot path. So a heap records only while it is worth it: from its first
+ * growth or move (growth.c's fix-up starts the ring, its parked blocks merged first) until a look finds
+ * no growth in a whole ring and no plan followed (records_stop: the ring goes, the quick lists come
+ * back); a settled heap's mallocs and frees cost what they cost without plans, and its next growth
+ * starts a new ring.
  * Events are the heap's mallocs and frees counted from 1: a loop's turn repeats them exactly.
  *
  * Look (every POOL_LOOK_EVERY mallocs, or a 128th of a wider ring, by the malloc's caller: look_due;
@@ -61,7 +61,7 @@
  * turns (more than 1/8 of their mallocs elsewhere, POOL_UNFIT_TURNS turns in a row), or one that keeps
  * losing the loop is dropped, and its period is not planned again for a while.
  *
- * Invariants: h->follow != NULL ⇒ h->records != NULL, quick_cap = 0 and no QUICK block in h; a planned malloc takes only a
+ * Invariants: h->records != NULL ⇒ quick_cap = 0 and no QUICK block in h; a planned malloc takes only a
  * FREE range (its place is checked against the blocks, never assumed), so a stale or wrong plan costs
  * memory or driver calls, never correctness. All under the heap's lock.
  */
@@ -100,10 +100,12 @@ bool dmm__follow_init(pool_heap *h) {
     if (h->records != NULL) return true;
     precord *v = calloc(POOL_RECORDS_FIRST, sizeof *v);
     if (v == NULL) return false;
+    dmm__heap_quick_flush(h); /* nothing parks: the frees take free_rest, which records them */
     h->records = v;
     h->nrecords = POOL_RECORDS_FIRST;
     h->records_from = h->mallocs; /* (a block of an earlier ordinal has no record: count_free skips it) */
     h->next_look = h->mallocs + POOL_LOOK_EVERY;
+    h->quick_cap = 0;
     return true;
 }
 
@@ -115,13 +117,13 @@ static void records_stop(pool_heap *h) {
     h->nrecords = 0;
     h->records_from = h->mallocs;
     h->next_look = UINT64_MAX;
+    h->quick_cap = POOL_QUICK_MAX_BLOCKS;
 }
 
 void dmm__follow_drop(pool_heap *h) {
     if (h->follow == NULL) return;
     dmm__plan_follow_free(h->follow);
     h->follow = NULL;
-    h->quick_cap = POOL_QUICK_MAX_BLOCKS; /* parks again: only a followed plan needs merged free runs */
     h->next_look = h->records != NULL ? h->mallocs + POOL_LOOK_EVERY : UINT64_MAX;
 }
 
@@ -239,6 +241,11 @@ static size_t run_blocks(const prun *run) {
     return n;
 }
 
+
+
+
+
+
 /* Snapshots turn [b, b + d) over run 0 as a job for the planner thread and posts it (false: not a
  * loop worth planning, or no room to say it). */
 static bool post_job(dmm_pool *p, pool_heap *h, uint64_t b, uint64_t d) {
@@ -255,7 +262,6 @@ static bool post_job(dmm_pool *p, pool_heap *h, uint64_t b, uint64_t d) {
         if (r.t_free != 0 && r.t_free - t0 <= T + (r.t_alloc - t0)) planned_bytes += r.size;
     }
     if (planned_bytes < turn_bytes / 4 * 3) return false;
-    dmm__heap_quick_flush(h); /* a parked block is free, not a fixed item (add_fixed) */
     size_t cap = (size_t)d + run_blocks(run);
     pplan_job *j = calloc(1, sizeof *j);
     if (j == NULL) return false;

@@ -32,8 +32,8 @@ static inline void count_live(pool_heap *h, pool_block *b, uint64_t requested) {
 }
 
 /* Counts a malloc of block b, now LIVE; a heap that records its mallocs (follow.c: h->records set)
- * writes its record. Its callers (dmm_pool_malloc's hot path, malloc_rest, growth.c, follow.c) look for
- * the loop when look_due says so. */
+ * writes its record. Such a heap parks nothing, so its mallocs never take dmm_pool_malloc's hot path:
+ * their callers (malloc_rest, growth.c, follow.c) look for the loop when look_due says so. */
 static inline void count_malloc(pool_heap *h, pool_block *b) {
     if (__builtin_expect(h->records != NULL, 0)) {
         b->ord = h->mallocs;

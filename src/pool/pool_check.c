@@ -163,9 +163,9 @@ const char *dmm__heap_check_locked(const pool_heap *h) {
         BAD("%llu quick blocks of %llu bytes, %llu of %llu bytes in the lists, counters %zu and %llu",
             (unsigned long long)nquick, (unsigned long long)quick_bytes, (unsigned long long)inquick,
             (unsigned long long)inquick_bytes, h->nquick, (unsigned long long)h->quick_bytes);
-    if (h->quick_cap != (h->follow != NULL ? 0 : POOL_QUICK_MAX_BLOCKS))
-        BAD("the heap may park %zu blocks while it %s a plan", h->quick_cap,
-            h->follow != NULL ? "follows" : "follows no");
+    if (h->quick_cap != (h->records != NULL ? 0 : POOL_QUICK_MAX_BLOCKS))
+        BAD("the heap may park %zu blocks while it %s its mallocs", h->quick_cap,
+            h->records != NULL ? "records" : "does not record");
     if (nquick > h->quick_cap)
         BAD("%llu blocks are parked in a heap that may park %zu", (unsigned long long)nquick, h->quick_cap);
     if (h->nquick > POOL_QUICK_MAX_BLOCKS || h->quick_bytes > POOL_QUICK_MAX_BYTES)

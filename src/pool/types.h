@@ -75,7 +75,7 @@
  *   heap.quick_bytes = Σ QUICK sizes ≤ POOL_QUICK_MAX_BYTES,
  *   every QUICK size ≤ POOL_QUICK_MAX_BLOCK; bit c of quickmap ⇔ quick[c] != NULL; heap.quick_reach ≥
  *   the bytes of every maximal sequence of FREE and QUICK blocks that holds a QUICK block (0 once merged).
- *   A heap that follows a plan (follow.c: heap.follow) parks nothing: quick_cap = 0, no QUICK block.
+ *   A heap that records its mallocs (follow.c: heap.records) parks nothing: quick_cap = 0, no QUICK block.
  *   A FREE block's seq ≥ the heap free_seq of every free merged into it; it is safe to decommit its
  *   whole chunks once seq ≤ heap.safe_seq (a completed fence on the heap's stream covers it).
  */
@@ -298,8 +298,8 @@ typedef struct pool_heap {
     pool_block *quick[POOL_NBINS];
     uint64_t quickmap[POOL_BINWORDS];
     size_t nquick;
-    size_t quick_cap; /* the most blocks that may park: POOL_QUICK_MAX_BLOCKS; 0 while the heap follows a
-                         plan (its anchors need merged free runs; its frees then take free_rest) */
+    size_t quick_cap; /* the most blocks that may park: POOL_QUICK_MAX_BLOCKS; 0 where the heap records its
+                         mallocs (a loop's plan needs merged free runs; its frees then take free_rest) */
     uint64_t quick_bytes;
     uint64_t quick_reach; /* ≥ the largest free block a merge of the QUICK blocks would make */
     /* the one block whose free run quick_reach is known to cover, or NULL: the last block parked
