@@ -29,7 +29,7 @@ import dmm.kv_kernels as kk  # noqa: E402
 
 torch.manual_seed(0)
 L, KVH, D, H = 8, 8, 128, 32  # a token is 2 x 8 x 8 x 128 x 2 B = 32 KiB: 64 tokens a 2 MiB granule
-arena = dmm.kv.Arena(layers=L, kv_heads=KVH, head_dim=D, dtype=torch.bfloat16, max_tokens=1024, max_requests=16)
+arena = dmm.kv.Arena(layers=L, kv_heads=KVH, head_dim=D, dtype=torch.bfloat16, max_tokens=2048, max_requests=16)
 lengths = [1, 63, 64, 65, 640, 1000]
 reqs = [arena.open(n) for n in lengths]
 per_granule = arena.stats()["granule"] // arena.token_bytes
