@@ -15,13 +15,15 @@
  * POOL_RECORDS_MOST (16 MiB), at a look that finds nothing to plan in a full ring of a heap that still
  * grows: a loop longer than half the first ring (a generate workload's whole round of varying
  * batches: 432,459 of its heap's mallocs for llama-generate) is found once the ring holds two turns of it
- * (records_from: the oldest ordinal the widened ring may hold). A heap that records parks nothing
- * (quick_cap 0: anchors need merged free runs, and its frees all take the path that records them), so
- * none of its mallocs takes the hot path. So a heap records only while it is worth it: from its first
- * growth or move (growth.c's fix-up starts the ring, its parked blocks merged first) until a look finds
- * no growth in a whole ring and no plan followed (records_stop: the ring goes, the quick lists come
- * back); a settled heap's mallocs and frees cost what they cost without plans, and its next growth
- * starts a new ring.
+ * (records_from: the oldest ordinal the widened ring may hold). A heap that records keeps off the
+ * hot path, which does not record (quick_cap 0: no hot block): its frees take free_rest, which records
+ * them and, while no plan is followed, parks them on the quick lists (hot.h, quick_park_cap), and its
+ * mallocs take malloc_rest, which records them, takes exact repeats from those lists and asks for the
+ * look; a heap that follows a plan parks nothing (its anchors need merged free runs). A heap records
+ * only while it is worth it: from its first growth or move (growth.c's fix-up starts the ring, its
+ * parked blocks merged first) until a look finds no growth in a whole ring and no plan followed
+ * (records_stop: the ring goes, the hot path comes back); a settled heap's mallocs and frees cost what
+ * they cost without plans, and its next growth starts a new ring.
  * Events are the heap's mallocs and frees counted from 1: a loop's turn repeats them exactly.
  *
  * Look (every POOL_LOOK_EVERY mallocs, or a 128th of a wider ring, by the malloc's caller: look_due;
@@ -61,7 +63,8 @@
  * turns (more than 1/8 of their mallocs elsewhere, POOL_UNFIT_TURNS turns in a row), or one that keeps
  * losing the loop is dropped, and its period is not planned again for a while.
  *
- * Invariants: h->records != NULL ⇒ quick_cap = 0 and no QUICK block in h; a planned malloc takes only a
+ * Invariants: h->records != NULL ⇒ quick_cap = 0 and no QUICK hot block; h->follow != NULL ⇒ no QUICK
+ * block in h (install and post_job merge them first); a planned malloc takes only a
  * FREE range (its place is checked against the blocks, never assumed), so a stale or wrong plan costs
  * memory or driver calls, never correctness. All under the heap's lock.
  */
@@ -262,6 +265,7 @@ static bool post_job(dmm_pool *p, pool_heap *h, uint64_t b, uint64_t d) {
         if (r.t_free != 0 && r.t_free - t0 <= T + (r.t_alloc - t0)) planned_bytes += r.size;
     }
     if (planned_bytes < turn_bytes / 4 * 3) return false;
+    dmm__heap_quick_flush(h); /* a parked block is free, not a fixed item (add_fixed) */
     size_t cap = (size_t)d + run_blocks(run);
     pplan_job *j = calloc(1, sizeof *j);
     if (j == NULL) return false;

@@ -10,8 +10,8 @@
  *
  * Invariants kept (types.h): heap.live_blocks = #LIVE, heap.live_bytes = Σ LIVE sizes, every LIVE
  * and QUICK block in the hash; the peaks never below the current values; the quick lists within
- * their bounds (a push that would pass them merges every parked block first; a heap whose quick_cap
- * is 0 parks nothing); every QUICK block on
+ * their bounds (a push that would pass them merges every parked block first; quick_park_cap says how
+ * many may park); every QUICK block on
  * its quick list or the hot block, never both.
  */
 #ifndef DMM_POOL_HOT_H
@@ -126,12 +126,33 @@ static inline void quick_park(pool_heap *h, pool_block *b) {
     }
 }
 
-/* Parks b as quick_park does (true), merging the parked blocks first when it would pass the bounds;
- * false (nothing changed) when b is too big to park or the heap parks nothing (quick_cap 0). */
+/* The most blocks h may park: its quick_cap; or, in a heap that records its mallocs and follows no
+ * plan (quick_cap 0: its frees and mallocs keep off the hot path, which does not record), as many on
+ * its quick lists alone, never as the hot block (follow.c). A heap that follows a plan parks nothing. */
+static inline size_t quick_park_cap(const pool_heap *h) {
+    if (h->quick_cap != 0) return h->quick_cap;
+    return h->records != NULL && h->follow == NULL ? POOL_QUICK_MAX_BLOCKS : 0;
+}
+
+/* Parks b as quick_park does (true), merging the parked blocks first when it would pass the bounds (a
+ * heap that records: at the head of its quick list, not as the hot block); false (nothing changed) when
+ * b is too big to park or the heap parks nothing. */
 static inline bool quick_push(pool_heap *h, pool_block *b) {
-    if (b->size > POOL_QUICK_MAX_BLOCK || h->quick_cap == 0) return false;
-    if (!quick_room(h, b)) dmm__heap_quick_flush(h);
-    quick_park(h, b);
+    const size_t cap = quick_park_cap(h);
+    if (b->size > POOL_QUICK_MAX_BLOCK || cap == 0) return false;
+    if (h->nquick >= cap || h->quick_bytes + b->size > POOL_QUICK_MAX_BYTES) dmm__heap_quick_flush(h);
+    if (h->quick_cap != 0) {
+        quick_park(h, b);
+        return true;
+    }
+    b->kind = BK_QUICK;
+    quick_list_push(h, b);
+    h->nquick++;
+    h->quick_bytes += b->size;
+    if (h->reach_known != b) {
+        heap_note_reach(h, b);
+        h->reach_known = b;
+    }
     return true;
 }
 

@@ -231,6 +231,7 @@ static void install(dmm_pool *p, pool_heap *h, uint64_t serial, pfollow *f) {
     }
     f->from = f->phase + ((h->mallocs - f->phase + f->period - 1) / f->period) * f->period; /* the next turn */
     dmm__plan_follow_free(h->follow); /* a longer loop's plan replaces a shorter one's */
+    dmm__heap_quick_flush(h); /* a heap that follows a plan parks nothing: its anchors need merged free runs */
     h->follow = f;
     h->plans++;
     heap_unlock(h);

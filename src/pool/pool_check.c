@@ -4,7 +4,7 @@
  * O(blocks), for tests and debugging only. */
 #include <stdio.h>
 
-#include "pool/types.h"
+#include "pool/hot.h"
 
 static _Thread_local char why[256];
 
@@ -166,8 +166,10 @@ const char *dmm__heap_check_locked(const pool_heap *h) {
     if (h->quick_cap != (h->records != NULL ? 0 : POOL_QUICK_MAX_BLOCKS))
         BAD("the heap may park %zu blocks while it %s its mallocs", h->quick_cap,
             h->records != NULL ? "records" : "does not record");
-    if (nquick > h->quick_cap)
-        BAD("%llu blocks are parked in a heap that may park %zu", (unsigned long long)nquick, h->quick_cap);
+    if (nquick > quick_park_cap(h))
+        BAD("%llu blocks are parked in a heap that may park %zu", (unsigned long long)nquick, quick_park_cap(h));
+    if (h->quick_cap == 0 && h->hot != NULL && h->hot->kind == BK_QUICK)
+        BAD("%s", "a heap that records its mallocs has a parked hot block (the hot path does not record)");
     if (h->nquick > POOL_QUICK_MAX_BLOCKS || h->quick_bytes > POOL_QUICK_MAX_BYTES)
         BAD("the quick lists hold %zu blocks of %llu bytes, above their bounds", h->nquick,
             (unsigned long long)h->quick_bytes);

@@ -11,7 +11,8 @@
  * and stays correct; with plan_loops off nothing is recorded and nothing planned; a pool destroyed while
  * its planner is at work leaves nothing behind; a loop longer than half the first ring of records is
  * found once the ring widens; a heap records only while it grows (it stops once a whole ring went by
- * without a growth, and parks again; a growth starts it again); dmm_pool_plan_sync refuses no pool with a sentence; a
+ * without a growth; a growth starts it again), and while it records and follows no plan it parks on its
+ * quick lists, off the hot path, recording those frees and repeats; dmm_pool_plan_sync refuses no pool with a sentence; a
  * malloc's record says freed only once its own block's free is final.
  * Every test ends with nothing live.
  */
@@ -189,16 +190,36 @@ static void a_loop_that_changes_drops_its_plan_and_stays_correct(void **state) {
 }
 
 /* A heap of a pool that plans records only while it grows: once a whole ring of mallocs went by without
- * a growth (and no plan is followed), it stops, and its frees park again (the quick lists' hot path);
- * when it grows again it records again, its parked blocks merged first. */
-static void a_heap_records_while_it_grows_and_parks_once_it_has_settled(void **state) {
+ * a growth (and no plan is followed), it stops, and takes the hot path again; when it grows again it
+ * records again, its parked blocks merged first. While it records and follows no plan it parks on its
+ * quick lists (never as the hot block, whose path does not record), and records those frees and the
+ * repeats that take them back. */
+static void a_heap_records_while_it_grows_and_parks_off_the_hot_path(void **state) {
     (void)state;
     dmm_pool_config pc = loop_config(true);
     fx *f = dmm_test_pool_fx_open(&pc, 64 * C);
     live_block keep = take(f, 64 * KIB); /* the heap's first growth */
     pool_heap *h = heap_of(f);
     assert_non_null(h->records);
-    assert_int_equal(h->quick_cap, 0);
+    assert_int_equal(h->quick_cap, 0); /* off the hot path */
+    {
+        void *q = dmm_test_pool_malloc(f->pool, 64 * KIB, NULL);
+        const uint64_t ord = h->mallocs - 1;
+        const precord *r = &h->records[ord & (h->nrecords - 1)];
+        dmm_test_pool_free(f->pool, q, NULL);
+        assert_int_equal(h->nquick, 1); /* parked on its list */
+        assert_true(h->hot == NULL || h->hot->kind != BK_QUICK);
+        assert_int_not_equal(r->life, 0); /* its free recorded */
+        void *again = dmm_test_pool_malloc(f->pool, 64 * KIB, NULL); /* the repeat takes it back: recorded */
+        assert_ptr_equal(again, q);
+        assert_int_equal(h->nquick, 0);
+        const precord *r2 = &h->records[(ord + 1) & (h->nrecords - 1)];
+        assert_int_equal((uint64_t)r2->units << h->align_shift, 64 * KIB);
+        assert_int_equal(r2->life, 0);
+        dmm_test_pool_free(f->pool, again, NULL);
+        assert_int_not_equal(r2->life, 0);
+        assert_int_equal(dmm_pool_check(f->pool), DMM_OK);
+    }
     /* exact repeats, served from mapped memory: the first full ring finds nothing worth a plan (no turn
      * grew) and widens; a whole widened ring later, with no growth, the heap stops recording */
     uint64_t n = 0;
@@ -318,7 +339,7 @@ int main(void) {
         cmocka_unit_test(a_repeating_loop_is_planned_and_then_maps_nothing),
         cmocka_unit_test(a_loop_longer_than_half_the_first_ring_is_planned_once_the_ring_widens),
         cmocka_unit_test(a_loop_that_changes_drops_its_plan_and_stays_correct),
-        cmocka_unit_test(a_heap_records_while_it_grows_and_parks_once_it_has_settled),
+        cmocka_unit_test(a_heap_records_while_it_grows_and_parks_off_the_hot_path),
         cmocka_unit_test(a_pool_destroyed_while_its_planner_is_at_work_leaves_nothing),
         cmocka_unit_test(plan_sync_refuses_no_pool_and_returns_at_once_without_plans),
         cmocka_unit_test(a_record_says_freed_only_when_its_own_block_was),
