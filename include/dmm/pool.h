@@ -191,9 +191,11 @@ typedef struct dmm_pool_config {
                                grows or follows a plan: 2 MiB of host memory (the record of its last
                                131,072 mallocs; 16 MiB, the last 1,048,576, for a stream that grew
                                within them and found nothing to plan: a loop that long is found
-                               then) and the quick lists (its frees merge at once: slower on the
-                               CPU); a stream that went a whole record without growing and follows
-                               no plan stops recording, and costs nothing more. Not yet the
+                               then) and the hot path (its mallocs and frees take the paths that
+                               record them, with the quick lists while no plan is followed, without
+                               them while one is: slower on the CPU); a stream that went a whole
+                               record without growing and follows no plan stops recording, and
+                               costs nothing more. Not yet the
                                default: the move to a plan's layout re-maps memory once, and only with
                                a fixed retention limit (settle_permille ~ 25) does a repeating loop need
                                a plan at all (docs/architecture.md, "The plan of a loop"). 0 = off */
