@@ -13,7 +13,7 @@
  * and never destroyed (allocators may live until the process ends, as torch's tensors do). Runtimes
  * and allocators are the caller's: each is destroyed by its own call.
  *
- * Without the adapter (a build with no C++ compiler support for it, or a fuzz build) every entry point
+ * Without the adapter (a fuzz build leaves adapters/ort out) every entry point but the governor's
  * answers DMM_ERR_UNSUPPORTED with a sentence.
  */
 #include <pthread.h>
@@ -113,8 +113,8 @@ int dmm_torch_ort_usage(dmm_ort_allocator *a, uint64_t *in_use, uint64_t *max_in
 static int no_ort(void) {
     return dmm__torch_record(dmm_error_set(DMM_ERR_UNSUPPORTED,
                                            "dmm torch ort: this libdmm_torch.so was built without the ONNX Runtime "
-                                           "adapter (adapters/ort: it needs a C++ compiler and is left out of fuzz "
-                                           "builds); rebuild dmm with one"));
+                                           "adapter (adapters/ort, which a fuzz build leaves out); use a build "
+                                           "without DMM_BUILD_FUZZ"));
 }
 int dmm_torch_ort_open(const char *path, dmm_ort_runtime **out) {
     (void)path;
