@@ -301,12 +301,13 @@ def main():
 
     # ---- static: transformers' StaticCache on the same requests, teacher-forced with the arena's tokens ----
     if "static" not in skip:
-        static_section(out, model, cfg, prefix_kv, first, ta, R, P, args, step)
+        section(out, "static", static_section, out, model, cfg, prefix_kv, first, ta, R, P, args, step)
         save()
 
     # ---- turnover: one graph over the arena, requests closing and opening with the prefix ----
     if "turnover" not in skip:
-        turnover_section(out, step, arena, prefix, prefix_kv, reqs, ga, a_rows, first, R, P, tb, args)
+        section(out, "turnover", turnover_section, out, step, arena, prefix, prefix_kv, reqs, ga, a_rows, first, R,
+                P, tb, args)
         save()
     torch.cuda.synchronize()  # no replay may still read a request that closes
     for r in reqs:
@@ -315,16 +316,31 @@ def main():
 
     # ---- prefill from the held prefix ----
     if "prefill" not in skip:
-        prefill_section(out, model, arena, prefix, prompt, P)
+        section(out, "prefill", prefill_section, out, model, arena, prefix, prompt, P)
         save()
 
     # ---- preemption ----
     if "preempt" not in skip:
-        preempt_section(out, arena, prefix, P, tb)
+        section(out, "preempt", preempt_section, out, arena, prefix, P, tb)
         save()
     prefix.release()
     arena.close()
     print(json.dumps(out["decode"]))
+
+
+def section(out, name, fn, *args):
+    """Runs one section; a failure is printed and kept (out[name]["error"]) and the next section runs, so
+    that one broken section does not cost the others' numbers (GPU time is scarce). A CUDA error that
+    poisons the context still ends the run at the next CUDA call."""
+    try:
+        fn(*args)
+    except Exception as e:  # noqa: BLE001
+        import traceback
+
+        traceback.print_exc()
+        out[name] = {"error": "%s: %s" % (type(e).__name__, str(e)[:500])}
+        print("%s: FAILED (%s); going on with the next section" % (name, out[name]["error"]))
+        torch.cuda.synchronize()
 
 
 def static_at(cache, pos):
@@ -482,6 +498,7 @@ def turnover_section(out, step, arena, prefix, prefix_kv, reqs, ga, a_rows, firs
 
 
 def prefill_section(out, model, arena, prefix, prompt, P):
+    hf.use(model)  # (again: the static section switches the model to SDPA, and may have failed half-way)
     seen = []
 
     def spy(module, query, *a, **k):
