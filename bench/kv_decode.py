@@ -125,6 +125,27 @@ class Graphed:
         return self.out
 
 
+class Eager:
+    """The decode step without a graph (where a capture failed): the same interface as Graphed."""
+
+    def __init__(self, step, rows):
+        self.step, self.rows = step, rows
+
+    def __call__(self, ids):
+        return self.step(ids, self.rows)
+
+
+def runner(step, rows, batch, out):
+    """A Graphed step, or an Eager one where the capture fails (said, and kept in out["graph_error"])."""
+    try:
+        return Graphed(step, rows, batch)
+    except Exception as e:  # noqa: BLE001
+        out["graph_error"] = "%s: %s" % (type(e).__name__, str(e)[:500])
+        print("graph capture failed (%s): the step runs eagerly" % out["graph_error"])
+        torch.cuda.synchronize()
+        return Eager(step, rows)
+
+
 # ---------------------------------------------------------------- the run
 
 def build_model(args):
@@ -231,7 +252,7 @@ def main():
     for rows in (a_rows, b_rows):
         rows.pos.fill_(P)
         rows.lens.fill_(P + 1)
-    ga, gb = Graphed(step, a_rows, R), Graphed(step, b_rows, R)
+    ga, gb = runner(step, a_rows, R, out), runner(step, b_rows, R, out)
 
     def decode(graphed, rows, grow, n):
         """n steps from the prefix; per step (CUDA events) and the loop's wall time, growth between steps."""
@@ -484,7 +505,7 @@ def turnover_section(out, step, arena, prefix, prefix_kv, reqs, ga, a_rows, firs
     rows.pos.fill_(P)
     rows.lens.fill_(P + 1)
     rows.ptrs.copy_(torch.arange(R, dtype=torch.int64, device="cuda") * (T * tb) + buf.data_ptr())
-    gb = Graphed(step, rows, R)
+    gb = runner(step, rows, R, out)
     t0 = time.perf_counter()
     tbk, _ = run(gb, rows, lambda b, k: buf.data_ptr() + b * T * tb, lambda lengths: None)  # a row's new request reuses its row
     wall_b = time.perf_counter() - t0
