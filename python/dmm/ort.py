@@ -11,8 +11,9 @@ dmm.cupy's tensors (docs/ort.md, "One budget with torch and CuPy").
 libdmm_torch.so carries the ONNX Runtime adapter (adapters/ort) and builds its allocator over the library's
 own governor, the one every device of dmm.torch and dmm.cupy is charged to: the session's initializers and
 the tensors every Run makes are dmm host memory charged to that governor's host tier (the inputs stay the
-caller's memory), so one process's torch, CuPy and ONNX Runtime memory answer to one governor. A Run that would pass the host tier's limit fails with
-ONNX Runtime's own error (OrtError here), whose message carries dmm's sentence.
+caller's memory), so one process's torch, CuPy and ONNX Runtime memory answer to one governor. A Run that
+would pass the host tier's limit fails with ONNX Runtime's own error (OrtError here), whose message carries
+dmm's sentence.
 
 ONNX Runtime itself is opened from `library` (default: $DMM_ORT_LIB, else libonnxruntime.so.1 where the
 loader finds it; scripts/ort.sh puts one in the source tree's .ort/). This is the C API of that library,
