@@ -242,12 +242,12 @@ def main():
     # ---- decode: the arena against a pre-mapped buffer, one graph each ----
     first = torch.randint(3, cfg.vocab_size, (R,), generator=g).cuda()
     reqs = [arena.open(P + 1, prefix=prefix) for _ in range(R)]
-    a_rows = kernels.Rows(R, tb)
+    a_rows = kernels.Rows(R, arena)
     a_rows.ptrs.copy_(torch.tensor([r.base for r in reqs], dtype=torch.int64))
     T = P + args.private + 64
     buf = torch.empty(R, T, tb, dtype=torch.uint8, device="cuda")
     buf.view(R, T, -1).view(torch.bfloat16)[:, :P].copy_(prefix_kv.view(1, P, -1).expand(R, -1, -1))
-    b_rows = kernels.Rows(R, tb)
+    b_rows = kernels.Rows(R, arena)
     b_rows.ptrs.copy_(torch.arange(R, dtype=torch.int64, device="cuda") * (T * tb) + buf.data_ptr())
     for rows in (a_rows, b_rows):
         rows.pos.fill_(P)
@@ -501,7 +501,7 @@ def turnover_section(out, step, arena, prefix, prefix_kv, reqs, ga, a_rows, firs
     reqs[:] = live
     buf = torch.empty(R, T, tb, dtype=torch.uint8, device="cuda")
     buf.view(R, T, -1).view(torch.bfloat16)[:, :P].copy_(prefix_kv.view(1, P, -1).expand(R, -1, -1))
-    rows = kernels.Rows(R, tb)
+    rows = kernels.Rows(R, arena)
     rows.pos.fill_(P)
     rows.lens.fill_(P + 1)
     rows.ptrs.copy_(torch.arange(R, dtype=torch.int64, device="cuda") * (T * tb) + buf.data_ptr())

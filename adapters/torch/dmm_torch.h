@@ -206,12 +206,14 @@ DMM_TORCH_API int dmm_torch_kv_refill(dmm_kv *kv, uint64_t *created);
 
 /* ONNX Runtime on this library's governor (ort_front.c; python/dmm/ort.py): the ONNX Runtime adapter
  * (adapters/ort/dmm_ort.h) built in, so that a process's ORT sessions are charged to the same governor as
- * torch's (and CuPy's) tensors: CPU memory to its host tier, CUDA memory to the device's tier. Each call is
- * the dmm_ort_* call of the same name, but allocator_create, which takes the library's governor and its
- * own driver for `device` (-1: host memory; else a CUDA ordinal). ort_api: the OrtApi table (const
- * OrtApi *). ort_usage: the allocator's live bytes, their peak and its refusals. set_host_limit: the host
- * tier's budget (owned bytes; 0 = unlimited). tier_usage: a tier's owned bytes used, their peak and the
- * limit (UINT64_MAX: none); device -1 is the host tier. A CUDA allocator's memory is under the same budget
+ * torch's (and CuPy's) tensors: CPU memory to its host tier, CUDA memory to the device's tier. The calls:
+ * ort_open / ort_close / ort_api = dmm_ort_runtime_open / _close / _api (ort_api: the OrtApi table, const
+ * OrtApi *); ort_use_dmm = dmm_ort_session_options_use_dmm; ort_allocator_create = dmm_ort_allocator_create
+ * with the library's governor and its own driver for `device` (-1: host memory; else a CUDA ordinal);
+ * ort_allocator_destroy, ort_register, ort_unregister = dmm_ort_allocator_destroy / _register /
+ * _unregister; ort_usage: dmm_ort_allocator_stats' live bytes, their peak and the refusals. And two calls
+ * of the governor's: set_host_limit, the host tier's budget (owned bytes; 0 = unlimited); tier_usage, a
+ * tier's owned bytes used, their peak and its limit (UINT64_MAX: none); device -1 is the host tier. A CUDA allocator's memory is under the same budget
  * as torch's tensors of that device. Destroy every allocator before closing its runtime (an allocator
  * calls ONNX Runtime through it). Without the adapter in the build, the ort calls answer
  * DMM_ERR_UNSUPPORTED with a sentence. */

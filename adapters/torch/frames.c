@@ -33,7 +33,7 @@ typedef struct context_slot {
     _Atomic int depth;                 /* native frames passed: 0 … DMM_TORCH_NATIVE_FRAMES_MAX */
 } context_slot;
 
-static context_slot g_slots[DMM_TORCH_CONTEXT_DEVICES];
+static context_slot g_slots[DMM_TORCH_MAX_DEVICES];
 static _Atomic int g_inflight; /* calls into a hook not returned yet, every device */
 
 /* Python's Py_IsInitialized where the process has Python (NULL: none); looked up once. */

@@ -13,8 +13,9 @@
  * and never destroyed (allocators may live until the process ends, as torch's tensors do). Runtimes
  * and allocators are the caller's: each is destroyed by its own call.
  *
- * Without the adapter (a fuzz build leaves adapters/ort out) every entry point but the governor's
- * answers DMM_ERR_UNSUPPORTED with a sentence.
+ * Without the adapter (a fuzz build leaves adapters/ort out), opening a runtime and creating, using or
+ * registering an allocator answer DMM_ERR_UNSUPPORTED with a sentence; close, api and a destroy of NULL
+ * do nothing, and the governor's two calls work as with it.
  */
 #include <pthread.h>
 #include <string.h>

@@ -6,7 +6,8 @@
  * tensors until the process ends), the process-wide governor, and the last failure's sentence (torch
  * gives an allocator no way to return one). Everything the device needs of CUDA beyond memory (capture
  * status, pinned host memory, stream waits) is an optional slot of the cuda driver: this file opens no
- * library of its own. The KV arena's entry points (dmm_torch_kv_*) put dmm/kv.h on the same devices, for
+ * library of its own. It lends its governor, its devices and its record of the last failure to the
+ * library's other entry points through front.h (ort_front.c: ONNX Runtime on the same governor). The KV arena's entry points (dmm_torch_kv_*) put dmm/kv.h on the same devices, for
  * python/dmm/kv.py.
  *
  * The trade-off: the per-device slot is read with one acquire load on every call, and a context is
@@ -29,16 +30,14 @@
 #include "frames.h"
 #include "front.h"
 
-#define MAX_DEVICES DMM_TORCH_MAX_DEVICES
-_Static_assert(MAX_DEVICES == DMM_TORCH_CONTEXT_DEVICES, "one history context slot per device");
 
 /* ---- contexts ---- */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static dmm_device *_Atomic g_ctx[MAX_DEVICES];
+static dmm_device *_Atomic g_ctx[DMM_TORCH_MAX_DEVICES];
 static dmm_governor *g_gov;
-static uint64_t g_limit[MAX_DEVICES]; /* limits set before the device's first use */
+static uint64_t g_limit[DMM_TORCH_MAX_DEVICES]; /* limits set before the device's first use */
 static uint64_t g_limit_all;
-static bool g_track[MAX_DEVICES]; /* block tracking asked for before the device's first use */
+static bool g_track[DMM_TORCH_MAX_DEVICES]; /* block tracking asked for before the device's first use */
 static bool g_track_all;
 static bool g_no_capture_check; /* dmm_torch_set_capture_check(0): also for devices not used yet */
 
@@ -59,6 +58,9 @@ int dmm__torch_record(dmm_status s) {
     return (int)s;
 }
 
+/* Creates the process-wide governor if there is none yet (under g_mu). */
+static dmm_status governor_locked(void) { return g_gov == NULL ? dmm_governor_create(NULL, &g_gov) : DMM_OK; }
+
 static dmm_device *create_slow(int device) {
     pthread_mutex_lock(&g_mu);
     dmm_device *c = atomic_load_explicit(&g_ctx[device], memory_order_acquire);
@@ -77,7 +79,7 @@ static dmm_device *create_slow(int device) {
         record(s);
         return NULL;
     }
-    if (g_gov == NULL) s = dmm_governor_create(NULL, &g_gov);
+    s = governor_locked();
     dmm_driver *drv = NULL;
     if (s == DMM_OK) s = dmm_cuda_driver_create(device, &drv);
     if (s == DMM_OK && cfg.exportable) { /* tensors for torch.multiprocessing, where the device exports them */
@@ -102,9 +104,9 @@ static dmm_device *create_slow(int device) {
 }
 
 static dmm_device *ctx_for(int device) {
-    if (device < 0 || device >= MAX_DEVICES) {
+    if (device < 0 || device >= DMM_TORCH_MAX_DEVICES) {
         record(dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: device %d is out of range (0..%d)", device,
-                             MAX_DEVICES - 1));
+                             DMM_TORCH_MAX_DEVICES - 1));
         return NULL;
     }
     dmm_device *c = atomic_load_explicit(&g_ctx[device], memory_order_acquire);
@@ -115,7 +117,7 @@ dmm_device *dmm__torch_device(int device) { return ctx_for(device); }
 
 dmm_governor *dmm__torch_governor(void) {
     pthread_mutex_lock(&g_mu);
-    dmm_status s = g_gov == NULL ? dmm_governor_create(NULL, &g_gov) : DMM_OK;
+    dmm_status s = governor_locked();
     dmm_governor *g = g_gov;
     pthread_mutex_unlock(&g_mu);
     if (s != DMM_OK) record(s);
@@ -198,7 +200,7 @@ int dmm_torch_set_limit(int device, uint64_t bytes) {
         g_limit_all = bytes;
         memset(g_limit, 0, sizeof g_limit); /* the latest call wins, also for devices not used yet */
         pthread_mutex_unlock(&g_mu);
-        for (int i = 0; i < MAX_DEVICES; i++) {
+        for (int i = 0; i < DMM_TORCH_MAX_DEVICES; i++) {
             dmm_device *c = atomic_load_explicit(&g_ctx[i], memory_order_acquire);
             if (c != NULL) {
                 int s = record(dmm_device_set_limit(c, bytes));
@@ -207,7 +209,7 @@ int dmm_torch_set_limit(int device, uint64_t bytes) {
         }
         return 0;
     }
-    if (device >= MAX_DEVICES) return record(dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: device %d", device));
+    if (device >= DMM_TORCH_MAX_DEVICES) return record(dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: device %d", device));
     /* under g_mu, which create_slow holds while it reads g_limit: a context created meanwhile gets the
      * limit either way (from g_limit, or from the call below) */
     pthread_mutex_lock(&g_mu);
@@ -230,7 +232,7 @@ int dmm_torch_snapshot_json(int device, char *buf, size_t cap, size_t *needed) {
 int dmm_torch_devices(uint64_t *mask) {
     if (mask == NULL) return record(dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm_torch_devices: mask is NULL"));
     uint64_t m = 0;
-    for (int i = 0; i < MAX_DEVICES; i++)
+    for (int i = 0; i < DMM_TORCH_MAX_DEVICES; i++)
         if (atomic_load_explicit(&g_ctx[i], memory_order_acquire) != NULL) m |= (uint64_t)1 << i;
     *mask = m;
     return DMM_OK;
@@ -386,11 +388,11 @@ int dmm_torch_record_stop(int device, dmm_device_record_stats *out) {
 }
 
 int dmm_torch_track_blocks(int device) {
-    if (device >= MAX_DEVICES) return record(dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: device %d", device));
+    if (device >= DMM_TORCH_MAX_DEVICES) return record(dmm_error_set(DMM_ERR_INVALID_ARGUMENT, "dmm torch: device %d", device));
     pthread_mutex_lock(&g_mu); /* as set_limit: a context created meanwhile gets it either way */
     if (device < 0) g_track_all = true;
     else g_track[device] = true;
-    for (int i = 0; i < MAX_DEVICES; i++) {
+    for (int i = 0; i < DMM_TORCH_MAX_DEVICES; i++) {
         dmm_device *c = atomic_load_explicit(&g_ctx[i], memory_order_acquire);
         if (c != NULL && (device < 0 || i == device)) dmm_device_track_blocks(c);
     }
@@ -422,7 +424,7 @@ int dmm_torch_history_context(int device, uint32_t skip, uint32_t events, int na
 void dmm_torch_set_capture_check(int on) { /* every device, also those not used yet */
     pthread_mutex_lock(&g_mu);
     g_no_capture_check = on == 0;
-    for (int i = 0; i < MAX_DEVICES; i++) {
+    for (int i = 0; i < DMM_TORCH_MAX_DEVICES; i++) {
         dmm_device *c = atomic_load_explicit(&g_ctx[i], memory_order_acquire);
         if (c != NULL) dmm_device_set_capture_check(c, on != 0);
     }

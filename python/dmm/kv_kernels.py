@@ -2,7 +2,7 @@
 """dmm.kv_kernels — decode attention over KV arena requests in one launch, for a batch whose rows are
 requests at their own addresses and lengths (docs/kv.md, "Graphs: a kernel that stops at each length").
 
-    rows = dmm.kv_kernels.Rows(batch, arena.token_bytes)   # device tensors: each row's base, position, length
+    rows = dmm.kv_kernels.Rows(batch, arena)                # device tensors: each row's base, position, length
     rows.ptrs.copy_(torch.tensor([r.base for r in requests]))
     dmm.kv_kernels.write(k, v, rows, layer, arena)          # this step's K and V at each row's position
     out = dmm.kv_kernels.attention(q, rows, layer, arena)   # [batch, heads, head_dim], float32
@@ -18,7 +18,8 @@ calls, against the zero tails' one mapping per granule of every range (DMM_KV_ZE
 kernels that read a fixed length instead (SDPA over a static shape).
 
 Needs Triton (PyTorch's CUDA builds carry it) and bf16 K and V; the head dim and kv_heads × head_dim must be
-powers of two (Llama's 128 and 8 × 128 are).
+powers of two (Llama's 128 and 8 × 128 are). A row of length 0 (an idle slot of a captured batch) reads
+nothing and gets zeros.
 """
 
 from . import _lib
@@ -99,28 +100,28 @@ def _build():
 
 class Rows:
     """Where each batch row's KV lies (absolute addresses, device int64), where this step's token goes and
-    how far each row reaches (device int32): the kernels' inputs, and a captured graph's."""
+    how far each row reaches (device int32), for requests of `arena`'s layout (its ranges, or any memory of
+    the same layout): the kernels' inputs, and a captured graph's."""
 
-    def __init__(self, batch, token_bytes, device="cuda"):
+    def __init__(self, batch, arena):
         torch = _lib.import_torch("dmm.kv_kernels.Rows")
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
             raise ValueError("batch must be an int >= 1, not %r" % (batch,))
-        if isinstance(token_bytes, bool) or not isinstance(token_bytes, int) or token_bytes < 2 or token_bytes % 2:
-            raise ValueError("token_bytes must be an even int (a bf16 token's bytes), not %r" % (token_bytes,))
-        self.ptrs = torch.zeros(batch, dtype=torch.int64, device=device)
-        self.pos = torch.zeros(batch, dtype=torch.int32, device=device)   # where this step's token goes
-        self.lens = torch.zeros(batch, dtype=torch.int32, device=device)  # tokens to read: pos + 1 in a decode step
-        self.token_elems = token_bytes // 2
-
-
-def _shape(arena):
-    return arena.layers, arena.kv_heads, arena.head_dim
+        _check(arena, 0, "dmm.kv_kernels.Rows")
+        self.ptrs = torch.zeros(batch, dtype=torch.int64, device=arena.device)
+        self.pos = torch.zeros(batch, dtype=torch.int32, device=arena.device)   # where this step's token goes
+        self.lens = torch.zeros(batch, dtype=torch.int32, device=arena.device)  # tokens to read: pos + 1 in a step
+        self.token_elems = arena.token_bytes // 2
 
 
 def _check(arena, layer, what):
     torch = _lib.import_torch(what)
     if arena.dtype != torch.bfloat16:
         raise ValueError("%s: the kernels read bf16 K and V; this arena holds %s" % (what, arena.dtype))
+    D, KVD = arena.head_dim, arena.kv_heads * arena.head_dim
+    if D & (D - 1) or KVD & (KVD - 1):
+        raise ValueError("%s: the kernels need a head dim and kv_heads x head_dim that are powers of two; this "
+                         "arena has %d and %d" % (what, D, KVD))
     if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < arena.layers:
         raise ValueError("%s: layer must be an int in [0, %d), not %r" % (what, arena.layers, layer))
     return torch
@@ -130,7 +131,7 @@ def write(k, v, rows, layer, arena):
     """Stores k and v ([batch, kv_heads, 1, head_dim] or [batch, kv_heads * head_dim], bf16) at token
     rows.pos[b] of layer `layer` of each row (the rows must be backed there)."""
     torch = _check(arena, layer, "dmm.kv_kernels.write")
-    L, KVH, D = _shape(arena)
+    KVH, D = arena.kv_heads, arena.head_dim
     B = rows.ptrs.shape[0]
     k = k.reshape(B, KVH * D).to(torch.bfloat16).contiguous()
     v = v.reshape(B, KVH * D).to(torch.bfloat16).contiguous()
@@ -140,10 +141,10 @@ def write(k, v, rows, layer, arena):
 def attention(q, rows, layer, arena, splits=8, max_tokens=None, scale=None):
     """Attention of one query token per row (q: [batch, heads, head_dim] or [batch, heads, 1, head_dim],
     bf16) over each row's tokens [0, rows.lens[b]) of layer `layer`; returns [batch, heads, head_dim],
-    float32. splits × a chunk of max_tokens / splits (default the arena's max_tokens) cover the longest row;
-    scale defaults to head_dim ** -0.5."""
+    float32. splits programs of max_tokens / splits tokens each (max_tokens: default the arena's; at least
+    the longest row, whose tokens past it are not read) cover each row; scale defaults to head_dim ** -0.5."""
     torch = _check(arena, layer, "dmm.kv_kernels.attention")
-    L, KVH, D = _shape(arena)
+    KVH, D = arena.kv_heads, arena.head_dim
     B = rows.ptrs.shape[0]
     H = q.shape[1]
     if H % KVH:
@@ -159,5 +160,6 @@ def attention(q, rows, layer, arena, splits=8, max_tokens=None, scale=None):
                                      float(scale if scale is not None else D ** -0.5), KVH=KVH, G=G, D=D,
                                      BLOCK_G=max(16, k["triton"].next_power_of_2(G)), BLOCK_N=64, CHUNK=chunk,
                                      SPLITS=splits)
-    w = torch.exp(lse - lse.amax(-1, keepdim=True))  # [B, H, S]: an empty split weighs 0
-    return (o * w[..., None]).sum(-2) / w.sum(-1)[..., None]
+    # an empty split weighs 0, and a row of length 0 (every split empty, its o zeros) comes out as zeros
+    w = torch.exp(lse - lse.amax(-1, keepdim=True).clamp_min(-1e30))  # [B, H, S]
+    return (o * w[..., None]).sum(-2) / w.sum(-1).clamp_min(1e-30)[..., None]

@@ -134,7 +134,7 @@ def tier_usage(device=None):
     used, peak, limit = _U64(), _U64(), _U64()
     _lib.check(_calls().dmm_torch_tier_usage(d, ctypes.byref(used), ctypes.byref(peak), ctypes.byref(limit)),
            "dmm.ort.tier_usage")
-    return {"used": used.value, "peak": peak.value, "limit": None if limit.value == (1 << 64) - 1 else limit.value}
+    return {"used": used.value, "peak": peak.value, "limit": None if limit.value == _U64_END - 1 else limit.value}
 
 
 class _Api:
@@ -240,7 +240,8 @@ _runtime_lock = threading.Lock()
 
 
 def _same_library(a, b):
-    """Whether two names of ONNX Runtime's library (None: $DMM_ORT_LIB, else the loader's) are one file."""
+    """Whether a Session asking for library `a` may use the one open from `b`: a None accepts whatever is
+    open; otherwise both must name one file (b None: $DMM_ORT_LIB)."""
     def where(x):
         x = x if x is not None else os.environ.get("DMM_ORT_LIB")
         return os.path.realpath(os.fspath(x)) if x else None

@@ -24,7 +24,8 @@
  * parked blocks merged first) until a look finds no growth in a whole ring and no plan followed
  * (records_stop: the ring goes, the hot path comes back); a settled heap's mallocs and frees cost what
  * they cost without plans, and its next growth starts a new ring.
- * Events are the heap's mallocs and frees counted from 1: a loop's turn repeats them exactly.
+ * Events are the heap's mallocs and frees while it records, counted from 1: a loop's turn repeats them
+ * exactly.
  *
  * Look (every POOL_LOOK_EVERY mallocs, or a 128th of a wider ring, by the malloc's caller: look_due;
  * while no job is being planned, and only in a heap that grew lately: one that serves its loop from

@@ -32,8 +32,8 @@ static inline void count_live(pool_heap *h, pool_block *b, uint64_t requested) {
 }
 
 /* Counts a malloc of block b, now LIVE; a heap that records its mallocs (follow.c: h->records set)
- * writes its record. Such a heap parks nothing, so its mallocs never take dmm_pool_malloc's hot path:
- * their callers (malloc_rest, growth.c, follow.c) look for the loop when look_due says so. */
+ * writes its record. Such a heap has no hot block, so its mallocs never take dmm_pool_malloc's hot
+ * path: their callers (malloc_rest, growth.c, follow.c) look for the loop when look_due says so. */
 static inline void count_malloc(pool_heap *h, pool_block *b) {
     if (__builtin_expect(h->records != NULL, 0)) {
         b->ord = h->mallocs;
@@ -109,6 +109,16 @@ static inline void quick_list_push(pool_heap *h, pool_block *b) {
     h->quickmap[c / 64] |= (uint64_t)1 << (c % 64);
 }
 
+/* Counts block b, just made QUICK, among the parked ones. */
+static inline void quick_count_parked(pool_heap *h, pool_block *b) {
+    h->nquick++;
+    h->quick_bytes += b->size;
+    if (h->reach_known != b) { /* its run changed, or never counted (types.h, reach_known) */
+        heap_note_reach(h, b);
+        h->reach_known = b;
+    }
+}
+
 /* Parks block b — just freed on h's own stream, out of the live counts, seq set, still in the hash —
  * as the heap's hot block (types.h, hot): the block parked before it, if still parked, goes to the
  * head of its quick list, so that hot and lists together stay last-in first-out per class;
@@ -118,20 +128,7 @@ static inline void quick_park(pool_heap *h, pool_block *b) {
     if (last != NULL && last->kind == BK_QUICK) quick_list_push(h, last);
     b->kind = BK_QUICK;
     h->hot = b;
-    h->nquick++;
-    h->quick_bytes += b->size;
-    if (h->reach_known != b) { /* its run changed, or never counted (types.h, reach_known) */
-        heap_note_reach(h, b);
-        h->reach_known = b;
-    }
-}
-
-/* The most blocks h may park: its quick_cap; or, in a heap that records its mallocs and follows no
- * plan (quick_cap 0: its frees and mallocs keep off the hot path, which does not record), as many on
- * its quick lists alone, never as the hot block (follow.c). A heap that follows a plan parks nothing. */
-static inline size_t quick_park_cap(const pool_heap *h) {
-    if (h->quick_cap != 0) return h->quick_cap;
-    return h->records != NULL && h->follow == NULL ? POOL_QUICK_MAX_BLOCKS : 0;
+    quick_count_parked(h, b);
 }
 
 /* Parks b as quick_park does (true), merging the parked blocks first when it would pass the bounds (a
@@ -145,14 +142,9 @@ static inline bool quick_push(pool_heap *h, pool_block *b) {
         quick_park(h, b);
         return true;
     }
-    b->kind = BK_QUICK;
+    b->kind = BK_QUICK; /* a heap that records: on its list, not hot (the hot path does not record) */
     quick_list_push(h, b);
-    h->nquick++;
-    h->quick_bytes += b->size;
-    if (h->reach_known != b) {
-        heap_note_reach(h, b);
-        h->reach_known = b;
-    }
+    quick_count_parked(h, b);
     return true;
 }
 

@@ -216,7 +216,8 @@ static void install(dmm_pool *p, pool_heap *h, uint64_t serial, pfollow *f) {
     heap_lock(h);
     h->plan_posted = false;
     h->next_look = h->mallocs + 1; /* (looks again at its next malloc: its own pace from then on) */
-    bool stale = f == NULL || serial != h->plan_serial || h->nruns == 0 || h->runs[0].lo != f->base ||
+    bool stale = f == NULL || serial != h->plan_serial || h->nruns == 0 || h->records == NULL ||
+                 h->runs[0].lo != f->base ||
                  (h->follow != NULL && h->follow->period >= f->period);
     if (!stale && f->base + f->extent > h->runs[0].hi) { /* the plan reaches past the run: its VA first */
         size_t more = (size_t)((f->base + f->extent - h->runs[0].hi + p->region - 1) >> p->region_shift);

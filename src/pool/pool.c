@@ -410,7 +410,7 @@ dmm_status dmm_pool_malloc(dmm_pool *p, size_t bytes, dmm_stream stream, void **
     uint64_t n = round_to_align(p, bytes);
     if (__builtin_expect(!quick_hot_fits(h, n), 0)) return malloc_rest(p, h, n, bytes, out, slot);
     pool_block *b = quick_take_hot(h); /* the exact repeat of the last free: no list, bin, split or hash work */
-    quick_hit(h, b, bytes); /* (a heap that records never gets here: it parks nothing, has no hot block) */
+    quick_hit(h, b, bytes); /* (a heap that records never gets here: it has no hot block) */
     dmm_biased_lock_release_slot(slot);
     *out = (void *)b->addr;
     return DMM_OK;
@@ -461,7 +461,7 @@ static __attribute__((noinline)) dmm_status free_rest(dmm_pool *p, pool_heap *h,
     uint64_t asked = b->requested; /* (b may be another's once the lock is gone) */
     uncount_live(h, b);
     if (stream == h->stream) {
-        count_free(h, b); /* (frees of a heap that records all come here: it parks nothing) */
+        count_free(h, b); /* (frees of a heap that records all come here: quick_cap 0, no hot path) */
         b->seq = ++h->free_seq;
         h->frees++;
         bool parked = false;

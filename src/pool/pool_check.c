@@ -4,7 +4,7 @@
  * O(blocks), for tests and debugging only. */
 #include <stdio.h>
 
-#include "pool/hot.h"
+#include "pool/types.h"
 
 static _Thread_local char why[256];
 
@@ -168,6 +168,8 @@ const char *dmm__heap_check_locked(const pool_heap *h) {
             h->records != NULL ? "records" : "does not record");
     if (nquick > quick_park_cap(h))
         BAD("%llu blocks are parked in a heap that may park %zu", (unsigned long long)nquick, quick_park_cap(h));
+    if (h->follow != NULL && h->records == NULL)
+        BAD("%s", "the heap follows a plan but records nothing");
     if (h->quick_cap == 0 && h->hot != NULL && h->hot->kind == BK_QUICK)
         BAD("%s", "a heap that records its mallocs has a parked hot block (the hot path does not record)");
     if (h->nquick > POOL_QUICK_MAX_BLOCKS || h->quick_bytes > POOL_QUICK_MAX_BYTES)

@@ -48,10 +48,12 @@
  *                 of exactly its size takes it back with no bin, split or hash work (deferred
  *                 coalescing); mapped; still in the hash (so a second free of it is refused) and on
  *                 quick[bin_of(size)], or, the last one parked, the heap's `hot` block instead (ahead
- *                 of its list: the next park moves it to its list's head); free in every stat
+ *                 of its list: the next park moves it to its list's head; a heap that records its
+ *                 mallocs parks on its lists only, never as `hot`); free in every stat
  *                 (counted out of the live ones at its free); its seq is its free's free_seq. Made
  *                 FREE (dmm__heap_quick_flush, seq kept) before anything reads or changes the free
- *                 layout: malloc's slow path, carving sources
+ *                 layout: malloc's slow path, carving sources, the start of a heap's records, a loop's
+ *                 snapshot and a plan's install (follow.c, planner.c)
  *                 (moves, trim, empty_cache), dmm_pool_check, destroy; a malloc that misses the quick
  *                 lists whenever it asks for at most quick_reach bytes (a merge of the parked blocks
  *                 could make a block it fits, or change the one it would take: merged first, a miss is
@@ -71,11 +73,12 @@
  *   (an aliased chunk counts at both places: committed counts mappings); an ALIASED block is exactly
  *   one chunk with seq > 0; heap.naliased = #ALIASED; pool.aliased_bytes = Σ ALIASED sizes;
  *   heap.live_bytes = Σ LIVE sizes; heap.live_blocks = #LIVE; heap.hcount = #LIVE + #QUICK;
- *   heap.nquick = #QUICK ≤ heap.quick_cap ≤ POOL_QUICK_MAX_BLOCKS,
+ *   heap.nquick = #QUICK ≤ quick_park_cap(heap) ≤ POOL_QUICK_MAX_BLOCKS,
  *   heap.quick_bytes = Σ QUICK sizes ≤ POOL_QUICK_MAX_BYTES,
  *   every QUICK size ≤ POOL_QUICK_MAX_BLOCK; bit c of quickmap ⇔ quick[c] != NULL; heap.quick_reach ≥
  *   the bytes of every maximal sequence of FREE and QUICK blocks that holds a QUICK block (0 once merged).
- *   A heap that records its mallocs (follow.c: heap.records) parks nothing: quick_cap = 0, no QUICK block.
+ *   A heap that records its mallocs (follow.c: heap.records) keeps off the hot path: quick_cap = 0 and
+ *   no QUICK hot block; one that follows a plan (heap.follow, which implies heap.records) parks nothing.
  *   A FREE block's seq ≥ the heap free_seq of every free merged into it; it is safe to decommit its
  *   whole chunks once seq ≤ heap.safe_seq (a completed fence on the heap's stream covers it).
  */
@@ -298,8 +301,9 @@ typedef struct pool_heap {
     pool_block *quick[POOL_NBINS];
     uint64_t quickmap[POOL_BINWORDS];
     size_t nquick;
-    size_t quick_cap; /* the most blocks that may park: POOL_QUICK_MAX_BLOCKS; 0 where the heap records its
-                         mallocs (a loop's plan needs merged free runs; its frees then take free_rest) */
+    size_t quick_cap; /* the most blocks the hot path may park: POOL_QUICK_MAX_BLOCKS; 0 while the heap
+                         records its mallocs (the hot path does not record: its frees take free_rest,
+                         which parks on the lists only while no plan is followed; quick_park_cap) */
     uint64_t quick_bytes;
     uint64_t quick_reach; /* ≥ the largest free block a merge of the QUICK blocks would make */
     /* the one block whose free run quick_reach is known to cover, or NULL: the last block parked
@@ -352,6 +356,15 @@ typedef struct pool_heap {
     size_t capscratch;
     _Alignas(DMM_SHARING_BYTES) char end_[1]; /* pads the struct to whole line pairs (core.h) */
 } pool_heap;
+
+/* The most blocks heap h may park: its quick_cap; or, in a heap that records its mallocs and follows no
+ * plan (quick_cap 0: its frees and mallocs keep off the hot path, which does not record), as many on
+ * its quick lists alone, never as the hot block (follow.c). A heap that follows a plan parks nothing:
+ * its anchors need merged free runs. */
+static inline size_t quick_park_cap(const pool_heap *h) {
+    if (h->quick_cap != 0) return h->quick_cap;
+    return h->records != NULL && h->follow == NULL ? POOL_QUICK_MAX_BLOCKS : 0;
+}
 
 /* The stock thread's state (stock.c), under w.m: at most one request pending (the latest growth's
  * end: a newer one replaces it), at most one being grown (`busy`); mallocs and trims wait on w.idle
@@ -761,7 +774,8 @@ bool dmm__pool_worker_start(pworker *w, void *(*main_fn)(void *), void *arg, con
 void dmm__pool_worker_stop(pworker *w);
 
 /* ---- follow.c: the plan of a repeating loop (under the heap's lock) ---- */
-/* At heap creation: the record ring (false: out of host memory; the heap then never plans). */
+/* At a growth of a heap of a pool that plans (growth.c's fix-up): the record ring, if the heap has none
+ * (false: out of host memory; the heap grows as any does, and the next growth tries again). */
 bool dmm__follow_init(pool_heap *h);
 void dmm__follow_fini(pool_heap *h);
 /* Looks for a loop in the records (hot.h's count_malloc and count_free write them) and, found, posts a

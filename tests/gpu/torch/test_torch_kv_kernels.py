@@ -42,7 +42,7 @@ for r, n in zip(reqs, lengths):
           % (n, inf["backed_tokens"]))
 del c  # (a request refuses to close while a view of it is referenced)
 B = len(reqs)
-rows = kk.Rows(B, arena.token_bytes)
+rows = kk.Rows(B, arena)
 rows.ptrs.copy_(torch.tensor([r.base for r in reqs], dtype=torch.int64))
 rows.lens.copy_(torch.tensor(lengths, dtype=torch.int32))
 q = torch.randn(B, H, D, device="cuda").to(torch.bfloat16)
