@@ -26,6 +26,7 @@ import array
 import collections
 import ctypes
 import os
+import stat
 import threading
 
 from . import _lib
@@ -153,13 +154,39 @@ class _Api:
             raise OrtError("%s: ONNX Runtime: %s" % (what, msg), code)
 
 
+_MODEL_MAX_BYTES = 2 << 30  # protobuf's ceiling for one message: no single-file ONNX model is larger
+
+
 def _model_bytes(model):
+    """The model's bytes: given, or read whole from a regular file of at most 2 GiB (a FIFO, a device such
+    as /dev/zero or a larger file is refused unread: opened without waiting for a writer, checked first)."""
     if isinstance(model, (bytes, bytearray, memoryview)):
         return bytes(model)
-    if isinstance(model, (str, os.PathLike)):
-        with open(model, "rb") as f:
-            return f.read()
-    raise TypeError("model must be the ONNX file's path or its bytes, not %s" % type(model).__name__)
+    if not isinstance(model, (str, os.PathLike)):
+        raise TypeError("model must be the ONNX file's path or its bytes, not %s" % type(model).__name__)
+    fd = os.open(model, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("model %r is not a regular file (a FIFO, a device or a folder): pass an ONNX file's "
+                             "path, or its bytes" % os.fspath(model))
+        if st.st_size > _MODEL_MAX_BYTES:
+            raise ValueError("model %r holds %d bytes, more than an ONNX model's 2 GiB (protobuf's ceiling; a larger "
+                             "model keeps its weights as external data, which dmm.ort does not read)"
+                             % (os.fspath(model), st.st_size))
+        parts, got = [], 0
+        while got <= _MODEL_MAX_BYTES:
+            part = os.read(fd, min(64 << 20, _MODEL_MAX_BYTES + 1 - got))
+            if not part:
+                break
+            parts.append(part)
+            got += len(part)
+    finally:
+        os.close(fd)
+    blob = b"".join(parts)
+    if len(blob) > _MODEL_MAX_BYTES:
+        raise ValueError("model %r grew past 2 GiB while it was read" % os.fspath(model))
+    return blob
 
 
 def _feed(name, value):

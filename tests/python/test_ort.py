@@ -11,6 +11,7 @@ own dense model (`dmm ort --write-model`, DMM_CLI):
   - under a host-tier limit just above what is held, a Run that needs more fails with ONNX Runtime's own
     error (OrtError) carrying dmm's sentence (the tier, the limit), the allocator counts the refusal, and
     after the limit goes the same session runs again with the same output;
+  - a model path that is a FIFO, a device (/dev/zero), a folder or a file above 2 GiB is refused unread;
   - bad feeds, limits, devices and thread counts are refused with a sentence naming what was wrong (numbers
     past 64 bits too, which ctypes would cut); a second ONNX Runtime library in one process is refused;
   - sessions dropped without close() give their memory back when collected; close() during a Run waits
@@ -21,6 +22,7 @@ Exit 0 = all held, 1 = a check failed, 77 = no DMM_LIB, DMM_CLI or ONNX Runtime 
 import array
 import gc
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -100,6 +102,15 @@ ok, msg = raises(dmm._lib.DmmError, lambda: ort.Session(model, library="/nonexis
 check(ok, "a second ONNX Runtime library in the process is refused: %s" % msg)
 ok, msg = raises(TypeError, lambda: ort.Session(42), "path or its bytes")
 check(ok, "a model that is neither a path nor bytes is refused: %s" % msg)
+fifo = os.path.join(tmp, "fifo")
+os.mkfifo(fifo)  # nobody writes it: a read would wait for ever
+for hostile in (fifo, "/dev/zero", tmp):
+    ok, msg = raises(ValueError, lambda: ort.Session(hostile), "not a regular file")
+    check(ok, "model %s is refused unread: %s" % (hostile, msg))
+with open(os.path.join(tmp, "sparse.onnx"), "wb") as f:
+    f.truncate((2 << 30) + 1)  # a sparse file above the ceiling: refused by its size, not read
+ok, msg = raises(ValueError, lambda: ort.Session(os.path.join(tmp, "sparse.onnx")), "more than an ONNX model's 2 GiB")
+check(ok, "a model above 2 GiB is refused unread: %s" % msg)
 
 for bad, frag in ((2 ** 64 + 5, "below 2**64"), (-1, "bytes >= 0"), (1.5, "bytes >= 0")):
     ok, msg = raises(ValueError, lambda: ort.set_host_limit(bad), frag)
@@ -139,5 +150,6 @@ ok, msg = raises(dmm._lib.DmmError, lambda: s.run({"X": (x, [4, 256])}), "closed
 check(ok, "a closed session refuses to run: %s" % msg)
 check(ort.usage()["in_use"] == 0, "closing both sessions frees every block: %s" % ort.usage())
 
+shutil.rmtree(tmp, ignore_errors=True)
 print("%d check(s) failed" % len(failures) if failures else "all checks held")
 sys.exit(1 if failures else 0)
