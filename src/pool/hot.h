@@ -95,11 +95,14 @@ static inline pool_block *take_at(pool_heap *h, pool_block *b, uintptr_t at, uin
     return b;
 }
 
-/* Whether LIVE block b could be parked without merging the parked ones first (the bounds). */
-static inline bool quick_room(const pool_heap *h, const pool_block *b) {
-    return b->size <= POOL_QUICK_MAX_BLOCK && h->nquick < h->quick_cap &&
-           h->quick_bytes + b->size <= POOL_QUICK_MAX_BYTES;
+/* Whether LIVE block b could be parked without merging the parked ones first, with at most `cap`
+ * blocks parked (the bounds). */
+static inline bool quick_room_of(const pool_heap *h, const pool_block *b, size_t cap) {
+    return b->size <= POOL_QUICK_MAX_BLOCK && h->nquick < cap && h->quick_bytes + b->size <= POOL_QUICK_MAX_BYTES;
 }
+
+/* quick_room_of the hot path's cap (quick_cap). */
+static inline bool quick_room(const pool_heap *h, const pool_block *b) { return quick_room_of(h, b, h->quick_cap); }
 
 /* Puts QUICK block b at the head of its quick list. */
 static inline void quick_list_push(pool_heap *h, pool_block *b) {
@@ -137,7 +140,7 @@ static inline void quick_park(pool_heap *h, pool_block *b) {
 static inline bool quick_push(pool_heap *h, pool_block *b) {
     const size_t cap = quick_park_cap(h);
     if (b->size > POOL_QUICK_MAX_BLOCK || cap == 0) return false;
-    if (h->nquick >= cap || h->quick_bytes + b->size > POOL_QUICK_MAX_BYTES) dmm__heap_quick_flush(h);
+    if (!quick_room_of(h, b, cap)) dmm__heap_quick_flush(h);
     if (h->quick_cap != 0) {
         quick_park(h, b);
         return true;
